@@ -1,0 +1,44 @@
+"""The node agent as one content-addressed zip: same code → same bytes → same name, so a node that
+already has it is never sent it again."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import zipfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import remote_scripts
+
+ENTRY = b"import sys\nfrom remote_scripts.agent import main\nsys.exit(main())\n"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    data: bytes
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return f"fleetops-agent-{self.sha256[:20]}.pyz"
+
+
+@lru_cache(maxsize=1)
+def agent_bundle() -> Bundle:
+    source_dir = Path(remote_scripts.__file__).parent
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        def add(name: str, data: bytes) -> None:
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, data)
+
+        add("__main__.py", ENTRY)
+        for path in sorted(source_dir.glob("*.py")):
+            if path.name != "__main__.py":
+                add(f"remote_scripts/{path.name}", path.read_bytes())
+    data = buf.getvalue()
+    return Bundle(data, hashlib.sha256(data).hexdigest())

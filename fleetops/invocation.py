@@ -1,0 +1,79 @@
+"""State of one `fab` run: the inventory, the playbooks, one connection per host, the results so far."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from .inventory import Host, Inventory, load_inventory
+from .playbook import Playbook, load_playbook
+from .report import Reporter
+from .results import Result
+from .transport import Pool
+
+DEFAULT_PLAYBOOK = "playbooks/speculators-0.3.0-vllm-0.16.yaml"
+
+
+class Invocation:
+    def __init__(self, root: Path, settings: dict[str, Any] | None = None) -> None:
+        self.root = root
+        self.settings = settings or {}
+        self._inventory: Inventory | None = None
+        self.pool: Pool | None = None
+        self.reporter = Reporter(json_mode=bool(os.environ.get("FLEETOPS_JSON")))
+        self.results: list[Result] = []
+        self.playbooks: dict[Path, Playbook] = {}
+        self.lock = threading.Lock()
+
+    @property
+    def inventory(self) -> Inventory:
+        if self._inventory is None:
+            self._inventory = load_inventory(self.root / self.settings.get("inventory", "hosts"))
+        return self._inventory
+
+    def connections(self) -> Pool:
+        if self.pool is None:
+            self.pool = Pool(self.inventory)
+        return self.pool
+
+    def playbook(self, override: str | None = None) -> Playbook:
+        rel = override or self.settings.get("playbook") or DEFAULT_PLAYBOOK
+        path = Path(rel) if Path(rel).is_absolute() else (Path.cwd() / rel if override else self.root / rel)
+        if override and not path.exists():
+            path = self.root / rel
+        path = path.resolve()
+        with self.lock:
+            if path not in self.playbooks:
+                self.playbooks[path] = load_playbook(path)
+            return self.playbooks[path]
+
+    def host(self, name: str) -> Host:
+        return self.inventory.resolve(name)
+
+    def record(self, result: Result) -> None:
+        with self.lock:
+            self.results.append(result)
+        self.reporter.result(result)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close_all()
+
+
+_current: Invocation | None = None
+
+
+def current(root: Path | None = None, settings: dict[str, Any] | None = None) -> Invocation:
+    global _current
+    if _current is None:
+        _current = Invocation(root or Path.cwd(), settings)
+    return _current
+
+
+def reset() -> None:
+    global _current
+    if _current is not None:
+        _current.close()
+    _current = None

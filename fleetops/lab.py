@@ -1,0 +1,372 @@
+"""The local lab: real OpenSSH sshd nodes on 127.0.0.1, each with its own host key, state directory and
+venv holding real vllm 0.16.0 + speculators 0.3.0 (heavy packages shared, speculators files per node).
+
+Lab nodes are how anyone tries fleetops without a fleet, and what the tests run against.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from invoke import Collection, task
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+NODE_PACKAGES = {"vllm": "0.16.0", "speculators": "0.3.0"}
+OWN_PACKAGES = ("speculators",)  # copied into each node so patching one node never touches another
+
+
+def base_dir() -> Path:
+    override = os.environ.get("FLEETOPS_LAB_BASE")
+    if override:
+        return Path(override)
+    pins = "-".join(f"{k}{v}" for k, v in NODE_PACKAGES.items())
+    py = f"py{sys.version_info.major}.{sys.version_info.minor}"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "fleetops" / "lab" / f"base-{py}-{pins}"
+
+
+def site_packages(venv: Path) -> Path:
+    found = sorted((venv / "lib").glob("python3*/site-packages"))
+    if not found:
+        raise LabError(f"no site-packages under {venv}")
+    return found[0]
+
+
+class LabError(Exception):
+    pass
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def ensure_base(progress=say) -> Path:
+    """The shared venv with the heavy node packages (~11 GB, a few minutes the first time)."""
+    base = base_dir()
+    marker = base / ".fleetops-complete"
+    if marker.exists():
+        return base
+    python = base / "bin" / "python"
+    if not python.exists():
+        progress(f"lab: creating the shared node venv {base}")
+        base.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", str(base)], check=True)
+    pins = [f"{k}=={v}" for k, v in NODE_PACKAGES.items()]
+    check = "import importlib.metadata as m, sys; sys.exit(any(m.version(k) != v for k, v in %r.items()))" \
+        % NODE_PACKAGES
+    if subprocess.run([str(python), "-c", check], capture_output=True).returncode != 0:
+        progress(f"lab: installing {' '.join(pins)} into the shared node venv (first time only: ~11 GB, minutes)")
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins], check=True)
+    marker.write_text(json.dumps(NODE_PACKAGES) + "\n")
+    return base
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+@dataclass
+class Node:
+    name: str
+    port: int
+    dir: Path
+
+    @property
+    def venv(self) -> Path:
+        return self.dir / "venv"
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.dir / "state"
+
+    @property
+    def config(self) -> Path:
+        return self.dir / "sshd_config"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "sshd.pid"
+
+    @property
+    def host_key(self) -> Path:
+        return self.dir / "ssh_host_ed25519_key"
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def ours(self, pid: int) -> bool:
+        """Only stop an sshd we started: its command line names this node's config."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return str(self.config).encode() in cmdline
+
+    def running(self) -> bool:
+        pid = self.pid()
+        return pid is not None and pid_alive(pid) and self.ours(pid)
+
+    def module_file(self, module: str) -> Path:
+        return site_packages(self.venv).joinpath(*module.split(".")).with_suffix(".py")
+
+
+class Lab:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+        self.dir = self.root / ".lab"
+        self.state_file = self.dir / "lab.json"
+        self.client_key = self.dir / "id_ed25519"
+        self.known_hosts = self.dir / "known_hosts"
+        self.hosts_file = self.root / "hosts" / "lab.yaml"
+        self.user = getpass.getuser()
+
+    # -- state
+    def nodes(self) -> list[Node]:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return []
+        return [Node(n["name"], n["port"], Path(n["dir"])) for n in data.get("nodes", [])]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes():
+            if n.name == name:
+                return n
+        raise LabError(f"no lab node {name!r}")
+
+    def _save(self, nodes: list[Node]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        data = {"nodes": [{"name": n.name, "port": n.port, "dir": str(n.dir)} for n in nodes]}
+        self.state_file.write_text(json.dumps(data, indent=1) + "\n")
+
+    # -- bring up
+    def up(self, count: int = 1, progress=say) -> list[Node]:
+        if not Path(SSHD).exists():
+            raise LabError("sshd not found: install Debian's openssh-server (apt-get install openssh-server)")
+        base = ensure_base(progress)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.client_key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fleetops-lab-client",
+                            "-f", str(self.client_key)], check=True)
+        if os.geteuid() == 0:
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+        nodes = self.nodes()
+        for i in range(len(nodes), count):
+            name = f"lab{i + 1:02d}"
+            nodes.append(Node(name, free_port(), self.dir / "nodes" / name))
+        for node in nodes:
+            if not node.python.exists():
+                progress(f"lab: building node {node.name}")
+                self._build_node(node, base)
+            if not node.running():
+                self._start_sshd(node)
+        self._save(nodes)
+        self._write_known_hosts(nodes)
+        self._write_inventory(nodes)
+        return nodes
+
+    def _build_node(self, node: Node, base: Path) -> None:
+        node.dir.mkdir(parents=True, exist_ok=True)
+        node.state_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(base / "bin" / "python"), "-m", "venv", "--without-pip", str(node.venv)], check=True)
+        site = site_packages(node.venv)
+        # The heavy packages come from the shared base, after the node's own site-packages on sys.path.
+        (site / "_fleetops_lab_base.pth").write_text(str(site_packages(base)) + "\n")
+        self.reset_packages(node, base)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fleetops-lab-{node.name}",
+                        "-f", str(node.host_key)], check=True)
+        (node.dir / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
+        node.config.write_text(self._sshd_config(node))
+
+    def reset_packages(self, node: Node, base: Path | None = None) -> None:
+        """Give the node pristine copies of its own packages (as installed from PyPI)."""
+        base = base or base_dir()
+        src, dst = site_packages(base), site_packages(node.venv)
+        for package in OWN_PACKAGES:
+            for entry in [src / package, *src.glob(f"{package}-*.dist-info")]:
+                target = dst / entry.name
+                if target.exists():
+                    shutil.rmtree(target)
+                shutil.copytree(entry, target, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def _sshd_config(self, node: Node) -> str:
+        # One complete config per node: -o overrides were not reliable here.
+        return "\n".join([
+            f"Port {node.port}",
+            "ListenAddress 127.0.0.1",
+            f"HostKey {node.host_key}",
+            f"PidFile {node.pid_file}",
+            f"AuthorizedKeysFile {node.dir / 'authorized_keys'}",
+            f"AllowUsers {self.user}",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PermitRootLogin prohibit-password",
+            "UsePAM no",
+            "StrictModes no",
+            "MaxStartups 1000:30:2000",
+            "MaxSessions 100",
+            "PrintMotd no",
+            "ClientAliveInterval 15",
+            "Subsystem sftp internal-sftp",
+            f"SetEnv PATH={node.dir / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "LogLevel VERBOSE",
+            "",
+        ])
+
+    def _start_sshd(self, node: Node) -> None:
+        (node.dir / "bin").mkdir(exist_ok=True)
+        if node.pid_file.exists():
+            node.pid_file.unlink()
+        proc = subprocess.run([SSHD, "-f", str(node.config), "-E", str(node.dir / "sshd.log")],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise LabError(f"sshd for {node.name} failed to start: {proc.stderr.strip()} "
+                           f"(log: {node.dir / 'sshd.log'})")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if node.pid() and port_open(node.port):
+                return
+            time.sleep(0.05)
+        raise LabError(f"sshd for {node.name} did not come up on port {node.port}; see {node.dir / 'sshd.log'}")
+
+    def _write_known_hosts(self, nodes: list[Node]) -> None:
+        lines = []
+        for node in nodes:
+            keytype, key = node.host_key.with_suffix(".pub").read_text().split()[:2]
+            lines.append(f"[127.0.0.1]:{node.port} {keytype} {key}")
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+
+    def _write_inventory(self, nodes: list[Node]) -> None:
+        self.hosts_file.parent.mkdir(parents=True, exist_ok=True)
+        out = ["# Written by `fab lab.up`: the local lab (real sshd on 127.0.0.1). Regenerated on every lab.up.",
+               "defaults:", "  address: 127.0.0.1", f"  user: {self.user}",
+               f"  identity_file: {self.client_key}", f"  known_hosts: {self.known_hosts}",
+               "  lab: true", "  connect_timeout: 5", "hosts:"]
+        for node in nodes:
+            out += [f"  {node.name}:", f"    port: {node.port}", f"    python: {node.python}",
+                    f"    state_dir: {node.state_dir}", "    groups: [lab]"]
+        self.hosts_file.write_text("\n".join(out) + "\n")
+
+    # -- stop
+    def stop_node(self, node: Node, sig: int = signal.SIGTERM) -> bool:
+        pid = node.pid()
+        if pid is None or not pid_alive(pid) or not node.ours(pid):
+            return False
+        os.kill(pid, sig)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and pid_alive(pid):
+            time.sleep(0.05)
+        return True
+
+    def start_node(self, node: Node) -> None:
+        if not node.running():
+            self._start_sshd(node)
+
+    def down(self, purge: bool = False) -> list[str]:
+        stopped = [n.name for n in self.nodes() if self.stop_node(n)]
+        if purge and self.dir.exists():
+            shutil.rmtree(self.dir)
+            if self.hosts_file.exists():
+                self.hosts_file.unlink()
+        return stopped
+
+    def status(self) -> list[dict]:
+        rows = []
+        for node in self.nodes():
+            pid = node.pid()
+            rows.append({"name": node.name, "port": node.port, "sshd_pid": pid if node.running() else None,
+                         "listening": port_open(node.port), "python": str(node.python),
+                         "state_dir": str(node.state_dir)})
+        return rows
+
+
+# ---------------------------------------------------------------- fab lab.* tasks
+def _lab(c) -> Lab:
+    from . import invocation
+
+    return Lab(invocation.current().root if invocation._current else Path.cwd())
+
+
+@task(help={"nodes": "number of lab nodes (default 1)"})
+def up(c, nodes=1):
+    """Start the local lab: N real sshd nodes on 127.0.0.1 with real vllm 0.16.0 + speculators 0.3.0."""
+    lab = _lab(c)
+    try:
+        started = lab.up(int(nodes))
+    except (LabError, subprocess.CalledProcessError) as exc:
+        raise SystemExit(f"lab.up failed: {exc}") from None
+    for n in started:
+        say(f"{n.name}: sshd on 127.0.0.1:{n.port} (pid {n.pid()}), python {n.python}")
+    say(f"inventory: {lab.hosts_file}  (try: fab -H lab01 patch verify)")
+
+
+@task
+def status(c):
+    """Show lab nodes: port, sshd pid, whether it listens."""
+    lab = _lab(c)
+    rows = lab.status()
+    if not rows:
+        say("no lab nodes (fab lab.up)")
+    for r in rows:
+        state = f"sshd pid {r['sshd_pid']}" if r["sshd_pid"] else "sshd stopped"
+        say(f"{r['name']}: 127.0.0.1:{r['port']} {state}, {'listening' if r['listening'] else 'not listening'}; "
+            f"python {r['python']}")
+
+
+@task(help={"purge": "also delete the lab's files (keys, node venvs, state)"})
+def down(c, purge=False):
+    """Stop the lab's sshd processes (only those it started)."""
+    stopped = _lab(c).down(purge=purge)
+    say(f"stopped: {', '.join(stopped) or 'nothing running'}")
+
+
+@task(help={"node": "lab node name, or 'all'"})
+def reset(c, node="all"):
+    """Give lab nodes pristine speculators files again (as installed from PyPI)."""
+    lab = _lab(c)
+    for n in lab.nodes():
+        if node in ("all", n.name):
+            lab.reset_packages(n)
+            say(f"{n.name}: packages reset")
+
+
+def collection() -> Collection:
+    return Collection(up, status, down, reset)

@@ -1,0 +1,190 @@
+"""Playbooks (playbooks/*.yaml): requirements, patches and checks, validated before anything connects."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from remote_scripts.nodeio import parse_requirement
+
+from . import unidiff
+from .yamlsrc import (
+    ConfigError,
+    Mapping,
+    Sequence,
+    expect_mapping,
+    get_int,
+    get_str,
+    get_str_list,
+    load_file,
+    reject_unknown,
+)
+
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+ATTRIBUTE = MODULE
+TOP_KEYS = {"name", "description", "requires", "requires_hint", "patches", "verify", "jobs"}
+CHECK_KEYS = {
+    "grep": {"name", "kind", "module", "pattern", "expect"},
+    "compile": {"name", "kind", "module"},
+    "import": {"name", "kind", "module", "attribute"},
+    "callsites": {"name", "kind", "modules", "packages", "receivers", "attributes"},
+    "probe": {"name", "kind", "script", "modules", "timeout", "args"},
+}
+
+
+@dataclass
+class Patch:
+    module: str
+    diff_path: Path
+    hunks: list[unidiff.Hunk]
+
+    def to_request(self) -> dict:
+        return {"module": self.module, "diff_name": self.diff_path.name,
+                "hunks": [h.to_request(i) for i, h in enumerate(self.hunks)]}
+
+
+@dataclass
+class Playbook:
+    name: str
+    path: Path
+    description: str = ""
+    requires: list[str] = field(default_factory=list)
+    requires_hint: str = ""
+    patches: list[Patch] = field(default_factory=list)
+    checks: list[dict] = field(default_factory=list)
+    jobs: Mapping | None = None
+    sha256: str = ""
+
+    def patch_request(self, check: bool = False) -> dict:
+        return {"requires": self.requires, "requires_hint": self.requires_hint, "playbook": self.name,
+                "check": check, "patches": [p.to_request() for p in self.patches]}
+
+    def verify_request(self, kinds: set[str] | None = None) -> dict:
+        checks = [c for c in self.checks if kinds is None or c["kind"] in kinds]
+        return {"requires": self.requires, "playbook": self.name, "checks": checks}
+
+
+def load_playbook(path: str | Path) -> Playbook:
+    path = Path(path).resolve()
+    doc = load_file(path)
+    doc = expect_mapping(doc, str(path), 1, "a playbook")
+    reject_unknown(doc, TOP_KEYS, "playbook")
+    digest = hashlib.sha256(path.read_bytes())
+    book = Playbook(name=get_str(doc, "name", required=True, pattern=re.compile(r"[A-Za-z0-9._-]{1,100}"),
+                                 describe="letters, digits, '.', '_' and '-'"),
+                    path=path, description=get_str(doc, "description", default="") or "",
+                    requires_hint=get_str(doc, "requires_hint", default="") or "")
+    for i, req in enumerate(get_str_list(doc, "requires")):
+        try:
+            parse_requirement(req)
+        except ValueError as exc:
+            raise ConfigError(path, _item_line(doc, "requires", i), str(exc)) from None
+        book.requires.append(req)
+    for i, spec in enumerate(_list(doc, "patches")):
+        spec = expect_mapping(spec, str(path), _item_line(doc, "patches", i), "a patch entry")
+        reject_unknown(spec, {"module", "diff"}, "patch")
+        module = get_str(spec, "module", required=True, pattern=MODULE, describe="a dotted module name")
+        diff_path = _relative_file(spec, "diff", path)
+        files = unidiff.parse(diff_path.read_text(encoding="utf-8"), str(diff_path))
+        if len(files) != 1:
+            raise spec.error("diff", f"{diff_path.name} touches {len(files)} files; one patch entry = one file")
+        digest.update(diff_path.read_bytes())
+        book.patches.append(Patch(module, diff_path, files[0].hunks))
+    for i, spec in enumerate(_list(doc, "verify")):
+        spec = expect_mapping(spec, str(path), _item_line(doc, "verify", i), "a check")
+        book.checks.append(_parse_check(spec, path, digest))
+    if "jobs" in doc:
+        book.jobs = expect_mapping(doc["jobs"], str(path), doc.line_of("jobs"), "'jobs'")
+    book.sha256 = digest.hexdigest()
+    return book
+
+
+def _list(doc: Mapping, key: str) -> list:
+    value = doc.get(key, [])
+    if not isinstance(value, list):
+        raise doc.error(key, f"{key!r} must be a list")
+    return value
+
+
+def _item_line(doc: Mapping, key: str, i: int) -> int | None:
+    seq = doc.get(key)
+    return seq.line_of(i) if isinstance(seq, Sequence) else doc.line_of(key)
+
+
+def _relative_file(spec: Mapping, key: str, playbook_path: Path) -> Path:
+    rel = get_str(spec, key, required=True)
+    target = (playbook_path.parent / rel).resolve()
+    if not target.is_file():
+        raise spec.error(key, f"file not found: {rel} (looked at {target})")
+    return target
+
+
+def _parse_check(spec: Mapping, path: Path, digest: Any) -> dict:
+    kind = get_str(spec, "kind", required=True)
+    if kind not in CHECK_KEYS:
+        raise spec.error("kind", f"unknown check kind {kind!r} (known: {', '.join(sorted(CHECK_KEYS))})")
+    reject_unknown(spec, CHECK_KEYS[kind], f"{kind} check")
+    name = get_str(spec, "name", default=kind, pattern=re.compile(r"[A-Za-z0-9._ -]{1,80}"),
+                   describe="a short label")
+    check: dict[str, Any] = {"kind": kind, "name": name, "line": spec.line}
+    if kind in ("grep", "compile", "import"):
+        check["module"] = get_str(spec, "module", required=True, pattern=MODULE, describe="a dotted module name")
+    if kind == "grep":
+        pattern = get_str(spec, "pattern", required=True)
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise spec.error("pattern", f"bad regex {pattern!r}: {exc}") from None
+        check["pattern"] = pattern
+        check["expect"] = get_str(spec, "expect", default="match", pattern=re.compile(r"match|absent"),
+                                  describe="'match' or 'absent'")
+    elif kind == "import":
+        check["attribute"] = get_str(spec, "attribute", pattern=ATTRIBUTE, describe="a dotted attribute name")
+    elif kind == "callsites":
+        check["modules"] = get_str_list(spec, "modules", pattern=MODULE, describe="a dotted module name")
+        check["packages"] = get_str_list(spec, "packages", pattern=MODULE, describe="a package name")
+        check["attributes"] = get_str_list(spec, "attributes", pattern=ATTRIBUTE, describe="a dotted path")
+        check["receivers"] = _receivers(spec)
+        if not check["modules"]:
+            raise spec.error("modules", "a callsites check needs at least one module")
+    elif kind == "probe":
+        script = _relative_file(spec, "script", path)
+        check["script"] = str(script)
+        check["source"] = script.read_text(encoding="utf-8")
+        digest.update(script.read_bytes())
+        check["modules"] = get_str_list(spec, "modules", pattern=MODULE, describe="a dotted module name")
+        check["timeout"] = get_int(spec, "timeout", default=300, minimum=1, maximum=3600)
+        args = spec.get("args", {})
+        if not isinstance(args, dict):
+            raise spec.error("args", "'args' must be a mapping")
+        check["args"] = _plain(args)
+    return check
+
+
+def _receivers(spec: Mapping) -> list[dict]:
+    out = []
+    for item in spec.get("receivers", []) or []:
+        if not isinstance(item, Mapping):
+            raise spec.error("receivers", "each receiver is a mapping with expr, type and optional scope")
+        reject_unknown(item, {"expr", "scope", "type"}, "receiver")
+        types = item.get("type")
+        types = [types] if isinstance(types, str) else types
+        if not isinstance(types, list) or not types or not all(isinstance(t, str) and MODULE.fullmatch(t)
+                                                               for t in types):
+            raise item.error("type", "'type' must be a dotted class path or a list of them")
+        out.append({"expr": get_str(item, "expr", required=True, pattern=MODULE, describe="like self.executor"),
+                    "scope": get_str(item, "scope", pattern=MODULE, describe="a class or function name"),
+                    "type": types})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """YAML nodes → plain JSON-able values (our Mapping subclass carries line data we don't ship)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,104 @@
+"""Turn results into what the operator reads: per-host lines as they happen, a recap, or one JSON document."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .results import Result, Status, recap
+
+STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
+         Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
+
+
+class Reporter:
+    def __init__(self, json_mode: bool = False, verbose: bool = False, console: Console | None = None) -> None:
+        self.json_mode = json_mode
+        self.verbose = verbose
+        self.console = console or Console(highlight=False, soft_wrap=True)
+        self.lock = threading.Lock()
+
+    def error(self, message: str) -> None:
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(message)}")
+
+    def note(self, message: str) -> None:
+        if not self.json_mode:
+            with self.lock:
+                self.console.print(escape(message))
+
+    def result(self, r: Result) -> None:
+        if self.json_mode:
+            return
+        lines = [f"[bold]{escape(r.host)}[/] [dim]|[/] {escape(r.task)} [dim]|[/] "
+                 f"[{STYLE[r.status]}]{r.status.value}[/] [dim]|[/] {escape(r.msg)}"]
+        for item in r.items:
+            lines.append(f"    [{STYLE[item.status]}]{item.status.value:<7}[/] {escape(item.label)}: {escape(item.msg)}")
+            lines.extend(f"            [dim]{escape(x)}[/]" for x in _item_detail_lines(item.details, self.verbose))
+        if r.failed and r.evidence is not None:
+            ev = r.evidence
+            lines.append(f"    [dim]command:[/] {escape(ev.command)}  [dim]exit:[/] {ev.exit_code}  "
+                         f"[dim]took:[/] {ev.seconds}s")
+            if ev.stderr_tail:
+                lines.append("    [dim]stderr (last lines):[/]")
+                lines.extend(f"      {escape(x)}" for x in ev.stderr_tail)
+        with self.lock:
+            for line in lines:
+                self.console.print(line)
+
+    def finish(self, results: list[Result], code: int, extra: dict[str, Any] | None = None) -> None:
+        if self.json_mode:
+            doc = {"exit_status": code, "recap": recap(results),
+                   "failed_hosts": sorted({r.host for r in results if r.failed}),
+                   "results": [r.to_json() for r in results], **(extra or {})}
+            sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
+            sys.stdout.flush()
+            return
+        table = Table(title="RECAP", title_justify="left", show_edge=False, pad_edge=False)
+        table.add_column("host", style="bold")
+        for s in Status:
+            table.add_column(s.value, justify="right")
+        for host, row in recap(results).items():
+            table.add_row(host, *[f"[{STYLE[s]}]{row[s.value]}[/]" if row[s.value] else "0" for s in Status])
+        with self.lock:
+            self.console.print()
+            self.console.print(table)
+            failed = sorted({r.host for r in results if r.failed})
+            if failed:
+                self.console.print(f"[bold red]failed hosts:[/] {', '.join(failed)}  [dim](exit status {code})[/]")
+
+
+def _item_detail_lines(details: dict[str, Any], verbose: bool) -> list[str]:
+    out: list[str] = []
+    for drift in details.get("drift", []):
+        if drift.get("hunk") is None:
+            out.append(drift.get("message", ""))
+            continue
+        out.append(f"hunk {drift['hunk']} {drift['header']}: {drift['state']} near line {drift['near_line']}")
+        diff = drift.get("first_difference")
+        if diff:
+            out.append(f"  line {diff['line']}: expected {diff['expected']!r}")
+            out.append(f"  {' ' * len(str(diff['line']))}       found    {diff['found']!r}")
+    if details.get("diff_text") and details.get("show_diff"):
+        out.extend(details["diff_text"].rstrip("\n").splitlines())
+    for ev in details.get("evidence", [])[:5]:
+        if isinstance(ev, dict):
+            if "line" in ev and "text" in ev:
+                out.append(f"line {ev['line']}: {ev['text']}")
+            else:
+                out.append(", ".join(f"{k}={v}" for k, v in ev.items()))
+        else:
+            out.extend(str(ev).splitlines()[-3:])
+    if details.get("stderr_tail"):
+        out.append("stderr (last lines):")
+        out.extend("  " + x for x in details["stderr_tail"][-10:])
+    if details.get("proves"):
+        out.append(f"proves: {details['proves']}; cannot prove: {details['cannot']}")
+    for note in details.get("notes", []):
+        out.append(note)
+    return out

@@ -1,0 +1,100 @@
+"""What a task did on a host, with its evidence; and the one place results become an exit status."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    OK = "ok"
+    CHANGED = "changed"
+    FAILED = "failed"
+    UNREACHABLE = "unreachable"
+    SKIPPED = "skipped"
+
+
+# Exit statuses, documented in the README. A run exits with the largest code among its results.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2  # bad inventory/playbook/arguments: nothing was contacted
+EXIT_UNREACHABLE = 4
+EXIT_GPU_BUSY = 10
+EXIT_GPU_UNHEALTHY = 11
+EXIT_NO_NVIDIA_SMI = 12
+EXIT_NVIDIA_SMI_FAILED = 13
+
+
+@dataclass
+class Evidence:
+    command: str
+    exit_code: int | None
+    stderr_tail: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class Item:
+    """One unit inside a task: a patch file, a check, a GPU."""
+
+    label: str
+    status: Status
+    msg: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    host: str
+    task: str
+    status: Status
+    msg: str
+    items: list[Item] = field(default_factory=list)
+    evidence: Evidence | None = None
+    code: int = EXIT_OK  # exit status this result asks for when it is not ok
+    data: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.status in (Status.FAILED, Status.UNREACHABLE)
+
+    @property
+    def changed(self) -> bool:
+        return self.status is Status.CHANGED
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["status"] = self.status.value
+        out["changed"] = self.changed
+        for item in out["items"]:
+            item["status"] = item["status"].value if isinstance(item["status"], Status) else item["status"]
+        return out
+
+
+def rollup(items: list[Item]) -> Status:
+    """A task's status from its items: any failure fails it; else any change changes it."""
+    if any(i.status is Status.FAILED for i in items):
+        return Status.FAILED
+    if any(i.status is Status.CHANGED for i in items):
+        return Status.CHANGED
+    return Status.OK
+
+
+def exit_status(results: list[Result]) -> int:
+    code = EXIT_OK
+    for r in results:
+        if r.status is Status.UNREACHABLE:
+            code = max(code, EXIT_UNREACHABLE)
+        elif r.status is Status.FAILED:
+            code = max(code, r.code or EXIT_FAILED)
+    return code
+
+
+def recap(results: list[Result]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for r in results:
+        row = out.setdefault(r.host, {s.value: 0 for s in Status})
+        row[r.status.value] += 1
+    return out

@@ -1,0 +1,301 @@
+"""The only module that talks SSH. One connection per host per invocation, strict host keys, one exec per
+agent call, and the agent zip uploaded only when the node does not have that exact version."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shlex
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from fabric import Config, Connection
+
+from .bundle import agent_bundle
+from .inventory import Host, Inventory
+from .results import Evidence
+
+PROTOCOL = 1
+STDERR_TAIL_LINES = 20
+
+
+class TransportError(Exception):
+    """The node could not be reached or the link broke. `kind` is unreachable / hostkey / auth / lost /
+    timeout / remote (the agent itself failed)."""
+
+    def __init__(self, kind: str, message: str, evidence: Evidence | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.evidence = evidence
+
+
+@dataclass
+class ExecResult:
+    command: str
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+
+    def evidence(self) -> Evidence:
+        tail = self.stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:]
+        return Evidence(self.command, self.exit_code, tail, round(self.seconds, 3))
+
+
+class Counters:
+    """Connections, execs and uploads made by this process, for --trace and the benchmark."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.per_host: dict[str, dict[str, int]] = {}
+
+    def bump(self, host: str, what: str, n: int = 1) -> None:
+        with self.lock:
+            row = self.per_host.setdefault(host, {"connections": 0, "execs": 0, "uploads": 0})
+            row[what] += n
+
+
+COUNTERS = Counters()
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    return key.fingerprint if hasattr(key, "fingerprint") else key.get_base64()[:20]
+
+
+def _host_key_name(host: Host) -> str:
+    return host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+
+
+def _strict_client(known_hosts: str | None) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    path = known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+    if os.path.exists(path):
+        client.load_host_keys(path)
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    return client
+
+
+def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) -> Connection:
+    if host.example:
+        raise TransportError("refused", f"{host.name} comes from an example inventory ({host.source}); copy it to "
+                                        "your own hosts/*.yaml to use it")
+    gateway = None
+    if host.jump:
+        if depth > 3:
+            raise TransportError("unreachable", f"jump chain too long at {host.name}")
+        jump = inventory.hosts.get(host.jump) if inventory else None
+        if jump is None:
+            from .inventory import plain_host
+
+            jump = plain_host(host.jump)
+        gateway = _fabric_connection(jump, inventory, depth + 1)
+    connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
+    if host.identity_file:
+        connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
+    cxn = Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
+                     connect_kwargs=connect_kwargs, gateway=gateway, config=Config())
+    # Fabric auto-adds unknown host keys; a fleet tool must not.
+    cxn.client = _strict_client(host.known_hosts)
+    return cxn
+
+
+class NodeConnection:
+    """One node, one SSH connection, many agent calls."""
+
+    def __init__(self, host: Host, inventory: Inventory | None = None) -> None:
+        self.host = host
+        self.inventory = inventory
+        self.cxn: Connection | None = None
+        self.agent_path: str | None = None
+        self.lock = threading.Lock()
+
+    # -- connecting
+    def open(self) -> None:
+        if self.cxn is not None and self.cxn.is_connected:
+            return
+        host = self.host
+        cxn = _fabric_connection(host, self.inventory)
+        where = f"{host.address}:{host.port}"
+        try:
+            cxn.open()
+        except paramiko.BadHostKeyException as exc:
+            raise TransportError("hostkey", f"host key for {where} does not match known_hosts: expected "
+                                            f"{fingerprint(exc.expected_key)}, got {fingerprint(exc.key)}; "
+                                            "refusing to connect") from None
+        except paramiko.SSHException as exc:
+            text = str(exc)
+            if "not found in known_hosts" in text:
+                key = cxn.client.get_transport().get_remote_server_key() if cxn.client.get_transport() else None
+                shown = f" (it offered {fingerprint(key)})" if key else ""
+                raise TransportError("hostkey", f"unknown host key for {where}{shown}; refusing to connect. "
+                                                f"Add it to {host.known_hosts or '~/.ssh/known_hosts'} after "
+                                                "checking it out of band") from None
+            if isinstance(exc, paramiko.AuthenticationException):
+                raise TransportError("auth", f"authentication failed for {host.user or '?'}@{where}: {exc}") from None
+            raise TransportError("unreachable", f"SSH error with {where}: {exc}") from None
+        except TimeoutError:
+            raise TransportError("unreachable", f"connection to {where} timed out after "
+                                                f"{host.connect_timeout}s") from None
+        except (OSError, EOFError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+                reason = "connection refused"
+            raise TransportError("unreachable", f"cannot connect to {where}: {reason}") from None
+        self.cxn = cxn
+        COUNTERS.bump(host.name, "connections")
+
+    def close(self) -> None:
+        if self.cxn is not None:
+            self.cxn.close()
+            self.cxn = None
+
+    # -- raw exec
+    def exec(self, argv: list[str], stdin: bytes = b"", timeout: float = 300) -> ExecResult:
+        """Run argv (quoted word by word: no value ever becomes shell syntax) with stdin, collect all."""
+        self.open()
+        assert self.cxn is not None
+        command = shlex.join(argv)
+        started = time.monotonic()
+        COUNTERS.bump(self.host.name, "execs")
+        try:
+            chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
+            chan.exec_command(command)
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err, code = _drain(chan, started + timeout)
+        except TimeoutError:
+            raise TransportError("timeout", f"{self.host.name}: no answer within {timeout:.0f}s",
+                                 Evidence(command, None, [], round(time.monotonic() - started, 3))) from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise TransportError("lost", f"connection to {self.host.name} lost during the step ({exc or 'EOF'}); "
+                                         "the node's outcome is unknown",
+                                 Evidence(command, None, [], round(time.monotonic() - started, 3))) from None
+        result = ExecResult(command, code, out, err, time.monotonic() - started)
+        if code is None:
+            self.close()
+            raise TransportError("lost", f"connection to {self.host.name} lost during the step; the node's "
+                                         "outcome is unknown", result.evidence())
+        return result
+
+    # -- the agent
+    def _agent_argv(self) -> list[str]:
+        bundle = agent_bundle()
+        path = f"{self.host.state_dir}/bin/{bundle.filename}"
+        return [self.host.python, path]
+
+    def upload_agent(self) -> None:
+        bundle = agent_bundle()
+        assert self.cxn is not None
+        sftp = self.cxn.sftp()
+        directory = ""
+        for part in f"{self.host.state_dir}/bin".split("/"):
+            directory = f"{directory}/{part}" if directory or self.host.state_dir.startswith("/") else part
+            if not part:
+                continue
+            try:
+                sftp.stat(directory)
+            except OSError:
+                sftp.mkdir(directory, 0o700)
+        final = f"{self.host.state_dir}/bin/{bundle.filename}"
+        tmp = f"{final}.{uuid.uuid4().hex[:8]}.tmp"
+        with sftp.open(tmp, "wb") as f:
+            f.write(bundle.data)
+        sftp.posix_rename(tmp, final)
+        COUNTERS.bump(self.host.name, "uploads")
+
+    def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
+        payload = json.dumps({"protocol": PROTOCOL, "op": op, "state_dir": self.host.state_dir,
+                              "operator": operator(), **request}).encode()
+        with self.lock:
+            argv = self._agent_argv()
+            res = self.exec(argv, payload, timeout)
+            if res.exit_code == 2 and b"can't open file" in res.stderr:
+                self.upload_agent()  # first visit of this agent version
+                res = self.exec(argv, payload, timeout)
+        evidence = res.evidence()
+        if res.exit_code == 127:
+            raise TransportError("remote", f"{self.host.name}: the target python {self.host.python} was not "
+                                           "found on the node", evidence)
+        if res.exit_code != 0:
+            raise TransportError("remote", f"{self.host.name}: the node agent failed (exit {res.exit_code})",
+                                 evidence)
+        try:
+            answer = json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
+        except (ValueError, IndexError, UnicodeDecodeError):
+            raise TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer", evidence) from None
+        return answer, evidence
+
+
+def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int | None]:
+    out, err = bytearray(), bytearray()
+    while True:
+        while chan.recv_ready():
+            out += chan.recv(65536)
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(65536)
+        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            break
+        if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            chan.close()
+            raise TimeoutError
+        select.select([chan], [], [], min(remaining, 1.0))
+        if chan.get_transport() is None or not chan.get_transport().is_active():
+            if not chan.recv_ready() and not chan.recv_stderr_ready():
+                raise EOFError("transport closed")
+    code = chan.recv_exit_status() if chan.exit_status_ready() else None
+    if code == -1:
+        code = None  # paramiko's way of saying the channel closed without an exit status
+    chan.close()
+    return bytes(out), bytes(err), code
+
+
+_OPERATOR: str | None = None
+
+
+def operator() -> str:
+    global _OPERATOR
+    if _OPERATOR is None:
+        import getpass
+
+        try:
+            user = getpass.getuser()
+        except Exception:  # noqa: BLE001 - no passwd entry in some containers
+            user = str(os.getuid())
+        _OPERATOR = f"{user}@{socket.gethostname()}"
+    return _OPERATOR
+
+
+class Pool:
+    """One NodeConnection per host name for the life of the invocation."""
+
+    def __init__(self, inventory: Inventory | None = None) -> None:
+        self.inventory = inventory
+        self.nodes: dict[str, NodeConnection] = {}
+        self.lock = threading.Lock()
+
+    def get(self, host: Host) -> NodeConnection:
+        with self.lock:
+            node = self.nodes.get(host.name)
+            if node is None:
+                node = self.nodes[host.name] = NodeConnection(host, self.inventory)
+            return node
+
+    def close_all(self) -> None:
+        for node in self.nodes.values():
+            node.close()
+        self.nodes.clear()
+
+
+def local_path(p: str) -> Path:
+    return Path(p).expanduser()

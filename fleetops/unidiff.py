@@ -1,0 +1,101 @@
+"""Parse unified diffs (the patch files playbooks ship) into hunks. Pure: text in, data out."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .yamlsrc import ConfigError
+
+HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)")
+
+
+@dataclass
+class Hunk:
+    old_start: int
+    new_start: int
+    lines: list[tuple[str, str]]  # (" " | "-" | "+", text without newline)
+    header: str
+    line: int  # where the hunk starts in the diff file
+
+    @property
+    def old(self) -> list[str]:
+        return [text for tag, text in self.lines if tag in " -"]
+
+    @property
+    def new(self) -> list[str]:
+        return [text for tag, text in self.lines if tag in " +"]
+
+    def to_request(self, index: int) -> dict:
+        return {"index": index, "header": self.header, "old_start": self.old_start,
+                "old": self.old, "new": self.new}
+
+
+@dataclass
+class FileDiff:
+    old_path: str
+    new_path: str
+    hunks: list[Hunk] = field(default_factory=list)
+
+
+def parse(text: str, path: str) -> list[FileDiff]:
+    files: list[FileDiff] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("--- "):
+            if i + 1 >= len(lines) or not lines[i + 1].startswith("+++ "):
+                raise ConfigError(path, i + 1, "'---' line not followed by '+++'")
+            files.append(FileDiff(_strip_path(line[4:]), _strip_path(lines[i + 1][4:])))
+            i += 2
+            continue
+        if line.startswith("@@"):
+            if not files:
+                raise ConfigError(path, i + 1, "hunk before any '---'/'+++' file header")
+            hunk, i = _parse_hunk(lines, i, path)
+            files[-1].hunks.append(hunk)
+            continue
+        i += 1  # git's "diff --git", "index ..." and free text between files are allowed
+    if not files or not any(f.hunks for f in files):
+        raise ConfigError(path, None, "no hunks found: not a unified diff")
+    for f in files:
+        if not f.hunks:
+            raise ConfigError(path, None, f"file {f.new_path!r} has no hunks")
+    return files
+
+
+def _strip_path(raw: str) -> str:
+    return raw.split("\t", 1)[0].strip()
+
+
+def _parse_hunk(lines: list[str], i: int, path: str) -> tuple[Hunk, int]:
+    m = HUNK_HEADER.match(lines[i])
+    if not m:
+        raise ConfigError(path, i + 1, f"malformed hunk header {lines[i]!r}")
+    old_start, old_count = int(m.group(1)), int(m.group(2) or 1)
+    new_start, new_count = int(m.group(3)), int(m.group(4) or 1)
+    header_line = i + 1
+    body: list[tuple[str, str]] = []
+    seen_old = seen_new = 0
+    i += 1
+    while i < len(lines) and (seen_old < old_count or seen_new < new_count):
+        line = lines[i]
+        if line.startswith("\\"):  # "\ No newline at end of file"
+            i += 1
+            continue
+        tag = line[:1] if line else " "
+        if tag not in " -+":
+            raise ConfigError(path, i + 1, f"unexpected line in hunk: {line!r}")
+        body.append((tag, line[1:]))
+        seen_old += tag in " -"
+        seen_new += tag in " +"
+        i += 1
+    while i < len(lines) and lines[i].startswith("\\"):
+        i += 1
+    if seen_old != old_count or seen_new != new_count:
+        raise ConfigError(path, header_line, f"hunk counts do not match its header {lines[header_line - 1]!r} "
+                                             f"(found -{seen_old} +{seen_new})")
+    if not any(tag != " " for tag, _ in body):
+        raise ConfigError(path, header_line, "hunk changes nothing")
+    return Hunk(old_start, new_start, body, lines[header_line - 1], header_line), i

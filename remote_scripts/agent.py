@@ -1,0 +1,61 @@
+"""Entry point on the node: one JSON request on stdin → one JSON result on stdout.
+
+Libraries imported by checks (vLLM logs to stdout) must not corrupt the answer, so the real stdout is
+set aside first and everything else that writes to fd 1 lands in stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+PROTOCOL = 1
+
+
+def _ops() -> dict:
+    from . import checks, patching
+
+    return {"patch": patching.patch, "rollback": patching.rollback, "verify": checks.verify,
+            "ping": lambda req: {"ok": True, "python": sys.executable, "version": sys.version.split()[0],
+                                 "pid": os.getpid()}}
+
+
+def main() -> int:
+    answer_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    started = time.monotonic()
+    try:
+        request = json.loads(sys.stdin.read())
+        if request.get("protocol") != PROTOCOL:
+            raise ValueError(f"protocol mismatch: client speaks {request.get('protocol')}, node {PROTOCOL}")
+        from .nodeio import NodeError, load_failpoints
+
+        if request.get("state_dir"):
+            os.makedirs(request["state_dir"], mode=0o700, exist_ok=True)
+            load_failpoints(request["state_dir"])
+        op = _ops().get(request.get("op"))
+        if op is None:
+            raise ValueError(f"unknown op {request.get('op')!r}")
+        try:
+            result = op(request)
+        except NodeError as exc:
+            result = {"ok": False, "error": str(exc), "error_kind": exc.kind, "details": exc.details}
+        except OSError as exc:
+            from .nodeio import os_error_message
+
+            result = {"ok": False, "error": os_error_message(exc, f"{request.get('op')} failed"),
+                      "error_kind": "os"}
+    except Exception:  # noqa: BLE001 - report, never die silently
+        traceback.print_exc()
+        sys.stderr.flush()
+        return 70
+    result["seconds"] = round(time.monotonic() - started, 3)
+    data = (json.dumps(result, default=str) + "\n").encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(answer_fd, view):]
+    return 0

@@ -1,0 +1,194 @@
+"""The `verify` checks, all run in one exec on the node. Stdlib only; the node's own packages are
+imported only by the checks that must (import, callsites), and only once per exec."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+from .nodeio import NodeError, check_requirements, module_file_in_site
+
+# What each kind of check can and cannot tell you; shown next to every result so nobody mistakes an
+# import test for proof that the generator works.
+SCOPE = {
+    "requires": ("the installed package versions satisfy the playbook's constraints",
+                 "anything about the files' contents"),
+    "grep": ("the file contains (or lacks) the given text",
+             "that the code around it is right, or that it runs"),
+    "compile": ("the file is valid Python syntax",
+                "that names it uses exist or that calls match vLLM's signatures"),
+    "import": ("the module loads and the attribute exists",
+               "that any call inside it matches the installed vLLM; functions run only when called"),
+    "callsites": ("every call into the named packages binds to the installed signatures, and the listed "
+                  "attributes exist",
+                  "runtime values, defaults that change behaviour silently, or code paths reached dynamically"),
+    "probe": ("the behaviour the probe drives, on the real installed libraries, matches what the playbook expects",
+              "anything outside the probe's scenario; no GPU kernels or model weights are exercised"),
+}
+
+
+def _result(check: dict, ok: bool, msg: str, evidence: list | None = None, **extra: object) -> dict:
+    proves, cannot = SCOPE[check["kind"]]
+    return {"name": check.get("name") or check["kind"], "kind": check["kind"], "ok": ok, "msg": msg,
+            "evidence": evidence or [], "proves": proves, "cannot": cannot, **extra}
+
+
+def run_requires(check: dict) -> dict:
+    results = check_requirements(check["requires"])
+    bad = [r for r in results if not r["ok"]]
+    evidence = [f"{r['package']} {r['found'] or 'not installed'} ({'ok' if r['ok'] else 'want ' + r['requirement']})"
+                for r in results]
+    msg = "all requirements met" if not bad else "requirements not met: " + ", ".join(r["requirement"] for r in bad)
+    return _result(check, not bad, msg, evidence)
+
+
+def run_grep(check: dict) -> dict:
+    path = module_file_in_site(check["module"])
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().splitlines()
+    rx = re.compile(check["pattern"])
+    hits = [{"line": i + 1, "text": line.strip()} for i, line in enumerate(lines) if rx.search(line)]
+    shown = hits[:5]
+    if check["expect"] == "match":
+        ok = bool(hits)
+        msg = f"/{check['pattern']}/ found at line {hits[0]['line']}" if ok else \
+            f"/{check['pattern']}/ not found in {path}"
+    else:
+        ok = not hits
+        msg = f"/{check['pattern']}/ absent from {os.path.basename(path)}" if ok else \
+            f"/{check['pattern']}/ must not match but does at line {hits[0]['line']}: {hits[0]['text']}"
+    return _result(check, ok, msg, shown, file=path)
+
+
+def run_compile(check: dict) -> dict:
+    path = module_file_in_site(check["module"])
+    with open(path, "rb") as f:
+        source = f.read()
+    try:
+        compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return _result(check, False, f"SyntaxError: {exc.msg} at line {exc.lineno}",
+                       [{"line": exc.lineno, "text": (exc.text or "").strip()}], file=path)
+    return _result(check, True, f"{os.path.basename(path)} compiles", file=path)
+
+
+class CapturedStderr:
+    """Catch what imports write to fd 2 (C extensions and loggers included), to show its tail."""
+
+    def __enter__(self) -> CapturedStderr:
+        sys.stderr.flush()
+        self.tmp = tempfile.TemporaryFile()
+        self.saved = os.dup(2)
+        os.dup2(self.tmp.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.tmp.seek(0)
+        self.text = self.tmp.read().decode("utf-8", "replace")
+        self.tmp.close()
+
+    def tail(self, n: int = 15) -> list[str]:
+        return self.text.splitlines()[-n:]
+
+
+def run_import(check: dict) -> dict:
+    module, attribute = check["module"], check.get("attribute")
+    started = time.monotonic()
+    with CapturedStderr() as cap:
+        try:
+            obj = importlib.import_module(module)
+            if attribute:
+                for part in attribute.split("."):
+                    obj = getattr(obj, part)
+            error = None
+        except BaseException as exc:  # noqa: BLE001 - an import can raise anything, SystemExit included
+            error = exc
+            tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    took = round(time.monotonic() - started, 2)
+    target = f"{module}.{attribute}" if attribute else module
+    if error is not None:
+        return _result(check, False, f"import {target} failed: {type(error).__name__}: {error}",
+                       ["".join(tb[-3:]).rstrip()], stderr_tail=cap.tail(), seconds=took)
+    return _result(check, True, f"import {target} ok ({took}s; proves only that the module loads)",
+                   stderr_tail=cap.tail(5), seconds=took)
+
+
+def run_probe(check: dict) -> dict:
+    """Run the playbook's probe script as its own process (it may hang or crash: bound it in time)."""
+    request = {"modules": {}, "args": check.get("args", {})}
+    for name in check.get("modules", []):
+        request["modules"][name] = module_file_in_site(name)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(check["source"])
+        script = f.name
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, script], input=json.dumps(request), capture_output=True,
+                              text=True, timeout=check.get("timeout", 300))
+    except subprocess.TimeoutExpired as exc:
+        tail = (exc.stderr or "")
+        tail = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail
+        return _result(check, False, f"probe timed out after {check.get('timeout', 300)}s",
+                       stderr_tail=tail.splitlines()[-15:])
+    finally:
+        os.unlink(script)
+    took = round(time.monotonic() - started, 2)
+    stderr_tail = proc.stderr.splitlines()[-15:]
+    try:
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return _result(check, False, f"probe exited {proc.returncode} without a JSON result",
+                       stderr_tail=stderr_tail, exit_code=proc.returncode, seconds=took)
+    return _result(check, bool(answer.get("ok")), str(answer.get("summary", "")), answer.get("evidence", []),
+                   details=answer.get("details"), stderr_tail=stderr_tail if not answer.get("ok") else [],
+                   exit_code=proc.returncode, seconds=took)
+
+
+def run_callsites(check: dict) -> dict:
+    from .callsites import check_callsites
+
+    with CapturedStderr() as cap:
+        outcome = check_callsites(check)
+    failures = outcome["failures"]
+    msg = (f"{outcome['calls_checked']} calls into {', '.join(check.get('packages', []))} bind, "
+           f"{outcome['attributes_checked']} attributes exist") if not failures else \
+        f"{len(failures)} call sites do not match the installed packages"
+    return _result(check, not failures, msg, failures, stderr_tail=cap.tail() if failures else [],
+                   calls_checked=outcome["calls_checked"])
+
+
+RUNNERS = {"requires": run_requires, "grep": run_grep, "compile": run_compile, "import": run_import,
+           "callsites": run_callsites, "probe": run_probe}
+# Cheap checks first: an operator sees a grep failure before vLLM's import has even started.
+ORDER = {"requires": 0, "grep": 1, "compile": 2, "callsites": 3, "import": 4, "probe": 5}
+
+
+def verify(req: dict) -> dict:
+    checks = list(req["checks"])
+    if req.get("requires"):
+        checks.insert(0, {"kind": "requires", "name": "requires", "requires": req["requires"]})
+    indexed = sorted(enumerate(checks), key=lambda ic: (ORDER[ic[1]["kind"]], ic[0]))
+    results: list[dict | None] = [None] * len(checks)
+    for i, check in indexed:
+        started = time.monotonic()
+        try:
+            res = RUNNERS[check["kind"]](check)
+        except NodeError as exc:
+            res = _result(check, False, str(exc))
+        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+            res = _result(check, False, f"check crashed: {type(exc).__name__}: {exc}",
+                          [traceback.format_exc().splitlines()[-1]])
+        res.setdefault("seconds", round(time.monotonic() - started, 2))
+        results[i] = res
+    items = [r for r in results if r is not None]
+    return {"ok": all(r["ok"] for r in items), "items": items}
