@@ -134,9 +134,10 @@ class Node:
     def ours(self, pid: int) -> bool:
         """Only stop an sshd we started: its command line names this node's config."""
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             return False
+        # sshd rewrites its title ("sshd: /usr/sbin/sshd -f CONFIG ... [listener]"), so match the bytes.
         return str(self.config).encode() in cmdline
 
     def running(self) -> bool:

@@ -1,0 +1,234 @@
+"""patch / rollback / verify against real sshd lab nodes and the real speculators 0.3.0 file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import GENERATOR, REPO, fab_json, record_sha256, run_fab, sha256
+
+from fleetops.lab import site_packages
+
+pytestmark = pytest.mark.lab
+
+
+def items(doc: dict, task: str) -> list[dict]:
+    return [i for r in doc["results"] if r["task"] == task for i in r["items"]]
+
+
+def test_patch_twice_then_rollback_twice_restores_the_installed_bytes(lab):
+    node = lab.node("lab01")
+    target = node.module_file(GENERATOR)
+    installed = record_sha256(site_packages(node.venv), GENERATOR)
+    assert sha256(target) == installed
+
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    assert rc == 0, doc
+    assert doc["results"][0]["status"] == "changed"
+    assert items(doc, "patch")[0]["details"]["original_sha256"] == installed
+    assert "kv_cache_specs=kv_cache_spec" not in target.read_text()
+
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    assert rc == 0 and doc["results"][0]["status"] == "ok"
+    assert "already applied" in items(doc, "patch")[0]["msg"]
+
+    rc, doc = fab_json(lab.root, "-H", "lab01", "rollback")
+    assert rc == 0 and doc["results"][0]["status"] == "changed"
+    assert sha256(target) == installed
+
+    rc, doc = fab_json(lab.root, "-H", "lab01", "rollback")
+    assert rc == 0 and doc["results"][0]["status"] == "ok"
+    assert "already original" in items(doc, "rollback")[0]["msg"]
+    assert sha256(target) == installed
+
+
+def test_patch_leaves_other_node_untouched_and_removes_stale_bytecode(lab):
+    n1, n2 = lab.node("lab01"), lab.node("lab02")
+    before = sha256(n2.module_file(GENERATOR))
+    pyc = n1.module_file(GENERATOR).parent / "__pycache__" / "vllm_hidden_states_generator.cpython-311.pyc"
+    pyc.parent.mkdir(exist_ok=True)
+    pyc.write_bytes(b"stale")
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    assert rc == 0
+    assert not pyc.exists()
+    assert str(pyc) in items(doc, "patch")[0]["details"]["bytecode_removed"]
+    assert sha256(n2.module_file(GENERATOR)) == before
+
+
+def test_check_mode_prints_the_diff_and_writes_nothing(lab):
+    target = lab.node("lab01").module_file(GENERATOR)
+    before = sha256(target)
+    proc = run_fab(lab.root, "-H", "lab01", "patch", "--check")
+    assert proc.returncode == 0, proc.stderr
+    assert "-            kv_cache_specs=kv_cache_spec," in proc.stdout
+    assert "check mode" in proc.stdout
+    assert sha256(target) == before
+    assert not (lab.node("lab01").state_dir / "backups").exists()
+
+
+def test_drifted_file_is_refused_with_expected_and_found_lines(lab):
+    target = lab.node("lab01").module_file(GENERATOR)
+    text = target.read_text().replace("            kv_cache_groups=kv_cache_groups,\n",
+                                      "            kv_cache_groups=groups,  # local edit\n")
+    target.write_text(text)
+    before = sha256(target)
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    assert rc == 1
+    item = items(doc, "patch")[0]
+    assert item["status"] == "failed" and "drifted" in item["msg"]
+    drift = item["details"]["drift"][0]
+    assert drift["hunk"] == 1
+    assert drift["first_difference"]["expected"] == "            kv_cache_groups=kv_cache_groups,"
+    assert drift["first_difference"]["found"] == "            kv_cache_groups=groups,  # local edit"
+    assert sha256(target) == before
+    human = run_fab(lab.root, "-H", "lab01", "patch")
+    assert "expected '            kv_cache_groups=kv_cache_groups,'" in human.stdout
+    assert sha256(target) == before
+
+
+def test_verify_fails_on_unpatched_and_passes_after_patch(lab):
+    rc, doc = fab_json(lab.root, "-H", "lab01", "verify", "--kinds", "grep,compile")
+    assert rc == 1
+    grep = [i for i in items(doc, "verify") if i["label"].startswith("kv-cache-config-call")][0]
+    assert grep["status"] == "failed"
+    assert grep["details"]["evidence"][0]["text"] == "kv_cache_specs=kv_cache_spec,"
+    assert grep["details"]["evidence"][0]["line"] == 139
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch", "verify", "--kinds", "grep,compile")
+    assert rc == 0, doc
+    assert all(i["status"] == "ok" for i in items(doc, "verify"))
+
+
+def test_patch_verify_uses_one_connection_and_uploads_the_agent_once(lab):
+    env = {"FLEETOPS_TRACE": "1"}
+    rc, doc = fab_json(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep", env=env)
+    assert rc == 0, doc
+    for host in ("lab01", "lab02"):
+        assert doc["counters"][host]["connections"] == 1
+        assert doc["counters"][host]["execs"] <= 3  # 2 tasks + at most one retry after the first upload
+    rc, doc = fab_json(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep", env=env)
+    for host in ("lab01", "lab02"):
+        assert doc["counters"][host] == {"connections": 1, "execs": 2, "uploads": 0}
+
+
+def test_two_patch_runs_at_once_one_is_refused_by_the_lock(lab):
+    node = lab.node("lab01")
+    target = node.module_file(GENERATOR)
+    # Hold the first run inside its locked section long enough for the second to arrive.
+    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "sleep", "seconds": 4}}))
+    first = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"], cwd=lab.root,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 30
+    while not (node.state_dir / "lock.json").exists():
+        assert time.monotonic() < deadline, "first run never took the lock"
+        time.sleep(0.05)
+    (node.state_dir / "failpoints.json").unlink()
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    assert rc == 1
+    msg = doc["results"][0]["msg"]
+    assert "locked by" in msg and "since" in msg and "(patch, pid" in msg
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    assert json.loads(out)["results"][0]["status"] == "changed"
+    assert "kv_cache_specs=kv_cache_spec" not in target.read_text()
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    assert rc == 0 and doc["results"][0]["status"] == "ok"
+
+
+def test_stale_lock_of_a_dead_holder_is_taken_over(lab):
+    node = lab.node("lab01")
+    (node.state_dir / "lock.json").write_text(json.dumps({"operator": "ghost@gone", "op": "patch", "pid": 999999,
+                                                          "since": "2026-01-01T00:00:00Z"}))
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    assert rc == 0
+    notes = items(doc, "patch")[0]["details"]["notes"]
+    assert "took over a stale lock from ghost@gone" in notes[0]
+
+
+def test_module_outside_site_packages_is_refused(lab, tmp_path):
+    book = tmp_path / "outside.yaml"
+    diff = tmp_path / "json.diff"
+    diff.write_text("--- a/json/__init__.py\n+++ b/json/__init__.py\n@@ -1,1 +1,1 @@\n-x\n+y\n")
+    book.write_text(f"name: outside\npatches:\n  - module: json\n    diff: {diff}\n")
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch", "--playbook", str(book))
+    assert rc == 1
+    assert "outside this interpreter's site-packages" in items(doc, "patch")[0]["msg"]
+
+
+def test_malformed_playbook_names_file_and_line_and_connects_nowhere(lab, tmp_path):
+    book = tmp_path / "bad.yaml"
+    book.write_text("name: bad\npatches:\n  - module: x\n    diff: [unclosed\n")
+    proc = run_fab(lab.root, "-H", "lab01", "patch", "--playbook", str(book))
+    assert proc.returncode == 2
+    assert f"{book}:5" in proc.stderr or f"{book}:4" in proc.stderr
+    book.write_text("name: bad\nverify:\n  - kind: grep\n    module: a.b\n    pattern: '(unclosed'\n")
+    proc = run_fab(lab.root, "-H", "lab01", "verify", "--playbook", str(book))
+    assert proc.returncode == 2 and f"{book}:5: bad regex" in proc.stderr
+    book.write_text("name: bad\nverify:\n  - kind: grep\n    module: a.b\n    patern: x\n")
+    proc = run_fab(lab.root, "-H", "lab01", "verify", "--playbook", str(book))
+    assert proc.returncode == 2 and f"{book}:5: unknown key 'patern'" in proc.stderr
+
+
+def test_unknown_host_lists_known_names(lab):
+    proc = run_fab(lab.root, "-H", "gpu99", "patch")
+    assert proc.returncode == 2
+    assert "unknown host 'gpu99'" in proc.stderr and "lab01, lab02" in proc.stderr
+
+
+def test_closed_port_fails_fast_and_other_hosts_still_run(lab):
+    extra = lab.root / "hosts" / "extra.yaml"
+    extra.write_text(f"hosts:\n  deadnode:\n    address: 127.0.0.1\n    port: 1\n    connect_timeout: 3\n"
+                     f"    identity_file: {lab.client_key}\n    known_hosts: {lab.known_hosts}\n")
+    try:
+        started = time.monotonic()
+        rc, doc = fab_json(lab.root, "-H", "deadnode,lab01", "patch", "verify", "--kinds", "grep")
+        took = time.monotonic() - started
+    finally:
+        extra.unlink()
+    assert rc == 4
+    by = {(r["host"], r["task"]): r for r in doc["results"]}
+    assert by[("deadnode", "patch")]["status"] == "unreachable"
+    assert "connection refused" in by[("deadnode", "patch")]["msg"]
+    assert by[("deadnode", "verify")]["status"] == "skipped"
+    assert by[("lab01", "patch")]["status"] == "changed" and by[("lab01", "verify")]["status"] == "ok"
+    assert doc["failed_hosts"] == ["deadnode"]
+    assert took < 60
+
+
+def test_host_key_mismatch_is_refused_with_both_fingerprints(lab, tmp_path):
+    node = lab.node("lab01")
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    keytype, key = other.with_suffix(".pub").read_text().split()[:2]
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"[127.0.0.1]:{node.port} {keytype} {key}\n")
+    extra = lab.root / "hosts" / "spoof.yaml"
+    extra.write_text(f"hosts:\n  spoofed:\n    address: 127.0.0.1\n    port: {node.port}\n"
+                     f"    identity_file: {lab.client_key}\n    known_hosts: {wrong}\n"
+                     f"    python: {node.python}\n    state_dir: {node.state_dir}\n")
+    try:
+        rc, doc = fab_json(lab.root, "-H", "spoofed", "patch")
+    finally:
+        extra.unlink()
+    assert rc == 4
+    msg = doc["results"][0]["msg"]
+    assert "does not match known_hosts" in msg and msg.count("SHA256:") == 2
+    assert "kv_cache_specs=kv_cache_spec" in node.module_file(GENERATOR).read_text()
+
+
+def test_shell_metacharacters_in_inventory_are_refused_never_run(lab, tmp_path):
+    canary = tmp_path / "pwned"
+    extra = lab.root / "hosts" / "evil.yaml"
+    extra.write_text("hosts:\n  evil:\n    address: 127.0.0.1\n"
+                     f"    python: \"/usr/bin/python3; touch {canary}\"\n")
+    try:
+        proc = run_fab(lab.root, "-H", "lab01", "patch")
+    finally:
+        extra.unlink()
+    assert proc.returncode == 2
+    assert f"{extra}:4" in proc.stderr and "'python'" in proc.stderr
+    assert not canary.exists()
