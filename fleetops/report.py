@@ -38,8 +38,10 @@ class Reporter:
         lines = [f"[bold]{escape(r.host)}[/] [dim]|[/] {escape(r.task)} [dim]|[/] "
                  f"[{STYLE[r.status]}]{r.status.value}[/] [dim]|[/] {escape(r.msg)}"]
         for item in r.items:
-            lines.append(f"    [{STYLE[item.status]}]{item.status.value:<7}[/] {escape(item.label)}: {escape(item.msg)}")
-            lines.extend(f"            [dim]{escape(x)}[/]" for x in _item_detail_lines(item.details, self.verbose))
+            style = STYLE[item.status]
+            lines.append(f"    [{style}]{item.status.value:<7}[/] {escape(item.label)}: {escape(item.msg)}")
+            detail = _item_detail_lines(item.details, self.verbose)
+            lines.extend(f"            [dim]{escape(x)}[/]" for x in detail)
         if r.failed and r.evidence is not None:
             ev = r.evidence
             lines.append(f"    [dim]command:[/] {escape(ev.command)}  [dim]exit:[/] {ev.exit_code}  "

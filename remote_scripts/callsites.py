@@ -156,7 +156,7 @@ def _bind(sig: inspect.Signature, call: dict) -> tuple[str | None, str | None]:
             if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in kwargs:
                 return f"missing a required argument: {p.name!r}", None
     used = " and ".join(x for x, on in (("*args", star), ("**kwargs", dstar)) if on)
-    return None, f"call site uses {used}; missing arguments not checked"
+    return None, f"partially checked: the call site uses {used}, so missing arguments are not checked"
 
 
 def _method_signature(cls: type, name: str) -> tuple[inspect.Signature | None, str | None]:
@@ -250,10 +250,12 @@ def _instance_attributes(cls: type) -> set[str]:
     for klass in cls.__mro__:
         if klass is object or klass.__module__ == "builtins":
             continue
-        names.update(getattr(klass, "__dict__", {}).get("__annotations__", {}) or {})
+        annotations = getattr(klass, "__dict__", {}).get("__annotations__")
+        if isinstance(annotations, dict):
+            names.update(annotations)
         try:
             path = inspect.getsourcefile(klass)
-        except (TypeError, OSError):
+        except Exception:  # noqa: BLE001 - builtins and C classes have none
             path = None
         tree = _parse_file(path) if path else None
         if tree is None:
@@ -591,6 +593,7 @@ def check_callsites(check: dict) -> dict:
         reader.visit(tree)
         readers.append((path, reader))
     assigned_anywhere: set[str] = set()
+    bad_types: set[tuple[str, str]] = set()
     for _path, reader in readers:
         assigned_anywhere |= reader.assigned
 
@@ -638,11 +641,12 @@ def check_callsites(check: dict) -> dict:
             for type_path in r["types"]:
                 try:
                     cls = resolver.resolve(type_path)
+                    if not inspect.isclass(cls):
+                        raise _ResolveError(f"{type_path} is a {type(cls).__name__}, not a class")
                 except _ResolveError as exc:
-                    fail(path, ev["line"], type_path, f"receiver {r['expr']} type: {exc}")
-                    continue
-                if not inspect.isclass(cls):
-                    fail(path, ev["line"], type_path, f"receiver {r['expr']} type is not a class")
+                    if (r["expr"], type_path) not in bad_types:  # once per receiver, at its first use
+                        bad_types.add((r["expr"], type_path))
+                        fail(path, ev["line"], type_path, f"type of receiver {r['expr']}: {exc}")
                     continue
                 name, callee = ev["attr"], f"{type_path}.{ev['attr']}"
                 if not _class_has(cls, name):
