@@ -35,5 +35,11 @@ def verify(c, playbook=None, kinds=None, json=False):
     return host_task(c, "verify", playbook=playbook, kinds=kinds)
 
 
-ns = Collection(patch, rollback, verify)
+@task(help={"json": HELP_JSON})
+def ping(c, json=False):
+    """Connect, run the node agent under the target python, report its version."""
+    return host_task(c, "ping")
+
+
+ns = Collection(ping, patch, rollback, verify)
 ns.add_collection(_lab.collection(), name="lab")

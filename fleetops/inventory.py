@@ -51,6 +51,7 @@ class Host:
     gpus: int | None = None
     lab: bool = False
     example: bool = False
+    plain: bool = False  # a -H word not in the inventory: ssh_config decides user, port and key
     connect_timeout: int = 10
     source: str = ""  # file:line that defined it, for messages
 
@@ -134,7 +135,7 @@ def plain_host(spec: str) -> Host:
     if not (ADDRESS.fullmatch(address) and (not user or USER.fullmatch(user)) and (not port or port.isdigit())):
         raise UnknownHost(f"not a valid host {spec!r}")
     return Host(name=spec, address=address, port=int(port) if port else 22, user=user or None,
-                source="command line (ssh_config)")
+                plain=True, source="command line (ssh_config)")
 
 
 def load_inventory(directory: Path) -> Inventory:

@@ -101,7 +101,17 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
                   data={"playbook": plan.playbook.name if plan.playbook else None})
 
 
+def _ping_plan(inv: Invocation, kwargs: dict) -> Plan:
+    return Plan("ping", {}, 60, None)
+
+
+def _interpret_ping(host: str, plan: Plan, answer: dict) -> Result:
+    return Result(host, "ping", Status.OK, f"agent answers: python {answer['version']} at {answer['python']}",
+                  data={"python": answer["python"], "version": answer["version"]})
+
+
 TASKS: dict[str, TaskSpec] = {
+    "ping": TaskSpec("ping", _ping_plan, _interpret_ping),
     "patch": TaskSpec("patch", _patch_plan("patch"), _interpret_patch),
     "rollback": TaskSpec("rollback", _patch_plan("rollback"), _interpret_patch),
     "verify": TaskSpec("verify", _verify_plan, _interpret_verify),

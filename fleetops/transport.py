@@ -12,7 +12,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import paramiko
 from fabric import Config, Connection
@@ -68,10 +67,6 @@ def fingerprint(key: paramiko.PKey) -> str:
     return key.fingerprint if hasattr(key, "fingerprint") else key.get_base64()[:20]
 
 
-def _host_key_name(host: Host) -> str:
-    return host.address if host.port == 22 else f"[{host.address}]:{host.port}"
-
-
 def _strict_client(known_hosts: str | None) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     path = known_hosts or os.path.expanduser("~/.ssh/known_hosts")
@@ -98,8 +93,12 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
     if host.identity_file:
         connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
-    cxn = Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
-                     connect_kwargs=connect_kwargs, gateway=gateway, config=Config())
+    if host.plain:
+        # Not ours to decide: let ssh_config (HostName, Port, User, IdentityFile, ProxyJump) resolve it.
+        cxn = Connection(host.name, connect_timeout=host.connect_timeout, config=Config())
+    else:
+        cxn = Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
+                         connect_kwargs=connect_kwargs, gateway=gateway, config=Config())
     # Fabric auto-adds unknown host keys; a fleet tool must not.
     cxn.client = _strict_client(host.known_hosts)
     return cxn
@@ -121,7 +120,7 @@ class NodeConnection:
             return
         host = self.host
         cxn = _fabric_connection(host, self.inventory)
-        where = f"{host.address}:{host.port}"
+        where = f"{cxn.host}:{cxn.port}"
         try:
             cxn.open()
         except paramiko.BadHostKeyException as exc:
@@ -295,7 +294,3 @@ class Pool:
         for node in self.nodes.values():
             node.close()
         self.nodes.clear()
-
-
-def local_path(p: str) -> Path:
-    return Path(p).expanduser()

@@ -1,0 +1,164 @@
+"""SSH-level behaviour against real lab sshd: ssh_config hosts, jump hosts, a link dropped mid-step, and the
+lab run by an ordinary (non-root) user."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import GENERATOR, REPO, fab_json, run_fab, sha256
+
+pytestmark = pytest.mark.lab
+
+
+def test_plain_ssh_config_alias_works(lab, tmp_path):
+    node = lab.node("lab01")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host labalias\n  HostName 127.0.0.1\n  Port {node.port}\n  User {lab.user}\n"
+        f"  IdentityFile {lab.client_key}\n")
+    shutil.copy(lab.known_hosts, home / ".ssh" / "known_hosts")
+    rc, doc = fab_json(lab.root, "-H", "labalias", "ping", env={"HOME": str(home)})
+    assert rc == 0, doc
+    assert doc["results"][0]["status"] == "ok"
+    assert "python 3." in doc["results"][0]["msg"]
+
+
+def test_jump_host(lab):
+    n1 = lab.node("lab01")
+    extra = lab.root / "hosts" / "jump.yaml"
+    extra.write_text(f"hosts:\n  behind:\n    address: 127.0.0.1\n    port: {n1.port}\n    jump: lab02\n"
+                     f"    user: {lab.user}\n    identity_file: {lab.client_key}\n    known_hosts: {lab.known_hosts}\n"
+                     f"    python: {n1.python}\n    state_dir: {n1.state_dir}\n")
+    try:
+        rc, doc = fab_json(lab.root, "-H", "behind", "ping")
+        assert rc == 0, doc
+        assert doc["results"][0]["status"] == "ok"
+        # The same target behind a jump host that is down: unreachable, so the hop really is used.
+        extra.write_text(extra.read_text().replace("jump: lab02", "jump: 127.0.0.1:1"))
+        rc, doc = fab_json(lab.root, "-H", "behind", "ping")
+        assert rc == 4 and doc["results"][0]["status"] == "unreachable", doc
+    finally:
+        extra.unlink()
+
+
+def _session_sshd_pids(listener: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(listener)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def test_connection_dropped_mid_step_is_reported_and_file_is_whole(lab):
+    node = lab.node("lab01")
+    target = node.module_file(GENERATOR)
+    pristine = sha256(target)
+    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "sleep", "seconds": 3}}))
+    proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"], cwd=lab.root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 30
+    while not (node.state_dir / "lock.json").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    for pid in _session_sshd_pids(node.pid()):
+        os.kill(pid, signal.SIGKILL)  # the link dies while the node is mid-patch
+    out, err = proc.communicate(timeout=60)
+    (node.state_dir / "failpoints.json").unlink()
+    assert proc.returncode == 1, err
+    result = json.loads(out)["results"][0]
+    assert result["status"] == "failed"
+    assert "lost during the step" in result["msg"]
+    time.sleep(3.5)  # let the orphaned agent finish or die
+    patched_or_pristine = sha256(target)
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    assert rc == 0, doc
+    assert (patched_or_pristine == pristine) == (doc["results"][0]["status"] == "changed")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating a second user needs root; as a non-root user the "
+                                               "whole suite already runs the lab unprivileged")
+def test_lab_runs_as_an_ordinary_user(lab):
+    user = "fleetops-lab"
+    if subprocess.run(["id", user], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/bin/sh", user], check=True)
+    top = Path(tempfile.mkdtemp(prefix="fleetops-user-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        code = top / "code"
+        for name in ("fleetops", "remote_scripts", "playbooks"):
+            shutil.copytree(REPO / name, code / name, ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("fabfile.py", "fabric.yaml"):
+            shutil.copy(REPO / name, code / name)
+        # Client and node interpreters the user can run (this machine's default python lives under /root).
+        client = top / "client"
+        subprocess.run(["/usr/bin/python3", "-m", "venv", str(client)], check=True)
+        subprocess.run([str(client / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
+                        "fabric>=3.2,<4", "paramiko", "pyyaml", "rich"], check=True)
+        base = top / "base"
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(base)], check=True)
+        from fleetops.lab import site_packages
+
+        src = site_packages(lab.node("lab01").venv)
+        for entry in [src / "speculators", *src.glob("speculators-*.dist-info")]:
+            shutil.copytree(entry, site_packages(base) / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+        (base / ".fleetops-complete").write_text("speculators only: enough for an unprivileged patch test\n")
+        book = code / "playbooks" / "user-test.yaml"
+        book.write_text("name: user-test\npatches:\n  - module: " + GENERATOR +
+                        "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n")
+        home = top / "home"
+        home.mkdir()
+        subprocess.run(["chown", "-R", f"{user}:", str(code), str(home)], check=True)
+        subprocess.run(["chmod", "-R", "a+rX", str(top)], check=True)
+
+        def as_user(*args: str) -> subprocess.CompletedProcess:
+            env = ["env", "-i", f"HOME={home}", "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+                   f"FLEETOPS_LAB_BASE={base}", f"PYTHONPATH={code}", "COLUMNS=200"]
+            return subprocess.run(["runuser", "-u", user, "--", *env, str(client / "bin" / "python"), "-m",
+                                   "fabric", *args], cwd=code, capture_output=True, text=True, timeout=300)
+
+        up = as_user("lab.up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        try:
+            lab_yaml = (code / "hosts" / "lab.yaml").read_text()
+            assert f"user: {user}" in lab_yaml
+            done = as_user("-H", "lab01", "patch", "--playbook", "playbooks/user-test.yaml", "--json")
+            assert done.returncode == 0, done.stdout + done.stderr
+            doc = json.loads(done.stdout)
+            assert doc["results"][0]["status"] == "changed"
+            target = code / ".lab" / "nodes" / "lab01" / "venv"
+            patched = next(target.glob("lib/python3*/site-packages/speculators/data_generation/"
+                                       "vllm_hidden_states_generator.py"))
+            assert patched.stat().st_uid != 0
+            assert "kv_cache_specs=kv_cache_spec" not in patched.read_text()
+            status = as_user("lab.status")
+            assert "sshd pid" in status.stdout
+        finally:
+            down = as_user("lab.down")
+            assert "lab01" in down.stdout, down.stdout + down.stderr
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_lab_down_stops_only_its_own_sshd(lab):
+    node = lab.node("lab02")
+    real = node.pid_file.read_text()
+    stranger = subprocess.Popen(["sleep", "30"])
+    try:
+        node.pid_file.write_text(f"{stranger.pid}\n")  # a pid file pointing at someone else's process
+        assert lab.stop_node(node) is False
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+        node.pid_file.write_text(real)
+    assert node.running()
+    status = run_fab(lab.root, "lab.status")
+    assert status.returncode == 0 and f"lab02: 127.0.0.1:{node.port} sshd pid {int(real)}" in status.stdout
