@@ -18,7 +18,8 @@ from invoke.exceptions import Exit
 from . import invocation
 from .inventory import Host, UnknownHost
 from .results import EXIT_USAGE, Result, Status, exit_status
-from .tasks import TASKS, plan_for
+from .fabtasks import is_fleet_task
+from .tasks import fleet_sections, plan_for
 from .transport import COUNTERS
 from .yamlsrc import ConfigError
 
@@ -34,7 +35,7 @@ class FleetExecutor(fabric.Executor):
         inv = invocation.current(Path(loaded_from) if loaded_from else Path.cwd(), settings)
         if any(c.kwargs.get("json") for c in calls):
             inv.reporter.json_mode = True
-        host_calls = [c for c in calls if c.task.name in TASKS]
+        host_calls = [c for c in calls if is_fleet_task(c)]
         for call in calls:
             if call not in host_calls:
                 self._run_local(call)
@@ -58,7 +59,7 @@ class FleetExecutor(fabric.Executor):
             code = exit_status(inv.results)
             extra = {"counters": COUNTERS.per_host} if os.environ.get("FLEETOPS_TRACE") or inv.reporter.json_mode \
                 else None
-            inv.reporter.finish(inv.results, code, extra)
+            inv.reporter.finish(inv.results, code, extra, fleet_sections(inv.results))
             if os.environ.get("FLEETOPS_TRACE") and not inv.reporter.json_mode:
                 for name, row in COUNTERS.per_host.items():
                     inv.reporter.note(f"trace {name}: {row['connections']} connections, {row['execs']} execs, "

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from fabric import task
 
 from . import invocation
 from .results import Result
@@ -14,3 +17,17 @@ def host_task(c: Any, name: str, **kwargs: Any) -> Result:
     if not host:
         raise SystemExit(f"{name} needs a host: fab -H <host> {name}")
     return _host_task(invocation.current(), name, host, kwargs)
+
+
+def fleet_task(**options: Any) -> Callable[[Callable], Any]:
+    """fabric.task for a per-host fleetops task; the executor runs these as per-host chains."""
+
+    def wrap(body: Callable) -> Any:
+        body.fleetops_host_task = True  # type: ignore[attr-defined]
+        return task(**options)(body)
+
+    return wrap
+
+
+def is_fleet_task(call: Any) -> bool:
+    return bool(getattr(call.task.body, "fleetops_host_task", False))

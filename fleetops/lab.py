@@ -23,6 +23,13 @@ from invoke import Collection, task
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 NODE_PACKAGES = {"vllm": "0.16.0", "speculators": "0.3.0"}
 OWN_PACKAGES = ("speculators",)  # copied into each node so patching one node never touches another
+GPU_STATES = ("idle", "busy", "missing", "driver_error", "absent")
+HOLDER_MARK = "fleetops-lab-gpu-holder"
+SIMULATED_GPUS = 2  # the recorded fixtures come from a 2×H200 machine
+
+
+def gpu_fixtures() -> Path:
+    return Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "nvidia-smi" / "h200x2"
 
 
 def base_dir() -> Path:
@@ -196,6 +203,8 @@ class Lab:
             if not node.python.exists():
                 progress(f"lab: building node {node.name}")
                 self._build_node(node, base)
+            if not (node.dir / "gpu.json").exists():
+                self.set_gpu_state(node, "idle")
             if not node.running():
                 self._start_sshd(node)
         self._save(nodes)
@@ -283,8 +292,46 @@ class Lab:
                "  lab: true", "  connect_timeout: 5", "hosts:"]
         for node in nodes:
             out += [f"  {node.name}:", f"    port: {node.port}", f"    python: {node.python}",
-                    f"    state_dir: {node.state_dir}", "    groups: [lab]"]
+                    f"    state_dir: {node.state_dir}", f"    gpus: {SIMULATED_GPUS}", "    groups: [lab]"]
         self.hosts_file.write_text("\n".join(out) + "\n")
+
+    # -- simulated GPUs
+    def gpu_state(self, node: Node) -> dict:
+        try:
+            return json.loads((node.dir / "gpu.json").read_text())
+        except (OSError, ValueError):
+            return {"state": "absent", "holder_pids": []}
+
+    def set_gpu_state(self, node: Node, state: str) -> dict:
+        if state not in GPU_STATES:
+            raise LabError(f"unknown GPU state {state!r}; one of {', '.join(GPU_STATES)}")
+        self._stop_holders(node)
+        smi = node.dir / "bin" / "nvidia-smi"
+        smi.parent.mkdir(parents=True, exist_ok=True)
+        if state == "absent":
+            smi.unlink(missing_ok=True)
+        else:
+            source = (Path(__file__).parent / "lab_nvidia_smi.py").read_text()
+            smi.write_text(f"#!{node.python}\n{source}")
+            smi.chmod(0o755)
+        holders = []
+        if state == "busy":
+            for _ in range(SIMULATED_GPUS):
+                proc = subprocess.Popen([str(node.python), "-c", f"import time  # {HOLDER_MARK}\ntime.sleep(86400)"],
+                                        start_new_session=True, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                holders.append(proc.pid)
+        config = {"state": state, "fixtures": str(gpu_fixtures()), "holder_pids": holders}
+        (node.dir / "gpu.json").write_text(json.dumps(config) + "\n")
+        return config
+
+    def _stop_holders(self, node: Node) -> None:
+        for pid in self.gpu_state(node).get("holder_pids", []):
+            try:
+                if HOLDER_MARK.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     # -- stop
     def stop_node(self, node: Node, sig: int = signal.SIGTERM) -> bool:
@@ -302,6 +349,8 @@ class Lab:
             self._start_sshd(node)
 
     def down(self, purge: bool = False) -> list[str]:
+        for n in self.nodes():
+            self._stop_holders(n)
         stopped = [n.name for n in self.nodes() if self.stop_node(n)]
         if purge and self.dir.exists():
             shutil.rmtree(self.dir)
@@ -315,7 +364,7 @@ class Lab:
             pid = node.pid()
             rows.append({"name": node.name, "port": node.port, "sshd_pid": pid if node.running() else None,
                          "listening": port_open(node.port), "python": str(node.python),
-                         "state_dir": str(node.state_dir)})
+                         "state_dir": str(node.state_dir), "gpus": self.gpu_state(node)["state"]})
         return rows
 
 
@@ -348,8 +397,9 @@ def status(c):
         say("no lab nodes (fab lab.up)")
     for r in rows:
         state = f"sshd pid {r['sshd_pid']}" if r["sshd_pid"] else "sshd stopped"
-        say(f"{r['name']}: 127.0.0.1:{r['port']} {state}, {'listening' if r['listening'] else 'not listening'}; "
-            f"python {r['python']}")
+        listening = "listening" if r["listening"] else "not listening"
+        say(f"{r['name']}: 127.0.0.1:{r['port']} {state}, {listening}; python {r['python']}; "
+            f"GPUs: simulated {SIMULATED_GPUS}x H200 (replayed nvidia-smi recordings), state {r['gpus']}")
 
 
 @task(help={"purge": "also delete the lab's files (keys, node venvs, state)"})
@@ -369,5 +419,19 @@ def reset(c, node="all"):
             say(f"{n.name}: packages reset")
 
 
+@task(help={"state": f"one of {', '.join(GPU_STATES)}", "node": "lab node name, or 'all'"})
+def gpu(c, state="idle", node="all"):
+    """Switch a lab node's simulated GPUs: idle, busy (a real held process), missing GPU, driver error, absent."""
+    lab = _lab(c)
+    for n in lab.nodes():
+        if node in ("all", n.name):
+            try:
+                config = lab.set_gpu_state(n, state)
+            except LabError as exc:
+                raise SystemExit(str(exc)) from None
+            held = f" (held by pids {', '.join(map(str, config['holder_pids']))})" if config["holder_pids"] else ""
+            say(f"{n.name}: simulated GPUs now {state}{held}")
+
+
 def collection() -> Collection:
-    return Collection(up, status, down, reset)
+    return Collection(up, status, down, reset, gpu)

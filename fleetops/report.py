@@ -37,7 +37,10 @@ class Reporter:
             return
         lines = [f"[bold]{escape(r.host)}[/] [dim]|[/] {escape(r.task)} [dim]|[/] "
                  f"[{STYLE[r.status]}]{r.status.value}[/] [dim]|[/] {escape(r.msg)}"]
+        table = r.data.get("table")
         for item in r.items:
+            if table and item.status is Status.OK:
+                continue  # the table shows it
             style = STYLE[item.status]
             lines.append(f"    [{style}]{item.status.value:<7}[/] {escape(item.label)}: {escape(item.msg)}")
             detail = _item_detail_lines(item.details, self.verbose)
@@ -50,10 +53,13 @@ class Reporter:
                 lines.append("    [dim]stderr (last lines):[/]")
                 lines.extend(f"      {escape(x)}" for x in ev.stderr_tail)
         with self.lock:
+            if table:
+                self.console.print(render_table(table))
             for line in lines:
                 self.console.print(line)
 
-    def finish(self, results: list[Result], code: int, extra: dict[str, Any] | None = None) -> None:
+    def finish(self, results: list[Result], code: int, extra: dict[str, Any] | None = None,
+               sections: list[dict] | None = None) -> None:
         if self.json_mode:
             doc = {"exit_status": code, "recap": recap(results),
                    "failed_hosts": sorted({r.host for r in results if r.failed}),
@@ -68,11 +74,25 @@ class Reporter:
         for host, row in recap(results).items():
             table.add_row(host, *[f"[{STYLE[s]}]{row[s.value]}[/]" if row[s.value] else "0" for s in Status])
         with self.lock:
+            for section in sections or []:
+                self.console.print()
+                self.console.print(render_table(section))
             self.console.print()
             self.console.print(table)
             failed = sorted({r.host for r in results if r.failed})
             if failed:
                 self.console.print(f"[bold red]failed hosts:[/] {', '.join(failed)}  [dim](exit status {code})[/]")
+
+
+def render_table(spec: dict) -> Table:
+    table = Table(title=spec.get("title"), title_justify="left")
+    for column in spec["columns"]:
+        table.add_column(column)
+    highlight_rows = set(spec.get("highlight_rows", []))
+    for n, row in enumerate(spec["rows"]):
+        style = "bold yellow" if n in highlight_rows else None
+        table.add_row(*[escape(str(v)) for v in row], style=style)
+    return table
 
 
 def _item_detail_lines(details: dict[str, Any], verbose: bool) -> list[str]:

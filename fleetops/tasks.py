@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .invocation import Invocation
@@ -24,6 +24,7 @@ class Plan:
     timeout: float
     playbook: Playbook | None
     check: bool = False
+    options: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -31,6 +32,8 @@ class TaskSpec:
     name: str
     plan: Callable[[Invocation, dict], Plan]
     interpret: Callable[[str, Plan, dict], Result]
+    # Tasks that need more than one agent call (polling) bring their own loop.
+    run: Callable[[Invocation, Plan, NodeConnection], Result] | None = None
 
 
 def _patch_plan(op: str) -> Callable[[Invocation, dict], Plan]:
@@ -110,8 +113,109 @@ def _interpret_ping(host: str, plan: Plan, answer: dict) -> Result:
                   data={"python": answer["python"], "version": answer["version"]})
 
 
+def _gpu_plan(inv: Invocation, kwargs: dict) -> Plan:
+    from .gpu import Gate, parse_selection
+
+    try:
+        select = parse_selection(kwargs.get("gpus"))
+    except ValueError as exc:
+        from .yamlsrc import ConfigError
+
+        raise ConfigError("--gpus", None, str(exc)) from None
+    threshold = int(kwargs.get("threshold") or 1024)
+    return Plan("gpu", {}, 60, None, options={"gate": Gate(threshold, select), "wait": float(kwargs.get("wait") or 0)})
+
+
+def _interpret_gpu(host: str, plan: Plan, answer: dict) -> Result:
+    from .gpu import GPU_COLUMNS, evaluate
+
+    verdict = evaluate(answer, plan.options["gate"])
+    status = Status.OK if verdict.code == 0 else Status.FAILED
+    data = {"table": {"title": f"{host}: GPUs", "columns": GPU_COLUMNS, "rows": verdict.rows},
+            "gpus": answer.get("gpus", []), "holders": verdict.holders, "error_kind": answer.get("error_kind")}
+    return Result(host, "gpu", status, verdict.msg, verdict.items, code=verdict.code, data=data)
+
+
+def _run_gpu(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+    """Poll (one exec each) until the selected GPUs are free or --wait runs out."""
+    from dataclasses import replace
+
+    from .results import EXIT_GPU_BUSY
+
+    gate = replace(plan.options["gate"], expected=node.host.gpus)
+    plan = Plan(plan.op, plan.request, plan.timeout, None, options={**plan.options, "gate": gate})
+    deadline = time.monotonic() + plan.options["wait"]
+    while True:
+        answer, evidence = node.call("gpu", {}, timeout=plan.timeout)
+        result = _interpret_gpu(node.host.name, plan, answer)
+        remaining = deadline - time.monotonic()
+        if result.code != EXIT_GPU_BUSY or remaining <= 0:
+            break
+        inv.reporter.note(f"{node.host.name} | gpu | waiting: {result.msg}; {remaining:.0f}s left")
+        time.sleep(min(1.0, max(remaining, 0.01)))
+    if node.host.lab:
+        result.data["simulated"] = True
+        result.data["table"]["title"] += " (simulated: lab replay of recorded H200 nvidia-smi output)"
+    if plan.options["wait"] and result.code == EXIT_GPU_BUSY:
+        result.msg = f"still busy after waiting {plan.options['wait']:.0f}s: " + "; ".join(result.data["holders"])
+    if result.failed:
+        result.evidence = evidence
+    return result
+
+
+def _facts_plan(inv: Invocation, kwargs: dict) -> Plan:
+    return Plan("facts", {}, 60, None)
+
+
+FACT_COLUMNS = ["os", "python", "vllm", "speculators", "torch", "transformers", "driver", "cuda", "gpus",
+                "venv free GiB", "state free GiB"]
+
+
+def fact_row(answer: dict) -> list[str]:
+    pk = answer.get("packages", {})
+    disk = answer.get("disk_free_gib", {})
+    gpus = f"{answer.get('gpu_count')} x {', '.join(answer.get('gpu_names') or []) or '-'}"
+    return [str(v) for v in (answer.get("os"), answer.get("python"), pk.get("vllm"), pk.get("speculators"),
+                             pk.get("torch"), pk.get("transformers"), answer.get("driver"), answer.get("cuda"),
+                             gpus, disk.get("venv"), disk.get("state_dir"))]
+
+
+def _interpret_facts(host: str, plan: Plan, answer: dict) -> Result:
+    row = fact_row(answer)
+    return Result(host, "facts", Status.OK, ", ".join(f"{k}={v}" for k, v in zip(FACT_COLUMNS, row)),
+                  data={"facts": answer, "fact_row": row})
+
+
+def fleet_sections(results: list[Result]) -> list[dict]:
+    """Tables that compare hosts, shown after the per-host lines."""
+    sections = []
+    gpu = [r for r in results if r.task == "gpu"]
+    if len(gpu) > 1:
+        rows = []
+        for r in gpu:
+            states: dict[str, int] = {}
+            for item in r.items:
+                states[item.details.get("state", "?")] = states.get(item.details.get("state", "?"), 0) + 1
+            rows.append([r.host, r.status.value, ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or r.msg])
+        sections.append({"title": "GPU fleet summary", "columns": ["host", "gate", "GPUs"], "rows": rows})
+    facts = [r for r in results if r.task == "facts" and "fact_row" in r.data]
+    if facts:
+        # One row per fact, one column per host: reads well for a few hosts and many facts.
+        rows, differ = [], []
+        for i, name in enumerate(FACT_COLUMNS):
+            values = [r.data["fact_row"][i] for r in facts]
+            rows.append([name, *values])
+            if len(set(values)) > 1:
+                differ.append(len(rows) - 1)
+        sections.append({"title": "facts (rows that differ between hosts are highlighted)",
+                         "columns": ["fact", *[r.host for r in facts]], "rows": rows, "highlight_rows": differ})
+    return sections
+
+
 TASKS: dict[str, TaskSpec] = {
     "ping": TaskSpec("ping", _ping_plan, _interpret_ping),
+    "gpu": TaskSpec("gpu", _gpu_plan, _interpret_gpu, _run_gpu),
+    "facts": TaskSpec("facts", _facts_plan, _interpret_facts),
     "patch": TaskSpec("patch", _patch_plan("patch"), _interpret_patch),
     "rollback": TaskSpec("rollback", _patch_plan("rollback"), _interpret_patch),
     "verify": TaskSpec("verify", _verify_plan, _interpret_verify),
@@ -126,11 +230,15 @@ def run_on_host(inv: Invocation, name: str, plan: Plan, node: NodeConnection) ->
     """One task on one host; never raises for node trouble: it becomes a failed/unreachable Result."""
     started = time.monotonic()
     host = node.host.name
+    spec = TASKS[name]
     try:
-        answer, evidence = node.call(plan.op, plan.request, timeout=plan.timeout)
-        result = TASKS[name].interpret(host, plan, answer)
-        if result.failed:
-            result.evidence = evidence
+        if spec.run is not None:
+            result = spec.run(inv, plan, node)
+        else:
+            answer, evidence = node.call(plan.op, plan.request, timeout=plan.timeout)
+            result = spec.interpret(host, plan, answer)
+            if result.failed:
+                result.evidence = evidence
     except TransportError as exc:
         status = Status.UNREACHABLE if exc.kind in ("unreachable", "hostkey", "auth", "refused") else Status.FAILED
         result = Result(host, name, status, str(exc), evidence=exc.evidence, code=EXIT_FAILED,

@@ -16,9 +16,10 @@ PROTOCOL = 1
 
 
 def _ops() -> dict:
-    from . import checks, patching
+    from . import checks, gpu, patching
 
     return {"patch": patching.patch, "rollback": patching.rollback, "verify": checks.verify,
+            "gpu": gpu.gpu, "facts": gpu.facts,
             "ping": lambda req: {"ok": True, "python": sys.executable, "version": sys.version.split()[0],
                                  "pid": os.getpid()}}
 

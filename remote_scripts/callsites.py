@@ -42,6 +42,13 @@ read (`self.layers`). Assigning to or deleting an attribute of a receiver is nev
 name found only as an instance attribute (e.g. `self.norm(...)` on an nn.Module) cannot be bound and is
 listed under "partial".
 
+Version-compatibility branches: inside `if hasattr(<receiver>, "new"): ... else: ...` (also `not`,
+`and`/`or` of such tests, `elif` chains and `a if hasattr(...) else b`), a branch that the installed
+type can never take (the else when the class has `new`; the body when neither the class, its source nor
+the checked modules give it `new`) is not checked, only listed under "partial" as not reached. So a
+patch that keeps `self.get_input_embeddings(...)` as the fallback for old vLLM, behind
+`hasattr(self, "embed_input_ids")`, passes on vLLM 0.16, while the unguarded pristine call fails.
+
 Limits: no type inference beyond the declared receivers (a value returned by a vLLM call, or passed in
 as a parameter, is not followed); default values and argument types are not compared, only arity and
 keyword names; calls reached dynamically (getattr, collective_rpc("method_name"), callbacks) are not
@@ -288,6 +295,27 @@ def _class_has(cls: type, name: str) -> bool:
         return False
 
 
+def _attr_state(cls: type, name: str, assigned_anywhere: set[str]) -> bool | None:
+    """True: the class has it; False: nothing anywhere gives instances this name; None: can't tell."""
+    if _class_has(cls, name):
+        return True
+    if name in _instance_attributes(cls) or name in assigned_anywhere:
+        return None
+    return False
+
+
+def _dead_branch(cls: type, expr: str, facts: list, assigned_anywhere: set[str]) -> str | None:
+    """Why the branch holding a receiver access is never taken for `cls`, from the hasattr() tests that
+    lead to it (version-compatibility code like `if hasattr(self, "new") ... else: self.old()`)."""
+    for fexpr, name, present in facts:
+        if fexpr != expr:
+            continue
+        state = _attr_state(cls, name, assigned_anywhere)
+        if state is not None and state != present:
+            return f"hasattr({expr}, {name!r}) is {state}"
+    return None
+
+
 def _short(cls: type) -> str:
     return getattr(cls, "__name__", repr(cls))
 
@@ -322,6 +350,35 @@ def _bound_names(target: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
+def _hasattr_fact(test: ast.expr) -> tuple[str, str, bool] | None:
+    """`hasattr(x, "name")` -> (x, name, True); `not hasattr(...)` -> (x, name, False)."""
+    positive = True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, positive = test.operand, False
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr" and \
+            len(test.args) == 2 and not test.keywords and isinstance(test.args[1], ast.Constant) and \
+            isinstance(test.args[1].value, str):
+        try:
+            return ast.unparse(test.args[0]), test.args[1].value, positive
+        except Exception:  # noqa: BLE001
+            return None
+    return None
+
+
+def _hasattr_facts(test: ast.expr) -> tuple[list, list]:
+    """What an if-test tells each branch about hasattr(): (facts in the body, facts in the else)."""
+    fact = _hasattr_fact(test)
+    if fact is not None:
+        return [fact], [(fact[0], fact[1], not fact[2])]
+    if isinstance(test, ast.BoolOp):
+        facts = [_hasattr_fact(v) for v in test.values]
+        known = [f for f in facts if f is not None]
+        if isinstance(test.op, ast.And):  # all conjuncts hold in the body; nothing certain in the else
+            return known, []
+        return [], [(e, n, not p) for e, n, p in known]  # or: all disjuncts fail in the else
+    return [], []
+
+
 class _ModuleReader(ast.NodeVisitor):
     def __init__(self, modname: str, is_package: bool, packages: list[str], receivers: list[dict]) -> None:
         self.modname = modname
@@ -334,6 +391,7 @@ class _ModuleReader(ast.NodeVisitor):
         self.receiver_events: list[dict] = []
         self.assigned: set[str] = set()  # attribute names stored on anything in this module
         self.hasattr_guards: set[tuple[str, str]] = set()
+        self.branch_facts: list[tuple[str, str, bool]] = []  # (expr, name, hasattr result) on this branch
         self._handled: set[int] = set()
 
     # -------------------------------------------------- imports and aliases of one scope
@@ -511,6 +569,18 @@ class _ModuleReader(ast.NodeVisitor):
             self.visit(stmt)
         self.stack.pop()
 
+    def _visit_branches(self, node: ast.If | ast.IfExp) -> None:
+        self.visit(node.test)
+        body_facts, else_facts = _hasattr_facts(node.test)
+        for branch, facts in ((node.body, body_facts), (node.orelse, else_facts)):
+            self.branch_facts.extend(facts)
+            for child in branch if isinstance(branch, list) else [branch]:
+                self.visit(child)
+            del self.branch_facts[len(self.branch_facts) - len(facts):]
+
+    visit_If = _visit_branches
+    visit_IfExp = _visit_branches
+
     def visit_Call(self, node: ast.Call) -> None:
         call = {"line": node.lineno,
                 "n_pos": sum(1 for a in node.args if not isinstance(a, ast.Starred)),
@@ -529,7 +599,8 @@ class _ModuleReader(ast.NodeVisitor):
             self.calls.append({**call, "dotted": target[0], "module_len": target[1], "guarded": target[2]})
         elif isinstance(func, ast.Attribute):
             for r in self._receivers_for(func.value):
-                self.receiver_events.append({**call, "receiver": r, "attr": func.attr, "kind": "call"})
+                self.receiver_events.append({**call, "receiver": r, "attr": func.attr, "kind": "call",
+                                             "facts": list(self.branch_facts)})
                 self._handled.add(id(func))
         self.generic_visit(node)
 
@@ -539,7 +610,7 @@ class _ModuleReader(ast.NodeVisitor):
         elif id(node) not in self._handled:
             for r in self._receivers_for(node.value):
                 self.receiver_events.append({"line": node.lineno, "receiver": r, "attr": node.attr,
-                                             "kind": "load"})
+                                             "kind": "load", "facts": list(self.branch_facts)})
         self.generic_visit(node)
 
 
@@ -649,6 +720,10 @@ def check_callsites(check: dict) -> dict:
                         fail(path, ev["line"], type_path, f"type of receiver {r['expr']}: {exc}")
                     continue
                 name, callee = ev["attr"], f"{type_path}.{ev['attr']}"
+                dead = _dead_branch(cls, r["expr"], ev["facts"], assigned_anywhere)
+                if dead:
+                    note(path, ev["line"], callee, f"not reached with the installed {_short(cls)}: {dead}")
+                    continue
                 if not _class_has(cls, name):
                     if name in _instance_attributes(cls) or name in assigned_anywhere or \
                             (r["expr"], name) in reader.hasattr_guards:

@@ -164,7 +164,8 @@ def run_callsites(check: dict) -> dict:
            f"{outcome['attributes_checked']} attributes exist") if not failures else \
         f"{len(failures)} call sites do not match the installed packages"
     return _result(check, not failures, msg, failures, stderr_tail=cap.tail() if failures else [],
-                   calls_checked=outcome["calls_checked"])
+                   calls_checked=outcome["calls_checked"], partial=outcome.get("partial", []),
+                   imports_checked=outcome.get("imports_checked"))
 
 
 RUNNERS = {"requires": run_requires, "grep": run_grep, "compile": run_compile, "import": run_import,

@@ -211,6 +211,9 @@ class Other:
         return n
 
 class Partial:
+    def run(self, n):
+        return n
+
     def other(self):
         return 0
 
@@ -290,6 +293,21 @@ class Caller:
         if hasattr(self.thing, "maybe"):
             self.thing.maybe()  # OK: guarded by hasattr
         self.thing.prop  # OK
+        if hasattr(self.thing, "run"):
+            self.thing.run(1)  # OK
+        else:
+            self.thing.old_run(1)  # OK: never reached, Thing has run
+        if hasattr(self.thing, "new_api"):
+            self.thing.new_api()  # OK: never reached, nothing gives Thing new_api
+        elif not hasattr(self.thing, "smeth"):
+            self.thing.gone()  # OK: never reached
+        else:
+            self.thing.run()  # BAD:compat-else-still-checked
+        print(self.thing.run(1) if hasattr(self.thing, "run") else self.thing.legacy())  # OK
+        if hasattr(self.thing, "run") and self.thing.count:
+            self.thing.run(1, 2, 3)  # BAD:compat-and-body-checked
+        self.ghost.anything()  # BAD:ghost-type
+        self.ghost.anything()  # OK: a missing receiver type is reported once
 
 class Elsewhere:
     def go(self):
@@ -313,6 +331,7 @@ SYNTH_CHECK = {
     "packages": ["mypkg"],
     "receivers": [
         {"expr": "self.thing", "scope": "Caller", "type": "mypkg.api.Thing"},
+        {"expr": "self.ghost", "scope": "Caller.go", "type": "mypkg.api.Ghost"},
         {"expr": "self", "scope": "patched", "type": ["mypkg.api.Partial", "mypkg.api.Other"]},
     ],
     "attributes": ["mypkg.api.Thing.run", "mypkg.api.Thing.nope", "mypkg.nomod.X", "mypkg.api"],
@@ -374,6 +393,10 @@ def failure_at(by_line: dict, tag: str, source: str = CALLER, file: str = "mycal
     ("nothere", "mypkg.api.Thing.nothere", "Thing has no attribute 'nothere'"),
     ("missing-attr", "mypkg.api.Thing.missing_attr", "Thing has no attribute 'missing_attr'"),
     ("two-types", "mypkg.api.Other.other", "Other has no attribute 'other'"),
+    ("compat-else-still-checked", "mypkg.api.Thing.run", "missing a required argument: 'n'"),
+    ("compat-and-body-checked", "mypkg.api.Thing.run", "too many positional arguments"),
+    ("ghost-type", "mypkg.api.Ghost",
+     "type of receiver self.ghost: AttributeError: module 'mypkg.api' has no attribute 'Ghost'"),
 ])
 def test_synthetic_failure(synthetic, tag, callee, error):
     _outcome, by_line = synthetic
@@ -393,6 +416,17 @@ def test_synthetic_flags_nothing_else(synthetic):
     assert outcome["verify"]["items"][0]["ok"] is False
 
 
+def test_synthetic_version_compat_branches_are_not_flagged(synthetic):
+    outcome, _ = synthetic
+    dead = {p["callee"].rsplit(".", 1)[-1]: p["reason"] for p in outcome["partial"]
+            if p["reason"].startswith("not reached")}
+    assert dead == {"old_run": "not reached with the installed Thing: hasattr(self.thing, 'run') is True",
+                    "new_api": "not reached with the installed Thing: hasattr(self.thing, 'new_api') is False",
+                    "gone": "not reached with the installed Thing: hasattr(self.thing, 'smeth') is True",
+                    "legacy": "not reached with the installed Thing: hasattr(self.thing, 'run') is True",
+                    "maybe": "not reached with the installed Thing: hasattr(self.thing, 'maybe') is False"}
+
+
 def test_synthetic_relative_import(synthetic):
     _outcome, by_line = synthetic
     failure = failure_at(by_line, "relative", INNER, "inner.py")
@@ -404,8 +438,8 @@ def test_synthetic_partial_call_sites(synthetic):
     outcome, _ = synthetic
     partial = {p["line"]: p for p in outcome["partial"] if p["file"] and p["file"].endswith("mycaller.py")}
     marks = marker_lines(CALLER, "PARTIAL")
-    assert "*args" in partial[marks["star"]]["reason"] and "partially" not in partial[marks["star"]]["reason"]
-    assert "missing arguments not checked" in partial[marks["star"]]["reason"]
+    assert partial[marks["star"]]["reason"] == ("partially checked: the call site uses *args, so missing "
+                                                "arguments are not checked")
     assert "**kwargs" in partial[marks["dstar"]]["reason"]
     assert "guarded import" in partial[marks["guarded"]]["reason"]
     assert "guarded import" in partial[marks["guarded-call"]]["reason"]
@@ -435,8 +469,9 @@ def test_missing_module_is_a_failure_not_a_crash(tmp_path):
     check = {"kind": "callsites", "name": "missing", "modules": ["no_such_module_anywhere"],
              "packages": ["json"], "receivers": [], "attributes": ["json.dumps", "json.nope"]}
     outcome = run_check(py, check, tmp_path)
-    assert outcome["failures"][0]["callee"] == "no_such_module_anywhere"
-    assert "not found" in outcome["failures"][0]["error"]
-    assert outcome["failures"][1] == {"file": None, "line": None, "callee": "json.nope",
+    by_callee = {f["callee"]: f for f in outcome["failures"]}
+    assert set(by_callee) == {"no_such_module_anywhere", "json.nope"}
+    assert "module 'no_such_module_anywhere' not found" in by_callee["no_such_module_anywhere"]["error"]
+    assert by_callee["json.nope"] == {"file": None, "line": None, "callee": "json.nope",
                                       "error": "AttributeError: module 'json' has no attribute 'nope'"}
     assert outcome["attributes_checked"] == 2

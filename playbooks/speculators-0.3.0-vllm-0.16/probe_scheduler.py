@@ -36,7 +36,12 @@ import types
 
 GEN = "speculators.data_generation.vllm_hidden_states_generator"
 WORKER = "speculators.data_generation.custom_worker"
+MAX_STEPS = 2000
 STATE_ERROR = "State error: sample_tokens() must be called after execute_model() returns None."
+
+# The verifier runs this file from a temp dir: don't let stray files there shadow real packages.
+if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
 
 # vLLM logs to stdout: keep the real stdout for the verdict only and send everything else to stderr.
 _VERDICT_FD = os.dup(1)
@@ -102,13 +107,15 @@ def make_tiny_model(root: str) -> dict:
 class Recorder:
     def __init__(self) -> None:
         self.hard_breaks: list[str] = []  # API breaks the file hits on this vLLM (bridged to keep measuring)
+        self.break_names: list[str] = []
         self.steps: list[list[tuple[str, int, int]]] = []  # per execute_model: (req_id, start, n)
         self.requests: dict[str, dict] = {}  # req_id -> {"prompt": tuple, "first_computed": int | None}
         self.executors: list[StandInExecutor] = []
         self.rpc_calls: list[str] = []
 
-    def hard_break(self, text: str) -> None:
-        if text not in self.hard_breaks:
+    def hard_break(self, name: str, text: str) -> None:
+        if name not in self.break_names:
+            self.break_names.append(name)
             self.hard_breaks.append(text)
             log("hard break:", text)
 
@@ -149,9 +156,12 @@ class StandInExecutor:
     def execute_model(self, scheduler_output, non_block: bool = False):
         if self.pending is not None:
             # vLLM 0.16's GPUModelRunner.execute_model raises this; bridge as if sample_tokens had run.
-            REC.hard_break("execute_model() called again without sample_tokens(): vLLM 0.16's worker raises "
+            REC.hard_break("no sample_tokens()",
+                           "execute_model() called again without sample_tokens(): vLLM 0.16's worker raises "
                            f"'{STATE_ERROR}'")
             self.pending = None
+        if len(REC.steps) >= MAX_STEPS:
+            raise RuntimeError(f"probe: more than {MAX_STEPS} model steps; generate() does not terminate")
         if scheduler_output.total_num_scheduled_tokens == 0:
             return types.SimpleNamespace(empty=True)  # EMPTY_MODEL_RUNNER_OUTPUT, no state kept
         self._forward(scheduler_output)
@@ -267,7 +277,7 @@ def install_bridges(gen_mod: types.ModuleType) -> None:
             missing = [name for name in ("is_encoder_decoder", "max_model_len") if name not in k]
             if not missing:
                 raise
-            REC.hard_break(f"SchedulerConfig(...) lacks {', '.join(missing)} (required on vLLM 0.16): "
+            REC.hard_break("SchedulerConfig(is_encoder_decoder)", f"SchedulerConfig(...) lacks {', '.join(missing)} (required on vLLM 0.16): "
                            f"{type(exc).__name__}")
             k.setdefault("is_encoder_decoder", False)
             k.setdefault("max_model_len", 8192)
@@ -283,7 +293,7 @@ def install_bridges(gen_mod: types.ModuleType) -> None:
         except TypeError as exc:
             if "kv_cache_specs" not in k:
                 raise
-            REC.hard_break(f"get_kv_cache_config_from_groups(kv_cache_specs=...): {short(exc, 120)}")
+            REC.hard_break("kv_cache_specs=", f"get_kv_cache_config_from_groups(kv_cache_specs=...): {short(exc, 120)}")
             k.pop("kv_cache_specs")
             return real_kvc(*a, **k)
 
@@ -297,7 +307,7 @@ def install_bridges(gen_mod: types.ModuleType) -> None:
         except TypeError as exc:
             if "block_size" in k or "block_size" not in str(exc):
                 raise
-            REC.hard_break(f"Scheduler(...) without block_size: {short(exc, 120)}")
+            REC.hard_break("Scheduler(block_size)", f"Scheduler(...) without block_size: {short(exc, 120)}")
             k["block_size"] = k["vllm_config"].cache_config.block_size
             return real_sched(*a, **k)
 
@@ -319,7 +329,8 @@ def watch_scheduler(sched, vllm_config) -> None:
                                             "first_computed": None,
                                             "hasher": getattr(request, "_block_hasher", None) is not None}
         if sched.kv_cache_manager.enable_caching and getattr(request, "_block_hasher", None) is None:
-            REC.hard_break("prefix caching is on but requests carry no block hasher: vLLM 0.16's block pool "
+            REC.hard_break("block pool assert (prefix caching on, no hasher)",
+                           "prefix caching is on but requests carry no block hasher: vLLM 0.16's block pool "
                            "asserts on the first schedule()")
             if not hasher:
                 fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
@@ -442,7 +453,11 @@ def check_results(results, prompts: list[list[int]], layers: list[int]) -> str |
     for i, (res, prompt) in enumerate(zip(results, prompts)):
         hs = res.get("hidden_states") if isinstance(res, dict) else None
         if not isinstance(hs, list) or len(hs) != len(layers):
-            return f"prompt {i}: {len(hs) if isinstance(hs, list) else type(hs).__name__} hidden-state tensors, want {len(layers)} (one per layer)"
+            if not isinstance(hs, list):
+                return f"prompt {i}: hidden_states is {type(hs).__name__}, want a list of {len(layers)} tensors"
+            shape = tuple(hs[0].shape) if hs and hasattr(hs[0], "shape") else "?"
+            return (f"prompt {i}: {len(hs)} hidden-state tensors of shape {shape}, want {len(layers)} "
+                    f"(one per layer) of shape ({len(prompt)}, hidden)")
         want = torch.tensor([[i, pos, tok] for pos, tok in enumerate(prompt)], dtype=torch.float32)
         for layer, t in zip(layers, hs):
             if tuple(t.shape) != (len(prompt), 4):
@@ -556,20 +571,23 @@ def run(req: dict) -> dict:
         if lost:
             why = []
             if hits:
-                why.append(f"{hits} were prefix-cache hits")
+                why.append(f"{hits} prefix-cache hits")
             if splits:
-                why.append(f"{splits} prompt(s) split by chunked prefill and aborted after their first chunk")
-            problems.append(f"{lost} of {all_tokens} prompt tokens never go through the model"
-                            + (f" ({'; '.join(why)})" if why else ""))
+                why.append(f"{splits} prompt(s) split by chunked prefill, tail aborted")
+            text = (f"{lost} of {all_tokens} prompt tokens never go through the model"
+                    + (f" ({', '.join(why)})" if why else ""))
+            if REC.hard_breaks:
+                text += f" (measured with its {len(REC.hard_breaks)} vLLM 0.16 API break(s) bridged the naive way)"
+            problems.append(text)
         if config["enable_prefix_caching"] or config["kv_manager_caching"]:
             hashed = any(r["hasher"] for a in per_call for r in a["requests"])
-            problems.append("prefix caching is on" + (" (hidden by a block hasher)" if hashed else ""))
+            problems.append("prefix caching on" + (" (hidden by a block hasher)" if hashed else ""))
         if config["enable_chunked_prefill"]:
-            problems.append("chunked prefill is on")
+            problems.append("chunked prefill on")
         if config["async_scheduling"]:
             problems.append("async scheduling resolves to on")
         if REC.hard_breaks:
-            problems.append(f"{len(REC.hard_breaks)} vLLM 0.16 API break(s) hit")
+            problems.append(f"breaks on vLLM 0.16: {', '.join(REC.break_names)}")
         if errors:
             problems.append("generate() raised: " + errors[0])
         if misaligned:
@@ -588,8 +606,8 @@ def run(req: dict) -> dict:
                             + (f", {a['misaligned']}" if a["misaligned"] else ""))
         evidence += [f"hard break: {b}" for b in REC.hard_breaks]
         evidence += worker_notes
-        scenario = (f"{calls} generate() calls x {len(prompts)} prompts sharing a {shared}-token prefix, "
-                    f"{total} tokens per call vs max_num_batched_tokens={budget}")
+        scenario = (f"{calls} generate() calls x {len(prompts)} prompts, shared {shared}-token prefix, "
+                    f"{total} tokens/call > max_num_batched_tokens {budget}")
         if problems:
             summary = "FAIL: " + "; ".join(problems) + f" [{scenario}]"
             return {"ok": False, "summary": summary, "evidence": evidence, "details": details}

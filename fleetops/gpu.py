@@ -1,0 +1,122 @@
+"""GPU gates: is every selected GPU there, healthy and free? Pure functions over the node's snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .results import EXIT_GPU_BUSY, EXIT_GPU_UNHEALTHY, EXIT_NO_NVIDIA_SMI, EXIT_NVIDIA_SMI_FAILED, EXIT_OK, Item, \
+    Status
+
+DEFAULT_THRESHOLD_MIB = 1024
+
+
+@dataclass(frozen=True)
+class Gate:
+    threshold_mib: int = DEFAULT_THRESHOLD_MIB
+    select: tuple[int, ...] | None = None  # None: every GPU
+    expected: int | None = None  # from the inventory: how many GPUs the node should have
+
+
+@dataclass
+class Verdict:
+    code: int
+    msg: str
+    items: list[Item]
+    rows: list[list[str]]
+    holders: list[str]
+
+    @property
+    def busy_only(self) -> bool:
+        return self.code == EXIT_GPU_BUSY
+
+
+def parse_selection(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(sorted({int(x) for x in str(text).split(",") if x.strip()}))
+    except ValueError:
+        raise ValueError(f"--gpus takes GPU indices like 0,1,2 (got {text!r})") from None
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def short_process(p: dict) -> str:
+    owner = f"job {p['job']}" if p.get("job") else "foreign"
+    return f"{p['pid']} {p.get('name')} {p.get('used_mib')}MiB {p.get('user') or '?'} {age(p.get('age_s'))} {owner}"
+
+
+def describe_process(p: dict) -> str:
+    owner = f"job {p['job']}" if p.get("job") else "foreign"
+    who = p.get("user") or "?"
+    cmd = (p.get("command") or p.get("name") or "?")[:60]
+    return f"pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, {who}, {age(p.get('age_s'))}, {owner}: {cmd}"
+
+
+def evaluate(snap: dict, gate: Gate) -> Verdict:
+    if not snap.get("ok"):
+        code = EXIT_NO_NVIDIA_SMI if snap.get("error_kind") == "no_nvidia_smi" else EXIT_NVIDIA_SMI_FAILED
+        return Verdict(code, snap.get("error", "nvidia-smi failed"), [], [], [])
+    gpus = sorted(snap["gpus"], key=lambda g: g.get("index") or 0)
+    seen = {g["index"] for g in gpus}
+    missing: set[int] = set()
+    if gate.expected is not None and len(gpus) < gate.expected:
+        missing |= set(range(gate.expected)) - seen
+    if gate.select is not None:
+        missing |= set(gate.select) - seen
+    selected = [g for g in gpus if gate.select is None or g["index"] in gate.select]
+    items, rows, holders = [], [], []
+    busy = unhealthy = 0
+    for g in selected:
+        problems = list(g.get("problems") or [])
+        if (g.get("ecc_uncorrected") or 0) > 0:
+            problems.append(f"{g['ecc_uncorrected']} uncorrected ECC errors")
+        procs = g.get("processes") or []
+        used = g.get("memory_used_mib") or 0
+        if problems:
+            state, status = "unhealthy", Status.FAILED
+            unhealthy += 1
+            why = "; ".join(problems)
+        elif used > gate.threshold_mib or procs:
+            state, status = "busy", Status.FAILED
+            busy += 1
+            why = f"{used} MiB used (threshold {gate.threshold_mib})" + (f", {len(procs)} processes" if procs else "")
+            holders += [f"GPU {g['index']}: {describe_process(p)}" for p in procs] or \
+                [f"GPU {g['index']}: {used} MiB held by no listed process"]
+        else:
+            state, status, why = "free", Status.OK, f"{used} MiB used"
+        mem = f"{used}/{g.get('memory_total_mib')} MiB, {g.get('memory_free_mib')} free"
+        items.append(Item(f"GPU {g['index']} {g.get('name')}", status, f"{state}: {why}",
+                          {"uuid": g.get("uuid"), "state": state, "processes": procs,
+                           "memory_used_mib": used, "memory_total_mib": g.get("memory_total_mib"),
+                           "memory_free_mib": g.get("memory_free_mib")}))
+        rows.append([str(g["index"]), str(g.get("name")), mem, f"{g.get('utilization_gpu_pct')}%",
+                     f"{g.get('temperature_c')}C", str(g.get("ecc_uncorrected")), state,
+                     "\n".join(short_process(p) for p in procs) or "-"])
+    for index in sorted(missing):
+        items.append(Item(f"GPU {index}", Status.FAILED, "missing: not reported by nvidia-smi", {"state": "missing"}))
+        rows.append([str(index), "-", "-", "-", "-", "-", "missing", "-"])
+    parts = []
+    if missing:
+        parts.append(f"expected {gate.expected if gate.expected is not None else len(gpus)} GPUs, saw {len(gpus)}: "
+                     f"missing {', '.join(f'GPU {i}' for i in sorted(missing))}")
+    if unhealthy:
+        parts.append(f"{unhealthy} unhealthy")
+    if busy:
+        parts.append(f"{busy} busy")
+    free = len(selected) - busy - unhealthy
+    msg = f"{free}/{len(selected)} selected GPUs free" + (f"; {'; '.join(parts)}" if parts else "")
+    code = EXIT_GPU_UNHEALTHY if (missing or unhealthy) else EXIT_GPU_BUSY if busy else EXIT_OK
+    return Verdict(code, msg, items, rows, holders)
+
+
+GPU_COLUMNS = ["gpu", "name", "memory", "util", "temp", "ecc", "state", "processes"]

@@ -1,0 +1,143 @@
+"""The `gpu` and `facts` operations on the node: run nvidia-smi, join processes to GPUs by UUID, and say who
+holds them (user, age, command, and the fleetops job if it is one of ours). Stdlib only."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import platform
+import pwd
+import shutil
+import subprocess
+import sys
+import time
+
+from . import nvsmi
+
+SMI_TIMEOUT = 30
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT)
+
+
+def find_smi() -> str | None:
+    return shutil.which("nvidia-smi") or next(
+        (p for p in ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi") if os.access(p, os.X_OK)), None)
+
+
+def process_info(pid: int) -> dict:
+    info: dict = {"user": None, "age_s": None, "command": None, "pgid": None, "visible": False}
+    try:
+        st = os.stat(f"/proc/{pid}")
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="utf-8") as f:
+            uptime = float(f.read().split()[0])
+    except OSError:
+        return info  # another PID namespace (containers) or already gone
+    info["visible"] = True
+    try:
+        info["user"] = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        info["user"] = str(st.st_uid)
+    start_ticks = int(fields[19])  # field 22 of /proc/PID/stat, counted after the ")" of the comm field
+    info["age_s"] = round(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 1)
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            info["command"] = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:300]
+        info["pgid"] = os.getpgid(pid)
+    except OSError:
+        pass
+    return info
+
+
+def our_jobs(state_dir: str) -> dict[int, str]:
+    """Process groups of jobs this tool launched on the node → job id."""
+    out = {}
+    for path in glob.glob(os.path.join(state_dir, "jobs", "*", "job.json")):
+        try:
+            with open(path, encoding="utf-8") as f:
+                job = json.load(f)
+            out[int(job["pgid"])] = str(job["id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def snapshot(state_dir: str) -> dict:
+    smi = find_smi()
+    if smi is None:
+        return {"ok": False, "error_kind": "no_nvidia_smi",
+                "error": f"nvidia-smi not found on the node (PATH={os.environ.get('PATH', '')})"}
+    fields = list(nvsmi.QUERY_FIELDS)
+    q = _run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+    if q.returncode != 0 and "not a valid field" in (q.stdout + q.stderr).lower():
+        fields = [f for f in fields if f not in nvsmi.OPTIONAL_FIELDS]
+        q = _run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+    if q.returncode != 0:
+        text = (q.stdout + q.stderr).strip()
+        return {"ok": False, "error_kind": "nvidia_smi_failed", "exit_code": q.returncode,
+                "error": f"nvidia-smi failed (exit {q.returncode}): {text[:500]}", "smi": smi}
+    apps = _run([smi, f"--query-compute-apps={','.join(nvsmi.APPS_FIELDS)}", "--format=csv,noheader,nounits"])
+    try:
+        gpus = nvsmi.parse_query(q.stdout, fields)
+        orphans = nvsmi.join_processes(gpus, nvsmi.parse_apps(apps.stdout) if apps.returncode == 0 else [])
+    except nvsmi.ParseError as exc:
+        return {"ok": False, "error_kind": "nvidia_smi_failed", "error": f"unreadable nvidia-smi output: {exc}",
+                "raw": q.stdout[-2000:]}
+    jobs = our_jobs(state_dir)
+    for proc in [p for g in gpus for p in g["processes"]] + orphans:
+        proc.update(process_info(proc["pid"]))
+        proc["job"] = jobs.get(proc["pgid"]) if proc.get("pgid") is not None else None
+    return {"ok": True, "gpus": gpus, "orphans": orphans, "smi": smi, "fields": fields,
+            "apps_error": apps.stderr.strip()[:300] if apps.returncode else None, "time": time.time()}
+
+
+def gpu(req: dict) -> dict:
+    return snapshot(req["state_dir"])
+
+
+def _dist_version(name: str) -> str | None:
+    import importlib.metadata as md
+
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _free_gib(path: str) -> float | None:
+    try:
+        return round(shutil.disk_usage(path).free / 2**30, 1)
+    except OSError:
+        return None
+
+
+def facts(req: dict) -> dict:
+    os_name = platform.platform()
+    try:
+        with open("/etc/os-release", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    os_name = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    out: dict = {"ok": True, "os": os_name, "kernel": platform.release(), "python": sys.version.split()[0],
+                 "python_path": sys.executable, "venv": sys.prefix,
+                 "packages": {n: _dist_version(n) for n in ("vllm", "speculators", "torch", "transformers")},
+                 "disk_free_gib": {"venv": _free_gib(sys.prefix), "state_dir": _free_gib(req["state_dir"])}}
+    smi = find_smi()
+    if smi is None:
+        out.update(driver=None, cuda=None, gpu_count=0, gpu_names=[], gpu_error="nvidia-smi not found")
+        return out
+    table = _run([smi])
+    header = nvsmi.parse_table_header(table.stdout)
+    snap = snapshot(req["state_dir"])
+    out.update(driver=header["driver"], cuda=header["cuda"])
+    if snap["ok"]:
+        out.update(gpu_count=len(snap["gpus"]), gpu_names=sorted({g["name"] for g in snap["gpus"]}))
+    else:
+        out.update(gpu_count=None, gpu_names=[], gpu_error=snap["error"])
+    return out
