@@ -108,8 +108,9 @@ class Recorder:
     def __init__(self) -> None:
         self.hard_breaks: list[str] = []  # API breaks the file hits on this vLLM (bridged to keep measuring)
         self.break_names: list[str] = []
-        self.steps: list[list[tuple[str, int, int]]] = []  # per execute_model: (req_id, start, n)
-        self.requests: dict[str, dict] = {}  # req_id -> {"prompt": tuple, "first_computed": int | None}
+        self.steps: list[list[tuple]] = []  # per execute_model: (req_id, start, n, request info)
+        self.requests: dict[str, dict] = {}  # req_id -> latest request info added under that id
+        self.added: list[dict] = []  # every request info, in add_request order
         self.executors: list[StandInExecutor] = []
         self.rpc_calls: list[str] = []
 
@@ -224,10 +225,11 @@ class StandInExecutor:
         step, rows = [], []
         for rid, n in so.num_scheduled_tokens.items():
             start = computed.get(rid, 0)
-            info = REC.requests.get(rid, {"prompt": (), "index": -1})
+            info = REC.requests.get(rid) or {"rid": rid, "prompt": (), "index": -1, "first_computed": None,
+                                             "hasher": False}
             if info.get("first_computed") is None:
                 info["first_computed"] = start
-            step.append((rid, start, n))
+            step.append((rid, start, n, info))
             prompt = info["prompt"]
             for pos in range(start, start + n):
                 rows.append((info["index"], pos, prompt[pos] if pos < len(prompt) else -1))
@@ -277,7 +279,8 @@ def install_bridges(gen_mod: types.ModuleType) -> None:
             missing = [name for name in ("is_encoder_decoder", "max_model_len") if name not in k]
             if not missing:
                 raise
-            REC.hard_break("SchedulerConfig(is_encoder_decoder)", f"SchedulerConfig(...) lacks {', '.join(missing)} (required on vLLM 0.16): "
+            REC.hard_break("SchedulerConfig(is_encoder_decoder)",
+                           f"SchedulerConfig(...) lacks {', '.join(missing)} (required on vLLM 0.16): "
                            f"{type(exc).__name__}")
             k.setdefault("is_encoder_decoder", False)
             k.setdefault("max_model_len", 8192)
@@ -293,7 +296,8 @@ def install_bridges(gen_mod: types.ModuleType) -> None:
         except TypeError as exc:
             if "kv_cache_specs" not in k:
                 raise
-            REC.hard_break("kv_cache_specs=", f"get_kv_cache_config_from_groups(kv_cache_specs=...): {short(exc, 120)}")
+            REC.hard_break("kv_cache_specs=",
+                           f"get_kv_cache_config_from_groups(kv_cache_specs=...): {short(exc, 120)}")
             k.pop("kv_cache_specs")
             return real_kvc(*a, **k)
 
@@ -325,9 +329,10 @@ def watch_scheduler(sched, vllm_config) -> None:
 
     def add_request(request, *a, **k):
         prompt = tuple(request.prompt_token_ids or ())
-        REC.requests[request.request_id] = {"prompt": prompt, "index": PROMPT_INDEX.get(prompt, -1),
-                                            "first_computed": None,
-                                            "hasher": getattr(request, "_block_hasher", None) is not None}
+        info = {"rid": request.request_id, "prompt": prompt, "index": PROMPT_INDEX.get(prompt, -1),
+                "first_computed": None, "hasher": getattr(request, "_block_hasher", None) is not None}
+        REC.requests[request.request_id] = info
+        REC.added.append(info)
         if sched.kv_cache_manager.enable_caching and getattr(request, "_block_hasher", None) is None:
             REC.hard_break("block pool assert (prefix caching on, no hasher)",
                            "prefix caching is on but requests carry no block hasher: vLLM 0.16's block pool "
@@ -405,7 +410,7 @@ def make_prompts(n_tokens_budget: int, max_model_len: int, shared: int, overshoo
     prefix = [rng.randrange(3, vocab) for _ in range(shared)]
     prompts, total = [], 0
     while total < n_tokens_budget * overshoot:
-        length = min(longest, base - 7 * len(prompts))
+        length = max(shared + 8, min(longest, base - 7 * len(prompts)))
         p = prefix + [rng.randrange(3, vocab) for _ in range(length - shared)]
         prompts.append(p)
         total += len(p)
@@ -419,26 +424,24 @@ def make_prompts(n_tokens_budget: int, max_model_len: int, shared: int, overshoo
     return prompts
 
 
-def account(call_req_ids: list[str], prompts: list[list[int]], steps: list) -> dict:
-    """Per prompt of one generate() call: positions that went through the model, cache hits, splits."""
-    seen: dict[str, set[int]] = {rid: set() for rid in call_req_ids}
-    for step in steps:
-        for rid, start, n in step:
-            if rid in seen:
-                seen[rid].update(range(start, start + n))
-    per, lost, hits, split = [], 0, 0, 0
-    for rid in call_req_ids:
-        info = REC.requests[rid]
+def account(call_infos: list[dict], prompts: list[list[int]], steps: list) -> dict:
+    """Per prompt of one generate() call: positions that went through the model, cache hits, splits.
+    A prompt the call never turned into a request counts as lost entirely."""
+    per, hits, split = [], 0, 0
+    done_by_prompt: dict[int, set[int]] = {i: set() for i in range(len(prompts))}
+    for info in call_infos:
+        chunks = [(start, n) for step in steps for (_, start, n, inf) in step if inf is info]
         length = len(info["prompt"])
-        done = len([p for p in seen[rid] if p < length])
+        positions = {p for start, n in chunks for p in range(start, start + n) if p < length}
         first = info.get("first_computed") or 0
-        chunks = [n for step in steps for (r, s, n) in step if r == rid]
-        is_split = bool(chunks) and first + sum(chunks) < length
-        lost += length - done
+        is_split = bool(chunks) and first + sum(n for _, n in chunks) < length
+        if info["index"] in done_by_prompt:
+            done_by_prompt[info["index"]] |= positions
         hits += first
         split += int(is_split)
-        per.append({"req": rid, "prompt": info["index"], "len": length, "through_model": done,
+        per.append({"req": info["rid"], "prompt": info["index"], "len": length, "through_model": len(positions),
                     "cache_hit": first, "steps": len(chunks), "split": is_split, "hasher": info["hasher"]})
+    lost = sum(len(p) - len(done_by_prompt[i]) for i, p in enumerate(prompts))
     return {"lost": lost, "cache_hits": hits, "split": split, "requests": per,
             "prompt_tokens": sum(len(p) for p in prompts)}
 
@@ -449,7 +452,8 @@ def check_results(results, prompts: list[list[int]], layers: list[int]) -> str |
     import torch
 
     if not isinstance(results, list) or len(results) != len(prompts):
-        return f"generate() returned {type(results).__name__} of {len(results) if hasattr(results, '__len__') else '?'} items for {len(prompts)} prompts"
+        size = len(results) if hasattr(results, "__len__") else "?"
+        return f"generate() returned {type(results).__name__} of {size} items for {len(prompts)} prompts"
     for i, (res, prompt) in enumerate(zip(results, prompts)):
         hs = res.get("hidden_states") if isinstance(res, dict) else None
         if not isinstance(hs, list) or len(hs) != len(layers):
@@ -537,7 +541,7 @@ def run(req: dict) -> dict:
 
         per_call = []
         for c in range(calls):
-            before = set(REC.requests)
+            added0 = len(REC.added)
             step0 = len(REC.steps)
             error = None
             results = None
@@ -546,8 +550,7 @@ def run(req: dict) -> dict:
             except Exception as exc:  # noqa: BLE001
                 log(traceback.format_exc())
                 error = short(exc)
-            call_ids = [rid for rid in REC.requests if rid not in before]
-            acc = account(call_ids, prompts, REC.steps[step0:])
+            acc = account(REC.added[added0:], prompts, REC.steps[step0:])
             acc["steps"] = len(REC.steps) - step0
             acc["error"] = error
             acc["misaligned"] = check_results(results, prompts, layers) if error is None else None
