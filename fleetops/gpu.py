@@ -58,7 +58,7 @@ def short_process(p: dict) -> str:
 def describe_process(p: dict) -> str:
     owner = f"job {p['job']}" if p.get("job") else "foreign"
     who = p.get("user") or "?"
-    cmd = (p.get("command") or p.get("name") or "?")[:60]
+    cmd = " ".join((p.get("command") or p.get("name") or "?").split())[:100]
     return f"pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, {who}, {age(p.get('age_s'))}, {owner}: {cmd}"
 
 
