@@ -6,7 +6,6 @@
     fab -H lab01 rollback
 """
 
-from fabric import task
 from invoke import Collection
 
 from fleetops import lab as _lab

@@ -16,9 +16,9 @@ from invoke import Call
 from invoke.exceptions import Exit
 
 from . import invocation
+from .fabtasks import is_fleet_task
 from .inventory import Host, UnknownHost
 from .results import EXIT_USAGE, Result, Status, exit_status
-from .fabtasks import is_fleet_task
 from .tasks import fleet_sections, plan_for
 from .transport import COUNTERS
 from .yamlsrc import ConfigError

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import EXIT_GPU_BUSY, EXIT_GPU_UNHEALTHY, EXIT_NO_NVIDIA_SMI, EXIT_NVIDIA_SMI_FAILED, EXIT_OK, Item, \
-    Status
+from .results import (
+    EXIT_GPU_BUSY,
+    EXIT_GPU_UNHEALTHY,
+    EXIT_NO_NVIDIA_SMI,
+    EXIT_NVIDIA_SMI_FAILED,
+    EXIT_OK,
+    Item,
+    Status,
+)
 
 DEFAULT_THRESHOLD_MIB = 1024
 

@@ -39,6 +39,7 @@ class Invocation:
         return self.pool
 
     def playbook(self, override: str | None = None) -> Playbook:
+        override = override or os.environ.get("FLEETOPS_PLAYBOOK")
         rel = override or self.settings.get("playbook") or DEFAULT_PLAYBOOK
         path = Path(rel) if Path(rel).is_absolute() else (Path.cwd() / rel if override else self.root / rel)
         if override and not path.exists():

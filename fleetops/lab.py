@@ -230,11 +230,26 @@ class Lab:
         base = base or base_dir()
         src, dst = site_packages(base), site_packages(node.venv)
         for package in OWN_PACKAGES:
+            for old in [dst / package, *dst.glob(f"{package}-*.dist-info")]:
+                if old.exists():
+                    shutil.rmtree(old)
             for entry in [src / package, *src.glob(f"{package}-*.dist-info")]:
-                target = dst / entry.name
-                if target.exists():
-                    shutil.rmtree(target)
-                shutil.copytree(entry, target, ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(entry, dst / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def install_package(self, node: Node, requirement: str) -> None:
+        """Give one node a different real package version (e.g. vllm==0.11.0), shadowing the shared one.
+
+        Installed without its dependencies: enough for version checks and file-level patching, which is
+        what such nodes are for (showing how fleetops refuses a node it must not patch)."""
+        base = base_dir()
+        site = site_packages(node.venv)
+        name = requirement.split("==")[0].strip().replace("-", "_")
+        for old in [site / name, *site.glob(f"{name}-*.dist-info")]:
+            if old.exists():  # pip --target leaves an older dist-info behind, and metadata would read it
+                shutil.rmtree(old)
+        subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "--no-deps", "--upgrade", "--target", str(site_packages(node.venv)), requirement],
+                       check=True)
 
     def _sshd_config(self, node: Node) -> str:
         # One complete config per node: -o overrides were not reliable here.
@@ -433,5 +448,13 @@ def gpu(c, state="idle", node="all"):
             say(f"{n.name}: simulated GPUs now {state}{held}")
 
 
+@task(help={"node": "lab node name", "package": "a pinned requirement, e.g. vllm==0.11.0"})
+def install(c, node, package):
+    """Give one lab node another real version of a package (no deps), e.g. to see a refused patch."""
+    lab = _lab(c)
+    lab.install_package(lab.node(node), package)
+    say(f"{node}: installed {package} (shadows the shared venv's copy; `fab lab.reset` restores speculators)")
+
+
 def collection() -> Collection:
-    return Collection(up, status, down, reset, gpu)
+    return Collection(up, status, down, reset, gpu, install)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO, fab_json
@@ -142,7 +143,7 @@ def test_lab_gpu_task_switches_state(gpus):
     time.sleep(0.2)
     for pid in pids:
         try:
-            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except FileNotFoundError:
             continue
         assert state == "Z", f"holder {pid} still running"  # killed; only its exit status is left
