@@ -38,12 +38,17 @@ class Reporter:
         lines = [f"[bold]{escape(r.host)}[/] [dim]|[/] {escape(r.task)} [dim]|[/] "
                  f"[{STYLE[r.status]}]{r.status.value}[/] [dim]|[/] {escape(r.msg)}"]
         table = r.data.get("table")
+        scopes_shown: set[str] = set()
         for item in r.items:
             if table and item.status is Status.OK:
                 continue  # the table shows it
             style = STYLE[item.status]
             lines.append(f"    [{style}]{item.status.value:<7}[/] {escape(item.label)}: {escape(item.msg)}")
-            detail = _item_detail_lines(item.details, self.verbose)
+            details = item.details
+            if details.get("proves") in scopes_shown:  # say once per kind what such a check proves
+                details = {k: v for k, v in details.items() if k not in ("proves", "cannot")}
+            scopes_shown.add(item.details.get("proves", ""))
+            detail = _item_detail_lines(details, self.verbose)
             lines.extend(f"            [dim]{escape(x)}[/]" for x in detail)
         if r.failed and r.evidence is not None:
             ev = r.evidence
@@ -110,7 +115,9 @@ def _item_detail_lines(details: dict[str, Any], verbose: bool) -> list[str]:
         out.extend(details["diff_text"].rstrip("\n").splitlines())
     for ev in details.get("evidence", [])[:5]:
         if isinstance(ev, dict):
-            if "line" in ev and "text" in ev:
+            if {"file", "line", "callee", "error"} <= set(ev):
+                out.append(f"{ev['file'].rsplit('/', 1)[-1]}:{ev['line']}: {ev['callee']}: {ev['error']}")
+            elif "line" in ev and "text" in ev:
                 out.append(f"line {ev['line']}: {ev['text']}")
             else:
                 out.append(", ".join(f"{k}={v}" for k, v in ev.items()))
