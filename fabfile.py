@@ -53,5 +53,41 @@ def facts(c, json=False):
     return host_task(c, "facts")
 
 
-ns = Collection(ping, patch, rollback, verify, gpu, facts)
+HELP_JOB = "the playbook's job (default: extract)"
+HELP_JOB_ID = "a job id on the node (default: the node's latest job)"
+
+
+@fleet_task(help={"force": "launch even if checks or the GPU gate fail (and say so)", "job": HELP_JOB,
+                  "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
+def extract(c, force=False, job=None, playbook=None, json=False):
+    """Run the fast checks and the GPU gate, then launch the playbook's job detached on the node."""
+    return host_task(c, "extract", force=force, job=job, playbook=playbook)
+
+
+@fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
+def tail(c, job_id=None, job=None, playbook=None, json=False):
+    """Follow the job's log (progress bar, failures highlighted) until it ends; exit with its status."""
+    return host_task(c, "tail", job_id=job_id, job=job, playbook=playbook)
+
+
+@fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
+def status(c, job_id=None, job=None, playbook=None, json=False):
+    """The job's state (running / succeeded / failed / killed), exit status, runtime, last progress, log."""
+    return host_task(c, "status", job_id=job_id, job=job, playbook=playbook)
+
+
+@fleet_task(help={"lines": "how many lines (default 50)", "job_id": HELP_JOB_ID, "json": HELP_JSON})
+def logs(c, lines=50, job_id=None, json=False):
+    """The last lines of the job's log (no follow)."""
+    return host_task(c, "logs", lines=lines, job_id=job_id)
+
+
+@fleet_task(help={"grace": "seconds between SIGTERM and SIGKILL (default 10)", "job_id": HELP_JOB_ID,
+                  "json": HELP_JSON})
+def stop(c, grace=10, job_id=None, json=False):
+    """SIGTERM the job's whole process group, SIGKILL after the grace period, confirm GPU memory is free."""
+    return host_task(c, "stop", grace=grace, job_id=job_id)
+
+
+ns = Collection(ping, patch, rollback, verify, gpu, facts, extract, tail, status, logs, stop)
 ns.add_collection(_lab.collection(), name="lab")

@@ -8,7 +8,7 @@ concurrently, a failure stops only that host's chain, and one recap and exit sta
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import fabric
@@ -55,7 +55,14 @@ class FleetExecutor(fabric.Executor):
         forks = int(os.environ.get("FLEETOPS_FORKS") or settings.get("forks") or DEFAULT_FORKS)
         try:
             with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts)))) as pool:
-                list(pool.map(lambda h: self._run_chain(h, host_calls, inv), hosts))
+                futures = [pool.submit(self._run_chain, h, host_calls, inv) for h in hosts]
+                while not all(f.done() for f in futures):
+                    try:
+                        wait(futures, timeout=0.2)
+                    except KeyboardInterrupt:
+                        inv.interrupted.set()  # tail detaches, --wait gives up; each host's chain ends cleanly
+                for f in futures:
+                    f.result()
             code = exit_status(inv.results)
             extra = {"counters": COUNTERS.per_host} if os.environ.get("FLEETOPS_TRACE") or inv.reporter.json_mode \
                 else None
@@ -73,6 +80,8 @@ class FleetExecutor(fabric.Executor):
     def _run_chain(self, host: Host, calls: list[Call], inv: invocation.Invocation) -> None:
         failed_at: str | None = None
         for call in calls:
+            if inv.interrupted.is_set() and not failed_at:
+                failed_at = "an interrupt (Ctrl-C)"
             if failed_at:
                 inv.record(Result(host.name, call.task.name, Status.SKIPPED,
                                   f"skipped: {failed_at} failed on this host"))

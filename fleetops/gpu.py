@@ -121,6 +121,8 @@ def evaluate(snap: dict, gate: Gate) -> Verdict:
     if busy:
         parts.append(f"{busy} busy")
     free = len(selected) - busy - unhealthy
+    if snap.get("apps_error"):
+        parts.append(f"nvidia-smi could not list GPU processes: {snap['apps_error']}")
     msg = f"{free}/{len(selected)} selected GPUs free" + (f"; {'; '.join(parts)}" if parts else "")
     code = EXIT_GPU_UNHEALTHY if (missing or unhealthy) else EXIT_GPU_BUSY if busy else EXIT_OK
     return Verdict(code, msg, items, rows, holders)

@@ -26,6 +26,7 @@ class Invocation:
         self.results: list[Result] = []
         self.playbooks: dict[Path, Playbook] = {}
         self.lock = threading.Lock()
+        self.interrupted = threading.Event()  # Ctrl-C: long tasks (tail, --wait) detach and return
 
     @property
     def inventory(self) -> Inventory:

@@ -205,6 +205,8 @@ class Lab:
                 self._build_node(node, base)
             if not (node.dir / "gpu.json").exists():
                 self.set_gpu_state(node, "idle")
+            if not (node.state_dir / "lab-model").exists():
+                self._give_model(node, base)
             if not node.running():
                 self._start_sshd(node)
         self._save(nodes)
@@ -224,6 +226,16 @@ class Lab:
                         "-f", str(node.host_key)], check=True)
         (node.dir / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
         node.config.write_text(self._sshd_config(node))
+
+    def _give_model(self, node: Node, base: Path) -> None:
+        """The tiny model and dataset the lab's extract job runs on, made once per lab, copied per node."""
+        made = self.dir / "tiny"
+        if not (made / "lab-data" / "prompts.jsonl").exists():
+            subprocess.run([str(base / "bin" / "python"), str(Path(__file__).parent / "lab_model.py"), str(made)],
+                           check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        node.state_dir.mkdir(parents=True, exist_ok=True)
+        for part in ("lab-model", "lab-data"):
+            shutil.copytree(made / part, node.state_dir / part, dirs_exist_ok=True)
 
     def reset_packages(self, node: Node, base: Path | None = None) -> None:
         """Give the node pristine copies of its own packages (as installed from PyPI)."""
@@ -336,7 +348,8 @@ class Lab:
                                         start_new_session=True, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 holders.append(proc.pid)
-        config = {"state": state, "fixtures": str(gpu_fixtures()), "holder_pids": holders}
+        config = {"state": state, "fixtures": str(gpu_fixtures()), "holder_pids": holders,
+                  "state_dir": str(node.state_dir)}
         (node.dir / "gpu.json").write_text(json.dumps(config) + "\n")
         return config
 

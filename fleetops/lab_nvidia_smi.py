@@ -6,6 +6,8 @@ machine (tests/fixtures/nvidia-smi/h200x2) according to the node's gpu.json stat
                 recorded pids, so the node's process table has user, age and command for it)
   missing       GPU 1 is gone from every answer
   driver_error  nvidia-smi fails the way a driver/library mismatch makes it fail
+While a fleetops job runs on the node (and the state is idle), GPU 0 answers as the recorded busy GPU 0,
+held by the job's process, so `gpu`, `extract`'s gate and `stop` see a job on the GPU as they would.
 
 Installed by the lab as <node>/bin/nvidia-smi; never used outside the lab.
 """
@@ -20,13 +22,29 @@ HERE = Path(__file__).resolve().parent  # <node>/bin
 RECORDED_PIDS = ("580", "581")
 
 
+def running_job_pid(state_dir: str | None) -> int | None:
+    if not state_dir:
+        return None
+    try:
+        current = json.loads((Path(state_dir) / "jobs" / "current.json").read_text())
+        job_dir = Path(state_dir) / "jobs" / current["id"]
+        if (job_dir / "exit.json").exists():
+            return None
+        pid = int(json.loads((job_dir / "job.json").read_text())["pid"])
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return pid if stat[0] != "Z" else None
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
 def main(argv: list[str]) -> int:
     config = json.loads((HERE.parent / "gpu.json").read_text())
     state, fixtures = config["state"], Path(config["fixtures"])
+    job_pid = running_job_pid(config.get("state_dir")) if state == "idle" else None
     if state == "driver_error":
         print("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.159")
         return 18
-    phase = "busy" if state == "busy" else "idle"
+    phase = "busy" if state == "busy" or job_pid else "idle"
     args = " ".join(argv)
     nounits = "nounits" in args
     if "--query-gpu" in args:
@@ -40,7 +58,13 @@ def main(argv: list[str]) -> int:
     lines = [ln for ln in (fixtures / name).read_text().splitlines() if not ln.startswith("rc=")]
     if "noheader" in args and lines and lines[0].startswith(("index", "pid")):
         lines = lines[1:]
-    holders = [str(p) for p in config.get("holder_pids", [])]
+    holders = [str(p) for p in config.get("holder_pids", [])] or ([str(job_pid)] if job_pid else [])
+    if job_pid:  # only GPU 0 is the job's: GPU 1 answers as idle
+        idle_name = "idle_apps.csv" if "apps" in name else name.replace("busy", "idle")
+        idle = [ln for ln in (fixtures / idle_name).read_text().splitlines() if not ln.startswith("rc=")]
+        gpu1_idle = [ln for ln in idle if "GPU-96672edd" in ln and not ln.startswith("pid")]
+        lines = [ln for ln in lines if "GPU-96672edd" not in ln and not ln.startswith("1,")] + \
+            [ln for ln in gpu1_idle if "--query-gpu" in args]
     out = []
     for line in lines:
         if state == "missing" and ("GPU-96672edd" in line or line.startswith("1,")):

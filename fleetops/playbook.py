@@ -55,7 +55,7 @@ class Playbook:
     requires_hint: str = ""
     patches: list[Patch] = field(default_factory=list)
     checks: list[dict] = field(default_factory=list)
-    jobs: Mapping | None = None
+    jobs: dict[str, Mapping] | None = None
     sha256: str = ""
 
     def patch_request(self, check: bool = False) -> dict:
@@ -97,7 +97,9 @@ def load_playbook(path: str | Path) -> Playbook:
         spec = expect_mapping(spec, str(path), _item_line(doc, "verify", i), "a check")
         book.checks.append(_parse_check(spec, path, digest))
     if "jobs" in doc:
-        book.jobs = expect_mapping(doc["jobs"], str(path), doc.line_of("jobs"), "'jobs'")
+        from .jobs import parse_jobs
+
+        book.jobs = parse_jobs(expect_mapping(doc["jobs"], str(path), doc.line_of("jobs"), "'jobs'"))
     book.sha256 = digest.hexdigest()
     return book
 

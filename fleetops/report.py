@@ -32,6 +32,21 @@ class Reporter:
             with self.lock:
                 self.console.print(escape(message))
 
+    def job_line(self, host: str, line: str, failure: bool, progress: dict | None) -> None:
+        """One line of a job's log, prefixed with its host; failures stand out the moment they appear."""
+        if self.json_mode:
+            return
+        from .jobs import bar
+
+        with self.lock:
+            if failure:
+                self.console.print(f"[bold]{escape(host)}[/] [bold red]| {escape(line)}[/]")
+            elif progress and "total" in progress:
+                self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] [cyan]{escape(bar(progress))}[/] "
+                                   f"[dim]{escape(line)}[/]")
+            else:
+                self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] {escape(line)}")
+
     def result(self, r: Result) -> None:
         if self.json_mode:
             return

@@ -212,6 +212,21 @@ def fleet_sections(results: list[Result]) -> list[dict]:
     return sections
 
 
+def _jobs_tasks() -> dict[str, TaskSpec]:
+    from . import jobtasks as jt
+
+    def unused(host: str, plan: Plan, answer: dict) -> Result:  # these tasks bring their own run()
+        raise AssertionError("job tasks interpret in their run()")
+
+    return {
+        "extract": TaskSpec("extract", jt.job_plan("extract", True), unused, jt.run_extract),
+        "tail": TaskSpec("tail", jt.job_plan("tail", False), unused, jt.run_tail),
+        "status": TaskSpec("status", jt.job_plan("status", False), unused, jt.run_status),
+        "logs": TaskSpec("logs", jt.job_plan("logs", False), unused, jt.run_logs),
+        "stop": TaskSpec("stop", jt.job_plan("stop", False), unused, jt.run_stop),
+    }
+
+
 TASKS: dict[str, TaskSpec] = {
     "ping": TaskSpec("ping", _ping_plan, _interpret_ping),
     "gpu": TaskSpec("gpu", _gpu_plan, _interpret_gpu, _run_gpu),
@@ -220,6 +235,9 @@ TASKS: dict[str, TaskSpec] = {
     "rollback": TaskSpec("rollback", _patch_plan("rollback"), _interpret_patch),
     "verify": TaskSpec("verify", _verify_plan, _interpret_verify),
 }
+
+
+TASKS.update(_jobs_tasks())
 
 
 def plan_for(inv: Invocation, name: str, kwargs: dict) -> Plan:

@@ -57,6 +57,8 @@ def our_jobs(state_dir: str) -> dict[int, str]:
     """Process groups of jobs this tool launched on the node → job id."""
     out = {}
     for path in glob.glob(os.path.join(state_dir, "jobs", "*", "job.json")):
+        if os.path.exists(os.path.join(os.path.dirname(path), "exit.json")):
+            continue  # ended: its process group id may belong to someone else by now
         try:
             with open(path, encoding="utf-8") as f:
                 job = json.load(f)

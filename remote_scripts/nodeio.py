@@ -46,6 +46,7 @@ def sha256_file(path: str) -> str:
 # Tests arm these by writing <state_dir>/failpoints.json on a lab node, e.g.
 # {"patch.after_temp_write": {"action": "kill"}}. Operators never create that file.
 _FAILPOINTS: dict = {}
+_HITS: dict[str, int] = {}
 
 
 def load_failpoints(state_dir: str) -> None:
@@ -61,6 +62,9 @@ def failpoint(name: str) -> None:
     spec = _FAILPOINTS.get(name)
     if not spec:
         return
+    _HITS[name] = _HITS.get(name, 0) + 1
+    if _HITS[name] <= int(spec.get("skip", 0)):
+        return  # fire on a later hit (e.g. kill after the third batch)
     action = spec.get("action")
     if action == "sleep":
         time.sleep(float(spec.get("seconds", 1)))

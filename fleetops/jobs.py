@@ -1,0 +1,204 @@
+"""Job definitions (a playbook's `jobs:`), resolved per host, and the pure helpers `tail` uses to read
+progress and failures out of a job's log."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .gpu import Gate
+from .yamlsrc import ConfigError, Mapping, reject_unknown
+
+NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+PATH = re.compile(r"(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/+@{}-]{1,4096}")
+EXTRACT_KEYS = {"backend", "model", "dataset", "output", "layer_ids", "tensor_parallel_size", "max_model_len",
+                "batch_size", "limit"}
+COMMON_KEYS = {"kind", "description", "env", "cwd", "preflight", "gpu_gate", "progress", "failures", "overrides",
+               "command", "secret_env"}
+DEFAULT_PREFLIGHT = ["requires", "grep", "compile"]
+DEFAULT_PROGRESS = r"samples=(?P<done>\d+)/(?P<total>\d+).*?tok/s=(?P<tok_s>[0-9.]+)(?:.*?eta=(?P<eta>[0-9.]+)s)?"
+DEFAULT_FAILURES = [r"Traceback \(most recent call last\)", r"CUDA out of memory", r"Worker failed",
+                    r"^\w*(Error|Exception): ", r"\bKilled\b", r"fleetops: cannot start"]
+
+
+@dataclass
+class JobSpec:
+    name: str
+    kind: str
+    extract: dict[str, Any] | None
+    argv: list[str] | None
+    env: dict[str, str]
+    secret_env: set[str]
+    cwd: str | None
+    preflight: list[str]
+    gate: Gate | None
+    progress: re.Pattern[str]
+    failures: list[re.Pattern[str]]
+    description: str = ""
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def start_request(self) -> dict:
+        shown = {k: ("[secret]" if k in self.secret_env else v) for k, v in self.env.items()}
+        return {"job": {"name": self.name, "kind": self.kind, "extract": self.extract, "argv": self.argv,
+                        "env": self.env, "shown_env": shown, "cwd": self.cwd}}
+
+
+def _err(m: Mapping, key: str, msg: str) -> ConfigError:
+    return m.error(key, msg)
+
+
+def _validate(name: str, spec: dict, where: Mapping) -> None:
+    """Check one fully merged job definition; errors point at the job's line in the playbook."""
+    kind = spec.get("kind", "extract")
+    if kind not in ("extract", "command"):
+        raise _err(where, "kind", f"job {name!r}: kind must be 'extract' or 'command'")
+    if kind == "command":
+        argv = spec.get("command")
+        if not (isinstance(argv, list) and argv and all(isinstance(a, str) and "\0" not in a for a in argv)):
+            raise _err(where, "command", f"job {name!r}: 'command' must be a list of argv words (no shell)")
+    else:
+        for key in ("backend", "model", "dataset", "output", "layer_ids"):
+            if key not in spec:
+                raise ConfigError(where.path, where.line, f"job {name!r} needs {key!r}")
+        if spec["backend"] not in ("vllm", "transformers"):
+            raise _err(where, "backend", f"job {name!r}: backend must be 'vllm' or 'transformers'")
+        for key in ("model", "dataset", "output"):
+            if not isinstance(spec[key], str) or not PATH.fullmatch(spec[key]):
+                raise _err(where, key, f"job {name!r}: {key!r} must be a path (no spaces, quotes or '..')")
+        ids = spec["layer_ids"]
+        if not (isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                      for i in ids)):
+            raise _err(where, "layer_ids", f"job {name!r}: layer_ids must be a list of layer numbers")
+        for key in ("tensor_parallel_size", "max_model_len", "batch_size", "limit"):
+            if key in spec and (not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 1):
+                raise _err(where, key, f"job {name!r}: {key!r} must be a positive integer")
+    env = spec.get("env", {}) or {}
+    if not isinstance(env, dict):
+        raise _err(where, "env", f"job {name!r}: env must be a mapping")
+    for k, v in env.items():
+        if not (isinstance(k, str) and ENV_KEY.fullmatch(k)):
+            raise _err(where, "env", f"job {name!r}: bad environment variable name {k!r}")
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool) or "\0" in str(v) or "\n" in str(v):
+            raise _err(where, "env", f"job {name!r}: value of {k} must be one line of text")
+    for key in ("progress",):
+        if key in spec:
+            try:
+                re.compile(spec[key])
+            except (re.error, TypeError) as exc:
+                raise _err(where, key, f"job {name!r}: bad regex: {exc}") from None
+    for pattern in spec.get("failures", []) or []:
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            raise _err(where, "failures", f"job {name!r}: bad regex {pattern!r}: {exc}") from None
+
+
+def parse_jobs(jobs: Mapping) -> dict[str, Mapping]:
+    """Validate every job and every group override merged onto it, at playbook load time."""
+    for name, spec in jobs.items():
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise jobs.error(name, f"job name {name!r} must match {NAME.pattern}")
+        if not isinstance(spec, Mapping):
+            raise jobs.error(name, f"job {name!r} must be a mapping")
+        reject_unknown(spec, COMMON_KEYS | EXTRACT_KEYS, f"job {name!r}")
+        overrides = spec.get("overrides") or Mapping()
+        if not isinstance(overrides, Mapping):
+            raise spec.error("overrides", "overrides must map group names to job settings")
+        _validate(name, _merged(spec, None), spec)
+        for group, over in overrides.items():
+            if not isinstance(over, Mapping):
+                raise overrides.error(group, f"override for group {group!r} must be a mapping")
+            reject_unknown(over, (COMMON_KEYS | EXTRACT_KEYS) - {"overrides"}, f"job {name!r} override {group!r}")
+            _validate(name, _merged(spec, over), over)
+    return dict(jobs)
+
+
+def _merged(spec: Mapping, over: Mapping | None) -> dict:
+    out = {k: v for k, v in spec.items() if k != "overrides"}
+    if over:
+        out.update(over)
+    return out
+
+
+def resolve(name: str, spec: Mapping, groups: tuple[str, ...]) -> JobSpec:
+    """The job as this host runs it: the base definition plus the overrides of the host's groups."""
+    overrides = spec.get("overrides", {}) or {}
+    merged = _merged(spec, None)
+    notes = []
+    for group in groups:
+        if group in overrides:
+            merged.update(overrides[group])
+            notes.append(f"settings for group {group!r} applied")
+    kind = merged.get("kind", "extract")
+    extract = None
+    if kind == "extract":
+        extract = {"backend": merged["backend"], "model": merged["model"], "dataset": merged["dataset"],
+                   "output": merged["output"], "layer_ids": list(merged["layer_ids"]),
+                   "tensor_parallel_size": merged.get("tensor_parallel_size", 1),
+                   "max_model_len": merged.get("max_model_len", 2048), "batch_size": merged.get("batch_size", 8),
+                   "limit": merged.get("limit")}
+    gate_spec = merged.get("gpu_gate", {})
+    gate = None
+    if gate_spec is not False:
+        gate_spec = gate_spec or {}
+        select = gate_spec.get("gpus")
+        gate = Gate(int(gate_spec.get("threshold", 1024)),
+                    tuple(int(x) for x in str(select).split(",")) if select not in (None, "") else None)
+    return JobSpec(name=name, kind=kind, extract=extract, argv=list(merged["command"]) if kind == "command" else None,
+                   env={k: str(v) for k, v in (merged.get("env") or {}).items()},
+                   secret_env=set(merged.get("secret_env") or []), cwd=merged.get("cwd"),
+                   preflight=list(merged.get("preflight", DEFAULT_PREFLIGHT)), gate=gate,
+                   progress=re.compile(merged.get("progress", DEFAULT_PROGRESS)),
+                   failures=[re.compile(p) for p in merged.get("failures", DEFAULT_FAILURES)],
+                   description=str(merged.get("description", "")), source=f"{spec.path}:{spec.line}", notes=notes)
+
+
+def parse_progress(line: str, rx: re.Pattern[str]) -> dict | None:
+    m = rx.search(line)
+    if not m:
+        return None
+    groups = m.groupdict()
+    out: dict[str, float] = {}
+    for key in ("done", "total", "tok_s", "eta"):
+        if groups.get(key) is not None:
+            out[key] = float(groups[key])
+    return out
+
+
+def is_failure(line: str, patterns: list[re.Pattern[str]]) -> bool:
+    return any(p.search(line) for p in patterns)
+
+
+def bar(progress: dict, width: int = 24) -> str:
+    done, total = progress.get("done", 0), progress.get("total", 0)
+    frac = done / total if total else 0.0
+    filled = int(round(frac * width))
+    eta = progress.get("eta")
+    eta_text = f" ETA {int(eta) // 60}:{int(eta) % 60:02d}" if eta is not None else ""
+    rate = f" {progress['tok_s']:.0f} tok/s" if "tok_s" in progress else ""
+    return f"[{'#' * filled}{'.' * (width - filled)}] {int(done)}/{int(total)} {frac:.0%}{rate}{eta_text}"
+
+
+def exit_code_of(state: dict) -> int:
+    """A job's end as a process exit status: its own code, or 128 + signal (the shell's convention)."""
+    ended = state.get("exit") or {}
+    if ended.get("signal"):
+        return 128 + int(ended["signal"])
+    if state.get("state") == "lost":
+        return 1
+    return int(ended.get("exit_code") or 0)
+
+
+def describe_end(state: dict) -> str:
+    ended = state.get("exit") or {}
+    if state.get("state") == "succeeded":
+        return "succeeded (exit status 0)"
+    if ended.get("signal"):
+        by = " by `stop`" if ended.get("by") == "stop" else ""
+        return f"killed by signal {ended['signal']}{by}"
+    if state.get("state") == "lost":
+        return "lost: its wrapper is gone and left no exit status (node rebooted, or the group was SIGKILLed)"
+    return f"failed (exit status {ended.get('exit_code')})"

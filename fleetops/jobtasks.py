@@ -1,0 +1,224 @@
+"""Job tasks: extract (gate, then launch detached), tail (follow by byte offset, survive dropped links),
+status, logs, stop. Each poll or action is one agent exec on the host's one connection."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from .gpu import evaluate
+from .jobs import (
+    DEFAULT_FAILURES,
+    DEFAULT_PROGRESS,
+    JobSpec,
+    bar,
+    describe_end,
+    exit_code_of,
+    is_failure,
+    parse_progress,
+    resolve,
+)
+from .results import EXIT_FAILED, Item, Result, Status
+from .transport import NodeConnection, TransportError
+from .yamlsrc import ConfigError
+
+if TYPE_CHECKING:
+    from .invocation import Invocation
+    from .tasks import Plan
+
+TAIL_WAIT_S = 2.0
+RECONNECT_MAX_S = 600.0
+
+
+def job_plan(op: str, needs_job: bool) -> callable:
+    def plan(inv: Invocation, kwargs: dict) -> Plan:
+        from .tasks import Plan
+
+        book = None
+        name = kwargs.get("job") or "extract"
+        try:
+            book = inv.playbook(kwargs.get("playbook"))
+        except ConfigError:
+            if needs_job:
+                raise
+        if needs_job and name not in (book.jobs or {}):
+            known = ", ".join(sorted(book.jobs or {})) or "none"
+            raise ConfigError(book.path, None, f"playbook {book.name!r} has no job {name!r} (jobs: {known})")
+        return Plan(op, {}, 120, book, options={**kwargs, "job": name})
+
+    return plan
+
+
+def _spec(plan: Plan, node: NodeConnection) -> JobSpec | None:
+    book = plan.playbook
+    name = plan.options["job"]
+    if book is None or name not in (book.jobs or {}):
+        return None
+    return resolve(name, book.jobs[name], node.host.groups)
+
+
+def run_extract(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+    host = node.host.name
+    spec = _spec(plan, node)
+    assert spec is not None and plan.playbook is not None
+    request = plan.playbook.verify_request(set(spec.preflight))
+    if "requires" not in spec.preflight:
+        request["requires"] = []
+    answer, evidence = node.call("preflight", request, timeout=600)
+    problems: list[Item] = []
+    for check in answer["verify"]["items"]:
+        if not check["ok"]:
+            problems.append(Item(f"check {check['name']} [{check['kind']}]", Status.FAILED, check["msg"]))
+    if answer.get("running_job"):
+        job = answer["running_job"]
+        problems.append(Item("node", Status.FAILED, f"job {job['id']} is still running (since {job['started']})"))
+    if spec.gate is not None:
+        verdict = evaluate(answer["gpu"], replace(spec.gate, expected=node.host.gpus))
+        if verdict.code:
+            problems.append(Item("GPU gate", Status.FAILED, verdict.msg + ("; " + "; ".join(verdict.holders)
+                                                                          if verdict.holders else "")))
+    notes = list(spec.notes)
+    if problems:
+        reasons = "; ".join(f"{p.label}: {p.msg}" for p in problems)
+        if not plan.options.get("force") or answer.get("running_job"):
+            return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: {reasons}"
+                          + ("" if answer.get("running_job") else " (--force overrides)"),
+                          problems, evidence=evidence, code=EXIT_FAILED)
+        notes.append(f"--force: launched despite: {reasons}")
+    started, evidence = node.call("job_start", spec.start_request(), timeout=60)
+    if not started.get("ok"):
+        return Result(host, "extract", Status.FAILED, started.get("error", "job did not start"), evidence=evidence,
+                      code=EXIT_FAILED)
+    job = started["job"]
+    items = [Item("note", Status.CHANGED, n) for n in notes]
+    return Result(host, "extract", Status.CHANGED,
+                  f"launched job {job['id']} (pid {job['pid']}, process group {job['pgid']}); log {job['log']}",
+                  items, data={"job": job, "forced": bool(problems)})
+
+
+def run_tail(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+    host = node.host.name
+    spec = _spec(plan, node)
+    progress_rx = spec.progress if spec else __import__("re").compile(DEFAULT_PROGRESS)
+    failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
+    job_id = plan.options.get("job_id")
+    offset = 0
+    backoff = 0.5
+    lost_since: float | None = None
+    failures: list[str] = []
+    last_progress: dict | None = None
+    reconnects = 0
+    reporter = inv.reporter
+    while True:
+        if inv.interrupted.is_set():
+            reporter.note(f"{host} | detached: job {job_id} is still running (fab -H {host} tail to re-attach)")
+            return Result(host, "tail", Status.OK, f"detached; job {job_id} still running", code=130,
+                          data={"job_id": job_id, "offset": offset, "detached": True})
+        try:
+            answer, evidence = node.call("job_tail", {"job_id": job_id, "offset": offset, "wait_s": TAIL_WAIT_S},
+                                         timeout=TAIL_WAIT_S + 30)
+        except TransportError as exc:
+            if exc.kind not in ("lost", "unreachable", "timeout"):
+                raise
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > RECONNECT_MAX_S:
+                return Result(host, "tail", Status.UNREACHABLE, f"gave up reconnecting after {RECONNECT_MAX_S:.0f}s: "
+                              f"{exc}", data={"job_id": job_id, "offset": offset})
+            reporter.note(f"{host} | connection lost ({exc.kind}); reconnecting in {backoff:.1f}s, resuming at byte "
+                          f"{offset}")
+            node.close()
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 8.0)
+            reconnects += 1
+            continue
+        if answer.get("error"):
+            return Result(host, "tail", Status.FAILED, answer["error"], code=EXIT_FAILED)
+        lost_since, backoff = None, 0.5
+        job_id = answer["job_id"]
+        for line in answer["data"].splitlines():
+            failed = is_failure(line, failure_rx)
+            if failed:
+                failures.append(line)
+            progress = parse_progress(line, progress_rx)
+            if progress:
+                last_progress = progress
+            reporter.job_line(host, line, failed, progress)
+        offset = answer["next_offset"]
+        if answer["state"] not in ("running", "starting") and not answer["data"]:
+            code = exit_code_of(answer)
+            end = describe_end(answer)
+            reporter.note(f"{host} | job {job_id} {end}")
+            status = Status.OK if code == 0 else Status.FAILED
+            return Result(host, "tail", status, f"job {job_id} {end}", code=code,
+                          data={"job_id": job_id, "exit": answer.get("exit"), "state": answer["state"],
+                                "bytes": offset, "failures": failures[:20], "reconnects": reconnects,
+                                "last_progress": last_progress and bar(last_progress)})
+
+
+def _status_row(answer: dict) -> list[str]:
+    job = answer["job"]
+    runtime = answer.get("runtime_s")
+    ended = answer.get("exit") or {}
+    exit_text = (f"signal {ended['signal']}" if ended.get("signal") else str(ended.get("exit_code"))) if ended else "-"
+    return [job["id"], answer["state"], exit_text, f"{runtime:.0f}s" if runtime is not None else "?",
+            answer.get("last_progress") or "-", job["log"]]
+
+
+def run_status(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+    host = node.host.name
+    spec = _spec(plan, node)
+    pattern = spec.progress.pattern if spec else DEFAULT_PROGRESS
+    answer, evidence = node.call("job_status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
+    if answer.get("error"):
+        return Result(host, "status", Status.FAILED, answer["error"], code=EXIT_FAILED,
+                      data={"error_kind": answer.get("error_kind")})
+    row = _status_row(answer)
+    code = exit_code_of(answer) if answer["state"] not in ("running", "starting") else 0
+    status = Status.OK if code == 0 else Status.FAILED
+    state = answer["state"] if answer["state"] != "killed" else f"killed by signal {answer['exit']['signal']}"
+    msg = f"job {row[0]}: {state}, exit {row[2]}, runtime {row[3]}, last progress: {row[4]}"
+    return Result(host, "status", status, msg, code=code,
+                  data={"job": answer["job"], "state": answer["state"], "exit": answer.get("exit"),
+                        "runtime_s": answer.get("runtime_s"), "last_progress": answer.get("last_progress"),
+                        "table": {"title": f"{host}: job", "columns": ["job", "state", "exit", "runtime",
+                                                                        "last progress", "log"], "rows": [row]}})
+
+
+def run_logs(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+    host = node.host.name
+    spec = _spec(plan, node)
+    failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
+    answer, _ = node.call("job_logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines")
+                                                                                          or 50)})
+    if answer.get("error"):
+        return Result(host, "logs", Status.FAILED, answer["error"], code=EXIT_FAILED)
+    for line in answer["lines"]:
+        inv.reporter.job_line(host, line, is_failure(line, failure_rx), None)
+    return Result(host, "logs", Status.OK, f"job {answer['job_id']} ({answer['state']}): last {len(answer['lines'])} "
+                  f"lines of {answer['log']}", data={"lines": answer["lines"], "state": answer["state"]})
+
+
+def run_stop(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+    host = node.host.name
+    answer, evidence = node.call("job_stop", {"job_id": plan.options.get("job_id"),
+                                              "grace_s": float(plan.options.get("grace") or 10)}, timeout=120)
+    if answer.get("error"):
+        return Result(host, "stop", Status.FAILED, answer["error"], code=EXIT_FAILED)
+    items = []
+    if answer.get("changed"):
+        snap, _ = node.call("gpu", {})
+        if snap.get("ok"):
+            held = [(g["index"], p) for g in snap["gpus"] for p in g["processes"] if p.get("job") == answer["job_id"]]
+            ok = not held
+            items.append(Item("GPU memory", Status.OK if ok else Status.FAILED,
+                              "released: no GPU process belongs to the job" if ok else
+                              "still held: " + "; ".join(f"GPU {i}: pid {p['pid']} {p['used_mib']} MiB"
+                                                         for i, p in held)))
+        else:
+            items.append(Item("GPU memory", Status.OK, f"not checked: {snap.get('error')}"))
+    status = Status.FAILED if not answer["ok"] or any(i.status is Status.FAILED for i in items) else \
+        Status.CHANGED if answer.get("changed") else Status.OK
+    return Result(host, "stop", status, answer["msg"], items, evidence=evidence if status is Status.FAILED else None,
+                  code=EXIT_FAILED if status is Status.FAILED else 0, data={"job_id": answer["job_id"],
+                                                                           "left": answer.get("left")})

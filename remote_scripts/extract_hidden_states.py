@@ -1,0 +1,211 @@
+"""Hidden-state extraction driver: the job `extract` launches on a node (under the node venv's python).
+
+Reads a JSONL dataset (one prompt per line: {"text": ...} / {"prompt": ...} / {"input_ids": [...]}),
+tokenizes, runs the model and writes one .safetensors file per sample (input_ids plus one tensor per
+requested layer, "hidden_states.<layer>", shape [tokens, hidden]) and a manifest. Backends:
+  vllm          speculators 0.3.0's (patched) VllmHiddenStatesGenerator, on GPUs
+  transformers  Hugging Face on the CPU, forward hooks on the decoder layers (the same quantity the
+                generator captures: a layer's output, before the final norm)
+Crash-safe: every sample file is written atomically before the manifest names it, and a restart resumes
+from the manifest (adopting complete sample files it did not yet name), so no sample is done twice or
+skipped. One progress line per batch; a summary at the end. Only the standard library is imported at module
+level: torch and friends are imported when the job runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+
+from .nodeio import atomic_write, failpoint, load_failpoints, now_iso
+
+MANIFEST = "manifest.json"
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def load_dataset(path: str) -> tuple[list[dict], str]:
+    with open(path, "rb") as f:
+        raw = f.read()
+    rows = []
+    for n, line in enumerate(raw.decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise SystemExit(f"{path}:{n}: not JSON: {exc}") from None
+        if isinstance(row, list):
+            row = {"input_ids": row}
+        if not isinstance(row, dict) or not ({"text", "prompt", "input_ids"} & set(row)):
+            raise SystemExit(f"{path}:{n}: each line needs 'text', 'prompt' or 'input_ids'")
+        rows.append(row)
+    return rows, hashlib.sha256(raw).hexdigest()
+
+
+def tokenize(rows: list[dict], model: str, max_len: int) -> list[list[int]]:
+    tokenizer = None
+    out = []
+    for row in rows:
+        if "input_ids" in row:
+            ids = [int(x) for x in row["input_ids"]]
+        else:
+            if tokenizer is None:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(model)
+            ids = tokenizer(row.get("text", row.get("prompt")), add_special_tokens=True)["input_ids"]
+        out.append(ids[:max_len])
+    return out
+
+
+def sample_path(output: str, index: int) -> str:
+    return os.path.join(output, f"sample_{index:07d}.safetensors")
+
+
+def save_sample(output: str, index: int, input_ids: list[int], layer_ids: list[int], states: list) -> None:
+    import torch
+    from safetensors.torch import save
+
+    tensors = {"input_ids": torch.as_tensor(input_ids, dtype=torch.long)}
+    for layer, tensor in zip(layer_ids, states):
+        tensors[f"hidden_states.{layer}"] = tensor.detach().to("cpu").contiguous()
+    atomic_write(sample_path(output, index), save(tensors, metadata={"index": str(index)}), mode=0o644,
+                 point="extract.sample")
+
+
+def complete_sample(output: str, index: int, n_tokens: int, layer_ids: list[int]) -> bool:
+    """A sample file left by a run that died before naming it in the manifest: keep it if it is whole."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(sample_path(output, index), framework="pt") as f:
+            keys = set(f.keys())
+            return (keys == {"input_ids", *[f"hidden_states.{lid}" for lid in layer_ids]}
+                    and f.get_slice("input_ids").get_shape() == [n_tokens])
+    except Exception:  # noqa: BLE001 - missing or truncated: do it again
+        return False
+
+
+class TransformersBackend:
+    def __init__(self, req: dict) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(0)
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(req["model"], torch_dtype=torch.float32)
+        self.model.eval()
+        layers = self.model.model.layers
+        self.layer_ids = req["layer_ids"]
+        for lid in self.layer_ids:
+            if not 0 <= lid < len(layers):
+                raise SystemExit(f"layer {lid} out of range: the model has {len(layers)} layers")
+        self.captured: dict[int, object] = {}
+        for lid in self.layer_ids:
+            layers[lid].register_forward_hook(self._hook(lid))
+
+    def _hook(self, lid: int):
+        def hook(module, inputs, output):
+            self.captured[lid] = output[0] if isinstance(output, tuple) else output
+
+        return hook
+
+    def generate(self, batch: list[list[int]]) -> list[list]:
+        out = []
+        with self.torch.no_grad():
+            for ids in batch:
+                self.model(input_ids=self.torch.as_tensor([ids], dtype=self.torch.long))
+                out.append([self.captured[lid][0].clone() for lid in self.layer_ids])
+        return out
+
+
+class VllmBackend:
+    def __init__(self, req: dict) -> None:
+        from speculators.data_generation.vllm_hidden_states_generator import VllmHiddenStatesGenerator
+
+        self.layer_ids = req["layer_ids"]
+        self.gen = VllmHiddenStatesGenerator(model_path=req["model"], layer_ids=req["layer_ids"],
+                                             max_model_len=req["max_model_len"],
+                                             tensor_parallel_size=req["tensor_parallel_size"])
+
+    def generate(self, batch: list[list[int]]) -> list[list]:
+        return [r["hidden_states"] for r in self.gen.generate(batch)]
+
+
+BACKENDS = {"transformers": TransformersBackend, "vllm": VllmBackend}
+
+
+def run(req: dict) -> int:
+    load_failpoints(req.get("state_dir", "/nonexistent"))
+    started = time.monotonic()
+    say(f"fleetops extract: backend={req['backend']} model={req['model']} layers={req['layer_ids']} "
+        f"tp={req['tensor_parallel_size']} batch={req['batch_size']} at {now_iso()}")
+    rows, dataset_sha = load_dataset(req["dataset"])
+    if req.get("limit"):
+        rows = rows[: int(req["limit"])]
+    output = req["output"]
+    os.makedirs(output, exist_ok=True)
+    identity = {"model": req["model"], "backend": req["backend"], "layer_ids": req["layer_ids"],
+                "dataset": req["dataset"], "dataset_sha256": dataset_sha, "total": len(rows)}
+    manifest_path = os.path.join(output, MANIFEST)
+    manifest = None
+    if os.path.exists(manifest_path):
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        differs = {k: (manifest.get(k), v) for k, v in identity.items() if manifest.get(k) != v}
+        if differs:
+            raise SystemExit(f"{output} holds a different extraction ({differs}); use another output directory")
+    if manifest is None:
+        manifest = {**identity, "version": 1, "samples": {}, "runs": []}
+    token_ids = tokenize(rows, req["model"], int(req["max_model_len"]) - 1)
+    done: dict[str, dict] = manifest["samples"]
+    adopted = [i for i in range(len(rows)) if str(i) not in done
+               and complete_sample(output, i, len(token_ids[i]), req["layer_ids"])]
+    for i in adopted:
+        done[str(i)] = {"file": os.path.basename(sample_path(output, i)), "tokens": len(token_ids[i]),
+                        "run": len(manifest["runs"]) - 1, "adopted": True}
+    manifest["runs"].append({"started": now_iso(), "already_done": len(done), "job": os.environ.get("FLEETOPS_JOB_ID")})
+    run_index = len(manifest["runs"]) - 1
+    todo = [i for i in range(len(rows)) if str(i) not in done]
+    if done:
+        say(f"resuming: {len(done)}/{len(rows)} samples already done ({len(adopted)} adopted from disk), "
+            f"{len(todo)} to go")
+    atomic_write(manifest_path, json.dumps(manifest, indent=1).encode(), mode=0o644, point="extract.manifest")
+    backend = BACKENDS[req["backend"]](req)
+    loaded = time.monotonic()
+    say(f"model loaded in {loaded - started:.1f}s")
+    batch_size = int(req["batch_size"])
+    tokens = 0
+    batches = [todo[k: k + batch_size] for k in range(0, len(todo), batch_size)]
+    for n, batch in enumerate(batches, 1):
+        states = backend.generate([token_ids[i] for i in batch])
+        for i, layer_states in zip(batch, states):
+            save_sample(output, i, token_ids[i], req["layer_ids"], layer_states)
+            done[str(i)] = {"file": os.path.basename(sample_path(output, i)), "tokens": len(token_ids[i]),
+                            "run": run_index}
+            tokens += len(token_ids[i])
+        atomic_write(manifest_path, json.dumps(manifest, indent=1).encode(), mode=0o644, point="extract.manifest")
+        elapsed = time.monotonic() - loaded
+        rate = tokens / elapsed if elapsed > 0 else 0.0
+        left = len(rows) - len(done)
+        eta = left / (sum(len(b) for b in batches[:n]) / elapsed) if elapsed > 0 else 0.0
+        say(f"progress samples={len(done)}/{len(rows)} batch={n}/{len(batches)} tokens={tokens} "
+            f"tok/s={rate:.1f} elapsed={elapsed:.1f}s eta={eta:.1f}s")
+        failpoint("extract.after_batch")
+    total_tokens = sum(d["tokens"] for d in done.values())
+    say(f"done: {len(done)}/{len(rows)} samples, {total_tokens} tokens in all, {tokens} this run, "
+        f"{tokens / max(time.monotonic() - loaded, 1e-9):.1f} tok/s, output {output}")
+    return 0
+
+
+def main(request_path: str) -> int:
+    with open(request_path, encoding="utf-8") as f:
+        req = json.load(f)
+    sys.stdout.reconfigure(line_buffering=True)
+    return run(req)
