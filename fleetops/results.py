@@ -89,6 +89,8 @@ def exit_status(results: list[Result]) -> int:
             code = max(code, EXIT_UNREACHABLE)
         elif r.status is Status.FAILED:
             code = max(code, r.code or EXIT_FAILED)
+        else:
+            code = max(code, r.code)  # e.g. 130 for a tail detached by Ctrl-C: done, but not finished
     return code
 
 

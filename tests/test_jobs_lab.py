@@ -209,3 +209,17 @@ def test_extract_refuses_when_checks_or_gpus_fail_and_force_overrides(jobs):
     notes = [i["msg"] for i in r["items"]]
     assert r["status"] == "changed" and notes == ["settings for group 'lab' applied", notes[1]]
     assert notes[1].startswith("--force: launched despite: GPU gate")
+
+
+def test_ctrl_c_detaches_tail_and_the_job_keeps_running(jobs):
+    rc, doc = fab_json(jobs.root, "-H", "lab01", "extract", "--job", "spawner", "--playbook", JOBS)
+    assert rc == 0, doc
+    job_id = doc["results"][0]["data"]["job"]["id"]
+    tail = fab_bg(jobs, "-H", "lab01", "tail")
+    time.sleep(2.0)
+    tail.send_signal(signal.SIGINT)
+    out, err = tail.communicate(timeout=30)
+    assert tail.returncode == 130, out + err
+    assert f"detached: job {job_id} is still running" in out
+    rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
+    assert rc == 0 and doc["results"][0]["data"]["state"] == "running"
