@@ -7,6 +7,7 @@ concurrently, a failure stops only that host's chain, and one recap and exit sta
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
@@ -52,17 +53,32 @@ class FleetExecutor(fabric.Executor):
         except (ConfigError, UnknownHost) as exc:
             inv.reporter.error(str(exc))
             raise Exit(code=EXIT_USAGE) from None
-        forks = int(os.environ.get("FLEETOPS_FORKS") or settings.get("forks") or DEFAULT_FORKS)
+        forks = int(self._option("forks", "FLEETOPS_FORKS") or settings.get("forks") or DEFAULT_FORKS)
+        serial = int(self._option("serial", "FLEETOPS_SERIAL") or 0)
+        limit = str(self._option("limit", "FLEETOPS_LIMIT") or "")
+        if limit:
+            patterns = [p.strip() for p in limit.split(",") if p.strip()]
+            hosts = [h for h in hosts if any(fnmatch.fnmatchcase(h.name, p) for p in patterns)]
+            if not hosts:
+                inv.reporter.error(f"--limit {limit!r} matches none of the selected hosts")
+                raise Exit(code=EXIT_USAGE)
+        batches = [hosts[i: i + serial] for i in range(0, len(hosts), serial)] if serial > 0 else [hosts]
+        inv.reporter.live_start([h.name for h in hosts])
         try:
-            with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts)))) as pool:
-                futures = [pool.submit(self._run_chain, h, host_calls, inv) for h in hosts]
-                while not all(f.done() for f in futures):
-                    try:
-                        wait(futures, timeout=0.2)
-                    except KeyboardInterrupt:
-                        inv.interrupted.set()  # tail detaches, --wait gives up; each host's chain ends cleanly
-                for f in futures:
-                    f.result()
+            stopped_by: int | None = None
+            for number, batch in enumerate(batches, 1):
+                if stopped_by is not None:
+                    for h in batch:
+                        for call in host_calls:
+                            inv.record(Result(h.name, call.task.name, Status.SKIPPED,
+                                              f"skipped: roll-out stopped after batch {stopped_by} had failures"))
+                    continue
+                if len(batches) > 1:
+                    inv.reporter.note(f"batch {number}/{len(batches)}: {', '.join(h.name for h in batch)}")
+                self._run_batch(batch, host_calls, inv, forks)
+                if any(r.failed for r in inv.results if r.host in {h.name for h in batch}):
+                    stopped_by = number if len(batches) > 1 else None
+            inv.reporter.live_stop()
             code = exit_status(inv.results)
             extra = {"counters": COUNTERS.per_host} if os.environ.get("FLEETOPS_TRACE") or inv.reporter.json_mode \
                 else None
@@ -72,10 +88,30 @@ class FleetExecutor(fabric.Executor):
                     inv.reporter.note(f"trace {name}: {row['connections']} connections, {row['execs']} execs, "
                                       f"{row['uploads']} uploads")
         finally:
+            inv.reporter.live_stop()
             invocation.reset()
         if code:
             raise Exit(code=code)
         return {}
+
+    def _option(self, name: str, env: str) -> object:
+        """A `fleet` core flag if given, else the environment (so plain `fab` can use it too)."""
+        try:
+            value = self.core[0].args.get(name).value if self.core and self.core[0].args.get(name) else None
+        except (AttributeError, IndexError):
+            value = None
+        return value or os.environ.get(env)
+
+    def _run_batch(self, batch: list[Host], calls: list[Call], inv: invocation.Invocation, forks: int) -> None:
+        with ThreadPoolExecutor(max_workers=max(1, min(forks, len(batch)))) as pool:
+            futures = [pool.submit(self._run_chain, h, calls, inv) for h in batch]
+            while not all(f.done() for f in futures):
+                try:
+                    wait(futures, timeout=0.2)
+                except KeyboardInterrupt:
+                    inv.interrupted.set()  # tail detaches, --wait gives up; each host's chain ends cleanly
+            for f in futures:
+                f.result()
 
     def _run_chain(self, host: Host, calls: list[Call], inv: invocation.Invocation) -> None:
         failed_at: str | None = None
@@ -87,6 +123,7 @@ class FleetExecutor(fabric.Executor):
                                   f"skipped: {failed_at} failed on this host"))
                 continue
             context = self.parameterize(call, {"host": host.name}).make_context(self.config)
+            inv.reporter.task_started(host.name, call.task.name)
             result = call.task(context, *call.args, **call.kwargs)
             if isinstance(result, Result) and result.failed:
                 failed_at = call.task.name

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
+import time
 from typing import Any
 
 from rich.console import Console
@@ -23,6 +25,41 @@ class Reporter:
         self.verbose = verbose
         self.console = console or Console(highlight=False, soft_wrap=True)
         self.lock = threading.Lock()
+
+    # -- the live view: one row per host (current task, state, elapsed), only on a terminal
+    def live_start(self, hosts: list[str]) -> None:
+        self.rows = {h: {"task": "-", "state": "queued", "started": None, "done": 0} for h in hosts}
+        self.live = None
+        if self.json_mode or not self.console.is_terminal or os.environ.get("FLEETOPS_NO_LIVE"):
+            return
+        from rich.live import Live
+
+        self.live = Live(console=self.console, get_renderable=self._live_table, refresh_per_second=4,
+                         transient=True)
+        self.live.start()
+
+    def _live_table(self) -> Table:
+        table = Table(title="fleet", title_justify="left", show_edge=False)
+        for column in ("host", "current task", "state", "elapsed", "tasks done"):
+            table.add_column(column)
+        now = time.monotonic()
+        for host, row in self.rows.items():
+            elapsed = f"{now - row['started']:.1f}s" if row["started"] else "-"
+            style = {"running": "cyan", "failed": "bold red", "unreachable": "bold magenta"}.get(row["state"], "")
+            table.add_row(host, row["task"], f"[{style}]{row['state']}[/]" if style else row["state"], elapsed,
+                          str(row["done"]))
+        return table
+
+    def task_started(self, host: str, task: str) -> None:
+        row = getattr(self, "rows", {}).get(host)
+        if row is not None:
+            row.update(task=task, state="running", started=row["started"] or time.monotonic())
+
+    def live_stop(self) -> None:
+        live = getattr(self, "live", None)
+        if live is not None:
+            live.stop()
+            self.live = None
 
     def error(self, message: str) -> None:
         Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(message)}")
@@ -48,6 +85,9 @@ class Reporter:
                 self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] {escape(line)}")
 
     def result(self, r: Result) -> None:
+        row = getattr(self, "rows", {}).get(r.host)
+        if row is not None:
+            row.update(state=r.status.value, done=row["done"] + 1)
         if self.json_mode:
             return
         lines = [f"[bold]{escape(r.host)}[/] [dim]|[/] {escape(r.task)} [dim]|[/] "
