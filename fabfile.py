@@ -6,10 +6,11 @@
     fab -H lab01 rollback
 """
 
+from fabric import task
 from invoke import Collection
 
 from fleetops import lab as _lab
-from fleetops.fabtasks import fleet_task, host_task
+from fleetops.fabtasks import fleet_task, host_task, show_history
 
 HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
 HELP_JSON = "print one JSON document instead of the human view"
@@ -89,5 +90,17 @@ def stop(c, grace=10, job_id=None, json=False):
     return host_task(c, "stop", grace=grace, job_id=job_id)
 
 
-ns = Collection(ping, patch, rollback, verify, gpu, facts, extract, tail, status, logs, stop)
+@fleet_task(help={"fingerprint": "the SHA256:... fingerprint you verified out of band", "json": HELP_JSON})
+def trust(c, fingerprint=None, json=False):
+    """Add a host's SSH key to known_hosts, only if it matches the fingerprint you name."""
+    return host_task(c, "trust", fingerprint=fingerprint)
+
+
+@task(help={"host": "only this host", "last": "only the last N entries", "json": HELP_JSON})
+def history(c, host=None, last=50, json=False):
+    """The local audit log: every task run, who ran it, on which host, with what result."""
+    show_history(host=host, last=int(last) if last else None, as_json=json)
+
+
+ns = Collection(ping, patch, rollback, verify, gpu, facts, extract, tail, status, logs, stop, trust, history)
 ns.add_collection(_lab.collection(), name="lab")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import fabric
@@ -19,12 +18,11 @@ from invoke.exceptions import Exit
 from . import invocation
 from .fabtasks import is_fleet_task
 from .inventory import Host, UnknownHost
-from .results import EXIT_USAGE, Result, Status, exit_status
+from .results import EXIT_USAGE, Result, exit_status
+from .rollout import DEFAULT_FORKS, Step, run_fleet
 from .tasks import fleet_sections, plan_for
 from .transport import COUNTERS
 from .yamlsrc import ConfigError
-
-DEFAULT_FORKS = 32
 
 
 class FleetExecutor(fabric.Executor):
@@ -62,22 +60,10 @@ class FleetExecutor(fabric.Executor):
             if not hosts:
                 inv.reporter.error(f"--limit {limit!r} matches none of the selected hosts")
                 raise Exit(code=EXIT_USAGE)
-        batches = [hosts[i: i + serial] for i in range(0, len(hosts), serial)] if serial > 0 else [hosts]
+        steps = [Step(call.task.name, self._runner(call)) for call in host_calls]
         inv.reporter.live_start([h.name for h in hosts])
         try:
-            stopped_by: int | None = None
-            for number, batch in enumerate(batches, 1):
-                if stopped_by is not None:
-                    for h in batch:
-                        for call in host_calls:
-                            inv.record(Result(h.name, call.task.name, Status.SKIPPED,
-                                              f"skipped: roll-out stopped after batch {stopped_by} had failures"))
-                    continue
-                if len(batches) > 1:
-                    inv.reporter.note(f"batch {number}/{len(batches)}: {', '.join(h.name for h in batch)}")
-                self._run_batch(batch, host_calls, inv, forks)
-                if any(r.failed for r in inv.results if r.host in {h.name for h in batch}):
-                    stopped_by = number if len(batches) > 1 else None
+            run_fleet(inv, hosts, steps, forks, serial)
             inv.reporter.live_stop()
             code = exit_status(inv.results)
             extra = {"counters": COUNTERS.per_host} if os.environ.get("FLEETOPS_TRACE") or inv.reporter.json_mode \
@@ -102,31 +88,12 @@ class FleetExecutor(fabric.Executor):
             value = None
         return value or os.environ.get(env)
 
-    def _run_batch(self, batch: list[Host], calls: list[Call], inv: invocation.Invocation, forks: int) -> None:
-        with ThreadPoolExecutor(max_workers=max(1, min(forks, len(batch)))) as pool:
-            futures = [pool.submit(self._run_chain, h, calls, inv) for h in batch]
-            while not all(f.done() for f in futures):
-                try:
-                    wait(futures, timeout=0.2)
-                except KeyboardInterrupt:
-                    inv.interrupted.set()  # tail detaches, --wait gives up; each host's chain ends cleanly
-            for f in futures:
-                f.result()
-
-    def _run_chain(self, host: Host, calls: list[Call], inv: invocation.Invocation) -> None:
-        failed_at: str | None = None
-        for call in calls:
-            if inv.interrupted.is_set() and not failed_at:
-                failed_at = "an interrupt (Ctrl-C)"
-            if failed_at:
-                inv.record(Result(host.name, call.task.name, Status.SKIPPED,
-                                  f"skipped: {failed_at} failed on this host"))
-                continue
+    def _runner(self, call: Call):
+        def run(host: Host) -> Result | None:
             context = self.parameterize(call, {"host": host.name}).make_context(self.config)
-            inv.reporter.task_started(host.name, call.task.name)
-            result = call.task(context, *call.args, **call.kwargs)
-            if isinstance(result, Result) and result.failed:
-                failed_at = call.task.name
+            return call.task(context, *call.args, **call.kwargs)
+
+        return run
 
     def _run_local(self, call: Call) -> None:
         self.config.load_collection(self.collection.configuration(call.called_as))

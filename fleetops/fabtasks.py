@@ -31,3 +31,21 @@ def fleet_task(**options: Any) -> Callable[[Callable], Any]:
 
 def is_fleet_task(call: Any) -> bool:
     return bool(getattr(call.task.body, "fleetops_host_task", False))
+
+
+def show_history(host: str | None, last: int | None, as_json: bool) -> None:
+    import json
+    import sys
+
+    from . import audit
+    from .redaction import redact
+    from .report import Reporter, render_table
+
+    records = audit.read(host, last)
+    if as_json:
+        sys.stdout.write(redact(json.dumps(records, indent=1)) + "\n")
+        return
+    columns = ["time", "operator", "host", "task", "playbook", "result", "changed", "duration_s", "msg"]
+    rows = [[str(r.get(c, "")) if c != "msg" else str(r.get(c, ""))[:60] for c in columns] for r in records]
+    title = f"audit log {audit.log_path()}" + (f" (host {host})" if host else "")
+    Reporter().console.print(render_table({"title": title, "columns": columns, "rows": rows}))

@@ -6,6 +6,7 @@ Every value that later reaches a remote command line is checked against a strict
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +31,9 @@ REMOTE_PATH = re.compile(r"(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/+@-]{1,4096}")
 GROUP = NAME
 JUMP = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}@)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}(?::[0-9]{1,5})?")
 
-HOST_KEYS = {"address", "port", "user", "identity_file", "known_hosts", "jump", "python", "state_dir",
-             "groups", "gpus", "lab", "connect_timeout"}
+HOST_KEYS = {"address", "port", "user", "identity_file", "identity_passphrase", "known_hosts", "jump", "python",
+             "state_dir", "groups", "gpus", "lab", "connect_timeout", "env"}
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 TOP_KEYS = {"hosts", "defaults", "example"}
 DEFAULT_STATE_DIR = ".fleetops"  # relative: the node's exec starts in the login user's home
 
@@ -53,6 +55,9 @@ class Host:
     example: bool = False
     plain: bool = False  # a -H word not in the inventory: ssh_config decides user, port and key
     connect_timeout: int = 10
+    identity_passphrase: str | None = field(default=None, repr=False)
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # added to job environments
+    secret_env: frozenset[str] = frozenset()
     source: str = ""  # file:line that defined it, for messages
 
     @property
@@ -176,6 +181,41 @@ def _local_path(value: str | None, base: Path) -> str | None:
     return str(p if p.is_absolute() else (base / p).resolve())
 
 
+def _secret_or_plain(m: Mapping, key: str, value: object, what: str) -> tuple[str, bool]:
+    """A value, or {secret: value} / {secret_from_env: NAME} for one that must never be shown."""
+    from .redaction import register
+
+    if isinstance(value, dict):
+        if set(value) == {"secret"} and isinstance(value["secret"], (str, int)):
+            return register(str(value["secret"])), True
+        if set(value) == {"secret_from_env"} and isinstance(value["secret_from_env"], str):
+            var = value["secret_from_env"]
+            if var not in os.environ:
+                raise m.error(key, f"{what}: environment variable {var} (secret_from_env) is not set")
+            return register(os.environ[var]), True
+        raise m.error(key, f"{what}: use a plain value, {{secret: ...}} or {{secret_from_env: NAME}}")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise m.error(key, f"{what} must be text")
+    return str(value), False
+
+
+def _parse_env(m: Mapping) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]:
+    raw = m.get("env") or {}
+    if not isinstance(raw, dict):
+        raise m.error("env", "'env' must map variable names to values")
+    env, secret = [], set()
+    for key, value in raw.items():
+        if not isinstance(key, str) or not ENV_KEY.fullmatch(key):
+            raise m.error("env", f"bad environment variable name {key!r}")
+        text, is_secret = _secret_or_plain(m, "env", value, f"env {key}")
+        if "\0" in text or "\n" in text:
+            raise m.error("env", f"env {key}: value must be one line")
+        env.append((key, text))
+        if is_secret:
+            secret.add(key)
+    return tuple(env), frozenset(secret)
+
+
 def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
     reject_unknown(m, HOST_KEYS, f"host {name!r}")
     address = get_str(m, "address", required=True, pattern=ADDRESS, describe="a host name or IP address")
@@ -187,6 +227,13 @@ def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
                         describe="a path with no spaces, quotes or '..'")
     groups = get_str_list(m, "groups", pattern=GROUP, describe="group names are plain words")
     base = path.parent
+    env, secret_env = _parse_env(m)
+    passphrase = None
+    if "identity_passphrase" in m:
+        passphrase, _ = _secret_or_plain(m, "identity_passphrase", m["identity_passphrase"], "identity_passphrase")
+        from .redaction import register
+
+        register(passphrase)  # a passphrase is secret even when written as a plain value
     return Host(
         name=name,
         address=address,
@@ -202,5 +249,8 @@ def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
         lab=get_bool(m, "lab"),
         example=example,
         connect_timeout=get_int(m, "connect_timeout", default=10, minimum=1, maximum=600),
+        identity_passphrase=passphrase,
+        env=env,
+        secret_env=secret_env,
         source=f"{path}:{m.line}",
     )

@@ -57,6 +57,12 @@ class Invocation:
     def record(self, result: Result) -> None:
         with self.lock:
             self.results.append(result)
+        from . import audit
+
+        try:
+            audit.append(audit.entry(result, result.data.get("playbook"), result.data.get("playbook_sha256")))
+        except OSError as exc:  # the run goes on; the operator is told once per result
+            self.reporter.error(f"audit log {audit.log_path()} not written: {exc}")
         self.reporter.result(result)
 
     def close(self) -> None:

@@ -62,6 +62,8 @@ def run_extract(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
     host = node.host.name
     spec = _spec(plan, node)
     assert spec is not None and plan.playbook is not None
+    spec.env.update(dict(node.host.env))  # the inventory's values (tokens...) win over the playbook's
+    spec.secret_env |= set(node.host.secret_env)
     request = plan.playbook.verify_request(set(spec.preflight))
     if "requires" not in spec.preflight:
         request["requires"] = []

@@ -231,8 +231,11 @@ class Lab:
         """The tiny model and dataset the lab's extract job runs on, made once per lab, copied per node."""
         made = self.dir / "tiny"
         if not (made / "lab-data" / "prompts.jsonl").exists():
-            subprocess.run([str(base / "bin" / "python"), str(Path(__file__).parent / "lab_model.py"), str(made)],
-                           check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            script = str(Path(__file__).parent / "lab_model.py")
+            proc = subprocess.run([str(base / "bin" / "python"), script, str(made)], capture_output=True, text=True,
+                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            if proc.returncode != 0:
+                raise LabError(f"making the lab's tiny model failed: {proc.stderr[-1500:]}")
         node.state_dir.mkdir(parents=True, exist_ok=True)
         for part in ("lab-model", "lab-data"):
             shutil.copytree(made / part, node.state_dir / part, dirs_exist_ok=True)

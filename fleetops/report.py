@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .redaction import RedactingStream, redact
 from .results import Result, Status, recap
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
@@ -23,7 +24,7 @@ class Reporter:
     def __init__(self, json_mode: bool = False, verbose: bool = False, console: Console | None = None) -> None:
         self.json_mode = json_mode
         self.verbose = verbose
-        self.console = console or Console(highlight=False, soft_wrap=True)
+        self.console = console or Console(file=RedactingStream(sys.stdout), highlight=False, soft_wrap=True)
         self.lock = threading.Lock()
 
     # -- the live view: one row per host (current task, state, elapsed), only on a terminal
@@ -62,7 +63,7 @@ class Reporter:
             self.live = None
 
     def error(self, message: str) -> None:
-        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(message)}")
+        Console(file=RedactingStream(sys.stderr), highlight=False).print(f"[bold red]error:[/] {escape(message)}")
 
     def note(self, message: str) -> None:
         if not self.json_mode:
@@ -124,7 +125,7 @@ class Reporter:
             doc = {"exit_status": code, "recap": recap(results),
                    "failed_hosts": sorted({r.host for r in results if r.failed}),
                    "results": [r.to_json() for r in results], **(extra or {})}
-            sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
+            sys.stdout.write(redact(json.dumps(doc, indent=1, default=str)) + "\n")
             sys.stdout.flush()
             return
         table = Table(title="RECAP", title_justify="left", show_edge=False, pad_edge=False)

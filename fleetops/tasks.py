@@ -163,6 +163,18 @@ def _run_gpu(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
     return result
 
 
+def _trust_plan(inv: Invocation, kwargs: dict) -> Plan:
+    return Plan("trust", {}, 30, None, options={"fingerprint": kwargs.get("fingerprint")})
+
+
+def _run_trust(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+    from .transport import trust_host
+
+    outcome, msg = trust_host(node.host, inv.inventory, plan.options["fingerprint"])
+    status = {"trusted": Status.CHANGED, "already": Status.OK}.get(outcome, Status.FAILED)
+    return Result(node.host.name, "trust", status, msg, code=EXIT_FAILED if status is Status.FAILED else 0)
+
+
 def _facts_plan(inv: Invocation, kwargs: dict) -> Plan:
     return Plan("facts", {}, 60, None)
 
@@ -231,6 +243,7 @@ TASKS: dict[str, TaskSpec] = {
     "ping": TaskSpec("ping", _ping_plan, _interpret_ping),
     "gpu": TaskSpec("gpu", _gpu_plan, _interpret_gpu, _run_gpu),
     "facts": TaskSpec("facts", _facts_plan, _interpret_facts),
+    "trust": TaskSpec("trust", _trust_plan, _interpret_ping, _run_trust),
     "patch": TaskSpec("patch", _patch_plan("patch"), _interpret_patch),
     "rollback": TaskSpec("rollback", _patch_plan("rollback"), _interpret_patch),
     "verify": TaskSpec("verify", _verify_plan, _interpret_verify),
@@ -266,6 +279,7 @@ def run_on_host(inv: Invocation, name: str, plan: Plan, node: NodeConnection) ->
                         evidence=Evidence("(client)", None, []), code=EXIT_FAILED)
     result.seconds = round(time.monotonic() - started, 3)
     if plan.playbook is not None:
+        result.data.setdefault("playbook", plan.playbook.name)
         result.data.setdefault("playbook_sha256", plan.playbook.sha256)
     return result
 

@@ -63,7 +63,7 @@ class Counters:
 COUNTERS = Counters()
 
 
-def fingerprint(key: paramiko.PKey) -> str:
+def fingerprint_of(key: paramiko.PKey) -> str:
     return key.fingerprint if hasattr(key, "fingerprint") else key.get_base64()[:20]
 
 
@@ -93,6 +93,8 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
     if host.identity_file:
         connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
+    if host.identity_passphrase:
+        connect_kwargs["passphrase"] = host.identity_passphrase
     if host.plain:
         # Not ours to decide: let ssh_config (HostName, Port, User, IdentityFile, ProxyJump) resolve it.
         cxn = Connection(host.name, connect_timeout=host.connect_timeout, config=Config())
@@ -102,6 +104,56 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
     # Fabric auto-adds unknown host keys; a fleet tool must not.
     cxn.client = _strict_client(host.known_hosts)
     return cxn
+
+
+class _CaptureKey(paramiko.MissingHostKeyPolicy):
+    """Records the key an unknown host offers, then refuses it (used only by `trust`)."""
+
+    def __init__(self) -> None:
+        self.key: paramiko.PKey | None = None
+
+    def missing_host_key(self, client, hostname, key):  # noqa: ANN001 - paramiko's signature
+        self.key = key
+        raise paramiko.SSHException(f"captured host key for {hostname}")
+
+
+def known_hosts_path(host: Host) -> str:
+    return host.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+
+
+def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None) -> tuple[str, str]:
+    """Add the host's key to its known_hosts only when the operator names the fingerprint they verified.
+    Returns (outcome, message); outcome is trusted / already / refused."""
+    cxn = _fabric_connection(host, inventory)
+    capture = _CaptureKey()
+    cxn.client.set_missing_host_key_policy(capture)
+    try:
+        cxn.open()
+    except paramiko.BadHostKeyException as exc:
+        return "refused", (f"host key CHANGED: known_hosts has {fingerprint_of(exc.expected_key)}, the host offers "
+                           f"{fingerprint_of(exc.key)}; if the change is expected, remove the old entry yourself "
+                           f"(ssh-keygen -R) and run trust again")
+    except paramiko.SSHException:
+        if capture.key is None:
+            raise
+    except (OSError, EOFError) as exc:
+        raise TransportError("unreachable", f"cannot connect to {host.address}:{host.port}: {exc}") from None
+    finally:
+        cxn.close()
+    if capture.key is None:
+        return "already", "host key already in known_hosts and matches"
+    offered = fingerprint_of(capture.key)
+    if fingerprint is None:
+        return "refused", (f"unknown host key {offered} ({capture.key.get_name()}); check it out of band, then run: "
+                           f"fab -H {host.name} trust --fingerprint {offered}")
+    if fingerprint != offered:
+        return "refused", f"the host offers {offered}, not the {fingerprint} you named; nothing trusted"
+    path = known_hosts_path(host)
+    name = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{name} {capture.key.get_name()} {capture.key.get_base64()}\n")
+    return "trusted", f"added {offered} for {name} to {path}"
 
 
 class NodeConnection:
@@ -125,13 +177,13 @@ class NodeConnection:
             cxn.open()
         except paramiko.BadHostKeyException as exc:
             raise TransportError("hostkey", f"host key for {where} does not match known_hosts: expected "
-                                            f"{fingerprint(exc.expected_key)}, got {fingerprint(exc.key)}; "
+                                            f"{fingerprint_of(exc.expected_key)}, got {fingerprint_of(exc.key)}; "
                                             "refusing to connect") from None
         except paramiko.SSHException as exc:
             text = str(exc)
             if "not found in known_hosts" in text:
                 key = cxn.client.get_transport().get_remote_server_key() if cxn.client.get_transport() else None
-                shown = f" (it offered {fingerprint(key)})" if key else ""
+                shown = f" (it offered {fingerprint_of(key)})" if key else ""
                 raise TransportError("hostkey", f"unknown host key for {where}{shown}; refusing to connect. "
                                                 f"Add it to {host.known_hosts or '~/.ssh/known_hosts'} after "
                                                 "checking it out of band") from None

@@ -47,10 +47,12 @@ def sha256_file(path: str) -> str:
 # {"patch.after_temp_write": {"action": "kill"}}. Operators never create that file.
 _FAILPOINTS: dict = {}
 _HITS: dict[str, int] = {}
+_FAILPOINT_DIR = ""
 
 
 def load_failpoints(state_dir: str) -> None:
-    global _FAILPOINTS
+    global _FAILPOINTS, _FAILPOINT_DIR
+    _FAILPOINT_DIR = state_dir
     try:
         with open(os.path.join(state_dir, "failpoints.json"), encoding="utf-8") as f:
             _FAILPOINTS = json.load(f)
@@ -66,6 +68,11 @@ def failpoint(name: str) -> None:
     if _HITS[name] <= int(spec.get("skip", 0)):
         return  # fire on a later hit (e.g. kill after the third batch)
     action = spec.get("action")
+    try:  # tell a waiting test that this point was reached
+        with open(os.path.join(_FAILPOINT_DIR, f"failpoint-{name}.hit"), "w") as f:
+            f.write(str(os.getpid()))
+    except OSError:
+        pass
     if action == "sleep":
         time.sleep(float(spec.get("seconds", 1)))
     elif action == "kill":
@@ -83,6 +90,28 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+TMP_MARK = ".fleetops-tmp-"
+
+
+def clean_stale_temps(path: str) -> list[str]:
+    """Temp files a killed writer left beside `path` (its pid is gone): remove them."""
+    directory, base = os.path.split(path)
+    prefix = f".{base}{TMP_MARK}"
+    removed = []
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return removed
+    for name in names:
+        if name.startswith(prefix) and name[len(prefix):].isdigit() and not pid_alive(int(name[len(prefix):])):
+            try:
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
 def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | None = None,
                  point: str = "write") -> None:
     """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half.
@@ -90,7 +119,8 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | No
     `like` copies mode and ownership from an existing file (the file being replaced)."""
     directory = os.path.dirname(path) or "."
     st = os.stat(like) if like else None
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.fleetops-tmp-{os.getpid()}")
+    clean_stale_temps(path)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}{TMP_MARK}{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         try:
@@ -123,8 +153,8 @@ def ensure_dir(path: str) -> None:
     os.makedirs(path, mode=0o700, exist_ok=True)
 
 
-def write_json_atomic(path: str, obj: object) -> None:
-    atomic_write(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode=0o600, point="json")
+def write_json_atomic(path: str, obj: object, point: str = "json") -> None:
+    atomic_write(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode=0o600, point=point)
 
 
 def read_json(path: str) -> dict | None:
@@ -185,7 +215,7 @@ class NodeLock:
         if previous and previous.get("pid") and not pid_alive(int(previous["pid"])):
             self.took_over = previous  # its holder died mid-operation; flock was already released
         write_json_atomic(self.info_path, {"operator": self.operator, "op": self.op, "pid": os.getpid(),
-                                           "since": now_iso()})
+                                           "since": now_iso()}, point="lock.info")
         failpoint("lock.acquired")
         return self
 

@@ -147,7 +147,7 @@ def save_backup(state_dir: str, path: str, module: str, original: bytes, patched
         atomic_write(orig_path, original, mode=0o600, point="patch.backup")
         record = {"path": path, "module": module, "original_sha256": original_sha, "created": now_iso()}
     record.update({"patched_sha256": sha256_bytes(patched), "playbook": playbook, "patched_at": now_iso()})
-    write_json_atomic(record_path, record)
+    write_json_atomic(record_path, record, point="patch.record")
     failpoint("patch.after_backup")
     return record
 
