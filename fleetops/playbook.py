@@ -23,7 +23,7 @@ from .yamlsrc import (
     reject_unknown,
 )
 
-MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+MODULE = re.compile(r"(?=.{1,200}$)[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 ATTRIBUTE = MODULE
 TOP_KEYS = {"name", "description", "requires", "requires_hint", "patches", "verify", "jobs"}
 CHECK_KEYS = {
@@ -116,9 +116,19 @@ def _item_line(doc: Mapping, key: str, i: int) -> int | None:
     return seq.line_of(i) if isinstance(seq, Sequence) else doc.line_of(key)
 
 
+def _project_root(playbook_path: Path) -> Path:
+    for parent in playbook_path.parents:
+        if (parent / "fabfile.py").exists():
+            return parent.resolve()
+    return playbook_path.parent.resolve()
+
+
 def _relative_file(spec: Mapping, key: str, playbook_path: Path) -> Path:
     rel = get_str(spec, key, required=True)
     target = (playbook_path.parent / rel).resolve()
+    roots = {playbook_path.parent.resolve(), _project_root(playbook_path)}
+    if not any(target == r or r in target.parents for r in roots):
+        raise spec.error(key, f"{key} {rel!r} points outside the playbook's directory and project; refusing to read it")
     if not target.is_file():
         raise spec.error(key, f"file not found: {rel} (looked at {target})")
     return target
