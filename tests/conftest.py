@@ -9,12 +9,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from base64 import urlsafe_b64decode
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Tests append to their own audit log, never to the operator's (~/.local/state/fleetops/audit.jsonl).
+os.environ.setdefault("FLEETOPS_AUDIT_LOG", str(Path(tempfile.mkdtemp(prefix="fleetops-audit-")) / "audit.jsonl"))
 GENERATOR = "speculators.data_generation.vllm_hidden_states_generator"
 WORKER = "speculators.data_generation.custom_worker"
 
