@@ -222,6 +222,14 @@ def job_stop(req: dict) -> dict:
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     st = job_state(job_dir, job)
     if st["state"] not in ("running", "starting"):
+        left = group_members(int(job["pgid"])) if job.get("pgid") else []
+        if left:  # the job ended but left children behind in its group (e.g. its main process was SIGKILLed)
+            os.killpg(int(job["pgid"]), signal.SIGKILL)
+            time.sleep(0.2)
+            remaining = group_members(int(job["pgid"]))
+            return {"ok": not remaining, "changed": True, "job_id": job["id"], **st, "left": remaining,
+                    "msg": f"job {job['id']} had ended ({st['state']}) but left {len(left)} processes in its group: "
+                           f"killed {left}" + (f"; still there: {remaining}" if remaining else "")}
         return {"ok": True, "changed": False, "job_id": job["id"], **st,
                 "msg": f"job {job['id']} is not running ({st['state']}); nothing to stop"}
     pgid = int(job["pgid"])

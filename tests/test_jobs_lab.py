@@ -223,3 +223,44 @@ def test_ctrl_c_detaches_tail_and_the_job_keeps_running(jobs):
     assert f"detached: job {job_id} is still running" in out
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
     assert rc == 0 and doc["results"][0]["data"]["state"] == "running"
+
+
+def test_sigkill_from_outside_and_an_sshd_restart_mid_job(jobs):
+    node = jobs.node("lab01")
+    rc, doc = fab_json(jobs.root, "-H", "lab01", "extract", "--job", "spawner", "--playbook", JOBS)
+    assert rc == 0, doc
+    job = doc["results"][0]["data"]["job"]
+    jobs.stop_node(node)  # the node's sshd restarts while the job runs
+    listener_gone = node.pid()
+    jobs.start_node(node)
+    assert node.pid() != listener_gone
+    rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
+    assert rc == 0 and doc["results"][0]["data"]["state"] == "running"
+    os.kill(job["pid"], signal.SIGKILL)  # someone kills the job itself
+    time.sleep(0.5)
+    rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
+    assert rc == 137 and doc["results"][0]["data"]["state"] == "killed"
+    assert "killed by signal 9" in doc["results"][0]["msg"]
+    rc, doc = fab_json(jobs.root, "-H", "lab01", "tail")
+    assert rc == 137 and "killed by signal 9" in doc["results"][0]["msg"]
+
+
+def test_stop_cleans_up_children_a_killed_job_left_behind(jobs):
+    rc, doc = fab_json(jobs.root, "-H", "lab01", "extract", "--job", "spawner", "--playbook", JOBS)
+    job = doc["results"][0]["data"]["job"]
+    log = Path(job["log"])
+    deadline = time.monotonic() + 10
+    while "spawned" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    child = int(log.read_text().split("spawned ")[1].split()[0])
+    os.kill(job["pid"], signal.SIGKILL)
+    time.sleep(0.5)
+    rc, doc = fab_json(jobs.root, "-H", "lab01", "stop")
+    assert rc == 0 and doc["results"][0]["status"] == "changed"
+    assert "left 1 processes in its group" in doc["results"][0]["msg"]
+    try:
+        state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("gone", "Z")

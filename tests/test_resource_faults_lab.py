@@ -1,0 +1,97 @@
+"""Resource faults on a real lab node (tiny tmpfs mounts, so root only): the disk full while the backup or the
+temp file is written, and a read-only package directory. Each gives a clear error and leaves the original."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+
+import pytest
+from conftest import GENERATOR, fab_json
+
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")]
+
+
+def sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def mount_tmpfs(path, size: str, ro: bool = False) -> None:
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    if ro:
+        subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
+
+
+def umount(path) -> None:
+    subprocess.run(["umount", str(path)], check=True)
+
+
+def test_disk_full_while_writing_the_backup(lab):
+    node = lab.node("lab01")
+    target = node.module_file(GENERATOR)
+    before = sha(target)
+    backups = node.state_dir / "backups"
+    backups.mkdir(exist_ok=True)
+    mount_tmpfs(backups, "4k")  # smaller than the original file that must be saved first
+    try:
+        rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    finally:
+        umount(backups)
+    assert rc == 1
+    msg = doc["results"][0]["items"][0]["msg"]
+    assert "no space left on device" in msg and "the file is unchanged" in msg
+    assert sha(target) == before
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    assert rc == 0 and doc["results"][0]["status"] == "changed"
+
+
+def _package_dir_on_tmpfs(target, size: str, ro: bool = False):
+    pkg = target.parent
+    saved = pkg.with_name(pkg.name + ".saved")
+    shutil.copytree(pkg, saved)
+    mount_tmpfs(pkg, size)
+    for entry in saved.iterdir():
+        if entry.is_file():
+            shutil.copy2(entry, pkg / entry.name)
+    if ro:
+        subprocess.run(["mount", "-o", "remount,ro", str(pkg)], check=True)
+    return pkg, saved
+
+
+def test_disk_full_while_writing_the_temp_file(lab):
+    node = lab.node("lab01")
+    target = node.module_file(GENERATOR)
+    before = sha(target)
+    pkg, saved = _package_dir_on_tmpfs(target, "200k")
+    try:
+        filler = pkg / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k", "count=1000"], capture_output=True)
+        rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+        after = sha(target)
+        leftovers = [n for n in os.listdir(pkg) if ".fleetops-tmp-" in n]
+    finally:
+        umount(pkg)
+        shutil.rmtree(saved)
+    assert rc == 1
+    msg = doc["results"][0]["items"][0]["msg"]
+    assert "no space left on device" in msg and "the file is unchanged" in msg, msg
+    assert after == before and leftovers == []
+
+
+def test_read_only_package_directory(lab):
+    node = lab.node("lab01")
+    target = node.module_file(GENERATOR)
+    before = sha(target)
+    pkg, saved = _package_dir_on_tmpfs(target, "1m", ro=True)
+    try:
+        rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+        after = sha(target)
+    finally:
+        umount(pkg)
+        shutil.rmtree(saved)
+    assert rc == 1
+    msg = doc["results"][0]["items"][0]["msg"]
+    assert "read-only file system" in msg and "the file is unchanged" in msg, msg
+    assert after == before
