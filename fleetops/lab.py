@@ -206,7 +206,7 @@ class Lab:
             if not (node.dir / "gpu.json").exists():
                 self.set_gpu_state(node, "idle")
             if not (node.state_dir / "lab-model").exists():
-                self._give_model(node, base)
+                self._give_model(node, base, progress)
             if not node.running():
                 self._start_sshd(node)
         self._save(nodes)
@@ -227,13 +227,19 @@ class Lab:
         (node.dir / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
         node.config.write_text(self._sshd_config(node))
 
-    def _give_model(self, node: Node, base: Path) -> None:
+    def _give_model(self, node: Node, base: Path, progress=say) -> None:
         """The tiny model and dataset the lab's extract job runs on, made once per lab, copied per node."""
         made = self.dir / "tiny"
+        if (self.dir / "no-tiny-model").exists():
+            return
         if not (made / "lab-data" / "prompts.jsonl").exists():
             script = str(Path(__file__).parent / "lab_model.py")
             proc = subprocess.run([str(base / "bin" / "python"), script, str(made)], capture_output=True, text=True,
                                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            if proc.returncode == 3:  # the node venv has no torch/transformers (a packages-only lab)
+                (self.dir / "no-tiny-model").write_text(proc.stderr)
+                progress("lab: no tiny model for `extract` (the node venv has no torch/transformers)")
+                return
             if proc.returncode != 0:
                 raise LabError(f"making the lab's tiny model failed: {proc.stderr[-1500:]}")
         node.state_dir.mkdir(parents=True, exist_ok=True)

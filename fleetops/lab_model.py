@@ -19,10 +19,17 @@ WORDS = ("the node patch verify extract hidden state layer token model prompt ba
          "compile call site signature block size encoder decoder async sampling step abort request").split()
 
 
+NO_ML_STACK = 3  # exit status: this venv has no torch/transformers, so there is nothing to make
+
+
 def main(out: Path) -> None:
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    try:
+        import torch
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    except ImportError as exc:
+        print(f"no tiny model: {exc}", file=sys.stderr)
+        sys.exit(NO_ML_STACK)
 
     specials = ["<unk>", "<s>", "</s>", "<pad>"]
     vocab = {w: i for i, w in enumerate(specials + sorted(set(WORDS)))}

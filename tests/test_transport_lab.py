@@ -129,11 +129,20 @@ def test_lab_runs_as_an_ordinary_user(lab):
         try:
             lab_yaml = (code / "hosts" / "lab.yaml").read_text()
             assert f"user: {user}" in lab_yaml
+            target = code / ".lab" / "nodes" / "lab01" / "venv"
+            pkg_dir = next(target.glob("lib/python3*/site-packages/speculators/data_generation"))
+            os.chown(pkg_dir, 0, 0)  # a package directory the user may not write: permission denied, cleanly
+            pkg_dir.chmod(0o555)
+            denied = as_user("-H", "lab01", "patch", "--playbook", "playbooks/user-test.yaml", "--json")
+            assert denied.returncode == 1, denied.stdout + denied.stderr
+            msg = json.loads(denied.stdout)["results"][0]["items"][0]["msg"]
+            assert "permission denied" in msg and "the file is unchanged" in msg, msg
+            subprocess.run(["chown", f"{user}:", str(pkg_dir)], check=True)
+            pkg_dir.chmod(0o755)
             done = as_user("-H", "lab01", "patch", "--playbook", "playbooks/user-test.yaml", "--json")
             assert done.returncode == 0, done.stdout + done.stderr
             doc = json.loads(done.stdout)
             assert doc["results"][0]["status"] == "changed"
-            target = code / ".lab" / "nodes" / "lab01" / "venv"
             patched = next(target.glob("lib/python3*/site-packages/speculators/data_generation/"
                                        "vllm_hidden_states_generator.py"))
             assert patched.stat().st_uid != 0
