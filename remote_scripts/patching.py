@@ -153,6 +153,16 @@ def save_backup(state_dir: str, path: str, module: str, original: bytes, patched
 
 
 # ---------------------------------------------------------------- operations
+def _load_item(p: dict) -> tuple[dict, tuple[str, bytes, list[str]] | None]:
+    item: dict = {"module": p["module"], "diff": p.get("diff_name"), "changed": False}
+    try:
+        loaded = _load(p["module"])
+    except NodeError as exc:
+        return {**item, "status": "refused", "ok": False, "msg": str(exc)}, None
+    item["file"] = loaded[0]
+    return item, loaded
+
+
 def _load(module: str) -> tuple[str, bytes, list[str]]:
     path = module_file_in_site(module)
     with open(path, "rb") as f:
@@ -182,13 +192,17 @@ def patch(req: dict) -> dict:
     refused = _refuse_on_requirements(req)
     if refused:
         return {"ok": False, "items": refused}
+    return _each_file(req, "patch", _patch_one)
+
+
+def _each_file(req: dict, op: str, one) -> dict:
+    """Run `one` on every patched file: under the node lock, unless only checking (which writes nothing)."""
     check_only = bool(req.get("check"))
-    items = []
     if check_only:
-        items = [_patch_one(req, p, check_only) for p in req["patches"]]
+        items = [one(req, p, True) for p in req["patches"]]
     else:
-        with NodeLock(req["state_dir"], req.get("operator", "?"), "patch") as lock:
-            items = [_patch_one(req, p, check_only) for p in req["patches"]]
+        with NodeLock(req["state_dir"], req.get("operator", "?"), op) as lock:
+            items = [one(req, p, False) for p in req["patches"]]
         if lock.took_over:
             for item in items:
                 item.setdefault("notes", []).append(
@@ -199,12 +213,10 @@ def patch(req: dict) -> dict:
 
 def _patch_one(req: dict, p: dict, check_only: bool) -> dict:
     module, hunks = p["module"], p["hunks"]
-    item: dict = {"module": module, "diff": p.get("diff_name"), "changed": False}
-    try:
-        path, data, lines = _load(module)
-    except NodeError as exc:
-        return {**item, "status": "refused", "ok": False, "msg": str(exc)}
-    item["file"] = path
+    item, loaded = _load_item(p)
+    if loaded is None:
+        return item
+    path, data, lines = loaded
     cls = classify(lines, hunks)
     if cls["overall"] == "patched":
         return {**item, "status": "already_applied", "ok": True, "sha256": sha256_bytes(data),
@@ -233,23 +245,15 @@ def _patch_one(req: dict, p: dict, check_only: bool) -> dict:
 
 
 def rollback(req: dict) -> dict:
-    check_only = bool(req.get("check"))
-    if check_only:
-        items = [_rollback_one(req, p, True) for p in req["patches"]]
-    else:
-        with NodeLock(req["state_dir"], req.get("operator", "?"), "rollback"):
-            items = [_rollback_one(req, p, False) for p in req["patches"]]
-    return {"ok": all(i["ok"] for i in items), "items": items}
+    return _each_file(req, "rollback", _rollback_one)
 
 
 def _rollback_one(req: dict, p: dict, check_only: bool) -> dict:
-    module, hunks = p["module"], p["hunks"]
-    item: dict = {"module": module, "diff": p.get("diff_name"), "changed": False}
-    try:
-        path, data, lines = _load(module)
-    except NodeError as exc:
-        return {**item, "status": "refused", "ok": False, "msg": str(exc)}
-    item["file"] = path
+    hunks = p["hunks"]
+    item, loaded = _load_item(p)
+    if loaded is None:
+        return item
+    path, data, lines = loaded
     current_sha = sha256_bytes(data)
     record_path, orig_path = _backup_paths(req["state_dir"], path)
     record = read_json(record_path)
