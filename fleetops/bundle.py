@@ -12,7 +12,25 @@ from pathlib import Path
 
 import remote_scripts
 
-ENTRY = b"import sys\nfrom remote_scripts.agent import main\nsys.exit(main())\n"
+# The zip unpacks itself once beside itself (<name>.d/, content-addressed like the zip), so that Python can
+# cache the agent's bytecode there: imports from a zip are compiled again on every exec.
+ENTRY = b"""import os, sys
+zpath = os.path.abspath(sys.argv[0])
+unpacked = zpath[:-4] + ".d"
+if not os.path.isdir(unpacked):
+    import shutil, zipfile
+    tmp = "%s.tmp%d" % (unpacked, os.getpid())
+    try:
+        with zipfile.ZipFile(zpath) as z:
+            z.extractall(tmp)
+        os.rename(tmp, unpacked)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another exec won the race, or the disk is full: use the zip
+if os.path.isdir(unpacked):
+    sys.path.insert(0, unpacked)
+from remote_scripts.agent import main
+sys.exit(main())
+"""
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,26 @@ import traceback
 PROTOCOL = 1
 
 
-def _ops() -> dict:
-    from . import checks, gpu, jobs, patching
+# op → (module, function): only the module an op needs is imported (node start-up time is per exec).
+OPS = {"patch": ("patching", "patch"), "rollback": ("patching", "rollback"), "verify": ("checks", "verify"),
+       "gpu": ("gpu", "gpu"), "facts": ("gpu", "facts"), "preflight": ("jobs", "preflight"),
+       "job_start": ("jobs", "job_start"), "job_status": ("jobs", "job_status"), "job_tail": ("jobs", "job_tail"),
+       "job_logs": ("jobs", "job_logs"), "job_stop": ("jobs", "job_stop")}
 
-    return {"patch": patching.patch, "rollback": patching.rollback, "verify": checks.verify,
-            "gpu": gpu.gpu, "facts": gpu.facts, "preflight": jobs.preflight, "job_start": jobs.job_start,
-            "job_status": jobs.job_status, "job_tail": jobs.job_tail, "job_logs": jobs.job_logs,
-            "job_stop": jobs.job_stop,
-            "ping": lambda req: {"ok": True, "python": sys.executable, "version": sys.version.split()[0],
-                                 "pid": os.getpid()}}
+
+def _ping(req: dict) -> dict:
+    return {"ok": True, "python": sys.executable, "version": sys.version.split()[0], "pid": os.getpid()}
+
+
+def _op(name: str):
+    if name == "ping":
+        return _ping
+    if name not in OPS:
+        return None
+    import importlib
+
+    module, function = OPS[name]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
 
 def main() -> int:
@@ -49,7 +60,7 @@ def main() -> int:
         if request.get("state_dir"):
             os.makedirs(request["state_dir"], mode=0o700, exist_ok=True)
             load_failpoints(request["state_dir"])
-        op = _ops().get(request.get("op"))
+        op = _op(str(request.get("op")))
         if op is None:
             raise ValueError(f"unknown op {request.get('op')!r}")
         try:

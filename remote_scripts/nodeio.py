@@ -335,13 +335,32 @@ def version_matches(version: str, clauses: list[tuple[str, str]]) -> bool:
     return True
 
 
-def installed_version(dist: str) -> str | None:
-    import importlib.metadata as md
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
 
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return None
+
+def installed_version(dist: str) -> str | None:
+    """The version of an installed distribution, as importlib.metadata would find it (first on sys.path),
+    read from the *.dist-info directory name: no metadata scan, no import of importlib.metadata."""
+    want = _normalize(dist)
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info") and "-" in name:
+                project, _, version = name[: -len(".dist-info")].partition("-")
+                if _normalize(project) == want:
+                    return version
+            elif name.endswith(".egg-info") and _normalize(name.split("-")[0].split(".egg")[0]) == want:
+                import importlib.metadata as md  # rare (editable installs): let the library read it
+
+                try:
+                    return md.version(dist)
+                except md.PackageNotFoundError:
+                    return None
+    return None
 
 
 def check_requirements(requirements: list[str]) -> list[dict]:

@@ -117,7 +117,7 @@ def test_facts_highlight_differences_between_nodes(gpus):
     f1, f2 = (r["data"]["facts"] for r in doc["results"])
     assert f1["packages"] == f2["packages"] == {"vllm": "0.16.0", "speculators": "0.3.0", "torch": "2.9.1",
                                                 "transformers": f1["packages"]["transformers"]}
-    assert f1["driver"] == "580.159.04" and f1["cuda"] == "13.0" and f1["gpu_count"] == 2
+    assert f1["driver"] == "580.159.04" and f1["cuda"] == "13.0" and f1["gpu_count"] == 2, f1
     assert f2["driver"] is None and f2["gpu_count"] == 0
     human = subprocess.run([sys.executable, "-m", "fabric", "-H", "lab01,lab02", "facts"], cwd=gpus.root,
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO),
