@@ -144,15 +144,19 @@ def _run_gpu(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
 
     gate = replace(plan.options["gate"], expected=node.host.gpus)
     plan = Plan(plan.op, plan.request, plan.timeout, None, options={**plan.options, "gate": gate})
-    deadline = time.monotonic() + plan.options["wait"]
+    deadline = None
     while True:
         answer, evidence = node.call("gpu", {}, timeout=plan.timeout)
+        if deadline is None:  # the wait starts once the node has answered (connecting is not waiting)
+            waiting_since = time.monotonic()
+            deadline = waiting_since + plan.options["wait"]
         result = _interpret_gpu(node.host.name, plan, answer)
         remaining = deadline - time.monotonic()
         if result.code != EXIT_GPU_BUSY or remaining <= 0:
             break
         inv.reporter.note(f"{node.host.name} | gpu | waiting: {result.msg}; {remaining:.0f}s left")
         time.sleep(min(1.0, max(remaining, 0.01)))
+    result.data["waited_s"] = round(time.monotonic() - waiting_since, 3)
     if node.host.lab:
         result.data["simulated"] = True
         result.data["table"]["title"] += " (simulated: lab replay of recorded H200 nvidia-smi output)"

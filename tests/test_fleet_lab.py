@@ -45,7 +45,7 @@ def test_one_host_failing_mid_chain_does_not_stop_the_other(lab):
 
 def test_patch_verify_is_one_connection_and_two_execs_per_host(lab):
     fab_json(lab.root, "-H", "lab01,lab02", "ping")  # make sure the agent is already on both nodes
-    rc, doc = fab_json(lab.root, "-H", "@lab", "patch", "verify", "--kinds", "grep,compile",
+    rc, doc = fab_json(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep,compile",
                        env={"FLEETOPS_TRACE": "1"})
     assert rc == 0, doc
     for host in ("lab01", "lab02"):
