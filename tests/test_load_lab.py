@@ -4,18 +4,13 @@ Prints the wall time and the client's peak memory (figures, not assertions on sp
 
 from __future__ import annotations
 
-import hashlib
 import os
-import resource
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
-from conftest import GENERATOR, WORKER, make_project, record_sha256
+from conftest import GENERATOR, REPO, WORKER, make_project, record_sha256
 
-from fleetops import api
 from fleetops.lab import Lab, site_packages
 
 pytestmark = pytest.mark.lab
@@ -32,49 +27,74 @@ def big_lab(tmp_path_factory):
     lab.down()
 
 
-def fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+DRIVER = r"""
+import hashlib, json, os, resource, subprocess, sys, threading, time
+from fleetops import api
+from fleetops.lab import Lab
+root, rounds, pristine = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+ROUND = [("patch", {}), ("verify", {"kinds": "grep,compile"}), ("rollback", {})]
 
-
-def settle() -> None:
-    """paramiko's transport threads end shortly after their connection is closed."""
-    deadline = time.monotonic() + 10
+def fds(): return len(os.listdir("/proc/self/fd"))
+def kids():
+    out = set()
+    for entry in os.listdir("/proc"):
+        try:
+            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid():
+            out.add(entry)
+    return out
+def settle():
+    deadline = time.monotonic() + 10  # paramiko's transport threads end shortly after their connection closes
     while threading.active_count() > 1 and time.monotonic() < deadline:
         time.sleep(0.1)
 
-
-def children() -> list[str]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(os.getpid())], capture_output=True, text=True).stdout
-    return out.split()
+lab = Lab(root)
+api.run(root, "@lab", [("ping", {})])  # warm-up: agent uploaded, imports done
+settle()
+base = {"fds": fds(), "threads": threading.active_count()}
+started = time.monotonic()
+failures = corrupted = checked = runs = 0
+for _ in range(rounds):
+    results = api.run(root, "@lab", ROUND)
+    runs += len(results)
+    failures += sum(1 for r in results if r.failed)
+    for key, sha in pristine.items():
+        name, module = key.split(":")
+        checked += 1
+        corrupted += hashlib.sha256(lab.node(name).module_file(module).read_bytes()).hexdigest() != sha
+wall = time.monotonic() - started
+settle()
+print(json.dumps({"wall": wall, "runs": runs, "failures": failures, "corrupted": corrupted, "checked": checked,
+                  "fds": [base["fds"], fds()], "threads": [base["threads"], threading.active_count()],
+                  "children": len([k for k in kids() if k]),
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
 
 
 def test_32_nodes_20_rounds_patch_verify_rollback(big_lab):
     lab = big_lab
     nodes = lab.nodes()
-    pristine = {(n.name, m): record_sha256(site_packages(n.venv), m) for n in nodes for m in (GENERATOR, WORKER)}
-    api.run(lab.root, "@lab", [("ping", {})])  # warm-up: agent uploaded, imports done
-    settle()
-    base_fds, base_threads, base_children = fds(), threading.active_count(), set(children())
-    started = time.monotonic()
-    failures, corrupted, checked = 0, 0, 0
-    for _ in range(ROUNDS):
-        results = api.run(lab.root, "@lab", ROUND)
-        failures += sum(1 for r in results if r.failed)
-        assert len(results) == NODES * len(ROUND)
-        for n in nodes:
-            for m in (GENERATOR, WORKER):
-                checked += 1
-                corrupted += hashlib.sha256(n.module_file(m).read_bytes()).hexdigest() != pristine[(n.name, m)]
-    wall = time.monotonic() - started
-    settle()
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    pristine = {f"{n.name}:{m}": record_sha256(site_packages(n.venv), m) for n in nodes for m in (GENERATOR, WORKER)}
+    import json
+
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(lab.root), str(ROUNDS), json.dumps(pristine)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    out, err = proc.communicate(timeout=3000)
+    assert proc.returncode == 0, err[-3000:]
+    figures = json.loads(out.strip().splitlines()[-1])
     leftover_agents = subprocess.run(["pgrep", "-f", "fleetops-agent-.*pyz$"], capture_output=True, text=True).stdout
-    print(f"\nload: {NODES} nodes x {ROUNDS} rounds of patch+verify+rollback = {NODES * ROUNDS * 3} task runs in "
-          f"{wall:.1f}s ({wall / ROUNDS:.2f}s a round); {failures} failures; {corrupted} corrupted of {checked} file "
-          f"checks; client peak RSS {peak_mib:.0f} MiB (the pytest process); fds {base_fds}->{fds()}, threads "
-          f"{base_threads}->{threading.active_count()}", file=sys.stderr)
-    assert failures == 0 and corrupted == 0
-    assert fds() == base_fds, "file descriptors leaked"
-    assert threading.active_count() == base_threads, "threads leaked"
-    assert set(children()) <= base_children, "child processes leaked"
+    print(f"\nload: {len(nodes)} nodes x {ROUNDS} rounds of patch+verify+rollback = {figures['runs']} task runs "
+          f"in {figures['wall']:.1f}s ({figures['wall'] / ROUNDS:.2f}s a round) in one client process; "
+          f"{figures['failures']} failures; {figures['corrupted']} corrupted of {figures['checked']} file checks; "
+          f"client peak RSS {figures['peak_rss_mib']:.0f} MiB; fds "
+          f"{figures['fds'][0]}->{figures['fds'][1]}, threads {figures['threads'][0]}->{figures['threads'][1]}, "
+          f"child processes left {figures['children']}", file=sys.stderr)
+    assert figures["runs"] == len(nodes) * ROUNDS * 3
+    assert figures["failures"] == 0 and figures["corrupted"] == 0
+    assert figures["fds"][1] == figures["fds"][0], "file descriptors leaked"
+    assert figures["threads"][1] <= figures["threads"][0], "threads leaked"
+    assert figures["children"] == 0, "child processes leaked"
     assert leftover_agents.strip() == "", f"agents still running on nodes: {leftover_agents}"
