@@ -1,0 +1,130 @@
+"""A userspace TCP delay proxy for the benchmark (this kernel has no netem), loopback only.
+
+    python3 bench/delay_proxy.py --rtt-ms 50 UPSTREAM_PORT [UPSTREAM_PORT ...]
+
+For each upstream port (an sshd on 127.0.0.1) it listens on a fresh 127.0.0.1 port, prints one JSON line
+{"listen": {"<upstream>": <proxy port>, ...}, "pid": ...} once every listener is up, then serves until
+SIGTERM/SIGINT. Each chunk read from either side is written to the other side RTT/2 after it was read
+(order kept per direction), so a request/answer turn costs one RTT. A new connection starts one RTT late
+(the TCP handshake): the proxy accepts at once, waits one RTT, then connects upstream; what the client sent
+meanwhile counts as sent when the handshake would have finished, and then takes its RTT/2 like any chunk.
+
+Only 127.0.0.0/8 is ever listened on or connected to: anything else is refused at start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import json
+import os
+import signal
+import sys
+
+CHUNK = 65536
+
+
+def loopback(address: str) -> str:
+    if not ipaddress.ip_address(address).is_loopback or ipaddress.ip_address(address).version != 4:
+        raise SystemExit(f"delay_proxy: refusing non-loopback address {address!r}")
+    return address
+
+
+class Proxy:
+    def __init__(self, rtt: float, upstream_host: str, upstream_port: int) -> None:
+        self.half = rtt / 2.0
+        self.rtt = rtt
+        self.upstream = (loopback(upstream_host), upstream_port)
+        self.connections = 0
+
+    async def handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        self.connections += 1
+        established = loop.time() + self.rtt  # when the client's handshake would have completed
+        to_server: asyncio.Queue = asyncio.Queue()
+        to_client: asyncio.Queue = asyncio.Queue()
+        # Read from the client right away (the bytes sit "on the wire"), stamped no earlier than the handshake.
+        read_client = asyncio.ensure_future(self._read(client_r, to_server, established))
+        server_w = None
+        try:
+            if self.rtt:
+                await asyncio.sleep(max(0.0, established - loop.time()))
+            server_r, server_w = await asyncio.open_connection(*self.upstream)
+            read_server = asyncio.ensure_future(self._read(server_r, to_client, 0.0))
+            await asyncio.gather(
+                self._write(to_server, server_w), self._write(to_client, client_w), read_client, read_server
+            )
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # a reset, or the proxy shutting down
+        finally:
+            read_client.cancel()
+            for w in (client_w, server_w):
+                if w is not None:
+                    w.close()
+
+    async def _read(self, reader: asyncio.StreamReader, queue: asyncio.Queue, not_before: float) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                data = await reader.read(CHUNK)
+                due = max(loop.time(), not_before) + self.half
+                await queue.put((due, data))
+                if not data:
+                    return
+        except OSError:
+            await queue.put((loop.time(), b""))
+
+    async def _write(self, queue: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due, data = await queue.get()
+            wait = due - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                if not data:
+                    if writer.can_write_eof():
+                        writer.write_eof()
+                    return
+                writer.write(data)
+                await writer.drain()
+            except OSError:
+                return
+
+
+async def serve(rtt: float, ports: list[int], host: str) -> None:
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+    servers, mapping = [], {}
+    for port in ports:
+        proxy = Proxy(rtt, host, port)
+        server = await asyncio.start_server(proxy.handle, host, 0, backlog=1024)
+        servers.append(server)
+        mapping[str(port)] = server.sockets[0].getsockname()[1]
+    print(json.dumps({"listen": mapping, "pid": os.getpid()}), flush=True)
+    await stop
+    for server in servers:
+        server.close()
+    for task in asyncio.all_tasks() - {asyncio.current_task()}:
+        task.cancel()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rtt-ms", type=float, required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("ports", type=int, nargs="+", help="upstream ports on --host")
+    args = ap.parse_args()
+    loopback(args.host)
+    try:
+        asyncio.run(serve(args.rtt_ms / 1000.0, args.ports, args.host))
+    except KeyboardInterrupt:
+        pass
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
