@@ -292,7 +292,9 @@ class Lab:
             "PrintMotd no",
             "ClientAliveInterval 15",
             "Subsystem sftp internal-sftp",
-            f"SetEnv PATH={node.dir / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            # SHLVL=1 keeps bash from sourcing ~/.bashrc for every exec (bash does for sshd-started shells at
+            # level 1); a developer's rc file (pyenv init, ...) would otherwise cost ~90 ms of CPU per exec.
+            f"SetEnv PATH={node.dir / 'bin'}:/usr/local/bin:/usr/bin:/bin SHLVL=1",
             "LogLevel VERBOSE",
             "",
         ])

@@ -67,11 +67,38 @@ def fingerprint_of(key: paramiko.PKey) -> str:
     return key.fingerprint if hasattr(key, "fingerprint") else key.get_base64()[:20]
 
 
+_SHARED_LOCK = threading.Lock()
+_HOST_KEYS: dict[str, tuple[float, paramiko.HostKeys]] = {}
+_CONFIG: Config | None = None
+
+
+def _fabric_config() -> Config:
+    """One Fabric Config per process: building one reads the ssh_config files again, per host."""
+    global _CONFIG
+    with _SHARED_LOCK:
+        if _CONFIG is None:
+            _CONFIG = Config()
+        return _CONFIG
+
+
+def _known_hosts(path: str) -> paramiko.HostKeys:
+    """known_hosts parsed once per process and file version, shared by every connection that uses it."""
+    mtime = os.stat(path).st_mtime
+    with _SHARED_LOCK:
+        cached = _HOST_KEYS.get(path)
+        if cached is None or cached[0] != mtime:
+            cached = _HOST_KEYS[path] = (mtime, paramiko.HostKeys(path))
+        return cached[1]
+
+
 def _strict_client(known_hosts: str | None) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     path = known_hosts or os.path.expanduser("~/.ssh/known_hosts")
     if os.path.exists(path):
-        client.load_host_keys(path)
+        keys = client.get_host_keys()
+        for name, entry in _known_hosts(path).items():
+            for keytype, key in entry.items():
+                keys.add(name, keytype, key)
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     return client
 
@@ -97,10 +124,10 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
         connect_kwargs["passphrase"] = host.identity_passphrase
     if host.plain:
         # Not ours to decide: let ssh_config (HostName, Port, User, IdentityFile, ProxyJump) resolve it.
-        cxn = Connection(host.name, connect_timeout=host.connect_timeout, config=Config())
+        cxn = Connection(host.name, connect_timeout=host.connect_timeout, config=_fabric_config())
     else:
         cxn = Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
-                         connect_kwargs=connect_kwargs, gateway=gateway, config=Config())
+                         connect_kwargs=connect_kwargs, gateway=gateway, config=_fabric_config())
     # Fabric auto-adds unknown host keys; a fleet tool must not.
     cxn.client = _strict_client(host.known_hosts)
     return cxn
