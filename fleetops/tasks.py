@@ -156,6 +156,8 @@ def _run_gpu(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
             break
         inv.reporter.note(f"{node.host.name} | gpu | waiting: {result.msg}; {remaining:.0f}s left")
         time.sleep(min(1.0, max(remaining, 0.01)))
+        if time.monotonic() >= deadline:
+            break  # the deadline came during the pause: decide on a snapshot at most 1 s old, now
     result.data["waited_s"] = round(time.monotonic() - waiting_since, 3)
     if node.host.lab:
         result.data["simulated"] = True

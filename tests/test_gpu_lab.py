@@ -114,7 +114,8 @@ def test_facts_highlight_differences_between_nodes(gpus):
     gpus.set_gpu_state(gpus.node("lab02"), "absent")
     rc, doc = fab_json(gpus.root, "-H", "lab01,lab02", "facts")
     assert rc == 0, doc
-    f1, f2 = (r["data"]["facts"] for r in doc["results"])
+    by_host = {r["host"]: r["data"]["facts"] for r in doc["results"]}  # hosts finish in any order
+    f1, f2 = by_host["lab01"], by_host["lab02"]
     assert f1["packages"] == f2["packages"] == {"vllm": "0.16.0", "speculators": "0.3.0", "torch": "2.9.1",
                                                 "transformers": f1["packages"]["transformers"]}
     assert f1["driver"] == "580.159.04" and f1["cuda"] == "13.0" and f1["gpu_count"] == 2, f1
