@@ -350,10 +350,12 @@ AREAS = [  # (area, substring of any frame in a py-spy stack), first match wins
     ("agent zip build (fleetops/bundle.py agent_bundle)", "agent_bundle ("),
     ("connect: Connection setup, handshake, auth, known_hosts (NodeConnection.open)", "NodeConnection.open ("),
     ("exec: channel open, send, drain loop (NodeConnection.exec / _drain)", "NodeConnection.exec ("),
+    ("JSON request/answer (NodeConnection.call)", "NodeConnection.call ("),
+    ("Fabric Connection/Config per task call (executor context)", "make_context ("),
     ("paramiko transport thread (packets, crypto glue)", "Transport.run ("),
     ("output: rich rendering (fleetops/report.py)", "report.py"),
     ("inventory, playbook, task plans", "plan_for ("),
-    ("fab/invoke CLI parsing, fabfile, executor set-up", "Program.run ("),
+    ("main thread: CLI, fabfile, executor loop (fleetops/rollout.py _run_batch polls wait(0.2 s))", "Program.run ("),
 ]
 
 
