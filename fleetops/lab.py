@@ -208,7 +208,16 @@ class Lab:
             if not (node.state_dir / "lab-model").exists():
                 self._give_model(node, base, progress)
             if not node.running():
-                self._start_sshd(node)
+                for attempt in range(3):
+                    try:
+                        self._start_sshd(node)
+                        break
+                    except LabError:
+                        if attempt == 2:
+                            raise
+                        # Its port was taken between picking and binding: pick another, rewrite the config.
+                        node.port = free_port()
+                        node.config.write_text(self._sshd_config(node))
         self._save(nodes)
         self._write_known_hosts(nodes)
         self._write_inventory(nodes)
