@@ -1,5 +1,9 @@
 """Shared fixtures. Lab tests run against real OpenSSH sshd processes on 127.0.0.1 that these fixtures start,
-and real speculators 0.3.0 / vllm 0.16.0 in the node venvs (nothing is mocked)."""
+and real speculators 0.3.0 / vllm 0.16.0 in the node venvs (nothing is mocked).
+
+No silent skip: under CI=true (or FLEETOPS_NO_SKIP=1) a skipped test is reported as a failure, so a missing
+sshd, base venv, GNU patch or root cannot turn CI green. Every run ends with one `summary:` line (what ran,
+what was skipped and why), just above pytest's own closing line."""
 
 from __future__ import annotations
 
@@ -14,6 +18,14 @@ from base64 import urlsafe_b64decode
 from pathlib import Path
 
 import pytest
+
+# CI sets CI=true; FLEETOPS_NO_SKIP=1 asks for the same strictness locally.
+NO_SKIP = (os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+           or os.environ.get("FLEETOPS_NO_SKIP", "") == "1")
+NO_SKIP_WHY = "CI=true" if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes") else "FLEETOPS_NO_SKIP=1"
+# (nodeid, reason) of every skip seen, and of those turned into failures, for the summary line.
+_SKIPPED: list[tuple[str, str]] = []
+_REFUSED: list[tuple[str, str]] = []
 
 REPO = Path(__file__).resolve().parent.parent
 # Tests append to their own audit log, never to the operator's (~/.local/state/fleetops/audit.jsonl).
@@ -94,3 +106,100 @@ def lab(lab_project):
             elif target.exists():
                 target.unlink()
     return lab
+
+
+@pytest.fixture(scope="session")
+def lab_base() -> Path:
+    """The shared lab base venv (real vllm 0.16.0 + speculators 0.3.0), asked from the lab, never hard-coded:
+    its path depends on the user's cache directory and on this Python's version. Made on first use."""
+    from fleetops.lab import LabError, base_dir, ensure_base
+
+    try:
+        return ensure_base(progress=lambda m: print(m, file=sys.stderr))
+    except (LabError, OSError, subprocess.CalledProcessError) as exc:
+        pytest.fail(f"the lab base venv {base_dir()} could not be made: {exc}. Run `bash scripts/setup` and "
+                    "`.venv/bin/python -c 'from fleetops.lab import ensure_base; ensure_base()'` (needs the "
+                    "package index, ~11 GB)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def base_python(lab_base: Path) -> Path:
+    return lab_base / "bin" / "python"
+
+
+# ---------------------------------------------------------------- no silent skip
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("root")
+    if marker is not None and os.geteuid() != 0:
+        why = marker.args[0] if marker.args else marker.kwargs.get("reason", "this test")
+        pytest.skip(f"needs root ({why}); run as root, as CI does")
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2])
+    else:
+        reason = str(longrepr)
+    return reason.removeprefix("Skipped: ").strip()
+
+
+def _refuse_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    reason = _skip_reason(report)
+    _SKIPPED.append((report.nodeid, reason))
+    if NO_SKIP:
+        _REFUSED.append((report.nodeid, reason))
+        report.outcome = "failed"
+        report.longrepr = (f"skipped under {NO_SKIP_WHY}, where a skip fails the run: {reason}\n"
+                           "Fix the set-up so the test runs (bash scripts/setup installs sshd and GNU patch; "
+                           "CI runs as root), do not skip it.")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    # An xfail also reports as skipped; it is an expectation, not a missing component.
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _refuse_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    report = yield
+    if report.skipped:  # pytest.skip(allow_module_level=True), importorskip
+        _refuse_skip(report)
+    return report
+
+
+def _grouped(entries: list[tuple[str, str]]) -> str:
+    by_reason: dict[str, int] = {}
+    for _nodeid, reason in entries:
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+    return " | ".join(f"{n}x {reason[:160]}" for reason, n in sorted(by_reason.items(), key=lambda kv: -kv[1]))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config):
+    # Outermost wrapper: this line comes after pytest's short summary (-ra) and just before its closing line.
+    result = yield
+    stats = terminalreporter.stats
+    counts = {key: len(stats.get(key, [])) for key in ("passed", "failed", "error", "xfailed", "xpassed",
+                                                         "deselected")}
+    skipped = [(n, r) for n, r in _SKIPPED if (n, r) not in _REFUSED]
+    ran = counts["passed"] + counts["failed"] + counts["xfailed"] + counts["xpassed"]
+    parts = [f"{ran} ran ({counts['passed']} passed, {counts['failed']} failed)"]
+    if counts["error"]:
+        parts.append(f"{counts['error']} errors")
+    if counts["xfailed"] or counts["xpassed"]:
+        parts.append(f"{counts['xfailed']} xfailed, {counts['xpassed']} xpassed")
+    if counts["deselected"]:
+        parts.append(f"{counts['deselected']} deselected")
+    parts.append(f"{len(skipped)} skipped" + (f": {_grouped(skipped)}" if skipped else ""))
+    if _REFUSED:
+        parts.append(f"{len(_REFUSED)} skips turned into failures ({NO_SKIP_WHY}): {_grouped(_REFUSED)}")
+    line = "summary: " + ", ".join(parts)
+    if skipped and not NO_SKIP:
+        line += " (under CI=true these skips would fail the run)"
+    terminalreporter.write_line(line)
+    return result
