@@ -26,9 +26,18 @@ class Hunk:
     def new(self) -> list[str]:
         return [text for tag, text in self.lines if tag in " +"]
 
+    @property
+    def context(self) -> tuple[int, int]:
+        """Unchanged lines before the first change and after the last: patch(1) anchors a hunk whose two
+        differ to the top or the end of the file, so the node needs them."""
+        tags = [tag for tag, _ in self.lines]
+        pre = next(i for i, tag in enumerate(tags) if tag != " ")
+        suf = next(i for i, tag in enumerate(reversed(tags)) if tag != " ")
+        return pre, suf
+
     def to_request(self, index: int) -> dict:
-        return {"index": index, "header": self.header, "old_start": self.old_start,
-                "old": self.old, "new": self.new}
+        return {"index": index, "header": self.header, "old_start": self.old_start, "new_start": self.new_start,
+                "context": list(self.context), "old": self.old, "new": self.new}
 
 
 @dataclass
@@ -40,7 +49,11 @@ class FileDiff:
 
 def parse(text: str, path: str) -> list[FileDiff]:
     files: list[FileDiff] = []
-    lines = text.splitlines()
+    # Only "\n" ends a line (as for diff(1), patch(1) and the node's view of the file): str.splitlines would
+    # also split at the form feeds and other separators real sources contain. A CRLF diff's "\r" goes too.
+    lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
     i = 0
     while i < len(lines):
         line = lines[i]

@@ -115,8 +115,8 @@ def test_unidiff_parses_hunks_and_rejects_wrong_counts(tmp_path):
 
 # ---------------------------------------------------------------- hunks on the node side
 HUNKS = [{"index": 0, "header": "@@ -2,3 +2,3 @@", "old_start": 2, "old": ["b", "c", "d"], "new": ["b", "C", "d"]},
-         {"index": 1, "header": "@@ -8,3 +8,4 @@", "old_start": 8, "old": ["h", "i", "j"],
-          "new": ["h", "i", "added", "j"]}]
+         {"index": 1, "header": "@@ -8,4 +8,5 @@", "old_start": 8, "old": ["h", "i", "j", "k"],
+          "new": ["h", "i", "added", "j", "k"]}]
 PRISTINE = "".join(f"{x}\n" for x in "abcdefghijk")
 
 
