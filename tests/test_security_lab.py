@@ -99,6 +99,8 @@ def test_secrets_never_appear_in_output_json_or_audit_log(lab, tmp_path):
 
 
 def test_audit_log_has_one_line_per_task_run_and_history_filters_by_host(lab):
+    # An older lab01 entry first, so `--last 2` has something to leave out.
+    assert run_fab(lab.root, "-H", "lab01", "ping").returncode == 0
     before = len(audit.read())
     rc, _ = fab_json(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep")
     assert rc == 0
@@ -112,6 +114,13 @@ def test_audit_log_has_one_line_per_task_run_and_history_filters_by_host(lab):
     proc = run_fab(lab.root, "history", "--host", "lab02", "--json")
     only = json.loads(proc.stdout)
     assert only and all(r["host"] == "lab02" for r in only)
-    table = run_fab(lab.root, "history", "--host", "lab01", "--last", "2")
-    assert table.returncode == 0 and "lab01" in table.stdout and "lab02" not in table.stdout
+    lab01 = [r for r in audit.read() if r["host"] == "lab01"]
+    assert [r["task"] for r in lab01[-3:]] == ["ping", "patch", "verify"]
+    proc = run_fab(lab.root, "history", "--host", "lab01", "--last", "2", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout) == lab01[-2:]  # exactly the 2 newest, in order
+    table = run_fab(lab.root, "history", "--host", "lab01", "--last", "2", env={"COLUMNS": "400"})
+    assert table.returncode == 0 and "lab02" not in table.stdout
+    rows = [[cell.strip() for cell in line.split("│")] for line in table.stdout.splitlines() if "│" in line]
+    hosts_tasks = [(row[3], row[4]) for row in rows if len(row) > 4 and row[3]]
+    assert hosts_tasks == [("lab01", "patch"), ("lab01", "verify")], table.stdout
     assert os.environ["FLEETOPS_AUDIT_LOG"] == str(audit.log_path())
