@@ -211,7 +211,11 @@ def run_stop(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
     if answer.get("changed"):
         snap, _ = node.call("gpu", {})
         if snap.get("ok"):
-            held = [(g["index"], p) for g in snap["gpus"] for p in g["processes"] if p.get("job") == answer["job_id"]]
+            # By process group as well as by job label: once exit.json exists the node no longer labels the
+            # group's processes with the job, and a survivor must still count as the job's.
+            pgid = answer.get("pgid")
+            held = [(g["index"], p) for g in snap["gpus"] for p in g["processes"]
+                    if p.get("job") == answer["job_id"] or (pgid is not None and p.get("pgid") == pgid)]
             ok = not held
             items.append(Item("GPU memory", Status.OK if ok else Status.FAILED,
                               "released: no GPU process belongs to the job" if ok else

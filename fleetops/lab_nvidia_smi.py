@@ -2,12 +2,17 @@
 machine (tests/fixtures/nvidia-smi/h200x2) according to the node's gpu.json state:
 
   idle          both GPUs free
-  busy          a real process started by `fab lab.gpu --state busy` holds them (its pid replaces the
-                recorded pids, so the node's process table has user, age and command for it)
+  busy          a real process started by `fab lab.gpu --state busy` holds each GPU (its pid replaces the
+                recorded pid, so the node's process table has user, age and command for it)
   missing       GPU 1 is gone from every answer
   driver_error  nvidia-smi fails the way a driver/library mismatch makes it fail
-While a fleetops job runs on the node (and the state is idle), GPU 0 answers as the recorded busy GPU 0,
-held by the job's process, so `gpu`, `extract`'s gate and `stop` see a job on the GPU as they would.
+While a fleetops job's processes are alive on the node (and the state is idle), GPU 0 answers as the recorded
+busy GPU 0, held by the job's process, so `gpu`, `extract`'s gate and `stop` see a job on the GPU as they would.
+
+Memory is held by LIVE processes only, decided from /proc on every call, never from a job's bookkeeping: a
+GPU is busy exactly as long as its holder (a lab holder, or a process of the job's process group or session
+other than the wrapper) exists and is not a zombie. So "released" is only ever seen once the processes are
+really gone, as on a real GPU where the driver frees memory when the last process using it exits.
 
 Installed by the lab as <node>/bin/nvidia-smi; never used outside the lab.
 """
@@ -15,63 +20,105 @@ Installed by the lab as <node>/bin/nvidia-smi; never used outside the lab.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent  # <node>/bin
-RECORDED_PIDS = ("580", "581")
+RECORDED_PIDS = ("580", "581")  # the pids in the busy recordings, GPU 0 and GPU 1
+GPU_UUIDS = ("GPU-65d02187", "GPU-96672edd")
+HOLDER_MARK = "fleetops-lab-gpu-holder"  # same text as fleetops.lab.HOLDER_MARK (this file runs standalone)
 
 
-def running_job_pid(state_dir: str | None) -> int | None:
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name: [state, ppid, pgrp, session, ...]."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def live(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def job_holder(state_dir: str | None) -> int | None:
+    """The process that holds GPU 0 for the node's current job: its main process while alive, otherwise any
+    other live process of its group or session (a worker it left behind keeps the memory, as on a real GPU).
+    The wrapper is the session leader but never touches the GPU, so it holds nothing."""
     if not state_dir:
         return None
     try:
         current = json.loads((Path(state_dir) / "jobs" / "current.json").read_text())
-        job_dir = Path(state_dir) / "jobs" / current["id"]
-        if (job_dir / "exit.json").exists():
-            return None
-        pid = int(json.loads((job_dir / "job.json").read_text())["pid"])
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return pid if stat[0] != "Z" else None
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        job = json.loads((Path(state_dir) / "jobs" / current["id"] / "job.json").read_text())
+        pid, pgid = job.get("pid"), job.get("pgid")
+        wrapper = job.get("wrapper_pid")
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+    if pid and live(int(pid)):
+        return int(pid)
+    if not pgid:
+        return None
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == wrapper:
+            continue
+        fields = _stat(int(entry))
+        if fields and fields[0] not in ("Z", "X") and int(pgid) in (int(fields[2]), int(fields[3])):
+            members.append(int(entry))
+    return min(members) if members else None
+
+
+def lab_holder(pid: int) -> bool:
+    try:
+        return live(pid) and HOLDER_MARK.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _recorded(fixtures: Path, name: str) -> list[str]:
+    return [ln for ln in (fixtures / name).read_text().splitlines() if ln.strip() and not ln.startswith("rc=")]
 
 
 def main(argv: list[str]) -> int:
     config = json.loads((HERE.parent / "gpu.json").read_text())
     state, fixtures = config["state"], Path(config["fixtures"])
-    job_pid = running_job_pid(config.get("state_dir")) if state == "idle" else None
     if state == "driver_error":
         print("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.159")
         return 18
-    phase = "busy" if state == "busy" or job_pid else "idle"
-    args = " ".join(argv)
-    nounits = "nounits" in args
-    if "--query-gpu" in args:
-        name = f"{phase}_query{'_nounits' if nounits else ''}.csv"
-    elif "--query-compute-apps" in args:
-        name = f"{phase}_apps{'_nounits' if nounits and phase == 'busy' else ''}.csv"
-    elif "-q" in argv:
-        name = "busy_q.xml"
+    present = (0,) if state == "missing" else (0, 1)
+    holders: dict[int, int] = {}
+    if state == "busy":
+        for gpu, pid in enumerate(config.get("holder_pids", [])[:2]):
+            if lab_holder(int(pid)):
+                holders[gpu] = int(pid)
     else:
-        name = f"{phase}_table.txt"
-    lines = [ln for ln in (fixtures / name).read_text().splitlines() if not ln.startswith("rc=")]
-    if "noheader" in args and lines and lines[0].startswith(("index", "pid")):
-        lines = lines[1:]
-    holders = [str(p) for p in config.get("holder_pids", [])] or ([str(job_pid)] if job_pid else [])
-    if job_pid:  # only GPU 0 is the job's: GPU 1 answers as idle
-        idle_name = "idle_apps.csv" if "apps" in name else name.replace("busy", "idle")
-        idle = [ln for ln in (fixtures / idle_name).read_text().splitlines() if not ln.startswith("rc=")]
-        gpu1_idle = [ln for ln in idle if "GPU-96672edd" in ln and not ln.startswith("pid")]
-        lines = [ln for ln in lines if "GPU-96672edd" not in ln and not ln.startswith("1,")] + \
-            [ln for ln in gpu1_idle if "--query-gpu" in args]
-    out = []
-    for line in lines:
-        if state == "missing" and ("GPU-96672edd" in line or line.startswith("1,")):
-            continue
-        for recorded, real in zip(RECORDED_PIDS, holders):
-            line = line.replace(f"{recorded},", f"{real},", 1) if line.startswith(recorded) else line
-        out.append(line)
+        pid = job_holder(config.get("state_dir"))
+        if pid:
+            holders[0] = pid  # a job takes GPU 0 only; GPU 1 stays free
+    holders = {g: p for g, p in holders.items() if g in present}
+    args = " ".join(argv)
+    nounits, noheader = "nounits" in args, "noheader" in args
+    out: list[str] = []
+    if "--query-gpu" in args:
+        suffix = "_nounits" if nounits else ""
+        busy, idle = _recorded(fixtures, f"busy_query{suffix}.csv"), _recorded(fixtures, f"idle_query{suffix}.csv")
+        if idle[0].startswith("index") and not noheader:
+            out.append(idle[0])
+        for gpu in present:  # each GPU answers from the busy recording only while a live process holds it
+            source = busy if gpu in holders else idle
+            out += [ln for ln in source if ln.startswith(f"{gpu},")]
+    elif "--query-compute-apps" in args:
+        if not noheader:
+            out.append(_recorded(fixtures, "busy_apps.csv")[0])
+        rows = _recorded(fixtures, f"busy_apps{'_nounits' if nounits else ''}.csv")
+        for gpu, pid in sorted(holders.items()):
+            row = next(ln for ln in rows if GPU_UUIDS[gpu] in ln and ln.startswith(RECORDED_PIDS[gpu]))
+            out.append(f"{pid}," + row.split(",", 1)[1])
+    else:  # -q, or the plain table (the busy recording whenever any GPU is held; only its header is parsed)
+        name = "busy_q.xml" if "-q" in argv else f"{'busy' if holders else 'idle'}_table.txt"
+        out = [ln for ln in (fixtures / name).read_text().splitlines() if not ln.startswith("rc=")]
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 

@@ -227,7 +227,8 @@ def job_stop(req: dict) -> dict:
             os.killpg(int(job["pgid"]), signal.SIGKILL)
             time.sleep(0.2)
             remaining = group_members(int(job["pgid"]))
-            return {"ok": not remaining, "changed": True, "job_id": job["id"], **st, "left": remaining,
+            return {"ok": not remaining, "changed": True, "job_id": job["id"], "pgid": int(job["pgid"]), **st,
+                    "left": remaining,
                     "msg": f"job {job['id']} had ended ({st['state']}) but left {len(left)} processes in its group: "
                            f"killed {left}" + (f"; still there: {remaining}" if remaining else "")}
         return {"ok": True, "changed": False, "job_id": job["id"], **st,
@@ -254,7 +255,7 @@ def job_stop(req: dict) -> dict:
                                       "ended_ts": time.time(), "by": "stop"})
     left = group_members(pgid)
     how = "SIGTERM, then SIGKILL after the grace period" if escalated else "SIGTERM"
-    return {"ok": not left, "changed": True, "job_id": job["id"], "escalated": escalated, "left": left,
+    return {"ok": not left, "changed": True, "job_id": job["id"], "pgid": pgid, "escalated": escalated, "left": left,
             **job_state(job_dir, job), "msg": f"stopped job {job['id']} with {how}"
             + (f"; processes still in its group: {left}" if left else "; no process of its group is left")}
 
