@@ -24,7 +24,7 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 NODE_PACKAGES = {"vllm": "0.16.0", "speculators": "0.3.0"}
 OWN_PACKAGES = ("speculators",)  # copied into each node so patching one node never touches another
 GPU_STATES = ("idle", "busy", "missing", "driver_error", "absent")
-HOLDER_MARK = "fleetops-lab-gpu-holder"
+HOLDER_MARK = "fleetops-lab-gpu-holder"  # lab_nvidia_smi.py (run standalone on the node) holds a copy
 SIMULATED_GPUS = 2  # the recorded fixtures come from a 2×H200 machine
 
 
@@ -374,12 +374,30 @@ class Lab:
         return config
 
     def _stop_holders(self, node: Node) -> None:
+        killed = []
         for pid in self.gpu_state(node).get("holder_pids", []):
             try:
                 if HOLDER_MARK.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                     os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
             except OSError:
                 pass
+        # The simulated GPU frees a holder's memory only once the process is really gone (dead or a zombie), as
+        # a driver does; wait for that so a state switch is complete when this returns.
+        deadline = time.monotonic() + 30
+        for pid in killed:
+            try:
+                os.waitpid(pid, 0)  # ours when this process started it (tests): reap it
+                continue
+            except ChildProcessError:
+                pass
+            while time.monotonic() < deadline:
+                try:
+                    if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
+                        break
+                except (OSError, IndexError):
+                    break
+                time.sleep(0.02)
 
     # -- stop
     def stop_node(self, node: Node, sig: int = signal.SIGTERM) -> bool:
