@@ -80,15 +80,30 @@ def record_sha256(site: Path, module: str) -> str:
 
 @pytest.fixture(scope="session")
 def lab_project(tmp_path_factory):
+    """A throwaway project with a 2-node lab, stopped at the end of the session.
+
+    FLEETOPS_TEST_LAB=DIR keeps one between runs instead (made in DIR on first use, left running), so that
+    running one test file again does not pay for a new lab; never the checkout itself, whose hosts/ and .lab/
+    are the operator's."""
     if not shutil.which("sshd") and not Path("/usr/sbin/sshd").exists():
-        pytest.fail("sshd missing: install Debian's openssh-server (the README set-up does)")
+        pytest.fail("sshd missing: install Debian's openssh-server (the README set-up does)", pytrace=False)
     from fleetops.lab import Lab
 
-    project = make_project(tmp_path_factory.mktemp("proj") / "project")
+    kept = os.environ.get("FLEETOPS_TEST_LAB")
+    if kept:
+        project = Path(kept).resolve()
+        if project == REPO or REPO in project.parents:
+            pytest.fail(f"FLEETOPS_TEST_LAB={kept} is inside the checkout; name a directory of its own, "
+                        "e.g. /tmp/fleetops-test-lab", pytrace=False)
+        if not (project / "fabfile.py").exists():
+            make_project(project)
+    else:
+        project = make_project(tmp_path_factory.mktemp("proj") / "project")
     lab = Lab(project)
     lab.up(2, progress=lambda m: print(m, file=sys.stderr))
     yield project
-    lab.down()
+    if not kept:
+        lab.down()
 
 
 @pytest.fixture
