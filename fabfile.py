@@ -1,4 +1,5 @@
-"""fleetops tasks for Fabric's `fab`. Thin: every task hands over to the fleetops library.
+"""fleetops tasks for Fabric's `fab`. Thin: each @fleet_task declares a task's name, options and help; the
+executor (fleetops/fab/executor.py) runs fleetops.tasks' task of that name on every host.
 
     fab lab.up                     # a local lab node: real sshd, real vllm 0.16.0 + speculators 0.3.0
     fab -H lab01 patch verify      # patch the node's speculators, then prove it works
@@ -10,7 +11,8 @@ from fabric import task
 from invoke import Collection
 
 from fleetops import lab as _lab
-from fleetops.fabtasks import fleet_task, host_task, show_history
+from fleetops.fab.decorators import fleet_task
+from fleetops.report.history import show_history
 
 HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
 HELP_JSON = "print one JSON document instead of the human view"
@@ -20,38 +22,32 @@ HELP_JSON = "print one JSON document instead of the human view"
             "json": HELP_JSON})
 def patch(c, check=False, playbook=None, json=False):
     """Apply the playbook's patches (atomic, backed up, locked; already-applied is a no-op)."""
-    return host_task(c, "patch", check=check, playbook=playbook)
 
 
 @fleet_task(help={"check": "show what would be restored; write nothing", "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
 def rollback(c, check=False, playbook=None, json=False):
     """Restore the original files byte for byte (sha256 checked)."""
-    return host_task(c, "rollback", check=check, playbook=playbook)
 
 
 @fleet_task(help={"playbook": HELP_PLAYBOOK, "kinds": "only these check kinds, e.g. grep,compile", "json": HELP_JSON})
 def verify(c, playbook=None, kinds=None, json=False):
     """Run every check of the playbook on the node in one exec, with evidence."""
-    return host_task(c, "verify", playbook=playbook, kinds=kinds)
 
 
 @fleet_task(help={"json": HELP_JSON})
 def ping(c, json=False):
     """Connect, run the node agent under the target python, report its version."""
-    return host_task(c, "ping")
 
 
 @fleet_task(help={"gpus": "only these GPU indices, e.g. 0,1,2,3", "threshold": "MiB above which a GPU is busy (1024)",
             "wait": "poll up to this many seconds for the GPUs to be free", "json": HELP_JSON})
 def gpu(c, gpus=None, threshold=1024, wait=0, json=False):
     """GPU preflight: every GPU there, healthy and free? Who holds the busy ones?"""
-    return host_task(c, "gpu", gpus=gpus, threshold=threshold, wait=wait)
 
 
 @fleet_task(help={"json": HELP_JSON})
 def facts(c, json=False):
     """OS, target python, vllm/speculators/torch/transformers versions, driver, CUDA, GPUs, free disk."""
-    return host_task(c, "facts")
 
 
 HELP_JOB = "the playbook's job (default: extract)"
@@ -62,38 +58,32 @@ HELP_JOB_ID = "a job id on the node (default: the node's latest job)"
                   "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
 def extract(c, force=False, job=None, playbook=None, json=False):
     """Run the fast checks and the GPU gate, then launch the playbook's job detached on the node."""
-    return host_task(c, "extract", force=force, job=job, playbook=playbook)
 
 
 @fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
 def tail(c, job_id=None, job=None, playbook=None, json=False):
     """Follow the job's log (progress bar, failures highlighted) until it ends; exit with its status."""
-    return host_task(c, "tail", job_id=job_id, job=job, playbook=playbook)
 
 
 @fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
 def status(c, job_id=None, job=None, playbook=None, json=False):
     """The job's state (running / succeeded / failed / killed), exit status, runtime, last progress, log."""
-    return host_task(c, "status", job_id=job_id, job=job, playbook=playbook)
 
 
 @fleet_task(help={"lines": "how many lines (default 50)", "job_id": HELP_JOB_ID, "json": HELP_JSON})
 def logs(c, lines=50, job_id=None, json=False):
     """The last lines of the job's log (no follow)."""
-    return host_task(c, "logs", lines=lines, job_id=job_id)
 
 
 @fleet_task(help={"grace": "seconds between SIGTERM and SIGKILL (default 10)", "job_id": HELP_JOB_ID,
                   "json": HELP_JSON})
 def stop(c, grace=10, job_id=None, json=False):
     """SIGTERM the job's whole process group, SIGKILL after the grace period, confirm GPU memory is free."""
-    return host_task(c, "stop", grace=grace, job_id=job_id)
 
 
 @fleet_task(help={"fingerprint": "the SHA256:... fingerprint you verified out of band", "json": HELP_JSON})
 def trust(c, fingerprint=None, json=False):
     """Add a host's SSH key to known_hosts, only if it matches the fingerprint you name."""
-    return host_task(c, "trust", fingerprint=fingerprint)
 
 
 @task(help={"host": "only this host", "last": "only the last N entries", "json": HELP_JSON})

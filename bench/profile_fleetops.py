@@ -1,6 +1,6 @@
 """Where fleetops' time goes, measured on the bench's lab (called by bench/run.py at the end of a run; it can
 also wrap one `fab` invocation by itself). Nothing in fleetops is changed: the timeline wraps
-fleetops.transport.NodeConnection's methods from outside.
+fleetops.wire.ssh.NodeConnection's methods from outside.
 
     python3 bench/profile_fleetops.py --timeline OUT.json -- <fab args>   # one fab run, with a timeline
 
@@ -52,9 +52,9 @@ def _wrap_timeline(out: str, argv: list[str]) -> int:
     import paramiko.hostkeys as hostkeys
     from fabric.main import program
 
-    import fleetops.bundle as bundle
-    import fleetops.fabexec as fabexec
-    import fleetops.transport as transport
+    import fleetops.fab.executor as fabexec
+    import fleetops.wire.bundle as bundle
+    import fleetops.wire.ssh as transport
 
     ev("imports_done")
     orig_open, orig_exec, orig_call = (
@@ -202,9 +202,9 @@ def _node_costs(node, client_key: str, known_hosts: str, reps: int = 10) -> dict
     call; all over paramiko from this process."""
     import paramiko
 
-    from fleetops.bundle import agent_bundle
-    from fleetops.playbook import load_playbook
-    from fleetops.transport import PROTOCOL
+    from fleetops.plans.playbook import load_playbook
+    from fleetops.wire.bundle import agent_bundle
+    from remote_scripts.protocol import PROTOCOL
 
     pid = node.pid()
     clk = os.sysconf("SC_CLK_TCK")

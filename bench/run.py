@@ -85,7 +85,7 @@ def take_snapshot() -> None:
 take_snapshot() if __name__ == "__main__" else sys.path.insert(0, str(REPO))
 
 from fleetops.lab import Lab, site_packages  # noqa: E402
-from fleetops.playbook import load_playbook  # noqa: E402
+from fleetops.plans.playbook import load_playbook  # noqa: E402
 
 PLAYBOOK = SNAPSHOT / "playbooks" / "speculators-0.3.0-vllm-0.16.yaml"
 PEER_PACKAGES = ["ansible-core", "pyinfra"]
@@ -877,7 +877,7 @@ def machine_info(peers: Path) -> dict:
     )
     head = SNAPSHOT_HEAD or out(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
     dirty = SNAPSHOT_DIRTY
-    from fleetops.bundle import agent_bundle
+    from fleetops.wire.bundle import agent_bundle
 
     return {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

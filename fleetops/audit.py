@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .identity import operator
 from .redaction import redact
 from .results import Result
-from .transport import operator
 
 
 def log_path() -> Path:

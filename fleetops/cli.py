@@ -13,7 +13,7 @@ from fabric import __version__ as fabric_version
 from fabric.main import Fab
 from invoke import Argument
 
-from .fabexec import FleetExecutor
+from .fab.executor import FleetExecutor
 
 
 class Fleet(Fab):

@@ -1,7 +1,7 @@
 """How a run walks the fleet: every host runs its own chain of steps in order on its one connection;
 hosts run concurrently (bounded by forks); a failing host stops only its own chain; with `serial`, hosts go
 in batches and a batch with a failure stops the roll-out. Used by the `fab`/`fleet` executor and by
-fleetops.api alike."""
+fleetops.api alike (both through run.execute)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from .inventory import Host
-from .invocation import Invocation
+from .plans.inventory import Host
 from .results import Result, Status
+from .state import RunState
 
 DEFAULT_FORKS = 32
 
@@ -22,7 +22,7 @@ class Step:
     run: Callable[[Host], Result | None]
 
 
-def run_fleet(inv: Invocation, hosts: list[Host], steps: list[Step], forks: int = DEFAULT_FORKS,
+def run_fleet(run: RunState, hosts: list[Host], steps: list[Step], forks: int = DEFAULT_FORKS,
               serial: int = 0) -> None:
     batches = [hosts[i: i + serial] for i in range(0, len(hosts), serial)] if serial > 0 else [hosts]
     stopped_by: int | None = None
@@ -30,39 +30,39 @@ def run_fleet(inv: Invocation, hosts: list[Host], steps: list[Step], forks: int 
         if stopped_by is not None:
             for h in batch:
                 for step in steps:
-                    inv.record(Result(h.name, step.name, Status.SKIPPED,
+                    run.record(Result(h.name, step.name, Status.SKIPPED,
                                       f"skipped: roll-out stopped after batch {stopped_by} had failures"))
             continue
         if len(batches) > 1:
-            inv.reporter.note(f"batch {number}/{len(batches)}: {', '.join(h.name for h in batch)}")
-        _run_batch(inv, batch, steps, forks)
+            run.reporter.note(f"batch {number}/{len(batches)}: {', '.join(h.name for h in batch)}")
+        _run_batch(run, batch, steps, forks)
         names = {h.name for h in batch}
-        if len(batches) > 1 and any(r.failed for r in inv.results if r.host in names):
+        if len(batches) > 1 and any(r.failed for r in run.results if r.host in names):
             stopped_by = number
 
 
-def _run_batch(inv: Invocation, batch: list[Host], steps: list[Step], forks: int) -> None:
+def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int) -> None:
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(batch)))) as pool:
-        futures = [pool.submit(_run_chain, inv, h, steps) for h in batch]
+        futures = [pool.submit(_run_chain, run, h, steps) for h in batch]
         while not all(f.done() for f in futures):
             try:
                 wait(futures, timeout=0.2)
             except KeyboardInterrupt:
-                inv.interrupted.set()  # tail detaches, --wait gives up; each host's chain ends cleanly
+                run.interrupted.set()  # tail detaches, --wait gives up; each host's chain ends cleanly
         for f in futures:
             f.result()
 
 
-def _run_chain(inv: Invocation, host: Host, steps: list[Step]) -> None:
+def _run_chain(run: RunState, host: Host, steps: list[Step]) -> None:
     failed_at: str | None = None
     for step in steps:
-        if inv.interrupted.is_set() and not failed_at:
+        if run.interrupted.is_set() and not failed_at:
             failed_at = "an interrupt (Ctrl-C)"
         if failed_at:
-            inv.record(Result(host.name, step.name, Status.SKIPPED, f"skipped: {failed_at} failed on this host"
+            run.record(Result(host.name, step.name, Status.SKIPPED, f"skipped: {failed_at} failed on this host"
                               if failed_at != "an interrupt (Ctrl-C)" else "skipped: interrupted (Ctrl-C)"))
             continue
-        inv.reporter.task_started(host.name, step.name)
+        run.reporter.task_started(host.name, step.name)
         result = step.run(host)
         if isinstance(result, Result) and result.failed:
             failed_at = step.name

@@ -12,14 +12,15 @@ import sys
 import time
 import traceback
 
-PROTOCOL = 1
-
+from .protocol import OPS as OP_NAMES
+from .protocol import PROTOCOL
 
 # op → (module, function): only the module an op needs is imported (node start-up time is per exec).
 OPS = {"patch": ("patching", "patch"), "rollback": ("patching", "rollback"), "verify": ("checks", "verify"),
        "gpu": ("gpu", "gpu"), "facts": ("gpu", "facts"), "preflight": ("jobs", "preflight"),
        "job_start": ("jobs", "job_start"), "job_status": ("jobs", "job_status"), "job_tail": ("jobs", "job_tail"),
        "job_logs": ("jobs", "job_logs"), "job_stop": ("jobs", "job_stop")}
+assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
 
 
 def _ping(req: dict) -> dict:

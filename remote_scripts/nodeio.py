@@ -16,6 +16,8 @@ import site
 import sys
 import time
 
+from .protocol import parse_requirement, version_matches  # noqa: F401 - nodeio's users import them here
+
 
 class NodeError(Exception):
     """A refusal or failure with a message meant for the operator."""
@@ -285,54 +287,7 @@ def remove_stale_bytecode(path: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- versions
-_REQ = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*)")
-_CLAUSE = re.compile(r"\s*(~=|==|!=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.*+!-]*)\s*")
-
-
-def parse_requirement(text: str) -> tuple[str, list[tuple[str, str]]]:
-    m = _REQ.fullmatch(text)
-    if not m:
-        raise ValueError(f"not a requirement: {text!r}")
-    name, rest = m.group(1), m.group(2).strip()
-    clauses = []
-    if rest:
-        for part in rest.split(","):
-            cm = _CLAUSE.fullmatch(part)
-            if not cm:
-                raise ValueError(f"bad version clause {part.strip()!r} in {text!r}")
-            op, ver = cm.groups()
-            if "*" in ver and (op not in ("==", "!=") or not ver.endswith(".*") or "*" in ver[:-2]):
-                raise ValueError(f"wildcard only allowed as '==X.*' or '!=X.*' in {text!r}")
-            clauses.append((op, ver))
-    return name, clauses
-
-
-def _release(version: str) -> tuple[int, ...]:
-    m = re.match(r"(\d+(?:\.\d+)*)", version.split("+", 1)[0])
-    return tuple(int(x) for x in m.group(1).split(".")) if m else ()
-
-
-def _padded(a: tuple[int, ...], n: int) -> tuple[int, ...]:
-    return a + (0,) * (n - len(a))
-
-
-def version_matches(version: str, clauses: list[tuple[str, str]]) -> bool:
-    have = _release(version)
-    for op, want_text in clauses:
-        if want_text.endswith(".*"):
-            prefix = _release(want_text[:-2])
-            hit = _padded(have, len(prefix))[: len(prefix)] == prefix
-            if (op == "==") != hit:
-                return False
-            continue
-        want = _release(want_text)
-        n = max(len(have), len(want))
-        a, b = _padded(have, n), _padded(want, n)
-        ok = {"==": a == b, "!=": a != b, ">=": a >= b, "<=": a <= b, ">": a > b, "<": a < b,
-              "~=": a >= b and a[: max(len(want) - 1, 1)] == b[: max(len(want) - 1, 1)]}[op]
-        if not ok:
-            return False
-    return True
+# parse_requirement/version_matches live in protocol.py: the client validates playbooks with the same code.
 
 
 def _normalize(name: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fleetops.gpu import Gate, evaluate  # noqa: E402  (stdlib-only module: no fabric needed here)
+from fleetops.plans.gpugate import Gate, evaluate  # noqa: E402  (stdlib-only module: no fabric needed here)
 
 HOLD_GIB = 20
 HOLDER = ("import time, torch\n"

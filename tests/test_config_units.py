@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from fleetops import unidiff
-from fleetops.inventory import Inventory, UnknownHost, load_inventory
-from fleetops.playbook import load_playbook
+from fleetops.plans import unidiff
+from fleetops.plans.inventory import Inventory, UnknownHost, load_inventory
+from fleetops.plans.playbook import load_playbook
+from fleetops.plans.yamlsrc import ConfigError, load_text
 from fleetops.results import EXIT_FAILED, EXIT_UNREACHABLE, Item, Result, Status, exit_status, rollup
-from fleetops.yamlsrc import ConfigError, load_text
 from remote_scripts import patching
 from remote_scripts.nodeio import parse_requirement, version_matches
 
@@ -73,7 +73,7 @@ def test_example_inventory_is_documentation_and_never_connectable():
     inv = load_inventory(REPO / "hosts")
     gpu01 = inv.hosts["gpu01"]
     assert gpu01.address == "10.1.230.174" and gpu01.example and gpu01.gpus == 8
-    from fleetops.transport import NodeConnection, TransportError
+    from fleetops.wire.ssh import NodeConnection, TransportError
 
     with pytest.raises(TransportError, match="example inventory"):
         NodeConnection(gpu01).open()  # refused before any socket is made

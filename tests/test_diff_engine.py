@@ -33,7 +33,8 @@ from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleetops import lab, unidiff
+from fleetops import lab
+from fleetops.plans import unidiff
 from remote_scripts import patching
 
 FIXED_SEED = 19

@@ -18,7 +18,7 @@ from conftest import GENERATOR, REPO, WORKER, record_sha256
 
 from fleetops import api
 from fleetops.lab import site_packages
-from fleetops.playbook import load_playbook
+from fleetops.plans.playbook import load_playbook
 from remote_scripts import patching
 
 pytestmark = pytest.mark.lab

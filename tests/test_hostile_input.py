@@ -11,10 +11,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleetops import unidiff
-from fleetops.inventory import load_inventory
-from fleetops.playbook import load_playbook
-from fleetops.yamlsrc import ConfigError, load_text
+from fleetops.plans import unidiff
+from fleetops.plans.inventory import load_inventory
+from fleetops.plans.playbook import load_playbook
+from fleetops.plans.yamlsrc import ConfigError, load_text
 
 HOSTILE = ["x; rm -rf /", "$(touch /tmp/pwned)", "`id`", "a'b", 'a"b', "line1\nline2", "../../etc", "/a/../../etc",
            "x" * 5000, "a b", "a\tb", "a|b", "a&b", "a>b", "~root", "-oProxyCommand=sh"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetops.gpu import Gate, evaluate
+from fleetops.plans.gpugate import Gate, evaluate
 from fleetops.results import EXIT_GPU_BUSY, EXIT_GPU_UNHEALTHY, EXIT_NO_NVIDIA_SMI, EXIT_NVIDIA_SMI_FAILED
 from remote_scripts import nvsmi
 

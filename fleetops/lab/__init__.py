@@ -24,7 +24,7 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 NODE_PACKAGES = {"vllm": "0.16.0", "speculators": "0.3.0"}
 OWN_PACKAGES = ("speculators",)  # copied into each node so patching one node never touches another
 GPU_STATES = ("idle", "busy", "missing", "driver_error", "absent")
-HOLDER_MARK = "fleetops-lab-gpu-holder"  # lab_nvidia_smi.py (run standalone on the node) holds a copy
+HOLDER_MARK = "fleetops-lab-gpu-holder"  # lab/nvidia_smi.py (run standalone on the node) holds a copy
 SIMULATED_GPUS = 2  # the recorded fixtures come from a 2×H200 machine
 
 
@@ -242,7 +242,7 @@ class Lab:
         if (self.dir / "no-tiny-model").exists():
             return
         if not (made / "lab-data" / "prompts.jsonl").exists():
-            script = str(Path(__file__).parent / "lab_model.py")
+            script = str(Path(__file__).parent / "model.py")
             proc = subprocess.run([str(base / "bin" / "python"), script, str(made)], capture_output=True, text=True,
                                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
             if proc.returncode == 3:  # the node venv has no torch/transformers (a packages-only lab)
@@ -358,7 +358,7 @@ class Lab:
         if state == "absent":
             smi.unlink(missing_ok=True)
         else:
-            source = (Path(__file__).parent / "lab_nvidia_smi.py").read_text()
+            source = (Path(__file__).parent / "nvidia_smi.py").read_text()
             smi.write_text(f"#!{node.python}\n{source}")
             smi.chmod(0o755)
         holders = []
@@ -436,9 +436,8 @@ class Lab:
 
 # ---------------------------------------------------------------- fab lab.* tasks
 def _lab(c) -> Lab:
-    from . import invocation
-
-    return Lab(invocation.current().root if invocation._current else Path.cwd())
+    root = (c.config.get("fleetops") or {}).get("root")  # set by fleetops.fab.executor: the fabfile's folder
+    return Lab(Path(root) if root else Path.cwd())
 
 
 @task(help={"nodes": "number of lab nodes (default 1)"})

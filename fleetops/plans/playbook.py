@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_scripts.nodeio import parse_requirement
+from remote_scripts.protocol import parse_requirement
 
 from . import unidiff
 from .yamlsrc import (
@@ -97,7 +97,7 @@ def load_playbook(path: str | Path) -> Playbook:
         spec = expect_mapping(spec, str(path), _item_line(doc, "verify", i), "a check")
         book.checks.append(_parse_check(spec, path, digest))
     if "jobs" in doc:
-        from .jobs import parse_jobs
+        from .jobspec import parse_jobs
 
         book.jobs = parse_jobs(expect_mapping(doc["jobs"], str(path), doc.line_of("jobs"), "'jobs'"))
     book.sha256 = digest.hexdigest()

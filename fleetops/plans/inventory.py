@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .patterns import ENV_KEY, REMOTE_PATH, one_line
 from .yamlsrc import (
     ConfigError,
     Mapping,
@@ -26,14 +27,11 @@ from .yamlsrc import (
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|[0-9A-Fa-f:]{2,39}")
 USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
-# Remote paths travel as argv words; keep them to characters no shell or ssh treats specially.
-REMOTE_PATH = re.compile(r"(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/+@-]{1,4096}")
 GROUP = NAME
 JUMP = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}@)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}(?::[0-9]{1,5})?")
 
 HOST_KEYS = {"address", "port", "user", "identity_file", "identity_passphrase", "known_hosts", "jump", "python",
              "state_dir", "groups", "gpus", "lab", "connect_timeout", "env"}
-ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 TOP_KEYS = {"hosts", "defaults", "example"}
 DEFAULT_STATE_DIR = ".fleetops"  # relative: the node's exec starts in the login user's home
 
@@ -183,7 +181,7 @@ def _local_path(value: str | None, base: Path) -> str | None:
 
 def _secret_or_plain(m: Mapping, key: str, value: object, what: str) -> tuple[str, bool]:
     """A value, or {secret: value} / {secret_from_env: NAME} for one that must never be shown."""
-    from .redaction import register
+    from ..redaction import register
 
     if isinstance(value, dict):
         if set(value) == {"secret"} and isinstance(value["secret"], (str, int)):
@@ -208,7 +206,7 @@ def _parse_env(m: Mapping) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]
         if not isinstance(key, str) or not ENV_KEY.fullmatch(key):
             raise m.error("env", f"bad environment variable name {key!r}")
         text, is_secret = _secret_or_plain(m, "env", value, f"env {key}")
-        if "\0" in text or "\n" in text:
+        if not one_line(text):
             raise m.error("env", f"env {key}: value must be one line")
         env.append((key, text))
         if is_secret:
@@ -231,7 +229,7 @@ def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
     passphrase = None
     if "identity_passphrase" in m:
         passphrase, _ = _secret_or_plain(m, "identity_passphrase", m["identity_passphrase"], "identity_passphrase")
-        from .redaction import register
+        from ..redaction import register
 
         register(passphrase)  # a passphrase is secret even when written as a plain value
     return Host(

@@ -7,25 +7,26 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .gpu import evaluate
-from .jobs import (
+from ..plans.gpugate import evaluate
+from ..plans.jobspec import (
     DEFAULT_FAILURES,
     DEFAULT_PROGRESS,
     JobSpec,
-    bar,
     describe_end,
     exit_code_of,
     is_failure,
     parse_progress,
     resolve,
 )
-from .results import EXIT_FAILED, Item, Result, Status
-from .transport import NodeConnection, TransportError
-from .yamlsrc import ConfigError
+from ..plans.yamlsrc import ConfigError
+from ..report.tables import bar
+from ..results import EXIT_FAILED, Item, Result, Status
+from ..wire.connector import Connector as NodeConnection  # any connector (the name predates wire/)
+from ..wire.connector import TransportError
 
 if TYPE_CHECKING:
-    from .invocation import Invocation
-    from .tasks import Plan
+    from ..state import RunState as Invocation
+    from .plan import Plan
 
 TAIL_WAIT_S = 2.0
 RECONNECT_MAX_S = 600.0
@@ -33,7 +34,7 @@ RECONNECT_MAX_S = 600.0
 
 def job_plan(op: str, needs_job: bool) -> callable:
     def plan(inv: Invocation, kwargs: dict) -> Plan:
-        from .tasks import Plan
+        from .plan import Plan
 
         book = None
         name = kwargs.get("job") or "extract"

@@ -7,12 +7,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .gpu import Gate
+from ..redaction import MASK
+from .gpugate import DEFAULT_THRESHOLD_MIB, Gate
+from .patterns import ENV_KEY, one_line
+from .patterns import JOB_PATH as PATH
 from .yamlsrc import ConfigError, Mapping, reject_unknown
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
-ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-PATH = re.compile(r"(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/+@{}-]{1,4096}")
 EXTRACT_KEYS = {"backend", "model", "dataset", "output", "layer_ids", "tensor_parallel_size", "max_model_len",
                 "batch_size", "limit"}
 COMMON_KEYS = {"kind", "description", "env", "cwd", "preflight", "gpu_gate", "progress", "failures", "overrides",
@@ -41,7 +42,7 @@ class JobSpec:
     notes: list[str] = field(default_factory=list)
 
     def start_request(self) -> dict:
-        shown = {k: ("[secret]" if k in self.secret_env else v) for k, v in self.env.items()}
+        shown = {k: (MASK if k in self.secret_env else v) for k, v in self.env.items()}
         return {"job": {"name": self.name, "kind": self.kind, "extract": self.extract, "argv": self.argv,
                         "env": self.env, "shown_env": shown, "cwd": self.cwd}}
 
@@ -81,7 +82,7 @@ def _validate(name: str, spec: dict, where: Mapping) -> None:
     for k, v in env.items():
         if not (isinstance(k, str) and ENV_KEY.fullmatch(k)):
             raise _err(where, "env", f"job {name!r}: bad environment variable name {k!r}")
-        if not isinstance(v, (str, int, float)) or isinstance(v, bool) or "\0" in str(v) or "\n" in str(v):
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool) or not one_line(str(v)):
             raise _err(where, "env", f"job {name!r}: value of {k} must be one line of text")
     for key in ("progress",):
         if key in spec:
@@ -145,7 +146,7 @@ def resolve(name: str, spec: Mapping, groups: tuple[str, ...]) -> JobSpec:
     if gate_spec is not False:
         gate_spec = gate_spec or {}
         select = gate_spec.get("gpus")
-        gate = Gate(int(gate_spec.get("threshold", 1024)),
+        gate = Gate(int(gate_spec.get("threshold", DEFAULT_THRESHOLD_MIB)),
                     tuple(int(x) for x in str(select).split(",")) if select not in (None, "") else None)
     return JobSpec(name=name, kind=kind, extract=extract, argv=list(merged["command"]) if kind == "command" else None,
                    env={k: str(v) for k, v in (merged.get("env") or {}).items()},
@@ -170,16 +171,6 @@ def parse_progress(line: str, rx: re.Pattern[str]) -> dict | None:
 
 def is_failure(line: str, patterns: list[re.Pattern[str]]) -> bool:
     return any(p.search(line) for p in patterns)
-
-
-def bar(progress: dict, width: int = 24) -> str:
-    done, total = progress.get("done", 0), progress.get("total", 0)
-    frac = done / total if total else 0.0
-    filled = int(round(frac * width))
-    eta = progress.get("eta")
-    eta_text = f" ETA {int(eta) // 60}:{int(eta) % 60:02d}" if eta is not None else ""
-    rate = f" {progress['tok_s']:.0f} tok/s" if "tok_s" in progress else ""
-    return f"[{'#' * filled}{'.' * (width - filled)}] {int(done)}/{int(total)} {frac:.0%}{rate}{eta_text}"
 
 
 def exit_code_of(state: dict) -> int:

@@ -1,5 +1,6 @@
-"""The only module that talks SSH. One connection per host per invocation, strict host keys, one exec per
-agent call, and the agent zip uploaded only when the node does not have that exact version."""
+"""The SSH connector: the only module that talks SSH (paramiko, Fabric's Connection). One connection per host
+per run, strict host keys, one exec per agent call, and the agent zip uploaded only when the node does not
+have that exact version. It implements wire.connector.Connector."""
 
 from __future__ import annotations
 
@@ -7,60 +8,22 @@ import json
 import os
 import select
 import shlex
-import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 
 import paramiko
 from fabric import Config, Connection
 
+from remote_scripts.protocol import PROTOCOL
+
+from ..identity import operator
+from ..plans.inventory import Host, Inventory
+from ..results import Evidence
 from .bundle import agent_bundle
-from .inventory import Host, Inventory
-from .results import Evidence
+from .connector import COUNTERS, ExecResult, TransportError
 
-PROTOCOL = 1
-STDERR_TAIL_LINES = 20
-
-
-class TransportError(Exception):
-    """The node could not be reached or the link broke. `kind` is unreachable / hostkey / auth / lost /
-    timeout / remote (the agent itself failed)."""
-
-    def __init__(self, kind: str, message: str, evidence: Evidence | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.evidence = evidence
-
-
-@dataclass
-class ExecResult:
-    command: str
-    exit_code: int | None
-    stdout: bytes
-    stderr: bytes
-    seconds: float
-
-    def evidence(self) -> Evidence:
-        tail = self.stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:]
-        return Evidence(self.command, self.exit_code, tail, round(self.seconds, 3))
-
-
-class Counters:
-    """Connections, execs and uploads made by this process, for --trace and the benchmark."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.per_host: dict[str, dict[str, int]] = {}
-
-    def bump(self, host: str, what: str, n: int = 1) -> None:
-        with self.lock:
-            row = self.per_host.setdefault(host, {"connections": 0, "execs": 0, "uploads": 0})
-            row[what] += n
-
-
-COUNTERS = Counters()
+__all__ = ["NodeConnection", "TransportError", "trust_host", "known_hosts_path"]
 
 
 def fingerprint_of(key: paramiko.PKey) -> str:
@@ -113,7 +76,7 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
             raise TransportError("unreachable", f"jump chain too long at {host.name}")
         jump = inventory.hosts.get(host.jump) if inventory else None
         if jump is None:
-            from .inventory import plain_host
+            from ..plans.inventory import plain_host
 
             jump = plain_host(host.jump)
         gateway = _fabric_connection(jump, inventory, depth + 1)
@@ -271,23 +234,34 @@ class NodeConnection:
 
     def upload_agent(self) -> None:
         bundle = agent_bundle()
+        self.upload(f"{self.host.state_dir}/bin/{bundle.filename}", bundle.data)
+        COUNTERS.bump(self.host.name, "uploads")
+
+    def upload(self, path: str, data: bytes) -> None:
+        """Write path atomically over SFTP (temp name, then rename), making its missing folders 0700."""
+        self.open()
         assert self.cxn is not None
         sftp = self.cxn.sftp()
+        parent = path.rsplit("/", 1)[0] if "/" in path else ""
         directory = ""
-        for part in f"{self.host.state_dir}/bin".split("/"):
-            directory = f"{directory}/{part}" if directory or self.host.state_dir.startswith("/") else part
+        for part in parent.split("/"):
+            directory = f"{directory}/{part}" if directory or parent.startswith("/") else part
             if not part:
                 continue
             try:
                 sftp.stat(directory)
             except OSError:
                 sftp.mkdir(directory, 0o700)
-        final = f"{self.host.state_dir}/bin/{bundle.filename}"
-        tmp = f"{final}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
         with sftp.open(tmp, "wb") as f:
-            f.write(bundle.data)
-        sftp.posix_rename(tmp, final)
-        COUNTERS.bump(self.host.name, "uploads")
+            f.write(data)
+        sftp.posix_rename(tmp, path)
+
+    def download(self, path: str) -> bytes:
+        self.open()
+        assert self.cxn is not None
+        with self.cxn.sftp().open(path, "rb") as f:
+            return f.read()
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
         payload = json.dumps({"protocol": PROTOCOL, "op": op, "state_dir": self.host.state_dir,
@@ -349,40 +323,3 @@ def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int |
         code = None  # paramiko's way of saying the channel closed without an exit status
     chan.close()
     return bytes(out), bytes(err), code
-
-
-_OPERATOR: str | None = None
-
-
-def operator() -> str:
-    global _OPERATOR
-    if _OPERATOR is None:
-        import getpass
-
-        try:
-            user = getpass.getuser()
-        except Exception:  # noqa: BLE001 - no passwd entry in some containers
-            user = str(os.getuid())
-        _OPERATOR = f"{user}@{socket.gethostname()}"
-    return _OPERATOR
-
-
-class Pool:
-    """One NodeConnection per host name for the life of the invocation."""
-
-    def __init__(self, inventory: Inventory | None = None) -> None:
-        self.inventory = inventory
-        self.nodes: dict[str, NodeConnection] = {}
-        self.lock = threading.Lock()
-
-    def get(self, host: Host) -> NodeConnection:
-        with self.lock:
-            node = self.nodes.get(host.name)
-            if node is None:
-                node = self.nodes[host.name] = NodeConnection(host, self.inventory)
-            return node
-
-    def close_all(self) -> None:
-        for node in self.nodes.values():
-            node.close()
-        self.nodes.clear()

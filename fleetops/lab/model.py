@@ -2,7 +2,7 @@
 Llama-architecture model with random weights, a word-level tokenizer, and a JSONL of prompts.
 
 Run by the lab under the shared node venv's python (it needs torch, transformers and tokenizers):
-    python lab_model.py OUT_DIR
+    python model.py OUT_DIR
 writes OUT_DIR/lab-model/ and OUT_DIR/lab-data/prompts.jsonl.
 """
 

@@ -1,25 +1,30 @@
-"""State of one `fab` run: the inventory, the playbooks, one connection per host, the results so far."""
+"""What one run holds while it works: the inventory, the playbooks, one connection per host, the results so
+far. Made by run.assemble(); handed to every task; never a module global."""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .inventory import Host, Inventory, load_inventory
-from .playbook import Playbook, load_playbook
-from .report import Reporter
+from . import audit
+from .plans.inventory import Host, Inventory, load_inventory
+from .plans.playbook import Playbook, load_playbook
+from .report.console import Reporter
 from .results import Result
-from .transport import Pool
+from .wire.connector import Connector, Pool
 
 DEFAULT_PLAYBOOK = "playbooks/speculators-0.3.0-vllm-0.16.yaml"
 
 
-class Invocation:
-    def __init__(self, root: Path, settings: dict[str, Any] | None = None) -> None:
+class RunState:
+    def __init__(self, root: Path, settings: dict[str, Any] | None = None,
+                 connector: Callable[[Host, Inventory | None], Connector] | None = None) -> None:
         self.root = root
         self.settings = settings or {}
+        self.connector = connector  # None: SSH (wire/ssh.py)
         self._inventory: Inventory | None = None
         self.pool: Pool | None = None
         self.reporter = Reporter(json_mode=bool(os.environ.get("FLEETOPS_JSON")))
@@ -35,9 +40,10 @@ class Invocation:
         return self._inventory
 
     def connections(self) -> Pool:
-        if self.pool is None:
-            self.pool = Pool(self.inventory)
-        return self.pool
+        with self.lock:
+            if self.pool is None:
+                self.pool = Pool(self.inventory, self.connector)
+            return self.pool
 
     def playbook(self, override: str | None = None) -> Playbook:
         override = override or os.environ.get("FLEETOPS_PLAYBOOK")
@@ -57,8 +63,6 @@ class Invocation:
     def record(self, result: Result) -> None:
         with self.lock:
             self.results.append(result)
-        from . import audit
-
         try:
             audit.append(audit.entry(result, result.data.get("playbook"), result.data.get("playbook_sha256")))
         except OSError as exc:  # the run goes on; the operator is told once per result
@@ -68,20 +72,3 @@ class Invocation:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close_all()
-
-
-_current: Invocation | None = None
-
-
-def current(root: Path | None = None, settings: dict[str, Any] | None = None) -> Invocation:
-    global _current
-    if _current is None:
-        _current = Invocation(root or Path.cwd(), settings)
-    return _current
-
-
-def reset() -> None:
-    global _current
-    if _current is not None:
-        _current.close()
-    _current = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import (
+from ..results import (
     EXIT_GPU_BUSY,
     EXIT_GPU_UNHEALTHY,
     EXIT_NO_NVIDIA_SMI,

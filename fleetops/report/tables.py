@@ -1,0 +1,68 @@
+"""Tables and bars: the rows the operator reads, built from results and agent answers. Pure data → rich
+tables; the console (console.py) prints them."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from ..results import Result
+
+FACT_COLUMNS = ["os", "python", "vllm", "speculators", "torch", "transformers", "driver", "cuda", "gpus",
+                "venv free GiB", "state free GiB"]
+
+
+def render_table(spec: dict) -> Table:
+    table = Table(title=spec.get("title"), title_justify="left")
+    for column in spec["columns"]:
+        table.add_column(column)
+    highlight_rows = set(spec.get("highlight_rows", []))
+    for n, row in enumerate(spec["rows"]):
+        style = "bold yellow" if n in highlight_rows else None
+        table.add_row(*[escape(str(v)) for v in row], style=style)
+    return table
+
+
+def bar(progress: dict, width: int = 24) -> str:
+    done, total = progress.get("done", 0), progress.get("total", 0)
+    frac = done / total if total else 0.0
+    filled = int(round(frac * width))
+    eta = progress.get("eta")
+    eta_text = f" ETA {int(eta) // 60}:{int(eta) % 60:02d}" if eta is not None else ""
+    rate = f" {progress['tok_s']:.0f} tok/s" if "tok_s" in progress else ""
+    return f"[{'#' * filled}{'.' * (width - filled)}] {int(done)}/{int(total)} {frac:.0%}{rate}{eta_text}"
+
+
+def fact_row(answer: dict) -> list[str]:
+    pk = answer.get("packages", {})
+    disk = answer.get("disk_free_gib", {})
+    gpus = f"{answer.get('gpu_count')} x {', '.join(answer.get('gpu_names') or []) or '-'}"
+    return [str(v) for v in (answer.get("os"), answer.get("python"), pk.get("vllm"), pk.get("speculators"),
+                             pk.get("torch"), pk.get("transformers"), answer.get("driver"), answer.get("cuda"),
+                             gpus, disk.get("venv"), disk.get("state_dir"))]
+
+
+def fleet_sections(results: list[Result]) -> list[dict]:
+    """Tables that compare hosts, shown after the per-host lines."""
+    sections = []
+    gpu = [r for r in results if r.task == "gpu"]
+    if len(gpu) > 1:
+        rows = []
+        for r in gpu:
+            states: dict[str, int] = {}
+            for item in r.items:
+                states[item.details.get("state", "?")] = states.get(item.details.get("state", "?"), 0) + 1
+            rows.append([r.host, r.status.value, ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or r.msg])
+        sections.append({"title": "GPU fleet summary", "columns": ["host", "gate", "GPUs"], "rows": rows})
+    facts = [r for r in results if r.task == "facts" and "fact_row" in r.data]
+    if facts:
+        # One row per fact, one column per host: reads well for a few hosts and many facts.
+        rows, differ = [], []
+        for i, name in enumerate(FACT_COLUMNS):
+            values = [r.data["fact_row"][i] for r in facts]
+            rows.append([name, *values])
+            if len(set(values)) > 1:
+                differ.append(len(rows) - 1)
+        sections.append({"title": "facts (rows that differ between hosts are highlighted)",
+                         "columns": ["fact", *[r.host for r in facts]], "rows": rows, "highlight_rows": differ})
+    return sections

@@ -1,0 +1,41 @@
+"""verify: every check of the playbook in one agent exec, each with its evidence."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..plans.yamlsrc import ConfigError
+from ..results import Item, Result, Status
+from .plan import Plan, TaskSpec, agent_error
+
+if TYPE_CHECKING:
+    from ..state import RunState
+
+
+def _verify_plan(run: RunState, kwargs: dict) -> Plan:
+    book = run.playbook(kwargs.get("playbook"))
+    kinds = set(kwargs["kinds"].split(",")) if kwargs.get("kinds") else None
+    request = book.verify_request(kinds)
+    if not request["checks"]:
+        raise ConfigError(book.path, None, f"playbook {book.name!r} has no checks"
+                                           + (f" of kinds {sorted(kinds)}" if kinds else ""))
+    return Plan("verify", request, 900, book)
+
+
+def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
+    failed = agent_error(host, "verify", answer)
+    if failed:
+        return failed
+    items = []
+    for raw in answer["items"]:
+        keys = ("evidence", "proves", "cannot", "file", "details", "seconds") + (() if raw["ok"] else ("stderr_tail",))
+        details = {k: raw[k] for k in keys if raw.get(k)}
+        label = f"{raw['name']} [{raw['kind']}]"
+        items.append(Item(label, Status.OK if raw["ok"] else Status.FAILED, raw["msg"], details))
+    passed = sum(1 for i in items if i.status is Status.OK)
+    status = Status.OK if passed == len(items) else Status.FAILED
+    return Result(host, "verify", status, f"{passed}/{len(items)} checks passed", items,
+                  data={"playbook": plan.playbook.name if plan.playbook else None})
+
+
+TASKS = [TaskSpec("verify", _verify_plan, _interpret_verify)]

@@ -1,0 +1,77 @@
+"""gpu (the preflight gate, polled with --wait) and facts (what the node runs): read-only looks at a node."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..plans.gpugate import DEFAULT_THRESHOLD_MIB, GPU_COLUMNS, Gate, evaluate, parse_selection
+from ..plans.yamlsrc import ConfigError
+from ..report.tables import FACT_COLUMNS, fact_row
+from ..results import EXIT_GPU_BUSY, Result, Status
+from ..wire.connector import Connector
+from .plan import Plan, TaskSpec
+
+if TYPE_CHECKING:
+    from ..state import RunState
+
+
+def _gpu_plan(run: RunState, kwargs: dict) -> Plan:
+    try:
+        select = parse_selection(kwargs.get("gpus"))
+    except ValueError as exc:
+        raise ConfigError("--gpus", None, str(exc)) from None
+    threshold = int(kwargs.get("threshold") or DEFAULT_THRESHOLD_MIB)
+    return Plan("gpu", {}, 60, None, options={"gate": Gate(threshold, select), "wait": float(kwargs.get("wait") or 0)})
+
+
+def _interpret_gpu(host: str, plan: Plan, answer: dict) -> Result:
+    verdict = evaluate(answer, plan.options["gate"])
+    status = Status.OK if verdict.code == 0 else Status.FAILED
+    data = {"table": {"title": f"{host}: GPUs", "columns": GPU_COLUMNS, "rows": verdict.rows},
+            "gpus": answer.get("gpus", []), "holders": verdict.holders, "error_kind": answer.get("error_kind")}
+    return Result(host, "gpu", status, verdict.msg, verdict.items, code=verdict.code, data=data)
+
+
+def _run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
+    """Poll (one exec each) until the selected GPUs are free or --wait runs out."""
+    gate = replace(plan.options["gate"], expected=node.host.gpus)
+    plan = Plan(plan.op, plan.request, plan.timeout, None, options={**plan.options, "gate": gate})
+    deadline = None
+    while True:
+        answer, evidence = node.call("gpu", {}, timeout=plan.timeout)
+        if deadline is None:  # the wait starts once the node has answered (connecting is not waiting)
+            waiting_since = time.monotonic()
+            deadline = waiting_since + plan.options["wait"]
+        result = _interpret_gpu(node.host.name, plan, answer)
+        remaining = deadline - time.monotonic()
+        if result.code != EXIT_GPU_BUSY or remaining <= 0:
+            break
+        run.reporter.note(f"{node.host.name} | gpu | waiting: {result.msg}; {remaining:.0f}s left")
+        time.sleep(min(1.0, max(remaining, 0.01)))
+        if time.monotonic() >= deadline:
+            break  # the deadline came during the pause: decide on a snapshot at most 1 s old, now
+    result.data["waited_s"] = round(time.monotonic() - waiting_since, 3)
+    if node.host.lab:
+        result.data["simulated"] = True
+        result.data["table"]["title"] += " (simulated: lab replay of recorded H200 nvidia-smi output)"
+    if plan.options["wait"] and result.code == EXIT_GPU_BUSY:
+        result.msg = f"still busy after waiting {plan.options['wait']:.0f}s: " + "; ".join(result.data["holders"])
+    if result.failed:
+        result.evidence = evidence
+    return result
+
+
+def _facts_plan(run: RunState, kwargs: dict) -> Plan:
+    return Plan("facts", {}, 60, None)
+
+
+def _interpret_facts(host: str, plan: Plan, answer: dict) -> Result:
+    row = fact_row(answer)
+    return Result(host, "facts", Status.OK, ", ".join(f"{k}={v}" for k, v in zip(FACT_COLUMNS, row)),
+                  data={"facts": answer, "fact_row": row})
+
+
+TASKS = [TaskSpec("gpu", _gpu_plan, _interpret_gpu, _run_gpu),
+         TaskSpec("facts", _facts_plan, _interpret_facts)]

@@ -1,0 +1,38 @@
+"""ping (is the agent there, under which python) and trust (add a host key the operator verified)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..results import EXIT_FAILED, Result, Status
+from ..wire.connector import Connector
+from .plan import Plan, TaskSpec
+
+if TYPE_CHECKING:
+    from ..state import RunState
+
+
+def _ping_plan(run: RunState, kwargs: dict) -> Plan:
+    return Plan("ping", {}, 60, None)
+
+
+def _interpret_ping(host: str, plan: Plan, answer: dict) -> Result:
+    return Result(host, "ping", Status.OK, f"agent answers: python {answer['version']} at {answer['python']}",
+                  data={"python": answer["python"], "version": answer["version"]})
+
+
+def _trust_plan(run: RunState, kwargs: dict) -> Plan:
+    return Plan("trust", {}, 30, None, options={"fingerprint": kwargs.get("fingerprint")})
+
+
+def _run_trust(run: RunState, plan: Plan, node: Connector) -> Result:
+    # Trusting is about the SSH host key itself, so it goes to the SSH connector, not through an agent call.
+    from ..wire.ssh import trust_host
+
+    outcome, msg = trust_host(node.host, run.inventory, plan.options["fingerprint"])
+    status = {"trusted": Status.CHANGED, "already": Status.OK}.get(outcome, Status.FAILED)
+    return Result(node.host.name, "trust", status, msg, code=EXIT_FAILED if status is Status.FAILED else 0)
+
+
+TASKS = [TaskSpec("ping", _ping_plan, _interpret_ping),
+         TaskSpec("trust", _trust_plan, run=_run_trust)]

@@ -1,0 +1,42 @@
+"""What every task is made of: a Plan (built once per run, before any connection, from the task's options)
+and a TaskSpec (how to plan it, how to read the agent's answer, or a run() of its own for tasks that poll)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..plans.playbook import Playbook
+from ..results import EXIT_FAILED, Result, Status
+from ..wire.connector import Connector
+
+if TYPE_CHECKING:
+    from ..state import RunState
+
+
+@dataclass
+class Plan:
+    op: str
+    request: dict
+    timeout: float
+    playbook: Playbook | None
+    check: bool = False
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class TaskSpec:
+    name: str
+    plan: Callable[[RunState, dict], Plan]
+    interpret: Callable[[str, Plan, dict], Result] | None = None
+    # Tasks that need more than one agent call (polling) bring their own loop.
+    run: Callable[[RunState, Plan, Connector], Result] | None = None
+
+
+def agent_error(host: str, task: str, answer: dict, *, with_kind: bool = False) -> Result | None:
+    """The agent answered with an error (a NodeError, an OSError on the node): a failed result, or None."""
+    if not answer.get("error"):
+        return None
+    data = {"error_kind": answer.get("error_kind")} if with_kind else {}
+    return Result(host, task, Status.FAILED, answer["error"], code=EXIT_FAILED, data=data)

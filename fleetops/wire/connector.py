@@ -1,0 +1,103 @@
+"""What the rest of fleetops knows about reaching a node: the Connector protocol (call / exec / upload /
+download), the errors a connector raises, and the per-run pool of connectors. No SSH here: wire/ssh.py is
+one Connector; a second one (local, for tests; a persistent agent later) plugs in through Pool(factory=...)
+and nothing above the wire changes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..plans.inventory import Host, Inventory
+from ..results import Evidence
+
+STDERR_TAIL_LINES = 20
+
+
+class TransportError(Exception):
+    """The node could not be reached or the link broke. `kind` is unreachable / hostkey / auth / lost /
+    timeout / remote (the agent itself failed)."""
+
+    def __init__(self, kind: str, message: str, evidence: Evidence | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.evidence = evidence
+
+
+@dataclass
+class ExecResult:
+    command: str
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+
+    def evidence(self) -> Evidence:
+        tail = self.stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:]
+        return Evidence(self.command, self.exit_code, tail, round(self.seconds, 3))
+
+
+class Counters:
+    """Connections, execs and uploads made by this process, for --trace and the benchmark."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.per_host: dict[str, dict[str, int]] = {}
+
+    def bump(self, host: str, what: str, n: int = 1) -> None:
+        with self.lock:
+            row = self.per_host.setdefault(host, {"connections": 0, "execs": 0, "uploads": 0})
+            row[what] += n
+
+
+COUNTERS = Counters()
+
+
+class Connector(Protocol):
+    """One node, one link, many calls. Raises TransportError for anything that is the link's fault."""
+
+    host: Host
+
+    def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
+        """One agent op (remote_scripts/protocol.py OPS): request in, the agent's JSON answer out."""
+
+    def exec(self, argv: list[str], stdin: bytes = b"", timeout: float = 300) -> ExecResult:
+        """Run argv on the node (no shell), collect stdout, stderr, exit status."""
+
+    def upload(self, path: str, data: bytes) -> None:
+        """Write data to path on the node atomically (a reader sees the old file or the whole new one)."""
+
+    def download(self, path: str) -> bytes:
+        """The bytes of path on the node."""
+
+    def close(self) -> None:
+        """Drop the link; the next call opens a new one."""
+
+
+class Pool:
+    """One connector per host name for the life of a run. `factory` makes them (default: SSH)."""
+
+    def __init__(self, inventory: Inventory | None = None,
+                 factory: Callable[[Host, Inventory | None], Connector] | None = None) -> None:
+        if factory is None:
+            from .ssh import NodeConnection
+
+            factory = NodeConnection
+        self.inventory = inventory
+        self.factory = factory
+        self.nodes: dict[str, Connector] = {}
+        self.lock = threading.Lock()
+
+    def get(self, host: Host) -> Connector:
+        with self.lock:
+            node = self.nodes.get(host.name)
+            if node is None:
+                node = self.nodes[host.name] = self.factory(host, self.inventory)
+            return node
+
+    def close_all(self) -> None:
+        for node in self.nodes.values():
+            node.close()
+        self.nodes.clear()
