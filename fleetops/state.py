@@ -42,7 +42,9 @@ class RunState:
     def connections(self) -> Pool:
         with self.lock:
             if self.pool is None:
-                self.pool = Pool(self.inventory, self.connector)
+                from .wire.ssh import NodeConnection  # paramiko is loaded only when a run connects
+
+                self.pool = Pool(self.inventory, self.connector or NodeConnection)
             return self.pool
 
     def playbook(self, override: str | None = None) -> Playbook:

@@ -1,7 +1,7 @@
 """What the rest of fleetops knows about reaching a node: the Connector protocol (call / exec / upload /
 download), the errors a connector raises, and the per-run pool of connectors. No SSH here: wire/ssh.py is
-one Connector; a second one (local, for tests; a persistent agent later) plugs in through Pool(factory=...)
-and nothing above the wire changes."""
+one Connector; a second one (local, for tests; a persistent agent later) plugs in through
+RunState(connector=...) and nothing above the wire changes."""
 
 from __future__ import annotations
 
@@ -77,14 +77,9 @@ class Connector(Protocol):
 
 
 class Pool:
-    """One connector per host name for the life of a run. `factory` makes them (default: SSH)."""
+    """One connector per host name for the life of a run; `factory` makes them (ssh.NodeConnection, or another)."""
 
-    def __init__(self, inventory: Inventory | None = None,
-                 factory: Callable[[Host, Inventory | None], Connector] | None = None) -> None:
-        if factory is None:
-            from .ssh import NodeConnection
-
-            factory = NodeConnection
+    def __init__(self, inventory: Inventory | None, factory: Callable[[Host, Inventory | None], Connector]) -> None:
         self.inventory = inventory
         self.factory = factory
         self.nodes: dict[str, Connector] = {}
