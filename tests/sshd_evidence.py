@@ -125,15 +125,19 @@ class NodeLogs:
 
 
 def logs_for(lab, names: list[str]) -> dict[str, NodeLogs]:  # noqa: ANN001 - fleetops.lab.Lab
-    """Mark the named nodes' logs now. Fails loudly when the lab's sshd does not write the sftp log (a lab
-    started by an older fleetops.lab keeps internal-sftp, which logs no file operations)."""
+    """Mark the named nodes' logs now. Fails loudly when the lab's sshd cannot write the sftp log."""
     out = {}
     for name in names:
         node = lab.node(name)
-        config = Path(node.config).read_text()
-        assert "sftp-server -e -l INFO" in config, (
-            f"{name}'s sshd config does not log sftp operations ({node.config}); upload counts need the lab's "
-            "logging sftp-server: rebuild the lab (fab lab.down --purge; fab lab.up)")
+        wanted = lab._sshd_config(node)
+        if Path(node.config).read_text() != wanted:
+            # A lab kept from before (FLEETOPS_TEST_LAB) runs an older config: bring this node's sshd up to date.
+            Path(node.config).write_text(wanted)
+            lab.stop_node(node)
+            lab.start_node(node)
+        assert "sftp-server -e -l INFO" in wanted, (
+            f"{name}'s sshd cannot log sftp operations ({node.config}: no OpenSSH sftp-server binary, or a lab "
+            "path that needs quoting); upload counts need it")
         out[name] = NodeLogs(node)
     return out
 

@@ -118,8 +118,7 @@ def watch_patch(lab, argv: list[str], env: dict | None = None, seconds: float = 
     wires = {n: logs[n].settled() for n in BOTH}
     for n in BOTH:
         assert wires[n].counts()["connections"] == 1, wires[n].describe()
-    return {"seen": seen, "together": together, "alone": other_connected_while_alone, "took": took,
-            "out": out}
+    return {"seen": seen, "together": together, "alone": other_connected_while_alone, "took": round(took, 1)}
 
 
 def test_hosts_run_in_parallel_by_default_and_one_at_a_time_with_forks_1(lab):
