@@ -1,5 +1,6 @@
 """Fleet runs against two real lab nodes: per-host chains, failures contained, rolling batches, --limit,
-the live view on a terminal, and the connection/exec counters."""
+the live view on a terminal, and connections/execs counted by the nodes' sshd logs (compared with the tool's
+counters)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import sys
 import time
 
 import pytest
-from conftest import GENERATOR, REPO, fab_json
+from conftest import GENERATOR, REPO, fab_json, run_fab
+from sshd_evidence import logs_for
 
 pytestmark = pytest.mark.lab
+BOTH = ["lab01", "lab02"]
 
 
 def fleet_json(lab, *args: str, env: dict | None = None):
@@ -31,6 +34,7 @@ def drift(lab, name: str) -> None:
 
 def test_one_host_failing_mid_chain_does_not_stop_the_other(lab):
     drift(lab, "lab01")
+    logs = logs_for(lab, BOTH)
     rc, doc = fab_json(lab.root, "-H", "lab01,lab02", "ping", "patch", "verify", "--kinds", "grep,compile",
                        env={"FLEETOPS_TRACE": "1"})
     assert rc == 1
@@ -39,17 +43,26 @@ def test_one_host_failing_mid_chain_does_not_stop_the_other(lab):
                   ("lab02", "ping"): "ok", ("lab02", "patch"): "changed", ("lab02", "verify"): "ok"}
     assert doc["failed_hosts"] == ["lab01"]
     assert doc["recap"]["lab01"]["failed"] == 1 and doc["recap"]["lab02"]["failed"] == 0
-    assert doc["counters"]["lab02"]["connections"] == 1
-    assert doc["counters"]["lab02"]["execs"] - doc["counters"]["lab02"]["uploads"] == 3
+    # From the nodes: lab01 ran ping and patch (its verify never reached the node), lab02 all three; each on
+    # one connection; the tool's counters say the same.
+    for name, tasks in (("lab01", 2), ("lab02", 3)):
+        wire = logs[name].settled()
+        assert wire.counts()["connections"] == 1 and list(wire.execs) == wire.accepted, wire.describe()
+        assert wire.counts()["execs"] - wire.counts()["uploads"] == tasks, wire.describe()
+        assert doc["counters"][name] == wire.counts(), f"tool counters {doc['counters'][name]}; {wire.describe()}"
 
 
 def test_patch_verify_is_one_connection_and_two_execs_per_host(lab):
-    fab_json(lab.root, "-H", "lab01,lab02", "ping")  # make sure the agent is already on both nodes
+    run_fab(lab.root, "-H", "lab01,lab02", "ping", check=True)  # make sure the agent is already on both nodes
+    logs = logs_for(lab, BOTH)
     rc, doc = fab_json(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep,compile",
                        env={"FLEETOPS_TRACE": "1"})
     assert rc == 0, doc
-    for host in ("lab01", "lab02"):
-        assert doc["counters"][host] == {"connections": 1, "execs": 2, "uploads": 0}
+    for host in BOTH:
+        wire = logs[host].settled()
+        assert wire.counts() == {"connections": 1, "execs": 2, "uploads": 0}, wire.describe()
+        assert list(wire.execs) == wire.accepted and wire.sftp_sessions == 0, wire.describe()
+        assert doc["counters"][host] == wire.counts(), f"tool counters {doc['counters'][host]}; {wire.describe()}"
 
 
 def test_serial_batches_stop_the_rollout_after_a_failing_batch(lab):

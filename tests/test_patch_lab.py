@@ -7,13 +7,17 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, REPO, fab_json, record_sha256, run_fab, sha256
+from sshd_evidence import agent_zips, clear_agent_cache, logs_for
 
+from fleetops.bundle import agent_bundle
 from fleetops.lab import site_packages
 
 pytestmark = pytest.mark.lab
+BOTH = ["lab01", "lab02"]
 
 
 def items(doc: dict, task: str) -> list[dict]:
@@ -103,34 +107,66 @@ def test_verify_fails_on_unpatched_and_passes_after_patch(lab):
 
 
 def test_patch_verify_uses_one_connection_and_uploads_the_agent_once(lab):
+    """Counted by the nodes (sshd and sftp-server logs, the agent file's inode), compared with the tool's own
+    counters. The agent cache is emptied first, so the first run must upload, and the second must not."""
+    bundle = agent_bundle()
+    for name in BOTH:
+        assert clear_agent_cache(lab.node(name)) is not None
+        assert agent_zips(lab.node(name)) == {}
+    logs = logs_for(lab, BOTH)
     env = {"FLEETOPS_TRACE": "1"}
     rc, doc = fab_json(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep", env=env)
     assert rc == 0, doc
-    for host in ("lab01", "lab02"):
-        assert doc["counters"][host]["connections"] == 1
-        assert doc["counters"][host]["execs"] <= 3  # 2 tasks + at most one retry after the first upload
+    shipped = {}
+    for name in BOTH:
+        node, wire = lab.node(name), logs[name].settled()
+        # 1 connection; the first exec finds no agent, one upload, then patch and verify: 3 execs, all on it.
+        assert wire.counts() == {"connections": 1, "execs": 3, "uploads": 1}, wire.describe()
+        assert list(wire.execs) == wire.accepted, wire.describe()
+        assert wire.uploads == [f"{node.state_dir}/bin/{bundle.filename}"], wire.describe()
+        assert wire.upload_bytes == [len(bundle.data)], wire.describe()
+        assert doc["counters"][name] == wire.counts(), f"tool counters {doc['counters'][name]}; {wire.describe()}"
+        print(f"first run, {name}: node logs {wire.counts()}, tool counters {doc['counters'][name]}")
+        shipped[name] = agent_zips(node)
+        assert list(shipped[name]) == [bundle.filename]
+        assert sha256(node.state_dir / "bin" / bundle.filename) == bundle.sha256
+
+    for one in logs.values():
+        one.mark()
     rc, doc = fab_json(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep", env=env)
-    for host in ("lab01", "lab02"):
-        assert doc["counters"][host] == {"connections": 1, "execs": 2, "uploads": 0}
+    assert rc == 0, doc
+    for name in BOTH:
+        wire = logs[name].settled()
+        assert wire.counts() == {"connections": 1, "execs": 2, "uploads": 0}, wire.describe()
+        assert wire.sftp_sessions == 0, wire.describe()
+        assert doc["counters"][name] == wire.counts(), f"tool counters {doc['counters'][name]}; {wire.describe()}"
+        assert agent_zips(lab.node(name)) == shipped[name]  # same inode and mtime: not written again
+        print(f"second run, {name}: node logs {wire.counts()}, tool counters {doc['counters'][name]}")
 
 
 def test_two_patch_runs_at_once_one_is_refused_by_the_lock(lab):
     node = lab.node("lab01")
     target = node.module_file(GENERATOR)
-    # Hold the first run inside its locked section long enough for the second to arrive.
-    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "sleep", "seconds": 4}}))
+    # Hold the first run inside its locked section; the second run (a whole fab start-up on a loaded machine)
+    # must arrive meanwhile, so the hold is generous and the start is taken from the node's failpoint, whose
+    # .hit file names the holding agent's pid.
+    hit = node.state_dir / "failpoint-lock.acquired.hit"
+    hit.unlink(missing_ok=True)
+    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "sleep", "seconds": 30}}))
     first = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"], cwd=lab.root,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(REPO)})
-    deadline = time.monotonic() + 30
-    while not (node.state_dir / "lock.json").exists():
+    deadline = time.monotonic() + 60
+    while not hit.exists():
         assert time.monotonic() < deadline, "first run never took the lock"
         time.sleep(0.05)
     (node.state_dir / "failpoints.json").unlink()
+    holder = int(hit.read_text())
     rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+    assert Path(f"/proc/{holder}").exists(), "the first run's agent left the lock before the second arrived"
     assert rc == 1
     msg = doc["results"][0]["msg"]
-    assert "locked by" in msg and "since" in msg and "(patch, pid" in msg
+    assert "locked by" in msg and "since" in msg and f"(patch, pid {holder})" in msg
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
     assert json.loads(out)["results"][0]["status"] == "changed"

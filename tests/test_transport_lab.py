@@ -56,27 +56,43 @@ def _session_sshd_pids(listener: int) -> list[int]:
     return [int(x) for x in out.split()]
 
 
+def _wait_gone(pid: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < deadline, f"the orphaned agent (pid {pid}) still runs after {timeout:.0f} s"
+        time.sleep(0.1)
+
+
 def test_connection_dropped_mid_step_is_reported_and_file_is_whole(lab):
     node = lab.node("lab01")
     target = node.module_file(GENERATOR)
     pristine = sha256(target)
-    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "sleep", "seconds": 3}}))
+    # The agent parks inside the lock, with the file not yet written; the test cuts the link once the node
+    # says (the failpoint's .hit file, naming the agent's pid) that it is there: no timing guess. The hold
+    # is long so the cut surely lands inside it on a loaded machine.
+    hit = node.state_dir / "failpoint-lock.acquired.hit"
+    hit.unlink(missing_ok=True)
+    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "sleep", "seconds": 10}}))
     proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"], cwd=lab.root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
-    deadline = time.monotonic() + 30
-    while not (node.state_dir / "lock.json").exists():
-        assert time.monotonic() < deadline
+    deadline = time.monotonic() + 60
+    while not hit.exists():
+        assert time.monotonic() < deadline, "the agent never reached the lock"
         time.sleep(0.05)
-    for pid in _session_sshd_pids(node.pid()):
-        os.kill(pid, signal.SIGKILL)  # the link dies while the node is mid-patch
-    out, err = proc.communicate(timeout=60)
+    agent = int(hit.read_text())
     (node.state_dir / "failpoints.json").unlink()
+    sessions = _session_sshd_pids(node.pid())
+    assert sessions, "no session sshd to cut"
+    for pid in sessions:
+        os.kill(pid, signal.SIGKILL)  # the link dies while the node is mid-patch
+    assert Path(f"/proc/{agent}").exists(), "the agent had finished before the cut: the fault injected nothing"
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
     result = json.loads(out)["results"][0]
     assert result["status"] == "failed"
     assert "lost during the step" in result["msg"]
-    time.sleep(3.5)  # let the orphaned agent finish or die
+    _wait_gone(agent)  # the orphaned agent finishes or dies; only then is the file's outcome settled
     patched_or_pristine = sha256(target)
     rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
     assert rc == 0, doc

@@ -282,6 +282,16 @@ class Lab:
                        check=True)
 
     def _sshd_config(self, node: Node) -> str:
+        # sftp (how the agent is uploaded) through OpenSSH's external sftp-server at log level INFO: it records
+        # every file operation (open, close with bytes written, rename) in <node>/sftp.log, so tests count
+        # uploads from the node's own record. internal-sftp logs only to syslog, which the lab has not. The
+        # subsystem command runs through the user's shell, hence the redirection; a path that would need
+        # quoting, or no sftp-server binary, keeps internal-sftp (uploads work, they are just not logged).
+        sftp_log = node.dir / "sftp.log"
+        server = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
+                                   "/usr/libexec/sftp-server") if os.access(p, os.X_OK)), None)
+        plain = all(ch.isalnum() or ch in "/._-+" for ch in str(sftp_log))
+        sftp = f"{server} -e -l INFO 2>>{sftp_log}" if server and plain else "internal-sftp"
         # One complete config per node: -o overrides were not reliable here.
         return "\n".join([
             f"Port {node.port}",
@@ -300,7 +310,7 @@ class Lab:
             "MaxSessions 100",
             "PrintMotd no",
             "ClientAliveInterval 15",
-            "Subsystem sftp internal-sftp",
+            f"Subsystem sftp {sftp}",
             # SHLVL=1 keeps bash from sourcing ~/.bashrc for every exec (bash does for sshd-started shells at
             # level 1); a developer's rc file (pyenv init, ...) would otherwise cost ~90 ms of CPU per exec.
             f"SetEnv PATH={node.dir / 'bin'}:/usr/local/bin:/usr/bin:/bin SHLVL=1",
