@@ -32,7 +32,7 @@ def drift(lab, name: str) -> None:
 
 def bundle_of(code: Path) -> tuple[str, int]:
     """(file name, size) of the agent zip that the fleetops code under `code` builds, asked from that code."""
-    out = subprocess.run([sys.executable, "-c", "from fleetops.bundle import agent_bundle as a; b = a(); "
+    out = subprocess.run([sys.executable, "-c", "from fleetops.wire.bundle import agent_bundle as a; b = a(); "
                           "print(b.filename, len(b.data))"], cwd=code, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(code)}).stdout.split()
     return out[0], int(out[1])
