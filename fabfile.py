@@ -12,6 +12,7 @@ from invoke import Collection
 
 from fleetops import lab as _lab
 from fleetops.fab.decorators import fleet_task
+from fleetops.plans.gpugate import DEFAULT_THRESHOLD_MIB
 from fleetops.report.history import show_history
 
 HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
@@ -39,9 +40,10 @@ def ping(c, json=False):
     """Connect, run the node agent under the target python, report its version."""
 
 
-@fleet_task(help={"gpus": "only these GPU indices, e.g. 0,1,2,3", "threshold": "MiB above which a GPU is busy (1024)",
-            "wait": "poll up to this many seconds for the GPUs to be free", "json": HELP_JSON})
-def gpu(c, gpus=None, threshold=1024, wait=0, json=False):
+@fleet_task(help={"gpus": "only these GPU indices, e.g. 0,1,2,3",
+                  "threshold": f"MiB above which a GPU is busy ({DEFAULT_THRESHOLD_MIB})",
+                  "wait": "poll up to this many seconds for the GPUs to be free", "json": HELP_JSON})
+def gpu(c, gpus=None, threshold=DEFAULT_THRESHOLD_MIB, wait=0, json=False):
     """GPU preflight: every GPU there, healthy and free? Who holds the busy ones?"""
 
 

@@ -21,7 +21,7 @@ from .report.tables import fleet_sections
 from .results import exit_status
 from .rollout import DEFAULT_FORKS, Step, run_fleet
 from .state import RunState
-from .tasks.registry import TASKS, plan_for, run_task
+from .tasks.registry import plan_for, run_task
 from .wire.connector import COUNTERS
 
 
@@ -34,10 +34,6 @@ class Run:
     state: RunState
     hosts: list[Host]
     steps: list[Step] = field(default_factory=list)
-
-
-def is_task(name: str) -> bool:
-    return name in TASKS
 
 
 def assemble(state: RunState, hosts: list[str], tasks: list[tuple[str, dict[str, Any]]], *, limit: str = "") -> Run:

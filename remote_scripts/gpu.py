@@ -14,6 +14,7 @@ import sys
 import time
 
 from . import nvsmi
+from .procfs import stat_fields
 
 SMI_TIMEOUT = 30
 
@@ -31,12 +32,13 @@ def process_info(pid: int) -> dict:
     info: dict = {"user": None, "age_s": None, "command": None, "pgid": None, "visible": False}
     try:
         st = os.stat(f"/proc/{pid}")
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
         with open("/proc/uptime", encoding="utf-8") as f:
             uptime = float(f.read().split()[0])
     except OSError:
         return info  # another PID namespace (containers) or already gone
+    fields = stat_fields(pid)
+    if fields is None:
+        return info
     info["visible"] = True
     try:
         info["user"] = pwd.getpwuid(st.st_uid).pw_name

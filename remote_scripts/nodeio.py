@@ -16,6 +16,7 @@ import site
 import sys
 import time
 
+from .procfs import pid_alive
 from .protocol import parse_requirement, version_matches  # noqa: F401 - nodeio's users import them here
 
 
@@ -179,14 +180,6 @@ def os_error_message(exc: OSError, what: str) -> str:
 
 
 # ---------------------------------------------------------------- the node lock
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class NodeLock:

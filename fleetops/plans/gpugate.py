@@ -32,10 +32,6 @@ class Verdict:
     rows: list[list[str]]
     holders: list[str]
 
-    @property
-    def busy_only(self) -> bool:
-        return self.code == EXIT_GPU_BUSY
-
 
 def parse_selection(text: str | None) -> tuple[int, ...] | None:
     if not text:
