@@ -142,7 +142,7 @@ def shift(rng: random.Random, original: list[str], hunks: list[dict]) -> list[st
         what = rng.choice(("add", "remove", "copy"))
         if what == "remove" and far:
             size = rng.randint(1, 6)
-            if all(i in far for i in range(at, at + size + 1)) and at + size <= len(lines):
+            if at + size <= len(lines) and set(range(at, at + size + 1)) <= set(far):
                 del lines[at: at + size]
                 hunks = _moved(hunks, at, -size)
                 continue
@@ -327,7 +327,7 @@ def test_random_edits_of_real_code_roundtrip_and_agree_with_gnu_patch(gnu, seed)
     assert tally.indistinguishable <= tally.cases // 100, summary
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rnd=st.randoms(use_true_random=False))
 def test_hypothesis_edits_roundtrip(gnu, rnd):
     """The same property, with hypothesis choosing (and shrinking) the file and the edits."""
