@@ -48,7 +48,7 @@ def kids():
             out.add(entry)
     return out
 def settle():
-    deadline = time.monotonic() + 10  # paramiko's transport threads end shortly after their connection closes
+    deadline = time.monotonic() + 60  # paramiko's transport threads end shortly after their connection closes
     while threading.active_count() > 1 and time.monotonic() < deadline:
         time.sleep(0.1)
 
