@@ -79,7 +79,9 @@ class _Text:
     """The file's lines without endings, and where each distinct line occurs (to try only real candidates)."""
 
     def __init__(self, lines: list[str]) -> None:
-        self.lines = [_strip(x) for x in lines]
+        self.lines = [x[:-1] if x[-1:] == "\n" else x for x in lines]
+        if any(x[-1:] == "\r" for x in self.lines):
+            self.lines = [x[:-1] if x[-1:] == "\r" else x for x in self.lines]  # CRLF files
         self.where: dict[str, list[int]] = {}
         for i, line in enumerate(self.lines):
             self.where.setdefault(line, []).append(i)

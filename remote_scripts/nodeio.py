@@ -46,8 +46,12 @@ def sha256_file(path: str) -> str:
 
 
 # ---------------------------------------------------------------- fault injection
-# Tests arm these by writing <state_dir>/failpoints.json on a lab node, e.g.
-# {"patch.after_temp_write": {"action": "kill"}}. Operators never create that file.
+# Tests arm these by writing <state_dir>/failpoints.json on a lab node. Operators never create that file.
+#   {"patch.target.before_rename": {"action": "kill", "skip": 1}}: fire once, on the 2nd hit (the 2nd file's).
+#     Actions: kill, raise, sleep ("seconds"), pause (wait until the test deletes the .hit file, at most
+#     "seconds", default 120: the test cuts the connection meanwhile, with no timing window).
+#   {"*": {"action": "record"}}: fire nothing; append every point reached, in order, to failpoints.trace,
+#     so a test can enumerate every (point, n-th hit) of an operation and then fault each one.
 _FAILPOINTS: dict = {}
 _HITS: dict[str, int] = {}
 _FAILPOINT_DIR = ""
@@ -64,20 +68,31 @@ def load_failpoints(state_dir: str) -> None:
 
 
 def failpoint(name: str) -> None:
+    if not _FAILPOINTS:
+        return
+    if _FAILPOINTS.get("*", {}).get("action") == "record":
+        with open(os.path.join(_FAILPOINT_DIR, "failpoints.trace"), "a", encoding="utf-8") as f:
+            f.write(name + "\n")
     spec = _FAILPOINTS.get(name)
     if not spec:
         return
     _HITS[name] = _HITS.get(name, 0) + 1
-    if _HITS[name] <= int(spec.get("skip", 0)):
-        return  # fire on a later hit (e.g. kill after the third batch)
+    if _HITS[name] != int(spec.get("skip", 0)) + 1:
+        return  # fire once, on hit skip+1 (e.g. the second file's write, or kill after the third batch)
     action = spec.get("action")
-    try:  # tell a waiting test that this point was reached
-        with open(os.path.join(_FAILPOINT_DIR, f"failpoint-{name}.hit"), "w") as f:
+    hit = os.path.join(_FAILPOINT_DIR, f"failpoint-{name}.hit")
+    try:  # tell a waiting test that this point was reached, and by which pid (renamed in: never read half)
+        with open(hit + ".tmp", "w") as f:
             f.write(str(os.getpid()))
+        os.replace(hit + ".tmp", hit)
     except OSError:
         pass
     if action == "sleep":
         time.sleep(float(spec.get("seconds", 1)))
+    elif action == "pause":
+        deadline = time.monotonic() + float(spec.get("seconds", 120))
+        while os.path.exists(hit) and time.monotonic() < deadline:
+            time.sleep(0.05)
     elif action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "raise":

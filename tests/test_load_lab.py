@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, REPO, WORKER, make_project, record_sha256
@@ -46,7 +48,7 @@ def kids():
             out.add(entry)
     return out
 def settle():
-    deadline = time.monotonic() + 10  # paramiko's transport threads end shortly after their connection closes
+    deadline = time.monotonic() + 60  # paramiko's transport threads end shortly after their connection closes
     while threading.active_count() > 1 and time.monotonic() < deadline:
         time.sleep(0.1)
 
@@ -73,6 +75,28 @@ print(json.dumps({"wall": wall, "runs": runs, "failures": failures, "corrupted":
 """
 
 
+def agents_of(lab: Lab, deadline_s: float = 30) -> list[int]:
+    """Agent processes still running from this lab's nodes' state dirs, after a generous wait for them to exit.
+
+    Scoped to this lab: other test sessions on the machine run (and on purpose pause) their own agents."""
+    mark = str(lab.dir).encode()
+    deadline = time.monotonic() + deadline_s
+    while True:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"fleetops-agent-" in cmdline and mark in cmdline:
+                found.append(int(entry))
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
 def test_32_nodes_20_rounds_patch_verify_rollback(big_lab):
     lab = big_lab
     nodes = lab.nodes()
@@ -85,7 +109,7 @@ def test_32_nodes_20_rounds_patch_verify_rollback(big_lab):
     out, err = proc.communicate(timeout=3000)
     assert proc.returncode == 0, err[-3000:]
     figures = json.loads(out.strip().splitlines()[-1])
-    leftover_agents = subprocess.run(["pgrep", "-f", "fleetops-agent-.*pyz$"], capture_output=True, text=True).stdout
+    leftover_agents = " ".join(map(str, agents_of(lab)))
     print(f"\nload: {len(nodes)} nodes x {ROUNDS} rounds of patch+verify+rollback = {figures['runs']} task runs "
           f"in {figures['wall']:.1f}s ({figures['wall'] / ROUNDS:.2f}s a round) in one client process; "
           f"{figures['failures']} failures; {figures['corrupted']} corrupted of {figures['checked']} file checks; "

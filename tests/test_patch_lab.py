@@ -13,8 +13,8 @@ import pytest
 from conftest import GENERATOR, REPO, fab_json, record_sha256, run_fab, sha256
 from sshd_evidence import agent_zips, clear_agent_cache, logs_for
 
-from fleetops.bundle import agent_bundle
 from fleetops.lab import site_packages
+from fleetops.wire.bundle import agent_bundle
 
 pytestmark = pytest.mark.lab
 BOTH = ["lab01", "lab02"]

@@ -1,0 +1,235 @@
+"""Helpers for the fault tests: expected file forms from an independent source (GNU patch applied to the
+wheel's file, a committed sha256 file, pip's RECORD), the enumeration of every failpoint an operation hits,
+and the node's own evidence that a fault really happened (/proc, the node's sshd.log, its lock file).
+
+Nothing here imports the node-side patching code: what the tests expect must not come from what they test."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+from conftest import REPO, record_sha256
+
+from fleetops.lab import Lab, Node, site_packages
+
+PLAYBOOK = REPO / "playbooks" / "speculators-0.3.0-vllm-0.16.yaml"
+SHA_FIXTURE = REPO / "tests" / "fixtures" / "speculators-0.3.0-vllm-0.16.sha256"
+TMP_MARK = ".fleetops-tmp-"
+
+
+# ---------------------------------------------------------------- polling
+def wait_for(check: Callable[[], object], what: str, timeout: float = 60.0, every: float = 0.05) -> object:
+    """Poll until `check()` is truthy; fail naming `what` after `timeout` s (generous: 2 shared cores)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+# ---------------------------------------------------------------- expected forms, independently
+def playbook_patches() -> list[tuple[str, Path]]:
+    """(module, diff file) in the playbook's order, read from the YAML itself (not fleetops' loader)."""
+    doc = yaml.safe_load(PLAYBOOK.read_text(encoding="utf-8"))
+    return [(p["module"], PLAYBOOK.parent / p["diff"]) for p in doc["patches"]]
+
+
+def committed_forms() -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for line in SHA_FIXTURE.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            digest, form, module = line.split()
+            out.setdefault(module, {})[form] = digest
+    return out
+
+
+def gnu_patched(pristine: bytes, diff: Path) -> bytes:
+    """The shipped diff applied by GNU patch (no fuzz) to a copy of the pristine file."""
+    patch = shutil.which("patch")
+    assert patch, "GNU patch is missing (apt-get install patch): it gives the expected patched files"
+    with tempfile.TemporaryDirectory(prefix="fleetops-gnu-patch-") as tmp:
+        src, out = Path(tmp) / "file.py", Path(tmp) / "patched.py"
+        src.write_bytes(pristine)
+        proc = subprocess.run([patch, "-F0", "--no-backup-if-mismatch", "--batch", "-o", str(out), str(src),
+                               str(diff)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, f"GNU patch could not apply {diff.name}: {proc.stdout}{proc.stderr}"
+        return out.read_bytes()
+
+
+def independent_forms(node: Node) -> dict[str, dict[str, str]]:
+    """module → {"pristine": sha256, "patched": sha256}; the three independent sources must agree: pip's
+    RECORD (pristine), GNU patch on the node's freshly reset pristine copy, the committed sha256 file."""
+    committed = committed_forms()
+    site = site_packages(node.venv)
+    out = {}
+    for module, diff in playbook_patches():
+        pristine = node.module_file(module).read_bytes()
+        got = hashlib.sha256(pristine).hexdigest()
+        assert got == record_sha256(site, module), f"{module} on {node.name} is not the wheel's file"
+        patched = hashlib.sha256(gnu_patched(pristine, diff)).hexdigest()
+        forms = {"pristine": got, "patched": patched}
+        assert committed.get(module) == forms, (
+            f"{module}: the committed {SHA_FIXTURE.name} says {committed.get(module)}, RECORD and GNU patch say "
+            f"{forms}; if a shipped diff changed on purpose, update the committed file")
+        out[module] = forms
+    return out
+
+
+def file_sha(node: Node, module: str) -> str:
+    return hashlib.sha256(node.module_file(module).read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------- temp files
+def temp_files(node: Node) -> list[Path]:
+    """Every atomic-write temp file fleetops could leave on the node: beside the targets, the backups and
+    the lock info."""
+    dirs = {node.module_file(m).parent for m, _ in playbook_patches()}
+    dirs |= {node.state_dir, node.state_dir / "backups"}
+    return sorted(p for d in dirs if d.is_dir() for p in d.iterdir() if TMP_MARK in p.name)
+
+
+def temp_writer(path: Path) -> int:
+    return int(path.name.rsplit("-", 1)[1])
+
+
+# ---------------------------------------------------------------- failpoints
+def arm(node: Node, spec: dict) -> None:
+    (node.state_dir / "failpoints.json").write_text(json.dumps(spec))
+
+
+def disarm(node: Node) -> None:
+    (node.state_dir / "failpoints.json").unlink(missing_ok=True)
+
+
+def hit_file(node: Node, point: str) -> Path:
+    return node.state_dir / f"failpoint-{point}.hit"
+
+
+def trace(node: Node) -> list[tuple[str, int]]:
+    """The recorded failpoints as (point, n-th hit of that point), in the order the node reached them."""
+    seen: dict[str, int] = {}
+    out = []
+    path = node.state_dir / "failpoints.trace"
+    for name in path.read_text().split() if path.exists() else []:
+        seen[name] = seen.get(name, 0) + 1
+        out.append((name, seen[name]))
+    return out
+
+
+def reset_node(lab: Lab, node: Node) -> None:
+    """What the `lab` fixture does before each test, for a node this module dirtied in the middle of one."""
+    lab.reset_packages(node)
+    for sub in ("backups", "lock.json", "failpoints.json", "failpoints.trace"):
+        target = node.state_dir / sub
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+
+
+# ---------------------------------------------------------------- processes and sessions, from /proc
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def descendants(pid: int) -> list[int]:
+    out: list[int] = []
+    todo = children(pid)
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children(p)
+    return out
+
+
+def is_sshd(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("sshd")
+    except OSError:
+        return False
+
+
+def sessions(listener: int) -> dict[int, list[int]]:
+    """The listener's live sessions, listed while it still runs (OpenSSH leaves them running, re-parented,
+    when the listener stops): session pid → its sshd processes (the session and any privsep child)."""
+    return {s: [s, *[d for d in descendants(s) if is_sshd(d)]] for s in children(listener) if is_sshd(s)}
+
+
+def session_of(pid: int, listener: int) -> int:
+    """The listener's child (the sshd session) that pid runs under."""
+    p = pid
+    while p > 1:
+        up = parent(p)
+        if up == listener:
+            return p
+        p = up
+    raise AssertionError(f"pid {pid} does not run under sshd listener {listener}")
+
+
+def client_port(session_pids: list[int], node_port: int) -> int:
+    """The client's TCP port of the connection an sshd session serves (its socket, via /proc/net/tcp)."""
+    inodes = set()
+    for pid in session_pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(fd))
+            except OSError:
+                continue
+            if m:
+                inodes.add(m.group(1))
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        local, remote, inode = f[1], f[2], f[9]
+        if inode in inodes and int(local.split(":")[1], 16) == node_port:
+            return int(remote.split(":")[1], 16)
+    raise AssertionError(f"sshd session {session_pids} holds no TCP connection on port {node_port}")
+
+
+def sshd_log(node: Node, since: int = 0) -> str:
+    """The node's sshd.log from byte `since` on (client ports are reused: look only at this fault's part)."""
+    with open(node.dir / "sshd.log", "rb") as f:
+        f.seek(since)
+        return f.read().decode(errors="replace")
+
+
+def sshd_log_size(node: Node) -> int:
+    return (node.dir / "sshd.log").stat().st_size
+
+
+def log_started_session(node: Node, port: int, since: int) -> bool:
+    return re.search(rf"^Starting session: command for \S+ from 127\.0\.0\.1 port {port} ",
+                     sshd_log(node, since), re.M) is not None
+
+
+def log_closed_session(node: Node, port: int, since: int) -> bool:
+    """The node's sshd wrote that the connection from `port` ended normally (the session was not cut)."""
+    return re.search(rf"^(Disconnected from user \S+|Received disconnect from|Connection closed by) "
+                     rf"127\.0\.0\.1 port {port}\b", sshd_log(node, since), re.M) is not None
