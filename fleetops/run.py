@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from .plans.inventory import Host
-from .report.tables import fleet_sections
+from .report.rows import fleet_sections
 from .results import exit_status
 from .rollout import DEFAULT_FORKS, Step, run_fleet
 from .state import RunState

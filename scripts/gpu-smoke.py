@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fleetops.plans.gpugate import Gate, evaluate  # noqa: E402  (stdlib-only module: no fabric needed here)
+from fleetops.plans.gpugate import Gate, evaluate  # noqa: E402  (stdlib-only modules: no fabric needed here)
+from fleetops.report.rows import gpu_rows  # noqa: E402
 
 HOLD_GIB = 20
 HOLDER = ("import time, torch\n"
@@ -44,7 +45,7 @@ def snapshot(state_dir: str) -> dict:
 def show(title: str, answer: dict) -> object:
     verdict = evaluate(answer, Gate())
     print(f"== {title}: gate exit {verdict.code}: {verdict.msg}  (agent exec {answer['_took_s']}s)")
-    for row in verdict.rows:
+    for row in gpu_rows(verdict):
         print("   ", " | ".join(row).replace("\n", " ; "))
     for holder in verdict.holders:
         print("    holder:", holder)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..results import (
     EXIT_GPU_BUSY,
@@ -29,8 +29,9 @@ class Verdict:
     code: int
     msg: str
     items: list[Item]
-    rows: list[list[str]]
+    gpus: list[tuple[dict, str]]  # each selected GPU of the snapshot, with its state (free / busy / unhealthy)
     holders: list[str]
+    missing: list[int] = field(default_factory=list)
 
 
 def parse_selection(text: str | None) -> tuple[int, ...] | None:
@@ -53,11 +54,6 @@ def age(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def short_process(p: dict) -> str:
-    owner = f"job {p['job']}" if p.get("job") else "foreign"
-    return f"{p['pid']} {p.get('name')} {p.get('used_mib')}MiB {p.get('user') or '?'} {age(p.get('age_s'))} {owner}"
-
-
 def describe_process(p: dict) -> str:
     owner = f"job {p['job']}" if p.get("job") else "foreign"
     who = p.get("user") or "?"
@@ -77,7 +73,7 @@ def evaluate(snap: dict, gate: Gate) -> Verdict:
     if gate.select is not None:
         missing |= set(gate.select) - seen
     selected = [g for g in gpus if gate.select is None or g["index"] in gate.select]
-    items, rows, holders = [], [], []
+    items, states, holders = [], [], []
     busy = unhealthy = 0
     for g in selected:
         problems = list(g.get("problems") or [])
@@ -97,17 +93,13 @@ def evaluate(snap: dict, gate: Gate) -> Verdict:
                 [f"GPU {g['index']}: {used} MiB held by no listed process"]
         else:
             state, status, why = "free", Status.OK, f"{used} MiB used"
-        mem = f"{used}/{g.get('memory_total_mib')} MiB, {g.get('memory_free_mib')} free"
         items.append(Item(f"GPU {g['index']} {g.get('name')}", status, f"{state}: {why}",
                           {"uuid": g.get("uuid"), "state": state, "processes": procs,
                            "memory_used_mib": used, "memory_total_mib": g.get("memory_total_mib"),
                            "memory_free_mib": g.get("memory_free_mib")}))
-        rows.append([str(g["index"]), str(g.get("name")), mem, f"{g.get('utilization_gpu_pct')}%",
-                     f"{g.get('temperature_c')}C", str(g.get("ecc_uncorrected")), state,
-                     "\n".join(short_process(p) for p in procs) or "-"])
+        states.append((g, state))
     for index in sorted(missing):
         items.append(Item(f"GPU {index}", Status.FAILED, "missing: not reported by nvidia-smi", {"state": "missing"}))
-        rows.append([str(index), "-", "-", "-", "-", "-", "missing", "-"])
     parts = []
     if missing:
         parts.append(f"expected {gate.expected if gate.expected is not None else len(gpus)} GPUs, saw {len(gpus)}: "
@@ -121,7 +113,4 @@ def evaluate(snap: dict, gate: Gate) -> Verdict:
         parts.append(f"nvidia-smi could not list GPU processes: {snap['apps_error']}")
     msg = f"{free}/{len(selected)} selected GPUs free" + (f"; {'; '.join(parts)}" if parts else "")
     code = EXIT_GPU_UNHEALTHY if (missing or unhealthy) else EXIT_GPU_BUSY if busy else EXIT_OK
-    return Verdict(code, msg, items, rows, holders)
-
-
-GPU_COLUMNS = ["gpu", "name", "memory", "util", "temp", "ecc", "state", "processes"]
+    return Verdict(code, msg, items, states, holders, sorted(missing))

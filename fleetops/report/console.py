@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ..redaction import RedactingStream, redact
 from ..results import Result, Status, recap
-from .tables import bar, render_table
+from .rows import bar
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
@@ -142,6 +142,17 @@ class Reporter:
             failed = sorted({r.host for r in results if r.failed})
             if failed:
                 self.console.print(f"[bold red]failed hosts:[/] {', '.join(failed)}  [dim](exit status {code})[/]")
+
+
+def render_table(spec: dict) -> Table:
+    table = Table(title=spec.get("title"), title_justify="left")
+    for column in spec["columns"]:
+        table.add_column(column)
+    highlight_rows = set(spec.get("highlight_rows", []))
+    for n, row in enumerate(spec["rows"]):
+        style = "bold yellow" if n in highlight_rows else None
+        table.add_row(*[escape(str(v)) for v in row], style=style)
+    return table
 
 
 def _item_detail_lines(details: dict[str, Any], verbose: bool) -> list[str]:

@@ -7,8 +7,7 @@ import sys
 
 from .. import audit
 from ..redaction import redact
-from .console import Reporter
-from .tables import render_table
+from .console import Reporter, render_table
 
 HISTORY_COLUMNS = ["time", "operator", "host", "task", "playbook", "result", "changed", "duration_s", "msg"]
 

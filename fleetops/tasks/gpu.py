@@ -6,9 +6,9 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..plans.gpugate import DEFAULT_THRESHOLD_MIB, GPU_COLUMNS, Gate, evaluate, parse_selection
+from ..plans.gpugate import DEFAULT_THRESHOLD_MIB, Gate, evaluate, parse_selection
 from ..plans.yamlsrc import ConfigError
-from ..report.tables import FACT_COLUMNS, fact_row
+from ..report.rows import FACT_COLUMNS, GPU_COLUMNS, fact_row, gpu_rows
 from ..results import EXIT_GPU_BUSY, Result, Status
 from ..wire.connector import Connector
 from .plan import Plan, TaskSpec
@@ -29,7 +29,7 @@ def _gpu_plan(run: RunState, kwargs: dict) -> Plan:
 def _interpret_gpu(host: str, plan: Plan, answer: dict) -> Result:
     verdict = evaluate(answer, plan.options["gate"])
     status = Status.OK if verdict.code == 0 else Status.FAILED
-    data = {"table": {"title": f"{host}: GPUs", "columns": GPU_COLUMNS, "rows": verdict.rows},
+    data = {"table": {"title": f"{host}: GPUs", "columns": GPU_COLUMNS, "rows": gpu_rows(verdict)},
             "gpus": answer.get("gpus", []), "holders": verdict.holders, "error_kind": answer.get("error_kind")}
     return Result(host, "gpu", status, verdict.msg, verdict.items, code=verdict.code, data=data)
 

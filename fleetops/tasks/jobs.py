@@ -19,7 +19,7 @@ from ..plans.jobspec import (
     resolve,
 )
 from ..plans.yamlsrc import ConfigError
-from ..report.tables import bar
+from ..report.rows import bar
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector as NodeConnection  # any connector (the name predates wire/)
 from ..wire.connector import TransportError

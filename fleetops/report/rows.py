@@ -1,26 +1,15 @@
-"""Tables and bars: the rows the operator reads, built from results and agent answers. Pure data → rich
-tables; the console (console.py) prints them."""
+"""The rows and bars the operator reads, built from results and agent answers: plain data (stdlib only, so
+scripts/gpu-smoke.py can use it without rich); console.py turns it into tables."""
 
 from __future__ import annotations
 
-from rich.markup import escape
-from rich.table import Table
-
+from ..plans.gpugate import Verdict, age
 from ..results import Result
+
+GPU_COLUMNS = ["gpu", "name", "memory", "util", "temp", "ecc", "state", "processes"]
 
 FACT_COLUMNS = ["os", "python", "vllm", "speculators", "torch", "transformers", "driver", "cuda", "gpus",
                 "venv free GiB", "state free GiB"]
-
-
-def render_table(spec: dict) -> Table:
-    table = Table(title=spec.get("title"), title_justify="left")
-    for column in spec["columns"]:
-        table.add_column(column)
-    highlight_rows = set(spec.get("highlight_rows", []))
-    for n, row in enumerate(spec["rows"]):
-        style = "bold yellow" if n in highlight_rows else None
-        table.add_row(*[escape(str(v)) for v in row], style=style)
-    return table
 
 
 def bar(progress: dict, width: int = 24) -> str:
@@ -66,3 +55,22 @@ def fleet_sections(results: list[Result]) -> list[dict]:
         sections.append({"title": "facts (rows that differ between hosts are highlighted)",
                          "columns": ["fact", *[r.host for r in facts]], "rows": rows, "highlight_rows": differ})
     return sections
+
+
+def short_process(p: dict) -> str:
+    owner = f"job {p['job']}" if p.get("job") else "foreign"
+    return f"{p['pid']} {p.get('name')} {p.get('used_mib')}MiB {p.get('user') or '?'} {age(p.get('age_s'))} {owner}"
+
+
+def gpu_rows(verdict: Verdict) -> list[list[str]]:
+    """One row per selected GPU, then one per missing GPU."""
+    rows = []
+    for g, state in verdict.gpus:
+        used = g.get("memory_used_mib") or 0
+        mem = f"{used}/{g.get('memory_total_mib')} MiB, {g.get('memory_free_mib')} free"
+        rows.append([str(g["index"]), str(g.get("name")), mem, f"{g.get('utilization_gpu_pct')}%",
+                     f"{g.get('temperature_c')}C", str(g.get("ecc_uncorrected")), state,
+                     "\n".join(short_process(p) for p in g.get("processes") or []) or "-"])
+    for index in verdict.missing:
+        rows.append([str(index), "-", "-", "-", "-", "-", "missing", "-"])
+    return rows
