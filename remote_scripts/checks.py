@@ -14,6 +14,7 @@ import time
 import traceback
 
 from .nodeio import NodeError, check_requirements, module_file_in_site
+from .protocol import CHECK_KINDS
 
 # What each kind of check can and cannot tell you; shown next to every result so nobody mistakes an
 # import test for proof that the generator works.
@@ -172,6 +173,7 @@ RUNNERS = {"requires": run_requires, "grep": run_grep, "compile": run_compile, "
            "callsites": run_callsites, "probe": run_probe}
 # Cheap checks first: an operator sees a grep failure before vLLM's import has even started.
 ORDER = {"requires": 0, "grep": 1, "compile": 2, "callsites": 3, "import": 4, "probe": 5}
+assert set(RUNNERS) == set(ORDER) == set(CHECK_KINDS), "checks.py and protocol.CHECK_KINDS disagree"
 
 
 def verify(req: dict) -> dict:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_scripts.protocol import parse_requirement
+from remote_scripts.protocol import CHECK_KINDS, parse_requirement
 
 from . import unidiff
 from .yamlsrc import (
@@ -33,6 +33,8 @@ CHECK_KEYS = {
     "callsites": {"name", "kind", "modules", "packages", "receivers", "attributes"},
     "probe": {"name", "kind", "script", "modules", "timeout", "args"},
 }
+# "requires" comes from the playbook's requires:, not from verify:.
+assert set(CHECK_KEYS) | {"requires"} == set(CHECK_KINDS), "playbook.CHECK_KEYS and protocol.CHECK_KINDS disagree"
 
 
 @dataclass
