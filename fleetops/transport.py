@@ -4,6 +4,7 @@ agent call, and the agent zip uploaded only when the node does not have that exa
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import shlex
@@ -19,6 +20,10 @@ from fabric import Config, Connection
 from .bundle import agent_bundle
 from .inventory import Host, Inventory
 from .results import Evidence
+
+# paramiko's transport thread logs its own tracebacks (e.g. a missing SSH banner); fleetops reports the
+# failure itself, so none of that may reach a user's terminal through logging's last-resort handler.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 PROTOCOL = 1
 STDERR_TAIL_LINES = 20
@@ -208,6 +213,13 @@ class NodeConnection:
                                             "refusing to connect") from None
         except paramiko.SSHException as exc:
             text = str(exc)
+            transport = cxn.client.get_transport()
+            if transport is not None and not transport.remote_version:
+                # paramiko's start_client gives up silently at the timeout; auth then says "No existing session".
+                cxn.close()
+                raise TransportError("unreachable", f"connection to {where} timed out after {host.connect_timeout}s: "
+                                                    "the port accepted TCP but sent no SSH banner (not an SSH server, "
+                                                    "or its sshd is overloaded); check the address and port") from None
             if "not found in known_hosts" in text:
                 key = cxn.client.get_transport().get_remote_server_key() if cxn.client.get_transport() else None
                 shown = f" (it offered {fingerprint_of(key)})" if key else ""
