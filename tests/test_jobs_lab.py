@@ -124,8 +124,7 @@ def test_failing_job_tail_exits_nonzero_with_traceback_and_status_says_failed(jo
 def test_tail_survives_a_dropped_connection_and_sshd_restart_without_gap_or_duplicate(jobs):
     node = jobs.node("lab01")
     job = start_job(jobs, "gated")
-    tail = Follower(jobs.root, ["-H", "lab01", "tail", "--job", "gated", "--playbook", JOBS], ENV)
-    try:
+    with Follower(jobs.root, ["-H", "lab01", "tail", "--job", "gated", "--playbook", JOBS], ENV) as tail:
         # Mid-stream for certain: tail has shown line 59 and the job holds line 60 back until <job_dir>/go exists.
         tail.wait_line(r"^lab01 \| line 59$", "tail to show line 59")
         listener = node.pid()
@@ -139,7 +138,6 @@ def test_tail_survives_a_dropped_connection_and_sshd_restart_without_gap_or_dupl
         (Path(job["log"]).parent / "go").touch()  # lines 60-119 are written while the link is down
         wait_log(job, r"^line 119$", "the job's last line")
         jobs.start_node(node)
-    finally:
         rc, out, err = tail.finish(timeout=300)
     assert rc == 0, out + err
     numbers = [int(m.group(1)) for m in re.finditer(r"^lab01 \| (?:\S+ )*?line (\d+)$", out, re.M)]
@@ -209,8 +207,7 @@ def test_stop_escalates_to_sigkill_when_the_job_ignores_sigterm(jobs):
     rc, procs = gpu_holders(jobs)
     assert rc == 10 and [(p["pid"], p["job"]) for p in procs] == [(job["pid"], job["id"])], procs
     grace = 10
-    stopper = Follower(jobs.root, ["-H", "lab01", "stop", "--grace", str(grace), "--json"], ENV)
-    try:
+    with Follower(jobs.root, ["-H", "lab01", "stop", "--grace", str(grace), "--json"], ENV) as stopper:
         rx = re.compile(r"^got SIGTERM at ([0-9.]+); ignoring it", re.M)
 
         def termed_at() -> re.Match | None:
@@ -230,7 +227,6 @@ def test_stop_escalates_to_sigkill_when_the_job_ignores_sigterm(jobs):
         assert proc_state(job["pid"]) not in GONE, "the job died within the grace: SIGKILL came too early"
         rows = [[f.strip() for f in ln.split(",")] for ln in smi.stdout.splitlines() if ln.strip()]
         assert [(int(r[0]), int(r[2])) for r in rows] == [(job["pid"], 21090)], smi.stdout
-    finally:
         rc, out, err = stopper.finish(timeout=300)
     r = json.loads(out)["results"][0]
     assert rc == 0, (r["msg"], r["items"], err)
@@ -338,11 +334,9 @@ def test_extract_refuses_when_checks_or_gpus_fail_and_force_overrides(jobs):
 
 def test_ctrl_c_detaches_tail_and_the_job_keeps_running(jobs):
     job = start_job(jobs, "spawner")
-    tail = Follower(jobs.root, ["-H", "lab01", "tail"], ENV)
-    try:
+    with Follower(jobs.root, ["-H", "lab01", "tail"], ENV) as tail:
         tail.wait_line(r"^lab01 \| spawned \d+", "tail to be attached and streaming")
         tail.proc.send_signal(signal.SIGINT)
-    finally:
         rc, out, err = tail.finish(timeout=120)
     assert rc == 130, out + err
     assert f"detached: job {job['id']} is still running" in out
