@@ -50,8 +50,9 @@ def sha256_file(path: str) -> str:
 #   {"patch.target.before_rename": {"action": "kill", "skip": 1}}: fire once, on the 2nd hit (the 2nd file's).
 #     Actions: kill, raise, sleep ("seconds"), pause (wait until the test deletes the .hit file, at most
 #     "seconds", default 120: the test cuts the connection meanwhile, with no timing window).
-#   {"*": {"action": "record"}}: fire nothing; append every point reached, in order, to failpoints.trace,
-#     so a test can enumerate every (point, n-th hit) of an operation and then fault each one.
+#   {"*": {"action": "record"}}: fire nothing; append every point reached, in order, to failpoints.trace
+#     (with the file being written, if any), so a test can enumerate every (point, n-th hit) of an
+#     operation and then fault each one.
 _FAILPOINTS: dict = {}
 _HITS: dict[str, int] = {}
 _FAILPOINT_DIR = ""
@@ -67,12 +68,12 @@ def load_failpoints(state_dir: str) -> None:
         _FAILPOINTS = {}
 
 
-def failpoint(name: str) -> None:
+def failpoint(name: str, path: str = "") -> None:
     if not _FAILPOINTS:
         return
     if _FAILPOINTS.get("*", {}).get("action") == "record":
         with open(os.path.join(_FAILPOINT_DIR, "failpoints.trace"), "a", encoding="utf-8") as f:
-            f.write(name + "\n")
+            f.write(json.dumps([name, path]) + "\n")
     spec = _FAILPOINTS.get(name)
     if not spec:
         return
@@ -155,7 +156,7 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | No
                 os.chown(tmp, st.st_uid, st.st_gid)
         elif mode is not None:
             os.chmod(tmp, mode)
-        failpoint(f"{point}.before_rename")
+        failpoint(f"{point}.before_rename", path)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -163,7 +164,7 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | No
         except OSError:
             pass
         raise
-    failpoint(f"{point}.after_rename")
+    failpoint(f"{point}.after_rename", path)
     fsync_dir(directory)
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 # CI sets CI=true; FLEETOPS_NO_SKIP=1 asks for the same strictness locally.
-NO_SKIP = (os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-           or os.environ.get("FLEETOPS_NO_SKIP", "") == "1")
-NO_SKIP_WHY = "CI=true" if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes") else "FLEETOPS_NO_SKIP=1"
+_IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+NO_SKIP = _IN_CI or os.environ.get("FLEETOPS_NO_SKIP", "") == "1"
+NO_SKIP_WHY = "CI=true" if _IN_CI else "FLEETOPS_NO_SKIP=1"
 # (nodeid, reason) of every skip seen, and of those turned into failures, for the summary line.
 _SKIPPED: list[tuple[str, str]] = []
 _REFUSED: list[tuple[str, str]] = []

@@ -118,26 +118,37 @@ def hit_file(node: Node, point: str) -> Path:
     return node.state_dir / f"failpoint-{point}.hit"
 
 
-def trace(node: Node) -> list[tuple[str, int]]:
-    """The recorded failpoints as (point, n-th hit of that point), in the order the node reached them."""
+def trace(node: Node) -> list[tuple[str, int, str]]:
+    """The recorded failpoints as (point, n-th hit of that point, file being written or ""), in the order
+    the node reached them."""
     seen: dict[str, int] = {}
     out = []
     path = node.state_dir / "failpoints.trace"
-    for name in path.read_text().split() if path.exists() else []:
+    for line in path.read_text().splitlines() if path.exists() else []:
+        name, written = json.loads(line)
         seen[name] = seen.get(name, 0) + 1
-        out.append((name, seen[name]))
+        out.append((name, seen[name], written))
     return out
+
+
+def clear_fault_leftovers(node: Node) -> None:
+    """What the `lab` fixture leaves in the state dir from an earlier run (a kept lab, FLEETOPS_TEST_LAB):
+    hit files, a trace, a killed writer's lock-info temp file. Each test starts from none."""
+    for entry in node.state_dir.iterdir():
+        if entry.name.startswith("failpoint") or TMP_MARK in entry.name:
+            entry.unlink()
 
 
 def reset_node(lab: Lab, node: Node) -> None:
     """What the `lab` fixture does before each test, for a node this module dirtied in the middle of one."""
     lab.reset_packages(node)
-    for sub in ("backups", "lock.json", "failpoints.json", "failpoints.trace"):
+    for sub in ("backups", "lock.json"):
         target = node.state_dir / sub
         if target.is_dir():
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
+    clear_fault_leftovers(node)
 
 
 # ---------------------------------------------------------------- processes and sessions, from /proc

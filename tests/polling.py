@@ -49,6 +49,15 @@ class Follower:
         for line in stream:
             into.append(line.rstrip("\n"))
 
+    def __enter__(self) -> Follower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # A test that failed half-way: end the command now instead of waiting for it to finish on its own.
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+
     def text(self) -> str:
         return "\n".join(self.lines)
 

@@ -34,6 +34,7 @@ import pytest
 from conftest import REPO
 from faultkit import (
     arm,
+    clear_fault_leftovers,
     client_port,
     disarm,
     file_sha,
@@ -81,6 +82,7 @@ CASES = [(op, point, n, kind) for op in OPS for point, n in expected_points(op) 
 TALLY: dict[tuple[str, str], Counter] = {(op, kind): Counter() for op in OPS for kind in KINDS}
 DONE_CASES: set[tuple[str, str, int, str]] = set()
 _ENUMERATED: dict[str, list[tuple[str, int]]] = {}
+_WRITTEN: dict[str, dict[tuple[str, int], str]] = {}  # op → (point, n) → the file the node was writing
 
 
 def results(lab, node, op: str) -> list:
@@ -99,13 +101,29 @@ def enumerated(lab) -> dict[str, list[tuple[str, int]]]:
             finally:
                 disarm(node)
             assert r.status.value == "changed", r.msg
-            _ENUMERATED[op] = trace(node)
+            hits = trace(node)
+            _ENUMERATED[op] = [(p, n) for p, n, _ in hits]
+            _WRITTEN[op] = {(p, n): written for p, n, written in hits}
         reset_node(lab, node)
     return _ENUMERATED
 
 
+def written_by(node, op: str, point: str, n: int) -> str:
+    """The file the n-th hit of `point` must be writing: the lock info, or the n-th file's backup, backup
+    record or target (the playbook's order)."""
+    if point.startswith("lock.info."):
+        return "lock.json"
+    module_file = os.path.realpath(node.module_file(MODULES[n - 1]))
+    if ".backup." in point:
+        return f"-{os.path.basename(module_file)}.orig"
+    if ".record." in point:
+        return f"-{os.path.basename(module_file)}.json"
+    return module_file if ".target." in point else ""
+
+
 def test_every_write_of_both_files_and_the_lock_is_enumerated(lab):
     found = enumerated(lab)
+    node = lab.node("lab01")
     for op in OPS:
         print(f"\n{op}: the node reached {len(found[op])} failpoints: {found[op]}")
         for i, module in enumerate(MODULES):  # each file's own writes, not just the first file's
@@ -113,6 +131,9 @@ def test_every_write_of_both_files_and_the_lock_is_enumerated(lab):
         assert ("lock.info.before_rename", 1) in found[op], f"{op} never reached the lock writes"
         assert found[op] == expected_points(op), (
             f"{op}: the node's failpoints changed; fault every new one (update FILE_POINTS/LOCK_POINTS)")
+        for (point, n), written in _WRITTEN[op].items():  # and each hit writes the file its place implies
+            want = written_by(node, op, point, n)
+            assert written.endswith(want) if want else written == "", f"{op}: {point} hit {n} wrote {written!r}"
     assert len(found["patch"]) + len(found["rollback"]) == 24
 
 
@@ -223,6 +244,7 @@ def assert_forms(node, forms: dict, want: dict[str, str], when: str) -> None:
 def test_fault(lab, op, point, n, kind):
     node = lab.node("lab01")
     assert (point, n) in enumerated(lab)[op], f"the node no longer reaches {point} (hit {n}) during {op}"
+    clear_fault_leftovers(node)
     forms = independent_forms(node)  # the lab fixture just gave the node pristine files
     if op == "rollback":
         (r,) = results(lab, node, "patch")

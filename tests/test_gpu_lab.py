@@ -86,12 +86,10 @@ def test_threshold_and_selection_options(gpus):
 def test_wait_passes_when_gpus_turn_free_mid_wait(gpus):
     node = gpus.node("lab01")
     gpus.set_gpu_state(node, "busy")
-    gate = Follower(gpus.root, ["-H", "lab01", "gpu", "--wait", "300"], ENV)
-    try:
+    with Follower(gpus.root, ["-H", "lab01", "gpu", "--wait", "300"], ENV) as gate:
         # Evidence that the gate has seen the GPUs busy and is waiting, then free them.
         gate.wait_line(r"^lab01 \| gpu \| waiting: 0/2 selected GPUs free; 2 busy", "the gate waiting on busy GPUs")
         gpus.set_gpu_state(node, "idle")
-    finally:
         rc, out, err = gate.finish(timeout=300)
     assert rc == 0, out + err
     assert re.search(r"^lab01 \| gpu \| ok \| 2/2 selected GPUs free$", out, re.M), out

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 
 SKIPPING = '''
@@ -41,13 +43,15 @@ def test_never_collected():
 '''
 
 
-def run_pytest(tmp_path: Path, files: dict[str, str], ci: bool) -> subprocess.CompletedProcess:
+def run_pytest(tmp_path: Path, files: dict[str, str], ci: bool, strict_var: str = "CI=true"
+               ) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text(CONFTEST.read_text())
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "FLEETOPS_NO_SKIP", "PYTEST_ADDOPTS")}
     if ci:
-        env["CI"] = "true"
+        name, value = strict_var.split("=")
+        env[name] = value
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
                            str(tmp_path), *files], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -68,15 +72,16 @@ def test_outside_ci_skips_are_allowed_and_the_summary_names_them(tmp_path):
     assert summary.endswith("(under CI=true these skips would fail the run)")
 
 
-def test_under_ci_every_skip_fails_the_run(tmp_path):
-    proc = run_pytest(tmp_path, {"test_skipping.py": SKIPPING}, ci=True)
+@pytest.mark.parametrize("strict_var", ["CI=true", "FLEETOPS_NO_SKIP=1"])
+def test_under_ci_every_skip_fails_the_run(tmp_path, strict_var):
+    proc = run_pytest(tmp_path, {"test_skipping.py": SKIPPING}, ci=True, strict_var=strict_var)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     summary, last = closing_lines(proc)
     # A skip in the body becomes a failure, a skip mark (decided in setup) an error; the xfail stays one.
     assert last.startswith("1 failed, 1 passed, 1 xfailed, 1 error in "), proc.stdout
-    assert "2 skips turned into failures (CI=true)" in summary and "0 skipped" in summary, summary
-    assert "skipped under CI=true, where a skip fails the run: no widget on this machine" in proc.stdout
-    assert "skipped under CI=true, where a skip fails the run: needs a unicorn" in proc.stdout
+    assert f"2 skips turned into failures ({strict_var})" in summary and "0 skipped" in summary, summary
+    assert f"skipped under {strict_var}, where a skip fails the run: no widget on this machine" in proc.stdout
+    assert f"skipped under {strict_var}, where a skip fails the run: needs a unicorn" in proc.stdout
 
 
 def test_under_ci_a_module_level_skip_fails_the_run_too(tmp_path):

@@ -147,12 +147,13 @@ def test_patch_verify_uses_one_connection_and_uploads_the_agent_once(lab):
 def test_two_patch_runs_at_once_one_is_refused_by_the_lock(lab):
     node = lab.node("lab01")
     target = node.module_file(GENERATOR)
-    # Hold the first run inside its locked section; the second run (a whole fab start-up on a loaded machine)
-    # must arrive meanwhile, so the hold is generous and the start is taken from the node's failpoint, whose
-    # .hit file names the holding agent's pid.
+    # Hold the first run inside its locked section until the second has been refused: the node's failpoint
+    # pauses the agent until this test deletes its .hit file (which names the holding agent's pid), so there
+    # is no timing window however slow a fab start-up is on a loaded machine.
     hit = node.state_dir / "failpoint-lock.acquired.hit"
     hit.unlink(missing_ok=True)
-    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "sleep", "seconds": 30}}))
+    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "pause",
+                                                                                  "seconds": 300}}))
     first = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"], cwd=lab.root,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -162,8 +163,11 @@ def test_two_patch_runs_at_once_one_is_refused_by_the_lock(lab):
         time.sleep(0.05)
     (node.state_dir / "failpoints.json").unlink()
     holder = int(hit.read_text())
-    rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
-    assert Path(f"/proc/{holder}").exists(), "the first run's agent left the lock before the second arrived"
+    try:
+        rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+        assert Path(f"/proc/{holder}").exists(), "the first run's agent left the lock before the second arrived"
+    finally:
+        hit.unlink(missing_ok=True)  # release the first run
     assert rc == 1
     msg = doc["results"][0]["msg"]
     assert "locked by" in msg and "since" in msg and f"(patch, pid {holder})" in msg

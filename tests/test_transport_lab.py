@@ -67,12 +67,11 @@ def test_connection_dropped_mid_step_is_reported_and_file_is_whole(lab):
     node = lab.node("lab01")
     target = node.module_file(GENERATOR)
     pristine = sha256(target)
-    # The agent parks inside the lock, with the file not yet written; the test cuts the link once the node
-    # says (the failpoint's .hit file, naming the agent's pid) that it is there: no timing guess. The hold
-    # is long so the cut surely lands inside it on a loaded machine.
+    # The agent parks inside the lock, with the file not yet written, until the test deletes the failpoint's
+    # .hit file (which names the agent's pid); the test cuts the link while it is parked: no timing guess.
     hit = node.state_dir / "failpoint-lock.acquired.hit"
     hit.unlink(missing_ok=True)
-    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "sleep", "seconds": 10}}))
+    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "pause", "seconds": 300}}))
     proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"], cwd=lab.root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -84,10 +83,13 @@ def test_connection_dropped_mid_step_is_reported_and_file_is_whole(lab):
     (node.state_dir / "failpoints.json").unlink()
     sessions = _session_sshd_pids(node.pid())
     assert sessions, "no session sshd to cut"
-    for pid in sessions:
-        os.kill(pid, signal.SIGKILL)  # the link dies while the node is mid-patch
-    assert Path(f"/proc/{agent}").exists(), "the agent had finished before the cut: the fault injected nothing"
-    out, err = proc.communicate(timeout=120)
+    try:
+        for pid in sessions:
+            os.kill(pid, signal.SIGKILL)  # the link dies while the node is mid-patch
+        assert Path(f"/proc/{agent}").exists(), "the agent had finished before the cut: the fault injected nothing"
+        out, err = proc.communicate(timeout=120)
+    finally:
+        hit.unlink(missing_ok=True)  # let the orphaned agent go on (it finishes the patch or dies writing)
     assert proc.returncode == 1, err
     result = json.loads(out)["results"][0]
     assert result["status"] == "failed"

@@ -283,10 +283,6 @@ def test_connect_timeout_exits_4_naming_host_and_cause(lab, kind):
     assert took < 120  # bounded by connect_timeout, not hanging (generous: a loaded 2-core machine)
 
 
-@pytest.mark.xfail(strict=True, reason="fleetops/wire/ssh.py reports a host that accepts TCP but never sends an "
-                                       "SSH banner as 'SSH error with H:P: No existing session' (paramiko's "
-                                       "start_client gives up silently after the timeout), and paramiko's thread "
-                                       "prints its traceback on stderr; see the wire-evidence report")
 def test_silent_server_is_reported_as_a_timeout_without_traceback(lab):
     server = SilentServer()
     extra = lab.root / "hosts" / "blackhole.yaml"

@@ -5,6 +5,7 @@ have that exact version. It implements wire.connector.Connector."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import shlex
@@ -24,6 +25,10 @@ from .bundle import agent_bundle
 from .connector import COUNTERS, ExecResult, TransportError
 
 __all__ = ["NodeConnection", "TransportError", "trust_host", "known_hosts_path"]
+
+# paramiko's transport thread logs its own tracebacks (e.g. a missing SSH banner); fleetops reports the
+# failure itself, so none of that may reach a user's terminal through logging's last-resort handler.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 def fingerprint_of(key: paramiko.PKey) -> str:
@@ -171,6 +176,13 @@ class NodeConnection:
                                             "refusing to connect") from None
         except paramiko.SSHException as exc:
             text = str(exc)
+            transport = cxn.client.get_transport()
+            if transport is not None and not transport.remote_version:
+                # paramiko's start_client gives up silently at the timeout; auth then says "No existing session".
+                cxn.close()
+                raise TransportError("unreachable", f"connection to {where} timed out after {host.connect_timeout}s: "
+                                                    "the port accepted TCP but sent no SSH banner (not an SSH server, "
+                                                    "or its sshd is overloaded); check the address and port") from None
             if "not found in known_hosts" in text:
                 key = cxn.client.get_transport().get_remote_server_key() if cxn.client.get_transport() else None
                 shown = f" (it offered {fingerprint_of(key)})" if key else ""
