@@ -19,6 +19,7 @@ import sys
 import time
 
 from .nodeio import NodeError, atomic_write, ensure_dir, now_iso, pid_alive, read_json, write_json_atomic
+from .procfs import stat_fields
 
 LOG = "output.log"
 TAIL_CHUNK = 256 * 1024
@@ -44,10 +45,10 @@ def _expand(value: object, mapping: dict[str, str]) -> object:
 def _process_alive(pid: int | None, marker: str) -> bool:
     if not pid or not pid_alive(int(pid)):
         return False
+    fields = stat_fields(pid)
+    if fields is None or fields[0] == "Z":
+        return False
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return marker.encode() in f.read()
     except OSError:
@@ -59,10 +60,8 @@ def group_members(pgid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
+        fields = stat_fields(entry)
+        if fields is None:
             continue
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry))

@@ -37,14 +37,6 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 # ---------------------------------------------------------------- fault injection
 # Tests arm these by writing <state_dir>/failpoints.json on a lab node. Operators never create that file.
 #   {"patch.target.before_rename": {"action": "kill", "skip": 1}}: fire once, on the 2nd hit (the 2nd file's).

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from invoke import Collection, task
 
+from remote_scripts.procfs import pid_alive, stat_fields
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 NODE_PACKAGES = {"vllm": "0.16.0", "speculators": "0.3.0"}
 OWN_PACKAGES = ("speculators",)  # copied into each node so patching one node never touches another
@@ -90,16 +92,6 @@ def port_open(port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 @dataclass
@@ -402,10 +394,8 @@ class Lab:
             except ChildProcessError:
                 pass
             while time.monotonic() < deadline:
-                try:
-                    if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
-                        break
-                except (OSError, IndexError):
+                fields = stat_fields(pid)
+                if fields is None or fields[0] in "ZX":
                     break
                 time.sleep(0.02)
 

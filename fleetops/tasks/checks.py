@@ -23,9 +23,8 @@ def _verify_plan(run: RunState, kwargs: dict) -> Plan:
 
 
 def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
-    failed = agent_error(host, "verify", answer)
-    if failed:
-        return failed
+    if answer.get("error"):
+        return agent_error(host, "verify", answer)
     items = []
     for raw in answer["items"]:
         keys = ("evidence", "proves", "cannot", "file", "details", "seconds") + (() if raw["ok"] else ("stderr_tail",))

@@ -23,6 +23,7 @@ from ..report.rows import bar
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector as NodeConnection  # any connector (the name predates wire/)
 from ..wire.connector import TransportError
+from .plan import agent_error
 
 if TYPE_CHECKING:
     from ..state import RunState as Invocation
@@ -136,7 +137,7 @@ def run_tail(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
             reconnects += 1
             continue
         if answer.get("error"):
-            return Result(host, "tail", Status.FAILED, answer["error"], code=EXIT_FAILED)
+            return agent_error(host, "tail", answer)
         lost_since, backoff = None, 0.5
         job_id = answer["job_id"]
         for line in answer["data"].splitlines():
@@ -174,8 +175,7 @@ def run_status(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
     pattern = spec.progress.pattern if spec else DEFAULT_PROGRESS
     answer, evidence = node.call("job_status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
     if answer.get("error"):
-        return Result(host, "status", Status.FAILED, answer["error"], code=EXIT_FAILED,
-                      data={"error_kind": answer.get("error_kind")})
+        return agent_error(host, "status", answer, with_kind=True)
     row = _status_row(answer)
     code = exit_code_of(answer) if answer["state"] not in ("running", "starting") else 0
     status = Status.OK if code == 0 else Status.FAILED
@@ -195,7 +195,7 @@ def run_logs(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
     answer, _ = node.call("job_logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines")
                                                                                           or 50)})
     if answer.get("error"):
-        return Result(host, "logs", Status.FAILED, answer["error"], code=EXIT_FAILED)
+        return agent_error(host, "logs", answer)
     for line in answer["lines"]:
         inv.reporter.job_line(host, line, is_failure(line, failure_rx), None)
     return Result(host, "logs", Status.OK, f"job {answer['job_id']} ({answer['state']}): last {len(answer['lines'])} "
@@ -207,7 +207,7 @@ def run_stop(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
     answer, evidence = node.call("job_stop", {"job_id": plan.options.get("job_id"),
                                               "grace_s": float(plan.options.get("grace") or 10)}, timeout=120)
     if answer.get("error"):
-        return Result(host, "stop", Status.FAILED, answer["error"], code=EXIT_FAILED)
+        return agent_error(host, "stop", answer)
     items = []
     if answer.get("changed"):
         snap, _ = node.call("gpu", {})

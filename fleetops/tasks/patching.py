@@ -28,9 +28,8 @@ def _patch_plan(op: str) -> Callable[[RunState, dict], Plan]:
 
 
 def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:
-    failed = agent_error(host, plan.op, answer, with_kind=True)
-    if failed:
-        return failed
+    if answer.get("error"):
+        return agent_error(host, plan.op, answer, with_kind=True)
     items = []
     for raw in answer["items"]:
         word = raw["status"]

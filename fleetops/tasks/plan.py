@@ -34,9 +34,7 @@ class TaskSpec:
     run: Callable[[RunState, Plan, Connector], Result] | None = None
 
 
-def agent_error(host: str, task: str, answer: dict, *, with_kind: bool = False) -> Result | None:
-    """The agent answered with an error (a NodeError, an OSError on the node): a failed result, or None."""
-    if not answer.get("error"):
-        return None
+def agent_error(host: str, task: str, answer: dict, *, with_kind: bool = False) -> Result:
+    """The failed result for an answer with an "error" (a NodeError or an OSError on the node)."""
     data = {"error_kind": answer.get("error_kind")} if with_kind else {}
     return Result(host, task, Status.FAILED, answer["error"], code=EXIT_FAILED, data=data)
