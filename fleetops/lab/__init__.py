@@ -31,7 +31,7 @@ SIMULATED_GPUS = 2  # the recorded fixtures come from a 2×H200 machine
 
 
 def gpu_fixtures() -> Path:
-    return Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "nvidia-smi" / "h200x2"
+    return Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "nvidia-smi" / "h200x2"  # the repository
 
 
 def base_dir() -> Path:
