@@ -273,7 +273,7 @@ def test_fault(lab, op, point, n, kind):
     assert_forms(node, forms, {m: DONE[undo] for m in MODULES}, f"after {undo}")
 
 
-def test_zz_fault_tally(request):
+def test_zz_fault_tally(request, capsys):
     """Every selected fault was injected and verified by the node's own evidence; print the tally."""
     selected = Counter((i.callspec.params["op"], i.callspec.params["kind"]) for i in request.session.items
                        if i.module is request.module and getattr(i, "originalname", "") == "test_fault")
@@ -283,7 +283,12 @@ def test_zz_fault_tally(request):
         per_op = ", ".join(f"{op} {TALLY[(op, kind)]['injected']}/{TALLY[(op, kind)]['verified']}" for op in OPS)
         total = [sum(TALLY[(op, kind)][k] for op in OPS) for k in ("injected", "verified")]
         lines.append(f"  {kind:15s} {total[0]:3d} / {total[1]:3d}   ({per_op})")
-    print("\n".join(lines))
+    injected = sum(c["injected"] for c in TALLY.values())
+    points = {(op, point, n) for op, point, n, _ in DONE_CASES}
+    lines.append(f"  {injected} faults injected at {len(points)} distinct (operation, point, hit) of "
+                 f"{sum(len(v) for v in _ENUMERATED.values())} enumerated")
+    with capsys.disabled():  # shown in every run, not only with -s
+        print("\n".join(lines))
     for (op, kind), want in selected.items():
         got = TALLY[(op, kind)]
         assert got["injected"] == want, f"{op}/{kind}: {got['injected']} injected of {want} selected"
