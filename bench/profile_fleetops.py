@@ -347,7 +347,7 @@ def _node_costs(node, client_key: str, known_hosts: str, reps: int = 10) -> dict
 
 AREAS = [  # (area, substring of any frame in a py-spy stack), first match wins
     ("start-up: imports", "_find_and_load"),
-    ("agent zip build (fleetops/bundle.py agent_bundle)", "agent_bundle ("),
+    ("agent zip build (fleetops/wire/bundle.py agent_bundle)", "agent_bundle ("),
     ("connect: Connection setup, handshake, auth, known_hosts (NodeConnection.open)", "NodeConnection.open ("),
     ("exec: channel open, send, drain loop (NodeConnection.exec / _drain)", "NodeConnection.exec ("),
     ("JSON request/answer (NodeConnection.call)", "NodeConnection.call ("),
@@ -520,10 +520,10 @@ def profile(
         L += [
             "",
             f"In the N = {n} run: the agent zip was built {c['bundle_builds']} times "
-            f"({c['bundle_cpu'] * 1e3:.0f} ms CPU; `fleetops/bundle.py` agent_bundle is an lru_cache that every "
+            f"({c['bundle_cpu'] * 1e3:.0f} ms CPU; `fleetops/wire/bundle.py` agent_bundle is an lru_cache that every "
             "host thread calls at once, before the first build is cached, so they all build it); known_hosts "
             f"was parsed {c['hostkeys_loads']} times ({c['hostkeys_cpu'] * 1e3:.0f} ms CPU; "
-            "`fleetops/transport.py` _strict_client loads the whole file for every host: N² key parses).",
+            "`fleetops/wire/ssh.py` _strict_client loads the whole file for every host: N² key parses).",
         ]
     L.append("")
 
