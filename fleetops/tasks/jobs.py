@@ -4,6 +4,7 @@ status, logs, stop. Each poll or action is one agent exec on the host's one conn
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -21,26 +22,25 @@ from ..plans.jobspec import (
 from ..plans.yamlsrc import ConfigError
 from ..report.rows import bar
 from ..results import EXIT_FAILED, Item, Result, Status
-from ..wire.connector import Connector as NodeConnection  # any connector (the name predates wire/)
-from ..wire.connector import TransportError
+from ..wire.connector import Connector, TransportError
 from .plan import agent_error
 
 if TYPE_CHECKING:
-    from ..state import RunState as Invocation
+    from ..state import RunState
     from .plan import Plan
 
 TAIL_WAIT_S = 2.0
 RECONNECT_MAX_S = 600.0
 
 
-def job_plan(op: str, needs_job: bool) -> callable:
-    def plan(inv: Invocation, kwargs: dict) -> Plan:
+def job_plan(op: str, needs_job: bool) -> Callable[[RunState, dict], Plan]:
+    def plan(run: RunState, kwargs: dict) -> Plan:
         from .plan import Plan
 
         book = None
         name = kwargs.get("job") or "extract"
         try:
-            book = inv.playbook(kwargs.get("playbook"))
+            book = run.playbook(kwargs.get("playbook"))
         except ConfigError:
             if needs_job:
                 raise
@@ -52,7 +52,7 @@ def job_plan(op: str, needs_job: bool) -> callable:
     return plan
 
 
-def _spec(plan: Plan, node: NodeConnection) -> JobSpec | None:
+def _spec(plan: Plan, node: Connector) -> JobSpec | None:
     book = plan.playbook
     name = plan.options["job"]
     if book is None or name not in (book.jobs or {}):
@@ -60,7 +60,7 @@ def _spec(plan: Plan, node: NodeConnection) -> JobSpec | None:
     return resolve(name, book.jobs[name], node.host.groups)
 
 
-def run_extract(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = _spec(plan, node)
     assert spec is not None and plan.playbook is not None
@@ -101,7 +101,7 @@ def run_extract(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
                   items, data={"job": job, "forced": bool(problems)})
 
 
-def run_tail(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = _spec(plan, node)
     progress_rx = spec.progress if spec else __import__("re").compile(DEFAULT_PROGRESS)
@@ -113,9 +113,9 @@ def run_tail(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
     failures: list[str] = []
     last_progress: dict | None = None
     reconnects = 0
-    reporter = inv.reporter
+    reporter = run.reporter
     while True:
-        if inv.interrupted.is_set():
+        if run.interrupted.is_set():
             reporter.note(f"{host} | detached: job {job_id} is still running (fab -H {host} tail to re-attach)")
             return Result(host, "tail", Status.OK, f"detached; job {job_id} still running", code=130,
                           data={"job_id": job_id, "offset": offset, "detached": True})
@@ -169,7 +169,7 @@ def _status_row(answer: dict) -> list[str]:
             answer.get("last_progress") or "-", job["log"]]
 
 
-def run_status(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = _spec(plan, node)
     pattern = spec.progress.pattern if spec else DEFAULT_PROGRESS
@@ -188,7 +188,7 @@ def run_status(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
                                                                         "last progress", "log"], "rows": [row]}})
 
 
-def run_logs(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = _spec(plan, node)
     failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
@@ -197,12 +197,12 @@ def run_logs(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
     if answer.get("error"):
         return agent_error(host, "logs", answer)
     for line in answer["lines"]:
-        inv.reporter.job_line(host, line, is_failure(line, failure_rx), None)
+        run.reporter.job_line(host, line, is_failure(line, failure_rx), None)
     return Result(host, "logs", Status.OK, f"job {answer['job_id']} ({answer['state']}): last {len(answer['lines'])} "
                   f"lines of {answer['log']}", data={"lines": answer["lines"], "state": answer["state"]})
 
 
-def run_stop(inv: Invocation, plan: Plan, node: NodeConnection) -> Result:
+def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     answer, evidence = node.call("job_stop", {"job_id": plan.options.get("job_id"),
                                               "grace_s": float(plan.options.get("grace") or 10)}, timeout=120)
