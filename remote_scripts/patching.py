@@ -28,6 +28,17 @@ from .nodeio import (
     sha256_bytes,
     write_json_atomic,
 )
+from .protocol import (
+    ALREADY_APPLIED,
+    ALREADY_ORIGINAL,
+    APPLIED,
+    DRIFTED,
+    FAILED,
+    REFUSED,
+    RESTORED,
+    WOULD_APPLY,
+    WOULD_RESTORE,
+)
 
 
 def unified(old: str, new: str, path: str) -> str:
@@ -71,7 +82,7 @@ def _load_item(p: dict) -> tuple[dict, tuple[str, bytes, list[str]] | None]:
     try:
         loaded = _load(p["module"])
     except NodeError as exc:
-        return {**item, "status": "refused", "ok": False, "msg": str(exc)}, None
+        return {**item, "status": REFUSED, "ok": False, "msg": str(exc)}, None
     item["file"] = loaded[0]
     return item, loaded
 
@@ -97,7 +108,7 @@ def _refuse_on_requirements(req: dict) -> list[dict] | None:
     msg = f"requirements not met: need {wanted}; found {found}"
     if req.get("requires_hint"):
         msg += f". {req['requires_hint']}"
-    return [{"module": None, "status": "refused", "changed": False, "ok": False, "msg": msg,
+    return [{"module": None, "status": REFUSED, "changed": False, "ok": False, "msg": msg,
              "requirements": checks}]
 
 
@@ -132,32 +143,32 @@ def _patch_one(req: dict, p: dict, check_only: bool) -> dict:
     path, data, lines = loaded
     cls = classify(lines, hunks)
     if cls["overall"] == "patched":
-        return {**item, "status": "already_applied", "ok": True, "sha256": sha256_bytes(data),
+        return {**item, "status": ALREADY_APPLIED, "ok": True, "sha256": sha256_bytes(data),
                 "msg": f"already applied: all {len(hunks)} hunks present; nothing to do"}
     if cls["overall"] == "pristine" and cls["both"] and _we_wrote(req.get("state_dir"), path, data):
         # The patched form fits too (e.g. a line deleted from a run of equal lines, where the diff's context
         # cannot tell the two apart): the node's record that this is the very file it wrote settles it.
-        return {**item, "status": "already_applied", "ok": True, "sha256": sha256_bytes(data),
+        return {**item, "status": ALREADY_APPLIED, "ok": True, "sha256": sha256_bytes(data),
                 "msg": f"already applied: this is the file fleetops wrote (sha256 matches its record); the "
                        f"{len(hunks)} hunks alone cannot tell it from the original"}
     if cls["overall"] == "drifted":
         drift = drift_report(lines, hunks, cls)
-        return {**item, "status": "drifted", "ok": False, "drift": drift,
+        return {**item, "status": DRIFTED, "ok": False, "drift": drift,
                 "msg": f"drifted: {path} matches neither the pristine nor the patched form; nothing written"}
     new_text = apply_hunks(lines, hunks, cls)
     new_data = new_text.encode("utf-8")
     diff = unified(data.decode("utf-8"), new_text, path)
     if check_only:
-        return {**item, "status": "would_apply", "ok": True, "diff_text": diff,
+        return {**item, "status": WOULD_APPLY, "ok": True, "diff_text": diff,
                 "msg": f"would apply {len(hunks)} hunks (check mode: nothing written)"}
     try:
         record = save_backup(req["state_dir"], path, module, data, new_data, req.get("playbook", "?"))
         atomic_write(path, new_data, like=path, point="patch.target")
     except OSError as exc:
-        return {**item, "status": "failed", "ok": False, "msg": os_error_message(exc, f"cannot patch {path}")
+        return {**item, "status": FAILED, "ok": False, "msg": os_error_message(exc, f"cannot patch {path}")
                 + "; the file is unchanged"}
     removed = remove_stale_bytecode(path)
-    return {**item, "status": "applied", "ok": True, "changed": True, "diff_text": diff,
+    return {**item, "status": APPLIED, "ok": True, "changed": True, "diff_text": diff,
             "sha256": record["patched_sha256"], "original_sha256": record["original_sha256"],
             "bytecode_removed": removed, "msg": f"applied {len(hunks)} hunks (original saved, sha256 "
                                                 f"{record['original_sha256'][:12]})"}
@@ -178,19 +189,19 @@ def _rollback_one(req: dict, p: dict, check_only: bool) -> dict:
     record = read_json(record_path)
     cls = classify(lines, hunks)
     if record and current_sha == record.get("original_sha256"):
-        return {**item, "status": "already_original", "ok": True, "sha256": current_sha,
+        return {**item, "status": ALREADY_ORIGINAL, "ok": True, "sha256": current_sha,
                 "msg": "already original (sha256 matches the saved original); nothing to do"}
     if not record and cls["overall"] == "pristine":
-        return {**item, "status": "already_original", "ok": True, "sha256": current_sha,
+        return {**item, "status": ALREADY_ORIGINAL, "ok": True, "sha256": current_sha,
                 "msg": "not patched (file has the pristine form); nothing to do"}
     if record and (current_sha == record.get("patched_sha256") or cls["overall"] == "patched"):
         try:
             with open(orig_path, "rb") as f:
                 original = f.read()
         except OSError as exc:
-            return {**item, "status": "failed", "ok": False, "msg": os_error_message(exc, "backup unreadable")}
+            return {**item, "status": FAILED, "ok": False, "msg": os_error_message(exc, "backup unreadable")}
         if sha256_bytes(original) != record["original_sha256"]:
-            return {**item, "status": "failed", "ok": False,
+            return {**item, "status": FAILED, "ok": False,
                     "msg": f"backup {orig_path} does not match its recorded sha256; refusing to restore it"}
         how = f"restored the saved original (sha256 {record['original_sha256'][:12]} verified)"
         new_data = original
@@ -199,17 +210,17 @@ def _rollback_one(req: dict, p: dict, check_only: bool) -> dict:
         how = "reversed the patch's hunks (no saved original on this node)"
     else:
         drift = drift_report(lines, hunks, cls) if cls["overall"] == "drifted" else []
-        return {**item, "status": "drifted", "ok": False, "drift": drift,
+        return {**item, "status": DRIFTED, "ok": False, "drift": drift,
                 "msg": f"drifted: {path} is neither the saved original nor the patched form; nothing written"}
     diff = unified(data.decode("utf-8"), new_data.decode("utf-8"), path)
     if check_only:
-        return {**item, "status": "would_restore", "ok": True, "diff_text": diff,
+        return {**item, "status": WOULD_RESTORE, "ok": True, "diff_text": diff,
                 "msg": f"would restore: {how} (check mode: nothing written)"}
     try:
         atomic_write(path, new_data, like=path, point="rollback.target")
     except OSError as exc:
-        return {**item, "status": "failed", "ok": False,
+        return {**item, "status": FAILED, "ok": False,
                 "msg": os_error_message(exc, f"cannot restore {path}") + "; the file is unchanged"}
     remove_stale_bytecode(path)
-    return {**item, "status": "restored", "ok": True, "changed": True, "sha256": sha256_bytes(new_data),
+    return {**item, "status": RESTORED, "ok": True, "changed": True, "sha256": sha256_bytes(new_data),
             "diff_text": diff, "msg": how}
