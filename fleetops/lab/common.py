@@ -1,0 +1,75 @@
+"""What every part of the lab uses: its error, progress lines, loopback ports, and the shared base venv that
+holds the heavy node packages (real vllm 0.16.0 + speculators 0.3.0)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+NODE_PACKAGES = {"vllm": "0.16.0", "speculators": "0.3.0"}
+OWN_PACKAGES = ("speculators",)  # copied into each node so patching one node never touches another
+
+
+class LabError(Exception):
+    pass
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def base_dir() -> Path:
+    override = os.environ.get("FLEETOPS_LAB_BASE")
+    if override:
+        return Path(override)
+    pins = "-".join(f"{k}{v}" for k, v in NODE_PACKAGES.items())
+    py = f"py{sys.version_info.major}.{sys.version_info.minor}"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "fleetops" / "lab" / f"base-{py}-{pins}"
+
+
+def site_packages(venv: Path) -> Path:
+    found = sorted((venv / "lib").glob("python3*/site-packages"))
+    if not found:
+        raise LabError(f"no site-packages under {venv}")
+    return found[0]
+
+
+def ensure_base(progress: Callable[[str], None] = say) -> Path:
+    """The shared venv with the heavy node packages (~11 GB, a few minutes the first time)."""
+    base = base_dir()
+    marker = base / ".fleetops-complete"
+    if marker.exists():
+        return base
+    python = base / "bin" / "python"
+    if not python.exists():
+        progress(f"lab: creating the shared node venv {base}")
+        base.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", str(base)], check=True)
+    pins = [f"{k}=={v}" for k, v in NODE_PACKAGES.items()]
+    check = "import importlib.metadata as m, sys; sys.exit(any(m.version(k) != v for k, v in %r.items()))" \
+        % NODE_PACKAGES
+    if subprocess.run([str(python), "-c", check], capture_output=True).returncode != 0:
+        progress(f"lab: installing {' '.join(pins)} into the shared node venv (first time only: ~11 GB, minutes)")
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins], check=True)
+    marker.write_text(json.dumps(NODE_PACKAGES) + "\n")
+    return base
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False

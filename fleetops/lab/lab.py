@@ -1,0 +1,265 @@
+"""The lab: real OpenSSH sshd nodes on 127.0.0.1, each with its own host key, state directory and venv
+(heavy packages shared from the base venv, speculators files per node), and the inventory that names them."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from remote_scripts.procfs import pid_alive
+
+from . import gpu
+from .common import OWN_PACKAGES, LabError, base_dir, ensure_base, free_port, port_open, say, site_packages
+from .node import Node
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+Progress = Callable[[str], None]
+
+
+class Lab:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+        self.dir = self.root / ".lab"
+        self.state_file = self.dir / "lab.json"
+        self.client_key = self.dir / "id_ed25519"
+        self.known_hosts = self.dir / "known_hosts"
+        self.hosts_file = self.root / "hosts" / "lab.yaml"
+        self.user = getpass.getuser()
+
+    # -- state
+    def nodes(self) -> list[Node]:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return []
+        return [Node(n["name"], n["port"], Path(n["dir"])) for n in data.get("nodes", [])]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes():
+            if n.name == name:
+                return n
+        raise LabError(f"no lab node {name!r}")
+
+    def _save(self, nodes: list[Node]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        data = {"nodes": [{"name": n.name, "port": n.port, "dir": str(n.dir)} for n in nodes]}
+        self.state_file.write_text(json.dumps(data, indent=1) + "\n")
+
+    # -- bring up
+    def up(self, count: int = 1, progress: Progress = say) -> list[Node]:
+        if not Path(SSHD).exists():
+            raise LabError("sshd not found: install Debian's openssh-server (apt-get install openssh-server)")
+        base = ensure_base(progress)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.client_key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fleetops-lab-client",
+                            "-f", str(self.client_key)], check=True)
+        if os.geteuid() == 0:
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+        nodes = self.nodes()
+        for i in range(len(nodes), count):
+            name = f"lab{i + 1:02d}"
+            nodes.append(Node(name, free_port(), self.dir / "nodes" / name))
+        for node in nodes:
+            if not node.python.exists():
+                progress(f"lab: building node {node.name}")
+                self._build_node(node, base)
+            if not (node.dir / "gpu.json").exists():
+                self.set_gpu_state(node, "idle")
+            if not (node.state_dir / "lab-model").exists():
+                self._give_model(node, base, progress)
+            if not node.running():
+                for attempt in range(3):
+                    try:
+                        self._start_sshd(node)
+                        break
+                    except LabError:
+                        if attempt == 2:
+                            raise
+                        # Its port was taken between picking and binding: pick another, rewrite the config.
+                        node.port = free_port()
+                        node.config.write_text(self._sshd_config(node))
+        self._save(nodes)
+        self._write_known_hosts(nodes)
+        self._write_inventory(nodes)
+        return nodes
+
+    def _build_node(self, node: Node, base: Path) -> None:
+        node.dir.mkdir(parents=True, exist_ok=True)
+        node.state_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(base / "bin" / "python"), "-m", "venv", "--without-pip", str(node.venv)], check=True)
+        site = site_packages(node.venv)
+        # The heavy packages come from the shared base, after the node's own site-packages on sys.path.
+        (site / "_fleetops_lab_base.pth").write_text(str(site_packages(base)) + "\n")
+        self.reset_packages(node, base)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fleetops-lab-{node.name}",
+                        "-f", str(node.host_key)], check=True)
+        (node.dir / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
+        node.config.write_text(self._sshd_config(node))
+
+    def _give_model(self, node: Node, base: Path, progress: Progress = say) -> None:
+        """The tiny model and dataset the lab's extract job runs on, made once per lab, copied per node."""
+        made = self.dir / "tiny"
+        if (self.dir / "no-tiny-model").exists():
+            return
+        if not (made / "lab-data" / "prompts.jsonl").exists():
+            script = str(Path(__file__).parent / "model.py")
+            proc = subprocess.run([str(base / "bin" / "python"), script, str(made)], capture_output=True, text=True,
+                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            if proc.returncode == 3:  # the node venv has no torch/transformers (a packages-only lab)
+                (self.dir / "no-tiny-model").write_text(proc.stderr)
+                progress("lab: no tiny model for `extract` (the node venv has no torch/transformers)")
+                return
+            if proc.returncode != 0:
+                raise LabError(f"making the lab's tiny model failed: {proc.stderr[-1500:]}")
+        node.state_dir.mkdir(parents=True, exist_ok=True)
+        for part in ("lab-model", "lab-data"):
+            shutil.copytree(made / part, node.state_dir / part, dirs_exist_ok=True)
+
+    def reset_packages(self, node: Node, base: Path | None = None) -> None:
+        """Give the node pristine copies of its own packages (as installed from PyPI)."""
+        base = base or base_dir()
+        src, dst = site_packages(base), site_packages(node.venv)
+        for package in OWN_PACKAGES:
+            for old in [dst / package, *dst.glob(f"{package}-*.dist-info")]:
+                if old.exists():
+                    shutil.rmtree(old)
+            for entry in [src / package, *src.glob(f"{package}-*.dist-info")]:
+                shutil.copytree(entry, dst / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def install_package(self, node: Node, requirement: str) -> None:
+        """Give one node a different real package version (e.g. vllm==0.11.0), shadowing the shared one.
+
+        Installed without its dependencies: enough for version checks and file-level patching, which is
+        what such nodes are for (showing how fleetops refuses a node it must not patch)."""
+        base = base_dir()
+        site = site_packages(node.venv)
+        name = requirement.split("==")[0].strip().replace("-", "_")
+        for old in [site / name, *site.glob(f"{name}-*.dist-info")]:
+            if old.exists():  # pip --target leaves an older dist-info behind, and metadata would read it
+                shutil.rmtree(old)
+        subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "--no-deps", "--upgrade", "--target", str(site_packages(node.venv)), requirement],
+                       check=True)
+
+    def _sshd_config(self, node: Node) -> str:
+        # sftp (how the agent is uploaded) through OpenSSH's external sftp-server at log level INFO: it records
+        # every file operation (open, close with bytes written, rename) in <node>/sftp.log, so tests count
+        # uploads from the node's own record. internal-sftp logs only to syslog, which the lab has not. The
+        # subsystem command runs through the user's shell, hence the redirection; a path that would need
+        # quoting, or no sftp-server binary, keeps internal-sftp (uploads work, they are just not logged).
+        sftp_log = node.dir / "sftp.log"
+        server = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
+                                   "/usr/libexec/sftp-server") if os.access(p, os.X_OK)), None)
+        plain = all(ch.isalnum() or ch in "/._-+" for ch in str(sftp_log))
+        sftp = f"{server} -e -l INFO 2>>{sftp_log}" if server and plain else "internal-sftp"
+        # One complete config per node: -o overrides were not reliable here.
+        return "\n".join([
+            f"Port {node.port}",
+            "ListenAddress 127.0.0.1",
+            f"HostKey {node.host_key}",
+            f"PidFile {node.pid_file}",
+            f"AuthorizedKeysFile {node.dir / 'authorized_keys'}",
+            f"AllowUsers {self.user}",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PermitRootLogin prohibit-password",
+            "UsePAM no",
+            "StrictModes no",
+            "MaxStartups 1000:30:2000",
+            "MaxSessions 100",
+            "PrintMotd no",
+            "ClientAliveInterval 15",
+            f"Subsystem sftp {sftp}",
+            # SHLVL=1 keeps bash from sourcing ~/.bashrc for every exec (bash does for sshd-started shells at
+            # level 1); a developer's rc file (pyenv init, ...) would otherwise cost ~90 ms of CPU per exec.
+            f"SetEnv PATH={node.dir / 'bin'}:/usr/local/bin:/usr/bin:/bin SHLVL=1",
+            "LogLevel VERBOSE",
+            "",
+        ])
+
+    def _start_sshd(self, node: Node) -> None:
+        (node.dir / "bin").mkdir(exist_ok=True)
+        if node.pid_file.exists():
+            node.pid_file.unlink()
+        proc = subprocess.run([SSHD, "-f", str(node.config), "-E", str(node.dir / "sshd.log")],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise LabError(f"sshd for {node.name} failed to start: {proc.stderr.strip()} "
+                           f"(log: {node.dir / 'sshd.log'})")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if node.pid() and port_open(node.port):
+                return
+            time.sleep(0.05)
+        raise LabError(f"sshd for {node.name} did not come up on port {node.port}; see {node.dir / 'sshd.log'}")
+
+    def _write_known_hosts(self, nodes: list[Node]) -> None:
+        lines = []
+        for node in nodes:
+            keytype, key = node.host_key.with_suffix(".pub").read_text().split()[:2]
+            lines.append(f"[127.0.0.1]:{node.port} {keytype} {key}")
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+
+    def _write_inventory(self, nodes: list[Node]) -> None:
+        self.hosts_file.parent.mkdir(parents=True, exist_ok=True)
+        out = ["# Written by `fab lab.up`: the local lab (real sshd on 127.0.0.1). Regenerated on every lab.up.",
+               "defaults:", "  address: 127.0.0.1", f"  user: {self.user}",
+               f"  identity_file: {self.client_key}", f"  known_hosts: {self.known_hosts}",
+               "  lab: true", "  connect_timeout: 5", "hosts:"]
+        for node in nodes:
+            out += [f"  {node.name}:", f"    port: {node.port}", f"    python: {node.python}",
+                    f"    state_dir: {node.state_dir}", f"    gpus: {gpu.SIMULATED_GPUS}", "    groups: [lab]"]
+        self.hosts_file.write_text("\n".join(out) + "\n")
+
+    # -- simulated GPUs (gpu.py)
+    def gpu_state(self, node: Node) -> dict:
+        return gpu.gpu_state(node)
+
+    def set_gpu_state(self, node: Node, state: str) -> dict:
+        return gpu.set_gpu_state(node, state)
+
+    def _stop_holders(self, node: Node) -> None:
+        gpu.stop_holders(node)
+
+    # -- stop
+    def stop_node(self, node: Node, sig: int = signal.SIGTERM) -> bool:
+        pid = node.pid()
+        if pid is None or not pid_alive(pid) or not node.ours(pid):
+            return False
+        os.kill(pid, sig)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and pid_alive(pid):
+            time.sleep(0.05)
+        return True
+
+    def start_node(self, node: Node) -> None:
+        if not node.running():
+            self._start_sshd(node)
+
+    def down(self, purge: bool = False) -> list[str]:
+        for n in self.nodes():
+            self._stop_holders(n)
+        stopped = [n.name for n in self.nodes() if self.stop_node(n)]
+        if purge and self.dir.exists():
+            shutil.rmtree(self.dir)
+            if self.hosts_file.exists():
+                self.hosts_file.unlink()
+        return stopped
+
+    def status(self) -> list[dict]:
+        rows = []
+        for node in self.nodes():
+            pid = node.pid()
+            rows.append({"name": node.name, "port": node.port, "sshd_pid": pid if node.running() else None,
+                         "listening": port_open(node.port), "python": str(node.python),
+                         "state_dir": str(node.state_dir), "gpus": self.gpu_state(node)["state"]})
+        return rows

@@ -1,0 +1,63 @@
+"""One lab node: where its files are (venv, state directory, sshd config, keys) and whether its sshd runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from remote_scripts.procfs import pid_alive
+
+from .common import site_packages
+
+
+@dataclass
+class Node:
+    name: str
+    port: int
+    dir: Path
+
+    @property
+    def venv(self) -> Path:
+        return self.dir / "venv"
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.dir / "state"
+
+    @property
+    def config(self) -> Path:
+        return self.dir / "sshd_config"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "sshd.pid"
+
+    @property
+    def host_key(self) -> Path:
+        return self.dir / "ssh_host_ed25519_key"
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def ours(self, pid: int) -> bool:
+        """Only stop an sshd we started: its command line names this node's config."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        # sshd rewrites its title ("sshd: /usr/sbin/sshd -f CONFIG ... [listener]"), so match the bytes.
+        return str(self.config).encode() in cmdline
+
+    def running(self) -> bool:
+        pid = self.pid()
+        return pid is not None and pid_alive(pid) and self.ours(pid)
+
+    def module_file(self, module: str) -> Path:
+        return site_packages(self.venv).joinpath(*module.split(".")).with_suffix(".py")
