@@ -3,7 +3,7 @@ venv holding real vllm 0.16.0 + speculators 0.3.0 (heavy packages shared, specul
 
 Lab nodes are how anyone tries fleetops without a fleet, and what the tests run against. The parts:
 common.py (base venv, ports, LabError), node.py (one node's files), lab.py (Lab: bring up, stop, inventory),
-gpu.py (simulated GPUs; nvidia_smi.py is the stand-in copied to each node),
+gpu.py (simulated GPUs; nvidia_smi.py is the stand-in copied to each node, replaying recordings/h200x2/),
 model.py (the tiny model for `extract`, run by the base venv's python), tasks.py (the `fab lab.*` tasks).
 Everything tests, bench/ and fabfile.py use is importable from here.
 """
@@ -23,11 +23,11 @@ from .common import (
     say,
     site_packages,
 )
-from .gpu import GPU_STATES, HOLDER_MARK, SIMULATED_GPUS, gpu_fixtures
+from .gpu import GPU_STATES, HOLDER_MARK, RECORDINGS, SIMULATED_GPUS, gpu_fixtures
 from .lab import SSHD, Lab
 from .node import Node
 from .tasks import collection
 
-__all__ = ["GPU_STATES", "HOLDER_MARK", "NODE_PACKAGES", "OWN_PACKAGES", "SIMULATED_GPUS", "SSHD",
+__all__ = ["GPU_STATES", "HOLDER_MARK", "NODE_PACKAGES", "OWN_PACKAGES", "RECORDINGS", "SIMULATED_GPUS", "SSHD",
            "Lab", "LabError", "Node", "base_dir", "collection", "ensure_base", "free_port", "gpu_fixtures",
            "pid_alive", "port_open", "say", "site_packages", "stat_fields"]

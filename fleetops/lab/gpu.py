@@ -1,5 +1,9 @@
 """A lab node's simulated GPUs: the state in <node>/gpu.json, the nvidia-smi stand-in (nvidia_smi.py) in
-<node>/bin, and the real processes that hold the GPUs in the busy state."""
+<node>/bin, and the real processes that hold the GPUs in the busy state.
+
+The stand-in replays nvidia-smi output recorded on a 2×H200 machine, shipped with this package in
+recordings/h200x2/ (copies of the files it reads from tests/fixtures/nvidia-smi/h200x2, so an installed
+fleetops needs no checkout)."""
 
 from __future__ import annotations
 
@@ -18,10 +22,12 @@ from .node import Node
 GPU_STATES = ("idle", "busy", "missing", "driver_error", "absent")
 HOLDER_MARK = "fleetops-lab-gpu-holder"  # lab/nvidia_smi.py (run standalone on the node) holds a copy
 SIMULATED_GPUS = 2  # the recordings come from a 2×H200 machine
+RECORDINGS = Path(__file__).resolve().parent / "recordings" / "h200x2"
 
 
 def gpu_fixtures() -> Path:
-    return Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "nvidia-smi" / "h200x2"  # the repository
+    """The recorded nvidia-smi output the nodes' stand-in replays (package data)."""
+    return RECORDINGS
 
 
 def gpu_state(node: Node) -> dict:

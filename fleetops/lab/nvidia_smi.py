@@ -1,5 +1,5 @@
 """A stand-in `nvidia-smi` for lab nodes, clearly simulated: it replays real output recorded on a 2×H200
-machine (tests/fixtures/nvidia-smi/h200x2) according to the node's gpu.json state:
+machine (fleetops/lab/recordings/h200x2, named in gpu.json) according to the node's gpu.json state:
 
   idle          both GPUs free
   busy          a real process started by `fab lab.gpu --state busy` holds each GPU (its pid replaces the
