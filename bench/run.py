@@ -78,7 +78,6 @@ def take_snapshot() -> None:
             shutil.copytree(src, SNAPSHOT / part, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(src, SNAPSHOT / part)
-    (SNAPSHOT / "tests").symlink_to(REPO / "tests")  # the lab's recorded nvidia-smi fixtures
     sys.path.insert(0, str(SNAPSHOT))
 
 
