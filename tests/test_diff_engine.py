@@ -305,7 +305,7 @@ def run_cases(engine: ModuleType, seed: int, count: int) -> Tally:
 @pytest.fixture(scope="module")
 def gnu() -> str:
     if not GNU_PATCH:
-        pytest.skip("GNU patch is missing (bash scripts/setup installs it): it is the reference here")
+        pytest.fail("GNU patch is missing (bash scripts/setup installs it): it is the reference here", pytrace=False)
     return GNU_PATCH
 
 

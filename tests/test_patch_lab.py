@@ -53,7 +53,9 @@ def test_patch_twice_then_rollback_twice_restores_the_installed_bytes(lab):
 def test_patch_leaves_other_node_untouched_and_removes_stale_bytecode(lab):
     n1, n2 = lab.node("lab01"), lab.node("lab02")
     before = sha256(n2.module_file(GENERATOR))
-    pyc = n1.module_file(GENERATOR).parent / "__pycache__" / "vllm_hidden_states_generator.cpython-311.pyc"
+    tag = subprocess.run([str(n1.python), "-c", "import sys; print(sys.implementation.cache_tag)"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    pyc = n1.module_file(GENERATOR).parent / "__pycache__" / f"vllm_hidden_states_generator.{tag}.pyc"
     pyc.parent.mkdir(exist_ok=True)
     pyc.write_bytes(b"stale")
     rc, doc = fab_json(lab.root, "-H", "lab01", "patch")

@@ -101,8 +101,8 @@ def test_connection_dropped_mid_step_is_reported_and_file_is_whole(lab):
     assert (patched_or_pristine == pristine) == (doc["results"][0]["status"] == "changed")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="creating a second user needs root; as a non-root user the "
-                                               "whole suite already runs the lab unprivileged")
+@pytest.mark.root("creating a second user needs root; as a non-root user the whole suite already runs the "
+                  "lab unprivileged")
 def test_lab_runs_as_an_ordinary_user(lab):
     user = "fleetops-lab"
     if subprocess.run(["id", user], capture_output=True).returncode != 0:
