@@ -6,15 +6,18 @@ Every value that later reaches a remote command line is checked against a strict
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping as Mapping_
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .patterns import ENV_KEY, REMOTE_PATH, one_line
 from .yamlsrc import (
     ConfigError,
     Mapping,
+    did_you_mean,
     expect_mapping,
     get_bool,
     get_int,
@@ -67,6 +70,9 @@ class Host:
 class Inventory:
     hosts: dict[str, Host] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    # Names ssh_config defines (Host patterns without wildcards, Include and -S files too). Computed in
+    # wire/ssh.py with paramiko's SSHConfig and handed in by the caller; None: only ~/.ssh/config, read here.
+    ssh_aliases: frozenset[str] | None = None
 
     def names(self) -> list[str]:
         return sorted(self.hosts)
@@ -78,47 +84,124 @@ class Inventory:
                 out.setdefault(group, []).append(host.name)
         return out
 
+    def aliases(self) -> frozenset[str]:
+        if self.ssh_aliases is None:
+            self.ssh_aliases = frozenset(ssh_config_aliases())
+        return self.ssh_aliases
+
     def resolve(self, spec: str) -> Host:
-        """One -H word → a Host. Inventory names win; addresses and ssh_config aliases fall through."""
+        """One -H word → a Host. Inventory names win (with `user@`/`:port` overriding theirs); addresses and
+        ssh_config aliases fall through to ssh."""
+        spec = spec.strip()
         if spec in self.hosts:
             return self.hosts[spec]
-        if is_plain_ssh_target(spec):
+        user, name, port = split_target(spec)
+        if name in self.hosts and (user or port):
+            host = self.hosts[name]
+            return replace(host, user=user or host.user, port=port or host.port)
+        if user or port or "." in name or ":" in name or name in self.aliases():
             return plain_host(spec)
+        raise UnknownHost(self._unknown(spec))
+
+    def _unknown(self, spec: str) -> str:
+        hint = did_you_mean(spec, [*self.hosts, *(f"@{g}" for g in self.groups())])
         known = ", ".join(self.names()) or "(none: run `fab lab.up` or add hosts/*.yaml)"
-        raise UnknownHost(f"unknown host {spec!r}; known hosts: {known}")
+        # "did you mean" last: older messages (and scripts) read "unknown host 'x'; known hosts: ..."
+        return f"unknown host {spec!r}; known hosts: {known}{hint}"
+
+    def _group(self, word: str) -> list[Host]:
+        groups = self.groups()
+        members = groups.get(word[1:])
+        if not members:
+            if any(c in word for c in "*?["):  # @gpu* : every group that matches
+                members = [m for g in sorted(groups) if fnmatch.fnmatchcase(g, word[1:]) for m in groups[g]]
+            if not members:
+                hint = did_you_mean(word, [f"@{g}" for g in groups])
+                known = ", ".join(sorted(groups)) or "(none)"
+                raise UnknownHost(f"unknown group {word!r}{hint} (known groups: {known})")
+        return [self.hosts[m] for m in members]
+
+    def _glob(self, word: str) -> list[Host]:
+        hits = [self.hosts[n] for n in self.hosts if fnmatch.fnmatchcase(n, word)]
+        if not hits:
+            known = ", ".join(self.names()) or "(none)"
+            raise UnknownHost(f"no inventory host matches {word!r} (known hosts: {known})")
+        return hits
 
     def expand(self, words: list[str]) -> list[Host]:
-        """-H values → hosts, with @group expanding to its members in inventory order."""
+        """-H values → hosts, in the order given, each once. A word is an inventory name, `@group`, a glob
+        over inventory names (`lab0*`, `gpu[12]`), `user@name:port` (an inventory name with its user or port
+        overridden, or an address/ssh_config alias for ssh itself), or several of these separated by commas."""
         out: list[Host] = []
-        groups = self.groups()
-        for word in words:
-            word = word.strip()
+        for word in (w.strip() for chunk in words for w in chunk.split(",")):
             if not word:
                 continue
             if word.startswith("@"):
-                members = groups.get(word[1:])
-                if not members:
-                    raise UnknownHost(f"unknown group {word!r}; known groups: {', '.join(sorted(groups)) or '(none)'}")
-                out.extend(self.hosts[m] for m in members)
+                out.extend(self._group(word))
+            elif any(c in word for c in "*?[") and "@" not in word:
+                out.extend(self._glob(word))
             else:
                 out.append(self.resolve(word))
         seen: set[str] = set()
         return [h for h in out if not (h.name in seen or seen.add(h.name))]
+
+    def limit(self, hosts: list[Host], expr: str) -> list[Host]:
+        """--limit: the hosts (in their order) that `expr` selects. Terms are separated by commas; a term is
+        a name, a glob (`lab0*`), `@group`, or any of those after `!` to exclude. With only exclusions, every
+        host is a candidate. Raises UnknownHost for a term that names no inventory host or group (with a
+        "did you mean"), and when nothing is left."""
+        include: list[str] = []
+        exclude: list[str] = []
+        for term in (t.strip() for t in expr.split(",")):
+            if term:
+                (exclude if term.startswith("!") else include).append(term.lstrip("!").strip())
+        if not include and not exclude:
+            return list(hosts)
+        groups = self.groups()
+
+        def selects(term: str, host: Host) -> bool:
+            if term.startswith("@"):
+                self._group(term)  # unknown group: an error, never a silent no-match
+                return any(fnmatch.fnmatchcase(g, term[1:]) for g in host.groups)
+            return fnmatch.fnmatchcase(host.name, term) or fnmatch.fnmatchcase(host.address, term)
+
+        for term in include + exclude:
+            plain = not term.startswith("@") and not any(c in term for c in "*?[")
+            if plain and term not in self.hosts and not any(term in (h.name, h.address) for h in hosts):
+                hint = did_you_mean(term, [*self.hosts, *(f"@{g}" for g in groups)])
+                raise UnknownHost(f"--limit names unknown host {term!r}{hint} (known hosts: "
+                                  f"{', '.join(self.names()) or '(none)'})")
+        chosen = [h for h in hosts if (not include or any(selects(t, h) for t in include))
+                  and not any(selects(t, h) for t in exclude)]
+        if not chosen:
+            raise UnknownHost(f"--limit {expr!r} matches none of the selected hosts "
+                              f"({', '.join(h.name for h in hosts) or 'none'})")
+        return chosen
 
 
 class UnknownHost(Exception):
     pass
 
 
-def is_plain_ssh_target(spec: str) -> bool:
-    """A -H word that is clearly meant for ssh itself: user@host, host:port, a dotted name or an IP,
-    or an alias that ~/.ssh/config defines explicitly."""
-    if "@" in spec or ":" in spec or "." in spec:
-        return True
-    return spec in ssh_config_aliases()
+def split_target(spec: str) -> tuple[str | None, str, int | None]:
+    """`user@name:port` → (user, name, port); `[v6addr]:port` too. A bare IPv6 address keeps its colons."""
+    user, _, rest = spec.rpartition("@")
+    port: str = ""
+    if rest.startswith("[") and "]" in rest:
+        name, _, tail = rest[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else ""
+    elif rest.count(":") == 1:
+        name, _, port = rest.partition(":")
+    else:
+        name = rest
+    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise UnknownHost(f"not a valid host {spec!r}: port {port!r} must be a number from 1 to 65535")
+    return user or None, name, int(port) if port else None
 
 
 def ssh_config_aliases(path: Path | None = None) -> set[str]:
+    """The fallback when the caller passed no alias set: `Host` names of ~/.ssh/config, without Include
+    (wire/ssh.py's `ssh_config_aliases` reads the full configuration with paramiko)."""
     path = path or Path.home() / ".ssh" / "config"
     aliases: set[str] = set()
     try:
@@ -133,17 +216,42 @@ def ssh_config_aliases(path: Path | None = None) -> set[str]:
 
 
 def plain_host(spec: str) -> Host:
-    user, _, rest = spec.rpartition("@")
-    address, _, port = rest.partition(":")
-    if not (ADDRESS.fullmatch(address) and (not user or USER.fullmatch(user)) and (not port or port.isdigit())):
-        raise UnknownHost(f"not a valid host {spec!r}")
-    return Host(name=spec, address=address, port=int(port) if port else 22, user=user or None,
-                plain=True, source="command line (ssh_config)")
+    """A word that is not in the inventory: ssh decides, with the user and port the word names (those win
+    over ssh_config's, as with `ssh -p`), the rest (HostName, IdentityFile, ProxyJump) from ssh_config."""
+    user, address, port = split_target(spec)
+    if not (ADDRESS.fullmatch(address) and (not user or USER.fullmatch(user))):
+        raise UnknownHost(f"not a valid host {spec!r}: expected name, user@name or user@name:port")
+    return Host(name=spec, address=address, port=port or 22, user=user, plain=True,
+                source="command line (ssh_config)")
 
 
-def load_inventory(directory: Path) -> Inventory:
-    inv = Inventory()
-    for path in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml")):
+def find_inventory(root: Path, override: str | None = None, default: str = "hosts",
+                   environ: Mapping_[str, str] | None = None) -> Path:
+    """Which inventory a run uses: `override` (-i/--inventory), else $FLEETOPS_INVENTORY, else
+    `root/default` (fabric.yaml's fleetops.inventory, `hosts`). A relative override is taken from the
+    current directory first (as typed), then from the project root. A directory (every *.yaml in it) or
+    one file. Raises ConfigError naming what was tried when it does not exist."""
+    env = os.environ if environ is None else environ
+    chosen = override or env.get("FLEETOPS_INVENTORY") or env.get("FABRIC_FLEETOPS_INVENTORY")
+    if not chosen:
+        return (root / default).resolve()
+    where = "--inventory" if override else "FLEETOPS_INVENTORY"
+    path = Path(chosen).expanduser()
+    tried = [path] if path.is_absolute() else [Path.cwd() / path, root / path]
+    for candidate in tried:
+        if candidate.exists():
+            return candidate.resolve()
+    raise ConfigError(chosen, None, f"inventory named by {where} not found (looked at "
+                                    f"{', '.join(str(t) for t in dict.fromkeys(tried))}); give a hosts "
+                                    "directory or one .yaml file")
+
+
+def load_inventory(directory: Path, ssh_aliases: frozenset[str] | None = None) -> Inventory:
+    """Every *.yaml/*.yml in `directory`, or the one file `directory` names."""
+    inv = Inventory(ssh_aliases=ssh_aliases)
+    directory = Path(directory)
+    files = [directory] if directory.is_file() else sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml"))
+    for path in files:
         _load_one(path, inv)
     return inv
 
@@ -157,7 +265,7 @@ def _load_one(path: Path, inv: Inventory) -> None:
     example = get_bool(doc, "example")
     defaults = expect_mapping(doc.get("defaults", Mapping()), str(path), doc.line_of("defaults"), "'defaults'")
     if "hosts" not in doc:
-        raise ConfigError(path, doc.line, "missing required key 'hosts'")
+        raise ConfigError(path, doc.line, "missing required key 'hosts'", doc.column)
     hosts = expect_mapping(doc["hosts"], str(path), doc.line_of("hosts"), "'hosts'")
     inv.files.append(str(path))
     for name, spec in hosts.items():
@@ -169,6 +277,8 @@ def _load_one(path: Path, inv: Inventory) -> None:
         merged = Mapping({**defaults, **spec})
         merged.path, merged.line = str(path), spec.line
         merged.key_lines = {**getattr(defaults, "key_lines", {}), **spec.key_lines}
+        merged.key_cols = {**getattr(defaults, "key_cols", {}), **getattr(spec, "key_cols", {})}
+        merged.column = spec.column
         inv.hosts[name] = _parse_host(name, merged, path, example)
 
 

@@ -1,7 +1,12 @@
-"""YAML loading that remembers where every value came from, so errors can say file:line."""
+"""YAML loading that remembers where every value came from, so errors can say file:line:column.
+
+The loader is strict YAML 1.2 (core schema), not PyYAML's YAML 1.1: only true/false are booleans (`no`, `yes`,
+`on`, `off` stay text, so `groups: [lab, no]` is two groups), integers are decimal unless written 0o/0x
+(`port: 022` is 22, never octal 18), and `1:30` or `2026-01-01` stay text (no sexagesimal, no dates)."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -10,67 +15,151 @@ from typing import Any
 import yaml
 
 
-class ConfigError(Exception):
-    """A problem in a file the operator wrote; always names the file and, when known, the line."""
+def one_line_text(text: str) -> str:
+    """Messages go to a terminal line and to log lines: never a newline in the middle."""
+    return " ".join(str(text).split())
 
-    def __init__(self, path: str | Path, line: int | None, message: str) -> None:
+
+class ConfigError(Exception):
+    """A problem in a file the operator wrote; always names the file and, when known, line and column,
+    as `file:line:column: message` on one line (the form editors and terminals jump to)."""
+
+    def __init__(self, path: str | Path, line: int | None, message: str, column: int | None = None) -> None:
         self.path = str(path)
         self.line = line
-        self.message = message
+        self.column = column
+        self.message = one_line_text(message)
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = f"{self.path}:{self.line}" if self.line else self.path
+        where = self.path
+        if self.line:
+            where += f":{self.line}"
+            if self.column:
+                where += f":{self.column}"
         return f"{where}: {self.message}"
 
 
+def did_you_mean(word: Any, choices: Iterable[str]) -> str:
+    """'; did you mean 'x'?' when one of choices is close to word, else ''."""
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 class Mapping(dict):
-    """A YAML mapping that knows its own line and the line of each key."""
+    """A YAML mapping that knows its own line and column and those of each key."""
 
     path: str = "?"
     line: int | None = None
+    column: int | None = None
     key_lines: dict[Any, int]
+    key_cols: dict[Any, int]
 
     def line_of(self, key: Any) -> int | None:
-        return self.key_lines.get(key, self.line)
+        return getattr(self, "key_lines", {}).get(key, self.line)
+
+    def column_of(self, key: Any) -> int | None:
+        # A key whose line is known but column is not (a merged mapping) gets no column, never a wrong one.
+        cols = getattr(self, "key_cols", {})
+        return cols[key] if key in cols else (None if key in getattr(self, "key_lines", {}) else self.column)
 
     def error(self, key: Any, message: str) -> ConfigError:
-        return ConfigError(self.path, self.line_of(key), message)
+        return ConfigError(self.path, self.line_of(key), message, self.column_of(key))
 
 
 class Sequence(list):
     path: str = "?"
     line: int | None = None
+    column: int | None = None
     item_lines: list[int]
+    item_cols: list[int]
 
     def line_of(self, index: int) -> int | None:
         return self.item_lines[index] if index < len(self.item_lines) else self.line
 
+    def column_of(self, index: int) -> int | None:
+        cols = getattr(self, "item_cols", [])
+        return cols[index] if index < len(cols) else self.column
+
+
+# YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), as PyYAML implicit resolvers.
+_BOOL_12 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_NULL_12 = re.compile(r"^(?:~|null|Null|NULL|)$")
+_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT_12 = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                       r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader with the YAML 1.2 core schema's resolvers instead of YAML 1.1's."""
+
+    yaml_implicit_resolvers: dict = {}
+
+
+for _tag, _regexp, _first in (
+    ("tag:yaml.org,2002:bool", _BOOL_12, "tTfF"),
+    ("tag:yaml.org,2002:null", _NULL_12, ["~", "n", "N", ""]),
+    ("tag:yaml.org,2002:int", _INT_12, "-+0123456789"),
+    ("tag:yaml.org,2002:float", _FLOAT_12, "-+0123456789."),
+    ("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), "<"),
+):
+    StrictLoader.add_implicit_resolver(_tag, _regexp, list(_first))
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = loader.construct_scalar(node)
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    return int(text, 10)  # decimal even with leading zeros: 022 is 22 (YAML 1.2), never octal 18
+
+
+def _construct_bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
+    return loader.construct_scalar(node).lower() == "true"
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    text = loader.construct_scalar(node).lower()
+    if text.endswith("nan"):
+        return float("nan")
+    return float(text.replace(".inf", "inf"))
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+StrictLoader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
+StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+
 
 def _make_loader(path: str) -> type[yaml.SafeLoader]:
-    class Loader(yaml.SafeLoader):
+    class Loader(StrictLoader):
         pass
 
     def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Mapping:
         loader.flatten_mapping(node)
         result = Mapping()
-        result.path, result.line, result.key_lines = path, node.start_mark.line + 1, {}
+        result.path, result.line, result.column = path, node.start_mark.line + 1, node.start_mark.column + 1
+        result.key_lines, result.key_cols = {}, {}
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
+            where = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             try:
                 hash(key)
             except TypeError:
-                raise ConfigError(path, key_node.start_mark.line + 1, "mapping key must be a scalar") from None
+                raise ConfigError(path, *where[:1], "mapping key must be a scalar", where[1]) from None
             if key in result:
-                raise ConfigError(path, key_node.start_mark.line + 1, f"duplicate key {key!r}")
+                raise ConfigError(path, where[0], f"duplicate key {key!r}", where[1])
             result[key] = loader.construct_object(value_node, deep=True)
-            result.key_lines[key] = key_node.start_mark.line + 1
+            result.key_lines[key], result.key_cols[key] = where
         return result
 
     def construct_sequence(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> Sequence:
         result = Sequence(loader.construct_object(child, deep=True) for child in node.value)
-        result.path, result.line = path, node.start_mark.line + 1
+        result.path, result.line, result.column = path, node.start_mark.line + 1, node.start_mark.column + 1
         result.item_lines = [child.start_mark.line + 1 for child in node.value]
+        result.item_cols = [child.start_mark.column + 1 for child in node.value]
         return result
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
@@ -86,9 +175,14 @@ def load_text(text: str, path: str | Path) -> Any:
         raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
+        line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        # PyYAML's str() draws the offending line under the message; one line is what a terminal wants.
         problem = exc.problem or exc.context or "invalid YAML"
-        raise ConfigError(path, line, f"invalid YAML: {problem}") from None
+        if exc.context and exc.problem and exc.context_mark and exc.context_mark.line != (mark.line if mark else -1):
+            problem += f" ({exc.context} at line {exc.context_mark.line + 1})"
+        elif exc.context and exc.problem:
+            problem = f"{exc.context}: {problem}"
+        raise ConfigError(path, line, f"invalid YAML: {problem}", column) from None
     except yaml.YAMLError as exc:
         raise ConfigError(path, None, f"invalid YAML: {exc}") from None
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
@@ -109,7 +203,8 @@ def load_file(path: str | Path) -> Any:
 
 def expect_mapping(value: Any, path: str, line: int | None, what: str) -> Mapping:
     if not isinstance(value, Mapping):
-        raise ConfigError(path, getattr(value, "line", None) or line, f"{what} must be a mapping")
+        column = getattr(value, "column", None) if getattr(value, "line", None) else None
+        raise ConfigError(path, getattr(value, "line", None) or line, f"{what} must be a mapping", column)
     return value
 
 
@@ -117,14 +212,15 @@ def reject_unknown(mapping: Mapping, allowed: Iterable[str], what: str) -> None:
     allowed = list(allowed)
     for key in mapping:
         if key not in allowed:
-            raise mapping.error(key, f"unknown key {key!r} in {what} (allowed: {', '.join(sorted(allowed))})")
+            raise mapping.error(key, f"unknown key {key!r} in {what}{did_you_mean(key, allowed)} "
+                                     f"(allowed: {', '.join(sorted(allowed))})")
 
 
 def get_str(mapping: Mapping, key: str, *, required: bool = False, default: str | None = None,
             pattern: re.Pattern[str] | None = None, describe: str = "") -> str | None:
     if key not in mapping:
         if required:
-            raise ConfigError(mapping.path, mapping.line, f"missing required key {key!r}")
+            raise ConfigError(mapping.path, mapping.line, f"missing required key {key!r}", mapping.column)
         return default
     value = mapping[key]
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -145,12 +241,16 @@ def get_int(mapping: Mapping, key: str, *, default: int | None = None, minimum: 
     return value
 
 
+_YAML11_BOOLS = {"yes", "no", "on", "off", "y", "n"}
+
+
 def get_bool(mapping: Mapping, key: str, *, default: bool = False) -> bool:
     if key not in mapping:
         return default
     value = mapping[key]
     if not isinstance(value, bool):
-        raise mapping.error(key, f"{key!r} must be true or false")
+        hint = " (yes/no/on/off are text in YAML 1.2)" if str(value).lower() in _YAML11_BOOLS else ""
+        raise mapping.error(key, f"{key!r} must be true or false, got {value!r}{hint}")
     return value
 
 
