@@ -1,38 +1,101 @@
-"""The audit log: one JSON line per task run on a host, appended on the operator's machine, and the
-`history` view of it."""
+"""The audit log: one JSON line per task run on a host, appended on the operator's machine.
+
+One log per project, never one per laptop: two checkouts (two fleets, or a lab beside the real fleet) must not
+see each other's runs. It lives outside the checkout, keyed by the project's path:
+
+    $XDG_STATE_HOME/fleetops/projects/<project dir name>-<12 hex of sha256(project path)>/audit.jsonl
+
+($XDG_STATE_HOME defaults to ~/.local/state.) Outside the checkout because an audit log must survive
+`git clean -xdf`, never be committed by accident, and be writable when the checkout is not; the directory name
+starts with the project's own name and holds a `project` file naming its path, so an operator can find it
+with `ls`. Moving the checkout starts a new log (the old one stays where it was). FLEETOPS_AUDIT_LOG=FILE
+overrides the location (the tests use it; so can a team that wants one shared file)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .identity import operator
 from .redaction import redact
-from .results import Result
+from .results import Result, exit_status
+
+if TYPE_CHECKING:  # only its fields are read; `history` need not load the YAML parsers
+    from .plans.inventory import Host
+
+LOG_NAME = "audit.jsonl"
+_SOURCE = re.compile(r"(?P<path>.+):(?P<line>\d+)")
 
 
-def log_path() -> Path:
+def project_root(start: Path | None = None) -> Path:
+    """The project a local command works on, found as Fabric finds its fabfile: the nearest directory at or
+    above `start` (the working directory) that holds fabfile.py; the working directory itself if none does."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "fabfile.py").exists() or (candidate / "fabfile" / "__init__.py").exists():
+            return candidate
+    return here
+
+
+def project_dir(root: Path) -> Path:
+    """This project's directory under the operator's state directory (see the module docstring)."""
+    root = root.resolve()
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", root.name) or "root"
+    return state / "fleetops" / "projects" / f"{name}-{digest}"
+
+
+def log_path(root: Path | None = None) -> Path:
+    """The audit log of the project at `root` (found from the working directory when None), or
+    FLEETOPS_AUDIT_LOG when it is set."""
     override = os.environ.get("FLEETOPS_AUDIT_LOG")
     if override:
-        return Path(override)
-    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return state / "fleetops" / "audit.jsonl"
+        return Path(override).expanduser()
+    return project_dir(root or project_root()) / LOG_NAME
 
 
-def entry(result: Result, playbook: str | None, playbook_sha256: str | None) -> dict[str, Any]:
-    return {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "operator": operator(),
-            "host": result.host, "task": result.task, "playbook": playbook, "playbook_sha256": playbook_sha256,
-            "result": result.status.value, "changed": result.changed, "duration_s": result.seconds,
-            "exit_status": result.code, "msg": result.msg[:300]}
+def address(host: Host) -> str:
+    """user@address:port, as the connection used it. No user when the inventory names none: then ssh_config
+    (or the local user name) decides, and guessing here would put a wrong name into an audit record."""
+    return f"{host.user + '@' if host.user else ''}{host.address}:{host.port}"
 
 
-def append(record: dict[str, Any]) -> None:
-    path = log_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+def inventory_file(host: Host) -> str | None:
+    """The inventory file that defined the host; None for a -H address that is in no inventory."""
+    match = _SOURCE.fullmatch(host.source or "")
+    return match["path"] if match and not host.plain else None
+
+
+def entry(result: Result, playbook: str | None, playbook_sha256: str | None, host: Host | None = None,
+          root: Path | None = None) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "operator": operator(),
+        "host": result.host, "address": address(host) if host else None,
+        "inventory": inventory_file(host) if host else None, "project": str(root.resolve()) if root else None,
+        "task": result.task, "playbook": playbook, "playbook_sha256": playbook_sha256,
+        "result": result.status.value, "changed": result.changed, "duration_s": result.seconds,
+        # What this task run returned, by the same rule that makes the process's exit status (a failed result
+        # with no code of its own is 1), so that a failed verify is never logged as 0.
+        "exit_status": exit_status([result]), "msg": result.msg[:300]}
+    if host is not None and host.jump:
+        record["jump"] = host.jump
+    return record
+
+
+def append(record: dict[str, Any], root: Path | None = None) -> None:
+    path = log_path(root)
+    fresh = not path.parent.exists()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if fresh and not os.environ.get("FLEETOPS_AUDIT_LOG") and record.get("project"):
+        # Names the project beside its log: the directory name alone is a hash.
+        (path.parent / "project").write_text(record["project"] + "\n", encoding="utf-8")
     line = (redact(json.dumps(record, sort_keys=True)) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
@@ -42,9 +105,9 @@ def append(record: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def read(host: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
+def read(host: str | None = None, last: int | None = None, root: Path | None = None) -> list[dict[str, Any]]:
     try:
-        lines = log_path().read_text(encoding="utf-8").splitlines()
+        lines = log_path(root).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         return []
     out = []
@@ -53,6 +116,6 @@ def read(host: str | None = None, last: int | None = None) -> list[dict[str, Any
             rec = json.loads(line)
         except ValueError:
             continue  # a torn line from a crashed writer must not hide the rest
-        if host is None or rec.get("host") == host:
+        if isinstance(rec, dict) and (host is None or rec.get("host") == host):
             out.append(rec)
     return out[-last:] if last else out

@@ -66,10 +66,24 @@ class RunState:
         with self.lock:
             self.results.append(result)
         try:
-            audit.append(audit.entry(result, result.data.get("playbook"), result.data.get("playbook_sha256")))
+            audit.append(audit.entry(result, result.data.get("playbook"), result.data.get("playbook_sha256"),
+                                     self._audited_host(result.host), self.root), self.root)
         except OSError as exc:  # the run goes on; the operator is told once per result
-            self.reporter.error(f"audit log {audit.log_path()} not written: {exc}")
+            self.reporter.error(f"audit log {audit.log_path(self.root)} not written: {exc}")
         self.reporter.result(result)
+
+    def _audited_host(self, name: str) -> Host | None:
+        """The Host a result's task ran against, for its audit line: the one its connection was made for
+        (user, address and port as used), else the inventory's; None when neither knows it (then the line
+        still says what ran, without an address)."""
+        node = self.pool.nodes.get(name) if self.pool is not None else None
+        host = getattr(node, "host", None)
+        if isinstance(host, Host):
+            return host
+        try:
+            return self.inventory.resolve(name)
+        except Exception:  # noqa: BLE001 - an audit line must not fail the run over a name it cannot place
+            return None
 
     def close(self) -> None:
         if self.pool is not None:

@@ -1,22 +1,171 @@
-"""`fab history`: the local audit log as a table, or as one JSON document."""
+"""`fab history`: this project's audit log as a table that fits the terminal, or as one JSON document."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
 
 from .. import audit
 from ..redaction import redact
-from .console import Reporter, render_table
+from .console import Reporter
 
-HISTORY_COLUMNS = ["time", "operator", "host", "task", "playbook", "result", "changed", "duration_s", "msg"]
+NONE = "-"
+MSG_MIN = 24  # narrower than this, a message says nothing; optional columns give way first
+ELLIPSIS = "…"
 
 
-def show_history(host: str | None, last: int | None, as_json: bool) -> None:
-    records = audit.read(host, last)
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    cell: Callable[[dict[str, Any]], str]
+    keep: int  # 0: always shown; then the order in which optional columns are added while they fit
+    right: bool = False
+
+
+def _text(key: str) -> Callable[[dict[str, Any]], str]:
+    def cell(rec: dict[str, Any]) -> str:
+        value = rec.get(key)
+        return NONE if value is None or value == "" else str(value)
+    return cell
+
+
+def when(rec: dict[str, Any], now: dt.datetime | None = None) -> str:
+    """The entry's time in the operator's local zone, as `ls -l` shows it: "Nov 30 14:05" this year, the
+    date alone for older entries. The log keeps UTC with seconds (history --json)."""
+    raw = rec.get("time")
+    try:
+        stamp = dt.datetime.fromisoformat(str(raw)).astimezone()
+    except (TypeError, ValueError):
+        return str(raw)[:16] if raw else NONE
+    now = now or dt.datetime.now().astimezone()
+    return stamp.strftime("%b %d %H:%M") if stamp.year == now.year else stamp.strftime("%Y-%m-%d")
+
+
+def _changed(rec: dict[str, Any]) -> str:
+    value = rec.get("changed")
+    return NONE if value is None else ("yes" if value else "no")
+
+
+def _exit(rec: dict[str, Any]) -> str:
+    value = rec.get("exit_status")
+    return NONE if value is None else str(value)
+
+
+def _seconds(rec: dict[str, Any]) -> str:
+    value = rec.get("duration_s")
+    try:
+        return f"{float(value):.1f}s"
+    except (TypeError, ValueError):
+        return NONE
+
+
+def _inventory(rec: dict[str, Any]) -> str:
+    """The inventory file, relative to the project when it lies inside it (hosts/lab.yaml)."""
+    value = rec.get("inventory")
+    if not value:
+        return NONE
+    path = Path(str(value))
+    project = rec.get("project")
+    if project:
+        for candidate in (path, path.resolve()):  # the project is logged resolved; the file as Fabric found it
+            if candidate.is_relative_to(project):
+                return str(candidate.relative_to(project))
+    return _home(str(path))
+
+
+def _msg(rec: dict[str, Any]) -> str:
+    text = " ".join(str(rec.get("msg") or "").split())  # one line: a multi-line message would break the row
+    return text or NONE
+
+
+def _home(path: str) -> str:
+    home = str(Path.home())
+    return "~" + path[len(home):] if home != "/" and (path == home or path.startswith(home + "/")) else path
+
+
+# Shown in this order; `keep` says which go first when the terminal is narrow.
+COLUMNS = [
+    Column("time", "time", when, 0),
+    Column("operator", "operator", _text("operator"), 2),
+    Column("host", "host", _text("host"), 0),
+    Column("task", "task", _text("task"), 0),
+    Column("playbook", "playbook", _text("playbook"), 4),
+    Column("result", "result", _text("result"), 0),
+    Column("changed", "changed", _changed, 5),
+    Column("exit_status", "exit", _exit, 0, right=True),
+    Column("duration_s", "took", _seconds, 1, right=True),
+    Column("address", "address", _text("address"), 3),
+    Column("inventory", "inventory", _inventory, 6),
+    Column("msg", "msg", _msg, 0),
+]
+
+
+def fit(rows: list[list[str]], width: int) -> tuple[list[int], int]:
+    """Which columns to show at `width` and how wide the message may be: every fixed column at its full
+    width (a cut host or time is useless), optional ones added while the message keeps MSG_MIN."""
+    natural = [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
+    msg = len(COLUMNS) - 1
+    shown = [i for i, c in enumerate(COLUMNS) if c.keep == 0]
+
+    def room(cols: list[int]) -> int:  # rich's default box: a rule before each column and one after, padding 1+1
+        return width - sum(natural[i] for i in cols if i != msg) - (3 * len(cols) + 1)
+
+    for i in sorted((i for i, c in enumerate(COLUMNS) if c.keep), key=lambda i: COLUMNS[i].keep):
+        if room(shown + [i]) >= min(MSG_MIN, natural[msg]):
+            shown.append(i)
+    shown.sort()
+    return shown, max(room(shown), len(COLUMNS[msg].header))
+
+
+def truncate(text: str, width: int) -> str:
+    """`text` in `width` characters: cut at a word boundary when one is near the end (a half word reads
+    as a different word), with an ellipsis saying that more is in `history --json`."""
+    if len(text) <= width:
+        return text
+    cut = text[:max(width - 1, 0)]
+    space = cut.rfind(" ")
+    if space >= (2 * len(cut)) // 3:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + ELLIPSIS
+
+
+def table(records: list[dict[str, Any]], width: int) -> Table:
+    rows = [[c.cell(r) for c in COLUMNS] for r in records]
+    shown, msg_width = fit(rows, width)
+    out = Table()
+    for i in shown:
+        col = COLUMNS[i]
+        out.add_column(col.header, justify="right" if col.right else "left", no_wrap=True,
+                       overflow="ellipsis", min_width=len(col.header) if col.key == "msg" else None)
+    for row in rows:
+        # Text, not markup: a message such as "token is [secret]" must print as written
+        out.add_row(*[Text(truncate(row[i], msg_width) if COLUMNS[i].key == "msg" else row[i]) for i in shown])
+    return out
+
+
+def show_history(host: str | None, last: int | None, as_json: bool, root: Path | str | None = None) -> None:
+    """`root`: the project (Fabric's collection directory); found from the working directory when None."""
+    project = Path(root) if root else None
+    records = audit.read(host, last, project)
     if as_json:
         sys.stdout.write(redact(json.dumps(records, indent=1)) + "\n")
         return
-    rows = [[str(r.get(c, "")) if c != "msg" else str(r.get(c, ""))[:60] for c in HISTORY_COLUMNS] for r in records]
-    title = f"audit log {audit.log_path()}" + (f" (host {host})" if host else "")
-    Reporter().console.print(render_table({"title": title, "columns": HISTORY_COLUMNS, "rows": rows}))
+    console = Reporter().console
+    where = _home(str(audit.log_path(project)))
+    scope = f" for host {host}" if host else ""
+    if not records:
+        console.print(f"audit log {where}: no entries{scope}", markup=False)
+        return
+    total = len(audit.read(host, None, project)) if last else len(records)
+    shown = f"the last {len(records)} of {total} entries" if total > len(records) else f"{len(records)} entries"
+    console.print(f"audit log {where}: {shown}{scope}", markup=False)
+    console.print(table(records, console.width))
