@@ -46,10 +46,21 @@ def project_root(start: Path | None = None) -> Path:
 def project_dir(root: Path) -> Path:
     """This project's directory under the operator's state directory (see the module docstring)."""
     root = root.resolve()
-    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9._-]", "_", root.name) or "root"
-    return state / "fleetops" / "projects" / f"{name}-{digest}"
+    return state_home() / "fleetops" / "projects" / f"{name}-{digest}"
+
+
+def state_home() -> Path:
+    """$XDG_STATE_HOME, or ~/.local/state; a relative value is ignored, as the XDG spec says."""
+    value = os.environ.get("XDG_STATE_HOME", "")
+    return Path(value) if os.path.isabs(value) else Path.home() / ".local" / "state"
+
+
+def legacy_log() -> Path:
+    """Where every checkout wrote before the log was per project: no longer written; `history` names it
+    when this project's log is empty."""
+    return state_home() / "fleetops" / LOG_NAME
 
 
 def log_path(root: Path | None = None) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,6 +165,10 @@ def show_history(host: str | None, last: int | None, as_json: bool, root: Path |
     scope = f" for host {host}" if host else ""
     if not records:
         console.print(f"audit log {where}: no entries{scope}", markup=False)
+        old = audit.legacy_log()
+        if not os.environ.get("FLEETOPS_AUDIT_LOG") and old.exists():
+            console.print(f"runs from before the log was per project are in {_home(str(old))} (every checkout's "
+                          "runs in one file; `FLEETOPS_AUDIT_LOG=that-file fab history` shows them)", markup=False)
         return
     total = len(audit.read(host, None, project)) if last else len(records)
     shown = f"the last {len(records)} of {total} entries" if total > len(records) else f"{len(records)} entries"
