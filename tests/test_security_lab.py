@@ -34,8 +34,10 @@ def test_unknown_host_key_is_refused_until_the_operator_names_its_fingerprint(la
     try:
         rc, doc = fab_json(lab.root, "-H", "newhost", "ping")
         assert rc == 4 and "unknown host key" in doc["results"][0]["msg"]
-        offered = doc["results"][0]["msg"].split("it offered ")[1].split(")")[0]
-        assert offered.startswith("SHA256:")
+        # The node's real fingerprint, from its key file (not from the message under test), must be named.
+        offered = subprocess.run(["ssh-keygen", "-lf", str(lab.node("lab01").host_key.with_suffix(".pub"))],
+                                 capture_output=True, text=True, check=True).stdout.split()[1]
+        assert offered.startswith("SHA256:") and offered in doc["results"][0]["msg"], doc["results"][0]["msg"]
         rc, doc = fab_json(lab.root, "-H", "newhost", "trust")
         assert rc == 1 and f"--fingerprint {offered}" in doc["results"][0]["msg"] and known.read_text() == ""
         rc, doc = fab_json(lab.root, "-H", "newhost", "trust", "--fingerprint", "SHA256:not-the-right-one")
