@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fleetops against Ansible, pyinfra and a hand-written Fabric ThreadingGroup script, same lab, one run.
 
-    python3 bench/run.py [--sizes 1,8,32] [--rtts 0,50] [--reps 3] [--out bench/RESULTS.md]
+    .venv/bin/python bench/run.py [--sizes 1,8,32] [--rtts 0,50] [--reps 3] [--out bench/RESULTS.md]
 
 Run by hand, not by CI (see bench/README.md). Stdlib + fleetops' lab on the client side; Ansible and pyinfra
 live in their own venv under bench/.work/peers (made here with pip on first use, never in the system python).
@@ -57,6 +57,28 @@ SNAPSHOT_PARTS = ("fleetops", "remote_scripts", "fabfile.py", "fabric.yaml", "pl
 
 SNAPSHOT_HEAD = ""
 SNAPSHOT_DIRTY = ""
+
+
+def need_project_venv() -> None:
+    """Stop before writing anything when this interpreter is not fleetops' venv: `python3 bench/run.py` with a
+    system python used to copy the snapshot and then fail with `No module named 'invoke'`."""
+    import importlib.util
+
+    missing = [m for m in ("invoke", "fabric", "paramiko", "yaml") if importlib.util.find_spec(m) is None]
+    fab = Path(sys.executable).parent / "fab"
+    if missing or not fab.exists():
+        what = f"modules {', '.join(missing)}" if missing else f"the fab script beside it ({fab})"
+        venv_python = REPO / ".venv" / "bin" / "python"
+        print(f"bench/run.py: {sys.executable} is not fleetops' venv (it lacks {what}); nothing was written.\n"
+              f"Run it with the project's venv python:\n"
+              f"    .venv/bin/python bench/run.py {' '.join(sys.argv[1:])}".rstrip() + "\n"
+              + ("" if venv_python.exists() else "(no .venv yet: ./scripts/lab-demo or bash scripts/setup makes it)\n"),
+              file=sys.stderr, end="")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    need_project_venv()
 
 
 def take_snapshot() -> None:
