@@ -13,6 +13,7 @@ from collections.abc import Mapping as Mapping_
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from . import sshconfig
 from .patterns import ENV_KEY, REMOTE_PATH, one_line
 from .yamlsrc import (
     ConfigError,
@@ -70,8 +71,9 @@ class Host:
 class Inventory:
     hosts: dict[str, Host] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
-    # Names ssh_config defines (Host patterns without wildcards, Include and -S files too). Computed in
-    # wire/ssh.py with paramiko's SSHConfig and handed in by the caller; None: only ~/.ssh/config, read here.
+    # Names ssh_config defines (Host and Match host names without wildcards; Include and -S files too).
+    # Computed in wire/ssh.py with paramiko's SSHConfig and handed in by the caller; None: read here from
+    # the default files (plans/sshconfig.py), on first need.
     ssh_aliases: frozenset[str] | None = None
 
     def names(self) -> list[str]:
@@ -199,20 +201,10 @@ def split_target(spec: str) -> tuple[str | None, str, int | None]:
     return user or None, name, int(port) if port else None
 
 
-def ssh_config_aliases(path: Path | None = None) -> set[str]:
-    """The fallback when the caller passed no alias set: `Host` names of ~/.ssh/config, without Include
-    (wire/ssh.py's `ssh_config_aliases` reads the full configuration with paramiko)."""
-    path = path or Path.home() / ".ssh" / "config"
-    aliases: set[str] = set()
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return aliases
-    for line in text.splitlines():
-        words = line.strip().split()
-        if len(words) >= 2 and words[0].lower() == "host":
-            aliases.update(w for w in words[1:] if not any(c in w for c in "*?!"))
-    return aliases
+def ssh_config_aliases(path: str | None = None) -> set[str]:
+    """The alias set when the caller passed none: names from the same files ssh reads (a -S file or
+    $FLEETOPS_SSH_CONFIG alone, else ~/.ssh/config and /etc/ssh/ssh_config, Includes followed)."""
+    return sshconfig.host_aliases(sshconfig.config_text(path)[0])
 
 
 def plain_host(spec: str) -> Host:

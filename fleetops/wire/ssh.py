@@ -4,11 +4,13 @@ have that exact version. It implements wire.connector.Connector."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import select
 import shlex
+import socket
 import threading
 import time
 import uuid
@@ -19,12 +21,15 @@ from fabric import Config, Connection
 from remote_scripts.protocol import PROTOCOL
 
 from ..identity import operator
-from ..plans.inventory import Host, Inventory
+from ..plans import sshconfig
+from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
+from ..plans.yamlsrc import ConfigError
 from ..results import Evidence
 from .bundle import agent_bundle
 from .connector import COUNTERS, ExecResult, TransportError
 
-__all__ = ["NodeConnection", "TransportError", "trust_host", "known_hosts_path"]
+__all__ = ["NodeConnection", "TransportError", "connect_error", "known_hosts_path", "trust_host",
+           "use_ssh_config"]
 
 # paramiko's transport thread logs its own tracebacks (e.g. a missing SSH banner); fleetops reports the
 # failure itself, so none of that may reach a user's terminal through logging's last-resort handler.
@@ -38,6 +43,40 @@ def fingerprint_of(key: paramiko.PKey) -> str:
 _SHARED_LOCK = threading.Lock()
 _HOST_KEYS: dict[str, tuple[float, paramiko.HostKeys]] = {}
 _CONFIG: Config | None = None
+_SSH_CONFIG_PATH: str | None = None  # fab -S FILE, set by use_ssh_config()
+
+
+def use_ssh_config(path: str | None) -> frozenset[str]:
+    """Connect with this ssh_config file from now on (Fabric's -S; None: $FLEETOPS_SSH_CONFIG, else
+    ~/.ssh/config and /etc/ssh/ssh_config), Includes followed. Returns the names it defines, for
+    `load_inventory(..., ssh_aliases=...)`, so those names are -H words. Raises ConfigError (usage, exit 2)
+    when the file is missing or unparsable."""
+    global _CONFIG, _SSH_CONFIG_PATH
+    config = _ssh_config(path)
+    with _SHARED_LOCK:
+        _SSH_CONFIG_PATH, _CONFIG = path, Config(ssh_config=config)
+    return ssh_config_aliases(config)
+
+
+def _ssh_config(path: str | None) -> paramiko.SSHConfig:
+    text, files = sshconfig.config_text(path)
+    try:
+        return paramiko.SSHConfig.from_text(text)
+    except paramiko.ssh_exception.ConfigParseError as exc:
+        raise ConfigError(sshconfig.chosen_path(path) or ", ".join(files) or "ssh_config", None,
+                          f"cannot parse ssh_config: {exc}") from None
+
+
+def ssh_config_aliases(config: paramiko.SSHConfig) -> frozenset[str]:
+    """Literal names of `Host` blocks and `Match host/originalhost` criteria (no wildcards, no negation).
+    paramiko's own get_hostnames() fails on a config with a Match block, hence the walk."""
+    names: set[str] = set()
+    for entry in config._config:  # noqa: SLF001 - SSHConfig exposes its blocks no other way
+        names.update(entry.get("host", []))
+        for match in entry.get("matches", []):
+            if match.get("type") in ("host", "originalhost") and not match.get("negate"):
+                names.update(str(match.get("param") or "").split(","))
+    return frozenset(n for n in names if n and not any(c in n for c in "*?!"))
 
 
 def _fabric_config() -> Config:
@@ -45,7 +84,10 @@ def _fabric_config() -> Config:
     global _CONFIG
     with _SHARED_LOCK:
         if _CONFIG is None:
-            _CONFIG = Config()
+            try:
+                _CONFIG = Config(ssh_config=_ssh_config(_SSH_CONFIG_PATH))
+            except ConfigError as exc:
+                raise TransportError("refused", f"{exc}; fix or name another file with -S") from None
         return _CONFIG
 
 
@@ -59,14 +101,31 @@ def _known_hosts(path: str) -> paramiko.HostKeys:
         return cached[1]
 
 
-def _strict_client(known_hosts: str | None) -> paramiko.SSHClient:
+def _known_hosts_files(host: Host, cxn: Connection | None) -> list[str]:
+    """The inventory's known_hosts, else ssh_config's UserKnownHostsFile (first named is the one `trust`
+    writes), else ~/.ssh/known_hosts."""
+    if host.known_hosts:
+        return [host.known_hosts]
+    named = str((cxn.ssh_config if cxn is not None else {}).get("userknownhostsfile") or "").split()
+    return [os.path.expanduser(p) for p in named] or [os.path.expanduser("~/.ssh/known_hosts")]
+
+
+def _strict_client(files: list[str]) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
-    path = known_hosts or os.path.expanduser("~/.ssh/known_hosts")
-    if os.path.exists(path):
-        keys = client.get_host_keys()
-        for name, entry in _known_hosts(path).items():
+    keys = client.get_host_keys()
+    for path in files:
+        try:
+            entries = _known_hosts(path)
+        except FileNotFoundError:
+            continue
+        except (OSError, paramiko.SSHException, ValueError) as exc:
+            raise TransportError("hostkey", f"cannot read known_hosts {path}: {exc}; fix or remove that file") \
+                from None
+        for name, entry in entries.items():
             for keytype, key in entry.items():
                 keys.add(name, keytype, key)
+    # Fabric auto-adds unknown host keys, and ssh_config's StrictHostKeyChecking is not consulted: a fleet
+    # tool connects only to keys the operator trusted (`trust --fingerprint`).
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     return client
 
@@ -81,23 +140,30 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
             raise TransportError("unreachable", f"jump chain too long at {host.name}")
         jump = inventory.hosts.get(host.jump) if inventory else None
         if jump is None:
-            from ..plans.inventory import plain_host
-
-            jump = plain_host(host.jump)
+            try:
+                jump = plain_host(host.jump)
+            except UnknownHost as exc:
+                raise TransportError("refused", f"{host.name}: jump host: {exc}") from None
         gateway = _fabric_connection(jump, inventory, depth + 1)
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
     if host.identity_file:
         connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
     if host.identity_passphrase:
         connect_kwargs["passphrase"] = host.identity_passphrase
-    if host.plain:
-        # Not ours to decide: let ssh_config (HostName, Port, User, IdentityFile, ProxyJump) resolve it.
-        cxn = Connection(host.name, connect_timeout=host.connect_timeout, config=_fabric_config())
-    else:
-        cxn = Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
-                         connect_kwargs=connect_kwargs, gateway=gateway, config=_fabric_config())
-    # Fabric auto-adds unknown host keys; a fleet tool must not.
-    cxn.client = _strict_client(host.known_hosts)
+    config = _fabric_config()
+    try:
+        if host.plain:
+            # ssh_config decides HostName, IdentityFile, ProxyJump; a user or port typed in the -H word wins
+            # over its User/Port, as `ssh -l`/`-p` do.
+            user, _, port = split_target(host.name)
+            cxn = Connection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
+                             connect_kwargs=connect_kwargs, config=config)
+        else:
+            cxn = Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
+                             connect_kwargs=connect_kwargs, gateway=gateway, config=config)
+    except (ValueError, TypeError, UnknownHost) as exc:  # e.g. a Port in ssh_config that is not a number
+        raise TransportError("refused", f"{host.name}: cannot use its ssh_config entry: {exc}") from None
+    cxn.client = _strict_client(_known_hosts_files(host, cxn))
     return cxn
 
 
@@ -113,7 +179,93 @@ class _CaptureKey(paramiko.MissingHostKeyPolicy):
 
 
 def known_hosts_path(host: Host) -> str:
-    return host.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+    return _known_hosts_files(host, None)[0]
+
+
+def _where(cxn: Connection) -> str:
+    return f"{cxn.host}:{cxn.port}"
+
+
+def _who(host: Host, cxn: Connection) -> str:
+    where = _where(cxn)
+    return host.name if host.name in (where, f"{cxn.user}@{where}") else f"{host.name} ({where})"
+
+
+def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportError:
+    """Any failure to open an SSH connection → one TransportError whose message names the host, the cause
+    and the next step. Nothing here re-raises: no traceback reaches the operator for a network fault."""
+    who, seconds = _who(host, cxn), host.connect_timeout
+    transport = cxn.client.get_transport() if cxn.client is not None else None
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return TransportError("hostkey", (
+            f"{who}: host key does not match known_hosts: expected {fingerprint_of(exc.expected_key)}, got "
+            f"{fingerprint_of(exc.key)}; refusing to connect. If the node was reinstalled, check the new key "
+            f"out of band, remove the old entry (ssh-keygen -f {_known_hosts_files(host, cxn)[0]} -R "
+            f"'{_known_name(cxn)}'), then run: fab -H {host.name} trust --fingerprint {fingerprint_of(exc.key)}"))
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        return TransportError("auth", f"{who}: the private key is encrypted and no passphrase was given; set "
+                                      "identity_passphrase ({secret_from_env: VAR}) in the inventory")
+    if isinstance(exc, paramiko.AuthenticationException):
+        key = host.identity_file or "the keys ssh_config/ssh-agent offer"
+        return TransportError("auth", (
+            f"{who}: authentication failed for user {cxn.user!r} (refused by sshd: {text}); check the user and the "
+            f"key ({key}) and that its public half is in that user's ~/.ssh/authorized_keys on the node"))
+    if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in text:
+        key = transport.get_remote_server_key() if transport is not None else None
+        if key is None:
+            return TransportError("hostkey", f"{who}: unknown host key; refusing to connect. Check it out of band, "
+                                             f"then run: fab -H {host.name} trust --fingerprint <SHA256:...>")
+        offered = fingerprint_of(key)
+        return TransportError("hostkey", (
+            f"{who}: unknown host key {offered} ({key.get_name()}); refusing to connect. Check it out of band "
+            f"(ssh-keygen -lf on the node's host key), then run: fab -H {host.name} trust --fingerprint {offered}"))
+    if isinstance(exc, socket.gaierror):
+        return TransportError("unreachable", (
+            f"{who}: cannot resolve {cxn.host!r} ({exc.strerror or text}); check the name (the inventory's "
+            "address, or HostName in ssh_config) and your DNS"))
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        # paramiko tried every address of the name; report the cause of the first unless all were refused.
+        causes = list(exc.errors.values())
+        if causes and not all(getattr(c, "errno", None) == errno.ECONNREFUSED for c in causes):
+            return connect_error(causes[0], host, cxn)
+    if isinstance(exc, (paramiko.ssh_exception.NoValidConnectionsError, ConnectionRefusedError)):
+        # The address that refused: a jump host's, when the hop is the one that is down.
+        addr, port = next(iter(getattr(exc, "errors", {}) or {}), (cxn.host, cxn.port))[:2]
+        hop = " (the jump host)" if host.jump and (str(addr), int(port)) != (cxn.host, int(cxn.port)) else ""
+        return TransportError("unreachable", (
+            f"{who}: connection refused by {addr}:{port}{hop}: no sshd listens there; check that sshd runs on the "
+            "node and that the port is right"))
+    reset = isinstance(exc, (ConnectionResetError, EOFError, BrokenPipeError)) or any(
+        w in text.lower() for w in ("reset by peer", "broken pipe", "eof", "connection closed", "socket is closed"))
+    if reset:
+        return TransportError("unreachable", (
+            f"{who}: the connection was closed during the SSH handshake ({text}); the port is not a healthy sshd "
+            "(sshd refusing clients, MaxStartups, a firewall or proxy in between); check the port and the node's "
+            "sshd log, then retry"))
+    if isinstance(exc, (TimeoutError, socket.timeout)) or (transport is not None and not transport.remote_version):
+        # A port that accepts TCP and never speaks SSH: paramiko's start_client gives up silently at the
+        # timeout and auth then says "No existing session"; a silent address times out in connect().
+        if transport is not None and not transport.remote_version:
+            return TransportError("unreachable", (
+                f"{who}: connection timed out after {seconds}s: the port accepted TCP but sent no SSH banner (not "
+                "an SSH server, or its sshd is overloaded); check the address and port"))
+        return TransportError("unreachable", (
+            f"{who}: connection timed out after {seconds}s (node down, a firewall, or a wrong address); check "
+            "that the node is up and reachable, or raise connect_timeout"))
+    if isinstance(exc, OSError):
+        return TransportError("unreachable", (
+            f"{who}: cannot connect: {exc.strerror or text}; check the address, the port and the network path"))
+    if isinstance(exc, paramiko.SSHException):
+        return TransportError("unreachable", (
+            f"{who}: SSH handshake failed ({text}); check that the port runs OpenSSH's sshd and that it accepts "
+            "this client's algorithms"))
+    return TransportError("unreachable", f"{who}: connection failed ({type(exc).__name__}: {text}); this is "
+                                         "unexpected: check the node's sshd log and report it with this line")
+
+
+def _known_name(cxn: Connection) -> str:
+    return cxn.host if int(cxn.port) == 22 else f"[{cxn.host}]:{cxn.port}"
 
 
 def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None) -> tuple[str, str]:
@@ -128,11 +280,9 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None)
         return "refused", (f"host key CHANGED: known_hosts has {fingerprint_of(exc.expected_key)}, the host offers "
                            f"{fingerprint_of(exc.key)}; if the change is expected, remove the old entry yourself "
                            f"(ssh-keygen -R) and run trust again")
-    except paramiko.SSHException:
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a message (connect_error), none a traceback
         if capture.key is None:
-            raise
-    except (OSError, EOFError) as exc:
-        raise TransportError("unreachable", f"cannot connect to {host.address}:{host.port}: {exc}") from None
+            raise connect_error(exc, host, cxn) from None
     finally:
         cxn.close()
     if capture.key is None:
@@ -143,8 +293,8 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None)
                            f"fab -H {host.name} trust --fingerprint {offered}")
     if fingerprint != offered:
         return "refused", f"the host offers {offered}, not the {fingerprint} you named; nothing trusted"
-    path = known_hosts_path(host)
-    name = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+    path = _known_hosts_files(host, cxn)[0]
+    name = _known_name(cxn)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write(f"{name} {capture.key.get_name()} {capture.key.get_base64()}\n")
@@ -167,39 +317,12 @@ class NodeConnection:
             return
         host = self.host
         cxn = _fabric_connection(host, self.inventory)
-        where = f"{cxn.host}:{cxn.port}"
         try:
             cxn.open()
-        except paramiko.BadHostKeyException as exc:
-            raise TransportError("hostkey", f"host key for {where} does not match known_hosts: expected "
-                                            f"{fingerprint_of(exc.expected_key)}, got {fingerprint_of(exc.key)}; "
-                                            "refusing to connect") from None
-        except paramiko.SSHException as exc:
-            text = str(exc)
-            transport = cxn.client.get_transport()
-            if transport is not None and not transport.remote_version:
-                # paramiko's start_client gives up silently at the timeout; auth then says "No existing session".
-                cxn.close()
-                raise TransportError("unreachable", f"connection to {where} timed out after {host.connect_timeout}s: "
-                                                    "the port accepted TCP but sent no SSH banner (not an SSH server, "
-                                                    "or its sshd is overloaded); check the address and port") from None
-            if "not found in known_hosts" in text:
-                key = cxn.client.get_transport().get_remote_server_key() if cxn.client.get_transport() else None
-                shown = f" (it offered {fingerprint_of(key)})" if key else ""
-                raise TransportError("hostkey", f"unknown host key for {where}{shown}; refusing to connect. "
-                                                f"Add it to {host.known_hosts or '~/.ssh/known_hosts'} after "
-                                                "checking it out of band") from None
-            if isinstance(exc, paramiko.AuthenticationException):
-                raise TransportError("auth", f"authentication failed for {host.user or '?'}@{where}: {exc}") from None
-            raise TransportError("unreachable", f"SSH error with {where}: {exc}") from None
-        except TimeoutError:
-            raise TransportError("unreachable", f"connection to {where} timed out after "
-                                                f"{host.connect_timeout}s") from None
-        except (OSError, EOFError) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-                reason = "connection refused"
-            raise TransportError("unreachable", f"cannot connect to {where}: {reason}") from None
+        except Exception as exc:  # noqa: BLE001 - connect_error names host, cause, next step for every failure
+            error = connect_error(exc, host, cxn)
+            cxn.close()
+            raise error from None
         self.cxn = cxn
         COUNTERS.bump(host.name, "connections")
 

@@ -1,0 +1,101 @@
+"""Which OpenSSH client configuration a run reads, as text with every `Include` spliced in.
+
+paramiko's SSHConfig (used by wire/ssh.py for the lookups) does not follow `Include`, and plans may not import
+paramiko; so the one thing done here is what `ssh` itself does before parsing: choose the files (a `-S`/`-F`
+file alone, else ~/.ssh/config then /etc/ssh/ssh_config) and inline Includes (globs, `~`, paths relative to
+~/.ssh or /etc/ssh, at most 16 deep). `host_aliases` reads the names a run may use as -H words from it."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from .yamlsrc import ConfigError
+
+SYSTEM_CONFIG = Path("/etc/ssh/ssh_config")
+MAX_INCLUDE_DEPTH = 16  # OpenSSH's READCONF_MAX_DEPTH
+_KEYWORD = re.compile(r"^\s*(\w+)(?:\s*=\s*|\s+)(.*?)\s*$")
+
+
+def user_config() -> Path:
+    return Path(os.path.expanduser("~/.ssh/config"))
+
+
+def chosen_path(path: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The ssh_config file named for this run (fab -S, or $FLEETOPS_SSH_CONFIG), or None for the defaults."""
+    env = os.environ if environ is None else environ
+    return path or env.get("FLEETOPS_SSH_CONFIG") or None
+
+
+def config_text(path: str | None = None, environ: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
+    """(the configuration as one text, the files it came from). A named file is read alone, as `ssh -F`
+    does; a named file that does not exist is an error (a typo must not silently mean "no config")."""
+    named = chosen_path(path, environ)
+    files: list[str] = []
+    if named:
+        file = Path(named).expanduser()
+        if not file.is_file():
+            raise ConfigError(named, None, "ssh_config file not found (given with -S or FLEETOPS_SSH_CONFIG)")
+        return _expand(file, user=True, depth=0, files=files), files
+    parts = [_expand(p, user=(p != SYSTEM_CONFIG), depth=0, files=files)
+             for p in (user_config(), SYSTEM_CONFIG) if p.is_file()]
+    return "\n".join(parts), files
+
+
+def _expand(path: Path, *, user: bool, depth: int, files: list[str]) -> str:
+    if depth > MAX_INCLUDE_DEPTH:
+        raise ConfigError(path, None, f"ssh_config Include nested deeper than {MAX_INCLUDE_DEPTH} (a loop?)")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(path, None, f"cannot read ssh_config: {exc.strerror or exc}") from None
+    files.append(str(path))
+    out: list[str] = []
+    block = ""  # the Host/Match line in force: restored after an included file, whose own blocks end there
+    for number, line in enumerate(text.splitlines(), 1):
+        match = _KEYWORD.match(line)
+        keyword = match.group(1).lower() if match and not line.lstrip().startswith("#") else ""
+        if keyword in ("host", "match"):
+            block = line.strip()
+        if keyword != "include":
+            out.append(line)
+            continue
+        try:
+            patterns = shlex.split(match.group(2))
+        except ValueError as exc:
+            raise ConfigError(path, number, f"bad Include line: {exc}") from None
+        base = Path(os.path.expanduser("~/.ssh")) if user else SYSTEM_CONFIG.parent
+        for pattern in patterns:
+            full = os.path.expanduser(pattern)
+            full = full if os.path.isabs(full) else str(base / full)
+            for included in sorted(glob.glob(full)):  # a pattern matching nothing is fine, as in ssh
+                out.append(_expand(Path(included), user=user, depth=depth + 1, files=files))
+        if block:
+            out.append(block)
+    return "\n".join(out)
+
+
+def host_aliases(text: str) -> set[str]:
+    """Names the configuration defines explicitly: `Host` patterns and `Match host`/`originalhost` values
+    without wildcards or negation. Only these may be -H words that are neither inventory names nor
+    addresses, so a typo is an error and never a DNS lookup."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        match = _KEYWORD.match(line)
+        if not match or line.lstrip().startswith("#"):
+            continue
+        keyword, value = match.group(1).lower(), match.group(2)
+        words: list[str] = []
+        if keyword == "host":
+            words = value.split()
+        elif keyword == "match":
+            tokens = value.split()
+            for criterion, arg in zip(tokens, tokens[1:], strict=False):
+                if criterion.lower() in ("host", "originalhost"):
+                    words += arg.split(",")
+        names.update(w for w in words if w and not any(c in w for c in "*?!"))
+    return names

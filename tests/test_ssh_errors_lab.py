@@ -1,0 +1,277 @@
+"""Host syntax, ssh_config aliases and network faults against the lab's real sshd: issue 11 items 2, 5, 6.
+
+Every fault is made on loopback only: a local TCP server that resets, a port nobody listens on, sshd itself
+refusing a user or a key. The DNS failure runs `fab` in a network namespace of its own (`unshare -n`: only a
+loopback that is down), because a `.invalid` name is still sent to the machine's resolver otherwise.
+
+Each error must reach the operator as one result line (no traceback on stdout or stderr), name the host, the
+cause and the next step, and end the run with exit status 4 (unreachable)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_fab
+
+from fleetops.plans.inventory import load_inventory
+
+pytestmark = pytest.mark.lab
+
+EXIT_UNREACHABLE = 4
+
+
+def fab_run(project: Path, *args: str, env: dict | None = None) -> tuple[int, dict, str]:
+    """`fab ... --json`: (exit status, the JSON document, stdout+stderr) with no traceback anywhere."""
+    proc = run_fab(project, *args, "--json", env=env, timeout=300)
+    both = proc.stdout + proc.stderr
+    assert "Traceback" not in both, both
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{both}") from None
+    return proc.returncode, doc, both
+
+
+def only_result(doc: dict) -> dict:
+    assert len(doc["results"]) == 1, doc
+    return doc["results"][0]
+
+
+def assert_unreachable(rc: int, doc: dict, *parts: str) -> str:
+    result = only_result(doc)
+    msg = result["msg"]
+    assert rc == EXIT_UNREACHABLE and result["status"] == "unreachable", (rc, doc)
+    assert "\n" not in msg, msg
+    for part in parts:
+        assert part in msg, (part, msg)
+    return msg
+
+
+def home_with(tmp_path: Path, lab, config: str = "", known_hosts: bool = True) -> Path:
+    """A HOME of the test's own: the operator's ~/.ssh is never read or written."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True, exist_ok=True)
+    (home / ".ssh" / "config").write_text(config)
+    if known_hosts:
+        shutil.copy(lab.known_hosts, home / ".ssh" / "known_hosts")
+    return home
+
+
+# ---------------------------------------------------------------- local fault servers (loopback only)
+@contextmanager
+def tcp_server(behaviour: str) -> Iterator[int]:
+    """A listener on 127.0.0.1 that misbehaves: `reset` sends a TCP RST as soon as it accepts; `banner-reset`
+    sends an SSH banner, reads the client's first packet, then resets (mid-handshake)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.5)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(30)
+                try:
+                    if behaviour == "banner-reset":
+                        conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 fault\r\n")
+                        conn.recv(4096)
+                except OSError:
+                    pass
+                # SO_LINGER 0: close() sends RST, not FIN, so the client sees "connection reset by peer".
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        srv.close()
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- item 2: host syntax
+def test_user_at_address_port_is_honoured_and_the_unknown_key_names_trust(lab, tmp_path):
+    """`fab -H root@127.0.0.1:PORT ping` used to go to port 22. Now: the port is used (the lab's host key
+    is offered, unknown to this HOME), the refusal names `trust --fingerprint`, trust adds it, ping works."""
+    node = lab.node("lab01")
+    home = home_with(tmp_path, lab, f"Host 127.0.0.1\n  IdentityFile {lab.client_key}\n", known_hosts=False)
+    target = f"{lab.user}@127.0.0.1:{node.port}"
+    env = {"HOME": str(home)}
+    rc, doc, _ = fab_run(lab.root, "-H", target, "ping", env=env)
+    msg = assert_unreachable(rc, doc, target, "unknown host key", f"fab -H {target} trust --fingerprint SHA256:")
+    fingerprint = msg.split("--fingerprint ")[1].split()[0]
+    expected = subprocess.run(["ssh-keygen", "-lf", f"{node.host_key}.pub"], capture_output=True, text=True,
+                              check=True).stdout.split()[1]
+    assert fingerprint == expected  # the key of the sshd on PORT, i.e. the port was honoured
+
+    rc, doc, _ = fab_run(lab.root, "-H", target, "trust", "--fingerprint", fingerprint, env=env)
+    assert rc == 0 and only_result(doc)["status"] == "changed", doc
+    assert f"[127.0.0.1]:{node.port} " in (home / ".ssh" / "known_hosts").read_text()
+    rc, doc, _ = fab_run(lab.root, "-H", target, "ping", env=env)
+    assert rc == 0 and only_result(doc)["status"] == "ok", doc
+
+
+def test_user_and_port_override_inventory_names(lab):
+    # An inventory name with another user: sshd refuses it (auth), so the user really travelled.
+    rc, doc, _ = fab_run(lab.root, "-H", "nobody@lab01", "ping")
+    assert_unreachable(rc, doc, "lab01", "authentication failed for user 'nobody'", "authorized_keys")
+    port = closed_port()
+    rc, doc, _ = fab_run(lab.root, "-H", f"{lab.user}@lab01:{port}", "ping")
+    assert_unreachable(rc, doc, "lab01", f"connection refused by 127.0.0.1:{port}", "check that sshd runs")
+    rc, doc, _ = fab_run(lab.root, "-H", f"{lab.user}@lab01", "ping")
+    assert rc == 0 and only_result(doc)["status"] == "ok", doc
+
+
+def test_glob_and_group_host_words(lab):
+    rc, doc, _ = fab_run(lab.root, "-H", "lab0*", "ping")
+    assert rc == 0 and sorted(r["host"] for r in doc["results"]) == ["lab01", "lab02"], doc
+    proc = run_fab(lab.root, "-H", "lab9*", "ping")
+    assert proc.returncode == 2 and "no inventory host matches 'lab9*'" in proc.stderr, proc.stderr
+    proc = run_fab(lab.root, "-H", "lab1", "ping")
+    assert proc.returncode == 2 and "did you mean 'lab01'?" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- item 5: ssh_config aliases
+def alias_block(lab, header: str) -> str:
+    node = lab.node("lab01")
+    return (f"{header}\n  HostName 127.0.0.1\n  Port {node.port}\n  User {lab.user}\n"
+            f"  IdentityFile {lab.client_key}\n  UserKnownHostsFile {lab.known_hosts}\n")
+
+
+def test_aliases_from_included_files_in_ssh_config(lab, tmp_path):
+    """~/.ssh/config that Includes conf.d/*.conf (relative: from ~/.ssh, as ssh does) defining the alias."""
+    home = home_with(tmp_path, lab, "Host *\n  ServerAliveInterval 30\nInclude conf.d/*.conf\n", known_hosts=False)
+    (home / ".ssh" / "conf.d").mkdir()
+    (home / ".ssh" / "conf.d" / "lab.conf").write_text(alias_block(lab, "Host labalias"))
+    rc, doc, _ = fab_run(lab.root, "-H", "labalias", "ping", env={"HOME": str(home)})
+    assert rc == 0 and only_result(doc)["status"] == "ok", doc
+
+
+def test_aliases_from_a_named_ssh_config_with_include_and_match(lab, tmp_path):
+    """A named ssh_config (FLEETOPS_SSH_CONFIG, the -S file) read alone, with an absolute Include whose file
+    defines one alias by `Host` and one by `Match host`."""
+    included = tmp_path / "ssh" / "inc"
+    included.mkdir(parents=True)
+    (included / "a.conf").write_text(alias_block(lab, "Host labalias") + alias_block(lab, "Match host labmatch"))
+    main = tmp_path / "ssh" / "main.conf"
+    main.write_text(f"Include {included}/*.conf\n")
+    home = home_with(tmp_path, lab, known_hosts=False)  # an empty ~/.ssh/config: the aliases come from main
+    env = {"HOME": str(home), "FLEETOPS_SSH_CONFIG": str(main)}
+    for alias in ("labalias", "labmatch"):
+        rc, doc, _ = fab_run(lab.root, "-H", alias, "ping", env=env)
+        assert rc == 0 and only_result(doc)["status"] == "ok", (alias, doc)
+    proc = run_fab(lab.root, "-H", "labalias", "ping", env={"HOME": str(home)})  # without the file: unknown
+    assert proc.returncode == 2 and "unknown host 'labalias'" in proc.stderr, proc.stderr
+    proc = run_fab(lab.root, "-H", "labalias", "ping", env={**env, "FLEETOPS_SSH_CONFIG": str(main) + ".nope"})
+    assert proc.returncode == 2 and "ssh_config file not found" in proc.stderr, proc.stderr
+
+
+def test_use_ssh_config_gives_aliases_and_connects_through_them(lab, tmp_path):
+    """The wire's entry point for `fab -S FILE`: aliases (paramiko's SSHConfig, Include spliced in) handed
+    to the inventory, and connections made with that file."""
+    from fleetops.wire import ssh
+
+    included = tmp_path / "inc.conf"
+    included.write_text(alias_block(lab, "Match host labmatch"))
+    main = tmp_path / "main.conf"
+    main.write_text(alias_block(lab, "Host labalias") + f"Include {included}\nHost *\n  ServerAliveInterval 9\n")
+    try:
+        aliases = ssh.use_ssh_config(str(main))
+        assert {"labalias", "labmatch"} <= aliases and not any("*" in a for a in aliases)
+        inventory = load_inventory(lab.root / "hosts", ssh_aliases=aliases)
+        for alias in ("labalias", "labmatch"):
+            node = ssh.NodeConnection(inventory.resolve(alias), inventory)
+            try:
+                answer, _ = node.call("ping", {})
+            finally:
+                node.close()
+            assert answer.get("version", "").startswith("3."), answer
+    finally:
+        ssh.use_ssh_config(None)
+
+
+# ---------------------------------------------------------------- item 6: network faults
+@pytest.mark.parametrize("behaviour", ["reset", "banner-reset"])
+def test_connection_reset_during_handshake(lab, behaviour):
+    with tcp_server(behaviour) as port:
+        target = f"{lab.user}@127.0.0.1:{port}"
+        rc, doc, _ = fab_run(lab.root, "-H", target, "ping")
+    assert_unreachable(rc, doc, target, "closed during the SSH handshake", "check the port and the node's sshd log")
+
+
+def test_connection_refused(lab):
+    port = closed_port()
+    target = f"{lab.user}@127.0.0.1:{port}"
+    rc, doc, _ = fab_run(lab.root, "-H", target, "ping")
+    assert_unreachable(rc, doc, target, f"connection refused by 127.0.0.1:{port}", "check that sshd runs")
+
+
+def test_auth_refused_names_user_key_and_next_step(lab, tmp_path):
+    # A key sshd does not know (made here, never installed on the node).
+    key = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    node = lab.node("lab01")
+    (lab.root / "hosts" / "stranger.yaml").write_text(
+        f"hosts:\n  stranger:\n    address: 127.0.0.1\n    port: {node.port}\n    user: {lab.user}\n"
+        f"    identity_file: {key}\n    known_hosts: {lab.known_hosts}\n")
+    try:
+        rc, doc, _ = fab_run(lab.root, "-H", "stranger", "ping")
+    finally:
+        (lab.root / "hosts" / "stranger.yaml").unlink()
+    assert_unreachable(rc, doc, "stranger", f"authentication failed for user '{lab.user}'", str(key),
+                       "authorized_keys")
+
+
+def test_unknown_host_key_of_an_inventory_host_names_trust(lab, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    node = lab.node("lab01")
+    (lab.root / "hosts" / "fresh.yaml").write_text(
+        f"hosts:\n  fresh:\n    address: 127.0.0.1\n    port: {node.port}\n    user: {lab.user}\n"
+        f"    identity_file: {lab.client_key}\n    known_hosts: {empty}\n")
+    try:
+        rc, doc, _ = fab_run(lab.root, "-H", "fresh", "ping")
+    finally:
+        (lab.root / "hosts" / "fresh.yaml").unlink()
+    assert_unreachable(rc, doc, "fresh", "unknown host key SHA256:", "fab -H fresh trust --fingerprint SHA256:")
+
+
+def test_dns_failure(lab, tmp_path):
+    """A name that cannot resolve, looked up inside a network namespace with no way out: the resolver
+    (whatever /etc/resolv.conf names) is unreachable, so nothing leaves the machine."""
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -n is not permitted here: the DNS case needs an isolated network namespace")
+    import os
+    import sys
+
+    home = home_with(tmp_path, lab, known_hosts=False)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "HOME": str(home)}
+    target = f"{lab.user}@nosuchnode.invalid"
+    proc = subprocess.run(["unshare", "-n", sys.executable, "-m", "fabric", "-H", target, "ping", "--json"],
+                          cwd=lab.root, capture_output=True, text=True, env=env, timeout=300)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert_unreachable(proc.returncode, doc, target, "cannot resolve 'nosuchnode.invalid'", "check the name")
