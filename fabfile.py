@@ -5,28 +5,46 @@ executor (fleetops/fab/executor.py) runs fleetops.tasks' task of that name on ev
     fab -H lab01 patch verify      # patch the node's speculators, then prove it works
     fab -H lab01 patch --check     # show the diff, change nothing
     fab -H lab01 rollback
+    fab -H @lab run "nvidia-smi --query-gpu=memory.used --format=csv"   # an ad-hoc command
+    fleet -H lab01,lab02 -- uname -a                                    # Fabric's ad-hoc form
+
+Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
+    -j  --json       one JSON document instead of the human view (every task, history too)
+    -c  --check      patch/rollback: show what would change, write nothing
+    -p  --playbook   the playbook YAML
+    Every other option is long only (--job-id, --job, --diff, --kinds, --host, --last, ...); -h is --help.
+    Run options, on any host task: --serial N, --forks N, --limit EXPR (names, globs, @group, !host),
+    --inventory PATH (or FLEETOPS_INVENTORY). `fleet` takes them as core flags too. Fabric's own -i is
+    the SSH identity file, so the inventory is --inventory only.
+    --dry (Fabric's core -R/--dry): check mode for patch/rollback; read-only tasks run as they are; a task
+    that changes things and has no check mode (run, extract, stop, trust) is refused with exit 2.
+Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate, 130 Ctrl-C.
 """
 
-from fabric import task
 from invoke import Collection
 
 from fleetops import lab as _lab
-from fleetops.fab.decorators import fleet_task
+from fleetops.fab import usage as _usage
+from fleetops.fab.decorators import explicit_task, fleet_task
 from fleetops.plans.gpugate import DEFAULT_THRESHOLD_MIB
 from fleetops.report.history import show_history
 
 HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
 HELP_JSON = "print one JSON document instead of the human view"
+HELP_DIFF = "show each file's diff also when applying"
+
+_usage.install()  # a typo in a task or flag exits 2 with the task's help hint, not Invoke's 1
 
 
 @fleet_task(help={"check": "show the diff that would be applied; write nothing", "playbook": HELP_PLAYBOOK,
-            "json": HELP_JSON})
-def patch(c, check=False, playbook=None, json=False):
+            "json": HELP_JSON, "diff": HELP_DIFF})
+def patch(c, check=False, playbook=None, json=False, diff=False):
     """Apply the playbook's patches (atomic, backed up, locked; already-applied is a no-op)."""
 
 
-@fleet_task(help={"check": "show what would be restored; write nothing", "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
-def rollback(c, check=False, playbook=None, json=False):
+@fleet_task(help={"check": "show what would be restored; write nothing", "playbook": HELP_PLAYBOOK,
+                  "json": HELP_JSON, "diff": HELP_DIFF})
+def rollback(c, check=False, playbook=None, json=False, diff=False):
     """Restore the original files byte for byte (sha256 checked)."""
 
 
@@ -88,11 +106,17 @@ def trust(c, fingerprint=None, json=False):
     """Add a host's SSH key to known_hosts, only if it matches the fingerprint you name."""
 
 
-@task(help={"host": "only this host", "last": "only the last N entries", "json": HELP_JSON})
+@fleet_task(help={"command": "the shell command, as you would type it on the node (quote it)",
+                  "timeout": "seconds before the command is killed (default 300)", "json": HELP_JSON})
+def run(c, command, timeout=300, json=False):
+    """Run a shell command on every host (/bin/sh -c on the node), output prefixed by host, exit code each."""
+
+
+@explicit_task(help={"host": "only this host", "last": "only the last N entries", "json": HELP_JSON})
 def history(c, host=None, last=50, json=False):
     """The local audit log: every task run, who ran it, on which host, with what result."""
     show_history(host=host, last=int(last) if last else None, as_json=json)
 
 
-ns = Collection(ping, patch, rollback, verify, gpu, facts, extract, tail, status, logs, stop, trust, history)
+ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history)
 ns.add_collection(_lab.collection(), name="lab")

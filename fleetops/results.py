@@ -20,6 +20,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2  # bad inventory/playbook/arguments: nothing was contacted
 EXIT_UNREACHABLE = 4
+EXIT_INTERRUPTED = 130  # Ctrl-C: the shell's 128 + SIGINT
 EXIT_GPU_BUSY = 10
 EXIT_GPU_UNHEALTHY = 11
 EXIT_NO_NVIDIA_SMI = 12

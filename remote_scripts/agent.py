@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -19,7 +22,7 @@ from .protocol import PROTOCOL
 OPS = {"patch": ("patching", "patch"), "rollback": ("patching", "rollback"), "verify": ("checks", "verify"),
        "gpu": ("gpu", "gpu"), "facts": ("gpu", "facts"), "preflight": ("jobs", "preflight"),
        "job_start": ("jobs", "job_start"), "job_status": ("jobs", "job_status"), "job_tail": ("jobs", "job_tail"),
-       "job_logs": ("jobs", "job_logs"), "job_stop": ("jobs", "job_stop")}
+       "job_logs": ("jobs", "job_logs"), "job_stop": ("jobs", "job_stop"), "run": ("adhoc", "run")}
 assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
 
 
@@ -36,6 +39,27 @@ def _op(name: str):
 
     module, function = OPS[name]
     return getattr(importlib.import_module(f"{__package__}.{module}"), function)
+
+
+def _watch_client(answer_fd: int) -> None:
+    """When the client goes away (Ctrl-C closes its connection), sshd closes our pipes: the write end of
+    stdout reports POLLERR. Then the op is interrupted in the main thread, so it unwinds like any exception:
+    atomic writes leave the old file or the new one, the node lock is released, child processes killed."""
+    poller = select.poll()
+    poller.register(answer_fd, select.POLLERR | select.POLLHUP)
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def watch() -> None:
+        while True:
+            if poller.poll(200):
+                # To the main thread itself, so a blocking wait there (select, sleep) wakes with EINTR and
+                # Python raises KeyboardInterrupt at once.
+                signal.pthread_kill(main, signal.SIGINT)
+                return
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(target=watch, name="client-watch", daemon=True).start()
 
 
 def main() -> int:
@@ -64,6 +88,7 @@ def main() -> int:
         op = _op(str(request.get("op")))
         if op is None:
             raise ValueError(f"unknown op {request.get('op')!r}")
+        _watch_client(answer_fd)
         try:
             result = op(request)
         except NodeError as exc:
@@ -73,6 +98,9 @@ def main() -> int:
 
             result = {"ok": False, "error": os_error_message(exc, f"{request.get('op')} failed"),
                       "error_kind": "os"}
+    except KeyboardInterrupt:
+        print("fleetops agent: client went away (interrupted); stopped cleanly", file=sys.stderr)
+        return 130
     except Exception:  # noqa: BLE001 - report, never die silently
         traceback.print_exc()
         sys.stderr.flush()

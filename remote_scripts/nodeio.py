@@ -219,7 +219,11 @@ class NodeLock:
             self.took_over = previous  # its holder died mid-operation; flock was already released
         write_json_atomic(self.info_path, {"operator": self.operator, "op": self.op, "pid": os.getpid(),
                                            "since": now_iso()}, point="lock.info")
-        failpoint("lock.acquired")
+        try:
+            failpoint("lock.acquired")
+        except BaseException:  # an interrupt here: `with` calls no __exit__ for a failed __enter__
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -4,24 +4,30 @@ Stock `fab -H a,b t1 t2` runs task-major, one new connection per task and host, 
 This runs host-major: every host runs its own chain t1 → t2 on one shared connection, hosts run
 concurrently, a failure stops only that host's chain, and one recap and exit status close the run.
 The run itself is made and carried out by fleetops.run (assemble, execute), as for the library.
+
+Fabric's ad-hoc form (`fleet -H lab01 -- uname -a`, or `fab ... -- cmd` after tasks) becomes the `run`
+task: the same inventory, host keys, example guard and audit log as every other task.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import fabric
 from invoke import Call
 from invoke.exceptions import Exit
 
+from ..plans import inventory as _inventory
 from ..plans.inventory import UnknownHost
 from ..plans.yamlsrc import ConfigError
+from ..report.console import Reporter
 from ..results import EXIT_USAGE
 from ..rollout import DEFAULT_FORKS
 from ..run import UsageError, assemble, execute
 from ..state import RunState
-from .decorators import fleet_task_name
+from .decorators import RUN_OPTIONS, fleet_task_name
 
 
 class FleetExecutor(fabric.Executor):
@@ -37,28 +43,59 @@ class FleetExecutor(fabric.Executor):
         for call in calls:
             if call not in host_calls:
                 self._run_local(call)
-        if not host_calls:
+        # Run options given to any task of the command apply to the whole run (plain `fab` has no other place).
+        run_opts: dict[str, Any] = {}
+        steps = []
+        for c in host_calls:
+            kwargs = dict(c.kwargs)
+            for name in RUN_OPTIONS:
+                value = kwargs.pop(name, None)
+                if value:
+                    run_opts[name] = value
+            steps.append((fleet_task_name(c), kwargs))
+        remainder = self.core.remainder if self.core is not None else ""
+        if remainder:
+            steps.append(("run", {"command": remainder}))
+        if not steps:
             return {}
-        state = RunState(root, settings)
-        if any(c.kwargs.get("json") for c in calls):
-            state.reporter.json_mode = True
-        if not host_str:
-            state.reporter.error(f"{', '.join(c.task.name for c in host_calls)} needs hosts: use -H lab01 "
-                                 "(inventory names, @group, or user@host)")
-            raise Exit(code=EXIT_USAGE)
-        limit = str(self._option("limit", "FLEETOPS_LIMIT") or "")
+        names = ", ".join(name for name, _ in steps)
+        json_mode = any(kw.get("json") for _, kw in steps)
         try:
-            run = assemble(state, host_str.split(","), [(fleet_task_name(c), c.kwargs) for c in host_calls],
-                           limit=limit)
-        except (ConfigError, UnknownHost, UsageError) as exc:
-            state.reporter.error(str(exc))
+            self._choose_inventory(root, settings, run_opts)
+        except ConfigError as exc:
+            Reporter(json_mode).error(str(exc))
             raise Exit(code=EXIT_USAGE) from None
-        forks = int(self._option("forks", "FLEETOPS_FORKS") or settings.get("forks") or DEFAULT_FORKS)
-        serial = int(self._option("serial", "FLEETOPS_SERIAL") or 0)
+        state = RunState(root, settings)
+        state.reporter.json_mode = state.reporter.json_mode or json_mode
+        if not host_str:
+            state.reporter.error(f"{names} needs hosts: use -H lab01 (inventory names, @group, globs, or "
+                                 "user@host:port for a host outside the inventory whose key is in known_hosts)")
+            raise Exit(code=EXIT_USAGE)
+        limit = str(self._option("limit", "FLEETOPS_LIMIT") or run_opts.get("limit") or "")
+        dry = bool(self.core[0].args.dry.value) if self.core and self.core[0].args.get("dry") else False
+        try:
+            run = assemble(state, host_str.split(","), steps, limit=limit, dry=dry)
+            forks = int(self._option("forks", "FLEETOPS_FORKS") or run_opts.get("forks") or settings.get("forks")
+                        or DEFAULT_FORKS)
+            serial = int(self._option("serial", "FLEETOPS_SERIAL") or run_opts.get("serial") or 0)
+        except (ConfigError, UnknownHost, UsageError, ValueError) as exc:
+            state.reporter.error(f"{exc}; see `fab --help {names.split(', ')[0]}`")
+            raise Exit(code=EXIT_USAGE) from None
         code = execute(run, forks, serial)
         if code:
             raise Exit(code=code)
         return {}
+
+    def _choose_inventory(self, root: Path, settings: dict, run_opts: dict[str, Any]) -> None:
+        """--inventory (a task option, or `fleet --inventory`), else FLEETOPS_INVENTORY, else fabric.yaml.
+        The resolved path replaces the setting RunState loads it from (an absolute path stays itself)."""
+        override = str(self._option("inventory", "") or run_opts.get("inventory") or "") or None
+        finder = getattr(_inventory, "find_inventory", None)
+        if finder is not None:
+            settings["inventory"] = str(finder(root, override, settings.get("inventory", "hosts")))
+        elif override or os.environ.get("FLEETOPS_INVENTORY"):
+            chosen = Path(override or os.environ["FLEETOPS_INVENTORY"]).expanduser()
+            settings["inventory"] = str(chosen if chosen.is_absolute() else (Path.cwd() / chosen))
 
     def _option(self, name: str, env: str) -> object:
         """A `fleet` core flag if given, else the environment (so plain `fab` can use it too)."""
@@ -66,10 +103,9 @@ class FleetExecutor(fabric.Executor):
             value = self.core[0].args.get(name).value if self.core and self.core[0].args.get(name) else None
         except (AttributeError, IndexError):
             value = None
-        return value or os.environ.get(env)
+        return value or (os.environ.get(env) if env else None)
 
     def _run_local(self, call: Call) -> None:
         self.config.load_collection(self.collection.configuration(call.called_as))
         self.config.load_shell_env()
         call.task(call.make_context(self.config), *call.args, **call.kwargs)
-

@@ -92,6 +92,13 @@ class Reporter:
             return
         lines = [f"[bold]{escape(r.host)}[/] [dim]|[/] {escape(r.task)} [dim]|[/] "
                  f"[{STYLE[r.status]}]{r.status.value}[/] [dim]|[/] {escape(r.msg)}"]
+        if r.data.get("output"):  # an ad-hoc command's output, each line prefixed with its host
+            for stream, mark in (("stdout", "[dim]|[/]"), ("stderr", "[red]![/]")):
+                if r.data.get(f"{stream}_dropped_bytes"):
+                    lines.append(f"[bold]{escape(r.host)}[/] {mark} [dim]({r.data[f'{stream}_dropped_bytes']} "
+                                 f"earlier bytes of {stream} not shown)[/]")
+                lines.extend(f"[bold]{escape(r.host)}[/] {mark} {escape(x)}"
+                             for x in str(r.data.get(stream) or "").splitlines())
         table = r.data.get("table")
         scopes_shown: set[str] = set()
         for item in r.items:

@@ -22,7 +22,7 @@ def _patch_plan(op: str) -> Callable[[RunState, dict], Plan]:
         if not book.patches:
             raise ConfigError(book.path, None, f"playbook {book.name!r} has no patches to {op}")
         check = bool(kwargs.get("check"))
-        return Plan(op, book.patch_request(check), 180, book, check)
+        return Plan(op, book.patch_request(check), 180, book, check, options={"diff": bool(kwargs.get("diff"))})
 
     return plan
 
@@ -41,7 +41,7 @@ def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:
             status = Status.FAILED
         details = {k: raw[k] for k in ("file", "sha256", "original_sha256", "drift", "diff_text", "notes",
                                        "requirements", "bytecode_removed") if k in raw}
-        details["show_diff"] = plan.check
+        details["show_diff"] = plan.check or plan.options.get("diff", False)
         items.append(Item(raw.get("module") or "requirements", status, raw["msg"], details))
     status = rollup(items)
     counts: dict[str, int] = {}
@@ -54,5 +54,5 @@ def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:
                                                            "playbook": plan.playbook.name if plan.playbook else None})
 
 
-TASKS = [TaskSpec("patch", _patch_plan("patch"), _interpret_patch),
-         TaskSpec("rollback", _patch_plan("rollback"), _interpret_patch)]
+TASKS = [TaskSpec("patch", _patch_plan("patch"), _interpret_patch, dry="check"),
+         TaskSpec("rollback", _patch_plan("rollback"), _interpret_patch, dry="check")]

@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from ..state import RunState
 
 
+class UsageError(Exception):
+    """The command line asks for something that cannot be done (a missing argument, --dry on a task with
+    no check mode, --limit matching nothing). Exit 2; nothing was contacted."""
+
+
 @dataclass
 class Plan:
     op: str
@@ -32,6 +37,9 @@ class TaskSpec:
     interpret: Callable[[str, Plan, dict], Result] | None = None
     # Tasks that need more than one agent call (polling) bring their own loop.
     run: Callable[[RunState, Plan, Connector], Result] | None = None
+    # What --dry means for it: "check" (its check mode), "read-only" (it changes nothing: runs as is),
+    # None (it changes things and has no check mode: --dry is refused, exit 2).
+    dry: str | None = "read-only"
 
 
 def agent_error(host: str, task: str, answer: dict, *, with_kind: bool = False) -> Result:

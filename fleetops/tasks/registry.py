@@ -7,26 +7,35 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..plans.inventory import Host
-from ..results import EXIT_FAILED, Evidence, Result, Status
+from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
 from ..wire.connector import Connector, TransportError
-from . import checks, gpu, jobs, node, patching
-from .plan import Plan, TaskSpec
+from . import adhoc, checks, gpu, jobs, node, patching
+from .plan import Plan, TaskSpec, UsageError
 
 if TYPE_CHECKING:
     from ..state import RunState
 
-TASKS: dict[str, TaskSpec] = {spec.name: spec for family in (node, gpu, patching, checks)
+TASKS: dict[str, TaskSpec] = {spec.name: spec for family in (node, gpu, patching, checks, adhoc)
                               for spec in family.TASKS}
-TASKS.update({name: TaskSpec(name, jobs.job_plan(name, name == "extract"), run=runner)
+TASKS.update({name: TaskSpec(name, jobs.job_plan(name, name == "extract"), run=runner,
+                                       dry=None if name in ("extract", "stop") else "read-only")
               for name, runner in (("extract", jobs.run_extract), ("tail", jobs.run_tail),
                                    ("status", jobs.run_status), ("logs", jobs.run_logs), ("stop", jobs.run_stop))})
 
 UNREACHABLE_KINDS = ("unreachable", "hostkey", "auth", "refused")
 
 
-def plan_for(run: RunState, name: str, kwargs: dict[str, Any]) -> Plan:
-    """Raises ConfigError for a bad playbook or option: before anything connects."""
-    return TASKS[name].plan(run, kwargs)
+def plan_for(run: RunState, name: str, kwargs: dict[str, Any], *, dry: bool = False) -> Plan:
+    """Raises ConfigError for a bad playbook or option, UsageError for --dry on a task without a check
+    mode: before anything connects."""
+    spec = TASKS[name]
+    if dry:
+        if spec.dry is None:
+            raise UsageError(f"{name} has no check mode, so --dry cannot be honoured; nothing was run "
+                             f"(see `fab --help {name}`)")
+        if spec.dry == "check":
+            kwargs = {**kwargs, "check": True}
+    return spec.plan(run, kwargs)
 
 
 def run_on_host(run: RunState, name: str, plan: Plan, node: Connector) -> Result:
@@ -42,13 +51,8 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector) -> Result
             result = spec.interpret(host, plan, answer)
             if result.failed:
                 result.evidence = evidence
-    except TransportError as exc:
-        status = Status.UNREACHABLE if exc.kind in UNREACHABLE_KINDS else Status.FAILED
-        result = Result(host, name, status, str(exc), evidence=exc.evidence, code=EXIT_FAILED,
-                        data={"error_kind": exc.kind})
     except Exception as exc:  # noqa: BLE001 - a bug for one host must not take the fleet down
-        result = Result(host, name, Status.FAILED, f"internal error: {type(exc).__name__}: {exc}",
-                        evidence=Evidence("(client)", None, []), code=EXIT_FAILED)
+        result = _failure(run, host, name, exc)
     result.seconds = round(time.monotonic() - started, 3)
     if plan.playbook is not None:
         result.data.setdefault("playbook", plan.playbook.name)
@@ -56,8 +60,27 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector) -> Result
     return result
 
 
+def _failure(run: RunState, host: str, name: str, exc: Exception) -> Result:
+    if run.interrupted.is_set():  # our own Ctrl-C closed the link under the call: say so, not "lost"
+        return Result(host, name, Status.FAILED, "interrupted (Ctrl-C) while running; the node stops it cleanly "
+                      "(every file whole, old or new; its lock released)",
+                      evidence=getattr(exc, "evidence", None), code=EXIT_INTERRUPTED,
+                      data={"error_kind": "interrupted"})
+    if isinstance(exc, TransportError):
+        status = Status.UNREACHABLE if exc.kind in UNREACHABLE_KINDS else Status.FAILED
+        return Result(host, name, status, str(exc), evidence=exc.evidence, code=EXIT_FAILED,
+                      data={"error_kind": exc.kind})
+    return Result(host, name, Status.FAILED, f"internal error: {type(exc).__name__}: {exc}",
+                  evidence=Evidence("(client)", None, []), code=EXIT_FAILED)
+
+
 def run_task(run: RunState, name: str, plan: Plan, host: Host) -> Result:
     """The step of a host chain: the host's one connection, the task, the result recorded (and shown)."""
-    result = run_on_host(run, name, plan, run.connections().get(host))
+    try:
+        node = run.connections().get(host)
+    except Exception as exc:  # noqa: BLE001 - e.g. a bad ssh_config for this host: its result, not a crash
+        result = _failure(run, host.name, name, exc)
+    else:
+        result = run_on_host(run, name, plan, node)
     run.record(result)
     return result

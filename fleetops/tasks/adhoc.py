@@ -1,0 +1,49 @@
+"""run: an ad-hoc shell command on every selected host (`fab -H @lab run "uname -a"`, and Fabric's own
+`fleet -H lab01 -- uname -a`), through the same inventory, host keys, agent and audit log as every task.
+
+The command is the operator's own text; it travels inside the agent's JSON request (never on the SSH
+command line) and the node runs it with /bin/sh -c (remote_scripts/adhoc.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..results import EXIT_FAILED, Result, Status
+from .plan import Plan, TaskSpec, UsageError, agent_error
+
+if TYPE_CHECKING:
+    from ..state import RunState
+
+DEFAULT_TIMEOUT = 300
+
+
+def _run_plan(run: RunState, kwargs: dict) -> Plan:
+    command = kwargs.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise UsageError('run needs a command: fab -H lab01 run "uname -a" (or: fleet -H lab01 -- uname -a)')
+    try:
+        timeout = float(kwargs.get("timeout") or DEFAULT_TIMEOUT)
+    except ValueError:
+        raise UsageError(f"run --timeout {kwargs.get('timeout')!r}: not a number of seconds") from None
+    # The client waits a little longer than the node, so a timeout is the node's clear answer, not a lost link.
+    return Plan("run", {"command": command, "timeout": timeout}, timeout + 60, None,
+                options={"command": command})
+
+
+def _interpret_run(host: str, plan: Plan, answer: dict) -> Result:
+    if answer.get("error"):
+        return agent_error(host, "run", answer)
+    code = answer["exit_code"]
+    command = plan.options["command"]
+    data = {"command": command, "exit_code": code, "stdout": answer["stdout"], "stderr": answer["stderr"],
+            "timed_out": answer["timed_out"], "stdout_dropped_bytes": answer["stdout_dropped_bytes"],
+            "stderr_dropped_bytes": answer["stderr_dropped_bytes"], "output": True}
+    if answer["timed_out"]:
+        return Result(host, "run", Status.FAILED, f"{command!r}: timed out after {answer['timeout']:g}s "
+                      "(killed); raise --timeout if it needs longer", code=EXIT_FAILED, data=data)
+    if code != 0:
+        return Result(host, "run", Status.FAILED, f"{command!r}: exit {code}", code=EXIT_FAILED, data=data)
+    return Result(host, "run", Status.OK, f"{command!r}: exit 0", data=data)
+
+
+TASKS = [TaskSpec("run", _run_plan, _interpret_run, dry=None)]  # a shell command has no check mode
