@@ -204,3 +204,48 @@ def test_find_inventory_override_env_default(tmp_path, monkeypatch):
         find_inventory(root, None, environ={"FLEETOPS_INVENTORY": "nope"})
     # One file is an inventory of its own.
     assert names(load_inventory(other, ssh_aliases=frozenset()).expand(["stg01"])) == ["stg01"]
+
+
+# ---------------------------------------------------------------- ssh_config text (Include spliced in)
+def test_ssh_config_include_is_spliced_relative_to_dot_ssh_and_block_restored(tmp_path, monkeypatch):
+    from fleetops.plans import sshconfig
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    ssh = tmp_path / ".ssh"
+    write(ssh / "config", "Host outer\n  Port 1\n  Include conf.d/*.conf\n  User after\n")
+    write(ssh / "conf.d" / "b.conf", "Host inner-b\n  Port 3\n")
+    write(ssh / "conf.d" / "a.conf", "Match host inner-a,inner-a2 user root\n  Port 2\n")
+    text, files = sshconfig.config_text(None, environ={})
+    assert files[:3] == [str(ssh / "config"), str(ssh / "conf.d" / "a.conf"), str(ssh / "conf.d" / "b.conf")]
+    lines = [line.strip() for line in text.splitlines()]
+    # After the included blocks, `User after` is back under `Host outer`, as ssh reads it.
+    assert lines.index("User after") == lines.index("Host outer", lines.index("Port 3")) + 1
+    assert {"outer", "inner-a", "inner-a2", "inner-b"} <= sshconfig.host_aliases(text)
+
+
+def test_ssh_config_named_file_is_read_alone_and_aliases_skip_patterns(tmp_path, monkeypatch):
+    from fleetops.plans import sshconfig
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write(tmp_path / ".ssh" / "config", "Host from-home\n")
+    inc = write(tmp_path / "inc.conf", "Host a b*.lab !c ?d\n")
+    named = write(tmp_path / "named.conf", f"Include {inc}\n# Host commented\nHost=eq-alias\n")
+    text, files = sshconfig.config_text(str(named), environ={})
+    assert files == [str(named), str(inc)]
+    assert sshconfig.host_aliases(text) == {"a", "eq-alias"}
+    assert sshconfig.config_text(None, environ={"FLEETOPS_SSH_CONFIG": str(named)})[1] == files
+    with pytest.raises(ConfigError, match="ssh_config file not found"):
+        sshconfig.config_text(str(tmp_path / "nope.conf"), environ={})
+    loop = write(tmp_path / "loop.conf", f"Include {tmp_path / 'loop.conf'}\n")
+    with pytest.raises(ConfigError, match="nested deeper than 16"):
+        sshconfig.config_text(str(loop), environ={})
+
+
+def test_inventory_falls_back_to_ssh_config_aliases(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("FLEETOPS_SSH_CONFIG", raising=False)
+    write(tmp_path / ".ssh" / "config", "Include more.conf\n")
+    write(tmp_path / ".ssh" / "more.conf", "Host homealias\n  HostName 10.9.9.9\n")
+    write(tmp_path / "hosts" / "fleet.yaml", FLEET)
+    inv = load_inventory(tmp_path / "hosts")  # no alias set passed: read from the files ssh reads
+    assert inv.resolve("homealias").plain

@@ -275,3 +275,33 @@ def test_dns_failure(lab, tmp_path):
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     assert_unreachable(proc.returncode, doc, target, "cannot resolve 'nosuchnode.invalid'", "check the name")
+
+
+def test_a_typo_in_a_jump_host_is_refused_without_a_lookup(lab):
+    node = lab.node("lab01")
+    extra = lab.root / "hosts" / "jumpy.yaml"
+    extra.write_text(f"hosts:\n  behind:\n    address: 127.0.0.1\n    port: {node.port}\n    jump: lab2\n"
+                     f"    user: {lab.user}\n    identity_file: {lab.client_key}\n    known_hosts: {lab.known_hosts}\n")
+    try:
+        rc, doc, _ = fab_run(lab.root, "-H", "behind", "ping")
+    finally:
+        extra.unlink()
+    # Refused before any connection: "lab2" never became a DNS query.
+    assert_unreachable(rc, doc, "behind: its jump host: unknown host 'lab2'", "did you mean 'lab02'?")
+
+
+def test_sftp_failure_while_uploading_the_agent_is_one_line(lab):
+    node = lab.node("lab01")
+    extra = lab.root / "hosts" / "nowrite.yaml"
+    # /proc refuses mkdir for anyone, root included: the agent upload fails on the node's side.
+    extra.write_text(f"hosts:\n  nowrite:\n    address: 127.0.0.1\n    port: {node.port}\n    user: {lab.user}\n"
+                     f"    identity_file: {lab.client_key}\n    known_hosts: {lab.known_hosts}\n"
+                     f"    python: {node.python}\n    state_dir: /proc/fleetops-h2\n")
+    try:
+        rc, doc, _ = fab_run(lab.root, "-H", "nowrite", "ping")
+    finally:
+        extra.unlink()
+    result = only_result(doc)
+    assert rc == 1 and result["status"] == "failed", doc
+    assert "nowrite: cannot write /proc/fleetops-h2/bin/" in result["msg"], result
+    assert "over SFTP" in result["msg"] and "check that the login user may write" in result["msg"], result

@@ -138,12 +138,12 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
     if host.jump:
         if depth > 3:
             raise TransportError("unreachable", f"jump chain too long at {host.name}")
-        jump = inventory.hosts.get(host.jump) if inventory else None
-        if jump is None:
-            try:
-                jump = plain_host(host.jump)
-            except UnknownHost as exc:
-                raise TransportError("refused", f"{host.name}: jump host: {exc}") from None
+        try:
+            # Through the inventory: names, user@name:port, ssh_config aliases; a typo is refused with a
+            # "did you mean" instead of becoming a DNS lookup.
+            jump = inventory.resolve(host.jump) if inventory else plain_host(host.jump)
+        except UnknownHost as exc:
+            raise TransportError("refused", f"{host.name}: its jump host: {exc}") from None
         gateway = _fabric_connection(jump, inventory, depth + 1)
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
     if host.identity_file:
@@ -375,6 +375,15 @@ class NodeConnection:
     def upload(self, path: str, data: bytes) -> None:
         """Write path atomically over SFTP (temp name, then rename), making its missing folders 0700."""
         self.open()
+        try:
+            self._upload(path, data)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+            raise TransportError("remote", f"{self.host.name}: cannot write {path} on the node over SFTP ({reason}); "
+                                           f"check that the login user may write {self.host.state_dir} and the "
+                                           "node's free disk space") from None
+
+    def _upload(self, path: str, data: bytes) -> None:
         assert self.cxn is not None
         sftp = self.cxn.sftp()
         parent = path.rsplit("/", 1)[0] if "/" in path else ""
