@@ -209,6 +209,22 @@ def test_use_ssh_config_gives_aliases_and_connects_through_them(lab, tmp_path):
             finally:
                 node.close()
             assert answer.get("version", "").startswith("3."), answer
+        # Fabric's -i: a key offered to a host outside the inventory (here user@127.0.0.1:PORT, whose
+        # known_hosts comes from the file's UserKnownHostsFile and which has no IdentityFile).
+        with main.open("a") as f:
+            f.write(f"Host 127.0.0.1\n  UserKnownHostsFile {lab.known_hosts}\n")
+        target = inventory.resolve(f"{lab.user}@127.0.0.1:{lab.node('lab01').port}")
+        ssh.use_ssh_config(str(main), [str(lab.client_key)])
+        node = ssh.NodeConnection(target, inventory)
+        try:
+            assert node.call("ping", {})[0].get("version", "").startswith("3.")
+        finally:
+            node.close()
+        ssh.use_ssh_config(str(main))  # the same host without the key: no login (no key, or one sshd refuses)
+        with pytest.raises(ssh.TransportError) as err:
+            ssh.NodeConnection(target, inventory).open()
+        assert err.value.kind == "auth", err.value
+        assert "no key to log in with" in str(err.value) or "authorized_keys" in str(err.value), err.value
     finally:
         ssh.use_ssh_config(None)
 

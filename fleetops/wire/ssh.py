@@ -44,17 +44,20 @@ _SHARED_LOCK = threading.Lock()
 _HOST_KEYS: dict[str, tuple[float, paramiko.HostKeys]] = {}
 _CONFIG: Config | None = None
 _SSH_CONFIG_PATH: str | None = None  # fab -S FILE, set by use_ssh_config()
+_PLAIN_KEYS: tuple[str, ...] = ()  # fab -i KEY: offered to hosts outside the inventory
 
 
-def use_ssh_config(path: str | None) -> frozenset[str]:
+def use_ssh_config(path: str | None, identity_files: list[str] | tuple[str, ...] = ()) -> frozenset[str]:
     """Connect with this ssh_config file from now on (Fabric's -S; None: $FLEETOPS_SSH_CONFIG, else
-    ~/.ssh/config and /etc/ssh/ssh_config), Includes followed. Returns the names it defines, for
-    `load_inventory(..., ssh_aliases=...)`, so those names are -H words. Raises ConfigError (usage, exit 2)
-    when the file is missing or unparsable."""
-    global _CONFIG, _SSH_CONFIG_PATH
+    ~/.ssh/config and /etc/ssh/ssh_config), Includes followed; `identity_files` (Fabric's -i) are offered
+    to hosts outside the inventory, before ssh_config's IdentityFile (an inventory host uses its own key).
+    Returns the names the file defines, for `load_inventory(..., ssh_aliases=...)`, so those names are -H
+    words. Raises ConfigError (usage, exit 2) when the file is missing or unparsable."""
+    global _CONFIG, _SSH_CONFIG_PATH, _PLAIN_KEYS
     config = _ssh_config(path)
     with _SHARED_LOCK:
         _SSH_CONFIG_PATH, _CONFIG = path, Config(ssh_config=config)
+        _PLAIN_KEYS = tuple(os.path.expanduser(k) for k in identity_files)
     return ssh_config_aliases(config)
 
 
@@ -156,6 +159,8 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
             # ssh_config decides HostName, IdentityFile, ProxyJump; a user or port typed in the -H word wins
             # over its User/Port, as `ssh -l`/`-p` do.
             user, _, port = split_target(host.name)
+            if _PLAIN_KEYS:
+                connect_kwargs["key_filename"] = list(_PLAIN_KEYS)
             cxn = Connection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
                              connect_kwargs=connect_kwargs, config=config)
         else:
@@ -211,6 +216,10 @@ def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportE
         return TransportError("auth", (
             f"{who}: authentication failed for user {cxn.user!r} (refused by sshd: {text}); check the user and the "
             f"key ({key}) and that its public half is in that user's ~/.ssh/authorized_keys on the node"))
+    if isinstance(exc, paramiko.SSHException) and "No authentication methods available" in text:
+        return TransportError("auth", (
+            f"{who}: no key to log in with (none given, no ssh-agent, no ~/.ssh/id_* key); name one: identity_file "
+            "in the inventory, IdentityFile in ssh_config, or fab -i KEY"))
     if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in text:
         key = transport.get_remote_server_key() if transport is not None else None
         if key is None:
