@@ -8,6 +8,7 @@ scripts/readme-samples writes the blocks from a live run when an output changes 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -111,9 +112,17 @@ def _options(help_text: str) -> dict[str, bool]:
 
 
 @cache
-def _tasks() -> frozenset[str]:
-    listing = _fab("--list")
-    return frozenset(m for m in re.findall(r"^  (\S+)", listing, re.M))
+def _tasks() -> dict[str, int]:
+    """Every task fab lists, with how many positional arguments it takes (`run "CMD"`)."""
+    listed = set(re.findall(r"^  (\S+)", _fab("--list"), re.M))
+    probe = ("import json, fabfile; ns = fabfile.ns; "
+             "print(json.dumps({n: len(ns[n].positional) for n in ns.task_names}))")
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    positional = json.loads(proc.stdout)
+    assert set(positional) == listed, (sorted(positional), sorted(listed))
+    return positional
 
 
 @cache
@@ -148,6 +157,9 @@ def check_fab_words(words: list[str], program: str = "fab") -> list[str]:
             break
         task, options = word, _task_options(word)
         i += 1
+        for _ in range(_tasks()[word]):  # its positional arguments, filled by the next plain words
+            if i < len(words) and not words[i].startswith("-"):
+                i += 1
     return errors
 
 
@@ -245,6 +257,7 @@ def test_bad_flags_are_caught_by_this_check():
     assert check_fab_words(["-H", "lab01", "patch", "--chek"]) == ["--chek is not an option of patch"]
     assert check_fab_words(["-H", "lab01", "pach"]) == ["'pach' is not a task"]
     assert check_fab_words(["-H", "lab01", "patch", "--check", "verify", "--kinds", "grep"]) == []
+    assert check_fab_words(["lab.install", "lab02", "vllm==0.11.0", "lab.status"]) == []
 
 
 def test_set_up_is_the_two_documented_commands():
