@@ -321,3 +321,21 @@ def test_sftp_failure_while_uploading_the_agent_is_one_line(lab):
     assert rc == 1 and result["status"] == "failed", doc
     assert "nowrite: cannot write /proc/fleetops-h2/bin/" in result["msg"], result
     assert "over SFTP" in result["msg"] and "check that the login user may write" in result["msg"], result
+
+
+def test_changed_host_key_names_the_old_entry_and_trust(lab, tmp_path):
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    node = lab.node("lab01")
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{node.port} " + " ".join(other.with_suffix(".pub").read_text().split()[:2]) + "\n")
+    (lab.root / "hosts" / "moved.yaml").write_text(
+        f"hosts:\n  moved:\n    address: 127.0.0.1\n    port: {node.port}\n    user: {lab.user}\n"
+        f"    identity_file: {lab.client_key}\n    known_hosts: {known}\n")
+    try:
+        rc, doc, _ = fab_run(lab.root, "-H", "moved", "ping")
+    finally:
+        (lab.root / "hosts" / "moved.yaml").unlink()
+    assert_unreachable(rc, doc, "moved", "host key does not match known_hosts",
+                       f"ssh-keygen -f {known} -R '[127.0.0.1]:{node.port}'",
+                       "fab -H moved trust --fingerprint SHA256:")

@@ -63,7 +63,7 @@ def _validate(name: str, spec: dict, where: Mapping) -> None:
     else:
         for key in ("backend", "model", "dataset", "output", "layer_ids"):
             if key not in spec:
-                raise ConfigError(where.path, where.line, f"job {name!r} needs {key!r}")
+                raise ConfigError(where.path, where.line, f"job {name!r} needs {key!r}", where.column)
         if spec["backend"] not in ("vllm", "transformers"):
             raise _err(where, "backend", f"job {name!r}: backend must be 'vllm' or 'transformers'")
         for key in ("model", "dataset", "output"):

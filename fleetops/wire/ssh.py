@@ -286,9 +286,11 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None)
     try:
         cxn.open()
     except paramiko.BadHostKeyException as exc:
-        return "refused", (f"host key CHANGED: known_hosts has {fingerprint_of(exc.expected_key)}, the host offers "
-                           f"{fingerprint_of(exc.key)}; if the change is expected, remove the old entry yourself "
-                           f"(ssh-keygen -R) and run trust again")
+        return "refused", (f"host key CHANGED for {_who(host, cxn)}: known_hosts has "
+                           f"{fingerprint_of(exc.expected_key)}, the host offers {fingerprint_of(exc.key)}; if the "
+                           "change is expected (node reinstalled), "
+                           f"remove the old entry yourself (ssh-keygen -f {_known_hosts_files(host, cxn)[0]} -R "
+                           f"'{_known_name(cxn)}') and run trust again")
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message (connect_error), none a traceback
         if capture.key is None:
             raise connect_error(exc, host, cxn) from None
