@@ -74,11 +74,11 @@ def _close_links(run: RunState) -> None:
 def _run_chain(run: RunState, host: Host, steps: list[Step]) -> None:
     failed_at: str | None = None
     for step in steps:
-        if run.interrupted.is_set() and not failed_at:
-            failed_at = "an interrupt (Ctrl-C)"
+        if run.interrupted.is_set():  # after Ctrl-C nothing starts, whatever came before it
+            run.record(Result(host.name, step.name, Status.SKIPPED, NOT_STARTED))
+            continue
         if failed_at:
-            run.record(Result(host.name, step.name, Status.SKIPPED, f"skipped: {failed_at} failed on this host"
-                              if failed_at != "an interrupt (Ctrl-C)" else NOT_STARTED))
+            run.record(Result(host.name, step.name, Status.SKIPPED, f"skipped: {failed_at} failed on this host"))
             continue
         run.reporter.task_started(host.name, step.name)
         result = step.run(host)

@@ -234,6 +234,44 @@ def test_ctrl_c_interrupts_a_running_command_and_kills_it_on_the_node(lab, tmp_p
     wait_for(lambda: not sleepers(), "the interrupted command to be killed on the nodes")
 
 
+def agents_of(node) -> list[int]:
+    """Pids of the node agent (our zip under this node's state dir) running now, from /proc."""
+    mark = f"{node.state_dir}/bin/fleetops-agent".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_ctrl_c_during_verify_then_ping_exits_130_and_starts_nothing_new(lab):
+    """The issue's run: `verify ping` and one SIGINT said `skipped: interrupted` and exited 0."""
+    node = lab.node("lab01")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "verify", "ping", "--json"],
+                            cwd=lab.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: agents_of(node) or proc.poll() is not None, "verify's agent to run on lab01")
+        assert proc.poll() is None, proc.communicate()
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert time.monotonic() - started < 30  # not the whole verify: the running call was interrupted
+    doc = json.loads(out)
+    assert doc["exit_status"] == 130
+    got = {r["task"]: r for r in doc["results"]}
+    assert got["verify"]["data"]["error_kind"] == "interrupted"
+    assert got["ping"]["status"] == "skipped" and "not started" in got["ping"]["msg"]
+    wait_for(lambda: not agents_of(node), "verify's agent to stop on the node")
+
+
 # ---------------------------------------------------------------- item 4: flags and exit statuses
 @pytest.mark.parametrize("args,hint", [(["-H", "lab01", "patch", "--chek"], "fab --help patch"),
                                        (["-H", "lab01", "pach"], "did you mean `patch`")])
