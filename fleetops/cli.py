@@ -35,12 +35,16 @@ class Fleet(Fab):
             super().parse_core(*args, **kwargs)
         except ParseError as exc:
             raise usage_exit(self, exc) from None
+        except ValueError as exc:
+            raise usage_exit(self, ParseError(f"bad option value ({exc})")) from None
 
     def parse_tasks(self) -> None:
         try:
             super().parse_tasks()
         except ParseError as exc:
             raise usage_exit(self, exc) from None
+        except ValueError as exc:  # Invoke casts `--serial abc` with int() and lets the ValueError out
+            raise usage_exit(self, ParseError(f"bad option value ({exc})")) from None
 
     def core_args(self):  # type: ignore[override]
         return super().core_args() + [

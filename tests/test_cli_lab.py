@@ -274,15 +274,18 @@ def test_ctrl_c_during_verify_then_ping_exits_130_and_starts_nothing_new(lab):
 
 # ---------------------------------------------------------------- item 4: flags and exit statuses
 @pytest.mark.parametrize("args,hint", [(["-H", "lab01", "patch", "--chek"], "fab --help patch"),
-                                       (["-H", "lab01", "pach"], "did you mean `patch`")])
+                                       (["-H", "lab01", "pach"], "did you mean `patch`"),
+                                       (["-H", "lab01", "run"], "fab --help run"),
+                                       (["-H", "lab01", "ping", "--serial", "abc"], "bad option value")])
 def test_usage_errors_exit_2_with_a_hint(lab, args, hint):
     proc = run_fab(lab.root, *args)
-    assert proc.returncode == 2 and hint in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and hint in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_fleet_usage_errors_exit_2(lab):
     assert fleet(lab.root, "--chek", "-H", "lab01", "ping").returncode == 2
     assert fleet(lab.root, "-H", "lab01", "ping", "--chek").returncode == 2
+    assert fleet(lab.root, "--serial", "x", "-H", "lab01", "ping").returncode == 2
 
 
 def test_short_flags_mean_the_same_on_every_task(lab):

@@ -49,5 +49,7 @@ def install() -> None:
             original(self)
         except ParseError as exc:
             raise usage_exit(self, exc) from None
+        except ValueError as exc:  # Invoke casts `--serial abc` with int() and lets the ValueError out
+            raise usage_exit(self, ParseError(f"bad option value ({exc})")) from None
 
     Program.parse_tasks = parse_tasks  # type: ignore[method-assign]
