@@ -78,7 +78,10 @@ class FleetExecutor(fabric.Executor):
             forks = int(self._option("forks", "FLEETOPS_FORKS") or run_opts.get("forks") or settings.get("forks")
                         or DEFAULT_FORKS)
             serial = int(self._option("serial", "FLEETOPS_SERIAL") or run_opts.get("serial") or 0)
-        except (ConfigError, UnknownHost, UsageError, ValueError) as exc:
+        except (ConfigError, UnknownHost) as exc:  # a file or a host name: the message names it
+            state.reporter.error(str(exc))
+            raise Exit(code=EXIT_USAGE) from None
+        except (UsageError, ValueError) as exc:  # the command line itself: point at the task's options
             state.reporter.error(f"{exc}; see `fab --help {names.split(', ')[0]}`")
             raise Exit(code=EXIT_USAGE) from None
         code = execute(run, forks, serial)
