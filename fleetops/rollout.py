@@ -5,6 +5,7 @@ fleetops.api alike (both through run.execute)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from .state import RunState
 
 DEFAULT_FORKS = 32
 NOT_STARTED = "skipped: not started (interrupted by Ctrl-C)"
-# After Ctrl-C, tasks that poll (tail, gpu --wait) get this long to return on their own before the links close.
+# After Ctrl-C, tasks that poll (tail, gpu --wait) get this long to return on their own before the links
+# close (FLEETOPS_INTERRUPT_GRACE_S overrides it: a slow link, or a test that needs a wide window).
 INTERRUPT_GRACE_S = 1.0
 
 
@@ -55,7 +57,7 @@ def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int) 
             except KeyboardInterrupt:  # no handler installed (run.execute installs one): same meaning
                 run.interrupted.set()
             if run.interrupted.is_set() and not links_closed:
-                wait(futures, timeout=INTERRUPT_GRACE_S)
+                wait(futures, timeout=float(os.environ.get("FLEETOPS_INTERRUPT_GRACE_S") or INTERRUPT_GRACE_S))
                 _close_links(run)  # running agent calls end now; each agent then stops cleanly on the node
                 links_closed = True
         for f in futures:

@@ -234,6 +234,39 @@ def test_ctrl_c_interrupts_a_running_command_and_kills_it_on_the_node(lab, tmp_p
     wait_for(lambda: not sleepers(), "the interrupted command to be killed on the nodes")
 
 
+def test_a_second_ctrl_c_exits_at_once(lab):
+    """The first SIGINT waits FLEETOPS_INTERRUPT_GRACE_S (here 300 s) for polling tasks before it closes the
+    links; the second must not wait for that: it exits 130 at once."""
+    nodes = lab.nodes()
+    for node in nodes:
+        hit_file(node, "lock.acquired").unlink(missing_ok=True)
+        arm(node, {"lock.acquired": {"action": "pause", "seconds": 120}})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1", "FLEETOPS_INTERRUPT_GRACE_S": "300"}
+    proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "@lab", "patch"], cwd=lab.root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: all(hit_file(n, "lock.acquired").exists() for n in nodes) or proc.poll() is not None,
+                 "every node's agent to pause with the lock held")
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        first = ""
+        while "starting nothing new" not in first:  # the first one is handled: now the second
+            line = proc.stderr.readline()
+            assert line, "fab ended before it said it was interrupted"
+            first += line
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "second Ctrl-C" in err, out + err
+    assert time.monotonic() - started < 30
+    for node in nodes:  # the client vanished: each agent still unwinds and frees its lock
+        wait_for(lambda node=node: lock_free(node.state_dir), f"{node.name}'s lock to be released")
+        assert not (node.state_dir / "lock.json").exists()
+
+
 def agents_of(node) -> list[int]:
     """Pids of the node agent (our zip under this node's state dir) running now, from /proc."""
     mark = f"{node.state_dir}/bin/fleetops-agent".encode()
@@ -297,9 +330,11 @@ def test_short_flags_mean_the_same_on_every_task(lab):
 
 
 def test_patch_diff_shows_the_diff_when_applying(lab):
+    plain = run_fab(lab.root, "-H", "lab02", "patch")
+    assert plain.returncode == 0 and "@@ -" not in plain.stdout  # without --diff: no diff when applying
     proc = run_fab(lab.root, "-H", "lab01", "patch", "--diff")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "\n            @@ " in proc.stdout or "@@ -" in proc.stdout, proc.stdout
+    assert "@@ -" in proc.stdout and "| patch | changed" in proc.stdout, proc.stdout
     rc, doc = fab_json(lab.root, "-H", "lab01", "rollback", "--diff")
     assert rc == 0 and doc["results"][0]["status"] == "changed"
 
