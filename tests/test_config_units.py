@@ -34,7 +34,7 @@ def test_malformed_yaml_reports_file_and_line():
 
 
 def test_duplicate_keys_are_errors_with_line():
-    with pytest.raises(ConfigError, match=r"x.yaml:3: duplicate key 'a'"):
+    with pytest.raises(ConfigError, match=r"x.yaml:3:1: duplicate key 'a'"):
         load_text("a: 1\nb: 2\na: 3\n", "x.yaml")
 
 

@@ -60,7 +60,7 @@ def test_patch_and_probe_files_outside_the_project_are_refused(tmp_path):
     secret.write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
     book = project / "playbooks" / "pb.yaml"
     book.write_text("name: x\npatches:\n  - module: a.b\n    diff: ../../secret.diff\n")
-    with pytest.raises(ConfigError, match=r"pb.yaml:4: diff '../../secret.diff' points outside"):
+    with pytest.raises(ConfigError, match=r"pb.yaml:4:5: diff '../../secret.diff' points outside"):
         load_playbook(book)
     book.write_text("name: x\nverify:\n  - kind: probe\n    script: /etc/passwd\n")
     with pytest.raises(ConfigError, match="points outside"):
