@@ -10,7 +10,6 @@ every host's chain (rollout.py), each step a direct call of tasks.registry.run_t
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import signal
 import sys
@@ -48,16 +47,8 @@ def assemble(state: RunState, hosts: list[str], tasks: list[tuple[str, dict[str,
     selected = state.inventory.expand(hosts)
     steps = [Step(name, partial(run_task, state, name, plan_for(state, name, kwargs, dry=dry)))
              for name, kwargs in tasks]
-    limiter = getattr(state.inventory, "limit", None)
-    if limit and limiter is not None:  # @group, !host, globs (plans/inventory.py)
-        selected = limiter(selected, limit)
-        if not selected:
-            raise UsageError(f"--limit {limit!r} matches none of the selected hosts")
-    elif limit:
-        patterns = [p.strip() for p in limit.split(",") if p.strip()]
-        selected = [h for h in selected if any(fnmatch.fnmatchcase(h.name, p) for p in patterns)]
-        if not selected:
-            raise UsageError(f"--limit {limit!r} matches none of the selected hosts")
+    if limit:  # names, globs, @group, !host (plans/inventory.py); UnknownHost when nothing is left
+        selected = state.inventory.limit(selected, limit)
     return Run(state, selected, steps)
 
 

@@ -189,6 +189,30 @@ def test_aliases_from_a_named_ssh_config_with_include_and_match(lab, tmp_path):
     assert proc.returncode == 2 and "ssh_config file not found" in proc.stderr, proc.stderr
 
 
+def test_fab_dash_s_file_makes_its_aliases_host_words(lab, tmp_path):
+    """`fab -S FILE -H alias`: Fabric's own -S flag reaches the inventory (an alias defined by an Included
+    file of FILE, which ~/.ssh/config does not know)."""
+    included = tmp_path / "ssh" / "inc.conf"
+    included.parent.mkdir(parents=True)
+    included.write_text(alias_block(lab, "Host labviaS"))
+    main = tmp_path / "ssh" / "main.conf"
+    main.write_text(f"Include {included}\n")
+    home = home_with(tmp_path, lab, known_hosts=False)
+    rc, doc, _ = fab_run(lab.root, "-S", str(main), "-H", "labviaS", "ping", env={"HOME": str(home)})
+    assert rc == 0 and only_result(doc)["status"] == "ok", doc
+    proc = run_fab(lab.root, "-H", "labviaS", "ping", env={"HOME": str(home)})  # without -S: unknown
+    assert proc.returncode == 2 and "unknown host 'labviaS'" in proc.stderr, proc.stderr
+
+
+def test_limit_takes_groups_exclusions_and_globs_from_the_command_line(lab):
+    rc, doc, _ = fab_run(lab.root, "-H", "@lab", "ping", "--limit", "@lab,!lab02")
+    assert rc == 0 and [r["host"] for r in doc["results"]] == ["lab01"], doc
+    rc, doc, _ = fab_run(lab.root, "-H", "lab01,lab02", "ping", env={"FLEETOPS_LIMIT": "lab0*,!lab01"})
+    assert rc == 0 and [r["host"] for r in doc["results"]] == ["lab02"], doc
+    proc = run_fab(lab.root, "-H", "@lab", "ping", "--limit", "!lab01,!lab02")
+    assert proc.returncode == 2 and "matches none of the selected hosts" in proc.stderr, proc.stderr
+
+
 def test_use_ssh_config_gives_aliases_and_connects_through_them(lab, tmp_path):
     """The wire's entry point for `fab -S FILE`: aliases (paramiko's SSHConfig, Include spliced in) handed
     to the inventory, and connections made with that file."""

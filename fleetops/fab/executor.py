@@ -19,8 +19,7 @@ import fabric
 from invoke import Call
 from invoke.exceptions import Exit
 
-from ..plans import inventory as _inventory
-from ..plans.inventory import UnknownHost
+from ..plans.inventory import UnknownHost, find_inventory
 from ..plans.yamlsrc import ConfigError
 from ..report.console import Reporter
 from ..results import EXIT_USAGE
@@ -74,6 +73,9 @@ class FleetExecutor(fabric.Executor):
         limit = str(self._option("limit", "FLEETOPS_LIMIT") or run_opts.get("limit") or "")
         dry = bool(self.core[0].args.dry.value) if self.core and self.core[0].args.get("dry") else False
         try:
+            keys = self.config.connect_kwargs.get("key_filename") or []
+            state.use_ssh_config(self.core[0].args["ssh-config"].value if self.core else None,
+                                 [keys] if isinstance(keys, str) else list(keys))
             run = assemble(state, host_str.split(","), steps, limit=limit, dry=dry)
             forks = int(self._option("forks", "FLEETOPS_FORKS") or run_opts.get("forks") or settings.get("forks")
                         or DEFAULT_FORKS)
@@ -93,12 +95,7 @@ class FleetExecutor(fabric.Executor):
         """--inventory (a task option, or `fleet --inventory`), else FLEETOPS_INVENTORY, else fabric.yaml.
         The resolved path replaces the setting RunState loads it from (an absolute path stays itself)."""
         override = str(self._option("inventory", "") or run_opts.get("inventory") or "") or None
-        finder = getattr(_inventory, "find_inventory", None)
-        if finder is not None:
-            settings["inventory"] = str(finder(root, override, settings.get("inventory", "hosts")))
-        elif override or os.environ.get("FLEETOPS_INVENTORY"):
-            chosen = Path(override or os.environ["FLEETOPS_INVENTORY"]).expanduser()
-            settings["inventory"] = str(chosen if chosen.is_absolute() else (Path.cwd() / chosen))
+        settings["inventory"] = str(find_inventory(root, override, settings.get("inventory", "hosts")))
 
     def _option(self, name: str, env: str) -> object:
         """A `fleet` core flag if given, else the environment (so plain `fab` can use it too)."""
