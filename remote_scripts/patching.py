@@ -203,11 +203,13 @@ def _rollback_one(req: dict, p: dict, check_only: bool) -> dict:
         if sha256_bytes(original) != record["original_sha256"]:
             return {**item, "status": FAILED, "ok": False,
                     "msg": f"backup {orig_path} does not match its recorded sha256; refusing to restore it"}
-        how = f"restored the saved original (sha256 {record['original_sha256'][:12]} verified)"
+        what = f"the saved original (sha256 {record['original_sha256'][:12]} verified)"
+        would, done = f"would restore {what}", f"restored {what}"
         new_data = original
     elif cls["overall"] == "patched":
         new_data = apply_hunks(lines, hunks, cls, reverse=True).encode("utf-8")
-        how = "reversed the patch's hunks (no saved original on this node)"
+        what = "the patch's hunks (no saved original on this node)"
+        would, done = f"would reverse {what}", f"reversed {what}"
     else:
         drift = drift_report(lines, hunks, cls) if cls["overall"] == "drifted" else []
         return {**item, "status": DRIFTED, "ok": False, "drift": drift,
@@ -215,12 +217,12 @@ def _rollback_one(req: dict, p: dict, check_only: bool) -> dict:
     diff = unified(data.decode("utf-8"), new_data.decode("utf-8"), path)
     if check_only:
         return {**item, "status": WOULD_RESTORE, "ok": True, "diff_text": diff,
-                "msg": f"would restore: {how} (check mode: nothing written)"}
+                "msg": f"{would} (check mode: nothing written)"}
     try:
         atomic_write(path, new_data, like=path, point="rollback.target")
     except OSError as exc:
         return {**item, "status": FAILED, "ok": False,
                 "msg": os_error_message(exc, f"cannot restore {path}") + "; the file is unchanged"}
-    remove_stale_bytecode(path)
+    removed = remove_stale_bytecode(path)
     return {**item, "status": RESTORED, "ok": True, "changed": True, "sha256": sha256_bytes(new_data),
-            "diff_text": diff, "msg": how}
+            "diff_text": diff, "bytecode_removed": removed, "msg": done}

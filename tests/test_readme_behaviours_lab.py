@@ -104,15 +104,13 @@ def test_rollback_check_shows_the_restore_diff_exits_0_and_writes_nothing(lab):
     assert tree_state(node.state_dir / "backups") == state_before
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: rollback --check says 'would restore: restored the saved "
-                                       "original'; remove this mark when the wording is fixed")
 def test_rollback_check_message_does_not_claim_a_restore_happened(lab):
     rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
     assert rc == 0, doc
     rc, doc = fab_json(lab.root, "-H", "lab01", "rollback", "--check")
     assert rc == 0, doc
     msg = items(doc, "rollback")[GENERATOR]["msg"]
-    assert "restored" not in msg, msg
+    assert "restored" not in msg and msg.startswith("would restore the saved original (sha256 "), msg
 
 
 # ---------------------------------------------------------------- tampered backup
