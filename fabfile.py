@@ -112,10 +112,14 @@ def run(c, command, timeout=300, json=False):
     """Run a shell command on every host (/bin/sh -c on the node), output prefixed by host, exit code each."""
 
 
-@explicit_task(help={"host": "only this host", "last": "only the last N entries", "json": HELP_JSON})
+@explicit_task(help={"host": "only this host (inventory name)", "last": "only the last N entries (default 50)",
+                     "json": HELP_JSON})
 def history(c, host=None, last=50, json=False):
-    """The local audit log: every task run, who ran it, on which host, with what result."""
-    show_history(host=host, last=int(last) if last else None, as_json=json)
+    """This project's audit log: every task run, who ran it, on which host (address, inventory file), with what
+    result and exit status. One log per project, outside the checkout (its path is the table's title);
+    FLEETOPS_AUDIT_LOG=FILE uses FILE instead."""
+    show_history(host=host, last=int(last) if last else None, as_json=json,
+                 root=(c.config.get("fleetops") or {}).get("root"))
 
 
 ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history)
