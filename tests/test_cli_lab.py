@@ -163,8 +163,10 @@ def test_dry_rollback_changes_nothing(lab):
 
 @pytest.mark.parametrize("task", [["run", "true"], ["stop"], ["extract"]])
 def test_dry_is_refused_where_a_task_has_no_check_mode(lab, task):
-    proc = run_fab(lab.root, "--dry", "-H", "lab01", *task)
+    proc = run_fab(lab.root, "--dry", "-H", "lab01", *task, env={"COLUMNS": "80"})
     assert proc.returncode == 2 and "no check mode" in proc.stderr, proc.stdout + proc.stderr
+    # One line (not wrapped at 80 columns), naming the task's help once.
+    assert proc.stderr.count("\n") == 1 and proc.stderr.count(f"fab --help {task[0]}") == 1, proc.stderr
 
 
 # Where the agents are held when the SIGINT comes: before any write, after a backup, mid-write of a target

@@ -64,7 +64,9 @@ class Reporter:
             self.live = None
 
     def error(self, message: str) -> None:
-        Console(file=RedactingStream(sys.stderr), highlight=False).print(f"[bold red]error:[/] {escape(message)}")
+        # One line whatever the terminal's width: operators grep for it and paste it into tickets.
+        Console(file=RedactingStream(sys.stderr), highlight=False, soft_wrap=True).print(
+            f"[bold red]error:[/] {escape(message)}")
 
     def note(self, message: str) -> None:
         if not self.json_mode:

@@ -31,8 +31,7 @@ def plan_for(run: RunState, name: str, kwargs: dict[str, Any], *, dry: bool = Fa
     spec = TASKS[name]
     if dry:
         if spec.dry is None:
-            raise UsageError(f"{name} has no check mode, so --dry cannot be honoured; nothing was run "
-                             f"(see `fab --help {name}`)")
+            raise UsageError(f"{name} has no check mode, so --dry cannot be honoured; nothing was run")
         if spec.dry == "check":
             kwargs = {**kwargs, "check": True}
     return spec.plan(run, kwargs)
