@@ -217,9 +217,9 @@ class NodeLock:
         previous = read_json(self.info_path)
         if previous and previous.get("pid") and not pid_alive(int(previous["pid"])):
             self.took_over = previous  # its holder died mid-operation; flock was already released
-        write_json_atomic(self.info_path, {"operator": self.operator, "op": self.op, "pid": os.getpid(),
-                                           "since": now_iso()}, point="lock.info")
         try:
+            write_json_atomic(self.info_path, {"operator": self.operator, "op": self.op, "pid": os.getpid(),
+                                               "since": now_iso()}, point="lock.info")
             failpoint("lock.acquired")
         except BaseException:  # an interrupt here: `with` calls no __exit__ for a failed __enter__
             self.__exit__()
