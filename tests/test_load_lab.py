@@ -58,17 +58,20 @@ settle()
 base = {"fds": fds(), "threads": threading.active_count()}
 started = time.monotonic()
 failures = corrupted = checked = runs = 0
+failed = []
 for _ in range(rounds):
     results = api.run(root, "@lab", ROUND)
     runs += len(results)
     failures += sum(1 for r in results if r.failed)
+    failed += [f"{r.host} {r.task}: {r.msg}" for r in results if r.failed][:5]
     for key, sha in pristine.items():
         name, module = key.split(":")
         checked += 1
         corrupted += hashlib.sha256(lab.node(name).module_file(module).read_bytes()).hexdigest() != sha
 wall = time.monotonic() - started
 settle()
-print(json.dumps({"wall": wall, "runs": runs, "failures": failures, "corrupted": corrupted, "checked": checked,
+print(json.dumps({"wall": wall, "runs": runs, "failures": failures, "failed": failed[:20],
+                  "corrupted": corrupted, "checked": checked,
                   "fds": [base["fds"], fds()], "threads": [base["threads"], threading.active_count()],
                   "children": len([k for k in kids() if k]),
                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
@@ -117,7 +120,7 @@ def test_32_nodes_20_rounds_patch_verify_rollback(big_lab):
           f"{figures['fds'][0]}->{figures['fds'][1]}, threads {figures['threads'][0]}->{figures['threads'][1]}, "
           f"child processes left {figures['children']}", file=sys.stderr)
     assert figures["runs"] == len(nodes) * ROUNDS * 3
-    assert figures["failures"] == 0 and figures["corrupted"] == 0
+    assert figures["failures"] == 0 and figures["corrupted"] == 0, figures["failed"]
     assert figures["fds"][1] == figures["fds"][0], "file descriptors leaked"
     assert figures["threads"][1] <= figures["threads"][0], "threads leaked"
     assert figures["children"] == 0, "child processes leaked"
