@@ -285,6 +285,8 @@ def agents_of(node) -> list[int]:
 def test_ctrl_c_during_verify_then_ping_exits_130_and_starts_nothing_new(lab):
     """The issue's run: `verify ping` and one SIGINT said `skipped: interrupted` and exited 0."""
     node = lab.node("lab01")
+    # An agent still unwinding from an earlier test would pass for verify's and the SIGINT would come too soon.
+    wait_for(lambda: not agents_of(node), "earlier tests' agents on lab01 to stop", timeout=150)
     env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "verify", "ping", "--json"],
                             cwd=lab.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
