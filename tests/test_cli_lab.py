@@ -306,7 +306,7 @@ def test_ctrl_c_during_verify_then_ping_exits_130_and_starts_nothing_new(lab):
     got = {r["task"]: r for r in doc["results"]}
     assert got["verify"]["data"]["error_kind"] == "interrupted"
     assert got["ping"]["status"] == "skipped" and "not started" in got["ping"]["msg"]
-    wait_for(lambda: not agents_of(node), "verify's agent to stop on the node")
+    wait_for(lambda: not agents_of(node), "verify's agent to stop on the node", timeout=180)  # loaded CI box
 
 
 # ---------------------------------------------------------------- item 4: flags and exit statuses
