@@ -6,7 +6,7 @@ executor (fleetops/fab/executor.py) runs fleetops.tasks' task of that name on ev
     fab -H lab01 patch --check     # show the diff, change nothing
     fab -H lab01 rollback
     fab -H @lab run "nvidia-smi --query-gpu=memory.used --format=csv"   # an ad-hoc command
-    fleet -H lab01,lab02 -- uname -a                                    # Fabric's ad-hoc form
+    fab -H lab01,lab02 -- uname -a                                      # Fabric's ad-hoc form
 
 Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     -j  --json       one JSON document instead of the human view (every task, history too)
@@ -14,7 +14,7 @@ Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     -p  --playbook   the playbook YAML
     Every other option is long only (--job-id, --job, --diff, --kinds, --host, --last, ...); -h is --help.
     Run options, on any host task: --serial N, --forks N, --limit EXPR (names, globs, @group, !host),
-    --inventory PATH (or FLEETOPS_INVENTORY). `fleet` takes them as core flags too. Fabric's own -i is
+    --inventory PATH (or FLEETOPS_INVENTORY). fleetops' own `fab` (fleetops/cli.py) takes them as core flags too. Fabric's own -i is
     the SSH identity file, so the inventory is --inventory only.
     --dry (Fabric's core -R/--dry): check mode for patch/rollback; read-only tasks run as they are; a task
     that changes things and has no check mode (run, extract, stop, trust) is refused with exit 2.

@@ -1,34 +1,49 @@
-"""`fleet`: Fabric's `fab` with fleet options (same tasks, same syntax, same fabfile).
+"""`fab` and `fleet`: Fabric's `fab` with fleet options (same tasks, same syntax, same fabfile).
 
-    fleet -H @lab --serial 1 patch verify
-    fleet -H @gpus --limit 'gpu0*' --forks 8 gpu --wait 600
-    fleet -H lab01,lab02 -- uname -a          # Fabric's ad-hoc form, through the inventory (the `run` task)
-    fleet --inventory staging/ -H @gpus ping
+    fab -H @lab --serial 1 patch verify
+    fab -H @gpus --limit 'gpu0*' --forks 8 gpu --wait 600
+    fab -H lab01,lab02 -- uname -a            # Fabric's ad-hoc form, through the inventory (the `run` task)
+    fab --inventory staging/ -H @gpus ping
 
-`fab` works too: there the same settings are options of any host task (`fab -H @lab patch --serial 1`) or
-come from FLEETOPS_SERIAL, FLEETOPS_LIMIT, FLEETOPS_FORKS and FLEETOPS_INVENTORY. One difference: plain
-`fab -H x -- cmd` (a command and no task) never reads the project (Fabric loads no fabfile and no
-fabric.yaml for it), so it is Fabric's own SSH run; use `fleet -H x -- cmd` or `fab -H x run "cmd"`.
+Installing fleetops installs this program as `fab` (over Fabric's own script, which fleetops depends on) and
+as `fleet`. Why its own `fab`: Fabric's loads no fabfile and no fabric.yaml for `fab -H x -- cmd` (a command
+and no task), so that command would bypass the inventory, the host-key policy and the audit log; and its
+core flags cannot include --serial/--limit/--forks/--inventory. In a project whose fabfile has no fleetops
+tasks, this program behaves exactly like Fabric's (FleetExecutor hands such runs to fabric.Executor).
+Stock Fabric (`python -m fabric`) still runs every fleetops task; only the two points above need this one.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 from fabric import Config
 from fabric import __version__ as fabric_version
 from fabric.main import Fab
 from invoke import Argument
-from invoke.exceptions import ParseError
+from invoke.exceptions import Exit, ParseError
 from invoke.program import Program
 
 from .fab.executor import FleetExecutor
 from .fab.usage import usage_exit
+from .results import EXIT_USAGE
 
 
 class Fleet(Fab):
     def load_collection(self) -> None:
-        # Fabric skips the project for `-- cmd` alone; fleet loads it, so the command goes through the
+        # Fabric skips the project for `-- cmd` alone; this loads it, so the command goes through the
         # inventory, strict host keys and the audit log (the executor turns it into the `run` task).
-        Program.load_collection(self)
+        try:
+            Program.load_collection(self)
+        except Exit as exc:
+            if "Can't find any collection" not in str(exc.message or ""):
+                raise
+            where = self.args["search-root"].value or os.getcwd()
+            print(f"{self.binary}: no fabfile.py in {where} or any folder above it: run it from the fleetops "
+                  f"project (or a folder inside it), or name the project with `{self.binary} -r PATH/TO/PROJECT "
+                  "...`", file=sys.stderr)
+            raise Exit(code=EXIT_USAGE) from None
 
     def parse_core(self, *args, **kwargs) -> None:  # type: ignore[override]
         try:
@@ -74,10 +89,16 @@ def _version() -> str:
 
 program = Fleet(name="fleetops", version=_version(), executor_class=FleetExecutor, config_class=Config,
                 binary="fleet", binary_names=["fleet"])
+fab_program = Fleet(name="fleetops", version=_version(), executor_class=FleetExecutor, config_class=Config,
+                    binary="fab", binary_names=["fab"])
 
 
 def main() -> None:
     program.run()
+
+
+def fab_main() -> None:
+    fab_program.run()
 
 
 if __name__ == "__main__":

@@ -49,6 +49,18 @@ def fleet(project: Path, *args: str, env: dict | None = None) -> subprocess.Comp
                           text=True, env=full_env, timeout=600)
 
 
+def installed_fab(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The `fab` script that installing fleetops puts on PATH (fleetops.cli:fab_main, not Fabric's own)."""
+    script = Path(sys.executable).parent / "fab"
+    assert "fleetops.cli" in script.read_text(), f"{script} is Fabric's fab, not fleetops': run scripts/setup"
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
+    return subprocess.run([str(script), *args], cwd=project, capture_output=True, text=True, env=full_env,
+                          timeout=600)
+
+
+PROGRAMS = {"fleet": fleet, "fab": installed_fab}
+
+
 def history(project: Path, host: str) -> list[dict]:
     proc = run_fab(project, "history", "--host", host, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -72,8 +84,11 @@ def lock_free(state_dir: Path) -> bool:
 
 
 # ---------------------------------------------------------------- item 1: ad-hoc commands
-def test_fabric_adhoc_syntax_runs_through_the_inventory(lab):
-    proc = fleet(lab.root, "-H", "lab01,lab02", "--", "uname", "-a")
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_fabric_adhoc_syntax_runs_through_the_inventory(lab, program):
+    # The issue's first quote: plain `fab -H lab01 -- uname -a` crashed with socket.gaierror (Fabric's own
+    # fab loaded no fabfile and looked the inventory name up in DNS).
+    proc = PROGRAMS[program](lab.root, "-H", "lab01,lab02", "--", "uname", "-a")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("lab01", "lab02"):
         assert any(line.startswith(f"{name} | Linux") for line in proc.stdout.splitlines()), proc.stdout
@@ -127,8 +142,9 @@ def test_adhoc_to_a_host_whose_key_is_unknown_is_refused(lab, tmp_path):
     marker = tmp_path / "must-not-exist"
     target = f"{lab.user}@127.0.0.1:{node.port}"  # not in the inventory: only ~/.ssh/known_hosts may vouch
     via_run = run_fab(lab.root, "-H", target, "run", f"touch {marker}")
-    via_fabric = fleet(lab.root, "-H", target, "-i", str(lab.client_key), "--", "touch", str(marker))
-    for proc in (via_run, via_fabric):
+    via_fleet = fleet(lab.root, "-H", target, "-i", str(lab.client_key), "--", "touch", str(marker))
+    via_fab = installed_fab(lab.root, "-H", target, "-i", str(lab.client_key), "--", "touch", str(marker))
+    for proc in (via_run, via_fleet, via_fab):
         assert proc.returncode == 4, proc.stdout + proc.stderr
         assert "host key" in proc.stdout and "Traceback" not in proc.stderr
     assert not marker.exists()  # the command never ran
@@ -319,10 +335,22 @@ def test_usage_errors_exit_2_with_a_hint(lab, args, hint):
     assert proc.returncode == 2 and hint in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
-def test_fleet_usage_errors_exit_2(lab):
-    assert fleet(lab.root, "--chek", "-H", "lab01", "ping").returncode == 2
-    assert fleet(lab.root, "-H", "lab01", "ping", "--chek").returncode == 2
-    assert fleet(lab.root, "--serial", "x", "-H", "lab01", "ping").returncode == 2
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_fleet_usage_errors_exit_2(lab, program):
+    run = PROGRAMS[program]
+    assert run(lab.root, "--chek", "-H", "lab01", "ping").returncode == 2
+    assert run(lab.root, "-H", "lab01", "ping", "--chek").returncode == 2
+    assert run(lab.root, "--serial", "x", "-H", "lab01", "ping").returncode == 2
+
+
+def test_installed_fab_takes_run_options_before_the_task(lab):
+    # The issue: "plain `fab` rejects `--serial`" when given where Fabric users put core flags.
+    proc = installed_fab(lab.root, "--serial", "1", "--forks", "2", "-H", "@lab", "ping")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "batch 1/3" in proc.stdout and "batch 3/3" in proc.stdout
+    proc = installed_fab(lab.root, "--limit", "lab0*,!lab02", "-H", "@lab", "ping", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(r["host"] for r in json.loads(proc.stdout)["results"]) == ["lab01", "lab03"]
 
 
 def test_short_flags_mean_the_same_on_every_task(lab):

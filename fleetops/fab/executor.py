@@ -31,6 +31,9 @@ from .decorators import RUN_OPTIONS, fleet_task_name
 
 class FleetExecutor(fabric.Executor):
     def execute(self, *tasks):  # type: ignore[override]
+        if not _is_fleetops_collection(self.collection):
+            # fleetops installs this executor's program as `fab`: another project's fabfile keeps Fabric's ways.
+            return super().execute(*tasks)
         calls = [c if isinstance(c, Call) else Call(task=c) for c in self.normalize(tasks)]
         host_str = self.core[0].args.hosts.value if self.core else None
         loaded_from = getattr(self.collection, "loaded_from", None)
@@ -109,3 +112,11 @@ class FleetExecutor(fabric.Executor):
         self.config.load_collection(self.collection.configuration(call.called_as))
         self.config.load_shell_env()
         call.task(call.make_context(self.config), *call.args, **call.kwargs)
+
+
+def _is_fleetops_collection(collection: Any) -> bool:
+    """A fabfile that declares at least one fleetops host task (fabfile.py's @fleet_task)."""
+    if collection is None:
+        return False
+    return any(getattr(task.body, "fleetops_task", None) for task in collection.tasks.values()) or any(
+        _is_fleetops_collection(sub) for sub in collection.collections.values())
