@@ -205,6 +205,23 @@ def test_fab_dash_s_file_makes_its_aliases_host_words(lab, tmp_path):
     assert proc.returncode == 2 and "unknown host 'labviaS'" in proc.stderr, proc.stderr
 
 
+def test_ssh_config_proxyjump_to_an_unknown_key_is_refused(lab, tmp_path):
+    """An alias outside the inventory whose ssh_config ProxyJump names a jump host: the jump's key is checked
+    like every other (Fabric builds the gateway Connection itself, with its auto-add policy)."""
+    jump = lab.node("lab02")
+    jump_block = (f"Host labjump\n  HostName 127.0.0.1\n  Port {jump.port}\n  User {lab.user}\n"
+                  f"  IdentityFile {lab.client_key}\n")
+    target = alias_block(lab, "Host labbehind") + "  ProxyJump labjump\n"
+    home = home_with(tmp_path, lab, jump_block + target, known_hosts=False)  # nothing vouches for labjump
+    rc, doc, _ = fab_run(lab.root, "-H", "labbehind", "ping", env={"HOME": str(home)})
+    assert rc == 4 and only_result(doc)["status"] == "unreachable", doc
+    assert "its jump host labjump" in json.dumps(doc) and "fab -H labjump trust" in json.dumps(doc), doc
+    # Once the jump's key is trusted (its known_hosts), the same alias connects through it.
+    (home / ".ssh" / "config").write_text(jump_block + f"  UserKnownHostsFile {lab.known_hosts}\n" + target)
+    rc, doc, _ = fab_run(lab.root, "-H", "labbehind", "ping", env={"HOME": str(home)})
+    assert rc == 0 and only_result(doc)["status"] == "ok", doc
+
+
 def test_limit_takes_groups_exclusions_and_globs_from_the_command_line(lab):
     rc, doc, _ = fab_run(lab.root, "-H", "lab01,lab02", "ping", "--limit", "@lab,!lab02")
     assert rc == 0 and [r["host"] for r in doc["results"]] == ["lab01"], doc

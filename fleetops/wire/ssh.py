@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 import paramiko
 from fabric import Config, Connection
@@ -172,7 +173,19 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
     except (ValueError, TypeError, UnknownHost) as exc:  # e.g. a Port in ssh_config that is not a number
         raise TransportError("refused", f"{host.name}: cannot use its ssh_config entry: {exc}") from None
     cxn.client = _strict_client(_known_hosts_files(host, cxn))
+    cxn.fleetops_name = host.name  # what `trust` takes for this hop (a jump's own inventory name)
+    _strict_gateways(cxn)
     return cxn
+
+
+def _strict_gateways(cxn: Connection) -> None:
+    """A ProxyJump from ssh_config (a host outside the inventory) makes Fabric build the jump Connections
+    itself, with its auto-add client: give each hop the strict client, its known_hosts from its own entry."""
+    hop = cxn.gateway
+    while isinstance(hop, Connection):
+        if not isinstance(getattr(hop.client, "_policy", None), paramiko.RejectPolicy):  # not one of ours
+            hop.client = _strict_client(_known_hosts_files(plain_host(hop.original_host), hop))
+        hop = hop.gateway
 
 
 class _CaptureKey(paramiko.MissingHostKeyPolicy):
@@ -199,11 +212,29 @@ def _who(host: Host, cxn: Connection) -> str:
     return host.name if host.name in (where, f"{cxn.user}@{where}") else f"{host.name} ({where})"
 
 
+def _refused_hop(cxn: Connection) -> Connection | None:
+    """The jump host whose handshake got as far as its key and no further (its key was refused), if any."""
+    hop = cxn.gateway
+    while isinstance(hop, Connection):
+        transport = hop.client.get_transport() if hop.client is not None else None
+        if transport is not None and transport.remote_version and not transport.is_authenticated():
+            return hop
+        hop = hop.gateway
+    return None
+
+
 def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportError:
     """Any failure to open an SSH connection → one TransportError whose message names the host, the cause
     and the next step. Nothing here re-raises: no traceback reaches the operator for a network fault."""
     who, seconds = _who(host, cxn), host.connect_timeout
     transport = cxn.client.get_transport() if cxn.client is not None else None
+    hop = _refused_hop(cxn) if isinstance(exc, paramiko.SSHException) else None
+    if hop is not None:  # a jump host's key was refused: name that host, and trust that one
+        name = getattr(hop, "fleetops_name", None)
+        # An inventory jump keeps the inventory's known_hosts; an ssh_config jump reads its own entry.
+        host = replace(host, name=name) if name else plain_host(hop.original_host)
+        who = f"{who}: its jump host {host.name} ({_where(hop)})"
+        cxn, transport = hop, hop.client.get_transport()
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, paramiko.BadHostKeyException):
         return TransportError("hostkey", (
