@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .identity import operator
-from .redaction import redact
+from .redaction import dumps
 from .results import Result, exit_status
 
 if TYPE_CHECKING:  # only its fields are read; `history` need not load the YAML parsers
@@ -107,7 +107,7 @@ def append(record: dict[str, Any], root: Path | None = None) -> None:
     if fresh and not os.environ.get("FLEETOPS_AUDIT_LOG") and record.get("project"):
         # Names the project beside its log: the directory name alone is a hash.
         (path.parent / "project").write_text(record["project"] + "\n", encoding="utf-8")
-    line = (redact(json.dumps(record, sort_keys=True)) + "\n").encode()
+    line = (dumps(record, sort_keys=True) + "\n").encode()  # masked as values, before JSON escapes them
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # one whole line per writer, even from parallel runs

@@ -1,31 +1,87 @@
 """Values the inventory marks secret (tokens, key passphrases). They are used, never shown: everything
-fleetops prints, writes as JSON or appends to the audit log goes through redact()."""
+fleetops prints, writes as JSON or appends to the audit log goes through redact() or dumps().
+
+Masking works on values, before anything escapes them (issue 12): dumps() masks every string of a document
+(keys too) and then serializes it, so a secret with quotes, backslashes, non-ASCII or newlines is masked in
+JSON output however json escapes it. redact() masks text that is already formatted (console lines): besides
+the value itself it knows the forms a value takes when quoted (JSON with and without ASCII escapes, Python's
+repr) and, for a multi-line value, each of its lines (a job's log arrives one line at a time)."""
 
 from __future__ import annotations
 
+import json
 import threading
+from collections.abc import Callable
+from typing import Any
 
 MASK = "[secret]"
+MIN_LENGTH = 4  # shorter values would mask ordinary text everywhere
 _lock = threading.Lock()
-_values: set[str] = set()
+_values: dict[str, frozenset[str]] = {}  # registered value -> the forms redact() replaces
+_forms: list[str] = []  # every form of every value, longest first
+
+
+def _forms_of(value: str) -> frozenset[str]:
+    forms = {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1]}
+    if "\n" in value or "\r" in value:
+        forms.update(line.strip() for line in value.splitlines())
+    return frozenset(f for f in forms if len(f) >= MIN_LENGTH)
 
 
 def register(value: str) -> str:
-    if value and len(value) >= 4:  # shorter values would mask ordinary text everywhere
+    if value and len(value) >= MIN_LENGTH:
+        forms = _forms_of(value)
         with _lock:
-            _values.add(value)
+            if value not in _values:
+                _values[value] = forms
+                _forms[:] = sorted(set(_forms) | forms, key=len, reverse=True)
     return value
 
 
+def forget(value: str) -> None:
+    """Stop masking `value` (tests register throwaway values; a run never needs this)."""
+    with _lock:
+        if _values.pop(value, None) is not None:
+            keep = set().union(*_values.values()) if _values else set()
+            _forms[:] = sorted(keep, key=len, reverse=True)
+
+
 def redact(text: str) -> str:
-    if not _values or not text:
+    if not _forms or not text:
         return text
     with _lock:
-        values = sorted(_values, key=len, reverse=True)
-    for value in values:
-        if value in text:
-            text = text.replace(value, MASK)
+        forms = list(_forms)
+    for form in forms:
+        if form in text:
+            text = text.replace(form, MASK)
     return text
+
+
+def mask(value: Any) -> Any:
+    """`value` with every secret masked in every string in it (mapping keys too), before serialization.
+    Numbers whose digits hold a secret become masked text; other objects are left to the serializer."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {mask(k) if isinstance(k, str) else k: mask(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [mask(v) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and _forms:
+        shown = redact(str(value))
+        return shown if shown != str(value) else value
+    return value
+
+
+def dumps(value: Any, *, default: Callable[[Any], Any] | None = str, **kwargs: Any) -> str:
+    """json.dumps of `value` with secrets masked in the values first: the one way fleetops writes JSON that
+    an operator or a log sees (`--json`, the audit log, `history --json`). `default` turns other objects
+    into something JSON can hold (str by default); its result is masked too."""
+    def fallback(obj: Any) -> Any:
+        if default is None:
+            raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+        return mask(default(obj))
+
+    return json.dumps(mask(value), default=fallback, **kwargs)
 
 
 class RedactingStream:

@@ -57,14 +57,42 @@ class Host:
     example: bool = False
     plain: bool = False  # a -H word not in the inventory: ssh_config decides user, port and key
     connect_timeout: int = 10
-    identity_passphrase: str | None = field(default=None, repr=False)
-    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # added to job environments
+    passphrase: str | None = field(default=None, repr=False)  # read it as identity_passphrase
+    env_values: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # read it as env
     secret_env: frozenset[str] = frozenset()
     source: str = ""  # file:line that defined it, for messages
+    # Secrets this host names but could not get ({secret_from_env: VAR} with VAR unset): (what, message).
+    # Only this host's tasks that need them fail; reading env / identity_passphrase raises MissingSecret.
+    missing_secrets: tuple[tuple[str, str], ...] = ()
 
     @property
     def label(self) -> str:
         return self.name
+
+    def secret_problems(self, need_env: bool = True) -> list[str]:
+        """Why this host cannot run a task: its key's passphrase (every task) or, when `need_env` (a task that
+        starts a job), a job environment secret could not be read. [] when nothing is missing."""
+        return [msg for what, msg in self.missing_secrets if need_env or what != "env"]
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        """Added to job environments. Raises MissingSecret when a secret among them could not be read, so a
+        job never starts without its token (and no other host or task is affected)."""
+        problems = [msg for what, msg in self.missing_secrets if what == "env"]
+        if problems:
+            raise MissingSecret(f"{self.name}: " + "; ".join(problems))
+        return self.env_values
+
+    @property
+    def identity_passphrase(self) -> str | None:
+        problems = [msg for what, msg in self.missing_secrets if what == "identity_passphrase"]
+        if problems:
+            raise MissingSecret(f"{self.name}: " + "; ".join(problems))
+        return self.passphrase
+
+
+class MissingSecret(Exception):
+    """A host's secret (secret_from_env) is not set in this process: that host's tasks that need it fail."""
 
 
 @dataclass
@@ -274,15 +302,28 @@ def _load_one(path: Path, inv: Inventory) -> None:
         inv.hosts[name] = _parse_host(name, merged, path, example)
 
 
-def _local_path(value: str | None, base: Path) -> str | None:
+def _absolute(m: Mapping, key: str, value: str | None, *, home: bool = False) -> str | None:
+    """A path field: absolute (`~/` too where `home`), never starting with '-' (it would become an option on a
+    command line: `state_dir: "-c"` made the agent command `python -c/bin/...`)."""
     if value is None:
         return None
-    p = Path(value).expanduser()
-    return str(p if p.is_absolute() else (base / p).resolve())
+    expanded = os.path.expanduser(value) if home and value.startswith("~/") else value
+    if value.startswith("-") or not expanded.startswith("/"):
+        also = " or ~/..." if home else ""
+        raise m.error(key, f"{key!r} must be an absolute path (starting with /{also}), got {value!r}")
+    return expanded
 
 
-def _secret_or_plain(m: Mapping, key: str, value: object, what: str) -> tuple[str, bool]:
-    """A value, or {secret: value} / {secret_from_env: NAME} for one that must never be shown."""
+def _local_path(m: Mapping, key: str) -> str | None:
+    value = _absolute(m, key, get_str(m, key), home=True)
+    if value is not None and ("\0" in value or not one_line(value)):
+        raise m.error(key, f"{key!r} must be one line")
+    return value
+
+
+def _secret_or_plain(m: Mapping, key: str, value: object, what: str) -> tuple[str | None, bool]:
+    """A value, or {secret: value} / {secret_from_env: NAME} for one that must never be shown. (None, True):
+    a secret_from_env whose variable is not set, recorded in `missing` by the caller."""
     from ..redaction import register
 
     if isinstance(value, dict):
@@ -291,7 +332,7 @@ def _secret_or_plain(m: Mapping, key: str, value: object, what: str) -> tuple[st
         if set(value) == {"secret_from_env"} and isinstance(value["secret_from_env"], str):
             var = value["secret_from_env"]
             if var not in os.environ:
-                raise m.error(key, f"{what}: environment variable {var} (secret_from_env) is not set")
+                return None, True
             return register(os.environ[var]), True
         raise m.error(key, f"{what}: use a plain value, {{secret: ...}} or {{secret_from_env: NAME}}")
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -299,7 +340,13 @@ def _secret_or_plain(m: Mapping, key: str, value: object, what: str) -> tuple[st
     return str(value), False
 
 
-def _parse_env(m: Mapping) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]:
+def _unset(where: Mapping, key: str, what: str, value: dict) -> str:
+    err = where.error(key, f"{what}: environment variable {value['secret_from_env']} (secret_from_env) is not set "
+                           "in this shell; set it and run again (only tasks that need it fail)")
+    return str(err)
+
+
+def _parse_env(m: Mapping, missing: list[tuple[str, str]]) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]:
     raw = m.get("env") or {}
     if not isinstance(raw, dict):
         raise m.error("env", "'env' must map variable names to values")
@@ -308,6 +355,11 @@ def _parse_env(m: Mapping) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]
         if not isinstance(key, str) or not ENV_KEY.fullmatch(key):
             raise m.error("env", f"bad environment variable name {key!r}")
         text, is_secret = _secret_or_plain(m, "env", value, f"env {key}")
+        if text is None:
+            where = raw if isinstance(raw, Mapping) and isinstance(value, dict) else m
+            missing.append(("env", _unset(where, key if where is raw else "env", f"env {key}", value)))
+            secret.add(key)
+            continue
         if not one_line(text):
             raise m.error("env", f"env {key}: value must be one line")
         env.append((key, text))
@@ -321,26 +373,29 @@ def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
     address = get_str(m, "address", required=True, pattern=ADDRESS, describe="a host name or IP address")
     python = get_str(m, "python", default="python3", pattern=REMOTE_PATH,
                      describe="an absolute path to the venv's python, no spaces, quotes or '..'")
-    if python != "python3" and not python.startswith("/"):
-        raise m.error("python", f"'python' must be an absolute path, got {python!r}")
-    state_dir = get_str(m, "state_dir", default=DEFAULT_STATE_DIR, pattern=REMOTE_PATH,
-                        describe="a path with no spaces, quotes or '..'")
+    if python != "python3":
+        _absolute(m, "python", python)
+    state_dir = get_str(m, "state_dir", pattern=REMOTE_PATH, describe="a path with no spaces, quotes or '..'")
+    state_dir = _absolute(m, "state_dir", state_dir) or DEFAULT_STATE_DIR  # the default: in the login's home
     groups = get_str_list(m, "groups", pattern=GROUP, describe="group names are plain words")
-    base = path.parent
-    env, secret_env = _parse_env(m)
+    missing: list[tuple[str, str]] = []
+    env, secret_env = _parse_env(m, missing)
     passphrase = None
     if "identity_passphrase" in m:
         passphrase, _ = _secret_or_plain(m, "identity_passphrase", m["identity_passphrase"], "identity_passphrase")
+        if passphrase is None:
+            missing.append(("identity_passphrase", _unset(m, "identity_passphrase", "identity_passphrase",
+                                                          m["identity_passphrase"])))
         from ..redaction import register
 
-        register(passphrase)  # a passphrase is secret even when written as a plain value
+        register(passphrase or "")  # a passphrase is secret even when written as a plain value
     return Host(
         name=name,
         address=address,
         port=get_int(m, "port", default=22, minimum=1, maximum=65535),
         user=get_str(m, "user", pattern=USER, describe="a plain user name"),
-        identity_file=_local_path(get_str(m, "identity_file"), base),
-        known_hosts=_local_path(get_str(m, "known_hosts"), base),
+        identity_file=_local_path(m, "identity_file"),
+        known_hosts=_local_path(m, "known_hosts"),
         jump=get_str(m, "jump", pattern=JUMP, describe="an inventory name or user@host:port"),
         python=python,
         state_dir=state_dir.rstrip("/") or "/",
@@ -349,8 +404,9 @@ def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
         lab=get_bool(m, "lab"),
         example=example,
         connect_timeout=get_int(m, "connect_timeout", default=10, minimum=1, maximum=600),
-        identity_passphrase=passphrase,
-        env=env,
+        passphrase=passphrase,
+        env_values=env,
         secret_env=secret_env,
         source=f"{path}:{m.line}",
+        missing_secrets=tuple(missing),
     )

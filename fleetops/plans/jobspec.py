@@ -76,6 +76,10 @@ def _validate(name: str, spec: dict, where: Mapping) -> None:
         for key in ("tensor_parallel_size", "max_model_len", "batch_size", "limit"):
             if key in spec and (not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 1):
                 raise _err(where, key, f"job {name!r}: {key!r} must be a positive integer")
+    cwd = spec.get("cwd")
+    if cwd is not None and not (isinstance(cwd, str) and PATH.fullmatch(cwd) and not cwd.startswith("-")):
+        raise _err(where, "cwd", f"job {name!r}: 'cwd' must be a path (no spaces, quotes or '..', not starting "
+                                 "with '-')")
     env = spec.get("env", {}) or {}
     if not isinstance(env, dict):
         raise _err(where, "env", f"job {name!r}: env must be a mapping")

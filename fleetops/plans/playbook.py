@@ -20,6 +20,8 @@ from .yamlsrc import (
     get_str,
     get_str_list,
     load_file,
+    read_capped,
+    read_text_capped,
     reject_unknown,
 )
 
@@ -74,7 +76,7 @@ def load_playbook(path: str | Path) -> Playbook:
     doc = load_file(path)
     doc = expect_mapping(doc, str(path), 1, "a playbook")
     reject_unknown(doc, TOP_KEYS, "playbook")
-    digest = hashlib.sha256(path.read_bytes())
+    digest = hashlib.sha256(read_capped(path))
     book = Playbook(name=get_str(doc, "name", required=True, pattern=re.compile(r"[A-Za-z0-9._-]{1,100}"),
                                  describe="letters, digits, '.', '_' and '-'"),
                     path=path, description=get_str(doc, "description", default="") or "",
@@ -90,10 +92,11 @@ def load_playbook(path: str | Path) -> Playbook:
         reject_unknown(spec, {"module", "diff"}, "patch")
         module = get_str(spec, "module", required=True, pattern=MODULE, describe="a dotted module name")
         diff_path = _relative_file(spec, "diff", path)
-        files = unidiff.parse(diff_path.read_text(encoding="utf-8"), str(diff_path))
+        diff_text = read_text_capped(diff_path)
+        files = unidiff.parse(diff_text, str(diff_path))
         if len(files) != 1:
             raise spec.error("diff", f"{diff_path.name} touches {len(files)} files; one patch entry = one file")
-        digest.update(diff_path.read_bytes())
+        digest.update(diff_text.encode("utf-8"))
         book.patches.append(Patch(module, diff_path, files[0].hunks))
     for i, spec in enumerate(_list(doc, "verify")):
         spec = expect_mapping(spec, str(path), _item_line(doc, "verify", i), "a check")
@@ -167,8 +170,8 @@ def _parse_check(spec: Mapping, path: Path, digest: Any) -> dict:
     elif kind == "probe":
         script = _relative_file(spec, "script", path)
         check["script"] = str(script)
-        check["source"] = script.read_text(encoding="utf-8")
-        digest.update(script.read_bytes())
+        check["source"] = read_text_capped(script)
+        digest.update(check["source"].encode("utf-8"))
         check["modules"] = get_str_list(spec, "modules", pattern=MODULE, describe="a dotted module name")
         check["timeout"] = get_int(spec, "timeout", default=300, minimum=1, maximum=3600)
         args = spec.get("args", {})

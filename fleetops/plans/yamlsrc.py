@@ -2,7 +2,12 @@
 
 The loader is strict YAML 1.2 (core schema), not PyYAML's YAML 1.1: only true/false are booleans (`no`, `yes`,
 `on`, `off` stay text, so `groups: [lab, no]` is two groups), integers are decimal unless written 0o/0x
-(`port: 022` is 22, never octal 18), and `1:30` or `2026-01-01` stay text (no sexagesimal, no dates)."""
+(`port: 022` is 22, never octal 18), and `1:30` or `2026-01-01` stay text (no sexagesimal, no dates).
+
+Input is bounded (issue 12): a file larger than MAX_FILE_BYTES, nesting deeper than MAX_DEPTH, an alias that
+refers to a node still being read (a recursive structure), or aliases that together expand to more than
+MAX_ALIAS_NODES values (billion laughs) are refused while the document is composed, before anything is built,
+with the file:line:column where the limit was crossed."""
 
 from __future__ import annotations
 
@@ -13,6 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.events import AliasEvent, CollectionStartEvent
+
+MAX_FILE_BYTES = 4 * 1024 * 1024  # an inventory of thousands of hosts is well below this
+MAX_ALIAS_NODES = 100_000  # values that aliases may add to a document, all aliases together
+MAX_DEPTH = 64  # nested sequences/mappings; real inventories and playbooks use fewer than 10
 
 
 def one_line_text(text: str) -> str:
@@ -133,9 +143,70 @@ StrictLoader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
 StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
+def _where(path: str, mark: Any, message: str) -> ConfigError:
+    return ConfigError(path, mark.line + 1 if mark else None, message, mark.column + 1 if mark else None)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values `node` becomes once every alias in it is expanded (memoized per node, iterative)."""
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    while stack:
+        current, children_done = stack.pop()
+        if id(current) in sizes:
+            continue
+        if isinstance(current, yaml.ScalarNode):
+            sizes[id(current)] = 1
+            continue
+        kids = [k for pair in current.value for k in pair] if isinstance(current, yaml.MappingNode) \
+            else list(current.value)
+        if children_done:
+            sizes[id(current)] = min(1 + sum(sizes[id(k)] for k in kids), 1 << 62)
+        else:
+            stack.append((current, True))
+            stack.extend((k, False) for k in kids if id(k) not in sizes)
+    return sizes[id(node)]
+
+
+class _BoundedComposer:
+    """Mixed into the Loader: counts what aliases add and how deep collections nest, while composing."""
+
+    yaml_path = "?"
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        state = self.__dict__.setdefault("_bounds", {"open": set(), "sizes": {}, "added": 0, "depth": 0})
+        event = self.peek_event()  # type: ignore[attr-defined]
+        if isinstance(event, AliasEvent):
+            target = self.anchors.get(event.anchor)  # type: ignore[attr-defined]
+            if target is not None:  # an undefined alias: PyYAML's own error, with its mark
+                if event.anchor in state["open"]:  # PyYAML registers an anchor before reading its children
+                    raise _where(self.yaml_path, event.start_mark,
+                                 f"alias *{event.anchor} refers to the node it is part of (a recursive "
+                                 "structure); recursive aliases are not allowed")
+                state["added"] += _expanded_size(target, state["sizes"])
+                if state["added"] > MAX_ALIAS_NODES:
+                    raise _where(self.yaml_path, event.start_mark,
+                                 f"YAML aliases expand to more than {MAX_ALIAS_NODES} values (at alias "
+                                 f"*{event.anchor}); refusing the document (write the values out, or use fewer "
+                                 "nested aliases)")
+            return super().compose_node(parent, index)  # type: ignore[misc]
+        if not isinstance(event, CollectionStartEvent):
+            return super().compose_node(parent, index)  # type: ignore[misc]
+        if state["depth"] >= MAX_DEPTH:
+            raise _where(self.yaml_path, event.start_mark,
+                         f"values nested more than {MAX_DEPTH} levels deep; refusing the document")
+        state["depth"] += 1
+        if event.anchor is not None:
+            state["open"].add(event.anchor)
+        try:
+            return super().compose_node(parent, index)  # type: ignore[misc]
+        finally:
+            state["depth"] -= 1
+            state["open"].discard(event.anchor)
+
+
 def _make_loader(path: str) -> type[yaml.SafeLoader]:
-    class Loader(StrictLoader):
-        pass
+    class Loader(_BoundedComposer, StrictLoader):
+        yaml_path = path
 
     def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Mapping:
         loader.flatten_mapping(node)
@@ -167,8 +238,41 @@ def _make_loader(path: str) -> type[yaml.SafeLoader]:
     return Loader
 
 
+def _too_large(path: str | Path, text: str) -> ConfigError:
+    """The size error, at the line where the limit is crossed (an editor jumps there)."""
+    line = text.count("\n", 0, MAX_FILE_BYTES) + 1
+    return ConfigError(path, line, f"file is larger than {MAX_FILE_BYTES} bytes (the limit for inventories, "
+                                   "playbooks and the files they name); refusing to read it: split it up")
+
+
+def check_size(text: str, path: str | Path) -> str:
+    """`text` itself, or ConfigError when its UTF-8 form is larger than MAX_FILE_BYTES."""
+    if len(text) > MAX_FILE_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+        raise _too_large(path, text)
+    return text
+
+
+def read_capped(path: str | Path) -> bytes:
+    """A file's bytes, reading at most MAX_FILE_BYTES + 1 of them (a huge file or a device is never slurped);
+    ConfigError naming file:line when it is larger. OSError passes to the caller."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise _too_large(path, data.decode("utf-8", "replace"))
+    return data
+
+
+def read_text_capped(path: str | Path) -> str:
+    """read_capped as UTF-8 text; a decoding error is a ConfigError naming the file."""
+    try:
+        return read_capped(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, None, f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def load_text(text: str, path: str | Path) -> Any:
     path = str(path)
+    check_size(text, path)
     try:
         return yaml.load(text, Loader=_make_loader(path))  # noqa: S506 - SafeLoader subclass
     except ConfigError:
@@ -193,10 +297,10 @@ def load_text(text: str, path: str | Path) -> Any:
 def load_file(path: str | Path) -> Any:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_capped(path)
     except FileNotFoundError:
         raise ConfigError(path, None, "file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ConfigError(path, None, f"cannot read: {exc}") from None
     return load_text(text, path)
 

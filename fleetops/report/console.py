@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -13,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..redaction import RedactingStream, redact
+from ..redaction import RedactingStream, dumps
 from ..results import Result, Status, recap
 from .rows import bar
 
@@ -133,7 +132,7 @@ class Reporter:
             doc = {"exit_status": code, "recap": recap(results),
                    "failed_hosts": sorted({r.host for r in results if r.failed}),
                    "results": [r.to_json() for r in results], **(extra or {})}
-            sys.stdout.write(redact(json.dumps(doc, indent=1, default=str)) + "\n")
+            sys.stdout.write(dumps(doc, indent=1, default=str) + "\n")  # secrets masked as values
             sys.stdout.flush()
             return
         table = Table(title="RECAP", title_justify="left", show_edge=False, pad_edge=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import audit
-from ..redaction import redact
+from ..redaction import dumps
 from .console import Reporter
 
 NONE = "-"
@@ -158,7 +157,7 @@ def show_history(host: str | None, last: int | None, as_json: bool, root: Path |
     project = Path(root) if root else None
     records = audit.read(host, last, project)
     if as_json:
-        sys.stdout.write(redact(json.dumps(records, indent=1)) + "\n")
+        sys.stdout.write(dumps(records, indent=1) + "\n")  # masked as values (older entries too)
         return
     console = Reporter().console
     where = _home(str(audit.log_path(project)))
