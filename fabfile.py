@@ -101,8 +101,10 @@ def stop(c, grace=10, job_id=None, json=False):
     """SIGTERM the job's whole process group, SIGKILL after the grace period, confirm GPU memory is free."""
 
 
-@fleet_task(help={"fingerprint": "the SHA256:... fingerprint you verified out of band", "json": HELP_JSON})
-def trust(c, fingerprint=None, json=False):
+@fleet_task(help={"fingerprint": "the SHA256:... fingerprint you verified out of band",
+                  "replace": "the host's key changed (reimaged node): replace the old entry with the named one",
+                  "json": HELP_JSON})
+def trust(c, fingerprint=None, replace=False, json=False):
     """Add a host's SSH key to known_hosts, only if it matches the fingerprint you name."""
 
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import paramiko
 import pytest
 from conftest import REPO, run_fab
 
@@ -365,19 +366,35 @@ def test_sftp_failure_while_uploading_the_agent_is_one_line(lab):
     assert "over SFTP" in result["msg"] and "check that the login user may write" in result["msg"], result
 
 
-def test_changed_host_key_names_the_old_entry_and_trust(lab, tmp_path):
+def test_changed_host_key_names_trust_replace_which_replaces_only_the_named_key(lab, tmp_path):
+    """A reimaged node: the refusal names `trust --replace --fingerprint NEW`; --replace with another
+    fingerprint changes nothing; with the right one the old line (here a hashed one, as HashKnownHosts
+    writes) is replaced, other lines are kept, and the node answers."""
     other = tmp_path / "other"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     node = lab.node("lab01")
     known = tmp_path / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{node.port} " + " ".join(other.with_suffix(".pub").read_text().split()[:2]) + "\n")
+    name = f"[127.0.0.1]:{node.port}"
+    old_key = " ".join(other.with_suffix(".pub").read_text().split()[:2])
+    known.write_text(f"{paramiko.HostKeys.hash_host(name)} {old_key}\n# a comment kept\nkeep.example {old_key}\n")
     (lab.root / "hosts" / "moved.yaml").write_text(
         f"hosts:\n  moved:\n    address: 127.0.0.1\n    port: {node.port}\n    user: {lab.user}\n"
         f"    identity_file: {lab.client_key}\n    known_hosts: {known}\n")
     try:
         rc, doc, _ = fab_run(lab.root, "-H", "moved", "ping")
+        msg = assert_unreachable(rc, doc, "moved", "host key does not match known_hosts",
+                                 "fab -H moved trust --replace --fingerprint SHA256:")
+        offered = msg.rsplit("--fingerprint ", 1)[1].split()[0]
+        rc, doc, _ = fab_run(lab.root, "-H", "moved", "trust", "--fingerprint", offered)  # no --replace
+        assert rc == 1 and "trust --replace --fingerprint" in only_result(doc)["msg"], doc
+        rc, doc, _ = fab_run(lab.root, "-H", "moved", "trust", "--replace", "--fingerprint", "SHA256:wrong")
+        assert rc == 1 and "nothing replaced" in only_result(doc)["msg"], doc
+        assert known.read_text().count(old_key) == 2
+        rc, doc, _ = fab_run(lab.root, "-H", "moved", "trust", "--replace", "--fingerprint", offered)
+        assert rc == 0 and only_result(doc)["status"] == "changed", doc
+        lines = known.read_text().splitlines()
+        assert lines[:2] == ["# a comment kept", f"keep.example {old_key}"] and lines[2].startswith(name), lines
+        rc, doc, _ = fab_run(lab.root, "-H", "moved", "ping")
+        assert rc == 0 and only_result(doc)["status"] == "ok", doc
     finally:
         (lab.root / "hosts" / "moved.yaml").unlink()
-    assert_unreachable(rc, doc, "moved", "host key does not match known_hosts",
-                       f"ssh-keygen -f {known} -R '[127.0.0.1]:{node.port}'",
-                       "fab -H moved trust --fingerprint SHA256:")

@@ -22,14 +22,15 @@ def _interpret_ping(host: str, plan: Plan, answer: dict) -> Result:
 
 
 def _trust_plan(run: RunState, kwargs: dict) -> Plan:
-    return Plan("trust", {}, 30, None, options={"fingerprint": kwargs.get("fingerprint")})
+    return Plan("trust", {}, 30, None, options={"fingerprint": kwargs.get("fingerprint"),
+                                                "replace": bool(kwargs.get("replace"))})
 
 
 def _run_trust(run: RunState, plan: Plan, node: Connector) -> Result:
     # Trusting is about the SSH host key itself, so it goes to the SSH connector, not through an agent call.
     from ..wire.ssh import trust_host
 
-    outcome, msg = trust_host(node.host, run.inventory, plan.options["fingerprint"])
+    outcome, msg = trust_host(node.host, run.inventory, plan.options["fingerprint"], plan.options["replace"])
     status = {"trusted": Status.CHANGED, "already": Status.OK}.get(outcome, Status.FAILED)
     return Result(node.host.name, "trust", status, msg, code=EXIT_FAILED if status is Status.FAILED else 0)
 

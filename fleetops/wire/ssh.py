@@ -240,8 +240,7 @@ def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportE
         return TransportError("hostkey", (
             f"{who}: host key does not match known_hosts: expected {fingerprint_of(exc.expected_key)}, got "
             f"{fingerprint_of(exc.key)}; refusing to connect. If the node was reinstalled, check the new key "
-            f"out of band, remove the old entry (ssh-keygen -f {_known_hosts_files(host, cxn)[0]} -R "
-            f"'{_known_name(cxn)}'), then run: fab -H {host.name} trust --fingerprint {fingerprint_of(exc.key)}"))
+            f"out of band, then run: fab -H {host.name} trust --replace --fingerprint {fingerprint_of(exc.key)}"))
     if isinstance(exc, paramiko.PasswordRequiredException):
         return TransportError("auth", f"{who}: the private key is encrypted and no passphrase was given; set "
                                       "identity_passphrase ({secret_from_env: VAR}) in the inventory")
@@ -311,20 +310,27 @@ def _known_name(cxn: Connection) -> str:
     return cxn.host if int(cxn.port) == 22 else f"[{cxn.host}]:{cxn.port}"
 
 
-def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None) -> tuple[str, str]:
-    """Add the host's key to its known_hosts only when the operator names the fingerprint they verified.
-    Returns (outcome, message); outcome is trusted / already / refused."""
+def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None,
+               replace: bool = False) -> tuple[str, str]:
+    """Add the host's key to its known_hosts only when the operator names the fingerprint they verified;
+    with `replace`, a changed key (a reimaged node) replaces the old entry, again only for the named
+    fingerprint. Returns (outcome, message); outcome is trusted / already / refused."""
     cxn = _fabric_connection(host, inventory)
     capture = _CaptureKey()
     cxn.client.set_missing_host_key_policy(capture)
     try:
         cxn.open()
     except paramiko.BadHostKeyException as exc:
-        return "refused", (f"host key CHANGED for {_who(host, cxn)}: known_hosts has "
-                           f"{fingerprint_of(exc.expected_key)}, the host offers {fingerprint_of(exc.key)}; if the "
-                           "change is expected (node reinstalled), "
-                           f"remove the old entry yourself (ssh-keygen -f {_known_hosts_files(host, cxn)[0]} -R "
-                           f"'{_known_name(cxn)}') and run trust again")
+        old, new, path = fingerprint_of(exc.expected_key), fingerprint_of(exc.key), _known_hosts_files(host, cxn)[0]
+        if replace and fingerprint == new:
+            removed = _replace_known_host(path, _known_name(cxn), exc.key)
+            return "trusted", f"replaced {old} with {new} for {_known_name(cxn)} in {path} ({removed} old line(s))"
+        if replace:
+            return "refused", (f"host key CHANGED for {_who(host, cxn)}: the host offers {new}, not the "
+                               f"{fingerprint or '(no fingerprint)'} you named; nothing replaced")
+        return "refused", (f"host key CHANGED for {_who(host, cxn)}: known_hosts has {old}, the host offers {new}; "
+                           "if the change is expected (node reinstalled), check the new key out of band, then run: "
+                           f"fab -H {host.name} trust --replace --fingerprint {new}")
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message (connect_error), none a traceback
         if capture.key is None:
             raise connect_error(exc, host, cxn) from None
@@ -344,6 +350,29 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None)
     with open(path, "a", encoding="utf-8") as f:
         f.write(f"{name} {capture.key.get_name()} {capture.key.get_base64()}\n")
     return "trusted", f"added {offered} for {name} to {path}"
+
+
+def _replace_known_host(path: str, name: str, key: paramiko.PKey) -> int:
+    """known_hosts without the lines for `name` (plain or hashed), plus the new key; written to a temp file
+    and renamed, so a crash leaves the old file. Returns how many lines were dropped."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    kept = []
+    for line in lines:
+        names = line.split(None, 1)[0] if line.strip() and not line.lstrip().startswith("#") else ""
+        hashed = [n for n in names.split(",") if n.startswith("|1|")]
+        plain = [n for n in names.split(",") if not n.startswith("|1|")]
+        if name in plain or any(paramiko.HostKeys.hash_host(name, h.split("|")[2]) == h for h in hashed):
+            continue
+        kept.append(line if line.endswith("\n") else line + "\n")
+    kept.append(f"{name} {key.get_name()} {key.get_base64()}\n")
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.chmod(tmp, os.stat(path).st_mode & 0o777)
+    os.replace(tmp, path)
+    _HOST_KEYS.pop(path, None)
+    return len(lines) - (len(kept) - 1)
 
 
 class NodeConnection:
