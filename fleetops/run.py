@@ -11,6 +11,7 @@ every host's chain (rollout.py), each step a direct call of tasks.registry.run_t
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -18,9 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
-from .plans.inventory import Host
+from .plans.hostrange import fold as fold_names
+from .plans.hostrange import natural_key, split_words
+from .plans.inventory import Host, UnknownHost
+from .report.fold import FOLD_MIN_HOSTS, identities
 from .report.rows import fleet_sections
 from .results import EXIT_INTERRUPTED, Status, exit_status
 from .rollout import DEFAULT_FORKS, Step, run_fleet
@@ -29,7 +34,9 @@ from .tasks.plan import UsageError
 from .tasks.registry import plan_for, run_task
 from .wire.connector import COUNTERS
 
-__all__ = ["Run", "UsageError", "assemble", "execute"]
+__all__ = ["Run", "UsageError", "assemble", "execute", "rerun_command"]
+
+LAST_FAILED = Path(".fleetops") / "last-failed"  # in the project: the failed hosts of the last run, for @failed
 
 
 @dataclass
@@ -41,9 +48,12 @@ class Run:
 
 def assemble(state: RunState, hosts: list[str], tasks: list[tuple[str, dict[str, Any]]], *, limit: str = "",
              dry: bool = False) -> Run:
-    """Hosts expanded (names, @groups, user@host), every task planned once, --limit applied; `dry`: every
+    """Hosts expanded (names, @groups, user@host, ranges such as lab[01-12], @failed: the hosts the last
+    failed run named in .fleetops/last-failed), every task planned once, --limit applied; `dry`: every
     task in its check mode, or UsageError for one that has none.
     Raises ConfigError, UnknownHost or UsageError: then nothing has connected anywhere."""
+    hosts = _with_failed(state.root, [w for chunk in hosts for w in split_words(chunk)])
+    limit = ",".join(_with_failed(state.root, split_words(limit)))
     selected = state.inventory.expand(hosts)
     steps = [Step(name, partial(run_task, state, name, plan_for(state, name, kwargs, dry=dry)))
              for name, kwargs in tasks]
@@ -52,12 +62,23 @@ def assemble(state: RunState, hosts: list[str], tasks: list[tuple[str, dict[str,
     return Run(state, selected, steps)
 
 
-def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool = True) -> int:
+def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool = True, fold: bool | None = None,
+            odd: bool = False, command: list[str] | None = None) -> int:
     """Run every host's chain and return the exit status. `view`: the live view and, at the end, the recap
-    (or the JSON document), as `fab` shows them; the library (api.py) returns the results instead."""
+    (or the JSON document), as `fab` shows them; the library (api.py) returns the results instead.
+    `fold`: hosts that answered the same shown once (None: when FOLD_MIN_HOSTS or more hosts run; the
+    environment's FLEETOPS_FOLD=0/1 decides before that); `odd`: each minority group as a diff against the
+    majority. `command`: the command line as typed (argv); when given, a run with failures ends with the
+    command that re-runs only the failed hosts, also written to .fleetops/last-failed (`-H @failed`)."""
     state = run.state
     reporter = state.reporter
     if view:
+        env = os.environ.get("FLEETOPS_FOLD", "").strip().lower()
+        if fold is None and env in ("0", "1", "no", "yes", "off", "on", "false", "true"):
+            fold = env in ("1", "yes", "on", "true")
+        reporter.fold = len(run.hosts) >= FOLD_MIN_HOSTS if fold is None else fold
+        reporter.odd = odd
+        reporter.who = identities((h.name, h.address, h.port) for h in run.hosts)
         reporter.live_start([h.name for h in run.hosts])
     try:
         with _interrupts(state):
@@ -71,7 +92,12 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
         if view:
             tracing = bool(os.environ.get("FLEETOPS_TRACE"))
             extra = {"counters": COUNTERS.per_host} if tracing or reporter.json_mode else None
-            reporter.finish(state.results, code, extra, fleet_sections(state.results))
+            failed = sorted({r.host for r in state.results if r.failed}, key=natural_key)
+            rerun = rerun_command(command, failed) if command and failed else None
+            if command is not None:
+                _write_last_failed(state.root, failed, rerun, code)
+            reporter.finish(state.results, code, extra, fleet_sections(state.results, fold=reporter.fold),
+                            rerun=rerun)
             if tracing and not reporter.json_mode:
                 for name, row in COUNTERS.per_host.items():
                     reporter.note(f"trace {name}: {row['connections']} connections, {row['execs']} execs, "
@@ -114,3 +140,78 @@ def _say_what_was_done(state: RunState) -> None:
 
     print(f"interrupted (Ctrl-C): done: {names(done)}; interrupted while running: {names(cut)}; "
           f"not started: {names(never)}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- re-running the failed hosts
+_HOST_FLAGS = ("-H", "--hosts")
+_DROPPED_FLAGS = ("--limit",)  # the failed hosts are named exactly; an old --limit would only narrow them
+
+
+def rerun_command(argv: list[str], failed: list[str]) -> str:
+    """The command line `argv` (program name first) with its hosts replaced by the failed ones, as one range
+    (`fab -H 'lab[07,19]' patch verify`), and its --limit dropped: pasted into a shell it re-runs every task
+    of the command on those hosts only. Options and the ad-hoc `-- command` stay as they were."""
+    hosts = fold_names(failed)
+    out = ["fleet" if argv and Path(argv[0]).name == "fleet" else "fab"]  # `python -m fabric` is fab too
+    args = list(argv[1:])
+    replaced = False
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":  # the ad-hoc command: nothing after it is an option of ours
+            out.extend(args[i:])
+            break
+        flag, eq, value = word.partition("=")
+        if flag in _HOST_FLAGS or (word.startswith("-H") and len(word) > 2):
+            out += ["-H", hosts]
+            replaced = True
+            i += 1 if eq or (word.startswith("-H") and len(word) > 2) else 2
+            continue
+        if flag in _DROPPED_FLAGS:
+            i += 1 if eq else 2
+            continue
+        out.append(word)
+        i += 1
+    if not replaced:
+        out[1:1] = ["-H", hosts]
+    return shlex.join(out)
+
+
+def _write_last_failed(root: Path, failed: list[str], rerun: str | None, code: int) -> None:
+    """.fleetops/last-failed: the failed hosts of this run as one range on the first line (what `-H @failed`
+    reads), the re-run command as a comment. A run without failures removes it, so @failed never names hosts
+    of an older run."""
+    path = root / LAST_FAILED
+    try:
+        if not failed:
+            path.unlink(missing_ok=True)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{fold_names(failed)}\n# exit status {code}; re-run: {rerun or ''}\n")
+    except OSError as exc:  # the run's own outcome stands; the operator learns why @failed will not work
+        print(f"note: {path} not written ({exc}); -H @failed will not name this run's failed hosts",
+              file=sys.stderr)
+
+
+def _with_failed(root: Path, words: list[str]) -> list[str]:
+    """`@failed` (or `!@failed` in --limit) → the hosts .fleetops/last-failed names."""
+    out = []
+    for word in words:
+        bare = word.lstrip("!")
+        if bare != "@failed":
+            out.append(word)
+            continue
+        path = root / LAST_FAILED
+        try:
+            lines = [x.strip() for x in path.read_text().splitlines()]
+        except FileNotFoundError:
+            raise UnknownHost(f"@failed: {path} does not exist: the last run in this project had no failed "
+                              "hosts (or none has run yet); name the hosts with -H") from None
+        except OSError as exc:
+            raise UnknownHost(f"@failed: cannot read {path} ({exc}); name the hosts with -H") from None
+        first = next((x for x in lines if x and not x.startswith("#")), "")
+        if not first:
+            raise UnknownHost(f"@failed: {path} names no hosts; name the hosts with -H")
+        prefix = "!" if word.startswith("!") else ""
+        out.extend(prefix + name for name in split_words(first))
+    return out

@@ -26,6 +26,13 @@ RUN_OPTIONS: dict[str, tuple[Any, str]] = {
     "limit": ("", "only these of the selected hosts: names, globs, @group, !host, comma-separated"),
     "inventory": ("", "inventory directory or .yaml file (default: fabric.yaml's fleetops.inventory; "
                       "env FLEETOPS_INVENTORY). Not -i: that is Fabric's SSH identity file"),
+    "fold": (True, "--no-fold: one block per host even when many answer the same (folding is on from 4 hosts; "
+                   "env FLEETOPS_FOLD=0/1)"),
+    "odd": (False, "odd ones out: each group of hosts that answered differently, as a unified diff against "
+                   "the majority's answer"),
+    # On a task without a file diff of its own (patch and rollback have --diff: the file's diff), --diff is
+    # --odd, the name ClusterShell's users know.
+    "diff": (False, "odd ones out (the same as --odd): each minority group as a diff against the majority"),
 }
 
 
@@ -58,10 +65,16 @@ def fleet_task(**options: Any) -> Callable[[Callable], Any]:
                  for name, (default, _) in RUN_OPTIONS.items() if name not in sig.parameters]
         declared.__signature__ = sig.replace(parameters=[*sig.parameters.values(), *extra])  # type: ignore[attr-defined]
         declared.fleetops_task = body.__name__  # type: ignore[attr-defined]
+        declared.fleetops_run_options = [p.name for p in extra]  # type: ignore[attr-defined]
         helps = {**{name: text for name, (_, text) in RUN_OPTIONS.items()}, **options.pop("help", {})}
         return explicit_task(help=helps, **options)(declared)
 
     return wrap
+
+
+def run_options_of(call: Any) -> list[str]:
+    """The RUN_OPTIONS a call's task took from the run (not its own parameters: patch's --diff is its own)."""
+    return list(getattr(call.task.body, "fleetops_run_options", RUN_OPTIONS))
 
 
 def fleet_task_name(call: Any) -> str | None:

@@ -12,6 +12,7 @@ task: the same inventory, host keys, example guard and audit log as every other 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import fabric
 from invoke import Call
 from invoke.exceptions import Exit
 
+from ..plans.hostrange import RangeError
 from ..plans.inventory import UnknownHost, find_inventory
 from ..plans.yamlsrc import ConfigError
 from ..report.console import Reporter
@@ -26,7 +28,7 @@ from ..results import EXIT_USAGE
 from ..rollout import DEFAULT_FORKS
 from ..run import UsageError, assemble, execute
 from ..state import RunState
-from .decorators import RUN_OPTIONS, fleet_task_name
+from .decorators import RUN_OPTIONS, fleet_task_name, run_options_of
 
 
 class FleetExecutor(fabric.Executor):
@@ -50,9 +52,9 @@ class FleetExecutor(fabric.Executor):
         steps = []
         for c in host_calls:
             kwargs = dict(c.kwargs)
-            for name in RUN_OPTIONS:
+            for name in run_options_of(c):
                 value = kwargs.pop(name, None)
-                if value:
+                if value is not None and value != RUN_OPTIONS[name][0]:  # given (--no-fold gives False)
                     run_opts[name] = value
             steps.append((fleet_task_name(c), kwargs))
         remainder = self.core.remainder if self.core is not None else ""
@@ -79,17 +81,20 @@ class FleetExecutor(fabric.Executor):
             keys = self.config.connect_kwargs.get("key_filename") or []
             state.use_ssh_config(self.core[0].args["ssh-config"].value if self.core else None,
                                  [keys] if isinstance(keys, str) else list(keys))
-            run = assemble(state, host_str.split(","), steps, limit=limit, dry=dry)
+            run = assemble(state, [host_str], steps, limit=limit, dry=dry)  # commas split there, not in lab[01,07]
             forks = int(self._option("forks", "FLEETOPS_FORKS") or run_opts.get("forks") or settings.get("forks")
                         or DEFAULT_FORKS)
             serial = int(self._option("serial", "FLEETOPS_SERIAL") or run_opts.get("serial") or 0)
-        except (ConfigError, UnknownHost) as exc:  # a file or a host name: the message names it
+        except (ConfigError, UnknownHost, RangeError) as exc:  # a file or a host name: the message names it
             state.reporter.error(str(exc))
             raise Exit(code=EXIT_USAGE) from None
         except (UsageError, ValueError) as exc:  # the command line itself: point at the task's options
             state.reporter.error(f"{exc}; see `fab --help {names.split(', ')[0]}`")
             raise Exit(code=EXIT_USAGE) from None
-        code = execute(run, forks, serial)
+        # --no-fold / --odd: task options (any task of the command), or core flags where the program has them
+        no_fold = run_opts.get("fold") is False or bool(self._option("no-fold", ""))
+        odd = bool(run_opts.get("odd") or run_opts.get("diff") or self._option("odd", ""))
+        code = execute(run, forks, serial, fold=False if no_fold else None, odd=odd, command=list(sys.argv))
         if code:
             raise Exit(code=code)
         return {}

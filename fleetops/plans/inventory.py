@@ -13,7 +13,8 @@ from collections.abc import Mapping as Mapping_
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import sshconfig
+from . import hostrange, sshconfig
+from .hostrange import split_words
 from .patterns import ENV_KEY, REMOTE_PATH, one_line
 from .yamlsrc import (
     ConfigError,
@@ -163,10 +164,10 @@ class Inventory:
         over inventory names (`lab0*`, `gpu[12]`), `user@name:port` (an inventory name with its user or port
         overridden, or an address/ssh_config alias for ssh itself), or several of these separated by commas."""
         out: list[Host] = []
-        for word in (w.strip() for chunk in words for w in chunk.split(",")):
-            if not word:
-                continue
-            if word.startswith("@"):
+        for word in (w for chunk in words for w in split_words(chunk)):
+            if hostrange.is_range(word):  # lab[01-12]: each name as if typed on its own
+                out.extend(self.resolve(name) for name in hostrange.expand(word))
+            elif word.startswith("@"):
                 out.extend(self._group(word))
             elif any(c in word for c in "*?[") and "@" not in word:
                 out.extend(self._glob(word))
@@ -182,9 +183,10 @@ class Inventory:
         "did you mean"), and when nothing is left."""
         include: list[str] = []
         exclude: list[str] = []
-        for term in (t.strip() for t in expr.split(",")):
-            if term:
-                (exclude if term.startswith("!") else include).append(term.lstrip("!").strip())
+        for term in split_words(expr):
+            bare = term.lstrip("!").strip()
+            for name in hostrange.expand(bare) if hostrange.is_range(bare) else [bare]:
+                (exclude if term.startswith("!") else include).append(name)
         if not include and not exclude:
             return list(hosts)
         groups = self.groups()

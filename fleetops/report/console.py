@@ -8,16 +8,30 @@ import threading
 import time
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.console import Group as RichGroup
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from ..plans.hostrange import fold as fold_names
 from ..redaction import RedactingStream, dumps
 from ..results import Result, Status, recap
+from . import fold
+from .fold import LABEL, Group, Identity, Line, Segment
 from .rows import bar
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
+SEP: list[Segment] = [(" ", ""), ("|", "dim"), (" ", "")]
+LIVE_TABLE_MAX = 10  # more hosts than this: the live view shows counts and the slowest hosts, not a row each
+SLOWEST = 5
+
+
+def markup(line: Line, label: str) -> str:
+    """Segments → rich markup, the label slot filled in."""
+    return "".join(f"[{style}]{escape(label if text == LABEL else text)}[/]" if style
+                   else escape(label if text == LABEL else text) for text, style in line)
 
 
 class Reporter:
@@ -26,11 +40,16 @@ class Reporter:
         self.verbose = verbose
         self.console = console or Console(file=RedactingStream(sys.stdout), highlight=False, soft_wrap=True)
         self.lock = threading.Lock()
+        self.fold = False  # hosts that answered the same printed once, at the end (run.execute decides)
+        self.odd = False  # --odd: each minority group as a diff against the majority
+        self.who: dict[str, Identity] = {}  # each host's own name and address, for folding
+        self.started: float | None = None
 
     # -- the live view: one row per host (current task, state, elapsed), only on a terminal
     def live_start(self, hosts: list[str]) -> None:
         self.rows = {h: {"task": "-", "state": "queued", "started": None, "done": 0} for h in hosts}
         self.live = None
+        self.started = time.monotonic()
         if self.json_mode or not self.console.is_terminal or os.environ.get("FLEETOPS_NO_LIVE"):
             return
         from rich.live import Live
@@ -39,7 +58,9 @@ class Reporter:
                          transient=True)
         self.live.start()
 
-    def _live_table(self) -> Table:
+    def _live_table(self) -> RenderableType:
+        if len(self.rows) > LIVE_TABLE_MAX:
+            return self._live_counts()
         table = Table(title="fleet", title_justify="left", show_edge=False)
         for column in ("host", "current task", "state", "elapsed", "tasks done"):
             table.add_column(column)
@@ -51,10 +72,36 @@ class Reporter:
                           str(row["done"]))
         return table
 
+    def _live_counts(self) -> RenderableType:
+        """The live view at scale: how many hosts are in each state, the slowest running ones, who failed."""
+        now = time.monotonic()
+        rows = list(self.rows.items())
+        counts: dict[str, int] = {}
+        for _, row in rows:
+            counts[row["state"]] = counts.get(row["state"], 0) + 1
+        order = ["queued", "running", *(s.value for s in Status)]
+        styles = {"running": "cyan", **{s.value: STYLE[s] for s in Status}}
+        since = f"  [dim]{now - self.started:.1f} s[/]" if self.started is not None else ""
+        parts = [f"[{styles.get(state, '')}]{counts[state]} {state}[/]" if styles.get(state) else
+                 f"{counts[state]} {state}" for state in order if counts.get(state)]
+        lines = [Text.from_markup(f"[bold]fleet:[/] {len(rows)} hosts  " + "  ".join(parts) + since)]
+        running = sorted(((now - row["task_since"], host, row["task"]) for host, row in rows
+                          if row["state"] == "running" and row.get("task_since")), reverse=True)[:SLOWEST]
+        if running:
+            lines.append(Text.from_markup("[dim]slowest:[/] " + ", ".join(
+                f"{escape(host)} {escape(task)} {age:.1f}s" for age, host, task in running)))
+        bad = [host for host, row in rows if row["state"] in ("failed", "unreachable")]
+        if bad:
+            lines.append(Text.from_markup(f"[bold red]failed so far:[/] {escape(fold_names(bad))}"))
+        return RichGroup(*lines)
+
     def task_started(self, host: str, task: str) -> None:
         row = getattr(self, "rows", {}).get(host)
         if row is not None:
-            row.update(task=task, state="running", started=row["started"] or time.monotonic())
+            now = time.monotonic()
+            row.update(task=task, started=row["started"] or now, task_since=now)
+            if row["state"] not in ("failed", "unreachable"):
+                row["state"] = "running"
 
     def live_stop(self) -> None:
         live = getattr(self, "live", None)
@@ -88,46 +135,75 @@ class Reporter:
     def result(self, r: Result) -> None:
         row = getattr(self, "rows", {}).get(r.host)
         if row is not None:
-            row.update(state=r.status.value, done=row["done"] + 1)
-        if self.json_mode:
+            worst = row["state"] in ("failed", "unreachable")  # a later skipped step keeps the failure shown
+            row.update(state=row["state"] if worst else r.status.value, done=row["done"] + 1)
+        if self.json_mode or self.fold:  # folded output is drawn once every host has answered (finish)
             return
-        lines = [f"[bold]{escape(r.host)}[/] [dim]|[/] {escape(r.task)} [dim]|[/] "
-                 f"[{STYLE[r.status]}]{r.status.value}[/] [dim]|[/] {escape(r.msg)}"]
+        lines, table = self.draw(r)
+        with self.lock:
+            if table:
+                self.console.print(render_table(table))
+            for line in lines:
+                self.console.print(markup(line, r.host))
+
+    def draw(self, r: Result) -> tuple[list[Line], dict | None]:
+        """A result as lines of (text, style) segments, the host's name left as the LABEL slot; and the table
+        it prints first, if any."""
+        host: Segment = (LABEL, "bold")
+        lines: list[Line] = [[host, *SEP, (r.task, ""), *SEP, (r.status.value, STYLE[r.status]), *SEP, (r.msg, "")]]
         if r.data.get("output"):  # an ad-hoc command's output, each line prefixed with its host
-            for stream, mark in (("stdout", "[dim]|[/]"), ("stderr", "[red]![/]")):
+            for stream, mark in (("stdout", ("|", "dim")), ("stderr", ("!", "red"))):
                 if r.data.get(f"{stream}_dropped_bytes"):
-                    lines.append(f"[bold]{escape(r.host)}[/] {mark} [dim]({r.data[f'{stream}_dropped_bytes']} "
-                                 f"earlier bytes of {stream} not shown)[/]")
-                lines.extend(f"[bold]{escape(r.host)}[/] {mark} {escape(x)}"
+                    lines.append([host, (" ", ""), mark, (" ", ""),
+                                  (f"({r.data[f'{stream}_dropped_bytes']} earlier bytes of {stream} not shown)",
+                                   "dim")])
+                lines.extend([host, (" ", ""), mark, (" ", ""), (x, "")]
                              for x in str(r.data.get(stream) or "").splitlines())
         table = r.data.get("table")
         scopes_shown: set[str] = set()
         for item in r.items:
             if table and item.status is Status.OK:
                 continue  # the table shows it
-            style = STYLE[item.status]
-            lines.append(f"    [{style}]{item.status.value:<7}[/] {escape(item.label)}: {escape(item.msg)}")
+            lines.append([("    ", ""), (f"{item.status.value:<7}", STYLE[item.status]),
+                          (f" {item.label}: {item.msg}", "")])
             details = item.details
             if details.get("proves") in scopes_shown:  # say once per kind what such a check proves
                 details = {k: v for k, v in details.items() if k not in ("proves", "cannot")}
             scopes_shown.add(item.details.get("proves", ""))
-            detail = _item_detail_lines(details, self.verbose)
-            lines.extend(f"            [dim]{escape(x)}[/]" for x in detail)
+            lines.extend([("            ", ""), (x, "dim")] for x in _item_detail_lines(details, self.verbose))
         if r.failed and r.evidence is not None:
             ev = r.evidence
-            lines.append(f"    [dim]command:[/] {escape(ev.command)}  [dim]exit:[/] {ev.exit_code}  "
-                         f"[dim]took:[/] {ev.seconds}s")
+            lines.append([("    ", ""), ("command:", "dim"), (f" {ev.command}  ", ""), ("exit:", "dim"),
+                          (f" {ev.exit_code}  ", ""), ("took:", "dim"), (f" {ev.seconds}s", "")])
             if ev.stderr_tail:
-                lines.append("    [dim]stderr (last lines):[/]")
-                lines.extend(f"      {escape(x)}" for x in ev.stderr_tail)
-        with self.lock:
-            if table:
+                lines.append([("    ", ""), ("stderr (last lines):", "dim")])
+                lines.extend([(f"      {x}", "")] for x in ev.stderr_tail)
+        return lines, table
+
+    def _print_folded(self, results: list[Result]) -> list[Group]:
+        groups = fold.group(fold.draw_all(results, self.draw, self.who))
+        for g in groups:
+            if g.drawn.table:
+                table = g.drawn.table if len(g.hosts) == 1 else {**g.drawn.table, "rows": g.drawn.folded_rows}
                 self.console.print(render_table(table))
-            for line in lines:
-                self.console.print(line)
+            for line in g.lines():
+                self.console.print(markup(line, g.header))
+        return groups
+
+    def _print_odd_ones_out(self, groups: list[Group]) -> None:
+        self.console.print()
+        self.console.print("[bold]odd ones out[/] [dim](each minority group against its task's majority)[/]")
+        for _task, _minority, diff in fold.odd_ones_out(groups):
+            for text in diff:
+                style = ("bold" if text.startswith(("---", "+++")) else "red" if text.startswith("-")
+                         else "green" if text.startswith("+") else "cyan" if text.startswith("@@") else "")
+                self.console.print(f"[{style}]{escape(text)}[/]" if style else escape(text))
 
     def finish(self, results: list[Result], code: int, extra: dict[str, Any] | None = None,
-               sections: list[dict] | None = None) -> None:
+               sections: list[dict] | None = None, rerun: str | None = None) -> None:
+        """The closing part: folded groups (when folding), odd ones out (--odd), the fleet tables, the recap,
+        the failed hosts, the one-line summary and, when something failed, the command that re-runs just
+        those hosts (`rerun`, made by run.py)."""
         if self.json_mode:
             doc = {"exit_status": code, "recap": recap(results),
                    "failed_hosts": sorted({r.host for r in results if r.failed}),
@@ -136,12 +212,16 @@ class Reporter:
             sys.stdout.flush()
             return
         table = Table(title="RECAP", title_justify="left", show_edge=False, pad_edge=False)
-        table.add_column("host", style="bold")
+        table.add_column("hosts" if self.fold else "host", style="bold")
         for s in Status:
             table.add_column(s.value, justify="right")
-        for host, row in recap(results).items():
-            table.add_row(host, *[f"[{STYLE[s]}]{row[s.value]}[/]" if row[s.value] else "0" for s in Status])
+        rows = fold.recap_groups(recap(results)) if self.fold else list(recap(results).items())
+        for host, row in rows:
+            table.add_row(escape(host), *[f"[{STYLE[s]}]{row[s.value]}[/]" if row[s.value] else "0" for s in Status])
         with self.lock:
+            groups = self._print_folded(results) if self.fold else None
+            if self.odd:
+                self._print_odd_ones_out(groups or fold.group(fold.draw_all(results, self.draw, self.who)))
             for section in sections or []:
                 self.console.print()
                 self.console.print(render_table(section))
@@ -149,7 +229,12 @@ class Reporter:
             self.console.print(table)
             failed = sorted({r.host for r in results if r.failed})
             if failed:
-                self.console.print(f"[bold red]failed hosts:[/] {', '.join(failed)}  [dim](exit status {code})[/]")
+                names = fold_names(failed) if self.fold else ", ".join(failed)
+                self.console.print(f"[bold red]failed hosts:[/] {escape(names)}  [dim](exit status {code})[/]")
+            seconds = time.monotonic() - self.started if self.started is not None else None
+            self.console.print(escape(fold.summary_line(results, seconds)))
+            if failed and rerun:
+                self.console.print(f"[bold]re-run the failed hosts:[/] {escape(rerun)}")
 
 
 def render_table(spec: dict) -> Table:

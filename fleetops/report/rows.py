@@ -3,7 +3,11 @@ scripts/gpu-smoke.py can use it without rich); console.py turns it into tables."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..plans.gpugate import Verdict, age
+from ..plans.hostrange import header
 from ..results import Result
 
 GPU_COLUMNS = ["gpu", "name", "memory", "util", "temp", "ecc", "state", "processes"]
@@ -31,8 +35,9 @@ def fact_row(answer: dict) -> list[str]:
                              gpus, disk.get("venv"), disk.get("state_dir"))]
 
 
-def fleet_sections(results: list[Result]) -> list[dict]:
-    """Tables that compare hosts, shown after the per-host lines."""
+def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
+    """Tables that compare hosts, shown after the per-host lines. `fold`: hosts with the same row share it
+    (GPU summary) or the same column (facts), headed by their host range, so 800 hosts stay a few lines."""
     sections = []
     gpu = [r for r in results if r.task == "gpu"]
     if len(gpu) > 1:
@@ -42,19 +47,34 @@ def fleet_sections(results: list[Result]) -> list[dict]:
             for item in r.items:
                 states[item.details.get("state", "?")] = states.get(item.details.get("state", "?"), 0) + 1
             rows.append([r.host, r.status.value, ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or r.msg])
-        sections.append({"title": "GPU fleet summary", "columns": ["host", "gate", "GPUs"], "rows": rows})
+        if fold:
+            rows = [[header(hosts), *row] for row, hosts in _same(rows, lambda row: tuple(row[1:])).items()]
+        sections.append({"title": "GPU fleet summary", "columns": ["hosts" if fold else "host", "gate", "GPUs"],
+                         "rows": rows})
     facts = [r for r in results if r.task == "facts" and "fact_row" in r.data]
     if facts:
-        # One row per fact, one column per host: reads well for a few hosts and many facts.
+        # One row per fact, one column per host (per group of hosts with the same facts, when folding).
+        columns = [(r.host, list(r.data["fact_row"])) for r in facts]
+        if fold:
+            columns = [(header(hosts), list(row))
+                       for row, hosts in _same(columns, lambda col: tuple(col[1])).items()]
         rows, differ = [], []
         for i, name in enumerate(FACT_COLUMNS):
-            values = [r.data["fact_row"][i] for r in facts]
+            values = [col[i] for _, col in columns]
             rows.append([name, *values])
             if len(set(values)) > 1:
                 differ.append(len(rows) - 1)
         sections.append({"title": "facts (rows that differ between hosts are highlighted)",
-                         "columns": ["fact", *[r.host for r in facts]], "rows": rows, "highlight_rows": differ})
+                         "columns": ["fact", *[name for name, _ in columns]], "rows": rows, "highlight_rows": differ})
     return sections
+
+
+def _same(entries: list, key: Callable[[Any], tuple]) -> dict[tuple, list[str]]:
+    """Entries whose first element is a host name → {key: [hosts]}, the most common key first."""
+    out: dict[tuple, list[str]] = {}
+    for entry in entries:
+        out.setdefault(key(entry), []).append(entry[0])
+    return dict(sorted(out.items(), key=lambda kv: -len(kv[1])))
 
 
 def short_process(p: dict) -> str:
