@@ -124,5 +124,14 @@ def history(c, host=None, last=50, json=False):
                  root=(c.config.get("fleetops") or {}).get("root"))
 
 
-ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history)
+@fleet_task(help={"playbook": HELP_PLAYBOOK + "; its fast checks tell patched / not patched / drifted",
+                  "json": HELP_JSON})
+def diagnose(c, playbook=None, json=False):
+    """What is wrong with this node? One exec: reach, clock, patch state, GPUs (ECC, remapping, Xid from the
+    kernel log), the latest job (OOM kills), its processes, disk, memory, load. Verdict OK / WARN / UNKNOWN /
+    CRITICAL per host; exit 0 / 20 / 21 / 22 for the worst."""
+
+
+ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history,
+                diagnose)
 ns.add_collection(_lab.collection(), name="lab")

@@ -22,7 +22,8 @@ from .protocol import PROTOCOL
 OPS = {"patch": ("patching", "patch"), "rollback": ("patching", "rollback"), "verify": ("checks", "verify"),
        "gpu": ("gpu", "gpu"), "facts": ("gpu", "facts"), "preflight": ("jobs", "preflight"),
        "job_start": ("jobs", "job_start"), "job_status": ("jobs", "job_status"), "job_tail": ("jobs", "job_tail"),
-       "job_logs": ("jobs", "job_logs"), "job_stop": ("jobs", "job_stop"), "run": ("adhoc", "run")}
+       "job_logs": ("jobs", "job_logs"), "job_stop": ("jobs", "job_stop"), "run": ("adhoc", "run"),
+       "diagnose": ("diagnose", "diagnose")}
 assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from remote_scripts.procfs import stat_fields
 
+from . import kernel_log
 from .common import LabError
 from .node import Node
 
@@ -43,6 +44,7 @@ def set_gpu_state(node: Node, state: str) -> dict:
     stop_holders(node)
     smi = node.dir / "bin" / "nvidia-smi"
     smi.parent.mkdir(parents=True, exist_ok=True)
+    kernel_log.install(node)  # the simulated dmesg/journalctl sit next to the simulated nvidia-smi
     if state == "absent":
         smi.unlink(missing_ok=True)
     else:

@@ -7,7 +7,9 @@ import subprocess
 from pathlib import Path
 
 from invoke import Collection, task
+from invoke.exceptions import Exit
 
+from . import kernel_log
 from .common import LabError, say
 from .gpu import GPU_STATES, SIMULATED_GPUS
 from .lab import Lab
@@ -76,6 +78,41 @@ def gpu(c, state="idle", node="all"):
             say(f"{n.name}: simulated GPUs now {state}{held}")
 
 
+@task(help={"node": "lab node name, or 'all'", "xid": "append an NVIDIA Xid of this code (e.g. 79)",
+            "gpu": "the simulated GPU the Xid is on (0 or 1; default 0)",
+            "oom": "the OOM killer takes the node's running job: SIGKILL its process, log the kernel's lines",
+            "readable": f"who may read the kernel log: {', '.join(kernel_log.READABLE)}",
+            "clear": "empty the simulated kernel log first"})
+def kernel(c, node="all", xid=None, gpu=0, oom=False, readable=None, clear=False):
+    """Switch a lab node's simulated kernel log: inject an Xid on a GPU or an OOM kill of the running job,
+    make dmesg / journalctl -k unreadable, or clear it."""
+    lab = _lab(c)
+    for n in lab.nodes():
+        if node not in ("all", n.name):
+            continue
+        try:
+            if clear:
+                kernel_log.clear(n)
+                say(f"{n.name}: simulated kernel log cleared")
+            if readable:
+                kernel_log.install(n)
+                kernel_log.set_readable(n, readable)
+                say(f"{n.name}: simulated kernel log readable by: {readable}")
+            if xid is not None:
+                for line in kernel_log.inject_xid(n, int(xid), int(gpu)):
+                    say(f"{n.name}: kernel log + {line}")
+            if oom:
+                killed = kernel_log.inject_oom(n)
+                say(f"{n.name}: OOM-killed job {killed['job']}'s process {killed['pid']} ({killed['process']})")
+                for line in killed["lines"]:
+                    say(f"{n.name}: kernel log + {line}")
+            if not (clear or readable or xid is not None or oom):
+                kernel_log.install(n)
+                say(f"{n.name}: {(n.dir / 'kernel.log').read_text().count(chr(10))} lines in the simulated kernel log")
+        except LabError as exc:
+            raise SystemExit(str(exc)) from None
+
+
 @task(help={"node": "lab node name", "package": "a pinned requirement, e.g. vllm==0.11.0"})
 def install(c, node, package):
     """Give one lab node another real version of a package (no deps), e.g. to see a refused patch."""
@@ -84,5 +121,37 @@ def install(c, node, package):
     say(f"{node}: installed {package} (shadows the shared venv's copy; `fab lab.reset` restores speculators)")
 
 
+@task(help={"node": "lab node name"})
+def stop(c, node):
+    """Stop one lab node's sshd (the node is unreachable until `lab.start`)."""
+    lab = _lab(c)
+    stopped = lab.stop_node(_one(lab, node))
+    print(f"{node}: sshd {'stopped' if stopped else 'was not running'}")
+
+
+@task(help={"node": "lab node name, or 'all'"})
+def start(c, node="all"):
+    """Start lab nodes' sshd again (after `lab.stop`)."""
+    lab = _lab(c)
+    for n in lab.nodes() if node == "all" else [_one(lab, node)]:
+        lab.start_node(n)
+        print(f"{n.name}: sshd listening on 127.0.0.1:{n.port}")
+
+
+@task(help={"node": "lab node name"})
+def rekey(c, node):
+    """Reimage a lab node's SSH identity: a new host key, known_hosts keeps the old one (fab refuses it)."""
+    lab = _lab(c)
+    fingerprint = lab.rekey(_one(lab, node))
+    print(f"{node}: new host key {fingerprint} (what `ssh-keygen -lf` prints on the node's console)")
+
+
+def _one(lab: Lab, name: str):
+    try:
+        return lab.node(name)
+    except LabError as exc:
+        raise Exit(str(exc), code=2) from None
+
+
 def collection() -> Collection:
-    return Collection(up, status, down, reset, gpu, install)
+    return Collection(up, status, down, reset, gpu, install, kernel, stop, start, rekey)

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 from ..plans.inventory import Host
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
 from ..wire.connector import Connector, TransportError
-from . import adhoc, checks, gpu, jobs, node, patching
+from . import adhoc, checks, diagnose, gpu, jobs, node, patching
 from .plan import Plan, TaskSpec, UsageError
 
 if TYPE_CHECKING:
     from ..state import RunState
 
-TASKS: dict[str, TaskSpec] = {spec.name: spec for family in (node, gpu, patching, checks, adhoc)
+TASKS: dict[str, TaskSpec] = {spec.name: spec for family in (node, gpu, patching, checks, adhoc, diagnose)
                               for spec in family.TASKS}
 TASKS.update({name: TaskSpec(name, jobs.job_plan(name, name == "extract"), run=runner,
                                        dry=None if name in ("extract", "stop") else "read-only")

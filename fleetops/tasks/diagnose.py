@@ -1,0 +1,472 @@
+"""diagnose: "what is wrong with this node?" in one agent exec, answered as findings ordered by likelihood,
+each with a verdict (OK / WARN / CRITICAL / UNKNOWN) and the next command to run.
+
+The node sends what it read (remote_scripts/diagnose.py: kernel-log lines, `nvidia-smi -q -x`, the latest
+job, its processes, disk, memory, load); the reading of it is here and in plans/ (kernellog, gpuhealth), pure.
+
+Verdicts and exit statuses (a run exits with the worst across hosts; exit codes chosen not to clash with
+results.py's 0/1/2/4/10-13/130):
+    OK        0    nothing found
+    WARN      20   something to look at; the node can run work (a failed job, low disk, an app-level Xid)
+    UNKNOWN   21   a part could not be read (no nvidia-smi, an unreadable kernel log, no playbook checks)
+    CRITICAL  22   the node needs a person before it runs work (Xid 79/48/..., OOM-killed job, missing GPU,
+                   uncorrectable ECC, wrong packages, drifted patch, unreachable)
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from remote_scripts.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
+
+from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml
+from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, describe_end, resolve
+from ..plans.kernellog import OomKill, XidEvent, bus_key, parse_ooms, parse_xids, slurm_oom_events
+from ..plans.yamlsrc import ConfigError
+from ..results import EXIT_OK, Result, Status
+from ..wire.connector import Connector, TransportError
+from .plan import Plan, TaskSpec
+
+if TYPE_CHECKING:
+    from ..plans.inventory import Host
+    from ..plans.playbook import Playbook
+    from ..state import RunState
+
+OK, WARN, UNKNOWN, CRITICAL = "OK", "WARN", "UNKNOWN", "CRITICAL"
+SEVERITY = {OK: 0, WARN: 1, UNKNOWN: 2, CRITICAL: 3}
+EXIT_DIAG_WARN = 20
+EXIT_DIAG_UNKNOWN = 21
+EXIT_DIAG_CRITICAL = 22
+EXIT_FOR = {OK: EXIT_OK, WARN: EXIT_DIAG_WARN, UNKNOWN: EXIT_DIAG_UNKNOWN, CRITICAL: EXIT_DIAG_CRITICAL}
+FAST_KINDS = {"requires", "grep", "compile"}
+SKEW_WARN_S = 5.0
+UNREACHABLE_KINDS = ("unreachable", "hostkey", "auth", "refused")  # as tasks/registry.py counts them
+
+
+@dataclass
+class Finding:
+    verdict: str
+    area: str  # reach, clock, patch, gpu, gpuN, kernel, job, oom, processes, disk, memory, load
+    msg: str
+    next: str  # the next command to run (or what to do)
+    rank: int = 50  # within a verdict: lower first (how likely it is the cause of trouble)
+    details: dict = field(default_factory=dict)
+
+
+def _fab(host: str, *words: str) -> str:
+    return "fab -H " + shlex.quote(host) + " " + " ".join(words)
+
+
+def _run_cmd(host: str, command: str) -> str:
+    return _fab(host, "run", shlex.quote(command))
+
+
+# ---------------------------------------------------------------- the pieces, each pure
+def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
+    """One line: patched / not patched / drifted (the patch's own check mode, per file), and whether the
+    playbook's fast checks (requires, grep, compile) agree."""
+    items = checks.get("items", []) if not checks.get("error") else []
+    failed = [i for i in items if not i["ok"]]
+    counts = f"{len(items) - len(failed)}/{len(items)} fast checks pass" if items else "no fast checks"
+    details: dict = {"checks": [{"name": i["name"], "kind": i["kind"], "ok": i["ok"], "msg": i["msg"]} for i in items]}
+    first_bad = f"; first failing: {failed[0]['name']}: {failed[0]['msg']}" if failed else ""
+    files = (patch or {}).get("items") or []
+    words = [f.get("status") for f in files]
+    details["files"] = [{"module": f.get("module"), "status": f.get("status"), "msg": f.get("msg")} for f in files]
+    if REFUSED in words or any(i["kind"] == "requires" for i in failed):
+        why = next((f["msg"] for f in files if f.get("status") == REFUSED), None) or failed[0]["msg"]
+        return Finding(CRITICAL, "patch", f"wrong packages: {why}", _fab(host, "facts"), 20, details)
+    if DRIFTED in words:
+        which = ", ".join(str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == DRIFTED)
+        return Finding(CRITICAL, "patch", f"drifted: {which} matches neither the original nor the patched form "
+                       f"({counts}{first_bad})", _fab(host, "patch", "--check"), 25, details)
+    if files and all(w == ALREADY_APPLIED for w in words):
+        if failed:
+            return Finding(CRITICAL, "patch", f"patched, but {counts}{first_bad}", _fab(host, "verify"), 25, details)
+        return Finding(OK, "patch", f"patched ({len(files)} files; {counts})", _fab(host, "verify") + "  (deep checks)",
+                       90, details)
+    if files and all(w == WOULD_APPLY for w in words):
+        return Finding(WARN, "patch", f"not patched: {len(files)} files as installed ({counts})",
+                       _fab(host, "patch", "verify"), 30, details)
+    if files and set(words) <= {WOULD_APPLY, ALREADY_APPLIED}:
+        done = ", ".join(str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == ALREADY_APPLIED)
+        return Finding(CRITICAL, "patch", f"drifted: only partly patched ({done} patched, the rest not; {counts})",
+                       _fab(host, "patch", "--check"), 25, details)
+    if files:
+        return Finding(UNKNOWN, "patch", f"the patch's check mode answered {sorted(set(map(str, words)))}: "
+                       f"{files[0].get('msg')}", _fab(host, "patch", "--check"), 60, details)
+    if (patch or {}).get("error"):
+        return Finding(UNKNOWN, "patch", f"not checked: {patch['error']}", _fab(host, "patch", "--check"), 60, details)
+    if checks.get("error"):
+        return Finding(UNKNOWN, "patch", f"not checked: {checks['error']}", _fab(host, "verify"), 60, details)
+    if failed:
+        return Finding(WARN, "patch", f"{counts}{first_bad}", _fab(host, "verify"), 30, details)
+    return Finding(OK, "patch", f"the playbook has no patches; {counts}", _fab(host, "verify"), 90, details)
+
+
+def _gpu_label(bus: str | None, index_by_bus: dict[str, int]) -> str:
+    index = index_by_bus.get(bus or "")
+    return f"gpu{index}" if index is not None else "gpu"
+
+
+def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]) -> list[Finding]:
+    """One finding per (Xid code, GPU): its meaning, how often, the last line, NVIDIA's action."""
+    groups: dict[tuple[int, str | None], list[XidEvent]] = {}
+    for e in events:
+        groups.setdefault((e.code, e.bus_id), []).append(e)
+    out = []
+    for (code, bus), evs in groups.items():
+        last = evs[-1]
+        info = last.info
+        verdict = {"CRITICAL": CRITICAL, "WARN": WARN}.get(info.severity, OK)
+        label = _gpu_label(bus, index_by_bus)
+        where = f"GPU {label[3:]} " if label != "gpu" else "GPU "
+        when = _when(last.line.epoch) or last.line.stamp or "since boot"
+        who = f", process {last.process} (pid {last.pid})" if last.pid else ""
+        times = f"{len(evs)} times, last {when}" if len(evs) > 1 else when
+        msg = (f"Xid {code} on {where}(PCI {bus or last.pci}): {info.name}{who} [{times}]: {info.action}")
+        if code == 79:
+            nxt = (f"drain the node ({_fab(host, 'stop')}), then reboot it: {_run_cmd(host, 'sudo reboot')}; "
+                   f"after the reboot: {_fab(host, 'diagnose')}")
+        elif info.reset:
+            nxt = _run_cmd(host, f"sudo nvidia-smi --gpu-reset -i {bus or last.pci}") + "  (when the GPU is idle)"
+        else:
+            nxt = _run_cmd(host, f"nvidia-smi -q -i {bus or last.pci} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER")
+        rank = 5 if verdict == CRITICAL else 40
+        out.append(Finding(verdict, label, msg, nxt, rank,
+                           {"xid": code, "meaning": info.name, "bus_id": bus, "count": len(evs), "pid": last.pid,
+                            "process": last.process, "last_line": last.line.text}))
+    return out
+
+
+def _when(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def match_oom(kills: list[OomKill], job: dict, pids: set[int]) -> tuple[list[OomKill], list[OomKill]]:
+    """(kills of the job's processes, other kills). A kill names the job when its pid is the job's main
+    process or one of its live processes, or when it happened during the job's run (a worker the job
+    started: its pid is not recorded) and the job ended by SIGKILL."""
+    ours, others = [], []
+    started = job.get("started_ts")
+    ended = (job.get("exit") or {}).get("ended_ts")
+    killed = (job.get("exit") or {}).get("signal") == 9 or job.get("state") == "lost"
+    for k in kills:
+        in_window = (started is not None and k.epoch is not None and started - 1 <= k.epoch
+                     and (ended is None or k.epoch <= ended + 5))
+        if k.pid in pids or (killed and in_window):
+            ours.append(k)
+        else:
+            others.append(k)
+    return ours, others
+
+
+def _oom_text(k: OomKill) -> str:
+    rss = f", anon-rss {k.anon_rss_mib} MiB" if k.anon_rss_mib is not None else ""
+    scope = "its memory cgroup's limit" if k.cgroup_oom else "the machine's memory"
+    return f"pid {k.pid} ({k.process}{rss}; {scope}) at {_when(k.epoch) or 'an unknown time'}"
+
+
+def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
+                 progress_rx: re.Pattern[str], failure_rxs: list[re.Pattern[str]]) -> list[Finding]:
+    if job.get("error_kind") == "no_job":
+        return [Finding(OK, "job", "no job has been started on this node", _fab(host, "extract"), 95)]
+    if job.get("error"):
+        return [Finding(UNKNOWN, "job", f"the latest job could not be read: {job['error']}", _fab(host, "status"), 45)]
+    state = job.get("state")
+    tail = job.get("log_tail") or []
+    progress = next((ln for ln in reversed(tail) if progress_rx.search(ln)), None)
+    failures = [ln for ln in tail if any(rx.search(ln) for rx in failure_rxs)][-5:]
+    runtime = job.get("runtime_s")
+    facts = (f"job {job.get('id')} (pid {job.get('pid')}) {state}"
+             + (f" after {runtime:.0f}s" if isinstance(runtime, (int, float)) else ""))
+    details = {"job_id": job.get("id"), "state": state, "exit": job.get("exit"), "runtime_s": runtime,
+               "last_progress": progress, "failure_lines": failures, "log": job.get("log")}
+    pids = {int(p) for p in (job.get("pid"), job.get("wrapper_pid")) if p}
+    ours, _ = match_oom(kills, job, pids)
+    out = []
+    if ours:
+        main = next((k for k in ours if k.pid == job.get("pid")), ours[0])
+        how = "main process" if main.pid == job.get("pid") else "process (one that died during its run)"
+        out.append(Finding(CRITICAL, "oom", f"the kernel OOM killer killed job {job.get('id')}'s {how}: "
+                           f"{_oom_text(main)}; the job ended: {describe_end(job)}",
+                           f"{_fab(host, 'logs', '--job-id', str(job.get('id')))}; give it less to hold in memory "
+                           "(batch size, max_model_len) or a node with more, then extract again",
+                           3, {**details, "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours]}))
+        return out
+    if state in ("running", "starting"):
+        msg = f"{facts}; last progress: {progress or '(none yet)'}"
+        out.append(Finding(OK, "job", msg, _fab(host, "tail"), 80, details))
+    elif state == "succeeded":
+        out.append(Finding(OK, "job", f"{facts}: {describe_end(job)}", _fab(host, "logs"), 85, details))
+    else:
+        why = describe_end(job)
+        if (job.get("exit") or {}).get("signal") == 9 and kernel_ok:
+            why += " (no OOM-killer line in the kernel log names it: a kill -9, or `stop`)"
+        elif (job.get("exit") or {}).get("signal") == 9:
+            why += " (the kernel log could not be read, so an OOM kill cannot be ruled out)"
+        last = f"; last failure line: {failures[-1]}" if failures else (f"; last log line: {tail[-1]}" if tail else "")
+        out.append(Finding(WARN, "job", f"{facts}: {why}{last}",
+                           _fab(host, "logs", "--job-id", str(job.get("id")), "--lines", "200"), 10, details))
+    return out
+
+
+def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
+                 job_pids: frozenset[int] = frozenset()) -> tuple[list[Finding], dict[str, int]]:
+    """GPU count against the inventory, values nvidia-smi could not read, foreign holders (the job's own
+    processes, even those an ended job left behind, are the processes finding's), ECC/remap/throttle."""
+    out: list[Finding] = []
+    index_by_bus: dict[str, int] = {}
+    if snap.get("error_kind") == "no_nvidia_smi":
+        out.append(Finding(UNKNOWN, "gpu", f"GPUs not checked: {snap['error']}",
+                           _run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia"), 35))
+        return out, index_by_bus
+    if not snap.get("ok"):
+        out.append(Finding(CRITICAL, "gpu", f"nvidia-smi fails: {snap.get('error')}", _run_cmd(host, "nvidia-smi"), 8))
+        return out, index_by_bus
+    gpus = snap.get("gpus", [])
+    for g in gpus:
+        key = bus_key(g.get("bus_id"))
+        if key and g.get("index") is not None:
+            index_by_bus[key] = int(g["index"])
+    if expected is not None and len(gpus) < expected:
+        out.append(Finding(CRITICAL, "gpu", f"{len(gpus)} of {expected} GPUs visible (inventory says {expected})",
+                           _run_cmd(host, "nvidia-smi -L; lspci | grep -i nvidia"), 6))
+    for g in gpus:
+        if g.get("problems"):
+            out.append(Finding(CRITICAL, f"gpu{g.get('index')}", f"GPU {g.get('index')} ({g.get('bus_id')}) reads "
+                               f"{'; '.join(g['problems'])}", _run_cmd(host, f"nvidia-smi -q -i {g.get('index')}"), 7))
+    foreign = [(g, p) for g in gpus for p in g.get("processes", []) if not p.get("job") and p["pid"] not in job_pids]
+    held = ", ".join(f"GPU {g['index']}: pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, user "
+                     f"{p.get('user') or '?'}" for g, p in foreign)
+    if foreign:
+        out.append(Finding(WARN, "gpu", f"GPUs held by processes that are not a fleetops job: {held}",
+                           _fab(host, "gpu"), 50, {"foreign": [p for _, p in foreign]}))
+    if xml.get("error"):
+        out.append(Finding(UNKNOWN, "gpu", f"ECC / retired pages / row remapping not read: {xml['error']}",
+                           _run_cmd(host, "nvidia-smi -q -x | head"), 55))
+    elif xml.get("xml"):
+        try:
+            health = parse_health_xml(xml["xml"])
+        except HealthParseError as exc:
+            out.append(Finding(UNKNOWN, "gpu", f"nvidia-smi -q -x unreadable: {exc}",
+                               _run_cmd(host, "nvidia-smi -q -x | head"), 55))
+            health = []
+        for h in assess(health):
+            label = f"gpu{h.gpu.index}" if h.gpu.index is not None else "gpu"
+            out.append(Finding(CRITICAL if h.severity == "CRITICAL" else WARN, label,
+                               f"GPU {h.gpu.index} ({h.gpu.bus_id}): {h.what}: {h.action}",
+                               _run_cmd(host, f"nvidia-smi -q -i {h.gpu.index} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER"
+                                              ",PERFORMANCE"), 9 if h.severity == "CRITICAL" else 45))
+        if health and not any(f.area.startswith("gpu") and f.verdict != OK for f in out):
+            vol = sum(h.ecc.get("volatile", {}).get("uncorrectable", 0) for h in health)
+            out.append(Finding(OK, "gpu", f"{len(gpus)} GPUs ({', '.join(sorted({str(g.get('name')) for g in gpus}))})"
+                               f", {vol} uncorrectable ECC errors, no pending remap or retirement, no hardware "
+                               "throttling", _fab(host, "gpu"), 90))
+    return out, index_by_bus
+
+
+def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
+    out = []
+    fine: list[str] = []
+    for d in disks if isinstance(disks, list) else []:
+        if d.get("error") or not d.get("total_bytes"):
+            continue
+        free_pct = 100 * d["free_bytes"] / d["total_bytes"]
+        inode_pct = 100 * d["inodes_free"] / d["inodes_total"] if d.get("inodes_total") else 100.0
+        text = (f"{d['label']} {d['path']}: {d['free_bytes'] / 2**30:.1f} GiB free ({free_pct:.0f}%), "
+                f"inodes {inode_pct:.0f}% free")
+        nxt = _run_cmd(host, f"df -h {d['path']}; df -i {d['path']}")
+        if free_pct < 1 or inode_pct < 1:
+            out.append(Finding(CRITICAL, "disk", text, nxt, 12))
+        elif free_pct < 5 or inode_pct < 5 or d["free_bytes"] < 2 * 2**30:
+            out.append(Finding(WARN, "disk", text, nxt, 42))
+        else:
+            fine.append(f"{d['label']} {d['free_bytes'] / 2**30:.1f} GiB ({free_pct:.0f}%, inodes {inode_pct:.0f}%)")
+    if fine:  # the healthy ones on one line
+        out.append(Finding(OK, "disk", "free: " + ", ".join(fine), _run_cmd(host, "df -h; df -i"), 97))
+    mem = (load.get("memory_kb") or {}) if isinstance(load, dict) else {}
+    if mem.get("MemTotal"):
+        pct = 100 * mem.get("MemAvailable", 0) / mem["MemTotal"]
+        text = f"memory: {mem.get('MemAvailable', 0) / 2**20:.1f} of {mem['MemTotal'] / 2**20:.1f} GiB available"
+        nxt = _run_cmd(host, "free -m; ps aux --sort=-rss | head")
+        out.append(Finding(WARN if pct < 5 else OK, "memory", text, nxt, 43 if pct < 5 else 98))
+    if isinstance(load, dict) and load.get("load") and load.get("cpus"):
+        l1 = load["load"][0]
+        text = f"load {' '.join(str(x) for x in load['load'])} on {load['cpus']} CPUs"
+        busy = l1 > 2 * load["cpus"]
+        out.append(Finding(WARN if busy else OK, "load", text, _run_cmd(host, "top -bn1 | head -20"),
+                           44 if busy else 99))
+    return out
+
+
+def process_findings(host: str, job: dict, procs: list) -> list[Finding]:
+    if not isinstance(procs, list) or not procs:
+        return []
+    rows = [f"{p['pid']} {p['state']} {p.get('cpu_pct')}% CPU {p['rss_kb'] // 1024} MiB RSS"
+            + (f" {p['gpu_mib']} MiB GPU" if p.get("gpu_mib") else "") + f" {p['comm']}" for p in procs]
+    ended = job.get("state") not in ("running", "starting")
+    left = [p for p in procs if p["pid"] != job.get("wrapper_pid")]
+    stuck = [p for p in procs if p["state"] in ("D", "Z")]
+    if ended and left:
+        return [Finding(WARN, "processes", f"job {job.get('id')} ended ({job.get('state')}) but left "
+                        f"{len(left)} processes: " + "; ".join(rows), _fab(host, "stop"), 15, {"processes": procs})]
+    verdict = WARN if stuck else OK
+    return [Finding(verdict, "processes", f"job {job.get('id')}'s processes: " + "; ".join(rows),
+                    _run_cmd(host, f"ps -o pid,stat,etime,rss,cmd -g {job.get('pgid')}"), 48 if stuck else 92,
+                    {"processes": procs})]
+
+
+def clock_finding(host: str, node_epoch: float | None, sent: float, received: float) -> Finding | None:
+    """The node's clock against this machine's, within the call's round trip."""
+    if node_epoch is None:
+        return None
+    if sent <= node_epoch <= received:
+        return Finding(OK, "clock", f"in step with this machine (within the call's {received - sent:.1f}s)",
+                       _run_cmd(host, "timedatectl"), 96)
+    skew = node_epoch - sent if node_epoch < sent else node_epoch - received
+    verdict = WARN if abs(skew) > SKEW_WARN_S else OK
+    side = "behind" if skew < 0 else "ahead of"
+    return Finding(verdict, "clock", f"node clock {abs(skew):.1f}s {side} this machine",
+                   _run_cmd(host, "timedatectl; chronyc tracking"), 41 if verdict == WARN else 96)
+
+
+def kernel_findings(host: str, kernel: dict, index_by_bus: dict[str, int]) -> tuple[list[Finding], list[OomKill]]:
+    if kernel.get("error"):
+        return [Finding(UNKNOWN, "kernel", f"Xid and OOM events not checked: {kernel['error']}",
+                        _run_cmd(host, "sudo dmesg | grep -E 'NVRM: Xid|Killed process' | tail -20")
+                        + "  (or add the user to the adm / systemd-journal group)", 36)], []
+    boot = kernel.get("boot_time")
+    lines = kernel.get("lines", [])
+    out = xid_findings(host, parse_xids(lines, boot), index_by_bus)
+    report = parse_ooms(lines, boot)
+    if not out:
+        out.append(Finding(OK, "kernel", f"no NVIDIA Xid in the kernel log ({kernel.get('source')}, "
+                           f"{kernel.get('total_lines')} lines)", _run_cmd(host, "dmesg | tail -50"), 94))
+    for count, step in slurm_oom_events(report.other):
+        out.append(Finding(WARN, "oom", f"Slurm saw {count} OOM kill(s) in {step}", _run_cmd(host, "dmesg | tail -50"),
+                           22))
+    return out, report.kills
+
+
+def assess_answer(host: Host, answer: dict, sent: float, received: float, book: Playbook | None) -> list[Finding]:
+    name = host.name
+    findings: list[Finding] = []
+    clock = answer.get("clock") or {}
+    f = clock_finding(name, clock.get("epoch"), sent, received)
+    if f:
+        findings.append(f)
+    findings.append(patch_state(name, answer.get("checks") or {}, answer.get("patch")))
+    job_pids = frozenset(int(p["pid"]) for p in answer.get("processes") or [] if isinstance(p, dict))
+    gpu_f, index_by_bus = gpu_findings(name, host.gpus, answer.get("gpu") or {}, answer.get("smi_xml") or {},
+                                       job_pids)
+    findings += gpu_f
+    kernel = {**(answer.get("kernel") or {}), "boot_time": clock.get("boot_time")}
+    kern_f, kills = kernel_findings(name, kernel, index_by_bus)
+    findings += kern_f
+    job = answer.get("job") or {}
+    progress_rx, failure_rxs = re.compile(DEFAULT_PROGRESS), [re.compile(p) for p in DEFAULT_FAILURES]
+    if book is not None and job.get("name") in (book.jobs or {}):
+        try:
+            spec = resolve(job["name"], book.jobs[job["name"]], host.groups)
+            progress_rx, failure_rxs = spec.progress, spec.failures
+        except ConfigError:
+            pass
+    findings += job_findings(name, job, kills, not kernel.get("error"), progress_rx, failure_rxs)
+    pids = {int(p) for p in (job.get("pid"), job.get("wrapper_pid")) if p}
+    _, other_kills = match_oom(kills, job, pids) if not job.get("error") else ([], kills)
+    for k in other_kills:
+        findings.append(Finding(WARN, "oom", f"the OOM killer killed {_oom_text(k)} (not this node's fleetops job)",
+                                _run_cmd(name, "dmesg | grep -B5 -A20 'invoked oom-killer' | tail -60"), 21,
+                                {"lines": [ln.text for ln in k.lines]}))
+    findings += process_findings(name, job, answer.get("processes") or [])
+    findings += resource_findings(name, answer.get("disk") or [], answer.get("host") or {})
+    return sorted(findings, key=lambda x: (-SEVERITY[x.verdict], x.rank))
+
+
+def verdict_of(findings: list[Finding]) -> str:
+    return max((f.verdict for f in findings), key=SEVERITY.__getitem__, default=OK)
+
+
+TABLE_COLUMNS = ["verdict", "what", "finding / next command"]
+
+
+def _result(host: str, findings: list[Finding], reach: str, extra: dict) -> Result:
+    verdict = verdict_of(findings)
+    top = next((f for f in findings if f.verdict == verdict), None)
+    others = sum(1 for f in findings if f.verdict != OK) - (1 if top and top.verdict != OK else 0)
+    msg = f"{verdict}: {top.msg if top and verdict != OK else 'nothing wrong found'}"
+    if others > 0:
+        msg += f" (+{others} more)"
+    rows = [[f.verdict, f.area, f"{f.msg}\nnext: {f.next}"] for f in findings]
+    table = {"title": f"{host}: {verdict} ({reach})", "columns": TABLE_COLUMNS, "rows": rows,
+             "highlight_rows": [i for i, f in enumerate(findings) if f.verdict != OK]}
+    status = Status.OK if verdict in (OK, WARN) else Status.FAILED
+    return Result(host, "diagnose", status, msg, code=EXIT_FOR[verdict],
+                  data={"verdict": verdict, "findings": [asdict(f) for f in findings], "table": table, **extra})
+
+
+# ---------------------------------------------------------------- the task
+def _plan(run: RunState, kwargs: dict) -> Plan:
+    book = None
+    try:
+        book = run.playbook(kwargs.get("playbook"))
+    except ConfigError:
+        if kwargs.get("playbook"):
+            raise  # named on the command line: a bad one is a usage error, before anything connects
+    request = book.verify_request(FAST_KINDS) if book is not None else {"requires": [], "checks": []}
+    if book is not None and book.patches:
+        request["patch"] = book.patch_request(check=True)
+    return Plan("diagnose", request, 300, book)
+
+
+def _run(run: RunState, plan: Plan, node: Connector) -> Result:
+    host = node.host
+    started = time.monotonic()
+    opener = getattr(node, "open", None)
+    try:
+        if callable(opener):
+            opener()
+        connect_s = time.monotonic() - started
+        sent = time.time()
+        answer, evidence = node.call("diagnose", plan.request, timeout=plan.timeout)
+        received = time.time()
+    except TransportError as exc:
+        f = Finding(CRITICAL, "reach", str(exc), _fab(host.name, "ping"), 0)
+        result = _result(host.name, [f], f"not reached after {time.monotonic() - started:.1f}s", {
+            "error_kind": exc.kind, "reach": {"reached": False, "seconds": round(time.monotonic() - started, 3)}})
+        result.status = Status.UNREACHABLE if exc.kind in UNREACHABLE_KINDS else Status.FAILED
+        result.evidence = exc.evidence
+        return result
+    total = time.monotonic() - started
+    if answer.get("error"):
+        f = Finding(UNKNOWN, "agent", f"the node agent could not diagnose: {answer['error']}",
+                    _fab(host.name, "ping"), 1)
+        result = _result(host.name, [f], f"reached in {total:.1f}s", {"error_kind": answer.get("error_kind")})
+        result.evidence = evidence
+        return result
+    findings = assess_answer(host, answer, sent, received, plan.playbook)
+    on_node = answer.get("seconds")
+    reach = f"reached in {connect_s:.2f}s, answered in {total:.1f}s" + (f" ({on_node}s on the node)" if on_node else "")
+    findings.insert(0, Finding(OK, "reach", reach, _fab(host.name, "ping"), 0))
+    findings.sort(key=lambda x: (-SEVERITY[x.verdict], x.rank))
+    extra = {"reach": {"reached": True, "connect_s": round(connect_s, 3), "total_s": round(total, 3),
+                       "node_s": on_node},
+             "kernel_source": (answer.get("kernel") or {}).get("source"),
+             "simulated": bool(host.lab)}
+    result = _result(host.name, findings, reach, extra)
+    if host.lab:
+        result.data["table"]["title"] += " (lab: simulated GPUs and kernel log)"
+    if result.failed:
+        result.evidence = evidence
+    return result
+
+
+TASKS = [TaskSpec("diagnose", _plan, run=_run)]

@@ -1,0 +1,226 @@
+"""The `diagnose` operation: everything the on-call engineer would look at on a node, read in one exec and
+sent back raw-ish (the client parses: fleetops/plans/kernellog.py, gpuhealth.py). Stdlib only; read-only.
+
+Each part is read on its own: a part that cannot be read (no nvidia-smi, a kernel log this user may not
+read, no job yet) answers {"error": ..., "error_kind": ...} with the reason, and the others still come back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+from .procfs import stat_fields
+
+KERNEL_TIMEOUT_S = 20
+KERNEL_KEEP_LINES = 400  # the newest relevant lines sent back
+XML_MAX_BYTES = 4 * 1024 * 1024
+LOG_TAIL_BYTES = 64 * 1024
+LOG_TAIL_LINES = 200
+# Lines of the kernel log worth sending: NVIDIA's driver (Xid), the OOM killer, cgroup OOMs.
+KERNEL_RELEVANT = re.compile(r"NVRM|Xid|nvidia|oom[-_ ]kill|invoked oom-killer|Out of memory|Killed process|"
+                             r"Memory cgroup out of memory|oom_reaper", re.I)
+# The readers tried in order (no shell; the first readable one wins).
+KERNEL_READERS = (["dmesg"], ["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso", "-n", "50000"])
+_UNREADABLE = re.compile(r"Operation not permitted|Permission denied|not seeing messages from other users|"
+                         r"No journal files were found|read kernel buffer failed", re.I)
+
+
+def _part(fn, *args):  # noqa: ANN001, ANN202 - any reader: its answer, or the reason it has none
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - one unreadable part must not hide the others
+        return {"error": f"{type(exc).__name__}: {exc}", "error_kind": "crashed"}
+
+
+def clock() -> dict:
+    with open("/proc/uptime", encoding="utf-8") as f:
+        uptime = float(f.read().split()[0])
+    now = time.time()
+    return {"epoch": now, "uptime_s": uptime, "boot_time": now - uptime, "hostname": socket.gethostname()}
+
+
+def kernel_log() -> dict:
+    tried = []
+    for argv in KERNEL_READERS:
+        exe = shutil.which(argv[0])
+        if exe is None:
+            tried.append(f"{argv[0]}: not installed")
+            continue
+        try:
+            proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, errors="replace",
+                                  timeout=KERNEL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            tried.append(f"{' '.join(argv)}: timed out after {KERNEL_TIMEOUT_S}s")
+            continue
+        err = proc.stderr.strip()
+        if proc.returncode != 0 or _UNREADABLE.search(err):
+            tried.append(f"{' '.join(argv)}: exit {proc.returncode}: {err.splitlines()[0] if err else 'no output'}")
+            continue
+        lines = proc.stdout.splitlines()
+        relevant = [ln for ln in lines if KERNEL_RELEVANT.search(ln)]
+        return {"source": " ".join(argv), "path": exe, "total_lines": len(lines),
+                "lines": relevant[-KERNEL_KEEP_LINES:], "dropped": max(0, len(relevant) - KERNEL_KEEP_LINES),
+                "first": lines[0][:200] if lines else None, "tried": tried}
+    return {"error": "the kernel log is not readable here: " + "; ".join(tried), "error_kind": "kernel_log_unreadable",
+            "tried": tried}
+
+
+def smi_xml(smi: str | None) -> dict:
+    if smi is None:
+        return {"error": "nvidia-smi not found on the node", "error_kind": "no_nvidia_smi"}
+    try:
+        proc = subprocess.run([smi, "-q", "-x"], capture_output=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return {"error": "nvidia-smi -q -x timed out after 60s", "error_kind": "nvidia_smi_failed"}
+    if proc.returncode != 0:
+        text = (proc.stdout + proc.stderr).decode("utf-8", "replace").strip()
+        return {"error": f"nvidia-smi -q -x failed (exit {proc.returncode}): {text[:500]}",
+                "error_kind": "nvidia_smi_failed"}
+    return {"xml": proc.stdout[:XML_MAX_BYTES].decode("utf-8", "replace"),
+            "truncated": len(proc.stdout) > XML_MAX_BYTES}
+
+
+def _meminfo() -> dict:
+    out = {}
+    with open("/proc/meminfo", encoding="utf-8") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree"):
+                out[key] = int(rest.split()[0])  # kB
+    return out
+
+
+def host_load() -> dict:
+    load = os.getloadavg()
+    return {"load": [round(x, 2) for x in load], "cpus": os.cpu_count(), "memory_kb": _meminfo()}
+
+
+def disk(paths: dict[str, str | None]) -> list[dict]:
+    out = []
+    for label, path in paths.items():
+        if not path:
+            continue
+        row: dict = {"label": label, "path": path}
+        probe = path
+        while probe and not os.path.exists(probe):  # an output dir not made yet: its filesystem
+            probe = os.path.dirname(probe.rstrip("/")) if probe not in ("/", "") else ""
+        try:
+            st = os.statvfs(probe or "/")
+        except OSError as exc:
+            row["error"] = str(exc)
+        else:
+            row.update(exists=os.path.exists(path), total_bytes=st.f_blocks * st.f_frsize,
+                       free_bytes=st.f_bavail * st.f_frsize, inodes_total=st.f_files, inodes_free=st.f_favail)
+        out.append(row)
+    return out
+
+
+def _proc_row(pid: int, ticks: int, page: int) -> dict | None:
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200]
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            comm = f.read().strip()
+    except OSError:
+        cmd, comm = "", ""
+    return {"pid": pid, "ppid": int(fields[1]), "pgid": int(fields[2]), "state": fields[0], "comm": comm,
+            "cmd": cmd, "cpu_s": round((int(fields[11]) + int(fields[12])) / ticks, 2),
+            "rss_kb": int(fields[21]) * page // 1024}
+
+
+def process_tree(pgid: int | None, gpu_mib: dict[int, int]) -> list[dict]:
+    """The job's processes: every process of its session (the wrapper leads it), with CPU use over a short
+    sample, RSS, and GPU memory from nvidia-smi."""
+    if not pgid:
+        return []
+    ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+
+    def members() -> dict[int, dict]:
+        found = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                fields = stat_fields(entry)
+                if fields is not None and pgid in (int(fields[2]), int(fields[3])):
+                    row = _proc_row(int(entry), ticks, page)
+                    if row is not None:
+                        found[int(entry)] = row
+        return found
+
+    first = members()
+    if not first:
+        return []
+    time.sleep(0.3)
+    second = members()
+    rows = []
+    for pid, row in sorted(second.items()):
+        before = first.get(pid)
+        row["cpu_pct"] = round((row["cpu_s"] - before["cpu_s"]) / 0.3 * 100, 1) if before else None
+        row["gpu_mib"] = gpu_mib.get(pid)
+        rows.append(row)
+    return rows
+
+
+def latest_job(state_dir: str) -> dict:
+    from .jobs import job_state, load_job
+    from .nodeio import NodeError, read_json
+
+    try:
+        job_dir, job = load_job(state_dir, None)
+    except NodeError as exc:
+        return {"error": str(exc), "error_kind": exc.kind}
+    st = job_state(job_dir, job)
+    log = job.get("log") or os.path.join(job_dir, "output.log")
+    try:
+        size = os.path.getsize(log)
+        with open(log, "rb") as f:
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            tail = f.read().decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError:
+        size, tail = 0, []
+    request = read_json(os.path.join(job_dir, "request.json")) or {}
+    public = {k: job.get(k) for k in ("id", "name", "kind", "argv", "started", "started_ts", "pid", "pgid",
+                                      "wrapper_pid", "log", "cwd")}
+    return {**public, "dir": job_dir, **st, "log_bytes": size, "log_tail": tail, "output": request.get("output")}
+
+
+def diagnose(req: dict) -> dict:
+    from . import checks, gpu
+
+    state_dir = os.path.abspath(req["state_dir"])
+    out: dict = {"ok": True, "clock": _part(clock)}
+    if req.get("checks") or req.get("requires"):
+        out["checks"] = _part(checks.verify, req)
+    else:
+        out["checks"] = {"error": "the playbook has no fast checks (requires, grep, compile)",
+                         "error_kind": "no_checks"}
+    if req.get("patch"):  # the patch in check mode: per file already applied / would apply / drifted; no lock
+        from .patching import patch
+
+        out["patch"] = _part(patch, {**req["patch"], "state_dir": state_dir, "check": True})
+    smi = gpu.find_smi()
+    out["gpu"] = _part(gpu.snapshot, state_dir)
+    out["smi_xml"] = _part(smi_xml, smi)
+    out["kernel"] = _part(kernel_log)
+    job = _part(latest_job, state_dir)
+    out["job"] = job
+    gpu_mib = {}
+    if out["gpu"].get("ok"):
+        for g in out["gpu"]["gpus"]:
+            for p in g.get("processes", []):
+                gpu_mib[int(p["pid"])] = p.get("used_mib")
+    out["processes"] = _part(process_tree, job.get("pgid"), gpu_mib) if not job.get("error") else []
+    job_output = job.get("output") if not job.get("error") else None
+    out["disk"] = _part(disk, {"venv": sys.prefix, "state_dir": state_dir,
+                               "job_dir": job.get("dir") if not job.get("error") else None,
+                               "job_output": job_output})
+    out["host"] = _part(host_load)
+    return out
