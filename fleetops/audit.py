@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .identity import operator
-from .redaction import dumps
+from .redaction import dumps, redact
 from .results import Result, exit_status
 
 if TYPE_CHECKING:  # only its fields are read; `history` need not load the YAML parsers
@@ -94,7 +94,8 @@ def entry(result: Result, playbook: str | None, playbook_sha256: str | None, hos
         "result": result.status.value, "changed": result.changed, "duration_s": result.seconds,
         # What this task run returned, by the same rule that makes the process's exit status (a failed result
         # with no code of its own is 1), so that a failed verify is never logged as 0.
-        "exit_status": exit_status([result]), "msg": result.msg[:300]}
+        # Masked before it is cut: a secret cut in half at character 300 would no longer match.
+        "exit_status": exit_status([result]), "msg": redact(result.msg)[:300]}
     if host is not None and host.jump:
         record["jump"] = host.jump
     return record

@@ -272,6 +272,16 @@ def test_audit_log_and_history_json_mask_the_quoted_secret(secret, tmp_path, mon
     assert "Tök" not in out and "T\\u00f6k" not in out
 
 
+def test_audit_message_is_masked_before_it_is_cut(secret, tmp_path, monkeypatch):
+    # The log keeps 300 characters of a message: a secret straddling the cut must not leave its first half.
+    log = tmp_path / "audit.jsonl"
+    monkeypatch.setenv("FLEETOPS_AUDIT_LOG", str(log))
+    msg = "x" * 295 + secret + " and more"
+    audit.append(audit.entry(Result("gpu01", "run", Status.OK, msg), None, None))
+    record = json.loads(log.read_text(encoding="utf-8"))
+    assert record["msg"] == ("x" * 295 + "[secret] and more")[:300] and "Tök" not in log.read_text(encoding="utf-8")
+
+
 def test_console_json_document_masks_the_quoted_secret(secret, capsys):
     from fleetops.report.console import Reporter
 
