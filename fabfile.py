@@ -28,6 +28,7 @@ from fleetops.fab import usage as _usage
 from fleetops.fab.decorators import explicit_task, fleet_task
 from fleetops.plans.gpugate import DEFAULT_THRESHOLD_MIB
 from fleetops.report.history import show_history
+from fleetops.report.oncall import show_ssh_config
 
 HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
 HELP_JSON = "print one JSON document instead of the human view"
@@ -124,6 +125,33 @@ def history(c, host=None, last=50, json=False):
                  root=(c.config.get("fleetops") or {}).get("root"))
 
 
+@fleet_task(help={"last": "only the newest N jobs (default: all)", "json": HELP_JSON})
+def jobs(c, last=0, json=False):
+    """The node's jobs, newest first: id, job name, state, started, runtime, exit, log and output size."""
+
+
+@fleet_task(help={"path": "a file to fetch instead (repeatable; relative: to the job's directory); it must be under "
+                          "the state dir or a job's output dir unless --any-path",
+                  "any_path": "allow --path outside the state and job directories (any file the login user reads)",
+                  "job_id": HELP_JOB_ID, "dest": "local folder (default ./fetched; files go to DEST/HOST/...)",
+                  "json": HELP_JSON}, iterable=["path"])
+def fetch(c, path=None, any_path=False, job_id=None, dest=None, json=False):
+    """Download the latest job's log and manifest (or --path files) to ./fetched/HOST/JOB-ID/ over SFTP:
+    resumes a partial copy, sha256 checked on both ends, hosts in parallel."""
+
+
+@explicit_task(help={"host": "only these hosts: names, globs, @group, comma-separated (default: all)",
+                     "inventory": "inventory directory or .yaml file (default: fabric.yaml's fleetops.inventory)"})
+def ssh_config(c, host=None, inventory=None):
+    """Print an OpenSSH config block for the inventory (HostName, Port, User, IdentityFile, ProxyJump,
+    UserKnownHostsFile, StrictHostKeyChecking yes). Save it (fab ssh-config > ~/.ssh/fleetops.conf), then
+    ssh -F ~/.ssh/fleetops.conf lab01, or `Include fleetops.conf` at the top of ~/.ssh/config."""
+    settings = c.config.get("fleetops") or {}
+    code = show_ssh_config(settings.get("root"), inventory, settings.get("inventory", "hosts"), host)
+    if code:
+        raise SystemExit(code)
+
+
 @fleet_task(help={"playbook": HELP_PLAYBOOK + "; its fast checks tell patched / not patched / drifted",
                   "json": HELP_JSON})
 def diagnose(c, playbook=None, json=False):
@@ -133,5 +161,5 @@ def diagnose(c, playbook=None, json=False):
 
 
 ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history,
-                diagnose)
+                jobs, fetch, ssh_config, diagnose)
 ns.add_collection(_lab.collection(), name="lab")

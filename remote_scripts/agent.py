@@ -23,6 +23,7 @@ OPS = {"patch": ("patching", "patch"), "rollback": ("patching", "rollback"), "ve
        "gpu": ("gpu", "gpu"), "facts": ("gpu", "facts"), "preflight": ("jobs", "preflight"),
        "job_start": ("jobs", "job_start"), "job_status": ("jobs", "job_status"), "job_tail": ("jobs", "job_tail"),
        "job_logs": ("jobs", "job_logs"), "job_stop": ("jobs", "job_stop"), "run": ("adhoc", "run"),
+       "jobs_list": ("jobs", "jobs_list"), "fetch_plan": ("fetch", "fetch_plan"),
        "diagnose": ("diagnose", "diagnose")}
 assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
 

@@ -23,6 +23,10 @@ from .procfs import stat_fields
 
 LOG = "output.log"
 TAIL_CHUNK = 256 * 1024
+KNOWN_IDS_SHOWN = 10
+# Secret env values (the playbook's secret_env, the inventory's {secret: ...}) travel to the wrapper in this
+# 0600 file, never in job.json; the wrapper deletes it as soon as the job's process has them.
+SECRET_ENV = "secret-env.json"
 
 
 def jobs_dir(state_dir: str) -> str:
@@ -80,8 +84,44 @@ def load_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
     job_dir = os.path.join(base, job_id)
     job = read_json(os.path.join(job_dir, "job.json"))
     if job is None:
-        raise NodeError(f"no job {job_id!r} on this node", kind="no_job")
+        known = [j["id"] for j in _all_jobs(state_dir)]
+        shown = ", ".join(known[:KNOWN_IDS_SHOWN]) + (f" (and {len(known) - KNOWN_IDS_SHOWN} older)"
+                                                       if len(known) > KNOWN_IDS_SHOWN else "")
+        raise NodeError(f"no job {job_id!r} on this node; its jobs, newest first: {shown}" if known else
+                        f"no job {job_id!r} on this node; it has no jobs", kind="no_job", known=known)
     return job_dir, job
+
+
+def _all_jobs(state_dir: str) -> list[dict]:
+    """Every job with a readable job.json, newest first (a corrupt one is skipped, not fatal)."""
+    base = jobs_dir(state_dir)
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        path = os.path.join(base, name, "job.json")
+        entry = os.path.join(base, name)
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,120}", name) or os.path.islink(entry) or not os.path.isdir(entry):
+            continue
+        try:
+            job = read_json(path)
+        except (NodeError, OSError):
+            continue
+        if job and job.get("id") == name:
+            found.append(job)
+    return sorted(found, key=lambda j: (j.get("started_ts") or 0, j["id"]), reverse=True)
+
+
+def _drop_secrets(job_dir: str) -> bool:
+    """Remove the job's secret env file (the wrapper does it once the job's process has the values; this is
+    the fallback for a wrapper that died first). True if one was there."""
+    try:
+        os.unlink(os.path.join(job_dir, SECRET_ENV))
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def job_state(job_dir: str, job: dict) -> dict:
@@ -99,6 +139,8 @@ def job_state(job_dir: str, job: dict) -> dict:
         state, runtime = "starting", now - job.get("started_ts", now)
     else:
         state, runtime = "lost", None
+    if state not in ("running", "starting"):
+        _drop_secrets(job_dir)
     return {"state": state, "exit": ended, "runtime_s": round(runtime, 1) if runtime is not None else None}
 
 
@@ -143,8 +185,15 @@ def job_start(req: dict) -> dict:
         argv = [sys.executable, agent, "extract", os.path.join(job_dir, "request.json")]
     else:
         argv = list(spec["argv"])
-    job = {"id": job_id, "name": spec["name"], "kind": spec["kind"], "argv": argv, "env": spec.get("env", {}),
-           "shown_env": spec.get("shown_env", spec.get("env", {})), "cwd": spec.get("cwd") or job_dir,
+    env = dict(spec.get("env", {}))
+    shown = dict(spec.get("shown_env", env))
+    secret = {k: v for k, v in env.items() if shown.get(k) != v}  # the client masks exactly the secret ones
+    if secret:
+        atomic_write(os.path.join(job_dir, SECRET_ENV), (json.dumps(secret) + "\n").encode(), mode=0o600,
+                     point="job.secret_env")
+    job = {"id": job_id, "name": spec["name"], "kind": spec["kind"], "argv": argv,
+           "env": {k: v for k, v in env.items() if k not in secret}, "secret_env_keys": sorted(secret),
+           "shown_env": shown, "cwd": spec.get("cwd") or job_dir,
            "log": os.path.join(job_dir, LOG), "started": now_iso(), "started_ts": time.time(),
            "operator": req.get("operator"), "pid": None, "pgid": None, "wrapper_pid": None}
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
@@ -158,6 +207,7 @@ def job_start(req: dict) -> dict:
             break
         time.sleep(0.02)
     else:
+        _drop_secrets(job_dir)
         raise NodeError(f"job {job_id} did not start within 10 s (see {job_dir})", kind="start_failed")
     public = {k: v for k, v in job.items() if k != "env"}
     return {"ok": True, "job": public, **job_state(job_dir, job)}
@@ -176,6 +226,56 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
+
+
+def _tree_bytes(path: str, budget: int = 20000) -> int | None:
+    """Bytes of the regular files under path (symlinks not followed); None past `budget` entries."""
+    total = 0
+    seen = 0
+    for root, dirs, files in os.walk(path):
+        for name in files:
+            seen += 1
+            if seen > budget:
+                return None
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if not os.path.islink(os.path.join(root, name)):
+                total += st.st_size
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+    return total
+
+
+def output_dir(job_dir: str, job: dict) -> str | None:
+    """Where an extract job writes its samples and manifest (request.json's output), else None."""
+    if job.get("kind") != "extract":
+        return None
+    try:
+        request = read_json(os.path.join(job_dir, "request.json")) or {}
+    except NodeError:
+        return None
+    out = request.get("output")
+    return os.path.abspath(out) if isinstance(out, str) and out else None
+
+
+def jobs_list(req: dict) -> dict:
+    """Every job on the node, newest first: id, name, state, started, runtime, exit, output sizes."""
+    state_dir = req["state_dir"]
+    rows = []
+    limit = int(req.get("limit") or 0)
+    jobs = _all_jobs(state_dir)
+    for job in jobs[:limit] if limit else jobs:
+        job_dir = os.path.join(jobs_dir(state_dir), job["id"])
+        st = job_state(job_dir, job)
+        out = output_dir(job_dir, job)
+        rows.append({"id": job["id"], "name": job.get("name"), "kind": job.get("kind"), "started": job.get("started"),
+                     "started_ts": job.get("started_ts"), "operator": job.get("operator"), **st,
+                     "log": job.get("log"), "log_bytes": _size(job.get("log") or ""),
+                     "output": out, "output_bytes": _tree_bytes(out) if out and os.path.isdir(out) else None})
+    current = read_json(os.path.join(jobs_dir(state_dir), "current.json")) if rows else None
+    return {"ok": True, "jobs": rows, "total": len(jobs), "latest": (current or {}).get("id"),
+            "jobs_dir": jobs_dir(state_dir)}
 
 
 def job_tail(req: dict) -> dict:
@@ -266,18 +366,31 @@ def wrap_main(job_dir: str) -> int:
     # The whole group gets `stop`'s SIGTERM; the wrapper stays to record how the job ended.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    env = {**os.environ, **job.get("env", {}), "FLEETOPS_JOB_ID": job.get("id", ""), "PYTHONUNBUFFERED": "1"}
+    secret_path = os.path.join(job_dir, SECRET_ENV)
+    secret: dict = {}
+    if job.get("secret_env_keys"):
+        try:
+            secret = read_json(secret_path) or {}
+        except NodeError:
+            secret = {}
+    env = {**os.environ, **job.get("env", {}), **secret, "FLEETOPS_JOB_ID": job.get("id", ""),
+           "PYTHONUNBUFFERED": "1"}
     with open(os.path.join(job_dir, LOG), "ab", buffering=0) as log:
         try:
+            if secret.keys() != set(job.get("secret_env_keys") or ()):
+                raise OSError(f"the secret environment values ({SECRET_ENV}) are missing")
             child = subprocess.Popen(job["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                      env=env, cwd=job.get("cwd") or job_dir,
                                      preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
                                                          for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)])
         except OSError as exc:
+            _drop_secrets(job_dir)
             log.write(f"fleetops: cannot start {job.get('argv')}: {exc}\n".encode())
             write_json_atomic(os.path.join(job_dir, "exit.json"), {"exit_code": 127, "signal": None,
                                                                    "ended": now_iso(), "ended_ts": time.time()})
             return 127
+        _drop_secrets(job_dir)  # the job's process has them now: nothing secret stays on the node's disk
+        del secret, env
         job.update(pid=child.pid, pgid=os.getpgid(0), wrapper_pid=os.getpid())
         write_json_atomic(job_path, job)
         code = child.wait()

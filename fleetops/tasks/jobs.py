@@ -229,3 +229,66 @@ def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
     return Result(host, "stop", status, answer["msg"], items, evidence=evidence if status is Status.FAILED else None,
                   code=EXIT_FAILED if status is Status.FAILED else 0, data={"job_id": answer["job_id"],
                                                                            "left": answer.get("left")})
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _runtime(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _exit_text(row: dict) -> str:
+    ended = row.get("exit") or {}
+    if not ended:
+        return "-"
+    return f"signal {ended['signal']}" if ended.get("signal") else str(ended.get("exit_code"))
+
+
+def jobs_list_plan(run: RunState, kwargs: dict) -> Plan:
+    from .plan import Plan, UsageError
+
+    try:
+        limit = int(kwargs.get("last") or 0)
+    except ValueError:
+        raise UsageError(f"jobs --last {kwargs.get('last')!r}: not a number of jobs") from None
+    if limit < 0:
+        raise UsageError(f"jobs --last {limit}: must be 0 (all) or more")
+    return Plan("jobs_list", {"limit": limit}, 120, None, options=dict(kwargs))
+
+
+def interpret_jobs_list(host: str, plan: Plan, answer: dict) -> Result:
+    """The node's jobs, newest first: id, job name, state, started, runtime, exit, log and output sizes."""
+    if answer.get("error"):
+        return agent_error(host, "jobs", answer)
+    jobs = answer["jobs"]
+    if not jobs:
+        return Result(host, "jobs", Status.OK, f"no jobs on this node (none under {answer['jobs_dir']}); start one "
+                      f"with: fab -H {host} extract", data={"jobs": [], "total": 0})
+    rows = [[j["id"], j.get("name") or "-", j["state"], (j.get("started") or "-").replace("T", " ").rstrip("Z"),
+             _runtime(j.get("runtime_s")), _exit_text(j), _size(j.get("log_bytes")), _size(j.get("output_bytes"))]
+            for j in jobs]
+    shown = "" if len(jobs) == answer["total"] else f" (the newest {len(jobs)} shown)"
+    running = [j["id"] for j in jobs if j["state"] in ("running", "starting")]
+    msg = (f"{answer['total']} jobs{shown}, newest first; " + (f"running: {', '.join(running)}" if running else
+                                                               "none running")
+           + f"; details: fab -H {host} status --job-id ID")
+    return Result(host, "jobs", Status.OK, msg,
+                  data={"jobs": jobs, "total": answer["total"], "latest": answer.get("latest"),
+                        "table": {"title": f"{host}: jobs (started in UTC)",
+                                  "columns": ["job", "name", "state", "started", "runtime", "exit", "log", "output"],
+                                  "rows": rows}})

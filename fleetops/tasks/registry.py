@@ -9,18 +9,19 @@ from typing import TYPE_CHECKING, Any
 from ..plans.inventory import Host
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
 from ..wire.connector import Connector, TransportError
-from . import adhoc, checks, diagnose, gpu, jobs, node, patching
+from . import adhoc, checks, diagnose, gpu, jobs, node, oncall, patching
 from .plan import Plan, TaskSpec, UsageError
 
 if TYPE_CHECKING:
     from ..state import RunState
 
-TASKS: dict[str, TaskSpec] = {spec.name: spec for family in (node, gpu, patching, checks, adhoc, diagnose)
+TASKS: dict[str, TaskSpec] = {spec.name: spec for family in (node, gpu, patching, checks, adhoc, oncall, diagnose)
                               for spec in family.TASKS}
 TASKS.update({name: TaskSpec(name, jobs.job_plan(name, name == "extract"), run=runner,
                                        dry=None if name in ("extract", "stop") else "read-only")
               for name, runner in (("extract", jobs.run_extract), ("tail", jobs.run_tail),
                                    ("status", jobs.run_status), ("logs", jobs.run_logs), ("stop", jobs.run_stop))})
+TASKS["jobs"] = TaskSpec("jobs", jobs.jobs_list_plan, jobs.interpret_jobs_list)
 
 UNREACHABLE_KINDS = ("unreachable", "hostkey", "auth", "refused")
 

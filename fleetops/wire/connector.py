@@ -72,6 +72,10 @@ class Connector(Protocol):
     def download(self, path: str) -> bytes:
         """The bytes of path on the node."""
 
+    def download_to(self, remote: str, local_path: str, offset: int, end: int, progress: object = None) -> int:
+        """Bytes [offset, end) of remote into local_path at offset (a partial copy resumes); progress(n)
+        is called with the bytes written so far. Returns them."""
+
     def close(self) -> None:
         """Drop the link; the next call opens a new one."""
 

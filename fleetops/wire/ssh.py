@@ -481,6 +481,34 @@ class NodeConnection:
         with self.cxn.sftp().open(path, "rb") as f:
             return f.read()
 
+    def download_to(self, remote: str, local_path: str, offset: int, end: int, progress: object = None) -> int:
+        """Bytes [offset, end) of remote, over SFTP, into local_path at offset (truncated there first, so a
+        partial copy resumes). progress(n) is called with the bytes written so far. Returns them."""
+        self.open()
+        assert self.cxn is not None
+        written = 0
+        try:
+            mode = "r+b" if os.path.exists(local_path) else "wb"
+            with open(local_path, mode) as out, self.cxn.sftp().open(remote, "rb") as f:
+                out.truncate(offset)
+                out.seek(offset)
+                f.seek(offset)
+                f.prefetch(end, max_concurrent_requests=64)
+                while offset + written < end:
+                    chunk = f.read(min(1 << 20, end - offset - written))
+                    if not chunk:
+                        raise EOFError(f"{remote} ended at byte {offset + written} (expected {end})")
+                    out.write(chunk)
+                    written += len(chunk)
+                    if callable(progress):
+                        progress(written)
+        except (EOFError, paramiko.SSHException, OSError) as exc:
+            reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+            lost = self.cxn is None or not self.cxn.is_connected
+            raise TransportError("lost" if lost else "remote", f"{self.host.name}: download of {remote} stopped at "
+                                 f"byte {offset + written} ({reason}); run fetch again to resume") from None
+        return written
+
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
         payload = json.dumps({"protocol": PROTOCOL, "op": op, "state_dir": self.host.state_dir,
                               "operator": operator(), **request}).encode()

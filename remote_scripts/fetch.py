@@ -1,0 +1,131 @@
+"""`fetch`'s node side: which files may leave the node, and their size and sha256, before the client copies
+them over SFTP. Stdlib only.
+
+A file may be fetched when its real path (every symlink resolved) is under the state dir or under a job's
+output directory; anything else only with any_path. A path that looks inside but resolves outside (a symlink
+escape) is refused too. The hash covers the first `size` bytes as they were when hashed, so a log that is
+still growing is copied and verified up to that point."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+
+from .jobs import _all_jobs, jobs_dir, load_job, output_dir
+from .nodeio import NodeError
+
+HASH_CHUNK = 1 << 20
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _hash_prefix(path: str) -> dict:
+    """size, sha256 (of those bytes), mode, mtime of a regular file, opened without following a final symlink."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NodeError(f"{path} is not a regular file", kind="refused")
+        digest = hashlib.sha256()
+        left = st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(HASH_CHUNK, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            left -= len(chunk)
+        return {"size": st.st_size - left, "sha256": digest.hexdigest(), "mode": stat.S_IMODE(st.st_mode),
+                "mtime": st.st_mtime}
+    finally:
+        os.close(fd)
+
+
+def _roots(state_dir: str) -> list[tuple[str, str]]:
+    """(real path, local folder prefix) of every place fetch may read without any_path: each job's output
+    directory, then the state dir (jobs/<id>/ under it gets the job id as its folder)."""
+    roots = []
+    for job in _all_jobs(state_dir):
+        out = output_dir(os.path.join(jobs_dir(state_dir), job["id"]), job)
+        if out:
+            roots.append((os.path.realpath(out), f"{job['id']}/output"))
+    roots.append((os.path.realpath(state_dir), "state"))
+    return roots
+
+
+def _local_name(real: str, state_dir: str, roots: list[tuple[str, str]]) -> str:
+    """Where under fetched/<host>/ the file goes: <job-id>/<file> for a job's own files, <job-id>/output/...
+    for its output, state/... for the rest of the state dir, other/<absolute path> otherwise."""
+    jobs_real = os.path.realpath(jobs_dir(state_dir))
+    if _under(real, jobs_real) and real != jobs_real:
+        return os.path.relpath(real, jobs_real)
+    for root, prefix in roots:
+        if _under(real, root) and real != root:
+            return f"{prefix}/{os.path.relpath(real, root)}"
+    return "other/" + real.lstrip("/")
+
+
+def _check(requested: str, base: str, state_dir: str, roots: list[tuple[str, str]], any_path: bool) -> dict:
+    path = os.path.normpath(os.path.join(base, requested))
+    real = os.path.realpath(path)
+    inside_as_named = any(_under(path, os.path.abspath(r)) for r, _ in roots) or _under(path, os.path.abspath(
+        state_dir))
+    inside_really = any(_under(real, r) for r, _ in roots)
+    allowed = ", ".join(sorted({r for r, _ in roots}))
+    if not inside_really and not any_path:
+        if inside_as_named and real != path:
+            raise NodeError(f"{requested}: a symlink that leads outside the state and job directories (to "
+                            f"{real}); refused (fetch only reads under {allowed}; --any-path to fetch it anyway)",
+                            kind="refused")
+        raise NodeError(f"{requested}: outside the state and job directories ({allowed}); refused (--any-path "
+                        "fetches any file the login user can read)", kind="refused")
+    if not os.path.exists(real):
+        raise NodeError(f"{requested}: no such file on the node ({path})", kind="missing")
+    if os.path.isdir(real):
+        raise NodeError(f"{requested}: a directory; name a file in it", kind="refused")
+    info = _hash_prefix(real)
+    return {"requested": requested, "path": real, "local": _local_name(real, state_dir, roots), **info}
+
+
+def fetch_plan(req: dict) -> dict:
+    """The files to fetch (each: requested, path, local, size, sha256) or, per file, why not."""
+    state_dir = os.path.abspath(req["state_dir"])
+    paths = [str(p) for p in req.get("paths") or []]
+    any_path = bool(req.get("any_path"))
+    job_dir, job = None, None
+    notes: list[str] = []
+    try:
+        job_dir, job = load_job(state_dir, req.get("job_id"))
+    except NodeError:
+        if not paths or req.get("job_id"):
+            raise
+    roots = _roots(state_dir)
+    wanted: list[tuple[str, str]] = []  # (role, path)
+    if paths:
+        wanted = [("file", p) for p in paths]
+    else:
+        assert job is not None and job_dir is not None
+        wanted.append(("log", job.get("log") or os.path.join(job_dir, "output.log")))
+        out = output_dir(job_dir, job)
+        if out and os.path.exists(os.path.join(out, "manifest.json")):
+            wanted.append(("manifest", os.path.join(out, "manifest.json")))
+        elif out:
+            notes.append(f"no manifest yet in {out} (the extraction has not written one)")
+        else:
+            notes.append(f"no manifest: job {job['id']} is a {job.get('kind')} job (only extract jobs write one)")
+    base = job_dir or state_dir  # relative paths are relative to the job's directory
+    files = []
+    for role, path in wanted:
+        try:
+            entry = {"role": role, **_check(path, base, state_dir, roots, any_path)}
+            if role == "manifest" and job is not None:
+                entry["local"] = f"{job['id']}/manifest.json"
+            files.append(entry)
+        except NodeError as exc:
+            files.append({"role": role, "requested": path, "error": str(exc), "error_kind": exc.kind})
+        except OSError as exc:
+            files.append({"role": role, "requested": path, "error": f"{path}: {exc.strerror or exc}",
+                          "error_kind": "os"})
+    return {"ok": True, "job_id": job["id"] if job else None, "files": files, "notes": notes}

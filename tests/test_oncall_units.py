@@ -1,0 +1,69 @@
+"""Issue 13's on-call pieces that need no lab: the ssh-config text (quoting, refusals, example hosts left
+out), the local names `fetch` accepts from a node, and the plain (piped) progress lines."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import paramiko
+import pytest
+from rich.console import Console
+
+from fleetops.plans.inventory import load_inventory
+from fleetops.plans.sshconfig_out import host_params, render
+from fleetops.plans.yamlsrc import ConfigError
+from fleetops.report.oncall import TransferBoard
+from fleetops.tasks.oncall import _safe_local
+
+
+def inventory(tmp_path: Path, body: str):
+    (tmp_path / "hosts.yaml").write_text(body)
+    return load_inventory(tmp_path / "hosts.yaml")
+
+
+def test_render_quotes_blanks_and_paramiko_reads_every_value_back(tmp_path):
+    inv = inventory(tmp_path, "hosts:\n  gpu01:\n    address: 10.0.0.5\n    port: 2222\n    user: ops\n"
+                              "    identity_file: /keys/my key\n    known_hosts: /kh/known hosts\n    jump: bastion\n"
+                              "    groups: [gpu]\n  bastion:\n    address: 10.0.0.1\n")
+    text = render(inv)
+    assert '    IdentityFile "/keys/my key"' in text and "# groups: gpu\nHost gpu01" in text
+    config = paramiko.SSHConfig.from_text(text)
+    for name, host in inv.hosts.items():
+        got = config.lookup(name)
+        want = host_params(host)
+        assert {k: got[k] if k != "identityfile" else got[k][0] for k in want} == want
+    assert "identityfile" not in host_params(inv.hosts["bastion"])
+
+
+@pytest.mark.parametrize("bad", ['/keys/a"b', "/keys/%h"])
+def test_render_refuses_values_openssh_would_read_differently(tmp_path, bad):
+    inv = inventory(tmp_path, f"hosts:\n  gpu01:\n    address: 10.0.0.5\n    identity_file: '{bad}'\n")
+    with pytest.raises(ConfigError, match=r"hosts.yaml:\d+.*gpu01: IdentityFile"):
+        render(inv)
+
+
+def test_example_hosts_are_left_out(tmp_path):
+    inv = inventory(tmp_path, "example: true\nhosts:\n  gpu01:\n    address: 10.0.0.5\n")
+    text = render(inv)
+    assert "Host gpu01" not in text and "left out (example inventory, never contacted): gpu01" in text
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a/../../b", "", "a//b", "./a"])
+def test_fetch_never_writes_where_a_node_says_outside_its_folder(name):
+    assert _safe_local(name) is None
+
+
+def test_fetch_accepts_plain_relative_names():
+    assert str(_safe_local("job-1/output.log")) == "job-1/output.log"
+
+
+def test_piped_progress_is_a_line_at_each_quarter_and_starts_past_a_resumed_part():
+    out = io.StringIO()
+    board = TransferBoard(Console(file=out, force_terminal=False, width=200), quiet=False)
+    transfer = board.start("lab01 big.bin", 100 << 20, 30 << 20)
+    for done in range(0, 71 << 20, 1 << 20):
+        transfer(done)
+    transfer.finish()
+    lines = out.getvalue().splitlines()
+    assert [line.split(": ")[1].split()[0] for line in lines] == ["50%", "75%"], lines
