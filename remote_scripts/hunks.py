@@ -217,7 +217,9 @@ def classify(lines: list[str], hunks: list[dict]) -> dict:
     if overall is None:
         overall = kinds.pop() if len(kinds) == 1 and kinds <= {"pristine", "patched"} else "drifted"
     # `both`: the other reading fitted too; the node's record of what it wrote can settle that.
-    return {"overall": overall, "hunks": states, "both": fwd_ok and rev_ok}
+    # `reverse_at`: where patch -R would place each new block when every one fits (to reverse a file the
+    # record says is patched although the pristine reading won the tie).
+    return {"overall": overall, "hunks": states, "both": fwd_ok and rev_ok, "reverse_at": rev if rev_ok else None}
 
 
 def closest_window(lines: list[str], block: list[str], expected: int) -> int:

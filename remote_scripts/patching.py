@@ -4,6 +4,16 @@ A patch is a list of hunks (old block → new block). A file is *pristine* when 
 patch(1) would apply it, *patched* when every new block sits where patch -R would find it, and *drifted*
 otherwise (hunks.py decides); only a pristine file is written, and a drifted one is reported hunk by hunk with
 what was expected and what is there.
+
+A playbook's files are one set, all-or-nothing per host: every file is read, classified and checked (drift,
+writability, free space) under the locks before any is written; one refusal and nothing is written. A write
+that fails midway puts the files already written back. The locks: the node's (its state dir), then the one
+beside the files (sitelock.py: every host sharing a venv serializes there, and learns who patched it).
+
+Rollback computes the original by reversing the hunks the client sent (the node cannot forge them) and proves
+it against pip's RECORD sha256 (wheelrecord.py) when RECORD lists the file; edits made elsewhere after the
+patch survive. The backup saved in the state dir is a witness, never the source, except for `--force` on a
+drifted file, and then only when its bytes are the wheel's (RECORD): a backup that does not match is refused.
 """
 
 from __future__ import annotations
@@ -12,7 +22,7 @@ import difflib
 import hashlib
 import os
 
-from .hunks import apply_hunks, classify, drift_report, split_lines
+from .hunks import apply_hunks, classify, closest_window, drift_report, split_lines
 from .nodeio import (
     NodeError,
     NodeLock,
@@ -34,11 +44,16 @@ from .protocol import (
     APPLIED,
     DRIFTED,
     FAILED,
+    NOT_WRITTEN,
     REFUSED,
     RESTORED,
     WOULD_APPLY,
     WOULD_RESTORE,
 )
+from .sitelock import SiteLock, site_root_of
+from .wheelrecord import record_sha256
+
+SPACE_MARGIN = 1 << 20  # free bytes left over after the set's writes, per file system
 
 
 def unified(old: str, new: str, path: str) -> str:
@@ -56,7 +71,7 @@ def save_backup(state_dir: str, path: str, module: str, original: bytes, patched
     record_path, orig_path = _backup_paths(state_dir, path)
     ensure_dir(os.path.dirname(record_path))
     original_sha = sha256_bytes(original)
-    record = read_json(record_path)
+    record = read_json(record_path, on_corrupt="quarantine")
     if not (record and record.get("original_sha256") == original_sha and os.path.exists(orig_path)):
         atomic_write(orig_path, original, mode=0o600, point="patch.backup")
         record = {"path": path, "module": module, "original_sha256": original_sha, "created": now_iso()}
@@ -66,38 +81,238 @@ def save_backup(state_dir: str, path: str, module: str, original: bytes, patched
     return record
 
 
-def _we_wrote(state_dir: str | None, path: str, data: bytes) -> bool:
+def _read_record(state_dir: str | None, path: str) -> dict | None:
+    """This node's backup record of `path`; a corrupt one is moved aside (reported) and counts as none."""
     if not state_dir:
-        return False
+        return None
     try:
-        record = read_json(_backup_paths(state_dir, path)[0])
-    except NodeError:
-        return False  # a corrupt record proves nothing; the hunks' own verdict stands
-    return bool(record) and record.get("patched_sha256") == sha256_bytes(data)
+        return read_json(_backup_paths(state_dir, path)[0], on_corrupt="quarantine")
+    except (NodeError, OSError):
+        return None
 
 
-# ---------------------------------------------------------------- operations
-def _load_item(p: dict) -> tuple[dict, tuple[str, bytes, list[str]] | None]:
-    item: dict = {"module": p["module"], "diff": p.get("diff_name"), "changed": False}
+# ---------------------------------------------------------------- one file of the set
+class _File:
+    """One file of the set: what is there, what to write (if anything), and the item for the answer."""
+
+    def __init__(self, p: dict) -> None:
+        self.p = p
+        self.hunks: list[dict] = p["hunks"]
+        self.item: dict = {"module": p["module"], "diff": p.get("diff_name"), "changed": False}
+        self.path = ""
+        self.data = b""
+        self.lines: list[str] = []
+        self.new: bytes | None = None  # the bytes to write; None: nothing to write
+        self.refusal = False  # this file stops the whole set
+        self.done_msg = ""
+        self.would_msg = ""
+        self.extra: dict = {}  # what the answer item gets once written
+
+    def load(self) -> bool:
+        try:
+            self.path = module_file_in_site(self.p["module"])
+            with open(self.path, "rb") as f:
+                self.data = f.read()
+            try:
+                text = self.data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise NodeError(f"{self.path} is not UTF-8 text; refusing to touch it") from None
+        except NodeError as exc:
+            self.refuse(REFUSED, str(exc))
+            return False
+        except OSError as exc:
+            self.refuse(FAILED, os_error_message(exc, f"cannot read {self.p['module']}"))
+            return False
+        self.item["file"] = self.path
+        self.lines = split_lines(text)
+        return True
+
+    def refuse(self, status: str, msg: str, **extra: object) -> None:
+        self.refusal = True
+        self.item.update({"status": status, "ok": False, "msg": msg, **extra})
+
+    def noop(self, status: str, msg: str, **extra: object) -> None:
+        self.item.update({"status": status, "ok": True, "msg": msg, "sha256": sha256_bytes(self.data), **extra})
+
+    def note(self, text: str) -> None:
+        self.item.setdefault("notes", []).append(text)
+
+
+def _by(site: SiteLock | None, path: str, sha: str, form: str) -> str:
+    info = site.last_writer(path, sha) if site else None
+    if not info or info.get("form") != form:
+        return ""
+    return f" (by {info.get('host', '?')}, {info.get('operator', '?')}, at {info.get('at', '?')})"
+
+
+def _plan_patch(req: dict, f: _File, site: SiteLock | None) -> None:
+    hunks = f.hunks
+    cls = classify(f.lines, hunks)
+    sha = sha256_bytes(f.data)
+    record = _read_record(req.get("state_dir"), f.path)
+    ours = bool(record) and record.get("patched_sha256") == sha
+    if cls["overall"] == "patched":
+        f.noop(ALREADY_APPLIED, f"already applied{_by(site, f.path, sha, 'patched')}: all {len(hunks)} hunks "
+                                f"present; nothing to do")
+        return
+    if cls["overall"] == "pristine" and cls["both"] and (ours or _by(site, f.path, sha, "patched")):
+        # The patched form fits too (e.g. a line deleted from a run of equal lines, where the diff's context
+        # cannot tell the two apart): the record that this is the very file fleetops wrote settles it.
+        f.noop(ALREADY_APPLIED, f"already applied{_by(site, f.path, sha, 'patched')}: this is the file "
+                                f"fleetops wrote (sha256 matches its record); the {len(hunks)} hunks alone cannot "
+                                f"tell it from the original")
+        return
+    if cls["overall"] == "drifted":
+        f.refuse(DRIFTED, f"drifted: {f.path} matches neither the pristine nor the patched form; nothing written",
+                 drift=drift_report(f.lines, hunks, cls))
+        return
+    new_text = apply_hunks(f.lines, hunks, cls)
+    f.new = new_text.encode("utf-8")
+    f.item["diff_text"] = unified(f.data.decode("utf-8"), new_text, f.path)
+    f.would_msg = f"would apply {len(hunks)} hunks"
+
+
+def _plan_rollback(req: dict, f: _File, site: SiteLock | None) -> None:
+    hunks, n = f.hunks, len(f.hunks)
+    cls = classify(f.lines, hunks)
+    sha = sha256_bytes(f.data)
+    record = _read_record(req.get("state_dir"), f.path)
+    _, orig_path = _backup_paths(req["state_dir"], f.path) if req.get("state_dir") else ("", "")
+    wheel_sha, wheel_record = record_sha256(site_root_of(f.path), f.path)
+    wrote_patched = (bool(record) and record.get("patched_sha256") == sha) or bool(_by(site, f.path, sha,
+                                                                                       "patched"))
+    overall = cls["overall"]
+    if overall == "pristine" and cls["both"] and wrote_patched:
+        overall = "patched"  # the tie (see hunks.classify): this is the file fleetops wrote; reverse it
+        cls = {**cls, "hunks": [{**s, "state": "patched", "at_old": None, "at_new": at}
+                                for s, at in zip(cls["hunks"], cls["reverse_at"])]}
+    if overall == "pristine":
+        if _by(site, f.path, sha, "pristine"):
+            restored_by = _by(site, f.path, sha, "pristine").replace(" (by ", " (restored by ", 1)
+            why = f"already original{restored_by}; nothing to do"
+        elif record and record.get("original_sha256") == sha:
+            why = "already original (sha256 matches the saved original); nothing to do"
+        else:
+            proof = f"; sha256 {sha[:12]} is the wheel's, per {wheel_record}" if wheel_sha == sha else ""
+            why = f"not patched by fleetops; nothing to do (all {n} hunks have their pristine form{proof})"
+        f.noop(ALREADY_ORIGINAL, why)
+        if record and record.get("original_sha256") not in (sha, None):
+            f.note(f"the saved backup from {record.get('created', '?')} (sha256 "
+                   f"{str(record.get('original_sha256'))[:12]}) is of other bytes than this file; not used")
+        return
+    backup = _backup(orig_path, record)
+    if overall == "patched":
+        reversed_text = apply_hunks(f.lines, hunks, cls, reverse=True)
+        new = reversed_text.encode("utf-8")
+        rsha = sha256_bytes(new)
+        proof = wheel_sha or (rsha if wrote_patched else None)  # the bytes an untouched rollback must give
+        bad = _bad_backup(backup, orig_path, proof, wheel_record)
+        if bad:
+            f.refuse(FAILED, bad + f"; refusing to restore it; {f.path} is unchanged. The hunks alone can roll it "
+                                   f"back: move {orig_path} and its .json aside and run rollback again")
+            return
+        if wheel_sha and rsha == wheel_sha:
+            if backup:
+                what = (f"the saved original (sha256 {rsha[:12]} verified: the hunks reversed, the saved backup and "
+                        f"the wheel's RECORD agree)")
+            else:
+                what = (f"the original by reversing the {n} hunks (sha256 {rsha[:12]} verified against the wheel's "
+                        f"RECORD)")
+        elif not wrote_patched and record and record.get("patched_sha256"):
+            what = (f"the original by reversing the {n} hunks; edits made after the patch, outside the hunks, are "
+                    f"kept (the file was not the one fleetops wrote)")
+        elif wheel_sha and backup and backup[1] == wheel_sha:
+            # exactly the file fleetops wrote, yet the hunks reversed do not give the wheel's bytes (hunks
+            # placed ambiguously): the saved original, proven by RECORD, is the answer.
+            new, rsha = backup[0], backup[1]
+            what = f"the saved original (sha256 {rsha[:12]} verified against the wheel's RECORD)"
+        elif wheel_sha:
+            what = (f"the original by reversing the {n} hunks (sha256 {rsha[:12]}; not the wheel's RECORD sha256 "
+                    f"{wheel_sha[:12]}: the file was edited before or after the patch, outside the hunks; kept)")
+        else:
+            what = (f"the original by reversing the {n} hunks (sha256 {rsha[:12]}; the file is not in any RECORD"
+                    f"{', the saved backup agrees' if backup and backup[1] == rsha else ''})")
+        f.new = new
+        f.item["diff_text"] = unified(f.data.decode("utf-8"), new.decode("utf-8"), f.path)
+        f.would_msg, f.done_msg = f"would restore {what}", f"restored {what}"
+        return
+    # drifted: the patched form is not all there
+    drift = _rollback_drift(f.lines, hunks, cls)
+    if not req.get("force"):
+        f.refuse(DRIFTED, f"drifted: {f.path} has neither the patched nor the pristine form of every hunk (edited "
+                          f"after the patch?); nothing written. `rollback --force` restores the original (proven "
+                          f"against the wheel's RECORD), discarding every change in the file", drift=drift)
+        return
+    if not wheel_sha:
+        f.refuse(DRIFTED, f"drifted, and --force cannot prove an original: no RECORD lists {f.path}, so the saved "
+                          f"backup cannot be checked; nothing written", drift=drift)
+        return
+    bad = _bad_backup(backup, orig_path, wheel_sha, wheel_record)
+    if bad or not backup:
+        f.refuse(FAILED, (bad or f"drifted, and no saved original on this node ({orig_path})") + "; --force has "
+                 f"nothing proven to restore; {f.path} is unchanged. Reinstall the package to get its files back",
+                 drift=drift)
+        return
+    f.new = backup[0]
+    f.item["diff_text"] = unified(f.data.decode("utf-8"), f.new.decode("utf-8", "replace"), f.path)
+    what = (f"the saved original over a drifted file (--force; sha256 {wheel_sha[:12]} verified against the "
+            f"wheel's RECORD): every change since the patch is gone (the diff shows them)")
+    f.item["drift"] = drift
+    f.would_msg, f.done_msg = f"would restore {what}", f"restored {what}"
+
+
+def _rollback_drift(lines: list[str], hunks: list[dict], cls: dict) -> list[dict]:
+    """Hunk by hunk, where the patched form is not there: the patched lines expected, the lines found where
+    the file looks most like them, and the first line that differs."""
+    out: list[dict] = []
+    for h, s in zip(hunks, cls["hunks"]):
+        if s["state"] == "patched":
+            continue
+        item = {"hunk": s["index"] + 1, "header": h["header"], "state": s["state"]}
+        if s["state"] == "pristine":
+            item["message"] = f"hunk {s['index'] + 1} still has its pristine form: the file is only partly patched"
+        else:
+            block = h["new"]
+            p = closest_window(lines, block, s["expected"])
+            found = [x[:-1].removesuffix("\r") if x.endswith("\n") else x for x in lines[p: p + len(block)]]
+            k = next((k for k in range(len(block)) if k >= len(found) or found[k] != block[k]), None)
+            item.update({"near_line": p + 1, "expected": block, "found": found})
+            if k is not None:
+                item["first_difference"] = {"line": p + k + 1, "expected": block[k],
+                                            "found": found[k] if k < len(found) else "<end of file>"}
+        out.append(item)
+    return out
+
+
+def _backup(orig_path: str, record: dict | None) -> tuple[bytes, str, dict] | None:
+    if not record or not orig_path:
+        return None
     try:
-        loaded = _load(p["module"])
-    except NodeError as exc:
-        return {**item, "status": REFUSED, "ok": False, "msg": str(exc)}, None
-    item["file"] = loaded[0]
-    return item, loaded
+        fd = os.open(orig_path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return data, sha256_bytes(data), record
 
 
-def _load(module: str) -> tuple[str, bytes, list[str]]:
-    path = module_file_in_site(module)
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise NodeError(f"{path} is not UTF-8 text; refusing to patch it") from None
-    return path, data, split_lines(text)
+def _bad_backup(backup: tuple[bytes, str, dict] | None, orig_path: str, proof: str | None,
+                wheel_record: str | None) -> str:
+    """Why the saved backup must not be trusted (its own record, or the proven original, disagrees)."""
+    if backup is None:
+        return ""
+    data, sha, record = backup
+    if sha != record.get("original_sha256"):
+        return (f"backup {orig_path} does not match its recorded sha256 (record "
+                f"{str(record.get('original_sha256'))[:12]}, file {sha[:12]})")
+    if proof and sha != proof:
+        source = f"the wheel's RECORD ({wheel_record})" if wheel_record else "the hunks reversed"
+        return (f"backup {orig_path} (sha256 {sha[:12]}) is not the original: {source} says {proof[:12]}; "
+                f"tampered or stale")
+    return ""
 
 
+# ---------------------------------------------------------------- the set
 def _refuse_on_requirements(req: dict) -> list[dict] | None:
     checks = check_requirements(req.get("requires", []))
     bad = [c for c in checks if not c["ok"]]
@@ -116,113 +331,164 @@ def patch(req: dict) -> dict:
     refused = _refuse_on_requirements(req)
     if refused:
         return {"ok": False, "items": refused}
-    return _each_file(req, "patch", _patch_one)
-
-
-def _each_file(req: dict, op: str, one) -> dict:
-    """Run `one` on every patched file: under the node lock, unless only checking (which writes nothing)."""
-    check_only = bool(req.get("check"))
-    if check_only:
-        items = [one(req, p, True) for p in req["patches"]]
-    else:
-        with NodeLock(req["state_dir"], req.get("operator", "?"), op) as lock:
-            items = [one(req, p, False) for p in req["patches"]]
-        if lock.took_over:
-            for item in items:
-                item.setdefault("notes", []).append(
-                    f"took over a stale lock from {lock.took_over.get('operator')} (pid "
-                    f"{lock.took_over.get('pid')} is gone)")
-    return {"ok": all(i["ok"] for i in items), "items": items}
-
-
-def _patch_one(req: dict, p: dict, check_only: bool) -> dict:
-    module, hunks = p["module"], p["hunks"]
-    item, loaded = _load_item(p)
-    if loaded is None:
-        return item
-    path, data, lines = loaded
-    cls = classify(lines, hunks)
-    if cls["overall"] == "patched":
-        return {**item, "status": ALREADY_APPLIED, "ok": True, "sha256": sha256_bytes(data),
-                "msg": f"already applied: all {len(hunks)} hunks present; nothing to do"}
-    if cls["overall"] == "pristine" and cls["both"] and _we_wrote(req.get("state_dir"), path, data):
-        # The patched form fits too (e.g. a line deleted from a run of equal lines, where the diff's context
-        # cannot tell the two apart): the node's record that this is the very file it wrote settles it.
-        return {**item, "status": ALREADY_APPLIED, "ok": True, "sha256": sha256_bytes(data),
-                "msg": f"already applied: this is the file fleetops wrote (sha256 matches its record); the "
-                       f"{len(hunks)} hunks alone cannot tell it from the original"}
-    if cls["overall"] == "drifted":
-        drift = drift_report(lines, hunks, cls)
-        return {**item, "status": DRIFTED, "ok": False, "drift": drift,
-                "msg": f"drifted: {path} matches neither the pristine nor the patched form; nothing written"}
-    new_text = apply_hunks(lines, hunks, cls)
-    new_data = new_text.encode("utf-8")
-    diff = unified(data.decode("utf-8"), new_text, path)
-    if check_only:
-        return {**item, "status": WOULD_APPLY, "ok": True, "diff_text": diff,
-                "msg": f"would apply {len(hunks)} hunks (check mode: nothing written)"}
-    try:
-        record = save_backup(req["state_dir"], path, module, data, new_data, req.get("playbook", "?"))
-        atomic_write(path, new_data, like=path, point="patch.target")
-    except OSError as exc:
-        return {**item, "status": FAILED, "ok": False, "msg": os_error_message(exc, f"cannot patch {path}")
-                + "; the file is unchanged"}
-    removed = remove_stale_bytecode(path)
-    return {**item, "status": APPLIED, "ok": True, "changed": True, "diff_text": diff,
-            "sha256": record["patched_sha256"], "original_sha256": record["original_sha256"],
-            "bytecode_removed": removed, "msg": f"applied {len(hunks)} hunks (original saved, sha256 "
-                                                f"{record['original_sha256'][:12]})"}
+    return _run_set(req, "patch")
 
 
 def rollback(req: dict) -> dict:
-    return _each_file(req, "rollback", _rollback_one)
+    return _run_set(req, "rollback")
 
 
-def _rollback_one(req: dict, p: dict, check_only: bool) -> dict:
-    hunks = p["hunks"]
-    item, loaded = _load_item(p)
-    if loaded is None:
-        return item
-    path, data, lines = loaded
-    current_sha = sha256_bytes(data)
-    record_path, orig_path = _backup_paths(req["state_dir"], path)
-    record = read_json(record_path)
-    cls = classify(lines, hunks)
-    if record and current_sha == record.get("original_sha256"):
-        return {**item, "status": ALREADY_ORIGINAL, "ok": True, "sha256": current_sha,
-                "msg": "already original (sha256 matches the saved original); nothing to do"}
-    if not record and cls["overall"] == "pristine":
-        return {**item, "status": ALREADY_ORIGINAL, "ok": True, "sha256": current_sha,
-                "msg": "not patched (file has the pristine form); nothing to do"}
-    if record and (current_sha == record.get("patched_sha256") or cls["overall"] == "patched"):
+def _run_set(req: dict, op: str) -> dict:
+    """The set under the node lock and the lock beside the files (none when only checking: nothing written)."""
+    if req.get("check"):
+        files = _plan_set(req, op, None)
+        return _answer(files)
+    with NodeLock(req["state_dir"], req.get("operator", "?"), op) as lock:
+        roots = []
+        for p in req["patches"]:
+            try:
+                roots.append(site_root_of(module_file_in_site(p["module"])))
+            except NodeError:
+                pass  # reported by its file's load, under the lock
+        site = SiteLock(roots, req.get("host") or "?", req.get("operator", "?"), op) if roots else None
+        if site is None:
+            files = _plan_set(req, op, None)
+            answer = _answer(files)
+        else:
+            with site:
+                interrupted = site.interrupted()
+                files = _plan_set(req, op, site)
+                if interrupted:
+                    _report_interrupted(files, interrupted)
+                _write_set(req, op, files, site)
+                answer = _answer(files)
+    if lock.took_over:
+        note = (f"took over a stale lock from {lock.took_over.get('operator')} (pid {lock.took_over.get('pid')} "
+                f"is gone)")
+        for item in answer["items"]:
+            item.setdefault("notes", []).insert(0, note)
+    if site is not None and site.waited_for:
+        holder = site.waited_for
+        for item in answer["items"]:
+            item.setdefault("notes", []).append(
+                f"waited for {holder.get('host', '?')} ({holder.get('op', '?')}, pid {holder.get('pid', '?')}), "
+                f"which was changing the same files (a venv shared with it)")
+    return answer
+
+
+def _plan_set(req: dict, op: str, site: SiteLock | None) -> list[_File]:
+    files = [_File(p) for p in req["patches"]]
+    for f in files:
+        if f.load():
+            (_plan_patch if op == "patch" else _plan_rollback)(req, f, site)
+    check_only = bool(req.get("check"))
+    if not any(f.refusal for f in files) and not check_only:
+        _check_room(req, op, files)
+    blockers = [f for f in files if f.refusal]
+    for f in files:
+        if f.new is None or f.refusal:
+            continue
+        if blockers:
+            names = ", ".join(f"{b.p['module']} ({b.item['status'].replace('_', ' ')})" for b in blockers)
+            f.new = None
+            f.item.update({"status": NOT_WRITTEN, "ok": False, "msg": f"not written: the set is all-or-nothing "
+                                                                       f"and {names} stops it"})
+        elif check_only:
+            f.item.update({"status": WOULD_APPLY if op == "patch" else WOULD_RESTORE, "ok": True,
+                           "msg": f"{f.would_msg} (check mode: nothing written)"})
+    return files
+
+
+def _check_room(req: dict, op: str, files: list[_File]) -> None:
+    """Before any write: every directory written is writable, and has room for the whole set."""
+    need: dict[int, int] = {}
+    where: dict[int, str] = {}
+    for f in files:
+        if f.new is None:
+            continue
+        dirs = [(os.path.dirname(f.path), len(f.new))]
+        if op == "patch" and req.get("state_dir"):
+            dirs.append((os.path.join(req["state_dir"], "backups"), len(f.data) + 4096))
+        for d, size in dirs:
+            probe = d if os.path.isdir(d) else os.path.dirname(d)
+            try:
+                st = os.stat(probe)
+                vfs = os.statvfs(probe)
+            except OSError as exc:
+                f.refuse(FAILED, os_error_message(exc, f"cannot check {probe}") + "; nothing written")
+                continue
+            if vfs.f_flag & os.ST_RDONLY:
+                f.refuse(FAILED, f"{probe} is on a read-only file system; nothing written")
+            elif not os.access(probe, os.W_OK | os.X_OK):
+                f.refuse(FAILED, f"{probe} is not writable by this user; nothing written")
+            need[st.st_dev] = need.get(st.st_dev, 0) + size
+            where[st.st_dev] = probe
+            free = vfs.f_bavail * vfs.f_frsize
+            if need[st.st_dev] + SPACE_MARGIN > free:
+                f.refuse(FAILED, f"not enough free space on the file system of {probe}: the set needs "
+                                 f"{need[st.st_dev]} bytes (+{SPACE_MARGIN} spare), {free} free; nothing written")
+
+
+def _report_interrupted(files: list[_File], pending: dict) -> None:
+    note = (f"an earlier {pending.get('op', '?')} by {pending.get('host', '?')} (pid {pending.get('pid', '?')}, "
+            f"{pending.get('at', '?')}) died before finishing this set; this run finishes it in its own direction")
+    for f in files:
+        f.note(note)
+
+
+def _write_set(req: dict, op: str, files: list[_File], site: SiteLock) -> None:
+    todo = [f for f in files if f.new is not None and not f.refusal]
+    if not todo:
+        if site.interrupted() and not any(f.refusal for f in files):
+            site.finish({})  # the set is whole again (nothing left to write): the dead writer's mark goes
+        return
+    site.begin(op, [{"path": f.path, "before": sha256_bytes(f.data), "after": sha256_bytes(f.new or b"")}
+                    for f in todo])
+    written: list[_File] = []
+    for i, f in enumerate(todo):
+        assert f.new is not None
         try:
-            with open(orig_path, "rb") as f:
-                original = f.read()
+            if op == "patch":
+                record = save_backup(req["state_dir"], f.path, f.p["module"], f.data, f.new,
+                                     req.get("playbook", "?"))
+                f.extra = {"original_sha256": record["original_sha256"]}
+                f.done_msg = f"applied {len(f.hunks)} hunks (original saved, sha256 {record['original_sha256'][:12]})"
+            atomic_write(f.path, f.new, like=f.path, point=f"{op}.target")
         except OSError as exc:
-            return {**item, "status": FAILED, "ok": False, "msg": os_error_message(exc, "backup unreadable")}
-        if sha256_bytes(original) != record["original_sha256"]:
-            return {**item, "status": FAILED, "ok": False,
-                    "msg": f"backup {orig_path} does not match its recorded sha256; refusing to restore it"}
-        what = f"the saved original (sha256 {record['original_sha256'][:12]} verified)"
-        would, done = f"would restore {what}", f"restored {what}"
-        new_data = original
-    elif cls["overall"] == "patched":
-        new_data = apply_hunks(lines, hunks, cls, reverse=True).encode("utf-8")
-        what = "the patch's hunks (no saved original on this node)"
-        would, done = f"would reverse {what}", f"reversed {what}"
-    else:
-        drift = drift_report(lines, hunks, cls) if cls["overall"] == "drifted" else []
-        return {**item, "status": DRIFTED, "ok": False, "drift": drift,
-                "msg": f"drifted: {path} is neither the saved original nor the patched form; nothing written"}
-    diff = unified(data.decode("utf-8"), new_data.decode("utf-8"), path)
-    if check_only:
-        return {**item, "status": WOULD_RESTORE, "ok": True, "diff_text": diff,
-                "msg": f"{would} (check mode: nothing written)"}
-    try:
-        atomic_write(path, new_data, like=path, point="rollback.target")
-    except OSError as exc:
-        return {**item, "status": FAILED, "ok": False,
-                "msg": os_error_message(exc, f"cannot restore {path}") + "; the file is unchanged"}
-    removed = remove_stale_bytecode(path)
-    return {**item, "status": RESTORED, "ok": True, "changed": True, "sha256": sha256_bytes(new_data),
-            "diff_text": diff, "bytecode_removed": removed, "msg": done}
+            why = os_error_message(exc, f"cannot {'patch' if op == 'patch' else 'restore'} {f.path}")
+            _undo(written, f, why, todo[i + 1:])
+            site.finish({})
+            return
+        written.append(f)
+    done = {}
+    for f in written:
+        assert f.new is not None
+        f.item.update({"status": APPLIED if op == "patch" else RESTORED, "ok": True, "changed": True,
+                       "sha256": sha256_bytes(f.new), "bytecode_removed": remove_stale_bytecode(f.path),
+                       "msg": f.done_msg, **f.extra})
+        done[f.path] = {"form": "patched" if op == "patch" else "pristine", "sha256": sha256_bytes(f.new)}
+    site.finish(done)
+
+
+def _undo(written: list[_File], failed: _File, why: str, rest: list[_File]) -> None:
+    """A write failed midway: put the files already written back as they were, so the set stays whole."""
+    failed.refuse(FAILED, f"{why}; the file is unchanged")
+    for f in written:
+        try:
+            atomic_write(f.path, f.data, like=f.path, point="undo.target")
+            remove_stale_bytecode(f.path)
+            f.item.update({"status": NOT_WRITTEN, "ok": False, "changed": False,
+                           "msg": f"written, then put back as it was (sha256 {sha256_bytes(f.data)[:12]}): "
+                                  f"{failed.p['module']} failed, and the set is all-or-nothing"})
+        except OSError as exc:
+            f.item.update({"status": FAILED, "ok": False, "changed": True,
+                           "msg": os_error_message(exc, f"written, and putting {f.path} back failed") +
+                           "; the set is half-written: run rollback"})
+    for f in rest:
+        f.item.update({"status": NOT_WRITTEN, "ok": False,
+                       "msg": f"not written: {failed.p['module']} failed first, and the set is all-or-nothing"})
+
+
+def _answer(files: list[_File]) -> dict:
+    items = [f.item for f in files]
+    return {"ok": all(i.get("ok") for i in items), "items": items}
