@@ -44,9 +44,11 @@ def patch(c, check=False, playbook=None, json=False, diff=False):
 
 
 @fleet_task(help={"check": "show what would be restored; write nothing", "playbook": HELP_PLAYBOOK,
-                  "json": HELP_JSON, "diff": HELP_DIFF})
-def rollback(c, check=False, playbook=None, json=False, diff=False):
-    """Restore the original files byte for byte (sha256 checked)."""
+                  "json": HELP_JSON, "diff": HELP_DIFF,
+                  "force": "a drifted file too: restore the saved original (proven by the wheel's RECORD), "
+                           "discarding every change in it"})
+def rollback(c, check=False, playbook=None, json=False, diff=False, force=False):
+    """Reverse the patch (later edits elsewhere kept; the result checked against the wheel's RECORD)."""
 
 
 @fleet_task(help={"playbook": HELP_PLAYBOOK, "kinds": "only these check kinds, e.g. grep,compile", "json": HELP_JSON})

@@ -26,6 +26,7 @@ ALREADY_ORIGINAL = "already_original"
 REFUSED = "refused"  # the node's packages do not meet the playbook's requires:, or a module is not installed
 DRIFTED = "drifted"  # the file matches neither form: nothing written
 FAILED = "failed"  # an OS error, or a backup that does not match its record: the file is unchanged
+NOT_WRITTEN = "not_written"  # another file of the set stopped it: a set is all-or-nothing per host
 CHANGED_WORDS = frozenset({APPLIED, RESTORED})
 WOULD_WORDS = frozenset({WOULD_APPLY, WOULD_RESTORE})
 NOOP_WORDS = frozenset({ALREADY_APPLIED, ALREADY_ORIGINAL})
