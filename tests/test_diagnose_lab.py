@@ -109,7 +109,7 @@ def test_oom_killed_job_is_named_with_its_process_and_pid(lab):
     assert findings(r)[0]["area"] == "oom"  # the most likely cause comes first
     # The spawner's child (`sleep 300`) outlived the kill: the process tree shows it, with what to run.
     [left] = findings(r, "processes")
-    assert left["verdict"] == "WARN" and f"job {job_id} ended (killed) but left 1 processes" in left["msg"]
+    assert left["verdict"] == "WARN" and f"job {job_id} ended (killed) but left 1 process: " in left["msg"]
     assert "sleep" in left["msg"] and left["next"] == "fab -H lab01 stop"
     # ... and it is the job's, not a foreign GPU holder.
     assert not [f for f in findings(r, "gpu") if "not a fleetops job" in f["msg"]]

@@ -274,3 +274,31 @@ def test_verdicts_order_and_exit_statuses_do_not_clash():
     assert (warn.status, warn.code, unknown.status, unknown.code) == (results.Status.OK, 20, results.Status.FAILED, 21)
     assert results.exit_status([warn, unknown]) == 21
     assert unknown.msg == "UNKNOWN: no smi (+1 more)"
+
+
+def test_real_h200_node_answer_reads_without_a_crash_and_an_xid_on_its_gpu_is_found():
+    """The op's answer as a real H200 node gave it: healthy GPU from the real XML, the real boot lines are no
+    Xid; the same answer with a public Xid 79 line moved onto that GPU's bus names GPU 0 and its bus id."""
+    import json
+
+    from fleetops.plans.inventory import Host
+
+    answer = json.loads((KLOG / "h200-diagnose-answer.json").read_text())
+    host = Host("gpu01", "127.0.0.1", gpus=1)
+    sent = answer["clock"]["epoch"] - 0.5
+    found = dg.assess_answer(host, answer, sent, sent + 1.0, None)
+    by_area = {f.area: f for f in found}
+    assert by_area["gpu"].verdict == "OK" and by_area["gpu"].msg.startswith("1 GPUs (NVIDIA H200), 0 uncorrectable")
+    assert by_area["kernel"].verdict == "OK" and by_area["kernel"].msg == \
+        "no NVIDIA Xid in the kernel log (dmesg, 358 lines)"
+    assert by_area["job"].msg == "no job has been started on this node"
+    assert by_area["patch"].verdict == "UNKNOWN" and by_area["clock"].verdict == "OK"
+    assert dg.verdict_of(found) == "UNKNOWN"
+    xid79 = next(ln for ln in lines("xid-public-examples.txt") if ": 79," in ln).replace("2b:00", "00:06")
+    answer["kernel"]["lines"].append(xid79)
+    found = dg.assess_answer(host, answer, sent, sent + 1.0, None)
+    assert found[0].verdict == "CRITICAL" and found[0].area == "gpu0"
+    assert found[0].msg.startswith("Xid 79 on GPU 0 (PCI 0000:00:06): GPU has fallen off the bus")
+    # With two GPUs in the inventory, the one the node no longer shows is CRITICAL too.
+    two = dg.assess_answer(Host("gpu01", "127.0.0.1", gpus=2), answer, sent, sent + 1.0, None)
+    assert any(f.verdict == "CRITICAL" and f.msg == "1 of 2 GPUs visible (inventory says 2)" for f in two)
