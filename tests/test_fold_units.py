@@ -146,7 +146,7 @@ def test_run_output_and_exit_code_are_part_of_the_identity():
     assert [g.hosts for g in groups] == [["n1", "n2", "n4"], ["n3"]]
     ((_, minority, diff),) = fold.odd_ones_out(groups)
     assert minority.hosts == ["n3"]
-    assert [x for x in diff if x[:1] in "+-" and x[:3] not in ("---", "+++")] == ["-{host} | same",
+    assert [x for x in diff if x.startswith(("+", "-")) and x[:3] not in ("---", "+++")] == ["-{host} | same",
                                                                                   "+{host} | other"]
     assert diff[:2] == ["--- n[1-2,4] (3)", "+++ n3"]
 

@@ -26,8 +26,8 @@ RUN_OPTIONS: dict[str, tuple[Any, str]] = {
     "limit": ("", "only these of the selected hosts: names, globs, @group, !host, comma-separated"),
     "inventory": ("", "inventory directory or .yaml file (default: fabric.yaml's fleetops.inventory; "
                       "env FLEETOPS_INVENTORY). Not -i: that is Fabric's SSH identity file"),
-    "fold": (True, "--no-fold: one block per host even when many answer the same (folding is on from 4 hosts; "
-                   "env FLEETOPS_FOLD=0/1)"),
+    "fold": (True, "hosts that answered the same are shown once, under their host range (from 4 hosts); "
+                   "--no-fold: one block per host. FLEETOPS_FOLD=1 folds any number, =0 none"),
     "odd": (False, "odd ones out: each group of hosts that answered differently, as a unified diff against "
                    "the majority's answer"),
     # On a task without a file diff of its own (patch and rollback have --diff: the file's diff), --diff is
