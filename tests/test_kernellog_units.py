@@ -274,6 +274,7 @@ def test_verdicts_order_and_exit_statuses_do_not_clash():
     assert (warn.status, warn.code, unknown.status, unknown.code) == (results.Status.OK, 20, results.Status.FAILED, 21)
     assert results.exit_status([warn, unknown]) == 21
     assert unknown.msg == "UNKNOWN: no smi (+1 more)"
+    assert unknown.data["summary_row"] == ["h2", "UNKNOWN", "gpu", "no smi", "y"]
 
 
 def test_real_h200_node_answer_reads_without_a_crash_and_an_xid_on_its_gpu_is_found():

@@ -411,8 +411,11 @@ def _result(host: str, findings: list[Finding], reach: str, extra: dict) -> Resu
     table = {"title": f"{host}: {verdict} ({reach})", "columns": TABLE_COLUMNS, "rows": rows,
              "highlight_rows": [i for i, f in enumerate(findings) if f.verdict != OK]}
     status = Status.OK if verdict in (OK, WARN) else Status.FAILED
+    # One row of a fleet summary (host, verdict, what, the worst finding, its next command), for report/.
+    summary_row = [host, verdict, top.area if top else "-", top.msg if top else "-", top.next if top else "-"]
     return Result(host, "diagnose", status, msg, code=EXIT_FOR[verdict],
-                  data={"verdict": verdict, "findings": [asdict(f) for f in findings], "table": table, **extra})
+                  data={"verdict": verdict, "findings": [asdict(f) for f in findings], "table": table,
+                        "summary_row": summary_row, **extra})
 
 
 # ---------------------------------------------------------------- the task
