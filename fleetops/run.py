@@ -22,8 +22,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .plans.hostrange import expand as expand_range
 from .plans.hostrange import fold as fold_names
-from .plans.hostrange import natural_key, split_words
+from .plans.hostrange import is_range, natural_key, split_words
 from .plans.inventory import Host, UnknownHost
 from .report.fold import FOLD_MIN_HOSTS, identities
 from .report.rows import fleet_sections
@@ -95,7 +96,7 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
             failed = sorted({r.host for r in state.results if r.failed}, key=natural_key)
             rerun = rerun_command(command, failed) if command and failed else None
             if command is not None:
-                _write_last_failed(state.root, failed, rerun, code)
+                _write_last_failed(state.root, failed, rerun, code, [h.name for h in run.hosts])
             reporter.finish(state.results, code, extra, fleet_sections(state.results, fold=reporter.fold),
                             rerun=rerun)
             if tracing and not reporter.json_mode:
@@ -177,14 +178,24 @@ def rerun_command(argv: list[str], failed: list[str]) -> str:
     return shlex.join(out)
 
 
-def _write_last_failed(root: Path, failed: list[str], rerun: str | None, code: int) -> None:
-    """.fleetops/last-failed: the failed hosts of this run as one range on the first line (what `-H @failed`
-    reads), the re-run command as a comment. A run without failures removes it, so @failed never names hosts
-    of an older run."""
+def _write_last_failed(root: Path, failed: list[str], rerun: str | None, code: int, ran: list[str]) -> None:
+    """.fleetops/last-failed: the failed hosts of the last run that had failures, as one range on the first line
+    (what `-H @failed` reads), its re-run command as a comment. A run without failures takes the hosts it
+    ran on out of the file (all of them gone: the file goes), so `fab -H @failed patch verify` that now
+    succeeds empties it, and an unrelated run on other hosts leaves it as it was."""
     path = root / LAST_FAILED
     try:
         if not failed:
-            path.unlink(missing_ok=True)
+            if not path.exists():
+                return
+            lines = path.read_text().splitlines()
+            first = next((x.strip() for x in lines if x.strip() and not x.startswith("#")), "")
+            old = [n for w in split_words(first) for n in (expand_range(w) if is_range(w) else [w])]
+            left = [n for n in old if n not in set(ran)]
+            if not left:
+                path.unlink(missing_ok=True)
+            elif len(left) < len(old):
+                path.write_text(f"{fold_names(left)}\n# still failed in an earlier run (the others succeeded since)\n")
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{fold_names(failed)}\n# exit status {code}; re-run: {rerun or ''}\n")

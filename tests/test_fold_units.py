@@ -221,3 +221,17 @@ def test_durations_do_not_split_groups_and_show_as_a_range():
     (g,) = fold.group(fold.draw_all(results, Reporter().draw, {}))
     assert g.hosts == ["n1", "n2", "n3"]
     assert "import x ok (0.04-1.59s; proves only" in fold.plain(g.lines()[1], "")
+
+
+def test_last_failed_is_kept_by_unrelated_runs_and_emptied_by_successful_reruns(tmp_path: Path):
+    from fleetops.run import _write_last_failed
+
+    path = tmp_path / ".fleetops" / "last-failed"
+    _write_last_failed(tmp_path, ["lab05", "lab11", "lab07"], "fab -H 'lab[05,07,11]' verify", 1, ["lab01", "lab05"])
+    assert path.read_text().splitlines() == ["lab[05,07,11]", "# exit status 1; re-run: fab -H 'lab[05,07,11]' verify"]
+    _write_last_failed(tmp_path, [], None, 0, ["lab01", "lab02"])  # other hosts, all fine: untouched
+    assert path.read_text().splitlines()[0] == "lab[05,07,11]"
+    _write_last_failed(tmp_path, [], None, 0, ["lab05", "lab07"])  # two of them fixed
+    assert path.read_text().splitlines()[0] == "lab11"
+    _write_last_failed(tmp_path, [], None, 0, ["lab11"])
+    assert not path.exists()
