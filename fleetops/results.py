@@ -87,7 +87,7 @@ def exit_status(results: list[Result]) -> int:
     code = EXIT_OK
     for r in results:
         if r.status is Status.UNREACHABLE:
-            code = max(code, EXIT_UNREACHABLE)
+            code = max(code, EXIT_UNREACHABLE, r.code or 0)  # diagnose: unreachable is CRITICAL (22)
         elif r.status is Status.FAILED:
             code = max(code, r.code or EXIT_FAILED)
         else:

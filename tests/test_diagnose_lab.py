@@ -180,9 +180,9 @@ def test_unreachable_node_is_critical_and_the_others_still_answer(lab):
     [reach] = findings(r, "reach")
     assert "lab02" in reach["msg"] and reach["next"] == "fab -H lab02 ping"
     assert res["lab01"]["data"]["reach"]["reached"] is True
-    # results.exit_status gives an unreachable host 4 whatever its code, so the run exits 4 unless a reached
-    # host is WARN (20) or worse; lab01 is pristine here: "not patched" is a WARN.
-    assert rc == 20
+    # The worst verdict sets the exit status: an unreachable host is CRITICAL (22) for diagnose, where other
+    # tasks' unreachable hosts give 4.
+    assert rc == 22
 
 
 def test_json_has_verdict_reach_and_every_finding_with_a_next_command(lab):

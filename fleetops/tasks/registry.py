@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..plans.inventory import Host
+from ..plans.inventory import Host, MissingSecret
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
 from ..wire.connector import Connector, TransportError
 from . import adhoc, checks, diagnose, gpu, jobs, node, oncall, patching
@@ -70,6 +70,8 @@ def _failure(run: RunState, host: str, name: str, exc: Exception) -> Result:
         status = Status.UNREACHABLE if exc.kind in UNREACHABLE_KINDS else Status.FAILED
         return Result(host, name, status, str(exc), evidence=exc.evidence, code=EXIT_FAILED,
                       data={"error_kind": exc.kind})
+    if isinstance(exc, MissingSecret):  # this host's secret_from_env is unset: only its tasks that need it fail
+        return Result(host, name, Status.FAILED, str(exc), code=EXIT_FAILED, data={"error_kind": "secret"})
     return Result(host, name, Status.FAILED, f"internal error: {type(exc).__name__}: {exc}",
                   evidence=Evidence("(client)", None, []), code=EXIT_FAILED)
 
