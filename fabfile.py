@@ -14,14 +14,15 @@ Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     -p  --playbook   the playbook YAML
     Every other option is long only (--job-id, --job, --diff, --kinds, --host, --last, ...); -h is --help.
     Run options, on any host task: --serial N, --forks N, --limit EXPR (names, globs, @group, !host),
-    --inventory PATH (or FLEETOPS_INVENTORY). fleetops' own `fab` (fleetops/cli.py) takes them as core flags too. Fabric's own -i is
-    the SSH identity file, so the inventory is --inventory only.
+    --inventory PATH (or FLEETOPS_INVENTORY); fleetops' own `fab` (fleetops/cli.py) takes them as core flags
+    too. Fabric's own -i is the SSH identity file, so the inventory is --inventory only.
     --dry (Fabric's core -R/--dry): check mode for patch/rollback; read-only tasks run as they are; a task
     that changes things and has no check mode (run, extract, stop, trust) is refused with exit 2.
 Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate, 130 Ctrl-C.
 """
 
 from invoke import Collection
+from invoke.exceptions import Exit
 
 from fleetops import lab as _lab
 from fleetops.fab import usage as _usage
@@ -29,6 +30,7 @@ from fleetops.fab.decorators import explicit_task, fleet_task
 from fleetops.plans.gpugate import DEFAULT_THRESHOLD_MIB
 from fleetops.report.history import show_history
 from fleetops.report.oncall import show_ssh_config
+from fleetops.report.runbooks import show_runbooks
 
 HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
 HELP_JSON = "print one JSON document instead of the human view"
@@ -162,6 +164,14 @@ def diagnose(c, playbook=None, json=False):
     CRITICAL per host; exit 0 / 20 / 21 / 22 for the worst."""
 
 
+@explicit_task(help={"json": HELP_JSON})
+def runbooks(c, json=False):
+    """The operator runbooks (docs/runbooks/): the incident each one is for; every command in them runs in CI."""
+    code = show_runbooks((c.config.get("fleetops") or {}).get("root"), as_json=json)
+    if code:
+        raise Exit(code=code)
+
+
 ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history,
-                jobs, fetch, ssh_config, diagnose)
+                jobs, fetch, ssh_config, diagnose, runbooks)
 ns.add_collection(_lab.collection(), name="lab")

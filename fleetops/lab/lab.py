@@ -245,6 +245,23 @@ class Lab:
         if not node.running():
             self._start_sshd(node)
 
+    def rekey(self, node: Node) -> str:
+        """A reimaged node: a new host key (sshd restarted with it), known_hosts left with the old one.
+        Returns the new key's SHA256 fingerprint, which an operator would read on the node's console."""
+        for old in (node.host_key, node.host_key.with_suffix(".pub")):
+            old.unlink(missing_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fleetops-lab-{node.name}",
+                        "-f", str(node.host_key)], check=True)
+        self.stop_node(node)
+        self._start_sshd(node)
+        out = subprocess.run(["ssh-keygen", "-lf", str(node.host_key.with_suffix(".pub"))], capture_output=True,
+                             text=True, check=True).stdout
+        return out.split()[1]
+
+    def retrust(self) -> None:
+        """known_hosts as `lab.up` writes it: every node's current host key (undoes a `rekey`'s refusal)."""
+        self._write_known_hosts(self.nodes())
+
     def down(self, purge: bool = False) -> list[str]:
         for n in self.nodes():
             self._stop_holders(n)

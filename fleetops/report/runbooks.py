@@ -1,0 +1,38 @@
+"""`fab runbooks`: the operator runbooks shipped in docs/runbooks/, one line each (name, title, symptom)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..plans.runbooks import load_all
+from ..plans.yamlsrc import ConfigError
+from ..results import EXIT_USAGE
+
+
+def show_runbooks(root: str | Path | None, as_json: bool = False) -> int:
+    folder = Path(root or Path.cwd()) / "docs" / "runbooks"
+    try:
+        books = load_all(folder)
+    except (ConfigError, OSError) as exc:
+        print(f"runbooks: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if as_json:
+        doc = [{"name": b.name, "title": b.title, "symptom": b.symptom, "file": f"docs/runbooks/{b.path.name}"}
+               for b in books]
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        return 0
+    if not books:
+        print(f"no runbooks in {folder}")
+        return 0
+    table = Table(title="Runbooks (docs/runbooks/)", title_justify="left", show_lines=False)
+    for col in ("runbook", "when", "file"):
+        table.add_column(col, overflow="fold")
+    for b in books:
+        table.add_row(b.title, b.symptom, f"docs/runbooks/{b.path.name}")
+    Console().print(table)
+    return 0
