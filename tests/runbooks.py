@@ -13,8 +13,7 @@ from pathlib import Path
 
 from readmesamples import COLUMNS, REPO, TRIM, mask, normalise
 
-from fleetops.lab import Lab
-from fleetops.lab import kernel_log
+from fleetops.lab import Lab, kernel_log
 from fleetops.plans.runbooks import Runbook, Step
 
 RUNBOOKS = REPO / "docs" / "runbooks"

@@ -49,3 +49,22 @@ def test_a_broken_runbook_fails_with_its_file_and_line(rlab, tmp_path):
     problems = check(book, rlab)
     assert len(problems) == 1 and problems[0].startswith(f"{path}:11: `fab -H lab01 ping`: the runbook shows "
                                                          "'lab01 | ping | ok | the agent sang a song'"), problems
+
+
+def test_fab_runbooks_lists_each_with_its_symptom(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    proc = subprocess.run([sys.executable, "-m", "fabric", "runbooks", "--json"], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    listed = {b["name"]: b for b in json.loads(proc.stdout)}
+    assert set(listed) == {b.name for b in BOOKS}
+    assert all(b["symptom"] and (REPO / b["file"]).is_file() for b in listed.values()), listed
+    human = subprocess.run([sys.executable, "-m", "fabric", "runbooks"], cwd=REPO, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}, timeout=120)
+    assert "docs/runbooks/node-drifted.md" in human.stdout and "Host key changed" in human.stdout, human.stdout

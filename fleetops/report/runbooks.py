@@ -16,6 +16,8 @@ from ..results import EXIT_USAGE
 
 def show_runbooks(root: str | Path | None, as_json: bool = False) -> int:
     folder = Path(root or Path.cwd()) / "docs" / "runbooks"
+    if not folder.is_dir():  # a project that uses fleetops from a checkout elsewhere: that checkout's runbooks
+        folder = Path(__file__).resolve().parents[2] / "docs" / "runbooks"
     try:
         books = load_all(folder)
     except (ConfigError, OSError) as exc:
