@@ -26,6 +26,7 @@ OPS = {"patch": ("patching", "patch"), "rollback": ("patching", "rollback"), "ve
        "jobs_list": ("jobs", "jobs_list"), "fetch_plan": ("fetch", "fetch_plan"),
        "diagnose": ("diagnose", "diagnose")}
 assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
+EXIT_REFUSED = 3  # the state dir is not trusted: the same exit and answer shape as the bootstrap's refusals
 
 
 def _ping(req: dict) -> dict:
@@ -82,15 +83,24 @@ def main() -> int:
         request = json.loads(sys.stdin.read())
         if request.get("protocol") != PROTOCOL:
             raise ValueError(f"protocol mismatch: client speaks {request.get('protocol')}, node {PROTOCOL}")
-        from .nodeio import NodeError, load_failpoints
+        from .nodeio import QUARANTINED, NodeError, check_state_dir, clean_stale_uploads, load_failpoints
 
-        if request.get("state_dir"):
-            os.makedirs(request["state_dir"], mode=0o700, exist_ok=True)
-            load_failpoints(request["state_dir"])
+        load_failpoints()  # only what the test harness's environment names; never a file in the state dir
         op = _op(str(request.get("op")))
         if op is None:
             raise ValueError(f"unknown op {request.get('op')!r}")
         _watch_client(answer_fd)
+        cleaned: list[str] = []
+        if request.get("state_dir"):  # StrictModes: every path fleetops uses there, before the op runs
+            try:
+                check_state_dir(request["state_dir"])
+            except NodeError as exc:  # refused like the bootstrap refuses (exit 3): no op ran, for any task
+                _answer(answer_fd, {"ok": False, "bootstrap": True, "error": str(exc), "error_kind": exc.kind,
+                                    **exc.details})
+                return EXIT_REFUSED
+            cleaned = clean_stale_uploads(request["state_dir"])
+            if cleaned:
+                print(f"fleetops: removed dead uploads' temp files: {', '.join(cleaned)}", file=sys.stderr)
         try:
             result = op(request)
         except NodeError as exc:
@@ -100,6 +110,10 @@ def main() -> int:
 
             result = {"ok": False, "error": os_error_message(exc, f"{request.get('op')} failed"),
                       "error_kind": "os"}
+        if cleaned:  # what the node tidied on the way, reported whatever the op's outcome
+            result["removed_temp_files"] = cleaned
+        if QUARANTINED:
+            result["quarantined"] = list(QUARANTINED)
     except KeyboardInterrupt:
         print("fleetops agent: client went away (interrupted); stopped cleanly", file=sys.stderr)
         return 130
@@ -108,8 +122,12 @@ def main() -> int:
         sys.stderr.flush()
         return 70
     result["seconds"] = round(time.monotonic() - started, 3)
+    _answer(answer_fd, result)
+    return 0
+
+
+def _answer(answer_fd: int, result: dict) -> None:
     data = (json.dumps(result, default=str) + "\n").encode()
     view = memoryview(data)
     while view:
         view = view[os.write(answer_fd, view):]
-    return 0

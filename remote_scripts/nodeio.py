@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import site
+import stat
 import sys
 import time
 
@@ -38,34 +39,49 @@ def sha256_bytes(data: bytes) -> str:
 
 
 # ---------------------------------------------------------------- fault injection
-# Tests arm these by writing <state_dir>/failpoints.json on a lab node. Operators never create that file.
+# Failpoints exist only where the test harness asks for them: the lab's sshd sets FLEETOPS_FAILPOINTS_DIR
+# (sshd_config SetEnv) to a directory outside the state dir, and tests write failpoints.json there. Nothing
+# found on a node enables them: without that variable nothing is read, so a failpoints.json planted in the
+# state dir is inert, and no .hit/.trace file is ever written.
 #   {"patch.target.before_rename": {"action": "kill", "skip": 1}}: fire once, on the 2nd hit (the 2nd file's).
 #     Actions: kill, raise, sleep ("seconds"), pause (wait until the test deletes the .hit file, at most
 #     "seconds", default 120: the test cuts the connection meanwhile, with no timing window).
 #   {"*": {"action": "record"}}: fire nothing; append every point reached, in order, to failpoints.trace
 #     (with the file being written, if any), so a test can enumerate every (point, n-th hit) of an
 #     operation and then fault each one.
+FAILPOINTS_ENV = "FLEETOPS_FAILPOINTS_DIR"
 _FAILPOINTS: dict = {}
 _HITS: dict[str, int] = {}
 _FAILPOINT_DIR = ""
 
 
-def load_failpoints(state_dir: str) -> None:
+def load_failpoints(state_dir: str = "") -> None:
+    """Arm the failpoints the test harness set (`state_dir` is ignored: kept for callers' signature)."""
     global _FAILPOINTS, _FAILPOINT_DIR
-    _FAILPOINT_DIR = state_dir
+    _FAILPOINTS, _FAILPOINT_DIR = {}, os.environ.get(FAILPOINTS_ENV, "")
+    if not _FAILPOINT_DIR or not os.path.isabs(_FAILPOINT_DIR):
+        _FAILPOINT_DIR = ""
+        return
     try:
-        with open(os.path.join(state_dir, "failpoints.json"), encoding="utf-8") as f:
-            _FAILPOINTS = json.load(f)
+        fd = os.open(os.path.join(_FAILPOINT_DIR, "failpoints.json"), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as f:
+            value = json.load(f)
     except (OSError, ValueError):
-        _FAILPOINTS = {}
+        return
+    _FAILPOINTS = value if isinstance(value, dict) else {}
+
+
+def _append_fp(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(text)
 
 
 def failpoint(name: str, path: str = "") -> None:
-    if not _FAILPOINTS:
+    if not _FAILPOINTS or not _FAILPOINT_DIR:
         return
     if _FAILPOINTS.get("*", {}).get("action") == "record":
-        with open(os.path.join(_FAILPOINT_DIR, "failpoints.trace"), "a", encoding="utf-8") as f:
-            f.write(json.dumps([name, path]) + "\n")
+        _append_fp(os.path.join(_FAILPOINT_DIR, "failpoints.trace"), json.dumps([name, path]) + "\n")
     spec = _FAILPOINTS.get(name)
     if not spec:
         return
@@ -74,22 +90,140 @@ def failpoint(name: str, path: str = "") -> None:
         return  # fire once, on hit skip+1 (e.g. the second file's write, or kill after the third batch)
     action = spec.get("action")
     hit = os.path.join(_FAILPOINT_DIR, f"failpoint-{name}.hit")
+    tmp = f"{hit}.{os.getpid()}.tmp"
     try:  # tell a waiting test that this point was reached, and by which pid (renamed in: never read half)
-        with open(hit + ".tmp", "w") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
             f.write(str(os.getpid()))
-        os.replace(hit + ".tmp", hit)
+        os.replace(tmp, hit)
     except OSError:
         pass
     if action == "sleep":
         time.sleep(float(spec.get("seconds", 1)))
     elif action == "pause":
         deadline = time.monotonic() + float(spec.get("seconds", 120))
-        while os.path.exists(hit) and time.monotonic() < deadline:
+        while os.path.lexists(hit) and time.monotonic() < deadline:
             time.sleep(0.05)
     elif action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "raise":
         raise OSError(errno.EIO, f"failpoint {name}")
+
+
+# ---------------------------------------------------------------- trusting the state dir (StrictModes)
+# Like OpenSSH's StrictModes for ~/.ssh: every path fleetops uses in its state dir must be owned by the
+# connecting user (or root), writable by no one else, and not a symlink; otherwise the node refuses, naming
+# the path, its mode and owner, and what to do. The agent's own code was already checked by the bootstrap
+# (bundle.BOOTSTRAP: state dir, bin/, the agent's bytes against the sha256 the client expects).
+STATE_NAMES = ("bin", "lock", "lock.json", "backups", "jobs")
+STATE_DIRS = ("bin", "backups", "jobs")
+QUARANTINABLE = ("lock.json",)
+
+
+def _untrusted(path: str, why: str, st: os.stat_result | None, fix: str) -> NodeError:
+    mode = f"mode {stat.filemode(st.st_mode)} ({st.st_mode & 0o7777:04o}), owner uid {st.st_uid}" if st else ""
+    return NodeError(f"refusing to use the state dir: {path} {why}{f' [{mode}]' if mode else ''}; {fix}",
+                     kind="untrusted_state", path=path, mode=f"{st.st_mode & 0o7777:04o}" if st else None,
+                     uid=st.st_uid if st else None)
+
+
+def trusted_stat(path: str, want_dir: bool | None = None) -> os.stat_result | None:
+    """lstat `path` and refuse it unless it is ours (or root's), writable by no one else, not a symlink.
+    None when it does not exist."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    uid = os.geteuid()
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise _untrusted(path, f"is a symlink (to {target}); fleetops never follows symlinks in its state dir",
+                         st, f"remove it (rm {path}) and run again; fleetops recreates what it needs")
+    if st.st_uid not in (uid, 0):
+        raise _untrusted(path, f"is owned by uid {st.st_uid}, not by the connecting user (uid {uid}) or root", st,
+                         f"check who changed it, then chown {uid} {path} (or remove it) and run again")
+    if st.st_mode & 0o022:
+        raise _untrusted(path, "is writable by group or others", st,
+                         f"check who changed it, then chmod go-w {path} and run again")
+    if want_dir is True and not stat.S_ISDIR(st.st_mode):
+        raise _untrusted(path, "is not a directory", st, f"move it aside (mv {path} {path}.moved) and run again")
+    if want_dir is False and not stat.S_ISREG(st.st_mode):
+        raise _untrusted(path, "is not a regular file", st, f"move it aside (mv {path} {path}.moved) and run again")
+    return st
+
+
+def check_state_dir(state_dir: str) -> None:
+    """Before any op: the state dir and every path fleetops uses in it (bin/, lock, lock.json, backups/ and
+    jobs/ with what they hold) pass trusted_stat()."""
+    trusted_stat(state_dir, want_dir=True)
+    for name in STATE_NAMES:
+        path = os.path.join(state_dir, name)
+        if name in QUARANTINABLE:  # only names the lock holder: a broken one is moved aside, not fatal forever
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                quarantine(path, f"a symlink to {os.readlink(path)}" if stat.S_ISLNK(st.st_mode)
+                           else "not a regular file")
+                continue
+            trusted_stat(path, want_dir=False)
+            read_json(path, on_corrupt="quarantine")
+            continue
+        st = trusted_stat(path, want_dir=name in STATE_DIRS)
+        if st is None or name not in ("backups", "jobs"):
+            continue
+        for entry in sorted(os.listdir(path)):
+            sub = os.path.join(path, entry)
+            sub_st = trusted_stat(sub)
+            if sub_st is not None and stat.S_ISDIR(sub_st.st_mode):  # jobs/<id>/: its files too
+                for leaf in sorted(os.listdir(sub)):
+                    leaf_path = os.path.join(sub, leaf)
+                    if leaf.endswith(".json"):
+                        trusted_stat(leaf_path)
+                    else:  # a job's own output (its umask decides the mode): ours, and not a symlink
+                        _owned_not_link(leaf_path)
+
+
+def _owned_not_link(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or st.st_uid not in (os.geteuid(), 0):
+        trusted_stat(path)
+
+
+# Uploads (wire/ssh.py) write <name>.<8 hex>.tmp in bin/ and rename it; one killed midway leaves it. Its writer
+# (an sftp-server) names no pid, so a temp file older than this is a dead writer's: an upload takes seconds.
+STALE_UPLOAD_S = 600
+_UPLOAD_TMP = re.compile(r"^fleetops-agent-[0-9a-f]+\.pyz\.[0-9a-f]{8}\.tmp$")
+
+
+def clean_stale_uploads(state_dir: str, older_than: float = STALE_UPLOAD_S) -> list[str]:
+    """Remove dead uploads' temp files from bin/ (plain files only, never through a symlink)."""
+    bin_dir = os.path.join(state_dir, "bin")
+    removed = []
+    try:
+        names = os.listdir(bin_dir)
+    except OSError:
+        return removed
+    now = time.time()
+    for name in names:
+        if not _UPLOAD_TMP.match(name):
+            continue
+        path = os.path.join(bin_dir, name)
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > older_than:
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            pass
+    return removed
 
 
 # ---------------------------------------------------------------- atomic files
@@ -132,7 +266,7 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | No
     st = os.stat(like) if like else None
     clean_stale_temps(path)
     tmp = os.path.join(directory, f".{os.path.basename(path)}{TMP_MARK}{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         try:
             view = memoryview(data)
@@ -161,22 +295,58 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | No
 
 
 def ensure_dir(path: str) -> None:
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    """Make a state directory (0700) and refuse one that is a symlink or not ours alone."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    trusted_stat(path, want_dir=True)
 
 
 def write_json_atomic(path: str, obj: object, point: str = "json") -> None:
     atomic_write(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode=0o600, point=point)
 
 
-def read_json(path: str) -> dict | None:
+QUARANTINED: list[dict] = []  # corrupt state files moved aside during this op; agent.main reports them
+
+
+def quarantine(path: str, why: str) -> str:
+    """Move a corrupt state file (or a symlink in its place: the link itself, never its target) aside."""
+    aside = f"{path}.corrupt-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    os.rename(path, aside)
+    QUARANTINED.append({"path": path, "moved_to": aside, "why": why})
+    print(f"fleetops: quarantined corrupt state file {path} ({why}); moved to {aside}", file=sys.stderr)
+    return aside
+
+
+def read_json(path: str, on_corrupt: str = "raise") -> dict | None:
+    """A state JSON file, never through a symlink. A corrupt one (not JSON, a symlink, not a regular file):
+    on_corrupt="raise" refuses naming it; "quarantine" moves it aside (reported) and returns None."""
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    except ValueError as exc:
-        raise NodeError(f"corrupt state file {path}: {exc}") from None
-    return value if isinstance(value, dict) else None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        why = f"a symlink to {os.readlink(path)}"
+    else:
+        try:
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    why = "not a regular file"
+                else:
+                    value = json.loads(f.read().decode("utf-8"))
+                    return value if isinstance(value, dict) else None
+        except (ValueError, UnicodeDecodeError) as exc:
+            why = f"not JSON: {exc}"
+    if on_corrupt == "quarantine":
+        quarantine(path, why)
+        return None
+    raise NodeError(f"corrupt state file {path} ({why}); move it aside (mv {path} {path}.bad) and run again",
+                    kind="corrupt_state", path=path)
 
 
 def os_error_message(exc: OSError, what: str) -> str:
@@ -203,19 +373,30 @@ class NodeLock:
 
     def __enter__(self) -> NodeLock:
         ensure_dir(os.path.dirname(self.path))
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:  # never through a symlink: `lock` -> /somewhere must not create /somewhere
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                trusted_stat(self.path)  # raises, naming the symlink and its target
+            raise
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
+                trusted_stat(self.path, want_dir=False)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            holder = read_json(self.info_path) or {}
+            holder = read_json(self.info_path, on_corrupt="quarantine") or {}
             raise NodeError(
                 f"node is locked by {holder.get('operator', '?')} ({holder.get('op', '?')}, pid "
                 f"{holder.get('pid', '?')}) since {holder.get('since', '?')}; try again when it finishes",
                 kind="locked", holder=holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
         self.fd = fd
-        previous = read_json(self.info_path)
-        if previous and previous.get("pid") and not pid_alive(int(previous["pid"])):
+        previous = read_json(self.info_path, on_corrupt="quarantine")
+        if previous and str(previous.get("pid", "")).isdigit() and not pid_alive(int(previous["pid"])):
             self.took_over = previous  # its holder died mid-operation; flock was already released
         try:
             write_json_atomic(self.info_path, {"operator": self.operator, "op": self.op, "pid": os.getpid(),

@@ -120,6 +120,7 @@ def lab(lab_project):
                 shutil.rmtree(target)
             elif target.exists():
                 target.unlink()
+        (node.faults_dir / "failpoints.json").unlink(missing_ok=True)  # armed only there (FLEETOPS_FAILPOINTS_DIR)
     return lab
 
 

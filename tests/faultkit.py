@@ -106,16 +106,21 @@ def temp_writer(path: Path) -> int:
 
 
 # ---------------------------------------------------------------- failpoints
+# Armed through the environment the lab's sshd gives the agent (FLEETOPS_FAILPOINTS_DIR=<node>/faults, set in
+# its sshd_config), never through a file in the state dir: the node obeys no failpoints.json it finds there.
 def arm(node: Node, spec: dict) -> None:
-    (node.state_dir / "failpoints.json").write_text(json.dumps(spec))
+    node.faults_dir.mkdir(mode=0o700, exist_ok=True)
+    tmp = node.faults_dir / "failpoints.json.tmp"
+    tmp.write_text(json.dumps(spec))
+    tmp.replace(node.faults_dir / "failpoints.json")
 
 
 def disarm(node: Node) -> None:
-    (node.state_dir / "failpoints.json").unlink(missing_ok=True)
+    (node.faults_dir / "failpoints.json").unlink(missing_ok=True)
 
 
 def hit_file(node: Node, point: str) -> Path:
-    return node.state_dir / f"failpoint-{point}.hit"
+    return node.faults_dir / f"failpoint-{point}.hit"
 
 
 def trace(node: Node) -> list[tuple[str, int, str]]:
@@ -123,7 +128,7 @@ def trace(node: Node) -> list[tuple[str, int, str]]:
     the node reached them."""
     seen: dict[str, int] = {}
     out = []
-    path = node.state_dir / "failpoints.trace"
+    path = node.faults_dir / "failpoints.trace"
     for line in path.read_text().splitlines() if path.exists() else []:
         name, written = json.loads(line)
         seen[name] = seen.get(name, 0) + 1
@@ -134,8 +139,8 @@ def trace(node: Node) -> list[tuple[str, int, str]]:
 def clear_fault_leftovers(node: Node) -> None:
     """What the `lab` fixture leaves in the state dir from an earlier run (a kept lab, FLEETOPS_TEST_LAB):
     hit files, a trace, a killed writer's lock-info temp file. Each test starts from none."""
-    for entry in node.state_dir.iterdir():
-        if entry.name.startswith("failpoint") or TMP_MARK in entry.name:
+    for entry in [*node.state_dir.iterdir(), *(node.faults_dir.iterdir() if node.faults_dir.is_dir() else [])]:
+        if entry.name.startswith("failpoint") and entry.name != "failpoints.json" or TMP_MARK in entry.name:
             entry.unlink()
 
 

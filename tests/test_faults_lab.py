@@ -95,7 +95,7 @@ def enumerated(lab) -> dict[str, list[tuple[str, int]]]:
     if not _ENUMERATED:
         node = lab.node("lab01")
         for op in OPS:
-            (node.state_dir / "failpoints.trace").unlink(missing_ok=True)
+            (node.faults_dir / "failpoints.trace").unlink(missing_ok=True)
             arm(node, {"*": {"action": "record"}})
             try:
                 (r,) = results(lab, node, op)

@@ -149,10 +149,10 @@ def test_tail_survives_a_dropped_connection_and_sshd_restart_without_gap_or_dupl
 
 def test_killed_job_reports_signal_9_and_extraction_resumes_from_the_manifest(jobs):
     node = jobs.node("lab01")
-    (node.state_dir / "failpoints.json").write_text(json.dumps({"extract.after_batch": {"action": "kill",
+    (node.faults_dir / "failpoints.json").write_text(json.dumps({"extract.after_batch": {"action": "kill",
                                                                                          "skip": 3}}))
     proc = run_fab(jobs.root, "-H", "lab01", "patch", "extract", "tail")
-    (node.state_dir / "failpoints.json").unlink()
+    (node.faults_dir / "failpoints.json").unlink()
     assert proc.returncode == 128 + 9, proc.stdout + proc.stderr
     assert "killed by signal 9" in proc.stdout
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")

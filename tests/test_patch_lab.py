@@ -152,9 +152,9 @@ def test_two_patch_runs_at_once_one_is_refused_by_the_lock(lab):
     # Hold the first run inside its locked section until the second has been refused: the node's failpoint
     # pauses the agent until this test deletes its .hit file (which names the holding agent's pid), so there
     # is no timing window however slow a fab start-up is on a loaded machine.
-    hit = node.state_dir / "failpoint-lock.acquired.hit"
+    hit = node.faults_dir / "failpoint-lock.acquired.hit"
     hit.unlink(missing_ok=True)
-    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "pause",
+    (node.faults_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "pause",
                                                                                   "seconds": 300}}))
     first = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"], cwd=lab.root,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -163,7 +163,7 @@ def test_two_patch_runs_at_once_one_is_refused_by_the_lock(lab):
     while not hit.exists():
         assert time.monotonic() < deadline, "first run never took the lock"
         time.sleep(0.05)
-    (node.state_dir / "failpoints.json").unlink()
+    (node.faults_dir / "failpoints.json").unlink()
     holder = int(hit.read_text())
     try:
         rc, doc = fab_json(lab.root, "-H", "lab01", "patch")

@@ -18,8 +18,9 @@ def sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def mount_tmpfs(path, size: str, ro: bool = False) -> None:
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+def mount_tmpfs(path, size: str, ro: bool = False, mode: str = "0755") -> None:
+    # A tmpfs root is 1777 unless told: a state dir (backups/) on it would be refused as writable by others.
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode}", "tmpfs", str(path)], check=True)
     if ro:
         subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
 
@@ -34,7 +35,7 @@ def test_disk_full_while_writing_the_backup(lab):
     before = sha(target)
     backups = node.state_dir / "backups"
     backups.mkdir(exist_ok=True)
-    mount_tmpfs(backups, "4k")  # smaller than the original file that must be saved first
+    mount_tmpfs(backups, "4k", mode="0700")  # smaller than the original file that must be saved first
     try:
         rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
         leftovers = [n for n in os.listdir(backups) if ".fleetops-tmp-" in n]  # the failed write's own temp

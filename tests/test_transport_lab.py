@@ -69,9 +69,9 @@ def test_connection_dropped_mid_step_is_reported_and_file_is_whole(lab):
     pristine = sha256(target)
     # The agent parks inside the lock, with the file not yet written, until the test deletes the failpoint's
     # .hit file (which names the agent's pid); the test cuts the link while it is parked: no timing guess.
-    hit = node.state_dir / "failpoint-lock.acquired.hit"
+    hit = node.faults_dir / "failpoint-lock.acquired.hit"
     hit.unlink(missing_ok=True)
-    (node.state_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "pause", "seconds": 300}}))
+    (node.faults_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "pause", "seconds": 300}}))
     proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"], cwd=lab.root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -80,7 +80,7 @@ def test_connection_dropped_mid_step_is_reported_and_file_is_whole(lab):
         assert time.monotonic() < deadline, "the agent never reached the lock"
         time.sleep(0.05)
     agent = int(hit.read_text())
-    (node.state_dir / "failpoints.json").unlink()
+    (node.faults_dir / "failpoints.json").unlink()
     sessions = _session_sshd_pids(node.pid())
     assert sessions, "no session sshd to cut"
     try:

@@ -80,10 +80,10 @@ def watch_patch(lab, argv: list[str], env: dict | None = None, seconds: float = 
     and poll /proc meanwhile: which nodes' agents were alive at the same poll, and whether the other node had
     even accepted a connection while one node's agent was alive."""
     nodes = {n: lab.node(n) for n in BOTH}
-    hits = {n: nodes[n].state_dir / "failpoint-lock.acquired.hit" for n in BOTH}
+    hits = {n: nodes[n].faults_dir / "failpoint-lock.acquired.hit" for n in BOTH}
     for n in BOTH:
         hits[n].unlink(missing_ok=True)
-        (nodes[n].state_dir / "failpoints.json").write_text(
+        (nodes[n].faults_dir / "failpoints.json").write_text(
             json.dumps({"lock.acquired": {"action": "sleep", "seconds": seconds}}))
     logs = logs_for(lab, BOTH)
     started = time.monotonic()
@@ -112,7 +112,7 @@ def watch_patch(lab, argv: list[str], env: dict | None = None, seconds: float = 
         if proc.poll() is None:
             proc.kill()
         for n in BOTH:
-            (nodes[n].state_dir / "failpoints.json").unlink(missing_ok=True)
+            (nodes[n].faults_dir / "failpoints.json").unlink(missing_ok=True)
     took = time.monotonic() - started
     assert proc.returncode == 0, out + err
     wires = {n: logs[n].settled() for n in BOTH}

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from remote_scripts.nodeio import FAILPOINTS_ENV
 from remote_scripts.procfs import pid_alive
 
 from . import gpu
@@ -181,13 +182,15 @@ class Lab:
             f"Subsystem sftp {sftp}",
             # SHLVL=1 keeps bash from sourcing ~/.bashrc for every exec (bash does for sshd-started shells at
             # level 1); a developer's rc file (pyenv init, ...) would otherwise cost ~90 ms of CPU per exec.
-            f"SetEnv PATH={node.dir / 'bin'}:/usr/local/bin:/usr/bin:/bin SHLVL=1",
+            # FLEETOPS_FAILPOINTS_DIR: the only way failpoints are armed (tests write failpoints.json there).
+            f"SetEnv PATH={node.dir / 'bin'}:/usr/local/bin:/usr/bin:/bin SHLVL=1 {FAILPOINTS_ENV}={node.faults_dir}",
             "LogLevel VERBOSE",
             "",
         ])
 
     def _start_sshd(self, node: Node) -> None:
         (node.dir / "bin").mkdir(exist_ok=True)
+        node.faults_dir.mkdir(mode=0o700, exist_ok=True)
         if node.pid_file.exists():
             node.pid_file.unlink()
         proc = subprocess.run([SSHD, "-f", str(node.config), "-E", str(node.dir / "sshd.log")],

@@ -29,6 +29,12 @@ class Node:
         return self.dir / "state"
 
     @property
+    def faults_dir(self) -> Path:
+        """Where tests arm failpoints: the node's sshd hands the agent this path (FLEETOPS_FAILPOINTS_DIR), and
+        it is outside the state dir, so nothing an attacker plants there can arm one."""
+        return self.dir / "faults"
+
+    @property
     def config(self) -> Path:
         return self.dir / "sshd_config"
 

@@ -26,7 +26,7 @@ from ..plans import sshconfig
 from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
 from ..plans.yamlsrc import ConfigError
 from ..results import Evidence
-from .bundle import agent_bundle
+from .bundle import BOOTSTRAP, EXIT_BOOTSTRAP_REFUSED, agent_bundle
 from .connector import COUNTERS, ExecResult, TransportError
 
 __all__ = ["NodeConnection", "TransportError", "connect_error", "known_hosts_path", "trust_host",
@@ -406,8 +406,9 @@ class NodeConnection:
             self.cxn = None
 
     # -- raw exec
-    def exec(self, argv: list[str], stdin: bytes = b"", timeout: float = 300) -> ExecResult:
-        """Run argv (quoted word by word: no value ever becomes shell syntax) with stdin, collect all."""
+    def exec(self, argv: list[str], stdin: bytes = b"", timeout: float = 300, shown: str | None = None) -> ExecResult:
+        """Run argv (quoted word by word: no value ever becomes shell syntax) with stdin, collect all. `shown`:
+        how the evidence names the command (the agent's bootstrap is long; its text is bundle.BOOTSTRAP)."""
         self.open()
         assert self.cxn is not None
         command = shlex.join(argv)
@@ -416,6 +417,7 @@ class NodeConnection:
         try:
             chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
             _exec_without_waiting(chan, command)
+            command = shown or command
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
@@ -436,10 +438,13 @@ class NodeConnection:
         return result
 
     # -- the agent
-    def _agent_argv(self) -> list[str]:
+    def _agent_argv(self) -> tuple[list[str], str]:
+        """The agent's command, and how evidence shows it: the constant bootstrap (bundle.BOOTSTRAP) checks the
+        state dir like StrictModes and runs the zip only if its bytes have the sha256 this client expects."""
         bundle = agent_bundle()
         path = f"{self.host.state_dir}/bin/{bundle.filename}"
-        return [self.host.python, path]
+        argv = [self.host.python, "-c", BOOTSTRAP, self.host.state_dir, path, bundle.sha256]
+        return argv, shlex.join([self.host.python, "-c", "<fleetops bootstrap>", *argv[3:]])
 
     def upload_agent(self) -> None:
         bundle = agent_bundle()
@@ -513,12 +518,16 @@ class NodeConnection:
         payload = json.dumps({"protocol": PROTOCOL, "op": op, "state_dir": self.host.state_dir,
                               "operator": operator(), **request}).encode()
         with self.lock:
-            argv = self._agent_argv()
-            res = self.exec(argv, payload, timeout)
-            if res.exit_code == 2 and b"can't open file" in res.stderr:
+            argv, shown = self._agent_argv()
+            res = self.exec(argv, payload, timeout, shown)
+            refusal = _bootstrap_refusal(res)
+            if refusal is not None and refusal.get("error_kind") == "agent_missing":
                 self.upload_agent()  # first visit of this agent version
-                res = self.exec(argv, payload, timeout)
+                res = self.exec(argv, payload, timeout, shown)
+                refusal = _bootstrap_refusal(res)
         evidence = res.evidence()
+        if refusal is not None:  # the node's StrictModes check or the agent's hash: nothing of ours ran
+            raise TransportError("untrusted", f"{self.host.name}: {refusal.get('error')}", evidence)
         if res.exit_code == 127:
             raise TransportError("remote", f"{self.host.name}: the target python {self.host.python} was not "
                                            "found on the node", evidence)
@@ -530,6 +539,17 @@ class NodeConnection:
         except (ValueError, IndexError, UnicodeDecodeError):
             raise TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer", evidence) from None
         return answer, evidence
+
+
+def _bootstrap_refusal(res: ExecResult) -> dict | None:
+    """The bootstrap's refusal (exit 3, one JSON line marked "bootstrap"), else None."""
+    if res.exit_code != EXIT_BOOTSTRAP_REFUSED:
+        return None
+    try:
+        answer = json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+    return answer if isinstance(answer, dict) and answer.get("bootstrap") is True else None
 
 
 def _exec_without_waiting(chan: paramiko.Channel, command: str) -> None:
