@@ -28,6 +28,7 @@ from fleetops import lab as _lab
 from fleetops.fab import usage as _usage
 from fleetops.fab.decorators import explicit_task, fleet_task
 from fleetops.plans.gpugate import DEFAULT_THRESHOLD_MIB
+from fleetops.plans.lint import lint_report
 from fleetops.report.history import show_history
 from fleetops.report.oncall import show_ssh_config
 from fleetops.report.runbooks import show_runbooks
@@ -164,6 +165,34 @@ def diagnose(c, playbook=None, json=False):
     CRITICAL per host; exit 0 / 20 / 21 / 22 for the worst."""
 
 
+@fleet_task(help={"module": "a module you edited on the node (repeatable, or comma-separated)",
+                  "playbook": "the playbook to write: created, or its patches and requires updated",
+                  "pin": "also pin these packages to the node's versions, e.g. vllm (comma-separated)",
+                  "json": HELP_JSON}, iterable=["module"])
+def capture(c, module=None, playbook=None, pin=None, json=False):
+    """The node's edits as a playbook: a diff per module against the wheel's pristine file (proven by RECORD's
+    sha256), written beside the playbook, its patch entry and requires (pinned to the node's versions)."""
+
+
+@fleet_task(help={"playbook": HELP_PLAYBOOK, "out": "the candidate playbook to write (default: named for the "
+                  "node's versions, beside the playbook)", "fuzz": "context lines a hunk may ignore (default 2)",
+                  "json": HELP_JSON})
+def rebase(c, playbook=None, out=None, fuzz=2, json=False):
+    """Try the playbook's hunks on the node's (newer) pristine files: clean / offset / fuzz / conflict per hunk;
+    a candidate playbook only when every hunk applied (then prove it with patch verify on a lab node)."""
+
+
+@explicit_task(name="lint", help={"playbook": HELP_PLAYBOOK, "json": HELP_JSON})
+def playbook_lint(c, playbook=None, json=False):
+    """Check a playbook without a node: schema, file references, regexes, diffs (parse, match their module),
+    scripts (compile, patch scripts define transform). Each problem as file:line; exit 1 if any."""
+    settings = c.config.get("fleetops") or {}
+    text, code = lint_report(settings.get("root"), playbook, settings.get("playbook") or "", as_json=json)
+    print(text)
+    if code:
+        raise Exit(code=code)
+
+
 @explicit_task(help={"json": HELP_JSON})
 def runbooks(c, json=False):
     """The operator runbooks (docs/runbooks/): the incident each one is for; every command in them runs in CI."""
@@ -173,5 +202,6 @@ def runbooks(c, json=False):
 
 
 ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history,
-                jobs, fetch, ssh_config, diagnose, runbooks)
+                jobs, fetch, ssh_config, diagnose, runbooks, capture, rebase)
 ns.add_collection(_lab.collection(), name="lab")
+ns.add_collection(Collection("playbook", playbook_lint), name="playbook")

@@ -4,6 +4,7 @@ imported only by the checks that must (import, callsites), and only once per exe
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tokenize
 import traceback
 
 from .nodeio import NodeError, check_requirements, module_file_in_site
@@ -50,22 +52,70 @@ def run_requires(check: dict) -> dict:
     return _result(check, not bad, msg, evidence)
 
 
+def code_lines(source: str) -> tuple[list[str], str]:
+    """The file's lines as code only (Python's tokenize): comments gone, every string literal (docstrings and
+    f-strings' literal parts included) reduced to "", line numbers kept. A file that does not tokenize is
+    searched as raw text, and the second value says why ("" when tokenized)."""
+    raw = source.splitlines()
+    out: list[list[str]] = [[] for _ in raw]
+    last_row, last_col = 1, 0
+    skip = {tokenize.COMMENT, tokenize.STRING}
+    skip |= {getattr(tokenize, n) for n in ("FSTRING_MIDDLE",) if hasattr(tokenize, n)}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            (srow, scol), (erow, ecol) = tok.start, tok.end
+            if srow == last_row and scol > last_col and srow - 1 < len(out):
+                out[srow - 1].append(" ")  # the gap between tokens on one line
+            if srow - 1 < len(out) and tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                                                        tokenize.DEDENT, tokenize.ENDMARKER, tokenize.COMMENT):
+                if tok.type == tokenize.STRING:
+                    out[srow - 1].append('""')
+                elif tok.type not in skip:
+                    out[srow - 1].append(tok.string)
+            last_row, last_col = erow, ecol
+    except (tokenize.TokenError, IndentationError, SyntaxError) as exc:
+        return raw, f"the file does not tokenize ({exc}), so its raw text was searched"
+    lines = []
+    for i, parts in enumerate(out):
+        text = "".join(parts)
+        indent = raw[i][: len(raw[i]) - len(raw[i].lstrip())]
+        lines.append(indent + text.strip() if text.strip() else "")
+    return lines, ""
+
+
 def run_grep(check: dict) -> dict:
+    """A grep check matches code by default: comments and string literals are not searched (a comment naming a
+    forbidden symbol is not a call of it, and a comment cannot satisfy a `match`). `search: text` searches
+    the raw lines instead."""
     path = module_file_in_site(check["module"])
     with open(path, encoding="utf-8", errors="replace") as f:
-        lines = f.read().splitlines()
+        source = f.read()
+    raw = source.splitlines()
+    mode = check.get("search", "code")
+    note = ""
+    if mode == "code":
+        lines, note = code_lines(source)
+    else:
+        lines = raw
+    where = "code" if mode == "code" and not note else "text"
     rx = re.compile(check["pattern"])
-    hits = [{"line": i + 1, "text": line.strip()} for i, line in enumerate(lines) if rx.search(line)]
+    hits = [{"line": i + 1, "text": raw[i].strip()} for i, line in enumerate(lines) if rx.search(line)]
     shown = hits[:5]
     if check["expect"] == "match":
         ok = bool(hits)
-        msg = f"/{check['pattern']}/ found at line {hits[0]['line']}" if ok else \
-            f"/{check['pattern']}/ not found in {path}"
+        msg = f"/{check['pattern']}/ found in the {where} at line {hits[0]['line']}" if ok else \
+            f"/{check['pattern']}/ not found in the {where} of {path}"
+        if not ok and mode == "code" and not note:
+            in_text = [i + 1 for i, line in enumerate(raw) if rx.search(line)]
+            if in_text:
+                msg += f" (only in comments or strings, line {in_text[0]}: they do not count)"
     else:
         ok = not hits
-        msg = f"/{check['pattern']}/ absent from {os.path.basename(path)}" if ok else \
+        msg = f"/{check['pattern']}/ absent from the {where} of {os.path.basename(path)}" if ok else \
             f"/{check['pattern']}/ must not match but does at line {hits[0]['line']}: {hits[0]['text']}"
-    return _result(check, ok, msg, shown, file=path)
+    if note:
+        msg += f"; {note}"
+    return _result(check, ok, msg, shown, file=path, search=where)
 
 
 def run_compile(check: dict) -> dict:
@@ -194,4 +244,25 @@ def verify(req: dict) -> dict:
         res.setdefault("seconds", round(time.monotonic() - started, 2))
         results[i] = res
     items = [r for r in results if r is not None]
-    return {"ok": all(r["ok"] for r in items), "items": items}
+    answer: dict = {"ok": all(r["ok"] for r in items), "items": items}
+    note = disagreement(items)
+    if note:
+        answer["disagreement"] = note
+    return answer
+
+
+DISAGREE = "text check disagrees with the behaviour checks"
+
+
+def disagreement(items: list[dict]) -> str:
+    """When every behaviour check (callsites, probe) ran and passed while a text check (grep) failed, say so on
+    the failing greps and in the answer: the behaviour checks are the stronger evidence."""
+    deep = [r for r in items if r["kind"] in ("callsites", "probe")]
+    greps = [r for r in items if r["kind"] == "grep" and not r["ok"]]
+    if not deep or not greps or not all(r["ok"] for r in deep):
+        return ""
+    names = ", ".join(r["name"] for r in deep)
+    for r in greps:
+        r["msg"] += f" ({DISAGREE}: {names} passed; they run the code, this only reads it)"
+    return (f"{DISAGREE}: {', '.join(r['name'] for r in greps)} failed while {names} passed; the behaviour checks "
+            f"are the stronger evidence")

@@ -29,7 +29,7 @@ MODULE = re.compile(r"(?=.{1,200}$)[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-
 ATTRIBUTE = MODULE
 TOP_KEYS = {"name", "description", "requires", "requires_hint", "patches", "verify", "jobs"}
 CHECK_KEYS = {
-    "grep": {"name", "kind", "module", "pattern", "expect"},
+    "grep": {"name", "kind", "module", "pattern", "expect", "search"},
     "compile": {"name", "kind", "module"},
     "import": {"name", "kind", "module", "attribute"},
     "callsites": {"name", "kind", "modules", "packages", "receivers", "attributes"},
@@ -158,6 +158,9 @@ def _parse_check(spec: Mapping, path: Path, digest: Any) -> dict:
         check["pattern"] = pattern
         check["expect"] = get_str(spec, "expect", default="match", pattern=re.compile(r"match|absent"),
                                   describe="'match' or 'absent'")
+        # code (default): comments and string literals are not searched; text: the raw lines
+        check["search"] = get_str(spec, "search", default="code", pattern=re.compile(r"code|text"),
+                                  describe="'code' (comments and strings skipped) or 'text'")
     elif kind == "import":
         check["attribute"] = get_str(spec, "attribute", pattern=ATTRIBUTE, describe="a dotted attribute name")
     elif kind == "callsites":

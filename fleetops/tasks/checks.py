@@ -33,7 +33,10 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
         items.append(Item(label, Status.OK if raw["ok"] else Status.FAILED, raw["msg"], details))
     passed = sum(1 for i in items if i.status is Status.OK)
     status = Status.OK if passed == len(items) else Status.FAILED
-    return Result(host, "verify", status, f"{passed}/{len(items)} checks passed", items,
+    msg = f"{passed}/{len(items)} checks passed"
+    if answer.get("disagreement"):  # a grep failed while callsites and the probe passed: say which is stronger
+        msg += f"; {answer['disagreement']}"
+    return Result(host, "verify", status, msg, items,
                   data={"playbook": plan.playbook.name if plan.playbook else None})
 
 

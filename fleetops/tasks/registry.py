@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 from ..plans.inventory import Host, MissingSecret
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
 from ..wire.connector import Connector, TransportError
-from . import adhoc, checks, diagnose, gpu, jobs, node, oncall, patching
+from . import adhoc, authoring, checks, diagnose, gpu, jobs, node, oncall, patching
 from .plan import Plan, TaskSpec, UsageError
 
 if TYPE_CHECKING:
     from ..state import RunState
 
-TASKS: dict[str, TaskSpec] = {spec.name: spec for family in (node, gpu, patching, checks, adhoc, oncall, diagnose)
+TASKS: dict[str, TaskSpec] = {spec.name: spec for family in (node, gpu, patching, checks, adhoc, oncall, diagnose,
+                                                                  authoring)
                               for spec in family.TASKS}
 TASKS.update({name: TaskSpec(name, jobs.job_plan(name, name == "extract"), run=runner,
                                        dry=None if name in ("extract", "stop") else "read-only")

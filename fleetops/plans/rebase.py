@@ -1,0 +1,270 @@
+"""Playbook authoring, pure (text in, text out): a diff made from a pristine and an edited file (`capture`),
+a playbook's hunks tried against a newer pristine file (`rebase`), and the playbook YAML those write.
+
+Hunk placement here is the client's own, independent of the node's engine (remote_scripts/hunks.py, which
+never fuzzes): like patch(1) it looks for a hunk's old block at its header's line plus the offset of the
+hunks before it, then one line after, one before, ...; and, where that fails, with up to `max_fuzz` context
+lines dropped at each end (patch(1)'s fuzz). A rebased hunk that needed fuzz is *shown*, never hidden: the
+context the new upstream file has instead is part of the report. The candidate diffs are then made afresh
+from the new pristine file and the result, so the playbook they go into applies at fuzz 0.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+
+from .unidiff import Hunk
+
+CLEAN, OFFSET, FUZZ, CONFLICT, UPSTREAM = "clean", "offset", "fuzz", "conflict", "already upstream"
+APPLIED_STATES = (CLEAN, OFFSET, FUZZ, UPSTREAM)
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings; only "\\n" ends a line (as for diff(1) and patch(1))."""
+    if not text:
+        return []
+    parts = text.split("\n")
+    out = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
+
+
+def _bare(line: str) -> str:
+    line = line[:-1] if line.endswith("\n") else line
+    return line[:-1] if line.endswith("\r") else line
+
+
+def unified_diff(pristine: str, edited: str, rel: str, context: int = 3) -> str:
+    """The diff a playbook ships: `a/<rel>` → `b/<rel>`, rel being the file's path inside site-packages."""
+    a, b = split_lines(pristine), split_lines(edited)
+    out = []
+    for line in difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}", n=context):
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------- rebase
+@dataclass
+class HunkOutcome:
+    index: int  # 0-based
+    header: str
+    state: str  # CLEAN / OFFSET / FUZZ / CONFLICT / UPSTREAM
+    line: int | None = None  # 1-based line of the hunk's first changed line in the new file
+    offset: int = 0
+    fuzz: int = 0
+    shown: list[str] = field(default_factory=list)  # what an operator must read: fuzzed context, upstream text
+
+    @property
+    def applied(self) -> bool:
+        return self.state in APPLIED_STATES
+
+    def describe(self) -> str:
+        if self.state == CLEAN:
+            return f"applies cleanly at line {self.line}"
+        if self.state == OFFSET:
+            return f"applies with offset {self.offset:+d} lines (at line {self.line})"
+        if self.state == FUZZ:
+            return (f"applies with fuzz {self.fuzz} (context lines ignored), offset {self.offset:+d} lines (at line "
+                    f"{self.line}): check the context shown")
+        if self.state == UPSTREAM:
+            return f"already upstream: the new file has the hunk's result at line {self.line}; dropped"
+        return "conflict: the old lines are not in the new file (the new upstream text is shown)"
+
+
+@dataclass
+class FileRebase:
+    hunks: list[HunkOutcome]
+    text: str | None  # the new pristine file with every hunk applied; None when any conflicts
+
+    @property
+    def ok(self) -> bool:
+        return self.text is not None
+
+
+def _context(h: Hunk) -> tuple[int, int]:
+    return h.context
+
+
+def _find(lines: list[str], block: list[str], guess: int, lo: int) -> int | None:
+    """patch(1)'s search order: guess, guess+1, guess-1, ...; never before `lo`."""
+    n, m = len(lines), len(block)
+    if m == 0:
+        return max(min(guess, n), lo)
+    hi = n - m
+    guess = max(min(guess, hi), lo)
+    for d in range(0, max(hi - lo, 0) + 1 + abs(guess)):
+        for at in ((guess + d,) if d == 0 else (guess + d, guess - d)):
+            if lo <= at <= hi and all(lines[at + k] == block[k] for k in range(m)):
+                return at
+        if guess + d > hi and guess - d < lo:
+            break
+    return None
+
+
+def rebase_file(new_pristine: str, hunks: list[Hunk], max_fuzz: int = 2) -> FileRebase:
+    """Each hunk against the new pristine text, in order, with the offset of the hunks before it."""
+    raw = split_lines(new_pristine)
+    lines = [_bare(x) for x in raw]
+    newline = "\r\n" if raw and raw[0].endswith("\r\n") else "\n"
+    outcomes: list[HunkOutcome] = []
+    edits: list[tuple[int, int, list[str]]] = []  # (start, end) in the new file's lines → replacement
+    offset = 0
+    frozen = 0
+    for i, h in enumerate(hunks):
+        old, new = h.old, h.new
+        pre, suf = _context(h)
+        header_at = h.old_start - (1 if old else 0)
+        placed = None
+        for fuzz in range(0, max_fuzz + 1):
+            top, bottom = min(fuzz, pre), min(fuzz, suf)
+            if fuzz and top == 0 and bottom == 0:
+                break  # no context left to drop
+            block = old[top: len(old) - bottom]
+            at = _find(lines, block, header_at + offset + top, frozen)
+            if at is not None:
+                placed = (at - top, fuzz, top, bottom)
+                break
+        if placed is None:
+            at_new = _find(lines, new, h.new_start - (1 if new else 0) + offset, frozen) if new else None
+            if at_new is not None:
+                offset = at_new - (h.new_start - (1 if new else 0))
+                frozen = at_new + len(new) - suf
+                outcomes.append(HunkOutcome(i, h.header, UPSTREAM, line=at_new + pre + 1, offset=offset))
+                continue
+            outcomes.append(HunkOutcome(i, h.header, CONFLICT, shown=_conflict_view(lines, h, header_at + offset)))
+            continue
+        start, fuzz, top, bottom = placed
+        offset = start - header_at
+        shown: list[str] = []
+        if fuzz:
+            for k in list(range(top)) + list(range(len(old) - bottom, len(old))):
+                found = lines[start + k] if 0 <= start + k < len(lines) else "<end of file>"
+                if found != old[k]:
+                    shown.append(f"line {start + k + 1}: diff's context {old[k]!r}")
+                    shown.append(f"{' ' * len(str(start + k + 1))}       new upstream   {found!r}")
+        change_from, change_to = start + pre, start + len(old) - suf
+        edits.append((change_from, change_to, [x + newline for x in new[pre: len(new) - suf]]))
+        frozen = change_to
+        state = FUZZ if fuzz else (OFFSET if offset else CLEAN)
+        outcomes.append(HunkOutcome(i, h.header, state, line=change_from + 1, offset=offset, fuzz=fuzz,
+                                    shown=shown))
+    if any(not o.applied for o in outcomes):
+        return FileRebase(outcomes, None)
+    out: list[str] = []
+    cursor = 0
+    for start, end, replacement in edits:
+        out.extend(raw[cursor:start])
+        removed = raw[start:end]
+        if replacement and removed and not removed[-1].endswith("\n"):
+            replacement[-1] = replacement[-1][: -len(newline)]
+        out.extend(replacement)
+        cursor = end
+    out.extend(raw[cursor:])
+    return FileRebase(outcomes, "".join(out))
+
+
+def _conflict_view(lines: list[str], h: Hunk, expected: int) -> list[str]:
+    """The hunk's old lines, and the new upstream lines where the file looks most like them."""
+    block = h.old
+    n = len(block)
+    best, score = max(0, min(expected, max(len(lines) - 1, 0))), -1
+    for p in range(max(1, len(lines) - n + 1)):
+        s = sum(1 for k in range(min(n, len(lines) - p)) if lines[p + k] == block[k])
+        if s > score or (s == score and abs(p - expected) < abs(best - expected)):
+            best, score = p, s
+    shown = ["the diff expects (old lines):"]
+    shown += [f"  - {x}" if tag == "-" else f"    {x}" for tag, x in h.lines if tag in " -"]
+    lo, hi = max(best - 1, 0), min(best + n + 1, len(lines))
+    shown.append(f"new upstream, lines {lo + 1}-{hi} ({score} of {n} lines equal):")
+    shown += [f"  {k + 1:>5} {'=' if k - best in range(n) and lines[k] == block[k - best] else '|'} {lines[k]}"
+              for k in range(lo, hi)]
+    shown.append("the diff wanted there (new lines):")
+    shown += [f"  + {x}" if tag == "+" else f"    {x}" for tag, x in h.lines if tag in " +"]
+    return shown
+
+
+# ---------------------------------------------------------------- playbook text
+TOP_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):")
+
+
+def _scalar(value: str) -> str:
+    return value if re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_./=*<>!~,-]*", value) and not value.endswith(":") \
+        else json.dumps(value)
+
+
+def render_requires(requires: list[str]) -> str:
+    return "requires:\n" + "".join(f"  - {_scalar(r)}\n" for r in requires)
+
+
+def render_patches(entries: list[dict[str, str]]) -> str:
+    out = ["patches:\n"]
+    for entry in entries:
+        first = True
+        for key, value in entry.items():
+            out.append(f"{'  - ' if first else '    '}{key}: {_scalar(value)}\n")
+            first = False
+    return "".join(out)
+
+
+def replace_top_block(text: str, key: str, block: str, after: str | None = None) -> str:
+    """`text` with the top-level `key:` block replaced by `block` (comments elsewhere kept). A missing key is
+    added after the block of `after` (or at the end)."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, x in enumerate(lines) if TOP_KEY.match(x)]
+
+    def span(name: str) -> tuple[int, int] | None:
+        for n, i in enumerate(starts):
+            if TOP_KEY.match(lines[i]).group(1) == name:  # type: ignore[union-attr]
+                end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+                while end > i + 1 and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
+                    end -= 1  # comments just above the next key belong to it
+                return i, end
+        return None
+
+    where = span(key)
+    if where is None:
+        anchor = span(after) if after else None
+        at = anchor[1] if anchor else len(lines)
+        if at == len(lines) and lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        return "".join(lines[:at] + [block] + lines[at:])
+    return "".join(lines[: where[0]] + [block] + lines[where[1]:])
+
+
+def replace_scalar(text: str, key: str, value: str) -> str:
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        m = TOP_KEY.match(line)
+        if m and m.group(1) == key:
+            lines[i] = f"{key}: {_scalar(value)}\n"
+            return "".join(lines)
+    return f"{key}: {_scalar(value)}\n" + text
+
+
+def pin_requires(existing: list[str], versions: dict[str, str | None], names: list[str]) -> list[str]:
+    """Each of `names` pinned to the node's version (replacing any constraint on it); others kept."""
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "_", name).lower()
+
+    pinned = {norm(n): f"{n}=={versions[n]}" for n in names if versions.get(n)}
+    out: list[str] = []
+    for req in existing:
+        name = re.split(r"[\s=<>!~]", req.strip(), maxsplit=1)[0]
+        out.append(pinned.pop(norm(name), req))
+    out.extend(pinned.values())
+    return out
+
+
+def new_playbook_text(name: str, description: str, header: list[str], requires: list[str],
+                      patches: list[dict[str, str]], modules: list[str]) -> str:
+    """A fresh playbook: requires, patches, and one compile check per module (verify has something to run;
+    add grep/callsites/probe checks that prove the fix)."""
+    checks = "".join(f"  - name: {m.rsplit('.', 1)[-1]}-compiles\n    kind: compile\n    module: {m}\n"
+                     for m in modules)
+    return ("".join(f"# {x}\n" for x in header) + f"name: {_scalar(name)}\n"
+            + f"description: {json.dumps(description)}\n"
+            + render_requires(requires) + render_patches(patches) + "verify:\n" + checks)

@@ -1,0 +1,272 @@
+"""capture and rebase: write playbooks from what a node has (the agent's `capture` op reads each module's current
+text and its pristine text, proven against the wheel's RECORD sha256; remote_scripts/capture.py).
+
+capture: the diff pristine → current of each module, written beside the playbook (`<dir>/<stem>/<file>.diff`,
+paths `a/<path in site-packages>`), its patch entry added or updated, `requires:` pinned to the node's versions.
+rebase: a playbook's hunks tried against the node's (newer) pristine files; per hunk clean / offset / fuzz /
+conflict / already upstream; a candidate playbook only when every hunk applied (fleetops/plans/rebase.py).
+Both write local files only; the node is only read."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..plans import rebase as authoring
+from ..plans.playbook import MODULE, load_playbook
+from ..plans.yamlsrc import ConfigError, load_file
+from ..results import EXIT_FAILED, Item, Result, Status
+from ..wire.connector import Connector
+from .plan import Plan, TaskSpec, UsageError, agent_error
+
+if TYPE_CHECKING:
+    from ..state import RunState
+
+PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}")
+
+
+def _words(value: object) -> list[str]:
+    if value in (None, "", [], ()):
+        return []
+    items = [value] if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+    return [w.strip() for item in items for w in str(item).split(",") if w.strip()]
+
+
+def _local_path(run: RunState, rel: str) -> Path:
+    path = Path(rel)
+    if not path.is_absolute():
+        path = Path.cwd() / rel if (Path.cwd() / rel).parent.is_dir() else run.root / rel
+    return path.resolve()
+
+
+def _claim(plan: Plan, host: str) -> str | None:
+    """One node writes one playbook: a second host of the same run is refused (which node's text would win?)."""
+    with plan.options["lock"]:
+        first = plan.options.setdefault("writer", host)
+    return None if first == host else first
+
+
+def _failed(host: str, task: str, msg: str, items: list[Item] | None = None) -> Result:
+    return Result(host, task, Status.FAILED, msg, items or [], code=EXIT_FAILED)
+
+
+# ---------------------------------------------------------------- capture
+def _capture_plan(run: RunState, kwargs: dict) -> Plan:
+    modules = _words(kwargs.get("module"))
+    if not modules:
+        raise UsageError("capture needs --module NAME (repeatable, or comma-separated): the module(s) you edited")
+    for m in modules:
+        if not MODULE.fullmatch(m):
+            raise UsageError(f"capture --module {m!r}: not a dotted module name")
+    if not kwargs.get("playbook"):
+        raise UsageError("capture needs --playbook FILE: the playbook to write (created, or updated in place)")
+    pins = _words(kwargs.get("pin"))
+    for p in pins:
+        if not PACKAGE.fullmatch(p):
+            raise UsageError(f"capture --pin {p!r}: not a package name")
+    path = _local_path(run, str(kwargs["playbook"]))
+    existing_requires: list[str] = []
+    if path.exists():
+        book = load_playbook(path)  # a broken playbook stops here (file:line), before any node is read
+        existing_requires = book.requires
+    elif path.suffix not in (".yaml", ".yml"):
+        raise UsageError(f"capture --playbook {path}: name a .yaml file")
+    names = pins + [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in existing_requires]
+    request = {"modules": list(dict.fromkeys(modules)), "packages": list(dict.fromkeys(names))}
+    return Plan("capture", request, 180, None, options={"path": path, "pins": pins, "lock": threading.Lock()})
+
+
+def _diff_names(modules: list[str]) -> dict[str, str]:
+    last = [m.rsplit(".", 1)[-1] for m in modules]
+    return {m: (short if last.count(short) == 1 else m) + ".diff" for m, short in zip(modules, last)}
+
+
+def _run_capture(run: RunState, plan: Plan, node: Connector) -> Result:
+    host = node.host.name
+    other = _claim(plan, host)
+    if other:
+        return _failed(host, "capture", f"not captured: {other} writes {plan.options['path'].name} in this run; "
+                                        f"capture from one node (-H {other})")
+    answer, evidence = node.call("capture", plan.request, timeout=plan.timeout)
+    if answer.get("error"):
+        return agent_error(host, "capture", answer)
+    path: Path = plan.options["path"]
+    stem = path.stem
+    names = _diff_names([i["module"] for i in answer["items"]])
+    items: list[Item] = []
+    diffs: dict[str, str] = {}
+    for it in answer["items"]:
+        if not it["ok"]:
+            items.append(Item(it["module"], Status.FAILED, it["msg"], {"file": it.get("file")}))
+            continue
+        if not it["changed"]:
+            items.append(Item(it["module"], Status.OK, f"nothing to capture: {it['rel']} is unchanged "
+                                                       f"({it['pristine_source']})", {"file": it["file"]}))
+            continue
+        text = authoring.unified_diff(it["pristine"], it["current"], it["rel"])
+        diffs[it["module"]] = text
+        hunks = text.count("\n@@ ")
+        items.append(Item(it["module"], Status.CHANGED,
+                          f"{hunks} hunks → {stem}/{names[it['module']]} (pristine: {it['pristine_source']})",
+                          {"file": it["file"]}))
+    if any(i.status is Status.FAILED for i in items):
+        result = _failed(host, "capture", "nothing written: a module has no proven pristine bytes (see its line)",
+                         items)
+        result.evidence = evidence
+        return result
+    if not diffs:
+        return Result(host, "capture", Status.OK, "nothing written: every module is the wheel's own file", items)
+    written = _write_capture(path, answer, diffs, names, plan.options["pins"], host)
+    msg = f"wrote {path.name} and {len(diffs)} diffs in {stem}/ (requires: {', '.join(written)})"
+    return Result(host, "capture", Status.CHANGED, msg, items, data={"playbook_path": str(path), "requires": written})
+
+
+def _write_capture(path: Path, answer: dict, diffs: dict[str, str], names: dict[str, str], pins: list[str],
+                   host: str) -> list[str]:
+    versions = answer.get("versions", {})
+    dists = [i["dist"] for i in answer["items"] if i["module"] in diffs]
+    entries: list[dict[str, str]] = []
+    existing_requires: list[str] = []
+    if path.exists():
+        doc = load_file(path)
+        existing_requires = [str(r) for r in doc.get("requires", []) or []]
+        for spec in doc.get("patches", []) or []:
+            entries.append({str(k): str(v) for k, v in spec.items()})
+    pin_names = list(dict.fromkeys(dists + pins + [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0]
+                                                   for r in existing_requires]))
+    requires = authoring.pin_requires(existing_requires, versions, pin_names)
+    (path.parent / path.stem).mkdir(parents=True, exist_ok=True)
+    for module, text in diffs.items():
+        rel = f"{path.stem}/{names[module]}"
+        _atomic(path.parent / rel, text)
+        entry = next((e for e in entries if e.get("module") == module), None)
+        if entry is None:
+            entries.append({"module": module, "diff": rel})
+        else:
+            entry.pop("script", None)
+            entry["diff"] = rel
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+        text = authoring.replace_top_block(text, "requires", authoring.render_requires(requires), after="description")
+        text = authoring.replace_top_block(text, "patches", authoring.render_patches(entries), after="requires")
+    else:
+        header = [f"Captured by `fab -H {host} capture` on {stamp}: each diff is the wheel's pristine file (sha256 "
+                  f"checked against RECORD) against {host}'s edited file.",
+                  "Add checks that prove the fix (grep, callsites, probe), then: fab -H <lab node> patch verify -p "
+                  f"{path.name}"]
+        text = authoring.new_playbook_text(path.stem if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", path.stem) else
+                                           "captured", f"Captured from {host}: {', '.join(diffs)}", header,
+                                           requires, entries, [e["module"] for e in entries])
+    _atomic(path, text)
+    load_playbook(path)  # what we wrote loads (a ConfigError here is a bug worth its file:line)
+    return requires
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- rebase
+def _rebase_plan(run: RunState, kwargs: dict) -> Plan:
+    book = run.playbook(kwargs.get("playbook"))
+    if not book.patches:
+        raise ConfigError(book.path, None, f"playbook {book.name!r} has no patches to rebase")
+    fuzz = int(kwargs.get("fuzz", 2) or 0)
+    if not 0 <= fuzz <= 3:
+        raise UsageError(f"rebase --fuzz {fuzz}: between 0 and 3 context lines")
+    names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
+    request = {"modules": [p.module for p in book.patches], "packages": names}
+    out = _local_path(run, str(kwargs["out"])) if kwargs.get("out") else None
+    return Plan("capture", request, 180, book, options={"fuzz": fuzz, "out": out, "lock": threading.Lock()})
+
+
+def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
+    host = node.host.name
+    book = plan.playbook
+    assert book is not None
+    answer, evidence = node.call("capture", plan.request, timeout=plan.timeout)
+    if answer.get("error"):
+        return agent_error(host, "rebase", answer)
+    by_module = {i["module"]: i for i in answer["items"]}
+    items: list[Item] = []
+    files: dict[str, tuple[str, str, authoring.FileRebase]] = {}  # module → (diff name, rel, outcome)
+    counts: dict[str, int] = {}
+    for patch in book.patches:
+        it = by_module[patch.module]
+        if not it["ok"]:
+            items.append(Item(f"{patch.diff_path.name}", Status.FAILED, it["msg"], {"file": it.get("file")}))
+            counts["refused"] = counts.get("refused", 0) + 1
+            continue
+        outcome = authoring.rebase_file(it["pristine"], patch.hunks, max_fuzz=plan.options["fuzz"])
+        files[patch.module] = (patch.diff_path.name, it["rel"], outcome)
+        for h in outcome.hunks:
+            counts[h.state] = counts.get(h.state, 0) + 1
+            status = {authoring.CLEAN: Status.OK, authoring.CONFLICT: Status.FAILED}.get(h.state, Status.CHANGED)
+            items.append(Item(f"{patch.diff_path.name} hunk {h.index + 1} {h.header.split(' @@')[0]} @@", status,
+                              h.describe(), {"notes": h.shown} if h.shown else {}))
+    versions = {k: v for k, v in answer.get("versions", {}).items() if v}
+    onto = ", ".join(f"{k} {v}" for k, v in versions.items())
+    summary = ", ".join(f"{n} {state}" for state, n in counts.items())
+    data = {"versions": versions, "counts": counts,
+            "hunks": [{"diff": f, "hunk": h.index + 1, "state": h.state, "line": h.line, "offset": h.offset,
+                       "fuzz": h.fuzz, "shown": h.shown} for f, _, o in files.values() for h in o.hunks]}
+    if any(i.status is Status.FAILED for i in items):
+        result = Result(host, "rebase", Status.FAILED, f"{book.name} onto {onto}: {summary}; no candidate written "
+                        f"(every hunk must apply; resolve the conflicts shown by hand, then capture)", items,
+                        code=EXIT_FAILED, data=data)
+        result.evidence = evidence
+        return result
+    with plan.options["lock"]:
+        out = _write_candidate(book, plan.options["out"], files, answer, host, versions)
+    data["candidate"] = str(out)
+    return Result(host, "rebase", Status.CHANGED, f"{book.name} onto {onto}: {summary}; candidate {out.name} written: "
+                  f"prove it with fab -H {host} patch verify -p {os.path.relpath(out)}", items, data=data)
+
+
+def _write_candidate(book, out: Path | None, files: dict, answer: dict, host: str,
+                     versions: dict[str, str]) -> Path:
+    names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
+    requires = authoring.pin_requires(book.requires, versions, names)
+    name = "-".join(f"{n}-{versions[n]}" for n in names if n in versions) or f"{book.name}-rebased"
+    out = out or book.path.parent / f"{name}.yaml"
+    if out.resolve() == book.path.resolve():
+        raise ConfigError(book.path, None, "rebase would overwrite the playbook it reads; pass --out")
+    subdir = out.parent / out.stem
+    subdir.mkdir(parents=True, exist_ok=True)
+    entries: list[dict[str, str]] = []
+    dropped: list[str] = []
+    for module, (diff_name, rel, outcome) in files.items():
+        pristine = next(i["pristine"] for i in answer["items"] if i["module"] == module)
+        if outcome.text == pristine:
+            dropped.append(module)  # every hunk already upstream
+            continue
+        _atomic(subdir / diff_name, authoring.unified_diff(pristine, outcome.text, rel))
+        entries.append({"module": module, "diff": f"{out.stem}/{diff_name}"})
+    text = book.path.read_text(encoding="utf-8")
+    text = authoring.replace_scalar(text, "name", out.stem if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", out.stem)
+                                    else name)
+    text = authoring.replace_top_block(text, "requires", authoring.render_requires(requires), after="description")
+    if entries:
+        text = authoring.replace_top_block(text, "patches", authoring.render_patches(entries), after="requires")
+    else:
+        text = authoring.replace_top_block(text, "patches", "patches: []\n", after="requires")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    header = (f"# Candidate made by `fab -H {host} rebase -p {book.path.name}` on {stamp}: {book.name}'s hunks "
+              f"re-applied to the pristine files of {', '.join(f'{k} {v}' for k, v in versions.items())}.\n"
+              f"# Not proven yet: run fab -H <lab node with these versions> patch verify -p {out.name}\n")
+    if dropped:
+        header += f"# Already upstream (no patch needed): {', '.join(dropped)}\n"
+    _atomic(out, header + text)
+    load_playbook(out)
+    return out
+
+
+TASKS = [TaskSpec("capture", _capture_plan, run=_run_capture, dry=None),
+         TaskSpec("rebase", _rebase_plan, run=_run_rebase, dry=None)]
