@@ -81,8 +81,10 @@ HELP_JOB_ID = "a job id on the node (default: the node's latest job)"
 
 
 @fleet_task(help={"force": "launch even if checks or the GPU gate fail (and say so)", "job": HELP_JOB,
-                  "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
-def extract(c, force=False, job=None, playbook=None, json=False):
+                  "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
+                  "shards": "on a Slurm login node (scheduler: slurm): split the dataset into N shards, one job "
+                            "array task each"})
+def extract(c, force=False, job=None, playbook=None, json=False, shards=None):
     """Run the fast checks and the GPU gate, then launch the playbook's job detached on the node."""
 
 

@@ -24,7 +24,8 @@ OPS = {"patch": ("patching", "patch"), "rollback": ("patching", "rollback"), "ve
        "job_start": ("jobs", "job_start"), "job_status": ("jobs", "job_status"), "job_tail": ("jobs", "job_tail"),
        "job_logs": ("jobs", "job_logs"), "job_stop": ("jobs", "job_stop"), "run": ("adhoc", "run"),
        "jobs_list": ("jobs", "jobs_list"), "fetch_plan": ("fetch", "fetch_plan"),
-       "diagnose": ("diagnose", "diagnose"), "capture": ("capture", "capture")}
+       "diagnose": ("diagnose", "diagnose"), "capture": ("capture", "capture"),
+       "slurm": ("slurm", "slurm")}
 assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
 EXIT_REFUSED = 3  # the state dir is not trusted: the same exit and answer shape as the bootstrap's refusals
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from . import hostrange, sshconfig
 from .hostrange import split_words
 from .patterns import ENV_KEY, REMOTE_PATH, one_line
+from .slurm import ACCOUNT, GRES, PARTITION, TIME_LIMIT
 from .yamlsrc import (
     ConfigError,
     Mapping,
@@ -33,10 +34,12 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|[0-9A-Fa-f:]{2,39}")
 USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 GROUP = NAME
+SCHEDULER = re.compile(r"slurm")
 JUMP = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}@)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}(?::[0-9]{1,5})?")
 
 HOST_KEYS = {"address", "port", "user", "identity_file", "identity_passphrase", "known_hosts", "jump", "python",
-             "state_dir", "groups", "gpus", "lab", "connect_timeout", "env"}
+             "state_dir", "groups", "gpus", "lab", "connect_timeout", "env",
+             "scheduler", "partition", "account", "gres", "time_limit"}  # the last five: a Slurm login node
 TOP_KEYS = {"hosts", "defaults", "example"}
 DEFAULT_STATE_DIR = ".fleetops"  # relative: the node's exec starts in the login user's home
 
@@ -65,6 +68,12 @@ class Host:
     # Secrets this host names but could not get ({secret_from_env: VAR} with VAR unset): (what, message).
     # Only this host's tasks that need them fail; reading env / identity_passphrase raises MissingSecret.
     missing_secrets: tuple[tuple[str, str], ...] = ()
+    # scheduler "slurm": a login node; jobs go through sbatch (partition/account/gres/time_limit as given)
+    scheduler: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    gres: str | None = None
+    time_limit: str | None = None
 
     @property
     def label(self) -> str:
@@ -411,4 +420,10 @@ def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
         secret_env=secret_env,
         source=f"{path}:{m.line}",
         missing_secrets=tuple(missing),
+        scheduler=get_str(m, "scheduler", pattern=SCHEDULER, describe="'slurm' (or leave it out for plain SSH)"),
+        partition=get_str(m, "partition", pattern=PARTITION, describe="a Slurm partition name"),
+        account=get_str(m, "account", pattern=ACCOUNT, describe="a Slurm account name"),
+        gres=get_str(m, "gres", pattern=GRES, describe="a Slurm gres such as gpu:8 or gpu:h200:8"),
+        time_limit=get_str(m, "time_limit", pattern=TIME_LIMIT,
+                           describe="a Slurm time limit: minutes, HH:MM:SS, D-HH:MM:SS or UNLIMITED"),
     )

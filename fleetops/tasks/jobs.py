@@ -23,6 +23,7 @@ from ..plans.yamlsrc import ConfigError
 from ..report.rows import bar
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
+from . import slurm
 from .plan import agent_error
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ def _spec(plan: Plan, node: Connector) -> JobSpec | None:
 
 
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
+    if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
+        return slurm.run_extract(run, plan, node)
     host = node.host.name
     spec = _spec(plan, node)
     assert spec is not None and plan.playbook is not None
@@ -102,6 +105,8 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
 
 
 def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
+    if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
+        return slurm.run_tail(run, plan, node)
     host = node.host.name
     spec = _spec(plan, node)
     progress_rx = spec.progress if spec else __import__("re").compile(DEFAULT_PROGRESS)
@@ -170,6 +175,8 @@ def _status_row(answer: dict) -> list[str]:
 
 
 def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
+    if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
+        return slurm.run_status(run, plan, node)
     host = node.host.name
     spec = _spec(plan, node)
     pattern = spec.progress.pattern if spec else DEFAULT_PROGRESS
@@ -189,6 +196,8 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
 
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
+    if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
+        return slurm.run_logs(run, plan, node)
     host = node.host.name
     spec = _spec(plan, node)
     failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
@@ -203,6 +212,8 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
 
 
 def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
+    if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
+        return slurm.run_stop(run, plan, node)
     host = node.host.name
     answer, evidence = node.call("job_stop", {"job_id": plan.options.get("job_id"),
                                               "grace_s": float(plan.options.get("grace") or 10)}, timeout=120)

@@ -1,0 +1,332 @@
+"""Jobs on a Slurm login node (inventory `scheduler: slurm`): extract submits with sbatch (a job array of one
+task per shard with `--shards N`), status reads squeue/sacct/scontrol, tail/logs read each task's output file,
+stop is scancel. The same results and progress view as SSH jobs; the node agent's `slurm` op runs the
+commands (remote_scripts/slurm.py) and the answers are parsed here with fleetops/plans/slurm.py."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING
+
+from ..plans import slurm as sp
+from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, JobSpec, is_failure, parse_progress, resolve
+from ..report.rows import bar
+from ..results import EXIT_FAILED, Item, Result, Status
+from ..wire.connector import Connector, TransportError
+from .plan import agent_error
+
+if TYPE_CHECKING:
+    from ..state import RunState
+    from .plan import Plan
+
+TAIL_WAIT_S = 2.0
+RECONNECT_MAX_S = 600.0
+SIGNALS = {15: "SIGTERM", 9: "SIGKILL", 2: "SIGINT"}
+
+
+def _spec(plan: Plan, node: Connector) -> JobSpec | None:
+    book = plan.playbook
+    name = plan.options.get("job") or "extract"
+    if book is None or name not in (book.jobs or {}):
+        return None
+    return resolve(name, book.jobs[name], node.host.groups)
+
+
+def _scheduler_env(node: Connector) -> dict[str, str]:
+    """SLURM_* values of the host's inventory env (SLURM_CONF for a cluster outside /etc/slurm): they reach the
+    query commands; the job's whole environment reaches only sbatch."""
+    return {k: v for k, v in node.host.env_values if k.startswith("SLURM_")}
+
+
+def _call(node: Connector, action: str, request: dict, timeout: float = 120) -> dict:
+    answer, _ = node.call("slurm", {"action": action, "scheduler_env": _scheduler_env(node), **request},
+                          timeout=timeout)
+    return answer
+
+
+def _shards(plan: Plan) -> int:
+    raw = plan.options.get("shards")
+    try:
+        n = int(raw or 1)
+    except (TypeError, ValueError):
+        n = 0
+    return n
+
+
+def tasks_view(answer: dict) -> list[dict]:
+    """Each task's state: squeue (live), then sacct (accounting), then scontrol (the controller's memory of
+    recent jobs), then the exit file the batch script wrote; 'unknown' when none of them knows it."""
+    job = answer["job"]
+    shards = int(job.get("shards") or 1)
+    query = answer.get("query") or {}
+    sources: list[list[sp.TaskState]] = []
+    notes: list[str] = []
+    for name, parse in (("squeue", sp.parse_squeue), ("sacct", sp.parse_sacct), ("scontrol", sp.parse_scontrol)):
+        raw = query.get(name)
+        if not raw:
+            continue
+        if name == "sacct" and sp.sacct_disabled(raw["stdout"], raw["stderr"]):
+            notes.append("sacct: accounting storage is disabled on this cluster")
+            continue
+        if raw["rc"] != 0:
+            if "invalid job id" not in raw["stderr"].lower():
+                notes.append(f"{name} (exit {raw['rc']}): {raw['stderr'].strip()[:200]}")
+            continue
+        try:
+            sources.append(parse(raw["stdout"]))
+        except sp.SlurmParseError as exc:
+            notes.append(str(exc))
+    merged = sp.merge(*sources, tasks=shards)
+    exits = answer.get("exits") or {}
+    out = []
+    for task in range(shards):
+        st = merged[task]
+        ended = exits.get(str(task))
+        row: dict = {"task": task, "notes": notes}
+        if st is not None:
+            row.update(state=st.word, slurm_state=st.state, slurm_id=st.job_id, reason=st.reason, node=st.nodes,
+                       exit_code=st.exit_code, signal=st.signal, source=st.source, elapsed=st.elapsed)
+            if st.word == "killed" and not st.signal:
+                row["signal"] = 15
+        elif ended:
+            word = ("killed" if ended.get("signal") else "succeeded" if ended.get("exit_code") == 0 else "failed")
+            row.update(state=word, slurm_state="", slurm_id="", reason="", node="", exit_code=ended.get("exit_code"),
+                       signal=ended.get("signal"), source="exit-file", elapsed="")
+        else:
+            row.update(state="unknown", slurm_state="", slurm_id="", reason="", node="", exit_code=None, signal=None,
+                       source="none", elapsed="")
+        if ended and row["state"] in ("succeeded", "failed", "killed"):  # the job's own word on its end
+            row["exit_code"], row["signal"] = ended.get("exit_code"), ended.get("signal") or row["signal"]
+        out.append(row)
+    return out
+
+
+def _exit_text(row: dict) -> str:
+    if row["state"] in ("running", "pending", "unknown"):
+        return "-"
+    if row.get("signal"):
+        return f"signal {row['signal']}"
+    return str(row.get("exit_code"))
+
+
+def _code(rows: list[dict]) -> int:
+    word = sp.overall([r["state"] for r in rows])
+    if word in ("running", "pending", "succeeded"):
+        return 0
+    for r in rows:
+        if r.get("signal"):
+            return 128 + int(r["signal"])
+    return next((int(r["exit_code"]) for r in rows if r.get("exit_code")), 1)
+
+
+def _describe(rows: list[dict]) -> str:
+    word = sp.overall([r["state"] for r in rows])
+    if word == "succeeded":
+        return "succeeded (exit status 0)"
+    if word == "killed":
+        sig = next((r.get("signal") for r in rows if r.get("signal")), 15)
+        return f"cancelled (scancel): killed by signal {sig}"
+    if word == "failed":
+        bad = [r for r in rows if r["state"] == "failed"]
+        return "failed (" + "; ".join(f"task {r['task']}: {r['slurm_state'] or 'exit'} exit status {r['exit_code']}"
+                                      for r in bad) + ")"
+    if word == "pending":
+        reasons = sorted({r["reason"] for r in rows if r["state"] == "pending" and r["reason"]})
+        return f"pending (waiting for the scheduler: {', '.join(reasons) or 'no reason given'})"
+    if word == "unknown":
+        return ("unknown: the scheduler no longer lists it (no accounting on this cluster) and it left no exit "
+                "file; see its log with fab logs")
+    return "running"
+
+
+def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
+    host = node.host
+    spec = _spec(plan, node)
+    assert spec is not None
+    shards = _shards(plan)
+    if shards < 1:
+        return Result(host.name, "extract", Status.FAILED, f"--shards {plan.options.get('shards')!r}: give a number "
+                      "of shards from 1 to 1000", code=EXIT_FAILED)
+    spec.env.update(dict(host.env))  # the inventory's values (tokens, SLURM_CONF) win over the playbook's
+    spec.secret_env |= set(host.secret_env)
+    opts = {"partition": host.partition, "account": host.account, "gres": host.gres, "time_limit": host.time_limit,
+            "shards": shards}
+    answer = _call(node, "submit", {**spec.start_request(), "slurm": opts}, timeout=300)
+    if not answer.get("ok"):
+        return agent_error(host.name, "extract", answer, with_kind=True)
+    job = answer["job"]
+    try:
+        sid = sp.parse_sbatch(answer["sbatch"]["stdout"])
+    except sp.SlurmParseError as exc:
+        return Result(host.name, "extract", Status.FAILED, f"{exc}; job {job['id']} may have been submitted: check "
+                      f"squeue on {host.name}", code=EXIT_FAILED)
+    what = f"a job array of {shards} tasks" if shards > 1 else "a batch job"
+    items = [Item("note", Status.CHANGED, n) for n in spec.notes]
+    items.append(Item("sbatch", Status.CHANGED, " ".join(a for a in job["sbatch_argv"][1:-3])))
+    return Result(host.name, "extract", Status.CHANGED,
+                  f"submitted job {job['id']} to Slurm as {what} (Slurm job {sid}"
+                  f"{', partition ' + host.partition if host.partition else ''}"
+                  f"{', gres ' + host.gres if host.gres else ''}); logs {', '.join(job['logs'])}",
+                  items, data={"job": job, "slurm_job_id": sid, "shards": shards})
+
+
+def _row(job: dict, r: dict, progress: str | None) -> list[str]:
+    label = job["id"] + (f"[{r['task']}]" if int(job.get("shards") or 1) > 1 else "")
+    state = r["state"] + (f" ({r['reason']})" if r["state"] == "pending" and r.get("reason") else "")
+    return [label, f"{r.get('slurm_id') or '-'}", state, _exit_text(r), r.get("node") or "-",
+            r.get("elapsed") or "-", progress or "-"]
+
+
+def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
+    host = node.host.name
+    spec = _spec(plan, node)
+    pattern = spec.progress.pattern if spec else DEFAULT_PROGRESS
+    answer = _call(node, "status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
+    if answer.get("error"):
+        return agent_error(host, "status", answer, with_kind=True)
+    job = answer["job"]
+    rows = tasks_view(answer)
+    word = sp.overall([r["state"] for r in rows])
+    code = _code(rows)
+    last = answer.get("last_progress") or []
+    progress_rx = spec.progress if spec else re.compile(DEFAULT_PROGRESS)
+    parsed = [parse_progress(line, progress_rx) if line else None for line in last]
+    table = [_row(job, r, bar(p) if p else None) for r, p in zip(rows, parsed + [None] * len(rows))]
+    nodes = sorted({r["node"] for r in rows if r.get("node")})
+    msg = (f"job {job['id']} (Slurm job {job.get('slurm_job_id')}): {_describe(rows)}"
+           + (f"; on node {', '.join(nodes)}" if nodes else "")
+           + (f"; {len(rows)} tasks: " + ", ".join(f"{r['task']} {r['state']}" for r in rows) if len(rows) > 1 else ""))
+    status = Status.FAILED if code else Status.OK
+    return Result(host, "status", status, msg, code=code,
+                  data={"job": job, "state": word, "scheduler": "slurm", "tasks": rows, "nodes": nodes,
+                        "last_progress": last,
+                        "table": {"title": f"{host}: Slurm job", "columns": ["job", "slurm id", "state", "exit",
+                                                                             "node", "elapsed", "last progress"],
+                                  "rows": table}})
+
+
+def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
+    host = node.host.name
+    spec = _spec(plan, node)
+    progress_rx = spec.progress if spec else re.compile(DEFAULT_PROGRESS)
+    failure_rx = spec.failures if spec else [re.compile(p) for p in DEFAULT_FAILURES]
+    job_id = plan.options.get("job_id")
+    offsets: list[int] | None = None
+    lost_since: float | None = None
+    backoff = 0.5
+    failures: list[str] = []
+    last_progress: dict[int, dict] = {}
+    seen_states: list[str] = []
+    reporter = run.reporter
+    while True:
+        if run.interrupted.is_set():
+            reporter.note(f"{host} | detached: Slurm job {job_id} keeps running (fab -H {host} tail to re-attach)")
+            return Result(host, "tail", Status.OK, f"detached; job {job_id} still in Slurm", code=130,
+                          data={"job_id": job_id, "offsets": offsets, "detached": True})
+        try:
+            answer = _call(node, "tail", {"job_id": job_id, "offsets": offsets, "wait_s": TAIL_WAIT_S},
+                           timeout=TAIL_WAIT_S + 90)
+        except TransportError as exc:
+            if exc.kind not in ("lost", "unreachable", "timeout"):
+                raise
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > RECONNECT_MAX_S:
+                return Result(host, "tail", Status.UNREACHABLE, f"gave up reconnecting after {RECONNECT_MAX_S:.0f}s: "
+                              f"{exc}", data={"job_id": job_id, "offsets": offsets})
+            reporter.note(f"{host} | connection lost ({exc.kind}); reconnecting in {backoff:.1f}s")
+            node.close()
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 8.0)
+            continue
+        if answer.get("error"):
+            return agent_error(host, "tail", answer)
+        lost_since, backoff = None, 0.5
+        job = answer["job"]
+        job_id = job["id"]
+        shards = int(job.get("shards") or 1)
+        rows = tasks_view(answer)
+        word = sp.overall([r["state"] for r in rows])
+        if not seen_states or seen_states[-1] != word:
+            seen_states.append(word)
+            if word in ("pending", "running"):
+                where = sorted({r["node"] for r in rows if r.get("node")})
+                reporter.note(f"{host} | Slurm job {job.get('slurm_job_id')}: {_describe(rows)}"
+                              + (f" on {', '.join(where)}" if where and word == "running" else ""))
+        for task, data in enumerate(answer["data"]):
+            for line in data.splitlines():
+                failed = is_failure(line, failure_rx)
+                if failed:
+                    failures.append(line)
+                progress = parse_progress(line, progress_rx)
+                if progress:
+                    last_progress[task] = progress
+                reporter.job_line(f"{host}[{task}]" if shards > 1 else host, line, failed, progress)
+        offsets = answer["next_offsets"]
+        if word not in ("running", "pending") and not any(answer["data"]):
+            code = _code(rows)
+            end = _describe(rows)
+            reporter.note(f"{host} | job {job_id} {end}")
+            return Result(host, "tail", Status.OK if code == 0 else Status.FAILED, f"job {job_id} {end}", code=code,
+                          data={"job_id": job_id, "state": word, "tasks": rows, "states_seen": seen_states,
+                                "bytes": offsets, "failures": failures[:20],
+                                "last_progress": {t: bar(p) for t, p in last_progress.items()}})
+
+
+def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
+    host = node.host.name
+    spec = _spec(plan, node)
+    failure_rx = spec.failures if spec else [re.compile(p) for p in DEFAULT_FAILURES]
+    answer = _call(node, "logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50)})
+    if answer.get("error"):
+        return agent_error(host, "logs", answer)
+    job = answer["job"]
+    shards = int(job.get("shards") or 1)
+    for task, lines in enumerate(answer["lines"]):
+        for line in lines:
+            run.reporter.job_line(f"{host}[{task}]" if shards > 1 else host, line, is_failure(line, failure_rx), None)
+    word = sp.overall([r["state"] for r in tasks_view(answer)])
+    count = sum(len(x) for x in answer["lines"])
+    return Result(host, "logs", Status.OK, f"job {job['id']} ({word}): last {count} lines of "
+                  f"{', '.join(job['logs'])}", data={"lines": answer["lines"], "state": word})
+
+
+def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
+    host = node.host.name
+    answer = _call(node, "cancel", {"job_id": plan.options.get("job_id"),
+                                    "grace_s": float(plan.options.get("grace") or 10)}, timeout=300)
+    if answer.get("error"):
+        return agent_error(host, "stop", answer)
+    job = answer["job"]
+    rows = tasks_view(answer)
+    word = sp.overall([r["state"] for r in rows])
+    if not answer.get("changed"):
+        return Result(host, "stop", Status.OK, f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) is not in the "
+                      f"queue ({_describe(rows)}); nothing to cancel", data={"job_id": job["id"], "tasks": rows})
+    scancel = answer.get("scancel") or {}
+    left = [r for r in rows if r["state"] in ("running", "pending")]
+    ok = scancel.get("rc") == 0 and not left
+    items = [Item("scancel", Status.CHANGED if scancel.get("rc") == 0 else Status.FAILED,
+                  f"scancel {job.get('slurm_job_id')} exit {scancel.get('rc')}"
+                  + (f": {scancel.get('stderr', '').strip()}" if scancel.get("stderr") else ""))]
+    items += [Item(f"task {r['task']}", Status.OK if r["state"] not in ("running", "pending") else Status.FAILED,
+                   f"{r['slurm_state'] or r['state']}" + (f" on {r['node']}" if r.get("node") else "")) for r in rows]
+    msg = (f"cancelled job {job['id']} (Slurm job {job.get('slurm_job_id')}) with scancel: {word}" if ok else
+           f"scancel {job.get('slurm_job_id')} did not end the job: " + ", ".join(f"task {r['task']} {r['state']}"
+                                                                               for r in left)
+           + f" (exit {scancel.get('rc')}); check squeue on {host}")
+    return Result(host, "stop", Status.CHANGED if ok else Status.FAILED, msg, items,
+                  code=0 if ok else EXIT_FAILED, data={"job_id": job["id"], "tasks": rows, "state": word})
+
+
+def allocation_note(node: Connector) -> Item | None:
+    """For gpu/diagnose on a login node: where fleetops' latest job runs (its allocation's node), or None."""
+    answer = _call(node, "allocation", {})
+    if answer.get("error"):
+        return None
+    rows = tasks_view(answer)
+    nodes = sorted({r["node"] for r in rows if r.get("node")})
+    job = answer["job"]
+    word = sp.overall([r["state"] for r in rows])
+    return Item("Slurm allocation", Status.OK, f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) {word}"
+                + (f" on node {', '.join(nodes)}" if nodes else ""), details={"nodes": nodes, "tasks": rows})

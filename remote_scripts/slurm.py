@@ -1,0 +1,347 @@
+"""Jobs through Slurm, run on the cluster's login node (stdlib only): submit with `sbatch` (a job array when the
+job is split into shards), read `squeue`/`sacct`/`scontrol`, the job's output files, and `scancel`.
+
+Every command is a fixed argv list; values from the playbook or inventory travel as single argv words
+(`--partition=gpu`) or in the environment, never through a shell. The batch script is this module's own
+fixed text (BATCH_SCRIPT, no user data in it), written to the job's directory; its arguments (agent path, job
+directory) are argv words after the script name. The node returns the commands' raw output; the client
+parses it (fleetops/plans/slurm.py).
+
+Layout: <state_dir>/slurm/<id>/{job.json, request-<task>.json, batch.py, task-<task>.log, exit-<task>.json};
+slurm/current.json names the latest job. The job's environment (secrets included) goes to sbatch's own
+environment (Slurm exports it to the job, as `sbatch` always does); fleetops writes no secret to disk.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+
+from .nodeio import NodeError, atomic_write, ensure_dir, now_iso, read_json, write_json_atomic
+
+SQUEUE_FORMAT = "%i|%A|%a|%F|%K|%T|%r|%N|%M|%l|%b|%P|%j"  # the same as fleetops/plans/slurm.py's
+SACCT_FORMAT = "JobID,JobName,State,ExitCode,NodeList,Elapsed,Start,End"
+TAIL_CHUNK = 256 * 1024
+COMMAND_TIMEOUT_S = 60
+ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
+
+# The batch script sbatch runs on the allocated node: the job's task (its request by array index), its exit
+# status recorded in exit-<task>.json however it ends (a scancel's SIGTERM is forwarded to the job).
+BATCH_SCRIPT = '''
+import json, os, signal, subprocess, sys, time
+
+agent, job_dir = sys.argv[1], sys.argv[2]
+task = int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0)
+with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as f:
+    job = json.load(f)
+if job["kind"] == "extract":
+    argv = [sys.executable, agent, "extract", os.path.join(job_dir, "request-%d.json" % task)]
+else:
+    argv = list(job["argv"])
+env = dict(os.environ, FLEETOPS_JOB_ID=job["id"], FLEETOPS_SHARD=str(task), PYTHONUNBUFFERED="1")
+print("fleetops: slurm job %s task %d on %s: %s" % (os.environ.get("SLURM_JOB_ID"), task,
+      os.environ.get("SLURMD_NODENAME"), argv[:4]), flush=True)
+got = []
+child = subprocess.Popen(argv, env=env, cwd=job.get("cwd") or job_dir, stdin=subprocess.DEVNULL)
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+    signal.signal(sig, lambda s, frame: (got.append(s), child.send_signal(s)))
+while True:
+    try:
+        code = child.wait()
+        break
+    except InterruptedError:
+        continue
+ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else (got[0] if got else None),
+         "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ended_ts": time.time(), "task": task}
+tmp = os.path.join(job_dir, ".exit-%d.json.tmp" % task)
+with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(ended, f)
+os.replace(tmp, os.path.join(job_dir, "exit-%d.json" % task))
+sys.exit(code if code >= 0 else 128 - code)
+'''.lstrip()
+
+
+def slurm_dir(state_dir: str) -> str:
+    return os.path.join(os.path.abspath(state_dir), "slurm")
+
+
+def _run(argv: list[str], env: dict[str, str]) -> dict:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                              env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return {"argv": argv, "rc": 127, "stdout": "", "stderr": f"{argv[0]}: command not found on this node"}
+    except subprocess.TimeoutExpired:
+        return {"argv": argv, "rc": 124, "stdout": "", "stderr": f"{argv[0]} did not answer in {COMMAND_TIMEOUT_S}s"}
+    return {"argv": argv, "rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+def _scheduler_env(req: dict) -> dict[str, str]:
+    """Only SLURM_* variables (SLURM_CONF, ...) from the inventory reach the query commands."""
+    return {k: str(v) for k, v in (req.get("scheduler_env") or {}).items() if k.startswith("SLURM_")}
+
+
+def _load(state_dir: str, job_id: str | None) -> tuple[str, dict]:
+    base = slurm_dir(state_dir)
+    if not job_id:
+        current = read_json(os.path.join(base, "current.json"))
+        if not current:
+            raise NodeError("no Slurm job has been submitted from this login node by fleetops", kind="no_job")
+        job_id = current["id"]
+    if not ID.fullmatch(job_id):
+        raise NodeError(f"bad job id {job_id!r}", kind="no_job")
+    job_dir = os.path.join(base, job_id)
+    job = read_json(os.path.join(job_dir, "job.json"))
+    if job is None:
+        try:
+            known = sorted((n for n in os.listdir(base) if ID.fullmatch(n) and n != "current.json"), reverse=True)
+        except OSError:
+            known = []
+        raise NodeError(f"no Slurm job {job_id!r} here; fleetops' jobs on this login node: "
+                        f"{', '.join(known[:10]) or 'none'}", kind="no_job", known=known)
+    return job_dir, job
+
+
+def _shard_requests(extract: dict, shards: int, state_dir: str) -> list[dict]:
+    """Shard i of N: the contiguous rows [i*n//N, (i+1)*n//N) of the dataset (blank lines skipped, as the
+    extraction does), written once to <output>/shards/ (stable, so a resubmission resumes each shard); each
+    shard writes its own output folder."""
+    with open(extract["dataset"], "rb") as f:
+        lines = [ln for ln in f.read().decode("utf-8").splitlines() if ln.strip()]
+    out = []
+    shard_dir = os.path.join(extract["output"], "shards")
+    ensure_dir(shard_dir)
+    for i in range(shards):
+        start, end = i * len(lines) // shards, (i + 1) * len(lines) // shards
+        path = os.path.join(shard_dir, f"dataset-{i}-of-{shards}.jsonl")
+        data = ("\n".join(lines[start:end]) + "\n").encode()
+        try:
+            with open(path, "rb") as f:
+                same = f.read() == data
+        except OSError:
+            same = False
+        if not same:
+            atomic_write(path, data, mode=0o644, point="slurm.shard")
+        out.append({**extract, "dataset": path, "output": os.path.join(shard_dir, f"output-{i}-of-{shards}"),
+                    "state_dir": state_dir, "shard": {"index": i, "of": shards, "start": start, "end": end,
+                                                      "dataset": extract["dataset"]}})
+    return out
+
+
+def submit(req: dict) -> dict:
+    """Under this login node's submit lock: refuse while fleetops' latest job here is still in the queue (two
+    `extract` at once submit one job), else sbatch the new one."""
+    state_dir = os.path.abspath(req["state_dir"])
+    ensure_dir(slurm_dir(state_dir))
+    fd = os.open(os.path.join(slurm_dir(state_dir), "submit.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            _, current = _load(state_dir, None)
+        except NodeError:
+            current = None
+        if current and current.get("slurm_job_id"):
+            listed = _query(current, _scheduler_env(req), full=False)["squeue"]
+            if listed["rc"] == 0 and listed["stdout"].strip():
+                raise NodeError(f"job {current['id']} (Slurm job {current['slurm_job_id']}) is still in the Slurm "
+                                "queue; stop it (scancel) or wait for it", kind="job_running",
+                                job={k: current.get(k) for k in ("id", "slurm_job_id", "started")},
+                                squeue=listed["stdout"][-2000:])
+        return _submit(req, state_dir)
+    finally:
+        os.close(fd)
+
+
+def _submit(req: dict, state_dir: str) -> dict:
+    spec = req["job"]
+    opts = req.get("slurm") or {}
+    shards = int(opts.get("shards") or 1)
+    if shards < 1 or shards > 1000:
+        raise NodeError(f"shards must be 1 to 1000, got {shards}", kind="bad_request")
+    if shards > 1 and spec["kind"] != "extract":
+        raise NodeError("only an extract job can be split into shards", kind="bad_request")
+    job_id = f"{spec['name']}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+    job_dir = os.path.join(slurm_dir(state_dir), job_id)
+    ensure_dir(job_dir)
+    from .jobs import _expand
+
+    spec = _expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
+    if spec["kind"] == "extract":
+        base = {**spec["extract"], "state_dir": state_dir}
+        requests = _shard_requests(base, shards, state_dir) if shards > 1 else [base]
+        for i, request in enumerate(requests):
+            write_json_atomic(os.path.join(job_dir, f"request-{i}.json"), request)
+    script = os.path.join(job_dir, "batch.py")
+    atomic_write(script, f"#!{sys.executable}\n{BATCH_SCRIPT}".encode(), mode=0o755, point="slurm.script")
+    agent = os.path.abspath(sys.argv[0])
+    argv = ["sbatch", "--parsable", f"--job-name={spec['name']}", f"--chdir={job_dir}",
+            f"--output={os.path.join(job_dir, 'task-%a.log' if shards > 1 else 'task-0.log')}"]
+    for key, flag in (("partition", "--partition"), ("account", "--account"), ("time_limit", "--time")):
+        if opts.get(key):
+            argv.append(f"{flag}={opts[key]}")
+    if opts.get("gres"):
+        argv.append(f"--gres={opts['gres']}")
+    if shards > 1:
+        argv.append(f"--array=0-{shards - 1}")
+    argv += [script, agent, job_dir]
+    job = {"id": job_id, "name": spec["name"], "kind": spec["kind"], "scheduler": "slurm",
+           "argv": spec.get("argv"), "cwd": spec.get("cwd") or job_dir, "shards": shards, "sbatch_argv": argv,
+           "shown_env": spec.get("shown_env", {}), "logs": [os.path.join(job_dir, f"task-{i}.log")
+                                                             for i in range(shards)],
+           "started": now_iso(), "started_ts": time.time(), "operator": req.get("operator"), "slurm_job_id": None}
+    write_json_atomic(os.path.join(job_dir, "job.json"), job)
+    env = {**{k: str(v) for k, v in (spec.get("env") or {}).items()}, **_scheduler_env(req)}
+    result = _run(argv, env)
+    match = re.match(r"\s*([0-9]+)(?:;\S+)?\s*$", result["stdout"])
+    if result["rc"] != 0 or not match:
+        job["submit_failed"] = {k: result[k] for k in ("rc", "stderr")}
+        write_json_atomic(os.path.join(job_dir, "job.json"), job)
+        return {"ok": False, "error_kind": "sbatch", "job": job, "sbatch": result,
+                "error": f"sbatch refused the job (exit {result['rc']}): "
+                         f"{(result['stderr'] or result['stdout']).strip()[-600:]}"}
+    job["slurm_job_id"] = match.group(1)
+    write_json_atomic(os.path.join(job_dir, "job.json"), job)
+    write_json_atomic(os.path.join(slurm_dir(state_dir), "current.json"), {"id": job_id})
+    return {"ok": True, "job": job, "sbatch": result}
+
+
+def _query(job: dict, env: dict[str, str], full: bool = True) -> dict:
+    sid = job.get("slurm_job_id")
+    if not sid:
+        return {}
+    out = {"squeue": _run(["squeue", "--noheader", "--array", f"--format={SQUEUE_FORMAT}", f"--jobs={sid}"], env)}
+    if full:
+        out["sacct"] = _run(["sacct", "--parsable2", "--noheader", f"--format={SACCT_FORMAT}", f"--jobs={sid}"], env)
+        out["scontrol"] = _run(["scontrol", "-o", "show", "job", sid], env)
+    return out
+
+
+def _exits(job_dir: str, shards: int) -> dict[str, dict]:
+    out = {}
+    for i in range(shards):
+        ended = read_json(os.path.join(job_dir, f"exit-{i}.json"), on_corrupt="quarantine")
+        if ended:
+            out[str(i)] = ended
+    return out
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _last_match(path: str, pattern: str | None) -> str | None:
+    if not pattern:
+        return None
+    rx = re.compile(pattern)
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, _size(path) - 65536))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    return next((ln for ln in reversed(lines) if rx.search(ln)), None)
+
+
+def _public(job: dict) -> dict:
+    return {k: v for k, v in job.items() if k != "env"}
+
+
+def status(req: dict) -> dict:
+    job_dir, job = _load(req["state_dir"], req.get("job_id"))
+    shards = int(job.get("shards") or 1)
+    return {"ok": True, "job": _public(job), "query": _query(job, _scheduler_env(req)),
+            "exits": _exits(job_dir, shards), "log_bytes": [_size(p) for p in job["logs"]],
+            "last_progress": [_last_match(p, req.get("progress_pattern")) for p in job["logs"]],
+            "now_ts": time.time()}
+
+
+def tail(req: dict) -> dict:
+    """From each task's log, the bytes after its offset (whole lines only while the job can still write),
+    waiting up to wait_s for something new; with the scheduler's view of the job in the same answer."""
+    job_dir, job = _load(req["state_dir"], req.get("job_id"))
+    shards = int(job.get("shards") or 1)
+    offsets = [int(x) for x in (req.get("offsets") or [0] * shards)][:shards]
+    offsets += [0] * (shards - len(offsets))
+    env = _scheduler_env(req)
+    deadline = time.monotonic() + float(req.get("wait_s", 2))
+    while True:
+        exits = _exits(job_dir, shards)
+        data = []
+        for i, path in enumerate(job["logs"]):
+            size = _size(path)
+            chunk = b""
+            if size > offsets[i]:
+                with open(path, "rb") as f:
+                    f.seek(offsets[i])
+                    chunk = f.read(min(size - offsets[i], TAIL_CHUNK))
+                if str(i) not in exits or len(chunk) < size - offsets[i]:
+                    chunk = chunk[: chunk.rfind(b"\n") + 1]
+            data.append(chunk)
+        if any(data) or time.monotonic() >= deadline:
+            return {"ok": True, "job": _public(job), "offsets": offsets,
+                    "data": [d.decode("utf-8", "replace") for d in data],
+                    "next_offsets": [o + len(d) for o, d in zip(offsets, data)],
+                    "exits": exits, "query": _query(job, env), "now_ts": time.time()}
+        time.sleep(0.2)
+
+
+def logs(req: dict) -> dict:
+    job_dir, job = _load(req["state_dir"], req.get("job_id"))
+    n = int(req.get("lines", 50))
+    out = []
+    for path in job["logs"]:
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, _size(path) - 1024 * 1024))
+                out.append(f.read().decode("utf-8", "replace").splitlines()[-n:])
+        except OSError:
+            out.append([])
+    return {"ok": True, "job": _public(job), "lines": out, "exits": _exits(job_dir, int(job.get("shards") or 1)),
+            "query": _query(job, _scheduler_env(req))}
+
+
+def cancel(req: dict) -> dict:
+    """`scancel ID` (every task of an array), then wait up to grace_s until squeue no longer lists it."""
+    job_dir, job = _load(req["state_dir"], req.get("job_id"))
+    env = _scheduler_env(req)
+    sid = job.get("slurm_job_id")
+    if not sid:
+        return {"ok": True, "changed": False, "job": _public(job), "query": {}, "exits": {},
+                "msg": f"job {job['id']} was never accepted by sbatch; nothing to cancel"}
+    before = _query(job, env, full=False)
+    listed = bool(before["squeue"]["stdout"].strip())
+    result = _run(["scancel", sid], env) if listed else None
+    deadline = time.monotonic() + float(req.get("grace_s", 30)) + 30
+    after = before
+    while listed and time.monotonic() < deadline:
+        after = _query(job, env, full=False)
+        if after["squeue"]["rc"] == 0 and not after["squeue"]["stdout"].strip():
+            break
+        time.sleep(0.3)
+    return {"ok": True, "changed": listed, "job": _public(job), "before": before, "scancel": result,
+            "query": _query(job, env), "exits": _exits(job_dir, int(job.get("shards") or 1)), "now_ts": time.time()}
+
+
+def allocation(req: dict) -> dict:
+    """Where the latest (or named) job runs: squeue's node list, for `gpu`/`diagnose` on a login node."""
+    job_dir, job = _load(req["state_dir"], req.get("job_id"))
+    return {"ok": True, "job": _public(job), "query": _query(job, _scheduler_env(req))}
+
+
+ACTIONS = {"submit": submit, "status": status, "tail": tail, "logs": logs, "cancel": cancel,
+           "allocation": allocation}
+
+
+def slurm(req: dict) -> dict:
+    action = ACTIONS.get(str(req.get("action")))
+    if action is None:
+        raise NodeError(f"unknown slurm action {req.get('action')!r} (known: {', '.join(ACTIONS)})", kind="bad_request")
+    return action(req)

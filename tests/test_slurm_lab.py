@@ -1,0 +1,176 @@
+"""Jobs through a real Slurm: Debian's munged, slurmctld and slurmd (22.05), started by this module in its own
+temp directory (fleetops/lab/slurm.py: one node, two fake GPU device files as gres, linuxproc, no accounting),
+and a lab sshd node that is the cluster's login node in the inventory (`scheduler: slurm`, partition, gres
+gpu:1, time limit). The lab's tiny-model extract job runs through sbatch: pending while another job holds the
+GPUs, running, followed by tail to its end; stopped with scancel; split into a 2-task job array. The module
+stops the daemons at the end and fails if any process of the cluster is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import REPO, fab_json, make_project, run_fab
+from polling import wait_for
+
+from fleetops.lab import Lab
+from fleetops.lab.slurm import SlurmLab, missing_binaries
+
+pytestmark = [pytest.mark.lab, pytest.mark.root("slurmd runs job steps as root")]
+JOBS = str(REPO / "tests" / "playbooks" / "jobs.yaml")
+DEADLINE = 300  # a loaded 2-core machine: the tiny model's extraction takes tens of seconds per task
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if missing_binaries():
+        pytest.fail(f"Slurm missing: {missing_binaries()}; bash scripts/setup installs Debian's slurmctld slurmd "
+                    "munge slurm-client", pytrace=False)
+    root = tmp_path_factory.mktemp("slurm")
+    project = make_project(root / "project")
+    lab = Lab(project)
+    slurm = SlurmLab(root / "cluster")
+    try:
+        lab.up(1)
+        slurm.up()
+        node = lab.node("lab01")
+        (project / "hosts" / "slurm.yaml").write_text("\n".join([
+            "# The lab's Slurm login node: lab01's sshd, jobs through the cluster in " + str(slurm.root),
+            "defaults:", "  address: 127.0.0.1", f"  user: {lab.user}", f"  identity_file: {lab.client_key}",
+            f"  known_hosts: {lab.known_hosts}", "  lab: true", "hosts:", "  login01:", f"    port: {node.port}",
+            f"    python: {node.python}", f"    state_dir: {node.state_dir}", "    groups: [lab]",
+            "    scheduler: slurm", "    partition: gpu", "    gres: gpu:1", "    time_limit: \"00:30:00\"",
+            "    env:", f"      SLURM_CONF: {slurm.conf}", ""]))
+        yield {"project": project, "lab": lab, "slurm": slurm, "node": node}
+    finally:
+        try:
+            stopped = slurm.down()
+        finally:
+            lab.down()
+        assert slurm.leftovers() == [], "a process of the test's Slurm outlived it"
+        assert all(slurm.running(d) is None for d in ("munged", "slurmctld", "slurmd")), stopped
+
+
+def sh(slurm: SlurmLab, *argv: str) -> subprocess.CompletedProcess:
+    """A Slurm command as the test's own independent view (not through fleetops)."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, env={**os.environ, **slurm.env})
+
+
+def squeue(slurm: SlurmLab, sid: str) -> list[tuple[str, str, str]]:
+    out = sh(slurm, "squeue", "--noheader", "--array", "--format=%i|%T|%r", f"--jobs={sid}").stdout
+    return [tuple(line.split("|")) for line in out.splitlines() if line.strip()]
+
+
+def status(project: Path, *extra: str) -> dict:
+    rc, doc = fab_json(project, "-H", "login01", "status", *extra)
+    return {"rc": rc, **doc["results"][0]}
+
+
+def test_extract_through_slurm_pending_then_running_then_tail_to_the_end(cluster):
+    project, slurm, node = cluster["project"], cluster["slurm"], cluster["node"]
+    out = node.state_dir / "hidden-states"
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    # Another user's job holds both GPUs: ours must wait in the queue.
+    blocker = sh(slurm, "sbatch", "--parsable", "--gres=gpu:2", "--partition=gpu", "--job-name=blocker",
+                 f"--output={slurm.root / 'blocker.log'}", "--wrap", "sleep 600")
+    assert blocker.returncode == 0, blocker.stderr
+    blocker_id = blocker.stdout.strip()
+    wait_for(lambda: ("RUNNING" in {s for _, s, _ in squeue(slurm, blocker_id)}), "the blocker running", DEADLINE)
+
+    # Two `extract` at the same moment: the login node's submit lock lets exactly one reach sbatch.
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: fab_json(project, "-H", "login01", "extract"), range(2)))
+    assert sorted(rc for rc, _ in both) == [0, 1], both
+    (rc, doc), (_, refused) = sorted(both, key=lambda x: x[0])
+    res = doc["results"][0]
+    assert res["status"] == "changed" and "submitted job extract-" in res["msg"] and "gres gpu:1" in res["msg"]
+    assert f"(Slurm job {res['data']['slurm_job_id']}) is still in the Slurm queue" in refused["results"][0]["msg"]
+    sid = res["data"]["slurm_job_id"]
+    argv = res["data"]["job"]["sbatch_argv"]
+    assert "--gres=gpu:1" in argv and "--partition=gpu" in argv and "--time=00:30:00" in argv
+    # Slurm's own view: our job is queued for resources.
+    wait_for(lambda: squeue(slurm, sid) == [(sid, "PENDING", "Resources")], "Slurm to hold our job PENDING", 60)
+    st = status(project)
+    assert st["rc"] == 0 and st["data"]["state"] == "pending", st
+    assert "pending (waiting for the scheduler: Resources)" in st["msg"]
+    assert st["data"]["tasks"][0]["slurm_id"] == sid
+
+    assert sh(slurm, "scancel", blocker_id).returncode == 0
+    wait_for(lambda: status(project)["data"]["state"] == "running", "fleetops status: running", DEADLINE, every=1)
+    st = status(project)
+    assert st["data"]["nodes"] == [slurm.node] and f"on node {slurm.node}" in st["msg"]
+    assert squeue(slurm, sid)[0][1] in ("RUNNING", "COMPLETING")
+
+    proc = run_fab(project, "-H", "login01", "tail", timeout=DEADLINE * 3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"login01 .*progress samples=64/64", proc.stdout), proc.stdout[-3000:]
+    assert "succeeded (exit status 0)" in proc.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["total"] == 64 and len(manifest["samples"]) == 64
+    assert all((out / s["file"]).stat().st_size > 0 for s in manifest["samples"].values())
+    # The job ran inside Slurm's allocation (the batch script's first line names Slurm's job id and node).
+    log = Path(res["data"]["job"]["logs"][0]).read_text()
+    assert f"fleetops: slurm job {sid} task 0 on {slurm.node}" in log
+    st = status(project)
+    assert st["rc"] == 0 and st["data"]["state"] == "succeeded" and st["data"]["tasks"][0]["exit_code"] == 0
+    logs = run_fab(project, "-H", "login01", "logs", "--lines", "3")
+    assert logs.returncode == 0 and "done: 64/64 samples" in logs.stdout, logs.stdout
+
+
+def test_stop_is_scancel_and_leaves_no_process(cluster):
+    project, slurm = cluster["project"], cluster["slurm"]
+    rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "spawner", "--playbook", JOBS)
+    assert rc == 0, doc
+    job = doc["results"][0]["data"]["job"]
+    sid = doc["results"][0]["data"]["slurm_job_id"]
+    log = Path(job["logs"][0])
+    m = wait_for(lambda: re.search(r"spawned (\d+)", log.read_text() if log.exists() else ""), "the job's child",
+                 DEADLINE)
+    child = int(m.group(1))
+    assert Path(f"/proc/{child}").exists()
+    rc, doc = fab_json(project, "-H", "login01", "stop")
+    res = doc["results"][0]
+    assert rc == 0 and res["status"] == "changed", res
+    assert f"cancelled job {job['id']} (Slurm job {sid}) with scancel" in res["msg"]
+    assert squeue(slurm, sid) == []  # Slurm no longer lists it
+    wait_for(lambda: not Path(f"/proc/{child}").exists() or
+             Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+             "the job's child process gone", 60)
+    st = status(project)
+    assert st["data"]["state"] == "killed" and "cancelled (scancel)" in st["msg"], st
+    assert st["rc"] == 128 + 15
+    again = fab_json(project, "-H", "login01", "stop")[1]["results"][0]
+    assert again["status"] == "ok" and "nothing to cancel" in again["msg"]
+
+
+def test_two_shard_job_array(cluster):
+    project, slurm, node = cluster["project"], cluster["slurm"], cluster["node"]
+    out = node.state_dir / "hidden-states"
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    rc, doc = fab_json(project, "-H", "login01", "extract", "--shards", "2")
+    assert rc == 0, doc
+    res = doc["results"][0]
+    sid = res["data"]["slurm_job_id"]
+    assert "as a job array of 2 tasks" in res["msg"] and "--array=0-1" in res["data"]["job"]["sbatch_argv"]
+    seen = wait_for(lambda: squeue(slurm, sid), "the array in squeue", 60)
+    assert {i for i, _, _ in seen} <= {f"{sid}_0", f"{sid}_1"}
+    proc = run_fab(project, "-H", "login01", "tail", timeout=DEADLINE * 3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for task in (0, 1):
+        assert re.search(rf"login01\[{task}\] .*progress samples=32/32", proc.stdout), proc.stdout[-3000:]
+    st = status(project)
+    assert st["data"]["state"] == "succeeded" and [t["state"] for t in st["data"]["tasks"]] == ["succeeded"] * 2
+    # Shard i of 2 did rows [32*i, 32*(i+1)) of the dataset: together every row once.
+    dataset = [ln for ln in (node.state_dir / "lab-data" / "prompts.jsonl").read_text().splitlines() if ln.strip()]
+    rows = []
+    for task in (0, 1):
+        shard = out / "shards" / f"output-{task}-of-2"
+        manifest = json.loads((shard / "manifest.json").read_text())
+        assert manifest["total"] == 32 and len(manifest["samples"]) == 32
+        rows += (out / "shards" / f"dataset-{task}-of-2.jsonl").read_text().splitlines()
+    assert rows == dataset

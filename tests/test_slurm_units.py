@@ -1,0 +1,136 @@
+"""Slurm's output parsed (fleetops/plans/slurm.py) on output recorded from a real Slurm 22.05.8
+(tests/fixtures/slurm/, how each was made is in its README), the inventory's Slurm fields, and the batch
+script the node writes (remote_scripts/slurm.py). No daemons here: tests/test_slurm_lab.py runs the real ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetops.plans import slurm as sp
+from fleetops.plans.inventory import load_inventory
+from fleetops.plans.yamlsrc import ConfigError
+from fleetops.tasks.slurm import tasks_view
+
+FIX = Path(__file__).parent / "fixtures" / "slurm"
+
+
+def text(name: str) -> str:
+    """A capture; the trailing `rc=N` line some of them carry was added by the capture, not the tool."""
+    return "\n".join(ln for ln in (FIX / name).read_text().splitlines() if not ln.startswith("rc="))
+
+
+def test_sbatch_parsable_ids_and_refusals():
+    assert sp.parse_sbatch(text("sbatch_parsable_blocker.txt")) == "1"
+    assert sp.parse_sbatch(text("sbatch_parsable_array.txt")) == "2"
+    assert sp.parse_sbatch("77;clusterA\n") == "77"  # --parsable on a multi-cluster setup
+    with pytest.raises(sp.SlurmParseError, match="Invalid partition"):
+        sp.parse_sbatch(text("sbatch_bad_partition.txt"))
+
+
+def test_squeue_pending_array_tasks_each_on_their_own_line_with_reason():
+    rows = sp.parse_squeue(text("squeue_pending.txt"))
+    by_id = {r.job_id: r for r in rows}
+    assert set(by_id) == {"2_0", "2_1", "1"}
+    assert [(by_id["2_0"].task, by_id["2_0"].word, by_id["2_0"].reason) for _ in [0]] == [(0, "pending", "Resources")]
+    assert by_id["2_1"].task == 1 and by_id["2_1"].extra["gres"] == "gres:gpu:1"
+    assert by_id["1"].word == "running" and by_id["1"].nodes == "vm" and by_id["1"].task == 0
+
+
+def test_squeue_running_and_after_one_task_cancelled():
+    running = sp.parse_squeue(text("squeue_running.txt"))
+    assert [(r.job_id, r.word, r.nodes) for r in running] == [("2_0", "running", "vm"), ("2_1", "running", "vm")]
+    assert running[0].extra["job_id"] == "3"  # task 0 got its own job id when it started
+    after = sp.parse_squeue(text("squeue_after_cancel_one.txt"))
+    assert [r.job_id for r in after] == ["2_0"]
+
+
+def test_squeue_bad_line_is_an_error_not_a_guess():
+    with pytest.raises(sp.SlurmParseError, match="fields"):
+        sp.parse_squeue("2_0|RUNNING\n")
+
+
+def test_scontrol_pending_array_record_expands_to_each_task():
+    rows = sp.parse_scontrol(text("scontrol_pending.txt"))
+    assert [(r.task, r.job_id, r.state, r.reason) for r in rows] == [(0, "2_0", "PENDING", "Resources"),
+                                                                    (1, "2_1", "PENDING", "Resources")]
+
+
+def test_scontrol_cancelled_and_failed_carry_exit_code_and_signal():
+    cancelled = {r.task: r for r in sp.parse_scontrol(text("scontrol_cancelled.txt"))}
+    assert cancelled[0].word == cancelled[1].word == "killed"
+    assert (cancelled[1].exit_code, cancelled[1].signal) == (0, 15)
+    failed = sp.parse_scontrol(text("scontrol_failed.txt"))
+    assert [(r.task, r.word, r.exit_code, r.signal, r.reason) for r in failed] == [(0, "failed", 3, None,
+                                                                                   "NonZeroExitCode")]
+    mixed = {r.task: r.word for r in sp.parse_scontrol(text("scontrol_after_cancel_task1.txt"))}
+    assert mixed == {0: "running", 1: "killed"}
+
+
+def test_sacct_disabled_is_recognised_and_sacct_lines_parse():
+    assert sp.sacct_disabled(text("sacct_disabled.txt"), "")
+    # Not recorded here (this cluster has no accounting): the field layout of --parsable2 with
+    # SACCT_FORMAT, in the shape sacct prints (steps on their own lines, "CANCELLED by UID").
+    out = ("12_0|extract|COMPLETED|0:0|gpu01|00:01:02|2026-11-30T10:00:00|2026-11-30T10:01:02\n"
+           "12_0.batch|batch|COMPLETED|0:0|gpu01|00:01:02|2026-11-30T10:00:00|2026-11-30T10:01:02\n"
+           "12_1|extract|CANCELLED by 0|0:15|gpu02|00:00:30|2026-11-30T10:00:00|2026-11-30T10:00:30\n")
+    rows = sp.parse_sacct(out)
+    assert [(r.task, r.word, r.nodes) for r in rows] == [(0, "succeeded", "gpu01"), (1, "killed", "gpu02")]
+
+
+def test_state_words_and_the_jobs_overall_word():
+    assert [sp.state_word(s) for s in ("PENDING", "CONFIGURING", "COMPLETING", "COMPLETED", "CANCELLED+",
+                                       "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "WHATEVER")] == \
+        ["pending", "running", "running", "succeeded", "killed", "failed", "failed", "failed", "unknown"]
+    assert sp.overall(["succeeded", "running"]) == "running"
+    assert sp.overall(["succeeded", "pending"]) == "pending"
+    assert sp.overall(["succeeded", "killed"]) == "killed"
+    assert sp.overall(["succeeded", "succeeded"]) == "succeeded"
+
+
+def raw(stdout: str = "", rc: int = 0, stderr: str = "") -> dict:
+    return {"rc": rc, "stdout": stdout, "stderr": stderr}
+
+
+def test_tasks_view_prefers_live_squeue_then_scontrol_then_the_exit_file():
+    job = {"id": "extract-1", "shards": 2, "slurm_job_id": "2"}
+    # squeue lists only task 0 (task 1 was cancelled): task 1 comes from scontrol's record.
+    answer = {"job": job, "query": {"squeue": raw(text("squeue_after_cancel_one.txt")),
+                                    "sacct": raw(text("sacct_disabled.txt"), 1),
+                                    "scontrol": raw(text("scontrol_after_cancel_task1.txt"))}, "exits": {}}
+    rows = tasks_view(answer)
+    assert [(r["task"], r["state"], r["source"]) for r in rows] == [(0, "running", "squeue"), (1, "killed", "scontrol")]
+    assert rows[1]["signal"] == 15
+    assert any("accounting storage is disabled" in n for n in rows[0]["notes"])
+    # Past MinJobAge with no accounting: only the batch script's exit file knows.
+    gone = {"job": job, "query": {"squeue": raw(""), "sacct": raw(text("sacct_disabled.txt"), 1),
+                                  "scontrol": raw("", 1, text("scontrol_unknown.txt"))},
+            "exits": {"0": {"exit_code": 0, "signal": None}}}
+    rows = tasks_view(gone)
+    assert [(r["state"], r["source"]) for r in rows] == [("succeeded", "exit-file"), ("unknown", "none")]
+
+
+def test_inventory_slurm_fields_and_refusals(tmp_path):
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts:\n  login01:\n    address: 127.0.0.1\n    scheduler: slurm\n    partition: gpu\n"
+                     "    account: proj-42\n    gres: gpu:h200:8\n    time_limit: 1-00:00:00\n  plain:\n"
+                     "    address: 127.0.0.2\n")
+    inv = load_inventory(hosts)
+    login = inv.hosts["login01"]
+    assert (login.scheduler, login.partition, login.account, login.gres, login.time_limit) == \
+        ("slurm", "gpu", "proj-42", "gpu:h200:8", "1-00:00:00")
+    assert inv.hosts["plain"].scheduler is None
+    for key, value in (("scheduler", "pbs"), ("partition", "gpu;rm -rf"), ("gres", "gpu:$(id)"),
+                       ("time_limit", "1 day"), ("account", "--uid=0")):
+        hosts.write_text(f"hosts:\n  login01:\n    address: 127.0.0.1\n    {key}: \"{value}\"\n")
+        with pytest.raises(ConfigError) as err:
+            load_inventory(hosts)
+        assert f"{hosts}:4" in str(err.value) and key in str(err.value)
+
+
+def test_batch_script_is_fixed_text_that_compiles():
+    from remote_scripts import slurm as node_slurm
+
+    compile(node_slurm.BATCH_SCRIPT, "batch.py", "exec")
+    assert node_slurm.SQUEUE_FORMAT == sp.SQUEUE_FORMAT and node_slurm.SACCT_FORMAT == sp.SACCT_FORMAT
