@@ -66,6 +66,10 @@ def squeue(slurm: SlurmLab, sid: str) -> list[tuple[str, str, str]]:
     return [tuple(line.split("|")) for line in out.splitlines() if line.strip()]
 
 
+def squeue_all(slurm: SlurmLab) -> list[str]:
+    return sh(slurm, "squeue", "--noheader", "--array", "--format=%i").stdout.split()
+
+
 def status(project: Path, *extra: str) -> dict:
     rc, doc = fab_json(project, "-H", "login01", "status", *extra)
     return {"rc": rc, **doc["results"][0]}
@@ -75,6 +79,12 @@ def test_extract_through_slurm_pending_then_running_then_tail_to_the_end(cluster
     project, slurm, node = cluster["project"], cluster["slurm"], cluster["node"]
     out = node.state_dir / "hidden-states"
     subprocess.run(["rm", "-rf", str(out)], check=True)
+    # The playbook's fast checks run on the login node first: unpatched, nothing reaches sbatch.
+    rc, doc = fab_json(project, "-H", "login01", "extract")
+    res = doc["results"][0]
+    assert rc == 1 and res["msg"].startswith("refused to submit extract: check ") and "[grep]" in res["msg"], res
+    assert not list((node.state_dir / "slurm").glob("extract-*")) and squeue_all(slurm) == []
+    assert fab_json(project, "-H", "login01", "patch")[0] == 0
     # Another user's job holds both GPUs: ours must wait in the queue.
     blocker = sh(slurm, "sbatch", "--parsable", "--gres=gpu:2", "--partition=gpu", "--job-name=blocker",
                  f"--output={slurm.root / 'blocker.log'}", "--wrap", "sleep 600")
@@ -152,6 +162,7 @@ def test_two_shard_job_array(cluster):
     project, slurm, node = cluster["project"], cluster["slurm"], cluster["node"]
     out = node.state_dir / "hidden-states"
     subprocess.run(["rm", "-rf", str(out)], check=True)
+    assert fab_json(project, "-H", "login01", "patch")[0] == 0  # the playbook's checks pass (already applied)
     rc, doc = fab_json(project, "-H", "login01", "extract", "--shards", "2")
     assert rc == 0, doc
     res = doc["results"][0]

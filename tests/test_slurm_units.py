@@ -127,6 +127,9 @@ def test_inventory_slurm_fields_and_refusals(tmp_path):
         with pytest.raises(ConfigError) as err:
             load_inventory(hosts)
         assert f"{hosts}:4" in str(err.value) and key in str(err.value)
+    hosts.write_text("hosts:\n  plain:\n    address: 127.0.0.1\n    gres: gpu:8\n")
+    with pytest.raises(ConfigError, match=r"hosts.yaml:4.*'gres' is a Slurm setting; add 'scheduler: slurm'"):
+        load_inventory(hosts)
 
 
 def test_batch_script_is_fixed_text_that_compiles():

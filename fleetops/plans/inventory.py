@@ -381,6 +381,9 @@ def _parse_env(m: Mapping, missing: list[tuple[str, str]]) -> tuple[tuple[tuple[
 
 def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
     reject_unknown(m, HOST_KEYS, f"host {name!r}")
+    for key in ("partition", "account", "gres", "time_limit"):
+        if key in m and m.get("scheduler") != "slurm":
+            raise m.error(key, f"host {name!r}: {key!r} is a Slurm setting; add 'scheduler: slurm' (a login node)")
     address = get_str(m, "address", required=True, pattern=ADDRESS, describe="a host name or IP address")
     python = get_str(m, "python", default="python3", pattern=REMOTE_PATH,
                      describe="an absolute path to the venv's python, no spaces, quotes or '..'")

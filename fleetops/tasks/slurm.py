@@ -150,6 +150,22 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
                       "of shards from 1 to 1000", code=EXIT_FAILED)
     spec.env.update(dict(host.env))  # the inventory's values (tokens, SLURM_CONF) win over the playbook's
     spec.secret_env |= set(host.secret_env)
+    notes = list(spec.notes)
+    if plan.playbook is not None and spec.preflight:
+        # The playbook's fast checks on the login node's venv (a cluster shares it with the compute nodes). No
+        # GPU gate: the login node has no GPUs of the job's, and Slurm hands the job free ones (--gres).
+        request = plan.playbook.verify_request(set(spec.preflight))
+        if "requires" not in spec.preflight:
+            request["requires"] = []
+        checked, _ = node.call("preflight", request, timeout=600)
+        bad = [c for c in checked.get("verify", {}).get("items", []) if not c["ok"]]
+        if bad:
+            reasons = "; ".join(f"check {c['name']} [{c['kind']}]: {c['msg']}" for c in bad)
+            if not plan.options.get("force"):
+                return Result(host.name, "extract", Status.FAILED, f"refused to submit {spec.name}: {reasons} "
+                              "(--force overrides)", [Item(f"check {c['name']} [{c['kind']}]", Status.FAILED,
+                                                           c["msg"]) for c in bad], code=EXIT_FAILED)
+            notes.append(f"--force: submitted despite: {reasons}")
     opts = {"partition": host.partition, "account": host.account, "gres": host.gres, "time_limit": host.time_limit,
             "shards": shards}
     answer = _call(node, "submit", {**spec.start_request(), "slurm": opts}, timeout=300)
@@ -162,7 +178,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
         return Result(host.name, "extract", Status.FAILED, f"{exc}; job {job['id']} may have been submitted: check "
                       f"squeue on {host.name}", code=EXIT_FAILED)
     what = f"a job array of {shards} tasks" if shards > 1 else "a batch job"
-    items = [Item("note", Status.CHANGED, n) for n in spec.notes]
+    items = [Item("note", Status.CHANGED, n) for n in notes]
     items.append(Item("sbatch", Status.CHANGED, " ".join(a for a in job["sbatch_argv"][1:-3])))
     return Result(host.name, "extract", Status.CHANGED,
                   f"submitted job {job['id']} to Slurm as {what} (Slurm job {sid}"
