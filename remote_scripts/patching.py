@@ -402,7 +402,6 @@ def _plan_set(req: dict, op: str, site: SiteLock | None) -> list[_File]:
 def _check_room(req: dict, op: str, files: list[_File]) -> None:
     """Before any write: every directory written is writable, and has room for the whole set."""
     need: dict[int, int] = {}
-    where: dict[int, str] = {}
     for f in files:
         if f.new is None:
             continue
@@ -410,6 +409,8 @@ def _check_room(req: dict, op: str, files: list[_File]) -> None:
         if op == "patch" and req.get("state_dir"):
             dirs.append((os.path.join(req["state_dir"], "backups"), len(f.data) + 4096))
         for d, size in dirs:
+            if f.refusal:
+                break
             probe = d if os.path.isdir(d) else os.path.dirname(d)
             try:
                 st = os.stat(probe)
@@ -419,10 +420,11 @@ def _check_room(req: dict, op: str, files: list[_File]) -> None:
                 continue
             if vfs.f_flag & os.ST_RDONLY:
                 f.refuse(FAILED, f"{probe} is on a read-only file system; nothing written")
-            elif not os.access(probe, os.W_OK | os.X_OK):
+                continue
+            if not os.access(probe, os.W_OK | os.X_OK):
                 f.refuse(FAILED, f"{probe} is not writable by this user; nothing written")
+                continue
             need[st.st_dev] = need.get(st.st_dev, 0) + size
-            where[st.st_dev] = probe
             free = vfs.f_bavail * vfs.f_frsize
             if need[st.st_dev] + SPACE_MARGIN > free:
                 f.refuse(FAILED, f"not enough free space on the file system of {probe}: the set needs "

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, WORKER, fab_json, make_project, record_sha256, run_fab
-from faultkit import arm, disarm, file_sha, independent_forms, reset_node, trace
+from faultkit import arm, disarm, file_sha, hit_file, independent_forms, reset_node, trace, wait_for
 
 from fleetops import api
 from fleetops.lab import Lab, site_packages
@@ -75,6 +75,8 @@ def items(doc: dict) -> dict[str, dict]:
 
 def audit_lines(host: str, task: str) -> list[dict]:
     path = Path(os.environ["FLEETOPS_AUDIT_LOG"])
+    if not path.exists():
+        return []
     return [e for e in map(json.loads, path.read_text().splitlines()) if e["host"] == host and e["task"] == task]
 
 
@@ -145,6 +147,7 @@ def test_a_drifted_file_writes_no_file_of_the_set_and_every_report_agrees(lab):
     assert rc == 1, doc
     (result,) = doc["results"]
     assert result["status"] == "failed" and result["changed"] is False
+    assert doc["exit_status"] == 1 and doc["recap"]["lab01"]["failed"] == 1 and doc["recap"]["lab01"]["changed"] == 0
     assert "applied" not in result["msg"] and "1 drifted" in result["msg"] and "1 not written" in result["msg"]
     assert items(doc)[WORKER]["status"] == "failed" and items(doc)[WORKER]["details"]["drift"]
     gen = items(doc)[GENERATOR]
@@ -156,8 +159,8 @@ def test_a_drifted_file_writes_no_file_of_the_set_and_every_report_agrees(lab):
 
     human = run_fab(lab.root, "-H", "lab01", "patch")
     assert human.returncode == 1
-    recap = [ln for ln in human.stdout.splitlines() if ln.lstrip().startswith("lab01") and "failed" in ln]
-    assert recap, human.stdout
+    assert "failed hosts: lab01  (exit status 1)" in human.stdout, human.stdout
+    assert "1 drifted" in human.stdout and "not written" in human.stdout, human.stdout
     assert "Traceback" not in human.stdout + human.stderr
     assert form_of(node, GENERATOR, known) == "pristine"
 
@@ -196,6 +199,40 @@ def test_a_write_that_fails_midway_puts_the_files_already_written_back(lab):
     assert {m: form_of(node, m, known) for m in MODULES} == {GENERATOR: "pristine", WORKER: "pristine"}
     rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
     assert rc == 0 and {form_of(node, m, known) for m in MODULES} == {"patched"}, doc
+
+
+def test_no_room_or_a_read_only_file_system_refuses_the_set_before_any_write(lab):
+    """Free space and writability are checked for the whole set first. The files' directory becomes a tmpfs
+    with room for about one more copy of the generator (before: the generator was written, then the worker's
+    write failed: a half-patched set), then read-only."""
+    if os.geteuid() != 0:
+        pytest.fail("mounting a small tmpfs over the node's package directory needs root", pytrace=False)
+    node, known = lab.node("lab01"), forms(lab)
+    where = node.module_file(GENERATOR).parent
+    saved = {p.name: p.read_bytes() for p in where.iterdir() if p.is_file()}
+    used = sum(len(b) // 4096 + 1 for b in saved.values()) * 4096
+    room = len(saved[node.module_file(GENERATOR).name]) + 8192
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={used + room},mode=755", "tmpfs", str(where)], check=True)
+    try:
+        for name, data in saved.items():
+            (where / name).write_bytes(data)
+        rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+        assert rc == 1, doc
+        assert doc["results"][0]["changed"] is False
+        msgs = [i["msg"] for i in items(doc).values()]
+        assert any("not enough free space" in m and str(where) in m for m in msgs), msgs
+        assert {form_of(node, m, known) for m in MODULES} == {"pristine"}
+        assert not (node.state_dir / "backups").exists() or not list((node.state_dir / "backups").iterdir())
+
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+        assert rc == 1, doc
+        msgs = [i["msg"] for i in items(doc).values()]
+        assert any("read-only file system" in m for m in msgs), msgs
+        assert {form_of(node, m, known) for m in MODULES} == {"pristine"}
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+    assert {form_of(node, m, known) for m in MODULES} == {"pristine"}
 
 
 # ---------------------------------------------------------------- item 5: rollback keeps later edits or refuses
@@ -268,6 +305,60 @@ def test_rollback_of_a_file_never_patched_is_a_noop_that_says_so(lab):
 
 
 # ---------------------------------------------------------------- item 4: a shared venv is patched once
+def _agents_holding(path: Path, marker: str) -> list[int]:
+    """Pids of processes whose command line names `marker` and that hold `path` open (evidence from /proc)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker.encode() not in (proc / "cmdline").read_bytes():
+                continue
+            if any(os.readlink(fd) == str(path) for fd in (proc / "fd").iterdir()):
+                out.append(int(proc.name))
+        except OSError:
+            continue
+    return out
+
+
+def test_a_host_sharing_the_venv_waits_for_the_other_and_says_who_applied(lab):
+    """Deterministic: shA's agent is paused inside its set (after saving its first backup); shB's agent is
+    seen by /proc holding the venv's lock file open (blocked on it) while the files are still pristine; once
+    shA goes on, shB reports "already applied (by shA)" and that it waited."""
+    n1, n2, known = lab.node("lab01"), lab.node("lab02"), forms(lab)
+    lock_file = site_packages(n1.venv) / LOCK_NAME
+    hit = hit_file(n1, "patch.after_backup")
+    hit.unlink(missing_ok=True)
+    arm(n1, {"patch.after_backup": {"action": "pause", "seconds": 300}})
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    fab = [sys.executable, "-m", "fabric"]
+    first = subprocess.Popen([*fab, "-H", "shA", "patch", "--json"], cwd=lab.root, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    second = None
+    try:
+        wait_for(lambda: hit.exists() or first.poll() is not None, "shA's agent to pause inside its set", 120)
+        disarm(n1)
+        assert hit.exists(), first.communicate()
+        holder = int(hit.read_text())
+        second = subprocess.Popen([*fab, "-H", "shB", "patch", "--json"], cwd=lab.root, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env)
+        waiting = wait_for(lambda: _agents_holding(lock_file, str(n2.dir / "state-shB")),
+                           "shB's agent to wait on the venv's lock", 120)
+        assert holder not in waiting and second.poll() is None
+        assert {form_of(n1, m, known) for m in MODULES} == {"pristine"}
+    finally:
+        hit.unlink(missing_ok=True)
+    out1, err1 = first.communicate(timeout=300)
+    out2, err2 = second.communicate(timeout=300)
+    assert first.returncode == 0 and second.returncode == 0, (out1, err1, out2, err2)
+    a, b = json.loads(out1)["results"][0], json.loads(out2)["results"][0]
+    assert a["status"] == "changed" and b["status"] == "ok", (a["msg"], b["msg"])
+    for item in b["items"]:
+        assert "already applied (by shA" in item["msg"], item["msg"]
+        assert any(f"waited for shA (patch, pid {holder})" in n for n in item["details"]["notes"]), item
+    assert {form_of(n1, m, known) for m in MODULES} == {"patched"}
+
+
 def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
     """The issue: two inventory hosts, different state dirs, same site-packages: concurrent runs both
     reported `2 applied`; a rollback racing a patch left the generator patched and the worker pristine.
@@ -278,24 +369,32 @@ def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
     stop = threading.Event()
     bad: list[str] = []
 
+    samples = [0]
+
     def watch() -> None:
         while not stop.is_set():
             for module in MODULES:
-                form = form_of(node, module, known)
+                try:
+                    form = form_of(node, module, known)
+                except OSError as exc:  # an atomic rename never leaves the path missing
+                    form = f"unreadable: {exc}"
                 seen[module].add(form)
-                if form == "NEITHER":
-                    bad.append(module)
+                if form not in ("pristine", "patched"):
+                    bad.append(f"{module}: {form}")
+            samples[0] += 1
             time.sleep(0.01)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     applied, restored, mixed_ends = [], [], []
+    waited = 0  # rounds where the second host's agent found the first inside the venv's lock and waited
     started = time.monotonic()
     try:
         for rnd in range(20):
             results = api.run(lab.root, "shA,shB", [("patch", {})], forks=2)
             changed = [r for r in results if r.status.value == "changed"]
             applied.append(len(changed))
+            waited += any("waited for" in n for r in results for i in r.items for n in i.details.get("notes", []))
             assert len(changed) == 1, [(r.host, r.status.value, r.msg) for r in results]
             (other,) = [r for r in results if r is not changed[0]]
             assert other.status.value == "ok", other.msg
@@ -311,9 +410,8 @@ def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
             assert {form_of(node, m, known) for m in MODULES} == {"pristine"}
 
             # one host patches while the other rolls back: either order, never half of each
-            if rnd % 2:
-                lab.reset_packages(node)
-                fab_json(lab.root, "-H", "shB", "patch")
+            if rnd % 2:  # odd rounds race from the patched form, even ones from the pristine form
+                assert api.run(lab.root, "shB", [("patch", {})])[0].status.value == "changed"
             procs = [subprocess.Popen([sys.executable, "-m", "fabric", "-H", host, op, "--json"], cwd=lab.root,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
@@ -324,14 +422,18 @@ def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
             ends = {form_of(node, m, known) for m in MODULES}
             assert len(ends) == 1, f"round {rnd}: the race left {ends}"
             mixed_ends.append(ends.pop())
-            lab.reset_packages(node)
+            if mixed_ends[-1] == "patched":
+                assert api.run(lab.root, "shA", [("rollback", {})])[0].status.value == "changed"
+        assert watcher.is_alive(), "the watcher stopped early"
     finally:
         stop.set()
         watcher.join(timeout=10)
     took = time.monotonic() - started
-    print(f"\nshared venv, 2 hosts x 20 rounds in {took:.0f}s: applied per round {applied}, restored per round "
+    print(f"\nshared venv, 2 hosts x 20 rounds in {took:.0f}s ({waited} patch rounds had one host wait on the "
+          f"other's lock): applied per round {applied}, restored per round "
           f"{restored}; patch-vs-rollback races ended {mixed_ends.count('patched')}x patched, "
-          f"{mixed_ends.count('pristine')}x pristine; forms seen by the watcher {seen}")
+          f"{mixed_ends.count('pristine')}x pristine; the watcher read both files {samples[0]} times and saw "
+          f"{ {m.rsplit('.', 1)[1]: sorted(f) for m, f in seen.items()} }")
     assert not bad, f"a file was seen in neither known form: {bad}"
     assert applied == [1] * 20 and restored == [1] * 20
     assert all(s <= {"pristine", "patched"} for s in seen.values())
