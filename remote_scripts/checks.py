@@ -97,21 +97,21 @@ def run_grep(check: dict) -> dict:
         lines, note = code_lines(source)
     else:
         lines = raw
-    where = "code" if mode == "code" and not note else "text"
+    where = "code" if mode == "code" and not note else "text"  # what was searched, in the result's `search`
     rx = re.compile(check["pattern"])
     hits = [{"line": i + 1, "text": raw[i].strip()} for i, line in enumerate(lines) if rx.search(line)]
     shown = hits[:5]
     if check["expect"] == "match":
         ok = bool(hits)
-        msg = f"/{check['pattern']}/ found in the {where} at line {hits[0]['line']}" if ok else \
-            f"/{check['pattern']}/ not found in the {where} of {path}"
+        msg = f"/{check['pattern']}/ found at line {hits[0]['line']}" if ok else \
+            f"/{check['pattern']}/ not found in {path}"
         if not ok and mode == "code" and not note:
             in_text = [i + 1 for i, line in enumerate(raw) if rx.search(line)]
             if in_text:
                 msg += f" (only in comments or strings, line {in_text[0]}: they do not count)"
     else:
         ok = not hits
-        msg = f"/{check['pattern']}/ absent from the {where} of {os.path.basename(path)}" if ok else \
+        msg = f"/{check['pattern']}/ absent from {os.path.basename(path)}" if ok else \
             f"/{check['pattern']}/ must not match but does at line {hits[0]['line']}: {hits[0]['text']}"
     if note:
         msg += f"; {note}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -125,6 +126,29 @@ def test_capture_refuses_a_hand_edit_whose_pristine_bytes_nothing_proves(fresh):
     assert item["status"] == "failed"
     assert "no pristine copy proves RECORD's bytes" in item["msg"] and "pip download speculators==0.3.0" in item["msg"]
     assert sorted(p.name for p in (lab.root / "playbooks").iterdir()) == before  # nothing written
+
+
+def test_capture_of_a_hand_edit_proves_the_pristine_side_with_the_wheel_in_the_state_dir(fresh):
+    # What the refusal above tells the operator to do: the real wheel from the package index (pip download,
+    # as on a node), in <state_dir>/wheels; its member's sha256 is RECORD's, so it is the pristine side.
+    lab = fresh
+    node1, node2 = lab.node("lab01"), lab.node("lab02")
+    target = node1.module_file(WORKER)
+    target.write_text(target.read_text().replace("self.get_input_embeddings(", "self.embed_input_ids("))
+    wheels = node1.state_dir / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
+                    "speculators==0.3.0"], check=True, timeout=600)
+    try:
+        rc, doc = fab_json(lab.root, "-H", "lab01", "capture", "--module", WORKER, "--playbook",
+                           "playbooks/by-hand.yaml")
+        assert rc == 0, doc
+        item = doc["results"][0]["items"][0]
+        assert "speculators-0.3.0-py3-none-any.whl" in item["msg"] and "= RECORD's" in item["msg"], item
+        rc, doc = fab_json(lab.root, "-H", "lab02", "patch", "-p", "playbooks/by-hand.yaml")
+        assert rc == 0, doc
+        assert node2.module_file(WORKER).read_bytes() == target.read_bytes()
+    finally:
+        shutil.rmtree(wheels)
 
 
 def test_capture_of_an_unchanged_module_writes_nothing_and_says_why(fresh):
