@@ -21,6 +21,6 @@ def run(root: str | Path, hosts: str | list[str], tasks: list[tuple[str, dict[st
     """Run `tasks` on `hosts` (inventory names, @groups). Raises ConfigError/UnknownHost before connecting."""
     state = RunState(Path(root).resolve(), settings or {"inventory": "hosts"})
     state.reporter.json_mode = quiet  # quiet: results are returned, nothing is printed
-    words = hosts.split(",") if isinstance(hosts, str) else hosts
+    words = [hosts] if isinstance(hosts, str) else hosts  # assemble() splits, brackets aware (lab[01,07])
     _run.execute(_run.assemble(state, words, tasks), forks, serial, view=False)
     return list(state.results)

@@ -68,6 +68,10 @@ class Fleet(Fab):
             Argument(names=("limit",), kind=str, default="",
                      help="only hosts whose names match these comma-separated patterns (fnmatch)"),
             Argument(names=("forks",), kind=int, default=0, help="hosts worked on at once (default 32)"),
+            Argument(names=("no-fold",), kind=bool, default=False,
+                     help="one block per host, even when many hosts answer the same (env FLEETOPS_FOLD=0)"),
+            Argument(names=("odd",), kind=bool, default=False,
+                     help="show each minority group's output as a diff against the majority's"),
             Argument(names=("inventory",), kind=str, default="",
                      help="inventory directory or .yaml file (env FLEETOPS_INVENTORY); not -i, which is "
                           "Fabric's SSH identity file"),

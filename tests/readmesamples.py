@@ -133,6 +133,7 @@ _MASKS = [
     (re.compile(r"\b[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+"), "<time>"),  # glog (torch)
     (re.compile(r"\b\d\d-\d\d \d\d:\d\d:\d\d\b"), "<time>"),  # vLLM's log lines
     (re.compile(r"\b\d\d:\d\d(:\d\d)?\b"), "<time>"),
+    (re.compile(r"\bin \d+(\.\d+)? s\b"), "in <dur>"),  # the closing summary line
     (re.compile(r"\b\d+(\.\d+)?(ms|s|m|h)\b"), "<dur>"),
     (re.compile(r"fleetops-agent-[0-9a-f]+\.pyz"), "fleetops-agent-<sha>.pyz"),
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),

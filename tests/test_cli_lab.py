@@ -351,6 +351,12 @@ def test_installed_fab_takes_run_options_before_the_task(lab):
     proc = installed_fab(lab.root, "--limit", "lab0*,!lab02", "-H", "@lab", "ping", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(r["host"] for r in json.loads(proc.stdout)["results"]) == ["lab01", "lab03"]
+    # Issue 20's run options are core flags too: FLEETOPS_FOLD=1 would fold these 3 hosts; --no-fold wins.
+    proc = installed_fab(lab.root, "--no-fold", "--odd", "-H", "lab[01-03]", "ping", env={"FLEETOPS_FOLD": "1"})
+    assert proc.returncode == 0 and "lab[01-03] (3)" not in proc.stdout, proc.stdout + proc.stderr
+    assert all(f"{n} | ping | ok" in proc.stdout for n in NODES), proc.stdout
+    folded = installed_fab(lab.root, "-H", "lab[01-03]", "ping", env={"FLEETOPS_FOLD": "1"})
+    assert folded.returncode == 0 and "lab[01-03] (3) | ping | ok" in folded.stdout, folded.stdout
 
 
 def test_short_flags_mean_the_same_on_every_task(lab):

@@ -235,3 +235,22 @@ def test_last_failed_is_kept_by_unrelated_runs_and_emptied_by_successful_reruns(
     assert path.read_text().splitlines()[0] == "lab11"
     _write_last_failed(tmp_path, [], None, 0, ["lab11"])
     assert not path.exists()
+
+
+def test_diagnose_fleet_summary_is_worst_first_and_folds_by_finding():
+    from fleetops.report.rows import fleet_sections
+
+    def diag(host: str, verdict: str, area: str, msg: str) -> Result:
+        status = Status.OK if verdict in ("OK", "WARN") else Status.FAILED
+        return Result(host, "diagnose", status, msg,
+                      data={"verdict": verdict, "summary_row": [host, verdict, area, msg, f"fab -H {host} {area}"]})
+
+    results = [diag("lab01", "OK", "-", "-"), diag("lab02", "CRITICAL", "xid", "Xid 79 on GPU 1"),
+               diag("lab03", "WARN", "load", "load 9"), diag("lab04", "UNKNOWN", "gpu", "no nvidia-smi")]
+    [plain] = [s for s in fleet_sections(results) if s["title"].startswith("diagnose")]
+    assert [row[:2] for row in plain["rows"]] == [["lab02", "CRITICAL"], ["lab04", "UNKNOWN"], ["lab03", "WARN"],
+                                                  ["lab01", "OK"]]
+    same = [diag(h, "OK", "-", "-") for h in ("lab05", "lab06", "lab07")]
+    [folded] = [s for s in fleet_sections(results + same, fold=True) if s["title"].startswith("diagnose")]
+    assert folded["columns"][0] == "hosts" and len(folded["rows"]) == 4, folded["rows"]
+    assert folded["rows"][-1] == ["lab[01,05-07] (4)", "OK", "-", "-", "fab -H {host} -"], folded["rows"]

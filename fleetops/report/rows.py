@@ -66,6 +66,18 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
                 differ.append(len(rows) - 1)
         sections.append({"title": "facts (rows that differ between hosts are highlighted)",
                          "columns": ["fact", *[name for name, _ in columns]], "rows": rows, "highlight_rows": differ})
+    diag = [r for r in results if r.task == "diagnose" and r.data.get("summary_row")]
+    if len(diag) > 1:
+        # One row per host (per group of hosts with the same worst finding, when folding), worst first.
+        rows = [list(r.data["summary_row"]) for r in diag]
+        if fold:  # the same finding on many hosts (their own name as {host}) is one row
+            rows = [[header(hosts), *row] for row, hosts in _same(
+                rows, lambda row: tuple(str(c).replace(row[0], "{host}") for c in row[1:])).items()]
+        order = {"CRITICAL": 0, "UNKNOWN": 1, "WARN": 2, "OK": 3}
+        rows.sort(key=lambda row: (order.get(row[1], 9), row[0]))
+        sections.append({"title": "diagnose: fleet summary (worst first)",
+                         "columns": ["hosts" if fold else "host", "verdict", "what", "worst finding", "next"],
+                         "rows": rows})
     return sections
 
 
