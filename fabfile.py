@@ -137,7 +137,7 @@ def jobs(c, last=0, json=False):
     """The node's jobs, newest first: id, job name, state, started, runtime, exit, log and output size."""
 
 
-@fleet_task(help={"path": "a file to fetch instead (repeatable; relative: to the job's directory); it must be under "
+@fleet_task(help={"path": "a file to fetch instead (repeatable; relative: to the node's state dir); it must be under "
                           "the state dir or a job's output dir unless --any-path",
                   "any_path": "allow --path outside the state and job directories (any file the login user reads)",
                   "job_id": HELP_JOB_ID, "dest": "local folder (default ./fetched; files go to DEST/HOST/...)",

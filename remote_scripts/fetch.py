@@ -115,7 +115,7 @@ def fetch_plan(req: dict) -> dict:
             notes.append(f"no manifest yet in {out} (the extraction has not written one)")
         else:
             notes.append(f"no manifest: job {job['id']} is a {job.get('kind')} job (only extract jobs write one)")
-    base = job_dir or state_dir  # relative paths are relative to the job's directory
+    base = state_dir  # a relative path is taken from the state dir: the same words work on every host
     files = []
     for role, path in wanted:
         try:

@@ -187,7 +187,9 @@ def job_start(req: dict) -> dict:
         argv = list(spec["argv"])
     env = dict(spec.get("env", {}))
     shown = dict(spec.get("shown_env", env))
-    secret = {k: v for k, v in env.items() if shown.get(k) != v}  # the client masks exactly the secret ones
+    # Secret keys: those the client names (secret_env), and any it masked in shown_env.
+    named = set(spec.get("secret_env") or ())
+    secret = {k: v for k, v in env.items() if k in named or shown.get(k) != v}
     if secret:
         atomic_write(os.path.join(job_dir, SECRET_ENV), (json.dumps(secret) + "\n").encode(), mode=0o600,
                      point="job.secret_env")

@@ -204,8 +204,6 @@ def test_fetch_starts_over_when_the_partial_copy_is_of_other_bytes(lab, tmp_path
 def test_fetch_refuses_paths_outside_and_symlink_escapes(lab, tmp_path):
     node = lab.node("lab01")
     state = node.state_dir
-    if not any((state / "jobs").glob("*/job.json")):
-        run_job(lab, "lab01", "quick")  # relative paths are taken from the latest job's directory
     outside = tmp_path / "outside-secret.txt"
     outside.write_text("not for fetch\n")
     links = {state / "escape-file": outside, state / "escape-dir": tmp_path, state / "inside-link":
@@ -218,7 +216,9 @@ def test_fetch_refuses_paths_outside_and_symlink_escapes(lab, tmp_path):
         cases = {str(outside): "outside the state and job directories",
                  str(state / ".." / ".." / outside.relative_to("/")): "outside the state and job directories",
                  str(state / "escape-file"): "a symlink that leads outside",
-                 "../../escape-file": "a symlink that leads outside",  # relative: to the job's directory
+                 "escape-file": "a symlink that leads outside",  # relative: to the node's state dir
+                 "jobs/../escape-file": "a symlink that leads outside",
+                 "../../../" + str(outside.relative_to("/")): "outside the state and job directories",
                  str(state / "escape-dir" / outside.name): "a symlink that leads outside"}
         for path, why in cases.items():
             rc, doc = fab_json(lab.root, "-H", "lab01", "fetch", "--path", path, "--dest", str(dest))

@@ -67,3 +67,20 @@ def test_piped_progress_is_a_line_at_each_quarter_and_starts_past_a_resumed_part
     transfer.finish()
     lines = out.getvalue().splitlines()
     assert [line.split(": ")[1].split()[0] for line in lines] == ["50%", "75%"], lines
+
+
+def test_terminal_gets_one_shared_bar_display_for_large_files_only():
+    out = io.StringIO()
+    board = TransferBoard(Console(file=out, force_terminal=True, width=120), quiet=False)
+    small = board.start("lab01 small", 1 << 20, 0)
+    assert board.progress is None  # a 1 MiB file comes and goes too fast for a bar
+    first, second = board.start("lab01 big", 100 << 20, 0), board.start("lab02 big", 100 << 20, 0)
+    assert board.progress is not None and len(board.progress.tasks) == 2  # parallel hosts share one display
+    first(50 << 20)
+    assert board.progress.tasks[0].completed == 50 << 20
+    for transfer in (small, first, second):
+        transfer.finish()
+    assert board.progress is None and "lab02 big" in out.getvalue()
+    quiet = TransferBoard(Console(file=io.StringIO(), force_terminal=True), quiet=True)  # --json: nothing drawn
+    quiet.start("lab01 big", 100 << 20, 0)(60 << 20)
+    assert quiet.progress is None and quiet.console.file.getvalue() == ""

@@ -54,7 +54,7 @@ def render(inventory: Inventory, hosts: list[Host] | None = None, origin: str = 
     """One `Host` block per inventory host (example inventories' hosts are left out: fleetops refuses
     them too). `origin` names the inventory in the header comment."""
     chosen = hosts if hosts is not None else [inventory.hosts[n] for n in inventory.names()]
-    out = ["# OpenSSH client config for the fleetops inventory" + (f" {origin}" if origin else "") + ".",
+    out = ["# OpenSSH client config for the fleetops inventory" + (f" ({origin})" if origin else "") + ".",
            "# Written by `fab ssh-config`. Save it (fab ssh-config > ~/.ssh/fleetops.conf), then",
            "# `ssh -F ~/.ssh/fleetops.conf HOST`, or `Include fleetops.conf` at the top of ~/.ssh/config.",
            "# (ssh -F <(fab ssh-config) cannot work: ssh closes inherited descriptors before reading -F.)",

@@ -1,7 +1,7 @@
 """fetch: files from a node to the laptop over the run's one connection (SFTP).
 
 By default the latest job's log and (for an extract job) its manifest go to ./fetched/<host>/<job-id>/;
---path names other files (relative: to the job's directory), which must resolve under the state dir or a
+--path names other files (relative: to the node's state dir), which must resolve under the state dir or a
 job's output directory unless --any-path. The node's agent says which files may go and hashes them
 (`fetch_plan`, remote_scripts/fetch.py); the client copies [0, size) into `<file>.part`, resuming a partial
 copy from its length, hashes what it wrote and renames it into place only when the two sha256 agree."""
@@ -112,7 +112,8 @@ def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path) -> Ite
                     "changed on the node while it was read? Run fetch again", {**details, "local_sha256": got})
     os.replace(part, final)
     how = f"resumed at byte {resumed_from}, " if resumed_from else ""
-    return Item(label, Status.CHANGED, f"{final} ({size} bytes; {how}sha256 {want[:16]}... verified on both ends)",
+    return Item(label, Status.CHANGED, f"saved as {final} ({size} bytes; {how}sha256 {want[:16]}... verified on "
+                "both ends)",
                 {**details, "fetched_bytes": fetched, "resumed_from": resumed_from})
 
 
