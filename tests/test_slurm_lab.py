@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, fab_json, make_project, run_fab
 from polling import wait_for
 
-from fleetops.lab import Lab
+from fleetops.lab import Lab, base_dir
 from fleetops.lab.slurm import SlurmLab, missing_binaries
 
 pytestmark = [pytest.mark.lab, pytest.mark.root("slurmd runs job steps as root")]
@@ -130,6 +130,10 @@ def test_extract_through_slurm_pending_then_running_then_tail_to_the_end(cluster
     assert st["rc"] == 0 and st["data"]["state"] == "succeeded" and st["data"]["tasks"][0]["exit_code"] == 0
     logs = run_fab(project, "-H", "login01", "logs", "--lines", "3")
     assert logs.returncode == 0 and "done: 64/64 samples" in logs.stdout, logs.stdout
+    reference = node.state_dir / "reference-hidden-states"  # the 2-shard test compares its shards with it
+    subprocess.run(["rm", "-rf", str(reference)], check=True)
+    out.rename(reference)
+    cluster["reference"] = reference
 
 
 def test_stop_is_scancel_and_leaves_no_process(cluster):
@@ -185,3 +189,27 @@ def test_two_shard_job_array(cluster):
         assert manifest["total"] == 32 and len(manifest["samples"]) == 32
         rows += (out / "shards" / f"dataset-{task}-of-2.jsonl").read_text().splitlines()
     assert rows == dataset
+    # The same hidden states as the single-task run of test 1 (sample 32*i + j is shard i's sample j).
+    reference = cluster.get("reference")
+    assert reference is not None, "run the whole module: test 1's single-task output is the reference"
+    script = f"""
+import json, sys
+from safetensors.torch import load_file
+out, ref = {str(out)!r}, {str(reference)!r}
+worst, checked = 0.0, 0
+for task in (0, 1):
+    shard = f"{{out}}/shards/output-{{task}}-of-2"
+    for local, entry in json.load(open(shard + "/manifest.json"))["samples"].items():
+        mine = load_file(shard + "/" + entry["file"])
+        theirs = load_file(ref + f"/sample_{{32 * task + int(local):07d}}.safetensors")
+        assert mine.keys() == theirs.keys() and mine["input_ids"].tolist() == theirs["input_ids"].tolist(), local
+        for key in mine:
+            if key.startswith("hidden_states."):
+                worst = max(worst, (mine[key] - theirs[key]).abs().max().item())
+        checked += 1
+print(json.dumps({{"checked": checked, "worst": worst}}))
+"""
+    proc = subprocess.run([str(base_dir() / "bin" / "python"), "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["checked"] == 64 and result["worst"] < 1e-5, result
