@@ -118,6 +118,8 @@ def failpoint(name: str, path: str = "") -> None:
 STATE_NAMES = ("bin", "lock", "lock.json", "backups", "jobs")
 STATE_DIRS = ("bin", "backups", "jobs")
 QUARANTINABLE = ("lock.json",)
+JOB_STATE_FILES = ("job.json", "exit.json", "request.json", "secret-env.json")  # jobs.py's names
+JOB_LOG = "output.log"
 
 
 def _untrusted(path: str, why: str, st: os.stat_result | None, fix: str) -> NodeError:
@@ -179,13 +181,10 @@ def check_state_dir(state_dir: str) -> None:
         for entry in sorted(os.listdir(path)):
             sub = os.path.join(path, entry)
             sub_st = trusted_stat(sub)
-            if sub_st is not None and stat.S_ISDIR(sub_st.st_mode):  # jobs/<id>/: its files too
-                for leaf in sorted(os.listdir(sub)):
-                    leaf_path = os.path.join(sub, leaf)
-                    if leaf.endswith(".json"):
-                        trusted_stat(leaf_path)
-                    else:  # a job's own output (its umask decides the mode): ours, and not a symlink
-                        _owned_not_link(leaf_path)
+            if sub_st is not None and stat.S_ISDIR(sub_st.st_mode):  # jobs/<id>/: the files fleetops reads
+                for leaf in JOB_STATE_FILES:  # (the rest is the job's own: it runs there, its cwd)
+                    trusted_stat(os.path.join(sub, leaf))
+                _owned_not_link(os.path.join(sub, JOB_LOG))  # its mode is the job's umask's
 
 
 def _owned_not_link(path: str) -> None:

@@ -386,3 +386,22 @@ def test_the_node_runs_no_unpacked_copy_and_writes_none(lab1, node):
     assert_ok(lab1, "patch")
     names = [p.name for p in (node.state_dir / "bin").iterdir()]
     assert names and all(n.startswith("fleetops-agent-") and n.endswith(".pyz") for n in names), names
+
+
+@pytest.mark.parametrize("leaf", ["output.log", "job.json"])
+def test_a_job_file_symlinked_elsewhere_is_refused_but_a_jobs_own_files_are_its_business(lab1, node, leaf):
+    """`logs` reads output.log as the login user (root here): a symlink there would show any file."""
+    secret = node.dir / "not-yours.txt"
+    secret.write_text("secret\n")
+    job = node.state_dir / "jobs" / "20260101T000000-planted"
+    job.mkdir(parents=True, mode=0o700)
+    node.state_dir.joinpath("jobs").chmod(0o700)
+    (job / "own-link").symlink_to(secret)  # the job runs in its directory: what it makes there is its own
+    (job / "results.json").write_text("{}")
+    (job / "results.json").chmod(0o664)
+    assert_ok(lab1, "ping")
+    (job / leaf).symlink_to(secret)
+    assert_refused(lab1, "ping", parts=(f"{job / leaf} is a symlink (to {secret})", f"rm {job / leaf}"))
+    shutil.rmtree(node.state_dir / "jobs")
+    secret.unlink()
+    assert_ok(lab1, "ping")
