@@ -380,7 +380,12 @@ def _plan_set(req: dict, op: str, site: SiteLock | None) -> list[_File]:
     files = [_File(p) for p in req["patches"]]
     for f in files:
         if f.load():
-            (_plan_patch if op == "patch" else _plan_rollback)(req, f, site)
+            if f.p.get("script"):  # a script patch (issue 17): scriptpatch.py plans it
+                from .scriptpatch import plan_script
+
+                plan_script(req, op, f)
+            else:
+                (_plan_patch if op == "patch" else _plan_rollback)(req, f, site)
     check_only = bool(req.get("check"))
     if not any(f.refusal for f in files) and not check_only:
         _check_room(req, op, files)
@@ -454,7 +459,12 @@ def _write_set(req: dict, op: str, files: list[_File], site: SiteLock) -> None:
                 record = save_backup(req["state_dir"], f.path, f.p["module"], f.data, f.new,
                                      req.get("playbook", "?"))
                 f.extra = {"original_sha256": record["original_sha256"]}
-                f.done_msg = f"applied {len(f.hunks)} hunks (original saved, sha256 {record['original_sha256'][:12]})"
+                f.done_msg = f"applied {f.p.get('what') or f'{len(f.hunks)} hunks'} (original saved, sha256 " \
+                             f"{record['original_sha256'][:12]})"
+                if f.p.get("script"):  # the script's sha256 joins the backup record (scriptpatch.py)
+                    from .scriptpatch import note_script
+
+                    note_script(req["state_dir"], f.path, f.p)
             atomic_write(f.path, f.new, like=f.path, point=f"{op}.target")
         except OSError as exc:
             why = os_error_message(exc, f"cannot {'patch' if op == 'patch' else 'restore'} {f.path}")

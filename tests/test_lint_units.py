@@ -163,3 +163,24 @@ def test_fab_playbook_lint_exit_status_and_output(tmp_path):
     assert proc.returncode == 1 and doc["problems"][0]["kind"] == "regex" and doc["problems"][0]["line"]
     proc = run_fab(REPO, "playbook.lint", "-p", str(tmp_path / "none.yaml"))
     assert proc.returncode == 2 and "no such playbook" in proc.stdout
+
+
+def test_the_loader_takes_a_script_patch_and_refuses_a_broken_one_with_its_line(tmp_path):
+    from fleetops.plans.playbook import load_playbook
+    from fleetops.plans.yamlsrc import ConfigError
+
+    book = project(tmp_path, f"name: t\npatches:\n  - module: {WORKER}\n    script: s/fix.py\n",
+                   {"s/fix.py": "def transform(text):\n    return text\n"})
+    request = load_playbook(book).patch_request()["patches"][0]
+    assert request["script"].startswith("def transform") and request["hunks"] == []
+    assert len(request["script_sha256"]) == 64 and request["script_name"] == "fix.py"
+    assert lint(REPO / "tests/playbooks/script-patch.yaml") == []
+    (book.parent / "s/fix.py").write_text("import re\n\ndef change(text):\n    return text\n")
+    with pytest.raises(ConfigError) as err:
+        load_playbook(book)
+    assert "fix.py:1:" in str(err.value) and "transform" in str(err.value)
+    both = project(tmp_path, f"name: t\npatches:\n  - module: {WORKER}\n    script: s/fix.py\n    diff: d.diff\n",
+                   {"d.diff": GOOD_DIFF})
+    with pytest.raises(ConfigError) as err:
+        load_playbook(both)
+    assert "not both" in str(err.value)

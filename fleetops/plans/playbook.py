@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -42,10 +43,15 @@ assert set(CHECK_KEYS) | {"requires"} == set(CHECK_KINDS), "playbook.CHECK_KEYS 
 @dataclass
 class Patch:
     module: str
-    diff_path: Path
+    diff_path: Path  # the diff, or the patch script (script: set)
     hunks: list[unidiff.Hunk]
+    script: str = ""  # a script patch's source: defines transform(text: str) -> str, run on the node
 
     def to_request(self) -> dict:
+        if self.script:
+            return {"module": self.module, "diff_name": self.diff_path.name, "hunks": [], "script": self.script,
+                    "script_name": self.diff_path.name,
+                    "script_sha256": hashlib.sha256(self.script.encode("utf-8")).hexdigest()}
         return {"module": self.module, "diff_name": self.diff_path.name,
                 "hunks": [h.to_request(i) for i, h in enumerate(self.hunks)]}
 
@@ -89,8 +95,11 @@ def load_playbook(path: str | Path) -> Playbook:
         book.requires.append(req)
     for i, spec in enumerate(_list(doc, "patches")):
         spec = expect_mapping(spec, str(path), _item_line(doc, "patches", i), "a patch entry")
-        reject_unknown(spec, {"module", "diff"}, "patch")
+        reject_unknown(spec, {"module", "diff", "script"}, "patch")
         module = get_str(spec, "module", required=True, pattern=MODULE, describe="a dotted module name")
+        if "script" in spec:
+            book.patches.append(_script_patch(spec, module, path, digest))
+            continue
         diff_path = _relative_file(spec, "diff", path)
         diff_text = read_text_capped(diff_path)
         files = unidiff.parse(diff_text, str(diff_path))
@@ -107,6 +116,25 @@ def load_playbook(path: str | Path) -> Playbook:
         book.jobs = parse_jobs(expect_mapping(doc["jobs"], str(path), doc.line_of("jobs"), "'jobs'"))
     book.sha256 = digest.hexdigest()
     return book
+
+
+def _script_patch(spec: Mapping, module: str, path: Path, digest: Any) -> Patch:
+    """`script: NAME.py`: a stdlib-only script defining transform(text: str) -> str, run by the node on the
+    module's file; refused here when it does not compile or defines no one-argument transform."""
+    if "diff" in spec:
+        raise spec.error("script", "a patch entry names a diff or a script, not both")
+    script_path = _relative_file(spec, "script", path)
+    source = read_text_capped(script_path)
+    try:
+        tree = ast.parse(source, str(script_path))
+    except SyntaxError as exc:
+        raise ConfigError(script_path, exc.lineno, f"patch script does not compile: {exc.msg}") from None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "transform"), None)
+    if fn is None or len(fn.args.posonlyargs) + len(fn.args.args) != 1 or fn.args.vararg or fn.args.kwonlyargs:
+        raise ConfigError(script_path, fn.lineno if fn else 1,
+                          "a patch script must define transform(text: str) -> str at top level, one argument")
+    digest.update(source.encode("utf-8"))
+    return Patch(module, script_path, [], script=source)
 
 
 def _list(doc: Mapping, key: str) -> list:

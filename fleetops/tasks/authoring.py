@@ -198,8 +198,14 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
     items: list[Item] = []
     files: dict[str, tuple[str, str, authoring.FileRebase]] = {}  # module → (diff name, rel, outcome)
     counts: dict[str, int] = {}
+    scripts: list[tuple[str, Path]] = []
     for patch in book.patches:
         it = by_module[patch.module]
+        if patch.script:  # a transform is not tied to line numbers: it goes to the candidate as it is
+            scripts.append((patch.module, patch.diff_path))
+            items.append(Item(patch.diff_path.name, Status.OK, "script patch: nothing to rebase; `patch --check` on "
+                                                               "this node shows what its transform does here"))
+            continue
         if not it["ok"]:
             items.append(Item(f"{patch.diff_path.name}", Status.FAILED, it["msg"], {"file": it.get("file")}))
             counts["refused"] = counts.get("refused", 0) + 1
@@ -224,14 +230,14 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
         result.evidence = evidence
         return result
     with plan.options["lock"]:
-        out = _write_candidate(book, plan.options["out"], files, answer, host, versions)
+        out = _write_candidate(book, plan.options["out"], files, answer, host, versions, scripts)
     data["candidate"] = str(out)
     return Result(host, "rebase", Status.CHANGED, f"{book.name} onto {onto}: {summary}; candidate {out.name} written: "
                   f"prove it with fab -H {host} patch verify -p {os.path.relpath(out)}", items, data=data)
 
 
-def _write_candidate(book, out: Path | None, files: dict, answer: dict, host: str,
-                     versions: dict[str, str]) -> Path:
+def _write_candidate(book, out: Path | None, files: dict, answer: dict, host: str,  # noqa: ANN001
+                     versions: dict[str, str], scripts: list[tuple[str, Path]]) -> Path:
     names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
     requires = authoring.pin_requires(book.requires, versions, names)
     name = "-".join(f"{n}-{versions[n]}" for n in names if n in versions) or f"{book.name}-rebased"
@@ -249,6 +255,7 @@ def _write_candidate(book, out: Path | None, files: dict, answer: dict, host: st
             continue
         _atomic(subdir / diff_name, authoring.unified_diff(pristine, outcome.text, rel))
         entries.append({"module": module, "diff": f"{out.stem}/{diff_name}"})
+    entries += [{"module": module, "script": os.path.relpath(path, out.parent)} for module, path in scripts]
     text = book.path.read_text(encoding="utf-8")
     text = authoring.replace_scalar(text, "name", out.stem if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", out.stem)
                                     else name)
