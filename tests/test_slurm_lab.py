@@ -213,3 +213,33 @@ print(json.dumps({{"checked": checked, "worst": worst}}))
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["checked"] == 64 and result["worst"] < 1e-5, result
+
+
+def test_stop_a_job_that_ignores_sigterm_and_a_pending_one(cluster):
+    project, slurm = cluster["project"], cluster["slurm"]
+    # `stubborn` ignores SIGTERM (so does its child `sleep`): Slurm's SIGKILL after KillWait (5 s here) ends it.
+    rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "stubborn", "--playbook", JOBS)
+    assert rc == 0, doc
+    log = Path(doc["results"][0]["data"]["job"]["logs"][0])
+    child = int(wait_for(lambda: re.search(r"spawned (\d+)", log.read_text() if log.exists() else ""),
+                         "the stubborn job's child", DEADLINE).group(1))
+    rc, doc = fab_json(project, "-H", "login01", "stop")
+    assert rc == 0 and doc["results"][0]["status"] == "changed", doc
+    assert "got SIGTERM" in log.read_text()  # scancel's SIGTERM arrived and was ignored; SIGKILL followed
+    wait_for(lambda: not Path(f"/proc/{child}").exists() or
+             Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", "the child gone", 60)
+    assert status(project)["data"]["state"] == "killed"
+    # A job still waiting for GPUs is cancelled before it ever runs: no log, state killed.
+    blocker = sh(slurm, "sbatch", "--parsable", "--gres=gpu:2", "--partition=gpu", "--job-name=blocker",
+                 f"--output={slurm.root / 'blocker2.log'}", "--wrap", "sleep 600").stdout.strip()
+    rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "numbers", "--playbook", JOBS)
+    assert rc == 0, doc
+    sid = doc["results"][0]["data"]["slurm_job_id"]
+    never_ran = Path(doc["results"][0]["data"]["job"]["logs"][0])
+    wait_for(lambda: squeue(slurm, sid) == [(sid, "PENDING", "Resources")], "our job PENDING", 60)
+    rc, doc = fab_json(project, "-H", "login01", "stop")
+    assert rc == 0 and "with scancel" in doc["results"][0]["msg"], doc
+    st = status(project)
+    assert st["data"]["state"] == "killed" and st["data"]["tasks"][0]["slurm_state"] == "CANCELLED", st
+    assert not never_ran.exists()  # Slurm creates the output file when the task starts: it never did
+    assert sh(slurm, "scancel", blocker).returncode == 0
