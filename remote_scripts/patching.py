@@ -396,8 +396,9 @@ def _plan_set(req: dict, op: str, site: SiteLock | None) -> list[_File]:
         if blockers:
             names = ", ".join(f"{b.p['module']} ({b.item['status'].replace('_', ' ')})" for b in blockers)
             f.new = None
-            f.item.update({"status": NOT_WRITTEN, "ok": False, "msg": f"not written: the set is all-or-nothing "
-                                                                       f"and {names} stops it"})
+            verb = "would not be written (check mode)" if check_only else "not written"
+            f.item.update({"status": NOT_WRITTEN, "ok": False, "msg": f"{verb}: the set is all-or-nothing and "
+                                                                       f"{names} stops it"})
         elif check_only:
             f.item.update({"status": WOULD_APPLY if op == "patch" else WOULD_RESTORE, "ok": True,
                            "msg": f"{f.would_msg} (check mode: nothing written)"})
