@@ -44,8 +44,10 @@ if job["kind"] == "extract":
 else:
     argv = list(job["argv"])
 env = dict(os.environ, FLEETOPS_JOB_ID=job["id"], FLEETOPS_SHARD=str(task), PYTHONUNBUFFERED="1")
-print("fleetops: slurm job %s task %d on %s: %s" % (os.environ.get("SLURM_JOB_ID"), task,
-      os.environ.get("SLURMD_NODENAME"), argv[:4]), flush=True)
+slurm_id = ("%s_%d" % (os.environ["SLURM_ARRAY_JOB_ID"], task) if os.environ.get("SLURM_ARRAY_JOB_ID")
+            else os.environ.get("SLURM_JOB_ID"))
+print("fleetops: slurm job %s task %d on %s: %s" % (slurm_id, task, os.environ.get("SLURMD_NODENAME"), argv[:4]),
+      flush=True)
 got = []
 child = subprocess.Popen(argv, env=env, cwd=job.get("cwd") or job_dir, stdin=subprocess.DEVNULL)
 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):

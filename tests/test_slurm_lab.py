@@ -178,6 +178,7 @@ def test_two_shard_job_array(cluster):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for task in (0, 1):
         assert re.search(rf"login01\[{task}\] .*progress samples=32/32", proc.stdout), proc.stdout[-3000:]
+        assert f"login01[{task}] | fleetops: slurm job {sid}_{task} task {task} on {slurm.node}" in proc.stdout
     st = status(project)
     assert st["data"]["state"] == "succeeded" and [t["state"] for t in st["data"]["tasks"]] == ["succeeded"] * 2
     # Shard i of 2 did rows [32*i, 32*(i+1)) of the dataset: together every row once.
