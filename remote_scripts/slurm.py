@@ -15,6 +15,7 @@ environment (Slurm exports it to the job, as `sbatch` always does); fleetops wri
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import secrets
@@ -338,7 +339,39 @@ def allocation(req: dict) -> dict:
     return {"ok": True, "job": _public(job), "query": _query(job, _scheduler_env(req))}
 
 
-ACTIONS = {"submit": submit, "status": status, "tail": tail, "logs": logs, "cancel": cancel,
+def gpu(req: dict) -> dict:
+    """The GPUs of the allocation of fleetops' latest (or named) job, read on its node: the agent's own `gpu` op
+    run as an extra step inside the job (`srun --jobid=ID --overlap`), so it sees what the job was given."""
+    job_dir, job = _load(req["state_dir"], req.get("job_id"))
+    env = _scheduler_env(req)
+    query = _query(job, env, full=False)
+    running = [line.split("|") for line in query["squeue"]["stdout"].splitlines()
+               if line.count("|") == SQUEUE_FORMAT.count("|") and line.split("|")[5] == "RUNNING"]
+    if not running:
+        return {"ok": True, "job": _public(job), "query": _query(job, env), "inside": None,
+                "why": "no task of the job is running, so it has no allocation to look into"}
+    own_id, node = running[0][1], running[0][7]
+    argv = ["srun", f"--jobid={own_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
+            sys.executable, os.path.abspath(sys.argv[0])]
+    request = json.dumps({"protocol": req.get("protocol"), "op": "gpu", "state_dir": req["state_dir"]})
+    try:
+        proc = subprocess.run(argv, input=request, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                              env={**os.environ, **env})
+        result = {"argv": argv, "rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+    except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        result = {"argv": argv, "rc": 127, "stdout": "", "stderr": f"srun: {exc}"}
+    inside = None
+    lines = result["stdout"].strip().splitlines()
+    if result["rc"] == 0 and lines:
+        try:
+            inside = json.loads(lines[-1])
+        except ValueError:
+            inside = None
+    return {"ok": True, "job": _public(job), "query": _query(job, env), "srun": result, "inside": inside,
+            "node": node, "task_job_id": own_id}
+
+
+ACTIONS = {"gpu": gpu, "submit": submit, "status": status, "tail": tail, "logs": logs, "cancel": cancel,
            "allocation": allocation}
 
 

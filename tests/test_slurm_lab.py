@@ -244,3 +244,36 @@ def test_stop_a_job_that_ignores_sigterm_and_a_pending_one(cluster):
     assert st["data"]["state"] == "killed" and st["data"]["tasks"][0]["slurm_state"] == "CANCELLED", st
     assert not never_ran.exists()  # Slurm creates the output file when the task starts: it never did
     assert sh(slurm, "scancel", blocker).returncode == 0
+
+
+def test_gpu_looks_into_the_running_jobs_allocation(cluster):
+    """tasks/slurm.py:run_gpu (the `gpu` task's Slurm side; the hook in tasks/gpu.py is the lead's to add): the
+    agent's own gpu op run inside the job with srun --overlap, on the allocation's node."""
+    from fleetops.plans.gpugate import Gate
+    from fleetops.state import RunState
+    from fleetops.tasks.plan import Plan
+    from fleetops.tasks.slurm import run_gpu
+
+    project, slurm = cluster["project"], cluster["slurm"]
+    rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "spawner", "--playbook", JOBS)
+    assert rc == 0, doc
+    sid = doc["results"][0]["data"]["slurm_job_id"]
+    log = Path(doc["results"][0]["data"]["job"]["logs"][0])
+    wait_for(lambda: "spawned" in (log.read_text() if log.exists() else ""), "the job running", DEADLINE)
+    state = RunState(project, {"inventory": "hosts"})
+    state.reporter.json_mode = True
+    plan = Plan("gpu", {}, 60, None, options={"gate": Gate()})
+    try:
+        node = state.connections().get(state.host("login01"))
+        res = run_gpu(state, plan, node)
+        assert res.data["node"] == slurm.node and res.data["task_job_id"] == sid, res
+        assert res.data["srun_argv"][:3] == ["srun", f"--jobid={sid}", "--overlap"]
+        assert len(res.data["gpus"]) == 2 and f"on node {slurm.node}" in res.msg, res  # the lab's two GPUs
+        # Slurm's own record of the extra step inside the job (the first srun step of job ID is ID.0).
+        slurmd = slurm.log_file("slurmd").read_text()
+        assert re.search(rf"StepId={sid}\.0\b", slurmd), slurmd[-3000:]
+        assert fab_json(project, "-H", "login01", "stop")[0] == 0
+        idle = run_gpu(state, plan, node)
+        assert idle.status.value == "ok" and "no task of the job is running" in idle.msg, idle
+    finally:
+        state.connections().close_all()

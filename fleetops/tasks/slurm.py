@@ -346,3 +346,40 @@ def allocation_note(node: Connector) -> Item | None:
     word = sp.overall([r["state"] for r in rows])
     return Item("Slurm allocation", Status.OK, f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) {word}"
                 + (f" on node {', '.join(nodes)}" if nodes else ""), details={"nodes": nodes, "tasks": rows})
+
+
+def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
+    """`gpu` on a Slurm login node: the GPUs of fleetops' running job's allocation, read on its node by the agent
+    run inside the job (srun --overlap), judged by the same gate as `gpu` on an SSH node."""
+    from dataclasses import replace
+
+    from ..plans.gpugate import evaluate
+    from ..report.rows import GPU_COLUMNS, gpu_rows
+
+    host = node.host.name
+    answer = _call(node, "gpu", {})
+    if answer.get("error"):
+        return agent_error(host, "gpu", answer, with_kind=True)
+    job = answer["job"]
+    rows = tasks_view(answer)
+    where = f"job {job['id']} (Slurm job {job.get('slurm_job_id')})"
+    if answer.get("inside") is None:
+        srun = answer.get("srun")
+        if srun is None:
+            return Result(host, "gpu", Status.OK, f"login node of a Slurm cluster: {where} is {_describe(rows)}; "
+                          f"{answer['why']} (GPUs are Slurm's to allocate)", data={"tasks": rows})
+        return Result(host, "gpu", Status.FAILED, f"could not look into {where}'s allocation on "
+                      f"{answer.get('node')}: srun exit {srun['rc']}: {srun['stderr'].strip()[-300:]}",
+                      code=EXIT_FAILED, data={"tasks": rows})
+    inside = answer["inside"]
+    if not inside.get("ok"):
+        return Result(host, "gpu", Status.FAILED, f"{where} on node {answer['node']}: {inside.get('error')}",
+                      code=EXIT_FAILED, data={"tasks": rows, "error_kind": inside.get("error_kind")})
+    verdict = evaluate(inside, replace(plan.options["gate"], expected=None))
+    return Result(host, "gpu", Status.OK if verdict.code == 0 else Status.FAILED,
+                  f"allocation of {where} on node {answer['node']} (read inside the job with srun --overlap): "
+                  f"{verdict.msg}", verdict.items, code=verdict.code,
+                  data={"node": answer["node"], "task_job_id": answer["task_job_id"], "tasks": rows,
+                        "srun_argv": answer["srun"]["argv"], "gpus": inside.get("gpus", []),
+                        "table": {"title": f"{host}: GPUs of Slurm job {answer['task_job_id']} on {answer['node']}",
+                                  "columns": GPU_COLUMNS, "rows": gpu_rows(verdict)}})
