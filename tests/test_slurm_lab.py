@@ -247,8 +247,8 @@ def test_stop_a_job_that_ignores_sigterm_and_a_pending_one(cluster):
 
 
 def test_gpu_looks_into_the_running_jobs_allocation(cluster):
-    """tasks/slurm.py:run_gpu (the `gpu` task's Slurm side; the hook in tasks/gpu.py is the lead's to add): the
-    agent's own gpu op run inside the job with srun --overlap, on the allocation's node."""
+    """`fab -H login01 gpu` on a Slurm login node (tasks/gpu.py hands it to tasks/slurm.py:run_gpu): the agent's
+    own gpu op run inside the job with srun --overlap, on the allocation's node."""
     from fleetops.plans.gpugate import Gate
     from fleetops.state import RunState
     from fleetops.tasks.plan import Plan
@@ -272,6 +272,9 @@ def test_gpu_looks_into_the_running_jobs_allocation(cluster):
         # Slurm's own record of the extra step inside the job (the first srun step of job ID is ID.0).
         slurmd = slurm.log_file("slurmd").read_text()
         assert re.search(rf"StepId={sid}\.0\b", slurmd), slurmd[-3000:]
+        rc, through_fab = fab_json(project, "-H", "login01", "gpu")  # the task as typed reaches the same code
+        got = through_fab["results"][0]
+        assert rc == 0 and got["data"]["node"] == slurm.node and f"on node {slurm.node}" in got["msg"], got
         assert fab_json(project, "-H", "login01", "stop")[0] == 0
         idle = run_gpu(state, plan, node)
         assert idle.status.value == "ok" and "no task of the job is running" in idle.msg, idle

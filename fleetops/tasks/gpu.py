@@ -11,6 +11,7 @@ from ..plans.yamlsrc import ConfigError
 from ..report.rows import FACT_COLUMNS, GPU_COLUMNS, fact_row, gpu_rows
 from ..results import EXIT_GPU_BUSY, Result, Status
 from ..wire.connector import Connector
+from . import slurm
 from .plan import Plan, TaskSpec
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ def _interpret_gpu(host: str, plan: Plan, answer: dict) -> Result:
 
 def _run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
     """Poll (one exec each) until the selected GPUs are free or --wait runs out."""
+    if node.host.scheduler == "slurm":  # a login node: the GPUs are those of our job's allocation
+        return slurm.run_gpu(run, plan, node)
     gate = replace(plan.options["gate"], expected=node.host.gpus)
     plan = Plan(plan.op, plan.request, plan.timeout, None, options={**plan.options, "gate": gate})
     deadline = None
