@@ -82,14 +82,19 @@ HELP_JOB_ID = "a job id on the node (default: the node's latest job)"
 
 @fleet_task(help={"force": "launch even if checks or the GPU gate fail (and say so)", "job": HELP_JOB,
                   "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
-                  "shards": "on a Slurm login node (scheduler: slurm): split the dataset into N shards, one job "
-                            "array task each"})
+                  "shards": "split the dataset into shards: on SSH hosts one per selected host (--shards alone, "
+                            "'all', or the number of hosts; shard i of N to the i-th host by name, plan in "
+                            ".fleetops/shards/<job>.json); on a Slurm login node N job array tasks"},
+             optional=["shards"])
 def extract(c, force=False, job=None, playbook=None, json=False, shards=None):
     """Run the fast checks and the GPU gate, then launch the playbook's job detached on the node."""
 
 
-@fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
-def tail(c, job_id=None, job=None, playbook=None, json=False):
+@fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
+                  "lines": "start at the last N lines (default: the whole log the first time a job is tailed, "
+                           "the last 20 on a re-attach)",
+                  "from_start": "replay the whole log from its first line"})
+def tail(c, job_id=None, job=None, playbook=None, json=False, lines=None, from_start=False):
     """Follow the job's log (progress bar, failures highlighted) until it ends; exit with its status."""
 
 

@@ -2,13 +2,23 @@
 offset, logs, stop (the whole process group). Stdlib only.
 
 Layout: <state_dir>/jobs/<id>/{job.json, request.json, output.log, exit.json}; jobs/current.json names the
-latest job. A small wrapper process (`agent.pyz wrap <job_dir>`) is the session leader: it starts the job,
-waits for it and writes exit.json however the job ends (exit code or signal). If the wrapper itself is
-killed (SIGKILL to the whole group), exit.json is missing and the job reads as "lost" unless `stop` wrote it.
+latest job. Two small processes stand behind the job: the keeper (`agent.pyz wrap <job_dir>`, session leader
+and child subreaper) and the wrapper it forks (the job's parent), which waits for the job and writes exit.json
+however it ends (exit code or signal). If the wrapper is killed the job is re-parented to the keeper, which
+collects and records its exit status instead; exit.json is written into space reserved at launch
+(exit.reserve), so a full disk cannot lose it.
+
+Every process of the job carries FLEETOPS_JOB_DIR=<job_dir> (and FLEETOPS_JOB_ID) in its environment: whether a
+job runs is decided by scanning /proc/*/environ of this user's processes for that tag, not by the wrapper or the
+process group, and `stop` kills every tagged process (a child that left the group with setsid included). Only a
+process that drops its whole environment (env -i) escapes the tag. Launching is atomic per node: the running
+check and the launch happen under jobs/launch.lock.
 """
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import json
 import os
 import re
@@ -18,7 +28,16 @@ import subprocess
 import sys
 import time
 
-from .nodeio import NodeError, atomic_write, ensure_dir, now_iso, pid_alive, read_json, write_json_atomic
+from .nodeio import (
+    NodeError,
+    atomic_write,
+    ensure_dir,
+    failpoint,
+    now_iso,
+    pid_alive,
+    read_json,
+    write_json_atomic,
+)
 from .procfs import stat_fields
 
 LOG = "output.log"
@@ -27,6 +46,14 @@ KNOWN_IDS_SHOWN = 10
 # Secret env values (the playbook's secret_env, the inventory's {secret: ...}) travel to the wrapper in this
 # 0600 file, never in job.json; the wrapper deletes it as soon as the job's process has them.
 SECRET_ENV = "secret-env.json"
+RESERVE = "exit.reserve"  # space for exit.json taken at launch, overwritten in place at the end
+RESERVE_BYTES = 8192
+LAUNCH_LOCK = "launch.lock"
+LAUNCH_LOCK_WAIT_S = 60.0
+DEFAULT_TAIL_LINES = 20
+TAIL_STATE = "tail.json"  # a tail has attached to this job before: the next one is a re-attach
+COUNT_LINES_MAX = 64 * 1024 * 1024  # skipped lines are counted up to this many bytes
+DISK_FULL_BYTES = 64 * 1024  # less free than this on the job dir's filesystem at the end: reported as full
 
 
 def jobs_dir(state_dir: str) -> str:
@@ -57,6 +84,50 @@ def _process_alive(pid: int | None, marker: str) -> bool:
             return marker.encode() in f.read()
     except OSError:
         return False
+
+
+def tag_of(job_dir: str) -> bytes:
+    return b"FLEETOPS_JOB_DIR=" + os.path.abspath(job_dir).encode()
+
+
+def tagged_pids(job_dir: str) -> list[int]:
+    """Live (not zombie) processes of this user whose environment carries the job's tag: the job's own
+    processes wherever they are (another process group, a new session), found without the wrapper."""
+    tag = tag_of(job_dir)
+    uid = os.getuid()
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if tag not in env.split(b"\0"):
+            continue
+        fields = stat_fields(entry)
+        if fields is not None and fields[0] not in ("Z", "X"):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _supervisors_alive(job_dir: str, job: dict) -> list[int]:
+    """The keeper and the wrapper, when alive and still ours (their command line names the job dir)."""
+    return [int(p) for p in (job.get("keeper_pid"), job.get("wrapper_pid")) if p and _process_alive(p, job_dir)]
+
+
+def _disk_full(path: str) -> dict | None:
+    """The filesystem holding `path` is (almost) full: its free bytes, else None."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    return {"path": path, "free_bytes": free} if free < DISK_FULL_BYTES else None
 
 
 def group_members(pgid: int) -> list[int]:
@@ -125,32 +196,104 @@ def _drop_secrets(job_dir: str) -> bool:
 
 
 def job_state(job_dir: str, job: dict) -> dict:
+    """The job's state from its exit record and its own processes (found by their tag). `running` while any
+    tagged process lives, whatever happened to the wrapper; `left` names processes still alive after the job's
+    main process ended; `cause` says what went wrong around the job (its wrapper gone, a full disk)."""
     ended = read_json(os.path.join(job_dir, "exit.json"))
     now = time.time()
+    tagged = tagged_pids(job_dir)
+    out: dict = {"tagged": tagged}
+    if not ended and not tagged and _supervisors_alive(job_dir, job):
+        # The job is done and its wrapper is writing exit.json: give it a moment, then read again.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not ended and _supervisors_alive(job_dir, job):
+            time.sleep(0.05)
+            ended = read_json(os.path.join(job_dir, "exit.json"))
     if ended:
         if ended.get("signal"):
             state = "killed"
         else:
             state = "succeeded" if ended.get("exit_code") == 0 else "failed"
         runtime = ended.get("ended_ts", now) - job.get("started_ts", now)
-    elif _process_alive(job.get("wrapper_pid"), job_dir):
+        if tagged:
+            out["left"] = tagged
+        causes = []
+        if ended.get("wrapper_error"):
+            causes.append(ended["wrapper_error"])
+        if ended.get("disk_full"):
+            full = ended["disk_full"]
+            causes.append(f"the job's filesystem was full when it ended ({full['free_bytes']} bytes free on "
+                          f"{full['path']}): writes to its log or output failed with ENOSPC (No space left on "
+                          f"device); free space there and re-run")
+        if ended.get("wrapper_killed"):
+            causes.append(ended["wrapper_killed"])
+        if causes:
+            out["cause"] = "; ".join(causes)
+    elif tagged:
         state, runtime = "running", now - job.get("started_ts", now)
-    elif job.get("wrapper_pid") is None and now - job.get("started_ts", now) < 10:
-        state, runtime = "starting", now - job.get("started_ts", now)
+        if job.get("pid") and not _supervisors_alive(job_dir, job):
+            out["cause"] = (f"its wrapper (pid {job.get('wrapper_pid')}) and keeper (pid {job.get('keeper_pid')}) "
+                            f"are gone: the job's processes {tagged} run on, but nothing will record its exit "
+                            f"status")
+    elif _supervisors_alive(job_dir, job) or (job.get("wrapper_pid") is None
+                                              and now - job.get("started_ts", now) < 10):
+        state, runtime = "starting" if not job.get("pid") else "running", now - job.get("started_ts", now)
     else:
         state, runtime = "lost", None
+        full = _disk_full(job_dir)
+        if full:
+            out["cause"] = (f"the job's filesystem is full ({full['free_bytes']} bytes free on {job_dir}): "
+                            f"ENOSPC (No space left on device) kept its wrapper from recording the exit status; "
+                            f"free space there")
     if state not in ("running", "starting"):
         _drop_secrets(job_dir)
-    return {"state": state, "exit": ended, "runtime_s": round(runtime, 1) if runtime is not None else None}
+    return {"state": state, "exit": ended, "runtime_s": round(runtime, 1) if runtime is not None else None, **out}
 
 
 def _running_job(state_dir: str) -> dict | None:
+    """The job running on this node: the current one, or any other whose tagged processes still live."""
     try:
         job_dir, job = load_job(state_dir, None)
     except NodeError:
-        return None
-    st = job_state(job_dir, job)
-    return {**job, **st} if st["state"] in ("running", "starting") else None
+        job = None
+    if job is not None:
+        st = job_state(job_dir, job)
+        if st["state"] in ("running", "starting"):
+            return {**job, **st}
+    running_dirs = set(_tag_index())
+    for other in _all_jobs(state_dir):
+        other_dir = os.path.join(jobs_dir(state_dir), other["id"])
+        if other_dir in running_dirs and (job is None or other["id"] != job["id"]):
+            st = job_state(other_dir, other)
+            if st["state"] in ("running", "starting"):
+                return {**other, **st}
+    return None
+
+
+def live_job_ids(state_dir: str) -> list[str]:
+    """Ids of the jobs under state_dir that have a live tagged process (running, or ended with leftovers)."""
+    base = jobs_dir(state_dir)
+    return sorted({os.path.basename(d) for d in _tag_index() if os.path.dirname(d) == base})
+
+
+def _tag_index() -> dict[str, list[int]]:
+    """Every job dir named by a live process's tag → its pids (one pass over /proc)."""
+    uid = os.getuid()
+    out: dict[str, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        for var in env.split(b"\0"):
+            if var.startswith(b"FLEETOPS_JOB_DIR="):
+                out.setdefault(var.split(b"=", 1)[1].decode("utf-8", "replace"), []).append(int(entry))
+    return out
 
 
 def _last_match(path: str, pattern: str | None) -> str | None:
@@ -167,13 +310,61 @@ def _last_match(path: str, pattern: str | None) -> str | None:
 
 
 # ---------------------------------------------------------------- operations
+class _LaunchLock:
+    """jobs/launch.lock (flock): the running check and the launch of one job are one step per node, so two
+    `extract` at the same moment launch one job and refuse the other."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.path = os.path.join(jobs_dir(state_dir), LAUNCH_LOCK)
+        self.fd = -1
+
+    def __enter__(self) -> _LaunchLock:
+        ensure_dir(os.path.dirname(self.path))
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        deadline = time.monotonic() + LAUNCH_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(self.fd)
+                    raise NodeError(f"another launch held {self.path} for {LAUNCH_LOCK_WAIT_S:.0f} s; run again",
+                                    kind="locked") from None
+                time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # releases the flock
+
+
+def _leftovers(state_dir: str) -> tuple[str, list[int]] | None:
+    """An ended job whose processes still live (tagged): a new job beside them would share the GPUs."""
+    for job in _all_jobs(state_dir)[:KNOWN_IDS_SHOWN]:
+        job_dir = os.path.join(jobs_dir(state_dir), job["id"])
+        if os.path.exists(os.path.join(job_dir, "exit.json")):
+            left = tagged_pids(job_dir)
+            if left:
+                return job["id"], left
+    return None
+
+
 def job_start(req: dict) -> dict:
+    with _LaunchLock(req["state_dir"]):
+        return _job_start(req)
+
+
+def _job_start(req: dict) -> dict:
     state_dir = os.path.abspath(req["state_dir"])
     spec = req["job"]
     running = _running_job(state_dir)
     if running:
         raise NodeError(f"job {running['id']} is still running on this node (pid {running.get('pid')}, since "
                         f"{running.get('started')}); stop it or wait for it", kind="job_running", job=running)
+    left = _leftovers(state_dir)
+    if left:
+        raise NodeError(f"job {left[0]} has ended but its processes {left[1]} still run; stop them first "
+                        f"(fab stop --job-id {left[0]})", kind="job_running")
+    failpoint("job.launch")  # inside the launch lock: a test widens the window between check and launch here
     job_id = f"{spec['name']}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
     job_dir = os.path.join(jobs_dir(state_dir), job_id)
     ensure_dir(job_dir)
@@ -197,7 +388,7 @@ def job_start(req: dict) -> dict:
            "env": {k: v for k, v in env.items() if k not in secret}, "secret_env_keys": sorted(secret),
            "shown_env": shown, "cwd": spec.get("cwd") or job_dir,
            "log": os.path.join(job_dir, LOG), "started": now_iso(), "started_ts": time.time(),
-           "operator": req.get("operator"), "pid": None, "pgid": None, "wrapper_pid": None}
+           "operator": req.get("operator"), "pid": None, "pgid": None, "wrapper_pid": None, "keeper_pid": None}
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     write_json_atomic(os.path.join(jobs_dir(state_dir), "current.json"), {"id": job_id})
     subprocess.Popen([sys.executable, agent, "wrap", job_dir], start_new_session=True, stdin=subprocess.DEVNULL,
@@ -284,7 +475,12 @@ def job_tail(req: dict) -> dict:
     """Bytes of the log from `offset`, whole lines only (until the job has ended), waiting up to wait_s
     for something new: one exec per poll, no line split across two answers."""
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
-    offset = int(req.get("offset", 0))
+    start: dict = {}
+    if req.get("offset") is None:  # attaching: where to start
+        start = _attach_offset(job_dir, job, req.get("last_lines"), bool(req.get("from_start")))
+        offset = start["offset"]
+    else:
+        offset = int(req["offset"])
     deadline = time.monotonic() + float(req.get("wait_s", 5))
     while True:
         st = job_state(job_dir, job)
@@ -299,12 +495,67 @@ def job_tail(req: dict) -> dict:
                 data = data[:cut]
             if data:
                 return {"ok": True, "job_id": job["id"], "data": data.decode("utf-8", "replace"),
-                        "offset": offset, "next_offset": offset + len(data), **st}
+                        "offset": offset, "next_offset": offset + len(data), **start, **st}
         if ended and _size(job["log"]) <= offset:
-            return {"ok": True, "job_id": job["id"], "data": "", "offset": offset, "next_offset": offset, **st}
+            return {"ok": True, "job_id": job["id"], "data": "", "offset": offset, "next_offset": offset, **start,
+                    **st}
         if time.monotonic() >= deadline:
-            return {"ok": True, "job_id": job["id"], "data": "", "offset": offset, "next_offset": offset, **st}
+            return {"ok": True, "job_id": job["id"], "data": "", "offset": offset, "next_offset": offset, **start,
+                    **st}
         time.sleep(0.1)
+
+
+def _attach_offset(job_dir: str, job: dict, last_lines: object, from_start: bool) -> dict:
+    """Where a tail attaching to the job starts. The first tail of a job starts at byte 0 (nobody has seen any
+    of it); a re-attach (a tail has attached before, recorded in tail.json) or an explicit line count starts at
+    the last N whole lines; from_start always replays. Says what it skipped."""
+    marker = os.path.join(job_dir, TAIL_STATE)
+    try:
+        attached_before = read_json(marker) is not None
+    except NodeError:
+        attached_before = True
+    try:
+        write_json_atomic(marker, {"attached": now_iso()})
+    except OSError:
+        pass  # a full disk must not stop a tail; the next attach just counts as a first one
+    size = _size(job["log"])
+    want = None if from_start else (int(last_lines) if last_lines is not None else None)
+    if want is None and not from_start and attached_before:
+        want = DEFAULT_TAIL_LINES
+    if want is None or size == 0:
+        return {"offset": 0, "skipped_bytes": 0, "skipped_lines": 0, "reattach": attached_before}
+    with open(job["log"], "rb") as f:
+        back = min(size, max(TAIL_CHUNK, 4096 * (want + 1)))
+        f.seek(size - back)
+        chunk = f.read(back)
+    at_file_start = back == size
+    end = chunk.rfind(b"\n") + 1  # whole lines only: a line still being written comes with the next poll
+    idx = end - 1
+    for _ in range(want):
+        if idx < 0:
+            break
+        idx = chunk.rfind(b"\n", 0, idx)
+    if idx >= 0:
+        first = idx + 1
+    elif at_file_start:
+        first = 0
+    else:  # fewer than N whole lines in the chunk: start at its first whole line
+        first = chunk.find(b"\n") + 1
+    offset = size - back + first
+    skipped = _count_lines(job["log"], offset) if offset <= COUNT_LINES_MAX else None
+    return {"offset": offset, "skipped_bytes": offset, "skipped_lines": skipped, "reattach": attached_before}
+
+
+def _count_lines(path: str, upto: int) -> int:
+    count = 0
+    with open(path, "rb") as f:
+        while upto > 0:
+            block = f.read(min(upto, 1 << 20))
+            if not block:
+                break
+            count += block.count(b"\n")
+            upto -= len(block)
+    return count
 
 
 def job_logs(req: dict) -> dict:
@@ -319,32 +570,59 @@ def job_logs(req: dict) -> dict:
     return {"ok": True, "job_id": job["id"], "lines": lines, "log": job["log"], **job_state(job_dir, job)}
 
 
+def _members(job_dir: str, pgid: int | None) -> list[int]:
+    """The job's live processes: its process group and every process carrying its tag."""
+    group = group_members(pgid) if pgid else []
+    return sorted(set(group) | set(tagged_pids(job_dir)))
+
+
+def _signal_all(pgid: int | None, pids: list[int], sig: int) -> None:
+    if pgid:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def job_stop(req: dict) -> dict:
+    """Stop the job: SIGTERM to its process group and to every tagged process (one that left the group with
+    setsid included), SIGKILL after the grace; then no process of the job may be left."""
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     st = job_state(job_dir, job)
+    pgid = int(job["pgid"]) if job.get("pgid") else None
+    group_before = set(group_members(pgid)) if pgid else set()
     if st["state"] not in ("running", "starting"):
-        left = group_members(int(job["pgid"])) if job.get("pgid") else []
-        if left:  # the job ended but left children behind in its group (e.g. its main process was SIGKILLed)
-            os.killpg(int(job["pgid"]), signal.SIGKILL)
-            time.sleep(0.2)
-            remaining = group_members(int(job["pgid"]))
-            return {"ok": not remaining, "changed": True, "job_id": job["id"], "pgid": int(job["pgid"]), **st,
+        left = _members(job_dir, pgid)
+        if left:  # the job ended but left processes behind (e.g. its main process was SIGKILLed)
+            _signal_all(pgid, left, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and _members(job_dir, pgid):
+                time.sleep(0.05)
+            remaining = _members(job_dir, pgid)
+            where = "in its group" if set(left) <= group_before else "(in its group or tagged with it)"
+            return {"ok": not remaining, "changed": True, "job_id": job["id"], "pgid": pgid, **st,
                     "left": remaining,
-                    "msg": f"job {job['id']} had ended ({st['state']}) but left {len(left)} processes in its group: "
+                    "msg": f"job {job['id']} had ended ({st['state']}) but left {len(left)} processes {where}: "
                            f"killed {left}" + (f"; still there: {remaining}" if remaining else "")}
         return {"ok": True, "changed": False, "job_id": job["id"], **st,
                 "msg": f"job {job['id']} is not running ({st['state']}); nothing to stop"}
-    pgid = int(job["pgid"])
     grace = float(req.get("grace_s", 10))
-    os.killpg(pgid, signal.SIGTERM)
+    first = _members(job_dir, pgid)
+    outside = sorted(set(first) - group_before)
+    _signal_all(pgid, first, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and group_members(pgid):
+    while time.monotonic() < deadline and _members(job_dir, pgid):
         time.sleep(0.1)
-    escalated = bool(group_members(pgid))
+    escalated = bool(_members(job_dir, pgid))
     if escalated:
-        os.killpg(pgid, signal.SIGKILL)
+        _signal_all(pgid, _members(job_dir, pgid), signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and group_members(pgid):
+        while time.monotonic() < deadline and _members(job_dir, pgid):
             time.sleep(0.05)
     exit_path = os.path.join(job_dir, "exit.json")
     for _ in range(50):  # the wrapper writes exit.json when it sees the job end (unless it was killed too)
@@ -352,22 +630,127 @@ def job_stop(req: dict) -> dict:
             break
         time.sleep(0.02)
     if not read_json(exit_path):
-        write_json_atomic(exit_path, {"exit_code": None, "signal": int(signal.SIGKILL), "ended": now_iso(),
-                                      "ended_ts": time.time(), "by": "stop"})
-    left = group_members(pgid)
+        _record_end(job_dir, {"exit_code": None, "signal": int(signal.SIGKILL), "ended": now_iso(),
+                              "ended_ts": time.time(), "by": "stop"})
+    left = _members(job_dir, pgid)
     how = "SIGTERM, then SIGKILL after the grace period" if escalated else "SIGTERM"
+    also = (f"; also ended {len(outside)} processes outside its group, found by their FLEETOPS_JOB_DIR tag: "
+            f"{outside}" if outside else "")
     return {"ok": not left, "changed": True, "job_id": job["id"], "pgid": pgid, "escalated": escalated, "left": left,
-            **job_state(job_dir, job), "msg": f"stopped job {job['id']} with {how}"
-            + (f"; processes still in its group: {left}" if left else "; no process of its group is left")}
+            "outside_group": outside, **job_state(job_dir, job), "msg": f"stopped job {job['id']} with {how}"
+            + (f"; processes of the job still alive: {left}" if left else "; no process of its group is left")
+            + also}
 
 
-# ---------------------------------------------------------------- the wrapper (session leader)
+# ---------------------------------------------------------------- the keeper and the wrapper
+def _record_end(job_dir: str, result: dict) -> None:
+    """Write exit.json into the space reserved at launch (overwritten in place, then renamed: no new block is
+    needed, so a full disk cannot lose the record); without a reserve, an ordinary atomic write."""
+    data = (json.dumps(result) + "\n").encode()
+    reserve = os.path.join(job_dir, RESERVE)
+    final = os.path.join(job_dir, "exit.json")
+    if len(data) <= RESERVE_BYTES:
+        try:
+            fd = os.open(reserve, os.O_WRONLY | os.O_NOFOLLOW)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            try:
+                os.write(fd, data.ljust(RESERVE_BYTES, b" "))  # JSON allows trailing white space
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.chmod(reserve, 0o600)
+            os.replace(reserve, final)
+            return
+    atomic_write(final, data, mode=0o600, point="job.exit")
+
+
+def _end_record(code: int | None, job_dir: str, **extra: object) -> dict:
+    result: dict = {"exit_code": code if code is not None and code >= 0 else None,
+                    "signal": -code if code is not None and code < 0 else None, "ended": now_iso(),
+                    "ended_ts": time.time()}
+    full = _disk_full(job_dir)
+    if full:
+        result["disk_full"] = full
+    result.update({k: v for k, v in extra.items() if v})
+    return result
+
+
+def _status_code(status: int) -> int:
+    """A waitpid status as Popen's returncode: the exit code, or minus the signal."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
 def wrap_main(job_dir: str) -> int:
-    job_path = os.path.join(job_dir, "job.json")
-    job = read_json(job_path) or {}
-    # The whole group gets `stop`'s SIGTERM; the wrapper stays to record how the job ended.
+    """The keeper: session leader and child subreaper. It reserves space for exit.json, forks the wrapper (the
+    job's parent) and reaps whatever is re-parented to it. If the wrapper dies before recording the job's
+    end, the job becomes the keeper's child and the keeper records its true exit status."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    try:  # PR_SET_CHILD_SUBREAPER: orphans of the job come to us, not to init
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        fd = os.open(os.path.join(job_dir, RESERVE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, b" " * RESERVE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        reason = f"cannot reserve space for exit.json in {job_dir}: {exc.strerror or exc}"
+        try:
+            _record_end(job_dir, _end_record(127, job_dir, wrapper_error=reason))
+        except OSError:
+            pass
+        return 127
+    wrapper = os.fork()
+    if wrapper == 0:
+        code = 1
+        try:
+            code = _wrapper(job_dir)
+        finally:
+            os._exit(code)
+    job_pid: int | None = None
+    exit_path = os.path.join(job_dir, "exit.json")
+    wrapper_status: int | None = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid == wrapper:
+            wrapper_status = status
+            if os.path.exists(exit_path):
+                return 0  # the wrapper recorded the end; the job's leftovers (if any) go to init
+            continue
+        if job_pid is None:
+            try:
+                job_pid = (read_json(os.path.join(job_dir, "job.json")) or {}).get("pid")
+            except NodeError:
+                job_pid = None
+        if pid == job_pid and not os.path.exists(exit_path):
+            # The wrapper died first: the job was re-parented to us and its status is ours to record.
+            how = (f"signal {os.WTERMSIG(wrapper_status)}" if wrapper_status is not None and
+                   os.WIFSIGNALED(wrapper_status) else "an unknown cause" if wrapper_status is None else
+                   f"exit {os.WEXITSTATUS(wrapper_status)}")
+            _record_end(job_dir, _end_record(_status_code(status), job_dir, by="keeper",
+                                             wrapper_killed=f"its wrapper (pid {wrapper}) died first ({how}); the "
+                                             f"exit status was collected by its keeper (pid {os.getpid()})"))
+            return 0
+    if not os.path.exists(exit_path):
+        _record_end(job_dir, _end_record(None, job_dir, wrapper_error=f"its wrapper (pid {wrapper}) died before the "
+                                         "job's end could be collected; exit status unknown"))
+    return 0
+
+
+def _wrapper(job_dir: str) -> int:
+    job_path = os.path.join(job_dir, "job.json")
+    job = read_json(job_path) or {}
     secret_path = os.path.join(job_dir, SECRET_ENV)
     secret: dict = {}
     if job.get("secret_env_keys"):
@@ -376,8 +759,13 @@ def wrap_main(job_dir: str) -> int:
         except NodeError:
             secret = {}
     env = {**os.environ, **job.get("env", {}), **secret, "FLEETOPS_JOB_ID": job.get("id", ""),
-           "PYTHONUNBUFFERED": "1"}
-    with open(os.path.join(job_dir, LOG), "ab", buffering=0) as log:
+           "FLEETOPS_JOB_DIR": os.path.abspath(job_dir), "PYTHONUNBUFFERED": "1"}
+    try:
+        log = open(os.path.join(job_dir, LOG), "ab", buffering=0)  # noqa: SIM115 - held open for the job's life
+    except OSError as exc:
+        _record_end(job_dir, _end_record(127, job_dir, wrapper_error=f"cannot open the job's log: {exc}"))
+        return 127
+    with log:
         try:
             if secret.keys() != set(job.get("secret_env_keys") or ()):
                 raise OSError(f"the secret environment values ({SECRET_ENV}) are missing")
@@ -387,19 +775,26 @@ def wrap_main(job_dir: str) -> int:
                                                          for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)])
         except OSError as exc:
             _drop_secrets(job_dir)
-            log.write(f"fleetops: cannot start {job.get('argv')}: {exc}\n".encode())
-            write_json_atomic(os.path.join(job_dir, "exit.json"), {"exit_code": 127, "signal": None,
-                                                                   "ended": now_iso(), "ended_ts": time.time()})
+            reason = f"fleetops: cannot start {job.get('argv')}: {exc}"
+            try:
+                log.write((reason + "\n").encode())
+            except OSError as write_exc:
+                reason += f" (and the log could not be written: {write_exc.strerror or write_exc})"
+            _record_end(job_dir, _end_record(127, job_dir, wrapper_error=reason))
             return 127
         _drop_secrets(job_dir)  # the job's process has them now: nothing secret stays on the node's disk
         del secret, env
-        job.update(pid=child.pid, pgid=os.getpgid(0), wrapper_pid=os.getpid())
-        write_json_atomic(job_path, job)
+        job.update(pid=child.pid, pgid=os.getpgid(0), wrapper_pid=os.getpid(), keeper_pid=os.getppid())
+        try:
+            write_json_atomic(job_path, job)
+        except OSError as exc:  # e.g. ENOSPC: without its pid on record the job cannot be followed; end it
+            child.kill()
+            child.wait()
+            _record_end(job_dir, _end_record(127, job_dir, wrapper_error=f"cannot record the job's pid in "
+                                             f"{job_path}: {exc.strerror or exc}; the job was stopped"))
+            return 127
         code = child.wait()
-    result = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None,
-              "ended": now_iso(), "ended_ts": time.time()}
-    atomic_write(os.path.join(job_dir, "exit.json"), (json.dumps(result) + "\n").encode(), mode=0o600,
-                 point="job.exit")
+    _record_end(job_dir, _end_record(code, job_dir))
     return 0
 
 

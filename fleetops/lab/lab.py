@@ -266,7 +266,14 @@ class Lab:
         self._write_known_hosts(self.nodes())
 
     def down(self, purge: bool = False) -> list[str]:
-        for n in self.nodes():
+        from remote_scripts import jobs
+
+        for n in self.nodes():  # the nodes' jobs first (every tagged process, as `fab stop` does), then sshd
+            for job_id in jobs.live_job_ids(str(n.state_dir)):
+                try:
+                    jobs.job_stop({"state_dir": str(n.state_dir), "job_id": job_id, "grace_s": 5})
+                except (jobs.NodeError, OSError) as exc:
+                    say(f"{n.name}: could not stop job {job_id}: {exc}")
             self._stop_holders(n)
         stopped = [n.name for n in self.nodes() if self.stop_node(n)]
         if purge and self.dir.exists():

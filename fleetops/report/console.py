@@ -20,6 +20,7 @@ from ..results import Result, Status, recap
 from . import fold
 from .fold import LABEL, Group, Identity, Line, Segment
 from .rows import bar
+from .tailview import TailView
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
@@ -44,6 +45,7 @@ class Reporter:
         self.odd = False  # --odd: each minority group as a diff against the majority
         self.who: dict[str, Identity] = {}  # each host's own name and address, for folding
         self.started: float | None = None
+        self.tail = TailView()  # `tail`'s per-host progress bars (in the live view on a terminal)
 
     # -- the live view: one row per host (current task, state, elapsed), only on a terminal
     def live_start(self, hosts: list[str]) -> None:
@@ -59,8 +61,11 @@ class Reporter:
         self.live.start()
 
     def _live_table(self) -> RenderableType:
-        if len(self.rows) > LIVE_TABLE_MAX:
-            return self._live_counts()
+        bars = self.tail.renderable()
+        hosts = self._live_counts() if len(self.rows) > LIVE_TABLE_MAX else self._live_hosts()
+        return RichGroup(hosts, bars) if bars is not None else hosts
+
+    def _live_hosts(self) -> RenderableType:
         table = Table(title="fleet", title_justify="left", show_edge=False)
         for column in ("host", "current task", "state", "elapsed", "tasks done"):
             table.add_column(column)
@@ -119,13 +124,28 @@ class Reporter:
             with self.lock:
                 self.console.print(escape(message))
 
+    def job_attached(self, host: str, job_id: str, state: str) -> None:
+        """`tail` is streaming the host's job: its live row says so (never `queued`) and its bar appears."""
+        self.tail.attach(host, job_id, state)
+        row = getattr(self, "rows", {}).get(host)
+        if row is not None and row["state"] not in ("failed", "unreachable"):
+            row.update(state="running", task=f"tail {job_id}", started=row["started"] or time.monotonic())
+
+    def job_ended(self, host: str, state: str) -> None:
+        self.tail.end(host, state)
+
     def job_line(self, host: str, line: str, failure: bool, progress: dict | None) -> None:
-        """One line of a job's log, prefixed with its host; failures stand out the moment they appear."""
+        """One line of a job's log, prefixed with its host; failures stand out the moment they appear. Progress
+        goes to the host's bar: redrawn in place in the live view on a terminal, else one plain line carrying
+        the bar for each progress report."""
+        self.tail.line(host, line, failure, progress)
         if self.json_mode:
             return
         with self.lock:
             if failure:
                 self.console.print(f"[bold]{escape(host)}[/] [bold red]| {escape(line)}[/]")
+            elif progress and "total" in progress and getattr(self, "live", None) is not None:
+                self.console.print(f"[bold]{escape(host)}[/] [dim]| {escape(line)}[/]")
             elif progress and "total" in progress:
                 self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] [cyan]{escape(bar(progress))}[/] "
                                    f"[dim]{escape(line)}[/]")

@@ -67,6 +67,8 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = _spec(plan, node)
     assert spec is not None and plan.playbook is not None
+    if spec.extract is not None and plan.options.get("shard_extract"):  # extract --shards: this host's rows
+        spec.extract.update(plan.options["shard_extract"])
     spec.env.update(dict(node.host.env))  # the inventory's values (tokens...) win over the playbook's
     spec.secret_env |= set(node.host.secret_env)
     request = plan.playbook.verify_request(set(spec.preflight))
@@ -112,7 +114,13 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     progress_rx = spec.progress if spec else __import__("re").compile(DEFAULT_PROGRESS)
     failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
     job_id = plan.options.get("job_id")
-    offset = 0
+    offset: int | None = None  # attaching: the node picks the start (whole log first, last N on a re-attach)
+    lines = plan.options.get("lines")
+    try:
+        last_lines = int(lines) if lines not in (None, "") else None
+    except ValueError:
+        return Result(host, "tail", Status.FAILED, f"tail --lines {lines!r}: not a number of lines", code=2)
+    from_start = bool(plan.options.get("from_start"))
     backoff = 0.5
     lost_since: float | None = None
     failures: list[str] = []
@@ -123,10 +131,12 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
         if run.interrupted.is_set():
             reporter.note(f"{host} | detached: job {job_id} is still running (fab -H {host} tail to re-attach)")
             return Result(host, "tail", Status.OK, f"detached; job {job_id} still running", code=130,
-                          data={"job_id": job_id, "offset": offset, "detached": True})
+                          data={"job_id": job_id, "offset": offset or 0, "detached": True})
         try:
-            answer, evidence = node.call("job_tail", {"job_id": job_id, "offset": offset, "wait_s": TAIL_WAIT_S},
-                                         timeout=TAIL_WAIT_S + 30)
+            request = {"job_id": job_id, "offset": offset, "wait_s": TAIL_WAIT_S}
+            if offset is None:
+                request.update(last_lines=last_lines, from_start=from_start)
+            answer, evidence = node.call("job_tail", request, timeout=TAIL_WAIT_S + 30)
         except TransportError as exc:
             if exc.kind not in ("lost", "unreachable", "timeout"):
                 raise
@@ -145,6 +155,11 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             return agent_error(host, "tail", answer)
         lost_since, backoff = None, 0.5
         job_id = answer["job_id"]
+        if offset is None and answer.get("skipped_bytes"):
+            skipped = answer.get("skipped_lines")
+            reporter.note(f"{host} | job {job_id}: {skipped if skipped is not None else 'the'} earlier lines not "
+                          f"shown ({answer['skipped_bytes']} bytes); --from-start replays them")
+        reporter.job_attached(host, job_id, answer["state"])
         for line in answer["data"].splitlines():
             failed = is_failure(line, failure_rx)
             if failed:
@@ -156,13 +171,25 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
         offset = answer["next_offset"]
         if answer["state"] not in ("running", "starting") and not answer["data"]:
             code = exit_code_of(answer)
-            end = describe_end(answer)
+            end = end_text(answer)
+            reporter.job_ended(host, answer["state"])
             reporter.note(f"{host} | job {job_id} {end}")
             status = Status.OK if code == 0 else Status.FAILED
             return Result(host, "tail", status, f"job {job_id} {end}", code=code,
                           data={"job_id": job_id, "exit": answer.get("exit"), "state": answer["state"],
                                 "bytes": offset, "failures": failures[:20], "reconnects": reconnects,
+                                "cause": answer.get("cause"),
                                 "last_progress": last_progress and bar(last_progress)})
+
+
+def end_text(answer: dict) -> str:
+    """How the job ended, with what went wrong around it (a full disk, its wrapper killed) when the node
+    knows: the cause in place of the generic guess of a `lost` job."""
+    cause = answer.get("cause")
+    if answer.get("state") == "lost" and cause:
+        return f"lost: {cause}"
+    end = describe_end(answer)
+    return f"{end}; {cause}" if cause else end
 
 
 def _status_row(answer: dict) -> list[str]:
@@ -187,10 +214,17 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     code = exit_code_of(answer) if answer["state"] not in ("running", "starting") else 0
     status = Status.OK if code == 0 else Status.FAILED
     state = answer["state"] if answer["state"] != "killed" else f"killed by signal {answer['exit']['signal']}"
+    if answer["state"] == "lost" and answer.get("cause"):
+        state = "lost"
     msg = f"job {row[0]}: {state}, exit {row[2]}, runtime {row[3]}, last progress: {row[4]}"
+    if answer.get("cause"):
+        msg += f"; {answer['cause']}"
+    if answer.get("left"):
+        msg += f"; its processes {answer['left']} still run (fab -H {host} stop --job-id {row[0]})"
     return Result(host, "status", status, msg, code=code,
                   data={"job": answer["job"], "state": answer["state"], "exit": answer.get("exit"),
                         "runtime_s": answer.get("runtime_s"), "last_progress": answer.get("last_progress"),
+                        "cause": answer.get("cause"), "tagged": answer.get("tagged"), "left": answer.get("left"),
                         "table": {"title": f"{host}: job", "columns": ["job", "state", "exit", "runtime",
                                                                         "last progress", "log"], "rows": [row]}})
 
