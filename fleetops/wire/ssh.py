@@ -117,20 +117,44 @@ def _known_hosts_files(host: Host, cxn: Connection | None) -> list[str]:
     return [os.path.expanduser(p) for p in named] or [os.path.expanduser("~/.ssh/known_hosts")]
 
 
-def _strict_client(files: list[str]) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
-    keys = client.get_host_keys()
+_MERGED_KEYS: dict[tuple, paramiko.HostKeys] = {}
+
+
+def _host_keys_for(files: list[str]) -> paramiko.HostKeys:
+    """The known_hosts files' keys merged, once per process and set of file versions, shared read-only by
+    every connection that uses them (merging per connection cost ~14 ms of client CPU per host at N=128:
+    paramiko's HostKeys.add scans every entry). With the RejectPolicy nothing ever adds to it."""
+    loaded: list[tuple[str, float, paramiko.HostKeys]] = []
     for path in files:
         try:
+            mtime = os.stat(path).st_mtime
             entries = _known_hosts(path)
         except FileNotFoundError:
             continue
         except (OSError, paramiko.SSHException, ValueError) as exc:
             raise TransportError("hostkey", f"cannot read known_hosts {path}: {exc}; fix or remove that file") \
                 from None
-        for name, entry in entries.items():
-            for keytype, key in entry.items():
-                keys.add(name, keytype, key)
+        loaded.append((path, mtime, entries))
+    key = tuple((path, mtime) for path, mtime, _ in loaded)
+    with _SHARED_LOCK:
+        merged = _MERGED_KEYS.get(key)
+    if merged is not None:
+        return merged
+    if len(loaded) == 1:
+        merged = loaded[0][2]
+    else:
+        merged = paramiko.HostKeys()
+        for _, _, entries in loaded:
+            for name, entry in entries.items():
+                for keytype, hostkey in entry.items():
+                    merged.add(name, keytype, hostkey)
+    with _SHARED_LOCK:
+        return _MERGED_KEYS.setdefault(key, merged)
+
+
+def _strict_client(files: list[str]) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    client._host_keys = _host_keys_for(files)  # noqa: SLF001 - shared, read-only (see _host_keys_for)
     # Fabric auto-adds unknown host keys, and ssh_config's StrictHostKeyChecking is not consulted: a fleet
     # tool connects only to keys the operator trusted (`trust --fingerprint`).
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
@@ -371,7 +395,9 @@ def _replace_known_host(path: str, name: str, key: paramiko.PKey) -> int:
         f.writelines(kept)
     os.chmod(tmp, os.stat(path).st_mode & 0o777)
     os.replace(tmp, path)
-    _HOST_KEYS.pop(path, None)
+    with _SHARED_LOCK:
+        _HOST_KEYS.pop(path, None)
+        _MERGED_KEYS.clear()
     return len(lines) - (len(kept) - 1)
 
 
@@ -382,7 +408,8 @@ class NodeConnection:
         self.host = host
         self.inventory = inventory
         self.cxn: Connection | None = None
-        self.agent_path: str | None = None
+        self.session: _Session | None = None  # the agent of this run on this host (issue 16)
+        self.requests = 0
         self.lock = threading.Lock()
 
     # -- connecting
@@ -401,6 +428,14 @@ class NodeConnection:
         COUNTERS.bump(host.name, "connections")
 
     def close(self) -> None:
+        """End the agent (its stdin closes: it exits) and the connection. Safe from another thread (Ctrl-C)."""
+        session, self.session = self.session, None
+        if session is not None:
+            try:
+                session.chan.shutdown_write()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass
+            self._end_session(session)
         if self.cxn is not None:
             self.cxn.close()
             self.cxn = None
@@ -515,41 +550,154 @@ class NodeConnection:
         return written
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
-        payload = json.dumps({"protocol": PROTOCOL, "op": op, "state_dir": self.host.state_dir,
-                              "operator": operator(), **request}).encode()
+        """One request to this host's agent: the first call of the run starts it (one exec, through the
+        verifying bootstrap), every later one is a line on the same channel (issue 16)."""
         with self.lock:
-            argv, shown = self._agent_argv()
-            res = self.exec(argv, payload, timeout, shown)
-            refusal = _bootstrap_refusal(res)
-            if refusal is not None and refusal.get("error_kind") == "agent_missing":
-                self.upload_agent()  # first visit of this agent version
-                res = self.exec(argv, payload, timeout, shown)
-                refusal = _bootstrap_refusal(res)
-        evidence = res.evidence()
-        if refusal is not None:  # the node's StrictModes check or the agent's hash: nothing of ours ran
-            raise TransportError("untrusted", f"{self.host.name}: {refusal.get('error')}", evidence)
-        if res.exit_code == 127:
-            raise TransportError("remote", f"{self.host.name}: the target python {self.host.python} was not "
-                                           "found on the node", evidence)
-        if res.exit_code != 0:
-            raise TransportError("remote", f"{self.host.name}: the node agent failed (exit {res.exit_code})",
+            self.requests += 1
+            payload = (json.dumps({"protocol": PROTOCOL, "op": op, "state_dir": self.host.state_dir,
+                                   "operator": operator(), **request, "_id": self.requests}) + "\n").encode()
+            for attempt in range(2):
+                session = self._agent_session()
+                fresh = session.answered == 0
+                answer, evidence = self._request(session, payload, timeout)
+                if answer is not None and answer.get("bootstrap") is True:
+                    self._end_session(session)  # nothing of ours ran; a next call starts afresh
+                    if fresh and answer.get("error_kind") == "agent_missing" and attempt == 0:
+                        self.upload_agent()  # first visit of this agent version
+                        continue
+                    raise TransportError("untrusted", f"{self.host.name}: {answer.get('error')}", evidence)
+                break
+        if answer is None:
+            code = evidence.exit_code
+            if code == 127:
+                raise TransportError("remote", f"{self.host.name}: the target python {self.host.python} was not "
+                                               "found on the node", evidence)
+            raise TransportError("remote", f"{self.host.name}: the node agent failed (exit {code}) before it "
+                                           "answered", evidence)
+        if answer.get("_id") != self.requests:
+            self.close()
+            raise TransportError("remote", f"{self.host.name}: the node agent answered out of turn (request "
+                                           f"{self.requests}, answer {answer.get('_id')}); connection reset", evidence)
+        if answer.get("agent_error"):
+            raise TransportError("remote", f"{self.host.name}: the node agent failed on {op}: {answer.get('error')} "
+                                           "(its traceback is in the node's stderr below; the agent goes on)",
                                  evidence)
-        try:
-            answer = json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
-        except (ValueError, IndexError, UnicodeDecodeError):
-            raise TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer", evidence) from None
         return answer, evidence
 
+    def _agent_session(self) -> _Session:
+        """The live agent of this connection, started if there is none (or the last one ended)."""
+        session = self.session
+        if session is not None and not session.chan.closed and not session.chan.exit_status_ready():
+            return session
+        if session is not None:
+            self._end_session(session)
+        self.open()
+        assert self.cxn is not None
+        argv, shown = self._agent_argv()
+        COUNTERS.bump(self.host.name, "execs")
+        try:
+            chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
+            _exec_without_waiting(chan, shlex.join(argv))  # the first request follows in the same flight
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise TransportError("lost", f"connection to {self.host.name} lost while starting the agent "
+                                         f"({exc or 'EOF'})", Evidence(shown, None, [], 0.0)) from None
+        self.session = _Session(chan, shown)
+        return self.session
 
-def _bootstrap_refusal(res: ExecResult) -> dict | None:
-    """The bootstrap's refusal (exit 3, one JSON line marked "bootstrap"), else None."""
-    if res.exit_code != EXIT_BOOTSTRAP_REFUSED:
-        return None
-    try:
-        answer = json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
-    except (ValueError, IndexError, UnicodeDecodeError):
-        return None
-    return answer if isinstance(answer, dict) and answer.get("bootstrap") is True else None
+    def _end_session(self, session: _Session) -> None:
+        if self.session is session:
+            self.session = None
+        try:
+            session.chan.close()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
+    def _request(self, session: _Session, payload: bytes, timeout: float) -> tuple[dict | None, Evidence]:
+        """Send one request line, read its answer line. (None, evidence) when the agent ended instead of
+        answering (the bootstrap refused, the interpreter is missing, it crashed)."""
+        started = time.monotonic()
+        session.err.clear()
+        try:
+            session.chan.sendall(payload)
+            line = session.read_line(started + timeout)
+        except TimeoutError:
+            self._end_session(session)  # the agent's watchdog sees its client go and stops where it is
+            raise TransportError("timeout", f"{self.host.name}: no answer within {timeout:.0f}s",
+                                 session.evidence(None, started)) from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            evidence = session.evidence(None, started)
+            self.close()
+            raise TransportError("lost", f"connection to {self.host.name} lost during the step ({exc or 'EOF'}); "
+                                         "the node's outcome is unknown", evidence) from None
+        if line is None:
+            self._end_session(session)
+            if session.code is None:
+                self.close()
+                raise TransportError("lost", f"connection to {self.host.name} lost during the step; the node's "
+                                             "outcome is unknown", session.evidence(None, started))
+            return None, session.evidence(session.code, started)
+        session.answered += 1
+        try:
+            answer = json.loads(line.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            answer = None
+        if not isinstance(answer, dict):
+            self._end_session(session)
+            raise TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer",
+                                 session.evidence(None, started))
+        code = EXIT_BOOTSTRAP_REFUSED if answer.get("bootstrap") is True else 0
+        return answer, session.evidence(code, started)
+
+
+class _Session:
+    """The agent's channel: answers are lines on stdout, in request order; stderr is kept per request."""
+
+    def __init__(self, chan: paramiko.Channel, shown: str) -> None:
+        self.chan = chan
+        self.shown = shown
+        self.out = bytearray()
+        self.err = bytearray()
+        self.answered = 0
+        self.code: int | None = None  # the agent's exit status once it ended
+
+    def evidence(self, code: int | None, started: float) -> Evidence:
+        return ExecResult(self.shown, code, b"", bytes(self.err), time.monotonic() - started).evidence()
+
+    def read_line(self, deadline: float) -> bytes | None:
+        """The next answer line, or None when the agent ended first (self.code: its exit status or None)."""
+        chan = self.chan
+        while True:
+            while chan.recv_stderr_ready():
+                self.err += chan.recv_stderr(65536)
+            newline = self.out.find(b"\n")
+            if newline >= 0:
+                line = bytes(self.out[:newline])
+                del self.out[: newline + 1]
+                while chan.recv_stderr_ready():  # what the agent wrote before it answered
+                    self.err += chan.recv_stderr(65536)
+                return line
+            if chan.recv_ready():
+                self.out += chan.recv(65536)
+                continue
+            if chan.exit_status_ready() or chan.closed or chan.eof_received:
+                if chan.recv_ready() or chan.recv_stderr_ready():
+                    continue
+                if chan.exit_status_ready() or not chan.closed:
+                    code = chan.recv_exit_status()  # after EOF the status follows at once (or -1 on close)
+                    self.code = None if code == -1 else code
+                if self.out:  # a last line without its newline
+                    line, self.out = bytes(self.out), bytearray()
+                    return line if self.code is not None else None
+                return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            select.select([chan], [], [], min(remaining, 1.0))
+            transport = chan.get_transport()
+            if (transport is None or not transport.is_active()) and not chan.recv_ready() \
+                    and not chan.recv_stderr_ready():
+                raise EOFError("transport closed")
 
 
 def _exec_without_waiting(chan: paramiko.Channel, command: str) -> None:
