@@ -60,6 +60,7 @@ def assemble(state: RunState, hosts: list[str], tasks: list[tuple[str, dict[str,
              for name, kwargs in tasks]
     if limit:  # names, globs, @group, !host (plans/inventory.py); UnknownHost when nothing is left
         selected = state.inventory.limit(selected, limit)
+    state.selected = [h.name for h in selected]
     return Run(state, selected, steps)
 
 

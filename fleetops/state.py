@@ -32,6 +32,7 @@ class RunState:
         self.playbooks: dict[Path, Playbook] = {}
         self.lock = threading.Lock()
         self.interrupted = threading.Event()  # Ctrl-C: long tasks (tail, --wait) detach and return
+        self.selected: list[str] = []  # the hosts this run selected (run.assemble): fleet-wide tasks read it
 
     @property
     def inventory(self) -> Inventory:

@@ -10,7 +10,7 @@ PROTOCOL = 1
 
 # Every op the agent answers. ping is built in; the others name (module, function) in agent.OPS.
 OPS = ("ping", "patch", "rollback", "verify", "gpu", "facts", "preflight", "job_start", "job_status", "job_tail",
-       "job_logs", "job_stop", "run", "jobs_list", "fetch_plan", "diagnose", "capture", "slurm")
+       "job_logs", "job_stop", "run", "jobs_list", "fetch_plan", "diagnose", "capture", "slurm", "shards")
 
 # The kinds of check a playbook's verify: may name ("requires" is added from the playbook's requires:).
 CHECK_KINDS = ("requires", "grep", "compile", "import", "callsites", "probe")

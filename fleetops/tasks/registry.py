@@ -4,12 +4,13 @@ the agent call(s), then a Result, recorded. Node trouble never raises out of her
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..plans.inventory import Host, MissingSecret
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
 from ..wire.connector import Connector, TransportError
-from . import adhoc, authoring, checks, diagnose, gpu, jobs, node, oncall, patching
+from . import adhoc, authoring, checks, diagnose, gpu, jobs, node, oncall, patching, shards
 from .plan import Plan, TaskSpec, UsageError
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ TASKS.update({name: TaskSpec(name, jobs.job_plan(name, name == "extract"), run=r
               for name, runner in (("extract", jobs.run_extract), ("tail", jobs.run_tail),
                                    ("status", jobs.run_status), ("logs", jobs.run_logs), ("stop", jobs.run_stop))})
 TASKS["jobs"] = TaskSpec("jobs", jobs.jobs_list_plan, jobs.interpret_jobs_list)
+for _name in ("extract", "status", "tail"):  # extract --shards across SSH hosts, and its fleet view
+    TASKS[_name] = replace(TASKS[_name], run=shards.wrap(_name, TASKS[_name].run))  # type: ignore[arg-type]
 
 UNREACHABLE_KINDS = ("unreachable", "hostkey", "auth", "refused")
 

@@ -1,0 +1,348 @@
+"""`extract --shards` across SSH hosts: one shard of the playbook job's dataset per selected host (shard i of N
+to the i-th host in name order, fleetops/plans/shards.py), each launched by the ordinary job launch
+(tasks/jobs.py run_extract, given the shard's dataset and output folder) and resumed by it; the fleet manifest
+<project>/.fleetops/shards/<job>.json records which host has which rows, its jobs, its sample count and, once
+known, the sha256 of its manifest and samples. `status` and `tail` on a sharded job add one aggregated line
+(samples done/total, summed tok/s, ETA of the slowest shard) to the per-host lines. The runners here wrap the
+jobs family's runners (tasks/registry.py hands them in), so neither family imports the other."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..plans import shards as sp
+from ..plans.jobspec import JobSpec, parse_progress, resolve
+from ..results import EXIT_FAILED, Result, Status
+from ..wire.connector import Connector
+from .plan import Plan, agent_error
+
+if TYPE_CHECKING:
+    from ..state import RunState
+
+Runner = Callable[["RunState", Plan, Connector], Result]
+EXIT_USAGE = 2
+AGGREGATE_EVERY_S = 1.0
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Fleet:
+    """What the hosts of one run share about the shard plan: decided once, saved under one lock."""
+
+    def __init__(self, run: RunState, plan: Plan) -> None:
+        self.lock = threading.Lock()
+        self.job = plan.options.get("job") or "extract"
+        self.path = sp.manifest_path(run.root, self.job)
+        self.doc: dict | None = None
+        self.mode = ""
+        self.error: str | None = None
+        self.reported: set[str] = set()
+        self.live: dict[str, dict] = {}
+        self.last_line = 0.0
+        self.attached = False
+        self.save_error: str | None = None
+
+    def shard(self, host: str) -> dict | None:
+        return next((s for s in (self.doc or {}).get("shards", []) if s["host"] == host), None)
+
+    def save(self) -> None:
+        """Written atomically; a laptop-side write error is kept (and shown in the fleet line), not raised: the
+        nodes' own state is the truth and the next status writes the plan again."""
+        assert self.doc is not None
+        self.doc["updated"] = _now()
+        self.doc["complete"] = not sp.unfinished(self.doc)
+        try:
+            sp.save(self.path, self.doc)
+            self.save_error = None
+        except OSError as exc:
+            self.save_error = f"{self.path} not written: {exc.strerror or exc}"
+
+    def rows(self) -> list[dict]:
+        out = []
+        for s in (self.doc or {}).get("shards", []):
+            live = self.live.get(s["host"], {})
+            out.append({"host": s["host"], "done": live.get("done", s.get("done") or 0),
+                        "total": live.get("total", s.get("samples") or 0), "tok_s": live.get("tok_s"),
+                        "eta": live.get("eta"), "state": live.get("state", s.get("state") or "unknown")})
+        return out
+
+
+def _fleet(run: RunState, plan: Plan) -> Fleet:
+    with run.lock:
+        fleet = plan.options.get("_shard_fleet")
+        if fleet is None:
+            fleet = plan.options["_shard_fleet"] = Fleet(run, plan)
+        return fleet
+
+
+def _ssh_hosts(run: RunState) -> list[str]:
+    return [n for n in run.selected if run.inventory.resolve(n).scheduler != "slurm"]
+
+
+def _spec(plan: Plan, node: Connector) -> JobSpec | None:
+    book = plan.playbook
+    name = plan.options.get("job") or "extract"
+    if book is None or name not in (book.jobs or {}):
+        return None
+    return resolve(name, book.jobs[name], node.host.groups)
+
+
+def _decide(run: RunState, plan: Plan, fleet: Fleet) -> None:
+    """Once per run, before any host launches: how many shards, and the plan (new, resumed or refused)."""
+    with fleet.lock:
+        if fleet.doc is not None or fleet.error is not None:
+            return
+        hosts = _ssh_hosts(run)
+        try:
+            sp.count(plan.options.get("shards"), len(hosts))
+            doc, mode = sp.decide(sp.load(fleet.path), fleet.job, hosts, _now(), fleet.path)
+            fleet.doc, fleet.mode = doc, mode
+            fleet.save()
+            if fleet.save_error:
+                fleet.doc, fleet.error = None, f"{fleet.save_error}: the shard plan must be on disk before any " \
+                    "shard starts; nothing launched"
+        except sp.ShardError as exc:
+            fleet.error = str(exc)
+
+
+def run_extract(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Result:
+    host = node.host.name
+    fleet = _fleet(run, plan)
+    _decide(run, plan, fleet)
+    if fleet.error is not None:
+        return Result(host, "extract", Status.FAILED, fleet.error, code=EXIT_USAGE, data={"error_kind": "shards"})
+    spec = _spec(plan, node)
+    assert spec is not None
+    if spec.kind != "extract" or spec.extract is None:
+        return Result(host, "extract", Status.FAILED, f"--shards: job {spec.name!r} is a {spec.kind} job; only an "
+                      "extract job's dataset can be split", code=EXIT_USAGE)
+    shard = fleet.shard(host)
+    assert shard is not None and fleet.doc is not None
+    i, of = shard["index"], shard["of"]
+    prep, _ = node.call("shards", {"action": "prepare", "extract": spec.extract, "index": i, "of": of}, timeout=300)
+    if prep.get("error"):
+        return agent_error(host, "extract", prep, with_kind=True)
+    with fleet.lock:
+        known = fleet.doc.get("dataset")
+        if known and (known["sha256"] != prep["dataset_sha256"] or known["rows"] != prep["rows"]):
+            return Result(host, "extract", Status.FAILED,
+                          f"refused: the dataset on {host} ({prep['dataset']}, {prep['rows']} rows, sha256 "
+                          f"{prep['dataset_sha256'][:16]}...) is not the one the shard plan splits ({known['rows']} "
+                          f"rows, sha256 {known['sha256'][:16]}... first seen on {known['host']}); give every host "
+                          f"the same file, or move {fleet.path} aside to start over", code=EXIT_FAILED,
+                          data={"error_kind": "shards"})
+        if not known:
+            fleet.doc["dataset"] = {"path": prep["dataset"], "sha256": prep["dataset_sha256"], "rows": prep["rows"],
+                                    "host": host}
+        shard.update(start=prep["start"], end=prep["end"], samples=prep["end"] - prep["start"],
+                     dataset=prep["shard_dataset"], output=prep["shard_output"], done=prep["done"])
+        complete = prep["done"] >= shard["samples"] and prep.get("manifest_sha256") is not None
+        if complete:
+            shard.update(complete=True, state="succeeded", manifest_sha256=prep.get("manifest_sha256"),
+                         samples_sha256=prep.get("samples_sha256"))
+        fleet.save()
+    where = (f"shard {i} of {of} (rows {shard['start']}-{shard['end'] - 1} of {prep['rows']}, {shard['samples']} "
+             "samples)")
+    data: dict[str, Any] = {"shard": dict(shard), "plan": str(fleet.path), "plan_mode": fleet.mode}
+    if complete:
+        return Result(host, "extract", Status.OK, f"{where} already complete ({prep['done']}/{shard['samples']} in "
+                      f"{prep['shard_output']}); nothing to do", data=data)
+    current, _ = node.call("job_status", {"job_id": None})
+    if not current.get("error") and current.get("state") in ("running", "starting") and \
+            current["job"]["id"] in shard["jobs"]:
+        return Result(host, "extract", Status.OK, f"{where}: still running as job {current['job']['id']} "
+                      f"({prep['done']}/{shard['samples']} done); left alone", data={**data, "job": current["job"]})
+    extract = {"dataset": prep["shard_dataset"], "output": prep["shard_output"],
+               "shard": {"index": i, "of": of, "start": shard["start"], "end": shard["end"],
+                         "dataset": prep["dataset"], "hosts": fleet.doc["hosts"]}}
+    result = inner(run, replace(plan, options={**plan.options, "shard_extract": extract}), node)
+    job = result.data.get("job") or {}
+    if result.status is Status.CHANGED and job.get("id"):
+        with fleet.lock:
+            shard["jobs"].append(job["id"])
+            shard["state"] = "running"
+            fleet.save()
+        resumed = f", resuming at {prep['done']}/{shard['samples']}" if prep["done"] else ""
+        result.msg = f"{where}{resumed}: {result.msg}"
+    result.data.update(data, shard=dict(shard))
+    return result
+
+
+def _progress(spec: JobSpec | None, text: str | None) -> dict:
+    if not text or spec is None:
+        return {}
+    return parse_progress(text, spec.progress) or {}
+
+
+def _record(run: RunState, node: Connector, plan: Plan, fleet: Fleet, state: str, job_id: str | None,
+            progress: dict) -> dict | None:
+    """The host's shard as its node sees it now (the shard output's manifest), into the fleet manifest."""
+    host = node.host.name
+    shard = fleet.shard(host)
+    spec = _spec(plan, node)
+    if shard is None or spec is None or spec.extract is None:
+        return None
+    rep, _ = node.call("shards", {"action": "report", "extract": spec.extract, "index": shard["index"],
+                                  "of": shard["of"], "samples": shard.get("samples") or 0}, timeout=300)
+    if rep.get("error"):
+        return None
+    ours = job_id in shard["jobs"]
+    with fleet.lock:
+        shard.update(done=rep["done"], runs=rep.get("runs"))
+        if ours:
+            shard["state"] = state
+        samples = shard.get("samples") or rep["total"]
+        if rep["done"] >= samples and rep.get("manifest_sha256"):
+            shard.update(complete=True, manifest_sha256=rep["manifest_sha256"], samples_sha256=rep["samples_sha256"])
+        live = {"done": rep["done"], "total": samples, "state": state if ours else "not running"}
+        if ours and state in ("running", "starting"):
+            live.update({k: progress[k] for k in ("tok_s", "eta") if k in progress})
+        fleet.live[host] = live
+        fleet.reported.add(host)
+        fleet.save()
+    return {**rep, "ours": ours}
+
+
+def _all_in(run: RunState, fleet: Fleet) -> bool:
+    assert fleet.doc is not None
+    return set(run.selected) & set(fleet.doc["hosts"]) <= fleet.reported
+
+
+def _summary(run: RunState, fleet: Fleet, result: Result | None) -> None:
+    agg = sp.aggregate(fleet.rows())
+    complete = sum(1 for s in (fleet.doc or {}).get("shards", []) if s.get("complete"))
+    agg["complete_shards"] = complete
+    saved = f" ({fleet.save_error})" if fleet.save_error else ""
+    run.reporter.note(f"fleet | {sp.line(agg)}; {complete}/{agg['shards']} shards complete; plan {fleet.path}{saved}")
+    if result is not None:  # None: this host's own step raised; its failed result is made by the registry
+        result.data["fleet"] = {**agg, "plan": str(fleet.path)}
+
+
+def _load_view(run: RunState, plan: Plan, node: Connector) -> Fleet | None:
+    """The shard plan when this host is part of one (and no --job-id picks another job), else None."""
+    if plan.options.get("job_id") or node.host.scheduler == "slurm":
+        return None
+    fleet = _fleet(run, plan)
+    with fleet.lock:
+        if fleet.doc is None and fleet.error is None:
+            try:
+                fleet.doc = sp.load(fleet.path)
+            except sp.ShardError as exc:
+                fleet.error = str(exc)
+    if fleet.doc is None or fleet.shard(node.host.name) is None:
+        return None
+    return fleet
+
+
+def run_status(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Result:
+    fleet = _load_view(run, plan, node)
+    if fleet is None:
+        return inner(run, plan, node)
+    result: Result | None = None
+    try:
+        result = inner(run, plan, node)
+        job = (result.data.get("job") or {}).get("id")
+        state = result.data.get("state") or "unknown"
+        rep = _record(run, node, plan, fleet, state, job, _progress(_spec(plan, node), result.data.get(
+            "last_progress")))
+        shard = fleet.shard(node.host.name) or {}
+        if rep is not None:
+            result.msg = (f"shard {shard['index']} of {shard['of']} ({rep['done']}/{shard.get('samples')} samples"
+                          f"{', complete' if shard.get('complete') else ''}): {result.msg}"
+                          + ("" if rep["ours"] else f" (not its shard's job: {', '.join(shard['jobs']) or 'none'})"))
+            result.data["shard"] = dict(shard)
+    finally:
+        with fleet.lock:
+            fleet.reported.add(node.host.name)
+            last = _all_in(run, fleet)
+        if last:
+            _summary(run, fleet, result)
+    assert result is not None  # inner() returned (else its exception is on its way up)
+    return result
+
+
+class _TailReporter:
+    """The run's reporter for one host's tail, which also feeds the fleet's aggregated line."""
+
+    def __init__(self, real: Any, fleet: Fleet, host: str) -> None:
+        self._real, self._fleet, self._host = real, fleet, host
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def job_line(self, host: str, line: str, failure: bool, progress: dict | None) -> None:
+        self._real.job_line(host, line, failure, progress)
+        if not progress or "total" not in progress:
+            return
+        fleet = self._fleet
+        with fleet.lock:
+            fleet.live[self._host] = {"done": progress.get("done", 0), "total": progress["total"],
+                                      "tok_s": progress.get("tok_s"), "eta": progress.get("eta"), "state": "running"}
+            now = time.monotonic()
+            if now - fleet.last_line < AGGREGATE_EVERY_S:
+                return
+            fleet.last_line = now
+            agg = sp.aggregate(fleet.rows())
+            attach = not fleet.attached
+            fleet.attached = True
+        if attach:
+            self._real.job_attached("fleet", f"{agg['shards']} shards", "running")
+        self._real.job_line("fleet", sp.line(agg), False, agg)
+
+
+class _TailRun:
+    def __init__(self, run: RunState, reporter: _TailReporter) -> None:
+        self._run, self.reporter = run, reporter
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._run, name)
+
+
+def run_tail(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Result:
+    fleet = _load_view(run, plan, node)
+    if fleet is None:
+        return inner(run, plan, node)
+    host = node.host.name
+    result: Result | None = None
+    try:
+        result = inner(_TailRun(run, _TailReporter(run.reporter, fleet, host)), plan, node)  # type: ignore[arg-type]
+        if result.code != 130:  # not detached by Ctrl-C: the job ended
+            rep = _record(run, node, plan, fleet, result.data.get("state") or "unknown", result.data.get("job_id"),
+                          {})
+            if rep is not None:
+                result.data["shard"] = dict(fleet.shard(host) or {})
+    finally:
+        with fleet.lock:
+            fleet.reported.add(host)
+            last = _all_in(run, fleet)
+        if last:
+            if fleet.attached:
+                done = all(s.get("complete") for s in (fleet.doc or {}).get("shards", []))
+                word = "succeeded" if done else "detached" if run.interrupted.is_set() else "unfinished"
+                run.reporter.job_ended("fleet", word)
+            _summary(run, fleet, result)
+    assert result is not None  # inner() returned (else its exception is on its way up)
+    return result
+
+
+WRAPPERS: dict[str, Callable[[RunState, Plan, Connector, Runner], Result]] = {
+    "extract": run_extract, "status": run_status, "tail": run_tail}
+
+
+def wrap(name: str, inner: Runner) -> Runner:
+    """The jobs family's runner for `name`, sharded when asked (extract --shards on SSH hosts) or when the host
+    is part of a shard plan (status, tail); Slurm login nodes keep their own path."""
+    outer = WRAPPERS[name]
+
+    def runner(run: RunState, plan: Plan, node: Connector) -> Result:
+        if name == "extract" and (plan.options.get("shards") in (None, False, "") or node.host.scheduler == "slurm"):
+            return inner(run, plan, node)
+        return outer(run, plan, node, inner)
+
+    return runner
