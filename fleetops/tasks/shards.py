@@ -341,7 +341,12 @@ def wrap(name: str, inner: Runner) -> Runner:
     outer = WRAPPERS[name]
 
     def runner(run: RunState, plan: Plan, node: Connector) -> Result:
-        if name == "extract" and (plan.options.get("shards") in (None, False, "") or node.host.scheduler == "slurm"):
+        raw = plan.options.get("shards")
+        if name == "extract" and node.host.scheduler == "slurm" and (raw is True or str(raw).lower() == "all"):
+            given = "--shards" if raw is True else f"--shards {raw}"
+            return Result(node.host.name, "extract", Status.FAILED, f"{given} on a Slurm login node needs the number "
+                          "of shards (the job array's size), e.g. --shards 4", code=EXIT_USAGE)
+        if name == "extract" and (raw in (None, False, "") or node.host.scheduler == "slurm"):
             return inner(run, plan, node)
         return outer(run, plan, node, inner)
 
