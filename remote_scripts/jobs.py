@@ -195,13 +195,14 @@ def _drop_secrets(job_dir: str) -> bool:
         return False
 
 
-def job_state(job_dir: str, job: dict) -> dict:
-    """The job's state from its exit record and its own processes (found by their tag). `running` while any
-    tagged process lives, whatever happened to the wrapper; `left` names processes still alive after the job's
-    main process ended; `cause` says what went wrong around the job (its wrapper gone, a full disk)."""
+def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None) -> dict:
+    """The job's state from its exit record and its own processes (found by their tag; `index`: one scan of
+    /proc made for many jobs). `running` while any tagged process lives, whatever happened to the wrapper;
+    `left` names processes still alive after the job's main process ended; `cause` says what went wrong around
+    the job (its wrapper gone, a full disk)."""
     ended = read_json(os.path.join(job_dir, "exit.json"))
     now = time.time()
-    tagged = tagged_pids(job_dir)
+    tagged = sorted(index.get(os.path.abspath(job_dir), [])) if index is not None else tagged_pids(job_dir)
     out: dict = {"tagged": tagged}
     if not ended and not tagged and _supervisors_alive(job_dir, job):
         # The job is done and its wrapper is writing exit.json: give it a moment, then read again.
@@ -292,7 +293,10 @@ def _tag_index() -> dict[str, list[int]]:
             continue
         for var in env.split(b"\0"):
             if var.startswith(b"FLEETOPS_JOB_DIR="):
-                out.setdefault(var.split(b"=", 1)[1].decode("utf-8", "replace"), []).append(int(entry))
+                fields = stat_fields(entry)
+                if fields is not None and fields[0] not in ("Z", "X"):
+                    out.setdefault(var.split(b"=", 1)[1].decode("utf-8", "replace"), []).append(int(entry))
+                break
     return out
 
 
@@ -339,12 +343,11 @@ class _LaunchLock:
 
 def _leftovers(state_dir: str) -> tuple[str, list[int]] | None:
     """An ended job whose processes still live (tagged): a new job beside them would share the GPUs."""
-    for job in _all_jobs(state_dir)[:KNOWN_IDS_SHOWN]:
+    index = _tag_index()
+    for job in _all_jobs(state_dir):
         job_dir = os.path.join(jobs_dir(state_dir), job["id"])
-        if os.path.exists(os.path.join(job_dir, "exit.json")):
-            left = tagged_pids(job_dir)
-            if left:
-                return job["id"], left
+        if index.get(job_dir) and os.path.exists(os.path.join(job_dir, "exit.json")):
+            return job["id"], sorted(index[job_dir])
     return None
 
 
@@ -458,9 +461,10 @@ def jobs_list(req: dict) -> dict:
     rows = []
     limit = int(req.get("limit") or 0)
     jobs = _all_jobs(state_dir)
+    index = _tag_index()
     for job in jobs[:limit] if limit else jobs:
         job_dir = os.path.join(jobs_dir(state_dir), job["id"])
-        st = job_state(job_dir, job)
+        st = job_state(job_dir, job, index)
         out = output_dir(job_dir, job)
         rows.append({"id": job["id"], "name": job.get("name"), "kind": job.get("kind"), "started": job.get("started"),
                      "started_ts": job.get("started_ts"), "operator": job.get("operator"), **st,

@@ -214,8 +214,6 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     code = exit_code_of(answer) if answer["state"] not in ("running", "starting") else 0
     status = Status.OK if code == 0 else Status.FAILED
     state = answer["state"] if answer["state"] != "killed" else f"killed by signal {answer['exit']['signal']}"
-    if answer["state"] == "lost" and answer.get("cause"):
-        state = "lost"
     msg = f"job {row[0]}: {state}, exit {row[2]}, runtime {row[3]}, last progress: {row[4]}"
     if answer.get("cause"):
         msg += f"; {answer['cause']}"
