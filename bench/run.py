@@ -677,7 +677,12 @@ class Runner:
         if sampler:
             sampler.stop.set()
             sampler.join()
-        time.sleep(0.15)  # let the sshd listeners reap their session processes
+        # Let the sshd listeners reap their session processes: the node CPU of a session (an agent that exits
+        # when its client closes, the commands) reaches the listener only once the session is reaped, which on
+        # a loaded machine takes far longer than a fixed 0.15 s (the first issue-16 run undercounted it so).
+        settle = time.monotonic() + 20
+        while time.monotonic() < settle and set(_parents().values()) & set(listeners):
+            time.sleep(0.05)
         node_cpu = sum(proc_cpu(p) for p in listeners) - node0
         proxy_cpu = (proc_cpu(proxy_pid, False) - proxy0) if proxy_pid else 0.0
         r = Run(
