@@ -275,6 +275,10 @@ def test_gpu_looks_into_the_running_jobs_allocation(cluster):
         rc, through_fab = fab_json(project, "-H", "login01", "gpu")  # the task as typed reaches the same code
         got = through_fab["results"][0]
         assert rc == 0 and got["data"]["node"] == slurm.node and f"on node {slurm.node}" in got["msg"], got
+        # diagnose on the login node names the allocation's node (issue 15: gpu/diagnose report it).
+        _, diag = fab_json(project, "-H", "login01", "diagnose")
+        [alloc] = [f for f in diag["results"][0]["data"]["findings"] if f["area"] == "slurm"]
+        assert f"(Slurm job {sid}) running on node {slurm.node}" in alloc["msg"], alloc
         assert fab_json(project, "-H", "login01", "stop")[0] == 0
         idle = run_gpu(state, plan, node)
         assert idle.status.value == "ok" and "no task of the job is running" in idle.msg, idle

@@ -30,6 +30,7 @@ from ..plans.kernellog import OomKill, XidEvent, bus_key, parse_ooms, parse_xids
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_OK, Result, Status
 from ..wire.connector import Connector, TransportError
+from . import slurm
 from .plan import Plan, TaskSpec
 
 if TYPE_CHECKING:
@@ -458,6 +459,11 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
         result.evidence = evidence
         return result
     findings = assess_answer(host, answer, sent, received, plan.playbook)
+    if host.scheduler == "slurm":  # a login node: where our job's allocation is says more than its own GPUs
+        note = slurm.allocation_note(node)
+        findings.append(Finding(OK, "slurm", note.msg if note else "no job of fleetops queued or running here",
+                                _fab(host.name, "gpu") if note else _fab(host.name, "extract"), 50,
+                                dict(note.details) if note else {}))
     on_node = answer.get("seconds")
     reach = f"reached in {connect_s:.2f}s, answered in {total:.1f}s" + (f" ({on_node}s on the node)" if on_node else "")
     findings.insert(0, Finding(OK, "reach", reach, _fab(host.name, "ping"), 0))
