@@ -36,7 +36,7 @@ WIDTH = 150  # sample lines longer than this are cut, ending in "…"
 TRIM = "…"
 PLACEHOLDER = "<checkout>"
 MARKER = re.compile(r"^<!--\s*sample:\s*(?P<body>.*?)\s*-->\s*$")
-NODE = "lab01"
+NODES = 4
 
 
 @dataclass
@@ -136,6 +136,8 @@ _MASKS = [
     (re.compile(r"\bin \d+(\.\d+)? s\b"), "in <dur>"),  # the closing summary line
     (re.compile(r"\b\d+(\.\d+)?(ms|s|m|h)\b"), "<dur>"),
     (re.compile(r"fleetops-agent-[0-9a-f]+\.pyz"), "fleetops-agent-<sha>.pyz"),
+    (re.compile(r"\b[0-9a-f]{64}\b"), "<sha256>"),  # the agent's hash on the bootstrap's command line
+    (re.compile(r"\b([\w.]+)-\d{8}T\d{6}-[0-9a-f]{4}\b"), r"\1-<id>"),  # a job id (name-UTC time-random)
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
     (re.compile(r"\b(pids?|port|pid:) \d+(, \d+)*"), r"\1 <n>"),
     (re.compile(r"\b\d+ (python3?|sleep)\b"), r"<pid> \1"),  # a GPU holder: pid, command
@@ -223,7 +225,8 @@ def regenerate(block: list[str], live: list[str]) -> tuple[list[str], bool]:
 
 # ---------------------------------------------------------------- running samples on a lab
 class SampleLab:
-    """A throwaway lab project; each sample runs on lab01 from the same start (pristine, idle GPUs)."""
+    """A throwaway lab project of NODES nodes (enough for a folded sample: fab folds from 4 hosts); each sample
+    starts from the same state (every node pristine, idle GPUs, a quiet kernel log, no jobs)."""
 
     def __init__(self, project: Path) -> None:
         from fleetops.lab import Lab
@@ -233,22 +236,27 @@ class SampleLab:
         self.audit = project / "readme-samples-audit.jsonl"
 
     def up(self) -> None:
-        self.lab.up(1, progress=lambda m: print(m, file=sys.stderr))
+        self.lab.up(NODES, progress=lambda m: print(m, file=sys.stderr))
 
     def down(self) -> None:
         self.lab.down()
 
     def reset(self) -> None:
-        node = self.lab.node(NODE)
-        self.lab.start_node(node)
-        self.lab.reset_packages(node)
-        for sub in ("backups", "lock.json", "failpoints.json", "jobs"):
-            target = node.state_dir / sub
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
-        self.lab.set_gpu_state(node, "idle")
+        from fleetops.lab import kernel_log
+
+        for node in self.lab.nodes():
+            self.lab.start_node(node)
+            self.lab.reset_packages(node)
+            for sub in ("backups", "lock.json", "failpoints.json", "jobs"):
+                target = node.state_dir / sub
+                if target.is_dir():
+                    shutil.rmtree(target)
+                elif target.exists():
+                    target.unlink()
+            self.lab.set_gpu_state(node, "idle")
+            kernel_log.clear(node)
+        shutil.rmtree(self.project / ".fleetops", ignore_errors=True)
+        shutil.rmtree(self.project / "fetched", ignore_errors=True)
 
     def fab(self, command: str, timeout: float = 600) -> subprocess.CompletedProcess:
         env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": COLUMNS, "FLEETOPS_AUDIT_LOG": str(self.audit)}

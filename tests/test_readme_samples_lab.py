@@ -245,7 +245,7 @@ def test_every_flag_in_the_tasks_table_is_the_tasks_own():
                     checked += 1
                     if task is None or word not in _task_options(task):
                         problems.append(f"`{span}`: {word} is not an option of {task}")
-                elif re.fullmatch(r"[a-z][\w.]*", word):
+                elif re.fullmatch(r"[a-z][\w.-]*", word):  # ssh-config, playbook.lint
                     if word not in _tasks():
                         problems.append(f"`{span}`: {word!r} is not a task")
                     task = word
