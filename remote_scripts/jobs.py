@@ -86,33 +86,11 @@ def _process_alive(pid: int | None, marker: str) -> bool:
         return False
 
 
-def tag_of(job_dir: str) -> bytes:
-    return b"FLEETOPS_JOB_DIR=" + os.path.abspath(job_dir).encode()
-
-
 def tagged_pids(job_dir: str) -> list[int]:
     """Live (not zombie) processes of this user whose environment carries the job's tag: the job's own
     processes wherever they are (another process group, a new session), found without the wrapper."""
-    tag = tag_of(job_dir)
-    uid = os.getuid()
     me = os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if tag not in env.split(b"\0"):
-            continue
-        fields = stat_fields(entry)
-        if fields is not None and fields[0] not in ("Z", "X"):
-            found.append(int(entry))
-    return sorted(found)
+    return sorted(p for p in _tag_index().get(os.path.abspath(job_dir), []) if p != me)
 
 
 def _supervisors_alive(job_dir: str, job: dict) -> list[int]:

@@ -16,21 +16,12 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from remote_scripts.hunks import split_lines
+
 from .unidiff import Hunk
 
 CLEAN, OFFSET, FUZZ, CONFLICT, UPSTREAM = "clean", "offset", "fuzz", "conflict", "already upstream"
 APPLIED_STATES = (CLEAN, OFFSET, FUZZ, UPSTREAM)
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines with their endings; only "\\n" ends a line (as for diff(1) and patch(1))."""
-    if not text:
-        return []
-    parts = text.split("\n")
-    out = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        out.append(parts[-1])
-    return out
 
 
 def _bare(line: str) -> str:
