@@ -35,6 +35,17 @@ def markup(line: Line, label: str) -> str:
                    else escape(label if text == LABEL else text) for text, style in line)
 
 
+class _Fresh:
+    """Built at each draw, not at each refresh: rich redraws its last refreshed renderable under every printed
+    line, so a snapshot taken before the host's task started would show it `queued` after its first log line."""
+
+    def __init__(self, build: Any) -> None:
+        self.build = build
+
+    def __rich__(self) -> RenderableType:
+        return self.build()
+
+
 class Reporter:
     def __init__(self, json_mode: bool = False, verbose: bool = False, console: Console | None = None) -> None:
         self.json_mode = json_mode
@@ -56,8 +67,7 @@ class Reporter:
             return
         from rich.live import Live
 
-        self.live = Live(console=self.console, get_renderable=self._live_table, refresh_per_second=4,
-                         transient=True)
+        self.live = Live(_Fresh(self._live_table), console=self.console, refresh_per_second=4, transient=True)
         self.live.start()
 
     def _live_table(self) -> RenderableType:

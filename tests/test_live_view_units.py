@@ -1,0 +1,33 @@
+"""The live view on a terminal: what it draws under each printed line is the hosts' state now."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from rich.console import Console
+
+from fleetops.report.console import Reporter
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_a_line_printed_right_after_the_task_starts_is_followed_by_running_not_the_stale_queued_frame():
+    # The defect: rich redraws under each printed line the table it built at its last refresh (4 a second);
+    # a job's first line within 250 ms of the start showed the host `queued` under it.
+    out = io.StringIO()
+    rep = Reporter(console=Console(file=out, width=120, force_terminal=True, highlight=False, soft_wrap=True))
+    rep.live_start(["lab01"])
+    try:
+        assert rep.live is not None
+        rep.task_started("lab01", "tail")
+        rep.job_attached("lab01", "job-1", "running")
+        before = len(out.getvalue())
+        rep.job_line("lab01", "warming up", False, None)
+        after = ANSI.sub("", out.getvalue()[before:])
+    finally:
+        rep.live_stop()
+    assert "warming up" in after
+    drawn = after[after.index("warming up"):]
+    assert "queued" not in drawn, drawn
+    assert re.search(r"lab01\s+│\s+tail job-1\s+│\s+running", drawn), drawn
