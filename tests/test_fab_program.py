@@ -50,3 +50,14 @@ def test_another_projects_fabfile_keeps_fabrics_ways(tmp_path):
 def test_version_names_fleetops_and_fabric(tmp_path):
     proc = run(tmp_path, "--version")
     assert proc.returncode == 0 and "fleetops" in proc.stdout and "Fabric" in proc.stdout
+
+
+def test_a_usage_error_names_the_command_the_operator_typed():
+    # The defect: the installed `fab` is the Fleet class too, and its hint said `fleet --help`.
+    from invoke.exceptions import ParseError
+
+    from fleetops.cli import fab_program, program
+    from fleetops.fab.usage import usage_exit
+
+    assert "`fab --list`" in str(usage_exit(fab_program, ParseError("No idea what 'pach' is!")).message)
+    assert "`fleet --list`" in str(usage_exit(program, ParseError("No idea what 'pach' is!")).message)

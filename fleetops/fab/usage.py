@@ -20,7 +20,8 @@ _installed = False
 
 def usage_exit(program: Any, exc: ParseError) -> Exit:
     # argv[0] may be __main__.py (python -m fabric): name the command the operator knows.
-    binary = "fleet" if type(program).__name__ == "Fleet" else "fab"
+    # The installed `fab` and `fleet` are one class with two names: the name it was built with, else `fab`.
+    binary = getattr(program, "_binary", None) or "fab"
     context = getattr(exc, "context", None)
     task = getattr(context, "name", None)
     if task:
