@@ -38,7 +38,8 @@ def split_lines(text: str) -> list[str]:
     return out
 
 
-def _strip(line: str) -> str:
+def bare(line: str) -> str:
+    """A line without its line ending (LF or CRLF): hunks compare lines whatever the file's endings."""
     if line.endswith("\n"):
         line = line[:-1]
     return line[:-1] if line.endswith("\r") else line
@@ -224,7 +225,7 @@ def classify(lines: list[str], hunks: list[dict]) -> dict:
 
 def closest_window(lines: list[str], block: list[str], expected: int) -> int:
     """Where the file looks most like `block`, to show an operator what drifted."""
-    stripped = [_strip(x) for x in lines]
+    stripped = [bare(x) for x in lines]
     n = len(block)
     best, best_score = max(0, min(expected, len(lines) - 1)), -1
     for p in range(max(1, len(lines) - n + 1)):
@@ -243,7 +244,7 @@ def drift_report(lines: list[str], hunks: list[dict], cls: dict) -> list[dict]:
             continue
         block = h["old"]
         p = closest_window(lines, block, s["expected"])
-        found = [_strip(x) for x in lines[p: p + len(block)]]
+        found = [bare(x) for x in lines[p: p + len(block)]]
         mismatch = next((k for k in range(len(block)) if k >= len(found) or found[k] != block[k]), None)
         item = {"hunk": s["index"] + 1, "header": h["header"], "state": s["state"], "near_line": p + 1,
                 "expected": block, "found": found}

@@ -16,17 +16,12 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from remote_scripts.hunks import split_lines
+from remote_scripts.hunks import bare, split_lines
 
 from .unidiff import Hunk
 
 CLEAN, OFFSET, FUZZ, CONFLICT, UPSTREAM = "clean", "offset", "fuzz", "conflict", "already upstream"
 APPLIED_STATES = (CLEAN, OFFSET, FUZZ, UPSTREAM)
-
-
-def _bare(line: str) -> str:
-    line = line[:-1] if line.endswith("\n") else line
-    return line[:-1] if line.endswith("\r") else line
 
 
 def unified_diff(pristine: str, edited: str, rel: str, context: int = 3) -> str:
@@ -99,7 +94,7 @@ def _find(lines: list[str], block: list[str], guess: int, lo: int) -> int | None
 def rebase_file(new_pristine: str, hunks: list[Hunk], max_fuzz: int = 2) -> FileRebase:
     """Each hunk against the new pristine text, in order, with the offset of the hunks before it."""
     raw = split_lines(new_pristine)
-    lines = [_bare(x) for x in raw]
+    lines = [bare(x) for x in raw]
     newline = "\r\n" if raw and raw[0].endswith("\r\n") else "\n"
     outcomes: list[HunkOutcome] = []
     edits: list[tuple[int, int, list[str]]] = []  # (start, end) in the new file's lines → replacement
