@@ -18,7 +18,8 @@ Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     too. Fabric's own -i is the SSH identity file, so the inventory is --inventory only.
     --dry (Fabric's core -R/--dry): check mode for patch/rollback; read-only tasks run as they are; a task
     that changes things and has no check mode (run, extract, stop, trust) is refused with exit 2.
-Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate, 130 Ctrl-C.
+Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate, 20-22 diagnose,
+130 Ctrl-C.
 """
 
 from invoke import Collection
@@ -28,8 +29,8 @@ from fleetops import lab as _lab
 from fleetops.fab import usage as _usage
 from fleetops.fab.decorators import explicit_task, fleet_task
 from fleetops.plans.gpugate import DEFAULT_THRESHOLD_MIB
-from fleetops.plans.lint import lint_report
 from fleetops.report.history import show_history
+from fleetops.report.lint import show_lint
 from fleetops.report.oncall import show_ssh_config
 from fleetops.report.runbooks import show_runbooks
 
@@ -194,8 +195,7 @@ def playbook_lint(c, playbook=None, json=False):
     """Check a playbook without a node: schema, file references, regexes, diffs (parse, match their module),
     scripts (compile, patch scripts define transform). Each problem as file:line; exit 1 if any."""
     settings = c.config.get("fleetops") or {}
-    text, code = lint_report(settings.get("root"), playbook, settings.get("playbook") or "", as_json=json)
-    print(text)
+    code = show_lint(settings.get("root"), playbook, settings.get("playbook") or "", as_json=json)
     if code:
         raise Exit(code=code)
 

@@ -162,7 +162,7 @@ def test_fab_playbook_lint_exit_status_and_output(tmp_path):
     doc = json.loads(proc.stdout)
     assert proc.returncode == 1 and doc["problems"][0]["kind"] == "regex" and doc["problems"][0]["line"]
     proc = run_fab(REPO, "playbook.lint", "-p", str(tmp_path / "none.yaml"))
-    assert proc.returncode == 2 and "no such playbook" in proc.stdout
+    assert proc.returncode == 2 and "no such playbook" in proc.stderr and not proc.stdout  # an error: stderr
 
 
 def test_the_loader_takes_a_script_patch_and_refuses_a_broken_one_with_its_line(tmp_path):
