@@ -15,7 +15,7 @@ class Status(str, Enum):
     SKIPPED = "skipped"
 
 
-# Exit statuses, documented in the README. A run exits with the largest code among its results.
+# Exit statuses, documented in the README. A run exits with the most severe code among its results (exit_status).
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2  # bad inventory/playbook/arguments: nothing was contacted
@@ -83,15 +83,27 @@ def rollup(items: list[Item]) -> Status:
     return Status.OK
 
 
+# The gpu gate's codes stand for verdicts, and the worst verdict across hosts decides: CRITICAL (11 missing or
+# unhealthy) > UNKNOWN (13 nvidia-smi failing, 12 absent) > WARN (10 busy). Their numbers are not in that order,
+# so they rank here, all at 10's place among the other codes (4 unreachable below them, diagnose's 20-22 and
+# 130 above, as by number).
+_GPU_RANK = {EXIT_GPU_BUSY: 0, EXIT_NO_NVIDIA_SMI: 1, EXIT_NVIDIA_SMI_FAILED: 2, EXIT_GPU_UNHEALTHY: 3}
+
+
+def _severity(code: int) -> tuple[int, int]:
+    return (EXIT_GPU_BUSY, _GPU_RANK[code]) if code in _GPU_RANK else (code, 0)
+
+
 def exit_status(results: list[Result]) -> int:
     code = EXIT_OK
     for r in results:
         if r.status is Status.UNREACHABLE:
-            code = max(code, EXIT_UNREACHABLE, r.code or 0)  # diagnose: unreachable is CRITICAL (22)
+            asks = max(EXIT_UNREACHABLE, r.code or 0, key=_severity)  # diagnose: unreachable is CRITICAL (22)
         elif r.status is Status.FAILED:
-            code = max(code, r.code or EXIT_FAILED)
+            asks = r.code or EXIT_FAILED
         else:
-            code = max(code, r.code)  # e.g. 130 for a tail detached by Ctrl-C: done, but not finished
+            asks = r.code  # e.g. 130 for a tail detached by Ctrl-C: done, but not finished
+        code = max(code, asks, key=_severity)
     return code
 
 

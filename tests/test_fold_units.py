@@ -254,3 +254,35 @@ def test_diagnose_fleet_summary_is_worst_first_and_folds_by_finding():
     [folded] = [s for s in fleet_sections(results + same, fold=True) if s["title"].startswith("diagnose")]
     assert folded["columns"][0] == "hosts" and len(folded["rows"]) == 4, folded["rows"]
     assert folded["rows"][-1] == ["lab[01,05-07] (4)", "OK", "-", "-", "fab -H {host} -"], folded["rows"]
+
+
+def test_gpu_next_actions_print_once_per_folded_group():
+    """Issue 20 item 5: hosts whose gpu findings differ only by their own name fold into one group, and the
+    group's next action (naming {host}) is printed once, not once per host or per GPU."""
+    from fleetops.plans.gpugate import Gate
+    from fleetops.tasks.gpu import _interpret_gpu
+    from fleetops.tasks.plan import Plan
+
+    gpus = [{"index": i, "name": "NVIDIA H200", "uuid": f"GPU-{i}", "memory_used_mib": 0, "memory_total_mib": 143771,
+             "memory_free_mib": 143771, "ecc_uncorrected": 0, "processes": []} for i in range(2)]
+    answers = {"lab01": {"ok": True, "gpus": gpus[:1]}, "lab02": {"ok": True, "gpus": gpus[:1]},  # GPU 1 missing
+               "lab03": {"ok": True, "gpus": gpus[:1]},
+               "lab04": {"ok": False, "error_kind": "no_nvidia_smi", "error": "nvidia-smi not found"},
+               "lab05": {"ok": False, "error_kind": "no_nvidia_smi", "error": "nvidia-smi not found"},
+               "lab06": {"ok": True, "gpus": gpus}}
+    plan = Plan("gpu", {}, 60, None, options={"gate": Gate(expected=2), "wait": 0.0})
+    results = [_interpret_gpu(h, plan, a) for h, a in answers.items()]
+    rep, out = reporter(True, list(answers))
+    for r in results:
+        rep.result(r)
+    rep.finish(results, 11)
+    text = out.getvalue()
+    assert "lab[01-03] (3) | gpu | failed | CRITICAL: 1/1 selected GPUs free; expected 2 GPUs, saw 1" in text, text
+    assert "lab[04-05] (2) | gpu | failed | UNKNOWN: nvidia-smi not found" in text, text
+    assert "lab06 | gpu | ok | OK: 2/2 selected GPUs free" in text, text
+    nexts = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("next:")]
+    assert nexts == ["next: fab -H {host} diagnose (Xid events, ECC, row remapping), and drain the node until it "
+                     "is fixed",
+                     "next: fab -H {host} run 'command -v nvidia-smi' (is the NVIDIA driver installed, nvidia-smi "
+                     "on the login PATH?)"], text
+    assert text.count("failed  GPU 1: missing") == 1  # the group's GPU line too, once

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
 from ..results import (
@@ -15,6 +16,11 @@ from ..results import (
 )
 
 DEFAULT_THRESHOLD_MIB = 1024
+# Nagios-style verdicts, as diagnose says them: each gate exit status stands for one (README, exit statuses).
+OK, WARN, CRITICAL, UNKNOWN = "OK", "WARN", "CRITICAL", "UNKNOWN"
+VERDICT_FOR = {EXIT_OK: OK, EXIT_GPU_BUSY: WARN, EXIT_GPU_UNHEALTHY: CRITICAL, EXIT_NO_NVIDIA_SMI: UNKNOWN,
+               EXIT_NVIDIA_SMI_FAILED: UNKNOWN}
+WAIT_HINT_S = 600  # the --wait the next action suggests for busy GPUs
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,34 @@ class Verdict:
     gpus: list[tuple[dict, str]]  # each selected GPU of the snapshot, with its state (free / busy / unhealthy)
     holders: list[str]
     missing: list[int] = field(default_factory=list)
+
+    @property
+    def word(self) -> str:
+        """OK (all selected GPUs free), WARN (busy), CRITICAL (missing or unhealthy), UNKNOWN (no answer)."""
+        return VERDICT_FOR[self.code]
+
+    @property
+    def ours(self) -> bool:
+        """A fleetops job holds one of the busy GPUs (`fab stop` can end it; it cannot end anyone else's)."""
+        return any(p.get("job") for g, state in self.gpus if state == "busy" for p in g.get("processes") or [])
+
+
+def next_action(host: str, verdict: Verdict) -> str | None:
+    """The one command to run next for this host's finding, or None when all is well. It names the host the way
+    the operator types it, so hosts that differ only by their name fold into one group with one next action."""
+    fab = f"fab -H {shlex.quote(host)}"
+    if verdict.code == EXIT_GPU_BUSY and verdict.ours:
+        return f"{fab} stop (a fleetops job holds them; {fab} jobs lists it) or {fab} gpu --wait {WAIT_HINT_S}"
+    if verdict.code == EXIT_GPU_BUSY:
+        return (f"{fab} gpu --wait {WAIT_HINT_S} (wait for the holders: not fleetops jobs, ask their owners; "
+                f"do not --force)")
+    if verdict.code == EXIT_GPU_UNHEALTHY:
+        return f"{fab} diagnose (Xid events, ECC, row remapping), and drain the node until it is fixed"
+    if verdict.code == EXIT_NO_NVIDIA_SMI:
+        return f"{fab} run 'command -v nvidia-smi' (is the NVIDIA driver installed, nvidia-smi on the login PATH?)"
+    if verdict.code == EXIT_NVIDIA_SMI_FAILED:
+        return f"{fab} diagnose (nvidia-smi fails: driver/library mismatch, NVML, Xid events)"
+    return None
 
 
 def parse_selection(text: str | None) -> tuple[int, ...] | None:

@@ -208,6 +208,8 @@ class Reporter:
             if ev.stderr_tail:
                 lines.append([("    ", ""), ("stderr (last lines):", "dim")])
                 lines.extend([(f"      {x}", "")] for x in ev.stderr_tail)
+        if r.data.get("next"):  # a health task's next action: once per result, so once per folded group
+            lines.append([("    ", ""), ("next:", "bold"), (f" {r.data['next']}", "")])
         return lines, table
 
     def _print_folded(self, results: list[Result]) -> list[Group]:

@@ -46,10 +46,13 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
             states: dict[str, int] = {}
             for item in r.items:
                 states[item.details.get("state", "?")] = states.get(item.details.get("state", "?"), 0) + 1
-            rows.append([r.host, r.status.value, ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or r.msg])
+            # The verdict word (OK / WARN / CRITICAL / UNKNOWN); a host the gate never judged says its status.
+            word = r.data.get("verdict") or r.status.value
+            rows.append([r.host, word, ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+                         or r.msg.removeprefix(f"{word}: ")])
         if fold:
             rows = [[header(hosts), *row] for row, hosts in _same(rows, lambda row: tuple(row[1:])).items()]
-        sections.append({"title": "GPU fleet summary", "columns": ["hosts" if fold else "host", "gate", "GPUs"],
+        sections.append({"title": "GPU fleet summary", "columns": ["hosts" if fold else "host", "verdict", "GPUs"],
                          "rows": rows})
     facts = [r for r in results if r.task == "facts" and "fact_row" in r.data]
     if facts:

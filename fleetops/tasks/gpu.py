@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..plans.gpugate import DEFAULT_THRESHOLD_MIB, Gate, evaluate, parse_selection
+from ..plans.gpugate import DEFAULT_THRESHOLD_MIB, Gate, Verdict, evaluate, next_action, parse_selection
 from ..plans.yamlsrc import ConfigError
 from ..report.rows import FACT_COLUMNS, GPU_COLUMNS, fact_row, gpu_rows
 from ..results import EXIT_GPU_BUSY, Result, Status
@@ -28,11 +28,20 @@ def _gpu_plan(run: RunState, kwargs: dict) -> Plan:
 
 
 def _interpret_gpu(host: str, plan: Plan, answer: dict) -> Result:
+    return _judge(host, plan, answer)[0]
+
+
+def _judge(host: str, plan: Plan, answer: dict) -> tuple[Result, Verdict]:
+    """The gate's result, its line led by the verdict word (`WARN: 0/2 selected GPUs free; 2 busy`); anything but
+    OK fails the step, so a chain `gpu extract` stops. data["next"] is the one next action (console.py prints it
+    once under the result, so once per folded group)."""
     verdict = evaluate(answer, plan.options["gate"])
     status = Status.OK if verdict.code == 0 else Status.FAILED
     data = {"table": {"title": f"{host}: GPUs", "columns": GPU_COLUMNS, "rows": gpu_rows(verdict)},
-            "gpus": answer.get("gpus", []), "holders": verdict.holders, "error_kind": answer.get("error_kind")}
-    return Result(host, "gpu", status, verdict.msg, verdict.items, code=verdict.code, data=data)
+            "gpus": answer.get("gpus", []), "holders": verdict.holders, "error_kind": answer.get("error_kind"),
+            "verdict": verdict.word, "next": next_action(host, verdict)}
+    return Result(host, "gpu", status, f"{verdict.word}: {verdict.msg}", verdict.items, code=verdict.code,
+                  data=data), verdict
 
 
 def _run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
@@ -47,11 +56,11 @@ def _run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
         if deadline is None:  # the wait starts once the node has answered (connecting is not waiting)
             waiting_since = time.monotonic()
             deadline = waiting_since + plan.options["wait"]
-        result = _interpret_gpu(node.host.name, plan, answer)
+        result, verdict = _judge(node.host.name, plan, answer)
         remaining = deadline - time.monotonic()
         if result.code != EXIT_GPU_BUSY or remaining <= 0:
             break
-        run.reporter.note(f"{node.host.name} | gpu | waiting: {result.msg}; {remaining:.0f}s left")
+        run.reporter.note(f"{node.host.name} | gpu | waiting: {verdict.msg}; {remaining:.0f}s left")
         time.sleep(min(1.0, max(remaining, 0.01)))
         if time.monotonic() >= deadline:
             break  # the deadline came during the pause: decide on a snapshot at most 1 s old, now
@@ -60,7 +69,8 @@ def _run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
         result.data["simulated"] = True
         result.data["table"]["title"] += " (simulated: lab replay of recorded H200 nvidia-smi output)"
     if plan.options["wait"] and result.code == EXIT_GPU_BUSY:
-        result.msg = f"still busy after waiting {plan.options['wait']:.0f}s: " + "; ".join(result.data["holders"])
+        result.msg = (f"{verdict.word}: still busy after waiting {plan.options['wait']:.0f}s: "
+                      + "; ".join(result.data["holders"]))
     if result.failed:
         result.evidence = evidence
     return result

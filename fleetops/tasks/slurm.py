@@ -377,9 +377,9 @@ def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
                       code=EXIT_FAILED, data={"tasks": rows, "error_kind": inside.get("error_kind")})
     verdict = evaluate(inside, replace(plan.options["gate"], expected=None))
     return Result(host, "gpu", Status.OK if verdict.code == 0 else Status.FAILED,
-                  f"allocation of {where} on node {answer['node']} (read inside the job with srun --overlap): "
-                  f"{verdict.msg}", verdict.items, code=verdict.code,
+                  f"{verdict.word}: allocation of {where} on node {answer['node']} (read inside the job with srun "
+                  f"--overlap): {verdict.msg}", verdict.items, code=verdict.code,
                   data={"node": answer["node"], "task_job_id": answer["task_job_id"], "tasks": rows,
-                        "srun_argv": answer["srun"]["argv"], "gpus": inside.get("gpus", []),
+                        "srun_argv": answer["srun"]["argv"], "gpus": inside.get("gpus", []), "verdict": verdict.word,
                         "table": {"title": f"{host}: GPUs of Slurm job {answer['task_job_id']} on {answer['node']}",
                                   "columns": GPU_COLUMNS, "rows": gpu_rows(verdict)}})
