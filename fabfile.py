@@ -92,8 +92,8 @@ def extract(c, force=False, job=None, playbook=None, json=False, shards=None):
 
 
 @fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
-                  "lines": "start at the last N lines (default: the whole log the first time a job is tailed, "
-                           "the last 20 on a re-attach)",
+                  "lines": "start at the last N lines (default 20; right after this command's own extract: the "
+                           "first line)",
                   "from_start": "replay the whole log from its first line"})
 def tail(c, job_id=None, job=None, playbook=None, json=False, lines=None, from_start=False):
     """Follow the job's log (progress bar, failures highlighted) until it ends; exit with its status."""

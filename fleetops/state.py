@@ -33,6 +33,8 @@ class RunState:
         self.lock = threading.Lock()
         self.interrupted = threading.Event()  # Ctrl-C: long tasks (tail, --wait) detach and return
         self.selected: list[str] = []  # the hosts this run selected (run.assemble): fleet-wide tasks read it
+        # host -> the job extract launched there in this run: the run's own `tail` shows it from its first line
+        self.launched: dict[str, str] = {}
 
     @property
     def inventory(self) -> Inventory:

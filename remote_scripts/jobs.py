@@ -51,7 +51,6 @@ RESERVE_BYTES = 8192
 LAUNCH_LOCK = "launch.lock"
 LAUNCH_LOCK_WAIT_S = 60.0
 DEFAULT_TAIL_LINES = 20
-TAIL_STATE = "tail.json"  # a tail has attached to this job before: the next one is a re-attach
 COUNT_LINES_MAX = 64 * 1024 * 1024  # skipped lines are counted up to this many bytes
 DISK_FULL_BYTES = 64 * 1024  # less free than this on the job dir's filesystem at the end: reported as full
 
@@ -459,7 +458,7 @@ def job_tail(req: dict) -> dict:
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     start: dict = {}
     if req.get("offset") is None:  # attaching: where to start
-        start = _attach_offset(job_dir, job, req.get("last_lines"), bool(req.get("from_start")))
+        start = _attach_offset(job, req.get("last_lines"), bool(req.get("from_start")))
         offset = start["offset"]
     else:
         offset = int(req["offset"])
@@ -487,25 +486,14 @@ def job_tail(req: dict) -> dict:
         time.sleep(0.1)
 
 
-def _attach_offset(job_dir: str, job: dict, last_lines: object, from_start: bool) -> dict:
-    """Where a tail attaching to the job starts. The first tail of a job starts at byte 0 (nobody has seen any
-    of it); a re-attach (a tail has attached before, recorded in tail.json) or an explicit line count starts at
-    the last N whole lines; from_start always replays. Says what it skipped."""
-    marker = os.path.join(job_dir, TAIL_STATE)
-    try:
-        attached_before = read_json(marker) is not None
-    except NodeError:
-        attached_before = True
-    try:
-        write_json_atomic(marker, {"attached": now_iso()})
-    except OSError:
-        pass  # a full disk must not stop a tail; the next attach just counts as a first one
+def _attach_offset(job: dict, last_lines: object, from_start: bool) -> dict:
+    """Where a tail attaching to the job starts: the last N whole lines (default 20), or byte 0 with from_start
+    (an explicit --from-start, or the client's own `extract tail` that launched the job and has shown nothing of
+    it yet). Says what it skipped."""
     size = _size(job["log"])
-    want = None if from_start else (int(last_lines) if last_lines is not None else None)
-    if want is None and not from_start and attached_before:
-        want = DEFAULT_TAIL_LINES
+    want = None if from_start else (int(last_lines) if last_lines is not None else DEFAULT_TAIL_LINES)
     if want is None or size == 0:
-        return {"offset": 0, "skipped_bytes": 0, "skipped_lines": 0, "reattach": attached_before}
+        return {"offset": 0, "skipped_bytes": 0, "skipped_lines": 0}
     with open(job["log"], "rb") as f:
         back = min(size, max(TAIL_CHUNK, 4096 * (want + 1)))
         f.seek(size - back)
@@ -525,7 +513,7 @@ def _attach_offset(job_dir: str, job: dict, last_lines: object, from_start: bool
         first = chunk.find(b"\n") + 1
     offset = size - back + first
     skipped = _count_lines(job["log"], offset) if offset <= COUNT_LINES_MAX else None
-    return {"offset": offset, "skipped_bytes": offset, "skipped_lines": skipped, "reattach": attached_before}
+    return {"offset": offset, "skipped_bytes": offset, "skipped_lines": skipped}
 
 
 def _count_lines(path: str, upto: int) -> int:

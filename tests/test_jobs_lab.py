@@ -124,9 +124,13 @@ def test_failing_job_tail_exits_nonzero_with_traceback_and_status_says_failed(jo
 def test_tail_survives_a_dropped_connection_and_sshd_restart_without_gap_or_duplicate(jobs):
     node = jobs.node("lab01")
     job = start_job(jobs, "gated")
+    wait_log(job, r"^line 59$", "the job's first 60 lines")
     with Follower(jobs.root, ["-H", "lab01", "tail", "--job", "gated", "--playbook", JOBS], ENV) as tail:
         # Mid-stream for certain: tail has shown line 59 and the job holds line 60 back until <job_dir>/go exists.
         tail.wait_line(r"^lab01 \| line 59$", "tail to show line 59")
+        # A job an earlier command launched: the last 20 lines, and what was skipped.
+        assert re.search(r"^lab01 \| job \S+: 40 earlier lines not shown \(\d+ bytes\); --from-start replays them$",
+                         tail.text(), re.M), tail.text()
         listener = node.pid()
         sessions = subprocess.run(["ps", "-o", "pid=", "--ppid", str(listener)], capture_output=True,
                                   text=True).stdout.split()
@@ -141,7 +145,7 @@ def test_tail_survives_a_dropped_connection_and_sshd_restart_without_gap_or_dupl
         rc, out, err = tail.finish(timeout=300)
     assert rc == 0, out + err
     numbers = [int(m.group(1)) for m in re.finditer(r"^lab01 \| (?:\S+ )*?line (\d+)$", out, re.M)]
-    assert numbers == list(range(120)), (numbers[:5], len(numbers), out[-2000:])
+    assert numbers == list(range(40, 120)), (numbers[:5], len(numbers), out[-2000:])
     assert "reconnecting" in out
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
     assert doc["results"][0]["data"]["state"] == "succeeded"

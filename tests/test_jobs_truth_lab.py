@@ -7,8 +7,9 @@
 - `stop` leaves no tagged process, a child that left the group with `setsid` included;
 - a full disk (a tmpfs this module mounts over the node's jobs/ and fills itself; root only) is reported as
   ENOSPC, not as `lost`;
-- `tail` on a re-attach shows the last 20 lines then follows, `--from-start` replays, `--lines N`; on a
-  terminal (a pty) the per-host progress bar is redrawn in place and the live table never says `queued`;
+- `tail` attaching to a job an earlier command launched shows the last 20 lines then follows (`extract tail` in
+  one command starts at the first line), `--from-start` replays, `--lines N`; on a terminal (a pty) the
+  per-host progress bar is redrawn in place and the live table never says `queued`;
 - `lab.down` stops the lab's jobs first.
 
 Every claim is checked against the node's own evidence (/proc, the job's files), never against the tool's
@@ -292,15 +293,18 @@ def _lab01_lines(text: str) -> list[int]:
 
 
 def test_tail_reattach_shows_the_last_20_lines_then_follows(lab):
-    job = start(lab, "chatty")
+    job = start(lab, "chatty")  # launched by one command, attached to by later ones: the on-call use
     wait_log(job, r"^line 199$", "the job's first 200 lines")
-    # The first tail of the job attaches from its first line; Ctrl-C detaches it.
+    # The first tail of a job it did not launch: the last 20 lines, said so; Ctrl-C detaches it.
     with Follower(lab.root, ["-H", "lab01", "tail"], ENV) as first:
-        first.wait_line(r"^lab01 \| line 199$", "the first attach to reach line 199")
+        first.wait_line(r"^lab01 \| line 199$", "the first attach to show line 199")
+        assert _lab01_lines(first.text()) == list(range(180, 200)), first.text()[-2000:]
+        assert re.search(r"^lab01 \| job \S+: 180 earlier lines not shown \(\d+ bytes\); --from-start replays",
+                         first.text(), re.M), first.text()
         first.proc.send_signal(signal.SIGINT)
         rc, out, _ = first.finish(timeout=120)
-    assert rc == 130 and _lab01_lines(out) == list(range(200)), out[-2000:]
-    # The re-attach: the last 20 lines, said so, then it follows the job to its end.
+    assert rc == 130 and _lab01_lines(out) == list(range(180, 200)), out[-2000:]
+    # The re-attach: the same rule, then it follows the job to its end.
     with Follower(lab.root, ["-H", "lab01", "tail"], ENV) as again:
         again.wait_line(r"^lab01 \| line 199$", "the re-attach to show line 199")
         shown = _lab01_lines(again.text())
@@ -313,8 +317,25 @@ def test_tail_reattach_shows_the_last_20_lines_then_follows(lab):
     assert _lab01_lines(out) == list(range(180, 220)), _lab01_lines(out)
     replay = run_fab(lab.root, "-H", "lab01", "tail", "--from-start", env={"COLUMNS": "300"})
     assert replay.returncode == 0 and _lab01_lines(replay.stdout) == list(range(220)), replay.stdout[-1000:]
+    assert "earlier lines not shown" not in replay.stdout, replay.stdout[-1000:]
     five = run_fab(lab.root, "-H", "lab01", "tail", "--lines", "5", env={"COLUMNS": "300"})
     assert five.returncode == 0 and _lab01_lines(five.stdout) == list(range(215, 220)), five.stdout[-1000:]
+
+
+def test_tail_right_after_extract_in_one_command_starts_at_the_first_line(lab):
+    """`extract tail`: the tail follows the job its own command launched, and nothing of it was shown yet."""
+    current = lab.node("lab01").state_dir / "jobs" / "current.json"
+    before = current.read_text() if current.exists() else None
+    args = ["-H", "lab01", "extract", "--job", "chatty", "--playbook", "truth-jobs.yaml", "tail"]
+    with Follower(lab.root, args, ENV) as both:
+        both.wait_line(r"^lab01 \| line 199$", "extract tail to show line 199")
+        assert current.read_text() != before  # the job this command launched is the node's current one
+        job_id = json.loads(current.read_text())["id"]
+        (current.parent / job_id / "go").touch()
+        rc, out, err = both.finish(timeout=300)
+    assert rc == 0, out + err
+    assert _lab01_lines(out) == list(range(220)), _lab01_lines(out)
+    assert "earlier lines not shown" not in out, out[-2000:]
 
 
 def _read_pty(fd: int, proc: subprocess.Popen, until: float) -> bytes:

@@ -100,6 +100,8 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
         return Result(host, "extract", Status.FAILED, started.get("error", "job did not start"), evidence=evidence,
                       code=EXIT_FAILED)
     job = started["job"]
+    with run.lock:
+        run.launched[host] = job["id"]
     items = [Item("note", Status.CHANGED, n) for n in notes]
     return Result(host, "extract", Status.CHANGED,
                   f"launched job {job['id']} (pid {job['pid']}, process group {job['pgid']}); log {job['log']}",
@@ -114,13 +116,16 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     progress_rx = spec.progress if spec else __import__("re").compile(DEFAULT_PROGRESS)
     failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
     job_id = plan.options.get("job_id")
-    offset: int | None = None  # attaching: the node picks the start (whole log first, last N on a re-attach)
+    offset: int | None = None  # attaching: the node starts at the last N lines, or at byte 0 with from_start
     lines = plan.options.get("lines")
     try:
         last_lines = int(lines) if lines not in (None, "") else None
     except ValueError:
         return Result(host, "tail", Status.FAILED, f"tail --lines {lines!r}: not a number of lines", code=2)
     from_start = bool(plan.options.get("from_start"))
+    launched = run.launched.get(host)
+    if launched and job_id in (None, launched) and last_lines is None:
+        job_id, from_start = launched, True  # `extract tail`: this run launched it and has shown none of it yet
     backoff = 0.5
     lost_since: float | None = None
     failures: list[str] = []
