@@ -31,21 +31,60 @@ def gpus(lab):
         lab.set_gpu_state(node, "idle")
 
 
-@pytest.mark.parametrize("state, code, says", [
-    ("idle", 0, "2/2 selected GPUs free"),
-    ("busy", EXIT_GPU_BUSY, "0/2 selected GPUs free; 2 busy"),
-    ("missing", EXIT_GPU_UNHEALTHY, "1/1 selected GPUs free; expected 2 GPUs, saw 1: missing GPU 1"),
-    ("driver_error", EXIT_NVIDIA_SMI_FAILED, "Failed to initialize NVML: Driver/library version mismatch"),
-    ("absent", EXIT_NO_NVIDIA_SMI, "nvidia-smi not found"),
+@pytest.mark.parametrize("state, code, word, says, next_", [
+    ("idle", 0, "OK", "OK: 2/2 selected GPUs free", None),
+    ("busy", EXIT_GPU_BUSY, "WARN", "WARN: 0/2 selected GPUs free; 2 busy", "fab -H lab01 gpu --wait 600"),
+    ("missing", EXIT_GPU_UNHEALTHY, "CRITICAL",
+     "CRITICAL: 1/1 selected GPUs free; expected 2 GPUs, saw 1: missing GPU 1", "fab -H lab01 diagnose"),
+    ("driver_error", EXIT_NVIDIA_SMI_FAILED, "UNKNOWN",
+     "UNKNOWN: nvidia-smi failed (exit 18): Failed to initialize NVML: Driver/library version mismatch",
+     "fab -H lab01 diagnose"),
+    ("absent", EXIT_NO_NVIDIA_SMI, "UNKNOWN", "UNKNOWN: nvidia-smi not found",
+     "fab -H lab01 run 'command -v nvidia-smi'"),
 ])
-def test_each_simulated_state_gives_its_exit_status_and_message(gpus, state, code, says):
+def test_each_simulated_state_gives_its_verdict_exit_status_and_next_action(gpus, state, code, word, says, next_):
     gpus.set_gpu_state(gpus.node("lab01"), state)
     rc, doc = fab_json(gpus.root, "-H", "lab01", "gpu")
     r = doc["results"][0]
     assert rc == code, doc
-    assert says in r["msg"], r["msg"]
+    assert r["msg"].startswith(says), r["msg"]
+    assert r["data"]["verdict"] == word, r["data"]
+    if next_ is None:
+        assert not r["data"]["next"], r["data"]
+    else:
+        assert r["data"]["next"].startswith(next_), r["data"]
     if state in ("idle", "busy", "missing"):
         assert r["data"]["simulated"] is True
+
+
+@pytest.mark.parametrize("states, code", [
+    (("busy", "absent"), EXIT_NO_NVIDIA_SMI),  # UNKNOWN beats WARN
+    (("missing", "absent"), EXIT_GPU_UNHEALTHY),  # CRITICAL beats UNKNOWN, though 12 > 11
+    (("missing", "driver_error"), EXIT_GPU_UNHEALTHY),
+])
+def test_the_exit_status_is_the_worst_verdict_across_hosts(gpus, states, code):
+    for name, state in zip(("lab01", "lab02"), states):
+        gpus.set_gpu_state(gpus.node(name), state)
+    proc = run_fab(gpus.root, "-H", "lab01,lab02", "gpu", env={"COLUMNS": "300", "FLEETOPS_NO_LIVE": "1"})
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    summary = re.findall(r"^│ (lab0[12]) +│ (\w+) +│", proc.stdout, re.M)
+    words = {"busy": "WARN", "missing": "CRITICAL", "absent": "UNKNOWN", "driver_error": "UNKNOWN"}
+    assert sorted(summary) == [("lab01", words[states[0]]), ("lab02", words[states[1]])], proc.stdout
+
+
+def test_hosts_that_differ_only_by_name_fold_with_one_next_action(gpus):
+    for name in ("lab01", "lab02"):
+        gpus.set_gpu_state(gpus.node(name), "missing")
+    proc = run_fab(gpus.root, "-H", "lab01,lab02", "gpu",
+                   env={"COLUMNS": "300", "FLEETOPS_NO_LIVE": "1", "FLEETOPS_FOLD": "1"})
+    out = proc.stdout
+    assert proc.returncode == EXIT_GPU_UNHEALTHY, out + proc.stderr
+    assert "lab[01-02] (2) | gpu | failed | CRITICAL: 1/1 selected GPUs free; expected 2 GPUs, saw 1: missing GPU 1" \
+        in out, out
+    assert out.count("| gpu |") == 1, out  # one group
+    nexts = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("next:")]
+    assert nexts == ["next: fab -H {host} diagnose (Xid events, ECC, row remapping), and drain the node until it "
+                     "is fixed"], out
 
 
 def test_busy_lists_the_real_holder_process(gpus):
@@ -66,14 +105,14 @@ def test_a_gpu_is_held_exactly_as_long_as_its_holder_process_lives(gpus):
     assert proc_state(holders[1]) == "gone"
     rc, doc = fab_json(gpus.root, "-H", "lab01", "gpu")
     r = doc["results"][0]
-    assert rc == EXIT_GPU_BUSY and r["msg"] == "1/2 selected GPUs free; 1 busy", r["msg"]
+    assert rc == EXIT_GPU_BUSY and r["msg"] == "WARN: 1/2 selected GPUs free; 1 busy", r["msg"]
     states = {i["label"]: (i["details"]["state"], [p["pid"] for p in i["details"]["processes"]]) for i in r["items"]}
     assert states == {"GPU 0 NVIDIA H200": ("busy", [holders[0]]), "GPU 1 NVIDIA H200": ("free", [])}
     assert {g["index"]: g["memory_used_mib"] for g in r["data"]["gpus"]} == {0: 21099, 1: 0}  # the recordings
     os.kill(holders[0], signal.SIGKILL)
     os.waitpid(holders[0], 0)
     rc, doc = fab_json(gpus.root, "-H", "lab01", "gpu")
-    assert rc == 0 and doc["results"][0]["msg"] == "2/2 selected GPUs free", doc
+    assert rc == 0 and doc["results"][0]["msg"] == "OK: 2/2 selected GPUs free", doc
 
 
 def test_threshold_and_selection_options(gpus):
@@ -92,7 +131,7 @@ def test_wait_passes_when_gpus_turn_free_mid_wait(gpus):
         gpus.set_gpu_state(node, "idle")
         rc, out, err = gate.finish(timeout=300)
     assert rc == 0, out + err
-    assert re.search(r"^lab01 \| gpu \| ok \| 2/2 selected GPUs free$", out, re.M), out
+    assert re.search(r"^lab01 \| gpu \| ok \| OK: 2/2 selected GPUs free$", out, re.M), out
 
 
 def test_wait_fails_at_the_deadline_listing_holders(gpus):
@@ -104,7 +143,8 @@ def test_wait_fails_at_the_deadline_listing_holders(gpus):
     # It polled more than once while waiting, counting down (one poll a second at most; a loaded machine may
     # fit fewer polls into the 6 s, never fewer than two: the first answer and one after a 1 s pause).
     assert len(left) >= 2 and left == sorted(left, reverse=True) and left[0] > left[-1], (left, out)
-    assert "still busy after waiting 6s" in out
+    assert "lab01 | gpu | failed | WARN: still busy after waiting 6s: GPU 0: pid" in out, out
+    assert out.count("next: fab -H lab01 gpu --wait 600") == 1, out  # once for the host, not per GPU or poll
     assert all(f"pid {pid} python3" in out for pid in holders), out
 
 

@@ -151,12 +151,13 @@ def test_gpu_fleet_summary_shows_the_verdict_word():
                Result("lab04", "gpu", Status.UNREACHABLE, "connection refused", code=EXIT_UNREACHABLE)]
     [section] = [s for s in fleet_sections(results) if s["title"] == "GPU fleet summary"]
     assert section["columns"] == ["host", "verdict", "GPUs"]
-    assert [row[:2] for row in section["rows"]] == [["lab01", "OK"], ["lab02", "WARN"], ["lab03", "UNKNOWN"],
-                                                    ["lab04", "unreachable"]]
+    # worst first: a host the gate could not judge ranks with UNKNOWN
+    assert [row[:2] for row in section["rows"]] == [["lab03", "UNKNOWN"], ["lab04", "unreachable"], ["lab02", "WARN"],
+                                                    ["lab01", "OK"]]
     folded = [s for s in fleet_sections(results + [gpu_result("lab05", "idle")], fold=True)
               if s["title"] == "GPU fleet summary"][0]
     assert folded["columns"] == ["hosts", "verdict", "GPUs"]
-    assert ["lab[01,05] (2)", "OK", "2 free"] in folded["rows"], folded["rows"]
+    assert folded["rows"][-1] == ["lab[01,05] (2)", "OK", "2 free"], folded["rows"]
 
 
 def test_the_printed_result_line_says_critical_for_a_missing_gpu():

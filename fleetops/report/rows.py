@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..plans.gpugate import Verdict, age
-from ..plans.hostrange import header
+from ..plans.hostrange import header, natural_key
 from ..results import Result
 
 GPU_COLUMNS = ["gpu", "name", "memory", "util", "temp", "ecc", "state", "processes"]
@@ -52,6 +52,9 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
                          or r.msg.removeprefix(f"{word}: ")])
         if fold:
             rows = [[header(hosts), *row] for row, hosts in _same(rows, lambda row: tuple(row[1:])).items()]
+        # Worst first, as diagnose's summary: a host not judged (unreachable, an error) is as unknown as UNKNOWN.
+        worst = {"CRITICAL": 0, "WARN": 2, "OK": 3}
+        rows.sort(key=lambda row: (worst.get(row[1], 1), natural_key(row[0])))
         sections.append({"title": "GPU fleet summary", "columns": ["hosts" if fold else "host", "verdict", "GPUs"],
                          "rows": rows})
     facts = [r for r in results if r.task == "facts" and "fact_row" in r.data]
