@@ -19,6 +19,7 @@ from fleetops.results import EXIT_GPU_BUSY, EXIT_GPU_UNHEALTHY, EXIT_NO_NVIDIA_S
 
 pytestmark = pytest.mark.lab
 ENV = {"PYTHONPATH": str(REPO), "COLUMNS": "300"}
+JOBS = str(REPO / "tests" / "playbooks" / "jobs.yaml")
 # With nvidia-smi absent on lab02, these facts must differ between lab01 and lab02 and the others must not.
 DIFFERENT_FACTS = {"driver", "cuda", "gpus"}
 SAME_FACTS = {"os", "python", "vllm", "speculators", "torch", "transformers"}
@@ -85,6 +86,22 @@ def test_hosts_that_differ_only_by_name_fold_with_one_next_action(gpus):
     nexts = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("next:")]
     assert nexts == ["next: fab -H {host} diagnose (Xid events, ECC, row remapping), and drain the node until it "
                      "is fixed"], out
+
+
+def test_gpus_held_by_a_fleetops_job_point_at_stop(gpus):
+    rc, doc = fab_json(gpus.root, "-H", "lab01", "extract", "--job", "spawner", "--playbook", JOBS)
+    assert rc == 0, doc
+    try:
+        def busy() -> dict | None:  # the simulated GPU shows the job's process once it runs
+            rc, doc = fab_json(gpus.root, "-H", "lab01", "gpu")
+            return doc if rc == EXIT_GPU_BUSY else None
+
+        r = wait_for(busy, "the job's process on a GPU", 120)["results"][0]
+        assert r["data"]["verdict"] == "WARN", r
+        assert r["data"]["next"] == "fab -H lab01 stop (a fleetops job holds them; fab -H lab01 jobs lists it) " \
+            "or fab -H lab01 gpu --wait 600", r["data"]
+    finally:
+        run_fab(gpus.root, "-H", "lab01", "stop", "--grace", "5")
 
 
 def test_busy_lists_the_real_holder_process(gpus):
