@@ -1,7 +1,9 @@
 """How a run walks the fleet: every host runs its own chain of steps in order on its one connection;
 hosts run concurrently (bounded by forks); a failing host stops only its own chain; with `serial`, hosts go
-in batches and a batch with a failure stops the roll-out. Used by the `fab`/`fleet` executor and by
-fleetops.api alike (both through run.execute)."""
+in batches and a batch with a failure stops the roll-out. A step that allows it (Step.ahead: a read-only
+request fixed at plan time) is handed to the connector before the step before it runs, so its request goes
+out right behind that step's (pipelining, issue 16); a host whose chain is over has its link closed at once.
+Used by the `fab`/`fleet` executor and by fleetops.api alike (both through run.execute)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from .plans.inventory import Host
 from .results import Result, Status
 from .state import RunState
+from .wire.connector import Pending
 
 DEFAULT_FORKS = 32
 NOT_STARTED = "skipped: not started (interrupted by Ctrl-C)"
@@ -24,7 +27,10 @@ INTERRUPT_GRACE_S = 1.0
 @dataclass
 class Step:
     name: str
-    run: Callable[[Host], Result | None]
+    run: Callable[..., Result | None]  # run(host), or run(host, pending) when `ahead` handed its request over
+    # Sends the step's request ahead of its turn and returns the answer-to-be, or None when the step cannot
+    # go ahead (tasks.registry.send_ahead: read-only on the node, one request fixed at plan time).
+    ahead: Callable[[Host], Pending | None] | None = None
 
 
 def run_fleet(run: RunState, hosts: list[Host], steps: list[Step], forks: int = DEFAULT_FORKS,
@@ -74,15 +80,63 @@ def _close_links(run: RunState) -> None:
 
 
 def _run_chain(run: RunState, host: Host, steps: list[Step]) -> None:
+    try:
+        _walk_chain(run, host, steps)
+    finally:
+        _release(run, host)
+
+
+def _walk_chain(run: RunState, host: Host, steps: list[Step]) -> None:
     failed_at: str | None = None
-    for step in steps:
+    sent: dict[int, Pending] = {}  # step index -> its request, handed to the connector ahead of its turn
+    for index, step in enumerate(steps):
+        pending = sent.pop(index, None)
         if run.interrupted.is_set():  # after Ctrl-C nothing starts, whatever came before it
+            _discard(pending)
             run.record(Result(host.name, step.name, Status.SKIPPED, NOT_STARTED))
             continue
-        if failed_at:
+        if failed_at:  # a step sent ahead changed nothing on the node: its answer is dropped
+            _discard(pending)
             run.record(Result(host.name, step.name, Status.SKIPPED, f"skipped: {failed_at} failed on this host"))
             continue
+        _hand_ahead(host, steps, index, sent)
         run.reporter.task_started(host.name, step.name)
-        result = step.run(host)
+        result = step.run(host, pending) if pending is not None else step.run(host)
         if isinstance(result, Result) and result.failed:
             failed_at = step.name
+    for pending in sent.values():
+        _discard(pending)
+
+
+def _hand_ahead(host: Host, steps: list[Step], index: int, sent: dict[int, Pending]) -> None:
+    """The steps after this one that may go ahead, up to the first that may not: their requests go out right
+    behind this step's, in chain order (the agent answers in request order), so the node starts on each while
+    the client still waits for, or reads, the answer before it."""
+    following = index + 1
+    while following in sent:
+        following += 1
+    while following < len(steps) and steps[following].ahead is not None:
+        pending = steps[following].ahead(host)  # type: ignore[misc]
+        if pending is None:
+            return
+        sent[following] = pending
+        following += 1
+
+
+def _discard(pending: Pending | None) -> None:
+    if pending is not None:
+        try:
+            pending.discard()
+        except Exception:  # noqa: BLE001,S110 - a dropped answer must not turn a skip into a crash
+            pass
+
+
+def _release(run: RunState, host: Host) -> None:
+    """This host's chain is over: its agent and connection end now, not when the slowest host ends."""
+    pool = run.pool
+    if pool is None:
+        return
+    try:
+        pool.release(host.name)
+    except Exception:  # noqa: BLE001,S110 - closing is best effort; the results are already recorded
+        pass

@@ -32,7 +32,7 @@ from .results import EXIT_INTERRUPTED, Status, exit_status
 from .rollout import DEFAULT_FORKS, Step, run_fleet
 from .state import RunState
 from .tasks.plan import UsageError
-from .tasks.registry import plan_for, run_task
+from .tasks.registry import plan_for, run_task, send_ahead
 from .wire.connector import COUNTERS
 
 __all__ = ["Run", "UsageError", "assemble", "execute", "rerun_command"]
@@ -56,8 +56,9 @@ def assemble(state: RunState, hosts: list[str], tasks: list[tuple[str, dict[str,
     hosts = _with_failed(state.root, [w for chunk in hosts for w in split_words(chunk)])
     limit = ",".join(_with_failed(state.root, split_words(limit)))
     selected = state.inventory.expand(hosts)
-    steps = [Step(name, partial(run_task, state, name, plan_for(state, name, kwargs, dry=dry)))
-             for name, kwargs in tasks]
+    plans = [(name, plan_for(state, name, kwargs, dry=dry)) for name, kwargs in tasks]
+    steps = [Step(name, partial(run_task, state, name, plan), ahead=partial(send_ahead, state, name, plan))
+             for name, plan in plans]
     if limit:  # names, globs, @group, !host (plans/inventory.py); UnknownHost when nothing is left
         selected = state.inventory.limit(selected, limit)
     state.selected = [h.name for h in selected]

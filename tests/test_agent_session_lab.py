@@ -7,7 +7,13 @@
 - a node-side exception in one request answers that request with an error (no traceback for the user, the
   node's traceback in the evidence) and the same agent answers the next request;
 - a request that imports the node's packages (verify's import check) runs in a child of the agent, so the
-  agent itself stays lean and never holds a module a later request of the session may have patched."""
+  agent itself stays lean and never holds a module a later request of the session may have patched;
+- pipelining (item 2): in `patch verify gpu`, verify's and gpu's requests go out before patch's answer is in
+  (the client's trace of sends and answers); a failing patch leaves the verify sent ahead reported skipped as
+  before, and nothing on the node changed; a step that writes is never sent ahead; an agent error in a request
+  sent ahead answers only that request; a request sent ahead and overtaken by its step's own later request is
+  asked again;
+- a host whose chain is over has its agent closed at once, while a slower host still runs."""
 
 from __future__ import annotations
 
@@ -16,15 +22,18 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fab_json, make_project, run_fab
+from conftest import GENERATOR, REPO, fab_json, make_project, run_fab, sha256
 from faultkit import arm, disarm, hit_file, reset_node, temp_files, wait_for
 from sshd_evidence import logs_for
 
+from fleetops import api
 from fleetops.lab import Lab
 from fleetops.plans.inventory import load_inventory
+from fleetops.results import Status
 from fleetops.wire.connector import COUNTERS, TransportError
 from fleetops.wire.ssh import NodeConnection
 
@@ -152,3 +161,133 @@ def test_agent_exits_when_the_client_is_killed_mid_chain(lab):
         disarm(node)
     rc, doc = fab_json(lab.root, "-H", "lab01,lab02", "patch")  # and the next run simply finishes the job
     assert rc == 0, doc
+
+
+# ---------------------------------------------------------------- pipelining (issue 16, item 2)
+def wire_events(host: str, since: float) -> list[tuple[str, str]]:
+    """(what, op) of the client's agent-session trace for host since `since`: sent / sent_ahead / answered /
+    closed, in the order they happened."""
+    return [(what, op) for at, name, what, op in list(COUNTERS.events) if name == host and at >= since]
+
+
+def by_name(results) -> dict[tuple[str, str], object]:  # noqa: ANN001
+    return {(r.host, r.task): r for r in results}
+
+
+def test_chain_sends_read_only_steps_before_the_answer_before_them(lab):
+    since = time.monotonic()
+    before = {n: dict(COUNTERS.per_host.get(n, {"execs": 0})) for n in BOTH}
+    results = api.run(lab.root, BOTH, [("patch", {}), ("verify", {"kinds": "grep,compile"}), ("gpu", {})])
+    got = by_name(results)
+    for name in BOTH:
+        assert got[name, "patch"].status is Status.CHANGED, got[name, "patch"]
+        assert got[name, "verify"].status is Status.OK and got[name, "gpu"].status is Status.OK, results
+        assert COUNTERS.per_host[name]["execs"] - before[name].get("execs", 0) == 1
+        events = wire_events(name, since)
+        # Both read-only requests went out before patch's answer came back; every answer in request order.
+        assert events[:3] == [("sent", "patch"), ("sent_ahead", "verify"), ("sent_ahead", "gpu")], events
+        assert [e for e in events if e[0] == "answered"] == [("answered", "patch"), ("answered", "verify"),
+                                                            ("answered", "gpu")], events
+        assert events[-1] == ("closed", ""), events  # and the chain's end closed the host's agent
+    for node in lab.nodes():
+        wait_for(lambda node=node: not agents_of(node), f"{node.name}'s agent to exit after its chain")
+
+
+def test_failing_patch_skips_the_verify_sent_ahead_and_changes_nothing(lab):
+    node = lab.node("lab01")
+    target = node.module_file(GENERATOR)
+    target.write_text(target.read_text().replace("            kv_cache_groups=kv_cache_groups,\n",
+                                                 "            kv_cache_groups=groups,  # local edit\n"))
+    before = sha256(target)
+    since = time.monotonic()
+    results = api.run(lab.root, "lab01", [("patch", {}), ("verify", {"kinds": "grep,compile"}), ("gpu", {})])
+    got = by_name(results)
+    assert got["lab01", "patch"].status is Status.FAILED and "drifted" in str(got["lab01", "patch"].items), results
+    for task in ("verify", "gpu"):  # exactly what a chain without pipelining reports
+        assert got["lab01", task].status is Status.SKIPPED, results
+        assert got["lab01", task].msg == "skipped: patch failed on this host", results
+    events = wire_events("lab01", since)
+    assert ("sent_ahead", "verify") in events, events  # it did go ahead, and its answer was dropped
+    assert sha256(target) == before
+    assert not (node.state_dir / "backups").exists() and lock_free(node) and not temp_files(node)
+    wait_for(lambda: not agents_of(node), "lab01's agent to exit after its chain")
+
+
+def test_a_step_that_writes_is_never_sent_ahead(lab):
+    since = time.monotonic()
+    results = api.run(lab.root, "lab01", [("ping", {}), ("patch", {}), ("verify", {"kinds": "grep"}),
+                                          ("rollback", {}), ("facts", {})])
+    assert [(r.task, r.status) for r in results] == [
+        ("ping", Status.OK), ("patch", Status.CHANGED), ("verify", Status.OK), ("rollback", Status.CHANGED),
+        ("facts", Status.OK)], results
+    events = wire_events("lab01", since)
+    sends = [e for e in events if e[0].startswith("sent")]
+    assert sends == [("sent", "ping"), ("sent", "patch"), ("sent_ahead", "verify"), ("sent", "rollback"),
+                     ("sent_ahead", "facts")], events
+    # Each writing step went out only once every answer before it was in.
+    for op in ("patch", "rollback"):
+        earlier = events[: events.index(("sent", op))]
+        assert sum(e[0] == "answered" for e in earlier) == sum(e[0].startswith("sent") for e in earlier), events
+
+
+def test_agent_error_in_a_request_sent_ahead_answers_only_that_request(lab):
+    inventory = load_inventory(lab.root / "hosts")
+    node = NodeConnection(inventory.resolve("lab01"), inventory)
+    try:
+        first, _ = node.call("ping", {})
+        broken = node.submit("verify", {})  # no "checks": the node's verify raises KeyError
+        after = node.submit("ping", {})
+        facts, _ = node.call("facts", {})  # goes out first; both submitted requests right behind it
+        assert facts.get("ok") is not False, facts
+        with pytest.raises(TransportError) as caught:
+            broken.result()
+        assert caught.value.kind == "remote" and "KeyError" in str(caught.value), caught.value
+        again, _ = after.result()
+        assert again["pid"] == first["pid"], (first, again)
+        # A request sent ahead and then overtaken by a later request of the step before it is asked again:
+        # its early answer may predate that request's effect.
+        since = time.monotonic()
+        overtaken = node.submit("facts", {})
+        node.call("ping", {})
+        node.call("ping", {})
+        answer, _ = overtaken.result()
+        assert answer.get("ok") is not False, answer
+        sends = [e for e in wire_events("lab01", since) if e[0].startswith("sent")]
+        assert sends == [("sent", "ping"), ("sent_ahead", "facts"), ("sent", "ping"), ("sent", "facts")], sends
+        assert agents_of(lab.node("lab01")) == [first["pid"]]
+    finally:
+        node.close()
+
+
+def test_a_finished_host_closes_its_agent_while_a_slow_host_still_runs(lab):
+    slow, fast = lab.node("lab02"), lab.node("lab01")
+    hit = hit_file(slow, "lock.acquired")
+    hit.unlink(missing_ok=True)
+    arm(slow, {"lock.acquired": {"action": "pause", "seconds": 300}})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep"],
+                            cwd=lab.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: hit.exists() or proc.poll() is not None, "lab02's agent to pause in patch", timeout=180)
+        wait_for(lambda: not agents_of(fast) or proc.poll() is not None, "lab01's agent to exit once its chain "
+                 "is over", timeout=180)
+        assert proc.poll() is None, proc.communicate()
+        assert agents_of(slow), "the slow host's agent is still at work"
+        hit.unlink()  # the slow host goes on
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out + err
+    finally:
+        disarm(slow)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    wait_for(lambda: not agents_of(slow), "lab02's agent to exit after the run")
+
+
+def test_serial_batches_still_run_every_chain(lab):
+    results = api.run(lab.root, BOTH, [("patch", {}), ("verify", {"kinds": "grep,compile"})], serial=1)
+    assert [(r.host, r.task, r.status) for r in results] == [
+        ("lab01", "patch", Status.CHANGED), ("lab01", "verify", Status.OK),
+        ("lab02", "patch", Status.CHANGED), ("lab02", "verify", Status.OK)], results
+    for node in lab.nodes():
+        wait_for(lambda node=node: not agents_of(node), f"{node.name}'s agent to exit after its chain")

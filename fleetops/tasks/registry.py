@@ -7,9 +7,11 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from remote_scripts.protocol import READ_ONLY_OPS
+
 from ..plans.inventory import Host, MissingSecret
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
-from ..wire.connector import Connector, TransportError
+from ..wire.connector import Connector, Pending, TransportError
 from . import adhoc, authoring, checks, diagnose, gpu, jobs, node, oncall, patching, shards
 from .plan import Plan, TaskSpec, UsageError
 
@@ -42,14 +44,74 @@ def plan_for(run: RunState, name: str, kwargs: dict[str, Any], *, dry: bool = Fa
     return spec.plan(run, kwargs)
 
 
-def run_on_host(run: RunState, name: str, plan: Plan, node: Connector) -> Result:
-    """One task on one host; never raises for node trouble: it becomes a failed/unreachable Result."""
+def ahead_request(name: str, plan: Plan, host: Host) -> dict | None:
+    """The request this step may send before the previous step's answer is in, or None: its op changes
+    nothing on the node (protocol.READ_ONLY_OPS: if the step before fails, it ran for nothing and its answer is
+    dropped), and the step is that one request, fixed at plan time (no polling loop, no request built from
+    an earlier answer). gpu runs its own loop: one call of {} unless --wait polls or Slurm answers instead."""
+    if plan.op not in READ_ONLY_OPS:
+        return None
+    spec = TASKS[name]
+    if spec.run is None:
+        return plan.request
+    if name == "gpu" and not plan.options.get("wait") and host.scheduler != "slurm":
+        return {}
+    return None
+
+
+def send_ahead(run: RunState, name: str, plan: Plan, host: Host) -> Pending | None:
+    """Hand this step's request to the host's connector ahead of time (issue 16, pipelining), when the step
+    allows it (ahead_request); run_task(..., pending=) then reads its answer. Never raises: a step that
+    cannot go ahead simply runs in its turn."""
+    request = ahead_request(name, plan, host)
+    if request is None:
+        return None
+    try:
+        node = run.connections().get(host)
+        submit = getattr(node, "submit", None)  # a connector without pipelining: every step in its turn
+        return submit(plan.op, request, timeout=plan.timeout) if submit is not None else None
+    except Exception:  # noqa: BLE001 - the step then runs in its turn and reports whatever fails
+        return None
+
+
+class _SentAhead:
+    """The host's connector as a task's own run() sees it when its one request was sent ahead: that call
+    returns the answer already on its way; any other call goes to the connector as usual."""
+
+    def __init__(self, node: Connector, op: str, request: dict, pending: Pending) -> None:
+        self._node, self._op, self._request, self._pending = node, op, request, pending
+
+    def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
+        pending, self._pending = self._pending, None
+        if pending is not None and op == self._op and request == self._request:
+            return pending.result()
+        if pending is not None:
+            pending.discard()
+        return self._node.call(op, request, timeout=timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._node, name)
+
+
+def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: Pending | None = None) -> Result:
+    """One task on one host; never raises for node trouble: it becomes a failed/unreachable Result. `pending`:
+    its request, already sent ahead (send_ahead)."""
     started = time.monotonic()
     host = node.host.name
     spec = TASKS[name]
     try:
         if spec.run is not None:
+            ahead = ahead_request(name, plan, node.host) if pending is not None else None
+            if pending is not None and ahead is not None:
+                node = _SentAhead(node, plan.op, ahead, pending)  # type: ignore[assignment]
+            elif pending is not None:
+                pending.discard()
             result = spec.run(run, plan, node)
+        elif pending is not None:
+            answer, evidence = pending.result()
+            result = spec.interpret(host, plan, answer)
+            if result.failed:
+                result.evidence = evidence
         else:
             answer, evidence = node.call(plan.op, plan.request, timeout=plan.timeout)
             result = spec.interpret(host, plan, answer)
@@ -80,13 +142,14 @@ def _failure(run: RunState, host: str, name: str, exc: Exception) -> Result:
                   evidence=Evidence("(client)", None, []), code=EXIT_FAILED)
 
 
-def run_task(run: RunState, name: str, plan: Plan, host: Host) -> Result:
-    """The step of a host chain: the host's one connection, the task, the result recorded (and shown)."""
+def run_task(run: RunState, name: str, plan: Plan, host: Host, pending: Pending | None = None) -> Result:
+    """The step of a host chain: the host's one connection, the task, the result recorded (and shown).
+    `pending`: its request, sent ahead by send_ahead while the step before it ran."""
     try:
         node = run.connections().get(host)
     except Exception as exc:  # noqa: BLE001 - e.g. a bad ssh_config for this host: its result, not a crash
         result = _failure(run, host.name, name, exc)
     else:
-        result = run_on_host(run, name, plan, node)
+        result = run_on_host(run, name, plan, node, pending)
     run.record(result)
     return result

@@ -6,6 +6,8 @@ RunState(connector=...) and nothing above the wire changes."""
 from __future__ import annotations
 
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -40,19 +42,41 @@ class ExecResult:
 
 
 class Counters:
-    """Connections, execs and uploads made by this process, for --trace and the benchmark."""
+    """Connections, execs and uploads made by this process, for --trace and the benchmark; requests sent
+    ahead (before the previous answer arrived) and the agent sessions' sends, answers and closes, in order,
+    for the tests that prove pipelining and early closing (a bounded log: a long run keeps the last ones)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.per_host: dict[str, dict[str, int]] = {}
+        self.ahead: dict[str, int] = {}
+        self.events: deque[tuple[float, str, str, str]] = deque(maxlen=20000)
 
     def bump(self, host: str, what: str, n: int = 1) -> None:
         with self.lock:
             row = self.per_host.setdefault(host, {"connections": 0, "execs": 0, "uploads": 0})
             row[what] += n
 
+    def event(self, host: str, what: str, op: str = "") -> None:
+        """what: sent / sent_ahead / answered (an agent request), closed (the host's agent session)."""
+        with self.lock:
+            if what == "sent_ahead":
+                self.ahead[host] = self.ahead.get(host, 0) + 1
+            self.events.append((time.monotonic(), host, what, op))
+
 
 COUNTERS = Counters()
+
+
+class Pending(Protocol):
+    """A request handed to a connector ahead of time (Connector.submit)."""
+
+    def result(self) -> tuple[dict, Evidence]:
+        """Its answer, as call() would give it (waiting for it if need be); raises what call() raises."""
+
+    def discard(self) -> None:
+        """Its answer is not wanted (the step before it failed): not sent if it is still held, else its
+        answer is read and dropped in its turn."""
 
 
 class Connector(Protocol):
@@ -62,6 +86,11 @@ class Connector(Protocol):
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
         """One agent op (remote_scripts/protocol.py OPS): request in, the agent's JSON answer out."""
+
+    def submit(self, op: str, request: dict, timeout: float = 300) -> Pending:
+        """call(), pipelined: the request goes out behind the requests in flight, or right behind the next
+        request sent, without waiting for the answers before it. Only for ops that change nothing on the node
+        (protocol.READ_ONLY_OPS): the step before it may still fail, and then its answer is dropped."""
 
     def exec(self, argv: list[str], stdin: bytes = b"", timeout: float = 300) -> ExecResult:
         """Run argv on the node (no shell), collect stdout, stderr, exit status."""
@@ -95,6 +124,15 @@ class Pool:
             if node is None:
                 node = self.nodes[host.name] = self.factory(host, self.inventory)
             return node
+
+    def release(self, name: str) -> None:
+        """This host is done for this run: its agent and connection end now, not with the whole run (a large
+        run does not hold every finished host's agent and sshd session until its slowest host ends). The
+        connector stays in the pool (a later use reconnects; the audit log still reads its host)."""
+        with self.lock:
+            node = self.nodes.get(name)
+        if node is not None:
+            node.close()
 
     def close_all(self) -> None:
         for node in self.nodes.values():

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import replace
 
 import paramiko
@@ -410,6 +411,7 @@ class NodeConnection:
         self.cxn: Connection | None = None
         self.session: _Session | None = None  # the agent of this run on this host (issue 16)
         self.requests = 0
+        self.held: list[_Ticket] = []  # submitted, to go out right behind the next request sent
         self.lock = threading.Lock()
 
     # -- connecting
@@ -430,6 +432,7 @@ class NodeConnection:
     def close(self) -> None:
         """End the agent (its stdin closes: it exits) and the connection. Safe from another thread (Ctrl-C)."""
         session, self.session = self.session, None
+        self.held = []  # never sent: nothing to undo
         if session is not None:
             try:
                 session.chan.shutdown_write()
@@ -439,6 +442,7 @@ class NodeConnection:
         if self.cxn is not None:
             self.cxn.close()
             self.cxn = None
+            COUNTERS.event(self.host.name, "closed")
 
     # -- raw exec
     def exec(self, argv: list[str], stdin: bytes = b"", timeout: float = 300, shown: str | None = None) -> ExecResult:
@@ -551,43 +555,175 @@ class NodeConnection:
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
         """One request to this host's agent: the first call of the run starts it (one exec, through the
-        verifying bootstrap), every later one is a line on the same channel (issue 16)."""
+        verifying bootstrap), every later one is a line on the same channel (issue 16). Requests held by
+        submit() go out right behind it, before its answer is in."""
         with self.lock:
+            ticket = _Ticket(self, op, request, timeout)
+            self._send([ticket, *self._take_held()])
+            return self._answer_of(ticket)
+
+    def submit(self, op: str, request: dict, timeout: float = 300) -> _Ticket:
+        """call(), pipelined (Connector.submit; read-only ops only): sent now, behind the requests in flight,
+        or held and sent right behind the next request that goes out. Its answer is read in turn (the agent
+        answers in request order) by result()."""
+        with self.lock:
+            ticket = _Ticket(self, op, request, timeout, ahead=True)
+            session = self.session
+            if session is not None and session.queue and not self.held and session.alive():
+                self._send([ticket])
+            else:
+                self.held.append(ticket)
+            return ticket
+
+    def _take_held(self) -> list[_Ticket]:
+        held, self.held = self.held, []
+        return held
+
+    def _collect(self, ticket: _Ticket) -> tuple[dict, Evidence]:
+        with self.lock:
+            if ticket in self.held:  # nothing went out before it (the step it followed made no call): now
+                self.held.remove(ticket)
+                ticket.ahead = False
+                self._send([ticket, *self._take_held()])
+            elif ticket.stale:
+                # A request of the step before it went out after it, so its answer may predate that request's
+                # effect: ask again, in turn (the early answer is read and dropped on the way).
+                ticket.dropped = True
+                ticket = _Ticket(self, ticket.op, ticket.request, ticket.timeout)
+                self._send([ticket, *self._take_held()])
+            return self._answer_of(ticket)
+
+    def _discard(self, ticket: _Ticket) -> None:
+        with self.lock:
+            if ticket in self.held:
+                self.held.remove(ticket)
+            ticket.dropped = True
+
+    def _send(self, tickets: list[_Ticket]) -> None:
+        """Write the request lines on the live agent session (started if there is none: one exec), in order."""
+        session = self._agent_session()
+        for ticket in tickets:
+            self._write(session, ticket)
+
+    def _write(self, session: _Session, ticket: _Ticket, again: bool = False) -> None:
+        if ticket.id is None:
             self.requests += 1
-            payload = (json.dumps({"protocol": PROTOCOL, "op": op, "state_dir": self.host.state_dir,
-                                   "operator": operator(), **request, "_id": self.requests}) + "\n").encode()
-            for attempt in range(2):
-                session = self._agent_session()
-                fresh = session.answered == 0
-                answer, evidence = self._request(session, payload, timeout)
-                if answer is not None and answer.get("bootstrap") is True:
-                    self._end_session(session)  # nothing of ours ran; a next call starts afresh
-                    if fresh and answer.get("error_kind") == "agent_missing" and attempt == 0:
-                        self.upload_agent()  # first visit of this agent version
-                        continue
-                    raise TransportError("untrusted", f"{self.host.name}: {answer.get('error')}", evidence)
-                break
-        if answer is None:
-            code = evidence.exit_code
-            if code == 127:
-                raise TransportError("remote", f"{self.host.name}: the target python {self.host.python} was not "
-                                               "found on the node", evidence)
-            raise TransportError("remote", f"{self.host.name}: the node agent failed (exit {code}) before it "
-                                           "answered", evidence)
-        if answer.get("_id") != self.requests:
+            ticket.id = self.requests
+        if not ticket.ahead:  # a request of the step itself, after ones sent ahead: theirs may predate it
+            for earlier in session.queue:
+                earlier.stale = earlier.stale or earlier.ahead
+        ahead = ticket.ahead and bool(session.queue)
+        payload = (json.dumps({"protocol": PROTOCOL, "op": ticket.op, "state_dir": self.host.state_dir,
+                               "operator": operator(), **ticket.request, "_id": ticket.id}) + "\n").encode()
+        ticket.session, ticket.sent = session, time.monotonic()
+        session.queue.append(ticket)
+        try:
+            session.chan.sendall(payload)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the read that follows finds out why (a refusal line, the agent's end, a lost link)
+        if not again:
+            COUNTERS.event(self.host.name, "sent_ahead" if ahead else "sent", ticket.op)
+
+    def _answer_of(self, ticket: _Ticket) -> tuple[dict, Evidence]:
+        """Read answers in request order (keeping earlier tickets' answers on them) up to this ticket's."""
+        deadline = time.monotonic() + ticket.timeout
+        while not ticket.done:
+            session = ticket.session
+            if session is None or session is not self.session or not session.queue:
+                raise TransportError("lost", f"connection to {self.host.name} lost during the step; the node's "
+                                             "outcome is unknown", Evidence(session.shown if session else "(agent)",
+                                                                            None, [], 0.0))
+            self._read_next(session, ticket, deadline)
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.answer is not None and ticket.evidence is not None
+        return ticket.answer, ticket.evidence
+
+    def _read_next(self, session: _Session, waiting: _Ticket, deadline: float) -> None:
+        """The answer of the oldest request in flight, onto its ticket; when the session ends instead, every
+        request in flight gets the error (the one waited for raises it; the others were sent ahead)."""
+        head = session.queue[0]
+        try:
+            line = session.read_line(deadline)
+        except TimeoutError:
+            self._end_session(session)  # the agent's watchdog sees its client go and stops where it is
+            self._fail(session, TransportError("timeout", f"{self.host.name}: no answer within {waiting.timeout:.0f}s",
+                                               session.evidence(None, head.sent)))
+            return
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            evidence = session.evidence(None, head.sent)
             self.close()
-            raise TransportError("remote", f"{self.host.name}: the node agent answered out of turn (request "
-                                           f"{self.requests}, answer {answer.get('_id')}); connection reset", evidence)
+            self._fail(session, TransportError("lost", f"connection to {self.host.name} lost during the step "
+                                                       f"({exc or 'EOF'}); the node's outcome is unknown", evidence))
+            return
+        if line is None:  # the agent ended instead of answering (refused, no interpreter, crashed)
+            self._end_session(session)
+            code = session.code
+            evidence = session.evidence(code, head.sent)
+            if code is None:
+                self.close()
+                error = TransportError("lost", f"connection to {self.host.name} lost during the step; the node's "
+                                               "outcome is unknown", evidence)
+            elif code == 127:
+                error = TransportError("remote", f"{self.host.name}: the target python {self.host.python} was not "
+                                                 "found on the node", evidence)
+            else:
+                error = TransportError("remote", f"{self.host.name}: the node agent failed (exit {code}) before it "
+                                                 "answered", evidence)
+            self._fail(session, error)
+            return
+        fresh = session.answered == 0
+        session.answered += 1
+        try:
+            answer = json.loads(line.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            answer = None
+        if not isinstance(answer, dict):
+            self._end_session(session)
+            self._fail(session, TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer",
+                                               session.evidence(None, head.sent)))
+            return
+        if answer.get("bootstrap") is True:  # nothing of ours ran; a next call starts afresh
+            evidence = session.evidence(EXIT_BOOTSTRAP_REFUSED, head.sent)
+            self._end_session(session)
+            if fresh and answer.get("error_kind") == "agent_missing" and not session.retried:
+                self.upload_agent()  # first visit of this agent version; then every request in flight again
+                again = self._agent_session()
+                again.retried = True
+                for ticket in list(session.queue):
+                    self._write(again, ticket, again=True)
+                session.queue.clear()
+                return
+            self._fail(session, TransportError("untrusted", f"{self.host.name}: {answer.get('error')}", evidence))
+            return
+        evidence = session.evidence(0, head.sent)
+        session.err.clear()  # what the agent wrote while serving this request is its evidence alone
+        if answer.get("_id") != head.id:
+            self.close()
+            self._fail(session, TransportError("remote", f"{self.host.name}: the node agent answered out of turn "
+                                                         f"(request {head.id}, answer {answer.get('_id')}); "
+                                                         "connection reset", evidence))
+            return
+        session.queue.popleft()
+        head.done, head.evidence = True, evidence
         if answer.get("agent_error"):
-            raise TransportError("remote", f"{self.host.name}: the node agent failed on {op}: {answer.get('error')} "
-                                           "(its traceback is in the node's stderr below; the agent goes on)",
-                                 evidence)
-        return answer, evidence
+            head.error = TransportError("remote", f"{self.host.name}: the node agent failed on {head.op}: "
+                                                  f"{answer.get('error')} (its traceback is in the node's stderr "
+                                                  "below; the agent goes on)", evidence)
+        else:
+            head.answer = answer
+        COUNTERS.event(self.host.name, "answered", head.op)
+
+    @staticmethod
+    def _fail(session: _Session, error: TransportError) -> None:
+        for ticket in session.queue:
+            ticket.done, ticket.error = True, error
+        session.queue.clear()
 
     def _agent_session(self) -> _Session:
         """The live agent of this connection, started if there is none (or the last one ended)."""
         session = self.session
-        if session is not None and not session.chan.closed and not session.chan.exit_status_ready():
+        if session is not None and session.alive():
             return session
         if session is not None:
             self._end_session(session)
@@ -613,45 +749,34 @@ class NodeConnection:
         except (OSError, EOFError, paramiko.SSHException):
             pass
 
-    def _request(self, session: _Session, payload: bytes, timeout: float) -> tuple[dict | None, Evidence]:
-        """Send one request line, read its answer line. (None, evidence) when the agent ended instead of
-        answering (the bootstrap refused, the interpreter is missing, it crashed)."""
-        started = time.monotonic()
-        session.err.clear()
-        try:
-            session.chan.sendall(payload)
-            line = session.read_line(started + timeout)
-        except TimeoutError:
-            self._end_session(session)  # the agent's watchdog sees its client go and stops where it is
-            raise TransportError("timeout", f"{self.host.name}: no answer within {timeout:.0f}s",
-                                 session.evidence(None, started)) from None
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            evidence = session.evidence(None, started)
-            self.close()
-            raise TransportError("lost", f"connection to {self.host.name} lost during the step ({exc or 'EOF'}); "
-                                         "the node's outcome is unknown", evidence) from None
-        if line is None:
-            self._end_session(session)
-            if session.code is None:
-                self.close()
-                raise TransportError("lost", f"connection to {self.host.name} lost during the step; the node's "
-                                             "outcome is unknown", session.evidence(None, started))
-            return None, session.evidence(session.code, started)
-        session.answered += 1
-        try:
-            answer = json.loads(line.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            answer = None
-        if not isinstance(answer, dict):
-            self._end_session(session)
-            raise TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer",
-                                 session.evidence(None, started))
-        code = EXIT_BOOTSTRAP_REFUSED if answer.get("bootstrap") is True else 0
-        return answer, session.evidence(code, started)
+
+class _Ticket:
+    """One request of the agent session (wire.connector.Pending): sent at once, or held to go out right behind
+    the next request sent; answered in request order, its answer (or error) kept here until asked for."""
+
+    def __init__(self, conn: NodeConnection, op: str, request: dict, timeout: float, ahead: bool = False) -> None:
+        self.conn, self.op, self.request, self.timeout = conn, op, request, timeout
+        self.ahead = ahead  # handed over before the step it follows has its answer (Connector.submit)
+        self.id: int | None = None
+        self.session: _Session | None = None
+        self.sent = 0.0
+        self.done = False
+        self.answer: dict | None = None
+        self.evidence: Evidence | None = None
+        self.error: TransportError | None = None
+        self.stale = False  # a request of the step before it went out after it
+        self.dropped = False  # discarded: nobody reads its answer
+
+    def result(self) -> tuple[dict, Evidence]:
+        return self.conn._collect(self)  # noqa: SLF001 - the ticket is the connection's own
+
+    def discard(self) -> None:
+        self.conn._discard(self)  # noqa: SLF001
 
 
 class _Session:
-    """The agent's channel: answers are lines on stdout, in request order; stderr is kept per request."""
+    """The agent's channel: answers are lines on stdout, in request order (`queue`: the requests sent and not
+    yet answered, oldest first); stderr is kept per answer."""
 
     def __init__(self, chan: paramiko.Channel, shown: str) -> None:
         self.chan = chan
@@ -660,6 +785,11 @@ class _Session:
         self.err = bytearray()
         self.answered = 0
         self.code: int | None = None  # the agent's exit status once it ended
+        self.queue: deque[_Ticket] = deque()
+        self.retried = False  # started again after uploading the agent
+
+    def alive(self) -> bool:
+        return not self.chan.closed and not self.chan.exit_status_ready()
 
     def evidence(self, code: int | None, started: float) -> Evidence:
         return ExecResult(self.shown, code, b"", bytes(self.err), time.monotonic() - started).evidence()
