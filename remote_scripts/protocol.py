@@ -16,7 +16,8 @@ OPS = ("ping", "patch", "rollback", "verify", "gpu", "facts", "preflight", "job_
 # them. The client may send one before the previous request's answer is in (pipelining, issue 16): if that
 # earlier step fails, the read-only one has run for nothing and its answer is dropped; nothing else happened.
 # Never add an op that writes (patch, rollback, job_start, job_stop, run, capture, fetch_plan, ...).
-READ_ONLY_OPS = frozenset({"ping", "verify", "gpu", "facts", "job_status", "job_logs", "jobs_list", "diagnose"})
+READ_ONLY_OPS = frozenset({"ping", "verify", "gpu", "facts", "job_status", "job_logs", "job_tail", "jobs_list",
+                           "diagnose"})
 assert set(OPS) >= READ_ONLY_OPS
 
 # The kinds of check a playbook's verify: may name ("requires" is added from the playbook's requires:).
