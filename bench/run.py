@@ -651,10 +651,16 @@ class Runner:
                 sampler = TreeSampler(proc.pid, os.getpid(), exclude)
                 sampler.start()
             timer = threading.Timer(self.timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+            timer.daemon = True  # an interrupted bench must not wait out a pending kill timer at exit
             timer.start()
-            _, status, ru = os.wait4(proc.pid, 0)
+            try:
+                _, status, ru = os.wait4(proc.pid, 0)
+            except KeyboardInterrupt:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
+            finally:
+                timer.cancel()
             wall = time.perf_counter() - started
-            timer.cancel()
             proc.returncode = os.waitstatus_to_exitcode(status)
         client_cpu, maxrss = ru.ru_utime + ru.ru_stime, ru.ru_maxrss
         # others' load is judged over the tool's own lifetime, less this process (the sampler)
@@ -1302,6 +1308,10 @@ def main() -> int:
     t_start = time.perf_counter()
 
     def stop(signum, frame):  # SIGTERM, and SIGINT even when started in the background (where it is ignored)
+        # Once: a second signal (`timeout` forwards one, an impatient Ctrl-C) must not cut the cleanup short and
+        # leave the lab's sshd listeners behind.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, stop)
