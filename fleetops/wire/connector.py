@@ -1,7 +1,7 @@
-"""What the rest of fleetops knows about reaching a node: the Connector protocol (call / exec / upload /
+"""What the rest of fleetops knows about reaching a node: the Connector protocol (call / submit / exec / upload /
 download), the errors a connector raises, and the per-run pool of connectors. No SSH here: wire/ssh.py is
-one Connector; a second one (local, for tests; a persistent agent later) plugs in through
-RunState(connector=...) and nothing above the wire changes."""
+one Connector; a second one (local, for tests) plugs in through RunState(connector=...) and nothing above the
+wire changes."""
 
 from __future__ import annotations
 
