@@ -1,6 +1,7 @@
 """The SSH connector: the only module that talks SSH (paramiko, Fabric's Connection). One connection per host
-per run, strict host keys, one exec per agent call, and the agent zip uploaded only when the node does not
-have that exact version. It implements wire.connector.Connector."""
+per run, strict host keys, one agent per host per run (one exec; every call a JSON line on its channel, and
+a request handed over by submit() sent before the answers before it are in), and the agent zip uploaded only
+when the node does not have that exact version. It implements wire.connector.Connector."""
 
 from __future__ import annotations
 
