@@ -268,10 +268,21 @@ def status(req: dict) -> dict:
 
 def tail(req: dict) -> dict:
     """From each task's log, the bytes after its offset (whole lines only while the job can still write),
-    waiting up to wait_s for something new; with the scheduler's view of the job in the same answer."""
+    waiting up to wait_s for something new; with the scheduler's view of the job in the same answer. Attaching
+    (no offsets yet): each task starts at its last N whole lines (last_lines, default 20) or at byte 0 with
+    from_start, the same rule as an SSH job's tail (jobs._attach_offset); `skipped` says per task what was left
+    out."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     shards = int(job.get("shards") or 1)
-    offsets = [int(x) for x in (req.get("offsets") or [0] * shards)][:shards]
+    skipped: list[dict] = []
+    if req.get("offsets") is None:
+        from .jobs import _attach_offset
+
+        skipped = [_attach_offset({"log": path}, req.get("last_lines"), bool(req.get("from_start")))
+                   for path in job["logs"][:shards]]
+        offsets = [s["offset"] for s in skipped]
+    else:
+        offsets = [int(x) for x in req["offsets"]][:shards]
     offsets += [0] * (shards - len(offsets))
     env = _scheduler_env(req)
     deadline = time.monotonic() + float(req.get("wait_s", 2))
@@ -289,7 +300,7 @@ def tail(req: dict) -> dict:
                     chunk = chunk[: chunk.rfind(b"\n") + 1]
             data.append(chunk)
         if any(data) or time.monotonic() >= deadline:
-            return {"ok": True, "job": _public(job), "offsets": offsets,
+            return {"ok": True, "job": _public(job), "offsets": offsets, "skipped": skipped,
                     "data": [d.decode("utf-8", "replace") for d in data],
                     "next_offsets": [o + len(d) for o, d in zip(offsets, data)],
                     "exits": exits, "query": _query(job, env), "now_ts": time.time()}

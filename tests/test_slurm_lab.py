@@ -174,8 +174,10 @@ def test_two_shard_job_array(cluster):
     assert "as a job array of 2 tasks" in res["msg"] and "--array=0-1" in res["data"]["job"]["sbatch_argv"]
     seen = wait_for(lambda: squeue(slurm, sid), "the array in squeue", 60)
     assert {i for i, _, _ in seen} <= {f"{sid}_0", f"{sid}_1"}
-    proc = run_fab(project, "-H", "login01", "tail", timeout=DEADLINE * 3)
+    # --from-start: each task from its first line (a later command's tail shows only the last 20 lines).
+    proc = run_fab(project, "-H", "login01", "tail", "--from-start", timeout=DEADLINE * 3)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "earlier lines not shown" not in proc.stdout
     for task in (0, 1):
         assert re.search(rf"login01\[{task}\] .*progress samples=32/32", proc.stdout), proc.stdout[-3000:]
         assert f"login01[{task}] | fleetops: slurm job {sid}_{task} task {task} on {slurm.node}" in proc.stdout
@@ -284,3 +286,41 @@ def test_gpu_looks_into_the_running_jobs_allocation(cluster):
         assert idle.status.value == "ok" and "no task of the job is running" in idle.msg, idle
     finally:
         state.connections().close_all()
+
+
+def _login01_lines(text: str) -> list[int]:
+    return [int(m[1]) for m in re.finditer(r"^login01 \| line (\d+)$", text, re.M)]
+
+
+def test_tail_attaching_later_shows_the_last_20_lines_and_extract_tail_the_first(cluster):
+    """Issue 15 on a Slurm login node, as on an SSH node: `tail` attaching to a job an earlier command submitted
+    shows each task's last 20 lines (--lines N) and says what it left out; --from-start and `extract tail` in one
+    command show it from its first line."""
+    project, slurm = cluster["project"], cluster["slurm"]
+    wide = {"COLUMNS": "300"}
+    rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "numbers", "--playbook", JOBS)
+    assert rc == 0, doc
+    job_id = doc["results"][0]["data"]["job"]["id"]
+    sid = doc["results"][0]["data"]["slurm_job_id"]
+    wait_for(lambda: status(project)["data"]["state"] == "succeeded", "the numbers job to end", DEADLINE, every=1)
+    later = run_fab(project, "-H", "login01", "tail", env=wide, timeout=DEADLINE)
+    assert later.returncode == 0, later.stdout + later.stderr
+    assert _login01_lines(later.stdout) == list(range(100, 120)), later.stdout[-3000:]
+    # 101 lines left out: the batch script's own first line and lines 0-99.
+    assert re.search(rf"^login01 \| job {job_id}: 101 earlier lines not shown \(\d+ bytes\); --from-start replays "
+                     "them$", later.stdout, re.M), later.stdout[-3000:]
+    assert f"fleetops: slurm job {sid} task 0" not in later.stdout
+    five = run_fab(project, "-H", "login01", "tail", "--lines", "5", env=wide, timeout=DEADLINE)
+    assert five.returncode == 0 and _login01_lines(five.stdout) == list(range(115, 120)), five.stdout[-3000:]
+    assert f"job {job_id}: 116 earlier lines not shown" in five.stdout
+    replay = run_fab(project, "-H", "login01", "tail", "--from-start", env=wide, timeout=DEADLINE)
+    assert replay.returncode == 0 and _login01_lines(replay.stdout) == list(range(120)), replay.stdout[-3000:]
+    assert f"login01 | fleetops: slurm job {sid} task 0 on {slurm.node}" in replay.stdout
+    assert "earlier lines not shown" not in replay.stdout
+    # `extract tail` in one command: the run submitted the job and has shown none of it, so all of it.
+    both = run_fab(project, "-H", "login01", "extract", "--job", "numbers", "--playbook", JOBS, "tail", env=wide,
+                   timeout=DEADLINE * 2)
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert _login01_lines(both.stdout) == list(range(120)), both.stdout[-3000:]
+    assert re.search(r"^login01 \| fleetops: slurm job \d+ task 0 on ", both.stdout, re.M), both.stdout[-3000:]
+    assert "earlier lines not shown" not in both.stdout

@@ -4,7 +4,9 @@ script the node writes (remote_scripts/slurm.py). No daemons here: tests/test_sl
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -137,3 +139,120 @@ def test_batch_script_is_fixed_text_that_compiles():
 
     compile(node_slurm.BATCH_SCRIPT, "batch.py", "exec")
     assert node_slurm.SQUEUE_FORMAT == sp.SQUEUE_FORMAT and node_slurm.SACCT_FORMAT == sp.SACCT_FORMAT
+
+
+def _slurm_job(state_dir: Path, lines: list[int], ended: bool = True) -> str:
+    """A job as remote_scripts/slurm.py lays it out, one task per entry of `lines` (task i wrote lines[i] lines),
+    never submitted (no Slurm id: no scheduler queried), each task's exit file written when `ended`."""
+    job_id = "numbers-20261130T000000-abcd"
+    job_dir = state_dir / "slurm" / job_id
+    job_dir.mkdir(parents=True)
+    logs = []
+    for task, n in enumerate(lines):
+        log = job_dir / f"task-{task}.log"
+        log.write_text("".join(f"task {task} line {i}\n" for i in range(n)))
+        logs.append(str(log))
+        if ended:
+            (job_dir / f"exit-{task}.json").write_text(json.dumps({"exit_code": 0, "signal": None, "task": task}))
+    (job_dir / "job.json").write_text(json.dumps({"id": job_id, "name": "numbers", "kind": "command",
+                                                  "shards": len(lines), "logs": logs, "slurm_job_id": None}))
+    (state_dir / "slurm" / "current.json").write_text(json.dumps({"id": job_id}))
+    return job_id
+
+
+def _node_tail(state_dir: Path, **req) -> dict:
+    from remote_scripts import slurm as node_slurm
+
+    return node_slurm.tail({"state_dir": str(state_dir), "wait_s": 0, **req})
+
+
+def test_node_tail_attach_starts_each_task_at_its_last_lines_and_says_what_it_skipped(tmp_path):
+    _slurm_job(tmp_path, [30, 5])
+    first = _node_tail(tmp_path, offsets=None)  # attaching, no line count: the last 20 whole lines of each task
+    assert first["data"][0].splitlines() == [f"task 0 line {i}" for i in range(10, 30)]
+    assert first["data"][1].splitlines() == [f"task 1 line {i}" for i in range(5)]
+    skipped_bytes = len("".join(f"task 0 line {i}\n" for i in range(10)))
+    assert first["skipped"] == [{"offset": skipped_bytes, "skipped_bytes": skipped_bytes, "skipped_lines": 10},
+                                {"offset": 0, "skipped_bytes": 0, "skipped_lines": 0}]
+    assert first["offsets"] == [skipped_bytes, 0]
+    three = _node_tail(tmp_path, offsets=None, last_lines=3)
+    assert [d.splitlines()[0] for d in three["data"]] == ["task 0 line 27", "task 1 line 2"]
+    assert [s["skipped_lines"] for s in three["skipped"]] == [27, 2]
+    replay = _node_tail(tmp_path, offsets=None, from_start=True)
+    assert replay["offsets"] == [0, 0] and replay["data"][0].splitlines()[0] == "task 0 line 0"
+    assert [s["skipped_bytes"] for s in replay["skipped"]] == [0, 0]
+    # Following (offsets given): exactly from there, nothing skipped.
+    follow = _node_tail(tmp_path, offsets=first["next_offsets"])
+    assert follow["data"] == ["", ""] and follow["skipped"] == []
+
+
+def test_node_tail_attach_to_a_running_task_counts_whole_lines_only(tmp_path):
+    job_id = _slurm_job(tmp_path, [25], ended=False)
+    log = tmp_path / "slurm" / job_id / "task-0.log"
+    with log.open("a") as f:
+        f.write("task 0 half a li")  # still being written: neither shown nor counted as a line yet
+    got = _node_tail(tmp_path, offsets=None, last_lines=4)
+    assert got["data"][0].splitlines() == [f"task 0 line {i}" for i in range(21, 25)]
+    assert got["skipped"][0]["skipped_lines"] == 21
+
+
+class _NodeOverFiles:
+    """A connector whose `slurm` op is the node's own code on a local state dir (no SSH, no Slurm)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir, self.requests = state_dir, []
+        self.host = SimpleNamespace(name="login01", env_values=(), groups=[], scheduler="slurm")
+
+    def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, None]:
+        from remote_scripts import slurm as node_slurm
+
+        assert op == "slurm" and request["action"] == "tail"
+        self.requests.append(request)
+        return node_slurm.tail({**request, "state_dir": str(self.state_dir), "wait_s": 0}), None
+
+    def close(self) -> None:
+        pass
+
+
+def _client_tail(tmp_path: Path, options: dict, launched: str | None = None) -> tuple[list[str], list[dict], object]:
+    from fleetops.state import RunState
+    from fleetops.tasks.plan import Plan
+    from fleetops.tasks.slurm import run_tail
+
+    run = RunState(tmp_path / "project", {})
+    shown: list[str] = []
+    run.reporter.note = lambda message: shown.append(message)
+    run.reporter.job_line = lambda label, line, failed, progress: shown.append(f"{label} | {line}")
+    if launched:
+        run.launched["login01"] = launched
+    node = _NodeOverFiles(tmp_path)
+    result = run_tail(run, Plan("tail", {}, 60, None, options=options), node)
+    return shown, node.requests, result
+
+
+def test_client_tail_reattach_shows_last_lines_per_task_with_a_note_and_extract_tail_replays(tmp_path):
+    job_id = _slurm_job(tmp_path, [30, 22])
+    shown, requests, result = _client_tail(tmp_path, {})
+    assert requests[0]["offsets"] is None and requests[0]["last_lines"] is None and not requests[0]["from_start"]
+    assert [ln for ln in shown if ln.startswith("login01[0] | task")] == \
+        [f"login01[0] | task 0 line {i}" for i in range(10, 30)]
+    assert [ln for ln in shown if ln.startswith("login01[1] | task")] == \
+        [f"login01[1] | task 1 line {i}" for i in range(2, 22)]
+    notes = [ln for ln in shown if "earlier lines not shown" in ln]
+    assert len(notes) == 2 and notes[0].startswith(f"login01[0] | job {job_id}: 10 earlier lines not shown (")
+    assert notes[1].startswith(f"login01[1] | job {job_id}: 2 earlier lines not shown (")
+    assert notes[0].endswith("bytes); --from-start replays them") and result.code == 0
+    # `extract tail` in one command: this run submitted the job, so its tail starts at the first line.
+    shown, requests, _ = _client_tail(tmp_path, {}, launched=job_id)
+    assert requests[0]["from_start"] is True and requests[0]["job_id"] == job_id
+    assert not any("earlier lines not shown" in ln for ln in shown)
+    assert shown.count("login01[0] | task 0 line 0") == 1 and "login01[1] | task 1 line 0" in shown
+    # --lines wins over the run's own launch; --from-start replays a job launched by an earlier command.
+    shown, requests, _ = _client_tail(tmp_path, {"lines": "2"}, launched=job_id)
+    assert requests[0]["last_lines"] == 2 and not requests[0]["from_start"]
+    assert [ln for ln in shown if "| task 0" in ln] == ["login01[0] | task 0 line 28", "login01[0] | task 0 line 29"]
+    shown, requests, _ = _client_tail(tmp_path, {"from_start": True})
+    assert requests[0]["from_start"] is True and "login01[0] | task 0 line 0" in shown
+    assert len(requests) >= 2 and all("last_lines" not in r for r in requests[1:])  # following: offsets only
+    _, _, bad = _client_tail(tmp_path, {"lines": "many"})
+    assert bad.code == 2 and "not a number of lines" in bad.msg

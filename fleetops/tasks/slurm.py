@@ -172,6 +172,8 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     if not answer.get("ok"):
         return agent_error(host.name, "extract", answer, with_kind=True)
     job = answer["job"]
+    with run.lock:
+        run.launched[host.name] = job["id"]  # this run's own `tail` shows it from its first line
     try:
         sid = sp.parse_sbatch(answer["sbatch"]["stdout"])
     except sp.SlurmParseError as exc:
@@ -222,13 +224,26 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
                                   "rows": table}})
 
 
+def _label(host: str, task: int, shards: int) -> str:
+    return f"{host}[{task}]" if shards > 1 else host
+
+
 def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = _spec(plan, node)
     progress_rx = spec.progress if spec else re.compile(DEFAULT_PROGRESS)
     failure_rx = spec.failures if spec else [re.compile(p) for p in DEFAULT_FAILURES]
     job_id = plan.options.get("job_id")
-    offsets: list[int] | None = None
+    offsets: list[int] | None = None  # attaching: the node starts each task at its last N lines, or at byte 0
+    lines = plan.options.get("lines")
+    try:
+        last_lines = int(lines) if lines not in (None, "") else None
+    except ValueError:
+        return Result(host, "tail", Status.FAILED, f"tail --lines {lines!r}: not a number of lines", code=2)
+    from_start = bool(plan.options.get("from_start"))
+    launched = run.launched.get(host)
+    if launched and job_id in (None, launched) and last_lines is None:
+        job_id, from_start = launched, True  # `extract tail`: this run submitted it and has shown none of it yet
     lost_since: float | None = None
     backoff = 0.5
     failures: list[str] = []
@@ -241,8 +256,10 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             return Result(host, "tail", Status.OK, f"detached; job {job_id} still in Slurm", code=130,
                           data={"job_id": job_id, "offsets": offsets, "detached": True})
         try:
-            answer = _call(node, "tail", {"job_id": job_id, "offsets": offsets, "wait_s": TAIL_WAIT_S},
-                           timeout=TAIL_WAIT_S + 90)
+            request: dict = {"job_id": job_id, "offsets": offsets, "wait_s": TAIL_WAIT_S}
+            if offsets is None:
+                request.update(last_lines=last_lines, from_start=from_start)
+            answer = _call(node, "tail", request, timeout=TAIL_WAIT_S + 90)
         except TransportError as exc:
             if exc.kind not in ("lost", "unreachable", "timeout"):
                 raise
@@ -269,6 +286,13 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                 where = sorted({r["node"] for r in rows if r.get("node")})
                 reporter.note(f"{host} | Slurm job {job.get('slurm_job_id')}: {_describe(rows)}"
                               + (f" on {', '.join(where)}" if where and word == "running" else ""))
+        if offsets is None:
+            for task, skip in enumerate(answer.get("skipped") or []):
+                if skip.get("skipped_bytes"):
+                    count = skip.get("skipped_lines")
+                    reporter.note(f"{_label(host, task, shards)} | job {job_id}: "
+                                  f"{count if count is not None else 'the'} earlier lines not shown "
+                                  f"({skip['skipped_bytes']} bytes); --from-start replays them")
         for task, data in enumerate(answer["data"]):
             for line in data.splitlines():
                 failed = is_failure(line, failure_rx)
@@ -277,7 +301,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                 progress = parse_progress(line, progress_rx)
                 if progress:
                     last_progress[task] = progress
-                reporter.job_line(f"{host}[{task}]" if shards > 1 else host, line, failed, progress)
+                reporter.job_line(_label(host, task, shards), line, failed, progress)
         offsets = answer["next_offsets"]
         if word not in ("running", "pending") and not any(answer["data"]):
             code = _code(rows)
