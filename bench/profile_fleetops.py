@@ -57,10 +57,11 @@ def _wrap_timeline(out: str, argv: list[str]) -> int:
     import fleetops.wire.ssh as transport
 
     ev("imports_done")
-    orig_open, orig_exec, orig_call = (
+    # The agent session (wire/ssh.py): one exec per host starts it, every request is answered on it.
+    orig_open, orig_session, orig_answer = (
         transport.NodeConnection.open,
-        transport.NodeConnection.exec,
-        transport.NodeConnection.call,
+        transport.NodeConnection._agent_session,
+        transport.NodeConnection._answer_of,
     )
     orig_execute = fabexec.FleetExecutor.execute
     build, load = bundle.agent_bundle.__wrapped__, hostkeys.HostKeys.load
@@ -94,16 +95,17 @@ def _wrap_timeline(out: str, argv: list[str]) -> int:
             if fresh:
                 ev("connect_end", self.host.name)
 
-    def exec_(self, argv, stdin=b"", timeout=300):
-        self.open()
-        ev("exec_start", self.host.name)
-        res = orig_exec(self, argv, stdin, timeout)
-        ev("exec_end", self.host.name)
-        return res
+    def agent_session(self):
+        before = self.session
+        session = orig_session(self)
+        if session is not before:
+            ev("exec_start", self.host.name)
+        return session
 
-    def call(self, op, request, timeout=300):
-        answer, evidence = orig_call(self, op, request, timeout)
-        ev("call_done", self.host.name, op=op, node_seconds=answer.get("seconds"))
+    def answer_of(self, ticket):
+        answer, evidence = orig_answer(self, ticket)
+        ev("exec_end", self.host.name)  # the exec's time: from the agent's start to its last answer
+        ev("call_done", self.host.name, op=ticket.op, node_seconds=answer.get("seconds"))
         return answer, evidence
 
     def execute(self, *tasks):
@@ -113,8 +115,9 @@ def _wrap_timeline(out: str, argv: list[str]) -> int:
         finally:
             ev("execute_end")
 
-    transport.NodeConnection.open, transport.NodeConnection.exec = open_, exec_
-    transport.NodeConnection.call = call
+    transport.NodeConnection.open = open_
+    transport.NodeConnection._agent_session = agent_session
+    transport.NodeConnection._answer_of = answer_of
     fabexec.FleetExecutor.execute = execute
     sys.argv = ["fab", *argv]
     code = 0
@@ -167,16 +170,20 @@ def _timeline_stats(events: list[dict], wall: float) -> dict:
     by = lambda kind: [e for e in events if e["kind"] == kind]  # noqa: E731
     first = lambda kind: min((e["t"] for e in by(kind)), default=float("nan"))  # noqa: E731
     last = lambda kind: max((e["t"] for e in by(kind)), default=float("nan"))  # noqa: E731
-    connects, execs = [], []
+    connects: list[float] = []
+    exec_ends: dict = {}
     starts: dict = {}
     for e in events:
         key = (e["host"], e["thread"])
-        if e["kind"] in ("connect_start", "exec_start"):
+        if e["kind"] == "connect_start":
             starts[(key, e["kind"])] = e["t"]
+        elif e["kind"] == "exec_start":
+            starts[(e["host"], e["kind"])] = e["t"]  # answers may be read on another thread than the start
         elif e["kind"] == "connect_end":
             connects.append(e["t"] - starts.pop((key, "connect_start"), e["t"]))
-        elif e["kind"] == "exec_end":
-            execs.append(e["t"] - starts.pop((key, "exec_start"), e["t"]))
+        elif e["kind"] == "exec_end" and (e["host"], "exec_start") in starts:
+            exec_ends[e["host"]] = e["t"] - starts[(e["host"], "exec_start")]  # the last answer ends it
+    execs = list(exec_ends.values())
     node = {}
     for e in by("call_done"):
         node.setdefault(e["op"], []).append(e["node_seconds"] or 0.0)

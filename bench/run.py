@@ -100,6 +100,10 @@ def take_snapshot() -> None:
             shutil.copytree(src, SNAPSHOT / part, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(src, SNAPSHOT / part)
+    # Byte-compiled, as pip leaves an installed wheel (and as the peers and fleetops' dependencies are here):
+    # this machine sets PYTHONDONTWRITEBYTECODE=1, so an uncompiled snapshot would recompile fleetops' sources
+    # on every run (~0.17 s of client CPU per `fab`, measured) and no peer pays that.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(SNAPSHOT)], check=True, capture_output=True)
     sys.path.insert(0, str(SNAPSHOT))
 
 
