@@ -286,3 +286,6 @@ def test_gpu_next_actions_print_once_per_folded_group():
                      "next: fab -H {host} run 'command -v nvidia-smi' (is the NVIDIA driver installed, nvidia-smi "
                      "on the login PATH?)"], text
     assert text.count("failed  GPU 1: missing") == 1  # the group's GPU line too, once
+    # The group's table is titled for the group, not for whichever host's answer stands for it.
+    assert "lab[01-03] (3): GPUs" in text and "lab01: GPUs" not in text and "lab03: GPUs" not in text, text
+    assert "lab06: GPUs" in text, text

@@ -58,7 +58,7 @@ def next_action(host: str, verdict: Verdict) -> str | None:
         return f"{fab} stop (a fleetops job holds them; {fab} jobs lists it) or {fab} gpu --wait {WAIT_HINT_S}"
     if verdict.code == EXIT_GPU_BUSY:
         return (f"{fab} gpu --wait {WAIT_HINT_S} (wait for the holders: not fleetops jobs, ask their owners; "
-                f"do not --force)")
+                f"extract --force would share the GPUs with them)")
     if verdict.code == EXIT_GPU_UNHEALTHY:
         return f"{fab} diagnose (Xid events, ECC, row remapping), and drain the node until it is fixed"
     if verdict.code == EXIT_NO_NVIDIA_SMI:

@@ -216,7 +216,8 @@ class Reporter:
         groups = fold.group(fold.draw_all(results, self.draw, self.who))
         for g in groups:
             if g.drawn.table:
-                table = g.drawn.table if len(g.hosts) == 1 else {**g.drawn.table, "rows": g.drawn.folded_rows}
+                table = g.drawn.table if len(g.hosts) == 1 else {**g.drawn.table, "rows": g.drawn.folded_rows,
+                                                                  "title": _group_title(g)}
                 self.console.print(render_table(table))
             for line in g.lines():
                 self.console.print(markup(line, g.header))
@@ -267,6 +268,12 @@ class Reporter:
             self.console.print(escape(fold.summary_line(results, seconds)))
             if failed and rerun:
                 self.console.print(f"[bold]re-run the failed hosts:[/] {escape(rerun)}")
+
+
+def _group_title(g: Group) -> str | None:
+    """A folded group's table is titled for the group, not for whichever host's answer stands for it."""
+    title, who = g.drawn.table.get("title") if g.drawn.table else None, g.drawn.result.host
+    return f"{g.header}{title[len(who):]}" if title and title.startswith(who) else title
 
 
 def render_table(spec: dict) -> Table:
