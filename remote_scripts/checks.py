@@ -3,6 +3,7 @@ imported only by the checks that must (import, callsites), and only once per exe
 
 from __future__ import annotations
 
+import functools
 import importlib
 import io
 import json
@@ -56,6 +57,14 @@ def code_lines(source: str) -> tuple[list[str], str]:
     """The file's lines as code only (Python's tokenize): comments gone, every string literal (docstrings and
     f-strings' literal parts included) reduced to "", line numbers kept. A file that does not tokenize is
     searched as raw text, and the second value says why ("" when tokenized)."""
+    lines, note = _code_lines(source)
+    return list(lines), note
+
+
+@functools.lru_cache(maxsize=8)
+def _code_lines(source: str) -> tuple[tuple[str, ...], str]:
+    # Cached on the text itself: a playbook greps one file a dozen times, and tokenizing it is ~9 ms each
+    # (the agent serves the whole run, so a file is tokenized once per run, and again only if it changed).
     raw = source.splitlines()
     out: list[list[str]] = [[] for _ in raw]
     last_row, last_col = 1, 0
@@ -74,13 +83,13 @@ def code_lines(source: str) -> tuple[list[str], str]:
                     out[srow - 1].append(tok.string)
             last_row, last_col = erow, ecol
     except (tokenize.TokenError, IndentationError, SyntaxError) as exc:
-        return raw, f"the file does not tokenize ({exc}), so its raw text was searched"
+        return tuple(raw), f"the file does not tokenize ({exc}), so its raw text was searched"
     lines = []
     for i, parts in enumerate(out):
         text = "".join(parts)
         indent = raw[i][: len(raw[i]) - len(raw[i].lstrip())]
         lines.append(indent + text.strip() if text.strip() else "")
-    return lines, ""
+    return tuple(lines), ""
 
 
 def run_grep(check: dict) -> dict:
@@ -94,7 +103,7 @@ def run_grep(check: dict) -> dict:
     mode = check.get("search", "code")
     note = ""
     if mode == "code":
-        lines, note = code_lines(source)
+        lines, note = _code_lines(source)
     else:
         lines = raw
     where = "code" if mode == "code" and not note else "text"  # what was searched, in the result's `search`
