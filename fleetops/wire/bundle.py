@@ -4,7 +4,10 @@ already has it is never sent it again."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
+import marshal
+import os
 import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,7 +27,7 @@ import remote_scripts
 # the same checks on its own file, against the sha256 its parent agent passed down (or the name's prefix).
 _LOADER = r"""import sys
 sys.path[:] = [p for p in sys.path if p not in ("", ".")]
-import hashlib, json, os, stat, struct, zlib
+import hashlib, json, marshal, os, stat, struct, zlib
 from importlib.machinery import ModuleSpec
 EXIT_REFUSED = 3
 def refuse(kind, msg, **extra):
@@ -103,11 +106,14 @@ def load(state_dir, pyz, want):
         refuse("agent_mismatch", "%s is not the agent fleetops sent (sha256 %s, expected %s): something on the "
                "node changed it; refusing to run it. Check who did, remove it (rm %s) and run again: fleetops "
                "uploads a fresh copy" % (pyz, got, want, pyz), path=pyz, sha256=got, expected=want)
-    files = {}
+    files, codes = {}, {}
+    compiled = "code-%s/" % sys.modules["_frozen_importlib_external"].MAGIC_NUMBER.hex()
     for name, source in members(data):
         if name.startswith("remote_scripts/") and name.endswith(".py"):
             mod, pkg = name[:-3].replace("/", "."), name.endswith("/__init__.py")
             files[mod[:-9] if pkg else mod] = (source, "%s/%s" % (pyz, name), pkg)
+        elif name.startswith(compiled):  # compiled by a client of this very Python version: no compile here
+            codes[name[len(compiled):]] = source
     class Agent:
         def find_spec(self, name, path=None, target=None):
             if name not in files:
@@ -118,8 +124,11 @@ def load(state_dir, pyz, want):
         def create_module(self, spec):
             return None
         def exec_module(self, module):
-            source, origin, _ = files[module.__spec__.name]
-            exec(compile(source, origin, "exec", dont_inherit=True), module.__dict__)
+            name = module.__spec__.name
+            source, origin, _ = files[name]
+            code = codes.get(name)
+            exec(marshal.loads(code) if code is not None else compile(source, origin, "exec", dont_inherit=True),
+                 module.__dict__)
         def get_source(self, name):
             return files[name][0].decode("utf-8")
     sys.meta_path.insert(0, Agent())
@@ -155,9 +164,48 @@ class Bundle:
         return f"fleetops-agent-{self.sha256[:20]}.pyz"
 
 
+# The agent's modules also travel compiled by the client's Python (marshal version 2: no object references, so
+# the same source gives the same bytes in any client process, and the bundle's name stays put). A node running
+# the same Python version execs them without compiling (~55 ms of CPU per agent start, measured); any other
+# version compiles the sources, as before. Both come from the same sha256-verified bytes.
+CODE_PREFIX = f"code-{importlib.util.MAGIC_NUMBER.hex()}/"
+CODE_FILENAME = "<fleetops-agent>/remote_scripts/{}"  # what a traceback names for precompiled agent code
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fleetops" / "agent"
+
+
 @lru_cache(maxsize=1)
 def agent_bundle() -> Bundle:
+    """The zip, from a cache keyed by the sources and this Python's bytecode version when it can (compiling
+    every module costs the client ~0.1 s per run otherwise)."""
     source_dir = Path(remote_scripts.__file__).parent
+    sources = {p.name: p.read_bytes() for p in sorted(source_dir.glob("*.py")) if p.name != "__main__.py"}
+    key = hashlib.sha256(b"".join(hashlib.sha256(n.encode() + b"\0" + d).digest() for n, d in sources.items())
+                         + ENTRY + CODE_PREFIX.encode()).hexdigest()[:32]
+    cached = CACHE_DIR / f"{key}.pyz"
+    try:
+        data = cached.read_bytes()
+        if _sources_of(data) == sources:  # a cache file is believed only for the sources it carries
+            return Bundle(data, hashlib.sha256(data).hexdigest())
+    except (OSError, ValueError, zipfile.BadZipFile):
+        pass
+    data = _build(sources)
+    try:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, cached)
+    except OSError:
+        pass  # no cache (read-only home): build it again next run
+    return Bundle(data, hashlib.sha256(data).hexdigest())
+
+
+def _sources_of(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        return {n[len("remote_scripts/"):]: zf.read(n) for n in zf.namelist()
+                if n.startswith("remote_scripts/") and n.endswith(".py")}
+
+
+def _build(sources: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         def add(name: str, data: bytes) -> None:
@@ -167,8 +215,10 @@ def agent_bundle() -> Bundle:
             zf.writestr(info, data)
 
         add("__main__.py", ENTRY)
-        for path in sorted(source_dir.glob("*.py")):
-            if path.name != "__main__.py":
-                add(f"remote_scripts/{path.name}", path.read_bytes())
-    data = buf.getvalue()
-    return Bundle(data, hashlib.sha256(data).hexdigest())
+        for name, source in sources.items():
+            add(f"remote_scripts/{name}", source)
+        for name, source in sources.items():
+            module = "remote_scripts" if name == "__init__.py" else f"remote_scripts.{name[:-3]}"
+            code = compile(source, CODE_FILENAME.format(name), "exec", dont_inherit=True)
+            add(f"{CODE_PREFIX}{module}", marshal.dumps(code, 2))
+    return buf.getvalue()
