@@ -64,7 +64,7 @@ def _wrap_timeline(out: str, argv: list[str]) -> int:
         transport.NodeConnection._answer_of,
     )
     orig_execute = fabexec.FleetExecutor.execute
-    build, load = bundle.agent_bundle.__wrapped__, hostkeys.HostKeys.load
+    build, load = bundle._agent_bundle.__wrapped__, hostkeys.HostKeys.load
 
     def counted_build():  # the same lru_cache(maxsize=1) as fleetops', counting how often it really builds
         t = time.thread_time()
@@ -82,7 +82,7 @@ def _wrap_timeline(out: str, argv: list[str]) -> int:
             counters["hostkeys_loads"] += 1
             counters["hostkeys_cpu"] += time.thread_time() - t
 
-    bundle.agent_bundle = transport.agent_bundle = functools.lru_cache(maxsize=1)(counted_build)
+    bundle._agent_bundle = functools.lru_cache(maxsize=1)(counted_build)  # agent_bundle() calls it under its lock
     hostkeys.HostKeys.load = counted_load
 
     def open_(self):
@@ -527,10 +527,10 @@ def profile(
         L += [
             "",
             f"In the N = {n} run: the agent zip was built {c['bundle_builds']} times "
-            f"({c['bundle_cpu'] * 1e3:.0f} ms CPU; `fleetops/wire/bundle.py` agent_bundle is an lru_cache that every "
-            "host thread calls at once, before the first build is cached, so they all build it); known_hosts "
+            f"({c['bundle_cpu'] * 1e3:.0f} ms CPU, read from the client's cache when the sources did not change; "
+            "`fleetops/wire/bundle.py` agent_bundle builds it once under a lock); known_hosts "
             f"was parsed {c['hostkeys_loads']} times ({c['hostkeys_cpu'] * 1e3:.0f} ms CPU; "
-            "`fleetops/wire/ssh.py` _strict_client loads the whole file for every host: N² key parses).",
+            "`fleetops/wire/ssh.py` keeps each file parsed once per run).",
         ]
     L.append("")
 

@@ -8,6 +8,7 @@ import importlib.util
 import io
 import marshal
 import os
+import threading
 import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -173,8 +174,16 @@ CODE_FILENAME = "<fleetops-agent>/remote_scripts/{}"  # what a traceback names f
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fleetops" / "agent"
 
 
-@lru_cache(maxsize=1)
+_BUILDING = threading.Lock()  # hosts connect in parallel: the first builds, the others wait for it
+
+
 def agent_bundle() -> Bundle:
+    with _BUILDING:
+        return _agent_bundle()
+
+
+@lru_cache(maxsize=1)
+def _agent_bundle() -> Bundle:
     """The zip, from a cache keyed by the sources and this Python's bytecode version when it can (compiling
     every module costs the client ~0.1 s per run otherwise)."""
     source_dir = Path(remote_scripts.__file__).parent
