@@ -589,7 +589,7 @@ def profile(
         "- Every exec runs the login user's shell (sshd starts `bash -c CMD`), and bash sources ~/.bashrc "
         f"when started by sshd; here that file runs `pyenv init -` and more: {costs['shell_rc']:.3f} s per "
         f"exec, against {costs['shell_bare']:.3f} s for a bare `bash -c true` (measured locally). Every tool "
-        "pays it once per exec: fleetops 2 per host, the peers 3.",
+        "pays it once per exec: fleetops 1 per host, the peers 3.",
         f"- The agent's imports on the node, run over SSH as fleetops runs it (`-X importtime`): op verify "
         f"{total_i * 1e3:.0f} ms in all (remote_scripts modules: "
         + (", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(mods.items(), key=lambda kv: -kv[1])[:6]) or "none")

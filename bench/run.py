@@ -1154,8 +1154,9 @@ def analysis(runs: list[Run], medians: dict, args) -> str:
     L.append(
         "2. **Node CPU per host:** "
         + ", ".join(f"{LABEL[t].split(' (')[0]} {v:.2f} s" for t, v in per_host.items())
-        + f". fleetops' = one SSH connection ({F['connect_node_cpu']:.3f} s on an idle node) + 2 execs, each "
-        f"paying the login shell's rc files ({F['shell_rc']:.3f} s here: root's ~/.bashrc runs `pyenv init`), "
+        + f". fleetops' = one SSH connection ({F['connect_node_cpu']:.3f} s on an idle node) + 1 exec (the agent, "
+        f"serving every request of the chain), paying once the login shell's rc files ({F['shell_rc']:.3f} s "
+        "here: root's ~/.bashrc runs `pyenv init`), "
         f"the node python's start ({F['python_startup']:.3f} s) and the agent ({F['agent_patch_own']:.3f} s for "
         f"patch, {F['agent_verify_own']:.3f} s for verify as the agent reports it; `-X importtime` counts "
         f"{F['agent_imports']:.3f} s of imports in a verify call). On an idle node one agent exec "
@@ -1171,10 +1172,9 @@ def analysis(runs: list[Run], medians: dict, args) -> str:
             f"3. **One host at {rtt:g} ms already takes {fo1:.2f} s** (median above; the N = 32 target is "
             f"1.2 s): start-up {tl['imports']:.2f} s "
             f"to the end of the imports (plus ~0.04 s interpreter start), connect {tl['connect_med']:.2f} s, "
-            f"2 execs of {tl['exec_med']:.2f} s each (node time included), exit at {tl['exit']:.2f} s. "
-            "A second exec per host is the largest single item fleetops controls: one agent call for the "
-            "whole patch → verify chain would save an exec (its RTTs, a login shell and an agent start-up) "
-            "per host."
+            f"the agent's calls {tl['exec_med']:.2f} s (one exec; patch and verify pipelined on it, node time "
+            f"included), exit at {tl['exit']:.2f} s. What is left on this path is the client's start-up (mostly "
+            "importing Fabric, Invoke, paramiko and rich) and the SSH handshake's round trips."
         )
     if F.get("pyspy"):
         top = sorted(F["pyspy"].items(), key=lambda kv: -kv[1])[:4]
