@@ -160,11 +160,20 @@ def inject_oom(node: Node, timeout: float = 30.0) -> dict:
     ])
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:  # gone (or a zombie its wrapper has not reaped yet)
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
-                break
-        except (OSError, IndexError):
-            break
+    # As an operator finds it after a real OOM kill: the job's end recorded and its wrapper and keeper gone
+    # (right after the kill they may still be exiting, and what diagnose shows would depend on the timing).
+    exit_record = node.state_dir / "jobs" / current["id"] / "exit.json"
+    for waited in (pid, job.get("wrapper_pid"), job.get("keeper_pid")):
+        while isinstance(waited, int) and _alive(waited) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    while not exit_record.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     return {"job": current["id"], "pid": pid, "process": comm, "lines": lines}
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie its parent has not reaped yet counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except (OSError, IndexError):
+        return False
