@@ -84,3 +84,18 @@ def test_terminal_gets_one_shared_bar_display_for_large_files_only():
     quiet = TransferBoard(Console(file=io.StringIO(), force_terminal=True), quiet=True)  # --json: nothing drawn
     quiet.start("lab01 big", 100 << 20, 0)(60 << 20)
     assert quiet.progress is None and quiet.console.file.getvalue() == ""
+
+
+def test_a_zombie_of_an_ended_job_is_not_a_process_it_left_behind():
+    # Seen right after an OOM kill: the job ended, its exited wrapper not yet reaped (state Z). diagnose said
+    # "ended (killed) but left 1 process ... Z" and sent the operator to `stop`, which can do nothing about it.
+    from fleetops.tasks.diagnose import process_findings
+
+    job = {"id": "j1", "state": "killed", "wrapper_pid": 10, "pgid": 10}
+    zombie = {"pid": 11, "state": "Z", "cpu_pct": 0.0, "rss_kb": 0, "comm": "python"}
+    assert process_findings("lab01", job, [zombie]) == []
+    live = {**zombie, "pid": 12, "state": "S"}
+    found = process_findings("lab01", job, [zombie, live])
+    assert len(found) == 1 and found[0].verdict == "WARN" and "left 1 process: 12 S" in found[0].msg, found
+    running = process_findings("lab01", {**job, "state": "running"}, [zombie])
+    assert running and running[0].verdict == "WARN"  # a zombie in a running job is still worth a look

@@ -309,6 +309,10 @@ def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
 
 
 def process_findings(host: str, job: dict, procs: list) -> list[Finding]:
+    if isinstance(procs, list) and job.get("state") not in ("running", "starting"):
+        # A zombie of an ended job has exited and holds nothing (its parent has not reaped it yet): not a
+        # process the job left behind, and `stop` could do nothing about it.
+        procs = [p for p in procs if p.get("state") != "Z"]
     if not isinstance(procs, list) or not procs:
         return []
     rows = [f"{p['pid']} {p['state']} {p.get('cpu_pct')}% CPU {p['rss_kb'] // 1024} MiB RSS"
