@@ -24,7 +24,7 @@ from ..report.rows import bar
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
 from . import slurm
-from .plan import agent_error
+from .plan import agent_error, tail_start
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -115,17 +115,11 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     spec = _spec(plan, node)
     progress_rx = spec.progress if spec else __import__("re").compile(DEFAULT_PROGRESS)
     failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
-    job_id = plan.options.get("job_id")
     offset: int | None = None  # attaching: the node starts at the last N lines, or at byte 0 with from_start
-    lines = plan.options.get("lines")
-    try:
-        last_lines = int(lines) if lines not in (None, "") else None
-    except ValueError:
-        return Result(host, "tail", Status.FAILED, f"tail --lines {lines!r}: not a number of lines", code=2)
-    from_start = bool(plan.options.get("from_start"))
-    launched = run.launched.get(host)
-    if launched and job_id in (None, launched) and last_lines is None:
-        job_id, from_start = launched, True  # `extract tail`: this run launched it and has shown none of it yet
+    start = tail_start(run, plan, host)
+    if isinstance(start, Result):
+        return start
+    job_id, last_lines, from_start = start
     backoff = 0.5
     lost_since: float | None = None
     failures: list[str] = []

@@ -46,3 +46,20 @@ def agent_error(host: str, task: str, answer: dict, *, with_kind: bool = False) 
     """The failed result for an answer with an "error" (a NodeError or an OSError on the node)."""
     data = {"error_kind": answer.get("error_kind")} if with_kind else {}
     return Result(host, task, Status.FAILED, answer["error"], code=EXIT_FAILED, data=data)
+
+
+def tail_start(run: RunState, plan: Plan, host: str) -> tuple[str | None, int | None, bool] | Result:
+    """Where a `tail` attaches, for SSH jobs and Slurm alike: (job id, last N lines, from the start), or the
+    usage error of a --lines that is not a number. Right after this run's own `extract` it replays the job from
+    its first line (nothing of it was shown yet); else the node starts at the last N lines."""
+    job_id = plan.options.get("job_id")
+    lines = plan.options.get("lines")
+    try:
+        last_lines = int(lines) if lines not in (None, "") else None
+    except ValueError:
+        return Result(host, "tail", Status.FAILED, f"tail --lines {lines!r}: not a number of lines", code=2)
+    from_start = bool(plan.options.get("from_start"))
+    launched = run.launched.get(host)
+    if launched and job_id in (None, launched) and last_lines is None:
+        job_id, from_start = launched, True  # `extract tail`: this run launched it and has shown none of it yet
+    return job_id, last_lines, from_start
