@@ -22,17 +22,18 @@ Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable,
 130 Ctrl-C.
 """
 
+import sys
+
 from invoke import Collection
 from invoke.exceptions import Exit
 
-from fleetops import lab as _lab
 from fleetops.fab import usage as _usage
 from fleetops.fab.decorators import explicit_task, fleet_task
+from fleetops.fab.loading import wants_lab
 from fleetops.plans.gpugate import DEFAULT_THRESHOLD_MIB
-from fleetops.report.history import show_history
-from fleetops.report.lint import show_lint
-from fleetops.report.oncall import show_ssh_config
-from fleetops.report.runbooks import show_runbooks
+
+# The local tasks' report modules are imported in their bodies, and the lab.* collection only for a command
+# line that may name it (fleetops/fab/loading.py): a host task's start-up loads neither (issue 16).
 
 HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
 HELP_JSON = "print one JSON document instead of the human view"
@@ -134,6 +135,8 @@ def history(c, host=None, last=50, json=False):
     """This project's audit log: every task run, who ran it, on which host (address, inventory file), with what
     result and exit status. One log per project, outside the checkout (its path is the table's title);
     FLEETOPS_AUDIT_LOG=FILE uses FILE instead."""
+    from fleetops.report.history import show_history
+
     show_history(host=host, last=int(last) if last else None, as_json=json,
                  root=(c.config.get("fleetops") or {}).get("root"))
 
@@ -159,6 +162,8 @@ def ssh_config(c, host=None, inventory=None):
     """Print an OpenSSH config block for the inventory (HostName, Port, User, IdentityFile, ProxyJump,
     UserKnownHostsFile, StrictHostKeyChecking yes). Save it (fab ssh-config > ~/.ssh/fleetops.conf), then
     ssh -F ~/.ssh/fleetops.conf lab01, or `Include fleetops.conf` at the top of ~/.ssh/config."""
+    from fleetops.report.oncall import show_ssh_config
+
     settings = c.config.get("fleetops") or {}
     code = show_ssh_config(settings.get("root"), inventory, settings.get("inventory", "hosts"), host)
     if code:
@@ -194,6 +199,8 @@ def rebase(c, playbook=None, out=None, fuzz=2, json=False):
 def playbook_lint(c, playbook=None, json=False):
     """Check a playbook without a node: schema, file references, regexes, diffs (parse, match their module),
     scripts (compile, patch scripts define transform). Each problem as file:line; exit 1 if any."""
+    from fleetops.report.lint import show_lint
+
     settings = c.config.get("fleetops") or {}
     code = show_lint(settings.get("root"), playbook, settings.get("playbook") or "", as_json=json)
     if code:
@@ -203,6 +210,8 @@ def playbook_lint(c, playbook=None, json=False):
 @explicit_task(help={"json": HELP_JSON})
 def runbooks(c, json=False):
     """The operator runbooks (docs/runbooks/): the incident each one is for; every command in them runs in CI."""
+    from fleetops.report.runbooks import show_runbooks
+
     code = show_runbooks((c.config.get("fleetops") or {}).get("root"), as_json=json)
     if code:
         raise Exit(code=code)
@@ -210,5 +219,8 @@ def runbooks(c, json=False):
 
 ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history,
                 jobs, fetch, ssh_config, diagnose, runbooks, capture, rebase)
-ns.add_collection(_lab.collection(), name="lab")
+if wants_lab(sys.argv):
+    from fleetops import lab as _lab
+
+    ns.add_collection(_lab.collection(), name="lab")
 ns.add_collection(Collection("playbook", playbook_lint), name="playbook")

@@ -20,15 +20,11 @@ import fabric
 from invoke import Call
 from invoke.exceptions import Exit
 
-from ..plans.hostrange import RangeError
-from ..plans.inventory import UnknownHost, find_inventory
-from ..plans.yamlsrc import ConfigError
-from ..report.console import Reporter
 from ..results import EXIT_USAGE
-from ..rollout import DEFAULT_FORKS
-from ..run import UsageError, assemble, execute
-from ..state import RunState
 from .decorators import RUN_OPTIONS, fleet_task_name, run_options_of
+
+# The run itself (fleetops.run: the tasks, the plans, the report with rich) is imported by execute() when a
+# command names a host task: `fab --list`, `fab --help` and the local tasks (lab.*, history) never load it.
 
 
 class FleetExecutor(fabric.Executor):
@@ -63,6 +59,14 @@ class FleetExecutor(fabric.Executor):
         if not steps:
             return {}
         names = ", ".join(name for name, _ in steps)
+        from ..plans.hostrange import RangeError
+        from ..plans.inventory import UnknownHost
+        from ..plans.yamlsrc import ConfigError
+        from ..report.console import Reporter
+        from ..rollout import DEFAULT_FORKS
+        from ..run import UsageError, assemble, execute
+        from ..state import RunState
+
         json_mode = any(kw.get("json") for _, kw in steps)
         try:
             self._choose_inventory(root, settings, run_opts)
@@ -102,6 +106,8 @@ class FleetExecutor(fabric.Executor):
     def _choose_inventory(self, root: Path, settings: dict, run_opts: dict[str, Any]) -> None:
         """--inventory (a task option, or `fleet --inventory`), else FLEETOPS_INVENTORY, else fabric.yaml.
         The resolved path replaces the setting RunState loads it from (an absolute path stays itself)."""
+        from ..plans.inventory import find_inventory
+
         override = str(self._option("inventory", "") or run_opts.get("inventory") or "") or None
         settings["inventory"] = str(find_inventory(root, override, settings.get("inventory", "hosts")))
 

@@ -163,6 +163,16 @@ def _strict_client(files: list[str]) -> paramiko.SSHClient:
     return client
 
 
+class _Connection(Connection):
+    """Fabric's Connection, with the attributes it and fleetops set declared on the class. Invoke's DataProxy
+    turns a write to an undeclared attribute into a config write, and each config write re-merges the whole
+    config (about 1 ms of client CPU per connection for Fabric's own `inline_ssh_env` and our `fleetops_name`:
+    issue 16); a declared one is a plain attribute."""
+
+    inline_ssh_env = None
+    fleetops_name: str | None = None  # what `trust` takes for this hop (a jump's own inventory name)
+
+
 def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) -> Connection:
     if host.example:
         raise TransportError("refused", f"{host.name} comes from an example inventory ({host.source}); copy it to "
@@ -191,15 +201,15 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
             user, _, port = split_target(host.name)
             if _PLAIN_KEYS:
                 connect_kwargs["key_filename"] = list(_PLAIN_KEYS)
-            cxn = Connection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
-                             connect_kwargs=connect_kwargs, config=config)
+            cxn = _Connection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
+                              connect_kwargs=connect_kwargs, config=config)
         else:
-            cxn = Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
-                             connect_kwargs=connect_kwargs, gateway=gateway, config=config)
+            cxn = _Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
+                              connect_kwargs=connect_kwargs, gateway=gateway, config=config)
     except (ValueError, TypeError, UnknownHost) as exc:  # e.g. a Port in ssh_config that is not a number
         raise TransportError("refused", f"{host.name}: cannot use its ssh_config entry: {exc}") from None
     cxn.client = _strict_client(_known_hosts_files(host, cxn))
-    cxn.fleetops_name = host.name  # what `trust` takes for this hop (a jump's own inventory name)
+    cxn.fleetops_name = host.name
     _strict_gateways(cxn)
     return cxn
 

@@ -1,0 +1,88 @@
+"""Client start-up and per-host cost (issue 16), without a lab: a host task's command line does not load the
+lab collection, the local tasks' report modules or (for `fab --list`) the run and rich; the lab tasks are still
+there whenever the command line may name one or lists the tasks; a Fabric Connection built for a host writes
+nothing into its config (each write re-merges the whole config: client CPU per host)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from fleetops.fab.loading import wants_lab
+
+
+@pytest.mark.parametrize(("argv", "wanted"), [
+    (["fab", "-H", "lab01", "patch", "verify"], False),
+    (["fab", "-H", "lab01", "patch", "verify", "--kinds", "grep,compile"], False),
+    (["fab", "--hosts", "lab[01-03]", "ping"], False),
+    (["fab", "-H", "lab01", "--", "ls", "lab.txt"], False),  # the ad-hoc command's words are not tasks
+    (["fleet", "-H", "n1", "gpu", "--wait", "60"], False),
+    (["fab", "lab.up", "--nodes", "2"], True),
+    (["fab", "lab"], True),
+    (["fab", "labup"], True),  # a typo: its "did you mean lab.up" needs the lab's tasks
+    (["fab", "--list"], True),
+    (["fab", "-l"], True),
+    (["fab", "--list-format=json"], True),
+    (["fab", "--help", "patch"], True),
+    (["fab", "-h"], True),
+    (["fab", "--complete", "--", "fab", "la"], True),
+    (["/x/site-packages/fabric/__main__.py", "-H", "lab01", "ping"], False),  # python -m fabric
+    (["-c"], True),  # the fabfile imported by a script or a test: every task
+    (["pytest", "-H", "lab01", "ping"], True),
+    ([], True),
+])
+def test_lab_collection_only_when_the_command_line_may_name_it(argv, wanted):
+    assert wants_lab(argv) is wanted
+
+
+def _modules_after(argv: list[str], body: str) -> dict:
+    probe = (f"import sys, json\nsys.argv = {argv!r}\n{body}\n"
+             "print(json.dumps({'lab': 'fleetops.lab' in sys.modules, 'run': 'fleetops.run' in sys.modules,"
+             " 'rich': 'rich' in sys.modules, 'history': 'fleetops.report.history' in sys.modules,"
+             " 'tasks': sorted(ns.task_names) if 'ns' in globals() else []}))")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_host_task_loads_no_lab_and_no_local_report_modules():
+    seen = _modules_after(["fab", "-H", "lab01", "patch", "verify"], "from fabfile import ns")
+    assert not seen["lab"] and not seen["history"]
+    assert "patch" in seen["tasks"] and "history" in seen["tasks"] and "playbook.lint" in seen["tasks"]
+    assert not any(t.startswith("lab.") for t in seen["tasks"])
+
+
+def test_listing_the_tasks_shows_the_lab_and_loads_no_run():
+    seen = _modules_after(["fab", "--list"], "from fabfile import ns\nimport fleetops.cli")
+    assert seen["lab"] and "lab.up" in seen["tasks"] and "patch" in seen["tasks"]
+    assert not seen["run"] and not seen["rich"]  # the executor imports the run only when a host task runs
+
+
+def test_fab_list_lists_the_lab_tasks(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fabric", "--list"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    assert "lab.up" in proc.stdout and "patch" in proc.stdout and "history" in proc.stdout
+
+
+def test_a_connection_writes_nothing_into_its_config(monkeypatch):
+    import invoke.config
+
+    from fleetops.plans.inventory import Host
+    from fleetops.wire import ssh
+
+    writes: list[tuple] = []
+    original = invoke.config.Config._modify
+    monkeypatch.setattr(invoke.config.Config, "_modify",
+                        lambda self, keypath, key, value: writes.append((keypath, key)) or original(
+                            self, keypath, key, value))
+    host = Host(name="n1", address="127.0.0.1", port=2222, user="root", known_hosts=os.devnull)
+    cxn = ssh._fabric_connection(host, None)
+    assert writes == []
+    assert cxn.fleetops_name == "n1" and "fleetops_name" not in cxn.config
