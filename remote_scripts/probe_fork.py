@@ -1,0 +1,146 @@
+"""How verify runs a playbook's probe script: in a fork of the verify process when an earlier check of the same
+request (import, callsites) already imported the node's third-party packages, else in a fresh interpreter.
+
+Why (issue 16): the probe imports what the callsites and import checks imported just before it (vLLM 0.16,
+torch, transformers: about 4,700 modules, ~10 s of CPU on the lab), and a fresh `python probe.py` imported them
+a second time; that was half of the deep verify's node CPU. A fork shares them copy-on-write, so vLLM is
+imported once per verify, as issue 3 asked ("do that once per exec, not once per check"). The fork keeps what
+the separate process gave: the probe's monkeypatching of vLLM and a crash stay in the child, it reads its
+request on stdin, its stdout and stderr are its own, it runs as `__main__` with its own directory first on
+sys.path, and the timeout kills it. Where nothing is shared or a fork is unsafe (a `--kinds probe` verify runs
+in the agent itself: nothing third-party imported, and a watchdog thread), a fresh interpreter runs it, as
+before. Stdlib only."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+
+POLL_S = 0.02  # how often the parent looks for the probe's end: a probe takes seconds, this adds at most 20 ms
+
+
+def shares_imports() -> bool:
+    """Whether a fork is both worth it and safe: this process holds a third-party package (a public module from
+    outside the standard library and the agent's own zip; `site` may import private helpers such as
+    _distutils_hack in any process) and runs one thread (the agent has its client watchdog: forking a threaded
+    process may copy a held lock; the verify child that imports runs only its main thread)."""
+    if threading.active_count() != 1:
+        return False
+    # the base interpreter's (a venv's platstdlib is the venv's lib/pythonX.Y, above its site-packages)
+    paths = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix,
+                                      "installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix})
+    stdlib = tuple({os.path.realpath(paths[k]) + "/" for k in ("stdlib", "platstdlib")} |
+                   {paths[k].rstrip("/") + "/" for k in ("stdlib", "platstdlib")})
+    agent = __name__.rpartition(".")[0]
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or name.startswith("_") or name.partition(".")[0] == agent:
+            continue
+        if not path.startswith(stdlib) or "/site-packages/" in path or "/dist-packages/" in path:
+            return True
+    return False
+
+
+def run_script(script: str, stdin_text: str, timeout: float) -> subprocess.CompletedProcess:
+    """`python script` with stdin_text on stdin, as subprocess.run(..., capture_output=True, text=True,
+    timeout=timeout) would answer it (TimeoutExpired included), forked from this process when that shares
+    already imported packages."""
+    if not shares_imports():
+        return subprocess.run([sys.executable, script], input=stdin_text, capture_output=True, text=True,
+                              timeout=timeout)
+    return run_forked(script, stdin_text, timeout)
+
+
+def run_forked(script: str, stdin_text: str, timeout: float) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
+        fin.write(stdin_text.encode())
+        fin.flush()
+        fin.seek(0)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        pid = os.fork()
+        if pid == 0:
+            _child(script, fin.fileno(), fout.fileno(), ferr.fileno())  # never returns
+        try:
+            status = _wait(pid, timeout)
+        except BaseException:  # interrupted (the client went away): the probe goes with us
+            _kill(pid)
+            raise
+        fout.seek(0)
+        ferr.seek(0)
+        out = fout.read().decode("utf-8", "replace")
+        err = ferr.read().decode("utf-8", "replace")
+    if status is None:
+        raise subprocess.TimeoutExpired([sys.executable, script], timeout, output=out, stderr=err)
+    return subprocess.CompletedProcess([sys.executable, script], os.waitstatus_to_exitcode(status), out, err)
+
+
+def _child(script: str, fd_in: int, fd_out: int, fd_err: int) -> None:
+    code = 1
+    try:
+        os.dup2(fd_in, 0)
+        os.dup2(fd_out, 1)
+        os.dup2(fd_err, 2)
+        # fresh stream objects: the inherited ones may hold buffered bytes of the agent's own request stream
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace",
+                                      line_buffering=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                      errors="backslashreplace", line_buffering=True)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.argv = [script]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # what `python script` puts first
+        import runpy
+
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - shown on the probe's stderr, as an uncaught exception would be
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def _wait(pid: int, timeout: float) -> int | None:
+    """The child's wait status, or None after killing it at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            _kill(pid)
+            return None
+        time.sleep(POLL_S)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+__all__ = ["run_forked", "run_script", "shares_imports"]
