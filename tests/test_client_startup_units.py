@@ -58,6 +58,17 @@ def test_a_host_task_loads_no_lab_and_no_local_report_modules():
     assert not any(t.startswith("lab.") for t in seen["tasks"])
 
 
+def test_a_run_loads_no_progress_bars_and_no_uuid():
+    # rich.progress (rich.live, spinners) only when `fetch` draws a bar; uuid (and the platform module it
+    # imports) not at all: temp names come from os.urandom
+    probe = ("import sys, fleetops.cli, fleetops.run, fleetops.wire.ssh, fleetops.report.oncall\n"
+             "print(sorted(m for m in ('rich.progress', 'rich.live', 'uuid', 'platform') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 def test_listing_the_tasks_shows_the_lab_and_loads_no_run():
     seen = _modules_after(["fab", "--list"], "from fabfile import ns\nimport fleetops.cli")
     assert seen["lab"] and "lab.up" in seen["tasks"] and "patch" in seen["tasks"]

@@ -9,22 +9,18 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
 from ..plans.inventory import UnknownHost, find_inventory, load_inventory
 from ..plans.sshconfig_out import render
 from ..plans.yamlsrc import ConfigError
 from .console import Reporter
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 BAR_MIN_BYTES = 8 * 1024 * 1024  # smaller files come and go too fast for a bar
 PLAIN_STEPS = 4  # plain output: a line at 25%, 50%, 75%
@@ -46,6 +42,17 @@ class TransferBoard:
         if bar:
             with self.lock:
                 if self.progress is None:
+                    # rich.progress (with rich.live and the spinners) only when a bar is drawn: every run imports
+                    # this module through the task registry (client start-up, issue 16)
+                    from rich.progress import (
+                        BarColumn,
+                        DownloadColumn,
+                        Progress,
+                        TextColumn,
+                        TimeRemainingColumn,
+                        TransferSpeedColumn,
+                    )
+
                     self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                                              TransferSpeedColumn(), TimeRemainingColumn(), console=self.console,
                                              transient=True)

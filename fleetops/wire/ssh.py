@@ -14,7 +14,6 @@ import shlex
 import socket
 import threading
 import time
-import uuid
 from collections import deque
 from dataclasses import replace
 
@@ -402,7 +401,7 @@ def _replace_known_host(path: str, name: str, key: paramiko.PKey) -> int:
             continue
         kept.append(line if line.endswith("\n") else line + "\n")
     kept.append(f"{name} {key.get_name()} {key.get_base64()}\n")
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    tmp = f"{path}.{os.urandom(16).hex()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.writelines(kept)
     os.chmod(tmp, os.stat(path).st_mode & 0o777)
@@ -525,7 +524,7 @@ class NodeConnection:
                 sftp.stat(directory)
             except OSError:
                 sftp.mkdir(directory, 0o700)
-        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp = f"{path}.{os.urandom(4).hex()}.tmp"
         with sftp.open(tmp, "wb") as f:
             f.write(data)
         sftp.posix_rename(tmp, path)
