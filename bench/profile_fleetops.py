@@ -204,9 +204,11 @@ def _timeline_stats(events: list[dict], wall: float) -> dict:
     }
 
 
-def _node_costs(node, client_key: str, known_hosts: str, reps: int = 10) -> dict:
-    """Node CPU (the sshd listener's reaped children) of one connection, one exec of `true`, and each agent
-    call; all over paramiko from this process."""
+def _node_costs(node, client_key: str, known_hosts: str, reps: int = 10, cgroups=None) -> dict:
+    """Node CPU of one connection, one exec of `true`, and each agent call; all over paramiko from this
+    process. `cgroups` (bench/run.py's CpuCgroups, the node's listener in its bench-nodes): the cgroup's usage,
+    which charges every session process however it ends; without it, the listener's process tree from /proc
+    (undercounts what leaves the tree or is reaped after the reading)."""
     import paramiko
 
     from fleetops.plans.playbook import load_playbook
@@ -225,6 +227,8 @@ def _node_costs(node, client_key: str, known_hosts: str, reps: int = 10) -> dict
 
     def node_cpu() -> float:
         """The listener and everything under it, live (sessions on our open connection) or reaped."""
+        if cgroups:
+            return cgroups.usage("nodes")
         parent = {}
         for entry in os.scandir("/proc"):
             if entry.name.isdigit():
@@ -239,6 +243,17 @@ def _node_costs(node, client_key: str, known_hosts: str, reps: int = 10) -> dict
             frontier = {c for c, pp in parent.items() if pp in frontier}
             total += sum(cpu_of(c) for c in frontier)
         return total
+
+    def settle(before: set[int], fallback: float) -> None:
+        """Until the step's sshd session processes have ended (only those alive before it remain): a fixed
+        sleep read the node CPU before a loaded machine had finished tearing the session down."""
+        if cgroups:
+            cgroups.settle("nodes", before, timeout=10)
+        else:
+            time.sleep(fallback)
+
+    def procs() -> set[int]:
+        return cgroups.procs("nodes") if cgroups else set()
 
     def client() -> paramiko.SSHClient:
         c = paramiko.SSHClient()
@@ -275,11 +290,12 @@ def _node_costs(node, client_key: str, known_hosts: str, reps: int = 10) -> dict
     # one connection, no exec
     walls, cpus = [], []
     for _ in range(reps):
+        before = procs()
         c0, t = node_cpu(), time.perf_counter()
         c = client()
         walls.append(time.perf_counter() - t)
         c.close()
-        time.sleep(0.1)
+        settle(before, 0.1)
         cpus.append(node_cpu() - c0)
     out["connect"] = (statistics.median(walls), statistics.mean(cpus))
     book = load_playbook(_src() / "playbooks" / "speculators-0.3.0-vllm-0.16.yaml")
@@ -304,9 +320,10 @@ def _node_costs(node, client_key: str, known_hosts: str, reps: int = 10) -> dict
         for label, cmd, stdin in cases:
             walls, cpus, inside = [], [], []
             for _ in range(reps):
+                before = procs()
                 c0 = node_cpu()
                 w, data = run(c, cmd, stdin)
-                time.sleep(0.05)
+                settle(before, 0.05)
                 walls.append(w)
                 cpus.append(node_cpu() - c0)
                 if stdin:
@@ -438,10 +455,12 @@ def timeline(project: Path, env: dict, work: Path, label: str, size: int) -> dic
 
 
 def profile(
-    project: Path, node, n: int, fab: str, env: dict, work: Path, delayed=None, rtt: float = 0, pyspy: str | None = None
+    project: Path, node, n: int, fab: str, env: dict, work: Path, delayed=None, rtt: float = 0,
+    pyspy: str | None = None, cgroups=None,
 ) -> str:
     """`delayed(rtt, size)`: a context manager (from bench/run.py) that points hosts/bench.yaml at the first
-    `size` nodes, through a delay proxy of `rtt` ms when rtt > 0."""
+    `size` nodes, through a delay proxy of `rtt` ms when rtt > 0. `cgroups`: bench/run.py's CpuCgroups (node
+    CPU by cgroup), or None (per process)."""
     py = sys.executable
     L = ["## Where fleetops' time goes (profile, same run)", ""]
 
@@ -568,10 +587,13 @@ def profile(
     # 4. node side
     known_hosts = str(project / ".lab" / "bench_known_hosts")
     with delayed(0.0, 1) if delayed else _null():
-        costs = _node_costs(node, str(project / ".lab" / "id_ed25519"), known_hosts)
+        costs = _node_costs(node, str(project / ".lab" / "id_ed25519"), known_hosts, cgroups=cgroups)
     L += [
-        "### 4. Node side (one lab node, over one paramiko connection; node CPU = the sshd listener and "
-        "everything under it)",
+        "### 4. Node side (one lab node, over one paramiko connection; node CPU = "
+        + (f"the nodes' cgroup, {cgroups.method}: every sshd session process however it ended; the other "
+           "listeners are idle)" if cgroups else "the sshd listener's process tree from /proc, a lower bound: "
+           "it misses session processes reaped late or reparented")
+        + ")",
         "",
         "| step | wall s | node CPU s | agent's own time s |",
         "|---|---|---|---|",

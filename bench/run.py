@@ -20,9 +20,10 @@ What it does, in order:
 
 Per run: wall time (start to exit), peak RSS (os.wait4's ru_maxrss: the largest single process among the
 tool and every descendant it reaped; Ansible's ControlPersist masters are adopted by this process as a child
-subreaper and added), client CPU (same rusage), node CPU (the lab sshd listeners' reaped children: sshd
-sessions, shells, commands), proxy CPU, and SSH connections / execs / sftp sessions / bytes per host counted
-from the lines each run added to the nodes' sshd logs (LogLevel VERBOSE).
+subreaper and added), client CPU, node CPU (sshd sessions, shells, commands) and proxy CPU, by cgroup where
+the machine allows it (CpuCgroups: bench-client / bench-nodes / bench-proxy; else per process, an undercount),
+machine-wide busy CPU (/proc/stat) as a cross-check, and SSH connections / execs / sftp sessions / bytes per
+host counted from the lines each run added to the nodes' sshd logs (LogLevel VERBOSE).
 """
 
 from __future__ import annotations
@@ -247,6 +248,130 @@ def reap_adopted(exclude: set[int], timeout: float = 3.0, expect: int = 0) -> tu
         if count >= expect or time.monotonic() > deadline:
             return cpu, rss, count
         time.sleep(0.02)
+
+
+class CpuCgroups:
+    """CPU accounting by cgroup: the kernel charges every process in a cgroup, however short-lived, however
+    it was reparented (double-forked, reaped by init or by nobody yet). The per-process method (the listeners'
+    reaped children, /proc/PID/stat) missed most of the nodes' CPU: a re-measurement with cgroup v1 cpuacct
+    found 4.7-6.2 CPU-s of node CPU for fleetops at N = 32 where it had counted 1.82 s.
+
+    One cgroup per role (bench-nodes: the lab's sshd listeners, their sessions inherit it; bench-client: the
+    measured tool, started in it; bench-proxy: the delay proxy). cgroup v1 cpuacct (cpuacct.usage, ns) if
+    mounted, else cgroup v2 (cpu.stat usage_usec, present in every v2 cgroup). None where neither is writable
+    (not root, no cgroupfs): the bench then falls back to the per-process method and says so."""
+
+    ROLES = ("nodes", "client", "proxy")
+
+    def __init__(self, root: Path, version: int) -> None:
+        self.root, self.version = root, version
+        self.dirs = {role: root / f"bench-{role}" for role in self.ROLES}
+
+    @property
+    def method(self) -> str:
+        return f"cgroup v{self.version} ({'cpuacct.usage' if self.version == 1 else 'cpu.stat usage_usec'})"
+
+    @classmethod
+    def make(cls) -> CpuCgroups | None:
+        v1 = v2 = None
+        try:
+            mounts = Path("/proc/mounts").read_text().splitlines()
+        except OSError:
+            return None
+        for line in mounts:
+            parts = line.split()
+            if len(parts) < 4:
+                continue
+            if parts[2] == "cgroup" and "cpuacct" in parts[3].split(",") and v1 is None:
+                v1 = Path(parts[1])
+            elif parts[2] == "cgroup2" and v2 is None:
+                v2 = Path(parts[1])
+        for root, version in ((v1, 1), (v2, 2)):
+            if root is None:
+                continue
+            cg = cls(root, version)
+            try:
+                for d in cg.dirs.values():
+                    d.mkdir(exist_ok=True)
+                cg.usage("nodes")
+                cg.add("proxy", os.getpid())  # can we move a process at all? (and back at once)
+                (root / "cgroup.procs").write_text(str(os.getpid()))
+                return cg
+            except OSError as exc:
+                say(f"bench: cgroup v{version} at {root} not usable ({exc}); trying the next method")
+                cg.remove()
+        return None
+
+    def add(self, role: str, pid: int) -> None:
+        (self.dirs[role] / "cgroup.procs").write_text(str(pid))
+
+    def usage(self, role: str) -> float:
+        """CPU seconds used by every process that ever ran in the cgroup."""
+        d = self.dirs[role]
+        if self.version == 1:
+            return int((d / "cpuacct.usage").read_text()) / 1e9
+        for line in (d / "cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+        raise OSError(f"no usage_usec in {d}/cpu.stat")
+
+    def procs(self, role: str) -> set[int]:
+        try:
+            return {int(p) for p in (self.dirs[role] / "cgroup.procs").read_text().split()}
+        except OSError:
+            return set()
+
+    def preexec(self, role: str):
+        """For Popen(preexec_fn=...): the child joins the cgroup before it execs (its descendants inherit).
+        The file is opened here, in the parent: the child only does one write(2)."""
+        fd = os.open(self.dirs[role] / "cgroup.procs", os.O_WRONLY)
+
+        def join() -> None:
+            os.write(fd, b"0")  # "0": the writing process itself
+
+        join.fd = fd  # closed by the caller once Popen returned
+        return join
+
+    def settle(self, role: str, keep: set[int], timeout: float = 20.0) -> bool:
+        """Wait until only `keep` (the listeners) are left in the cgroup: the nodes' sessions finish after the
+        client exits (sshd tears a session down once its channel closed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not (self.procs(role) - keep):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def remove(self) -> None:
+        """Every pid back to the root cgroup, then the cgroups removed."""
+        for d in self.dirs.values():
+            if not d.exists():
+                continue
+            for _ in range(3):
+                pids = self.procs(d.name.removeprefix("bench-"))
+                for pid in pids:
+                    try:
+                        (self.root / "cgroup.procs").write_text(str(pid))
+                    except OSError:
+                        pass  # gone meanwhile
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+CGROUPS: CpuCgroups | None = None  # set in main() when the machine allows it
+
+
+def spawn(cmd: list[str], role: str, **kw) -> subprocess.Popen:
+    """Popen, in the role's cgroup when measuring by cgroup."""
+    join = CGROUPS.preexec(role) if CGROUPS else None
+    try:
+        return subprocess.Popen(cmd, preexec_fn=join, **kw)
+    finally:
+        if join:
+            os.close(join.fd)
 
 
 # ------------------------------------------------------------------ the lab and the work
@@ -505,8 +630,17 @@ class Run:
     trace: dict | None = None
     log: str = ""
     noisy: bool = False  # others' load stayed over the limit even after the retries
-    window_cpu: float = 0.0  # tool + nodes + proxy CPU while the tool ran
+    window_cpu: float = 0.0  # tool + nodes + proxy (+ this process) CPU over `span`
     transferred: list = field(default_factory=list)  # sshd 'Transferred:' lines per host
+    method: str = "per-process"  # how client / node / proxy CPU were measured (CpuCgroups.method)
+    span: float = 0.0  # seconds over which busy_cpu was taken (cgroup: start to the nodes' settle)
+    settled: bool = True  # the nodes' sessions had all ended when node CPU was read
+
+    @property
+    def others_cpu(self) -> float:
+        """Machine-wide busy CPU (/proc/stat) less client, nodes and proxy over the same span: the cross-check
+        (the kernel's loopback networking outside any process, this bench process, other users)."""
+        return self.busy_cpu - self.client_cpu - self.node_cpu - self.proxy_cpu
 
     @property
     def ok(self) -> bool:
@@ -534,6 +668,7 @@ class Runner:
         self.quiet_cores, self.noisy_cores, self.max_wait, self.retries = quiet_cores, noisy_cores, max_wait, retries
         self.waited = 0.0
         self.counter = 0
+        self.listeners_all = [node.pid() for node in env.nodes]  # every lab sshd (bench-nodes holds them all)
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEETOPS_", "ANSIBLE_"))}
         self.base_env["PYTHONPATH"] = os.pathsep.join(
             [str(SNAPSHOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
@@ -571,11 +706,12 @@ class Runner:
             self.quiet()
             r = self.run(tool, hosts, rtt, work, kind)
             attempts.append(r)
-            if r.wall <= 0 or r.foreign_cpu / r.wall <= self.noisy_cores or attempt == self.retries:
-                if r.wall > 0 and r.foreign_cpu / r.wall > self.noisy_cores:
+            span = r.span or r.wall
+            if span <= 0 or r.foreign_cpu / span <= self.noisy_cores or attempt == self.retries:
+                if span > 0 and r.foreign_cpu / span > self.noisy_cores:
                     r.noisy = True
                 return attempts
-            say(f"  (noisy: others used {r.foreign_cpu / r.wall:.2f} cores during {tool}; run again)")
+            say(f"  (noisy: others used {r.foreign_cpu / span:.2f} cores during {tool}; run again)")
             r.kind = "noisy"
         return attempts
 
@@ -641,13 +777,17 @@ class Runner:
         offsets = [h.log.stat().st_size for h in hosts]
         listeners = [h.listener_pid for h in hosts]
         proxy_pid = self.env.proxy.pid if (self.env.proxy and rtt) else None
+        cg = CGROUPS
+        if cg:
+            cg0 = {role: cg.usage(role) for role in cg.ROLES}
         node0 = sum(proc_cpu(p) for p in listeners)
         proxy0 = proc_cpu(proxy_pid, False) if proxy_pid else 0.0
         busy0, own0 = busy_cpu(), sum(os.times()[:2])
         with open(out_path, "wb") as out, open(out_path.with_suffix(".err"), "wb") as err:
             started = time.perf_counter()
-            proc = subprocess.Popen(
-                cmd, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+            proc = spawn(
+                cmd, "client", cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
             sampler = None
             if probe:
@@ -690,15 +830,33 @@ class Runner:
         # Let the sshd listeners reap their session processes: the node CPU of a session (an agent that exits
         # when its client closes, the commands) reaches the listener only once the session is reaped, which on
         # a loaded machine takes far longer than a fixed 0.15 s (the first issue-16 run undercounted it so).
-        settle = time.monotonic() + 20
-        while time.monotonic() < settle and set(_parents().values()) & set(listeners):
-            time.sleep(0.05)
-        node_cpu = sum(proc_cpu(p) for p in listeners) - node0
-        proxy_cpu = (proc_cpu(proxy_pid, False) - proxy0) if proxy_pid else 0.0
-        r = Run(
-            tool, n, rtt, kind, proc.returncode, wall, maxrss, client_cpu, node_cpu, proxy_cpu, busy, log=str(out_path)
-        )
-        r.window_cpu = tool_cpu + node_mid + proxy_mid
+        if cg:
+            # Every process of the lab is in bench-nodes (the sessions inherit the listeners' cgroup), so the
+            # nodes are done when only the listeners are left; the tool's stragglers are in bench-client.
+            settled = cg.settle("nodes", set(self.listeners_all)) & cg.settle("client", set(), timeout=5)
+            used = {role: cg.usage(role) - cg0[role] for role in cg.ROLES}
+            busy_all = busy_cpu() - busy0
+            span = time.perf_counter() - started
+            r = Run(
+                tool, n, rtt, kind, proc.returncode, wall, maxrss, used["client"], used["nodes"],
+                used["proxy"] if proxy_pid else 0.0, busy_all, log=str(out_path),
+            )
+            r.method, r.span, r.settled = cg.method, span, settled
+            # Others' load: what neither the tool, the nodes, the proxy nor this process (the probe's sampler,
+            # the settle polling) used.
+            r.window_cpu = sum(used.values()) + (sum(os.times()[:2]) - own0)
+        else:
+            settle = time.monotonic() + 20
+            while time.monotonic() < settle and set(_parents().values()) & set(listeners):
+                time.sleep(0.05)
+            node_cpu = sum(proc_cpu(p) for p in listeners) - node0
+            proxy_cpu = (proc_cpu(proxy_pid, False) - proxy0) if proxy_pid else 0.0
+            r = Run(
+                tool, n, rtt, kind, proc.returncode, wall, maxrss, client_cpu, node_cpu, proxy_cpu, busy,
+                log=str(out_path),
+            )
+            r.window_cpu = tool_cpu + node_mid + proxy_mid
+            r.span = wall
         for h, off in zip(hosts, offsets):
             with open(h.log, "rb") as f:
                 f.seek(off)
@@ -727,8 +885,9 @@ class Runner:
 
 # ------------------------------------------------------------------ delay proxy
 def start_proxy(rtt_ms: float, ports: list[int]) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen(
+    proc = spawn(
         [sys.executable, str(BENCH / "delay_proxy.py"), "--rtt-ms", str(rtt_ms), *map(str, ports)],
+        "proxy",
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -1010,15 +1169,20 @@ def render(runs: list[Run], calib: list[dict], cli: dict, info: dict, args, prof
         "per host: from the sshd logs, every timed run (a range if they varied). Peak RSS: the largest "
         "single client process (wait4 ru_maxrss; Ansible includes its forked workers, its ssh clients and "
         "the adopted ControlPersist masters). CPU: median seconds per run on the client (the tool and its "
-        "children), on the nodes (sshd + shell + commands, all on this machine), in the delay proxy; "
-        f"CPU floor = (client + node + proxy CPU) / {NCPU} cores: no run can be faster than that here."
+        "children), on the nodes (sshd + shell + commands, all on this machine), in the delay proxy, "
+        f"measured by {cpu_methods(runs)}; machine busy = the whole machine's busy CPU over the same span "
+        "(/proc/stat), a cross-check; others = busy − client − node − proxy (the kernel's loopback networking "
+        "outside any process, this bench process, other users: large 'others' means the three columns "
+        f"missed something or the machine was not quiet); CPU floor = (client + node + proxy CPU) / {NCPU} "
+        "cores: no run can be faster than that here (a lower bound: it counts neither 'others' nor waits)."
     )
     L.append("")
     L.append(
         "| tool / scenario | N | RTT ms | median wall s (min–max) | ratio to fleetops patch verify | conns/host | "
-        "execs/host | sftp/host | peak RSS MB | client CPU s | node CPU s | proxy CPU s | CPU floor s | runs ok |"
+        "execs/host | sftp/host | peak RSS MB | client CPU s | node CPU s | proxy CPU s | machine busy CPU s | "
+        "others CPU s | CPU floor s | runs ok |"
     )
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     scen = sorted({(r.rtt, r.n) for r in runs if r.kind == "rep" and r.tool in LABEL})
     medians: dict = {}
     for rtt, n in scen:
@@ -1045,7 +1209,8 @@ def render(runs: list[Run], calib: list[dict], cli: dict, info: dict, args, prof
                 f"| {label} | {n} | {rtt:g} | {m:.3f} ({min(walls):.3f}–{max(walls):.3f}) | {ratio} | "
                 f"{per_host([r.conns for r in rs])} | {per_host([r.execs for r in rs])} | "
                 f"{per_host([r.sftp for r in rs])} | {max(r.maxrss_kb for r in rs) / 1024:.0f} | {cpu_c:.2f} | "
-                f"{cpu_n:.2f} | {cpu_p:.2f} | {floor:.2f} | "
+                f"{cpu_n:.2f} | {cpu_p:.2f} | {med([r.busy_cpu for r in rs]):.2f} | "
+                f"{med([r.others_cpu for r in rs]):.2f} | {floor:.2f} | "
                 f"{sum(r.ok for r in rs)}/{len(rs)}{retried(runs, tool, n, rtt, rs)} |"
             )
     L.append("")
@@ -1102,10 +1267,13 @@ def render(runs: list[Run], calib: list[dict], cli: dict, info: dict, args, prof
     L.extend(targets(runs, cli, medians))
     L.append("")
     rep_runs = [r for r in runs if r.kind == "rep"]
-    foreign = med([r.foreign_cpu / r.wall for r in rep_runs if r.wall > 0])
+    rates = [r.foreign_cpu / (r.span or r.wall) for r in rep_runs if r.wall > 0]
     L.append(
-        f"Noise: CPU used on this machine by others during the timed runs (busy − client − node − proxy), "
-        f"median {foreign:.2f} cores (max {max((r.foreign_cpu / r.wall for r in rep_runs), default=0):.2f})."
+        f"Noise: CPU used on this machine by others during the timed runs (busy − client − node − proxy − this "
+        f"bench process), median {med(rates):.2f} cores (max {max(rates, default=0):.2f})."
+        + ("" if all(r.settled for r in rep_runs) else
+           f" In {sum(not r.settled for r in rep_runs)} timed run(s) the nodes' sessions had not all ended 20 s "
+           "after the tool exited (their node CPU may be short).")
     )
     L.append("")
     if profile_md:
@@ -1135,20 +1303,33 @@ def analysis(runs: list[Run], medians: dict, args) -> str:
     L = [f"## Where the time goes (N = {n}, {rtt:g} ms; generated from this run's numbers)", ""]
     wall = medians[("fo_pv", n, rtt)]
     floor = (cpu("fo_pv", "client_cpu") + cpu("fo_pv", "node_cpu") + cpu("fo_pv", "proxy_cpu")) / NCPU
+    share = floor / wall if wall else 0.0
+    verdict = (
+        "**The wall time is mostly CPU time**" if share >= 0.8
+        else "**The wall time is partly CPU time**" if share >= 0.4
+        else "**The wall time is not CPU-bound**"
+    )
+    totals = {
+        t: cpu(t, "client_cpu") + cpu(t, "node_cpu") + cpu(t, "proxy_cpu") for t, _ in TOOLS if (t, n, rtt) in medians
+    }
+    order = sorted(totals, key=totals.get)
     L.append(
-        f"1. **The wall time is CPU time.** fleetops `patch verify` took {wall:.2f} s; that run used "
-        f"{cpu('fo_pv', 'client_cpu'):.2f} s of client CPU, {cpu('fo_pv', 'node_cpu'):.2f} s of node CPU and "
-        f"{cpu('fo_pv', 'proxy_cpu'):.2f} s in the delay proxy: {floor:.2f} s of work for {NCPU} cores "
-        f"({floor / wall:.0%} of the wall time). The same holds for every tool: "
+        f"1. {verdict} (measured by {cpu_methods(rows('fo_pv'))}). fleetops `patch verify` took {wall:.2f} s; "
+        f"that run used {cpu('fo_pv', 'client_cpu'):.2f} s of client CPU, {cpu('fo_pv', 'node_cpu'):.2f} s of "
+        f"node CPU and {cpu('fo_pv', 'proxy_cpu'):.2f} s in the delay proxy: {floor:.2f} s of work for {NCPU} "
+        f"cores ({share:.0%} of the wall time; the machine as a whole was busy "
+        f"{cpu('fo_pv', 'busy_cpu'):.2f} CPU-s). Per tool, wall / floor: "
         + "; ".join(
             f"{LABEL[t].split(' (')[0]} {medians[(t, n, rtt)]:.2f} s wall / "
             f"{(cpu(t, 'client_cpu') + cpu(t, 'node_cpu') + cpu(t, 'proxy_cpu')) / NCPU:.2f} s floor"
             for t, _ in TOOLS
             if (t, n, rtt) in medians
         )
-        + f". The lab's {n} nodes run their sshd, login shells and commands on the client's own cores, so at "
-        f"N = {n} this measures the node-side CPU each tool causes per host far more than the network: "
-        f"fleetops took {medians.get(('fo_pv', n, 0.0), float('nan')):.2f} s at 0 ms."
+        + ". Total CPU (client + nodes + proxy), least first: "
+        + ", ".join(f"{LABEL[t].split(' (')[0]} {totals[t]:.2f} s" for t in order)
+        + f". The lab's {n} nodes run their sshd, login shells and commands on the client's own {NCPU} cores"
+        + (f"; at 0 ms fleetops took {medians[('fo_pv', n, 0.0)]:.2f} s, so the {rtt:g} ms RTT added "
+           f"{wall - medians[('fo_pv', n, 0.0)]:.2f} s." if rtt and ("fo_pv", n, 0.0) in medians else ".")
     )
     per_host = {t: cpu(t, "node_cpu") / n for t, _ in TOOLS if rows(t)}
     L.append(
@@ -1186,6 +1367,15 @@ def analysis(runs: list[Run], medians: dict, args) -> str:
         )
     L.append("")
     return "\n".join(L)
+
+
+def cpu_methods(runs: list[Run]) -> str:
+    """How these runs' CPU was measured, for the text (one method per bench run, in practice)."""
+    methods = sorted({r.method for r in runs if r.kind in ("rep", "probe")}) or ["per-process"]
+    return " and ".join(
+        m if m.startswith("cgroup") else "per process (the listeners' reaped children in /proc: an undercount)"
+        for m in methods
+    )
 
 
 def rows_for(runs: list[Run], tool: str, n: int, rtt: float) -> list[Run]:
@@ -1338,6 +1528,15 @@ def main() -> int:
         most = max(sizes + [args.big])
         say(f"bench: starting {most} lab nodes in {project}")
         env.nodes = lab.up(most, progress=lambda m: say(f"  {m}"))
+        global CGROUPS
+        CGROUPS = CpuCgroups.make()
+        if CGROUPS:
+            for node in env.nodes:  # listeners only: the sessions each one forks from now on inherit it
+                CGROUPS.add("nodes", node.pid())
+            say(f"bench: CPU measured by {CGROUPS.method} under {CGROUPS.root} (bench-nodes/-client/-proxy)")
+        else:
+            say("bench: no usable cgroup (needs root and a cgroup v1 cpuacct or v2 mount): CPU measured per "
+                "process, which misses the nodes' sessions that are reaped late or reparented (an undercount)")
         (project / "hosts" / "lab.yaml").unlink(missing_ok=True)  # fleetops sees only hosts/bench.yaml
         spec = write_spec(env.spec_file)
         for node in env.nodes:
@@ -1468,6 +1667,7 @@ def main() -> int:
                     delayed,
                     max(rtts),
                     str(pyspy) if pyspy.exists() else None,
+                    cgroups=CGROUPS,
                 )
             except Exception as exc:  # noqa: BLE001 - the measurements above must still be written
                 import traceback
@@ -1478,6 +1678,8 @@ def main() -> int:
         stop_proc(env.proxy)
         stopped = lab.down()
         say(f"bench: lab stopped ({len(stopped)} sshd)")
+        if CGROUPS:
+            CGROUPS.remove()
     info = machine_info(peers)
     info["peer_check"] = peer_check
     text = render(runs, calib, cli, info, args, profile_md, time.perf_counter() - t_start)
