@@ -142,11 +142,20 @@ def serve(line: bytes) -> dict:
 
 
 def _run(op, request: dict) -> dict:  # noqa: ANN001 - an op function
-    from .nodeio import _HITS, QUARANTINED, NodeError, check_state_dir, clean_stale_uploads, load_failpoints
+    from .nodeio import (
+        _HITS,
+        QUARANTINED,
+        NodeError,
+        check_state_dir,
+        clean_stale_uploads,
+        forget_resolved,
+        load_failpoints,
+    )
 
     load_failpoints()  # only what the test harness's environment names; never a file in the state dir
     _HITS.clear()  # "fire on the n-th hit" counts within one request, as it did when each request was a process
     QUARANTINED.clear()
+    forget_resolved()  # modules and versions are found again by each request: an earlier one (run) may have installed
     cleaned: list[str] = []
     if request.get("state_dir"):  # StrictModes: every path fleetops uses there, before the op runs
         try:

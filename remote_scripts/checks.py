@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import functools
 import importlib
-import io
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
-import tokenize
-import traceback
 
-from .nodeio import NodeError, check_requirements, module_file_in_site
+# io, subprocess, tempfile, tokenize and traceback are imported by the checks that use them: a steady-state
+# `verify --kinds grep,compile` is one short agent start per host, and those imports alone were ~10 ms of its
+# node CPU (issue 16).
+from .nodeio import (
+    NodeError,
+    check_requirements,
+    ensure_dir,
+    module_file_in_site,
+    read_json,
+    sha256_bytes,
+    trusted_stat,
+    write_json_atomic,
+)
 from .protocol import CHECK_KINDS
 
 # What each kind of check can and cannot tell you; shown next to every result so nobody mistakes an
@@ -65,6 +72,9 @@ def code_lines(source: str) -> tuple[list[str], str]:
 def _code_lines(source: str) -> tuple[tuple[str, ...], str]:
     # Cached on the text itself: a playbook greps one file a dozen times, and tokenizing it is ~9 ms each
     # (the agent serves the whole run, so a file is tokenized once per run, and again only if it changed).
+    import io
+    import tokenize
+
     raw = source.splitlines()
     out: list[list[str]] = [[] for _ in raw]
     last_row, last_col = 1, 0
@@ -92,6 +102,59 @@ def _code_lines(source: str) -> tuple[tuple[str, ...], str]:
     return tuple(lines), ""
 
 
+# A file's code lines, and that it compiles, kept in the state dir between runs (issue 16): tokenizing and
+# compiling the two files a playbook checks was ~30 ms of the ~75 ms of CPU a steady-state `verify --kinds
+# grep,compile` cost a node. An entry is used only for the very bytes it was made from, by the very agent and
+# Python that made it (its key hashes all three); anything else, or an entry that does not parse, is made
+# again. It lives in the state dir, checked like everything fleetops keeps there (ours alone, no symlinks).
+CODE_CACHE = "cache"
+_STATE_DIR = {"path": ""}  # the state dir of the verify in progress ("" when the request names none)
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,200}")
+
+
+def _cache_key(what: str, data: bytes) -> str:
+    salt = f"{what} 1\0{sys.version}\0{os.environ.get('FLEETOPS_AGENT_SHA256', '')}\0"
+    return sha256_bytes(salt.encode() + data)
+
+
+def _cache_path(what: str, module: str) -> str:
+    """Where `what` about `module` is kept; "" when nothing is (no state dir, or a name unfit for a file name)."""
+    if not _STATE_DIR["path"] or not _MODULE_NAME.fullmatch(module):
+        return ""
+    return os.path.join(_STATE_DIR["path"], CODE_CACHE, f"{what}.{module}.json")
+
+
+def _cached(path: str, key: str) -> dict | None:
+    if not path or trusted_stat(path, want_dir=False) is None:  # refused like any other untrusted state file
+        return None
+    entry = read_json(path, on_corrupt="quarantine")
+    return entry if entry is not None and entry.get("key") == key else None
+
+
+def _keep(path: str, entry: dict) -> None:
+    if not path:
+        return
+    try:
+        ensure_dir(os.path.dirname(path))
+        write_json_atomic(path, entry, point="check_cache")
+    except OSError as exc:  # only the next run's speed depends on it
+        print(f"fleetops: could not keep {path}: {exc}", file=sys.stderr)
+
+
+@functools.lru_cache(maxsize=8)
+def _stored_code_lines(source: str, module: str, state_dir: str) -> tuple[tuple[str, ...], str]:
+    path = _cache_path("code-lines", module) if state_dir else ""
+    key = _cache_key("code-lines", source.encode("utf-8", "surrogatepass"))
+    entry = _cached(path, key) or {}
+    lines, note = entry.get("lines"), entry.get("note")
+    if (isinstance(lines, list) and isinstance(note, str) and len(lines) == len(source.splitlines())
+            and all(isinstance(x, str) for x in lines)):
+        return tuple(lines), note
+    lines, note = _code_lines(source)
+    _keep(path, {"key": key, "module": module, "lines": list(lines), "note": note})
+    return lines, note
+
+
 def run_grep(check: dict) -> dict:
     """A grep check matches code by default: comments and string literals are not searched (a comment naming a
     forbidden symbol is not a call of it, and a comment cannot satisfy a `match`). `search: text` searches
@@ -103,7 +166,7 @@ def run_grep(check: dict) -> dict:
     mode = check.get("search", "code")
     note = ""
     if mode == "code":
-        lines, note = _code_lines(source)
+        lines, note = _stored_code_lines(source, check["module"], _STATE_DIR["path"])
     else:
         lines = raw
     where = "code" if mode == "code" and not note else "text"  # what was searched, in the result's `search`
@@ -131,11 +194,14 @@ def run_compile(check: dict) -> dict:
     path = module_file_in_site(check["module"])
     with open(path, "rb") as f:
         source = f.read()
-    try:
-        compile(source, path, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        return _result(check, False, f"SyntaxError: {exc.msg} at line {exc.lineno}",
-                       [{"line": exc.lineno, "text": (exc.text or "").strip()}], file=path)
+    kept, key = _cache_path("compiles", check["module"]), _cache_key("compiles", path.encode() + b"\0" + source)
+    if _cached(kept, key) is None:  # only a success is kept: these very bytes compiled, by this Python
+        try:
+            compile(source, path, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            return _result(check, False, f"SyntaxError: {exc.msg} at line {exc.lineno}",
+                           [{"line": exc.lineno, "text": (exc.text or "").strip()}], file=path)
+        _keep(kept, {"key": key, "module": check["module"], "compiles": True})
     return _result(check, True, f"{os.path.basename(path)} compiles", file=path)
 
 
@@ -143,6 +209,8 @@ class CapturedStderr:
     """Catch what imports write to fd 2 (C extensions and loggers included), to show its tail."""
 
     def __enter__(self) -> CapturedStderr:
+        import tempfile
+
         sys.stderr.flush()
         self.tmp = tempfile.TemporaryFile()
         self.saved = os.dup(2)
@@ -172,6 +240,8 @@ def run_import(check: dict) -> dict:
                     obj = getattr(obj, part)
             error = None
         except BaseException as exc:  # noqa: BLE001 - an import can raise anything, SystemExit included
+            import traceback
+
             error = exc
             tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     took = round(time.monotonic() - started, 2)
@@ -185,6 +255,9 @@ def run_import(check: dict) -> dict:
 
 def run_probe(check: dict) -> dict:
     """Run the playbook's probe script as its own process (it may hang or crash: bound it in time)."""
+    import subprocess
+    import tempfile
+
     request = {"modules": {}, "args": check.get("args", {})}
     for name in check.get("modules", []):
         request["modules"][name] = module_file_in_site(name)
@@ -236,6 +309,7 @@ assert set(RUNNERS) == set(ORDER) == set(CHECK_KINDS), "checks.py and protocol.C
 
 
 def verify(req: dict) -> dict:
+    _STATE_DIR["path"] = str(req.get("state_dir") or "")
     checks = list(req["checks"])
     if req.get("requires"):
         checks.insert(0, {"kind": "requires", "name": "requires", "requires": req["requires"]})
@@ -248,6 +322,8 @@ def verify(req: dict) -> dict:
         except NodeError as exc:
             res = _result(check, False, str(exc))
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+            import traceback
+
             res = _result(check, False, f"check crashed: {type(exc).__name__}: {exc}",
                           [traceback.format_exc().splitlines()[-1]])
         res.setdefault("seconds", round(time.monotonic() - started, 2))

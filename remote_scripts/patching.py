@@ -18,8 +18,6 @@ drifted file, and then only when its bytes are the wheel's (RECORD): a backup th
 
 from __future__ import annotations
 
-import difflib
-import hashlib
 import os
 
 from .hunks import apply_hunks, classify, closest_window, drift_report, split_lines
@@ -57,12 +55,14 @@ SPACE_MARGIN = 1 << 20  # free bytes left over after the set's writes, per file 
 
 
 def unified(old: str, new: str, path: str) -> str:
+    import difflib  # only a change (or a refusal) shows a diff: not imported by a steady-state run
+
     return "".join(difflib.unified_diff(split_lines(old), split_lines(new), f"a{path}", f"b{path}", n=3))
 
 
 # ---------------------------------------------------------------- backups
 def _backup_paths(state_dir: str, path: str) -> tuple[str, str]:
-    key = hashlib.sha256(path.encode()).hexdigest()[:16] + "-" + os.path.basename(path)
+    key = sha256_bytes(path.encode())[:16] + "-" + os.path.basename(path)
     base = os.path.join(state_dir, "backups")
     return os.path.join(base, key + ".json"), os.path.join(base, key + ".orig")
 
