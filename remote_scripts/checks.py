@@ -254,9 +254,12 @@ def run_import(check: dict) -> dict:
 
 
 def run_probe(check: dict) -> dict:
-    """Run the playbook's probe script as its own process (it may hang or crash: bound it in time)."""
+    """Run the playbook's probe script as its own process (it may hang or crash: bound it in time), forked from
+    this one when that shares the packages the import/callsites checks already imported (probe_fork.py)."""
     import subprocess
     import tempfile
+
+    from .probe_fork import run_script
 
     request = {"modules": {}, "args": check.get("args", {})}
     for name in check.get("modules", []):
@@ -266,8 +269,7 @@ def run_probe(check: dict) -> dict:
         script = f.name
     started = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, script], input=json.dumps(request), capture_output=True,
-                              text=True, timeout=check.get("timeout", 300))
+        proc = run_script(script, json.dumps(request), check.get("timeout", 300))
     except subprocess.TimeoutExpired as exc:
         tail = (exc.stderr or "")
         tail = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail
