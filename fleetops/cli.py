@@ -78,6 +78,7 @@ class Fleet(Fab):
         ]
 
     def print_version(self) -> None:
+        self.version = _version()  # read from the installed metadata only here, not on every start-up
         super().print_version()
         print(f"fleetops (Fabric {fabric_version})")
 
@@ -91,10 +92,10 @@ def _version() -> str:
         return "dev"
 
 
-program = Fleet(name="fleetops", version=_version(), executor_class=FleetExecutor, config_class=Config,
-                binary="fleet", binary_names=["fleet"])
-fab_program = Fleet(name="fleetops", version=_version(), executor_class=FleetExecutor, config_class=Config,
-                    binary="fab", binary_names=["fab"])
+program = Fleet(name="fleetops", executor_class=FleetExecutor, config_class=Config, binary="fleet",
+                binary_names=["fleet"])
+fab_program = Fleet(name="fleetops", executor_class=FleetExecutor, config_class=Config, binary="fab",
+                    binary_names=["fab"])
 
 
 def main() -> None:

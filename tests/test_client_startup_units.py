@@ -97,3 +97,19 @@ def test_a_connection_writes_nothing_into_its_config(monkeypatch):
     cxn = ssh._fabric_connection(host, None)
     assert writes == []
     assert cxn.fleetops_name == "n1" and "fleetops_name" not in cxn.config
+
+
+def test_the_version_is_read_when_asked_for_not_at_start_up(tmp_path):
+    from importlib.metadata import PackageNotFoundError, version
+
+    import fleetops.cli
+
+    assert fleetops.cli.fab_program.version == "unknown"  # nothing read on import
+    try:
+        expected = version("fleetops")
+    except PackageNotFoundError:
+        expected = "dev"
+    proc = subprocess.run([sys.executable, "-m", "fleetops.cli", "--version"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == f"fleetops {expected}" and "Fabric" in proc.stdout
