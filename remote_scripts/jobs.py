@@ -29,6 +29,7 @@ import sys
 import time
 
 from .nodeio import (
+    QUARANTINED,
     NodeError,
     atomic_write,
     ensure_dir,
@@ -52,6 +53,7 @@ LAUNCH_LOCK = "launch.lock"
 LAUNCH_LOCK_WAIT_S = 60.0
 DEFAULT_TAIL_LINES = 20
 COUNT_LINES_MAX = 64 * 1024 * 1024  # skipped lines are counted up to this many bytes
+JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
 DISK_FULL_BYTES = 64 * 1024  # less free than this on the job dir's filesystem at the end: reported as full
 
 
@@ -121,16 +123,27 @@ def group_members(pgid: int) -> list[int]:
 
 
 def load_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
+    """The job asked for, else the latest one. Its records are written atomically (write_json_atomic), so a
+    corrupt one is truly corrupt, never one being written: it is moved aside (reported), not fatal forever."""
     base = jobs_dir(state_dir)
     if not job_id:
-        current = read_json(os.path.join(base, "current.json"))
-        if not current:
-            raise NodeError("no job has been started on this node", kind="no_job")
-        job_id = current["id"]
-    if not re.fullmatch(r"[A-Za-z0-9._-]{1,120}", job_id):
+        current = read_json(os.path.join(base, "current.json"), on_corrupt="quarantine")
+        latest = (current or {}).get("id")
+        if not isinstance(latest, str) or not JOB_ID.fullmatch(latest) or \
+                not os.path.lexists(os.path.join(base, latest, "job.json")):
+            # no pointer (or a corrupt one, moved aside), or its job's record is gone: the newest readable job
+            newest = _all_jobs(state_dir)
+            if not newest:
+                raise NodeError("no job has been started on this node", kind="no_job")
+            latest = newest[0]["id"]
+        job_id = latest
+    if not JOB_ID.fullmatch(job_id):
         raise NodeError(f"bad job id {job_id!r}", kind="no_job")
     job_dir = os.path.join(base, job_id)
-    job = read_json(os.path.join(job_dir, "job.json"))
+    before = len(QUARANTINED)
+    job = read_json(os.path.join(job_dir, "job.json"), on_corrupt="quarantine")
+    if job is None and len(QUARANTINED) > before:
+        raise _quarantined_job(job_id, job_dir, QUARANTINED[-1])
     if job is None:
         known = [j["id"] for j in _all_jobs(state_dir)]
         shown = ", ".join(known[:KNOWN_IDS_SHOWN]) + (f" (and {len(known) - KNOWN_IDS_SHOWN} older)"
@@ -140,8 +153,21 @@ def load_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
     return job_dir, job
 
 
+def _quarantined_job(job_id: str, job_dir: str, moved: dict) -> NodeError:
+    """The answer about a job whose record was corrupt (just moved aside): which job, where its record went,
+    and what of it is still there; the node's other jobs and new ones are unaffected."""
+    log = os.path.join(job_dir, LOG)
+    kept = f"its log {log} ({_size(log)} bytes)" if os.path.exists(log) else f"no log ({log} is missing)"
+    pids = tagged_pids(job_dir)
+    left = f"; its processes {pids} still run" if pids else ""
+    return NodeError(f"job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved to "
+                     f"{moved['moved_to']}; kept: {kept} and its directory {job_dir}{left}; the node's other "
+                     f"jobs are unaffected (fab jobs)", kind="corrupt_state", job_id=job_id, path=moved["path"],
+                     moved_to=moved["moved_to"], log=log, left=pids)
+
+
 def _all_jobs(state_dir: str) -> list[dict]:
-    """Every job with a readable job.json, newest first (a corrupt one is skipped, not fatal)."""
+    """Every job with a readable job.json, newest first (a corrupt one is moved aside and reported, not fatal)."""
     base = jobs_dir(state_dir)
     try:
         names = os.listdir(base)
@@ -151,10 +177,10 @@ def _all_jobs(state_dir: str) -> list[dict]:
     for name in names:
         path = os.path.join(base, name, "job.json")
         entry = os.path.join(base, name)
-        if not re.fullmatch(r"[A-Za-z0-9._-]{1,120}", name) or os.path.islink(entry) or not os.path.isdir(entry):
+        if not JOB_ID.fullmatch(name) or os.path.islink(entry) or not os.path.isdir(entry):
             continue
         try:
-            job = read_json(path)
+            job = read_json(path, on_corrupt="quarantine")
         except (NodeError, OSError):
             continue
         if job and job.get("id") == name:
@@ -447,8 +473,9 @@ def jobs_list(req: dict) -> dict:
                      "started_ts": job.get("started_ts"), "operator": job.get("operator"), **st,
                      "log": job.get("log"), "log_bytes": _size(job.get("log") or ""),
                      "output": out, "output_bytes": _tree_bytes(out) if out and os.path.isdir(out) else None})
-    current = read_json(os.path.join(jobs_dir(state_dir), "current.json")) if rows else None
-    return {"ok": True, "jobs": rows, "total": len(jobs), "latest": (current or {}).get("id"),
+    current = read_json(os.path.join(jobs_dir(state_dir), "current.json"), on_corrupt="quarantine") if rows else None
+    latest = (current or {}).get("id") or (jobs[0]["id"] if jobs else None)
+    return {"ok": True, "jobs": rows, "total": len(jobs), "latest": latest,
             "jobs_dir": jobs_dir(state_dir)}
 
 

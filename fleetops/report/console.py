@@ -208,6 +208,12 @@ class Reporter:
             if ev.stderr_tail:
                 lines.append([("    ", ""), ("stderr (last lines):", "dim")])
                 lines.extend([(f"      {x}", "")] for x in ev.stderr_tail)
+        for moved in r.data.get("quarantined") or ():  # what the node tidied on the way, whatever the task
+            text = (f" quarantined corrupt state file {moved.get('path')} ({moved.get('why')}); moved to "
+                    f"{moved.get('moved_to')}")
+            lines.append([("    ", ""), ("node:", "yellow"), (text, "")])
+        for path in r.data.get("removed_temp_files") or ():
+            lines.append([("    ", ""), ("node:", "yellow"), (f" removed a dead upload's temp file {path}", "")])
         if r.data.get("next"):  # a health task's next action: once per result, so once per folded group
             lines.append([("    ", ""), ("next:", "bold"), (f" {r.data['next']}", "")])
         return lines, table

@@ -70,8 +70,6 @@ def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:
     if plan.check:
         msg += " (check mode: nothing written)"
     data = {"check_mode": plan.check, "playbook": plan.playbook.name if plan.playbook else None}
-    if answer.get("quarantined"):
-        data["quarantined"] = answer["quarantined"]
     return Result(host, plan.op, status, msg, items, code=EXIT_FAILED if status is Status.FAILED else 0, data=data)
 
 

@@ -93,12 +93,75 @@ class _SentAhead:
         return getattr(self._node, name)
 
 
+class _NodeNotes:
+    """What the node tidied on the way, kept from every answer a task receives: the agent adds `quarantined`
+    (corrupt state files moved aside) and `removed_temp_files` (dead uploads' temp files) to any answer,
+    whatever the op (remote_scripts/agent.py), so no task has to copy them itself."""
+
+    def __init__(self) -> None:
+        self.quarantined: list[dict] = []
+        self.removed_temp_files: list[str] = []
+
+    def seen(self, answer: object) -> None:
+        if not isinstance(answer, dict):
+            return
+        for moved in answer.get("quarantined") or ():
+            if isinstance(moved, dict) and moved not in self.quarantined:
+                self.quarantined.append(moved)
+        for path in answer.get("removed_temp_files") or ():
+            if isinstance(path, str) and path not in self.removed_temp_files:
+                self.removed_temp_files.append(path)
+
+    def into(self, result: Result) -> None:
+        if self.quarantined:
+            result.data["quarantined"] = self.quarantined
+        if self.removed_temp_files:
+            result.data["removed_temp_files"] = self.removed_temp_files
+
+
+class _ObservedPending:
+    def __init__(self, pending: Pending, notes: _NodeNotes) -> None:
+        self._pending, self._notes = pending, notes
+
+    def result(self) -> tuple[dict, Evidence]:
+        answer, evidence = self._pending.result()
+        self._notes.seen(answer)
+        return answer, evidence
+
+    def discard(self) -> None:
+        self._pending.discard()
+
+
+class _Observed:
+    """The host's connector as a task's run() sees it: calls and submits go through, their answers pass by
+    _NodeNotes on the way back."""
+
+    def __init__(self, node: Connector, notes: _NodeNotes) -> None:
+        self._node, self._notes = node, notes
+
+    def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
+        answer, evidence = self._node.call(op, request, timeout=timeout)
+        self._notes.seen(answer)
+        return answer, evidence
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._node, name)  # a connector without submit stays without it (getattr(node, "submit"))
+        if name != "submit":
+            return attr
+
+        def submit(op: str, request: dict, timeout: float = 300) -> _ObservedPending:
+            return _ObservedPending(attr(op, request, timeout=timeout), self._notes)
+
+        return submit
+
+
 def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: Pending | None = None) -> Result:
     """One task on one host; never raises for node trouble: it becomes a failed/unreachable Result. `pending`:
     its request, already sent ahead (send_ahead)."""
     started = time.monotonic()
     host = node.host.name
     spec = TASKS[name]
+    notes = _NodeNotes()
     try:
         if spec.run is not None:
             ahead = ahead_request(name, plan, node.host) if pending is not None else None
@@ -106,19 +169,17 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
                 node = _SentAhead(node, plan.op, ahead, pending)  # type: ignore[assignment]
             elif pending is not None:
                 pending.discard()
-            result = spec.run(run, plan, node)
-        elif pending is not None:
-            answer, evidence = pending.result()
-            result = spec.interpret(host, plan, answer)
-            if result.failed:
-                result.evidence = evidence
+            result = spec.run(run, plan, _Observed(node, notes))  # type: ignore[arg-type]
         else:
-            answer, evidence = node.call(plan.op, plan.request, timeout=plan.timeout)
+            answer, evidence = (pending.result() if pending is not None
+                                else node.call(plan.op, plan.request, timeout=plan.timeout))
+            notes.seen(answer)
             result = spec.interpret(host, plan, answer)
             if result.failed:
                 result.evidence = evidence
     except Exception as exc:  # noqa: BLE001 - a bug for one host must not take the fleet down
         result = _failure(run, host, name, exc)
+    notes.into(result)
     result.seconds = round(time.monotonic() - started, 3)
     if plan.playbook is not None:
         result.data.setdefault("playbook", plan.playbook.name)
