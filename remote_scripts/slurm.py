@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from .nodeio import NodeError, atomic_write, ensure_dir, now_iso, read_json, write_json_atomic
+from .nodeio import QUARANTINED, NodeError, atomic_write, ensure_dir, now_iso, read_json, write_json_atomic
 
 SQUEUE_FORMAT = "%i|%A|%a|%F|%K|%T|%r|%N|%M|%l|%b|%P|%j"  # the same as fleetops/plans/slurm.py's
 SACCT_FORMAT = "JobID,JobName,State,ExitCode,NodeList,Elapsed,Start,End"
@@ -90,24 +90,53 @@ def _scheduler_env(req: dict) -> dict[str, str]:
 
 
 def _load(state_dir: str, job_id: str | None) -> tuple[str, dict]:
+    """The job asked for, else the latest. Its records are written atomically, so a corrupt one is truly
+    corrupt: it is moved aside (reported), never fatal for every later run (issue 12)."""
     base = slurm_dir(state_dir)
     if not job_id:
-        current = read_json(os.path.join(base, "current.json"))
-        if not current:
-            raise NodeError("no Slurm job has been submitted from this login node by fleetops", kind="no_job")
-        job_id = current["id"]
+        current = read_json(os.path.join(base, "current.json"), on_corrupt="quarantine")
+        latest = (current or {}).get("id")
+        if not isinstance(latest, str) or not ID.fullmatch(latest) or \
+                not os.path.lexists(os.path.join(base, latest, "job.json")):
+            # no pointer (or a corrupt one, moved aside), or its job's record is gone: the newest job left
+            known = _known(base)
+            if not known:
+                raise NodeError("no Slurm job has been submitted from this login node by fleetops", kind="no_job")
+            latest = known[0]
+        job_id = latest
     if not ID.fullmatch(job_id):
         raise NodeError(f"bad job id {job_id!r}", kind="no_job")
     job_dir = os.path.join(base, job_id)
-    job = read_json(os.path.join(job_dir, "job.json"))
+    before = len(QUARANTINED)
+    job = read_json(os.path.join(job_dir, "job.json"), on_corrupt="quarantine")
+    if job is None and len(QUARANTINED) > before:
+        moved = QUARANTINED[-1]
+        raise NodeError(f"Slurm job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved to "
+                        f"{moved['moved_to']}; its directory {job_dir} is kept (the Slurm job itself is not "
+                        f"touched: squeue/scancel by its id); the other jobs are unaffected", kind="corrupt_state",
+                        job_id=job_id, path=moved["path"], moved_to=moved["moved_to"])
     if job is None:
-        try:
-            known = sorted((n for n in os.listdir(base) if ID.fullmatch(n) and n != "current.json"), reverse=True)
-        except OSError:
-            known = []
+        known = _known(base)
         raise NodeError(f"no Slurm job {job_id!r} here; fleetops' jobs on this login node: "
                         f"{', '.join(known[:10]) or 'none'}", kind="no_job", known=known)
     return job_dir, job
+
+
+def _known(base: str) -> list[str]:
+    """fleetops' Slurm job ids here with a job.json, newest first (by the record's time: ids start with the
+    job's name, so they do not sort by time across names)."""
+    found = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    for name in names:
+        if ID.fullmatch(name) and name != "current.json":
+            try:
+                found.append((os.lstat(os.path.join(base, name, "job.json")).st_mtime, name))
+            except OSError:
+                continue
+    return [name for _, name in sorted(found, reverse=True)]
 
 
 def _shard_requests(extract: dict, shards: int, state_dir: str) -> list[dict]:

@@ -324,3 +324,34 @@ def test_tail_attaching_later_shows_the_last_20_lines_and_extract_tail_the_first
     assert _login01_lines(both.stdout) == list(range(120)), both.stdout[-3000:]
     assert re.search(r"^login01 \| fleetops: slurm job \d+ task 0 on ", both.stdout, re.M), both.stdout[-3000:]
     assert "earlier lines not shown" not in both.stdout
+
+
+def test_corrupt_job_records_are_quarantined_not_fatal(cluster):
+    """Issue 12: a corrupt state file is moved aside and reported, never fatal for every later run: the Slurm
+    login node's current.json and a job's job.json, like the SSH jobs' records."""
+    project, node = cluster["project"], cluster["node"]
+    rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "spawner", "--playbook", JOBS)
+    assert rc == 0, doc
+    job_id = doc["results"][0]["data"]["job"]["id"]
+    assert fab_json(project, "-H", "login01", "stop")[0] == 0
+    base = node.state_dir / "slurm"
+    current = base / "current.json"
+    current.write_text("{torn")
+    st = status(project)
+    assert st["data"]["job"]["id"] == job_id, st  # the newest job, found without the pointer
+    assert [q["path"] for q in st["data"]["quarantined"]] == [str(current)], st["data"]
+    assert not current.exists() and list(base.glob("current.json.corrupt-*"))
+    record = base / job_id / "job.json"
+    record.write_text("not json at all")
+    rc, doc = fab_json(project, "-H", "login01", "status", "--job-id", job_id)
+    res = doc["results"][0]
+    assert rc == 1 and res["status"] == "failed", res
+    assert f"Slurm job {job_id}'s record was corrupt" in res["msg"] and "quarantined: moved to" in res["msg"], res
+    assert [q["path"] for q in res["data"]["quarantined"]] == [str(record)], res["data"]
+    later = status(project)  # every later run works: the next newest job, or a plain "no job"
+    assert "corrupt" not in later["msg"] and ((later.get("data") or {}).get("job") or
+                                              "no Slurm job has been submitted" in later["msg"]), later
+    rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "spawner", "--playbook", JOBS)
+    assert rc == 0, doc  # and a new job is submitted and becomes the latest
+    assert fab_json(project, "-H", "login01", "stop")[0] == 0
+    assert status(project)["data"]["job"]["id"] == doc["results"][0]["data"]["job"]["id"]
