@@ -608,10 +608,14 @@ def profile(
     L += [
         "",
         f"- Node python start-up alone: {costs['python_startup']:.3f} s.",
-        "- Every exec runs the login user's shell (sshd starts `bash -c CMD`), and bash sources ~/.bashrc "
-        f"when started by sshd; here that file runs `pyenv init -` and more: {costs['shell_rc']:.3f} s per "
-        f"exec, against {costs['shell_bare']:.3f} s for a bare `bash -c true` (measured locally). Every tool "
-        "pays it once per exec: fleetops 1 per host, the peers 3.",
+        "- Every exec runs the login user's shell (sshd starts `bash -c CMD`). Sourcing root's ~/.bashrc "
+        f"costs {costs['shell_rc']:.3f} s locally against {costs['shell_bare']:.3f} s for a bare `bash -c true`; "
+        + ("an exec of `true` over SSH costs about as much node CPU, so the lab's sessions pay it, once per exec "
+           "(fleetops 1 per host, the peers 3)."
+           if costs["exec `true` (sshd session + login shell)"][1] >= costs["shell_rc"] / 2 else
+           f"an exec of `true` over SSH costs {costs['exec `true` (sshd session + login shell)'][1]:.3f} s of node "
+           "CPU, so the lab's sessions do not source it (a node whose sshd-started bash does pays it once per "
+           "exec: fleetops 1 per host, the peers 3)."),
         f"- The agent's imports on the node, run over SSH as fleetops runs it (`-X importtime`): op verify "
         f"{total_i * 1e3:.0f} ms in all (remote_scripts modules: "
         + (", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(mods.items(), key=lambda kv: -kv[1])[:6]) or "none")

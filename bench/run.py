@@ -1336,9 +1336,12 @@ def analysis(runs: list[Run], medians: dict, args) -> str:
         "2. **Node CPU per host:** "
         + ", ".join(f"{LABEL[t].split(' (')[0]} {v:.2f} s" for t, v in per_host.items())
         + f". fleetops' = one SSH connection ({F['connect_node_cpu']:.3f} s on an idle node) + 1 exec (the agent, "
-        f"serving every request of the chain), paying once the login shell's rc files ({F['shell_rc']:.3f} s "
-        "here: root's ~/.bashrc runs `pyenv init`), "
-        f"the node python's start ({F['python_startup']:.3f} s) and the agent ({F['agent_patch_own']:.3f} s for "
+        f"serving every request of the chain), "
+        + (f"paying once the login shell's rc files ({F['shell_rc']:.3f} s here: root's ~/.bashrc), "
+           if F["exec_true_node_cpu"] >= F["shell_rc"] / 2 else
+           f"the login shell without its rc files (an exec of `true` costs {F['exec_true_node_cpu']:.3f} s of "
+           f"node CPU, so the lab's sessions do not source root's ~/.bashrc, {F['shell_rc']:.3f} s locally), ")
+        + f"the node python's start ({F['python_startup']:.3f} s) and the agent ({F['agent_patch_own']:.3f} s for "
         f"patch, {F['agent_verify_own']:.3f} s for verify as the agent reports it; `-X importtime` counts "
         f"{F['agent_imports']:.3f} s of imports in a verify call). On an idle node one agent exec "
         f"costs {F['agent_patch_node_cpu']:.3f}/{F['agent_verify_node_cpu']:.3f} s of node CPU against "
