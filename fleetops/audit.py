@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -45,10 +46,17 @@ def project_root(start: Path | None = None) -> Path:
 
 def project_dir(root: Path) -> Path:
     """This project's directory under the operator's state directory (see the module docstring)."""
-    root = root.resolve()
+    return _project_dir(str(root.absolute()), str(state_home()))
+
+
+@functools.lru_cache(maxsize=64)
+def _project_dir(root_text: str, home: str) -> Path:
+    # Cached: every result's audit line asks, and resolving the path walks it with one lstat per part
+    # (~0.05 ms, 256 times for `patch verify` at N=128: issue 16). The state home is part of the key.
+    root = Path(root_text).resolve()
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9._-]", "_", root.name) or "root"
-    return state_home() / "fleetops" / "projects" / f"{name}-{digest}"
+    return Path(home) / "fleetops" / "projects" / f"{name}-{digest}"
 
 
 def state_home() -> Path:

@@ -291,3 +291,34 @@ def test_serial_batches_still_run_every_chain(lab):
         ("lab02", "patch", Status.CHANGED), ("lab02", "verify", Status.OK)], results
     for node in lab.nodes():
         wait_for(lambda node=node: not agents_of(node), f"{node.name}'s agent to exit after its chain")
+
+
+def test_connections_share_the_per_process_work_and_idle_quietly(lab, monkeypatch):
+    """Issue 16 item 3 (client CPU at N=128): per connection fleetops cloned Fabric's config (~0.4 ms), paramiko
+    parsed the identity file once per key type (3 parses per host) and each transport thread woke every 0.1 s
+    while the connection waited for the rest of the fleet (~0.5 ms per host per second)."""
+    import paramiko
+
+    from fleetops.wire import ssh
+
+    loads: list[str] = []
+    original = paramiko.SSHClient._key_from_filepath
+    monkeypatch.setattr(paramiko.SSHClient, "_key_from_filepath",
+                        lambda self, *a, **kw: loads.append(a[0]) or original(self, *a, **kw))
+    inventory = load_inventory(lab.root / "hosts")
+    nodes = [NodeConnection(inventory.resolve(name), inventory) for name in ("lab01", "lab02")]
+    try:
+        for node in nodes:
+            node.call("ping", {})
+        first, second = (node.cxn for node in nodes)
+        assert first.config is second.config  # one Fabric config, read by every connection
+        with pytest.raises(RuntimeError, match="shares one Fabric config"):
+            first.config.run.echo = True  # a write would race with readers: refused, never silently merged
+        assert loads == []  # the key came from fleetops' one load, not paramiko's per-connection parses
+        for cxn in (first, second):
+            assert cxn.client.get_transport().sock.gettimeout() == ssh.IDLE_CHECK_SECONDS
+        answer, _ = nodes[0].call("ping", {})  # and the quiet connection still answers at once
+        assert answer["ok"]
+    finally:
+        for node in nodes:
+            node.close()

@@ -58,7 +58,7 @@ def use_ssh_config(path: str | None, identity_files: list[str] | tuple[str, ...]
     global _CONFIG, _SSH_CONFIG_PATH, _PLAIN_KEYS
     config = _ssh_config(path)
     with _SHARED_LOCK:
-        _SSH_CONFIG_PATH, _CONFIG = path, Config(ssh_config=config)
+        _SSH_CONFIG_PATH, _CONFIG = path, _SharedConfig(ssh_config=config)
         _PLAIN_KEYS = tuple(os.path.expanduser(k) for k in identity_files)
     return ssh_config_aliases(config)
 
@@ -84,19 +84,37 @@ def ssh_config_aliases(config: paramiko.SSHConfig) -> frozenset[str]:
     return frozenset(n for n in names if n and not any(c in n for c in "*?!"))
 
 
+class _SharedConfig(Config):
+    """The process's one Fabric Config, shared read-only by every connection. Cloning it per connection cost
+    ~0.4 ms of client CPU per host (issue 16); sharing is safe only while nothing writes it, because a write
+    re-merges the whole config and a connection reading during that merge sees no keys at all ("No attribute
+    ... 'authentication'", seen once in 1920 runs when Fabric's `inline_ssh_env` still wrote it). So a write
+    is refused loudly instead of racing."""
+
+    def clone(self, into: type[Config] | None = None) -> Config:
+        # Fabric clones it for each ProxyJump hop it builds from ssh_config; that copy is the hop's own and
+        # Fabric writes to it, so it is a plain Config.
+        return super().clone(into=into or Config)
+
+    def _modify(self, keypath: tuple[str, ...], key: str, value: str) -> None:
+        raise RuntimeError(f"fleetops shares one Fabric config between connections; writing {key!r} to it "
+                           "would race (a fleetops bug: please report it)")
+
+    def _remove(self, keypath: tuple[str, ...], key: str) -> None:
+        raise RuntimeError(f"fleetops shares one Fabric config between connections; removing {key!r} from it "
+                           "would race (a fleetops bug: please report it)")
+
+
 def _fabric_config() -> Config:
-    """A private copy of the process's one Fabric Config (building one reads the ssh_config files again).
-    Each connection gets its own copy: a Config merges its data anew on any write, and a connection that
-    reads the shared one during another's merge sees no keys at all ("No attribute ... 'authentication'"
-    seen once in 1920 runs of the load test)."""
+    """The process's one Fabric Config (building one reads the ssh_config files again)."""
     global _CONFIG
     with _SHARED_LOCK:
         if _CONFIG is None:
             try:
-                _CONFIG = Config(ssh_config=_ssh_config(_SSH_CONFIG_PATH))
+                _CONFIG = _SharedConfig(ssh_config=_ssh_config(_SSH_CONFIG_PATH))
             except ConfigError as exc:
                 raise TransportError("refused", f"{exc}; fix or name another file with -S") from None
-        return _CONFIG.clone()
+        return _CONFIG
 
 
 def _known_hosts(path: str) -> paramiko.HostKeys:
@@ -153,6 +171,29 @@ def _host_keys_for(files: list[str]) -> paramiko.HostKeys:
         return _MERGED_KEYS.setdefault(key, merged)
 
 
+_KEYS: dict[tuple, paramiko.PKey | None] = {}
+
+
+def _identity_key(path: str, passphrase: str | None) -> paramiko.PKey | None:
+    """The inventory's identity file loaded once per process and file version. paramiko loads key_filename
+    anew for every connection, trying each key type in turn (three parses of an ed25519 key per host: issue
+    16). None when it cannot be loaded here: then paramiko loads it itself and reports why, as before."""
+    try:
+        st = os.stat(os.path.expanduser(path))
+    except OSError:
+        return None
+    cache_key = (path, st.st_mtime_ns, st.st_size, passphrase)
+    with _SHARED_LOCK:
+        if cache_key in _KEYS:
+            return _KEYS[cache_key]
+    try:
+        key: paramiko.PKey | None = paramiko.PKey.from_path(os.path.expanduser(path), passphrase)
+    except Exception:  # noqa: BLE001 - any failure: paramiko's own load names it, as without the cache
+        key = None
+    with _SHARED_LOCK:
+        return _KEYS.setdefault(cache_key, key)
+
+
 def _strict_client(files: list[str]) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     client._host_keys = _host_keys_for(files)  # noqa: SLF001 - shared, read-only (see _host_keys_for)
@@ -190,6 +231,9 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
     if host.identity_file:
         connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
+        key = _identity_key(host.identity_file, host.identity_passphrase)
+        if key is not None:  # tried first; key_filename stays, so a refusal reads as it always did
+            connect_kwargs["pkey"] = key
     if host.identity_passphrase:
         connect_kwargs["passphrase"] = host.identity_passphrase
     config = _fabric_config()
@@ -412,6 +456,23 @@ def _replace_known_host(path: str, name: str, key: paramiko.PKey) -> int:
     return len(lines) - (len(kept) - 1)
 
 
+# paramiko's transport thread wakes every 0.1 s on a quiet connection to look for our own close, a keepalive
+# or a rekey. A fleet run holds every host's connection open while the others work, and at N=128 those
+# wakeups cost ~0.5 ms of client CPU per host per second held (issue 16). Once connected, once a second is
+# enough: data, a peer's close or a reset still wake recv at once; only our own close is noticed up to a
+# second later, by a daemon thread that has nothing left to do.
+IDLE_CHECK_SECONDS = 1.0
+
+
+def _slow_idle_checks(cxn: Connection) -> None:
+    hop: object = cxn
+    while isinstance(hop, Connection):
+        transport = hop.client.get_transport() if hop.client is not None else None
+        if transport is not None and transport.sock is not None:
+            transport.sock.settimeout(IDLE_CHECK_SECONDS)
+        hop = hop.gateway
+
+
 class NodeConnection:
     """One node, one SSH connection, many agent calls."""
 
@@ -437,6 +498,7 @@ class NodeConnection:
             cxn.close()
             raise error from None
         self.cxn = cxn
+        _slow_idle_checks(cxn)
         COUNTERS.bump(host.name, "connections")
 
     def close(self) -> None:
