@@ -7,7 +7,12 @@ The loader is strict YAML 1.2 (core schema), not PyYAML's YAML 1.1: only true/fa
 Input is bounded (issue 12): a file larger than MAX_FILE_BYTES, nesting deeper than MAX_DEPTH, an alias that
 refers to a node still being read (a recursive structure), or aliases that together expand to more than
 MAX_ALIAS_NODES values (billion laughs) are refused while the document is composed, before anything is built,
-with the file:line:column where the limit was crossed."""
+with the file:line:column where the limit was crossed.
+
+Scanning and parsing are libyaml's C code when PyYAML has it (issue 16: a 128-host inventory took ~100 ms of
+client CPU in the pure-Python scanner); composing, the bounds, resolving and constructing stay the Python code
+above, and anything libyaml reads otherwise than PyYAML's Python parser, or refuses, is read by the pure-Python
+loader, so values, line:column marks and error messages are the same either way."""
 
 from __future__ import annotations
 
@@ -102,22 +107,6 @@ _FLOAT_12 = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0
                        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 
 
-class StrictLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader with the YAML 1.2 core schema's resolvers instead of YAML 1.1's."""
-
-    yaml_implicit_resolvers: dict = {}
-
-
-for _tag, _regexp, _first in (
-    ("tag:yaml.org,2002:bool", _BOOL_12, "tTfF"),
-    ("tag:yaml.org,2002:null", _NULL_12, ["~", "n", "N", ""]),
-    ("tag:yaml.org,2002:int", _INT_12, "-+0123456789"),
-    ("tag:yaml.org,2002:float", _FLOAT_12, "-+0123456789."),
-    ("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), "<"),
-):
-    StrictLoader.add_implicit_resolver(_tag, _regexp, list(_first))
-
-
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     text = loader.construct_scalar(node)
     if text.startswith("0o"):
@@ -138,9 +127,92 @@ def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
     return float(text.replace(".inf", "inf"))
 
 
-StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-StrictLoader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
-StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+def _core_schema(cls: type) -> type:
+    """Gives a loader class the YAML 1.2 core schema: its own implicit resolvers (not YAML 1.1's) and the
+    constructors that go with them. Both loaders below take it from here, so they cannot drift apart."""
+    cls.yaml_implicit_resolvers = {}  # type: ignore[attr-defined]
+    for tag, regexp, first in (
+        ("tag:yaml.org,2002:bool", _BOOL_12, "tTfF"),
+        ("tag:yaml.org,2002:null", _NULL_12, ["~", "n", "N", ""]),
+        ("tag:yaml.org,2002:int", _INT_12, "-+0123456789"),
+        ("tag:yaml.org,2002:float", _FLOAT_12, "-+0123456789."),
+        ("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), "<"),
+    ):
+        cls.add_implicit_resolver(tag, regexp, list(first))  # type: ignore[attr-defined]
+    cls.add_constructor("tag:yaml.org,2002:int", _construct_int)  # type: ignore[attr-defined]
+    cls.add_constructor("tag:yaml.org,2002:bool", _construct_bool)  # type: ignore[attr-defined]
+    cls.add_constructor("tag:yaml.org,2002:float", _construct_float)  # type: ignore[attr-defined]
+    return cls
+
+
+@_core_schema
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader with the YAML 1.2 core schema's resolvers instead of YAML 1.1's."""
+
+
+class _LibyamlDisagrees(Exception):
+    """Raised on the C path where libyaml reads a document other than PyYAML's Python parser would."""
+
+
+# Where libyaml accepts what PyYAML's Python scanner refuses (found by differential fuzzing, PyYAML 6.0 and
+# libyaml 0.2.5): tabs as separators or inside plain scalars, a byte order mark after the start, and a comment
+# right after a block scalar's header (`|#`). Such a text is read by the Python loader alone.
+_LIBYAML_LENIENT = re.compile(r"\t|.\ufeff|[|>][-+0-9]*#", re.S)
+
+
+def _libyaml_may_differ(text: str) -> bool:
+    return _LIBYAML_LENIENT.search(text) is not None
+
+
+StrictCLoader: type | None = None
+if yaml.__with_libyaml__:
+    from yaml._yaml import CParser
+
+    @_core_schema
+    class _StrictCLoader(yaml.composer.Composer, CParser,  # type: ignore[misc]
+                         yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
+        """StrictLoader reading events from libyaml's C scanner and parser (issue 16: most of a load's client
+        CPU went to the pure-Python scanner). Only the events come from C: PyYAML's Python Composer stands
+        before CParser in the MRO, so `_BoundedComposer.compose_node` still sees every event (aliases and
+        depth stay bounded, at the same marks), and resolving and constructing are StrictLoader's code.
+        The two event-level differences from PyYAML's parser are made up for or refused here."""
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            yaml.composer.Composer.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+            self._flow_depth = 0
+
+        def compose_scalar_node(self, anchor: Any) -> yaml.ScalarNode:
+            event = self.peek_event()
+            if event.tag == "!":
+                # PyYAML's parser marks a `!`-tagged scalar plain-implicit; libyaml does not for an empty one
+                # (`key: !`), which would make it '' instead of null.
+                event.implicit = (True, False)
+            if self._flow_depth and not event.style and ("?" in event.value or not event.value):
+                # In a flow collection PyYAML ends a plain scalar at `?` (a key indicator), libyaml reads on;
+                # and an empty key there (`{? : v}`) is marked a column further on by libyaml.
+                raise _LibyamlDisagrees(event.value)
+            return super().compose_scalar_node(anchor)
+
+        def compose_sequence_node(self, anchor: Any) -> yaml.SequenceNode:
+            flow = bool(self.peek_event().flow_style)
+            self._flow_depth += flow
+            try:
+                return super().compose_sequence_node(anchor)
+            finally:
+                self._flow_depth -= flow
+
+        def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
+            flow = bool(self.peek_event().flow_style)
+            self._flow_depth += flow
+            try:
+                return super().compose_mapping_node(anchor)
+            finally:
+                self._flow_depth -= flow
+
+    StrictCLoader = _StrictCLoader
 
 
 def _where(path: str, mark: Any, message: str) -> ConfigError:
@@ -204,8 +276,8 @@ class _BoundedComposer:
             state["open"].discard(event.anchor)
 
 
-def _make_loader(path: str) -> type[yaml.SafeLoader]:
-    class Loader(_BoundedComposer, StrictLoader):
+def _make_loader(path: str, base: type = StrictLoader) -> type[yaml.SafeLoader]:
+    class Loader(_BoundedComposer, base):  # type: ignore[valid-type,misc]
         yaml_path = path
 
     def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Mapping:
@@ -270,11 +342,26 @@ def read_text_capped(path: str | Path) -> str:
         raise ConfigError(path, None, f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
+def _compose_and_construct(text: str, path: str) -> Any:
+    if StrictCLoader is not None and not _libyaml_may_differ(text):
+        try:
+            return yaml.load(text, Loader=_make_loader(path, StrictCLoader))  # noqa: S506 - SafeConstructor
+        except Exception:  # noqa: BLE001, S110 - the pure-Python loader below decides and words the error
+            # libyaml words its errors differently from PyYAML's Python scanner and parser, marks some of
+            # them elsewhere, and refuses a few documents PyYAML reads (`%YAML 1.3`, a "\ud800" escape);
+            # _LibyamlDisagrees lands here too, for events PyYAML's parser would not have produced.
+            # The messages an operator sees (and the tests pin) are the Python loader's, so whatever fails
+            # here is read again by the loader of before issue 16: it raises its own error or, where only
+            # libyaml refused, its result stands. Errors are rare; only they pay for the slow path.
+            pass
+    return yaml.load(text, Loader=_make_loader(path))  # noqa: S506 - SafeLoader subclass
+
+
 def load_text(text: str, path: str | Path) -> Any:
     path = str(path)
     check_size(text, path)
     try:
-        return yaml.load(text, Loader=_make_loader(path))  # noqa: S506 - SafeLoader subclass
+        return _compose_and_construct(text, path)
     except ConfigError:
         raise
     except yaml.MarkedYAMLError as exc:
