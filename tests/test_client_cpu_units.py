@@ -1,0 +1,69 @@
+"""Issue 16 item 3 (client CPU per host at N=128): per-connection work that grew with the fleet, or was done again
+for every host, is done once and still gives the same answers."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import paramiko
+
+from fleetops.wire import ssh
+
+
+def _known_hosts(tmp_path: Path, hosts: int) -> tuple[Path, list[paramiko.PKey]]:
+    keys = [paramiko.Ed25519Key.from_private_key_file(str(_key(tmp_path, i))) for i in range(3)]
+    lines = []
+    for i in range(hosts):
+        key = keys[i % 3]
+        lines.append(f"[127.0.0.1]:{40000 + i} {key.get_name()} {key.get_base64()}")
+    hashed = paramiko.HostKeys.hash_host("[127.0.0.1]:40007")
+    lines.insert(3, f"{hashed} {keys[2].get_name()} {keys[2].get_base64()}")  # hashed, before the plain one
+    lines.append(f"gpu01,10.0.0.1 {keys[1].get_name()} {keys[1].get_base64()}")  # one entry, two names
+    path = tmp_path / "known_hosts"
+    path.write_text("\n".join(lines) + "\n")
+    return path, keys
+
+
+def _key(tmp_path: Path, i: int) -> Path:
+    path = tmp_path / f"id{i}"
+    if not path.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+def test_indexed_known_hosts_answer_as_paramiko_does_without_scanning_every_entry(tmp_path, monkeypatch):
+    path, _ = _known_hosts(tmp_path, 300)
+    plain, indexed = paramiko.HostKeys(str(path)), ssh._IndexedHostKeys(str(path))
+    names = ["[127.0.0.1]:40000", "[127.0.0.1]:40007", "[127.0.0.1]:40299", "gpu01", "10.0.0.1", "nobody",
+             "[127.0.0.1]:49999"]
+    for name in names:
+        want, got = plain.lookup(name), indexed.lookup(name)
+        assert (want is None) == (got is None), name
+        if want is not None:
+            assert list(want.keys()) == list(got.keys()), name
+            assert all(want[k] == got[k] for k in want), name
+    checked: list[str] = []
+    original = paramiko.HostKeys._hostname_matches
+    monkeypatch.setattr(paramiko.HostKeys, "_hostname_matches",
+                        lambda self, host, entry: checked.append(host) or original(self, host, entry))
+    indexed.lookup("[127.0.0.1]:40150")
+    assert len(checked) <= 3, len(checked)  # its own entry and the hashed one, not all 302 (paramiko's scan)
+
+
+def test_a_key_added_after_the_index_was_built_is_found(tmp_path):
+    path, keys = _known_hosts(tmp_path, 5)
+    indexed = ssh._IndexedHostKeys(str(path))
+    assert indexed.lookup("newhost") is None
+    indexed.add("newhost", keys[0].get_name(), keys[0])
+    assert indexed.lookup("newhost")[keys[0].get_name()] == keys[0]
+
+
+def test_the_identity_key_is_loaded_once_per_file_version(tmp_path):
+    key = _key(tmp_path, 9)
+    first = ssh._identity_key(str(key), None)
+    assert isinstance(first, paramiko.PKey)
+    assert ssh._identity_key(str(key), None) is first  # the same object: loaded once
+    assert ssh._identity_key(str(tmp_path / "missing"), None) is None  # paramiko then reports it, as before
+    (tmp_path / "garbage").write_text("not a key\n")
+    assert ssh._identity_key(str(tmp_path / "garbage"), None) is None
