@@ -50,10 +50,15 @@ def project_dir(root: Path) -> Path:
 
 
 @functools.lru_cache(maxsize=64)
+def _resolved(root_text: str) -> Path:
+    # Cached: every result's audit line asks, and resolving a path walks it with one lstat per part
+    # (~0.05 ms, twice per result: 512 times for `patch verify` at N=128; issue 16).
+    return Path(root_text).resolve()
+
+
+@functools.lru_cache(maxsize=64)
 def _project_dir(root_text: str, home: str) -> Path:
-    # Cached: every result's audit line asks, and resolving the path walks it with one lstat per part
-    # (~0.05 ms, 256 times for `patch verify` at N=128: issue 16). The state home is part of the key.
-    root = Path(root_text).resolve()
+    root = _resolved(root_text)
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9._-]", "_", root.name) or "root"
     return Path(home) / "fleetops" / "projects" / f"{name}-{digest}"
@@ -97,7 +102,8 @@ def entry(result: Result, playbook: str | None, playbook_sha256: str | None, hos
     record: dict[str, Any] = {
         "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "operator": operator(),
         "host": result.host, "address": address(host) if host else None,
-        "inventory": inventory_file(host) if host else None, "project": str(root.resolve()) if root else None,
+        "inventory": inventory_file(host) if host else None,
+        "project": str(_resolved(str(root.absolute()))) if root else None,
         "task": result.task, "playbook": playbook, "playbook_sha256": playbook_sha256,
         "result": result.status.value, "changed": result.changed, "duration_s": result.seconds,
         # What this task run returned, by the same rule that makes the process's exit status (a failed result
@@ -109,20 +115,33 @@ def entry(result: Result, playbook: str | None, playbook_sha256: str | None, hos
     return record
 
 
+_MADE: set[Path] = set()
+
+
 def append(record: dict[str, Any], root: Path | None = None) -> None:
     path = log_path(root)
-    fresh = not path.parent.exists()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if fresh and not os.environ.get("FLEETOPS_AUDIT_LOG") and record.get("project"):
-        # Names the project beside its log: the directory name alone is a hash.
-        (path.parent / "project").write_text(record["project"] + "\n", encoding="utf-8")
+    if path.parent not in _MADE:  # once per process and directory, not once per result
+        _make_log_dir(path, record)
     line = (dumps(record, sort_keys=True) + "\n").encode()  # masked as values, before JSON escapes them
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except FileNotFoundError:  # the directory went away since (removed by hand): make it again
+        _make_log_dir(path, record)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # one whole line per writer, even from parallel runs
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+def _make_log_dir(path: Path, record: dict[str, Any]) -> None:
+    fresh = not path.parent.exists()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if fresh and not os.environ.get("FLEETOPS_AUDIT_LOG") and record.get("project"):
+        # Names the project beside its log: the directory name alone is a hash.
+        (path.parent / "project").write_text(record["project"] + "\n", encoding="utf-8")
+    _MADE.add(path.parent)
 
 
 def read(host: str | None = None, last: int | None = None, root: Path | None = None) -> list[dict[str, Any]]:

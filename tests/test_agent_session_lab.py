@@ -317,6 +317,7 @@ def test_connections_share_the_per_process_work_and_idle_quietly(lab, monkeypatc
         assert loads == []  # the key came from fleetops' one load, not paramiko's per-connection parses
         for cxn in (first, second):
             assert cxn.client.get_transport().sock.gettimeout() == ssh.IDLE_CHECK_SECONDS
+            assert cxn.client.get_transport().remote_cipher == "aes128-gcm@openssh.com"  # one call per packet
         answer, _ = nodes[0].call("ping", {})  # and the quiet connection still answers at once
         assert answer["ok"]
     finally:

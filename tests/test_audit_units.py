@@ -76,3 +76,18 @@ def test_80_columns_keep_every_required_column_whole():
     assert fixed + msg_width + 3 * len(shown) + 1 == 80 and msg_width >= 12
     wide, _ = history.fit(rows, 300)
     assert len(wide) == len(history.COLUMNS)
+
+
+def test_the_log_directory_is_made_once_and_again_if_it_was_removed(own_log, tmp_path):
+    """Issue 16: the directory checks are paid once per process, not once per result; a directory removed by
+    hand between two results is made again, so no record is lost."""
+    import shutil
+
+    root = tmp_path / "fleet"
+    root.mkdir()
+    record = {"host": "lab01", "task": "ping", "project": str(root)}
+    audit.append(record, root)
+    shutil.rmtree(audit.log_path(root).parent)
+    audit.append({**record, "host": "lab02"}, root)
+    assert [r["host"] for r in audit.read(root=root)] == ["lab02"]
+    assert (audit.log_path(root).parent / "project").read_text() == f"{root}\n"

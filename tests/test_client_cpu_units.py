@@ -67,3 +67,9 @@ def test_the_identity_key_is_loaded_once_per_file_version(tmp_path):
     assert ssh._identity_key(str(tmp_path / "missing"), None) is None  # paramiko then reports it, as before
     (tmp_path / "garbage").write_text("not a key\n")
     assert ssh._identity_key(str(tmp_path / "garbage"), None) is None
+
+
+def test_aead_ciphers_are_asked_for_first_and_every_other_cipher_stays_offered():
+    offered = ssh._FleetTransport._preferred_ciphers
+    assert offered[:2] == ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+    assert sorted(offered) == sorted(paramiko.Transport._preferred_ciphers)  # a server without GCM still connects

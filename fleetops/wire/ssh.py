@@ -242,6 +242,16 @@ def _strict_client(files: list[str]) -> paramiko.SSHClient:
     return client
 
 
+class _FleetTransport(paramiko.Transport):
+    """paramiko's Transport asking for AES-GCM first (OpenSSH's own order puts it right after chacha20, which
+    paramiko lacks). With CTR + HMAC every packet also pays a Python-level MAC comparison and two cipher calls;
+    an AEAD cipher is one call: ~0.6 ms less client CPU per connection (issue 16). A server without GCM still
+    gets paramiko's usual list, in paramiko's order."""
+
+    _preferred_ciphers = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
+                          *(c for c in paramiko.Transport._preferred_ciphers if "gcm" not in c))
+
+
 class _Connection(Connection):
     """Fabric's Connection, with the attributes it and fleetops set declared on the class. Invoke's DataProxy
     turns a write to an undeclared attribute into a config write, and each config write re-merges the whole
@@ -280,7 +290,8 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
         except UnknownHost as exc:
             raise TransportError("refused", f"{host.name}: its jump host: {exc}") from None
         gateway = _fabric_connection(jump, inventory, depth + 1)
-    connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
+    connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
+                            "transport_factory": _FleetTransport}
     if host.identity_file:
         connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
         key = _identity_key(host.identity_file, host.identity_passphrase)
