@@ -4,6 +4,7 @@ for every host, is done once and still gives the same answers."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import paramiko
@@ -73,3 +74,21 @@ def test_aead_ciphers_are_asked_for_first_and_every_other_cipher_stays_offered()
     offered = ssh._FleetTransport._preferred_ciphers
     assert offered[:2] == ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
     assert sorted(offered) == sorted(paramiko.Transport._preferred_ciphers)  # a server without GCM still connects
+
+
+def test_the_index_is_built_once_when_every_connection_looks_up_at_once(tmp_path, monkeypatch):
+    """Found by profiling N=128: 32 connections starting together each built the index (129 builds per run)."""
+    import threading
+
+    path, _ = _known_hosts(tmp_path, 200)
+    indexed = ssh._IndexedHostKeys(str(path))
+    builds: list[int] = []
+    original = ssh._IndexedHostKeys._build_index
+    monkeypatch.setattr(ssh._IndexedHostKeys, "_build_index",
+                        lambda self: builds.append(1) or (time.sleep(0.05), original(self))[1])
+    threads = [threading.Thread(target=indexed.lookup, args=(f"[127.0.0.1]:{40000 + i}",)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert builds == [1]

@@ -162,6 +162,9 @@ def plain(line: Line, label: str) -> str:
 def substitute(lines: list[Line], identity: Identity | None) -> list[Line]:
     if identity is None:
         return lines
+    whole = "\0".join(text for line in lines for text, _ in line)
+    if not any(word in whole for word in identity.words()):
+        return lines  # most results never name their host: one search instead of one per segment
     return [[(text if text == LABEL else identity.replace(text), style) for text, style in line] for line in lines]
 
 

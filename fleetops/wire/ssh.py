@@ -134,18 +134,15 @@ class _IndexedHostKeys(paramiko.HostKeys):
 
     _index: tuple[int, dict[str, list[tuple[int, Any]]], list[tuple[int, Any]]] | None = None
 
+    def __init__(self, filename: str | None = None) -> None:
+        self._index_lock = threading.Lock()  # every connection of a run looks up at once: build it once
+        super().__init__(filename)
+
     def lookup(self, hostname: str) -> Any:
-        index = self._index
-        if index is None or index[0] != len(self._entries):  # built on first use, again if entries were added
-            plain: dict[str, list[tuple[int, Any]]] = {}
-            hashed: list[tuple[int, Any]] = []
-            for position, entry in enumerate(self._entries):
-                if any(h.startswith("|1|") for h in entry.hostnames):
-                    hashed.append((position, entry))
-                for name in set(entry.hostnames):
-                    if not name.startswith("|1|"):
-                        plain.setdefault(name, []).append((position, entry))
-            index = self._index = (len(self._entries), plain, hashed)
+        with self._index_lock:
+            index = self._index
+            if index is None or index[0] != len(self._entries):  # built on first use, again if keys were added
+                index = self._index = self._build_index()
         candidates = sorted({position: entry for position, entry in index[1].get(hostname, []) + index[2]}.items(),
                             key=lambda item: item[0])
         few = paramiko.HostKeys()
@@ -154,6 +151,17 @@ class _IndexedHostKeys(paramiko.HostKeys):
         if found is not None:
             found._hostkeys = self  # a key added through the answer lands here, as in paramiko's own
         return found
+
+    def _build_index(self) -> tuple[int, dict[str, list[tuple[int, Any]]], list[tuple[int, Any]]]:
+        plain: dict[str, list[tuple[int, Any]]] = {}
+        hashed: list[tuple[int, Any]] = []
+        for position, entry in enumerate(self._entries):
+            if any(h.startswith("|1|") for h in entry.hostnames):
+                hashed.append((position, entry))
+            for name in set(entry.hostnames):
+                if not name.startswith("|1|"):
+                    plain.setdefault(name, []).append((position, entry))
+        return (len(self._entries), plain, hashed)
 
 
 def _known_hosts(path: str) -> paramiko.HostKeys:
@@ -250,6 +258,19 @@ class _FleetTransport(paramiko.Transport):
 
     _preferred_ciphers = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
                           *(c for c in paramiko.Transport._preferred_ciphers if "gcm" not in c))
+
+    def _parse_debug(self, m: paramiko.Message) -> None:
+        # OpenSSH's sshd sends debug messages on every publickey login (the key's options from
+        # authorized_keys); paramiko escapes each byte by byte in Python only to log it at DEBUG.
+        if self.logger.isEnabledFor(logging.DEBUG):
+            super()._parse_debug(m)
+
+    def _filter_algorithm(self, type_: str) -> tuple[str, ...]:
+        # paramiko filters each list against disabled_algorithms on every read (16 per handshake); with
+        # nothing disabled the answer is the list itself.
+        if not self.disabled_algorithms:
+            return tuple(getattr(self, f"_preferred_{type_}"))
+        return super()._filter_algorithm(type_)
 
 
 class _Connection(Connection):
