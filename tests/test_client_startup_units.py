@@ -69,6 +69,20 @@ def test_a_run_loads_no_progress_bars_and_no_uuid():
     assert proc.stdout.strip() == "[]"
 
 
+def test_a_run_loads_the_kernel_log_and_gpu_health_parsers_only_for_diagnose():
+    # Issue 16 (client CPU): the task table imported diagnose's parsers (the Xid table, ~13 regexes,
+    # xml.etree) for every run, ~15 ms of start-up that only `diagnose` uses.
+    probe = ("import sys, fleetops.cli, fleetops.run\n"
+             "names = ('fleetops.plans.kernellog', 'fleetops.plans.gpuhealth', 'xml.etree.ElementTree')\n"
+             "print(sorted(m for m in names if m in sys.modules))\n"
+             "from fleetops.tasks import diagnose\n"
+             "print(diagnose.kernel_findings('h', {'lines': [], 'source': 'dmesg', 'total_lines': 0}, {})[0][0].msg)")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "no NVIDIA Xid in the kernel log (dmesg, 0 lines)"]
+
+
 def test_listing_the_tasks_shows_the_lab_and_loads_no_run():
     seen = _modules_after(["fab", "--list"], "from fabfile import ns\nimport fleetops.cli")
     assert seen["lab"] and "lab.up" in seen["tasks"] and "patch" in seen["tasks"]

@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING
 
 from remote_scripts.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
 
-from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml
 from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, describe_end, resolve
-from ..plans.kernellog import OomKill, XidEvent, bus_key, parse_ooms, parse_xids, slurm_oom_events
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_OK, Result, Status
 from ..wire.connector import Connector, TransportError
@@ -35,6 +33,7 @@ from .plan import Plan, TaskSpec
 
 if TYPE_CHECKING:
     from ..plans.inventory import Host
+    from ..plans.kernellog import OomKill, XidEvent
     from ..plans.playbook import Playbook
     from ..state import RunState
 
@@ -232,6 +231,9 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
     if not snap.get("ok"):
         out.append(Finding(CRITICAL, "gpu", f"nvidia-smi fails: {snap.get('error')}", _run_cmd(host, "nvidia-smi"), 8))
         return out, index_by_bus
+    from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml  # only diagnose parses these:
+    from ..plans.kernellog import bus_key  # importing them with the task table cost every run ~15 ms
+
     gpus = snap.get("gpus", [])
     for g in gpus:
         key = bus_key(g.get("bus_id"))
@@ -350,6 +352,8 @@ def kernel_findings(host: str, kernel: dict, index_by_bus: dict[str, int]) -> tu
         return [Finding(UNKNOWN, "kernel", f"Xid and OOM events not checked: {kernel['error']}",
                         _run_cmd(host, "sudo dmesg | grep -E 'NVRM: Xid|Killed process' | tail -20")
                         + "  (or add the user to the adm / systemd-journal group)", 36)], []
+    from ..plans.kernellog import parse_ooms, parse_xids, slurm_oom_events
+
     boot = kernel.get("boot_time")
     lines = kernel.get("lines", [])
     out = xid_findings(host, parse_xids(lines, boot), index_by_bus)
