@@ -204,6 +204,7 @@ def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None
     `left` names processes still alive after the job's main process ended; `cause` says what went wrong around
     the job (its wrapper gone, a full disk)."""
     ended = read_json(os.path.join(job_dir, "exit.json"))
+    failpoint("job.state.read")  # a test ends the job and its wrapper here
     now = time.time()
     tagged = sorted(index.get(os.path.abspath(job_dir), [])) if index is not None else tagged_pids(job_dir)
     out: dict = {"tagged": tagged}
@@ -213,6 +214,11 @@ def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None
         while time.monotonic() < deadline and not ended and _supervisors_alive(job_dir, job):
             time.sleep(0.05)
             ended = read_json(os.path.join(job_dir, "exit.json"))
+    if not ended and not tagged:
+        # Read once more, now that the job and its supervisors were seen gone: the wrapper writes exit.json
+        # before it exits, so a record written after the first read (or the loop's last) is there by now.
+        # Without this read, a job that ended in that window was called "lost".
+        ended = read_json(os.path.join(job_dir, "exit.json"))
     if ended:
         if ended.get("signal"):
             state = "killed"

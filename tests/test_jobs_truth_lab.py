@@ -287,6 +287,39 @@ def test_disk_full_is_reported_as_enospc_not_lost(lab):
         subprocess.run(["umount", str(jobs_root)], check=True)
 
 
+def test_a_job_that_ends_while_its_state_is_read_is_never_called_lost(lab):
+    """Seen once in a loaded run of test_tail_reattach_...: the job's end read as "lost: its wrapper is gone and
+    left no exit status". job_state read exit.json (not there yet), then found no job process and no wrapper:
+    the wrapper had written exit.json and exited in between. The failpoint holds the status read right after
+    its first look at exit.json while the job ends and its wrapper and keeper exit."""
+    node = lab.node("lab01")
+    job = start(lab, "quietend")
+    wait_log(job, r"^started$", "the job's first line")
+    node.faults_dir.mkdir(mode=0o700, exist_ok=True)
+    hit = node.faults_dir / "failpoint-job.state.read.hit"
+    hit.unlink(missing_ok=True)
+    (node.faults_dir / "failpoints.json").write_text(json.dumps({"job.state.read": {"action": "pause",
+                                                                                     "seconds": 120}}))
+    env = {**os.environ, **ENV}
+    proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "status", "--json"], cwd=lab.root,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: hit.exists() or proc.poll() is not None, "the status read to pause after exit.json", 180)
+        assert hit.exists(), proc.communicate()
+        (job_dir(job) / "go").touch()
+        wait_for((job_dir(job) / "exit.json").exists, "the wrapper's exit record", 120)
+        recorded = json.loads((job_dir(job) / "job.json").read_text())
+        supervisors = [recorded["wrapper_pid"], recorded["keeper_pid"]]
+        wait_for(lambda: all(proc_state(pid) in ("gone", "Z") for pid in supervisors),
+                 "the job's wrapper and keeper to exit", 120)
+    finally:
+        (node.faults_dir / "failpoints.json").unlink(missing_ok=True)
+        hit.unlink(missing_ok=True)  # the paused read goes on
+    out, err = proc.communicate(timeout=300)
+    result = json.loads(out)["results"][0]
+    assert result["data"]["state"] == "succeeded" and proc.returncode == 0, (result["msg"], err)
+
+
 # ---------------------------------------------------------------- tail for people
 def _lab01_lines(text: str) -> list[int]:
     return [int(m[1]) for m in re.finditer(r"^lab01 \| line (\d+)$", text, re.M)]
