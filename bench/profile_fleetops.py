@@ -656,7 +656,10 @@ class _null:
 
 def main() -> int:
     if len(sys.argv) >= 4 and sys.argv[1] == "--timeline" and sys.argv[3] == "--":
-        return _wrap_timeline(sys.argv[2], sys.argv[4:])
+        code = _wrap_timeline(sys.argv[2], sys.argv[4:])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # as fleetops.cli ends `fab`: no interpreter teardown after the run
     print(__doc__)
     return 2
 

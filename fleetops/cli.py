@@ -99,11 +99,36 @@ fab_program = Fleet(name="fleetops", executor_class=FleetExecutor, config_class=
 
 
 def main() -> None:
-    program.run()
+    _run_and_exit(program)
 
 
 def fab_main() -> None:
-    fab_program.run()
+    _run_and_exit(fab_program)
+
+
+def _run_and_exit(prog: Program) -> None:
+    """Run the program, then end the process without Python's teardown. Tearing down a finished run
+    (clearing every module, collecting the connections' objects) cost 0.13-0.18 s of CPU and wall time
+    after the last line was printed, more than a whole host's work (issue 16). By then nothing is left
+    to do at exit: the run's pool has joined its workers, every connection is closed, the audit log and
+    last-failed are written and closed; only the two streams are flushed here. An exception that is not an
+    exit (a bug) still takes Python's usual way out."""
+    try:
+        prog.run()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"): printed, status 1, as Python does
+        sys.stderr.write(f"{code}\n")
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`fab ... | head`): what was read was read
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":
