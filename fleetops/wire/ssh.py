@@ -557,6 +557,23 @@ def _slow_idle_checks(cxn: Connection) -> None:
         hop = hop.gateway
 
 
+def _hang_up(cxn: Connection) -> None:
+    """Shut the TCP connection down now. paramiko's close() only closes the socket's descriptor, and while its
+    transport thread sits in recv() the kernel keeps the connection open until that recv times out: up to
+    IDLE_CHECK_SECONDS, during which the node's session lives on. shutdown() ends the recv and sends the FIN
+    at once."""
+    hop: object = cxn
+    while isinstance(hop, Connection):
+        transport = hop.client.get_transport() if hop.client is not None else None
+        sock = getattr(transport, "sock", None)
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already gone
+        hop = hop.gateway
+
+
 class NodeConnection:
     """One node, one SSH connection, many agent calls."""
 
@@ -596,6 +613,7 @@ class NodeConnection:
                 pass
             self._end_session(session)
         if self.cxn is not None:
+            _hang_up(self.cxn)
             self.cxn.close()
             self.cxn = None
             COUNTERS.event(self.host.name, "closed")
