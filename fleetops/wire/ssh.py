@@ -574,6 +574,26 @@ def _hang_up(cxn: Connection) -> None:
         hop = hop.gateway
 
 
+def _close_quietly(cxn: Connection) -> None:
+    """Close an SFTP session while the connection still carries its goodbye, then hang up, then let Fabric
+    release the rest. Closing never raises: the node may already be gone, and a close that fails must not turn a
+    finished run into a traceback (SFTP's close after the hang-up raised EOFError, found by CI)."""
+    hop: object = cxn
+    while isinstance(hop, Connection):
+        sftp, hop._sftp = hop._sftp, None
+        if sftp is not None:
+            try:
+                sftp.close()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass  # the connection is gone already: nothing left to say goodbye on
+        hop = hop.gateway
+    _hang_up(cxn)
+    try:
+        cxn.close()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
+
+
 class NodeConnection:
     """One node, one SSH connection, many agent calls."""
 
@@ -613,8 +633,7 @@ class NodeConnection:
                 pass
             self._end_session(session)
         if self.cxn is not None:
-            _hang_up(self.cxn)
-            self.cxn.close()
+            _close_quietly(self.cxn)
             self.cxn = None
             COUNTERS.event(self.host.name, "closed")
 
