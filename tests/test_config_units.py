@@ -38,6 +38,44 @@ def test_duplicate_keys_are_errors_with_line():
         load_text("a: 1\nb: 2\na: 3\n", "x.yaml")
 
 
+TAGS = ["!!seq", "!!map", "!!set", "!!omap", "!!pairs", "!!str", "!!int", "!!float", "!!bool", "!!null",
+        "!!binary", "!!timestamp", "!!merge", "!!value", "!!python/object", "!local"]
+SHAPES = ["x", "[1, 2]", "{a: 1}", "''", "[]", "{}"]
+
+
+@pytest.mark.parametrize("tag", TAGS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_explicit_tag_on_any_node_reads_or_gives_a_config_error(tag, shape):
+    """Found by a helper: `q: !!seq x` escaped load_text as AttributeError ('str' object has no attribute
+    'tag'): a traceback for a typo in an inventory. Every tag on every shape either reads or names file:line."""
+    try:
+        load_text(f"a: 1\nq: {tag} {shape}\n", "x.yaml")
+    except ConfigError as err:
+        assert str(err).startswith("x.yaml:2"), err
+
+
+def test_a_sequence_tag_on_a_scalar_names_the_tag_and_the_line():
+    with pytest.raises(ConfigError, match=r"x.yaml:2:4: .*!!seq.*sequence"):
+        load_text("a: 1\nq: !!seq x\n", "x.yaml")
+
+
+def test_keys_written_beside_a_merge_override_the_merged_ones():
+    """Found by a helper: `<<: *d` then the same key was refused as a duplicate. In YAML the mapping's own keys
+    override merged ones (that is what `<<` is for: defaults, then the host's values); earlier merge sources
+    win over later ones. A key written twice by hand is still a duplicate."""
+    text = ("base: &d {user: ops, port: 22}\nmore: &m {port: 2222, python: /v/bin/python}\n"
+            "one:\n  <<: *d\n  port: 2200\n"
+            "two:\n  <<: [*m, *d]\n"
+            "three:\n  port: 1\n  <<: *d\n")
+    data = load_text(text, "x.yaml")
+    assert data["one"] == {"user": "ops", "port": 2200}
+    assert data["one"].line_of("port") == 5
+    assert data["two"] == {"user": "ops", "port": 2222, "python": "/v/bin/python"}
+    assert data["three"] == {"user": "ops", "port": 1}  # the own key wins wherever the merge is written
+    with pytest.raises(ConfigError, match=r"x.yaml:2:24: duplicate key 'port'"):
+        load_text("base: &d {port: 22}\none: {<<: *d, port: 1, port: 2}\n", "x.yaml")
+
+
 # ---------------------------------------------------------------- inventory
 def test_inventory_resolves_names_groups_and_plain_ssh_hosts(tmp_path):
     write(tmp_path, "fleet.yaml", "defaults:\n  user: ops\nhosts:\n  gpu01:\n    address: 10.0.0.1\n"

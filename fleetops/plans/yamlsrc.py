@@ -276,29 +276,86 @@ class _BoundedComposer:
             state["open"].discard(event.anchor)
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+_NODE_KINDS = {yaml.ScalarNode: "scalar", yaml.SequenceNode: "sequence", yaml.MappingNode: "mapping"}
+
+
+def _short_tag(tag: str) -> str:
+    return tag.replace("tag:yaml.org,2002:", "!!")
+
+
+def _wrong_kind(path: str, node: yaml.Node, wanted: str) -> ConfigError:
+    return ConfigError(path, node.start_mark.line + 1,
+                       f"invalid YAML value: {_short_tag(node.tag)} needs a {wanted}, "
+                       f"found a {_NODE_KINDS.get(type(node), 'node')}", node.start_mark.column + 1)
+
+
 def _make_loader(path: str, base: type = StrictLoader) -> type[yaml.SafeLoader]:
     class Loader(_BoundedComposer, base):  # type: ignore[valid-type,misc]
         yaml_path = path
 
+        def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+            # A tag that does not fit its value (`!!int x`, `!!pairs {a: 1}`) makes PyYAML's constructors
+            # raise plain Python errors without a mark; this names the node's own file:line:column.
+            try:
+                return super().construct_object(node, deep)
+            except (ConfigError, yaml.YAMLError, RecursionError):
+                raise
+            except (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+                raise ConfigError(path, node.start_mark.line + 1,
+                                  f"invalid YAML value for {_short_tag(node.tag)}: {exc}",
+                                  node.start_mark.column + 1) from None
+
     def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Mapping:
-        loader.flatten_mapping(node)
-        result = Mapping()
-        result.path, result.line, result.column = path, node.start_mark.line + 1, node.start_mark.column + 1
-        result.key_lines, result.key_cols = {}, {}
+        if not isinstance(node, yaml.MappingNode):
+            raise _wrong_kind(path, node, "mapping")
+        # YAML's merge rule, done here rather than by PyYAML's flatten_mapping (whose order lets a later merge
+        # source win): a mapping's own keys win over merged ones, earlier merge sources over later ones, and
+        # only a key written twice by hand is a duplicate. Each source is constructed as a mapping of its own,
+        # so its own merges, duplicates and marks are settled first.
+        sources: list[Mapping] = []
+        own: dict[Any, tuple[yaml.Node, tuple[int, int]]] = {}
         for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:
+                parts = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for part in parts:
+                    if not isinstance(part, yaml.MappingNode):
+                        raise ConfigError(path, part.start_mark.line + 1,
+                                          "invalid YAML: a merge key (<<) takes a mapping or a list of "
+                                          f"mappings, not a {_NODE_KINDS.get(type(part), 'node')}",
+                                          part.start_mark.column + 1)
+                    sources.append(loader.construct_object(part, deep=True))
+                continue
+            if key_node.tag == "tag:yaml.org,2002:value":
+                key_node.tag = "tag:yaml.org,2002:str"  # as PyYAML's flatten_mapping does
             key = loader.construct_object(key_node, deep=True)
             where = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             try:
                 hash(key)
             except TypeError:
                 raise ConfigError(path, *where[:1], "mapping key must be a scalar", where[1]) from None
-            if key in result:
+            if key in own:
                 raise ConfigError(path, where[0], f"duplicate key {key!r}", where[1])
+            own[key] = (value_node, where)
+        result = Mapping()
+        result.path, result.line, result.column = path, node.start_mark.line + 1, node.start_mark.column + 1
+        result.key_lines, result.key_cols = {}, {}
+        for source in sources:  # merged keys first, as they are written first
+            for key, value in source.items():
+                if key not in own and key not in result:
+                    result[key] = value
+                    result.key_lines[key] = source.line_of(key)
+                    column = source.column_of(key)
+                    if column is not None:
+                        result.key_cols[key] = column
+        for key, (value_node, where) in own.items():
             result[key] = loader.construct_object(value_node, deep=True)
             result.key_lines[key], result.key_cols[key] = where
         return result
 
     def construct_sequence(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> Sequence:
+        if not isinstance(node, yaml.SequenceNode):
+            raise _wrong_kind(path, node, "sequence")
         result = Sequence(loader.construct_object(child, deep=True) for child in node.value)
         result.path, result.line, result.column = path, node.start_mark.line + 1, node.start_mark.column + 1
         result.item_lines = [child.start_mark.line + 1 for child in node.value]
@@ -376,8 +433,9 @@ def load_text(text: str, path: str | Path) -> Any:
         raise ConfigError(path, line, f"invalid YAML: {problem}", column) from None
     except yaml.YAMLError as exc:
         raise ConfigError(path, None, f"invalid YAML: {exc}") from None
-    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
-        # Constructors for timestamps and big numbers raise plain Python errors.
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+        # Constructors that finish after their node (PyYAML's two-step ones: sets, omaps) raise plain Python
+        # errors outside construct_object; the document is all that can be named for them.
         raise ConfigError(path, None, f"invalid YAML value: {exc}") from None
 
 
