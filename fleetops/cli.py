@@ -23,6 +23,7 @@ from fabric import __version__ as fabric_version
 from fabric.main import Fab
 from invoke import Argument
 from invoke.exceptions import Exit, ParseError
+from invoke.parser import Parser, ParserContext
 from invoke.program import Program
 
 from .fab.executor import FleetExecutor
@@ -31,6 +32,8 @@ from .results import EXIT_USAGE
 
 
 class Fleet(Fab):
+    _named: set[str] | None = None  # the words of the command line while parse_tasks runs (_make_parser)
+
     def load_collection(self) -> None:
         # Fabric skips the project for `-- cmd` alone; this loads it, so the command goes through the
         # inventory, strict host keys and the audit log (the executor turns it into the `run` task).
@@ -54,12 +57,30 @@ class Fleet(Fab):
             raise usage_exit(self, ParseError(f"bad option value ({exc})")) from None
 
     def parse_tasks(self) -> None:
+        help_for = self.args.help.value if "help" in self.args else None
+        self._named = {*self.core.unparsed, *([help_for] if isinstance(help_for, str) else [])}
         try:
             super().parse_tasks()
         except ParseError as exc:
             raise usage_exit(self, exc) from None
         except ValueError as exc:  # Invoke casts `--serial abc` with int() and lets the ValueError out
             raise usage_exit(self, ParseError(f"bad option value ({exc})")) from None
+
+    def _make_parser(self) -> Parser:
+        """Invoke builds a parser context for every task of the collection, then deep-copies them all (and
+        formats their repr for a debug line) on every parse: ~10 ms of each run's start-up for ~40 tasks. A
+        parse only ever looks up the words typed, so contexts for the tasks the command line names (or asks
+        --help for) parse it the same, with the same errors. Shell completion, which lists every task, gets
+        Invoke's full parser (it calls this outside parse_tasks)."""
+        named, self._named = self._named, None
+        if named is None or self.collection is None:
+            return super()._make_parser()
+        ignore = self.config.tasks.ignore_unknown_help
+        contexts = [ParserContext(name=primary, aliases=aliases,
+                                  args=self.collection[primary].get_arguments(ignore_unknown_help=ignore))
+                    for primary, aliases in self.collection.task_names.items()
+                    if primary in named or any(alias in named for alias in aliases)]
+        return Parser(initial=self.initial_context, contexts=contexts)
 
     def core_args(self):  # type: ignore[override]
         return super().core_args() + [

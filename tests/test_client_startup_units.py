@@ -150,3 +150,73 @@ def test_the_program_ends_without_pythons_teardown_keeping_its_output_and_exit_s
     wrong = fab("patch", "--chek")
     assert wrong.returncode == 2 and "No idea what '--chek' is" in wrong.stderr, wrong
     assert "TEARDOWN" not in wrong.stdout
+
+
+PARSED_ALIKE = [
+    ["fab", "-H", "lab01", "patch", "verify", "--kinds", "grep,compile"],
+    ["fab", "-H", "lab01", "patch", "--check", "verify", "gpu", "extract"],
+    ["fab", "patch", "-H", "lab01", "--limit", "patch"],  # a task's name as an option's value
+    ["fab", "-H", "lab01", "pach"],  # a typo: the same error and suggestion
+    ["fab", "-H", "lab01", "patch", "--bogus"],
+    ["fab", "-H", "lab01", "verify", "--kinds"],  # an option without its value
+    ["fab", "--help", "patch"],
+    ["fab", "--help", "nosuchtask"],
+    ["fab", "-H", "lab01", "history", "patch"],
+    ["fab", "-H", "lab01", "--", "uname", "-a"],
+    ["fab", "-H", "lab01", "ping", "--", "patch"],
+    ["fab", "-H", "lab01", "playbook.lint"],
+    ["fab", "-H", "lab01", "lab.up", "--nodes", "2"],
+    ["fab", "--complete", "--", "fab", "pa"],  # completion lists every task: Invoke's full parser
+]
+
+
+def _parse(argv: list[str], capsys) -> object:  # noqa: ANN001
+    """What Fleet's parse stages make of argv: per task its name and option values, the core options; or the
+    usage error and what was printed."""
+    from fabric import Config
+    from invoke.exceptions import Exit, ParseError
+
+    from fleetops.cli import Fleet
+    from fleetops.fab.executor import FleetExecutor
+
+    prog = Fleet(name="fleetops", executor_class=FleetExecutor, config_class=Config, binary="fab",
+                 binary_names=["fab"])
+    try:
+        prog.create_config()
+        prog.parse_core(argv)
+        prog.parse_collection()
+        prog.parse_tasks()
+        prog.parse_cleanup()
+    except (Exit, ParseError, SystemExit) as exc:
+        return ("exit", type(exc).__name__, str(getattr(exc, "message", exc)), getattr(exc, "code", None),
+                capsys.readouterr())
+    core = sorted((name, repr(arg.value)) for name, arg in prog.core[0].args.items())
+    tasks = [(t.name, sorted((name, repr(arg.value)) for name, arg in t.args.items())) for t in prog.tasks]
+    return tasks, core, prog.core.remainder, capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv", PARSED_ALIKE, ids=" ".join)
+def test_parsing_only_the_named_tasks_parses_the_command_line_alike(argv, monkeypatch, capsys):
+    """Issue 16 (start-up): Invoke built and deep-copied a parser context for every task on each run (~10 ms);
+    Fleet builds them for the tasks the command line names. Same parse, same errors, same help."""
+    from invoke.program import Program
+
+    from fleetops.cli import Fleet
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(sys, "argv", argv)
+    built: list[str] = []
+    original = Fleet._make_parser
+
+    def counting(self):  # noqa: ANN001, ANN202
+        parser = original(self)
+        built.extend(parser.contexts)
+        return parser
+
+    monkeypatch.setattr(Fleet, "_make_parser", counting)
+    ours = _parse(argv, capsys)
+    monkeypatch.setattr(Fleet, "_make_parser", Program._make_parser)
+    invokes = _parse(argv, capsys)
+    assert ours == invokes
+    if "--complete" not in argv:
+        assert len(built) <= 10, built  # not the whole collection (about 40 tasks)
