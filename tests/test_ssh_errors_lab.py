@@ -398,3 +398,69 @@ def test_changed_host_key_names_trust_replace_which_replaces_only_the_named_key(
         assert rc == 0 and only_result(doc)["status"] == "ok", doc
     finally:
         (lab.root / "hosts" / "moved.yaml").unlink()
+
+
+def _login_order(monkeypatch) -> list[str]:  # noqa: ANN001
+    """What each login of this test sent and received, in order: 'sent USERAUTH_REQUEST', 'got SERVICE_ACCEPT'."""
+    from paramiko.common import MSG_NAMES
+
+    from fleetops.wire import ssh
+
+    order: list[str] = []
+    send, accept = ssh._FleetTransport._send_message, ssh._PipelinedAuth._parse_service_accept
+
+    def sending(self, data):  # noqa: ANN001, ANN202
+        kind = data.asbytes()[0] if hasattr(data, "asbytes") else data[0]
+        if MSG_NAMES.get(kind) in ("service-request", "userauth-request"):
+            order.append(f"sent {MSG_NAMES[kind]}")
+        return send(self, data)
+
+    def accepted(self, m):  # noqa: ANN001, ANN202
+        order.append("got service-accept")
+        return accept(self, m)
+
+    monkeypatch.setattr(ssh._FleetTransport, "_send_message", sending)
+    monkeypatch.setattr(ssh._PipelinedAuth, "_parse_service_accept", accepted)
+    return order
+
+
+def _ping_with(lab, name: str, key: Path | None = None) -> dict:  # noqa: ANN001
+    from fleetops.wire.ssh import NodeConnection
+
+    inventory = load_inventory(lab.root / "hosts")
+    host = inventory.resolve(name)
+    if key is not None:
+        from dataclasses import replace
+
+        host = replace(host, identity_file=str(key))
+    conn = NodeConnection(host, inventory)
+    try:
+        answer, _ = conn.call("ping", {})
+    finally:
+        conn.close()
+    return answer
+
+
+def test_a_login_sends_its_key_right_behind_the_service_request(lab, monkeypatch):
+    """Issue 16: paramiko waited for SERVICE_ACCEPT before it sent the signed USERAUTH_REQUEST, one round trip
+    of every connection (50 ms at the bench's RTT). To OpenSSH, with a key whose signature does not depend on
+    the server's answer (ed25519 here), both go out together, and the login still works."""
+    order = _login_order(monkeypatch)
+    assert _ping_with(lab, "lab01")["ok"]
+    assert order == ["sent service-request", "sent userauth-request", "got service-accept"], order
+
+
+def test_an_rsa_key_logs_in_the_usual_way(lab, tmp_path, monkeypatch):
+    """RSA's signature algorithm is chosen from the server's server-sig-algs, which may still be in flight
+    when the service request goes out: such a login keeps paramiko's order, and works."""
+    key = tmp_path / "rsa_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(key)], check=True)
+    keys = lab.node("lab01").dir / "authorized_keys"
+    before = keys.read_text()
+    keys.write_text(before + key.with_suffix(".pub").read_text())
+    try:
+        order = _login_order(monkeypatch)
+        assert _ping_with(lab, "lab01", key)["ok"]
+    finally:
+        keys.write_text(before)
+    assert order == ["sent service-request", "got service-accept", "sent userauth-request"], order
