@@ -56,6 +56,10 @@ def run_fleet(run: RunState, hosts: list[Host], steps: list[Step], forks: int = 
 def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int) -> None:
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(batch)))) as pool:
         futures = [pool.submit(_run_chain, run, h, steps) for h in batch]
+        try:
+            run.prepare_while_connecting()
+        except Exception:  # noqa: BLE001,S110 - only a head start: a host that needs it then does it itself
+            pass
         links_closed = False
         while not all(f.done() for f in futures):
             try:

@@ -57,6 +57,15 @@ class RunState:
                 self.pool = Pool(self.inventory, self.connector or NodeConnection)
             return self.pool
 
+    def prepare_while_connecting(self) -> None:
+        """The main thread's work while the first hosts are in their SSH handshakes (issue 16: at 50 ms RTT a
+        handshake is ~0.25 s of waiting): load what drawing results needs and what the connector sends first
+        (the agent bundle), so neither is done later on a host's critical path."""
+        self.reporter.prepare()
+        prepare = getattr(self.connections().factory, "prepare", None)
+        if callable(prepare):
+            prepare()
+
     def playbook(self, override: str | None = None) -> Playbook:
         override = override or os.environ.get("FLEETOPS_PLAYBOOK")
         rel = override or self.settings.get("playbook") or DEFAULT_PLAYBOOK

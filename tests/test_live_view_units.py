@@ -31,3 +31,26 @@ def test_a_line_printed_right_after_the_task_starts_is_followed_by_running_not_t
     drawn = after[after.index("warming up"):]
     assert "queued" not in drawn, drawn
     assert re.search(r"lab01\s+│\s+tail job-1\s+│\s+running", drawn), drawn
+
+
+def test_the_live_view_waits_for_prepare_when_rich_is_not_loaded_yet(monkeypatch):
+    """Issue 16: a run draws nothing before its first result, so rich (and the console) load in prepare(), which
+    the main thread calls while the first connections are in their handshakes. The live view asked for by
+    live_start starts there, on a terminal only."""
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich: a terminal
+    monkeypatch.delenv("FLEETOPS_NO_LIVE", raising=False)
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    rep = Reporter()
+    rep.live_start(["lab01"])
+    assert rep.live is None and rep._console is None  # nothing drawn, nothing loaded yet
+    rep.prepare()
+    try:
+        assert rep.live is not None and rep.console.is_terminal
+    finally:
+        rep.live_stop()
+    monkeypatch.delenv("FORCE_COLOR")
+    monkeypatch.setenv("TERM", "dumb")
+    plain = Reporter()
+    plain.live_start(["lab01"])
+    plain.prepare()
+    assert plain.live is None and not plain.console.is_terminal  # a pipe or a file: no live view

@@ -6,13 +6,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any
-
-from rich.console import Console, RenderableType
-from rich.console import Group as RichGroup
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from ..plans.hostrange import fold as fold_names
 from ..redaction import RedactingStream, dumps
@@ -22,11 +17,38 @@ from .fold import LABEL, Group, Identity, Line, Segment
 from .rows import bar
 from .tailview import TailView
 
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.table import Table
+
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
 SEP: list[Segment] = [(" ", ""), ("|", "dim"), (" ", "")]
 LIVE_TABLE_MAX = 10  # more hosts than this: the live view shows counts and the slowest hosts, not a row each
 SLOWEST = 5
+_RICH: SimpleNamespace | None = None
+_RICH_LOCK = threading.RLock()  # the console property holds it while rich() loads
+
+
+def rich() -> SimpleNamespace:
+    """The parts of rich the report draws with, imported at the first draw, not with the module (issue 16):
+    importing rich is ~30 ms of a run's start-up, and a run imports this module before it connects anywhere;
+    run.execute has the main thread load it while the first connections are in their handshakes."""
+    global _RICH
+    if _RICH is None:
+        with _RICH_LOCK:
+            if _RICH is None:
+                from rich.console import Console, Group
+                from rich.markup import escape
+                from rich.table import Table
+                from rich.text import Text
+
+                _RICH = SimpleNamespace(Console=Console, Group=Group, escape=escape, Table=Table, Text=Text)
+    return _RICH
+
+
+def escape(text: str) -> str:
+    return rich().escape(text)
 
 
 def markup(line: Line, label: str) -> str:
@@ -50,7 +72,7 @@ class Reporter:
     def __init__(self, json_mode: bool = False, verbose: bool = False, console: Console | None = None) -> None:
         self.json_mode = json_mode
         self.verbose = verbose
-        self.console = console or Console(file=RedactingStream(sys.stdout), highlight=False, soft_wrap=True)
+        self._console = console
         self.lock = threading.Lock()
         self.fold = False  # hosts that answered the same printed once, at the end (run.execute decides)
         self.odd = False  # --odd: each minority group as a diff against the majority
@@ -58,13 +80,34 @@ class Reporter:
         self.started: float | None = None
         self.tail = TailView()  # `tail`'s per-host progress bars (in the live view on a terminal)
 
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            with _RICH_LOCK:
+                if self._console is None:
+                    self._console = _stdout_console()
+        return self._console
+
+    def prepare(self) -> None:
+        """Load what drawing needs (rich, the console) now, and start the live view live_start asked for: the
+        main thread calls this while the first connections are in their handshakes (rollout.py)."""
+        if not self.json_mode:
+            with self.lock:
+                self._start_live()
+
     # -- the live view: one row per host (current task, state, elapsed), only on a terminal
     def live_start(self, hosts: list[str]) -> None:
         self.rows = {h: {"task": "-", "state": "queued", "started": None, "done": 0} for h in hosts}
         self.live = None
         self.started = time.monotonic()
-        if self.json_mode or not self.console.is_terminal or os.environ.get("FLEETOPS_NO_LIVE"):
+        self._live_wanted = not (self.json_mode or os.environ.get("FLEETOPS_NO_LIVE"))
+        if self._console is not None:  # else prepare() starts it, once rich is loaded
+            self._start_live()
+
+    def _start_live(self) -> None:
+        if not getattr(self, "_live_wanted", False) or self.live is not None or not self.console.is_terminal:
             return
+        self._live_wanted = False
         from rich.live import Live
 
         self.live = Live(_Fresh(self._live_table), console=self.console, refresh_per_second=4, transient=True)
@@ -73,10 +116,10 @@ class Reporter:
     def _live_table(self) -> RenderableType:
         bars = self.tail.renderable()
         hosts = self._live_counts() if len(self.rows) > LIVE_TABLE_MAX else self._live_hosts()
-        return RichGroup(hosts, bars) if bars is not None else hosts
+        return rich().Group(hosts, bars) if bars is not None else hosts
 
     def _live_hosts(self) -> RenderableType:
-        table = Table(title="fleet", title_justify="left", show_edge=False)
+        table = rich().Table(title="fleet", title_justify="left", show_edge=False)
         for column in ("host", "current task", "state", "elapsed", "tasks done"):
             table.add_column(column)
         now = time.monotonic()
@@ -99,6 +142,7 @@ class Reporter:
         since = f"  [dim]{now - self.started:.1f} s[/]" if self.started is not None else ""
         parts = [f"[{styles.get(state, '')}]{counts[state]} {state}[/]" if styles.get(state) else
                  f"{counts[state]} {state}" for state in order if counts.get(state)]
+        Text = rich().Text
         lines = [Text.from_markup(f"[bold]fleet:[/] {len(rows)} hosts  " + "  ".join(parts) + since)]
         running = sorted(((now - row["task_since"], host, row["task"]) for host, row in rows
                           if row["state"] == "running" and row.get("task_since")), reverse=True)[:SLOWEST]
@@ -108,7 +152,7 @@ class Reporter:
         bad = [host for host, row in rows if row["state"] in ("failed", "unreachable")]
         if bad:
             lines.append(Text.from_markup(f"[bold red]failed so far:[/] {escape(fold_names(bad))}"))
-        return RichGroup(*lines)
+        return rich().Group(*lines)
 
     def task_started(self, host: str, task: str) -> None:
         row = getattr(self, "rows", {}).get(host)
@@ -126,7 +170,7 @@ class Reporter:
 
     def error(self, message: str) -> None:
         # One line whatever the terminal's width: operators grep for it and paste it into tickets.
-        Console(file=RedactingStream(sys.stderr), highlight=False, soft_wrap=True).print(
+        rich().Console(file=RedactingStream(sys.stderr), highlight=False, soft_wrap=True).print(
             f"[bold red]error:[/] {escape(message)}")
 
     def note(self, message: str) -> None:
@@ -250,7 +294,7 @@ class Reporter:
             sys.stdout.write(dumps(doc, indent=1, default=str) + "\n")  # secrets masked as values
             sys.stdout.flush()
             return
-        table = Table(title="RECAP", title_justify="left", show_edge=False, pad_edge=False)
+        table = rich().Table(title="RECAP", title_justify="left", show_edge=False, pad_edge=False)
         table.add_column("hosts" if self.fold else "host", style="bold")
         for s in Status:
             table.add_column(s.value, justify="right")
@@ -282,8 +326,12 @@ def _group_title(g: Group) -> str | None:
     return f"{g.header}{title[len(who):]}" if title and title.startswith(who) else title
 
 
+def _stdout_console() -> Console:
+    return rich().Console(file=RedactingStream(sys.stdout), highlight=False, soft_wrap=True)
+
+
 def render_table(spec: dict) -> Table:
-    table = Table(title=spec.get("title"), title_justify="left")
+    table = rich().Table(title=spec.get("title"), title_justify="left")
     for column in spec["columns"]:
         table.add_column(column)
     highlight_rows = set(spec.get("highlight_rows", []))

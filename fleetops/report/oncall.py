@@ -11,15 +11,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-
 from ..plans.inventory import UnknownHost, find_inventory, load_inventory
 from ..plans.sshconfig_out import render
 from ..plans.yamlsrc import ConfigError
-from .console import Reporter
+from .console import Reporter, escape
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.progress import Progress
 
 BAR_MIN_BYTES = 8 * 1024 * 1024  # smaller files come and go too fast for a bar

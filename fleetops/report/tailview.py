@@ -9,13 +9,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-
-from rich.console import RenderableType
-from rich.markup import escape
-from rich.progress_bar import ProgressBar
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from .rows import bar
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 
 def eta_text(seconds: float | None) -> str:
@@ -85,6 +84,10 @@ class TailView:
             rows = list(self.hosts.items())
         if not rows:
             return None
+        from rich.markup import escape  # the live view only: a run without a terminal never loads rich for it
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+
         table = Table(title="jobs", title_justify="left", show_edge=False)
         for column in ("host", "job", "state", "progress", "samples", "tok/s", "ETA", "failures"):
             table.add_column(column)

@@ -665,6 +665,11 @@ class NodeConnection:
         _slow_idle_checks(cxn)
         COUNTERS.bump(host.name, "connections")
 
+    @staticmethod
+    def prepare() -> None:
+        """Build (or read from its cache) the agent bundle every connection's first request needs."""
+        agent_bundle()
+
     def close(self) -> None:
         """End the agent (its stdin closes: it exits) and the connection. Safe from another thread (Ctrl-C)."""
         session, self.session = self.session, None
