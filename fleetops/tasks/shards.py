@@ -43,6 +43,7 @@ class Fleet:
         self.mode = ""
         self.error: str | None = None
         self.reported: set[str] = set()
+        self.summarized: set[str] = set()  # the steps whose fleet line is out: once per step, by one host
         self.live: dict[str, dict] = {}
         self.last_line = 0.0
         self.attached = False
@@ -214,6 +215,16 @@ def _all_in(run: RunState, fleet: Fleet) -> bool:
     return set(run.selected) & set(fleet.doc["hosts"]) <= fleet.reported
 
 
+def _claim_summary(run: RunState, fleet: Fleet, step: str) -> bool:
+    """True for the one host that prints this step's fleet line (call under fleet.lock). Every host is marked
+    reported when its answer is recorded, before its step ends, so several hosts could find all in at once:
+    found by CI, `status` gave two hosts the fleet aggregate."""
+    if step in fleet.summarized or not _all_in(run, fleet):
+        return False
+    fleet.summarized.add(step)
+    return True
+
+
 def _summary(run: RunState, fleet: Fleet, result: Result | None) -> None:
     agg = sp.aggregate(fleet.rows())
     complete = sum(1 for s in (fleet.doc or {}).get("shards", []) if s.get("complete"))
@@ -260,7 +271,7 @@ def run_status(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Res
     finally:
         with fleet.lock:
             fleet.reported.add(node.host.name)
-            last = _all_in(run, fleet)
+            last = _claim_summary(run, fleet, "status")
         if last:
             _summary(run, fleet, result)
     assert result is not None  # inner() returned (else its exception is on its way up)
@@ -320,7 +331,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Resul
     finally:
         with fleet.lock:
             fleet.reported.add(host)
-            last = _all_in(run, fleet)
+            last = _claim_summary(run, fleet, "tail")
         if last:
             if fleet.attached:
                 done = all(s.get("complete") for s in (fleet.doc or {}).get("shards", []))
