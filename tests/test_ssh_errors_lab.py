@@ -15,6 +15,7 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -401,17 +402,19 @@ def test_changed_host_key_names_trust_replace_which_replaces_only_the_named_key(
 
 
 def _login_order(monkeypatch) -> list[str]:  # noqa: ANN001
-    """What each login of this test sent and received, in order: 'sent USERAUTH_REQUEST', 'got SERVICE_ACCEPT'."""
+    """What each login of this test sent and received, in order: 'sent userauth-request', 'got service-accept',
+    'sent channel-open', 'got userauth-success'."""
     from paramiko.common import MSG_NAMES
 
     from fleetops.wire import ssh
 
     order: list[str] = []
-    send, accept = ssh._FleetTransport._send_message, ssh._PipelinedAuth._parse_service_accept
+    send = ssh._FleetTransport._send_message
+    accept, success = ssh._PipelinedAuth._parse_service_accept, ssh._PipelinedAuth._parse_userauth_success
 
     def sending(self, data):  # noqa: ANN001, ANN202
         kind = data.asbytes()[0] if hasattr(data, "asbytes") else data[0]
-        if MSG_NAMES.get(kind) in ("service-request", "userauth-request"):
+        if MSG_NAMES.get(kind) in ("service-request", "userauth-request", "channel-open"):
             order.append(f"sent {MSG_NAMES[kind]}")
         return send(self, data)
 
@@ -419,8 +422,13 @@ def _login_order(monkeypatch) -> list[str]:  # noqa: ANN001
         order.append("got service-accept")
         return accept(self, m)
 
+    def logged_in(self, m):  # noqa: ANN001, ANN202
+        order.append("got userauth-success")
+        return success(self, m)
+
     monkeypatch.setattr(ssh._FleetTransport, "_send_message", sending)
     monkeypatch.setattr(ssh._PipelinedAuth, "_parse_service_accept", accepted)
+    monkeypatch.setattr(ssh._PipelinedAuth, "_parse_userauth_success", logged_in)
     return order
 
 
@@ -447,7 +455,46 @@ def test_a_login_sends_its_key_right_behind_the_service_request(lab, monkeypatch
     the server's answer (ed25519 here), both go out together, and the login still works."""
     order = _login_order(monkeypatch)
     assert _ping_with(lab, "lab01")["ok"]
-    assert order == ["sent service-request", "sent userauth-request", "got service-accept"], order
+    assert order.index("sent service-request") < order.index("sent userauth-request") \
+        < order.index("got service-accept"), order
+
+
+def test_the_session_channel_opens_right_behind_the_login(lab, monkeypatch):
+    """Issue 16: the agent's channel was asked for once the login had succeeded, one more round trip of every
+    connection. It now goes out with the login request; sshd reads it once the login is done, and the agent
+    runs on that channel: one CHANNEL_OPEN in all, sent before the login's answer came."""
+    order = _login_order(monkeypatch)
+    assert _ping_with(lab, "lab01")["ok"]
+    assert order == ["sent service-request", "sent userauth-request", "sent channel-open", "got service-accept",
+                     "got userauth-success"], order
+
+
+def test_a_node_that_refuses_sessions_fails_at_once_naming_the_host(lab, monkeypatch):
+    """The channel opened ahead is refused (sshd's MaxSessions 0): the step fails with the host and sshd's
+    reason as soon as the refusal arrives, not after a timeout, and the next connection works again."""
+    from fleetops.wire.connector import TransportError
+
+    node = lab.node("lab01")
+    config = node.config.read_text()
+    lab.stop_node(node)
+    node.config.write_text(config.replace("MaxSessions 100", "MaxSessions 0"))
+    try:
+        lab.start_node(node)
+        order = _login_order(monkeypatch)
+        started = time.monotonic()
+        with pytest.raises(TransportError) as refused:
+            _ping_with(lab, "lab01")
+        elapsed = time.monotonic() - started
+    finally:
+        lab.stop_node(node)
+        node.config.write_text(config)
+        lab.start_node(node)
+    assert "sent channel-open" in order and order.index("sent channel-open") < order.index("got userauth-success")
+    message = str(refused.value)
+    assert message.startswith("lab01: its sshd accepted the login but refused a session channel"), message
+    assert "MaxSessions" in message and refused.value.kind == "refused", message
+    assert elapsed < 3, f"the refusal took {elapsed:.1f}s to surface"
+    assert _ping_with(lab, "lab01")["ok"]
 
 
 def test_an_rsa_key_logs_in_the_usual_way(lab, tmp_path, monkeypatch):
@@ -463,4 +510,5 @@ def test_an_rsa_key_logs_in_the_usual_way(lab, tmp_path, monkeypatch):
         assert _ping_with(lab, "lab01", key)["ok"]
     finally:
         keys.write_text(before)
-    assert order == ["sent service-request", "got service-accept", "sent userauth-request"], order
+    assert order == ["sent service-request", "got service-accept", "sent userauth-request", "got userauth-success",
+                     "sent channel-open"], order

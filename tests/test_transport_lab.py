@@ -39,10 +39,19 @@ def test_jump_host(lab):
     extra.write_text(f"hosts:\n  behind:\n    address: 127.0.0.1\n    port: {n1.port}\n    jump: lab02\n"
                      f"    user: {lab.user}\n    identity_file: {lab.client_key}\n    known_hosts: {lab.known_hosts}\n"
                      f"    python: {n1.python}\n    state_dir: {n1.state_dir}\n")
+    jump_log = lab.node("lab02").dir / "sshd.log"
+    since = jump_log.stat().st_size
     try:
         rc, doc = fab_json(lab.root, "-H", "behind", "ping")
         assert rc == 0, doc
         assert doc["results"][0]["status"] == "ok"
+        # The jump host only forwarded: the session channel a node's connection opens ahead of its login
+        # (issue 16) is not opened there. sshd logs each session it closes, once the connection has ended.
+        deadline = time.monotonic() + 10
+        while "Closing connection" not in (hop := jump_log.read_text()[since:]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "Accepted publickey" in hop and "Closing connection" in hop, hop
+        assert "session" not in hop.lower(), hop
         # The same target behind a jump host that is down: unreachable, so the hop really is used.
         extra.write_text(extra.read_text().replace("jump: lab02", "jump: 127.0.0.1:1"))
         rc, doc = fab_json(lab.root, "-H", "behind", "ping")

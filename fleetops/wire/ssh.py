@@ -259,7 +259,8 @@ class _PipelinedAuth(AuthHandler):
     answer: an OpenSSH server, a key that is not RSA (RSA's signature algorithm is chosen from the server's
     server-sig-algs, which may still be in flight). Anything else is paramiko's own sequence."""
 
-    _sent_ahead = False
+    _sent_ahead = False  # until the SERVICE_ACCEPT it went out ahead of arrives
+    sent_ahead = False  # for good: the transport opens its session channel right behind the request
 
     def _request_auth(self) -> None:
         super()._request_auth()  # SERVICE_REQUEST
@@ -268,7 +269,7 @@ class _PipelinedAuth(AuthHandler):
             accept.add_string("ssh-userauth")
             accept.rewind()
             super()._parse_service_accept(accept)  # builds, signs and sends the USERAUTH_REQUEST now
-            self._sent_ahead = True
+            self._sent_ahead = self.sent_ahead = True
 
     def _parse_service_accept(self, m: paramiko.Message) -> None:
         if self._sent_ahead:
@@ -302,11 +303,65 @@ class _FleetTransport(paramiko.Transport):
         if not self.active or not self.initial_kex_done:
             raise paramiko.SSHException("No existing session")
         my_event = event or threading.Event()
-        self.auth_handler = _PipelinedAuth(self)
-        self.auth_handler.auth_publickey(username, key, my_event)
+        self.auth_handler = handler = _PipelinedAuth(self)
+        handler.auth_publickey(username, key, my_event)
+        if handler.sent_ahead and self.session_ahead:
+            self._open_session_ahead()
         if event is not None:
             return []
-        return self.auth_handler.wait_for_response(my_event)
+        return handler.wait_for_response(my_event)
+
+    session_ahead = True  # a node's connection runs a session; a jump host's only forwards (_JumpTransport)
+
+    # The session channel, opened right behind the login request (issue 16: one RTT of every connection, 50 ms
+    # at the bench's RTT). sshd reads the CHANNEL_OPEN only once the login it follows has succeeded: its
+    # pre-login loop returns on success, and the packets already read travel with the connection's state to
+    # the logged-in process. If the login fails the connection ends and the open never mattered. The first
+    # open_session() takes this channel instead of asking for one (paramiko's open_channel, split in two).
+    _session_ahead: tuple[paramiko.Channel, threading.Event] | None = None  # paramiko maps channels weakly
+
+    def _open_session_ahead(self) -> None:
+        window, packet = self.default_window_size, self.default_max_packet_size
+        with self.lock:
+            chanid = self._next_channel()
+            m = paramiko.Message()
+            m.add_byte(paramiko.common.cMSG_CHANNEL_OPEN)
+            m.add_string("session")
+            m.add_int(chanid)
+            m.add_int(window)
+            m.add_int(packet)
+            chan = paramiko.Channel(chanid)
+            self._channels.put(chanid, chan)
+            self.channel_events[chanid] = event = threading.Event()
+            self.channels_seen[chanid] = True
+            chan._set_transport(self)
+            chan._set_window(window, packet)
+            self._session_ahead = (chan, event)
+        self._send_message(m)  # the login request is still unanswered: no rekey can be under way
+
+    def open_channel(self, kind: str, dest_addr: Any = None, src_addr: Any = None, window_size: int | None = None,
+                     max_packet_size: int | None = None, timeout: float | None = None) -> paramiko.Channel:
+        with self.lock:
+            ahead = self._session_ahead
+            if kind == "session" and window_size is None and max_packet_size is None:
+                self._session_ahead = None
+            else:
+                ahead = None
+        if ahead is None:
+            return super().open_channel(kind, dest_addr, src_addr, window_size, max_packet_size, timeout)
+        return self._opened(*ahead, self.channel_timeout if timeout is None else timeout)
+
+    def _opened(self, chan: paramiko.Channel, event: threading.Event, timeout: float) -> paramiko.Channel:
+        # the second half of paramiko's open_channel: wait for OPEN_CONFIRMATION (or failure, or the end)
+        deadline = time.monotonic() + timeout
+        while not event.wait(0.1):
+            if not self.active:
+                break
+            if time.monotonic() > deadline:
+                raise paramiko.SSHException("Timeout opening channel.")
+        if event.is_set() and self._channels.get(chan.chanid) is chan:  # a refused open is unmapped
+            return chan
+        raise self.get_exception() or paramiko.SSHException("Unable to open channel.")
 
     def _filter_algorithm(self, type_: str) -> tuple[str, ...]:
         # paramiko filters each list against disabled_algorithms on every read (16 per handshake); with
@@ -314,6 +369,12 @@ class _FleetTransport(paramiko.Transport):
         if not self.disabled_algorithms:
             return tuple(getattr(self, f"_preferred_{type_}"))
         return super()._filter_algorithm(type_)
+
+
+class _JumpTransport(_FleetTransport):
+    """A jump host's connection: it only forwards to the next hop, so it opens no session ahead."""
+
+    session_ahead = False
 
 
 class _Connection(Connection):
@@ -355,7 +416,7 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
             raise TransportError("refused", f"{host.name}: its jump host: {exc}") from None
         gateway = _fabric_connection(jump, inventory, depth + 1)
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
-                            "transport_factory": _FleetTransport}
+                            "transport_factory": _JumpTransport if depth else _FleetTransport}
     if host.identity_file:
         connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
         key = _identity_key(host.identity_file, host.identity_passphrase)
@@ -702,6 +763,9 @@ class NodeConnection:
                 chan.sendall(stdin)
             chan.shutdown_write()
             out, err, code = _drain(chan, started + timeout)
+        except paramiko.ChannelException as exc:
+            self.close()
+            raise _session_refused(self.host, exc, shown or command) from None
         except TimeoutError:
             raise TransportError("timeout", f"{self.host.name}: no answer within {timeout:.0f}s",
                                  Evidence(command, None, [], round(time.monotonic() - started, 3))) from None
@@ -975,6 +1039,9 @@ class NodeConnection:
         try:
             chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
             _exec_without_waiting(chan, shlex.join(argv))  # the first request follows in the same flight
+        except paramiko.ChannelException as exc:
+            self.close()
+            raise _session_refused(self.host, exc, shown) from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.close()
             raise TransportError("lost", f"connection to {self.host.name} lost while starting the agent "
@@ -1069,6 +1136,15 @@ class _Session:
             if (transport is None or not transport.is_active()) and not chan.recv_ready() \
                     and not chan.recv_stderr_ready():
                 raise EOFError("transport closed")
+
+
+def _session_refused(host: Host, exc: paramiko.ChannelException, shown: str) -> TransportError:
+    # The login worked and sshd would not open a session (MaxSessions 0, a Match block, a restricted key):
+    # nothing ran on the node, and no retry can change it.
+    return TransportError("refused", f"{host.name}: its sshd accepted the login but refused a session channel "
+                                     f"({exc.text}, SSH code {exc.code}); nothing ran there. Check MaxSessions and "
+                                     "any Match or ForceCommand for this user in the node's sshd_config",
+                          Evidence(shown, None, [], 0.0))
 
 
 def _exec_without_waiting(chan: paramiko.Channel, command: str) -> None:
