@@ -76,19 +76,57 @@ def test_aead_ciphers_are_asked_for_first_and_every_other_cipher_stays_offered()
     assert sorted(offered) == sorted(paramiko.Transport._preferred_ciphers)  # a server without GCM still connects
 
 
-def test_the_index_is_built_once_when_every_connection_looks_up_at_once(tmp_path, monkeypatch):
-    """Found by profiling N=128: 32 connections starting together each built the index (129 builds per run)."""
+class _CountingEntries(list):
+    """known_hosts entries that count how many times any code walks over one of them."""
+
+    touched = 0
+    delay = 0.0
+
+    def __iter__(self):  # noqa: ANN204
+        for entry in super().__iter__():
+            self.touched += 1
+            yield entry
+
+    def __getitem__(self, index):  # noqa: ANN001, ANN204
+        got = super().__getitem__(index)
+        time.sleep(self.delay)
+        self.touched += len(got) if isinstance(index, slice) else 1
+        return got
+
+
+def _loaded_counting(path: Path) -> tuple[ssh._IndexedHostKeys, _CountingEntries]:
+    indexed = ssh._IndexedHostKeys()
+    indexed._entries = entries = _CountingEntries()
+    indexed.load(str(path))
+    return indexed, entries
+
+
+def test_loading_a_fleet_sized_known_hosts_indexes_each_entry_once(tmp_path):
+    """Found at 800 hosts: paramiko's load() looks every line up before adding it, and each lookup rebuilt the
+    whole index (one more entry each time): O(n²), 0.49 s of start-up for an 800-host known_hosts."""
+    path, _ = _known_hosts(tmp_path, 400)
+    indexed, entries = _loaded_counting(path)
+    assert len(entries) == 402
+    assert entries.touched <= 2 * len(entries), entries.touched  # the old rebuilds walked ~80,000
+    assert indexed.lookup("[127.0.0.1]:40399") is not None and indexed.lookup("gpu01") is not None
+
+
+def test_every_connection_looking_up_at_once_indexes_new_entries_once(tmp_path):
+    """Found by profiling N=128: 32 connections starting together each built the index (129 builds per run).
+    Keys added after loading are indexed by one lookup while the others wait, however many look up at once
+    (each entry's walk is slowed down here, so that every thread arrives while the first is indexing)."""
     import threading
 
-    path, _ = _known_hosts(tmp_path, 200)
-    indexed = ssh._IndexedHostKeys(str(path))
-    builds: list[int] = []
-    original = ssh._IndexedHostKeys._build_index
-    monkeypatch.setattr(ssh._IndexedHostKeys, "_build_index",
-                        lambda self: builds.append(1) or (time.sleep(0.05), original(self))[1])
-    threads = [threading.Thread(target=indexed.lookup, args=(f"[127.0.0.1]:{40000 + i}",)) for i in range(16)]
+    path, keys = _known_hosts(tmp_path, 200)
+    indexed, entries = _loaded_counting(path)
+    assert indexed.lookup("gpu01") is not None  # indexes the file's last line: load() adds it after its last lookup
+    for i in range(50):
+        indexed.add(f"[127.0.0.1]:{50000 + i}", keys[0].get_name(), keys[0])
+    entries.touched, entries.delay = 0, 0.002
+    threads = [threading.Thread(target=indexed.lookup, args=(f"[127.0.0.1]:{50000 + i}",)) for i in range(16)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert builds == [1]
+    assert entries.touched == 50, entries.touched  # the 50 new ones, once; not the whole file, not per thread
+    assert indexed.lookup("[127.0.0.1]:50049")[keys[0].get_name()] == keys[0]

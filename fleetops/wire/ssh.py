@@ -133,7 +133,7 @@ class _IndexedHostKeys(paramiko.HostKeys):
     ~1 s per run at 800). Plain names come from an index; hashed entries (|1|...) are still tried one by one,
     as they can only be. Same answer, entries in file order."""
 
-    _index: tuple[int, dict[str, list[tuple[int, Any]]], list[tuple[int, Any]]] | None = None
+    _index: tuple[int, dict[str, list[tuple[int, Any]]], list[tuple[int, Any]]] | None = None  # (entries, plain, hashed)
 
     def __init__(self, filename: str | None = None) -> None:
         self._index_lock = threading.Lock()  # every connection of a run looks up at once: build it once
@@ -141,11 +141,9 @@ class _IndexedHostKeys(paramiko.HostKeys):
 
     def lookup(self, hostname: str) -> Any:
         with self._index_lock:
-            index = self._index
-            if index is None or index[0] != len(self._entries):  # built on first use, again if keys were added
-                index = self._index = self._build_index()
-        candidates = sorted({position: entry for position, entry in index[1].get(hostname, []) + index[2]}.items(),
-                            key=lambda item: item[0])
+            _, plain, hashed = self._index = self._indexed()
+            candidates = sorted({position: entry for position, entry in plain.get(hostname, []) + hashed}.items(),
+                                key=lambda item: item[0])
         few = paramiko.HostKeys()
         few._entries = [entry for _, entry in candidates]
         found = few.lookup(hostname)
@@ -153,10 +151,16 @@ class _IndexedHostKeys(paramiko.HostKeys):
             found._hostkeys = self  # a key added through the answer lands here, as in paramiko's own
         return found
 
-    def _build_index(self) -> tuple[int, dict[str, list[tuple[int, Any]]], list[tuple[int, Any]]]:
-        plain: dict[str, list[tuple[int, Any]]] = {}
-        hashed: list[tuple[int, Any]] = []
-        for position, entry in enumerate(self._entries):
+    def _indexed(self) -> tuple[int, dict[str, list[tuple[int, Any]]], list[tuple[int, Any]]]:
+        """The index, extended by the entries added since it was built. paramiko's load() looks each line up
+        before adding it (to skip duplicates): rebuilding the whole index then made loading O(n²), 0.49 s for an
+        800-host known_hosts. paramiko only appends entries (add() of a known name and type replaces the key in
+        place, which leaves the names as they were), so extending it gives the index of a fresh build."""
+        count, plain, hashed = self._index or (0, {}, [])
+        if count > len(self._entries):  # entries were removed (fleetops never does): start over
+            count, plain, hashed = 0, {}, []
+        for position in range(count, len(self._entries)):
+            entry = self._entries[position]
             if any(h.startswith("|1|") for h in entry.hostnames):
                 hashed.append((position, entry))
             for name in set(entry.hostnames):
