@@ -133,7 +133,8 @@ class _IndexedHostKeys(paramiko.HostKeys):
     ~1 s per run at 800). Plain names come from an index; hashed entries (|1|...) are still tried one by one,
     as they can only be. Same answer, entries in file order."""
 
-    _index: tuple[int, dict[str, list[tuple[int, Any]]], list[tuple[int, Any]]] | None = None  # (entries, plain, hashed)
+    # (entries indexed, plain name -> [(position, entry)], hashed entries)
+    _index: tuple[int, dict[str, list[tuple[int, Any]]], list[tuple[int, Any]]] | None = None
 
     def __init__(self, filename: str | None = None) -> None:
         self._index_lock = threading.Lock()  # every connection of a run looks up at once: build it once
