@@ -284,10 +284,14 @@ def _short_tag(tag: str) -> str:
     return tag.replace("tag:yaml.org,2002:", "!!")
 
 
+def _kind_of(node: yaml.Node) -> str:
+    return f"a {_NODE_KINDS.get(type(node), 'node')}"
+
+
 def _wrong_kind(path: str, node: yaml.Node, wanted: str) -> ConfigError:
     return ConfigError(path, node.start_mark.line + 1,
-                       f"invalid YAML value: {_short_tag(node.tag)} needs a {wanted}, "
-                       f"found a {_NODE_KINDS.get(type(node), 'node')}", node.start_mark.column + 1)
+                       f"invalid YAML value: {_short_tag(node.tag)} needs a {wanted}, found {_kind_of(node)}",
+                       node.start_mark.column + 1)
 
 
 def _make_loader(path: str, base: type = StrictLoader) -> type[yaml.SafeLoader]:
@@ -322,7 +326,7 @@ def _make_loader(path: str, base: type = StrictLoader) -> type[yaml.SafeLoader]:
                     if not isinstance(part, yaml.MappingNode):
                         raise ConfigError(path, part.start_mark.line + 1,
                                           "invalid YAML: a merge key (<<) takes a mapping or a list of "
-                                          f"mappings, not a {_NODE_KINDS.get(type(part), 'node')}",
+                                          f"mappings, not {_kind_of(part)}",
                                           part.start_mark.column + 1)
                     sources.append(loader.construct_object(part, deep=True))
                 continue

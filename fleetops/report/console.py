@@ -79,6 +79,9 @@ class Reporter:
         self.who: dict[str, Identity] = {}  # each host's own name and address, for folding
         self.started: float | None = None
         self.tail = TailView()  # `tail`'s per-host progress bars (in the live view on a terminal)
+        self.rows: dict[str, dict] = {}  # the live view's rows, one per host (live_start)
+        self.live: Any = None  # rich's Live while the live view is on screen
+        self._live_wanted = False  # live_start asked for it and it has not started yet
 
     @property
     def console(self) -> Console:
@@ -105,7 +108,7 @@ class Reporter:
             self._start_live()
 
     def _start_live(self) -> None:
-        if not getattr(self, "_live_wanted", False) or self.live is not None or not self.console.is_terminal:
+        if not self._live_wanted or self.live is not None or not self.console.is_terminal:
             return
         self._live_wanted = False
         from rich.live import Live
@@ -155,7 +158,7 @@ class Reporter:
         return rich().Group(*lines)
 
     def task_started(self, host: str, task: str) -> None:
-        row = getattr(self, "rows", {}).get(host)
+        row = self.rows.get(host)
         if row is not None:
             now = time.monotonic()
             row.update(task=task, started=row["started"] or now, task_since=now)
@@ -163,7 +166,7 @@ class Reporter:
                 row["state"] = "running"
 
     def live_stop(self) -> None:
-        live = getattr(self, "live", None)
+        live = self.live
         if live is not None:
             live.stop()
             self.live = None
@@ -181,7 +184,7 @@ class Reporter:
     def job_attached(self, host: str, job_id: str, state: str) -> None:
         """`tail` is streaming the host's job: its live row says so (never `queued`) and its bar appears."""
         self.tail.attach(host, job_id, state)
-        row = getattr(self, "rows", {}).get(host)
+        row = self.rows.get(host)
         if row is not None and row["state"] not in ("failed", "unreachable"):
             row.update(state="running", task=f"tail {job_id}", started=row["started"] or time.monotonic())
 
@@ -198,7 +201,7 @@ class Reporter:
         with self.lock:
             if failure:
                 self.console.print(f"[bold]{escape(host)}[/] [bold red]| {escape(line)}[/]")
-            elif progress and "total" in progress and getattr(self, "live", None) is not None:
+            elif progress and "total" in progress and self.live is not None:
                 self.console.print(f"[bold]{escape(host)}[/] [dim]| {escape(line)}[/]")
             elif progress and "total" in progress:
                 self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] [cyan]{escape(bar(progress))}[/] "
@@ -207,7 +210,7 @@ class Reporter:
                 self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] {escape(line)}")
 
     def result(self, r: Result) -> None:
-        row = getattr(self, "rows", {}).get(r.host)
+        row = self.rows.get(r.host)
         if row is not None:
             worst = row["state"] in ("failed", "unreachable")  # a later skipped step keeps the failure shown
             row.update(state=row["state"] if worst else r.status.value, done=row["done"] + 1)

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -450,14 +451,24 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
     return cxn
 
 
+def _hops(cxn: Connection) -> Iterator[Connection]:
+    """The connection, then each jump host it goes through, nearest first (a ProxyCommand gateway ends it)."""
+    hop: object = cxn
+    while isinstance(hop, Connection):
+        yield hop
+        hop = hop.gateway
+
+
+def _transport(hop: Connection) -> paramiko.Transport | None:
+    return hop.client.get_transport() if hop.client is not None else None
+
+
 def _strict_gateways(cxn: Connection) -> None:
     """A ProxyJump from ssh_config (a host outside the inventory) makes Fabric build the jump Connections
     itself, with its auto-add client: give each hop the strict client, its known_hosts from its own entry."""
-    hop = cxn.gateway
-    while isinstance(hop, Connection):
+    for hop in list(_hops(cxn))[1:]:
         if not isinstance(getattr(hop.client, "_policy", None), paramiko.RejectPolicy):  # not one of ours
             hop.client = _strict_client(_known_hosts_files(plain_host(hop.original_host), hop))
-        hop = hop.gateway
 
 
 class _CaptureKey(paramiko.MissingHostKeyPolicy):
@@ -486,12 +497,10 @@ def _who(host: Host, cxn: Connection) -> str:
 
 def _refused_hop(cxn: Connection) -> Connection | None:
     """The jump host whose handshake got as far as its key and no further (its key was refused), if any."""
-    hop = cxn.gateway
-    while isinstance(hop, Connection):
-        transport = hop.client.get_transport() if hop.client is not None else None
+    for hop in list(_hops(cxn))[1:]:
+        transport = _transport(hop)
         if transport is not None and transport.remote_version and not transport.is_authenticated():
             return hop
-        hop = hop.gateway
     return None
 
 
@@ -658,45 +667,36 @@ IDLE_CHECK_SECONDS = 1.0
 
 
 def _slow_idle_checks(cxn: Connection) -> None:
-    hop: object = cxn
-    while isinstance(hop, Connection):
-        transport = hop.client.get_transport() if hop.client is not None else None
+    for hop in _hops(cxn):
+        transport = _transport(hop)
         if transport is not None and transport.sock is not None:
             transport.sock.settimeout(IDLE_CHECK_SECONDS)
-        hop = hop.gateway
-
-
-def _hang_up(cxn: Connection) -> None:
-    """Shut the TCP connection down now. paramiko's close() only closes the socket's descriptor, and while its
-    transport thread sits in recv() the kernel keeps the connection open until that recv times out: up to
-    IDLE_CHECK_SECONDS, during which the node's session lives on. shutdown() ends the recv and sends the FIN
-    at once."""
-    hop: object = cxn
-    while isinstance(hop, Connection):
-        transport = hop.client.get_transport() if hop.client is not None else None
-        sock = getattr(transport, "sock", None)
-        if isinstance(sock, socket.socket):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already gone
-        hop = hop.gateway
 
 
 def _close_quietly(cxn: Connection) -> None:
-    """Close an SFTP session while the connection still carries its goodbye, then hang up, then let Fabric
-    release the rest. Closing never raises: the node may already be gone, and a close that fails must not turn a
-    finished run into a traceback (SFTP's close after the hang-up raised EOFError, found by CI)."""
-    hop: object = cxn
-    while isinstance(hop, Connection):
+    """Close each hop's SFTP session while the connection still carries its goodbye, then hang up, then let
+    Fabric release the rest. Closing never raises: the node may already be gone, and a close that fails must not
+    turn a finished run into a traceback (SFTP's close after the hang-up raised EOFError, found by CI).
+
+    Hanging up is a shutdown() of each hop's socket: paramiko's close() only closes the descriptor, and while its
+    transport thread sits in recv() the kernel keeps the connection open until that recv times out (up to
+    IDLE_CHECK_SECONDS, during which the node's session lives on). shutdown() ends the recv and sends the FIN at
+    once. The hops are walked nearest first, so a jump host's socket goes after the node's goodbye passed it."""
+    hops = list(_hops(cxn))
+    for hop in hops:
         sftp, hop._sftp = hop._sftp, None
         if sftp is not None:
             try:
                 sftp.close()
             except (OSError, EOFError, paramiko.SSHException):
                 pass  # the connection is gone already: nothing left to say goodbye on
-        hop = hop.gateway
-    _hang_up(cxn)
+    for hop in hops:
+        sock = getattr(_transport(hop), "sock", None)
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already gone
     try:
         cxn.close()
     except (OSError, EOFError, paramiko.SSHException):
