@@ -322,13 +322,17 @@ class _FleetTransport(paramiko.Transport):
     # The session channel, opened right behind the login request (issue 16: one RTT of every connection, 50 ms
     # at the bench's RTT). sshd reads the CHANNEL_OPEN only once the login it follows has succeeded: its
     # pre-login loop returns on success, and the packets already read travel with the connection's state to
-    # the logged-in process. If the login fails the connection ends and the open never mattered. The first
-    # open_session() takes this channel instead of asking for one (paramiko's open_channel, split in two).
-    _session_ahead: tuple[paramiko.Channel, threading.Event] | None = None  # paramiko maps channels weakly
+    # the logged-in process. The first open_session() takes this channel instead of asking for one (paramiko's
+    # open_channel, split in two). If that login is refused, sshd's pre-login loop reads the open and answers
+    # UNIMPLEMENTED: the channel is never confirmed, so it is only used after the very login it followed.
+    # (channel, its confirmation, the login it followed); paramiko maps channels weakly: this holds it
+    _session_ahead: tuple[paramiko.Channel, threading.Event, AuthHandler] | None = None
 
     def _open_session_ahead(self) -> None:
         window, packet = self.default_window_size, self.default_max_packet_size
         with self.lock:
+            if self._session_ahead is not None:  # behind an earlier key, refused
+                self._forget(self._session_ahead[0])
             chanid = self._next_channel()
             m = paramiko.Message()
             m.add_byte(paramiko.common.cMSG_CHANNEL_OPEN)
@@ -342,20 +346,27 @@ class _FleetTransport(paramiko.Transport):
             self.channels_seen[chanid] = True
             chan._set_transport(self)
             chan._set_window(window, packet)
-            self._session_ahead = (chan, event)
+            self._session_ahead = (chan, event, self.auth_handler)
         self._send_message(m)  # the login request is still unanswered: no rekey can be under way
 
     def open_channel(self, kind: str, dest_addr: Any = None, src_addr: Any = None, window_size: int | None = None,
                      max_packet_size: int | None = None, timeout: float | None = None) -> paramiko.Channel:
-        with self.lock:
-            ahead = self._session_ahead
-            if kind == "session" and window_size is None and max_packet_size is None:
-                self._session_ahead = None
-            else:
-                ahead = None
-        if ahead is None:
-            return super().open_channel(kind, dest_addr, src_addr, window_size, max_packet_size, timeout)
-        return self._opened(*ahead, self.channel_timeout if timeout is None else timeout)
+        ahead = None
+        if kind == "session" and window_size is None and max_packet_size is None:
+            with self.lock:
+                ahead, self._session_ahead = self._session_ahead, None
+        if ahead is not None:
+            chan, event, login = ahead
+            if login is self.auth_handler and login.is_authenticated():
+                return self._opened(chan, event, self.channel_timeout if timeout is None else timeout)
+            with self.lock:
+                self._forget(chan)  # opened behind a login sshd refused: it will never be confirmed
+        return super().open_channel(kind, dest_addr, src_addr, window_size, max_packet_size, timeout)
+
+    def _forget(self, chan: paramiko.Channel) -> None:
+        # under self.lock; sshd never made this channel, so there is nothing to close on its side
+        self._channels.delete(chan.chanid)
+        self.channel_events.pop(chan.chanid, None)
 
     def _opened(self, chan: paramiko.Channel, event: threading.Event, timeout: float) -> paramiko.Channel:
         # the second half of paramiko's open_channel: wait for OPEN_CONFIRMATION (or failure, or the end)
