@@ -49,7 +49,9 @@ def test_jump_host(lab):
         # The jump host only forwarded: the session channel a node's connection opens ahead of its login
         # (issue 16) is not opened there. sshd logs each session it closes, once the connection has ended.
         deadline = time.monotonic() + 10
-        while "Closing connection" not in (hop := jump_log.read_text()[since:]) and time.monotonic() < deadline:
+        # (bytes: `since` is a byte offset, and earlier tests log non-ASCII names)
+        while "Closing connection" not in (hop := jump_log.read_bytes()[since:].decode(errors="replace")) \
+                and time.monotonic() < deadline:
             time.sleep(0.05)
         assert "Accepted publickey" in hop and "Closing connection" in hop, hop
         assert not re.search(r"^(Starting|Close) session", hop, re.M), hop
