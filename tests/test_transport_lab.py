@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, REPO, fab_json, run_fab, sha256
+from faultkit import sshd_log, sshd_log_size
 
 pytestmark = pytest.mark.lab
 
@@ -40,8 +41,8 @@ def test_jump_host(lab):
     extra.write_text(f"hosts:\n  behind:\n    address: 127.0.0.1\n    port: {n1.port}\n    jump: lab02\n"
                      f"    user: {lab.user}\n    identity_file: {lab.client_key}\n    known_hosts: {lab.known_hosts}\n"
                      f"    python: {n1.python}\n    state_dir: {n1.state_dir}\n")
-    jump_log = lab.node("lab02").dir / "sshd.log"
-    since = jump_log.stat().st_size
+    jump = lab.node("lab02")
+    since = sshd_log_size(jump)
     try:
         rc, doc = fab_json(lab.root, "-H", "behind", "ping")
         assert rc == 0, doc
@@ -49,9 +50,7 @@ def test_jump_host(lab):
         # The jump host only forwarded: the session channel a node's connection opens ahead of its login
         # (issue 16) is not opened there. sshd logs each session it closes, once the connection has ended.
         deadline = time.monotonic() + 10
-        # (bytes: `since` is a byte offset, and earlier tests log non-ASCII names)
-        while "Closing connection" not in (hop := jump_log.read_bytes()[since:].decode(errors="replace")) \
-                and time.monotonic() < deadline:
+        while "Closing connection" not in (hop := sshd_log(jump, since)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert "Accepted publickey" in hop and "Closing connection" in hop, hop
         assert not re.search(r"^(Starting|Close) session", hop, re.M), hop

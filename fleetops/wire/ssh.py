@@ -692,7 +692,7 @@ def _close_quietly(cxn: Connection) -> None:
     Hanging up is a shutdown() of each hop's socket: paramiko's close() only closes the descriptor, and while its
     transport thread sits in recv() the kernel keeps the connection open until that recv times out (up to
     IDLE_CHECK_SECONDS, during which the node's session lives on). shutdown() ends the recv and sends the FIN at
-    once. The hops are walked nearest first, so a jump host's socket goes after the node's goodbye passed it."""
+    once."""
     hops = list(_hops(cxn))
     for hop in hops:
         sftp, hop._sftp = hop._sftp, None
