@@ -16,14 +16,14 @@ aside first and everything else that writes to fd 1 lands in stderr.
 
 from __future__ import annotations
 
-import json
+import _signal as signal  # `signal` itself imports enum to wrap these constants: ~3 ms per agent start
+import _thread
 import os
 import select
-import signal
 import sys
-import threading
 import time
 
+from . import wirejson
 from .protocol import OPS as OP_NAMES
 from .protocol import PROTOCOL
 
@@ -68,8 +68,7 @@ def _watch_client(answer_fd: int) -> None:
     child processes killed) and the agent exits; between requests it exits at once."""
     poller = select.poll()
     poller.register(answer_fd, select.POLLERR | select.POLLHUP)
-    main = threading.main_thread().ident
-    assert main is not None
+    main = _thread.get_ident()  # main() runs on the main thread; `threading` costs ~3 ms to import
 
     def watch() -> None:
         while True:
@@ -80,7 +79,7 @@ def _watch_client(answer_fd: int) -> None:
                 return
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    threading.Thread(target=watch, name="client-watch", daemon=True).start()
+    _thread.start_new_thread(watch, ())  # like a daemon thread: it never holds up the agent's exit
 
 
 def main() -> int:
@@ -117,7 +116,7 @@ def serve(line: bytes) -> dict:
     started = time.monotonic()
     rid = None
     try:
-        request = json.loads(line)
+        request = wirejson.loads(line)
         rid = request.get("_id") if isinstance(request, dict) else None
         if not isinstance(request, dict) or request.get("protocol") != PROTOCOL:
             got = request.get("protocol") if isinstance(request, dict) else None
@@ -217,7 +216,7 @@ def _forked(request: dict) -> dict:
         raise
     os.waitpid(pid, 0)
     try:
-        return json.loads(bytes(data))
+        return wirejson.loads(bytes(data))
     except ValueError:
         raise RuntimeError(f"the {request.get('op')} child process ended without an answer") from None
 
@@ -236,7 +235,7 @@ def _stop_child(pid: int) -> None:
 
 
 def _answer(answer_fd: int, result: dict) -> None:
-    data = (json.dumps(result, default=str) + "\n").encode()
+    data = (wirejson.dumps(result, default=str) + "\n").encode()
     view = memoryview(data)
     while view:
         view = view[os.write(answer_fd, view):]

@@ -3,17 +3,15 @@ imported only by the checks that must (import, callsites), and only once per exe
 
 from __future__ import annotations
 
-import functools
 import importlib
-import json
 import os
-import re
 import sys
 import time
 
-# io, subprocess, tempfile, tokenize and traceback are imported by the checks that use them: a steady-state
-# `verify --kinds grep,compile` is one short agent start per host, and those imports alone were ~10 ms of its
-# node CPU (issue 16).
+# io, re, subprocess, tempfile, tokenize and traceback are imported by the checks that use them, and neither
+# json nor functools is imported at all: a steady-state `verify --kinds grep,compile` is one short agent start
+# per host, and those imports were ~17 ms of its node CPU (issue 16).
+from . import wirejson
 from .nodeio import (
     NodeError,
     check_requirements,
@@ -25,6 +23,7 @@ from .nodeio import (
     write_json_atomic,
 )
 from .protocol import CHECK_KINDS
+from .textpattern import compile_pattern
 
 # What each kind of check can and cannot tell you; shown next to every result so nobody mistakes an
 # import test for proof that the generator works.
@@ -68,10 +67,34 @@ def code_lines(source: str) -> tuple[list[str], str]:
     return list(lines), note
 
 
-@functools.lru_cache(maxsize=8)
+# A playbook greps one file a dozen times, and tokenizing it is ~9 ms each: the lines are kept in memory per
+# text (the agent serves the whole run, so a file is tokenized once per run, and again only if it changed),
+# and in the state dir between runs (_stored_code_lines). Plain dicts of a few entries: functools alone is
+# ~3 ms of an agent start.
+_LINES: dict = {}
+_STORED: dict = {}
+_KEEP_IN_MEMORY = 8
+
+
+def _remembered(memo: dict, key: object, make):  # noqa: ANN001, ANN202 - make() -> the value
+    if key not in memo:
+        if len(memo) >= _KEEP_IN_MEMORY:
+            memo.clear()
+        memo[key] = make()
+    return memo[key]
+
+
+def forget_code_lines() -> None:
+    """Forget the lines kept in memory (what a new agent starts with: only the state dir carries over)."""
+    _LINES.clear()
+    _STORED.clear()
+
+
 def _code_lines(source: str) -> tuple[tuple[str, ...], str]:
-    # Cached on the text itself: a playbook greps one file a dozen times, and tokenizing it is ~9 ms each
-    # (the agent serves the whole run, so a file is tokenized once per run, and again only if it changed).
+    return _remembered(_LINES, source, lambda: _tokenized_lines(source))
+
+
+def _tokenized_lines(source: str) -> tuple[tuple[str, ...], str]:
     import io
     import tokenize
 
@@ -109,7 +132,13 @@ def _code_lines(source: str) -> tuple[tuple[str, ...], str]:
 # again. It lives in the state dir, checked like everything fleetops keeps there (ours alone, no symlinks).
 CODE_CACHE = "cache"
 _STATE_DIR = {"path": ""}  # the state dir of the verify in progress ("" when the request names none)
-_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,200}")
+_NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_NAME_CHARS = _NAME_START | frozenset("0123456789.")
+
+
+def _fit_for_a_file_name(module: str) -> bool:
+    # [A-Za-z_][A-Za-z0-9_.]{0,200}, without re: ASCII only, never a path separator
+    return 0 < len(module) <= 201 and module[0] in _NAME_START and _NAME_CHARS.issuperset(module)
 
 
 def _cache_key(what: str, data: bytes) -> str:
@@ -119,7 +148,7 @@ def _cache_key(what: str, data: bytes) -> str:
 
 def _cache_path(what: str, module: str) -> str:
     """Where `what` about `module` is kept; "" when nothing is (no state dir, or a name unfit for a file name)."""
-    if not _STATE_DIR["path"] or not _MODULE_NAME.fullmatch(module):
+    if not _STATE_DIR["path"] or not _fit_for_a_file_name(module):
         return ""
     return os.path.join(_STATE_DIR["path"], CODE_CACHE, f"{what}.{module}.json")
 
@@ -141,8 +170,11 @@ def _keep(path: str, entry: dict) -> None:
         print(f"fleetops: could not keep {path}: {exc}", file=sys.stderr)
 
 
-@functools.lru_cache(maxsize=8)
 def _stored_code_lines(source: str, module: str, state_dir: str) -> tuple[tuple[str, ...], str]:
+    return _remembered(_STORED, (source, module, state_dir), lambda: _kept_code_lines(source, module, state_dir))
+
+
+def _kept_code_lines(source: str, module: str, state_dir: str) -> tuple[tuple[str, ...], str]:
     path = _cache_path("code-lines", module) if state_dir else ""
     key = _cache_key("code-lines", source.encode("utf-8", "surrogatepass"))
     entry = _cached(path, key) or {}
@@ -170,7 +202,7 @@ def run_grep(check: dict) -> dict:
     else:
         lines = raw
     where = "code" if mode == "code" and not note else "text"  # what was searched, in the result's `search`
-    rx = re.compile(check["pattern"])
+    rx = compile_pattern(check["pattern"])  # string methods where the pattern is text and whitespace
     hits = [{"line": i + 1, "text": raw[i].strip()} for i, line in enumerate(lines) if rx.search(line)]
     shown = hits[:5]
     if check["expect"] == "match":
@@ -269,7 +301,7 @@ def run_probe(check: dict) -> dict:
         script = f.name
     started = time.monotonic()
     try:
-        proc = run_script(script, json.dumps(request), check.get("timeout", 300))
+        proc = run_script(script, wirejson.dumps(request), check.get("timeout", 300))
     except subprocess.TimeoutExpired as exc:
         tail = (exc.stderr or "")
         tail = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail
@@ -280,7 +312,7 @@ def run_probe(check: dict) -> dict:
     took = round(time.monotonic() - started, 2)
     stderr_tail = proc.stderr.splitlines()[-15:]
     try:
-        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+        answer = wirejson.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return _result(check, False, f"probe exited {proc.returncode} without a JSON result",
                        stderr_tail=stderr_tail, exit_code=proc.returncode, seconds=took)

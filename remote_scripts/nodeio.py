@@ -6,15 +6,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import importlib.machinery
-import json
 import os
-import re
-import signal
 import site
 import stat
 import sys
 import time
 
+from . import wirejson
 from .procfs import pid_alive
 from .protocol import parse_requirement, version_matches  # noqa: F401 - nodeio's users import them here
 
@@ -72,7 +70,7 @@ def load_failpoints(state_dir: str = "") -> None:
     try:
         fd = os.open(os.path.join(_FAILPOINT_DIR, "failpoints.json"), os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd, encoding="utf-8") as f:
-            value = json.load(f)
+            value = wirejson.loads(f.read())
     except (OSError, ValueError):
         return
     _FAILPOINTS = value if isinstance(value, dict) else {}
@@ -88,7 +86,7 @@ def failpoint(name: str, path: str = "") -> None:
     if not _FAILPOINTS or not _FAILPOINT_DIR:
         return
     if _FAILPOINTS.get("*", {}).get("action") == "record":
-        _append_fp(os.path.join(_FAILPOINT_DIR, "failpoints.trace"), json.dumps([name, path]) + "\n")
+        _append_fp(os.path.join(_FAILPOINT_DIR, "failpoints.trace"), wirejson.dumps([name, path]) + "\n")
     spec = _FAILPOINTS.get(name)
     if not spec:
         return
@@ -112,7 +110,7 @@ def failpoint(name: str, path: str = "") -> None:
         while os.path.lexists(hit) and time.monotonic() < deadline:
             time.sleep(0.05)
     elif action == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), 9)  # SIGKILL (`signal` costs an enum import per agent start)
     elif action == "raise":
         raise OSError(errno.EIO, f"failpoint {name}")
 
@@ -206,7 +204,15 @@ def _owned_not_link(path: str) -> None:
 # Uploads (wire/ssh.py) write <name>.<8 hex>.tmp in bin/ and rename it; one killed midway leaves it. Its writer
 # (an sftp-server) names no pid, so a temp file older than this is a dead writer's: an upload takes seconds.
 STALE_UPLOAD_S = 600
-_UPLOAD_TMP = re.compile(r"^fleetops-agent-[0-9a-f]+\.pyz\.[0-9a-f]{8}\.tmp$")
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_upload_tmp(name: str) -> bool:
+    """fleetops-agent-<hex>.pyz.<8 hex>.tmp: an upload's temp file (string tests: no `re` at agent start)."""
+    if not (name.startswith("fleetops-agent-") and name.endswith(".tmp")):
+        return False
+    digest, dot_pyz, tag = name[len("fleetops-agent-"):-len(".tmp")].partition(".pyz.")
+    return bool(dot_pyz and digest and len(tag) == 8 and _HEX.issuperset(digest) and _HEX.issuperset(tag))
 
 
 def clean_stale_uploads(state_dir: str, older_than: float = STALE_UPLOAD_S) -> list[str]:
@@ -219,7 +225,7 @@ def clean_stale_uploads(state_dir: str, older_than: float = STALE_UPLOAD_S) -> l
         return removed
     now = time.time()
     for name in names:
-        if not _UPLOAD_TMP.match(name):
+        if not is_upload_tmp(name):
             continue
         path = os.path.join(bin_dir, name)
         try:
@@ -312,7 +318,7 @@ def ensure_dir(path: str) -> None:
 
 
 def write_json_atomic(path: str, obj: object, point: str = "json") -> None:
-    atomic_write(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode=0o600, point=point)
+    atomic_write(path, (wirejson.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode=0o600, point=point)
 
 
 QUARANTINED: list[dict] = []  # corrupt state files moved aside during this op; agent.main reports them
@@ -344,7 +350,7 @@ def read_json(path: str, on_corrupt: str = "raise") -> dict | None:
                 if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                     why = "not a regular file"
                 else:
-                    value = json.loads(f.read().decode("utf-8"))
+                    value = wirejson.loads(f.read().decode("utf-8"))
                     return value if isinstance(value, dict) else None
         except (ValueError, UnicodeDecodeError) as exc:
             why = f"not JSON: {exc}"

@@ -26,14 +26,13 @@ def node(tmp_path, monkeypatch):
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     monkeypatch.setattr(checks, "module_file_in_site", lambda name: str(module))
-    checks._stored_code_lines.cache_clear()
-    checks._code_lines.cache_clear()
+    checks.forget_code_lines()
     yield module, state
-    checks._stored_code_lines.cache_clear()
+    checks.forget_code_lines()
 
 
 def _verify(state, expect="absent", pattern=r"uses_old_api\(") -> dict:
-    checks._stored_code_lines.cache_clear()  # a new agent: only the state dir carries over
+    checks.forget_code_lines()  # a new agent: only the state dir carries over
     req = {"state_dir": str(state), "checks": [
         {"kind": "grep", "name": "g", "module": "pkg.mod", "pattern": pattern, "expect": expect},
         {"kind": "compile", "name": "c", "module": "pkg.mod"}]}
@@ -97,7 +96,7 @@ def test_an_untrusted_cache_entry_is_refused_like_any_state_file(node, tmp_path)
 
 def test_without_a_state_dir_nothing_is_kept(node):
     module, state = node
-    checks._stored_code_lines.cache_clear()
+    checks.forget_code_lines()
     answer = checks.verify({"checks": [{"kind": "grep", "name": "g", "module": "pkg.mod",
                                         "pattern": "new_api", "expect": "match"}]})
     assert answer["ok"] and not (state / "cache").exists()
