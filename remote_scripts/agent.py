@@ -16,7 +16,7 @@ aside first and everything else that writes to fd 1 lands in stderr.
 
 from __future__ import annotations
 
-import _signal as signal  # `signal` itself imports enum to wrap these constants: ~3 ms per agent start
+import _signal  # what `signal` wraps; `signal` itself imports enum for that: ~3 ms per agent start
 import _thread
 import os
 import select
@@ -75,11 +75,13 @@ def _watch_client(answer_fd: int) -> None:
             if poller.poll(200):
                 # To the main thread itself, so a blocking wait there (select, sleep, read) wakes with EINTR
                 # and Python raises KeyboardInterrupt at once.
-                signal.pthread_kill(main, signal.SIGINT)
+                _signal.pthread_kill(main, _signal.SIGINT)
                 return
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    _thread.start_new_thread(watch, ())  # like a daemon thread: it never holds up the agent's exit
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    # Like a daemon thread: it never holds up the agent's exit (unnamed in py-spy dumps; its errors, if any,
+    # go to sys.unraisablehook)
+    _thread.start_new_thread(watch, ())
 
 
 def main() -> int:
@@ -189,7 +191,7 @@ def _forked(request: dict) -> dict:
         code = 0
         try:
             os.close(read_fd)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
             try:
                 result = _run(_op(str(request["op"])), request)
             except KeyboardInterrupt:
@@ -223,12 +225,12 @@ def _forked(request: dict) -> dict:
 
 def _stop_child(pid: int) -> None:
     try:
-        os.kill(pid, signal.SIGINT)
+        os.kill(pid, _signal.SIGINT)
         for _ in range(100):
             if os.waitpid(pid, os.WNOHANG)[0]:
                 return
             time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, _signal.SIGKILL)
         os.waitpid(pid, 0)
     except (ProcessLookupError, ChildProcessError):
         pass

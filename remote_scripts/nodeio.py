@@ -512,8 +512,9 @@ def remove_stale_bytecode(path: str) -> list[str]:
 # parse_requirement/version_matches live in protocol.py: the client validates playbooks with the same code.
 
 
-def _normalize(name: str) -> str:
-    # PEP 503's re.sub(r"[-_.]+", "_", name).lower() without a regex: it runs for every dist-info on sys.path
+def normalize_dist_name(name: str) -> str:
+    """A distribution's name as wheel and dist-info file names write it: re.sub(r"[-_.]+", "_", name).lower()
+    (PEP 503's normalization with "_"), without a regex: it runs for every dist-info on sys.path."""
     name = name.lower().replace("-", "_").replace(".", "_")
     while "__" in name:
         name = name.replace("__", "_")
@@ -533,10 +534,10 @@ def installed_version(dist: str) -> str | None:
             for name in names:
                 if name.endswith(".dist-info") and "-" in name:
                     project, _, version = name[: -len(".dist-info")].partition("-")
-                    _DISTS.setdefault(_normalize(project), version)
+                    _DISTS.setdefault(normalize_dist_name(project), version)
                 elif name.endswith(".egg-info"):
-                    _DISTS.setdefault(_normalize(name.split("-")[0].split(".egg")[0]), None)
-    want = _normalize(dist)
+                    _DISTS.setdefault(normalize_dist_name(name.split("-")[0].split(".egg")[0]), None)
+    want = normalize_dist_name(dist)
     if want not in _DISTS or not want:
         return None
     if _DISTS[want] is None:  # an egg-info first (editable installs, rare): let the library read it

@@ -41,7 +41,7 @@ NOOP_WORDS = frozenset({ALREADY_APPLIED, ALREADY_ORIGINAL})
 # ---------------------------------------------------------------- requirements ("vllm==0.16.*")
 # Parsed with string methods, not `re`: the agent parses them at every patch and verify, and importing `re`
 # (with the enum, functools and collections it pulls in) was ~7 ms of each agent start (issue 16).
-# The grammar is exactly that of the regular expressions they replace (tests/test_protocol_units.py checks
+# The grammar is exactly that of the regular expressions they replace (tests/test_agent_lean_units.py checks
 # both on the same inputs): \s is str.isspace(), \d is str.isdecimal(), `.` is anything but a newline.
 #   requirement: \s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*)
 #   clause:      \s*(~=|==|!=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.*+!-]*)\s*

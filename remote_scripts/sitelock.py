@@ -41,7 +41,7 @@ def site_root_of(path: str) -> str:
 
 def _decode(raw: bytes) -> dict:
     try:
-        value, _ = wirejson.raw_decode(raw.decode("utf-8"))
+        value, _ = wirejson.raw_decode(raw.decode("utf-8").lstrip())
     except (UnicodeDecodeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -6,8 +6,9 @@ Most grep checks look for code text with some whitespace around it: `^\\s*enable
 `kv_cache_specs\\s*=`, `self\\.executor\\.sample_tokens\\(`. Those are matched here, exactly as `re.search`
 would: text (a character that is not special to `re`, or a backslash and a character that is neither an ASCII
 letter nor a digit), `\\s*` and `\\s+` (whitespace as `re` means it: str.isspace), and a leading `^`. Any other
-pattern is compiled by `re`, so every pattern means what it means to `re` (tests/test_textpattern_units.py
-checks both on the same inputs).
+pattern is compiled by `re`, so every pattern means what it means to `re` (tests/test_agent_lean_units.py
+checks both on the same inputs). Callers use only the truth of `.search(line)`: a TextPattern answers a bool,
+not a Match.
 
 Why greedy whitespace needs no backtracking here: a run of whitespace is only accepted where the text after it
 starts with a character that is not whitespace (or it ends the pattern), so the run must be taken whole.
@@ -100,8 +101,9 @@ def text_pattern(pattern: str) -> TextPattern | None:
     return TextPattern(pattern, anchored, parts)
 
 
-def compile_pattern(pattern: str):  # noqa: ANN201 - a TextPattern or an re.Pattern: both .search(line)
-    """What a grep check searches each line with: string methods where the pattern allows, else `re`."""
+def compile_pattern(pattern: str):  # noqa: ANN201 - a TextPattern or an re.Pattern
+    """What a grep check searches each line with: string methods where the pattern allows, else `re`. Only the
+    truth of `.search(line)` is the same for both (a bool, or a Match / None)."""
     found = text_pattern(pattern)
     if found is not None:
         return found

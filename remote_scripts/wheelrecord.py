@@ -3,10 +3,10 @@ wheel's own bytes, independently of anything in fleetops' state dir. Stdlib only
 
 from __future__ import annotations
 
-import binascii
+import binascii  # not base64: it imports re, ~7 ms of every agent start
 import os
 
-from .nodeio import _normalize  # PEP 503's name normalization (base64 and re cost ~7 ms per agent start)
+from .nodeio import normalize_dist_name
 
 _URLSAFE = str.maketrans("-_", "+/")  # RECORD's digests are urlsafe base64 without padding
 
@@ -19,12 +19,12 @@ def record_sha256(site_root: str, path: str) -> tuple[str | None, str | None]:
     rel = os.path.relpath(path, site_root)
     if rel.startswith(".."):
         return None, None
-    top = _normalize(rel.split(os.sep, 1)[0].removesuffix(".py"))
+    top = normalize_dist_name(rel.split(os.sep, 1)[0].removesuffix(".py"))
     try:
         infos = sorted(n for n in os.listdir(site_root) if n.endswith(".dist-info"))
     except OSError:
         return None, None
-    infos.sort(key=lambda n: _normalize(n.split("-", 1)[0]) != top)
+    infos.sort(key=lambda n: normalize_dist_name(n.split("-", 1)[0]) != top)
     want = rel.replace(os.sep, "/") + ","
     for info in infos:
         record = os.path.join(site_root, info, "RECORD")

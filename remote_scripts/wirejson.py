@@ -4,11 +4,14 @@
 start on the lab's node, most of what a steady-state `patch --check` costs beyond starting Python (issue 16).
 The work itself is done by the C accelerator `_json` that `json` uses too (its scanner and one-shot encoder),
 so the text is the same as `json.dumps`/`json.loads` give; this module only skips the pure-Python wrappers
-that drag `re` in. Where `_json` is missing (another Python implementation) or its calling convention differs,
-every function falls back to `json` itself. Stdlib only, like everything the node runs.
+that drag `re` in. Where `_json` is missing (a build without it) or its calling convention differs, every
+function falls back to `json` itself. Bytes are read as UTF-8 only (json.loads would also take UTF-16/32 and a
+BOM): everything the agent reads was written as UTF-8 by fleetops. Stdlib only, like everything the node runs.
 """
 
 from __future__ import annotations
+
+import sys
 
 try:
     from _json import encode_basestring_ascii as _c_escape
@@ -30,7 +33,6 @@ class _Context:
     parse_float = float
     parse_int = int
     parse_constant = staticmethod(_CONSTANTS.__getitem__)
-    memo: dict = {}
 
 
 _scan = None  # the C scanner, made on first use
@@ -47,8 +49,8 @@ def _scanner():  # noqa: ANN202 - _json's scanner object
 
 
 def raw_decode(text: str, idx: int = 0) -> tuple[object, int]:
-    """The JSON value that starts at `idx` (after whitespace) and the index where it ends, as
-    json.JSONDecoder().raw_decode does (ValueError, a json.JSONDecodeError, when there is none)."""
+    """The JSON value that starts at `idx`, after any JSON whitespace (json's raw_decode skips none), and the
+    index where it ends; ValueError (a json.JSONDecodeError, as json raises it) when there is none."""
     while idx < len(text) and text[idx] in _WHITESPACE:
         idx += 1
     scan = _scanner()
@@ -58,12 +60,16 @@ def raw_decode(text: str, idx: int = 0) -> tuple[object, int]:
         return json.JSONDecoder().raw_decode(text, idx)
     try:
         return scan(text, idx)
-    except (StopIteration, ValueError, SystemError):
-        # Not JSON. _json builds its error from json.decoder's JSONDecodeError, which it takes from sys.modules
-        # without importing it (a SystemError where json is not loaded): json itself says what is wrong, where.
-        import json
+    except SystemError:
+        # _json builds its error from json.decoder's JSONDecodeError, which Python 3.11 and earlier take from
+        # sys.modules without importing it: a SystemError where json is not loaded. Any other is not ours.
+        if "json.decoder" in sys.modules:
+            raise
+    except (StopIteration, ValueError):
+        pass
+    import json  # not JSON: json itself says what is wrong, and where
 
-        return json.JSONDecoder().raw_decode(text, idx)
+    return json.JSONDecoder().raw_decode(text, idx)
 
 
 def loads(data: str | bytes | bytearray) -> object:
@@ -83,12 +89,12 @@ def dumps(obj: object, *, default=None,  # noqa: ANN001 - json.dumps' default=
           sort_keys: bool = False, indent: int | None = None) -> str:
     """json.dumps(obj, default=..., sort_keys=..., indent=...) with its other arguments at their defaults."""
     encode = _encoder(default, sort_keys)
-    if encode is None:  # pragma: no cover - no usable _json
+    if encode is None or (indent is not None and default is not None):  # the latter: no caller; json's way
         import json
 
         return json.dumps(obj, default=default, sort_keys=sort_keys, indent=indent)
     if indent is not None:  # state files an operator may read: laid out like json.dumps(indent=...)
-        return _indented(obj, 0, " " * indent, encode, sort_keys)
+        return _indented(obj, 0, " " * indent, encode, sort_keys, set())
     return _c_escape(obj) if isinstance(obj, str) else "".join(encode(obj, 0))
 
 
@@ -101,23 +107,30 @@ def _encoder(default, sort_keys: bool):  # noqa: ANN001, ANN202 - json.dumps' de
         return None
 
 
-def _indented(obj: object, level: int, step: str, encode, sort_keys: bool) -> str:  # noqa: ANN001
-    if isinstance(obj, dict) and obj and all(isinstance(k, str) for k in obj):
-        inner = step * (level + 1)
-        items = sorted(obj.items()) if sort_keys else obj.items()
-        body = ",\n".join(f"{inner}{_c_escape(k)}: {_indented(v, level + 1, step, encode, sort_keys)}"
-                           for k, v in items)
-        return "{\n" + body + "\n" + step * level + "}"
-    if isinstance(obj, (list, tuple)) and obj:
-        inner = step * (level + 1)
-        body = ",\n".join(inner + _indented(v, level + 1, step, encode, sort_keys) for v in obj)
-        return "[\n" + body + "\n" + step * level + "]"
-    if isinstance(obj, dict) and obj:  # keys json turns into strings (numbers, true, null): its own encoder
+def _indented(obj: object, level: int, step: str, encode, sort_keys: bool, open_: set) -> str:  # noqa: ANN001
+    # json's indented layout for dicts with string keys and lists; each scalar (and {} / []) by the C encoder.
+    # (The C encoder cannot indent: before 3.14 it ignores `indent`.)
+    if not isinstance(obj, (dict, list, tuple)) or not obj:
+        return _c_escape(obj) if isinstance(obj, str) else "".join(encode(obj, 0))
+    if isinstance(obj, dict) and not all(isinstance(k, str) for k in obj):  # keys json turns into strings
         import json
 
         return json.dumps(obj, sort_keys=sort_keys, indent=len(step)).replace("\n", "\n" + step * level)
-    return _c_escape(obj) if isinstance(obj, str) else "".join(encode(obj, 0))
+    if id(obj) in open_:
+        raise ValueError("Circular reference detected")
+    open_.add(id(obj))
+    inner = step * (level + 1)
+    if isinstance(obj, dict):
+        items = sorted(obj.items()) if sort_keys else obj.items()
+        body = ",\n".join(f"{inner}{_c_escape(k)}: {_indented(v, level + 1, step, encode, sort_keys, open_)}"
+                           for k, v in items)
+        opening, closing = "{", "}"
+    else:
+        body = ",\n".join(inner + _indented(v, level + 1, step, encode, sort_keys, open_) for v in obj)
+        opening, closing = "[", "]"
+    open_.discard(id(obj))
+    return f"{opening}\n{body}\n{step * level}{closing}"
 
 
 def _no_default(obj: object) -> object:
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+    raise TypeError(f"Object of type {obj.__class__.__name__} is not JSON serializable")

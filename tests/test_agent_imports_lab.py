@@ -52,6 +52,7 @@ def test_a_steady_state_patch_and_verify_imports_nothing_heavy(lab):
     before = subprocess.run([str(node.python), "-X", "importtime", "-c", "pass"], capture_output=True, text=True,
                             env=ENV, check=True)
     at_start = _imported(before.stderr)  # the interpreter's own start (site, .pth files): not the agent's
+    assert HEAVY & at_start == set(), sorted(HEAVY & at_start)  # else the check below would exempt them
 
     (applied,), _ = _agent(node.python, node.state_dir, steady[:1])
     assert {i["status"] for i in applied["items"]} == {"applied"}, applied

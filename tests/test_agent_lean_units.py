@@ -58,6 +58,17 @@ def test_wirejson_default_and_its_errors_are_jsons():
     # keys that json turns into strings, indented
     assert wirejson.dumps({"o": {1: {"a": 1}, None: 2}}, indent=1) == json.dumps({"o": {1: {"a": 1}, None: 2}},
                                                                                 indent=1)
+    # indented: default= (and what it returns) as json treats them, and loops refused the same way
+    nested = {"a": [Odd(), {"b": Odd()}]}
+    assert wirejson.dumps(nested, default=lambda o: {"x": [1]}, indent=1) == \
+        json.dumps(nested, default=lambda o: {"x": [1]}, indent=1)
+    assert wirejson.dumps({1: Odd()}, default=str, indent=1) == json.dumps({1: Odd()}, default=str, indent=1)
+    for value in ({"a": loop}, [loop], loop):
+        with pytest.raises(ValueError, match="Circular reference detected"):
+            wirejson.dumps(value, indent=1)
+    shared = [1]
+    assert wirejson.dumps({"a": shared, "b": [shared]}, indent=1) == json.dumps({"a": shared, "b": [shared]},
+                                                                               indent=1)  # shared is no loop
 
 
 @pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
@@ -75,6 +86,21 @@ def test_wirejson_refuses_what_json_refuses_with_a_value_error(bad):
     with pytest.raises(ValueError) as theirs:
         json.loads(bad)
     assert type(mine.value) is type(theirs.value)
+
+
+def test_the_agents_replacements_import_neither_json_nor_re():
+    code = ("import sys\n"
+            "from remote_scripts import protocol, textpattern, wirejson\n"
+            "wirejson.loads(wirejson.dumps({'a': [1, 2.5, None, 'x']}, default=str))\n"
+            "wirejson.dumps({'a': {'b': [1]}}, indent=1, sort_keys=True)\n"
+            "assert textpattern.compile_pattern(r'^\\s*block_size=self\\.x,').search('  block_size=self.x,')\n"
+            "protocol.version_matches('0.16.0', protocol.parse_requirement('vllm==0.16.*')[1])\n"
+            "print(sorted({'json', 're', 'enum', 'functools', 'typing'} & set(sys.modules)))\n")
+    # -S: this checkout's own modules (from cwd), without the dev venv's site start-up (its editable-install
+    # finder imports pathlib, and so re)
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stdout
 
 
 def test_wirejson_refuses_bad_json_where_json_was_never_imported():
@@ -126,7 +152,7 @@ def test_the_shipped_greps_find_the_same_lines_as_re_in_the_real_file(base_pytho
 
 @pytest.mark.parametrize("pattern", [
     r"a.b", r"\d+", r"(x)", r"a|b", r"x*", r"[ab]", r"\s", r"\s{2}", r"\s*?x", r"\s+x", r"x$", r"\bx",
-    r"(?i)x", r"x\s* y", r"\1", "", "^", r"\s*", r"a{2}", r"\w",
+    r"(?i)x", r"x\s* y", r"\1", "", "^", r"\s*", r"a{2}", r"\w", r"\s*+x", r"\s++x", r"x\s*\ y", r"\t", "x\\",
 ])
 def test_anything_else_of_re_is_left_to_re(pattern):
     assert text_pattern(pattern) is None
@@ -141,8 +167,10 @@ def test_textpattern_matches_exactly_what_re_search_matches():
     # random patterns of the kinds textpattern takes, on lines of the characters that matter (Unicode
     # whitespace included: re's \s is str.isspace); every pattern textpattern takes must agree with re
     rnd = random.Random(16)
-    atoms = ["a", "b", " ", r"\s*", r"\s+", r"\.", r"\(", "=", ",", "\u00a0", "^", r"\_", r"\ ", "\t", r"\é", "é"]
-    chars = ["a", "b", " ", ".", "(", "=", ",", "\u00a0", "\t", "\u2003", "\x1c", "_", "é", "\x85"]
+    atoms = ["a", "b", " ", r"\s*", r"\s+", r"\.", r"\(", "=", ",", "\u00a0", "^", r"\_", r"\ ", "\t", r"\é", "é",
+             "\n", "\x0b"]
+    chars = ["a", "b", " ", ".", "(", "=", ",", "\u00a0", "\t", "\u2003", "\x1c", "_", "é", "\x85", "\n", "\r",
+             "\x0b", "\x0c"]
     taken = compared = 0
     for _ in range(6000):
         pattern = "".join(rnd.choice(atoms) for _ in range(rnd.randint(1, 6)))
@@ -223,6 +251,10 @@ def test_upload_temp_names_and_cache_names_are_judged_as_the_regular_expressions
     for name in names:
         assert nodeio.is_upload_tmp(name) is bool(upload.match(name)), name
         assert checks._fit_for_a_file_name(name) is bool(module.fullmatch(name)), name
+    # The one intended difference: the regex's `$` also matched before a final newline. No upload names a
+    # file so, and the string test leaves a file of that name alone.
+    odd = "fleetops-agent-0a1b.pyz.0123abcd.tmp\n"
+    assert upload.match(odd) and not nodeio.is_upload_tmp(odd)
 
 
 def test_a_record_digest_decodes_as_base64_did(tmp_path):

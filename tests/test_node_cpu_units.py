@@ -123,7 +123,7 @@ def test_installed_version_scans_once_per_request_and_first_on_sys_path_wins(tmp
 
 @pytest.mark.parametrize("name", ["Foo_Bar", "foo..bar", "a-_.-b", "x__y", "A.B-C_d", "-lead", "trail.", "zz"])
 def test_normalize_is_pep_503(name):
-    assert nodeio._normalize(name) == re.sub(r"[-_.]+", "_", name).lower()
+    assert nodeio.normalize_dist_name(name) == re.sub(r"[-_.]+", "_", name).lower()
 
 
 def test_the_bootstrap_hashes_without_loading_openssl():
