@@ -22,7 +22,7 @@ from .nodeio import (
     trusted_stat,
     write_json_atomic,
 )
-from .protocol import CHECK_KINDS
+from .protocol import ASCII_ALNUM, CHECK_KINDS
 from .textpattern import compile_pattern
 
 # What each kind of check can and cannot tell you; shown next to every result so nobody mistakes an
@@ -132,8 +132,8 @@ def _tokenized_lines(source: str) -> tuple[tuple[str, ...], str]:
 # again. It lives in the state dir, checked like everything fleetops keeps there (ours alone, no symlinks).
 CODE_CACHE = "cache"
 _STATE_DIR = {"path": ""}  # the state dir of the verify in progress ("" when the request names none)
-_NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
-_NAME_CHARS = _NAME_START | frozenset("0123456789.")
+_NAME_START = (ASCII_ALNUM - frozenset("0123456789")) | frozenset("_")
+_NAME_CHARS = ASCII_ALNUM | frozenset("_.")
 
 
 def _fit_for_a_file_name(module: str) -> bool:

@@ -46,9 +46,10 @@ NOOP_WORDS = frozenset({ALREADY_APPLIED, ALREADY_ORIGINAL})
 #   requirement: \s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*)
 #   clause:      \s*(~=|==|!=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.*+!-]*)\s*
 #   release:     (\d+(?:\.\d+)*) at the start of the version, before any "+local" part
-_ALNUM = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
-_NAME_CHARS = _ALNUM | frozenset("._-")
-_VERSION_CHARS = _ALNUM | frozenset(".*+!-")
+# ASCII letters and digits (the `string` module imports re, so its constants cannot be used on the node)
+ASCII_ALNUM = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_NAME_CHARS = ASCII_ALNUM | frozenset("._-")
+_VERSION_CHARS = ASCII_ALNUM | frozenset(".*+!-")
 _VERSION_OPS = ("~=", "==", "!=", "<=", ">=", "<", ">")  # two-character ones first: "<=" is not "<" then "="
 
 
@@ -80,7 +81,7 @@ def parse_requirement(text: str) -> tuple[str, list[tuple[str, str]]]:
     start = _after_space(text, 0)
     end = _after(text, start, _NAME_CHARS)
     rest_at = _after_space(text, end)
-    if end == start or text[start] not in _ALNUM or "\n" in text[rest_at:]:
+    if end == start or text[start] not in ASCII_ALNUM or "\n" in text[rest_at:]:
         raise ValueError(f"not a requirement: {text!r}")
     name, rest = text[start:end], text[rest_at:].strip()
     clauses = []

@@ -16,8 +16,9 @@ starts with a character that is not whitespace (or it ends the pattern), so the 
 
 from __future__ import annotations
 
+from .protocol import ASCII_ALNUM
+
 _SPECIAL = frozenset(".^$*+?{}[]\\|()")
-_ASCII_ALNUM = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
 class TextPattern:
@@ -80,7 +81,7 @@ def text_pattern(pattern: str) -> TextPattern | None:
             i += 3
         elif c == "\\":
             escaped = pattern[i + 1:i + 2]
-            if not escaped or escaped in _ASCII_ALNUM:  # \d, \w, \1, \A ...: re's own
+            if not escaped or escaped in ASCII_ALNUM:  # \d, \w, \1, \A ...: re's own
                 return None
             text.append(escaped)
             i += 2

@@ -48,11 +48,16 @@ def _scanner():  # noqa: ANN202 - _json's scanner object
     return _scan
 
 
+def _past_whitespace(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _WHITESPACE:
+        i += 1
+    return i
+
+
 def raw_decode(text: str, idx: int = 0) -> tuple[object, int]:
     """The JSON value that starts at `idx`, after any JSON whitespace (json's raw_decode skips none), and the
     index where it ends; ValueError (a json.JSONDecodeError, as json raises it) when there is none."""
-    while idx < len(text) and text[idx] in _WHITESPACE:
-        idx += 1
+    idx = _past_whitespace(text, idx)
     scan = _scanner()
     if scan is None:  # pragma: no cover
         import json
@@ -76,8 +81,7 @@ def loads(data: str | bytes | bytearray) -> object:
     """json.loads for one document: ValueError (a json.JSONDecodeError) for anything else."""
     text = data.decode("utf-8", "surrogatepass") if isinstance(data, (bytes, bytearray)) else data
     value, end = raw_decode(text)
-    while end < len(text) and text[end] in _WHITESPACE:
-        end += 1
+    end = _past_whitespace(text, end)
     if end != len(text):
         import json
 
@@ -95,6 +99,10 @@ def dumps(obj: object, *, default=None,  # noqa: ANN001 - json.dumps' default=
         return json.dumps(obj, default=default, sort_keys=sort_keys, indent=indent)
     if indent is not None:  # state files an operator may read: laid out like json.dumps(indent=...)
         return _indented(obj, 0, " " * indent, encode, sort_keys, set())
+    return _flat(obj, encode)
+
+
+def _flat(obj: object, encode) -> str:  # noqa: ANN001 - _json's encoder
     return _c_escape(obj) if isinstance(obj, str) else "".join(encode(obj, 0))
 
 
@@ -111,7 +119,7 @@ def _indented(obj: object, level: int, step: str, encode, sort_keys: bool, open_
     # json's indented layout for dicts with string keys and lists; each scalar (and {} / []) by the C encoder.
     # (The C encoder cannot indent: before 3.14 it ignores `indent`.)
     if not isinstance(obj, (dict, list, tuple)) or not obj:
-        return _c_escape(obj) if isinstance(obj, str) else "".join(encode(obj, 0))
+        return _flat(obj, encode)
     if isinstance(obj, dict) and not all(isinstance(k, str) for k in obj):  # keys json turns into strings
         import json
 
