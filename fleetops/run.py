@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from . import startup
 from .plans.hostrange import expand as expand_range
 from .plans.hostrange import fold as fold_names
 from .plans.hostrange import is_range, natural_key, split_words
@@ -75,6 +76,7 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
     command that re-runs only the failed hosts, also written to .fleetops/last-failed (`-H @failed`)."""
     state = run.state
     reporter = state.reporter
+    startup.release()  # planned: the program's start-up is over (startup.py)
     if view:
         env = os.environ.get("FLEETOPS_FOLD", "").strip().lower()
         if fold is None and env in ("0", "1", "no", "yes", "off", "on", "false", "true"):

@@ -50,9 +50,9 @@ def fleet(project: Path, *args: str, env: dict | None = None) -> subprocess.Comp
 
 
 def installed_fab(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The `fab` script that installing fleetops puts on PATH (fleetops.cli:fab_main, not Fabric's own)."""
+    """The `fab` script that installing fleetops puts on PATH (fleetops.entry:fab_main, not Fabric's own)."""
     script = Path(sys.executable).parent / "fab"
-    assert "fleetops.cli" in script.read_text(), f"{script} is Fabric's fab, not fleetops': run scripts/setup"
+    assert "fleetops.entry" in script.read_text(), f"{script} is Fabric's fab, not fleetops': run scripts/setup"
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
     return subprocess.run([str(script), *args], cwd=project, capture_output=True, text=True, env=full_env,
                           timeout=600)

@@ -1,5 +1,5 @@
-"""The `fab` script that installing fleetops puts on PATH (fleetops/cli.py:fab_main), where no node is needed:
-outside a project it refuses before any connection or name lookup, and in a project whose fabfile has no
+"""The `fab` script that installing fleetops puts on PATH (fleetops/entry.py:fab_main, then cli.py), where no
+node is needed: outside a project it refuses before any connection or name lookup, and in a project whose fabfile has no
 fleetops tasks it is Fabric's own `fab` (same tasks, same Connection)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ FAB = Path(sys.executable).parent / "fab"
 
 
 def run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    assert "fleetops.cli" in FAB.read_text(), f"{FAB} is Fabric's fab, not fleetops': run scripts/setup"
+    assert "fleetops.entry" in FAB.read_text(), f"{FAB} is Fabric's fab, not fleetops': run scripts/setup"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([str(FAB), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
 

@@ -20,6 +20,7 @@ import fabric
 from invoke import Call
 from invoke.exceptions import Exit
 
+from .. import startup
 from ..results import EXIT_USAGE
 from .decorators import RUN_OPTIONS, fleet_task_name, run_options_of
 
@@ -31,6 +32,7 @@ class FleetExecutor(fabric.Executor):
     def execute(self, *tasks):  # type: ignore[override]
         if not _is_fleetops_collection(self.collection):
             # fleetops installs this executor's program as `fab`: another project's fabfile keeps Fabric's ways.
+            startup.release()  # its tasks may run for hours: collect as Python normally does
             return super().execute(*tasks)
         calls = [c if isinstance(c, Call) else Call(task=c) for c in self.normalize(tasks)]
         host_str = self.core[0].args.hosts.value if self.core else None
@@ -42,6 +44,7 @@ class FleetExecutor(fabric.Executor):
         host_calls = [c for c in calls if fleet_task_name(c)]
         for call in calls:
             if call not in host_calls:
+                startup.release()  # a local task (lab.up, history, ...) is not start-up
                 self._run_local(call)
         # Run options given to any task of the command apply to the whole run (plain `fab` has no other place).
         run_opts: dict[str, Any] = {}
