@@ -146,15 +146,15 @@ class Reporter:
         parts = [f"[{styles.get(state, '')}]{counts[state]} {state}[/]" if styles.get(state) else
                  f"{counts[state]} {state}" for state in order if counts.get(state)]
         Text = rich().Text
-        lines = [Text.from_markup(f"[bold]fleet:[/] {len(rows)} hosts  " + "  ".join(parts) + since)]
+        lines = [Text.from_markup(f"[bold]fleet:[/] {len(rows)} hosts  " + "  ".join(parts) + since, emoji=False)]
         running = sorted(((now - row["task_since"], host, row["task"]) for host, row in rows
                           if row["state"] == "running" and row.get("task_since")), reverse=True)[:SLOWEST]
         if running:
             lines.append(Text.from_markup("[dim]slowest:[/] " + ", ".join(
-                f"{escape(host)} {escape(task)} {age:.1f}s" for age, host, task in running)))
+                f"{escape(host)} {escape(task)} {age:.1f}s" for age, host, task in running), emoji=False))
         bad = [host for host, row in rows if row["state"] in ("failed", "unreachable")]
         if bad:
-            lines.append(Text.from_markup(f"[bold red]failed so far:[/] {escape(fold_names(bad))}"))
+            lines.append(Text.from_markup(f"[bold red]failed so far:[/] {escape(fold_names(bad))}", emoji=False))
         return rich().Group(*lines)
 
     def task_started(self, host: str, task: str) -> None:
@@ -173,7 +173,7 @@ class Reporter:
 
     def error(self, message: str) -> None:
         # One line whatever the terminal's width: operators grep for it and paste it into tickets.
-        rich().Console(file=RedactingStream(sys.stderr), highlight=False, soft_wrap=True).print(
+        rich().Console(file=RedactingStream(sys.stderr), highlight=False, soft_wrap=True, emoji=False).print(
             f"[bold red]error:[/] {escape(message)}")
 
     def note(self, message: str) -> None:
@@ -330,7 +330,8 @@ def _group_title(g: Group) -> str | None:
 
 
 def _stdout_console() -> Console:
-    return rich().Console(file=RedactingStream(sys.stdout), highlight=False, soft_wrap=True)
+    # emoji=False: rich would turn a node's `:warning:` into an emoji (escape() covers markup, not emoji codes)
+    return rich().Console(file=RedactingStream(sys.stdout), highlight=False, soft_wrap=True, emoji=False)
 
 
 def render_table(spec: dict) -> Table:

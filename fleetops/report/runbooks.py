@@ -36,5 +36,5 @@ def show_runbooks(root: str | Path | None, as_json: bool = False) -> int:
         table.add_column(col, overflow="fold")
     for b in books:
         table.add_row(b.title, b.symptom, f"docs/runbooks/{b.path.name}")
-    Console().print(table)
+    Console(emoji=False).print(table)
     return 0
