@@ -39,6 +39,9 @@ def _src() -> Path:
 
 # ------------------------------------------------------------------ wrapper modes (run inside the fab process)
 def _wrap_timeline(out: str, argv: list[str]) -> int:
+    from fleetops import startup
+
+    startup.hold()  # as the installed fab does (fleetops/entry.py), before Fabric is imported
     events: list[dict] = []
     counters = {"bundle_builds": 0, "bundle_cpu": 0.0, "hostkeys_loads": 0, "hostkeys_cpu": 0.0}
     import functools

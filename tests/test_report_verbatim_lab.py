@@ -50,3 +50,16 @@ def test_results_errors_and_the_live_counts_print_emoji_codes_as_text(monkeypatc
     assert "gpu:smile:01" in live.file.getvalue(), live.file.getvalue()
     for drawn in (printed, err, live.file.getvalue()):
         assert not {"👍", "⚠", "😄", "🔥"} & set(drawn), drawn
+
+
+def test_a_fetch_progress_bar_names_the_file_as_it_is_named():
+    """`fetch`'s bar on a terminal: its label (host and remote path) went through rich's markup and emoji pass."""
+    from fleetops.report.oncall import TransferBoard
+
+    out = io.StringIO()
+    board = TransferBoard(Console(file=out, force_terminal=True, width=200), quiet=False)
+    transfer = board.start("lab01 runs/:smile:/[big].bin", 100 << 20, 0)
+    transfer(50 << 20)
+    board.progress.refresh()
+    transfer.finish()
+    assert "runs/:smile:/[big].bin" in out.getvalue() and "😄" not in out.getvalue(), out.getvalue()

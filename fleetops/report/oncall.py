@@ -51,12 +51,13 @@ class TransferBoard:
                         TransferSpeedColumn,
                     )
 
-                    self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                             TransferSpeedColumn(), TimeRemainingColumn(), console=self.console,
-                                             transient=True)
+                    # markup=False: the label is a host and a remote path, shown as it is (no markup, no emoji)
+                    self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                                             DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                                             console=self.console, transient=True)
                     self.progress.start()
                 self.active += 1
-                task = self.progress.add_task(escape(label), total=total, completed=already)
+                task = self.progress.add_task(label, total=total, completed=already)
         return Transfer(self, label, total, already, task)
 
     def _done(self, transfer: Transfer) -> None:
