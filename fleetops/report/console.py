@@ -96,6 +96,7 @@ class Reporter:
         main thread calls this while the first connections are in their handshakes (rollout.py)."""
         if not self.json_mode:
             with self.lock:
+                self.console  # noqa: B018 - loads rich now, live view or not (a piped run prints results too)
                 self._start_live()
 
     # -- the live view: one row per host (current task, state, elapsed), only on a terminal
