@@ -20,6 +20,7 @@ from .tailview import TailView
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.table import Table
+    from rich.text import Text
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
@@ -88,7 +89,7 @@ class Reporter:
         if self._console is None:
             with _RICH_LOCK:
                 if self._console is None:
-                    self._console = _stdout_console()
+                    self._console = _console(sys.stdout)
         return self._console
 
     def prepare(self) -> None:
@@ -146,16 +147,15 @@ class Reporter:
         since = f"  [dim]{now - self.started:.1f} s[/]" if self.started is not None else ""
         parts = [f"[{styles.get(state, '')}]{counts[state]} {state}[/]" if styles.get(state) else
                  f"{counts[state]} {state}" for state in order if counts.get(state)]
-        Text = rich().Text
-        lines = [Text.from_markup(f"[bold]fleet:[/] {len(rows)} hosts  " + "  ".join(parts) + since, emoji=False)]
+        lines = [_text(f"[bold]fleet:[/] {len(rows)} hosts  " + "  ".join(parts) + since)]
         running = sorted(((now - row["task_since"], host, row["task"]) for host, row in rows
                           if row["state"] == "running" and row.get("task_since")), reverse=True)[:SLOWEST]
         if running:
-            lines.append(Text.from_markup("[dim]slowest:[/] " + ", ".join(
-                f"{escape(host)} {escape(task)} {age:.1f}s" for age, host, task in running), emoji=False))
+            lines.append(_text("[dim]slowest:[/] " + ", ".join(
+                f"{escape(host)} {escape(task)} {age:.1f}s" for age, host, task in running)))
         bad = [host for host, row in rows if row["state"] in ("failed", "unreachable")]
         if bad:
-            lines.append(Text.from_markup(f"[bold red]failed so far:[/] {escape(fold_names(bad))}", emoji=False))
+            lines.append(_text(f"[bold red]failed so far:[/] {escape(fold_names(bad))}"))
         return rich().Group(*lines)
 
     def task_started(self, host: str, task: str) -> None:
@@ -174,8 +174,7 @@ class Reporter:
 
     def error(self, message: str) -> None:
         # One line whatever the terminal's width: operators grep for it and paste it into tickets.
-        rich().Console(file=RedactingStream(sys.stderr), highlight=False, soft_wrap=True, emoji=False).print(
-            f"[bold red]error:[/] {escape(message)}")
+        _console(sys.stderr).print(f"[bold red]error:[/] {escape(message)}")
 
     def note(self, message: str) -> None:
         if not self.json_mode:
@@ -330,9 +329,14 @@ def _group_title(g: Group) -> str | None:
     return f"{g.header}{title[len(who):]}" if title and title.startswith(who) else title
 
 
-def _stdout_console() -> Console:
-    # emoji=False: rich would turn a node's `:warning:` into an emoji (escape() covers markup, not emoji codes)
-    return rich().Console(file=RedactingStream(sys.stdout), highlight=False, soft_wrap=True, emoji=False)
+# emoji=False, here and in _text: rich would turn a node's `:warning:` into an emoji (escape() covers markup, not
+# emoji codes)
+def _console(stream: Any) -> Console:
+    return rich().Console(file=RedactingStream(stream), highlight=False, soft_wrap=True, emoji=False)
+
+
+def _text(markup_text: str) -> Text:
+    return rich().Text.from_markup(markup_text, emoji=False)
 
 
 def render_table(spec: dict) -> Table:
