@@ -4,18 +4,23 @@ come before cli.py imports Fabric, and importing cli.py (tests, `python -m fleet
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from . import startup
+
+
+def import_program() -> ModuleType:
+    """cli.py, with Fabric imported as the program imports it (startup.unittest_mock_deferred says why)."""
+    with startup.unittest_mock_deferred():
+        from . import cli
+    return cli
 
 
 def fab_main() -> None:
     startup.hold()
-    from .cli import fab_main as run
-
-    run()
+    import_program().fab_main()
 
 
 def main() -> None:
     startup.hold()
-    from .cli import main as run
-
-    run()
+    import_program().main()

@@ -4,7 +4,8 @@ plans just built) and collects as usual from the moment the run is planned (flee
 
 The lab test runs the installed entry point (fleetops.entry:fab_main, what .venv/bin/fab calls) against a real
 lab sshd and watches the collector from inside the process: gc.callbacks count collections, and the audit hook
-marks the run's first socket.connect (the SSH connection to the node)."""
+marks the run's first socket.connect (the SSH connection to the node). The same run imports neither
+unittest.mock (nor the asyncio and ssl it pulls in) nor a task family it does not name (client start-up)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ WATCH = textwrap.dedent("""
         if event == "socket.connect" and seen["connected"] is None:
             seen["connected"] = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
             save()
+    import os
+    exit_now = os._exit
+    def exiting(code):  # how the program ends (cli._run_and_exit): what it had imported by then
+        seen["modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("unittest", "asyncio", "ssl")
+                                 or m.startswith("fleetops.tasks."))
+        save()
+        exit_now(code)
+    os._exit = exiting
     gc.callbacks.append(on_gc)
     sys.addaudithook(on_audit)
     sys.argv[0] = "fab"
@@ -59,6 +68,9 @@ def test_fab_collects_nothing_while_it_starts_and_collects_again_once_planned(la
     # what start-up built is out of every later collection's way (gc.freeze), not just left uncollected
     assert seen["connected"]["frozen"] > 50_000, seen
     assert seen["running"] > 0, "nothing was collected once the run was under way"
+    # nor, start to end, unittest/asyncio/ssl (Invoke's MockContext) or a task family the run does not name
+    assert seen["modules"] == ["fleetops.tasks.checks", "fleetops.tasks.patching", "fleetops.tasks.plan",
+                               "fleetops.tasks.registry"], seen["modules"]
 
 
 def test_a_failing_run_still_turns_the_collector_back_on(lab, tmp_path):
