@@ -52,8 +52,10 @@ def _wrap_timeline(out: str, argv: list[str]) -> int:
             {"t": time.perf_counter() - T0, "kind": kind, "host": host, "thread": threading.current_thread().name, **kw}
         )
 
+    from fleetops import entry
+
+    program = entry.import_program().fab_program  # the installed fab's program, imported as fab imports it
     import paramiko.hostkeys as hostkeys
-    from fabric.main import program
 
     import fleetops.fab.executor as fabexec
     import fleetops.wire.bundle as bundle

@@ -126,6 +126,8 @@ TOOLS = [  # (key, label), in the order they alternate within a repetition
     ("ansible", "Ansible playbook (3 shell tasks)"),
     ("pyinfra", "pyinfra deploy (3 server.shell)"),
     ("fabric", "Fabric ThreadingGroup script (3 group.run)"),
+    # Not a peer: the least any tool that runs the node's Python once per host can cost (bench/floor.py)
+    ("floor", "bare paramiko: 1 connection + 1 exec of `python -c pass` per host (node-CPU floor)"),
 ]
 LABEL = dict(TOOLS)
 
@@ -757,6 +759,9 @@ class Runner:
                 str(work / "fabric_hosts.json"),
                 str(self.env.spec_file),
             ]
+            cwd = work
+        elif tool == "floor":
+            cmd = [sys.executable, str(BENCH / "floor.py"), str(work / "fabric_hosts.json")]
             cwd = work
         else:
             raise ValueError(tool)
@@ -1442,10 +1447,17 @@ def targets(runs: list[Run], cli: dict, medians: dict) -> list[str]:
     row("1 SSH connection per host", bool(conns) and set(conns) == {1} if conns else None,
         f"{per_host([conns])} per host over {len(conns)} host-runs")
     pv = rows_for(runs, "fo_pv", 32, 50.0)
+    floor = rows_for(runs, "floor", 32, 50.0)
     if pv:
         node = med([r.node_cpu for r in pv]) / 32
+        detail = f"{node * 1e3:.1f} ms (median node CPU {med([r.node_cpu for r in pv]):.2f} s / 32)"
+        if floor:
+            least = med([r.node_cpu for r in floor]) / 32
+            detail += (f"; the floor in this run, 1 connection + 1 exec of the node's `python -c pass` and no work: "
+                       f"{least * 1e3:.1f} ms, so fleetops' own work (the agent's checks, imports and both ops) "
+                       f"costs {(node - least) * 1e3:.1f} ms")
         row("node CPU per host for `patch verify --kinds grep,compile` ≤ 45 ms (N = 32, 50 ms)", node <= 0.045,
-            f"{node * 1e3:.1f} ms (median node CPU {med([r.node_cpu for r in pv]):.2f} s / 32)")
+            detail)
     fo = medians.get(("fo_pv", 32, 50.0))
     for tool, factor in (("fabric", 1.5), ("pyinfra", 1.5), ("ansible", 10)):
         other = medians.get((tool, 32, 50.0))
@@ -1455,8 +1467,11 @@ def targets(runs: list[Run], cli: dict, medians: dict) -> list[str]:
         else:
             row(name, other / fo >= factor, f"{other:.3f} s / fleetops {fo:.3f} s = {other / fo:.2f}×")
     one = medians.get(("fo_pv", 1, 50.0))
+    least = medians.get(("floor", 1, 50.0))
     row("N = 1, 50 ms: ≤ 0.70 s", None if one is None else one <= 0.70,
-        "not measured" if one is None else f"{one:.3f} s")
+        "not measured" if one is None else f"{one:.3f} s" + (
+            "" if least is None else f"; the floor script (stock paramiko, one exec of `python -c pass`) took "
+                                     f"{least:.3f} s"))
     big = [r for r in runs if r.kind == "rep" and r.tool == "fo_pv" and r.n >= 128 and r.rtt == 50.0]
     if big:
         n = big[0].n
