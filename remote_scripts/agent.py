@@ -7,8 +7,11 @@ client.
 A request that imports the node's third-party code (verify's import and callsites checks, capture) runs in a
 forked child: the agent itself never holds a module that a later request of the same session may have patched,
 and never grows by vLLM's hundreds of MB. (Starting the agent with -S and adding site-packages only where
-needed was measured and dropped: on the lab's venv `python -S` saves 7 ms of start-up, and re-adding the site
-directories through `site.main()` costs 13 ms, measured for issue 16.)
+needed was measured and dropped, twice, for issue 16. Re-adding the site directories through `site.main()`
+costs more than `site` does at start-up. And a request that needs no site-packages saves nothing: a `ping`
+agent used 22.7 ms of CPU under -S against 22.6 ms without it on the lab's venv, and 29.7 against 26.7 ms on a
+venv with vLLM installed in it. Every request imports nodeio, which imports `site` for module resolution, and
+the venv's .pth files cost little.)
 
 Libraries imported by checks (vLLM logs to stdout) must not corrupt the answers, so the real stdout is set
 aside first and everything else that writes to fd 1 lands in stderr.
