@@ -37,21 +37,32 @@ class Proxy:
         self.rtt = rtt
         self.upstream = (loopback(upstream_host), upstream_port)
         self.connections = 0
+        # Every task of every connection, held until it is done: asyncio keeps only weak references to tasks,
+        # and the stream protocol drops its reference to a connection's task when the client resets it (Python
+        # 3.11), so a task still waiting out its delay was collected ("Task was destroyed but it is pending!",
+        # then "cannot reuse already awaited coroutine"), hundreds of times in an N = 128 run.
+        self.live: set[asyncio.Future] = set()
+
+    def _hold(self, task: asyncio.Future) -> asyncio.Future:
+        self.live.add(task)
+        task.add_done_callback(self.live.discard)
+        return task
 
     async def handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
+        self._hold(asyncio.current_task())  # type: ignore[arg-type]
         self.connections += 1
         established = loop.time() + self.rtt  # when the client's handshake would have completed
         to_server: asyncio.Queue = asyncio.Queue()
         to_client: asyncio.Queue = asyncio.Queue()
         # Read from the client right away (the bytes sit "on the wire"), stamped no earlier than the handshake.
-        read_client = asyncio.ensure_future(self._read(client_r, to_server, established))
+        read_client = self._hold(asyncio.ensure_future(self._read(client_r, to_server, established)))
         server_w = None
         try:
             if self.rtt:
                 await asyncio.sleep(max(0.0, established - loop.time()))
             server_r, server_w = await asyncio.open_connection(*self.upstream)
-            read_server = asyncio.ensure_future(self._read(server_r, to_client, 0.0))
+            read_server = self._hold(asyncio.ensure_future(self._read(server_r, to_client, 0.0)))
             await asyncio.gather(
                 self._write(to_server, server_w), self._write(to_client, client_w), read_client, read_server
             )
