@@ -40,8 +40,8 @@ class TransferBoard:
         if bar:
             with self.lock:
                 if self.progress is None:
-                    # rich.progress (with rich.live and the spinners) only when a bar is drawn: every run imports
-                    # this module through the task registry (client start-up, issue 16)
+                    # rich.progress (with rich.live and the spinners) only when a bar is drawn, not whenever
+                    # `fetch` runs (client start-up, issue 16)
                     from rich.progress import (
                         BarColumn,
                         DownloadColumn,

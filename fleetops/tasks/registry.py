@@ -54,11 +54,10 @@ class _Tasks(Mapping[str, TaskSpec]):
         if spec is None:
             family = FAMILIES[name]  # KeyError for a name that is no task, as a dict says it
             with self._lock:
-                if family == "jobs":
-                    specs = _jobs_specs()
-                else:
-                    specs = importlib.import_module(f"{__package__}.{family}").TASKS
-                self._specs.update({s.name: s for s in specs})
+                if name not in self._specs:  # another host's thread may have loaded it meanwhile
+                    specs = (_jobs_specs() if family == "jobs"
+                             else importlib.import_module(f"{__package__}.{family}").TASKS)
+                    self._specs.update({s.name: s for s in specs})
             spec = self._specs[name]
         return spec
 
