@@ -56,20 +56,21 @@ class Proxy:
         to_server: asyncio.Queue = asyncio.Queue()
         to_client: asyncio.Queue = asyncio.Queue()
         # Read from the client right away (the bytes sit "on the wire"), stamped no earlier than the handshake.
-        read_client = self._hold(asyncio.ensure_future(self._read(client_r, to_server, established)))
+        tasks = [self._hold(asyncio.ensure_future(self._read(client_r, to_server, established)))]
         server_w = None
         try:
             if self.rtt:
                 await asyncio.sleep(max(0.0, established - loop.time()))
             server_r, server_w = await asyncio.open_connection(*self.upstream)
-            read_server = self._hold(asyncio.ensure_future(self._read(server_r, to_client, 0.0)))
-            await asyncio.gather(
-                self._write(to_server, server_w), self._write(to_client, client_w), read_client, read_server
-            )
+            tasks += [self._hold(asyncio.ensure_future(work)) for work in (
+                self._read(server_r, to_client, 0.0), self._write(to_server, server_w),
+                self._write(to_client, client_w))]
+            await asyncio.gather(*tasks)
         except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass  # a reset, or the proxy shutting down
         finally:
-            read_client.cancel()
+            for task in tasks:  # whatever is still running of this connection (a no-op for the finished)
+                task.cancel()
             for w in (client_w, server_w):
                 if w is not None:
                     w.close()

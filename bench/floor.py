@@ -28,10 +28,14 @@ def one(host: dict, failures: list[str]) -> None:
     try:
         client.connect(host["address"], port=host["port"], username=host["user"],
                        key_filename=host["identity_file"], look_for_keys=False, allow_agent=False, timeout=10)
-        _, out, err = client.exec_command(shlex.join([host["python"], "-c", "pass"]))
+        stdin, out, err = client.exec_command(shlex.join([host["python"], "-c", "pass"]))
+        stdin.close()
+        out.read()  # to EOF, as a peer reads its command's output
+        problem = err.read().decode(errors="replace")
         code = out.channel.recv_exit_status()
+        out.channel.close()
         if code != 0:
-            failures.append(f"{host['name']}: exit {code}: {err.read().decode(errors='replace')}")
+            failures.append(f"{host['name']}: exit {code}: {problem}")
     except Exception as exc:  # noqa: BLE001 - reported per host, like the peers do
         failures.append(f"{host['name']}: {type(exc).__name__}: {exc}")
     finally:

@@ -13,7 +13,7 @@ What it does, in order:
   2. calibration of the delay proxy (bench/delay_proxy.py): an echo server behind it, then `ssh true`;
   3. for each RTT, for each N: one warm-up and one probe run per tool (the probe samples the client process
      tree's memory; fleetops' probe runs traced with --json), then --reps repetitions, tools alternating
-     (fleetops patch verify, fleetops patch --check, Ansible, pyinfra, Fabric, then again);
+     (fleetops patch verify, fleetops patch --check, Ansible, pyinfra, Fabric, the floor row, then again);
   4. CLI overhead (`fab -H bench01 ping` and `fab --list` at 0 ms), and a profile of fleetops
      (bench/profile_fleetops.py: start-up imports, per-phase timeline, node-side agent cost);
   5. the table, the targets and the machine, printed and written to --out; everything stopped (try/finally).
@@ -1036,7 +1036,7 @@ def retried(runs: list[Run], tool: str, n: int, rtt: float, rs: list[Run]) -> st
 
 def bytes_cell(r: Run) -> str:
     if any(t < c for t, c in zip(r.transferred, r.conns)):
-        return "- (not logged: ssh -O exit)"
+        return "- (not logged: ssh -O exit)" if r.tool == "ansible" else "- (sshd logged no Transferred: line)"
     return f"{med(r.bytes):.0f}"
 
 
@@ -1178,14 +1178,14 @@ def render(runs: list[Run], calib: list[dict], cli: dict, info: dict, args, prof
         f"measured by {cpu_methods(runs)}; machine busy = the whole machine's busy CPU over the same span "
         "(/proc/stat), a cross-check; others = busy − client − node − proxy (the kernel's loopback networking "
         "outside any process, this bench process, other users: large 'others' means the three columns "
-        f"missed something or the machine was not quiet); CPU floor = (client + node + proxy CPU) / {NCPU} "
+        f"missed something or the machine was not quiet); CPU bound = (client + node + proxy CPU) / {NCPU} "
         "cores: no run can be faster than that here (a lower bound: it counts neither 'others' nor waits)."
     )
     L.append("")
     L.append(
         "| tool / scenario | N | RTT ms | median wall s (min–max) | ratio to fleetops patch verify | conns/host | "
         "execs/host | sftp/host | peak RSS MB | client CPU s | node CPU s | proxy CPU s | machine busy CPU s | "
-        "others CPU s | CPU floor s | runs ok |"
+        "others CPU s | CPU bound s | runs ok |"
     )
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     scen = sorted({(r.rtt, r.n) for r in runs if r.kind == "rep" and r.tool in LABEL})
@@ -1209,13 +1209,13 @@ def render(runs: list[Run], calib: list[dict], cli: dict, info: dict, args, prof
                 med([r.node_cpu for r in rs]),
                 med([r.proxy_cpu for r in rs]),
             )
-            floor = (cpu_c + cpu_n + cpu_p) / NCPU
+            bound = (cpu_c + cpu_n + cpu_p) / NCPU
             L.append(
                 f"| {label} | {n} | {rtt:g} | {m:.3f} ({min(walls):.3f}–{max(walls):.3f}) | {ratio} | "
                 f"{per_host([r.conns for r in rs])} | {per_host([r.execs for r in rs])} | "
                 f"{per_host([r.sftp for r in rs])} | {max(r.maxrss_kb for r in rs) / 1024:.0f} | {cpu_c:.2f} | "
                 f"{cpu_n:.2f} | {cpu_p:.2f} | {med([r.busy_cpu for r in rs]):.2f} | "
-                f"{med([r.others_cpu for r in rs]):.2f} | {floor:.2f} | "
+                f"{med([r.others_cpu for r in rs]):.2f} | {bound:.2f} | "
                 f"{sum(r.ok for r in rs)}/{len(rs)}{retried(runs, tool, n, rtt, rs)} |"
             )
     L.append("")
@@ -1307,8 +1307,8 @@ def analysis(runs: list[Run], medians: dict, args) -> str:
         return ""
     L = [f"## Where the time goes (N = {n}, {rtt:g} ms; generated from this run's numbers)", ""]
     wall = medians[("fo_pv", n, rtt)]
-    floor = (cpu("fo_pv", "client_cpu") + cpu("fo_pv", "node_cpu") + cpu("fo_pv", "proxy_cpu")) / NCPU
-    share = floor / wall if wall else 0.0
+    bound = (cpu("fo_pv", "client_cpu") + cpu("fo_pv", "node_cpu") + cpu("fo_pv", "proxy_cpu")) / NCPU
+    share = bound / wall if wall else 0.0
     verdict = (
         "**The wall time is mostly CPU time**" if share >= 0.8
         else "**The wall time is partly CPU time**" if share >= 0.4
@@ -1321,12 +1321,12 @@ def analysis(runs: list[Run], medians: dict, args) -> str:
     L.append(
         f"1. {verdict} (measured by {cpu_methods(rows('fo_pv'))}). fleetops `patch verify` took {wall:.2f} s; "
         f"that run used {cpu('fo_pv', 'client_cpu'):.2f} s of client CPU, {cpu('fo_pv', 'node_cpu'):.2f} s of "
-        f"node CPU and {cpu('fo_pv', 'proxy_cpu'):.2f} s in the delay proxy: {floor:.2f} s of work for {NCPU} "
+        f"node CPU and {cpu('fo_pv', 'proxy_cpu'):.2f} s in the delay proxy: {bound:.2f} s of work for {NCPU} "
         f"cores ({share:.0%} of the wall time; the machine as a whole was busy "
-        f"{cpu('fo_pv', 'busy_cpu'):.2f} CPU-s). Per tool, wall / floor: "
+        f"{cpu('fo_pv', 'busy_cpu'):.2f} CPU-s). Per tool, wall / CPU bound: "
         + "; ".join(
             f"{LABEL[t].split(' (')[0]} {medians[(t, n, rtt)]:.2f} s wall / "
-            f"{(cpu(t, 'client_cpu') + cpu(t, 'node_cpu') + cpu(t, 'proxy_cpu')) / NCPU:.2f} s floor"
+            f"{(cpu(t, 'client_cpu') + cpu(t, 'node_cpu') + cpu(t, 'proxy_cpu')) / NCPU:.2f} s bound"
             for t, _ in TOOLS
             if (t, n, rtt) in medians
         )

@@ -51,7 +51,9 @@ def unittest_mock_deferred() -> Iterator[None]:
     (measured, issue 16) for a class no run uses. While the program imports Fabric, `unittest.mock` is a
     stand-in: its Mock makes a real Mock (importing the real module then), and any other name loads the real
     module and is taken from it. The stand-in leaves sys.modules when the block ends, so a fabfile or a test
-    importing unittest.mock afterwards gets the real one. Nothing is stood in for when it is already loaded."""
+    importing unittest.mock afterwards gets the real one. Nothing is stood in for when it is already loaded.
+    What Invoke bound meanwhile stays bound: `invoke.context.Mock` is the stand-in's function, which MockContext
+    only calls (no code in Fabric, Invoke or paramiko uses it with isinstance)."""
     if "unittest.mock" in sys.modules:
         yield
         return

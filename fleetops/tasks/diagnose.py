@@ -231,8 +231,8 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
     if not snap.get("ok"):
         out.append(Finding(CRITICAL, "gpu", f"nvidia-smi fails: {snap.get('error')}", _run_cmd(host, "nvidia-smi"), 8))
         return out, index_by_bus
-    from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml  # only diagnose parses these:
-    from ..plans.kernellog import bus_key  # importing them with the task table cost every run ~15 ms
+    from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml  # xml.etree and the Xid table,
+    from ..plans.kernellog import bus_key  # ~15 ms: only when a node's GPUs are there to be checked
 
     gpus = snap.get("gpus", [])
     for g in gpus:

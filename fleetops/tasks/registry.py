@@ -47,7 +47,9 @@ class _Tasks(Mapping[str, TaskSpec]):
 
     def __init__(self) -> None:
         self._specs: dict[str, TaskSpec] = {}
-        self._lock = threading.Lock()  # hosts' threads look tasks up too
+        # Hosts' threads look tasks up too. Re-entrant, so that a family importing the registry and looking a
+        # task up while it loads (families must not) fails with an error instead of hanging.
+        self._lock = threading.RLock()
 
     def __getitem__(self, name: str) -> TaskSpec:
         spec = self._specs.get(name)
