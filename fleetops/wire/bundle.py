@@ -151,8 +151,8 @@ def load(state_dir, pyz, want):
 EXIT_BOOTSTRAP_REFUSED = 3  # EXIT_REFUSED in _LOADER
 BOOTSTRAP = _LOADER + """load(*sys.argv[1:4])
 sys.argv[:] = [sys.argv[2]]
-from remote_scripts.agent import main
-sys.exit(main())
+from remote_scripts.agent import serve_and_exit
+serve_and_exit()
 """
 
 ENTRY = (_LOADER + """pyz = os.path.abspath(sys.argv[0])
