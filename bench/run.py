@@ -1307,16 +1307,16 @@ def analysis(runs: list[Run], medians: dict, args) -> str:
         return ""
     L = [f"## Where the time goes (N = {n}, {rtt:g} ms; generated from this run's numbers)", ""]
     wall = medians[("fo_pv", n, rtt)]
-    bound = (cpu("fo_pv", "client_cpu") + cpu("fo_pv", "node_cpu") + cpu("fo_pv", "proxy_cpu")) / NCPU
+    totals = {  # CPU of the tool's median run: client + nodes + proxy
+        t: cpu(t, "client_cpu") + cpu(t, "node_cpu") + cpu(t, "proxy_cpu") for t, _ in TOOLS if (t, n, rtt) in medians
+    }
+    bound = totals["fo_pv"] / NCPU
     share = bound / wall if wall else 0.0
     verdict = (
         "**The wall time is mostly CPU time**" if share >= 0.8
         else "**The wall time is partly CPU time**" if share >= 0.4
         else "**The wall time is not CPU-bound**"
     )
-    totals = {
-        t: cpu(t, "client_cpu") + cpu(t, "node_cpu") + cpu(t, "proxy_cpu") for t, _ in TOOLS if (t, n, rtt) in medians
-    }
     order = sorted(totals, key=totals.get)
     L.append(
         f"1. {verdict} (measured by {cpu_methods(rows('fo_pv'))}). fleetops `patch verify` took {wall:.2f} s; "
@@ -1325,10 +1325,8 @@ def analysis(runs: list[Run], medians: dict, args) -> str:
         f"cores ({share:.0%} of the wall time; the machine as a whole was busy "
         f"{cpu('fo_pv', 'busy_cpu'):.2f} CPU-s). Per tool, wall / CPU bound: "
         + "; ".join(
-            f"{LABEL[t].split(' (')[0]} {medians[(t, n, rtt)]:.2f} s wall / "
-            f"{(cpu(t, 'client_cpu') + cpu(t, 'node_cpu') + cpu(t, 'proxy_cpu')) / NCPU:.2f} s bound"
-            for t, _ in TOOLS
-            if (t, n, rtt) in medians
+            f"{LABEL[t].split(' (')[0]} {medians[(t, n, rtt)]:.2f} s wall / {totals[t] / NCPU:.2f} s bound"
+            for t in totals
         )
         + ". Total CPU (client + nodes + proxy), least first: "
         + ", ".join(f"{LABEL[t].split(' (')[0]} {totals[t]:.2f} s" for t in order)

@@ -29,7 +29,9 @@ def _imported(stderr: str) -> set[str]:
         {"imported package"}
 
 
-def _agent(python: Path, state: Path, requests: list[dict]) -> tuple[list[dict], set[str]]:
+def _run_agent(python: Path, state: Path, requests: list[dict], flags: tuple[str, ...] = (),
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real bootstrap (the agent zip put in the state dir as the client uploads it) serving `requests`."""
     b = agent_bundle()
     pyz = state / "bin" / b.filename
     (state / "bin").mkdir(mode=0o700, exist_ok=True)
@@ -38,8 +40,12 @@ def _agent(python: Path, state: Path, requests: list[dict]) -> tuple[list[dict],
         pyz.chmod(0o600)
     lines = "".join(json.dumps({"protocol": PROTOCOL, "state_dir": str(state), "operator": "test@lab", **r,
                                 "_id": i}) + "\n" for i, r in enumerate(requests, 1))
-    proc = subprocess.run([str(python), "-X", "importtime", "-c", BOOTSTRAP, str(state), str(pyz), b.sha256],
-                          input=lines, capture_output=True, text=True, timeout=120, env=ENV)
+    return subprocess.run([str(python), *flags, "-c", BOOTSTRAP, str(state), str(pyz), b.sha256],
+                          input=lines, capture_output=True, text=True, timeout=120, env=ENV if env is None else env)
+
+
+def _agent(python: Path, state: Path, requests: list[dict]) -> tuple[list[dict], set[str]]:
+    proc = _run_agent(python, state, requests, ("-X", "importtime"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(x) for x in proc.stdout.splitlines()], _imported(proc.stderr)
 
@@ -81,16 +87,7 @@ def test_the_serving_agent_ends_without_pythons_teardown(lab, tmp_path):
     env = {**ENV, "PYTHONPATH": str(hooks)}
     plain = subprocess.run([str(node.python), "-c", "pass"], capture_output=True, text=True, env=env, timeout=60)
     assert "teardown ran" in plain.stderr  # the hook works: an interpreter that tears down runs it
-    b = agent_bundle()
-    pyz = node.state_dir / "bin" / b.filename
-    (node.state_dir / "bin").mkdir(mode=0o700, exist_ok=True)
-    if not pyz.exists():
-        pyz.write_bytes(b.data)
-        pyz.chmod(0o600)
-    lines = "".join(json.dumps({"protocol": PROTOCOL, "state_dir": str(node.state_dir), "operator": "test@lab",
-                                "op": "ping", "_id": i}) + "\n" for i in (1, 2))
-    proc = subprocess.run([str(node.python), "-c", BOOTSTRAP, str(node.state_dir), str(pyz), b.sha256],
-                          input=lines, capture_output=True, text=True, timeout=60, env=env)
+    proc = _run_agent(node.python, node.state_dir, [{"op": "ping"}, {"op": "ping"}], env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [json.loads(x)["_id"] for x in proc.stdout.splitlines()] == [1, 2]  # every answer is out
     assert "teardown ran" not in proc.stderr
