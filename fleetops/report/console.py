@@ -230,10 +230,6 @@ class Reporter:
         lines: list[Line] = [[host, *SEP, (r.task, ""), *SEP, (r.status.value, STYLE[r.status]), *SEP, (r.msg, "")]]
         if r.data.get("output"):  # an ad-hoc command's output, each line prefixed with its host
             for stream, mark in (("stdout", ("|", "dim")), ("stderr", ("!", "red"))):
-                if r.data.get(f"{stream}_dropped_bytes"):
-                    lines.append([host, (" ", ""), mark, (" ", ""),
-                                  (f"({r.data[f'{stream}_dropped_bytes']} earlier bytes of {stream} not shown)",
-                                   "dim")])
                 lines.extend([host, (" ", ""), mark, (" ", ""), (x, "")]
                              for x in str(r.data.get(stream) or "").splitlines())
         table = r.data.get("table")

@@ -30,13 +30,25 @@ def _run_plan(run: RunState, kwargs: dict) -> Plan:
                 options={"command": command})
 
 
+def _joined(answer: dict, stream: str) -> str:
+    """A stream as the node kept it: its head, then (when the middle was dropped) one line saying how much,
+    then its tail (remote_scripts/adhoc.py keeps both ends, never all of it)."""
+    head, dropped = str(answer.get(stream) or ""), int(answer.get(f"{stream}_dropped_bytes") or 0)
+    if not dropped:
+        return head
+    tail = str(answer.get(f"{stream}_tail") or "")
+    sep = "" if not head or head.endswith("\n") else "\n"
+    return f"{head}{sep}… {dropped:,} bytes dropped …\n{tail}"
+
+
 def _interpret_run(host: str, plan: Plan, answer: dict) -> Result:
     if answer.get("error"):
         return agent_error(host, "run", answer)
     code = answer["exit_code"]
     command = plan.options["command"]
-    data = {"command": command, "exit_code": code, "stdout": answer["stdout"], "stderr": answer["stderr"],
-            "timed_out": answer["timed_out"], "stdout_dropped_bytes": answer["stdout_dropped_bytes"],
+    data = {"command": command, "exit_code": code, "stdout": _joined(answer, "stdout"),
+            "stderr": _joined(answer, "stderr"), "timed_out": answer["timed_out"],
+            "stdout_dropped_bytes": answer["stdout_dropped_bytes"],
             "stderr_dropped_bytes": answer["stderr_dropped_bytes"], "output": True}
     if answer["timed_out"]:
         return Result(host, "run", Status.FAILED, f"{command!r}: timed out after {answer['timeout']:g}s "

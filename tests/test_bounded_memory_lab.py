@@ -1,0 +1,109 @@
+"""Bounded memory on both ends, against real lab nodes and hostile ones (tests/hostile_node_agent.py behind a
+lab node's sshd, tests/hostile_hosts.py):
+
+- the node agent keeps the head and the tail of `run` output and counts what it dropped: 800 MB of output
+  costs it under 100 MB (its VmHWM, sampled from /proc while it runs), and the client shows the count;
+- the client caps each host's session: a node flooding 400 MB of stderr, or 400 MB with no newline, is
+  dropped with one line naming it while the other host goes on, the client under 200 MB (its ru_maxrss);
+  an answer nested too deeply or of the wrong types is one line, never a traceback;
+- `fetch` refuses a file over its size limit (1 GiB, --max-size raises it) before copying a byte;
+- `tail` and `logs` cut a 1 MiB log line and go on to the traceback after it."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import fab_json, run_fab
+
+pytestmark = pytest.mark.lab
+
+MB = 1000 * 1000
+KEEP = 1024 * 1024  # remote_scripts/adhoc.py KEEP_BYTES: the head and the tail of each stream
+
+
+# ---------------------------------------------------------------- the node agent's `run`
+def _agent_pids(state_dir: str) -> list[int]:
+    """Processes whose argv names this state dir's agent zip: the serving agent, however it was started."""
+    prefix = f"{state_dir}/bin/".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.startswith(prefix) and a.endswith(b".pyz") for a in argv):
+            pids.append(int(entry))
+    return pids
+
+
+def _vm_hwm(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class AgentPeak(threading.Thread):
+    """Samples the peak RSS (VmHWM: the kernel's own high-water mark) of every agent of a state dir."""
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(daemon=True)
+        self.state_dir = str(state_dir)
+        self.peaks: dict[int, int] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for pid in _agent_pids(self.state_dir):
+                hwm = _vm_hwm(pid)
+                if hwm is not None:
+                    self.peaks[pid] = max(hwm, self.peaks.get(pid, 0))
+            time.sleep(0.01)
+
+    def __enter__(self) -> AgentPeak:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.join()
+
+
+def test_node_agent_keeps_head_and_tail_of_800_mb_of_run_output_under_100_mb(lab):
+    node = lab.node("lab01")
+    command = "head -c 800000000 /dev/zero | tr '\\0' a; echo; echo the-end"
+    with AgentPeak(node.state_dir) as peak:
+        started = time.monotonic()
+        proc = run_fab(lab.root, "-H", "lab01", "run", command, timeout=600)
+        took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert peak.peaks, "the agent was never seen in /proc"
+    worst = max(peak.peaks.values())
+    print(f"agent peak RSS {worst / MB:.1f} MB for 800 MB of run output ({took:.1f} s)")
+    assert worst < 100 * MB, f"the node agent peaked at {worst / MB:.0f} MB"
+    dropped = 800_000_001 + len("the-end\n") - 2 * KEEP
+    lines = proc.stdout.splitlines()
+    assert f"lab01 | … {dropped:,} bytes dropped …" in lines, [x[:120] for x in lines]
+    marker = lines.index(f"lab01 | … {dropped:,} bytes dropped …")
+    assert lines[marker - 1] == "lab01 | " + "a" * KEEP  # the head, whole
+    assert lines[marker + 1:marker + 3] == ["lab01 | " + "a" * (KEEP - len("\nthe-end\n")), "lab01 | the-end"]
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_the_json_answer_counts_what_the_node_dropped(lab):
+    rc, doc = fab_json(lab.root, "-H", "lab01", "run", "head -c 3000000 /dev/zero | tr '\\0' b; echo x >&2")
+    assert rc == 0, doc
+    data = doc["results"][0]["data"]
+    assert data["stdout_dropped_bytes"] == 3_000_000 - 2 * KEEP and data["stderr_dropped_bytes"] == 0
+    head, marker, tail = data["stdout"].split("\n")
+    assert head == tail == "b" * KEEP and marker == f"… {3_000_000 - 2 * KEEP:,} bytes dropped …"
+    assert data["stderr"] == "x\n"
