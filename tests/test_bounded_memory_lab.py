@@ -12,12 +12,14 @@ lab node's sshd, tests/hostile_hosts.py):
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from conftest import fab_json, run_fab
+from hostile_hosts import fab_with_peak_rss, hostile_inventory
 
 pytestmark = pytest.mark.lab
 
@@ -107,3 +109,41 @@ def test_the_json_answer_counts_what_the_node_dropped(lab):
     head, marker, tail = data["stdout"].split("\n")
     assert head == tail == "b" * KEEP and marker == f"… {3_000_000 - 2 * KEEP:,} bytes dropped …"
     assert data["stderr"] == "x\n"
+
+
+# ---------------------------------------------------------------- the client against hostile nodes
+@pytest.mark.parametrize("mode,cause", [("stderrflood", "to stderr while serving one request"),
+                                        ("nonewline", "without ending its answer line")])
+def test_client_stays_under_200_mb_against_a_node_flooding_400_mb(lab, tmp_path_factory, mode, cause):
+    inventory = hostile_inventory(lab, tmp_path_factory.mktemp("hostile"), {"evil01": mode}, mb=400)
+    started = time.monotonic()
+    proc, peak = fab_with_peak_rss(lab.root, "-H", "lab01,evil01", "ping", "--inventory", str(inventory),
+                                   timeout=300)
+    took = time.monotonic() - started
+    out = proc.stdout + proc.stderr
+    print(f"{mode}: client peak RSS {peak / MB:.1f} MB, {took:.1f} s")
+    assert peak < 200 * MB, f"the client peaked at {peak / MB:.0f} MB\n{out[-3000:]}"
+    assert "Traceback" not in out
+    assert re.search(r"^lab01 \| ping \| ok", proc.stdout, re.M), out[-3000:]
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("evil01 | ping | failed")]
+    assert len(failed) == 1 and cause in failed[0] and "session is dropped" in failed[0], out[-3000:]
+    assert proc.returncode != 0
+    assert took < 60, f"{took:.0f} s: the client read on after the cap (the node sleeps 30 s when done)"
+    shown = max(len(line) for line in proc.stdout.splitlines())
+    assert shown < 2000, f"a {shown}-character line reached the screen"
+
+
+@pytest.mark.parametrize("mode", ["deep", "types"])
+@pytest.mark.parametrize("task", [["ping"], ["run", "true"], ["capture", "--module",
+                                                               "speculators.data_generation.custom_worker"]])
+def test_a_malformed_answer_is_one_line_never_a_traceback(lab, tmp_path_factory, mode, task):
+    root = tmp_path_factory.mktemp("hostile")
+    inventory = hostile_inventory(lab, root, {"evil01": mode})
+    extra = ["--playbook", str(root / "captured.yaml")] if task[0] == "capture" else []
+    proc = run_fab(lab.root, "-H", "evil01", *task, *extra, "--inventory", str(inventory), timeout=120)
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out and "internal error" not in out, out[-3000:]
+    result = [line for line in proc.stdout.splitlines() if line.startswith(f"evil01 | {task[0]} |")]
+    assert len(result) == 1 and "| failed |" in result[0], out[-3000:]
+    assert "malformed" in result[0] or "no JSON answer" in result[0], result[0]
+    assert proc.returncode != 0 and not (root / "captured.yaml").exists()

@@ -144,8 +144,10 @@ class _NodeNotes:
     def __init__(self) -> None:
         self.quarantined: list[dict] = []
         self.removed_temp_files: list[str] = []
+        self.answers = 0
 
     def seen(self, answer: object) -> None:
+        self.answers += 1
         if not isinstance(answer, dict):
             return
         for moved in answer.get("quarantined") or ():
@@ -221,7 +223,7 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
             if result.failed:
                 result.evidence = evidence
     except Exception as exc:  # noqa: BLE001 - a bug for one host must not take the fleet down
-        result = _failure(run, host, name, exc)
+        result = _failure(run, host, name, exc, answered=notes.answers > 0)
     notes.into(result)
     result.seconds = round(time.monotonic() - started, 3)
     if plan.playbook is not None:
@@ -230,7 +232,9 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
     return result
 
 
-def _failure(run: RunState, host: str, name: str, exc: Exception) -> Result:
+def _failure(run: RunState, host: str, name: str, exc: Exception, answered: bool = False) -> Result:
+    """`answered`: the node had answered when exc was raised (an answer the task could not read: the node's
+    python is not running the fleetops agent, or a fleetops bug)."""
     if run.interrupted.is_set():  # our own Ctrl-C closed the link under the call: say so, not "lost"
         return Result(host, name, Status.FAILED, "interrupted (Ctrl-C) while running; the node stops it cleanly "
                       "(every file whole, old or new; its lock released)",
@@ -242,6 +246,11 @@ def _failure(run: RunState, host: str, name: str, exc: Exception) -> Result:
                       data={"error_kind": exc.kind})
     if isinstance(exc, MissingSecret):  # this host's secret_from_env is unset: only its tasks that need it fail
         return Result(host, name, Status.FAILED, str(exc), code=EXIT_FAILED, data={"error_kind": "secret"})
+    if answered and isinstance(exc, (KeyError, TypeError, ValueError, AttributeError, IndexError)):
+        return Result(host, name, Status.FAILED, f"{host}'s answer to {name} is malformed ({type(exc).__name__}: "
+                      f"{exc}); is the fleetops agent what runs there? Check the host's python in the inventory "
+                      "(if it is, this is a fleetops bug: please report it)",
+                      evidence=Evidence("(client)", None, []), code=EXIT_FAILED, data={"error_kind": "malformed"})
     return Result(host, name, Status.FAILED, f"internal error: {type(exc).__name__}: {exc}",
                   evidence=Evidence("(client)", None, []), code=EXIT_FAILED)
 

@@ -16,6 +16,20 @@ from ..plans.inventory import Host, Inventory
 from ..results import Evidence
 
 STDERR_TAIL_LINES = 20
+EVIDENCE_LINE_CHARS = 1000  # a node's stderr line longer than this is cut in the evidence (a flood has no newlines)
+
+# What one host's session may hold on the client. A node is not trusted to be brief: one answer line, the agent's
+# stderr between two answers and a raw exec's output are each capped, and a session over its cap is dropped
+# with one line naming the host (the other hosts go on). The largest honest answer is `run`'s head and tail of
+# two streams (remote_scripts/adhoc.py: 4 MiB of text, up to 6x that as JSON escapes).
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+MAX_STDERR_BYTES = 16 * 1024 * 1024  # written by the agent while serving one request
+STDERR_KEPT_BYTES = 64 * 1024  # of that, the end is kept as evidence
+MAX_EXEC_BYTES = 64 * 1024 * 1024  # stdout + stderr of one raw exec
+
+
+def mib(n: int) -> str:
+    return f"{n / (1024 * 1024):g} MiB"
 
 
 class TransportError(Exception):
@@ -37,8 +51,14 @@ class ExecResult:
     seconds: float
 
     def evidence(self) -> Evidence:
-        tail = self.stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:]
+        tail = [_cut(line) for line in self.stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:]]
         return Evidence(self.command, self.exit_code, tail, round(self.seconds, 3))
+
+
+def _cut(line: str) -> str:
+    if len(line) <= EVIDENCE_LINE_CHARS:
+        return line
+    return f"{line[:EVIDENCE_LINE_CHARS]} … [{len(line) - EVIDENCE_LINE_CHARS:,} more characters not shown]"
 
 
 class Counters:

@@ -32,7 +32,16 @@ from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_ta
 from ..plans.yamlsrc import ConfigError
 from ..results import Evidence
 from .bundle import BOOTSTRAP, EXIT_BOOTSTRAP_REFUSED, agent_bundle
-from .connector import COUNTERS, ExecResult, TransportError
+from .connector import (
+    COUNTERS,
+    MAX_ANSWER_BYTES,
+    MAX_EXEC_BYTES,
+    MAX_STDERR_BYTES,
+    STDERR_KEPT_BYTES,
+    ExecResult,
+    TransportError,
+    mib,
+)
 
 __all__ = ["NodeConnection", "TransportError", "connect_error", "known_hosts_path", "trust_host",
            "use_ssh_config"]
@@ -782,6 +791,10 @@ class NodeConnection:
         except paramiko.ChannelException as exc:
             self.close()
             raise _session_refused(self.host, exc, shown or command) from None
+        except _Overflow as exc:
+            raise TransportError("remote", f"{self.host.name}: {exc}; stopped reading it, the node's outcome is "
+                                           "unknown", Evidence(command, None, [], round(time.monotonic() - started,
+                                                                                       3))) from None
         except TimeoutError:
             raise TransportError("timeout", f"{self.host.name}: no answer within {timeout:.0f}s",
                                  Evidence(command, None, [], round(time.monotonic() - started, 3))) from None
@@ -966,6 +979,14 @@ class NodeConnection:
         head = session.queue[0]
         try:
             line = session.read_line(deadline)
+        except _Overflow as exc:
+            evidence = session.evidence(None, head.sent)
+            self._end_session(session)  # its channel closes: the node's agent goes with it
+            self._fail(session, TransportError("remote", f"{self.host.name}: {exc}; its session is dropped and the "
+                                                         "node's outcome is unknown (a fleetops agent never sends "
+                                                         f"that much: check what {self.host.python} runs on the "
+                                                         "node)", evidence))
+            return
         except TimeoutError:
             self._end_session(session)  # the agent's watchdog sees its client go and stops where it is
             self._fail(session, TransportError("timeout", f"{self.host.name}: no answer within {waiting.timeout:.0f}s",
@@ -997,11 +1018,13 @@ class NodeConnection:
         session.answered += 1
         try:
             answer = json.loads(line.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than Python can
             answer = None
         if not isinstance(answer, dict):
             self._end_session(session)
-            self._fail(session, TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer",
+            self._fail(session, TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer (or "
+                                                         "one nested too deeply to read); its session is dropped "
+                                                         "and the node's outcome is unknown",
                                                session.evidence(None, head.sent)))
             return
         if answer.get("bootstrap") is True:  # nothing of ours ran; a next call starts afresh
@@ -1018,7 +1041,7 @@ class NodeConnection:
             self._fail(session, TransportError("untrusted", f"{self.host.name}: {answer.get('error')}", evidence))
             return
         evidence = session.evidence(0, head.sent)
-        session.err.clear()  # what the agent wrote while serving this request is its evidence alone
+        session.answered_one()
         if answer.get("_id") != head.id:
             self.close()
             self._fail(session, TransportError("remote", f"{self.host.name}: the node agent answered out of turn "
@@ -1098,15 +1121,23 @@ class _Ticket:
         self.conn._discard(self)  # noqa: SLF001
 
 
+class _Overflow(Exception):
+    """The node sent more than a session may hold (wire.connector's caps)."""
+
+
 class _Session:
     """The agent's channel: answers are lines on stdout, in request order (`queue`: the requests sent and not
-    yet answered, oldest first); stderr is kept per answer."""
+    yet answered, oldest first); stderr is kept per answer (its last STDERR_KEPT_BYTES). Memory is bounded:
+    an answer line over MAX_ANSWER_BYTES or more than MAX_STDERR_BYTES of stderr for one request raise
+    _Overflow, and each byte of stdout is searched for the newline once (`scanned`), however it arrives."""
 
     def __init__(self, chan: paramiko.Channel, shown: str) -> None:
         self.chan = chan
         self.shown = shown
         self.out = bytearray()
+        self.scanned = 0  # self.out[:scanned] holds no newline
         self.err = bytearray()
+        self.err_bytes = 0  # stderr since the last answer, all of it (self.err keeps only the end)
         self.answered = 0
         self.code: int | None = None  # the agent's exit status once it ended
         self.queue: deque[_Ticket] = deque()
@@ -1118,18 +1149,45 @@ class _Session:
     def evidence(self, code: int | None, started: float) -> Evidence:
         return ExecResult(self.shown, code, b"", bytes(self.err), time.monotonic() - started).evidence()
 
+    def answered_one(self) -> None:
+        """What the agent wrote while serving a request is that request's evidence alone."""
+        self.err.clear()
+        self.err_bytes = 0
+
+    def _read_stderr(self) -> None:
+        chan = self.chan
+        while chan.recv_stderr_ready():
+            chunk = chan.recv_stderr(65536)
+            self.err_bytes += len(chunk)
+            self.err += chunk
+            if len(self.err) > 2 * STDERR_KEPT_BYTES:
+                del self.err[:-STDERR_KEPT_BYTES]
+            if self.err_bytes > MAX_STDERR_BYTES:
+                raise _Overflow(f"the node agent wrote more than {mib(MAX_STDERR_BYTES)} to stderr while serving "
+                                "one request")
+
+    def _line(self) -> bytes | None:
+        newline = self.out.find(b"\n", self.scanned)
+        if newline < 0:
+            self.scanned = len(self.out)
+            if self.scanned > MAX_ANSWER_BYTES:
+                raise _Overflow(f"the node agent sent more than {mib(MAX_ANSWER_BYTES)} without ending its answer "
+                                "line")
+            return None
+        line = bytes(self.out[:newline])
+        del self.out[: newline + 1]
+        self.scanned = 0
+        return line
+
     def read_line(self, deadline: float) -> bytes | None:
-        """The next answer line, or None when the agent ended first (self.code: its exit status or None)."""
+        """The next answer line, or None when the agent ended first (self.code: its exit status or None).
+        Raises _Overflow when the node sends more than the caps allow."""
         chan = self.chan
         while True:
-            while chan.recv_stderr_ready():
-                self.err += chan.recv_stderr(65536)
-            newline = self.out.find(b"\n")
-            if newline >= 0:
-                line = bytes(self.out[:newline])
-                del self.out[: newline + 1]
-                while chan.recv_stderr_ready():  # what the agent wrote before it answered
-                    self.err += chan.recv_stderr(65536)
+            self._read_stderr()
+            line = self._line()
+            if line is not None:
+                self._read_stderr()  # what the agent wrote before it answered
                 return line
             if chan.recv_ready():
                 self.out += chan.recv(65536)
@@ -1141,7 +1199,7 @@ class _Session:
                     code = chan.recv_exit_status()  # after EOF the status follows at once (or -1 on close)
                     self.code = None if code == -1 else code
                 if self.out:  # a last line without its newline
-                    line, self.out = bytes(self.out), bytearray()
+                    line, self.out, self.scanned = bytes(self.out), bytearray(), 0
                     return line if self.code is not None else None
                 return None
             remaining = deadline - time.monotonic()
@@ -1183,6 +1241,9 @@ def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int |
             out += chan.recv(65536)
         while chan.recv_stderr_ready():
             err += chan.recv_stderr(65536)
+        if len(out) + len(err) > MAX_EXEC_BYTES:
+            chan.close()
+            raise _Overflow(f"the command sent more than {mib(MAX_EXEC_BYTES)} of output")
         if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
             break
         if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():

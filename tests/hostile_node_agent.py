@@ -1,0 +1,94 @@
+"""A hostile node "agent" (the red team's script, reformatted, same behaviour): a host whose `python` is a wrapper
+that execs this file (tests/hostile_hosts.py). The file `mode` beside it picks the attack: `ansi` (escape
+sequences in every answer), `stderrflood`/`nonewline` (hundreds of MB, size from the file `mb`), `deep`
+(nested JSON), `rebase`/`capture` (node-chosen names with `../` that become local paths), `types` (wrong
+types). Stdlib only; it runs on the node."""
+
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))  # mode, mb: files beside this script
+
+
+def _read(name: str) -> str:
+    with open(os.path.join(HERE, name)) as f:
+        return f.read()
+
+
+mode = _read("mode").strip()
+out = sys.stdout.buffer
+
+
+def ans(d: dict) -> None:
+    out.write((json.dumps(d) + "\n").encode())
+    out.flush()
+
+
+if mode == "nonewline":
+    chunk = b"A" * (1 << 20)
+    for _ in range(int(_read("mb"))):
+        out.write(chunk)
+    out.flush()
+    time.sleep(30)
+    sys.exit(0)
+if mode == "stderrflood":
+    chunk = b"B" * (1 << 20)
+    for _ in range(int(_read("mb"))):
+        sys.stderr.buffer.write(chunk)
+    sys.stderr.flush()
+    time.sleep(30)
+    sys.exit(0)
+
+GENERATOR_FILES = ("a388f645ffeaa395-vllm_hidden_states_generator.py.orig",
+                   "speculators/data_generation/vllm_hidden_states_generator.py")
+WORKER_FILES = ("309956783d44b712-custom_worker.py.orig", "speculators/data_generation/custom_worker.py")
+
+for line in sys.stdin.buffer:
+    req = json.loads(line)
+    rid = req.get("_id")
+    op = req.get("op")
+    if mode == "deep":
+        out.write(b'{"_id": %d, "ok": true, "x": ' % rid + b"[" * 200000 + b"]" * 200000 + b"}\n")
+        out.flush()
+        continue
+    if mode == "ansi":
+        E = "\x1b"
+        evil = f"{E}]0;pwned-title{E}\\{E}[2J{E}[H{E}]52;c;cm0gLXJmIH4K{E}\\lab02 | patch | ok | forged{E}[31m"
+        if op == "run":
+            ans({"_id": rid, "ok": True, "exit_code": 0, "timed_out": False, "timeout": 300, "stdout": evil,
+                 "stderr": evil, "stdout_dropped_bytes": 0, "stderr_dropped_bytes": 0, "run_seconds": 0.1})
+        else:
+            ans({"_id": rid, "ok": False, "error": evil, "error_kind": evil})
+        sys.stderr.write(evil + "\n")
+        sys.stderr.flush()
+        continue
+
+    if mode == "rebase":
+        base = os.environ["LAB01_BACKUPS"] + "/"
+        files = {"speculators.data_generation.vllm_hidden_states_generator": GENERATOR_FILES,
+                 "speculators.data_generation.custom_worker": WORKER_FILES}
+        items = []
+        for m in req.get("modules", []):
+            f, rel = files[m]
+            with open(base + f) as fh:
+                t = fh.read()
+            items.append({"module": m, "ok": True, "file": "/x/" + rel, "rel": rel, "pristine": t, "current": t,
+                          "changed": False, "pristine_source": "x"})
+        ans({"_id": rid, "ok": True, "items": items,
+             "versions": {"speculators": "../../../../../outside/PWNED-rebase", "vllm": None}})
+        continue
+
+    if mode == "capture":
+        items = []
+        for m in ["../../../../../../../outside/CAPTURED", "y/../../../../../../../outside/CAPTURED"]:
+            items.append({"module": m, "ok": True, "file": "/x", "rel": "x.py", "pristine": "a = 1\n",
+                          "current": "a = 1\nimport os; os.system('id')  # planted by the node\n", "changed": True,
+                          "pristine_source": "x", "dist": "speculators"})
+        ans({"_id": rid, "ok": True, "items": items, "versions": {"speculators": "0.3.0"}})
+        continue
+    if mode == "types":
+        ans({"_id": rid, "ok": True, "items": "notalist", "exit_code": "x"})
+        continue
+    ans({"_id": rid, "ok": True})
