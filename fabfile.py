@@ -150,8 +150,10 @@ def jobs(c, last=0, json=False):
                           "the state dir or a job's output dir unless --any-path",
                   "any_path": "allow --path outside the state and job directories (any file the login user reads)",
                   "job_id": HELP_JOB_ID, "dest": "local folder (default ./fetched; files go to DEST/HOST/...)",
+                  "max_size": "largest file taken, e.g. 500M, 20G (default 1G): a bigger one is refused before any "
+                              "byte is copied",
                   "json": HELP_JSON}, iterable=["path"])
-def fetch(c, path=None, any_path=False, job_id=None, dest=None, json=False):
+def fetch(c, path=None, any_path=False, job_id=None, dest=None, max_size=None, json=False):
     """Download the latest job's log and manifest (or --path files) to ./fetched/HOST/JOB-ID/ over SFTP:
     resumes a partial copy, sha256 checked on both ends, hosts in parallel."""
 

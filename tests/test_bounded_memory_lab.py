@@ -147,3 +147,31 @@ def test_a_malformed_answer_is_one_line_never_a_traceback(lab, tmp_path_factory,
     assert len(result) == 1 and "| failed |" in result[0], out[-3000:]
     assert "malformed" in result[0] or "no JSON answer" in result[0], result[0]
     assert proc.returncode != 0 and not (root / "captured.yaml").exists()
+
+
+# ---------------------------------------------------------------- fetch
+def test_fetch_refuses_a_file_over_its_size_limit_unless_raised(lab, tmp_path):
+    node = lab.node("lab01")
+    small, sparse = node.state_dir / "three-mb.bin", node.state_dir / "sparse-2g.bin"
+    small.write_bytes(os.urandom(3 * MB))
+    with open(sparse, "wb") as f:
+        f.truncate(2 * 1024**3)  # no disk used: the size is what a node claims
+    try:
+        dest = tmp_path / "fetched"
+        refused = run_fab(lab.root, "-H", "lab01", "fetch", "--path", sparse.name, "--dest", str(dest))
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
+        assert "2,147,483,648 bytes (2.00 GiB) is over the 1.00 GiB" in refused.stdout, refused.stdout
+        assert "--max-size 2G" in refused.stdout
+        capped = run_fab(lab.root, "-H", "lab01", "fetch", "--path", small.name, "--dest", str(dest),
+                         "--max-size", "1M")
+        assert capped.returncode != 0 and "is over the 1.0 MiB" in capped.stdout, capped.stdout + capped.stderr
+        assert not list(dest.rglob("*.bin*")), "a refused file was (partly) downloaded"
+        raised = run_fab(lab.root, "-H", "lab01", "fetch", "--path", small.name, "--dest", str(dest),
+                         "--max-size", "4M")
+        assert raised.returncode == 0, raised.stdout + raised.stderr
+        assert (dest / "lab01" / "state" / small.name).read_bytes() == small.read_bytes()
+        bad = run_fab(lab.root, "-H", "lab01", "fetch", "--path", small.name, "--max-size", "lots")
+        assert bad.returncode == 2 and "--max-size 'lots'" in bad.stderr + bad.stdout
+    finally:
+        small.unlink(missing_ok=True)
+        sparse.unlink(missing_ok=True)

@@ -4,17 +4,17 @@ out), the local names `fetch` accepts from a node, and the plain (piped) progres
 from __future__ import annotations
 
 import io
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import paramiko
 import pytest
 from rich.console import Console
 
 from fleetops.plans.inventory import load_inventory
+from fleetops.plans.localpath import UnsafeName, safe_join_relative
 from fleetops.plans.sshconfig_out import host_params, render
 from fleetops.plans.yamlsrc import ConfigError
 from fleetops.report.oncall import TransferBoard
-from fleetops.tasks.oncall import _safe_local
 
 
 def inventory(tmp_path: Path, body: str):
@@ -51,11 +51,13 @@ def test_example_hosts_are_left_out(tmp_path):
 
 @pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a/../../b", "", "a//b", "./a"])
 def test_fetch_never_writes_where_a_node_says_outside_its_folder(name):
-    assert _safe_local(name) is None
+    with pytest.raises(UnsafeName):
+        safe_join_relative(PurePosixPath("fetched/lab01"), name)
 
 
 def test_fetch_accepts_plain_relative_names():
-    assert str(_safe_local("job-1/output.log")) == "job-1/output.log"
+    joined = safe_join_relative(PurePosixPath("fetched/lab01"), "job-1/output.log")
+    assert str(joined) == "fetched/lab01/job-1/output.log"
 
 
 def test_piped_progress_is_a_line_at_each_quarter_and_starts_past_a_resumed_part():

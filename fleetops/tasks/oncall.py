@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..plans.localpath import UnsafeName, safe_join_relative
 from ..report.oncall import board_for
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
 
 DEFAULT_DEST = "fetched"
 PART = ".part"
+# The node says how big each file is; a node is not trusted to fill the operator's disk. A log or a manifest
+# is far below this; a larger file needs --max-size (e.g. --max-size 50G).
+DEFAULT_MAX_SIZE = 1024**3
+UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, "MB": 1000**2, "MIB": 1024**2,
+         "G": 1024**3, "GB": 1000**3, "GIB": 1024**3, "T": 1024**4, "TB": 1000**4, "TIB": 1024**4}
 
 
 def _paths(value: object) -> list[str]:
@@ -38,20 +44,29 @@ def _paths(value: object) -> list[str]:
     return out
 
 
+def parse_size(value: object) -> int:
+    """--max-size: bytes, or a number with K/M/G/T (powers of 1024; KB/MB/GB/TB: of 1000)."""
+    text = str(value).strip().replace("_", "")
+    number = text.rstrip("BbKkMmGgTtIi")
+    unit = text[len(number):].upper()
+    try:
+        size = float(number) * UNITS[unit]
+    except (ValueError, KeyError):
+        raise UsageError(f"fetch --max-size {value!r}: a size such as 500M, 20G or 1073741824") from None
+    if size <= 0 or size != size or size == float("inf"):
+        raise UsageError(f"fetch --max-size {value!r}: more than 0 bytes")
+    return int(size)
+
+
 def _fetch_plan(run: RunState, kwargs: dict) -> Plan:
     paths = _paths(kwargs.get("path"))
+    max_size = parse_size(kwargs["max_size"]) if kwargs.get("max_size") else DEFAULT_MAX_SIZE
     dest = Path(str(kwargs.get("dest") or DEFAULT_DEST)).expanduser()
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"fetch --dest {dest}: exists and is not a directory")
     request = {"paths": paths, "any_path": bool(kwargs.get("any_path")), "job_id": kwargs.get("job_id") or None}
-    return Plan("fetch_plan", request, 600, None, options={**kwargs, "dest": str(dest.absolute())})
-
-
-def _safe_local(rel: str) -> PurePosixPath | None:
-    """The node proposes where a file goes under fetched/<host>/; never trusted to leave that folder."""
-    if not rel or rel.startswith("/") or "\x00" in rel or any(p in ("..", "", ".") for p in rel.split("/")):
-        return None
-    return PurePosixPath(rel)
+    return Plan("fetch_plan", request, 600, None,
+                options={**kwargs, "dest": str(dest.absolute()), "max_size": max_size})
 
 
 def sha256_file(path: Path) -> str:
@@ -66,18 +81,29 @@ def _host_folder(name: str) -> str:
     return name.replace("/", "_") if name not in (".", "..") else f"_{name}"
 
 
-def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path) -> Item:
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / 1024**2:.1f} MiB"
+
+
+def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_size: int) -> Item:
     host = node.host.name
     label = entry.get("requested") or entry.get("path") or "?"
     if entry.get("error"):
         error = str(entry["error"])
         return Item(label, Status.FAILED, error[len(label) + 2:] if error.startswith(f"{label}: ") else error)
-    rel = _safe_local(str(entry.get("local") or ""))
-    if rel is None:
-        return Item(label, Status.FAILED, f"the node proposed an unsafe local name {entry.get('local')!r}; refused")
-    final = folder.joinpath(*rel.parts)
+    try:  # the node proposes where the file goes under fetched/<host>/; never trusted to leave that folder
+        final = safe_join_relative(folder, entry.get("local"), what="local name")
+    except UnsafeName as exc:
+        return Item(label, Status.FAILED, f"the node proposed an unsafe {exc}; refused")
     part = final.with_name(final.name + PART)
-    size, want = int(entry["size"]), entry["sha256"]
+    size, want = entry.get("size"), entry.get("sha256")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(want, str):
+        return Item(label, Status.FAILED, f"the node's size {size!r} or sha256 {want!r} for it is not a number of "
+                    "bytes and a hash; refused")
+    if size > max_size:
+        return Item(label, Status.FAILED, f"{size:,} bytes ({_gib(size)}) is over the {_gib(max_size)} fetch takes "
+                    f"without asking; nothing downloaded (raise it: --max-size {-(-size // 1024**3)}G)",
+                    {"remote": entry.get("path"), "bytes": size, "max_size": max_size})
     details = {"remote": entry["path"], "local": str(final), "bytes": size, "sha256": want}
     if final.is_file() and final.stat().st_size == size and sha256_file(final) == want:
         return Item(label, Status.OK, f"already fetched: {final} has the same sha256 ({want[:16]}...); nothing to do",
@@ -123,7 +149,7 @@ def run_fetch(run: RunState, plan: Plan, node: Connector) -> Result:
     if answer.get("error"):
         return agent_error(host, "fetch", answer)
     folder = Path(plan.options["dest"]) / _host_folder(host)
-    items = [_fetch_one(run, node, entry, folder) for entry in answer["files"]]
+    items = [_fetch_one(run, node, entry, folder, plan.options["max_size"]) for entry in answer["files"]]
     items += [Item("note", Status.OK, n) for n in answer.get("notes", [])]
     files = [{"requested": i.label, "status": i.status.value, "msg": i.msg, **i.details} for i in items
              if i.label != "note"]
