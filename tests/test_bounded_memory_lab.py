@@ -11,6 +11,7 @@ lab node's sshd, tests/hostile_hosts.py):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -175,3 +176,42 @@ def test_fetch_refuses_a_file_over_its_size_limit_unless_raised(lab, tmp_path):
     finally:
         small.unlink(missing_ok=True)
         sparse.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- tail and logs
+LONG_LINE_SCRIPT = ("import sys\n"
+                    "print('before the long line', flush=True)\n"
+                    "sys.stdout.write('L' * 1048576 + '\\n')\n"
+                    "sys.stdout.flush()\n"
+                    "raise ValueError('after the long line')\n")
+LONG_LINE_JOB = f"""name: long-line
+description: a job that prints a 1 MiB line, then fails with a traceback
+jobs:
+  longline:
+    kind: command
+    command: {json.dumps(["{python}", "-c", LONG_LINE_SCRIPT])}
+    preflight: []
+    gpu_gate: false
+"""
+
+
+def test_tail_and_logs_cut_a_1_mib_line_and_show_the_traceback_after_it(lab, tmp_path):
+    book = tmp_path / "long-line.yaml"
+    book.write_text(LONG_LINE_JOB)
+    proc = run_fab(lab.root, "-H", "lab01", "extract", "--job", "longline", "--playbook", str(book), "tail",
+                   "--job", "longline", "--playbook", str(book), timeout=300)
+    out = proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "lab01 | before the long line" in out
+    assert re.search(r"^lab01 \| Traceback \(most recent call last\):$", out, re.M), out[-3000:]
+    assert re.search(r"^lab01 \| ValueError: after the long line$", out, re.M), out[-3000:]
+    cut = [line for line in out.splitlines() if "L" * 100 in line]
+    assert len(cut) == 1 and "bytes of this 1,048,576-byte line not shown" in cut[0], [x[:200] for x in cut]
+    assert len(cut[0]) < 10_000
+    assert re.search(r"^lab01 \| tail \| failed \| .*exit status 1", out, re.M), out[-2000:]
+
+    logs = run_fab(lab.root, "-H", "lab01", "logs", "--lines", "10")
+    assert re.search(r"ValueError: after the long line$", logs.stdout, re.M), logs.stdout[-3000:]
+    long = [line for line in logs.stdout.splitlines() if "L" * 100 in line]
+    assert len(long) == 1 and "this line starts earlier in the log" in long[0] and len(long[0]) < 10_000, \
+        [x[:200] for x in long]
