@@ -13,10 +13,11 @@ import os
 import re
 import threading
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ..plans import rebase as authoring
+from ..plans.localpath import UnsafeName, safe_join, safe_join_relative
 from ..plans.playbook import MODULE, load_playbook
 from ..plans.yamlsrc import ConfigError, load_file
 from ..results import EXIT_FAILED, Item, Result, Status
@@ -27,6 +28,52 @@ if TYPE_CHECKING:
     from ..state import RunState
 
 PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}")
+VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}")  # PEP 440's characters: it names files and pins
+
+
+class BadAnswer(Exception):
+    """The node's capture answer is not what the agent sends: nothing is written from it."""
+
+
+def _checked_answer(answer: dict, asked: list[str]) -> tuple[list[dict], dict[str, str]]:
+    """The answer's items (one per module asked, each asked module at most once) and its versions, checked
+    before any of it names a local file or goes into a playbook; BadAnswer says what is wrong."""
+    items = answer.get("items")
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise BadAnswer(f"its items are {type(items).__name__}, not a list of modules")
+    seen: set[str] = set()
+    for it in items:
+        module = it.get("module")
+        if module not in asked or module in seen:
+            raise BadAnswer(f"it answers for module {module!r}, which was not asked for (asked: {', '.join(asked)})")
+        seen.add(module)
+        if not isinstance(it.get("ok"), bool):
+            raise BadAnswer(f"module {module}: 'ok' is {it.get('ok')!r}")
+        if not it["ok"]:
+            if not isinstance(it.get("msg"), str):
+                raise BadAnswer(f"module {module}: refused without a reason")
+            continue
+        for key, kind in (("pristine", str), ("current", str), ("rel", str), ("changed", bool)):
+            if not isinstance(it.get(key), kind):
+                raise BadAnswer(f"module {module}: {key!r} is {type(it.get(key)).__name__}, not {kind.__name__}")
+        try:
+            safe_join_relative(PurePosixPath(), it["rel"], what="file")
+        except UnsafeName as exc:
+            raise BadAnswer(f"module {module}: {exc}") from None
+        if "dist" in it and not (isinstance(it["dist"], str) and PACKAGE.fullmatch(it["dist"])):
+            raise BadAnswer(f"module {module}: distribution {it['dist']!r} is not a package name")
+    versions = answer.get("versions", {})
+    if not isinstance(versions, dict):
+        raise BadAnswer(f"its versions are {type(versions).__name__}, not a mapping")
+    for name, version in versions.items():
+        if version is not None and not (isinstance(version, str) and VERSION.fullmatch(version)):
+            raise BadAnswer(f"{name} version {version!r} is not a version number")
+    return items, {str(k): v for k, v in versions.items() if v}
+
+
+def _bad_answer(host: str, task: str, exc: BadAnswer) -> Result:
+    return _failed(host, task, f"the node's capture answer is malformed ({exc}); nothing written. Is {host} "
+                               "running the fleetops agent? Check the host's python in the inventory")
 
 
 def _words(value: object) -> list[str]:
@@ -94,12 +141,16 @@ def _run_capture(run: RunState, plan: Plan, node: Connector) -> Result:
     answer, evidence = node.call("capture", plan.request, timeout=plan.timeout)
     if answer.get("error"):
         return agent_error(host, "capture", answer)
+    try:
+        answered, versions = _checked_answer(answer, plan.request["modules"])
+    except BadAnswer as exc:
+        return _bad_answer(host, "capture", exc)
     path: Path = plan.options["path"]
     stem = path.stem
-    names = _diff_names([i["module"] for i in answer["items"]])
+    names = _diff_names([i["module"] for i in answered])
     items: list[Item] = []
     diffs: dict[str, str] = {}
-    for it in answer["items"]:
+    for it in answered:
         if not it["ok"]:
             items.append(Item(it["module"], Status.FAILED, it["msg"], {"file": it.get("file")}))
             continue
@@ -120,15 +171,18 @@ def _run_capture(run: RunState, plan: Plan, node: Connector) -> Result:
         return result
     if not diffs:
         return Result(host, "capture", Status.OK, "nothing written: every module is the wheel's own file", items)
-    written = _write_capture(path, answer, diffs, names, plan.options["pins"], host)
+    try:
+        written = _write_capture(path, answered, versions, diffs, names, plan.options["pins"], host)
+    except UnsafeName as exc:
+        return _failed(host, "capture", f"nothing written: the node's answer names a file outside "
+                                        f"{path.parent}/{stem}/ ({exc})")
     msg = f"wrote {path.name} and {len(diffs)} diffs in {stem}/ (requires: {', '.join(written)})"
     return Result(host, "capture", Status.CHANGED, msg, items, data={"playbook_path": str(path), "requires": written})
 
 
-def _write_capture(path: Path, answer: dict, diffs: dict[str, str], names: dict[str, str], pins: list[str],
-                   host: str) -> list[str]:
-    versions = answer.get("versions", {})
-    dists = [i["dist"] for i in answer["items"] if i["module"] in diffs]
+def _write_capture(path: Path, answered: list[dict], versions: dict[str, str], diffs: dict[str, str],
+                   names: dict[str, str], pins: list[str], host: str) -> list[str]:
+    dists = [i["dist"] for i in answered if i["module"] in diffs and i.get("dist")]
     entries: list[dict[str, str]] = []
     existing_requires: list[str] = []
     if path.exists():
@@ -139,10 +193,11 @@ def _write_capture(path: Path, answer: dict, diffs: dict[str, str], names: dict[
     pin_names = list(dict.fromkeys(dists + pins + [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0]
                                                    for r in existing_requires]))
     requires = authoring.pin_requires(existing_requires, versions, pin_names)
+    targets = {m: safe_join(path.parent, path.stem, names[m], what="diff name") for m in diffs}  # all, before any write
     (path.parent / path.stem).mkdir(parents=True, exist_ok=True)
     for module, text in diffs.items():
         rel = f"{path.stem}/{names[module]}"
-        _atomic(path.parent / rel, text)
+        _atomic(targets[module], text)
         entry = next((e for e in entries if e.get("module") == module), None)
         if entry is None:
             entries.append({"module": module, "diff": rel})
@@ -194,7 +249,14 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
     answer, evidence = node.call("capture", plan.request, timeout=plan.timeout)
     if answer.get("error"):
         return agent_error(host, "rebase", answer)
-    by_module = {i["module"]: i for i in answer["items"]}
+    try:
+        answered, versions = _checked_answer(answer, plan.request["modules"])
+        by_module = {i["module"]: i for i in answered}
+        missing = [p.module for p in book.patches if not p.script and p.module not in by_module]
+        if missing:
+            raise BadAnswer(f"no item for {', '.join(missing)}")
+    except BadAnswer as exc:
+        return _bad_answer(host, "rebase", exc)
     items: list[Item] = []
     files: dict[str, tuple[str, str, authoring.FileRebase]] = {}  # module → (diff name, rel, outcome)
     counts: dict[str, int] = {}
@@ -217,7 +279,6 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
             status = {authoring.CLEAN: Status.OK, authoring.CONFLICT: Status.FAILED}.get(h.state, Status.CHANGED)
             items.append(Item(f"{patch.diff_path.name} hunk {h.index + 1} {h.header.split(' @@')[0]} @@", status,
                               h.describe(), {"notes": h.shown} if h.shown else {}))
-    versions = {k: v for k, v in answer.get("versions", {}).items() if v}
     onto = ", ".join(f"{k} {v}" for k, v in versions.items())
     summary = ", ".join(f"{n} {state}" for state, n in counts.items())
     data = {"versions": versions, "counts": counts,
@@ -229,31 +290,37 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
                         code=EXIT_FAILED, data=data)
         result.evidence = evidence
         return result
-    with plan.options["lock"]:
-        out = _write_candidate(book, plan.options["out"], files, answer, host, versions, scripts)
+    try:
+        with plan.options["lock"]:
+            out = _write_candidate(book, plan.options["out"], files, by_module, host, versions, scripts)
+    except UnsafeName as exc:
+        return Result(host, "rebase", Status.FAILED, f"{book.name}: no candidate written: the node's answer names a "
+                      f"file outside {book.path.parent}/ ({exc}); pass --out FILE to name it yourself", items,
+                      code=EXIT_FAILED, data=data)
     data["candidate"] = str(out)
     return Result(host, "rebase", Status.CHANGED, f"{book.name} onto {onto}: {summary}; candidate {out.name} written: "
                   f"prove it with fab -H {host} patch verify -p {os.path.relpath(out)}", items, data=data)
 
 
-def _write_candidate(book, out: Path | None, files: dict, answer: dict, host: str,  # noqa: ANN001
+def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, dict], host: str,  # noqa: ANN001
                      versions: dict[str, str], scripts: list[tuple[str, Path]]) -> Path:
     names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
     requires = authoring.pin_requires(book.requires, versions, names)
     name = "-".join(f"{n}-{versions[n]}" for n in names if n in versions) or f"{book.name}-rebased"
-    out = out or book.path.parent / f"{name}.yaml"
+    out = out or safe_join(book.path.parent, f"{name}.yaml", what="candidate playbook name")
     if out.resolve() == book.path.resolve():
         raise ConfigError(book.path, None, "rebase would overwrite the playbook it reads; pass --out")
-    subdir = out.parent / out.stem
+    subdir = safe_join(out.parent, out.stem, what="diff folder")
+    targets = {module: safe_join(subdir, diff_name, what="diff name") for module, (diff_name, _, _) in files.items()}
     subdir.mkdir(parents=True, exist_ok=True)
     entries: list[dict[str, str]] = []
     dropped: list[str] = []
     for module, (diff_name, rel, outcome) in files.items():
-        pristine = next(i["pristine"] for i in answer["items"] if i["module"] == module)
+        pristine = by_module[module]["pristine"]
         if outcome.text == pristine:
             dropped.append(module)  # every hunk already upstream
             continue
-        _atomic(subdir / diff_name, authoring.unified_diff(pristine, outcome.text, rel))
+        _atomic(targets[module], authoring.unified_diff(pristine, outcome.text, rel))
         entries.append({"module": module, "diff": f"{out.stem}/{diff_name}"})
     entries += [{"module": module, "script": os.path.relpath(path, out.parent)} for module, path in scripts]
     text = book.path.read_text(encoding="utf-8")
