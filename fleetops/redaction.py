@@ -1,5 +1,12 @@
-"""Values the inventory marks secret (tokens, key passphrases). They are used, never shown: everything
-fleetops prints, writes as JSON or appends to the audit log goes through redact() or dumps().
+"""What fleetops shows of text it did not write itself: secrets masked, terminal controls made visible.
+
+Values the inventory or a playbook marks secret (tokens, key passphrases, a job's `secret_env`) are used,
+never shown: everything fleetops prints, writes as JSON or appends to the audit log goes through redact() or
+dumps(). Text that came from a node or a job (output, errors, file names, process command lines) goes through
+printable() before it is printed or logged: a terminal control in it would otherwise act on the operator's
+terminal (move the cursor, erase a line and forge another host's, set the title, write the clipboard with
+OSC 52, reorder what follows with a bidi override). shown() is both, in the order that keeps masking whole:
+mask first (a secret holding a control character still matches), then escape.
 
 Masking works on values, before anything escapes them (issue 12): dumps() masks every string of a document
 (keys too) and then serializes it, so a secret with quotes, backslashes, non-ASCII or newlines is masked in
@@ -10,6 +17,7 @@ repr) and, for a multi-line value, each of its lines (a job's log arrives one li
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -55,6 +63,42 @@ def redact(text: str) -> str:
         if form in text:
             text = text.replace(form, MASK)
     return text
+
+
+# C0 controls but tab and newline, DEL, C1 controls (0x9b is CSI on terminals that read 8-bit C1), the bidi
+# embeddings, overrides, isolates and marks, and lone surrogates (which no UTF-8 stream can write).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                       "\ud800-\udfff]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` with every terminal control but tab and newline written as a visible escape (`\\x1b`, `\\x9b`,
+    `\\u202e`): it reads as what the node sent and does nothing to the terminal."""
+    if not text or _CONTROLS.search(text) is None:
+        return text
+    return _CONTROLS.sub(_visible, text)
+
+
+def shown(text: str) -> str:
+    """Text from a node or a job as fleetops shows it: secrets masked, then controls made visible. Applied to
+    the data before any layout (tables, folding, truncation), never to fleetops' own styled output."""
+    return printable(redact(text))
+
+
+def shown_value(value: Any) -> Any:
+    """`value` with shown() applied to every string in it (mapping keys too): a record for the audit log."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, dict):
+        return {shown_value(k): shown_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [shown_value(v) for v in value]
+    return value
 
 
 def mask(value: Any) -> Any:

@@ -20,6 +20,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2  # bad inventory/playbook/arguments: nothing was contacted
 EXIT_UNREACHABLE = 4
+# A task ran but its audit line could not be written (audit.py): wins over every other status but 130, since
+# the run's record is then incomplete whatever its results were. FLEETOPS_AUDIT_OPTIONAL=1 opts out.
+EXIT_AUDIT = 5
 EXIT_INTERRUPTED = 130  # Ctrl-C: the shell's 128 + SIGINT
 EXIT_GPU_BUSY = 10
 EXIT_GPU_UNHEALTHY = 11

@@ -22,14 +22,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import startup
+from . import audit, startup
 from .plans.hostrange import expand as expand_range
 from .plans.hostrange import fold as fold_names
 from .plans.hostrange import is_range, natural_key, split_words
 from .plans.inventory import Host, UnknownHost
 from .report.fold import FOLD_MIN_HOSTS, identities
 from .report.rows import fleet_sections
-from .results import EXIT_INTERRUPTED, Status, exit_status
+from .results import EXIT_AUDIT, EXIT_INTERRUPTED, Status, exit_status
 from .rollout import DEFAULT_FORKS, Step, run_fleet
 from .state import RunState
 from .tasks.plan import UsageError
@@ -90,6 +90,8 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
             run_fleet(state, run.hosts, run.steps, forks, serial)
         reporter.live_stop()
         code = exit_status(state.results)
+        if state.audit_errors and not audit.optional():
+            code = EXIT_AUDIT
         if state.interrupted.is_set():
             code = EXIT_INTERRUPTED
             if view:
@@ -97,6 +99,8 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
         if view:
             tracing = bool(os.environ.get("FLEETOPS_TRACE"))
             extra = {"counters": COUNTERS.per_host} if tracing or reporter.json_mode else None
+            if state.audit_errors:
+                extra = {**(extra or {}), "audit_errors": state.audit_errors}
             failed = sorted({r.host for r in state.results if r.failed}, key=natural_key)
             rerun = rerun_command(command, failed) if command and failed else None
             if command is not None:
@@ -107,6 +111,12 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
                 for name, row in COUNTERS.per_host.items():
                     reporter.note(f"trace {name}: {row['connections']} connections, {row['execs']} execs, "
                                   f"{row['uploads']} uploads")
+            if state.audit_errors:
+                n, total = len(state.audit_errors), len(state.results)
+                then = (f"the run keeps exit status {code} ({audit.OPTIONAL_ENV}=1)" if audit.optional() else
+                        f"exit status {code}; {audit.OPTIONAL_ENV}=1 runs on without the log")
+                reporter.error(f"{n} of {total} results not recorded in the audit log {audit.log_path(state.root)}"
+                               f": {then}")
     finally:
         reporter.live_stop()
         state.close()

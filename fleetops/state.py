@@ -35,6 +35,7 @@ class RunState:
         self.selected: list[str] = []  # the hosts this run selected (run.assemble): fleet-wide tasks read it
         # host -> the job extract launched there in this run: the run's own `tail` shows it from its first line
         self.launched: dict[str, str] = {}
+        self.audit_errors: list[str] = []  # one per result whose audit line could not be written
 
     @property
     def inventory(self) -> Inventory:
@@ -87,8 +88,13 @@ class RunState:
         try:
             audit.append(audit.entry(result, result.data.get("playbook"), result.data.get("playbook_sha256"),
                                      self._audited_host(result.host), self.root), self.root)
-        except OSError as exc:  # the run goes on; the operator is told once per result
-            self.reporter.error(f"audit log {audit.log_path(self.root)} not written: {exc}")
+        except OSError as exc:  # the run goes on, told once per cause; run.execute makes it its exit status
+            text = f"audit log {audit.log_path(self.root)}: {result.host} {result.task} not recorded: {exc}"
+            with self.lock:
+                seen = any(e.endswith(str(exc)) for e in self.audit_errors)
+                self.audit_errors.append(text)
+            if not seen:
+                self.reporter.error(text)
         self.reporter.result(result)
 
     def _audited_host(self, name: str) -> Host | None:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..redaction import MASK
+from ..redaction import MASK, register
 from .gpugate import DEFAULT_THRESHOLD_MIB, Gate
 from .patterns import ENV_KEY, one_line
 from .patterns import JOB_PATH as PATH
@@ -42,6 +42,7 @@ class JobSpec:
     notes: list[str] = field(default_factory=list)
 
     def start_request(self) -> dict:
+        _register_secrets(self.env, self.secret_env)  # an inventory's plain value for a key the playbook keeps
         shown = {k: (MASK if k in self.secret_env else v) for k, v in self.env.items()}
         return {"job": {"name": self.name, "kind": self.kind, "extract": self.extract, "argv": self.argv,
                         "env": self.env, "shown_env": shown, "cwd": self.cwd}}
@@ -101,8 +102,16 @@ def _validate(name: str, spec: dict, where: Mapping) -> None:
             raise _err(where, "failures", f"job {name!r}: bad regex {pattern!r}: {exc}") from None
 
 
+def _register_secrets(env: dict, keys: object) -> None:
+    for key in keys if isinstance(keys, (list, tuple, set, frozenset)) else ():
+        if key in env and isinstance(env[key], (str, int, float)):
+            register(str(env[key]))
+
+
 def parse_jobs(jobs: Mapping) -> dict[str, Mapping]:
-    """Validate every job and every group override merged onto it, at playbook load time."""
+    """Validate every job and every group override merged onto it, at playbook load time. The values its
+    `secret_env` names are registered as secrets here, so every task that loads the playbook (status, logs,
+    tail, diagnose, ... not only the launch) masks them in its output, its JSON and the audit log."""
     for name, spec in jobs.items():
         if not isinstance(name, str) or not NAME.fullmatch(name):
             raise jobs.error(name, f"job name {name!r} must match {NAME.pattern}")
@@ -112,12 +121,16 @@ def parse_jobs(jobs: Mapping) -> dict[str, Mapping]:
         overrides = spec.get("overrides") or Mapping()
         if not isinstance(overrides, Mapping):
             raise spec.error("overrides", "overrides must map group names to job settings")
-        _validate(name, _merged(spec, None), spec)
+        base = _merged(spec, None)
+        _validate(name, base, spec)
+        _register_secrets(base.get("env") or {}, base.get("secret_env"))
         for group, over in overrides.items():
             if not isinstance(over, Mapping):
                 raise overrides.error(group, f"override for group {group!r} must be a mapping")
             reject_unknown(over, (COMMON_KEYS | EXTRACT_KEYS) - {"overrides"}, f"job {name!r} override {group!r}")
-            _validate(name, _merged(spec, over), over)
+            merged = _merged(spec, over)
+            _validate(name, merged, over)
+            _register_secrets(merged.get("env") or {}, merged.get("secret_env"))
     return dict(jobs)
 
 

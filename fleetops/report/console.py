@@ -1,4 +1,9 @@
-"""Turn results into what the operator reads: per-host lines as they happen, a recap, or one JSON document."""
+"""Turn results into what the operator reads: per-host lines as they happen, a recap, or one JSON document.
+
+Everything a node or a job said reaches the terminal through redaction.shown() (secrets masked, terminal
+controls made visible) before any layout: draw() cleans a result's lines and table, so folding, `--odd` and
+rich's cell cutting only ever see masked, inert text; escape() (every string put into rich markup) cleans
+again, which costs nothing on clean text. `--json` writes the raw text, which JSON escapes."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ..plans.hostrange import fold as fold_names
-from ..redaction import RedactingStream, dumps
+from ..redaction import RedactingStream, dumps, shown
 from ..results import Result, Status, recap
 from . import fold
 from .fold import LABEL, Group, Identity, Line, Segment
@@ -49,7 +54,8 @@ def rich() -> SimpleNamespace:
 
 
 def escape(text: str) -> str:
-    return rich().escape(text)
+    """Data → rich markup that prints it as written: secrets masked, controls visible, markup escaped."""
+    return rich().escape(shown(text))
 
 
 def markup(line: Line, label: str) -> str:
@@ -131,8 +137,8 @@ class Reporter:
         for host, row in self.rows.items():
             elapsed = f"{now - row['started']:.1f}s" if row["started"] else "-"
             style = {"running": "cyan", "failed": "bold red", "unreachable": "bold magenta"}.get(row["state"], "")
-            table.add_row(host, row["task"], f"[{style}]{row['state']}[/]" if style else row["state"], elapsed,
-                          str(row["done"]))
+            table.add_row(escape(host), escape(row["task"]),
+                          f"[{style}]{row['state']}[/]" if style else row["state"], elapsed, str(row["done"]))
         return table
 
     def _live_counts(self) -> RenderableType:
@@ -183,13 +189,13 @@ class Reporter:
 
     def job_attached(self, host: str, job_id: str, state: str) -> None:
         """`tail` is streaming the host's job: its live row says so (never `queued`) and its bar appears."""
-        self.tail.attach(host, job_id, state)
+        self.tail.attach(host, shown(job_id), shown(state))
         row = self.rows.get(host)
         if row is not None and row["state"] not in ("failed", "unreachable"):
             row.update(state="running", task=f"tail {job_id}", started=row["started"] or time.monotonic())
 
     def job_ended(self, host: str, state: str) -> None:
-        self.tail.end(host, state)
+        self.tail.end(host, shown(state))
 
     def job_line(self, host: str, line: str, failure: bool, progress: dict | None) -> None:
         """One line of a job's log, prefixed with its host; failures stand out the moment they appear. Progress
@@ -225,7 +231,15 @@ class Reporter:
 
     def draw(self, r: Result) -> tuple[list[Line], dict | None]:
         """A result as lines of (text, style) segments, the host's name left as the LABEL slot; and the table
-        it prints first, if any."""
+        it prints first, if any. Both cleaned (redaction.shown): what folding and layout get is what may show."""
+        lines, table = self._draw(r)
+        if table:
+            title = table.get("title")
+            table = {**table, "title": shown(str(title)) if title else title,
+                     "rows": [[shown(str(v)) for v in row] for row in table["rows"]]}
+        return [[(text if text == LABEL else shown(text), style) for text, style in line] for line in lines], table
+
+    def _draw(self, r: Result) -> tuple[list[Line], dict | None]:
         host: Segment = (LABEL, "bold")
         lines: list[Line] = [[host, *SEP, (r.task, ""), *SEP, (r.status.value, STYLE[r.status]), *SEP, (r.msg, "")]]
         if r.data.get("output"):  # an ad-hoc command's output, each line prefixed with its host
@@ -336,7 +350,8 @@ def _text(markup_text: str) -> Text:
 
 
 def render_table(spec: dict) -> Table:
-    table = rich().Table(title=spec.get("title"), title_justify="left")
+    title = spec.get("title")
+    table = rich().Table(title=escape(str(title)) if title else None, title_justify="left")
     for column in spec["columns"]:
         table.add_column(column)
     highlight_rows = set(spec.get("highlight_rows", []))

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from .. import audit
 from ..redaction import dumps
+from ..redaction import shown as cleaned
 from .console import Reporter
 
 NONE = "-"
@@ -139,7 +140,9 @@ def truncate(text: str, width: int) -> str:
 
 
 def table(records: list[dict[str, Any]], width: int) -> Table:
-    rows = [[c.cell(r) for c in COLUMNS] for r in records]
+    # Cleaned before the columns are fitted and the message cut: an entry holds what a node said (entries
+    # written before the log cleaned them too), and a secret cut in half would no longer be masked.
+    rows = [[cleaned(c.cell(r)) for c in COLUMNS] for r in records]
     shown, msg_width = fit(rows, width)
     out = Table()
     for i in shown:

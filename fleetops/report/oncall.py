@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..plans.inventory import UnknownHost, find_inventory, load_inventory
 from ..plans.sshconfig_out import render
 from ..plans.yamlsrc import ConfigError
+from ..redaction import shown
 from .console import Reporter, escape
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class TransferBoard:
         self.active = 0
 
     def start(self, label: str, total: int, already: int) -> Transfer:
+        label = shown(label)  # a node's file name: drawn by rich's progress bar, not through escape()
         bar = not self.quiet and self.console.is_terminal and total - already >= BAR_MIN_BYTES
         task = None
         if bar:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..plans.gpugate import Verdict, age
 from ..plans.hostrange import header, natural_key
+from ..redaction import shown
 from ..results import Result
 
 GPU_COLUMNS = ["gpu", "name", "memory", "util", "temp", "ecc", "state", "processes"]
@@ -37,7 +38,9 @@ def fact_row(answer: dict) -> list[str]:
 
 def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
     """Tables that compare hosts, shown after the per-host lines. `fold`: hosts with the same row share it
-    (GPU summary) or the same column (facts), headed by their host range, so 800 hosts stay a few lines."""
+    (GPU summary) or the same column (facts), headed by their host range, so 800 hosts stay a few lines.
+    Cells hold what nodes said: cleaned (redaction.shown) before rows are compared, folded or cut, so a secret
+    that holds its host's own name is masked whole before the name becomes {host}."""
     sections = []
     gpu = [r for r in results if r.task == "gpu"]
     if len(gpu) > 1:
@@ -48,8 +51,8 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
                 states[item.details.get("state", "?")] = states.get(item.details.get("state", "?"), 0) + 1
             # The verdict word (OK / WARN / CRITICAL / UNKNOWN); a host the gate never judged says its status.
             word = r.data.get("verdict") or r.status.value
-            rows.append([r.host, word, ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-                         or r.msg.removeprefix(f"{word}: ")])
+            rows.append([r.host, shown(word), shown(", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+                                                   or r.msg.removeprefix(f"{word}: "))])
         if fold:
             rows = [[header(hosts), *row] for row, hosts in _same(rows, lambda row: tuple(row[1:])).items()]
         # Worst first, as diagnose's summary: a host not judged (unreachable, an error) is as unknown as UNKNOWN.
@@ -60,7 +63,7 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
     facts = [r for r in results if r.task == "facts" and "fact_row" in r.data]
     if facts:
         # One row per fact, one column per host (per group of hosts with the same facts, when folding).
-        columns = [(r.host, list(r.data["fact_row"])) for r in facts]
+        columns = [(r.host, [shown(str(v)) for v in r.data["fact_row"]]) for r in facts]
         if fold:
             columns = [(header(hosts), list(row))
                        for row, hosts in _same(columns, lambda col: tuple(col[1])).items()]
@@ -75,7 +78,7 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
     diag = [r for r in results if r.task == "diagnose" and r.data.get("summary_row")]
     if len(diag) > 1:
         # One row per host (per group of hosts with the same worst finding, when folding), worst first.
-        rows = [list(r.data["summary_row"]) for r in diag]
+        rows = [[r.host, *(shown(str(c)) for c in r.data["summary_row"][1:])] for r in diag]
         if fold:  # the same finding on many hosts (their own name as {host}) is one row
             rows = [[header(hosts), *row] for row, hosts in _same(
                 rows, lambda row: tuple(str(c).replace(row[0], "{host}") for c in row[1:])).items()]

@@ -97,7 +97,7 @@ class TailView:
             progress: RenderableType = ProgressBar(total=row.total or 100.0, completed=row.done, width=30) \
                 if row.total else "-"
             table.add_row(escape(host), escape(row.job_id or "-"),
-                          f"[{style}]{row.state}[/]" if style else row.state, progress,
+                          f"[{style}]{escape(row.state)}[/]" if style else escape(row.state), progress,
                           f"{int(row.done)}/{int(row.total)}" if row.total else "-",
                           f"{row.tok_s:.0f}" if row.tok_s is not None else "-", eta_text(row.eta),
                           f"[bold red]{row.failures}[/]" if row.failures else "0")

@@ -59,11 +59,18 @@ class Finding:
 
 
 def _fab(host: str, *words: str) -> str:
-    return "fab -H " + shlex.quote(host) + " " + " ".join(words)
+    """A command the operator may paste: every word quoted, since some (job ids, bus ids, paths) are what a
+    node answered, and a node must not choose what the operator's shell runs."""
+    return "fab -H " + shlex.quote(host) + " " + " ".join(shlex.quote(w) for w in words)
 
 
 def _run_cmd(host: str, command: str) -> str:
-    return _fab(host, "run", shlex.quote(command))
+    """`fab run COMMAND` (COMMAND runs in the node's shell: a node value in it goes in through _q)."""
+    return _fab(host, "run", command)
+
+
+def _q(value: object) -> str:
+    return shlex.quote(str(value))
 
 
 # ---------------------------------------------------------------- the pieces, each pure
@@ -134,9 +141,9 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
             nxt = (f"drain the node ({_fab(host, 'stop')}), then reboot it: {_run_cmd(host, 'sudo reboot')}; "
                    f"after the reboot: {_fab(host, 'diagnose')}")
         elif info.reset:
-            nxt = _run_cmd(host, f"sudo nvidia-smi --gpu-reset -i {bus or last.pci}") + "  (when the GPU is idle)"
+            nxt = _run_cmd(host, f"sudo nvidia-smi --gpu-reset -i {_q(bus or last.pci)}") + "  (when the GPU is idle)"
         else:
-            nxt = _run_cmd(host, f"nvidia-smi -q -i {bus or last.pci} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER")
+            nxt = _run_cmd(host, f"nvidia-smi -q -i {_q(bus or last.pci)} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER")
         rank = 5 if verdict == CRITICAL else 40
         out.append(Finding(verdict, label, msg, nxt, rank,
                            {"xid": code, "meaning": info.name, "bus_id": bus, "count": len(evs), "pid": last.pid,
@@ -245,7 +252,8 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
     for g in gpus:
         if g.get("problems"):
             out.append(Finding(CRITICAL, f"gpu{g.get('index')}", f"GPU {g.get('index')} ({g.get('bus_id')}) reads "
-                               f"{'; '.join(g['problems'])}", _run_cmd(host, f"nvidia-smi -q -i {g.get('index')}"), 7))
+                               f"{'; '.join(g['problems'])}",
+                               _run_cmd(host, f"nvidia-smi -q -i {_q(g.get('index'))}"), 7))
     foreign = [(g, p) for g in gpus for p in g.get("processes", []) if not p.get("job") and p["pid"] not in job_pids]
     held = ", ".join(f"GPU {g['index']}: pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, user "
                      f"{p.get('user') or '?'}" for g, p in foreign)
@@ -266,7 +274,7 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
             label = f"gpu{h.gpu.index}" if h.gpu.index is not None else "gpu"
             out.append(Finding(CRITICAL if h.severity == "CRITICAL" else WARN, label,
                                f"GPU {h.gpu.index} ({h.gpu.bus_id}): {h.what}: {h.action}",
-                               _run_cmd(host, f"nvidia-smi -q -i {h.gpu.index} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER"
+                               _run_cmd(host, f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER"
                                               ",PERFORMANCE"), 9 if h.severity == "CRITICAL" else 45))
         if health and not any(f.area.startswith("gpu") and f.verdict != OK for f in out):
             vol = sum(h.ecc.get("volatile", {}).get("uncorrectable", 0) for h in health)
@@ -286,7 +294,7 @@ def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
         inode_pct = 100 * d["inodes_free"] / d["inodes_total"] if d.get("inodes_total") else 100.0
         text = (f"{d['label']} {d['path']}: {d['free_bytes'] / 2**30:.1f} GiB free ({free_pct:.0f}%), "
                 f"inodes {inode_pct:.0f}% free")
-        nxt = _run_cmd(host, f"df -h {d['path']}; df -i {d['path']}")
+        nxt = _run_cmd(host, f"df -h {_q(d['path'])}; df -i {_q(d['path'])}")
         if free_pct < 1 or inode_pct < 1:
             out.append(Finding(CRITICAL, "disk", text, nxt, 12))
         elif free_pct < 5 or inode_pct < 5 or d["free_bytes"] < 2 * 2**30:
@@ -329,7 +337,7 @@ def process_findings(host: str, job: dict, procs: list) -> list[Finding]:
                         {"processes": procs})]
     verdict = WARN if stuck else OK
     return [Finding(verdict, "processes", f"job {job.get('id')}'s processes: " + "; ".join(rows),
-                    _run_cmd(host, f"ps -o pid,stat,etime,rss,cmd -g {job.get('pgid')}"), 48 if stuck else 92,
+                    _run_cmd(host, f"ps -o pid,stat,etime,rss,cmd -g {_q(job.get('pgid'))}"), 48 if stuck else 92,
                     {"processes": procs})]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from ..plans.gpugate import evaluate
@@ -217,7 +218,7 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     if answer.get("cause"):
         msg += f"; {answer['cause']}"
     if answer.get("left"):
-        msg += f"; its processes {answer['left']} still run (fab -H {host} stop --job-id {row[0]})"
+        msg += f"; its processes {answer['left']} still run (fab -H {quote(host)} stop --job-id {quote(str(row[0]))})"
     return Result(host, "status", status, msg, code=code,
                   data={"job": answer["job"], "state": answer["state"], "exit": answer.get("exit"),
                         "runtime_s": answer.get("runtime_s"), "last_progress": answer.get("last_progress"),
