@@ -8,7 +8,8 @@ accounting database):
 - Generic resources are two plain files standing in for /dev/nvidia0-1 (gres.conf `File=`): `--gres=gpu:1`
   schedules and is counted, but no real device is bound and CUDA_VISIBLE_DEVICES is not set in the job.
 - AccountingStorageType=accounting_storage/none: `sacct` answers "Slurm accounting storage is disabled"; a
-  finished job is known from `scontrol show job` for MinJobAge seconds, then only from the files it wrote.
+  finished job is known from `squeue --states=all` (the controller's memory) for MinJobAge seconds, then only
+  from the files it wrote.
 - Every daemon runs as root (SlurmUser=root), one node, one partition `gpu`.
 Every tool finds this cluster through SLURM_CONF=<dir>/etc/slurm.conf (the inventory passes it as env).
 """
