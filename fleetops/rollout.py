@@ -3,6 +3,7 @@ hosts run concurrently (bounded by forks); a failing host stops only its own cha
 in batches and a batch with a failure stops the roll-out. A step that allows it (Step.ahead: a read-only
 request fixed at plan time) is handed to the connector before the step before it runs, so its request goes
 out right behind that step's (pipelining, issue 16); a host whose chain is over has its link closed at once.
+`running` (host -> the step it runs now) is what a second Ctrl-C, which exits at once, writes to the audit log.
 Used by the `fab`/`fleet` executor and by fleetops.api alike (both through run.execute)."""
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ class Step:
 
 
 def run_fleet(run: RunState, hosts: list[Host], steps: list[Step], forks: int = DEFAULT_FORKS,
-              serial: int = 0) -> None:
+              serial: int = 0, running: dict[str, str] | None = None) -> None:
+    """`running`, when given, holds host -> the step it runs right now (for the second Ctrl-C's audit lines)."""
+    running = {} if running is None else running
     batches = [hosts[i: i + serial] for i in range(0, len(hosts), serial)] if serial > 0 else [hosts]
     stopped_by: int | None = None
     for number, batch in enumerate(batches, 1):
@@ -47,15 +50,15 @@ def run_fleet(run: RunState, hosts: list[Host], steps: list[Step], forks: int = 
             continue
         if len(batches) > 1:
             run.reporter.note(f"batch {number}/{len(batches)}: {', '.join(h.name for h in batch)}")
-        _run_batch(run, batch, steps, forks)
+        _run_batch(run, batch, steps, forks, running)
         names = {h.name for h in batch}
         if len(batches) > 1 and any(r.failed for r in run.results if r.host in names):
             stopped_by = number
 
 
-def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int) -> None:
+def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int, running: dict[str, str]) -> None:
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(batch)))) as pool:
-        futures = [pool.submit(_run_chain, run, h, steps) for h in batch]
+        futures = [pool.submit(_run_chain, run, h, steps, running) for h in batch]
         try:
             run.prepare_while_connecting()
         except Exception:  # noqa: BLE001,S110 - only a head start: a host that needs it then does it itself
@@ -68,8 +71,11 @@ def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int) 
                 run.interrupted.set()
             if run.interrupted.is_set() and not links_closed:
                 wait(futures, timeout=float(os.environ.get("FLEETOPS_INTERRUPT_GRACE_S") or INTERRUPT_GRACE_S))
-                _close_links(run)  # running agent calls end now; each agent then stops cleanly on the node
                 links_closed = True
+            if links_closed:
+                # Running agent calls end now (each agent then stops cleanly on the node), and so does a
+                # connect or SSH handshake in progress; again on every turn, for one that began meanwhile.
+                _close_links(run)
         for f in futures:
             f.result()
 
@@ -83,14 +89,14 @@ def _close_links(run: RunState) -> None:
             pass
 
 
-def _run_chain(run: RunState, host: Host, steps: list[Step]) -> None:
+def _run_chain(run: RunState, host: Host, steps: list[Step], running: dict[str, str]) -> None:
     try:
-        _walk_chain(run, host, steps)
+        _walk_chain(run, host, steps, running)
     finally:
         _release(run, host)
 
 
-def _walk_chain(run: RunState, host: Host, steps: list[Step]) -> None:
+def _walk_chain(run: RunState, host: Host, steps: list[Step], running: dict[str, str]) -> None:
     failed_at: str | None = None
     sent: dict[int, Pending] = {}  # step index -> its request, handed to the connector ahead of its turn
     for index, step in enumerate(steps):
@@ -105,7 +111,11 @@ def _walk_chain(run: RunState, host: Host, steps: list[Step]) -> None:
             continue
         _hand_ahead(host, steps, index, sent)
         run.reporter.task_started(host.name, step.name)
-        result = step.run(host, pending) if pending is not None else step.run(host)
+        running[host.name] = step.name
+        try:
+            result = step.run(host, pending) if pending is not None else step.run(host)
+        finally:
+            running.pop(host.name, None)
         if isinstance(result, Result) and result.failed:
             failed_at = step.name
     for pending in sent.values():

@@ -29,7 +29,7 @@ from .plans.hostrange import is_range, natural_key, split_words
 from .plans.inventory import Host, UnknownHost
 from .report.fold import FOLD_MIN_HOSTS, identities
 from .report.rows import fleet_sections
-from .results import EXIT_AUDIT, EXIT_INTERRUPTED, Status, exit_status
+from .results import EXIT_AUDIT, EXIT_INTERRUPTED, Result, Status, exit_status
 from .rollout import DEFAULT_FORKS, Step, run_fleet
 from .state import RunState
 from .tasks.plan import UsageError
@@ -85,9 +85,10 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
         reporter.odd = odd
         reporter.who = identities((h.name, h.address, h.port) for h in run.hosts)
         reporter.live_start([h.name for h in run.hosts])
+    running: dict[str, str] = {}  # host -> the step it runs now (rollout.py)
     try:
-        with _interrupts(state):
-            run_fleet(state, run.hosts, run.steps, forks, serial)
+        with _interrupts(state, running):
+            run_fleet(state, run.hosts, run.steps, forks, serial, running)
         reporter.live_stop()
         code = exit_status(state.results)
         if state.audit_errors and not audit.optional():
@@ -124,16 +125,20 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
 
 
 @contextmanager
-def _interrupts(state: RunState) -> Iterator[None]:
+def _interrupts(state: RunState, running: dict[str, str] | None = None) -> Iterator[None]:
     """Ctrl-C: the first stops starting new work and interrupts the running agent calls (rollout.py closes
-    the links; each agent on a node then unwinds cleanly); the second exits at once."""
+    the links; each agent on a node then unwinds cleanly); the second exits at once, after an audit line for
+    each step still running (`running`: host -> step)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # a library caller in a thread keeps its own signal handling
         return
 
     def handler(signum: int, frame: object) -> None:
         if state.interrupted.is_set():
-            os.write(2, b"\nsecond Ctrl-C: exiting now; nodes finish or undo their step on their own\n")
+            os.write(2, b"\nsecond Ctrl-C: exiting now, without waiting for the nodes; each node's agent stops its "
+                        b"step on its own (one in the middle of a patch set puts back what it wrote); the audit "
+                        b"log has a line for each step left running\n")
+            _audit_left_running(state, dict(running or {}))
             os._exit(EXIT_INTERRUPTED)
         state.interrupted.set()
         os.write(2, b"\nCtrl-C: starting nothing new, interrupting running steps (Ctrl-C again to exit now)\n")
@@ -143,6 +148,20 @@ def _interrupts(state: RunState) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _audit_left_running(state: RunState, running: dict[str, str]) -> None:
+    """The second Ctrl-C's audit lines: the client leaves without the steps' results, and says so."""
+    for host, task in sorted(running.items()):
+        node = state.pool.nodes.get(host) if state.pool is not None else None
+        see = (f"its agent puts back a set it had half-written; fab -H {host} {task} --check shows each file"
+               if task in ("patch", "rollback") else "its agent stops the step where the interrupt finds it")
+        result = Result(host, task, Status.FAILED, f"second Ctrl-C: the client exited while {task} ran on {host}, "
+                        f"without its result; {see}", code=EXIT_INTERRUPTED, data={"error_kind": "interrupted"})
+        try:
+            audit.append(audit.entry(result, None, None, getattr(node, "host", None), state.root), state.root)
+        except OSError:
+            pass  # exiting now: the intent line (patch, rollback) is already in the log
 
 
 def _say_what_was_done(state: RunState) -> None:

@@ -409,8 +409,8 @@ class NodeLock:
             raise
         self.fd = fd
         previous = read_json(self.info_path, on_corrupt="quarantine")
-        if previous and str(previous.get("pid", "")).isdigit() and not pid_alive(int(previous["pid"])):
-            self.took_over = previous  # its holder died mid-operation; flock was already released
+        if previous:  # we hold the flock, so its holder is gone (its pid may name another process by now)
+            self.took_over = previous  # it died mid-operation: a holder removes lock.json before it lets go
         try:
             write_json_atomic(self.info_path, {"operator": self.operator, "op": self.op, "pid": os.getpid(),
                                                "since": now_iso()}, point="lock.info")

@@ -7,7 +7,9 @@ what was expected and what is there.
 
 A playbook's files are one set, all-or-nothing per host: every file is read, classified and checked (drift,
 writability, free space) under the locks before any is written; one refusal and nothing is written. A write
-that fails midway puts the files already written back. The locks: the node's (its state dir), then the one
+that fails midway puts the files already written back, and so does an interrupt (the client went away: Ctrl-C)
+unless every file was already written; how the set ended is kept under the request's token, for the client
+that lost the answer (settle). The locks: the node's (its state dir), then the one
 beside the files (sitelock.py: every host sharing a venv serializes there, and learns who patched it).
 
 Rollback computes the original by reversing the hunks the client sent (the node cannot forge them) and proves
@@ -18,7 +20,9 @@ drifted file, and then only when its bytes are the wheel's (RECORD): a backup th
 
 from __future__ import annotations
 
+import _signal  # what `signal` wraps (agent.py says why)
 import os
+import sys
 
 from .hunks import apply_hunks, classify, closest_window, drift_report, split_lines
 from .nodeio import (
@@ -36,6 +40,7 @@ from .nodeio import (
     sha256_bytes,
     write_json_atomic,
 )
+from .procfs import pid_alive
 from .protocol import (
     ALREADY_APPLIED,
     ALREADY_ORIGINAL,
@@ -341,30 +346,29 @@ def rollback(req: dict) -> dict:
 def _run_set(req: dict, op: str) -> dict:
     """The set under the node lock and the lock beside the files (none when only checking: nothing written)."""
     if req.get("check"):
+        if req.get("settle"):
+            return settle(req, op)
         files = _plan_set(req, op, None)
         return _answer(files)
     with NodeLock(req["state_dir"], req.get("operator", "?"), op) as lock:
-        roots = []
-        for p in req["patches"]:
-            try:
-                roots.append(site_root_of(module_file_in_site(p["module"])))
-            except NodeError:
-                pass  # reported by its file's load, under the lock
+        roots = _roots(req)
         site = SiteLock(roots, req.get("host") or "?", req.get("operator", "?"), op) if roots else None
         if site is None:
             files = _plan_set(req, op, None)
             answer = _answer(files)
         else:
             with site:
-                interrupted = site.interrupted()
                 files = _plan_set(req, op, site)
+                interrupted = site.interrupted([f.path for f in files if f.path])
                 if interrupted:
                     _report_interrupted(files, interrupted)
                 _write_set(req, op, files, site)
                 answer = _answer(files)
     if lock.took_over:
-        note = (f"took over a stale lock from {lock.took_over.get('operator')} (pid {lock.took_over.get('pid')} "
-                f"is gone)")
+        pid = lock.took_over.get("pid")
+        fate = ("now belongs to another process" if str(pid).isdigit() and pid_alive(int(pid)) else "is gone")
+        note = (f"took over a stale lock from {lock.took_over.get('operator')} (pid {pid} {fate}; its lock was "
+                f"free, so it no longer held it)")
         for item in answer["items"]:
             item.setdefault("notes", []).insert(0, note)
     if site is not None and site.waited_for:
@@ -376,7 +380,38 @@ def _run_set(req: dict, op: str) -> dict:
     return answer
 
 
-def _plan_set(req: dict, op: str, site: SiteLock | None) -> list[_File]:
+def _roots(req: dict) -> list[str]:
+    roots = []
+    for p in req["patches"]:
+        try:
+            roots.append(site_root_of(module_file_in_site(p["module"])))
+        except NodeError:
+            pass  # reported by its file's load, under the lock
+    return roots
+
+
+def settle(req: dict, op: str) -> dict:
+    """What a host ended with after its client lost the answer of a patch or rollback (Ctrl-C): under the lock
+    beside the files, so the agent that was writing has finished (or put back) first, each file's form now, and
+    how the set with the request's token ended (written, put back, or still unfinished: its writer died).
+    Nothing is written but the lock's own record."""
+    token = str(req["settle"])
+    roots = _roots(req)
+    if not roots:
+        answer = _answer(_plan_set(req, op, None, forms=True))
+        answer["settled"] = {"outcome": None, "unfinished": None}
+        return answer
+    with SiteLock(roots, req.get("host") or "?", req.get("operator", "?"), "settle",
+                  wait_s=float(req.get("settle_wait_s") or 20)) as site:
+        outcome = site.take_outcome(token)
+        unfinished = next((e for e in site.unfinished() if e.get("token") == token), None)
+        files = _plan_set(req, op, site, forms=True)
+    answer = _answer(files)
+    answer["settled"] = {"outcome": outcome, "unfinished": unfinished}
+    return answer
+
+
+def _plan_set(req: dict, op: str, site: SiteLock | None, forms: bool = False) -> list[_File]:
     files = [_File(p) for p in req["patches"]]
     for f in files:
         if f.load():
@@ -386,6 +421,8 @@ def _plan_set(req: dict, op: str, site: SiteLock | None) -> list[_File]:
                 plan_script(req, op, f)
             else:
                 (_plan_patch if op == "patch" else _plan_rollback)(req, f, site)
+        if forms:  # each file's form now, before the all-or-nothing rule below rewrites the items
+            f.item["form"] = _form(op, f)
     check_only = bool(req.get("check"))
     if not any(f.refusal for f in files) and not check_only:
         _check_room(req, op, files)
@@ -403,6 +440,15 @@ def _plan_set(req: dict, op: str, site: SiteLock | None) -> list[_File]:
             f.item.update({"status": WOULD_APPLY if op == "patch" else WOULD_RESTORE, "ok": True,
                            "msg": f"{f.would_msg} (check mode: nothing written)"})
     return files
+
+
+def _form(op: str, f: _File) -> str:
+    if "drift" in f.item:
+        return "drifted"
+    if f.refusal:
+        return "unknown"
+    start, end = ("pristine", "patched") if op == "patch" else ("patched", "pristine")
+    return start if f.new is not None else end
 
 
 def _check_room(req: dict, op: str, files: list[_File]) -> None:
@@ -446,46 +492,109 @@ def _report_interrupted(files: list[_File], pending: dict) -> None:
 
 def _write_set(req: dict, op: str, files: list[_File], site: SiteLock) -> None:
     todo = [f for f in files if f.new is not None and not f.refusal]
+    paths = [f.path for f in files if f.path]
+    token = req.get("token")
     if not todo:
-        if site.interrupted() and not any(f.refusal for f in files):
-            site.finish({})  # the set is whole again (nothing left to write): the dead writer's mark goes
+        if site.interrupted(paths) and not any(f.refusal for f in files):
+            site.finish({}, covered=paths)  # whole again (nothing left to write): a dead writer's mark goes
         return
-    site.begin(op, [{"path": f.path, "before": sha256_bytes(f.data), "after": sha256_bytes(f.new or b"")}
-                    for f in todo])
-    written: list[_File] = []
-    for i, f in enumerate(todo):
-        assert f.new is not None
+    try:
+        site.begin(op, [{"path": f.path, "before": sha256_bytes(f.data), "after": sha256_bytes(f.new or b"")}
+                        for f in todo], token)
+        written: list[_File] = []
+        for i, f in enumerate(todo):
+            assert f.new is not None
+            try:
+                if op == "patch":
+                    record = save_backup(req["state_dir"], f.path, f.p["module"], f.data, f.new,
+                                         req.get("playbook", "?"))
+                    f.extra = {"original_sha256": record["original_sha256"]}
+                    f.done_msg = f"applied {f.p.get('what') or f'{len(f.hunks)} hunks'} (original saved, sha256 " \
+                                 f"{record['original_sha256'][:12]})"
+                    if f.p.get("script"):  # the script's sha256 joins the backup record (scriptpatch.py)
+                        from .scriptpatch import note_script
+
+                        note_script(req["state_dir"], f.path, f.p)
+                atomic_write(f.path, f.new, like=f.path, point=f"{op}.target")
+            except OSError as exc:
+                why = os_error_message(exc, f"cannot {'patch' if op == 'patch' else 'restore'} {f.path}")
+                if _undo(written, f, why, todo[i + 1:]):
+                    site.finish({}, token=token, outcome="put back")
+                return
+            written.append(f)
+        done = {}
+        for f in written:
+            assert f.new is not None
+            f.item.update({"status": APPLIED if op == "patch" else RESTORED, "ok": True, "changed": True,
+                           "sha256": sha256_bytes(f.new), "bytecode_removed": remove_stale_bytecode(f.path),
+                           "msg": f.done_msg, **f.extra})
+            done[f.path] = {"form": "patched" if op == "patch" else "pristine", "sha256": sha256_bytes(f.new)}
+        site.finish(done, covered=paths, token=token)
+    except KeyboardInterrupt:  # the client went away (Ctrl-C) mid-set; this agent is alive: the set ends whole
+        held = _hold_interrupts()
         try:
-            if op == "patch":
-                record = save_backup(req["state_dir"], f.path, f.p["module"], f.data, f.new,
-                                     req.get("playbook", "?"))
-                f.extra = {"original_sha256": record["original_sha256"]}
-                f.done_msg = f"applied {f.p.get('what') or f'{len(f.hunks)} hunks'} (original saved, sha256 " \
-                             f"{record['original_sha256'][:12]})"
-                if f.p.get("script"):  # the script's sha256 joins the backup record (scriptpatch.py)
-                    from .scriptpatch import note_script
+            _end_interrupted(op, todo, paths, site, token)
+        finally:
+            _release_interrupts(held)
+        raise
 
-                    note_script(req["state_dir"], f.path, f.p)
-            atomic_write(f.path, f.new, like=f.path, point=f"{op}.target")
+
+def _end_interrupted(op: str, todo: list[_File], paths: list[str], site: SiteLock, token: str | None) -> None:
+    """After an interrupt in the middle of the set: each file is put back as it was, unless every one was
+    already written (the set is whole and new: it stays, as if the interrupt had come a moment later). Its
+    outcome is kept under the request's token for the client that asks (settle)."""
+    now: dict[str, str | None] = {}
+    for f in todo:
+        try:
+            with open(f.path, "rb") as fh:
+                now[f.path] = sha256_bytes(fh.read())
+        except OSError:
+            now[f.path] = None
+    if all(now[f.path] == sha256_bytes(f.new or b"") for f in todo):
+        site.finish({f.path: {"form": "patched" if op == "patch" else "pristine", "sha256": now[f.path]}
+                     for f in todo}, covered=paths, token=token)
+        return
+    restored, whole = [], True
+    for f in todo:
+        if now[f.path] == sha256_bytes(f.data):
+            continue
+        try:
+            atomic_write(f.path, f.data, like=f.path, point="undo.target")
+            remove_stale_bytecode(f.path)
+            restored.append(f.path)
         except OSError as exc:
-            why = os_error_message(exc, f"cannot {'patch' if op == 'patch' else 'restore'} {f.path}")
-            _undo(written, f, why, todo[i + 1:])
-            site.finish({})
-            return
-        written.append(f)
-    done = {}
-    for f in written:
-        assert f.new is not None
-        f.item.update({"status": APPLIED if op == "patch" else RESTORED, "ok": True, "changed": True,
-                       "sha256": sha256_bytes(f.new), "bytecode_removed": remove_stale_bytecode(f.path),
-                       "msg": f.done_msg, **f.extra})
-        done[f.path] = {"form": "patched" if op == "patch" else "pristine", "sha256": sha256_bytes(f.new)}
-    site.finish(done)
+            whole = False
+            print(f"fleetops: {os_error_message(exc, f'putting {f.path} back failed')}; the set is half-written: "
+                  "run rollback", file=sys.stderr)
+    if whole:  # our own mark goes; a dead writer's, if the set had one before us, stays
+        site.finish({}, token=token, outcome="put back" if restored else "not written")
+    elif token:
+        site.record_outcome(token, {"outcome": "half-written", "op": op, "at": now_iso(), "files": now})
+        site.save()
 
 
-def _undo(written: list[_File], failed: _File, why: str, rest: list[_File]) -> None:
-    """A write failed midway: put the files already written back as they were, so the set stays whole."""
+def _hold_interrupts() -> object:
+    """No second interrupt while the set is put back (the client's watchdog sends one; this is belt and braces
+    against any other). Only the main thread may change it: elsewhere nothing is held."""
+    try:
+        return _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    except ValueError:
+        return None
+
+
+def _release_interrupts(held: object) -> None:
+    if held is not None:
+        try:
+            _signal.signal(_signal.SIGINT, held)
+        except ValueError:
+            pass
+
+
+def _undo(written: list[_File], failed: _File, why: str, rest: list[_File]) -> bool:
+    """A write failed midway: put the files already written back as they were, so the set stays whole.
+    False when one could not be put back (the set is half-written and stays marked unfinished)."""
     failed.refuse(FAILED, f"{why}; the file is unchanged")
+    whole = True
     for f in written:
         try:
             atomic_write(f.path, f.data, like=f.path, point="undo.target")
@@ -494,12 +603,14 @@ def _undo(written: list[_File], failed: _File, why: str, rest: list[_File]) -> N
                            "msg": f"written, then put back as it was (sha256 {sha256_bytes(f.data)[:12]}): "
                                   f"{failed.p['module']} failed, and the set is all-or-nothing"})
         except OSError as exc:
+            whole = False
             f.item.update({"status": FAILED, "ok": False, "changed": True,
                            "msg": os_error_message(exc, f"written, and putting {f.path} back failed") +
                            "; the set is half-written: run rollback"})
     for f in rest:
         f.item.update({"status": NOT_WRITTEN, "ok": False,
                        "msg": f"not written: {failed.p['module']} failed first, and the set is all-or-nothing"})
+    return whole
 
 
 def _answer(files: list[_File]) -> dict:

@@ -5,9 +5,14 @@ state dir. Stdlib only.
 The lock is `<site-packages>/.fleetops-patch.lock`, taken with flock (NFS clients emulate it with POSIX locks,
 so it holds across machines). Its content is a small JSON document, rewritten in place by the holder only:
   holder   who holds it now (host, operator, op, pid, since): named to whoever has to wait
-  pending  the set being written (op, host, pid, files): set before the first write, cleared after the last.
-           Still there when the next holder comes: its writer died mid-set (SIGKILL, power loss); that run
-           reports it, and finishes the set in its own direction (patch or rollback are all-or-nothing).
+  unfinished  the sets being written, one entry each (op, host, pid, token, files): added before a set's first
+           write, taken out once the set is whole again (written to its end, or put back). An entry still there
+           when the next holder comes is a set whose writer died mid-way (SIGKILL, power loss); a run whose set
+           covers every file of it reports it and finishes it in its own direction (patch and rollback are
+           all-or-nothing). Sets of other playbooks sharing the venv leave it alone. (An older agent kept one
+           such entry under `pending`; it is read as the first of the list.)
+  outcomes  token → how a set with that token ended (written, put back after an interrupt): what the client
+           that lost its answer asks for afterwards (patching.settle). The last OUTCOMES_KEPT are kept.
   files    path → the last form fleetops wrote there (patched/pristine), its sha256, by which host and when:
            how a second host knows "already applied (by <host>)".
 The lock file lives in site-packages, beside the code it guards: whoever can forge it can already change
@@ -24,6 +29,7 @@ from . import wirejson
 from .nodeio import NodeError, now_iso, site_roots
 
 LOCK_NAME = ".fleetops-patch.lock"
+OUTCOMES_KEPT = 32
 
 
 def site_root_of(path: str) -> str:
@@ -58,6 +64,7 @@ class SiteLock:
         self.fds: list[int] = []
         self.state: dict = {}
         self.waited_for: dict | None = None
+        self._entry: dict | None = None  # this holder's own unfinished entry (begin)
 
     # -- the state document
     def _read(self, fd: int) -> dict:
@@ -137,25 +144,80 @@ class SiteLock:
         self.fds = []
 
     # -- what the state says
-    def interrupted(self) -> dict | None:
-        """The set a dead holder was writing, if it never finished (we hold the lock: its writer is gone)."""
-        pending = self.state.get("pending")
-        return pending if isinstance(pending, dict) else None
+    def unfinished(self) -> list[dict]:
+        """Every set a dead holder was writing and never finished (we hold the lock: its writer is gone)."""
+        entries = self.state.get("unfinished")
+        out = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+        legacy = self.state.get("pending")
+        if isinstance(legacy, dict):
+            out.insert(0, legacy)
+        return out
 
-    def begin(self, op: str, files: list[dict]) -> None:
-        self.state["pending"] = {**self.who, "op": op, "at": now_iso(), "files": files}
+    def interrupted(self, paths: list[str] | None = None) -> dict | None:
+        """The first unfinished set that shares a file with `paths` (any set, when None)."""
+        wanted = set(paths or ())
+        for entry in self.unfinished():
+            if paths is None or wanted & set(_paths(entry)):
+                return entry
+        return None
+
+    def begin(self, op: str, files: list[dict], token: str | None = None) -> None:
+        entry = {**self.who, "op": op, "at": now_iso(), "files": files}
+        if token:
+            entry["token"] = token
+        self._entry = entry
+        self._set_unfinished([*self.unfinished(), entry])
         self.save()
 
-    def finish(self, written: dict[str, dict]) -> None:
+    def finish(self, written: dict[str, dict], covered: list[str] | None = None, token: str | None = None,
+               outcome: str = "written") -> None:
+        """The set is whole again: its own entry goes, and with `covered` (the set's paths, every file in its
+        target form) so does every dead writer's entry whose files are all among them. Other sets' entries stay."""
         files = self.state.setdefault("files", {})
         if not isinstance(files, dict):
             files = self.state["files"] = {}
         for path, info in written.items():
             files[path] = {**info, "host": self.who["host"], "operator": self.who["operator"], "at": now_iso()}
-        self.state.pop("pending", None)
+        whole = set(covered or ())
+        self._set_unfinished([e for e in self.unfinished() if not self._mine(e) and
+                              not (whole and set(_paths(e)) <= whole)])
+        if token:
+            self.record_outcome(token, {"outcome": outcome, "op": self.who["op"], "at": now_iso(),
+                                        "files": {p: i.get("sha256") for p, i in written.items()}})
         self.save()
+
+    def record_outcome(self, token: str, outcome: dict) -> None:
+        outcomes = self.state.get("outcomes")
+        outcomes = {k: v for k, v in outcomes.items()} if isinstance(outcomes, dict) else {}
+        outcomes.pop(token, None)
+        outcomes[token] = outcome  # insertion order is age: the oldest go first
+        while len(outcomes) > OUTCOMES_KEPT:
+            outcomes.pop(next(iter(outcomes)))
+        self.state["outcomes"] = outcomes
+
+    def take_outcome(self, token: str) -> dict | None:
+        outcomes = self.state.get("outcomes")
+        if not isinstance(outcomes, dict) or not isinstance(outcomes.get(token), dict):
+            return None
+        found = outcomes.pop(token)
+        self.save()
+        return found
+
+    def _mine(self, entry: dict) -> bool:
+        return self._entry is not None and entry == self._entry
+
+    def _set_unfinished(self, entries: list[dict]) -> None:
+        self.state.pop("pending", None)
+        if entries:
+            self.state["unfinished"] = entries
+        else:
+            self.state.pop("unfinished", None)
 
     def last_writer(self, path: str, sha256: str) -> dict | None:
         """Who wrote this very file (its sha256 matches what they wrote), if fleetops did."""
         info = (self.state.get("files") or {}).get(path)
         return info if isinstance(info, dict) and info.get("sha256") == sha256 else None
+
+
+def _paths(entry: dict) -> list[str]:
+    return [f["path"] for f in entry.get("files") or () if isinstance(f, dict) and isinstance(f.get("path"), str)]

@@ -1,5 +1,11 @@
 """Jobs through Slurm, run on the cluster's login node (stdlib only): submit with `sbatch` (a job array when the
-job is split into shards), read `squeue`/`sacct`/`scontrol`, the job's output files, and `scancel`.
+job is split into shards), read `squeue`/`sacct` (explicit formats, the job's name last; never `scontrol -o`,
+whose free-text fields can carry any key: fleetops/plans/slurm.py), the job's output files, and `scancel`.
+
+A Slurm id is fleetops' job only while squeue's user, name and submit time are the ones job.json recorded at
+submission (`_ours`): a controller that forgot its jobs, or ids wrapping at MaxJobId, hands the same id to
+another job, maybe another user's. Such an id is never cancelled, never counted as "still in the queue"; the
+cancel itself goes out as `scancel --user=<login> --name=<name> <id>`, so Slurm refuses it for any other job.
 
 Every command is a fixed argv list; values from the playbook or inventory travel as single argv words
 (`--partition=gpu`) or in the environment, never through a shell. The batch script is this module's own
@@ -9,7 +15,9 @@ parses it (fleetops/plans/slurm.py).
 
 Layout: <state_dir>/slurm/<id>/{job.json, request-<task>.json, batch.py, task-<task>.log, exit-<task>.json};
 slurm/current.json names the latest job. The job's environment (secrets included) goes to sbatch's own
-environment (Slurm exports it to the job, as `sbatch` always does); fleetops writes no secret to disk.
+environment (Slurm exports it to the job, as `sbatch` always does); fleetops writes no secret to disk. Slurm
+itself keeps that environment on the controller while the job exists: StateSaveLocation/hash.N/job.ID/
+environment (mode 0600, owned by SlurmUser).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pwd
 import re
 import secrets
 import subprocess
@@ -25,8 +34,13 @@ import time
 
 from .nodeio import QUARANTINED, NodeError, atomic_write, ensure_dir, now_iso, read_json, write_json_atomic
 
-SQUEUE_FORMAT = "%i|%A|%a|%F|%K|%T|%r|%N|%M|%l|%b|%P|%j"  # the same as fleetops/plans/slurm.py's
-SACCT_FORMAT = "JobID,JobName,State,ExitCode,NodeList,Elapsed,Start,End"
+SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"  # the same as fleetops/plans/slurm.py's
+SQUEUE_FIELDS = ("id", "job_id", "array_job_id", "array_task", "state", "reason", "nodes", "elapsed",
+                 "time_limit", "gres", "partition", "user", "submit", "name")
+SACCT_FORMAT = "JobID,State,ExitCode,NodeList,Elapsed,Start,End,User,Submit,JobName"
+# Slurm states of a job still in the queue (fleetops/plans/slurm.py's RUNNING | PENDING).
+ACTIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING", "PENDING",
+                    "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"})
 TAIL_CHUNK = 256 * 1024
 COMMAND_TIMEOUT_S = 60
 ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
@@ -179,9 +193,9 @@ def submit(req: dict) -> dict:
             current = None
         if current and current.get("slurm_job_id"):
             listed = _query(current, _scheduler_env(req), full=False)["squeue"]
-            if listed["rc"] == 0 and listed["stdout"].strip():
+            if listed["rc"] == 0 and any(r["state"] in ACTIVE for r in _ours(current, listed["stdout"])[0]):
                 raise NodeError(f"job {current['id']} (Slurm job {current['slurm_job_id']}) is still in the Slurm "
-                                "queue; stop it (scancel) or wait for it", kind="job_running",
+                                "queue; stop it (fab stop) or wait for it", kind="job_running",
                                 job={k: current.get(k) for k in ("id", "slurm_job_id", "started")},
                                 squeue=listed["stdout"][-2000:])
         return _submit(req, state_dir)
@@ -225,7 +239,8 @@ def _submit(req: dict, state_dir: str) -> dict:
            "argv": spec.get("argv"), "cwd": spec.get("cwd") or job_dir, "shards": shards, "sbatch_argv": argv,
            "shown_env": spec.get("shown_env", {}), "logs": [os.path.join(job_dir, f"task-{i}.log")
                                                              for i in range(shards)],
-           "started": now_iso(), "started_ts": time.time(), "operator": req.get("operator"), "slurm_job_id": None}
+           "started": now_iso(), "started_ts": time.time(), "operator": req.get("operator"), "slurm_job_id": None,
+           "slurm_user": _login(), "slurm_submit": None}
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     env = {**{k: str(v) for k, v in (spec.get("env") or {}).items()}, **_scheduler_env(req)}
     result = _run(argv, env)
@@ -237,19 +252,57 @@ def _submit(req: dict, state_dir: str) -> dict:
                 "error": f"sbatch refused the job (exit {result['rc']}): "
                          f"{(result['stderr'] or result['stdout']).strip()[-600:]}"}
     job["slurm_job_id"] = match.group(1)
+    job["slurm_submit"] = _submit_time(job, _scheduler_env(req))
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     write_json_atomic(os.path.join(slurm_dir(state_dir), "current.json"), {"id": job_id})
     return {"ok": True, "job": job, "sbatch": result}
+
+
+def _login() -> str:
+    """The login user's name, as squeue's %u prints the owner of the jobs this user submits."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def _rows(stdout: str) -> list[dict]:
+    """squeue's lines (SQUEUE_FORMAT, the name last: split at most len(SQUEUE_FIELDS) - 1 times)."""
+    out = []
+    for line in stdout.splitlines():
+        parts = line.split("|", len(SQUEUE_FIELDS) - 1)
+        if len(parts) == len(SQUEUE_FIELDS):
+            out.append(dict(zip(SQUEUE_FIELDS, parts)))
+    return out
+
+
+def _ours(job: dict, stdout: str) -> tuple[list[dict], list[dict]]:
+    """squeue's lines for the job's id: (fleetops' own job's, another job's that has the id now). Ours: the user,
+    name and submit time job.json recorded (a job.json of an older fleetops has no user: the name decides)."""
+    user, name, submit = job.get("slurm_user"), job.get("name"), job.get("slurm_submit")
+    ours, others = [], []
+    for row in _rows(stdout):
+        mine = row["name"] == name and (not user or row["user"] == user) and (not submit or row["submit"] == submit)
+        (ours if mine else others).append(row)
+    return ours, others
+
+
+def _submit_time(job: dict, env: dict[str, str]) -> str | None:
+    """Right after sbatch: the submit time squeue gives the new job (its user and name checked), for job.json."""
+    listed = _query(job, env, full=False)["squeue"]
+    ours = _ours({**job, "slurm_submit": None}, listed["stdout"])[0] if listed["rc"] == 0 else []
+    return ours[0]["submit"] if ours else None
 
 
 def _query(job: dict, env: dict[str, str], full: bool = True) -> dict:
     sid = job.get("slurm_job_id")
     if not sid:
         return {}
-    out = {"squeue": _run(["squeue", "--noheader", "--array", f"--format={SQUEUE_FORMAT}", f"--jobs={sid}"], env)}
+    out = {"squeue": _run(["squeue", "--noheader", "--states=all", "--array", f"--format={SQUEUE_FORMAT}",
+                           f"--jobs={sid}"], env)}
     if full:
-        out["sacct"] = _run(["sacct", "--parsable2", "--noheader", f"--format={SACCT_FORMAT}", f"--jobs={sid}"], env)
-        out["scontrol"] = _run(["scontrol", "-o", "show", "job", sid], env)
+        out["sacct"] = _run(["sacct", "--parsable2", "--noheader", "--duplicates", f"--format={SACCT_FORMAT}",
+                             f"--jobs={sid}"], env)
     return out
 
 
@@ -352,7 +405,9 @@ def logs(req: dict) -> dict:
 
 
 def cancel(req: dict) -> dict:
-    """`scancel ID` (every task of an array), then wait up to grace_s until squeue no longer lists it."""
+    """`scancel --user=<login> --name=<name> ID` (every task of an array) when squeue lists fleetops' own job
+    still in the queue, then wait up to grace_s until it no longer does. An id that now names another job (it
+    was reused) is never cancelled: the answer says whose it is."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     env = _scheduler_env(req)
     sid = job.get("slurm_job_id")
@@ -360,17 +415,19 @@ def cancel(req: dict) -> dict:
         return {"ok": True, "changed": False, "job": _public(job), "query": {}, "exits": {},
                 "msg": f"job {job['id']} was never accepted by sbatch; nothing to cancel"}
     before = _query(job, env, full=False)
-    listed = bool(before["squeue"]["stdout"].strip())
-    result = _run(["scancel", sid], env) if listed else None
+    ours, others = _ours(job, before["squeue"]["stdout"]) if before["squeue"]["rc"] == 0 else ([], [])
+    listed = any(r["state"] in ACTIVE for r in ours)
+    argv = ["scancel", f"--user={job.get('slurm_user') or _login()}", f"--name={job['name']}", sid]
+    result = _run(argv, env) if listed else None
     deadline = time.monotonic() + float(req.get("grace_s", 30)) + 30
-    after = before
     while listed and time.monotonic() < deadline:
-        after = _query(job, env, full=False)
-        if after["squeue"]["rc"] == 0 and not after["squeue"]["stdout"].strip():
+        after = _query(job, env, full=False)["squeue"]
+        if after["rc"] == 0 and not any(r["state"] in ACTIVE for r in _ours(job, after["stdout"])[0]):
             break
         time.sleep(0.3)
     return {"ok": True, "changed": listed, "job": _public(job), "before": before, "scancel": result,
-            "query": _query(job, env), "exits": _exits(job_dir, int(job.get("shards") or 1)), "now_ts": time.time()}
+            "reused_by": others, "query": _query(job, env), "exits": _exits(job_dir, int(job.get("shards") or 1)),
+            "now_ts": time.time()}
 
 
 def allocation(req: dict) -> dict:
@@ -385,12 +442,11 @@ def gpu(req: dict) -> dict:
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     env = _scheduler_env(req)
     query = _query(job, env, full=False)
-    running = [line.split("|") for line in query["squeue"]["stdout"].splitlines()
-               if line.count("|") == SQUEUE_FORMAT.count("|") and line.split("|")[5] == "RUNNING"]
+    running = [r for r in _ours(job, query["squeue"]["stdout"])[0] if r["state"] == "RUNNING"]
     if not running:
         return {"ok": True, "job": _public(job), "query": _query(job, env), "inside": None,
                 "why": "no task of the job is running, so it has no allocation to look into"}
-    own_id, node = running[0][1], running[0][7]
+    own_id, node = running[0]["job_id"], running[0]["nodes"]
     argv = ["srun", f"--jobid={own_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
             sys.executable, os.path.abspath(sys.argv[0])]
     request = json.dumps({"protocol": req.get("protocol"), "op": "gpu", "state_dir": req["state_dir"]})

@@ -9,7 +9,8 @@ can never go unfaulted. Each (point, n-th hit) is then faulted with {"action": "
 stops right there and the test applies the fault with no timing window:
   kill-agent      the agent is SIGKILLed at that point;
   cut-connection  the agent's sshd session is SIGKILLed: the connection drops, the agent sees its answer pipe
-                  fail (its client watchdog), stops right there and cleans up (no temp file, lock released);
+                  fail (its client watchdog), stops right there, puts back the files of the set it had
+                  written and cleans up (no temp file, lock released);
   stop-sshd       the sessions are listed first, then the node's sshd listener is stopped and every session
                   killed (OpenSSH leaves live sessions running, re-parented, when only the listener stops).
 Every point gets all three kinds: 72 faults, about 4-5 minutes on 2 loaded cores (~3.5 s a fault, ~5 s with
@@ -18,8 +19,9 @@ file), tallied per kind and per operation, and the last test prints and checks t
 
 After each fault: every target file is byte-identical to its pristine form (pip's RECORD) or its fully patched
 form (the shipped diff applied by GNU patch, checked against tests/fixtures/*.sha256): the exact one the
-point implies; only the killed agent's temp files may be left, and after the next run none at all; the next
-patch and rollback succeed and end in exactly the expected forms."""
+point and the kind imply (a cut agent leaves the set whole); only the killed agent's temp files may be left,
+and after the next run none at all; the next patch and rollback succeed and end in exactly the expected
+forms."""
 
 from __future__ import annotations
 
@@ -225,12 +227,16 @@ def inject(lab, node, op: str, point: str, n: int, kind: str) -> Fault:
     return Fault(agent, proc.returncode, msg, kind == "kill-agent" and holder == agent)
 
 
-def expected_after(op: str, point: str, n: int) -> dict[str, str]:
-    """Each file's exact form right after the fault: killed or cut, the agent stops at `point` (a cut agent
-    unwinds there, a killed one dies there), so only the writes before it are done."""
+def expected_after(op: str, point: str, n: int, kind: str) -> dict[str, str]:
+    """Each file's exact form right after the fault. A killed agent dies at `point`: only the writes before it
+    are done (the next run finishes the set). A cut agent is still alive: it puts back what it wrote, unless
+    every file was already written (then the set stays whole and new)."""
+    whole_new = point == f"{op}.target.after_rename" and n == len(MODULES)
     out = {}
     for i, module in enumerate(MODULES, start=1):
         written = point.startswith(op + ".") and (i < n or (i == n and point == f"{op}.target.after_rename"))
+        if kind != "kill-agent":
+            written = whole_new
         out[module] = DONE[op] if written else BEFORE[op]
     return out
 
@@ -257,7 +263,7 @@ def test_fault(lab, op, point, n, kind):
     fault = inject(lab, node, op, point, n, kind)
     DONE_CASES.add((op, point, n, kind))
 
-    assert_forms(node, forms, expected_after(op, point, n), f"right after {kind} at {point} (hit {n})")
+    assert_forms(node, forms, expected_after(op, point, n, kind), f"right after {kind} at {point} (hit {n})")
     for tmp in temp_files(node):  # only a dead writer's half-done write may be left, and only now
         assert temp_writer(tmp) == fault.agent and not running(fault.agent), f"{tmp} left by a live writer"
 

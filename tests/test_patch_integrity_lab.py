@@ -154,7 +154,8 @@ def test_a_drifted_file_writes_no_file_of_the_set_and_every_report_agrees(lab):
     assert gen["status"] == "skipped" and "all-or-nothing" in gen["msg"] and WORKER in gen["msg"]
     assert form_of(node, GENERATOR, known) == "pristine" and file_sha(node, WORKER) == drifted
     assert not (node.state_dir / "backups").exists() or not list((node.state_dir / "backups").iterdir())
-    (line,) = audit_lines("lab01", "patch")[before:]
+    intent, line = audit_lines("lab01", "patch")[before:]  # the intent line, written before any write
+    assert intent["result"] == "started" and intent["exit_status"] is None, intent
     assert (line["result"], line["changed"], line["exit_status"]) == ("failed", False, 1), line
 
     human = run_fab(lab.root, "-H", "lab01", "patch")

@@ -34,18 +34,18 @@ def test_sbatch_parsable_ids_and_refusals():
 def test_squeue_pending_array_tasks_each_on_their_own_line_with_reason():
     rows = sp.parse_squeue(text("squeue_pending.txt"))
     by_id = {r.job_id: r for r in rows}
-    assert set(by_id) == {"2_0", "2_1", "1"}
+    assert set(by_id) == {"2_0", "2_1"}
     assert [(by_id["2_0"].task, by_id["2_0"].word, by_id["2_0"].reason) for _ in [0]] == [(0, "pending", "Resources")]
     assert by_id["2_1"].task == 1 and by_id["2_1"].extra["gres"] == "gres:gpu:1"
-    assert by_id["1"].word == "running" and by_id["1"].nodes == "vm" and by_id["1"].task == 0
+    assert (by_id["2_1"].user, by_id["2_1"].name, by_id["2_1"].submit) == ("root", "extract-x", "2026-12-02T04:48:57")
 
 
 def test_squeue_running_and_after_one_task_cancelled():
-    running = sp.parse_squeue(text("squeue_running.txt"))
-    assert [(r.job_id, r.word, r.nodes) for r in running] == [("2_0", "running", "vm"), ("2_1", "running", "vm")]
-    assert running[0].extra["job_id"] == "3"  # task 0 got its own job id when it started
-    after = sp.parse_squeue(text("squeue_after_cancel_one.txt"))
-    assert [r.job_id for r in after] == ["2_0"]
+    running = {r.job_id: r for r in sp.parse_squeue(text("squeue_running.txt"))}
+    assert [(r.word, r.nodes) for _, r in sorted(running.items())] == [("running", "vm"), ("running", "vm")]
+    assert running["2_0"].extra["job_id"] == "3"  # task 0 got its own job id when it started
+    after = {r.job_id: r.word for r in sp.parse_squeue(text("squeue_after_cancel_one.txt"))}
+    assert after == {"2_0": "running", "2_1": "killed"}  # --states=all: the cancelled task is still listed
 
 
 def test_squeue_bad_line_is_an_error_not_a_guess():
@@ -53,32 +53,24 @@ def test_squeue_bad_line_is_an_error_not_a_guess():
         sp.parse_squeue("2_0|RUNNING\n")
 
 
-def test_scontrol_pending_array_record_expands_to_each_task():
-    rows = sp.parse_scontrol(text("scontrol_pending.txt"))
-    assert [(r.task, r.job_id, r.state, r.reason) for r in rows] == [(0, "2_0", "PENDING", "Resources"),
-                                                                    (1, "2_1", "PENDING", "Resources")]
-
-
-def test_scontrol_cancelled_and_failed_carry_exit_code_and_signal():
-    cancelled = {r.task: r for r in sp.parse_scontrol(text("scontrol_cancelled.txt"))}
+def test_squeue_cancelled_and_failed_jobs_keep_their_final_state():
+    cancelled = {r.task: r for r in sp.parse_squeue(text("squeue_cancelled.txt"))}
     assert cancelled[0].word == cancelled[1].word == "killed"
-    assert (cancelled[1].exit_code, cancelled[1].signal) == (0, 15)
-    failed = sp.parse_scontrol(text("scontrol_failed.txt"))
-    assert [(r.task, r.word, r.exit_code, r.signal, r.reason) for r in failed] == [(0, "failed", 3, None,
-                                                                                   "NonZeroExitCode")]
-    mixed = {r.task: r.word for r in sp.parse_scontrol(text("scontrol_after_cancel_task1.txt"))}
-    assert mixed == {0: "running", 1: "killed"}
+    (failed,) = sp.parse_squeue(text("squeue_failed_injected.txt"))
+    assert (failed.word, failed.reason, failed.nodes, failed.exit_code) == ("failed", "NonZeroExitCode", "vm", None)
 
 
 def test_sacct_disabled_is_recognised_and_sacct_lines_parse():
     assert sp.sacct_disabled(text("sacct_disabled.txt"), "")
     # Not recorded here (this cluster has no accounting): the field layout of --parsable2 with
     # SACCT_FORMAT, in the shape sacct prints (steps on their own lines, "CANCELLED by UID").
-    out = ("12_0|extract|COMPLETED|0:0|gpu01|00:01:02|2026-11-30T10:00:00|2026-11-30T10:01:02\n"
-           "12_0.batch|batch|COMPLETED|0:0|gpu01|00:01:02|2026-11-30T10:00:00|2026-11-30T10:01:02\n"
-           "12_1|extract|CANCELLED by 0|0:15|gpu02|00:00:30|2026-11-30T10:00:00|2026-11-30T10:00:30\n")
+    out = ("12_0|COMPLETED|0:0|gpu01|00:01:02|2026-11-30T10:00:00|2026-11-30T10:01:02|ops|2026-11-30T09:59:00|extract\n"
+           "12_0.batch|COMPLETED|0:0|gpu01|00:01:02|2026-11-30T10:00:00|2026-11-30T10:01:02||2026-11-30T09:59:00|batch\n"
+           "12_1|CANCELLED by 0|0:15|gpu02|00:00:30|2026-11-30T10:00:00|2026-11-30T10:00:30|ops|2026-11-30T09:59:00|"
+           "extract\n")
     rows = sp.parse_sacct(out)
-    assert [(r.task, r.word, r.nodes) for r in rows] == [(0, "succeeded", "gpu01"), (1, "killed", "gpu02")]
+    assert [(r.task, r.word, r.nodes, r.user) for r in rows] == [(0, "succeeded", "gpu01", "ops"),
+                                                                (1, "killed", "gpu02", "ops")]
 
 
 def test_state_words_and_the_jobs_overall_word():
@@ -95,19 +87,18 @@ def raw(stdout: str = "", rc: int = 0, stderr: str = "") -> dict:
     return {"rc": rc, "stdout": stdout, "stderr": stderr}
 
 
-def test_tasks_view_prefers_live_squeue_then_scontrol_then_the_exit_file():
-    job = {"id": "extract-1", "shards": 2, "slurm_job_id": "2"}
-    # squeue lists only task 0 (task 1 was cancelled): task 1 comes from scontrol's record.
+def test_tasks_view_prefers_squeue_then_the_exit_file():
+    job = {"id": "extract-1", "shards": 2, "slurm_job_id": "2", "name": "extract-x", "slurm_user": "root",
+           "slurm_submit": "2026-12-02T04:48:57"}
     answer = {"job": job, "query": {"squeue": raw(text("squeue_after_cancel_one.txt")),
-                                    "sacct": raw(text("sacct_disabled.txt"), 1),
-                                    "scontrol": raw(text("scontrol_after_cancel_task1.txt"))}, "exits": {}}
+                                    "sacct": raw(text("sacct_disabled.txt"), 1)}, "exits": {}}
     rows = tasks_view(answer)
-    assert [(r["task"], r["state"], r["source"]) for r in rows] == [(0, "running", "squeue"), (1, "killed", "scontrol")]
+    assert [(r["task"], r["state"], r["source"]) for r in rows] == [(0, "running", "squeue"), (1, "killed", "squeue")]
     assert rows[1]["signal"] == 15
     assert any("accounting storage is disabled" in n for n in rows[0]["notes"])
     # Past MinJobAge with no accounting: only the batch script's exit file knows.
-    gone = {"job": job, "query": {"squeue": raw(""), "sacct": raw(text("sacct_disabled.txt"), 1),
-                                  "scontrol": raw("", 1, text("scontrol_unknown.txt"))},
+    gone = {"job": job, "query": {"squeue": raw("", 1, text("squeue_unknown.txt")),
+                                  "sacct": raw(text("sacct_disabled.txt"), 1)},
             "exits": {"0": {"exit_code": 0, "signal": None}}}
     rows = tasks_view(gone)
     assert [(r["state"], r["source"]) for r in rows] == [("succeeded", "exit-file"), ("unknown", "none")]
@@ -139,6 +130,7 @@ def test_batch_script_is_fixed_text_that_compiles():
 
     compile(node_slurm.BATCH_SCRIPT, "batch.py", "exec")
     assert node_slurm.SQUEUE_FORMAT == sp.SQUEUE_FORMAT and node_slurm.SACCT_FORMAT == sp.SACCT_FORMAT
+    assert node_slurm.SQUEUE_FIELDS == sp.SQUEUE_FIELDS and node_slurm.ACTIVE == sp.RUNNING | sp.PENDING
 
 
 def _slurm_job(state_dir: Path, lines: list[int], ended: bool = True) -> str:

@@ -8,7 +8,8 @@ accounting database):
 - Generic resources are two plain files standing in for /dev/nvidia0-1 (gres.conf `File=`): `--gres=gpu:1`
   schedules and is counted, but no real device is bound and CUDA_VISIBLE_DEVICES is not set in the job.
 - AccountingStorageType=accounting_storage/none: `sacct` answers "Slurm accounting storage is disabled"; a
-  finished job is known from `scontrol show job` for MinJobAge seconds, then only from the files it wrote.
+  finished job is known from `squeue --states=all` (the controller's memory) for MinJobAge seconds, then only
+  from the files it wrote.
 - Every daemon runs as root (SlurmUser=root), one node, one partition `gpu`.
 Every tool finds this cluster through SLURM_CONF=<dir>/etc/slurm.conf (the inventory passes it as env).
 """
@@ -135,6 +136,33 @@ class SlurmLab:
             proc = self._run(_binary("slurmd"), "-f", str(self.conf), "-N", self.node)
             if proc.returncode != 0:
                 raise LabError(f"slurmd failed to start: {proc.stderr.strip()} (log {self.log_file('slurmd')})")
+        self._wait(lambda: self.node_state().lower().startswith(("idle", "mix", "alloc")),
+                   f"node {self.node} idle", timeout)
+
+    def restart_controller(self, forget: bool = True, timeout: float = 90) -> None:
+        """Stop slurmctld and start it again. `forget`: its saved state is removed first and it starts with `-c`,
+        so it knows no earlier job and numbers new ones from 1 again: job ids are reused, as after a controller
+        that lost its state, or ids wrapping at MaxJobId (`-c` alone keeps the id counter in 22.05). No job may
+        be running: slurmd would still hold it."""
+        pid = self.running("slurmctld")
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and pid_alive(pid):
+                time.sleep(0.1)
+            if pid_alive(pid):
+                raise LabError(f"Slurm lab: slurmctld (pid {pid}) did not stop within {timeout:.0f}s")
+        ctld_port = int(next(ln.split("=", 1)[1] for ln in self.conf.read_text().splitlines()
+                             if ln.startswith("SlurmctldPort=")))
+        self._wait(lambda: not port_open(ctld_port), "slurmctld's port closed", timeout)
+        if forget:
+            state = self.root / "state"
+            shutil.rmtree(state)
+            state.mkdir()
+        proc = self._run(_binary("slurmctld"), *(["-c"] if forget else []), "-f", str(self.conf))
+        if proc.returncode != 0:
+            raise LabError(f"slurmctld failed to start again: {proc.stderr.strip()} (log {self.log_file('slurmctld')})")
+        self._wait(lambda: port_open(ctld_port), "slurmctld listening", timeout)
         self._wait(lambda: self.node_state().lower().startswith(("idle", "mix", "alloc")),
                    f"node {self.node} idle", timeout)
 

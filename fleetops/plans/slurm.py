@@ -1,5 +1,17 @@
-"""Slurm's answers, parsed (pure functions, no network): `sbatch --parsable`, `squeue --array --format=...`,
-`sacct --parsable2`, `scontrol -o show job`, and how their job states map onto fleetops' job words.
+"""Slurm's answers, parsed (pure functions, no network): `sbatch --parsable`, `squeue --states=all --array
+--format=...` and `sacct --parsable2 --duplicates`, how their job states map onto fleetops' job words, and
+whose job a line is.
+
+Only explicit formats are read: squeue's and sacct's own field lists, `|` between fields and the one free-text
+field (the job's name) last, so a name with `|` in it cannot shift a field. `scontrol -o show job` is never
+read: its `Key=Value` words include free text (the name first, the Comment later) that can carry any other
+key, so no reading of it can tell the real JobState from one a job wrote into its own Comment. (`squeue
+--json` would be the safe one, but Slurm 22.05 ignores every filter with it: each poll would list the whole
+cluster.)
+
+A job id is fleetops' job only while the line's user, name and submit time are the ones job.json recorded at
+submission: after slurmctld forgot the job (a restart without its state, ids wrapping at MaxJobId) the same
+id names another job, maybe another user's, and that line is never taken for ours (`Identity`).
 
 The node agent (remote_scripts/slurm.py) runs the commands with fixed argv lists and hands back their raw
 stdout/stderr/exit status; everything is decided here, on the client, so the parsers are tested on output
@@ -11,11 +23,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# The squeue format the agent asks for; the field names below follow it, in order.
-SQUEUE_FORMAT = "%i|%A|%a|%F|%K|%T|%r|%N|%M|%l|%b|%P|%j"
-SQUEUE_FIELDS = ("id", "job_id", "account", "array_job_id", "array_task", "state", "reason", "nodes", "elapsed",
-                 "time_limit", "gres", "partition", "name")
-SACCT_FORMAT = "JobID,JobName,State,ExitCode,NodeList,Elapsed,Start,End"
+# The squeue format the agent asks for; the field names below follow it, in order. The name is last: it is
+# the only field a user chooses freely, so it may hold `|` (each line is split into at most len(FIELDS) parts).
+SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"
+SQUEUE_FIELDS = ("id", "job_id", "array_job_id", "array_task", "state", "reason", "nodes", "elapsed",
+                 "time_limit", "gres", "partition", "user", "submit", "name")
+SACCT_FORMAT = "JobID,State,ExitCode,NodeList,Elapsed,Start,End,User,Submit,JobName"  # JobName last, as above
 
 PARTITION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ACCOUNT = PARTITION
@@ -45,12 +58,43 @@ class TaskState:
     exit_code: int | None = None
     signal: int | None = None
     elapsed: str = ""
-    source: str = ""  # squeue, sacct, scontrol, exit-file
+    source: str = ""  # squeue, sacct, exit-file
+    user: str = ""  # whose job Slurm says it is, its name and submit time (Identity)
+    name: str = ""
+    submit: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def word(self) -> str:
         return state_word(self.state)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What job.json recorded of fleetops' own job at submission: the login user, the job name, and the submit
+    time squeue printed for it (empty when it could not be read then: user and name must still match)."""
+
+    user: str
+    name: str
+    submit: str = ""
+
+    def owns(self, st: TaskState) -> bool:
+        return (st.user == self.user and st.name == self.name
+                and (not self.submit or not st.submit or st.submit == self.submit))
+
+    @classmethod
+    def of(cls, job: dict) -> Identity:
+        return cls(str(job.get("slurm_user") or ""), str(job.get("name") or ""), str(job.get("slurm_submit") or ""))
+
+
+def split_owned(rows: list[TaskState], identity: Identity) -> tuple[list[TaskState], list[TaskState]]:
+    """(fleetops' own lines, lines of another job that now has the same id). With no user recorded (a job
+    submitted by an older fleetops), the name alone decides."""
+    ours, others = [], []
+    for st in rows:
+        mine = identity.owns(st) if identity.user else st.name == identity.name
+        (ours if mine else others).append(st)
+    return ours, others
 
 
 def state_word(slurm_state: str) -> str:
@@ -79,21 +123,22 @@ def parse_sbatch(stdout: str) -> str:
 
 
 def parse_squeue(stdout: str) -> list[TaskState]:
-    """Lines of `squeue --noheader --array --format=SQUEUE_FORMAT`; each array task on its own line."""
+    """Lines of `squeue --noheader --states=all --array --format=SQUEUE_FORMAT`; each array task on its own
+    line; jobs that ended within MinJobAge are listed with their final state."""
     out = []
     for n, line in enumerate(stdout.splitlines(), 1):
         if not line.strip():
             continue
-        parts = line.split("|")
+        parts = line.split("|", len(SQUEUE_FIELDS) - 1)
         if len(parts) != len(SQUEUE_FIELDS):
             raise SlurmParseError(f"squeue line {n} has {len(parts)} fields, expected {len(SQUEUE_FIELDS)}: "
                                   f"{line[:200]!r}")
         row = dict(zip(SQUEUE_FIELDS, parts))
         task = int(row["array_task"]) if row["array_task"].isdigit() else 0
         out.append(TaskState(task=task, state=row["state"], job_id=row["id"], reason=row["reason"],
-                             nodes=row["nodes"], elapsed=row["elapsed"], source="squeue",
-                             extra={k: row[k] for k in ("job_id", "array_job_id", "time_limit", "gres", "partition",
-                                                        "name")}))
+                             nodes=row["nodes"], elapsed=row["elapsed"], source="squeue", user=row["user"],
+                             name=row["name"], submit=row["submit"],
+                             extra={k: row[k] for k in ("job_id", "array_job_id", "time_limit", "gres", "partition")}))
     return out
 
 
@@ -107,7 +152,7 @@ def _exit(text: str) -> tuple[int | None, int | None]:
 
 
 def _tasks_of(array_task: str) -> list[int]:
-    """scontrol's ArrayTaskId: `3`, or a pending range `0-1`, `0-7%2`, `1,3,5-6`."""
+    """An array task list as sacct prints a pending one: `3`, or a range `0-1`, `0-7%2`, `1,3,5-6`."""
     out: list[int] = []
     for part in array_task.split("%")[0].split(","):
         if "-" in part:
@@ -118,41 +163,20 @@ def _tasks_of(array_task: str) -> list[int]:
     return out
 
 
-def parse_scontrol(stdout: str) -> list[TaskState]:
-    """`scontrol -o show job ID`: one record per line (`Key=Value` words); a pending array is one record whose
-    ArrayTaskId is a range, expanded here to one TaskState per task."""
-    out = []
-    for n, line in enumerate(stdout.splitlines(), 1):
-        if not line.strip():
-            continue
-        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        if "JobId" not in fields or "JobState" not in fields:
-            raise SlurmParseError(f"scontrol line {n} is not a job record: {line[:200]!r}")
-        code, sig = _exit(fields.get("ExitCode", ""))
-        tasks = _tasks_of(fields["ArrayTaskId"]) if "ArrayTaskId" in fields else [0]
-        for task in tasks:
-            job_id = f"{fields['ArrayJobId']}_{task}" if "ArrayJobId" in fields else fields["JobId"]
-            out.append(TaskState(task=task, state=fields["JobState"], job_id=job_id,
-                                 reason=fields.get("Reason", ""), nodes=fields.get("NodeList", ""),
-                                 exit_code=code, signal=sig, elapsed=fields.get("RunTime", ""), source="scontrol",
-                                 extra={k: fields.get(k, "") for k in ("StdOut", "TresPerNode", "Partition",
-                                                                       "TimeLimit", "BatchHost")}))
-    return out
-
-
 def sacct_disabled(stdout: str, stderr: str) -> bool:
     return "accounting storage is disabled" in (stdout + stderr).lower()
 
 
 def parse_sacct(stdout: str) -> list[TaskState]:
-    """`sacct --parsable2 --noheader --format=SACCT_FORMAT`: the job's (or each array task's) own line; step
-    lines (`ID.batch`, `ID.extern`, `ID.0`) are skipped. State may read `CANCELLED by 1000`."""
+    """`sacct --parsable2 --noheader --duplicates --format=SACCT_FORMAT`: the job's (or each array task's) own
+    line; step lines (`ID.batch`, `ID.extern`, `ID.0`) are skipped. State may read `CANCELLED by 1000`. With
+    --duplicates every job that ever had the id is listed: Identity picks fleetops' own."""
     out = []
     names = SACCT_FORMAT.split(",")
     for n, line in enumerate(stdout.splitlines(), 1):
         if not line.strip():
             continue
-        parts = line.split("|")
+        parts = line.split("|", len(names) - 1)
         if len(parts) != len(names):
             raise SlurmParseError(f"sacct line {n} has {len(parts)} fields, expected {len(names)}: {line[:200]!r}")
         row = dict(zip(names, parts))
@@ -166,13 +190,14 @@ def parse_sacct(stdout: str) -> list[TaskState]:
         tasks = _tasks_of(task.strip("[]")) if task else [0]
         for t in tasks:
             out.append(TaskState(task=t, state=row["State"].split()[0], job_id=row["JobID"], nodes=row["NodeList"],
-                                 exit_code=code, signal=sig, elapsed=row["Elapsed"], source="sacct"))
+                                 exit_code=code, signal=sig, elapsed=row["Elapsed"], source="sacct",
+                                 user=row["User"], name=row["JobName"], submit=row["Submit"]))
     return out
 
 
 def merge(*sources: list[TaskState], tasks: int) -> dict[int, TaskState | None]:
-    """Each task's state from the first source that knows it (callers pass squeue, sacct, scontrol, in that
-    order: live first, then accounting, then the controller's memory of recent jobs)."""
+    """Each task's state from the first source that knows it (callers pass squeue, then sacct: the controller's
+    view of live and recently ended jobs first, then accounting)."""
     out: dict[int, TaskState | None] = {t: None for t in range(tasks)}
     for source in sources:
         for st in source:

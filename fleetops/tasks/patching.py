@@ -1,17 +1,26 @@
 """patch and rollback: one agent call each; the node answers per file with a status word
 (remote_scripts/protocol.py). A playbook's files are one set, all-or-nothing per host: the task's status, its
-message, --json and the audit line all come from the same items, so they agree with the exit status."""
+message, --json and the audit line all come from the same items, so they agree with the exit status.
+
+Before the call that may write, the audit log gets an intent line (the run may never get to record the result:
+a second Ctrl-C exits at once). When the run is interrupted (Ctrl-C) while the node works on the set, the answer
+is lost with the link; the node's agent puts back what it wrote (or keeps a set it had written whole), and the
+task then asks the node, over a fresh connection, what the host ended with (settle): the console and the audit
+line say that, file by file, never a guess."""
 
 from __future__ import annotations
 
+import secrets
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from remote_scripts.protocol import CHANGED_WORDS, NOOP_WORDS, NOT_WRITTEN, WOULD_WORDS
 
+from .. import audit
 from ..plans.yamlsrc import ConfigError
-from ..results import EXIT_FAILED, Item, Result, Status, rollup
-from ..wire.connector import Connector
+from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Item, Result, Status, rollup
+from ..wire.connector import Connector, TransportError
 from .plan import Plan, TaskSpec, agent_error
 
 if TYPE_CHECKING:
@@ -32,14 +41,86 @@ def _patch_plan(op: str) -> Callable[[RunState, dict], Plan]:
     return plan
 
 
+# After Ctrl-C: how long asking the node what it ended with may take (a connection, then the wait for the lock
+# beside the files, which the interrupted agent holds while it puts the set back).
+SETTLE_S = 20.0
+# Kinds of TransportError raised before the request could reach the agent: nothing to ask the node about.
+NEVER_SENT = ("unreachable", "hostkey", "auth", "refused", "untrusted", "interrupted")
+
+
 def _run(run: RunState, plan: Plan, node: Connector) -> Result:
     """One agent call; the request names the inventory host, so a host sharing the venv can say who did it."""
     host = node.host.name
-    answer, evidence = node.call(plan.op, {**plan.request, "host": host}, timeout=plan.timeout)
+    token = secrets.token_hex(8)
+    if not plan.check:
+        _intent(run, plan, node)
+    try:
+        answer, evidence = node.call(plan.op, {**plan.request, "host": host, "token": token}, timeout=plan.timeout)
+    except TransportError as exc:
+        if plan.check or not run.interrupted.is_set() or exc.kind in NEVER_SENT:
+            raise
+        return _settle(run, plan, node, token, exc)
     result = _interpret_patch(host, plan, answer)
     if result.failed:
         result.evidence = evidence
     return result
+
+
+def _intent(run: RunState, plan: Plan, node: Connector) -> None:
+    """The audit line written before the node may change anything: `result: started`, no exit status yet."""
+    book = plan.playbook
+    record = audit.entry(Result(node.host.name, plan.op, Status.OK, f"{plan.op} of {book.name if book else '?'} "
+                                "sent to the node; the line with its result follows"),
+                         book.name if book else None, book.sha256 if book else None, node.host, run.root)
+    record.update(result="started", changed=None, exit_status=None, duration_s=None)
+    try:
+        audit.append(record, run.root)
+    except OSError as exc:  # the run goes on, as for any audit line (state.RunState.record)
+        run.reporter.error(f"audit log {audit.log_path(run.root)} not written: {exc}")
+
+
+def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: TransportError) -> Result:
+    """Ctrl-C cut the link while the node worked on the set: ask it (a connection of its own: the run's links
+    stay closed) what each file is now, and how the set with this request's token ended."""
+    host = node.host
+    interrupted = {"code": EXIT_INTERRUPTED, "data": {"error_kind": "interrupted"}, "evidence": lost.evidence}
+    pool = run.connections()
+    asker = pool.factory(host, pool.inventory)
+    timer = threading.Timer(SETTLE_S, asker.close)  # closing it ends a connect or a read in progress
+    timer.daemon = True
+    timer.start()
+    try:
+        answer, _ = asker.call(plan.op, {**plan.request, "host": host.name, "check": True, "settle": token,
+                                         "settle_wait_s": SETTLE_S - 5}, timeout=SETTLE_S)
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the outcome stays unknown and is said so
+        return Result(host.name, plan.op, Status.FAILED, f"interrupted (Ctrl-C) while the node was working on "
+                      f"the set, and asking it afterwards what each file is failed ({exc}); what {host.name} ended "
+                      f"with is unknown: see it with fab -H {host.name} {plan.op} --check", **interrupted)
+    finally:
+        timer.cancel()
+        asker.close()
+    if answer.get("error") or "settled" not in answer:
+        return Result(host.name, plan.op, Status.FAILED, f"interrupted (Ctrl-C) while the node was working on the "
+                      f"set; what {host.name} ended with is unknown ({answer.get('error') or 'the node did not say'}):"
+                      f" see it with fab -H {host.name} {plan.op} --check", **interrupted)
+    forms = [(raw.get("module") or "?", raw.get("form") or "unknown") for raw in answer.get("items") or ()]
+    now = ", ".join(f"{module.rsplit('.', 1)[-1]} {form}" for module, form in forms)
+    items = [Item(module, Status.OK, f"now {form}", {"form": form}) for module, form in forms]
+    settled = answer["settled"]
+    outcome = (settled.get("outcome") or {}).get("outcome")
+    data = {**interrupted["data"], "settled": outcome or ("unfinished" if settled.get("unfinished") else "none"),
+            "forms": dict(forms)}
+    if outcome == "written":  # the set was whole and written before the interrupt reached the agent
+        return Result(host.name, plan.op, Status.CHANGED, f"interrupted (Ctrl-C) after the node had written the "
+                      f"whole set: {now}", items, data={**data, "error_kind": None})
+    if outcome in ("put back", "not written") or (outcome is None and not settled.get("unfinished")):
+        what = ("the node put back every file it had written" if outcome == "put back"
+                else "the node had written nothing")
+        return Result(host.name, plan.op, Status.FAILED, f"interrupted (Ctrl-C): {what}; every file is as it was "
+                      f"before this {plan.op}: {now}", items, **{**interrupted, "data": data})
+    return Result(host.name, plan.op, Status.FAILED, f"interrupted (Ctrl-C), and the set is half-written (the "
+                  f"agent could not finish or put it back): {now}; run fab -H {host.name} {plan.op} (or rollback) "
+                  f"to make it whole", items, code=EXIT_INTERRUPTED, data=data, evidence=lost.evidence)
 
 
 def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:

@@ -235,10 +235,13 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
 def _failure(run: RunState, host: str, name: str, exc: Exception, answered: bool = False) -> Result:
     """`answered`: the node had answered when exc was raised (an answer the task could not read: the node's
     python is not running the fleetops agent, or a fleetops bug)."""
+    if run.interrupted.is_set() and isinstance(exc, TransportError) and exc.kind == "interrupted":
+        return Result(host, name, Status.FAILED, "interrupted (Ctrl-C) while connecting to it: nothing ran there",
+                      code=EXIT_INTERRUPTED, data={"error_kind": "interrupted", "connected": False})
     if run.interrupted.is_set():  # our own Ctrl-C closed the link under the call: say so, not "lost"
-        return Result(host, name, Status.FAILED, "interrupted (Ctrl-C) while running; the node stops it cleanly "
-                      "(every file whole, old or new; its lock released)",
-                      evidence=getattr(exc, "evidence", None), code=EXIT_INTERRUPTED,
+        return Result(host, name, Status.FAILED, "interrupted (Ctrl-C) while running: the node's agent stops the "
+                      "step where the interrupt finds it and releases its lock (a job it had launched keeps "
+                      "running)", evidence=getattr(exc, "evidence", None), code=EXIT_INTERRUPTED,
                       data={"error_kind": "interrupted"})
     if isinstance(exc, TransportError):
         status = Status.UNREACHABLE if exc.kind in UNREACHABLE_KINDS else Status.FAILED

@@ -1,6 +1,7 @@
 """Jobs on a Slurm login node (inventory `scheduler: slurm`): extract submits with sbatch (a job array of one
-task per shard with `--shards N`), status reads squeue/sacct/scontrol, tail/logs read each task's output file,
-stop is scancel. The same results and progress view as SSH jobs; the node agent's `slurm` op runs the
+task per shard with `--shards N`), status reads squeue/sacct, tail/logs read each task's output file, stop is
+scancel. Only fleetops' own job counts: a Slurm id that now names another job (reused) is said so, never read
+as ours (plans/slurm.py Identity). The same results and progress view as SSH jobs; the node agent's `slurm` op runs the
 commands (remote_scripts/slurm.py) and the answers are parsed here with fleetops/plans/slurm.py."""
 
 from __future__ import annotations
@@ -55,14 +56,18 @@ def _shards(plan: Plan) -> int:
 
 
 def tasks_view(answer: dict) -> list[dict]:
-    """Each task's state: squeue (live), then sacct (accounting), then scontrol (the controller's memory of
-    recent jobs), then the exit file the batch script wrote; 'unknown' when none of them knows it."""
+    """Each task's state: squeue (the controller's view, recently ended jobs included), then sacct (accounting),
+    fleetops' own job's lines only (its user, name, submit time); then the exit file the batch script wrote;
+    'unknown' when none of them knows it. Slurm's state word stands; an exit status is shown only when it agrees
+    with it. A line of another job that has the id now is a note on every task ("reused")."""
     job = answer["job"]
     shards = int(job.get("shards") or 1)
+    identity = sp.Identity.of(job)
     query = answer.get("query") or {}
     sources: list[list[sp.TaskState]] = []
     notes: list[str] = []
-    for name, parse in (("squeue", sp.parse_squeue), ("sacct", sp.parse_sacct), ("scontrol", sp.parse_scontrol)):
+    others: list[sp.TaskState] = []
+    for name, parse in (("squeue", sp.parse_squeue), ("sacct", sp.parse_sacct)):
         raw = query.get(name)
         if not raw:
             continue
@@ -74,16 +79,22 @@ def tasks_view(answer: dict) -> list[dict]:
                 notes.append(f"{name} (exit {raw['rc']}): {raw['stderr'].strip()[:200]}")
             continue
         try:
-            sources.append(parse(raw["stdout"]))
+            ours, theirs = sp.split_owned(parse(raw["stdout"]), identity)
         except sp.SlurmParseError as exc:
             notes.append(str(exc))
+            continue
+        sources.append(ours)
+        others += theirs
+    reused = reused_note(job, others) if others else ""
+    if reused:
+        notes.append(reused)
     merged = sp.merge(*sources, tasks=shards)
     exits = answer.get("exits") or {}
     out = []
     for task in range(shards):
         st = merged[task]
         ended = exits.get(str(task))
-        row: dict = {"task": task, "notes": notes}
+        row: dict = {"task": task, "notes": notes, "reused": reused}
         if st is not None:
             row.update(state=st.word, slurm_state=st.state, slurm_id=st.job_id, reason=st.reason, node=st.nodes,
                        exit_code=st.exit_code, signal=st.signal, source=st.source, elapsed=st.elapsed)
@@ -96,10 +107,31 @@ def tasks_view(answer: dict) -> list[dict]:
         else:
             row.update(state="unknown", slurm_state="", slurm_id="", reason="", node="", exit_code=None, signal=None,
                        source="none", elapsed="")
-        if ended and row["state"] in ("succeeded", "failed", "killed"):  # the job's own word on its end
-            row["exit_code"], row["signal"] = ended.get("exit_code"), ended.get("signal") or row["signal"]
+        if ended and row["source"] == "squeue":  # squeue has no exit status: the job's own record, if it agrees
+            _exit_from_file(row, ended)
         out.append(row)
     return out
+
+
+def _exit_from_file(row: dict, ended: dict) -> None:
+    code, sig = ended.get("exit_code"), ended.get("signal")
+    word = row["state"]
+    if word == "killed":
+        row["exit_code"], row["signal"] = code, sig or row["signal"]
+    elif word == "succeeded" and code == 0 and not sig or word == "failed" and not (code == 0 and not sig):
+        row["exit_code"], row["signal"] = code, sig
+    elif word in ("succeeded", "failed"):
+        row["exit_code"] = row["signal"] = None
+        row["notes"] = [*row["notes"], f"task {row['task']}: Slurm says {row['slurm_state']}, the job's exit file "
+                        f"says exit status {code}{f' (signal {sig})' if sig else ''}; Slurm's word is kept"]
+
+
+def reused_note(job: dict, others: list[sp.TaskState]) -> str:
+    first = others[0]
+    return (f"Slurm job {job.get('slurm_job_id')} is not fleetops' job {job['id']} any more: the id was reused by "
+            f"another job (user {first.user or '?'}, name {first.name!r}, submitted {first.submit or '?'}, "
+            f"{first.state}); fleetops' job is no longer known to the scheduler, and nothing of the other job is "
+            "read, counted or cancelled")
 
 
 def _exit_text(row: dict) -> str:
@@ -129,7 +161,8 @@ def _describe(rows: list[dict]) -> str:
         return f"cancelled (scancel): killed by signal {sig}"
     if word == "failed":
         bad = [r for r in rows if r["state"] == "failed"]
-        return "failed (" + "; ".join(f"task {r['task']}: {r['slurm_state'] or 'exit'} exit status {r['exit_code']}"
+        return "failed (" + "; ".join(f"task {r['task']}: {r['slurm_state'] or 'exit'} exit status "
+                                      f"{'unknown' if r['exit_code'] is None else r['exit_code']}"
                                       for r in bad) + ")"
     if word == "pending":
         reasons = sorted({r["reason"] for r in rows if r["state"] == "pending" and r["reason"]})
@@ -214,11 +247,12 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     nodes = sorted({r["node"] for r in rows if r.get("node")})
     msg = (f"job {job['id']} (Slurm job {job.get('slurm_job_id')}): {_describe(rows)}"
            + (f"; on node {', '.join(nodes)}" if nodes else "")
-           + (f"; {len(rows)} tasks: " + ", ".join(f"{r['task']} {r['state']}" for r in rows) if len(rows) > 1 else ""))
+           + (f"; {len(rows)} tasks: " + ", ".join(f"{r['task']} {r['state']}" for r in rows) if len(rows) > 1 else "")
+           + (f". {rows[0]['reused']}" if rows and rows[0].get("reused") else ""))
     status = Status.FAILED if code else Status.OK
     return Result(host, "status", status, msg, code=code,
                   data={"job": job, "state": word, "scheduler": "slurm", "tasks": rows, "nodes": nodes,
-                        "last_progress": last,
+                        "last_progress": last, "reused": bool(rows and rows[0].get("reused")),
                         "table": {"title": f"{host}: Slurm job", "columns": ["job", "slurm id", "state", "exit",
                                                                              "node", "elapsed", "last progress"],
                                   "rows": table}})
@@ -335,13 +369,15 @@ def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
     rows = tasks_view(answer)
     word = sp.overall([r["state"] for r in rows])
     if not answer.get("changed"):
+        reused = f"; {rows[0]['reused']}" if rows and rows[0].get("reused") else ""
         return Result(host, "stop", Status.OK, f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) is not in the "
-                      f"queue ({_describe(rows)}); nothing to cancel", data={"job_id": job["id"], "tasks": rows})
+                      f"queue ({_describe(rows)}); nothing to cancel{reused}",
+                      data={"job_id": job["id"], "tasks": rows, "reused": bool(reused)})
     scancel = answer.get("scancel") or {}
     left = [r for r in rows if r["state"] in ("running", "pending")]
     ok = scancel.get("rc") == 0 and not left
     items = [Item("scancel", Status.CHANGED if scancel.get("rc") == 0 else Status.FAILED,
-                  f"scancel {job.get('slurm_job_id')} exit {scancel.get('rc')}"
+                  f"{' '.join(scancel.get('argv') or ['scancel'])} exit {scancel.get('rc')}"
                   + (f": {scancel.get('stderr', '').strip()}" if scancel.get("stderr") else ""))]
     items += [Item(f"task {r['task']}", Status.OK if r["state"] not in ("running", "pending") else Status.FAILED,
                    f"{r['slurm_state'] or r['state']}" + (f" on {r['node']}" if r.get("node") else "")) for r in rows]

@@ -426,12 +426,19 @@ def _class_attributes(cls: type) -> frozenset[str]:
     return frozenset(dir(cls))
 
 
-def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) -> Connection:
+_OWN = object()  # _fabric_connection: the gateway comes from the host's own entry (inventory, ssh_config)
+MAX_JUMPS = 8  # ProxyJump hops one connection may go through, all chains together
+
+
+def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, gateway: Any = _OWN,
+                       trail: tuple[tuple[str, int, str], ...] = ()) -> Connection:
+    """The Connection for `host` (not opened). `gateway`: the hop it goes through when a ProxyJump list names
+    the one before it; `trail`: the endpoints being reached through this one (a loop back to one is refused)."""
     if host.example:
         raise TransportError("refused", f"{host.name} comes from an example inventory ({host.source}); copy it to "
                                         "your own hosts/*.yaml to use it")
-    gateway = None
-    if host.jump:
+    config = _fabric_config()
+    if gateway is _OWN and host.jump and not host.plain:
         if depth > 3:
             raise TransportError("unreachable", f"jump chain too long at {host.name}")
         try:
@@ -441,6 +448,8 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
         except UnknownHost as exc:
             raise TransportError("refused", f"{host.name}: its jump host: {exc}") from None
         gateway = _fabric_connection(jump, inventory, depth + 1)
+    elif gateway is _OWN:
+        gateway = _ssh_config_jump(host, inventory, config, depth, trail)
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
                             "transport_factory": _JumpTransport if depth else _FleetTransport}
     if host.identity_file:
@@ -450,7 +459,6 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
             connect_kwargs["pkey"] = key
     if host.identity_passphrase:
         connect_kwargs["passphrase"] = host.identity_passphrase
-    config = _fabric_config()
     try:
         if host.plain:
             # ssh_config decides HostName, IdentityFile, ProxyJump; a user or port typed in the -H word wins
@@ -459,16 +467,70 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0) 
             if _PLAIN_KEYS:
                 connect_kwargs["key_filename"] = list(_PLAIN_KEYS)
             cxn = _Connection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
-                              connect_kwargs=connect_kwargs, config=config)
+                              connect_kwargs=connect_kwargs, gateway=gateway, config=config)
         else:
             cxn = _Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
                               connect_kwargs=connect_kwargs, gateway=gateway, config=config)
     except (ValueError, TypeError, UnknownHost) as exc:  # e.g. a Port in ssh_config that is not a number
         raise TransportError("refused", f"{host.name}: cannot use its ssh_config entry: {exc}") from None
+    except RecursionError:  # Fabric's own ProxyJump walk (a gateway it looks up itself); ours refuses loops first
+        raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump chain never ends (a loop); fix "
+                                        "ProxyJump in ssh_config") from None
     cxn.client = _strict_client(_known_hosts_files(host, cxn))
     cxn.fleetops_name = host.name
     _strict_gateways(cxn)
     return cxn
+
+
+def _endpoint(name: str, user: str | None, port: int | None, config: Config) -> tuple[str, int, str]:
+    """(HostName, Port, User) that a connection to `name` would use, per ssh_config (a user or port given wins)."""
+    entry = config.base_ssh_config.lookup(name)
+    try:
+        real_port = int(port or entry.get("port") or 22)
+    except ValueError:
+        real_port = 22  # reported where the connection is made (a Port that is not a number)
+    return str(entry.get("hostname") or name), real_port, str(user or entry.get("user") or config.user)
+
+
+def _ssh_config_jump(host: Host, inventory: Inventory | None, config: Config, depth: int,
+                     trail: tuple[tuple[str, int, str], ...]) -> Any:
+    """The gateway ssh_config's ProxyJump gives a connection to `host`, built as OpenSSH builds it, or None when
+    it names none (Fabric then applies a ProxyCommand, if any). For `ProxyJump h1,h2`: h1 is reached directly
+    (or through its own ProxyJump), h2 through h1, the host through h2. Every hop gets the strict host key
+    check. Refused, never silently dropped or recursed into: a hop that is the host itself or a connection
+    being made through it (a loop: the same HostName, Port and User, as OpenSSH's "jumphost loop"), a chain
+    of more than MAX_JUMPS hops, a hop that is not user@name:port."""
+    if host.plain:
+        user, _, port = split_target(host.name)
+    else:
+        user, port = host.user, host.port
+    raw = str(config.base_ssh_config.lookup(host.address).get("proxyjump") or "").strip()
+    if not raw:
+        return None
+    if raw.lower() == "none":
+        return False  # not None: that would make Fabric look it up again, and take "none" for a host name
+    here = _endpoint(host.address, user, port, config)
+    trail = (*trail, here)
+    words = [w.strip() for w in raw.split(",") if w.strip()]
+    if len(trail) + len(words) > MAX_JUMPS + 1:
+        raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump chain is longer than {MAX_JUMPS} "
+                                        f"hops (at {raw!r}); a loop? Fix ProxyJump in ssh_config")
+    previous: Any = _OWN
+    for word in words:
+        try:
+            hop = plain_host(word)
+        except UnknownHost as exc:
+            raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump {raw!r}: {exc}") from None
+        hop_user, _, hop_port = split_target(word)
+        end = _endpoint(hop.address, hop_user, hop_port, config)
+        if end in trail:
+            path = " -> ".join(f"{u}@{h}:{p}" for h, p, u in (*trail, end))
+            itself = "itself" if end == here else "a host that is reached through it"
+            raise TransportError("refused", f"{host.name}: ssh_config ProxyJump loop: {path} (the jump host "
+                                            f"{word!r} is {itself}); fix ProxyJump in ssh_config (`ProxyJump none` "
+                                            "in the jump host's own entry ends a chain)")
+        previous = _fabric_connection(hop, inventory, depth + 1, gateway=previous, trail=trail)
+    return previous
 
 
 def _hops(cxn: Connection) -> Iterator[Connection]:
@@ -734,6 +796,11 @@ class NodeConnection:
         self.requests = 0
         self.held: list[_Ticket] = []  # submitted, to go out right behind the next request sent
         self.lock = threading.Lock()
+        # The connection being opened, and its sockets, so that close() from another thread (Ctrl-C) ends a
+        # connect or a handshake in progress at once instead of after connect_timeout.
+        self._opening: Connection | None = None
+        self._sockets: list[socket.socket] = []
+        self._aborted = False
 
     # -- connecting
     def open(self) -> None:
@@ -741,15 +808,47 @@ class NodeConnection:
             return
         host = self.host
         cxn = _fabric_connection(host, self.inventory)
+        self._aborted = False
+        self._opening = cxn
         try:
+            if not cxn.gateway and "sock" not in cxn.connect_kwargs:
+                cxn.connect_kwargs["sock"] = self._tcp_connect(cxn)
             cxn.open()
         except Exception as exc:  # noqa: BLE001 - connect_error names host, cause, next step for every failure
-            error = connect_error(exc, host, cxn)
-            cxn.close()
+            error = (TransportError("interrupted", f"{host.name}: connecting was stopped (the run was interrupted) "
+                                                   "before the SSH login finished; nothing ran there")
+                     if self._aborted else connect_error(exc, host, cxn))
+            _close_quietly(cxn)
             raise error from None
+        finally:
+            self._opening = None
+            self._sockets = []
         self.cxn = cxn
         _slow_idle_checks(cxn)
         COUNTERS.bump(host.name, "connections")
+
+    def _tcp_connect(self, cxn: Connection) -> socket.socket:
+        """The TCP connection paramiko's SSHClient.connect would make (every address of the name in turn, the
+        same errors), on sockets close() can reach while it waits."""
+        timeout = cxn.connect_timeout
+        infos = socket.getaddrinfo(cxn.host, cxn.port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+        to_try = [(i[0], i[4]) for i in infos if i[1] == socket.SOCK_STREAM] or [(i[0], i[4]) for i in infos]
+        errors: dict = {}
+        for family, addr in to_try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            self._sockets.append(sock)
+            if self._aborted:
+                raise ConnectionAbortedError(errno.ECONNABORTED, "interrupted")
+            try:
+                sock.settimeout(timeout)
+                sock.connect(addr)
+                return sock
+            except OSError as exc:
+                sock.close()
+                if exc.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH):
+                    raise
+                errors[addr] = exc
+        raise paramiko.ssh_exception.NoValidConnectionsError(errors)
 
     @staticmethod
     def prepare() -> None:
@@ -757,7 +856,17 @@ class NodeConnection:
         agent_bundle()
 
     def close(self) -> None:
-        """End the agent (its stdin closes: it exits) and the connection. Safe from another thread (Ctrl-C)."""
+        """End the agent (its stdin closes: it exits) and the connection, or stop a connect in progress. Safe from
+        another thread (Ctrl-C)."""
+        opening = self._opening
+        if opening is not None:
+            self._aborted = True
+            for sock in list(self._sockets):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # a connect() waiting for its SYN-ACK ends at once
+                except OSError:
+                    pass
+            _close_quietly(opening)  # a handshake waiting for the banner, on this hop or a jump host's
         session, self.session = self.session, None
         self.held = []  # never sent: nothing to undo
         if session is not None:
