@@ -75,8 +75,11 @@ def _intent(run: RunState, plan: Plan, node: Connector) -> None:
     record.update(result="started", changed=None, exit_status=None, duration_s=None)
     try:
         audit.append(record, run.root)
-    except OSError as exc:  # the run goes on, as for any audit line (state.RunState.record)
-        run.reporter.error(f"audit log {audit.log_path(run.root)} not written: {exc}")
+    except OSError as exc:  # the run goes on, as for any audit line, and exits with EXIT_AUDIT (run.execute)
+        text = f"audit log {audit.log_path(run.root)}: {node.host.name} {plan.op} intent not recorded: {exc}"
+        with run.lock:
+            run.audit_errors.append(text)
+        run.reporter.error(text)
 
 
 def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: TransportError) -> Result:
