@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -94,3 +95,28 @@ def test_a_recorded_pgid_reused_by_another_users_process_survives_stop(lab):
     finally:
         other.send_signal(signal.SIGKILL)
         other.wait()
+
+
+UNTAGGED = json.dumps({"name": "identity-jobs", "jobs": {"untagged": {
+    "kind": "command", "preflight": [], "gpu_gate": False,
+    "command": ["{python}", "-c", "import subprocess, time\nkid = subprocess.Popen(['env', '-i', 'sleep', '300'])\n"
+                "print(f'child {kid.pid}', flush=True)\ntime.sleep(300)\n"]}}})
+
+
+def test_a_process_that_dropped_the_tag_but_stayed_in_the_group_is_stopped_while_the_keeper_lives(lab):
+    """The other proof: while the keeper that leads the job's process group lives, the group is the job's, so a
+    child that dropped its whole environment (env -i: no tag) is still stopped."""
+    book = lab.root / "identity-jobs.yaml"
+    book.write_text(UNTAGGED)
+    rc, doc = fab_json(lab.root, "-H", "lab01", "extract", "--job", "untagged", "--playbook", str(book))
+    assert rc == 0, doc
+    job = doc["results"][0]["data"]["job"]
+    log = Path(job["log"])
+    child = int(wait_for(lambda: re.search(r"child (\d+)", log.read_text() if log.exists() else ""),
+                         "the job's untagged child").group(1))
+    wait_for(lambda: alive(child) and b"FLEETOPS_JOB_DIR=" not in Path(f"/proc/{child}/environ").read_bytes(),
+             "the child to run without the job's tag")
+    assert os.getpgid(child) == job["pgid"] and alive(job["keeper_pid"])  # the premise, from /proc
+    rc, doc = fab_json(lab.root, "-H", "lab01", "stop", "--grace", "5")
+    assert rc == 0 and doc["results"][0]["status"] == "changed", doc
+    wait_for(lambda: not alive(child), "the untagged child to be stopped", timeout=30)
