@@ -6,12 +6,9 @@ client.
 
 A request that imports the node's third-party code (verify's import and callsites checks, capture) runs in a
 forked child: the agent itself never holds a module that a later request of the same session may have patched,
-and never grows by vLLM's hundreds of MB. (Starting the agent with -S and adding site-packages only where
-needed was measured and dropped, twice, for issue 16. Re-adding the site directories through `site.main()`
-costs more than `site` does at start-up. And a request that needs no site-packages saves nothing: a `ping`
-agent used 22.7 ms of CPU under -S against 22.6 ms without it on the lab's venv, and 29.7 against 26.7 ms on a
-venv with vLLM installed in it. Every request imports nodeio, which imports `site` for module resolution, and
-the venv's .pth files cost little.)
+and never grows by vLLM's hundreds of MB. (The agent's python starts with -S, but not to save time: `site`
+runs the .pth files of site-packages, so the bootstrap checks those directories first and runs `site.main()`
+itself afterwards; every agent has site-packages on its path, as before.)
 
 Libraries imported by checks (vLLM logs to stdout) must not corrupt the answers, so the real stdout is set
 aside first and everything else that writes to fd 1 lands in stderr.
@@ -39,6 +36,8 @@ OPS = {"patch": ("patching", "patch"), "rollback": ("patching", "rollback"), "ve
        "diagnose": ("diagnose", "diagnose"), "capture": ("capture", "capture"),
        "slurm": ("slurm", "slurm"), "shards": ("shards", "shards")}
 assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
+ROLES = {"wrap": ("jobs", "wrap_main"), "extract": ("extract_hidden_states", "main"),
+         "slurm-step": ("slurm", "step_main"), "probe": ("probe_fork", "probe_main")}
 EXIT_REFUSED = 3  # the state dir is not trusted: the same answer shape as the bootstrap's refusals
 IMPORTING_KINDS = ("import", "callsites")  # verify checks that import the node's packages in-process
 
@@ -88,15 +87,13 @@ def _watch_client(answer_fd: int) -> None:
 
 
 def main() -> int:
-    # Long-running roles of the same zip: the job wrapper, and our hidden-state extraction driver.
-    if len(sys.argv) >= 3 and sys.argv[1] == "wrap":
-        from .jobs import wrap_main
+    # The other processes of the same verified bytes, each started through the bootstrap (bootstrap.relaunch):
+    # the job keeper, the hidden-state extraction driver, the Slurm batch step, verify's probe.
+    if len(sys.argv) >= 3 and sys.argv[1] in ROLES:
+        import importlib
 
-        return wrap_main(sys.argv[2])
-    if len(sys.argv) >= 3 and sys.argv[1] == "extract":
-        from .extract_hidden_states import main as extract_main
-
-        return extract_main(sys.argv[2])
+        module, function = ROLES[sys.argv[1]]
+        return getattr(importlib.import_module(f"{__package__}.{module}"), function)(*sys.argv[2:])
     answer_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -194,6 +191,9 @@ def _run(op, request: dict) -> dict:  # noqa: ANN001 - an op function
         result["removed_temp_files"] = cleaned
     if QUARANTINED:
         result["quarantined"] = list(QUARANTINED)
+    warnings = getattr(__spec__.loader, "warnings", None)  # the bootstrap's loader: --allow-insecure-venv
+    if warnings:
+        result["warnings"] = list(warnings)
     return result
 
 

@@ -296,12 +296,14 @@ def run_probe(check: dict) -> dict:
     request = {"modules": {}, "args": check.get("args", {})}
     for name in check.get("modules", []):
         request["modules"][name] = module_file_in_site(name)
+    # The probe runs from the source in memory; this file (0600, a fresh name) is what its tracebacks name and
+    # show their lines from.
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(check["source"])
         script = f.name
     started = time.monotonic()
     try:
-        proc = run_script(script, wirejson.dumps(request), check.get("timeout", 300))
+        proc = run_script(script, wirejson.dumps(request), check.get("timeout", 300), source=check["source"])
     except subprocess.TimeoutExpired as exc:
         tail = (exc.stderr or "")
         tail = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from .nodeio import atomic_write, failpoint, load_failpoints, now_iso
+from .nodeio import atomic_write, failpoint, load_failpoints, now_iso, read_json
 
 MANIFEST = "manifest.json"
 
@@ -205,7 +205,9 @@ def run(req: dict) -> int:
 
 
 def main(request_path: str) -> int:
-    with open(request_path, encoding="utf-8") as f:
-        req = json.load(f)
+    req = read_json(request_path)  # written by the agent in the job's dir: never through a link, ours alone
+    if req is None:
+        print(f"fleetops extract: {request_path} does not exist", file=sys.stderr)
+        return 2
     sys.stdout.reconfigure(line_buffering=True)
     return run(req)

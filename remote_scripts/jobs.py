@@ -29,18 +29,24 @@ import subprocess
 import sys
 import time
 
+from .bootstrap import EXIT_REFUSED
+from .launch import relaunch
+from .launch import shown as shown_argv
 from .nodeio import (
     QUARANTINED,
     NodeError,
     atomic_write,
     ensure_dir,
     failpoint,
+    load_failpoints,
     now_iso,
+    open_state_file,
     pid_alive,
     read_json,
+    trusted_stat,
     write_json_atomic,
 )
-from .procfs import stat_fields
+from .procfs import start_ticks, stat_fields, uids
 
 LOG = "output.log"
 TAIL_CHUNK = 256 * 1024
@@ -337,7 +343,7 @@ class _LaunchLock:
 
     def __enter__(self) -> _LaunchLock:
         ensure_dir(os.path.dirname(self.path))
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        self.fd = open_state_file(self.path, os.O_RDWR | os.O_CREAT)
         deadline = time.monotonic() + LAUNCH_LOCK_WAIT_S
         while True:
             try:
@@ -385,11 +391,12 @@ def _job_start(req: dict) -> dict:
     job_dir = os.path.join(jobs_dir(state_dir), job_id)
     ensure_dir(job_dir)
     spec = _expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
-    agent = os.path.abspath(sys.argv[0])
+    keeper_argv = relaunch("wrap", job_dir)  # before anything is written: refused here if not bootstrapped
     if spec["kind"] == "extract":
         request = {**spec["extract"], "state_dir": state_dir}
         write_json_atomic(os.path.join(job_dir, "request.json"), request)
-        argv = [sys.executable, agent, "extract", os.path.join(job_dir, "request.json")]
+        # What the wrapper starts (shown; it builds the real command itself: relaunch, verified bytes only)
+        argv = shown_argv([*keeper_argv[:-2], "extract", os.path.join(job_dir, "request.json")])
     else:
         argv = list(spec["argv"])
     env = dict(spec.get("env", {}))
@@ -407,19 +414,48 @@ def _job_start(req: dict) -> dict:
            "operator": req.get("operator"), "pid": None, "pgid": None, "wrapper_pid": None, "keeper_pid": None}
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     write_json_atomic(os.path.join(jobs_dir(state_dir), "current.json"), {"id": job_id})
-    subprocess.Popen([sys.executable, agent, "wrap", job_dir], start_new_session=True, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=job_dir, close_fds=True)
+    failpoint("job.keeper.launch")  # a test swaps what the keeper would run from here
+    # The keeper's stdout is ours until it has started the job: a refusal of its bootstrap (exit 3) is read
+    # there. Nothing else of the keeper or the job writes to it (the job writes to its log).
+    keeper = subprocess.Popen(keeper_argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, cwd=job_dir, close_fds=True)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        job = read_json(os.path.join(job_dir, "job.json")) or job
-        if job.get("pid") or read_json(os.path.join(job_dir, "exit.json")):
-            break
-        time.sleep(0.02)
-    else:
-        _drop_secrets(job_dir)
-        raise NodeError(f"job {job_id} did not start within 10 s (see {job_dir})", kind="start_failed")
+    try:
+        while time.monotonic() < deadline:
+            job = read_json(os.path.join(job_dir, "job.json")) or job
+            if job.get("pid") or read_json(os.path.join(job_dir, "exit.json")):
+                break
+            if keeper.poll() is not None and not read_json(os.path.join(job_dir, "exit.json")):
+                # gone without a record of the job (its own refusal, or a crash): it started nothing
+                _drop_secrets(job_dir)
+                raise _refused_keeper(job_id, job_dir, keeper)
+            time.sleep(0.02)
+        else:
+            _drop_secrets(job_dir)
+            raise NodeError(f"job {job_id} did not start within 10 s (see {job_dir})", kind="start_failed")
+    finally:
+        keeper.stdout.close()
     public = {k: v for k, v in job.items() if k != "env"}
     return {"ok": True, "job": public, **job_state(job_dir, job)}
+
+
+def _refused_keeper(job_id: str, job_dir: str, keeper: subprocess.Popen) -> NodeError:
+    """The keeper's bootstrap refused to run (the interpreter, the state dir or the agent's bytes changed since
+    this agent started): its one-line answer, as the job's start failure."""
+    from . import wirejson
+
+    try:
+        answer = wirejson.loads(keeper.stdout.read(65536) or b"{}")
+    except ValueError:
+        answer = {}
+    if not isinstance(answer, dict):
+        answer = {}
+    why = answer.get("error") or f"it exited {keeper.returncode} without saying why"
+    _record_end(job_dir, _end_record(keeper.returncode, job_dir, wrapper_error=f"the job's keeper did not start "
+                                     f"it: {why}"))
+    kind = answer.get("error_kind") if keeper.returncode == EXIT_REFUSED else None
+    return NodeError(f"job {job_id} was not started: its keeper refused to run: {why}", kind=str(kind or
+                                                                                                "start_failed"))
 
 
 def job_status(req: dict) -> dict:
@@ -653,59 +689,125 @@ def job_logs(req: dict) -> dict:
     return {"ok": True, "job_id": job["id"], "lines": lines, "log": job["log"], **job_state(job_dir, job)}
 
 
-def _members(job_dir: str, pgid: int | None) -> list[int]:
-    """The job's live processes: its process group and every process carrying its tag."""
-    group = group_members(pgid) if pgid else []
+def _keeper_alive(job_dir: str, job: dict) -> bool:
+    """The job's keeper still runs: its recorded pid with the start time recorded at launch (for a job recorded
+    without one: a command line that names the job dir), under the login uid. While it lives, the process group
+    it leads (the job's pgid) is the job's: a pgid is not given to another process while its group exists."""
+    pid = job.get("keeper_pid")
+    if not pid or uids(pid) != (os.getuid(), os.getuid()):
+        return False
+    if job.get("keeper_started") is not None:
+        fields = stat_fields(pid)
+        return fields is not None and fields[0] not in ("Z", "X") and start_ticks(pid) == job["keeper_started"]
+    return _process_alive(pid, job_dir)
+
+
+def _group(job_dir: str, job: dict) -> int | None:
+    """The job's process group, only while its keeper lives (after that, its number may be anyone's)."""
+    pgid = int(job["pgid"]) if job.get("pgid") else None
+    return pgid if pgid and pgid == job.get("keeper_pid") and _keeper_alive(job_dir, job) else None
+
+
+def _members(job_dir: str, job: dict) -> list[int]:
+    """The job's live processes: every process of the login uid carrying its tag, and while its keeper lives,
+    the members of its process group (a process that dropped its environment, env -i, but not its group)."""
+    pgid = _group(job_dir, job)
+    group = [p for p in group_members(pgid) if uids(p) == (os.getuid(), os.getuid())] if pgid else []
     return sorted(set(group) | set(tagged_pids(job_dir)))
 
 
-def _signal_all(pgid: int | None, pids: list[int], sig: int) -> None:
-    if pgid:
+def _has_tag(pid: int, job_dir: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    return f"FLEETOPS_JOB_DIR={os.path.abspath(job_dir)}".encode() in env.split(b"\0")
+
+
+def _proven(pid: int, job_dir: str, job: dict) -> bool:
+    """`pid` is the job's, now: a live process of the login uid (real and effective) that carries the job's tag,
+    or a member of the job's process group while its keeper lives."""
+    if uids(pid) != (os.getuid(), os.getuid()):
+        return False
+    fields = stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return False
+    if _has_tag(pid, job_dir):
+        return True
+    pgid = _group(job_dir, job)
+    return pgid is not None and int(fields[2]) == pgid
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that names this very process (Linux 5.3+, Python 3.9+): a signal sent through it reaches
+    it or nothing, never a later process given the same pid. None where there is none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _signal_all(job_dir: str, job: dict, pids: list[int], sig: int) -> list[int]:
+    """Signal each process proven the job's at that moment (checked after its pidfd is taken: the signal goes
+    to the process that was checked, or, if it has ended since, to none). The keeper last: while it lives its
+    group is provably the job's. Returns the pids signalled."""
+    keeper = job.get("keeper_pid")
+    sent = []
+    for pid in sorted(pids, key=lambda p: p == keeper):
+        fd = _pidfd(pid)
         try:
-            os.killpg(pgid, sig)
+            if not _proven(pid, job_dir, job):
+                continue
+            if fd is not None:
+                signal.pidfd_send_signal(fd, sig)
+            else:  # no pidfd: the check above was made just now; a pid reused in between is the residual risk
+                os.kill(pid, sig)
+            sent.append(pid)
         except (ProcessLookupError, PermissionError):
             pass
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return sent
 
 
 def job_stop(req: dict) -> dict:
-    """Stop the job: SIGTERM to its process group and to every tagged process (one that left the group with
-    setsid included), SIGKILL after the grace; then no process of the job may be left."""
+    """Stop the job: SIGTERM to each of its processes (its tagged ones, one that left the group with setsid
+    included, and its group while the keeper lives), SIGKILL after the grace; then no process of the job may be
+    left. A process is signalled only when it is proven the job's at that moment (_proven): a recorded pgid or
+    pid that now names someone else's process is never touched."""
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     st = job_state(job_dir, job)
     pgid = int(job["pgid"]) if job.get("pgid") else None
-    group_before = set(group_members(pgid)) if pgid else set()
+    group_before = set(group_members(pgid)) if _group(job_dir, job) else set()
     if st["state"] not in ("running", "starting"):
-        left = _members(job_dir, pgid)
+        left = _members(job_dir, job)
         if left:  # the job ended but left processes behind (e.g. its main process was SIGKILLed)
-            _signal_all(pgid, left, signal.SIGKILL)
+            left = _signal_all(job_dir, job, left, signal.SIGKILL)
             deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and _members(job_dir, pgid):
+            while time.monotonic() < deadline and _members(job_dir, job):
                 time.sleep(0.05)
-            remaining = _members(job_dir, pgid)
-            where = "in its group" if set(left) <= group_before else "(in its group or tagged with it)"
-            return {"ok": not remaining, "changed": True, "job_id": job["id"], "pgid": pgid, **st,
+            remaining = _members(job_dir, job)
+            where = "in its group" if left and set(left) <= group_before else "(tagged with it)"
+            return {"ok": not remaining, "changed": bool(left), "job_id": job["id"], "pgid": pgid, **st,
                     "left": remaining,
                     "msg": f"job {job['id']} had ended ({st['state']}) but left {len(left)} processes {where}: "
                            f"killed {left}" + (f"; still there: {remaining}" if remaining else "")}
         return {"ok": True, "changed": False, "job_id": job["id"], **st,
                 "msg": f"job {job['id']} is not running ({st['state']}); nothing to stop"}
     grace = float(req.get("grace_s", 10))
-    first = _members(job_dir, pgid)
+    first = _members(job_dir, job)
     outside = sorted(set(first) - group_before)
-    _signal_all(pgid, first, signal.SIGTERM)
+    _signal_all(job_dir, job, first, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _members(job_dir, pgid):
+    while time.monotonic() < deadline and _members(job_dir, job):
         time.sleep(0.1)
-    escalated = bool(_members(job_dir, pgid))
+    escalated = bool(_members(job_dir, job))
     if escalated:
-        _signal_all(pgid, _members(job_dir, pgid), signal.SIGKILL)
+        _signal_all(job_dir, job, _members(job_dir, job), signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _members(job_dir, pgid):
+        while time.monotonic() < deadline and _members(job_dir, job):
             time.sleep(0.05)
     exit_path = os.path.join(job_dir, "exit.json")
     for _ in range(50):  # the wrapper writes exit.json when it sees the job end (unless it was killed too)
@@ -715,7 +817,7 @@ def job_stop(req: dict) -> dict:
     if not read_json(exit_path):
         _record_end(job_dir, {"exit_code": None, "signal": int(signal.SIGKILL), "ended": now_iso(),
                               "ended_ts": time.time(), "by": "stop"})
-    left = _members(job_dir, pgid)
+    left = _members(job_dir, job)
     how = "SIGTERM, then SIGKILL after the grace period" if escalated else "SIGTERM"
     also = (f"; also ended {len(outside)} processes outside its group, found by their FLEETOPS_JOB_DIR tag: "
             f"{outside}" if outside else "")
@@ -771,6 +873,14 @@ def wrap_main(job_dir: str) -> int:
     end, the job becomes the keeper's child and the keeper records its true exit status."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    load_failpoints()
+    try:  # the job dir it was given: in the state dir the bootstrap checked, and ours alone
+        trusted_stat(os.path.dirname(job_dir), want_dir=True)
+        if trusted_stat(job_dir, want_dir=True) is None:
+            raise NodeError(f"{job_dir} does not exist", kind="no_job")
+    except NodeError as exc:
+        print(f"fleetops keeper: {exc}", file=sys.stderr)
+        return 2
     try:  # PR_SET_CHILD_SUBREAPER: orphans of the job come to us, not to init
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
     except (OSError, AttributeError):
@@ -843,8 +953,9 @@ def _wrapper(job_dir: str) -> int:
             secret = {}
     env = {**os.environ, **job.get("env", {}), **secret, "FLEETOPS_JOB_ID": job.get("id", ""),
            "FLEETOPS_JOB_DIR": os.path.abspath(job_dir), "PYTHONUNBUFFERED": "1"}
-    try:
-        log = open(os.path.join(job_dir, LOG), "ab", buffering=0)  # noqa: SIM115 - held open for the job's life
+    try:  # held open for the job's life; never through a symlink (its mode is the job's umask's)
+        log = os.fdopen(os.open(os.path.join(job_dir, LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                                | os.O_CLOEXEC, 0o666), "ab", buffering=0)
     except OSError as exc:
         _record_end(job_dir, _end_record(127, job_dir, wrapper_error=f"cannot open the job's log: {exc}"))
         return 127
@@ -852,7 +963,12 @@ def _wrapper(job_dir: str) -> int:
         try:
             if secret.keys() != set(job.get("secret_env_keys") or ()):
                 raise OSError(f"the secret environment values ({SECRET_ENV}) are missing")
-            child = subprocess.Popen(job["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            # An extract runs the agent's own code: through the bootstrap, with the bytes this process was
+            # verified against (job.json shows the command; it is never run from there).
+            argv = relaunch("extract", os.path.join(job_dir, "request.json")) if job.get("kind") == "extract" \
+                else job["argv"]
+            failpoint("job.wrapper.start")  # a test swaps what the job would run from here
+            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                      env=env, cwd=job.get("cwd") or job_dir,
                                      preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
                                                          for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)])
@@ -867,7 +983,9 @@ def _wrapper(job_dir: str) -> int:
             return 127
         _drop_secrets(job_dir)  # the job's process has them now: nothing secret stays on the node's disk
         del secret, env
-        job.update(pid=child.pid, pgid=os.getpgid(0), wrapper_pid=os.getpid(), keeper_pid=os.getppid())
+        keeper = os.getppid()
+        job.update(pid=child.pid, pgid=os.getpgid(0), wrapper_pid=os.getpid(), keeper_pid=keeper,
+                   keeper_started=start_ticks(keeper), pid_started=start_ticks(child.pid))
         try:
             write_json_atomic(job_path, job)
         except OSError as exc:  # e.g. ENOSPC: without its pid on record the job cannot be followed; end it

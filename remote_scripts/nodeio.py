@@ -142,7 +142,6 @@ def trusted_stat(path: str, want_dir: bool | None = None) -> os.stat_result | No
         st = os.lstat(path)
     except FileNotFoundError:
         return None
-    uid = os.geteuid()
     if stat.S_ISLNK(st.st_mode):
         try:
             target = os.readlink(path)
@@ -150,6 +149,14 @@ def trusted_stat(path: str, want_dir: bool | None = None) -> os.stat_result | No
             target = "?"
         raise _untrusted(path, f"is a symlink (to {target}); fleetops never follows symlinks in its state dir",
                          st, f"remove it (rm {path}) and run again; fleetops recreates what it needs")
+    judge(path, st, want_dir)
+    return st
+
+
+def judge(path: str, st: os.stat_result, want_dir: bool | None = None) -> None:
+    """Refuse what `st` (an lstat, or the fstat of a descriptor opened with O_NOFOLLOW) says about `path`
+    unless it is ours (or root's) and writable by no one else (and a directory or a regular file, as asked)."""
+    uid = os.geteuid()
     if st.st_uid not in (uid, 0):
         raise _untrusted(path, f"is owned by uid {st.st_uid}, not by the connecting user (uid {uid}) or root", st,
                          f"check who changed it, then chown {uid} {path} (or remove it) and run again")
@@ -160,7 +167,24 @@ def trusted_stat(path: str, want_dir: bool | None = None) -> os.stat_result | No
         raise _untrusted(path, "is not a directory", st, f"move it aside (mv {path} {path}.moved) and run again")
     if want_dir is False and not stat.S_ISREG(st.st_mode):
         raise _untrusted(path, "is not a regular file", st, f"move it aside (mv {path} {path}.moved) and run again")
-    return st
+
+
+def open_state_file(path: str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """A descriptor of a state file fleetops reads back (or locks), never through a symlink, refused unless
+    it is a regular file that is ours (or root's) and writable by no one else. FileNotFoundError when it does
+    not exist (and flags do not create it)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            trusted_stat(path)  # raises, naming the symlink and its target
+        raise
+    try:
+        judge(path, os.fstat(fd), want_dir=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def check_state_dir(state_dir: str) -> None:
@@ -335,8 +359,9 @@ def quarantine(path: str, why: str) -> str:
 
 
 def read_json(path: str, on_corrupt: str = "raise") -> dict | None:
-    """A state JSON file, never through a symlink. A corrupt one (not JSON, a symlink, not a regular file):
-    on_corrupt="raise" refuses naming it; "quarantine" moves it aside (reported) and returns None."""
+    """A state JSON file, never through a symlink, refused (untrusted_state) when another user owns it or may
+    write it. A corrupt one (not JSON, a symlink, not a regular file): on_corrupt="raise" refuses naming it;
+    "quarantine" moves it aside (reported) and returns None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -348,9 +373,11 @@ def read_json(path: str, on_corrupt: str = "raise") -> dict | None:
     else:
         try:
             with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
                     why = "not a regular file"
                 else:
+                    judge(path, st)  # another user's, or writable by one: refused (not corrupt: planted)
                     value = wirejson.loads(f.read().decode("utf-8"))
                     return value if isinstance(value, dict) else None
         except (ValueError, UnicodeDecodeError) as exc:

@@ -48,17 +48,75 @@ def shares_imports() -> bool:
     return False
 
 
-def run_script(script: str, stdin_text: str, timeout: float) -> subprocess.CompletedProcess:
-    """`python script` with stdin_text on stdin, as subprocess.run(..., capture_output=True, text=True,
-    timeout=timeout) would answer it (TimeoutExpired included), forked from this process when that shares
-    already imported packages."""
+def run_script(script: str, stdin_text: str, timeout: float, source: str | None = None) -> subprocess.CompletedProcess:
+    """The probe `source` (else the file `script`, read once here) run as `python script` would run it, with
+    stdin_text on stdin, answered as subprocess.run(..., capture_output=True, text=True, timeout=timeout) would
+    answer it (TimeoutExpired included): forked from this process when that shares already imported packages,
+    else in a fresh interpreter started through the verifying bootstrap. Either way the code comes from memory,
+    never from the path (`script` names it in tracebacks), and the script's directory is not put on sys.path
+    (the temp directory is anyone's: a module planted there would be imported first)."""
+    if source is None:
+        source = read_source(script)
     if not shares_imports():
-        return subprocess.run([sys.executable, script], input=stdin_text, capture_output=True, text=True,
-                              timeout=timeout)
-    return run_forked(script, stdin_text, timeout)
+        return run_fresh(script, source, stdin_text, timeout)
+    return run_forked(script, stdin_text, timeout, source)
 
 
-def run_forked(script: str, stdin_text: str, timeout: float) -> subprocess.CompletedProcess:
+def read_source(script: str) -> str:
+    fd = os.open(script, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        return f.read().decode("utf-8")
+
+
+def run_fresh(script: str, source: str, stdin_text: str, timeout: float) -> subprocess.CompletedProcess:
+    """A new interpreter through the bootstrap (role `probe`), the source on an inherited descriptor."""
+    from .launch import relaunch
+
+    with tempfile.TemporaryFile() as code:  # unnamed where the system allows (O_TMPFILE): nothing to swap
+        code.write(source.encode("utf-8"))
+        code.flush()
+        code.seek(0)
+        argv = relaunch("probe", str(code.fileno()), script)
+        proc = subprocess.run(argv, input=stdin_text, capture_output=True, text=True, timeout=timeout,
+                              pass_fds=(code.fileno(),))
+    return subprocess.CompletedProcess([sys.executable, script], proc.returncode, proc.stdout, proc.stderr)
+
+
+def probe_main(fd: str, script: str) -> int:
+    """The probe's own process (the bootstrap's role `probe`): its source from the descriptor the verify
+    process passed, run as __main__."""
+    with os.fdopen(int(fd), "rb") as f:
+        source = f.read().decode("utf-8")
+    return run_main(source, script)
+
+
+def run_main(source: str, script: str) -> int:
+    """Run `source` as the __main__ module named `script`; its exit status (an uncaught exception: 1, with its
+    traceback on stderr, as `python script` shows it)."""
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    sys.modules["__main__"] = main
+    sys.argv = [script]
+    try:
+        exec(compile(source, script, "exec", dont_inherit=True), main.__dict__)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException as exc:  # noqa: BLE001 - shown on the probe's stderr, as an uncaught exception would be
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+        return 1
+    return 0
+
+
+def run_forked(script: str, stdin_text: str, timeout: float, source: str | None = None) -> subprocess.CompletedProcess:
+    if source is None:
+        source = read_source(script)
     with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
         fin.write(stdin_text.encode())
         fin.flush()
@@ -70,7 +128,7 @@ def run_forked(script: str, stdin_text: str, timeout: float) -> subprocess.Compl
                 pass
         pid = os.fork()
         if pid == 0:
-            _child(script, fin.fileno(), fout.fileno(), ferr.fileno())  # never returns
+            _child(script, source, fin.fileno(), fout.fileno(), ferr.fileno())  # never returns
         try:
             status = _wait(pid, timeout)
         except BaseException:  # interrupted (the client went away): the probe goes with us
@@ -85,7 +143,7 @@ def run_forked(script: str, stdin_text: str, timeout: float) -> subprocess.Compl
     return subprocess.CompletedProcess([sys.executable, script], os.waitstatus_to_exitcode(status), out, err)
 
 
-def _child(script: str, fd_in: int, fd_out: int, fd_err: int) -> None:
+def _child(script: str, source: str, fd_in: int, fd_out: int, fd_err: int) -> None:
     code = 1
     try:
         os.dup2(fd_in, 0)
@@ -98,21 +156,7 @@ def _child(script: str, fd_in: int, fd_out: int, fd_err: int) -> None:
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                       errors="backslashreplace", line_buffering=True)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        sys.argv = [script]
-        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # what `python script` puts first
-        import runpy
-
-        runpy.run_path(script, run_name="__main__")
-        code = 0
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001 - shown on the probe's stderr, as an uncaught exception would be
-        import traceback
-
-        traceback.print_exc()
+        code = run_main(source, script)
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -143,4 +187,4 @@ def _kill(pid: int) -> None:
         pass
 
 
-__all__ = ["run_forked", "run_script", "shares_imports"]
+__all__ = ["probe_main", "run_forked", "run_script", "shares_imports"]

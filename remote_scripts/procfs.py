@@ -25,3 +25,26 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def start_ticks(pid: int | str) -> int | None:
+    """When the process started (clock ticks since boot, proc(5) field 22): with the pid, its identity; a pid
+    reused by a later process has another. None: gone or unreadable."""
+    fields = stat_fields(pid)
+    try:
+        return int(fields[19]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def uids(pid: int | str) -> tuple[int, int] | None:
+    """The process's real and effective uid (/proc/PID/status). None: gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    real, effective = line.split()[1:3]
+                    return int(real), int(effective)
+    except (OSError, ValueError):
+        return None
+    return None

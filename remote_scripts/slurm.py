@@ -32,7 +32,17 @@ import subprocess
 import sys
 import time
 
-from .nodeio import QUARANTINED, NodeError, atomic_write, ensure_dir, now_iso, read_json, write_json_atomic
+from .nodeio import (
+    QUARANTINED,
+    NodeError,
+    atomic_write,
+    ensure_dir,
+    failpoint,
+    now_iso,
+    open_state_file,
+    read_json,
+    write_json_atomic,
+)
 
 SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"  # the same as fleetops/plans/slurm.py's
 SQUEUE_FIELDS = ("id", "job_id", "array_job_id", "array_task", "state", "reason", "nodes", "elapsed",
@@ -45,42 +55,67 @@ TAIL_CHUNK = 256 * 1024
 COMMAND_TIMEOUT_S = 60
 ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
 
-# The batch script sbatch runs on the allocated node: the job's task (its request by array index), its exit
+# The batch script sbatch runs on the allocated node is the verifying bootstrap itself (bootstrap.py's text
+# under a `#!<python> -IS` line), with the words this agent was started with and `slurm-step <job_dir>`: the step
+# checks the interpreter and the state dir there, runs only the agent bytes whose sha256 this agent was verified
+# against, and step_main() (below, from those bytes) runs the job's task: its request by array index, its exit
 # status recorded in exit-<task>.json however it ends (a scancel's SIGTERM is forwarded to the job).
-BATCH_SCRIPT = '''
-import json, os, signal, subprocess, sys, time
+STEP = "slurm-step"
 
-agent, job_dir = sys.argv[1], sys.argv[2]
-task = int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0)
-with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as f:
-    job = json.load(f)
-if job["kind"] == "extract":
-    argv = [sys.executable, agent, "extract", os.path.join(job_dir, "request-%d.json" % task)]
-else:
-    argv = list(job["argv"])
-env = dict(os.environ, FLEETOPS_JOB_ID=job["id"], FLEETOPS_SHARD=str(task), PYTHONUNBUFFERED="1")
-slurm_id = ("%s_%d" % (os.environ["SLURM_ARRAY_JOB_ID"], task) if os.environ.get("SLURM_ARRAY_JOB_ID")
-            else os.environ.get("SLURM_JOB_ID"))
-print("fleetops: slurm job %s task %d on %s: %s" % (slurm_id, task, os.environ.get("SLURMD_NODENAME"), argv[:4]),
-      flush=True)
-got = []
-child = subprocess.Popen(argv, env=env, cwd=job.get("cwd") or job_dir, stdin=subprocess.DEVNULL)
-for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-    signal.signal(sig, lambda s, frame: (got.append(s), child.send_signal(s)))
-while True:
-    try:
-        code = child.wait()
-        break
-    except InterruptedError:
-        continue
-ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else (got[0] if got else None),
-         "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ended_ts": time.time(), "task": task}
-tmp = os.path.join(job_dir, ".exit-%d.json.tmp" % task)
-with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(ended, f)
-os.replace(tmp, os.path.join(job_dir, "exit-%d.json" % task))
-sys.exit(code if code >= 0 else 128 - code)
-'''.lstrip()
+
+def step_main(job_dir: str) -> int:
+    """The batch step on the allocated node (started through the bootstrap by the batch script)."""
+    import signal
+    import subprocess
+
+    from .launch import relaunch, shown
+    from .nodeio import load_failpoints, trusted_stat
+
+    load_failpoints()
+    try:  # the job dir it was given: in the state dir the bootstrap checked there, and ours alone
+        trusted_stat(os.path.dirname(job_dir), want_dir=True)
+        if trusted_stat(job_dir, want_dir=True) is None:
+            raise NodeError(f"{job_dir} does not exist", kind="no_job")
+        job = read_json(os.path.join(job_dir, "job.json")) or {}
+    except NodeError as exc:
+        print(f"fleetops: slurm step refused: {exc}", flush=True)
+        return 2
+    task = int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0)
+    if job.get("kind") == "extract":
+        argv = relaunch("extract", os.path.join(job_dir, f"request-{task}.json"))
+    else:
+        argv = list(job["argv"])
+    env = dict(os.environ, FLEETOPS_JOB_ID=str(job.get("id")), FLEETOPS_SHARD=str(task), PYTHONUNBUFFERED="1")
+    slurm_id = (f"{os.environ['SLURM_ARRAY_JOB_ID']}_{task}" if os.environ.get("SLURM_ARRAY_JOB_ID")
+                else os.environ.get("SLURM_JOB_ID"))
+    print(f"fleetops: slurm job {slurm_id} task {task} on {os.environ.get('SLURMD_NODENAME')}: "
+          f"{shown(argv)[:4]}",
+          flush=True)
+    failpoint("slurm.step.start")  # a test swaps what the step would run from here
+    got: list[int] = []
+    child = subprocess.Popen(argv, env=env, cwd=job.get("cwd") or job_dir, stdin=subprocess.DEVNULL)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, lambda s, frame: (got.append(s), child.send_signal(s)))
+    while True:
+        try:
+            code = child.wait()
+            break
+        except InterruptedError:
+            continue
+    ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else (got[0] if got else None),
+             "ended": now_iso(), "ended_ts": time.time(), "task": task}
+    write_json_atomic(os.path.join(job_dir, f"exit-{task}.json"), ended, point="slurm.exit")
+    return code if code >= 0 else 128 - code
+
+
+def batch_script(job_dir: str) -> tuple[bytes, list[str]]:
+    """The batch script's bytes and its arguments (argv words after the script's name)."""
+    from .launch import relaunch
+
+    argv = relaunch(STEP, job_dir)
+    at = argv.index("-c")
+    flags = "".join(f[1:] for f in argv[1:at])  # "-I", "-S" -> "-IS": a #! line passes one argument
+    return f"#!{argv[0]} -{flags}\n{argv[at + 1]}".encode(), argv[at + 2:]
 
 
 def slurm_dir(state_dir: str) -> str:
@@ -184,7 +219,7 @@ def submit(req: dict) -> dict:
     `extract` at once submit one job), else sbatch the new one."""
     state_dir = os.path.abspath(req["state_dir"])
     ensure_dir(slurm_dir(state_dir))
-    fd = os.open(os.path.join(slurm_dir(state_dir), "submit.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fd = open_state_file(os.path.join(slurm_dir(state_dir), "submit.lock"), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -223,8 +258,8 @@ def _submit(req: dict, state_dir: str) -> dict:
         for i, request in enumerate(requests):
             write_json_atomic(os.path.join(job_dir, f"request-{i}.json"), request)
     script = os.path.join(job_dir, "batch.py")
-    atomic_write(script, f"#!{sys.executable}\n{BATCH_SCRIPT}".encode(), mode=0o755, point="slurm.script")
-    agent = os.path.abspath(sys.argv[0])
+    text, script_args = batch_script(job_dir)
+    atomic_write(script, text, mode=0o700, point="slurm.script")
     argv = ["sbatch", "--parsable", f"--job-name={spec['name']}", f"--chdir={job_dir}",
             f"--output={os.path.join(job_dir, 'task-%a.log' if shards > 1 else 'task-0.log')}"]
     for key, flag in (("partition", "--partition"), ("account", "--account"), ("time_limit", "--time")):
@@ -234,7 +269,7 @@ def _submit(req: dict, state_dir: str) -> dict:
         argv.append(f"--gres={opts['gres']}")
     if shards > 1:
         argv.append(f"--array=0-{shards - 1}")
-    argv += [script, agent, job_dir]
+    argv += [script, *script_args]
     job = {"id": job_id, "name": spec["name"], "kind": spec["kind"], "scheduler": "slurm",
            "argv": spec.get("argv"), "cwd": spec.get("cwd") or job_dir, "shards": shards, "sbatch_argv": argv,
            "shown_env": spec.get("shown_env", {}), "logs": [os.path.join(job_dir, f"task-{i}.log")
@@ -447,15 +482,17 @@ def gpu(req: dict) -> dict:
         return {"ok": True, "job": _public(job), "query": _query(job, env), "inside": None,
                 "why": "no task of the job is running, so it has no allocation to look into"}
     own_id, node = running[0]["job_id"], running[0]["nodes"]
-    argv = ["srun", f"--jobid={own_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
-            sys.executable, os.path.abspath(sys.argv[0])]
+    from .launch import relaunch, shown
+
+    # the agent itself, through the bootstrap, on the job's node: it serves the one request on its stdin
+    argv = ["srun", f"--jobid={own_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", *relaunch()]
     request = json.dumps({"protocol": req.get("protocol"), "op": "gpu", "state_dir": req["state_dir"]})
     try:
         proc = subprocess.run(argv, input=request, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
                               env={**os.environ, **env})
-        result = {"argv": argv, "rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+        result = {"argv": shown(argv), "rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
-        result = {"argv": argv, "rc": 127, "stdout": "", "stderr": f"srun: {exc}"}
+        result = {"argv": shown(argv), "rc": 127, "stdout": "", "stderr": f"srun: {exc}"}
     inside = None
     lines = result["stdout"].strip().splitlines()
     if result["rc"] == 0 and lines:

@@ -5,11 +5,11 @@ TimeoutExpired; and keep the probe's side effects out of the verify process."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -35,7 +35,7 @@ def test_forked_probe_shares_loaded_modules_reads_stdin_and_keeps_its_side_effec
         shared = sys.modules["json"]
         print("log line", file=sys.stderr)
         print(json.dumps({"got": req, "marker": getattr(shared, "fleetops_marker", None),
-                          "main": __name__, "path0": sys.path[0], "pid": os.getpid()}))
+                          "main": __name__, "path": sys.path, "pid": os.getpid()}))
         shared.fleetops_marker = "changed by the probe"
         sys.exit(3)
     """)
@@ -46,7 +46,10 @@ def test_forked_probe_shares_loaded_modules_reads_stdin_and_keeps_its_side_effec
         assert answer["got"] == {"a": 1}
         assert answer["marker"] == os.getpid()  # inherited, not re-imported
         assert answer["pid"] != os.getpid()
-        assert answer["main"] == "__main__" and answer["path0"] == str(tmp_path)
+        assert answer["main"] == "__main__"
+        # the script's directory is not put on sys.path: a temp directory is anyone's, and a module planted
+        # there would be imported before the real one
+        assert str(tmp_path) not in answer["path"], answer["path"]
         assert "log line" in proc.stderr
         assert shared.fleetops_marker == os.getpid()  # the probe's monkeypatching stayed in its process
     finally:
@@ -78,19 +81,31 @@ def test_an_uncaught_exception_is_a_nonzero_exit_with_its_traceback(tmp_path):
     assert proc.returncode == 1 and "RuntimeError: probe broke" in proc.stderr
 
 
-def test_a_threaded_process_runs_the_probe_in_a_fresh_interpreter(tmp_path):
-    """The agent itself has its watchdog thread (and nothing third-party): no fork there."""
-    stop = threading.Event()
-    thread = threading.Thread(target=stop.wait, daemon=True)
-    thread.start()
-    try:
-        assert not probe_fork.shares_imports()
-        script = _script(tmp_path, "import os, sys; print(os.getppid())\n")
-        proc = probe_fork.run_script(script, "", timeout=60)
-        assert proc.returncode == 0 and int(proc.stdout) == os.getpid()
-    finally:
-        stop.set()
-        thread.join()
+def test_a_threaded_process_runs_the_probe_in_a_fresh_interpreter_through_the_bootstrap(tmp_path):
+    """The agent itself has its watchdog thread (and nothing third-party): no fork there, a new interpreter
+    started through the verifying bootstrap (role `probe`), the probe's source on an inherited descriptor."""
+    from fleetops.wire.bundle import BOOTSTRAP, PYTHON_FLAGS, agent_bundle
+    from remote_scripts.protocol import PROTOCOL
+
+    b = agent_bundle()
+    state = tmp_path / "state"
+    (state / "bin").mkdir(parents=True, mode=0o700)
+    state.chmod(0o700)
+    (state / "bin" / b.filename).write_bytes(b.data)
+    (state / "bin" / b.filename).chmod(0o600)
+    probe = ("import json, os, sys\nargv = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+             "print(json.dumps({'ok': True, 'summary': '%d %s %s' % (os.getppid(), argv[-4].decode(), __name__)}))\n")
+    requests = [{"op": "ping"}, {"op": "verify", "state_dir": str(state), "checks": [
+        {"kind": "probe", "name": "p", "source": probe, "modules": [], "timeout": 60}]}]
+    lines = "".join(json.dumps({"protocol": PROTOCOL, **r, "_id": i}) + "\n" for i, r in enumerate(requests, 1))
+    proc = subprocess.run([sys.executable, *PYTHON_FLAGS, "-c", BOOTSTRAP, str(state), str(state / "bin" / b.filename),
+                           b.sha256], input=lines, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ping, verify = (json.loads(line) for line in proc.stdout.splitlines())
+    (item,) = [i for i in verify["items"] if i["kind"] == "probe"]
+    ppid, role, name = item["msg"].split()
+    # a new interpreter, the agent's child, started as the bootstrap's role `probe`, running the probe as __main__
+    assert item["ok"] and int(ppid) == ping["pid"] and role == "probe" and name == "__main__", item
 
 
 def test_shares_imports_sees_a_third_party_package_in_a_single_threaded_process():

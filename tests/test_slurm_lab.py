@@ -7,15 +7,19 @@ stops the daemons at the end and fails if any process of the cluster is left."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
+import sys
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from conftest import REPO, fab_json, make_project, run_fab
+from faultkit import arm, disarm, hit_file
 from polling import wait_for
 
 from fleetops.lab import Lab, base_dir
@@ -355,3 +359,51 @@ def test_corrupt_job_records_are_quarantined_not_fatal(cluster):
     assert rc == 0, doc  # and a new job is submitted and becomes the latest
     assert fab_json(project, "-H", "login01", "stop")[0] == 0
     assert status(project)["data"]["job"]["id"] == doc["results"][0]["data"]["job"]["id"]
+
+
+def test_the_batch_step_runs_only_the_agent_bytes_the_client_sent(cluster, tmp_path):
+    """The batch script is the verifying bootstrap, started with the sha256 of the agent that submitted it: an
+    agent zip swapped on the node between the submission and the step (deterministic: a failpoint holds the
+    login node's agent after it wrote the batch script, before sbatch) never runs."""
+    project, slurm, node = cluster["project"], cluster["slurm"], cluster["node"]
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    marker = marks / "step-ran"
+    assert fab_json(project, "-H", "login01", "ping")[0] == 0
+    target = sorted((node.state_dir / "bin").glob("fleetops-agent-*.pyz"), key=lambda p: p.stat().st_mtime_ns)[-1]
+    real = target.read_bytes()
+    code = f"import os\nopen({str(marker)!r}, 'w').write('planted code ran as uid %d' % os.geteuid())\n"
+    planted = io.BytesIO()
+    with zipfile.ZipFile(planted, "w") as zf:
+        for name in ("__main__.py", "remote_scripts/__init__.py", "remote_scripts/agent.py"):
+            zf.writestr(name, code)
+    point = "slurm.script.after_rename"
+    arm(node, {point: {"action": "pause", "seconds": 120}})
+    hit = hit_file(node, point)
+    hit.unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "login01", "extract", "--job", "badmodel",
+                             "--playbook", JOBS, "--json"], cwd=project, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        wait_for(lambda: hit.exists() or proc.poll() is not None, f"failpoint {point}", DEADLINE)
+        assert hit.exists(), proc.communicate()
+        swap = target.with_name(target.name + ".swap")
+        swap.write_bytes(planted.getvalue())
+        swap.chmod(0o600)
+        swap.replace(target)
+        hit.unlink()
+        out, err = proc.communicate(timeout=DEADLINE)
+        assert proc.returncode == 0, out + err
+        res = json.loads(out)["results"][0]
+        sid, log = res["data"]["slurm_job_id"], Path(res["data"]["job"]["logs"][0])
+        wait_for(lambda: squeue(slurm, sid) == [] and log.exists(), "the step to run and leave the queue", DEADLINE)
+        assert not marker.exists(), marker.read_text() + log.read_text()
+        assert f"{target} is not the agent fleetops sent" in log.read_text(), log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        disarm(node)
+        swap = target.with_name(target.name + ".swap")
+        swap.write_bytes(real)
+        swap.replace(target)

@@ -33,6 +33,8 @@ RUN_OPTIONS: dict[str, tuple[Any, str]] = {
     # On a task without a file diff of its own (patch and rollback have --diff: the file's diff), --diff is
     # --odd, the name ClusterShell's users know.
     "diff": (False, "odd ones out (the same as --odd): each minority group as a diff against the majority"),
+    "allow_insecure_venv": (False, "run on a node whose Python (its prefix, sys.path, site-packages, .pth files) "
+                                   "another user may write, with a warning, instead of refusing it"),
 }
 
 

@@ -78,6 +78,7 @@ class FleetExecutor(fabric.Executor):
             raise Exit(code=EXIT_USAGE) from None
         state = RunState(root, settings)
         state.reporter.json_mode = state.reporter.json_mode or json_mode
+        allow_venv = bool(run_opts.get("allow_insecure_venv"))
         if not host_str:
             state.reporter.error(f"{names} needs hosts: use -H lab01 (inventory names, @group, globs, or "
                                  "user@host:port for a host outside the inventory whose key is in known_hosts)")
@@ -88,6 +89,7 @@ class FleetExecutor(fabric.Executor):
             keys = self.config.connect_kwargs.get("key_filename") or []
             state.use_ssh_config(self.core[0].args["ssh-config"].value if self.core else None,
                                  [keys] if isinstance(keys, str) else list(keys))
+            state.inventory.allow_insecure_venv = allow_venv
             run = assemble(state, [host_str], steps, limit=limit, dry=dry)  # commas split there, not in lab[01,07]
             forks = int(self._option("forks", "FLEETOPS_FORKS") or run_opts.get("forks") or settings.get("forks")
                         or DEFAULT_FORKS)

@@ -113,6 +113,8 @@ class Inventory:
     # Computed in wire/ssh.py with paramiko's SSHConfig and handed in by the caller; None: read here from
     # the default files (plans/sshconfig.py), on first need.
     ssh_aliases: frozenset[str] | None = None
+    # --allow-insecure-venv: a node whose interpreter others may write to runs the agent anyway, with a warning
+    allow_insecure_venv: bool = False
 
     def names(self) -> list[str]:
         return sorted(self.hosts)

@@ -145,6 +145,7 @@ class _NodeNotes:
         self.quarantined: list[dict] = []
         self.removed_temp_files: list[str] = []
         self.answers = 0
+        self.warnings: list[str] = []  # what the node let pass because the operator said so (--allow-insecure-venv)
 
     def seen(self, answer: object) -> None:
         self.answers += 1
@@ -156,12 +157,17 @@ class _NodeNotes:
         for path in answer.get("removed_temp_files") or ():
             if isinstance(path, str) and path not in self.removed_temp_files:
                 self.removed_temp_files.append(path)
+        for text in answer.get("warnings") or ():
+            if isinstance(text, str) and text not in self.warnings:
+                self.warnings.append(text)
 
     def into(self, result: Result) -> None:
         if self.quarantined:
             result.data["quarantined"] = self.quarantined
         if self.removed_temp_files:
             result.data["removed_temp_files"] = self.removed_temp_files
+        if self.warnings:
+            result.data["node_warnings"] = self.warnings
 
 
 class _ObservedPending:

@@ -214,7 +214,9 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
                       f"squeue on {host.name}", code=EXIT_FAILED)
     what = f"a job array of {shards} tasks" if shards > 1 else "a batch job"
     items = [Item("note", Status.CHANGED, n) for n in notes]
-    items.append(Item("sbatch", Status.CHANGED, " ".join(a for a in job["sbatch_argv"][1:-3])))
+    sbatch = job["sbatch_argv"]  # sbatch's options: the words before the batch script and its arguments
+    script = next((i for i, a in enumerate(sbatch) if a.endswith("/batch.py")), len(sbatch))
+    items.append(Item("sbatch", Status.CHANGED, " ".join(sbatch[1:script])))
     return Result(host.name, "extract", Status.CHANGED,
                   f"submitted job {job['id']} to Slurm as {what} (Slurm job {sid}"
                   f"{', partition ' + host.partition if host.partition else ''}"

@@ -31,7 +31,7 @@ from ..plans import sshconfig
 from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
 from ..plans.yamlsrc import ConfigError
 from ..results import Evidence
-from .bundle import BOOTSTRAP, EXIT_BOOTSTRAP_REFUSED, agent_bundle
+from .bundle import ALLOW_INSECURE_VENV, BOOTSTRAP, EXIT_BOOTSTRAP_REFUSED, PYTHON_FLAGS, agent_bundle
 from .connector import (
     COUNTERS,
     MAX_ANSWER_BYTES,
@@ -925,8 +925,10 @@ class NodeConnection:
         state dir like StrictModes and runs the zip only if its bytes have the sha256 this client expects."""
         bundle = agent_bundle()
         path = f"{self.host.state_dir}/bin/{bundle.filename}"
-        argv = [self.host.python, "-c", BOOTSTRAP, self.host.state_dir, path, bundle.sha256]
-        return argv, shlex.join([self.host.python, "-c", "<fleetops bootstrap>", *argv[3:]])
+        allow = [ALLOW_INSECURE_VENV] if self.inventory is not None and self.inventory.allow_insecure_venv else []
+        words = [self.host.state_dir, path, bundle.sha256, *allow]
+        return ([self.host.python, *PYTHON_FLAGS, "-c", BOOTSTRAP, *words],
+                shlex.join([self.host.python, *PYTHON_FLAGS, "-c", "<fleetops bootstrap>", *words]))
 
     def upload_agent(self) -> None:
         bundle = agent_bundle()

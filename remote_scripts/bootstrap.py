@@ -1,0 +1,380 @@
+"""The verifying bootstrap: how every fleetops process on a node starts, trusting nothing it finds there.
+
+The client runs this file's text as `python -I -S -c <this text> <state_dir> <state_dir>/bin/<name>.pyz <sha256>
+[--allow-insecure-venv] [role words...]`: argv words, never shell built from data. The agent starts its own
+long-running processes (job keeper `wrap`, `extract`, the Slurm batch step, verify's probe) the same way, with
+the text and sha256 it was itself started with (launch.relaunch), so no process of fleetops ever runs a zip by
+its path (`python <path>.pyz` would run whatever the path names when Python opens it).
+
+1. The state dir's whole path as written (walk()): every component is opened with O_NOFOLLOW relative to the
+   directory before it and checked like OpenSSH's StrictModes (owned by the connecting user or root, writable
+   by no one else; a directory on the way may instead be sticky); a symlink on the way is followed only where
+   no other user can replace it (its directory is trusted, and in a sticky directory the link is ours or
+   root's); the state dir, bin/ and the zip themselves are never symlinks.
+2. The zip's bytes are read ONCE from the descriptor that walk opened, their sha256 checked against the
+   client's, and the agent is imported from those very bytes (no verify-then-reopen window, no unpacked copy).
+3. The interpreter (launch.Interpreter, from those bytes): its executable, prefixes, every directory on
+   sys.path and the site-packages directories with their .pth files, checked the same way. `-S` keeps `site`
+   from running at start-up, because a .pth file runs code when `site` reads its directory: `site.main()` runs
+   only after this check passed, and the directories it added (.pth lines) are checked in turn. `-I`
+   (isolated: -E -s -P) drops PYTHONPATH and the other PYTHON* variables of the login environment, the user
+   site directory and the current directory from sys.path; the venv's own site-packages is still added by
+   site.main(), so -I suffices (no `-E -s`). `--allow-insecure-venv` turns an interpreter refusal into a
+   warning.
+
+A refusal is one JSON line {"bootstrap": true, "error_kind": ..., "error": ...} and exit 3: agent_missing (the
+client uploads it), untrusted_state, untrusted_venv or agent_mismatch (the client reports it).
+
+Stdlib only, and small: Python compiles this text at every agent start (no json, re or hashlib's OpenSSL on the
+way either); what can wait for the verified, precompiled bytes lives in launch.py.
+"""
+
+import marshal
+import os
+import stat
+import struct
+import sys
+import zlib
+
+try:  # the small built-in sha256: hashlib's OpenSSL module costs ~4 ms of CPU to load, at every agent start
+    from _sha2 import sha256
+except ImportError:
+    try:
+        from _sha256 import sha256
+    except ImportError:
+        from hashlib import sha256
+from importlib.machinery import ModuleSpec
+
+EXIT_REFUSED = 3
+ALLOW_INSECURE_VENV = "--allow-insecure-venv"
+PYTHON_FLAGS = ("-I", "-S")  # see the module docstring: isolated, and `site` only after the checks
+MAX_LINKS = 40  # as the kernel's own limit on symlinks in one path resolution
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class Refused(Exception):
+    def __init__(self, kind, msg, reason="", **extra):
+        Exception.__init__(self, msg)
+        self.kind, self.reason, self.extra = kind, reason or msg, extra
+
+
+def refuse(kind, msg, **extra):
+    import json  # only here: json imports re, enum and functools, ~9 ms of every agent start
+    sys.stdout.write(json.dumps(dict(ok=False, bootstrap=True, error_kind=kind, error=msg, **extra)) + "\n")
+    sys.stdout.flush()
+    sys.exit(EXIT_REFUSED)
+
+
+def untrusted(path, why, st, fix, kind="untrusted_state", what="the agent"):
+    mode = "%04o" % (st.st_mode & 0o7777)
+    reason = "%s %s [mode %s (%s), owner uid %d]" % (path, why, stat.filemode(st.st_mode), mode, st.st_uid)
+    raise Refused(kind, "refusing to run %s: %s; %s" % (what, reason, fix), reason, path=path, mode=mode,
+                  uid=st.st_uid)
+
+
+# ---------------------------------------------------------------- paths, as written
+class Rules:
+    """What a walk checks, and how a refusal reads: `role` names the path for the operator ("the state dir"),
+    `fix` the next step for a path others may write ("{path}" in it: the path refused)."""
+
+    def __init__(self, role, kind="untrusted_state", fix="", what="the agent"):
+        self.role, self.kind, self.fix, self.what = role, kind, fix, what
+
+    def refuse(self, path, why, st, fix):
+        untrusted(path, why, st, fix, self.kind, self.what)
+
+    def owner(self, path, st, on_way):
+        uid = os.geteuid()
+        if st.st_uid not in (uid, 0):
+            self.refuse(path, "%sis owned by uid %d, not by the connecting user (uid %d) or root"
+                        % (on_way, st.st_uid, uid), st,
+                        "check who changed it, then chown %d %s (or remove it) and run again" % (uid, path))
+
+    def writable(self, path, why, st):
+        fix = self.fix or "check who changed it, then chmod go-w {path} and run again"
+        self.refuse(path, why, st, fix.replace("{path}", path))
+
+    def directory(self, path, st, last):
+        """A directory: ours or root's, writable by no one else; one on the way may instead be sticky."""
+        on_way = "" if last else "(on the way to %s) " % self.role
+        self.owner(path, st, on_way)
+        if st.st_mode & 0o022 and (last or not st.st_mode & stat.S_ISVTX):
+            self.writable(path, "%sis writable by group or others%s" % (on_way, "" if last else " and not sticky"),
+                          st)
+
+    def file(self, path, st):
+        self.owner(path, st, "")
+        if st.st_mode & 0o022:
+            self.writable(path, "is writable by group or others", st)
+        if not stat.S_ISREG(st.st_mode):
+            self.refuse(path, "is not a regular file", st, "move it aside (mv %s %s.moved) and run again"
+                        % (path, path))
+
+
+def walk(path, rules, final_dir=True, final_link=False, seen=None):
+    """Open `path` as written, one component at a time, each relative to the directory before it and never
+    through a symlink it did not check: every directory on the way is trusted (rules.directory, sticky
+    allowed), a symlink on the way only where no other user can replace it (its directory is trusted; in a
+    directory others may write, the link must be ours or root's), then followed from there. The last component
+    is checked strictly (not sticky), and is a symlink only with final_link. Returns an open descriptor of it
+    (the caller closes it), or None when a component does not exist. Raises Refused.
+
+    `seen` (walked path -> descriptor of a directory, or target of a symlink, that passed on the way) lets
+    walks of paths that share directories check them once; its owner closes them (forget)."""
+    own = seen is None
+    seen = {} if own else seen
+    try:
+        return _walk(path, rules, final_dir, final_link, seen)
+    finally:
+        if own:
+            forget(seen)
+
+
+def forget(seen):
+    for value in seen.values():
+        if isinstance(value, int):
+            os.close(value)
+    seen.clear()
+
+
+def _walk(path, rules, final_dir, final_link, seen):
+    if not path.startswith("/"):
+        path = os.path.join(os.getcwd(), path)
+    todo = [n for n in path.split("/")[::-1] if n not in ("", ".")]  # the names left, the next one last
+    if "/" not in seen:
+        seen["/"] = os.open("/", _DIR)
+    rules.directory("/", os.fstat(seen["/"]), not todo)
+    stack = ["/"]  # the directories entered, as walked
+    links = 0
+    while todo:
+        name, here = todo.pop(), stack[-1]
+        if name == "..":
+            if len(stack) > 1:
+                stack.pop()
+            continue
+        shown, last = here.rstrip("/") + "/" + name, not todo
+        known = seen.get(shown)
+        if known is None:
+            fd = seen[here]
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            if stat.S_ISLNK(st.st_mode):
+                known = os.readlink(name, dir_fd=fd)
+                if os.fstat(fd).st_mode & 0o022 and st.st_uid not in (os.geteuid(), 0):
+                    rules.refuse(shown, "(a symlink on the way to %s) sits in a directory others may write and is "
+                                 "owned by uid %d, who may point it anywhere" % (rules.role, st.st_uid), st,
+                                 "give the path without it (its target is %s)" % known)
+            elif last and not final_dir:
+                try:
+                    nfd = os.open(name, _FILE, dir_fd=fd)
+                except OSError:
+                    rules.refuse(shown, "changed while fleetops checked it", st, "run again")
+                try:
+                    rules.file(shown, os.fstat(nfd))
+                except BaseException:
+                    os.close(nfd)
+                    raise
+                return nfd
+            elif not stat.S_ISDIR(st.st_mode):
+                rules.refuse(shown, "is not a directory", st, "move it aside (mv %s %s.moved) and run again"
+                             % (shown, shown))
+            else:
+                try:  # what is checked is what was opened (O_NOFOLLOW: never a link put there meanwhile)
+                    nfd = os.open(name, _DIR, dir_fd=fd)
+                except OSError:
+                    rules.refuse(shown, "changed while fleetops checked it", st, "run again")
+                try:
+                    rules.directory(shown, os.fstat(nfd), last)
+                except BaseException:
+                    os.close(nfd)
+                    raise
+                known = nfd
+            seen[shown] = known
+        elif last and isinstance(known, int):  # passed on the way to another path: now the last, strictly
+            rules.directory(shown, os.fstat(known), True)
+        if isinstance(known, str):  # a symlink
+            if last and not final_link:
+                rules.refuse(shown, "is a symlink (to %s); fleetops never follows symlinks in its state dir"
+                             % known, os.stat(name, dir_fd=seen[here], follow_symlinks=False),
+                             "remove it (rm %s) and run again" % shown)
+            links += 1
+            if links > MAX_LINKS:
+                rules.refuse(shown, "is one symlink too many (more than %d on the way)" % MAX_LINKS,
+                             os.stat(name, dir_fd=seen[here], follow_symlinks=False),
+                             "give the path without symlink loops")
+            if known.startswith("/"):
+                stack = ["/"]
+            todo.extend(n for n in known.split("/")[::-1] if n not in ("", "."))
+            continue
+        stack.append(shown)
+    return os.dup(seen[stack[-1]])
+
+
+# ---------------------------------------------------------------- the agent's bytes
+def read_agent(state_dir, pyz, want, seen=None):
+    """The zip's bytes, read once through the descriptor the walk opened (state dir, bin/ and the zip checked
+    on the way), and checked against the sha256 the client expects."""
+    if os.path.dirname(pyz) != os.path.join(state_dir.rstrip("/") or "/", "bin"):
+        raise Refused("untrusted_state", "refusing to run the agent: %s is not in %s/bin" % (pyz, state_dir))
+    fd = walk(state_dir, Rules(state_dir), seen=seen)
+    if fd is None:
+        raise Refused("agent_missing", "%s does not exist yet" % state_dir)
+    try:
+        bin_fd = _open_in(fd, "bin", os.path.join(state_dir, "bin"), True)
+    finally:
+        os.close(fd)
+    try:
+        file_fd = _open_in(bin_fd, os.path.basename(pyz), pyz, False)
+    finally:
+        os.close(bin_fd)
+    with os.fdopen(file_fd, "rb") as f:
+        data = f.read()
+    got = sha256(data).hexdigest()
+    if not want or (got != want and not (len(want) < 64 and got.startswith(want))):
+        raise Refused("agent_mismatch", "%s is not the agent fleetops sent (sha256 %s, expected %s): something on "
+                      "the node changed it; refusing to run it. Check who did, remove it (rm %s) and run again: "
+                      "fleetops uploads a fresh copy" % (pyz, got, want, pyz), path=pyz, sha256=got, expected=want)
+    return data, got
+
+
+def _open_in(dir_fd, name, path, is_dir):
+    """`name` in the directory `dir_fd`: never a symlink, ours or root's, writable by no one else."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        raise Refused("agent_missing", "%s does not exist yet" % path) from None
+    rules = Rules(path)
+    if stat.S_ISLNK(st.st_mode):
+        untrusted(path, "is a symlink (to %s); fleetops never follows symlinks in its state dir"
+                  % os.readlink(name, dir_fd=dir_fd), st, "remove it (rm %s) and run again" % path)
+    if stat.S_ISDIR(st.st_mode) != is_dir:
+        untrusted(path, "is not a %s" % ("directory" if is_dir else "regular file"), st,
+                  "move it aside (mv %s %s.moved) and run again" % (path, path))
+    fd = os.open(name, _DIR if is_dir else _FILE, dir_fd=dir_fd)
+    try:
+        nst = os.fstat(fd)
+        if (nst.st_ino, nst.st_dev) != (st.st_ino, st.st_dev):
+            untrusted(path, "changed while fleetops checked it", nst, "run again")
+        if is_dir:
+            rules.directory(path, nst, True)
+        else:
+            rules.file(path, nst)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def members(data):
+    # The zip's members, read from its central directory: the bytes are already verified, and agent_bundle
+    # writes only stored or deflated members, no zip64. (zipfile's import alone cost ~10 ms per start.)
+    end = data.rfind(b"PK\x05\x06")
+    count, _, pos = struct.unpack_from("<HII", data, end + 10)
+    for _ in range(count):
+        method, size = struct.unpack_from("<H", data, pos + 10)[0], struct.unpack_from("<I", data, pos + 20)[0]
+        nlen, xlen, clen = struct.unpack_from("<HHH", data, pos + 28)
+        local = struct.unpack_from("<I", data, pos + 42)[0]
+        name = data[pos + 46:pos + 46 + nlen].decode("utf-8")
+        pos += 46 + nlen + xlen + clen
+        start = local + 30 + sum(struct.unpack_from("<HH", data, local + 26))
+        yield name, (method, data[start:start + size])
+
+
+def inflate(member):
+    # Only the members an op imports are inflated (a verify imports a third of them): the bytes were verified
+    # as a whole already.
+    method, raw = member
+    return zlib.decompress(raw, -15) if method == 8 else raw
+
+
+class Agent:
+    """The import finder and loader of the agent's modules, from the verified bytes. It also remembers how
+    this process was started (relaunch() starts others the same way) and the interpreter warnings."""
+
+    def __init__(self, data, pyz, state_dir, digest, flags, warnings):
+        self.files, self.codes = {}, {}
+        self.pyz, self.state_dir, self.sha256, self.flags, self.warnings = pyz, state_dir, digest, flags, warnings
+        compiled = "code-%s/" % sys.modules["_frozen_importlib_external"].MAGIC_NUMBER.hex()
+        for name, source in members(data):
+            if name.startswith("remote_scripts/") and name.endswith(".py"):
+                mod, pkg = name[:-3].replace("/", "."), name.endswith("/__init__.py")
+                self.files[mod[:-9] if pkg else mod] = (source, "%s/%s" % (pyz, name), pkg)
+            elif name.startswith(compiled):  # compiled by a client of this very Python version: no compile here
+                self.codes[name[len(compiled):]] = source
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.files:
+            return None
+        spec = ModuleSpec(name, self, origin=self.files[name][1], is_package=self.files[name][2])
+        spec.has_location = True
+        return spec
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        name = module.__spec__.name
+        source, origin, _ = self.files[name]
+        code = self.codes.get(name)
+        exec(marshal.loads(inflate(code)) if code is not None
+             else compile(inflate(source), origin, "exec", dont_inherit=True), module.__dict__)
+
+    def get_source(self, name):
+        return inflate(self.files[name][0]).decode("utf-8")
+
+
+def main(argv):
+    if len(argv) < 3:
+        refuse("bad_request", "usage: python -I -S -c BOOTSTRAP STATE_DIR PYZ SHA256 [%s] [ROLE ...]"
+               % ALLOW_INSECURE_VENV)
+    state_dir, pyz, want = argv[:3]
+    rest = list(argv[3:])
+    flags = []
+    if rest and rest[0] == ALLOW_INSECURE_VENV:
+        flags.append(rest.pop(0))
+    sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+    dirs = {}  # the directories the walks below passed, checked once
+    try:
+        data, got = read_agent(state_dir, pyz, want, dirs)
+    except Refused as exc:
+        refuse(exc.kind, str(exc), **exc.extra)
+    except OSError as exc:
+        refuse("untrusted_state", "cannot check the state dir %s: %s; check its permissions" % (state_dir, exc))
+    # absolute: the processes it starts run elsewhere (a job's dir; sbatch --chdir), the default state dir is not
+    agent = Agent(data, os.path.abspath(pyz), os.path.abspath(state_dir), got, flags, [])
+    sys.meta_path.insert(0, agent)
+    os.environ["FLEETOPS_AGENT_SHA256"] = got
+    from remote_scripts.launch import Interpreter  # verified code, compiled by the client: no compile here
+
+    interpreter = Interpreter(bool(flags), dirs, walk, Rules, Refused)
+    try:
+        interpreter.before_site()
+        if sys.flags.no_site:  # started as the client starts it: now that the .pth files were checked
+            import site
+
+            site.main()
+            interpreter.after_site()
+    except Refused as exc:
+        refuse(exc.kind, str(exc), **exc.extra)
+    except OSError as exc:
+        refuse("untrusted_venv", "cannot check the interpreter %s: %s; check its permissions"
+               % (sys.executable, exc))
+    forget(dirs)
+    for line in interpreter.warnings:
+        sys.stderr.write("fleetops: warning: %s\n" % line)
+    agent.warnings = interpreter.warnings
+    sys.argv[:] = [pyz, *rest]
+    if rest:  # a long-running role (wrap, extract, ...): vLLM's exit handlers run, so a normal exit
+        from remote_scripts.agent import main as agent_main
+
+        sys.exit(agent_main())
+    from remote_scripts.agent import serve_and_exit
+
+    serve_and_exit()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
