@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -198,15 +199,18 @@ def test_rebase_onto_a_shifted_file_applies_with_offset_and_the_candidate_patche
         text = "".join(f"# an upstream release added line {i}\n" for i in range(added)) + path.read_text()
         path.write_text(text)
         _set_record(site, str(path.relative_to(site)), text.encode())
-    rc, doc = fab_json(lab.root, "-H", "lab02", "rebase", "-p", SHIPPED, "--out", "playbooks/shifted.yaml")
+    rc, doc = fab_json(lab.root, "-H", "lab02", "rebase", "-p", SHIPPED, "--out", "playbooks/shifted copy.yaml")
     assert rc == 0, doc
     result = doc["results"][0]
+    # the suggested command is pasted into a shell: the candidate's path arrives as one word
+    assert shlex.split(result["msg"].split("prove it with ", 1)[1])[-2:] == ["-p", "playbooks/shifted copy.yaml"]
     assert {h["state"] for h in result["data"]["hunks"]} == {"offset"}
     assert {h["offset"] for h in result["data"]["hunks"] if h["diff"] == "custom_worker.diff"} == {4}
     assert {h["offset"] for h in result["data"]["hunks"] if h["diff"] == "vllm_hidden_states_generator.diff"} == {7}
-    rc, doc = fab_json(lab.root, "-H", "lab02", "patch", "-p", "playbooks/shifted.yaml")
+    rc, doc = fab_json(lab.root, "-H", "lab02", "patch", "-p", "playbooks/shifted copy.yaml")
     assert rc == 0, doc
-    rc, doc = fab_json(lab.root, "-H", "lab02", "verify", "-p", "playbooks/shifted.yaml", "--kinds", "grep,compile")
+    rc, doc = fab_json(lab.root, "-H", "lab02", "verify", "-p", "playbooks/shifted copy.yaml",
+                       "--kinds", "grep,compile")
     assert rc == 0, doc
     lab.reset_packages(node)  # RECORD and files back to the wheel's
 

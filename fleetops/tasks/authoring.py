@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import threading
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -298,8 +299,9 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
                       f"file outside {book.path.parent}/ ({exc}); pass --out FILE to name it yourself", items,
                       code=EXIT_FAILED, data=data)
     data["candidate"] = str(out)
+    prove = f"fab -H {shlex.quote(host)} patch verify -p {shlex.quote(os.path.relpath(out))}"
     return Result(host, "rebase", Status.CHANGED, f"{book.name} onto {onto}: {summary}; candidate {out.name} written: "
-                  f"prove it with fab -H {host} patch verify -p {os.path.relpath(out)}", items, data=data)
+                  f"prove it with {prove}", items, data=data)
 
 
 def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, dict], host: str,  # noqa: ANN001
