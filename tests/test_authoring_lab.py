@@ -20,10 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fab_json, run_fab
+from conftest import REPO, copy_playbooks, fab_json, run_fab
 from faultkit import reset_node
-
-from fleetops.lab import Lab
 
 pytestmark = pytest.mark.lab
 
@@ -46,18 +44,9 @@ def sha(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    root = tmp_path_factory.mktemp("authoring") / "project"
-    root.mkdir(parents=True)
-    for name in ("fabfile.py", "fabric.yaml"):
-        (root / name).symlink_to(REPO / name)
-    (root / "tests").symlink_to(REPO / "tests")
-    shutil.copytree(REPO / "playbooks", root / "playbooks")  # a real copy: capture/rebase write here
-    (root / "hosts").mkdir()
-    lab = Lab(root)
-    lab.up(3, progress=lambda m: print(m, file=sys.stderr))
-    yield lab
-    lab.down(purge=True)
+def lab(lab_factory):
+    with lab_factory.own("authoring", 3, layout=copy_playbooks) as lab:
+        yield lab
 
 
 @pytest.fixture

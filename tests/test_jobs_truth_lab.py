@@ -30,10 +30,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fab_json, make_project, run_fab
+from conftest import REPO, fab_json, run_fab
 from polling import Follower, proc_state, wait_for
-
-from fleetops.lab import Lab
 
 pytestmark = pytest.mark.lab
 ENV = {"PYTHONPATH": str(REPO), "COLUMNS": "300"}
@@ -69,12 +67,11 @@ PLAYBOOK = json.dumps({"name": "truth-jobs", "jobs": {
 
 
 @pytest.fixture(scope="module")
-def truth_lab(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("truth") / "project"))
-    lab.up(1, progress=lambda m: print(m, file=sys.stderr))
-    (lab.root / "truth-jobs.yaml").write_text(PLAYBOOK)
-    yield lab
-    lab.down(purge=True)
+def truth_lab(lab_factory):
+    # A lab of its own: a test here stops the whole lab (lab.down) and another mounts a tmpfs on a node.
+    with lab_factory.own("truth", 1) as lab:
+        (lab.root / "truth-jobs.yaml").write_text(PLAYBOOK)
+        yield lab
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import GENERATOR, REPO, WORKER, make_project, record_sha256
+from conftest import GENERATOR, REPO, WORKER, record_sha256
 
 from fleetops.lab import Lab, site_packages
 
@@ -22,11 +22,9 @@ ROUND = [("patch", {}), ("verify", {"kinds": "grep,compile"}), ("rollback", {})]
 
 
 @pytest.fixture(scope="module")
-def big_lab(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("load") / "project"))
-    lab.up(NODES, progress=lambda m: None)
-    yield lab
-    lab.down()
+def big_lab(lab_factory):
+    with lab_factory.own("load", NODES) as lab:
+        yield lab
 
 
 DRIVER = r"""

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import GENERATOR, WORKER, fab_json, make_project, record_sha256, run_fab
+from conftest import GENERATOR, WORKER, fab_json, record_sha256, run_fab
 from faultkit import arm, disarm, file_sha, hit_file, independent_forms, reset_node, trace, wait_for
 
 from fleetops import api
-from fleetops.lab import Lab, site_packages
+from fleetops.lab import site_packages
 
 pytestmark = pytest.mark.lab
 NODES = ("lab01", "lab02")
@@ -33,9 +33,12 @@ LOCK_NAME = ".fleetops-patch.lock"
 
 
 @pytest.fixture(scope="module")
-def lab2(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("integrity") / "project"))
-    lab.up(2, progress=lambda m: print(m, file=sys.stderr))
+def lab2(lab_factory):
+    with lab_factory.own("integrity", 2) as lab:
+        yield from _with_shared_venv_hosts(lab)
+
+
+def _with_shared_venv_hosts(lab):
     n1, n2 = lab.node("lab01"), lab.node("lab02")
     lines = ["hosts:"]
     for name, node in (("shA", n1), ("shB", n2)):
@@ -44,7 +47,6 @@ def lab2(tmp_path_factory):
                   f"    python: {n1.python}", f"    state_dir: {node.dir / ('state-' + name)}"]
     (lab.root / "hosts" / "shared.yaml").write_text("\n".join(lines) + "\n")
     yield lab
-    lab.down(purge=True)
 
 
 @pytest.fixture

@@ -17,7 +17,18 @@ from remote_scripts.nodeio import FAILPOINTS_ENV
 from remote_scripts.procfs import pid_alive
 
 from . import gpu
-from .common import OWN_PACKAGES, LabError, base_dir, ensure_base, free_port, port_open, say, site_packages
+from .common import (
+    OWN_PACKAGES,
+    REFUSE_LAB,
+    LabError,
+    base_dir,
+    ensure_base,
+    free_port,
+    port_open,
+    refuse_if_asked,
+    say,
+    site_packages,
+)
 from .node import Node
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -55,6 +66,7 @@ class Lab:
 
     # -- bring up
     def up(self, count: int = 1, progress: Progress = say) -> list[Node]:
+        refuse_if_asked(REFUSE_LAB, "a lab", "lab")
         if not Path(SSHD).exists():
             raise LabError("sshd not found: install Debian's openssh-server (apt-get install openssh-server)")
         base = ensure_base(progress)
