@@ -107,17 +107,29 @@ def record_sha256(site: Path, module: str) -> str:
 
 
 # ---------------------------------------------------------------- labs
-class LabFactory:
-    """Every lab of one pytest run (one per xdist worker). A module asks for a lab of its own with `own()`;
-    every lab the factory made and still holds is stopped at the end of the run.
+# What make_project links to the checkout; a restored project has these, hosts/lab.yaml and .lab/, nothing else.
+PROJECT_LINKS = ("fabfile.py", "fabric.yaml", "playbooks", "tests")
+Layout = Callable[[Path], None]
 
-    FLEETOPS_TEST_LAB=DIR keeps them between runs instead (made on first use, left running), so that running
-    one test file again does not pay for new labs: the run's 2-node lab is DIR itself, the others are beside it
-    (DIR-<name>); never inside the checkout, whose hosts/ and .lab/ are the operator's."""
+
+class LabFactory:
+    """Every lab of one pytest run (one per pytest-xdist worker).
+
+    `shared(size, user)`: the run's lab of that size, built on first use and kept until the run ends, handed to
+    one user (a test module) after another. When the user changes it is restored to what `lab.up` left (the
+    nodes by Lab.restore, the project by restore_project): files are put back, nothing is reinstalled, so a
+    module cannot see what an earlier one did. `own(name, size)`: a lab for one module alone, for changes a
+    restore cannot undo (owners, mounts, a stopped lab), gone when the module ends.
+
+    FLEETOPS_TEST_LAB=DIR keeps every lab between runs instead (made on first use, left running), so that
+    running one test file again does not pay for new labs: the 2-node lab is DIR itself, the others are beside
+    it (DIR-<name>); never inside the checkout, whose hosts/ and .lab/ are the operator's."""
 
     def __init__(self, top: Path, kept: Path | None) -> None:
         self.top = top
         self.kept = kept
+        self._shared: dict[int, Lab] = {}
+        self._user: dict[int, str] = {}
 
     def project_dir(self, name: str, reachable: bool = False) -> Path:
         if self.kept is not None:
@@ -128,8 +140,7 @@ class LabFactory:
             return top / "project"
         return self.top / name / "project"
 
-    def build(self, name: str, size: int, layout: Callable[[Path], None] | None = None,
-              reachable: bool = False) -> Lab:
+    def build(self, name: str, size: int, layout: Layout | None = None, reachable: bool = False) -> Lab:
         from fleetops.lab import Lab
 
         project = self.project_dir(name, reachable)
@@ -141,9 +152,22 @@ class LabFactory:
         lab.up(size, progress=lambda m: print(m, file=sys.stderr))
         return lab
 
+    def shared(self, size: int, user: str, layout: Layout | None = None) -> Lab:
+        """The run's `size`-node lab for `user`, restored first when someone else (or no one yet: a kept lab
+        may be as a previous run left it) had it; `layout(project)` then adds the user's own files."""
+        lab = self._shared.get(size)
+        if lab is None:
+            lab = self._shared[size] = self.build(f"shared-{size}", size)
+        if self._user.get(size) != user:
+            restore_project(lab.root)
+            lab.restore(size)
+            if layout is not None:
+                layout(lab.root)
+            self._user[size] = user
+        return lab
+
     @contextmanager
-    def own(self, name: str, size: int, layout: Callable[[Path], None] | None = None,
-            reachable: bool = False) -> Iterator[Lab]:
+    def own(self, name: str, size: int, layout: Layout | None = None, reachable: bool = False) -> Iterator[Lab]:
         """A lab for one module alone (its nodes get changes no restore undoes), stopped when the module ends.
         `layout(project)` adds files to the project before the lab first comes up; `reachable` puts it under
         directories every user may enter (for tests that act as another user)."""
@@ -155,6 +179,34 @@ class LabFactory:
                 lab.down(purge=True)
                 if reachable:
                     shutil.rmtree(lab.root.parent, ignore_errors=True)
+
+    def close(self) -> None:
+        if self.kept is None:
+            for lab in self._shared.values():
+                lab.down(purge=True)
+
+
+def restore_project(project: Path) -> None:
+    """A lab project as make_project and `lab.up` leave it: the links to the checkout, hosts/lab.yaml, .lab/."""
+    for entry in project.iterdir():
+        if entry.name not in (*PROJECT_LINKS, "hosts", ".lab"):
+            _remove(entry)
+    for name in PROJECT_LINKS:
+        link = project / name
+        if not (link.is_symlink() and Path(os.readlink(link)) == REPO / name):
+            _remove(link)
+            link.symlink_to(REPO / name)
+    (project / "hosts").mkdir(exist_ok=True)
+    for entry in (project / "hosts").iterdir():
+        if entry.name != "lab.yaml":  # rewritten by Lab.restore
+            _remove(entry)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 def _kept_lab_dir() -> Path | None:
@@ -176,31 +228,29 @@ def lab_factory(lab_base, tmp_path_factory) -> Iterator[LabFactory]:
     if not shutil.which("sshd") and not Path("/usr/sbin/sshd").exists():
         pytest.fail("sshd missing: install Debian's openssh-server (the README set-up does)", pytrace=False)
     factory = LabFactory(tmp_path_factory.mktemp("labs"), _kept_lab_dir())
-    yield factory
+    try:
+        yield factory
+    finally:
+        factory.close()
 
 
 @pytest.fixture(scope="session")
-def lab_project(lab_factory: LabFactory) -> Iterator[Path]:
-    """A throwaway project with the run's 2-node lab, stopped at the end of the session (kept with
-    FLEETOPS_TEST_LAB, see LabFactory)."""
-    with lab_factory.own("shared-2", 2) as lab:
-        yield lab.root
+def lab_project(lab_factory: LabFactory) -> Path:
+    """The project of the run's 2-node lab (LabFactory.shared), stopped at the end of the run (kept with
+    FLEETOPS_TEST_LAB)."""
+    return lab_factory.shared(2, "lab_project").root
 
 
 @pytest.fixture
-def lab(lab_project):
-    from fleetops.lab import Lab
-
-    lab = Lab(lab_project)
-    for node in lab.nodes()[:2]:  # lab01, lab02: the standard nodes; later ones carry other versions
+def lab(lab_project, lab_factory: LabFactory, request: pytest.FixtureRequest) -> Lab:
+    """The run's 2-node lab, restored if another module had it, with both nodes' packages pristine and no
+    backup, lock or failpoint left by the test before."""
+    lab = lab_factory.shared(2, request.module.__name__)
+    for node in lab.nodes():
         lab.start_node(node)
         lab.reset_packages(node)
         for sub in ("backups", "lock.json", "failpoints.json"):
-            target = node.state_dir / sub
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
+            _remove(node.state_dir / sub)
         (node.faults_dir / "failpoints.json").unlink(missing_ok=True)  # armed only there (FLEETOPS_FAILPOINTS_DIR)
     return lab
 

@@ -43,8 +43,7 @@ TRACE_LINE = re.compile(r"^trace (\S+): (\d+) connections, (\d+) execs, (\d+) up
 
 @pytest.fixture(scope="module")
 def lab2(lab_factory):
-    with lab_factory.own("agent-session", 2) as lab:
-        yield lab
+    return lab_factory.shared(2, __name__)
 
 
 @pytest.fixture

@@ -45,8 +45,7 @@ def sha(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def lab(lab_factory):
-    with lab_factory.own("authoring", 3, layout=copy_playbooks) as lab:
-        yield lab
+    return lab_factory.shared(3, __name__, layout=copy_playbooks)  # capture and rebase write to playbooks/
 
 
 @pytest.fixture

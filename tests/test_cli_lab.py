@@ -25,8 +25,7 @@ NODES = ("lab01", "lab02", "lab03")
 
 @pytest.fixture(scope="module")
 def lab3(lab_factory):
-    with lab_factory.own("cli", 3) as lab:
-        yield lab
+    return lab_factory.shared(3, __name__)
 
 
 @pytest.fixture

@@ -23,8 +23,7 @@ pytestmark = pytest.mark.lab
 
 @pytest.fixture(scope="module")
 def lab2(lab_factory):
-    with lab_factory.own("diagnose", 2) as lab:
-        yield lab
+    return lab_factory.shared(2, __name__)
 
 
 @pytest.fixture

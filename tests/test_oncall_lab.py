@@ -37,10 +37,10 @@ BIG = 200 * 1000 * 1000
 
 @pytest.fixture(scope="module")
 def lab2(lab_factory):
-    with lab_factory.own("oncall", 2) as lab:
-        yield lab
-        for node in lab.nodes():
-            run_fab(lab.root, "-H", node.name, "stop", "--grace", "1")
+    lab = lab_factory.shared(2, __name__)
+    yield lab
+    for node in lab.nodes():
+        run_fab(lab.root, "-H", node.name, "stop", "--grace", "1")
 
 
 @pytest.fixture

@@ -34,11 +34,7 @@ LOCK_NAME = ".fleetops-patch.lock"
 
 @pytest.fixture(scope="module")
 def lab2(lab_factory):
-    with lab_factory.own("integrity", 2) as lab:
-        yield from _with_shared_venv_hosts(lab)
-
-
-def _with_shared_venv_hosts(lab):
+    lab = lab_factory.shared(2, __name__)
     n1, n2 = lab.node("lab01"), lab.node("lab02")
     lines = ["hosts:"]
     for name, node in (("shA", n1), ("shB", n2)):
@@ -46,7 +42,7 @@ def _with_shared_venv_hosts(lab):
                   f"    identity_file: {lab.client_key}", f"    known_hosts: {lab.known_hosts}",
                   f"    python: {n1.python}", f"    state_dir: {node.dir / ('state-' + name)}"]
     (lab.root / "hosts" / "shared.yaml").write_text("\n".join(lines) + "\n")
-    yield lab
+    return lab
 
 
 @pytest.fixture

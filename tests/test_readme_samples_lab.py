@@ -32,8 +32,7 @@ MACHINE_PATHS = re.compile(r"(?<![\w.~<])(/root/|/home/\w|/Users/\w|/tmp/|/var/t
 @pytest.fixture(scope="module")
 def sample_lab(lab_factory):
     """A lab of NODES nodes; SampleLab.run() sets each sample's starting state."""
-    with lab_factory.own("readme", NODES) as lab:
-        yield SampleLab(lab.root)
+    return SampleLab(lab_factory.shared(NODES, __name__).root)
 
 
 # ---------------------------------------------------------------- samples against a live run

@@ -15,8 +15,7 @@ BOOKS = load_all(RUNBOOKS)
 @pytest.fixture(scope="module")
 def rlab(lab_factory):
     size = max(b.nodes for b in BOOKS)
-    with lab_factory.own("runbooks", size) as lab:
-        yield RunbookLab(lab.root, size)
+    return RunbookLab(lab_factory.shared(size, __name__).root, size)
 
 
 def test_there_are_runbooks_and_each_runs_something():

@@ -42,8 +42,7 @@ def with_script_patch_playbook(project: Path) -> None:
 
 @pytest.fixture(scope="module")
 def lab2(lab_factory):
-    with lab_factory.own("script-patch", 2, layout=with_script_patch_playbook) as lab:
-        yield lab
+    return lab_factory.shared(2, __name__, layout=with_script_patch_playbook)
 
 
 @pytest.fixture

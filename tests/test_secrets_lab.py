@@ -25,8 +25,7 @@ FORMS = [SECRET, json.dumps(SECRET)[1:-1], json.dumps(SECRET, ensure_ascii=False
 
 @pytest.fixture(scope="module")
 def lab2(lab_factory):
-    with lab_factory.own("secrets", 2) as lab:
-        yield lab
+    return lab_factory.shared(2, __name__)
 
 
 @pytest.fixture

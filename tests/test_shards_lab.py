@@ -27,10 +27,10 @@ RANGES = {"lab01": (0, 21), "lab02": (21, 42), "lab03": (42, 64)}  # rows [i*64/
 
 @pytest.fixture(scope="module")
 def lab3(lab_factory):
-    with lab_factory.own("shards", 3) as lab:
-        assert fab_json(lab.root, "-H", "@lab", "patch")[0] == 0
-        yield lab
-        run_fab(lab.root, "-H", "@lab", "stop", "--grace", "1")
+    lab = lab_factory.shared(3, __name__)
+    assert fab_json(lab.root, "-H", "@lab", "patch")[0] == 0
+    yield lab
+    run_fab(lab.root, "-H", "@lab", "stop", "--grace", "1")
 
 
 def plan_of(lab) -> dict:
