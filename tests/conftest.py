@@ -48,8 +48,12 @@ hypothesis_settings.register_profile("dev", max_examples=30)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if _IN_CI else "dev"))
 
 REPO = Path(__file__).resolve().parent.parent
-# Tests append to their own audit log, never to the operator's (~/.local/state/fleetops/audit.jsonl).
-os.environ.setdefault("FLEETOPS_AUDIT_LOG", str(Path(tempfile.mkdtemp(prefix="fleetops-audit-")) / "audit.jsonl"))
+# Tests append to their own audit log, never to the operator's (~/.local/state/fleetops/audit.jsonl): one per
+# pytest process. An xdist worker inherits the controller's (FLEETOPS_TEST_AUDIT_LOG says it is the suite's own,
+# not one the operator chose) and makes its own, or tests counting audit lines would count the other worker's.
+if os.environ.get("FLEETOPS_AUDIT_LOG") in (None, os.environ.get("FLEETOPS_TEST_AUDIT_LOG")):
+    os.environ["FLEETOPS_AUDIT_LOG"] = os.environ["FLEETOPS_TEST_AUDIT_LOG"] = str(
+        Path(tempfile.mkdtemp(prefix="fleetops-audit-")) / "audit.jsonl")
 GENERATOR = "speculators.data_generation.vllm_hidden_states_generator"
 WORKER = "speculators.data_generation.custom_worker"
 

@@ -30,6 +30,10 @@ pytestmark = pytest.mark.lab
 NODES = ("lab01", "lab02")
 MODULES = (GENERATOR, WORKER)
 LOCK_NAME = ".fleetops-patch.lock"
+# 4 racing rounds: the patch-vs-rollback race twice from each start form (odd rounds patched, even pristine), each
+# round also racing two patches and two rollbacks; that a host waits for the other's lock is proven with the lock
+# held on purpose (test_a_host_sharing_the_venv_waits_...). FLEETOPS_RACE_ROUNDS=20 is the longer soak.
+RACE_ROUNDS = int(os.environ.get("FLEETOPS_RACE_ROUNDS") or 4)
 
 
 @pytest.fixture(scope="module")
@@ -360,8 +364,8 @@ def test_a_host_sharing_the_venv_waits_for_the_other_and_says_who_applied(lab):
 def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
     """The issue: two inventory hosts, different state dirs, same site-packages: concurrent runs both
     reported `2 applied`; a rollback racing a patch left the generator patched and the worker pristine.
-    Here: 20 rounds of both hosts patching at once, both rolling back at once, and one patching while the
-    other rolls back; a watcher reads both files all along."""
+    Here: RACE_ROUNDS rounds of both hosts patching at once, both rolling back at once, and one patching while
+    the other rolls back; a watcher reads both files all along."""
     node, known = lab.node("lab01"), forms(lab)
     seen: dict[str, set[str]] = {m: set() for m in MODULES}
     stop = threading.Event()
@@ -388,7 +392,7 @@ def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
     waited = 0  # rounds where the second host's agent found the first inside the venv's lock and waited
     started = time.monotonic()
     try:
-        for rnd in range(20):
+        for rnd in range(RACE_ROUNDS):
             results = api.run(lab.root, "shA,shB", [("patch", {})], forks=2)
             changed = [r for r in results if r.status.value == "changed"]
             applied.append(len(changed))
@@ -427,13 +431,13 @@ def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
         stop.set()
         watcher.join(timeout=10)
     took = time.monotonic() - started
-    print(f"\nshared venv, 2 hosts x 20 rounds in {took:.0f}s ({waited} patch rounds had one host wait on the "
-          f"other's lock): applied per round {applied}, restored per round "
+    print(f"\nshared venv, 2 hosts x {RACE_ROUNDS} rounds in {took:.0f}s ({waited} patch rounds had one host wait on "
+          f"the other's lock): applied per round {applied}, restored per round "
           f"{restored}; patch-vs-rollback races ended {mixed_ends.count('patched')}x patched, "
           f"{mixed_ends.count('pristine')}x pristine; the watcher read both files {samples[0]} times and saw "
           f"{ {m.rsplit('.', 1)[1]: sorted(f) for m, f in seen.items()} }")
     assert not bad, f"a file was seen in neither known form: {bad}"
-    assert applied == [1] * 20 and restored == [1] * 20
+    assert applied == [1] * RACE_ROUNDS and restored == [1] * RACE_ROUNDS
     assert all(s <= {"pristine", "patched"} for s in seen.values())
 
 

@@ -136,7 +136,8 @@ def run_pytest(tmp_path: Path, files: dict[str, str], *args: str, env: dict[str,
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     base = {k: v for k, v in os.environ.items()
-            if k not in ("CI", "FLEETOPS_NO_SKIP", "PYTEST_ADDOPTS", "HYPOTHESIS_PROFILE", "FLEETOPS_TEST_LAB")
+            if k not in ("CI", "FLEETOPS_NO_SKIP", "PYTEST_ADDOPTS", "HYPOTHESIS_PROFILE", "FLEETOPS_TEST_LAB",
+                         "FLEETOPS_AUDIT_LOG", "FLEETOPS_TEST_AUDIT_LOG")
             and not k.startswith(("PYTEST_XDIST", "FLEETOPS_LAB_REFUSED", "FLEETOPS_BASE_VENV_REFUSED"))}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
                            str(tmp_path), *args], cwd=tmp_path, env={**base, **(env or {})}, capture_output=True,
@@ -190,6 +191,30 @@ def test_under_xdist_a_skip_still_fails_ci_and_the_summary_names_it(tmp_path):
     assert lines[-2].startswith("summary: 2 ran (1 passed, 1 failed), 0 skipped, 1 skips turned into failures "
                                 "(CI=true): 1x no widget on this machine"), ci.stdout
     assert lines[-1].startswith("1 failed, 1 passed in "), ci.stdout
+
+
+AUDIT_PATH = '''
+import os
+import time
+from pathlib import Path
+
+def test_where_this_worker_audits():
+    time.sleep(0.5)  # long enough that the other worker takes the next file
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "none")
+    (Path(__file__).parent / f"audit-{worker}-{Path(__file__).stem}").write_text(os.environ["FLEETOPS_AUDIT_LOG"])
+'''
+
+
+def test_each_xdist_worker_appends_to_an_audit_log_of_its_own(tmp_path):
+    files = {f"test_audit_{i}.py": AUDIT_PATH for i in range(4)}
+    proc = run_pytest(tmp_path, files, "-n", "2", "--dist", "loadfile")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    by_worker: dict[str, set[str]] = {}
+    for seen in tmp_path.glob("audit-gw*"):
+        by_worker.setdefault(seen.name.split("-")[1], set()).add(seen.read_text())
+    assert len(by_worker) == 2, by_worker
+    (first,), (second,) = by_worker.values()
+    assert first != second and "fleetops-audit-" in first and "fleetops-audit-" in second, by_worker
 
 
 # ---------------------------------------------------------------- hypothesis profiles
