@@ -142,7 +142,8 @@ class LabFactory:
             top = Path(tempfile.mkdtemp(prefix=f"fleetops-{name}-", dir="/tmp"))
             top.chmod(0o755)
             return top / "project"
-        return self.top / name / "project"
+        # A fresh directory per lab: two modules may ask for an own lab of the same name.
+        return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.top)) / "project"
 
     def build(self, name: str, size: int, layout: Layout | None = None, reachable: bool = False) -> Lab:
         from fleetops.lab import Lab

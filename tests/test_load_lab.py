@@ -101,7 +101,8 @@ def agents_of(lab: Lab, deadline_s: float = 30) -> list[int]:
         time.sleep(0.5)
 
 
-def test_32_nodes_20_rounds_patch_verify_rollback(big_lab):
+@pytest.mark.timeout(3000)  # the driver's own limit: a longer soak (FLEETOPS_LOAD_ROUNDS=20) takes minutes
+def test_32_nodes_patch_verify_rollback_rounds(big_lab):
     lab = big_lab
     nodes = lab.nodes()
     pristine = {f"{n.name}:{m}": record_sha256(site_packages(n.venv), m) for n in nodes for m in (GENERATOR, WORKER)}
