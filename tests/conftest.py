@@ -1,6 +1,15 @@
 """Shared fixtures. Lab tests run against real OpenSSH sshd processes on 127.0.0.1 that these fixtures start,
 and real speculators 0.3.0 / vllm 0.16.0 in the node venvs (nothing is mocked).
 
+Marks follow what a test uses: a test whose fixtures (directly or through other fixtures) include the lab
+factory is marked `lab`, the base venv `base_venv`, root `root`, Slurm `slurm` (FIXTURE_MARKS below), so the
+fast tier (`-m "not lab and not base_venv"`) never starts a lab, and a test that builds one without those
+fixtures is refused by the lab itself (fleetops.lab.common.REFUSE_LAB).
+
+Labs come from one factory (`lab_factory`): one lab per size for the whole run, shared by every module that
+needs that size and restored between them by putting files back; a module whose changes a restore cannot undo
+gets a lab of its own.
+
 No silent skip: under CI=true (or FLEETOPS_NO_SKIP=1) a skipped test is reported as a failure, so a missing
 sshd, base venv, GNU patch or root cannot turn CI green. Every run ends with one `summary:` line (what ran,
 what was skipped and why), just above pytest's own closing line."""
@@ -10,26 +19,41 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from base64 import urlsafe_b64decode
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+if TYPE_CHECKING:
+    from fleetops.lab import Lab
 
 # CI sets CI=true; FLEETOPS_NO_SKIP=1 asks for the same strictness locally.
 _IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 NO_SKIP = _IN_CI or os.environ.get("FLEETOPS_NO_SKIP", "") == "1"
 NO_SKIP_WHY = "CI=true" if _IN_CI else "FLEETOPS_NO_SKIP=1"
-# (nodeid, reason) of every skip seen, and of those turned into failures, for the summary line.
-_SKIPPED: list[tuple[str, str]] = []
-_REFUSED: list[tuple[str, str]] = []
+
+# Hypothesis example counts: `ci` as many as the suite has always run (CI=true selects it), `dev` a tenth, for the
+# one-minute loop after each edit; HYPOTHESIS_PROFILE (or --hypothesis-profile) names one outright.
+hypothesis_settings.register_profile("ci", max_examples=300, print_blob=True)
+hypothesis_settings.register_profile("dev", max_examples=30)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if _IN_CI else "dev"))
 
 REPO = Path(__file__).resolve().parent.parent
-# Tests append to their own audit log, never to the operator's (~/.local/state/fleetops/audit.jsonl).
-os.environ.setdefault("FLEETOPS_AUDIT_LOG", str(Path(tempfile.mkdtemp(prefix="fleetops-audit-")) / "audit.jsonl"))
+# Tests append to their own audit log, never to the operator's (~/.local/state/fleetops/audit.jsonl): one per
+# pytest process. An xdist worker inherits the controller's (FLEETOPS_TEST_AUDIT_LOG says it is the suite's own,
+# not one the operator chose) and makes its own, or tests counting audit lines would count the other worker's.
+if os.environ.get("FLEETOPS_AUDIT_LOG") in (None, os.environ.get("FLEETOPS_TEST_AUDIT_LOG")):
+    os.environ["FLEETOPS_AUDIT_LOG"] = os.environ["FLEETOPS_TEST_AUDIT_LOG"] = str(
+        Path(tempfile.mkdtemp(prefix="fleetops-audit-")) / "audit.jsonl")
 GENERATOR = "speculators.data_generation.vllm_hidden_states_generator"
 WORKER = "speculators.data_generation.custom_worker"
 
@@ -42,6 +66,14 @@ def make_project(root: Path) -> Path:
     (root / "hosts").mkdir()
     (root / "tests").symlink_to(REPO / "tests")
     return root
+
+
+def copy_playbooks(project: Path) -> None:
+    """The project's playbooks/ as a real copy instead of a link to the checkout's: for tests that write there."""
+    link = project / "playbooks"
+    if link.is_symlink():
+        link.unlink()
+        shutil.copytree(REPO / "playbooks", link)
 
 
 def run_fab(project: Path, *args: str, env: dict | None = None, timeout: float = 900,
@@ -78,48 +110,152 @@ def record_sha256(site: Path, module: str) -> str:
     raise AssertionError(f"{rel} not in RECORD")
 
 
-@pytest.fixture(scope="session")
-def lab_project(tmp_path_factory):
-    """A throwaway project with a 2-node lab, stopped at the end of the session.
+# ---------------------------------------------------------------- labs
+# What make_project links to the checkout; a restored project has these, hosts/lab.yaml and .lab/, nothing else.
+PROJECT_LINKS = ("fabfile.py", "fabric.yaml", "playbooks", "tests")
+Layout = Callable[[Path], None]
 
-    FLEETOPS_TEST_LAB=DIR keeps one between runs instead (made in DIR on first use, left running), so that
-    running one test file again does not pay for a new lab; never the checkout itself, whose hosts/ and .lab/
-    are the operator's."""
-    if not shutil.which("sshd") and not Path("/usr/sbin/sshd").exists():
-        pytest.fail("sshd missing: install Debian's openssh-server (the README set-up does)", pytrace=False)
-    from fleetops.lab import Lab
 
-    kept = os.environ.get("FLEETOPS_TEST_LAB")
-    if kept:
-        project = Path(kept).resolve()
-        if project == REPO or REPO in project.parents:
-            pytest.fail(f"FLEETOPS_TEST_LAB={kept} is inside the checkout; name a directory of its own, "
-                        "e.g. /tmp/fleetops-test-lab", pytrace=False)
+class LabFactory:
+    """Every lab of one pytest run (one per pytest-xdist worker).
+
+    `shared(size, user)`: the run's lab of that size, built on first use and kept until the run ends, handed to
+    one user (a test module) after another. When the user changes it is restored to what `lab.up` left (the
+    nodes by Lab.restore, the project by restore_project): files are put back, nothing is reinstalled, so a
+    module cannot see what an earlier one did. `own(name, size)`: a lab for one module alone, for changes a
+    restore cannot undo (owners, mounts, a stopped lab), gone when the module ends.
+
+    FLEETOPS_TEST_LAB=DIR keeps every lab between runs instead (made on first use, left running), so that
+    running one test file again does not pay for new labs: the 2-node lab is DIR itself, the others are beside
+    it (DIR-<name>); never inside the checkout, whose hosts/ and .lab/ are the operator's."""
+
+    def __init__(self, top: Path, kept: Path | None) -> None:
+        self.top = top
+        self.kept = kept
+        self._shared: dict[int, Lab] = {}
+        self._user: dict[int, str] = {}
+
+    def project_dir(self, name: str, reachable: bool = False) -> Path:
+        if self.kept is not None:
+            return self.kept if name == "shared-2" else self.kept.with_name(f"{self.kept.name}-{name}")
+        if reachable:  # pytest's temp directories are 0700: no other user could reach the nodes' files
+            top = Path(tempfile.mkdtemp(prefix=f"fleetops-{name}-", dir="/tmp"))
+            top.chmod(0o755)
+            return top / "project"
+        # A fresh directory per lab: two modules may ask for an own lab of the same name.
+        return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.top)) / "project"
+
+    def build(self, name: str, size: int, layout: Layout | None = None, reachable: bool = False) -> Lab:
+        from fleetops.lab import Lab
+
+        project = self.project_dir(name, reachable)
         if not (project / "fabfile.py").exists():
             make_project(project)
-    else:
-        project = make_project(tmp_path_factory.mktemp("proj") / "project")
-    lab = Lab(project)
-    lab.up(2, progress=lambda m: print(m, file=sys.stderr))
-    yield project
+            if layout is not None:
+                layout(project)
+        lab = Lab(project)
+        lab.up(size, progress=lambda m: print(m, file=sys.stderr))
+        return lab
+
+    def shared(self, size: int, user: str, layout: Layout | None = None) -> Lab:
+        """The run's `size`-node lab for `user`, restored first when someone else (or no one yet: a kept lab
+        may be as a previous run left it) had it; `layout(project)` then adds the user's own files."""
+        lab = self._shared.get(size)
+        if lab is None:
+            lab = self._shared[size] = self.build(f"shared-{size}", size)
+        if self._user.get(size) != user:
+            restore_project(lab.root)
+            lab.restore(size)
+            if layout is not None:
+                layout(lab.root)
+            self._user[size] = user
+        return lab
+
+    @contextmanager
+    def own(self, name: str, size: int, layout: Layout | None = None, reachable: bool = False) -> Iterator[Lab]:
+        """A lab for one module alone (its nodes get changes no restore undoes), stopped when the module ends.
+        `layout(project)` adds files to the project before the lab first comes up; `reachable` puts it under
+        directories every user may enter (for tests that act as another user)."""
+        lab = self.build(name, size, layout, reachable)
+        try:
+            yield lab
+        finally:
+            if self.kept is None:
+                lab.down(purge=True)
+                if reachable:
+                    shutil.rmtree(lab.root.parent, ignore_errors=True)
+
+    def close(self) -> None:
+        if self.kept is None:
+            for lab in self._shared.values():
+                lab.down(purge=True)
+
+
+def restore_project(project: Path) -> None:
+    """A lab project as make_project and `lab.up` leave it: the links to the checkout, hosts/lab.yaml, .lab/."""
+    for entry in project.iterdir():
+        if entry.name not in (*PROJECT_LINKS, "hosts", ".lab"):
+            _remove(entry)
+    for name in PROJECT_LINKS:
+        link = project / name
+        if not (link.is_symlink() and Path(os.readlink(link)) == REPO / name):
+            _remove(link)
+            link.symlink_to(REPO / name)
+    (project / "hosts").mkdir(exist_ok=True)
+    for entry in (project / "hosts").iterdir():
+        if entry.name != "lab.yaml":  # rewritten by Lab.restore
+            _remove(entry)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+def _kept_lab_dir() -> Path | None:
+    kept = os.environ.get("FLEETOPS_TEST_LAB")
     if not kept:
-        lab.down()
+        return None
+    project = Path(kept).resolve()
+    if project == REPO or REPO in project.parents:
+        pytest.fail(f"FLEETOPS_TEST_LAB={kept} is inside the checkout; name a directory of its own, "
+                    "e.g. /tmp/fleetops-test-lab", pytrace=False)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return project.with_name(f"{project.name}-{worker}") if worker else project
+
+
+@pytest.fixture(scope="session")
+def lab_factory(lab_base, tmp_path_factory) -> Iterator[LabFactory]:
+    """The run's lab factory (see LabFactory). Every lab fixture goes through it: a test that uses it, however
+    indirectly, is marked `lab` (FIXTURE_MARKS)."""
+    if not shutil.which("sshd") and not Path("/usr/sbin/sshd").exists():
+        pytest.fail("sshd missing: install Debian's openssh-server (the README set-up does)", pytrace=False)
+    factory = LabFactory(tmp_path_factory.mktemp("labs"), _kept_lab_dir())
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture(scope="session")
+def lab_project(lab_factory: LabFactory) -> Path:
+    """The project of the run's 2-node lab (LabFactory.shared), stopped at the end of the run (kept with
+    FLEETOPS_TEST_LAB)."""
+    return lab_factory.shared(2, "lab_project").root
 
 
 @pytest.fixture
-def lab(lab_project):
-    from fleetops.lab import Lab
-
-    lab = Lab(lab_project)
-    for node in lab.nodes()[:2]:  # lab01, lab02: the standard nodes; later ones carry other versions
+def lab(lab_project, lab_factory: LabFactory, request: pytest.FixtureRequest) -> Lab:
+    """The run's 2-node lab, restored if another module had it, with both nodes' packages pristine and no
+    backup, lock or failpoint left by the test before."""
+    lab = lab_factory.shared(2, request.module.__name__)
+    for node in lab.nodes():
         lab.start_node(node)
         lab.reset_packages(node)
         for sub in ("backups", "lock.json", "failpoints.json"):
-            target = node.state_dir / sub
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
+            _remove(node.state_dir / sub)
         (node.faults_dir / "failpoints.json").unlink(missing_ok=True)  # armed only there (FLEETOPS_FAILPOINTS_DIR)
     return lab
 
@@ -143,6 +279,83 @@ def base_python(lab_base: Path) -> Path:
     return lab_base / "bin" / "python"
 
 
+@pytest.fixture(scope="session")
+def root_user() -> None:
+    """Asked for by a fixture that needs root (a chown to another user, a mount, daemons that run as root): every
+    test using it is marked `root`, so it is skipped for another user outside CI and fails under CI=true."""
+    if os.geteuid() != 0:  # only reached when marks were bypassed: the `root` mark skips before any set-up
+        pytest.fail("needs root", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def slurm_tools() -> None:
+    """Slurm's daemons and commands are installed (a test cluster is started from them: fleetops/lab/slurm.py)."""
+    from fleetops.lab.slurm import missing_binaries
+
+    if missing_binaries():
+        pytest.fail(f"Slurm missing: {missing_binaries()}; bash scripts/setup installs Debian's slurmctld slurmd "
+                    "munge slurm-client", pytrace=False)
+
+
+# ---------------------------------------------------------------- marks from what a test uses
+# A fixture's needs, as the marks of every test whose fixtures include it (directly or through other
+# fixtures): a test cannot use the lab and miss the `lab` mark. lab_factory needs lab_base, so a lab test is
+# also `base_venv`. Marks given by hand stay (a `root` mark's reason names the test's own need).
+FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
+    "lab_factory": ("lab",),
+    "lab_base": ("base_venv",),
+    "root_user": ("root",),
+    "slurm_tools": ("slurm",),
+}
+MARKERS = [
+    "lab: needs the local SSH lab (real sshd, real vllm/speculators); given to every test using lab_factory",
+    "base_venv: needs the lab base venv (vllm 0.16.0 + speculators 0.3.0, ~11 GB, fleetops.lab.ensure_base); given "
+    "to every test using lab_base (every lab test too)",
+    "root(reason): needs root; skipped for another user outside CI (named in the summary line), a failure under "
+    "CI=true; given to every test using root_user",
+    "slurm: starts a one-node Slurm (Debian's slurmctld, slurmd, munge); given to every test using slurm_tools",
+]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects anything
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, marks in FIXTURE_MARKS.items():
+            if fixture not in used:
+                continue
+            for name in marks:
+                if item.get_closest_marker(name) is None:
+                    item.add_marker(getattr(pytest.mark, name)(f"a fixture it uses needs {fixture}")
+                                    if name == "root" else getattr(pytest.mark, name))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test not marked `lab` (or `base_venv`) may not build a lab (or the base venv) by any route: the lab
+    refuses while these variables name the test (child processes inherit them)."""
+    from fleetops.lab.common import REFUSE_BASE, REFUSE_LAB
+
+    saved = {var: os.environ.get(var) for var in (REFUSE_LAB, REFUSE_BASE)}
+    if item.get_closest_marker("lab") is None:
+        os.environ[REFUSE_LAB] = item.nodeid
+        if item.get_closest_marker("base_venv") is None:
+            os.environ[REFUSE_BASE] = item.nodeid
+    try:
+        return (yield)
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
 # ---------------------------------------------------------------- no silent skip
 def pytest_runtest_setup(item: pytest.Item) -> None:
     marker = item.get_closest_marker("root")
@@ -162,18 +375,38 @@ def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
 
 def _refuse_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
     reason = _skip_reason(report)
-    _SKIPPED.append((report.nodeid, reason))
+    # Kept on the report itself: under pytest-xdist it is made in a worker and summarised by the controller,
+    # which gets the report's attributes and nothing else.
+    report.fleetops_skip = reason
     if NO_SKIP:
-        _REFUSED.append((report.nodeid, reason))
+        report.fleetops_refused = True
         report.outcome = "failed"
         report.longrepr = (f"skipped under {NO_SKIP_WHY}, where a skip fails the run: {reason}\n"
                            "Fix the set-up so the test runs (bash scripts/setup installs sshd and GNU patch; "
                            "CI runs as root), do not skip it.")
 
 
+_TIMED_OUT = re.compile(r"Timeout \(>([0-9.]+)s\) from pytest-timeout")
+
+
+def _explain_timeout(report: pytest.TestReport) -> None:
+    """pytest-timeout's failure, said plainly: which test, what limit, how to give it more (a lab test on a
+    loaded machine may need it; a hang needs a fix)."""
+    text = str(report.longrepr)
+    found = _TIMED_OUT.search(text)
+    if found:
+        limit = float(found.group(1))
+        report.longrepr = (f"{text}\n\n{report.nodeid} ran past its time limit of {limit:g} s ({report.when}); "
+                           "the stacks above show where it was. If it is only slow, give it more with "
+                           "@pytest.mark.timeout(SECONDS) on the test, or --timeout=SECONDS for a run "
+                           "(pyproject.toml sets the default).")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
+    if report.failed:
+        _explain_timeout(report)
     # An xfail also reports as skipped; it is an expectation, not a missing component.
     if report.skipped and not hasattr(report, "wasxfail"):
         _refuse_skip(report)
@@ -202,7 +435,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     stats = terminalreporter.stats
     counts = {key: len(stats.get(key, [])) for key in ("passed", "failed", "error", "xfailed", "xpassed",
                                                          "deselected")}
-    skipped = [(n, r) for n, r in _SKIPPED if (n, r) not in _REFUSED]
+    seen = [rep for reports in stats.values() for rep in reports if getattr(rep, "fleetops_skip", None) is not None]
+    skipped = [(rep.nodeid, rep.fleetops_skip) for rep in seen if not getattr(rep, "fleetops_refused", False)]
+    refused = [(rep.nodeid, rep.fleetops_skip) for rep in seen if getattr(rep, "fleetops_refused", False)]
     ran = counts["passed"] + counts["failed"] + counts["xfailed"] + counts["xpassed"]
     parts = [f"{ran} ran ({counts['passed']} passed, {counts['failed']} failed)"]
     if counts["error"]:
@@ -212,8 +447,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if counts["deselected"]:
         parts.append(f"{counts['deselected']} deselected")
     parts.append(f"{len(skipped)} skipped" + (f": {_grouped(skipped)}" if skipped else ""))
-    if _REFUSED:
-        parts.append(f"{len(_REFUSED)} skips turned into failures ({NO_SKIP_WHY}): {_grouped(_REFUSED)}")
+    if refused:
+        parts.append(f"{len(refused)} skips turned into failures ({NO_SKIP_WHY}): {_grouped(refused)}")
     line = "summary: " + ", ".join(parts)
     if skipped and not NO_SKIP:
         line += " (under CI=true these skips would fail the run)"

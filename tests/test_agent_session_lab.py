@@ -26,12 +26,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import GENERATOR, REPO, fab_json, make_project, run_fab, sha256
+from conftest import GENERATOR, REPO, fab_json, run_fab, sha256
 from faultkit import arm, disarm, hit_file, reset_node, temp_files, wait_for
 from sshd_evidence import logs_for
 
 from fleetops import api
-from fleetops.lab import Lab
 from fleetops.plans.inventory import load_inventory
 from fleetops.results import Status
 from fleetops.wire.connector import COUNTERS, TransportError
@@ -43,11 +42,8 @@ TRACE_LINE = re.compile(r"^trace (\S+): (\d+) connections, (\d+) execs, (\d+) up
 
 
 @pytest.fixture(scope="module")
-def lab2(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("session") / "project"))
-    lab.up(2, progress=lambda m: print(m, file=sys.stderr))
-    yield lab
-    lab.down(purge=True)
+def lab2(lab_factory):
+    return lab_factory.shared(2, __name__)
 
 
 @pytest.fixture

@@ -21,10 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fab_json, run_fab
+from conftest import REPO, copy_playbooks, fab_json, run_fab
 from faultkit import reset_node
-
-from fleetops.lab import Lab
 
 pytestmark = pytest.mark.lab
 
@@ -47,18 +45,8 @@ def sha(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    root = tmp_path_factory.mktemp("authoring") / "project"
-    root.mkdir(parents=True)
-    for name in ("fabfile.py", "fabric.yaml"):
-        (root / name).symlink_to(REPO / name)
-    (root / "tests").symlink_to(REPO / "tests")
-    shutil.copytree(REPO / "playbooks", root / "playbooks")  # a real copy: capture/rebase write here
-    (root / "hosts").mkdir()
-    lab = Lab(root)
-    lab.up(3, progress=lambda m: print(m, file=sys.stderr))
-    yield lab
-    lab.down(purge=True)
+def lab(lab_factory):
+    return lab_factory.shared(3, __name__, layout=copy_playbooks)  # capture and rebase write to playbooks/
 
 
 @pytest.fixture

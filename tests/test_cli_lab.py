@@ -17,20 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fab_json, make_project, run_fab
+from conftest import REPO, fab_json, run_fab
 from faultkit import arm, disarm, file_sha, hit_file, independent_forms, reset_node, temp_files, wait_for
-
-from fleetops.lab import Lab
 
 NODES = ("lab01", "lab02", "lab03")
 
 
 @pytest.fixture(scope="module")
-def lab3(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("cli") / "project"))
-    lab.up(3, progress=lambda m: print(m, file=sys.stderr))
-    yield lab
-    lab.down(purge=True)
+def lab3(lab_factory):
+    return lab_factory.shared(3, __name__)
 
 
 @pytest.fixture

@@ -85,12 +85,9 @@ def test_known_wrong_fixes_pass_grep_and_import_but_not_the_probe(lab):
 
 
 @pytest.fixture(scope="module")
-def other_versions(lab_project):
+def other_versions(lab_factory):
     """lab03 has real vllm 0.11.0, lab04 real speculators 0.4.0 (installed without deps, shadowing)."""
-    from fleetops.lab import Lab
-
-    lab = Lab(lab_project)
-    lab.up(4)
+    lab = lab_factory.shared(4, __name__)
     for name, req in (("lab03", "vllm==0.11.0"), ("lab04", "speculators==0.4.0")):
         node = lab.node(name)
         dist = req.split("==")[0]

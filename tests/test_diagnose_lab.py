@@ -9,10 +9,9 @@ and the human screen)."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
-from conftest import fab_json, make_project, run_fab
+from conftest import fab_json, run_fab
 from polling import wait_for
 
 from fleetops.lab import Lab
@@ -23,11 +22,8 @@ pytestmark = pytest.mark.lab
 
 
 @pytest.fixture(scope="module")
-def lab2(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("diagnose") / "project"))
-    lab.up(2, progress=lambda m: print(m, file=sys.stderr))
-    yield lab
-    lab.down(purge=True)
+def lab2(lab_factory):
+    return lab_factory.shared(2, __name__)
 
 
 @pytest.fixture

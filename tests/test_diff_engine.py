@@ -328,7 +328,7 @@ def test_random_edits_of_real_code_roundtrip_and_agree_with_gnu_patch(gnu, seed)
     assert tally.indistinguishable <= tally.cases // 100, summary
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rnd=st.randoms(use_true_random=False))
 def test_hypothesis_edits_roundtrip(gnu, rnd):
     """The same property, with hypothesis choosing (and shrinking) the file and the edits."""

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
 
 import pytest
-from conftest import make_project, run_fab
+from conftest import run_fab
 from faultkit import playbook_patches, reset_node
 
 from fleetops.lab import Lab
@@ -30,11 +29,9 @@ FAST = "--kinds=requires,grep,compile"
 
 
 @pytest.fixture(scope="module")
-def lab12(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("fold") / "project"))
-    lab.up(12, progress=lambda m: print(m, file=sys.stderr))
-    yield lab
-    lab.down(purge=True)
+def lab12(lab_factory):
+    with lab_factory.own("fold", 12) as lab:
+        yield lab
 
 
 @pytest.fixture

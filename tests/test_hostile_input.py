@@ -92,27 +92,27 @@ def _loads_cleanly(tmp_path: Path, text: str) -> None:
             pass
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(alphabet=string.printable + "äé€\u2028", max_size=300))
 def test_fuzz_raw_text_gives_a_result_or_a_clean_error(tmp_path, text):
     _loads_cleanly(tmp_path, text)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(st.sampled_from(["hosts", "defaults", "example", "name", "patches", "verify", "requires",
                                         "jobs", "x"]), yaml_values, max_size=5))
 def test_fuzz_structured_documents_give_a_result_or_a_clean_error(tmp_path, doc):
     _loads_cleanly(tmp_path, yaml.safe_dump(doc, allow_unicode=True))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(st.sampled_from(["address", "port", "user", "python", "state_dir", "groups", "gpus", "env",
                                         "jump", "identity_passphrase", "lab"]), yaml_values, max_size=6))
 def test_fuzz_host_entries(tmp_path, host):
     _loads_cleanly(tmp_path, yaml.safe_dump({"hosts": {"gpu01": host}}, allow_unicode=True))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.lists(st.sampled_from(["--- a/x", "+++ b/x", "@@ -1,2 +1,2 @@", "@@ -1 +1 @@", " ctx", "-old", "+new",
                                  "\\ No newline at end of file", "garbage", "@@ bad @@", ""]), max_size=12))
 def test_fuzz_unified_diffs(lines):

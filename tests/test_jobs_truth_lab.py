@@ -30,15 +30,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fab_json, make_project, run_fab
+from conftest import REPO, fab_json, run_fab
 from polling import Follower, proc_state, wait_for
-
-from fleetops.lab import Lab
 
 pytestmark = pytest.mark.lab
 ENV = {"PYTHONPATH": str(REPO), "COLUMNS": "300"}
 GONE = ("gone", "Z")
-ROUNDS = int(os.environ.get("FLEETOPS_LAUNCH_ROUNDS") or 20)
+# 6 launch rounds: 3 raced as users race them, 3 with the node's check-to-launch window widened to 1 s, where both
+# clients' preflights pass and only the node's launch lock can refuse one (one such round proves the lock; three
+# keep `by_node_lock >= 1` from hanging on scheduling). FLEETOPS_LAUNCH_ROUNDS=20 is the longer soak.
+ROUNDS = int(os.environ.get("FLEETOPS_LAUNCH_ROUNDS") or 6)
 
 # {job_dir} is filled in on the node; each job waits for <job_dir>/go (at most 300 s) where a test needs it.
 WAIT_GO = ("import os, time\ndeadline = time.time() + 300\n"
@@ -69,12 +70,11 @@ PLAYBOOK = json.dumps({"name": "truth-jobs", "jobs": {
 
 
 @pytest.fixture(scope="module")
-def truth_lab(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("truth") / "project"))
-    lab.up(1, progress=lambda m: print(m, file=sys.stderr))
-    (lab.root / "truth-jobs.yaml").write_text(PLAYBOOK)
-    yield lab
-    lab.down(purge=True)
+def truth_lab(lab_factory):
+    # A lab of its own: a test here stops the whole lab (lab.down) and another mounts a tmpfs on a node.
+    with lab_factory.own("truth", 1) as lab:
+        (lab.root / "truth-jobs.yaml").write_text(PLAYBOOK)
+        yield lab
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import zipfile
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from conftest import make_project, run_fab
+from conftest import run_fab
 from faultkit import arm, disarm, reset_node, trace
 from polling import wait_for
 
@@ -38,16 +37,12 @@ EXIT_FAILED = 1
 
 
 @pytest.fixture(scope="module")
-def lab1():
-    # Under a 0755 directory (not pytest's 0700 one), so that another user can reach the node's state dir at
-    # all: the attacks below are made by uid 65534 itself, not simulated by root.
-    top = Path(tempfile.mkdtemp(prefix="fleetops-trust-", dir="/tmp"))
-    top.chmod(0o755)
-    lab = Lab(make_project(top / "project"))
-    lab.up(1, progress=lambda m: print(m, file=sys.stderr))
-    yield lab
-    lab.down(purge=True)
-    shutil.rmtree(top, ignore_errors=True)
+def lab1(lab_factory, root_user):
+    # Under 0755 directories (not pytest's 0700 ones), so that another user can reach the node's state dir at
+    # all: the attacks below are made by uid 65534 itself, not simulated by root, and the state dir is made
+    # root's (chown 0): root only. A lab of its own, as nothing puts those owners back.
+    with lab_factory.own("trust", 1, reachable=True) as lab:
+        yield lab
 
 
 @pytest.fixture

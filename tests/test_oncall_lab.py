@@ -22,7 +22,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from conftest import REPO, fab_json, make_project, run_fab
+from conftest import REPO, fab_json, run_fab
 from polling import wait_for
 
 from fleetops.lab import Lab
@@ -36,13 +36,11 @@ BIG = 200 * 1000 * 1000
 
 
 @pytest.fixture(scope="module")
-def lab2(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("oncall") / "project"))
-    lab.up(2, progress=lambda m: print(m, file=sys.stderr))
+def lab2(lab_factory):
+    lab = lab_factory.shared(2, __name__)
     yield lab
     for node in lab.nodes():
         run_fab(lab.root, "-H", node.name, "stop", "--grace", "1")
-    lab.down(purge=True)
 
 
 @pytest.fixture

@@ -20,22 +20,25 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import GENERATOR, WORKER, fab_json, make_project, record_sha256, run_fab
+from conftest import GENERATOR, WORKER, fab_json, record_sha256, run_fab
 from faultkit import arm, disarm, file_sha, hit_file, independent_forms, reset_node, trace, wait_for
 
 from fleetops import api
-from fleetops.lab import Lab, site_packages
+from fleetops.lab import site_packages
 
 pytestmark = pytest.mark.lab
 NODES = ("lab01", "lab02")
 MODULES = (GENERATOR, WORKER)
 LOCK_NAME = ".fleetops-patch.lock"
+# 4 racing rounds: the patch-vs-rollback race twice from each start form (odd rounds patched, even pristine), each
+# round also racing two patches and two rollbacks; that a host waits for the other's lock is proven with the lock
+# held on purpose (test_a_host_sharing_the_venv_waits_...). FLEETOPS_RACE_ROUNDS=20 is the longer soak.
+RACE_ROUNDS = int(os.environ.get("FLEETOPS_RACE_ROUNDS") or 4)
 
 
 @pytest.fixture(scope="module")
-def lab2(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("integrity") / "project"))
-    lab.up(2, progress=lambda m: print(m, file=sys.stderr))
+def lab2(lab_factory):
+    lab = lab_factory.shared(2, __name__)
     n1, n2 = lab.node("lab01"), lab.node("lab02")
     lines = ["hosts:"]
     for name, node in (("shA", n1), ("shB", n2)):
@@ -43,8 +46,7 @@ def lab2(tmp_path_factory):
                   f"    identity_file: {lab.client_key}", f"    known_hosts: {lab.known_hosts}",
                   f"    python: {n1.python}", f"    state_dir: {node.dir / ('state-' + name)}"]
     (lab.root / "hosts" / "shared.yaml").write_text("\n".join(lines) + "\n")
-    yield lab
-    lab.down(purge=True)
+    return lab
 
 
 @pytest.fixture
@@ -363,8 +365,8 @@ def test_a_host_sharing_the_venv_waits_for_the_other_and_says_who_applied(lab):
 def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
     """The issue: two inventory hosts, different state dirs, same site-packages: concurrent runs both
     reported `2 applied`; a rollback racing a patch left the generator patched and the worker pristine.
-    Here: 20 rounds of both hosts patching at once, both rolling back at once, and one patching while the
-    other rolls back; a watcher reads both files all along."""
+    Here: RACE_ROUNDS rounds of both hosts patching at once, both rolling back at once, and one patching while
+    the other rolls back; a watcher reads both files all along."""
     node, known = lab.node("lab01"), forms(lab)
     seen: dict[str, set[str]] = {m: set() for m in MODULES}
     stop = threading.Event()
@@ -391,7 +393,7 @@ def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
     waited = 0  # rounds where the second host's agent found the first inside the venv's lock and waited
     started = time.monotonic()
     try:
-        for rnd in range(20):
+        for rnd in range(RACE_ROUNDS):
             results = api.run(lab.root, "shA,shB", [("patch", {})], forks=2)
             changed = [r for r in results if r.status.value == "changed"]
             applied.append(len(changed))
@@ -430,13 +432,13 @@ def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
         stop.set()
         watcher.join(timeout=10)
     took = time.monotonic() - started
-    print(f"\nshared venv, 2 hosts x 20 rounds in {took:.0f}s ({waited} patch rounds had one host wait on the "
-          f"other's lock): applied per round {applied}, restored per round "
+    print(f"\nshared venv, 2 hosts x {RACE_ROUNDS} rounds in {took:.0f}s ({waited} patch rounds had one host wait on "
+          f"the other's lock): applied per round {applied}, restored per round "
           f"{restored}; patch-vs-rollback races ended {mixed_ends.count('patched')}x patched, "
           f"{mixed_ends.count('pristine')}x pristine; the watcher read both files {samples[0]} times and saw "
           f"{ {m.rsplit('.', 1)[1]: sorted(f) for m, f in seen.items()} }")
     assert not bad, f"a file was seen in neither known form: {bad}"
-    assert applied == [1] * 20 and restored == [1] * 20
+    assert applied == [1] * RACE_ROUNDS and restored == [1] * RACE_ROUNDS
     assert all(s <= {"pristine", "patched"} for s in seen.values())
 
 

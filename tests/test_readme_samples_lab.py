@@ -18,7 +18,6 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import make_project
 from readmesamples import NODES, README, REPO, TRIM, SampleLab, align, argv_of, first_difference, mask, parse_samples
 
 pytestmark = pytest.mark.lab
@@ -31,12 +30,9 @@ MACHINE_PATHS = re.compile(r"(?<![\w.~<])(/root/|/home/\w|/Users/\w|/tmp/|/var/t
 
 
 @pytest.fixture(scope="module")
-def sample_lab(tmp_path_factory):
-    """A lab of this module's own (one node), so each sample's starting state is ours to set."""
-    lab = SampleLab(make_project(tmp_path_factory.mktemp("readme") / "project"))
-    lab.up()
-    yield lab
-    lab.down()
+def sample_lab(lab_factory):
+    """A lab of NODES nodes; SampleLab.run() sets each sample's starting state."""
+    return SampleLab(lab_factory.shared(NODES, __name__).root)
 
 
 # ---------------------------------------------------------------- samples against a live run

@@ -5,7 +5,6 @@ hold. A runbook whose command fails, or whose output no longer matches, fails CI
 from __future__ import annotations
 
 import pytest
-from conftest import make_project
 from runbooks import RUNBOOKS, RunbookLab, check
 
 from fleetops.plans.runbooks import load_all, parse
@@ -14,12 +13,9 @@ BOOKS = load_all(RUNBOOKS)
 
 
 @pytest.fixture(scope="module")
-def rlab(tmp_path_factory):
-    lab = RunbookLab(make_project(tmp_path_factory.mktemp("runbooks") / "project"),
-                     max(b.nodes for b in BOOKS))
-    lab.up()
-    yield lab
-    lab.down()
+def rlab(lab_factory):
+    size = max(b.nodes for b in BOOKS)
+    return RunbookLab(lab_factory.shared(size, __name__).root, size)
 
 
 def test_there_are_runbooks_and_each_runs_something():

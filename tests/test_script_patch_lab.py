@@ -10,14 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fab_json
+from conftest import REPO, copy_playbooks, fab_json
 from faultkit import reset_node
-
-from fleetops.lab import Lab
 
 pytestmark = pytest.mark.lab
 
@@ -37,21 +34,15 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def with_script_patch_playbook(project: Path) -> None:
+    copy_playbooks(project)
+    shutil.copy(REPO / "tests/playbooks/script-patch.yaml", project / BOOK)
+    shutil.copytree(REPO / "tests/playbooks/script-patch", project / "playbooks/script-patch")
+
+
 @pytest.fixture(scope="module")
-def lab2(tmp_path_factory):
-    root = tmp_path_factory.mktemp("scriptpatch") / "project"
-    root.mkdir(parents=True)
-    for name in ("fabfile.py", "fabric.yaml"):
-        (root / name).symlink_to(REPO / name)
-    (root / "tests").symlink_to(REPO / "tests")
-    shutil.copytree(REPO / "playbooks", root / "playbooks")
-    shutil.copy(REPO / "tests/playbooks/script-patch.yaml", root / BOOK)
-    shutil.copytree(REPO / "tests/playbooks/script-patch", root / "playbooks/script-patch")
-    (root / "hosts").mkdir()
-    lab = Lab(root)
-    lab.up(2, progress=lambda m: print(m, file=sys.stderr))
-    yield lab
-    lab.down(purge=True)
+def lab2(lab_factory):
+    return lab_factory.shared(2, __name__, layout=with_script_patch_playbook)
 
 
 @pytest.fixture

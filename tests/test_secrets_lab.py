@@ -9,10 +9,9 @@ the session's shared lab or log."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
-from conftest import REPO, fab_json, make_project, run_fab
+from conftest import REPO, fab_json, run_fab
 
 from fleetops.lab import Lab
 
@@ -25,11 +24,8 @@ FORMS = [SECRET, json.dumps(SECRET)[1:-1], json.dumps(SECRET, ensure_ascii=False
 
 
 @pytest.fixture(scope="module")
-def lab2(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("secrets") / "project"))
-    lab.up(2, progress=lambda m: print(m, file=sys.stderr))
-    yield lab
-    lab.down(purge=True)
+def lab2(lab_factory):
+    return lab_factory.shared(2, __name__)
 
 
 @pytest.fixture

@@ -11,14 +11,13 @@ import hashlib
 import json
 import re
 import subprocess
-import sys
 
 import pytest
-from conftest import fab_json, make_project, run_fab
+from conftest import fab_json, run_fab
 from faultkit import arm, disarm, hit_file
 from polling import wait_for
 
-from fleetops.lab import Lab, base_dir
+from fleetops.lab import base_dir
 
 pytestmark = pytest.mark.lab
 HOSTS = ["lab01", "lab02", "lab03"]
@@ -27,13 +26,11 @@ RANGES = {"lab01": (0, 21), "lab02": (21, 42), "lab03": (42, 64)}  # rows [i*64/
 
 
 @pytest.fixture(scope="module")
-def lab3(tmp_path_factory):
-    lab = Lab(make_project(tmp_path_factory.mktemp("shards") / "project"))
-    lab.up(3, progress=lambda m: print(m, file=sys.stderr))
+def lab3(lab_factory):
+    lab = lab_factory.shared(3, __name__)
     assert fab_json(lab.root, "-H", "@lab", "patch")[0] == 0
     yield lab
     run_fab(lab.root, "-H", "@lab", "stop", "--grace", "1")
-    lab.down(purge=True)
 
 
 def plan_of(lab) -> dict:

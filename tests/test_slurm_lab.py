@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fab_json, make_project, run_fab
+from conftest import REPO, fab_json, run_fab
 from faultkit import arm, disarm, hit_file
 from polling import wait_for
 
-from fleetops.lab import Lab, base_dir
-from fleetops.lab.slurm import SlurmLab, missing_binaries
+from fleetops.lab import base_dir
+from fleetops.lab.slurm import SlurmLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.root("slurmd runs job steps as root")]
 JOBS = str(REPO / "tests" / "playbooks" / "jobs.yaml")
@@ -31,31 +31,26 @@ DEADLINE = 300  # a loaded 2-core machine: the tiny model's extraction takes ten
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    if missing_binaries():
-        pytest.fail(f"Slurm missing: {missing_binaries()}; bash scripts/setup installs Debian's slurmctld slurmd "
-                    "munge slurm-client", pytrace=False)
-    root = tmp_path_factory.mktemp("slurm")
-    project = make_project(root / "project")
-    lab = Lab(project)
-    slurm = SlurmLab(root / "cluster")
+def cluster(lab_factory, slurm_tools, root_user, tmp_path_factory):
+    # A lab of its own: its inventory gains the Slurm login node, and the cluster's daemons run as root.
+    slurm = SlurmLab(tmp_path_factory.mktemp("slurm") / "cluster")
+    stopped = None
     try:
-        lab.up(1)
-        slurm.up()
-        node = lab.node("lab01")
-        (project / "hosts" / "slurm.yaml").write_text("\n".join([
-            "# The lab's Slurm login node: lab01's sshd, jobs through the cluster in " + str(slurm.root),
-            "defaults:", "  address: 127.0.0.1", f"  user: {lab.user}", f"  identity_file: {lab.client_key}",
-            f"  known_hosts: {lab.known_hosts}", "  lab: true", "hosts:", "  login01:", f"    port: {node.port}",
-            f"    python: {node.python}", f"    state_dir: {node.state_dir}", "    groups: [lab]",
-            "    scheduler: slurm", "    partition: gpu", "    gres: gpu:1", "    time_limit: \"00:30:00\"",
-            "    env:", f"      SLURM_CONF: {slurm.conf}", ""]))
-        yield {"project": project, "lab": lab, "slurm": slurm, "node": node}
+        with lab_factory.own("slurm", 1) as lab:
+            try:
+                slurm.up()
+                project, node = lab.root, lab.node("lab01")
+                (project / "hosts" / "slurm.yaml").write_text("\n".join([
+                    "# The lab's Slurm login node: lab01's sshd, jobs through the cluster in " + str(slurm.root),
+                    "defaults:", "  address: 127.0.0.1", f"  user: {lab.user}", f"  identity_file: {lab.client_key}",
+                    f"  known_hosts: {lab.known_hosts}", "  lab: true", "hosts:", "  login01:",
+                    f"    port: {node.port}", f"    python: {node.python}", f"    state_dir: {node.state_dir}",
+                    "    groups: [lab]", "    scheduler: slurm", "    partition: gpu", "    gres: gpu:1",
+                    "    time_limit: \"00:30:00\"", "    env:", f"      SLURM_CONF: {slurm.conf}", ""]))
+                yield {"project": project, "lab": lab, "slurm": slurm, "node": node}
+            finally:
+                stopped = slurm.down()
     finally:
-        try:
-            stopped = slurm.down()
-        finally:
-            lab.down()
         assert slurm.leftovers() == [], "a process of the test's Slurm outlived it"
         assert all(slurm.running(d) is None for d in ("munged", "slurmctld", "slurmd")), stopped
 

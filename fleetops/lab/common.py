@@ -19,6 +19,21 @@ class LabError(Exception):
     pass
 
 
+# The test suite sets these around a test that is not marked `lab` / `base_venv` (tests/conftest.py), with the
+# test's name: such a test must build no lab and no base venv, whatever way it tries (a fixture, Lab.up,
+# `fab lab.up` in a child process), so a test that needs them cannot hide in the suite's fast tier.
+REFUSE_LAB = "FLEETOPS_LAB_REFUSED"
+REFUSE_BASE = "FLEETOPS_BASE_VENV_REFUSED"
+
+
+def refuse_if_asked(var: str, what: str, mark: str) -> None:
+    who = os.environ.get(var)
+    if who:
+        raise LabError(f"{who} uses {what} but is not marked `{mark}`: take it through a fixture (lab, lab_project, "
+                       f"lab_factory, lab_base, base_python), which marks the test, or mark the test "
+                       f"`pytest.mark.{mark}` (tests/README.md, test tiers)")
+
+
 def say(message: str) -> None:
     print(message, flush=True)
 
@@ -42,6 +57,7 @@ def site_packages(venv: Path) -> Path:
 
 def ensure_base(progress: Callable[[str], None] = say) -> Path:
     """The shared venv with the heavy node packages (~11 GB, a few minutes the first time)."""
+    refuse_if_asked(REFUSE_BASE, "the lab base venv", "base_venv")
     base = base_dir()
     marker = base / ".fleetops-complete"
     if marker.exists():

@@ -4,24 +4,157 @@
 from __future__ import annotations
 
 import getpass
+import hashlib
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from remote_scripts.nodeio import FAILPOINTS_ENV
-from remote_scripts.procfs import pid_alive
+from remote_scripts.procfs import pid_alive, stat_fields
 
-from . import gpu
-from .common import OWN_PACKAGES, LabError, base_dir, ensure_base, free_port, port_open, say, site_packages
+from . import gpu, kernel_log
+from .common import (
+    OWN_PACKAGES,
+    REFUSE_LAB,
+    LabError,
+    base_dir,
+    ensure_base,
+    free_port,
+    port_open,
+    refuse_if_asked,
+    say,
+    site_packages,
+)
 from .node import Node
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 Progress = Callable[[str], None]
+MODEL_PARTS = ("lab-model", "lab-data")  # what model.py makes, copied into each node's state dir
+
+
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie: sshd daemonizes, so its exit is reaped by init, which may take a second or more, while
+    the process itself (its port, its files) is already gone."""
+    fields = stat_fields(pid)
+    return not pid_alive(pid) or fields is None or fields[0] in ("Z", "X")
+
+
+def _model_cache(base: Path) -> Path:
+    script = Path(__file__).with_name("model.py").read_bytes()
+    return base / "fleetops-lab-models" / hashlib.sha256(script).hexdigest()[:16]
+
+
+def _make_model(base: Path, out: Path) -> str | None:
+    """model.py run by the base venv's python into `out`; its complaint when that venv has no ML stack."""
+    proc = subprocess.run([str(base / "bin" / "python"), str(Path(__file__).with_name("model.py")), str(out)],
+                          capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if proc.returncode == 3:  # the node venv has no torch/transformers (a packages-only lab)
+        return proc.stderr or "no torch/transformers"
+    if proc.returncode != 0:
+        raise LabError(f"making the lab's tiny model failed: {proc.stderr[-1500:]}")
+    return None
+
+
+def _made_model(base: Path) -> Path | None:
+    """The tiny model beside the base venv, made on first use (several labs at once: each makes its own copy
+    and renames it in place, the first rename wins). None where that directory cannot be written."""
+    done = _model_cache(base)
+    if (done / "lab-data" / "prompts.jsonl").exists():
+        return done
+    try:
+        done.parent.mkdir(exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=done.name + ".tmp-", dir=done.parent))
+    except OSError:
+        return None
+    try:
+        if _make_model(base, tmp) is not None:
+            return None
+        try:
+            tmp.rename(done)
+        except OSError:  # another lab was quicker: its copy is as good
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return done if (done / "lab-data" / "prompts.jsonl").exists() else None
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+def _remove_settled(path: Path) -> None:
+    """rmtree, once a stopped node's last sshd process is done with it: a connection's sshd process outlives
+    the listener by a moment and may still create its log (it re-executes sshd, which opens `-E LOG` again)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            shutil.rmtree(path)
+            return
+        except OSError:
+            if not path.exists():
+                return
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _emptied(path: Path, mode: int, keep: tuple[str, ...] = ()) -> None:
+    """`path` a directory of ours with that mode, holding only `keep`."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(path, os.getuid(), os.getgid())
+    path.chmod(mode)
+    for entry in path.iterdir():
+        if entry.name not in keep:
+            _remove(entry)
+
+
+def _same_file(src: os.DirEntry, dst: Path) -> bool:
+    try:
+        have = dst.lstat()
+    except FileNotFoundError:
+        return False
+    want = src.stat(follow_symlinks=False)
+    if (not stat.S_ISREG(have.st_mode) or have.st_mode != want.st_mode or have.st_size != want.st_size
+            or (have.st_uid, have.st_gid) != (os.getuid(), os.getgid())):
+        return False
+    return Path(src.path).read_bytes() == dst.read_bytes()
+
+
+def _mirror(src: Path, dst: Path) -> None:
+    """`dst` made a copy of the directory `src` (bytecode left out), rewriting only the files that differ."""
+    if dst.is_symlink() or (dst.exists() and not dst.is_dir()):
+        dst.unlink()
+    dst.mkdir(exist_ok=True)
+    wanted = {e.name: e for e in os.scandir(src) if e.name != "__pycache__"}
+    for entry in os.scandir(dst):
+        if entry.name not in wanted:
+            _remove(Path(entry.path))
+    for name, entry in wanted.items():
+        target = dst / name
+        if entry.is_dir(follow_symlinks=False):
+            _mirror(Path(entry.path), target)
+        elif not _same_file(entry, target):
+            _remove(target)
+            shutil.copy2(entry.path, target, follow_symlinks=False)
+    mode = stat.S_IMODE(src.stat().st_mode)
+    info = dst.stat()
+    if os.geteuid() == 0 and (info.st_uid, info.st_gid) != (os.getuid(), os.getgid()):
+        os.chown(dst, os.getuid(), os.getgid())
+    if stat.S_IMODE(info.st_mode) != mode:
+        dst.chmod(mode)
 
 
 class Lab:
@@ -55,6 +188,7 @@ class Lab:
 
     # -- bring up
     def up(self, count: int = 1, progress: Progress = say) -> list[Node]:
+        refuse_if_asked(REFUSE_LAB, "a lab", "lab")
         if not Path(SSHD).exists():
             raise LabError("sshd not found: install Debian's openssh-server (apt-get install openssh-server)")
         base = ensure_base(progress)
@@ -106,34 +240,82 @@ class Lab:
         node.config.write_text(self._sshd_config(node))
 
     def _give_model(self, node: Node, base: Path, progress: Progress = say) -> None:
-        """The tiny model and dataset the lab's extract job runs on, made once per lab, copied per node."""
-        made = self.dir / "tiny"
+        """The tiny model and dataset the lab's extract job runs on, copied to each node. Made once per base
+        venv and model.py (kept beside the base venv: making it imports torch, seconds of CPU), or once per
+        lab where the base venv is not writable."""
         if (self.dir / "no-tiny-model").exists():
             return
-        if not (made / "lab-data" / "prompts.jsonl").exists():
-            script = str(Path(__file__).parent / "model.py")
-            proc = subprocess.run([str(base / "bin" / "python"), script, str(made)], capture_output=True, text=True,
-                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})
-            if proc.returncode == 3:  # the node venv has no torch/transformers (a packages-only lab)
-                (self.dir / "no-tiny-model").write_text(proc.stderr)
-                progress("lab: no tiny model for `extract` (the node venv has no torch/transformers)")
-                return
-            if proc.returncode != 0:
-                raise LabError(f"making the lab's tiny model failed: {proc.stderr[-1500:]}")
+        made = _made_model(base)
+        if made is None:
+            made = self.dir / "tiny"
+            if not (made / "lab-data" / "prompts.jsonl").exists():
+                err = _make_model(base, made)
+                if err is not None:
+                    (self.dir / "no-tiny-model").write_text(err)
+                    progress("lab: no tiny model for `extract` (the node venv has no torch/transformers)")
+                    return
         node.state_dir.mkdir(parents=True, exist_ok=True)
-        for part in ("lab-model", "lab-data"):
+        for part in MODEL_PARTS:
             shutil.copytree(made / part, node.state_dir / part, dirs_exist_ok=True)
 
     def reset_packages(self, node: Node, base: Path | None = None) -> None:
-        """Give the node pristine copies of its own packages (as installed from PyPI)."""
+        """Give the node pristine copies of its own packages (as installed from PyPI), by putting back only what
+        differs from the base venv's copy: a file whose bytes, mode or owner changed is copied again, one the
+        base lacks (bytecode, a backup, another version's files) is removed, an unchanged one is left alone."""
         base = base or base_dir()
         src, dst = site_packages(base), site_packages(node.venv)
         for package in OWN_PACKAGES:
+            wanted = [src / package, *src.glob(f"{package}-*.dist-info")]
             for old in [dst / package, *dst.glob(f"{package}-*.dist-info")]:
-                if old.exists():
-                    shutil.rmtree(old)
-            for entry in [src / package, *src.glob(f"{package}-*.dist-info")]:
-                shutil.copytree(entry, dst / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+                if old.name not in {w.name for w in wanted}:
+                    _remove(old)
+            for entry in wanted:
+                _mirror(entry, dst / entry.name)
+
+    def restore(self, count: int | None = None) -> list[Node]:
+        """Every node as `up` left it, by putting files back (nothing is reinstalled or rebuilt): no job or GPU
+        holder left, sshd running, its own packages pristine and nothing else in its site-packages, a state dir
+        holding only the extract model, no failpoint armed, idle GPUs, an empty readable kernel log; known_hosts
+        and the inventory as `up` writes them. Nodes beyond `count` are stopped and removed. For a lab shared by
+        one user after another (the test suite's): what a user did to a node's files, the next does not see."""
+        from remote_scripts import jobs
+
+        nodes = self.nodes()
+        extra, nodes = (nodes[count:], nodes[:count]) if count is not None else ([], nodes)
+        for node in [*nodes, *extra]:
+            for job_id in jobs.live_job_ids(str(node.state_dir)):
+                try:
+                    jobs.job_stop({"state_dir": str(node.state_dir), "job_id": job_id, "grace_s": 5})
+                except (jobs.NodeError, OSError) as exc:
+                    say(f"{node.name}: could not stop job {job_id}: {exc}")
+            self._stop_holders(node)
+        for node in extra:
+            self.stop_node(node)
+            _remove_settled(node.dir)
+        self._save(nodes)
+        base = base_dir()
+        base_site = site_packages(base)
+        pth = "_fleetops_lab_base.pth"
+        own = {pth} | {e.name for p in OWN_PACKAGES for e in [base_site / p, *base_site.glob(f"{p}-*.dist-info")]}
+        for node in nodes:
+            site = site_packages(node.venv)
+            for entry in site.iterdir():
+                if entry.name not in own:  # another version installed beside them, a lock, bytecode
+                    _remove(entry)
+            if not (site / pth).is_file() or (site / pth).read_text() != f"{base_site}\n":
+                _remove(site / pth)
+                (site / pth).write_text(f"{base_site}\n")
+            self.reset_packages(node, base)
+            _emptied(node.state_dir, 0o755, keep=MODEL_PARTS)
+            _emptied(node.faults_dir, 0o700)
+            self.set_gpu_state(node, "idle")
+            kernel_log.set_readable(node, "dmesg")
+            kernel_log.clear(node)
+            if not node.running():
+                self._start_sshd(node)
+        self._write_known_hosts(nodes)
+        self._write_inventory(nodes)
+        return nodes
 
     def install_package(self, node: Node, requirement: str) -> None:
         """Give one node a different real package version (e.g. vllm==0.11.0), shadowing the shared one.
@@ -240,8 +422,8 @@ class Lab:
             return False
         os.kill(pid, sig)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and pid_alive(pid):
-            time.sleep(0.05)
+        while time.monotonic() < deadline and not _exited(pid):
+            time.sleep(0.02)
         return True
 
     def start_node(self, node: Node) -> None:
@@ -277,7 +459,7 @@ class Lab:
             self._stop_holders(n)
         stopped = [n.name for n in self.nodes() if self.stop_node(n)]
         if purge and self.dir.exists():
-            shutil.rmtree(self.dir)
+            _remove_settled(self.dir)
             if self.hosts_file.exists():
                 self.hosts_file.unlink()
         return stopped
