@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fleetops.plans.playbook import load_playbook
 from fleetops.wire.bundle import BOOTSTRAP, agent_bundle
-from remote_scripts.protocol import PROTOCOL
+from remote_scripts.core.protocol import PROTOCOL
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOK = REPO / "playbooks" / "speculators-0.3.0-vllm-0.16.yaml"
@@ -71,7 +71,8 @@ def test_a_steady_state_patch_and_verify_imports_nothing_heavy(lab):
     assert [i["msg"] for i in verify["items"]] == [i["msg"] for i in first[1]["items"]]
     # what checks.py and patching.py import (importlib.import_module, which the agent loads them with, is not
     # logged by -X importtime; the imports they make are)
-    assert {"remote_scripts.textpattern", "remote_scripts.hunks", "remote_scripts.sitelock"} <= imported
+    assert {"remote_scripts.core.textpattern", "remote_scripts.patch.hunks",
+            "remote_scripts.patch.sitelock"} <= imported
     assert HEAVY & (imported - at_start) == set(), sorted(HEAVY & (imported - at_start))
 
 

@@ -28,7 +28,7 @@ from fleetops.results import (
 )
 from fleetops.tasks.gpu import _interpret_gpu
 from fleetops.tasks.plan import Plan
-from remote_scripts import nvsmi
+from remote_scripts.health import nvsmi
 
 FIX = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200x2"
 PLAN = Plan("gpu", {}, 60, None, options={"gate": Gate(expected=2), "wait": 0.0})

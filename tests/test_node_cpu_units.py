@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-import remote_scripts.checks as checks
-import remote_scripts.nodeio as nodeio
+import remote_scripts.checks.checks as checks
+import remote_scripts.core.nodeio as nodeio
 from fleetops.wire.bundle import BOOTSTRAP
 
 GOOD = "def f(x):\n    # uses_old_api(x)\n    return new_api(x)\n"

@@ -14,7 +14,7 @@ from fleetops.state import RunState
 from fleetops.tasks.plan import Plan
 from fleetops.tasks.registry import TASKS, ahead_request, run_task, send_ahead
 from fleetops.wire.connector import TransportError
-from remote_scripts.protocol import OPS, READ_ONLY_OPS
+from remote_scripts.core.protocol import OPS, READ_ONLY_OPS
 
 HOST = Host("n1", "127.0.0.1")
 WRITERS = ("patch", "rollback", "job_start", "job_stop", "run", "capture", "fetch_plan", "slurm", "shards")

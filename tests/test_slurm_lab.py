@@ -370,7 +370,8 @@ def test_the_batch_step_runs_only_the_agent_bytes_the_client_sent(cluster, tmp_p
     code = f"import os\nopen({str(marker)!r}, 'w').write('planted code ran as uid %d' % os.geteuid())\n"
     planted = io.BytesIO()
     with zipfile.ZipFile(planted, "w") as zf:
-        for name in ("__main__.py", "remote_scripts/__init__.py", "remote_scripts/agent.py"):
+        for name in ("__main__.py", "remote_scripts/__init__.py", "remote_scripts/core/__init__.py",
+                     "remote_scripts/core/agent.py"):
             zf.writestr(name, code)
     point = "slurm.script.after_rename"
     arm(node, {point: {"action": "pause", "seconds": 120}})

@@ -310,7 +310,7 @@ def test_a_new_agent_version_is_uploaded_once_and_used(lab, tmp_path):
     code = tmp_path / "v2"
     for name in ("fleetops", "remote_scripts"):
         shutil.copytree(REPO / name, code / name, ignore=shutil.ignore_patterns("__pycache__"))
-    agent = code / "remote_scripts" / "agent.py"
+    agent = code / "remote_scripts" / "core" / "agent.py"
     old_text = '"version": sys.version.split()[0]'
     assert old_text in agent.read_text()
     agent.write_text(agent.read_text().replace(old_text, '"version": sys.version.split()[0] + "+wire-test-v2"'))

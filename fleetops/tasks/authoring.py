@@ -1,5 +1,5 @@
 """capture and rebase: write playbooks from what a node has (the agent's `capture` op reads each module's current
-text and its pristine text, proven against the wheel's RECORD sha256; remote_scripts/capture.py).
+text and its pristine text, proven against the wheel's RECORD sha256; remote_scripts/patch/capture.py).
 
 capture: the diff pristine → current of each module, written beside the playbook (`<dir>/<stem>/<file>.diff`,
 paths `a/<path in site-packages>`), its patch entry added or updated, `requires:` pinned to the node's versions.

@@ -3,7 +3,7 @@
 By default the latest job's log and (for an extract job) its manifest go to ./fetched/<host>/<job-id>/;
 --path names other files (relative: to the node's state dir), which must resolve under the state dir or a
 job's output directory unless --any-path. The node's agent says which files may go and hashes them
-(`fetch_plan`, remote_scripts/fetch.py); the client copies [0, size) into `<file>.part`, resuming a partial
+(`fetch_plan`, remote_scripts/jobs/fetch.py); the client copies [0, size) into `<file>.part`, resuming a partial
 copy from its length, hashes what it wrote and renames it into place only when the two sha256 agree."""
 
 from __future__ import annotations

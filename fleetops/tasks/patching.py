@@ -1,5 +1,5 @@
 """patch and rollback: one agent call each; the node answers per file with a status word
-(remote_scripts/protocol.py). A playbook's files are one set, all-or-nothing per host: the task's status, its
+(remote_scripts/core/protocol.py). A playbook's files are one set, all-or-nothing per host: the task's status, its
 message, --json and the audit line all come from the same items, so they agree with the exit status.
 
 Before the call that may write, the audit log gets an intent line (the run may never get to record the result:
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from remote_scripts.protocol import CHANGED_WORDS, NOOP_WORDS, NOT_WRITTEN, WOULD_WORDS
+from remote_scripts.core.protocol import CHANGED_WORDS, NOOP_WORDS, NOT_WRITTEN, WOULD_WORDS
 
 from .. import audit
 from ..plans.yamlsrc import ConfigError

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from remote_scripts.protocol import READ_ONLY_OPS
+from remote_scripts.core.protocol import READ_ONLY_OPS
 
 from ..plans.inventory import Host, MissingSecret
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
@@ -139,7 +139,7 @@ class _SentAhead:
 class _NodeNotes:
     """What the node tidied on the way, kept from every answer a task receives: the agent adds `quarantined`
     (corrupt state files moved aside) and `removed_temp_files` (dead uploads' temp files) to any answer,
-    whatever the op (remote_scripts/agent.py), so no task has to copy them itself."""
+    whatever the op (remote_scripts/core/agent.py), so no task has to copy them itself."""
 
     def __init__(self) -> None:
         self.quarantined: list[dict] = []

@@ -2,7 +2,7 @@
 task per shard with `--shards N`), status reads squeue/sacct, tail/logs read each task's output file, stop is
 scancel. Only fleetops' own job counts: a Slurm id that now names another job (reused) is said so, never read
 as ours (plans/slurm.py Identity). The same results and progress view as SSH jobs; the node agent's `slurm` op runs the
-commands (remote_scripts/slurm.py) and the answers are parsed here with fleetops/plans/slurm.py."""
+commands (remote_scripts/jobs/slurm.py) and the answers are parsed here with fleetops/plans/slurm.py."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import paramiko
 from fabric import Config, Connection
 from paramiko.auth_handler import AuthHandler
 
-from remote_scripts.protocol import PROTOCOL
+from remote_scripts.core.protocol import PROTOCOL
 
 from ..identity import operator
 from ..plans import sshconfig

@@ -11,8 +11,8 @@ import time
 # io, re, subprocess, tempfile, tokenize and traceback are imported by the checks that use them, and neither
 # json nor functools is imported at all: a steady-state `verify --kinds grep,compile` is one short agent start
 # per host, and those imports were ~17 ms of its node CPU (issue 16).
-from . import wirejson
-from .nodeio import (
+from ..core import wirejson
+from ..core.nodeio import (
     NodeError,
     check_requirements,
     ensure_dir,
@@ -22,8 +22,8 @@ from .nodeio import (
     trusted_stat,
     write_json_atomic,
 )
-from .protocol import ASCII_ALNUM, CHECK_KINDS
-from .textpattern import compile_pattern
+from ..core.protocol import ASCII_ALNUM, CHECK_KINDS
+from ..core.textpattern import compile_pattern
 
 # What each kind of check can and cannot tell you; shown next to every result so nobody mistakes an
 # import test for proof that the generator works.

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from .nodeio import atomic_write, failpoint, load_failpoints, now_iso, read_json
+from ..core.nodeio import atomic_write, failpoint, load_failpoints, now_iso, read_json
 
 MANIFEST = "manifest.json"
 

@@ -1,4 +1,4 @@
-"""Reading a checked module's source for the callsites check (remote_scripts/callsites.py): which names it
+"""Reading a checked module's source for the callsites check (remote_scripts/checks/callsites.py): which names it
 imports from the named packages, where it calls them, and what it does with declared receivers, with the
 hasattr() facts of the branch each use sits in. Pure ast: nothing it reads is imported."""
 
@@ -74,7 +74,7 @@ def _hasattr_facts(test: ast.expr) -> tuple[list, list]:
     return [], []
 
 
-class _ModuleReader(ast.NodeVisitor):
+class ModuleReader(ast.NodeVisitor):
     def __init__(self, modname: str, is_package: bool, packages: list[str], receivers: list[dict]) -> None:
         self.modname = modname
         self.package = modname if is_package else modname.rpartition(".")[0]

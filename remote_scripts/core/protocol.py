@@ -21,7 +21,7 @@ assert set(OPS) >= READ_ONLY_OPS
 # The kinds of check a playbook's verify: may name ("requires" is added from the playbook's requires:).
 CHECK_KINDS = ("requires", "grep", "compile", "import", "callsites", "probe")
 
-# Status words of patch/rollback items (remote_scripts/patching.py writes them, fleetops/tasks/patching.py
+# Status words of patch/rollback items (remote_scripts/patch/patching.py writes them, fleetops/tasks/patching.py
 # reads them).
 APPLIED = "applied"
 RESTORED = "restored"

@@ -38,7 +38,7 @@ def shares_imports() -> bool:
                                       "installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix})
     stdlib = tuple({os.path.realpath(paths[k]) + "/" for k in ("stdlib", "platstdlib")} |
                    {paths[k].rstrip("/") + "/" for k in ("stdlib", "platstdlib")})
-    agent = __name__.rpartition(".")[0]
+    agent = __name__.partition(".")[0]  # the agent's top package, whatever subpackage this module is in
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if not isinstance(path, str) or name.startswith("_") or name.partition(".")[0] == agent:
@@ -70,7 +70,7 @@ def read_source(script: str) -> str:
 
 def run_fresh(script: str, source: str, stdin_text: str, timeout: float) -> subprocess.CompletedProcess:
     """A new interpreter through the bootstrap (role `probe`), the source on an inherited descriptor."""
-    from .launch import relaunch
+    from ..core.launch import relaunch
 
     with tempfile.TemporaryFile() as code:  # unnamed where the system allows (O_TMPFILE): nothing to swap
         code.write(source.encode("utf-8"))

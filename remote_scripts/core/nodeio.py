@@ -61,6 +61,11 @@ _HITS: dict[str, int] = {}
 _FAILPOINT_DIR = ""
 
 
+def reset_failpoint_hits() -> None:
+    """"Fire on the n-th hit" counts within one request, as it did when each request was a process."""
+    _HITS.clear()
+
+
 def load_failpoints(state_dir: str = "") -> None:
     """Arm the failpoints the test harness set (`state_dir` is ignored: kept for callers' signature)."""
     global _FAILPOINTS, _FAILPOINT_DIR
