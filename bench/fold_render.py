@@ -1,4 +1,4 @@
-"""The client's cost of drawing a big `verify`: folding on and off (issue 20's benchmark row).
+"""The client's cost of drawing a big `verify`: folding on and off.
 
     .venv/bin/python bench/fold_render.py                 # 128 hosts, 2 odd ones, 20 repetitions
     .venv/bin/python bench/fold_render.py --hosts 800 --odd 5 --reps 10

@@ -1267,7 +1267,7 @@ def render(runs: list[Run], calib: list[dict], cli: dict, info: dict, args, prof
             )
     L.append("")
 
-    L.append("## Targets (issue 16; N = 32, RTT 50 ms unless said)")
+    L.append("## Targets (N = 32, RTT 50 ms unless said)")
     L.append("")
     L.extend(targets(runs, cli, medians))
     L.append("")

@@ -2,7 +2,7 @@
 hosts run concurrently (bounded by forks); a failing host stops only its own chain; with `serial`, hosts go
 in batches and a batch with a failure stops the roll-out. A step that allows it (Step.ahead: a read-only
 request fixed at plan time) is handed to the connector before the step before it runs, so its request goes
-out right behind that step's (pipelining, issue 16); a host whose chain is over has its link closed at once.
+out right behind that step's (pipelining); a host whose chain is over has its link closed at once.
 `running` (host -> the step it runs now) is what a second Ctrl-C, which exits at once, writes to the audit log.
 Used by the `fab`/`fleet` executor and by fleetops.api alike (both through run.execute)."""
 

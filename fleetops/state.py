@@ -59,7 +59,7 @@ class RunState:
             return self.pool
 
     def prepare_while_connecting(self) -> None:
-        """The main thread's work while the first hosts are in their SSH handshakes (issue 16: at 50 ms RTT a
+        """The main thread's work while the first hosts are in their SSH handshakes (at 50 ms RTT a
         handshake is ~0.25 s of waiting): load what drawing results needs and what the connector sends first
         (the agent bundle), so neither is done later on a host's critical path."""
         self.reporter.prepare()

@@ -1,4 +1,4 @@
-"""Issue 16: a steady-state `patch verify --kinds grep,compile` costs the node no `json`, `re`, enum, functools,
+"""A steady-state `patch verify --kinds grep,compile` costs the node no `json`, `re`, enum, functools,
 collections, threading, signal or typing import: ~17 ms of CPU per host on the lab before this change. The real
 bootstrap and agent run here under a lab node's interpreter (real speculators 0.3.0 and vLLM 0.16.0), serving
 the very requests the client sends, built from the shipped playbook; `-X importtime` names every
@@ -77,7 +77,7 @@ def test_a_steady_state_patch_and_verify_imports_nothing_heavy(lab):
 
 
 def test_the_serving_agent_ends_without_pythons_teardown(lab, tmp_path):
-    """Issue 16 (node CPU): once the client has closed the session, every answer is written and every op's
+    """Once the client has closed the session, every answer is written and every op's
     files and children are done with, so the agent skips Python's teardown (3-5 ms of the node's CPU per host,
     measured). A sitecustomize on the agent's path registers an exit handler: teardown runs it, os._exit not."""
     node = lab.nodes()[0]

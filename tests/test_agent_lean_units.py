@@ -1,4 +1,4 @@
-"""Issue 16: the agent's steady-state path imports neither `json` nor `re` (nor the enum, functools and
+"""The agent's steady-state path imports neither `json` nor `re` (nor the enum, functools and
 collections they pull in: ~17 ms of node CPU per host). What replaces them must give the very same answers, so
 each replacement is checked here against the stdlib code it replaces, on the same inputs: wirejson against
 json, textpattern against re.search, and the string parsers against the regular expressions they were."""

@@ -1,4 +1,4 @@
-"""Issue 16 item 3 (client CPU per host at N=128): per-connection work that grew with the fleet, or was done again
+"""Per-connection work that grew with the fleet, or was done again
 for every host, is done once and still gives the same answers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 13 item 1 and issue 20 item 5: `diagnose` end to end against real sshd lab nodes, with the lab's
+"""`diagnose` end to end against real sshd lab nodes, with the lab's
 simulated kernel log (fleetops/lab/kernel_log.py: `fab lab.kernel`) and simulated nvidia-smi.
 
 A module of its own with a 2-node lab (a throwaway project), so OOM kills, Xids and missing nvidia-smi never

@@ -346,7 +346,7 @@ def test_hypothesis_edits_roundtrip(gnu, rnd):
     assert not tally.failures, tally.failures
 
 
-# ---------------------------------------------------------------- the cases named in issue 19
+# ---------------------------------------------------------------- edge cases: ends of files, repeats, line endings
 def lines_of(text: str) -> list[str]:
     return re.findall(r"[^\n]*\n|[^\n]+$", text)  # as diff(1) reads lines: only "\n" ends one
 

@@ -1,4 +1,4 @@
-"""Issue 20 item 5 for `gpu`: each host's verdict word (OK / WARN / CRITICAL / UNKNOWN), the exit status of the
+"""`gpu`'s verdicts: each host's verdict word (OK / WARN / CRITICAL / UNKNOWN), the exit status of the
 worst verdict across hosts, and the finding's next action printed once per host result. No sshd: the gate runs on
 nvidia-smi output recorded on a 2×H200 machine (tests/fixtures/nvidia-smi)."""
 

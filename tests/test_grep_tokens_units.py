@@ -1,4 +1,4 @@
-"""Issue 17 item 4: grep checks judge code, not text. No lab: remote_scripts/checks/checks.py's code view and verdict,
+"""Grep checks judge code, not text. No lab: remote_scripts/checks/checks.py's code view and verdict,
 on small sources and on the real speculators files of the base venv (where the shipped playbook's greps must
 give the same verdicts in code mode as they did on raw text, pristine and patched)."""
 

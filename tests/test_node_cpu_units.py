@@ -1,4 +1,4 @@
-"""Issue 16: what the agent does less of per host, without changing any answer. No lab: remote_scripts' checks
+"""What the agent does less of per host, without changing any answer. No lab: remote_scripts' checks
 keep a file's code lines and a successful compile in the state dir, keyed by the file's bytes (so a changed
 file is never judged by a stale entry, and an untrusted entry is refused like any state file); installed
 versions are read with one sys.path scan per request; the bootstrap hashes with the built-in sha256."""

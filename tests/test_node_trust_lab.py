@@ -1,4 +1,4 @@
-"""Node trust, issue 12 items 1 (first half), 2 and 6, against a real lab node of this module's own.
+"""Node trust against a real lab node of this module's own.
 
 Every attack from the issue that concerns the state dir is made for real: code planted by another user
 (uid 65534, through `setpriv`) in a bin/ it may write, a fake agent zip, a planted failpoints.json with

@@ -1,4 +1,4 @@
-"""Issue 16, item 2 (pipelining), without a lab: which steps may go ahead (read-only ops only, one request
+"""Pipelining, without a lab: which steps may go ahead (read-only ops only, one request
 fixed at plan time), and how a host's chain uses that: the steps sent ahead go out with the step before them,
 a failed step drops their answers and reports them skipped exactly as before, and the chain's end closes the
 host's connector. The wire itself is tested against real sshd in tests/test_agent_session_lab.py."""

@@ -1,5 +1,5 @@
 """The probe runs in a fork of the verify child when that shares what the import/callsites checks already imported
-(issue 16: vLLM was imported twice per deep verify, once more by the probe's fresh interpreter). The fork must
+(vLLM was imported twice per deep verify, once more by the probe's fresh interpreter). The fork must
 answer like `subprocess.run(capture_output=True, text=True, timeout=...)`: stdin, stdout, stderr, exit status,
 TimeoutExpired; and keep the probe's side effects out of the verify process."""
 

@@ -1,7 +1,6 @@
-"""Issue 16 without the lab: "load_text costs ~100 ms of client CPU for a 128-host inventory; yaml.CSafeLoader
-takes ~12 ms". Inventories and playbooks are now scanned and parsed by libyaml's C parser when PyYAML has it,
-while composing (the alias and depth bounds), resolving (YAML 1.2 core schema) and constructing (Mapping and
-Sequence with line/column per key and item) stay the Python code they were.
+"""The YAML fast path without the lab (docs/perf.md has its figures). Inventories and playbooks are scanned
+and parsed by libyaml's C parser when PyYAML has it, while composing (the alias and depth bounds), resolving
+(YAML 1.2 core schema) and constructing (Mapping and Sequence with line/column per key and item) stay Python.
 
 What is pinned here: the C parser really is used; it gives the same values and the same line/column maps as
 the pure-Python loader for every YAML file in the repository and a set of tricky documents; the bounds still

@@ -37,7 +37,7 @@ _RICH_LOCK = threading.RLock()  # the console property holds it while rich() loa
 
 
 def rich() -> SimpleNamespace:
-    """The parts of rich the report draws with, imported at the first draw, not with the module (issue 16):
+    """The parts of rich the report draws with, imported at the first draw, not with the module:
     importing rich is ~30 ms of a run's start-up, and a run imports this module before it connects anywhere;
     run.execute has the main thread load it while the first connections are in their handshakes."""
     global _RICH

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # Each host task's family: the module of fleetops/tasks/ that defines it (its TASKS list; jobs' are built
 # below). A run imports only the families its command line names: `patch verify` has no use for the jobs,
-# Slurm, shards, diagnose or authoring modules and the plans behind them, ~20 ms of every start-up (issue 16).
+# Slurm, shards, diagnose or authoring modules and the plans behind them, ~20 ms of every start-up.
 FAMILIES = {"ping": "node", "trust": "node", "gpu": "gpu", "facts": "gpu", "patch": "patching",
             "rollback": "patching", "verify": "checks", "run": "adhoc", "fetch": "oncall", "diagnose": "diagnose",
             "capture": "authoring", "rebase": "authoring", "extract": "jobs", "tail": "jobs", "status": "jobs",
@@ -103,7 +103,7 @@ def ahead_request(name: str, plan: Plan, host: Host) -> dict | None:
 
 
 def send_ahead(run: RunState, name: str, plan: Plan, host: Host) -> Pending | None:
-    """Hand this step's request to the host's connector ahead of time (issue 16, pipelining), when the step
+    """Hand this step's request to the host's connector ahead of time (pipelining), when the step
     allows it (ahead_request); run_task(..., pending=) then reads its answer. Never raises: a step that
     cannot go ahead simply runs in its turn."""
     request = ahead_request(name, plan, host)

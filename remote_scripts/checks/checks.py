@@ -10,7 +10,7 @@ import time
 
 # io, re, subprocess, tempfile, tokenize and traceback are imported by the checks that use them, and neither
 # json nor functools is imported at all: a steady-state `verify --kinds grep,compile` is one short agent start
-# per host, and those imports were ~17 ms of its node CPU (issue 16).
+# per host, and those imports were ~17 ms of its node CPU.
 from ..core import wirejson
 from ..core.nodeio import (
     NodeError,
@@ -125,7 +125,7 @@ def _tokenized_lines(source: str) -> tuple[tuple[str, ...], str]:
     return tuple(lines), ""
 
 
-# A file's code lines, and that it compiles, kept in the state dir between runs (issue 16): tokenizing and
+# A file's code lines, and that it compiles, kept in the state dir between runs: tokenizing and
 # compiling the two files a playbook checks was ~30 ms of the ~75 ms of CPU a steady-state `verify --kinds
 # grep,compile` cost a node. An entry is used only for the very bytes it was made from, by the very agent and
 # Python that made it (its key hashes all three); anything else, or an entry that does not parse, is made

@@ -1,15 +1,15 @@
 """How verify runs a playbook's probe script: in a fork of the verify process when an earlier check of the same
 request (import, callsites) already imported the node's third-party packages, else in a fresh interpreter.
 
-Why (issue 16): the probe imports what the callsites and import checks imported just before it (vLLM 0.16,
+Why: the probe imports what the callsites and import checks imported just before it (vLLM 0.16,
 torch, transformers: about 4,700 modules, ~10 s of CPU on the lab), and a fresh `python probe.py` imported them
 a second time; that was half of the deep verify's node CPU. A fork shares them copy-on-write, so vLLM is
-imported once per verify, as issue 3 asked ("do that once per exec, not once per check"). The fork keeps what
+imported once per verify, not once per check. The fork keeps what
 the separate process gave: the probe's monkeypatching of vLLM and a crash stay in the child, it reads its
 request on stdin, its stdout and stderr are its own, it runs as `__main__` with its own directory first on
 sys.path, and the timeout kills it. Where nothing is shared or a fork is unsafe (a `--kinds probe` verify runs
 in the agent itself: nothing third-party imported, and a watchdog thread), a fresh interpreter runs it, as
-before. Stdlib only."""
+it always was. Stdlib only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Entry point on the node: one agent per host per invocation (issue 16). The client starts it once, through
+"""Entry point on the node: one agent per host per invocation. The client starts it once, through
 the verifying bootstrap (fleetops/wire/bundle.py), and sends every task of its chain over the same channel:
 one JSON request per line on stdin -> one JSON answer per line on the answer pipe, in order. The agent ends
 when its client closes stdin (the run is over) or goes away (the watchdog below), so no agent outlives its
@@ -118,7 +118,7 @@ def serve_and_exit() -> None:
     """The serving agent's end (the bootstrap calls this). When main() returns, the client has closed the
     session (or gone away): every answer is written (os.write, unbuffered), every op's files are closed and its
     children waited for, and no thread of ours is left but the watchdog. Python's teardown would only free
-    memory: 3-5 ms of the node's CPU per host, measured (issue 16), so it is skipped. The long-running roles
+    memory: 3-5 ms of the node's CPU per host, measured, so it is skipped. The long-running roles
     (`wrap`, `extract`, where vLLM registers exit handlers) start from the zip's __main__ and exit normally."""
     code = main()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):

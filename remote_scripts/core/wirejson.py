@@ -1,7 +1,7 @@
 """JSON for the agent's requests, answers and state files, without `import json`.
 
 `json` imports `re`, and `re` imports `enum`, `functools` and `collections`: about 9 ms of CPU at every agent
-start on the lab's node, most of what a steady-state `patch --check` costs beyond starting Python (issue 16).
+start on the lab's node, most of what a steady-state `patch --check` costs beyond starting Python.
 The work itself is done by the C accelerator `_json` that `json` uses too (its scanner and one-shot encoder),
 so the text is the same as `json.dumps`/`json.loads` give; this module only skips the pure-Python wrappers
 that drag `re` in. Where `_json` is missing (a build without it) or its calling convention differs, every

@@ -140,7 +140,7 @@ def _scheduler_env(req: dict) -> dict[str, str]:
 
 def _load(state_dir: str, job_id: str | None) -> tuple[str, dict]:
     """The job asked for, else the latest. Its records are written atomically, so a corrupt one is truly
-    corrupt: it is moved aside (reported), never fatal for every later run (issue 12)."""
+    corrupt: it is moved aside (reported), never fatal for every later run."""
     base = slurm_dir(state_dir)
     if not job_id:
         current = read_json(os.path.join(base, "current.json"), on_corrupt="quarantine")

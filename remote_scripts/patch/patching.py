@@ -353,7 +353,7 @@ def _plan_set(req: dict, op: str, site: SiteLock | None, forms: bool = False) ->
     files = [_File(p) for p in req["patches"]]
     for f in files:
         if f.load():
-            if f.p.get("script"):  # a script patch (issue 17): scriptpatch.py plans it
+            if f.p.get("script"):  # a script patch: scriptpatch.py plans it
                 from .scriptpatch import plan_script
 
                 plan_script(req, op, f)
