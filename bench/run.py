@@ -1685,7 +1685,7 @@ def main() -> int:
                     str(pyspy) if pyspy.exists() else None,
                     cgroups=CGROUPS,
                 )
-            except Exception as exc:  # noqa: BLE001 - the measurements above must still be written
+            except Exception as exc:  # the measurements above must still be written
                 import traceback
 
                 traceback.print_exc()

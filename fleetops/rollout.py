@@ -61,7 +61,7 @@ def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int, 
         futures = [pool.submit(_run_chain, run, h, steps, running) for h in batch]
         try:
             run.prepare_while_connecting()
-        except Exception:  # noqa: BLE001,S110 - only a head start: a host that needs it then does it itself
+        except Exception:  # only a head start: a host that needs it then does it itself
             pass
         links_closed = False
         while not all(f.done() for f in futures):
@@ -85,7 +85,7 @@ def _close_links(run: RunState) -> None:
     for node in list(pool.nodes.values()) if pool is not None else []:
         try:
             node.close()
-        except Exception:  # noqa: BLE001,S110 - closing is best effort; the step reports "interrupted"
+        except Exception:  # closing is best effort; the step reports "interrupted"
             pass
 
 
@@ -141,7 +141,7 @@ def _discard(pending: Pending | None) -> None:
     if pending is not None:
         try:
             pending.discard()
-        except Exception:  # noqa: BLE001,S110 - a dropped answer must not turn a skip into a crash
+        except Exception:  # a dropped answer must not turn a skip into a crash
             pass
 
 
@@ -152,5 +152,5 @@ def _release(run: RunState, host: Host) -> None:
         return
     try:
         pool.release(host.name)
-    except Exception:  # noqa: BLE001,S110 - closing is best effort; the results are already recorded
+    except Exception:  # closing is best effort; the results are already recorded
         pass

@@ -107,7 +107,7 @@ class RunState:
             return host
         try:
             return self.inventory.resolve(name)
-        except Exception:  # noqa: BLE001 - an audit line must not fail the run over a name it cannot place
+        except Exception:  # an audit line must not fail the run over a name it cannot place
             return None
 
     def close(self) -> None:

@@ -213,7 +213,7 @@ def _regex_parse_requirement(text: str) -> tuple[str, list[tuple[str, str]]]:
     return name, clauses
 
 
-def _outcome(parse, text):  # noqa: ANN001
+def _outcome(parse, text):
     try:
         return parse(text)
     except ValueError as exc:  # which refusal: the messages name the text, the reference's do not

@@ -55,7 +55,7 @@ def lab(lab2):
     return lab2
 
 
-def agents_of(node) -> list[int]:  # noqa: ANN001 - fleetops.lab.Node
+def agents_of(node) -> list[int]:  # fleetops.lab.Node
     """Pids of processes running our agent zip under this node's state dir, from /proc."""
     mark = f"{node.state_dir}/bin/fleetops-agent".encode()
     found = []
@@ -68,7 +68,7 @@ def agents_of(node) -> list[int]:  # noqa: ANN001 - fleetops.lab.Node
     return found
 
 
-def lock_free(node) -> bool:  # noqa: ANN001
+def lock_free(node) -> bool:
     return not (node.state_dir / "lock.json").exists()
 
 
@@ -166,7 +166,7 @@ def wire_events(host: str, since: float) -> list[tuple[str, str]]:
     return [(what, op) for at, name, what, op in list(COUNTERS.events) if name == host and at >= since]
 
 
-def by_name(results) -> dict[tuple[str, str], object]:  # noqa: ANN001
+def by_name(results) -> dict[tuple[str, str], object]:
     return {(r.host, r.task): r for r in results}
 
 

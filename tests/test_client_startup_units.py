@@ -172,7 +172,7 @@ PARSED_ALIKE = [
 ]
 
 
-def _parse(argv: list[str], capsys) -> object:  # noqa: ANN001
+def _parse(argv: list[str], capsys) -> object:
     """What Fleet's parse stages make of argv: per task its name and option values, the core options; or the
     usage error and what was printed."""
     from fabric import Config
@@ -210,7 +210,7 @@ def test_parsing_only_the_named_tasks_parses_the_command_line_alike(argv, monkey
     built: list[str] = []
     original = Fleet._make_parser
 
-    def counting(self):  # noqa: ANN001, ANN202
+    def counting(self):
         parser = original(self)
         built.extend(parser.contexts)
         return parser

@@ -45,7 +45,7 @@ def findings(result: dict, area: str | None = None) -> list[dict]:
     return [f for f in result["data"]["findings"] if area is None or f["area"] == area]
 
 
-def no_traceback(proc) -> None:  # noqa: ANN001
+def no_traceback(proc) -> None:
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 

@@ -85,7 +85,7 @@ class FakeNode:
         self.closed += 1
 
 
-def chain(tmp_path, hosts: list[Host], names: list[str], serial: int = 0) -> RunState:  # noqa: ANN001
+def chain(tmp_path, hosts: list[Host], names: list[str], serial: int = 0) -> RunState:
     state = RunState(tmp_path, {}, connector=FakeNode)
     state.reporter.json_mode = True
     plans = [(name, TASKS[name].plan(state, {})) for name in names]

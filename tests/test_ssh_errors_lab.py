@@ -401,7 +401,7 @@ def test_changed_host_key_names_trust_replace_which_replaces_only_the_named_key(
         (lab.root / "hosts" / "moved.yaml").unlink()
 
 
-def _login_order(monkeypatch) -> list[str]:  # noqa: ANN001
+def _login_order(monkeypatch) -> list[str]:
     """What each login of this test sent and received, in order: 'sent userauth-request', 'got service-accept',
     'sent channel-open', 'got userauth-success'."""
     from paramiko.common import MSG_NAMES
@@ -412,17 +412,17 @@ def _login_order(monkeypatch) -> list[str]:  # noqa: ANN001
     send = ssh._FleetTransport._send_message
     accept, success = ssh._PipelinedAuth._parse_service_accept, ssh._PipelinedAuth._parse_userauth_success
 
-    def sending(self, data):  # noqa: ANN001, ANN202
+    def sending(self, data):
         kind = data.asbytes()[0] if hasattr(data, "asbytes") else data[0]
         if MSG_NAMES.get(kind) in ("service-request", "userauth-request", "channel-open"):
             order.append(f"sent {MSG_NAMES[kind]}")
         return send(self, data)
 
-    def accepted(self, m):  # noqa: ANN001, ANN202
+    def accepted(self, m):
         order.append("got service-accept")
         return accept(self, m)
 
-    def logged_in(self, m):  # noqa: ANN001, ANN202
+    def logged_in(self, m):
         order.append("got userauth-success")
         return success(self, m)
 
@@ -432,7 +432,7 @@ def _login_order(monkeypatch) -> list[str]:  # noqa: ANN001
     return order
 
 
-def _ping_with(lab, name: str, key: Path | None = None) -> dict:  # noqa: ANN001
+def _ping_with(lab, name: str, key: Path | None = None) -> dict:
     from fleetops.wire.ssh import NodeConnection
 
     inventory = load_inventory(lab.root / "hosts")

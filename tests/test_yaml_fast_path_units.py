@@ -97,12 +97,12 @@ def _repo_yaml() -> list[Path]:
 
 
 def _python(text: str, path: str = "t.yaml") -> Any:
-    return yaml.load(text, Loader=yamlsrc._make_loader(path))  # noqa: S506 - SafeLoader subclass
+    return yaml.load(text, Loader=yamlsrc._make_loader(path))  # SafeLoader subclass
 
 
 def _c(text: str, path: str = "t.yaml") -> Any:
     """The C path alone, never falling back: a failure here is a failure of the test."""
-    return yaml.load(text, Loader=yamlsrc._make_loader(path, yamlsrc.StrictCLoader))  # noqa: S506
+    return yaml.load(text, Loader=yamlsrc._make_loader(path, yamlsrc.StrictCLoader))
 
 
 def assert_same(a: Any, b: Any, where: str = "$") -> None:
@@ -137,9 +137,9 @@ def _spy_loaders(monkeypatch: pytest.MonkeyPatch) -> list[type]:
     used: list[type] = []
     real = yaml.load
 
-    def spy(stream: Any, Loader: type) -> Any:  # noqa: N803 - yaml.load's own argument name
+    def spy(stream: Any, Loader: type) -> Any:  # yaml.load's own argument name
         used.append(Loader)
-        return real(stream, Loader=Loader)  # noqa: S506 - the loader under test
+        return real(stream, Loader=Loader)  # the loader under test
 
     monkeypatch.setattr(yaml, "load", spy)
     return used

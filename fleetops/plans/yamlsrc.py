@@ -406,8 +406,8 @@ def read_text_capped(path: str | Path) -> str:
 def _compose_and_construct(text: str, path: str) -> Any:
     if StrictCLoader is not None and not _libyaml_may_differ(text):
         try:
-            return yaml.load(text, Loader=_make_loader(path, StrictCLoader))  # noqa: S506 - SafeConstructor
-        except Exception:  # noqa: BLE001, S110 - the pure-Python loader below decides and words the error
+            return yaml.load(text, Loader=_make_loader(path, StrictCLoader))  # SafeConstructor
+        except Exception:  # the pure-Python loader below decides and words the error
             # libyaml words its errors differently from PyYAML's Python scanner and parser, marks some of
             # them elsewhere, and refuses a few documents PyYAML reads (`%YAML 1.3`, a "\ud800" escape);
             # _LibyamlDisagrees lands here too, for events PyYAML's parser would not have produced.
@@ -415,7 +415,7 @@ def _compose_and_construct(text: str, path: str) -> Any:
             # here is read again by the pure-Python loader: it raises its own error or, where only
             # libyaml refused, its result stands. Errors are rare; only they pay for the slow path.
             pass
-    return yaml.load(text, Loader=_make_loader(path))  # noqa: S506 - SafeLoader subclass
+    return yaml.load(text, Loader=_make_loader(path))  # SafeLoader subclass
 
 
 def load_text(text: str, path: str | Path) -> Any:

@@ -304,7 +304,7 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
                   f"prove it with {prove}", items, data=data)
 
 
-def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, dict], host: str,  # noqa: ANN001
+def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, dict], host: str,
                      versions: dict[str, str], scripts: list[tuple[str, Path]]) -> Path:
     names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
     requires = authoring.pin_requires(book.requires, versions, names)

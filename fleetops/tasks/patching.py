@@ -95,7 +95,7 @@ def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: Transp
     try:
         answer, _ = asker.call(plan.op, {**plan.request, "host": host.name, "check": True, "settle": token,
                                          "settle_wait_s": SETTLE_S - 5}, timeout=SETTLE_S)
-    except Exception as exc:  # noqa: BLE001 - whatever it is, the outcome stays unknown and is said so
+    except Exception as exc:  # whatever it is, the outcome stays unknown and is said so
         return Result(host.name, plan.op, Status.FAILED, f"interrupted (Ctrl-C) while the node was working on "
                       f"the set, and asking it afterwards what each file is failed ({exc}); what {host.name} ended "
                       f"with is unknown: see it with fab -H {host.name} {plan.op} --check", **interrupted)

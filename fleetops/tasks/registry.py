@@ -113,7 +113,7 @@ def send_ahead(run: RunState, name: str, plan: Plan, host: Host) -> Pending | No
         node = run.connections().get(host)
         submit = getattr(node, "submit", None)  # a connector without pipelining: every step in its turn
         return submit(plan.op, request, timeout=plan.timeout) if submit is not None else None
-    except Exception:  # noqa: BLE001 - the step then runs in its turn and reports whatever fails
+    except Exception:  # the step then runs in its turn and reports whatever fails
         return None
 
 
@@ -228,7 +228,7 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
             result = spec.interpret(host, plan, answer)
             if result.failed:
                 result.evidence = evidence
-    except Exception as exc:  # noqa: BLE001 - a bug for one host must not take the fleet down
+    except Exception as exc:  # a bug for one host must not take the fleet down
         result = _failure(run, host, name, exc, answered=notes.answers > 0)
     notes.into(result)
     result.seconds = round(time.monotonic() - started, 3)
@@ -269,7 +269,7 @@ def run_task(run: RunState, name: str, plan: Plan, host: Host, pending: Pending 
     `pending`: its request, sent ahead by send_ahead while the step before it ran."""
     try:
         node = run.connections().get(host)
-    except Exception as exc:  # noqa: BLE001 - e.g. a bad ssh_config for this host: its result, not a crash
+    except Exception as exc:  # e.g. a bad ssh_config for this host: its result, not a crash
         result = _failure(run, host.name, name, exc)
     else:
         result = run_on_host(run, name, plan, node, pending)

@@ -89,7 +89,7 @@ def ssh_config_aliases(config: paramiko.SSHConfig) -> frozenset[str]:
     """Literal names of `Host` blocks and `Match host/originalhost` criteria (no wildcards, no negation).
     paramiko's own get_hostnames() fails on a config with a Match block, hence the walk."""
     names: set[str] = set()
-    for entry in config._config:  # noqa: SLF001 - SSHConfig exposes its blocks no other way
+    for entry in config._config:  # SSHConfig exposes its blocks no other way
         names.update(entry.get("host", []))
         for match in entry.get("matches", []):
             if match.get("type") in ("host", "originalhost") and not match.get("negate"):
@@ -251,7 +251,7 @@ def _identity_key(path: str, passphrase: str | None) -> paramiko.PKey | None:
             return _KEYS[cache_key]
     try:
         key: paramiko.PKey | None = paramiko.PKey.from_path(os.path.expanduser(path), passphrase)
-    except Exception:  # noqa: BLE001 - any failure: paramiko's own load names it, as without the cache
+    except Exception:  # any failure: paramiko's own load names it, as without the cache
         key = None
     with _SHARED_LOCK:
         return _KEYS.setdefault(cache_key, key)
@@ -259,7 +259,7 @@ def _identity_key(path: str, passphrase: str | None) -> paramiko.PKey | None:
 
 def _strict_client(files: list[str]) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
-    client._host_keys = _host_keys_for(files)  # noqa: SLF001 - shared, read-only (see _host_keys_for)
+    client._host_keys = _host_keys_for(files)  # shared, read-only (see _host_keys_for)
     # Fabric auto-adds unknown host keys, and ssh_config's StrictHostKeyChecking is not consulted: a fleet
     # tool connects only to keys the operator trusted (`trust --fingerprint`).
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
@@ -559,7 +559,7 @@ class _CaptureKey(paramiko.MissingHostKeyPolicy):
     def __init__(self) -> None:
         self.key: paramiko.PKey | None = None
 
-    def missing_host_key(self, client, hostname, key):  # noqa: ANN001 - paramiko's signature
+    def missing_host_key(self, client, hostname, key):  # paramiko's signature
         self.key = key
         raise paramiko.SSHException(f"captured host key for {hostname}")
 
@@ -694,7 +694,7 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None,
         return "refused", (f"host key CHANGED for {_who(host, cxn)}: known_hosts has {old}, the host offers {new}; "
                            "if the change is expected (node reinstalled), check the new key out of band, then run: "
                            f"fab -H {host.name} trust --replace --fingerprint {new}")
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a message (connect_error), none a traceback
+    except Exception as exc:  # every failure becomes a message (connect_error), none a traceback
         if capture.key is None:
             raise connect_error(exc, host, cxn) from None
     finally:
@@ -814,7 +814,7 @@ class NodeConnection:
             if not cxn.gateway and "sock" not in cxn.connect_kwargs:
                 cxn.connect_kwargs["sock"] = self._tcp_connect(cxn)
             cxn.open()
-        except Exception as exc:  # noqa: BLE001 - connect_error names host, cause, next step for every failure
+        except Exception as exc:  # connect_error names host, cause, next step for every failure
             error = (TransportError("interrupted", f"{host.name}: connecting was stopped (the run was interrupted) "
                                                    "before the SSH login finished; nothing ran there")
                      if self._aborted else connect_error(exc, host, cxn))
@@ -1226,10 +1226,10 @@ class _Ticket:
         self.dropped = False  # discarded: nobody reads its answer
 
     def result(self) -> tuple[dict, Evidence]:
-        return self.conn._collect(self)  # noqa: SLF001 - the ticket is the connection's own
+        return self.conn._collect(self)  # the ticket is the connection's own
 
     def discard(self) -> None:
-        self.conn._discard(self)  # noqa: SLF001
+        self.conn._discard(self)
 
 
 class _Overflow(Exception):

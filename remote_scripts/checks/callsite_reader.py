@@ -55,7 +55,7 @@ def _hasattr_fact(test: ast.expr) -> tuple[str, str, bool] | None:
             isinstance(test.args[1].value, str):
         try:
             return ast.unparse(test.args[0]), test.args[1].value, positive
-        except Exception:  # noqa: BLE001
+        except Exception:
             return None
     return None
 
@@ -215,7 +215,7 @@ class ModuleReader(ast.NodeVisitor):
     def _receivers_for(self, node: ast.expr) -> list[dict]:
         try:
             text = ast.unparse(node)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return []
         if not any(r["expr"] == text for r in self.receivers):
             return []
@@ -287,7 +287,7 @@ class ModuleReader(ast.NodeVisitor):
                 isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
             try:
                 self.hasattr_guards.add((ast.unparse(node.args[0]), node.args[1].value))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         target = self._dotted_from(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
         if target is not None and _in_packages(target[0], self.packages):

@@ -106,7 +106,7 @@ def run_main(source: str, script: str) -> int:
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return 1
-    except BaseException as exc:  # noqa: BLE001 - shown on the probe's stderr, as an uncaught exception would be
+    except BaseException as exc:  # shown on the probe's stderr, as an uncaught exception would be
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)

@@ -107,7 +107,7 @@ def method_signature(cls: type, name: str) -> tuple[inspect.Signature | None, st
     raw = inspect.getattr_static(cls, name, _MISSING)
     try:
         obj = getattr(cls, name)
-    except Exception as exc:  # noqa: BLE001 - a descriptor may raise anything on class access
+    except Exception as exc:  # a descriptor may raise anything on class access
         return None, f"class access raised {exc_text(exc)}"
     if isinstance(raw, (property, functools.cached_property)):
         return None, f"{name} is a property; the call on its value is not checked"
@@ -198,7 +198,7 @@ def instance_attributes(cls: type) -> set[str]:
             names.update(annotations)
         try:
             path = inspect.getsourcefile(klass)
-        except Exception:  # noqa: BLE001 - builtins and C classes have none
+        except Exception:  # builtins and C classes have none
             path = None
         tree = _parse_file(path) if path else None
         if tree is None:
@@ -215,7 +215,7 @@ def instance_attributes(cls: type) -> set[str]:
             fields = inspect.getattr_static(cls, attr, None)
             if isinstance(fields, dict):
                 names.update(fields)
-        except Exception:  # noqa: BLE001, S112 - best effort
+        except Exception:  # best effort
             continue
     _INSTANCE_ATTRS[cls] = names
     return names
@@ -227,7 +227,7 @@ def class_has(cls: type, name: str) -> bool:
     try:
         getattr(cls, name)  # metaclass attributes and dynamic class-level lookups
         return True
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 

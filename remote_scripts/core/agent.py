@@ -144,7 +144,7 @@ def serve(line: bytes) -> dict:
         result = _forked(request) if _needs_imports(request) else _run(op, request)
     except KeyboardInterrupt:
         raise
-    except Exception as exc:  # noqa: BLE001 - report, never die: the next request must still be served
+    except Exception as exc:  # report, never die: the next request must still be served
         import traceback
 
         traceback.print_exc()
@@ -157,7 +157,7 @@ def serve(line: bytes) -> dict:
     return result
 
 
-def _run(op, request: dict) -> dict:  # noqa: ANN001 - an op function
+def _run(op, request: dict) -> dict:  # an op function
     from .nodeio import (
         QUARANTINED,
         NodeError,
@@ -215,7 +215,7 @@ def _forked(request: dict) -> dict:
             except KeyboardInterrupt:
                 code = 130
                 result = {"ok": False, "error": "interrupted", "error_kind": "interrupted"}
-            except Exception as exc:  # noqa: BLE001 - the parent answers it as this request's error
+            except Exception as exc:  # the parent answers it as this request's error
                 import traceback
 
                 traceback.print_exc()

@@ -24,7 +24,7 @@ VENV_FIX = ("a .pth file or module put there by another user would run as uid %d
 class Interpreter:
     """Checks what this Python reads code from, each path once (`dirs`: the directories walks passed)."""
 
-    def __init__(self, allow: bool, dirs: dict, walk, rules, refused) -> None:  # noqa: ANN001 - the bootstrap's
+    def __init__(self, allow: bool, dirs: dict, walk, rules, refused) -> None:  # the bootstrap's
         self.allow, self.dirs, self.walk, self.rules, self.refused = allow, dirs, walk, rules, refused
         self.warnings: list[str] = []
         self.seen: set[str] = set()

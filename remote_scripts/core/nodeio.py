@@ -15,7 +15,7 @@ from _signal import SIGKILL  # `signal` itself imports enum to wrap the constant
 
 from . import wirejson
 from .procfs import pid_alive
-from .protocol import parse_requirement, version_matches  # noqa: F401 - nodeio's users import them here
+from .protocol import parse_requirement, version_matches  # nodeio's users import them here
 
 
 class NodeError(Exception):

@@ -102,7 +102,7 @@ def text_pattern(pattern: str) -> TextPattern | None:
     return TextPattern(pattern, anchored, parts)
 
 
-def compile_pattern(pattern: str):  # noqa: ANN201 - a TextPattern or an re.Pattern
+def compile_pattern(pattern: str):  # a TextPattern or an re.Pattern
     """What a grep check searches each line with: string methods where the pattern allows, else `re`. Only the
     truth of `.search(line)` is the same for both (a bool, or a Match / None)."""
     found = text_pattern(pattern)

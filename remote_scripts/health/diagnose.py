@@ -31,10 +31,10 @@ _UNREADABLE = re.compile(r"Operation not permitted|Permission denied|not seeing 
                          r"No journal files were found|read kernel buffer failed", re.I)
 
 
-def _part(fn, *args):  # noqa: ANN001, ANN202 - any reader: its answer, or the reason it has none
+def _part(fn, *args):  # any reader: its answer, or the reason it has none
     try:
         return fn(*args)
-    except Exception as exc:  # noqa: BLE001 - one unreadable part must not hide the others
+    except Exception as exc:  # one unreadable part must not hide the others
         return {"error": f"{type(exc).__name__}: {exc}", "error_kind": "crashed"}
 
 

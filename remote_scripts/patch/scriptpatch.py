@@ -87,14 +87,14 @@ def _unified(old: str, new: str, path: str) -> str:
                                         f"a{path}", f"b{path}", n=3))
 
 
-def plan_script(req: dict, op: str, f) -> None:  # noqa: ANN001 - patching._File (imported by it, not from it)
+def plan_script(req: dict, op: str, f) -> None:  # patching._File (imported by it, not from it)
     if op == "patch":
         _plan_patch(f)
     else:
         _plan_rollback(req, f)
 
 
-def _plan_patch(f) -> None:  # noqa: ANN001
+def _plan_patch(f) -> None:
     p = f.p
     text = f.data.decode("utf-8")
     label = _label(p)
@@ -134,7 +134,7 @@ def note_script(state_dir: str, path: str, p: dict) -> None:
     write_json_atomic(record_path, record, point="patch.script_record")
 
 
-def _plan_rollback(req: dict, f) -> None:  # noqa: ANN001
+def _plan_rollback(req: dict, f) -> None:
     p = f.p
     label = _label(p)
     sha = sha256_bytes(f.data)
