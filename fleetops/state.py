@@ -37,6 +37,13 @@ class RunState:
         self.launched: dict[str, str] = {}
         self.audit_errors: list[str] = []  # one per result whose audit line could not be written
 
+    def transfer(self, label: str, total: int, already: int) -> Any:
+        """A file copy's progress, drawn by report/ (one board per console: parallel hosts share it); the
+        task calls it with the bytes done so far, then .finish()."""
+        from .report.oncall import board_for
+
+        return board_for(self.reporter.console, self.reporter.json_mode).start(label, total, already)
+
     @property
     def inventory(self) -> Inventory:
         if self._inventory is None:

@@ -15,11 +15,11 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ..plans.hostrange import fold as fold_names
+from ..plans.tables import bar
 from ..redaction import RedactingStream, dumps, shown
 from ..results import Result, Status, recap
 from . import fold
 from .fold import LABEL, Group, Identity, Line, Segment
-from .rows import bar
 from .tailview import TailView
 
 if TYPE_CHECKING:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..plans.localpath import UnsafeName, safe_join_relative
-from ..report.oncall import board_for
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector
 from .plan import Plan, TaskSpec, UsageError, agent_error
@@ -120,7 +119,7 @@ def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_si
         offset = 0  # the node's file is shorter than our partial copy: it is another file now
     resumed_from = offset
     for attempt in (1, 2):
-        transfer = board_for(run.reporter.console, run.reporter.json_mode).start(f"{host} {label}", size, offset)
+        transfer = run.transfer(f"{host} {label}", size, offset)
         try:
             fetched = node.download_to(entry["path"], str(part), offset, size, transfer)
         finally:
