@@ -33,7 +33,7 @@ from fleetops.fab.loading import wants_lab
 from fleetops.plans.gpugate import DEFAULT_THRESHOLD_MIB
 
 # The local tasks' report modules are imported in their bodies, and the lab.* collection only for a command
-# line that may name it (fleetops/fab/loading.py): a host task's start-up loads neither (issue 16).
+# line that may name it (fleetops/fab/loading.py): a host task's start-up loads neither.
 
 HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
 HELP_JSON = "print one JSON document instead of the human view"

@@ -1,4 +1,4 @@
-"""The client's cost of drawing a big `verify`: folding on and off (issue 20's benchmark row).
+"""The client's cost of drawing a big `verify`: folding on and off.
 
     .venv/bin/python bench/fold_render.py                 # 128 hosts, 2 odd ones, 20 repetitions
     .venv/bin/python bench/fold_render.py --hosts 800 --odd 5 --reps 10
@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rich.console import Console  # noqa: E402
+from rich.console import Console
 
-from fleetops.report.console import Reporter  # noqa: E402
-from fleetops.report.fold import identities  # noqa: E402
-from fleetops.results import Evidence, Item, Result, Status  # noqa: E402
+from fleetops.report.console import Reporter
+from fleetops.report.fold import identities
+from fleetops.results import Evidence, Item, Result, Status
 
 CHECKS = [("requires", "speculators==0.3.0", "installed 0.3.0")] + [
     ("grep", f"data_generation/vllm_hidden_states_generator.py has marker {n}", "found at line {line}")

@@ -19,7 +19,7 @@ from fabric import Config, Connection, ThreadingGroup
 from fabric.exceptions import GroupException
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_work import commands, load_spec  # noqa: E402
+from peer_work import commands, load_spec
 
 
 def strict_client(known_hosts: str) -> paramiko.SSHClient:

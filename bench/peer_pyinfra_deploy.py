@@ -13,7 +13,7 @@ from pyinfra import host
 from pyinfra.operations import server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_work import commands, load_spec  # noqa: E402
+from peer_work import commands, load_spec
 
 spec = load_spec(os.environ["BENCH_SPEC"])
 for name, cmd in commands(spec, host.data.node_python, host.data.node_site, host.data.node_diffs):

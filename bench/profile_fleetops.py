@@ -218,7 +218,7 @@ def _node_costs(node, client_key: str, known_hosts: str, reps: int = 10, cgroups
 
     from fleetops.plans.playbook import load_playbook
     from fleetops.wire.bundle import agent_bundle
-    from remote_scripts.protocol import PROTOCOL
+    from remote_scripts.core.protocol import PROTOCOL
 
     pid = node.pid()
     clk = os.sysconf("SC_CLK_TCK")

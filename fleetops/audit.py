@@ -78,7 +78,7 @@ def project_dir(root: Path) -> Path:
 @functools.lru_cache(maxsize=64)
 def _resolved(root_text: str) -> Path:
     # Cached: every result's audit line asks, and resolving a path walks it with one lstat per part
-    # (~0.05 ms, twice per result: 512 times for `patch verify` at N=128; issue 16).
+    # (~0.05 ms, twice per result: 512 times for `patch verify` at N=128).
     return Path(root_text).resolve()
 
 

@@ -130,7 +130,7 @@ def fab_main() -> None:
 def _run_and_exit(prog: Program) -> None:
     """Run the program, then end the process without Python's teardown. Tearing down a finished run
     (clearing every module, collecting the connections' objects) cost 0.13-0.18 s of CPU and wall time
-    after the last line was printed, more than a whole host's work (issue 16). By then nothing is left
+    after the last line was printed, more than a whole host's work. By then nothing is left
     to do at exit: the run's pool has joined its workers, every connection is closed, the audit log and
     last-failed are written and closed; only the two streams are flushed here. An exception that is not an
     exit (a bug) still takes Python's usual way out."""

@@ -8,7 +8,7 @@ terminal (move the cursor, erase a line and forge another host's, set the title,
 OSC 52, reorder what follows with a bidi override). shown() is both, in the order that keeps masking whole:
 mask first (a secret holding a control character still matches), then escape.
 
-Masking works on values, before anything escapes them (issue 12): dumps() masks every string of a document
+Masking works on values, before anything escapes them: dumps() masks every string of a document
 (keys too) and then serializes it, so a secret with quotes, backslashes, non-ASCII or newlines is masked in
 JSON output however json escapes it. redact() masks text that is already formatted (console lines): besides
 the value itself it knows the forms a value takes when quoted (JSON with and without ASCII escapes, Python's

@@ -2,7 +2,7 @@
 hosts run concurrently (bounded by forks); a failing host stops only its own chain; with `serial`, hosts go
 in batches and a batch with a failure stops the roll-out. A step that allows it (Step.ahead: a read-only
 request fixed at plan time) is handed to the connector before the step before it runs, so its request goes
-out right behind that step's (pipelining, issue 16); a host whose chain is over has its link closed at once.
+out right behind that step's (pipelining); a host whose chain is over has its link closed at once.
 `running` (host -> the step it runs now) is what a second Ctrl-C, which exits at once, writes to the audit log.
 Used by the `fab`/`fleet` executor and by fleetops.api alike (both through run.execute)."""
 
@@ -61,7 +61,7 @@ def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int, 
         futures = [pool.submit(_run_chain, run, h, steps, running) for h in batch]
         try:
             run.prepare_while_connecting()
-        except Exception:  # noqa: BLE001,S110 - only a head start: a host that needs it then does it itself
+        except Exception:  # only a head start: a host that needs it then does it itself
             pass
         links_closed = False
         while not all(f.done() for f in futures):
@@ -85,7 +85,7 @@ def _close_links(run: RunState) -> None:
     for node in list(pool.nodes.values()) if pool is not None else []:
         try:
             node.close()
-        except Exception:  # noqa: BLE001,S110 - closing is best effort; the step reports "interrupted"
+        except Exception:  # closing is best effort; the step reports "interrupted"
             pass
 
 
@@ -141,7 +141,7 @@ def _discard(pending: Pending | None) -> None:
     if pending is not None:
         try:
             pending.discard()
-        except Exception:  # noqa: BLE001,S110 - a dropped answer must not turn a skip into a crash
+        except Exception:  # a dropped answer must not turn a skip into a crash
             pass
 
 
@@ -152,5 +152,5 @@ def _release(run: RunState, host: Host) -> None:
         return
     try:
         pool.release(host.name)
-    except Exception:  # noqa: BLE001,S110 - closing is best effort; the results are already recorded
+    except Exception:  # closing is best effort; the results are already recorded
         pass

@@ -1,4 +1,4 @@
-"""No garbage collection while the `fab` program starts (issue 16).
+"""No garbage collection while the `fab` program starts.
 
 Starting a run builds objects that live until it exits: the modules of Fabric, Invoke, paramiko and fleetops,
 the parsed command line, config, inventory and plans (37,500 tracked objects when `fab -H lab01 patch verify`
@@ -48,7 +48,7 @@ def release() -> None:
 def unittest_mock_deferred() -> Iterator[None]:
     """Invoke's context module imports `unittest.mock` at its top for MockContext, a helper for testing code
     that uses Invoke; that import pulls in unittest, asyncio and ssl: ~30 ms of every `fab`'s start-up
-    (measured, issue 16) for a class no run uses. While the program imports Fabric, `unittest.mock` is a
+    (measured) for a class no run uses. While the program imports Fabric, `unittest.mock` is a
     stand-in: its Mock makes a real Mock (importing the real module then), and any other name loads the real
     module and is taken from it. The stand-in leaves sys.modules when the block ends, so a fabfile or a test
     importing unittest.mock afterwards gets the real one. Nothing is stood in for when it is already loaded.

@@ -37,6 +37,13 @@ class RunState:
         self.launched: dict[str, str] = {}
         self.audit_errors: list[str] = []  # one per result whose audit line could not be written
 
+    def transfer(self, label: str, total: int, already: int) -> Any:
+        """A file copy's progress, drawn by report/ (one board per console: parallel hosts share it); the
+        task calls it with the bytes done so far, then .finish()."""
+        from .report.oncall import board_for
+
+        return board_for(self.reporter.console, self.reporter.json_mode).start(label, total, already)
+
     @property
     def inventory(self) -> Inventory:
         if self._inventory is None:
@@ -59,7 +66,7 @@ class RunState:
             return self.pool
 
     def prepare_while_connecting(self) -> None:
-        """The main thread's work while the first hosts are in their SSH handshakes (issue 16: at 50 ms RTT a
+        """The main thread's work while the first hosts are in their SSH handshakes (at 50 ms RTT a
         handshake is ~0.25 s of waiting): load what drawing results needs and what the connector sends first
         (the agent bundle), so neither is done later on a host's critical path."""
         self.reporter.prepare()
@@ -107,7 +114,7 @@ class RunState:
             return host
         try:
             return self.inventory.resolve(name)
-        except Exception:  # noqa: BLE001 - an audit line must not fail the run over a name it cannot place
+        except Exception:  # an audit line must not fail the run over a name it cannot place
             return None
 
     def close(self) -> None:

@@ -7,6 +7,6 @@ if __package__ in (None, ""):
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote_scripts.agent import main  # noqa: E402
+from remote_scripts.core.agent import main
 
 sys.exit(main())

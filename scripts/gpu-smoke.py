@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fleetops.plans.gpugate import Gate, evaluate  # noqa: E402  (stdlib-only modules: no fabric needed here)
-from fleetops.report.rows import gpu_rows  # noqa: E402
+from fleetops.plans.tables import gpu_rows  # noqa: E402
 
 HOLD_GIB = 20
 HOLDER = ("import time, torch\n"

@@ -17,7 +17,7 @@ from conftest import REPO
 HOSTILE = Path(__file__).resolve().parent / "hostile_node_agent.py"
 
 
-def hostile_inventory(lab, root: Path, modes: dict[str, str], mb: int = 400,  # noqa: ANN001 - fleetops.lab.Lab
+def hostile_inventory(lab, root: Path, modes: dict[str, str], mb: int = 400,  # fleetops.lab.Lab
                       env: dict[str, str] | None = None) -> Path:
     """An inventory: the lab's own hosts, plus one host per name in `modes` on lab01's sshd, answering in that
     mode. `env`: exported by the wrapper before the hostile script starts."""

@@ -80,7 +80,7 @@ def _complete_lines(path: Path, offset: int) -> list[str]:
 class NodeLogs:
     """Byte offsets of a node's logs at mark(); read() parses what was appended since."""
 
-    def __init__(self, node) -> None:  # noqa: ANN001 - fleetops.lab.Node
+    def __init__(self, node) -> None:  # fleetops.lab.Node
         self.node = node
         self.sshd = Path(node.dir) / "sshd.log"
         self.sftp = Path(node.dir) / "sftp.log"
@@ -124,7 +124,7 @@ class NodeLogs:
             time.sleep(0.1)
 
 
-def logs_for(lab, names: list[str]) -> dict[str, NodeLogs]:  # noqa: ANN001 - fleetops.lab.Lab
+def logs_for(lab, names: list[str]) -> dict[str, NodeLogs]:  # fleetops.lab.Lab
     """Mark the named nodes' logs now. Fails loudly when the lab's sshd cannot write the sftp log."""
     out = {}
     for name in names:
@@ -142,7 +142,7 @@ def logs_for(lab, names: list[str]) -> dict[str, NodeLogs]:  # noqa: ANN001 - fl
     return out
 
 
-def clear_agent_cache(node) -> list[str]:  # noqa: ANN001 - fleetops.lab.Node
+def clear_agent_cache(node) -> list[str]:  # fleetops.lab.Node
     """Empty <state_dir>/bin, so the next run must upload the agent. Returns what was removed."""
     import shutil
 
@@ -158,7 +158,7 @@ def clear_agent_cache(node) -> list[str]:  # noqa: ANN001 - fleetops.lab.Node
     return removed
 
 
-def agent_zips(node) -> dict[str, tuple[int, int]]:  # noqa: ANN001 - fleetops.lab.Node
+def agent_zips(node) -> dict[str, tuple[int, int]]:  # fleetops.lab.Node
     """Agent zips on the node: name -> (inode, mtime_ns). A new upload is a new inode (rename over)."""
     bin_dir = Path(node.state_dir) / "bin"
     if not bin_dir.is_dir():

@@ -1,4 +1,4 @@
-"""Issue 16: a steady-state `patch verify --kinds grep,compile` costs the node no `json`, `re`, enum, functools,
+"""A steady-state `patch verify --kinds grep,compile` costs the node no `json`, `re`, enum, functools,
 collections, threading, signal or typing import: ~17 ms of CPU per host on the lab before this change. The real
 bootstrap and agent run here under a lab node's interpreter (real speculators 0.3.0 and vLLM 0.16.0), serving
 the very requests the client sends, built from the shipped playbook; `-X importtime` names every
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fleetops.plans.playbook import load_playbook
 from fleetops.wire.bundle import BOOTSTRAP, agent_bundle
-from remote_scripts.protocol import PROTOCOL
+from remote_scripts.core.protocol import PROTOCOL
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOK = REPO / "playbooks" / "speculators-0.3.0-vllm-0.16.yaml"
@@ -71,12 +71,13 @@ def test_a_steady_state_patch_and_verify_imports_nothing_heavy(lab):
     assert [i["msg"] for i in verify["items"]] == [i["msg"] for i in first[1]["items"]]
     # what checks.py and patching.py import (importlib.import_module, which the agent loads them with, is not
     # logged by -X importtime; the imports they make are)
-    assert {"remote_scripts.textpattern", "remote_scripts.hunks", "remote_scripts.sitelock"} <= imported
+    assert {"remote_scripts.core.textpattern", "remote_scripts.patch.hunks",
+            "remote_scripts.patch.sitelock"} <= imported
     assert HEAVY & (imported - at_start) == set(), sorted(HEAVY & (imported - at_start))
 
 
 def test_the_serving_agent_ends_without_pythons_teardown(lab, tmp_path):
-    """Issue 16 (node CPU): once the client has closed the session, every answer is written and every op's
+    """Once the client has closed the session, every answer is written and every op's
     files and children are done with, so the agent skips Python's teardown (3-5 ms of the node's CPU per host,
     measured). A sitecustomize on the agent's path registers an exit handler: teardown runs it, os._exit not."""
     node = lab.nodes()[0]

@@ -1,4 +1,4 @@
-"""Issue 16: the agent's steady-state path imports neither `json` nor `re` (nor the enum, functools and
+"""The agent's steady-state path imports neither `json` nor `re` (nor the enum, functools and
 collections they pull in: ~17 ms of node CPU per host). What replaces them must give the very same answers, so
 each replacement is checked here against the stdlib code it replaces, on the same inputs: wirejson against
 json, textpattern against re.search, and the string parsers against the regular expressions they were."""
@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from fleetops.plans.playbook import load_playbook
-from remote_scripts import checks, nodeio, protocol, wirejson
-from remote_scripts.textpattern import TextPattern, compile_pattern, text_pattern
-from remote_scripts.wheelrecord import record_sha256
+from remote_scripts.checks import checks
+from remote_scripts.core import nodeio, protocol, wirejson
+from remote_scripts.core.textpattern import TextPattern, compile_pattern, text_pattern
+from remote_scripts.patch.wheelrecord import record_sha256
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -90,7 +91,7 @@ def test_wirejson_refuses_what_json_refuses_with_a_value_error(bad):
 
 def test_the_agents_replacements_import_neither_json_nor_re():
     code = ("import sys\n"
-            "from remote_scripts import protocol, textpattern, wirejson\n"
+            "from remote_scripts.core import protocol, textpattern, wirejson\n"
             "wirejson.loads(wirejson.dumps({'a': [1, 2.5, None, 'x']}, default=str))\n"
             "wirejson.dumps({'a': {'b': [1]}}, indent=1, sort_keys=True)\n"
             "assert textpattern.compile_pattern(r'^\\s*block_size=self\\.x,').search('  block_size=self.x,')\n"
@@ -105,7 +106,7 @@ def test_the_agents_replacements_import_neither_json_nor_re():
 
 def test_wirejson_refuses_bad_json_where_json_was_never_imported():
     # as on the node: nothing has imported json (the C scanner's own error path needs it loaded)
-    code = ("import sys; from remote_scripts import wirejson; assert 'json' not in sys.modules\n"
+    code = ("import sys; from remote_scripts.core import wirejson; assert 'json' not in sys.modules\n"
             "for bad in ['{not json', '[1,', '\"\\x01\"', '{} x', '']:\n"
             "    try:\n        wirejson.loads(bad)\n    except ValueError as exc:\n"
             "        print(type(exc).__name__, exc)\n")
@@ -212,7 +213,7 @@ def _regex_parse_requirement(text: str) -> tuple[str, list[tuple[str, str]]]:
     return name, clauses
 
 
-def _outcome(parse, text):  # noqa: ANN001
+def _outcome(parse, text):
     try:
         return parse(text)
     except ValueError as exc:  # which refusal: the messages name the text, the reference's do not

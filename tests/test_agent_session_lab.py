@@ -1,4 +1,4 @@
-"""Issue 16: one agent per host per invocation, against real lab sshd nodes (a 2-node lab of this module's own).
+"""One agent per host per invocation, against real lab sshd nodes (a 2-node lab of this module's own).
 
 - the chain `patch verify gpu` runs in ONE exec per host: the tool's trace counters and the node's own sshd log
   (tests/sshd_evidence.py) agree, and every task of the chain was answered by the same agent process;
@@ -55,7 +55,7 @@ def lab(lab2):
     return lab2
 
 
-def agents_of(node) -> list[int]:  # noqa: ANN001 - fleetops.lab.Node
+def agents_of(node) -> list[int]:  # fleetops.lab.Node
     """Pids of processes running our agent zip under this node's state dir, from /proc."""
     mark = f"{node.state_dir}/bin/fleetops-agent".encode()
     found = []
@@ -68,7 +68,7 @@ def agents_of(node) -> list[int]:  # noqa: ANN001 - fleetops.lab.Node
     return found
 
 
-def lock_free(node) -> bool:  # noqa: ANN001
+def lock_free(node) -> bool:
     return not (node.state_dir / "lock.json").exists()
 
 
@@ -159,14 +159,14 @@ def test_agent_exits_when_the_client_is_killed_mid_chain(lab):
     assert rc == 0, doc
 
 
-# ---------------------------------------------------------------- pipelining (issue 16, item 2)
+# ---------------------------------------------------------------- pipelining
 def wire_events(host: str, since: float) -> list[tuple[str, str]]:
     """(what, op) of the client's agent-session trace for host since `since`: sent / sent_ahead / answered /
     closed, in the order they happened."""
     return [(what, op) for at, name, what, op in list(COUNTERS.events) if name == host and at >= since]
 
 
-def by_name(results) -> dict[tuple[str, str], object]:  # noqa: ANN001
+def by_name(results) -> dict[tuple[str, str], object]:
     return {(r.host, r.task): r for r in results}
 
 
@@ -290,7 +290,7 @@ def test_serial_batches_still_run_every_chain(lab):
 
 
 def test_connections_share_the_per_process_work_and_idle_quietly(lab, monkeypatch):
-    """Issue 16 item 3 (client CPU at N=128): per connection fleetops cloned Fabric's config (~0.4 ms), paramiko
+    """Per connection fleetops cloned Fabric's config (~0.4 ms), paramiko
     parsed the identity file once per key type (3 parses per host) and each transport thread woke every 0.1 s
     while the connection waited for the rest of the fleet (~0.5 ms per host per second)."""
     import paramiko
@@ -379,7 +379,7 @@ cli.fab_main()
 
 
 def test_the_report_and_the_agent_bundle_load_while_the_first_connection_handshakes(lab):
-    """Issue 16 (N = 1 at 50 ms RTT): rich (~30 ms to import) and the agent bundle used to be loaded before the
+    """Rich (~30 ms to import) and the agent bundle used to be loaded before the
     first connection started; now the hosts' chains are started first and the main thread loads both while
     they connect (0.895 -> 0.849 s at 50 ms RTT, median of 8 alternating runs)."""
     proc = subprocess.run([sys.executable, "-c", ORDER_PROBE], cwd=lab.root, capture_output=True, text=True,

@@ -79,7 +79,7 @@ def test_80_columns_keep_every_required_column_whole():
 
 
 def test_the_log_directory_is_made_once_and_again_if_it_was_removed(own_log, tmp_path):
-    """Issue 16: the directory checks are paid once per process, not once per result; a directory removed by
+    """The directory checks are paid once per process, not once per result; a directory removed by
     hand between two results is made again, so no record is lost."""
     import shutil
 

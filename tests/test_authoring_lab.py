@@ -1,4 +1,4 @@
-"""Issue 17 items 2-4 against real lab nodes (a 3-node lab and a project of its own, whose playbooks/ is a real
+"""Playbook authoring against real lab nodes (a 3-node lab and a project of its own, whose playbooks/ is a real
 copy, so the playbooks `capture` and `rebase` write never land in the checkout):
 
 - `capture` of a node patched with the shipped playbook writes a playbook whose `patch` gives a fresh node

@@ -1,4 +1,4 @@
-"""The bootstrap's path walk (remote_scripts/bootstrap.py: walk), on real directories, without a lab: a path is
+"""The bootstrap's path walk (remote_scripts/core/bootstrap.py: walk), on real directories, without a lab: a path is
 checked as written, component by component, like OpenSSH's StrictModes, and a symlink on the way is followed
 only where no other user can replace it. Ownership by another user needs root (chown)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_scripts.bootstrap import Refused, Rules, walk
+from remote_scripts.core.bootstrap import Refused, Rules, walk
 
 NOBODY = 65534
 

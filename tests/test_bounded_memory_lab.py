@@ -25,7 +25,7 @@ from hostile_hosts import fab_with_peak_rss, hostile_inventory
 pytestmark = pytest.mark.lab
 
 MB = 1000 * 1000
-KEEP = 1024 * 1024  # remote_scripts/adhoc.py KEEP_BYTES: the head and the tail of each stream
+KEEP = 1024 * 1024  # remote_scripts/jobs/adhoc.py KEEP_BYTES: the head and the tail of each stream
 
 
 # ---------------------------------------------------------------- the node agent's `run`

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fleetops.wire import bundle as bundle_mod
 from fleetops.wire.bundle import BOOTSTRAP, Bundle, agent_bundle
-from remote_scripts.protocol import PROTOCOL
+from remote_scripts.core.protocol import PROTOCOL
 
 
 def _serve(tmp_path: Path, b: Bundle) -> tuple[list[dict], str]:
@@ -34,19 +34,18 @@ def test_a_node_of_the_clients_python_runs_the_precompiled_modules(tmp_path):
     answers, stderr = _serve(tmp_path, agent_bundle())
     assert answers[0]["ok"] is True and answers[1]["agent_error"] is True, answers
     # the traceback of the failing request names the precompiled code, not a compile of the zip's sources
-    assert 'File "<fleetops-agent>/remote_scripts/agent.py"' in stderr, stderr
+    assert 'File "<fleetops-agent>/remote_scripts/core/agent.py"' in stderr, stderr
 
 
 def test_a_node_of_another_python_compiles_the_sources_from_the_same_verified_bytes(tmp_path, monkeypatch):
-    sources = {p.name: p.read_bytes() for p in sorted(Path(bundle_mod.remote_scripts.__file__).parent.glob("*.py"))
-               if p.name != "__main__.py"}
+    sources = bundle_mod.agent_sources()
     monkeypatch.setattr(bundle_mod, "CODE_PREFIX", "code-00000000/")  # compiled for a version the node is not
     data = bundle_mod._build(sources)
     import hashlib
 
     answers, stderr = _serve(tmp_path, Bundle(data, hashlib.sha256(data).hexdigest()))
     assert answers[0]["ok"] is True and answers[1]["agent_error"] is True, answers
-    assert "<fleetops-agent>" not in stderr and "/remote_scripts/agent.py\"" in stderr, stderr
+    assert "<fleetops-agent>" not in stderr and "/remote_scripts/core/agent.py\"" in stderr, stderr
 
 
 def test_the_bundle_is_the_same_bytes_in_any_client_process_and_a_stale_cache_is_not_believed(tmp_path):

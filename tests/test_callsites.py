@@ -1,4 +1,4 @@
-"""The `callsites` check (remote_scripts/callsites.py), run the way a node runs it: under a venv's python,
+"""The `callsites` check (remote_scripts/checks/callsites.py), run the way a node runs it: under a venv's python,
 against files in that venv's site-packages.
 
 The repo's pytest python has no vLLM, so every check runs in a subprocess under a throwaway venv whose
@@ -46,8 +46,8 @@ SPECULATORS_CHECK = {
 RUNNER = textwrap.dedent("""
     import json, sys, time
     sys.path.insert(0, sys.argv[1])
-    from remote_scripts.callsites import check_callsites
-    from remote_scripts.checks import verify
+    from remote_scripts.checks.callsites import check_callsites
+    from remote_scripts.checks.checks import verify
     check = json.loads(sys.stdin.read())
     started = time.monotonic()
     outcome = check_callsites(check)

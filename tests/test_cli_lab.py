@@ -1,4 +1,4 @@
-"""Issue 11, the front end, against real lab sshd nodes: ad-hoc commands through the inventory (`fleet -H x --
+"""The front end against real lab sshd nodes: ad-hoc commands through the inventory (`fleet -H x --
 cmd`, `fab run`), Ctrl-C (first SIGINT: nothing new starts, running agent calls stop cleanly on the node,
 exit 130), --dry, the short-flag scheme, usage errors exit 2, --diff, and the run options with plain fab.
 
@@ -346,7 +346,7 @@ def test_installed_fab_takes_run_options_before_the_task(lab):
     proc = installed_fab(lab.root, "--limit", "lab0*,!lab02", "-H", "@lab", "ping", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(r["host"] for r in json.loads(proc.stdout)["results"]) == ["lab01", "lab03"]
-    # Issue 20's run options are core flags too: FLEETOPS_FOLD=1 would fold these 3 hosts; --no-fold wins.
+    # The fold options are core flags too: FLEETOPS_FOLD=1 would fold these 3 hosts; --no-fold wins.
     proc = installed_fab(lab.root, "--no-fold", "--odd", "-H", "lab[01-03]", "ping", env={"FLEETOPS_FOLD": "1"})
     assert proc.returncode == 0 and "lab[01-03] (3)" not in proc.stdout, proc.stdout + proc.stderr
     assert all(f"{n} | ping | ok" in proc.stdout for n in NODES), proc.stdout

@@ -1,4 +1,4 @@
-"""Client start-up and per-host cost (issue 16), without a lab: a host task's command line does not load the
+"""Client start-up and per-host cost, without a lab: a host task's command line does not load the
 lab collection, the local tasks' report modules or (for `fab --list`) the run and rich; the lab tasks are still
 there whenever the command line may name one or lists the tasks; a Fabric Connection built for a host writes
 nothing into its config (each write re-merges the whole config: client CPU per host)."""
@@ -72,7 +72,7 @@ def test_a_run_loads_no_progress_bars_and_no_uuid():
 
 
 def test_a_run_loads_the_kernel_log_and_gpu_health_parsers_only_for_diagnose():
-    # Issue 16 (client CPU): the task table imported diagnose's parsers (the Xid table, ~13 regexes,
+    # The task table imported diagnose's parsers (the Xid table, ~13 regexes,
     # xml.etree) for every run, ~15 ms of start-up that only `diagnose` uses.
     probe = ("import sys, fleetops.cli, fleetops.run, fleetops.tasks.diagnose\n"
              "names = ('fleetops.plans.kernellog', 'fleetops.plans.gpuhealth', 'xml.etree.ElementTree')\n"
@@ -132,7 +132,7 @@ def test_the_version_is_read_when_asked_for_not_at_start_up(tmp_path):
 
 
 def test_the_program_ends_without_pythons_teardown_keeping_its_output_and_exit_status():
-    """Issue 16: tearing down a finished run (every module cleared, the connections' objects collected) cost
+    """Tearing down a finished run (every module cleared, the connections' objects collected) cost
     0.13-0.18 s of CPU and wall after the last line; fab now ends with os._exit once its streams are flushed.
     An atexit handler shows whether the teardown ran."""
     probe = ("import atexit, sys\n"
@@ -172,7 +172,7 @@ PARSED_ALIKE = [
 ]
 
 
-def _parse(argv: list[str], capsys) -> object:  # noqa: ANN001
+def _parse(argv: list[str], capsys) -> object:
     """What Fleet's parse stages make of argv: per task its name and option values, the core options; or the
     usage error and what was printed."""
     from fabric import Config
@@ -199,7 +199,7 @@ def _parse(argv: list[str], capsys) -> object:  # noqa: ANN001
 
 @pytest.mark.parametrize("argv", PARSED_ALIKE, ids=" ".join)
 def test_parsing_only_the_named_tasks_parses_the_command_line_alike(argv, monkeypatch, capsys):
-    """Issue 16 (start-up): Invoke built and deep-copied a parser context for every task on each run (~10 ms);
+    """Invoke built and deep-copied a parser context for every task on each run (~10 ms);
     Fleet builds them for the tasks the command line names. Same parse, same errors, same help."""
     from invoke.program import Program
 
@@ -210,7 +210,7 @@ def test_parsing_only_the_named_tasks_parses_the_command_line_alike(argv, monkey
     built: list[str] = []
     original = Fleet._make_parser
 
-    def counting(self):  # noqa: ANN001, ANN202
+    def counting(self):
         parser = original(self)
         built.extend(parser.contexts)
         return parser
@@ -237,7 +237,7 @@ OTHER_FAMILIES = ("fleetops.tasks.jobs", "fleetops.tasks.shards", "fleetops.task
 
 
 def test_a_run_imports_only_the_task_families_its_command_line_names():
-    # Issue 16 (client start-up): the task table imported every family (jobs, Slurm, shards, diagnose,
+    # The task table imported every family (jobs, Slurm, shards, diagnose,
     # authoring, ...) and the plans behind them for every run, ~20 ms that `patch verify` never uses.
     seen = _probe_json(
         "import sys, json, fleetops.cli, fleetops.run\n"
@@ -276,7 +276,7 @@ def test_every_task_of_every_family_is_in_the_task_table():
 
 
 def test_the_program_starts_without_unittest_asyncio_or_ssl():
-    # Issue 16: Invoke's context module imports unittest.mock for MockContext (a test helper), which pulls in
+    # Invoke's context module imports unittest.mock for MockContext (a test helper), which pulls in
     # unittest, asyncio and ssl: ~30 ms of every `fab`'s start-up, measured, for a class no run uses.
     seen = _probe_json(
         "import sys, json\n"

@@ -12,8 +12,8 @@ from fleetops.plans.inventory import Inventory, UnknownHost, load_inventory
 from fleetops.plans.playbook import load_playbook
 from fleetops.plans.yamlsrc import ConfigError, load_text
 from fleetops.results import EXIT_FAILED, EXIT_UNREACHABLE, Item, Result, Status, exit_status, rollup
-from remote_scripts import patching
-from remote_scripts.nodeio import parse_requirement, version_matches
+from remote_scripts.core.nodeio import parse_requirement, version_matches
+from remote_scripts.patch import patching
 
 PLAYBOOK = REPO / "playbooks" / "speculators-0.3.0-vllm-0.16.yaml"
 

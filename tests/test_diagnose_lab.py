@@ -1,4 +1,4 @@
-"""Issue 13 item 1 and issue 20 item 5: `diagnose` end to end against real sshd lab nodes, with the lab's
+"""`diagnose` end to end against real sshd lab nodes, with the lab's
 simulated kernel log (fleetops/lab/kernel_log.py: `fab lab.kernel`) and simulated nvidia-smi.
 
 A module of its own with a 2-node lab (a throwaway project), so OOM kills, Xids and missing nvidia-smi never
@@ -45,7 +45,7 @@ def findings(result: dict, area: str | None = None) -> list[dict]:
     return [f for f in result["data"]["findings"] if area is None or f["area"] == area]
 
 
-def no_traceback(proc) -> None:  # noqa: ANN001
+def no_traceback(proc) -> None:
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 

@@ -1,4 +1,4 @@
-"""The diff engine (remote_scripts/hunks.py, used through remote_scripts/patching.py) on real code.
+"""The diff engine (remote_scripts/patch/hunks.py, used through remote_scripts/patch/patching.py) on real code.
 
 The property test edits real Python sources that are already on disk (the lab base venv's vLLM and speculators
 when it is installed, else the standard library of the Python running the tests), turns each edit into a
@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from fleetops import lab
 from fleetops.plans import unidiff
-from remote_scripts import patching
+from remote_scripts.patch import patching
 
 FIXED_SEED = 19
 CASES_PER_SEED = 1500
@@ -346,7 +346,7 @@ def test_hypothesis_edits_roundtrip(gnu, rnd):
     assert not tally.failures, tally.failures
 
 
-# ---------------------------------------------------------------- the cases named in issue 19
+# ---------------------------------------------------------------- edge cases: ends of files, repeats, line endings
 def lines_of(text: str) -> list[str]:
     return re.findall(r"[^\n]*\n|[^\n]+$", text)  # as diff(1) reads lines: only "\n" ends one
 
@@ -546,7 +546,7 @@ def node_python(tmp_path) -> tuple[Path, Path]:
 
 
 def node_op(python: Path, op: str, request: dict) -> dict:
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from remote_scripts import patching; "
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from remote_scripts.patch import patching; "
             "print(json.dumps(getattr(patching, sys.argv[2])(json.loads(sys.argv[3]))))")
     proc = subprocess.run([str(python), "-c", code, str(REPO), op, json.dumps(request)], capture_output=True,
                           text=True, timeout=120)

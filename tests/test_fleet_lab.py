@@ -43,7 +43,7 @@ def test_one_host_failing_mid_chain_does_not_stop_the_other(lab):
                   ("lab02", "ping"): "ok", ("lab02", "patch"): "changed", ("lab02", "verify"): "ok"}
     assert doc["failed_hosts"] == ["lab01"]
     assert doc["recap"]["lab01"]["failed"] == 1 and doc["recap"]["lab02"]["failed"] == 0
-    # From the nodes: each host's chain ran in one agent (issue 16: one exec per host, plus one when the first
+    # From the nodes: each host's chain ran in one agent (one exec per host, plus one when the first
     # found no agent and it was uploaded), on one connection; the tool's counters say the same. (That lab01's
     # verify never reached the node shows in its result: skipped.)
     for name in BOTH:

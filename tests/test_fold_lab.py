@@ -1,4 +1,4 @@
-"""Issue 20 on a 12-node lab: folded output, odd ones out, host ranges, the closing lines, @failed.
+"""Folding on a 12-node lab: folded output, odd ones out, host ranges, the closing lines, @failed.
 
 Twelve real sshd nodes (module-scoped, this file's own). After `patch` every node answers `verify` the same
 and the output is one block; then lab05 drifts (its patched file edited by hand) and lab09 reports another

@@ -1,4 +1,4 @@
-"""Issue 20, pure parts: host ranges (plans/hostrange.py), folding and odd ones out (report/fold.py), the
+"""Folding, pure parts: host ranges (plans/hostrange.py), folding and odd ones out (report/fold.py), the
 closing lines and the live view at scale (report/console.py), the re-run command (run.py). No sshd."""
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def test_diagnose_fleet_summary_is_worst_first_and_folds_by_finding():
 
 
 def test_gpu_next_actions_print_once_per_folded_group():
-    """Issue 20 item 5: hosts whose gpu findings differ only by their own name fold into one group, and the
+    """Hosts whose gpu findings differ only by their own name fold into one group, and the
     group's next action (naming {host}) is printed once, not once per host or per GPU."""
     from fleetops.plans.gpugate import Gate
     from fleetops.tasks.gpu import _interpret_gpu
@@ -292,8 +292,8 @@ def test_gpu_next_actions_print_once_per_folded_group():
 
 
 def _oracle(ident: fold.Identity, text: str) -> str:
-    """The regex fold used before issue 16's client-CPU work (one compiled pattern per host): the string search
-    that replaced it must give the same text for any input."""
+    """The regex fold that the string search replaced (one compiled pattern per host): the string search
+    must give the same text for any input."""
     alternatives = "|".join(re.escape(w) for w in sorted(set(ident.words()), key=len, reverse=True))
     pattern = re.compile(rf"(?<![A-Za-z0-9_.-])(?:{alternatives})(?![A-Za-z0-9_-]|\.[A-Za-z0-9])")
     return pattern.sub(lambda m: fold.PLACEHOLDER if m.group(0) == ident.name else fold.ADDRESS_PLACEHOLDER, text)

@@ -1,4 +1,4 @@
-"""Issue 20 item 5 for `gpu`: each host's verdict word (OK / WARN / CRITICAL / UNKNOWN), the exit status of the
+"""`gpu`'s verdicts: each host's verdict word (OK / WARN / CRITICAL / UNKNOWN), the exit status of the
 worst verdict across hosts, and the finding's next action printed once per host result. No sshd: the gate runs on
 nvidia-smi output recorded on a 2×H200 machine (tests/fixtures/nvidia-smi)."""
 
@@ -28,7 +28,7 @@ from fleetops.results import (
 )
 from fleetops.tasks.gpu import _interpret_gpu
 from fleetops.tasks.plan import Plan
-from remote_scripts import nvsmi
+from remote_scripts.health import nvsmi
 
 FIX = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200x2"
 PLAN = Plan("gpu", {}, 60, None, options={"gate": Gate(expected=2), "wait": 0.0})

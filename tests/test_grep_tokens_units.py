@@ -1,4 +1,4 @@
-"""Issue 17 item 4: grep checks judge code, not text. No lab: remote_scripts/checks.py's code view and verdict,
+"""Grep checks judge code, not text. No lab: remote_scripts/checks/checks.py's code view and verdict,
 on small sources and on the real speculators files of the base venv (where the shipped playbook's greps must
 give the same verdicts in code mode as they did on raw text, pristine and patched)."""
 
@@ -13,7 +13,7 @@ from conftest import REPO
 
 from fleetops.plans.playbook import load_playbook
 from fleetops.plans.yamlsrc import ConfigError
-from remote_scripts.checks import DISAGREE, code_lines, disagreement
+from remote_scripts.checks.checks import DISAGREE, code_lines, disagreement
 
 SOURCE = '''"""Module docstring naming self.get_input_embeddings( for history."""
 import os  # block_hasher was here

@@ -1,4 +1,4 @@
-"""Issue 12, items 7 and 8 without the lab: bounded YAML input (aliases, size, depth), inventory paths that
+"""Without the lab: bounded YAML input (aliases, size, depth), inventory paths that
 can never become an option on the node's command line, and secrets masked in values before they are
 serialized (JSON text, the audit log, `history --json`), whatever characters they hold.
 

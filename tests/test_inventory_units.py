@@ -1,4 +1,4 @@
-"""Inventory and YAML, pure (no network, no lab): issue 11 items 2 and 5.
+"""Inventory and YAML, pure (no network, no lab).
 
 Host syntax (`user@name:port`, globs, `@group`, `--limit` with `@group`/`!host`/globs), the YAML 1.1 traps a
 strict YAML 1.2 loader must not fall into (`022`, `no`, `yes`, `1:30`, dates), errors as one line

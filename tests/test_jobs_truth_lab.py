@@ -1,4 +1,4 @@
-"""Issue 15 items 1 and 2 on a lab of its own: jobs that tell the truth under faults, and `tail` for people.
+"""On a lab of its own: jobs that tell the truth under faults, and `tail` for people.
 
 - launching is atomic per node: 20 rounds of two simultaneous `extract` launch exactly one job each round;
 - a job's liveness comes from its own processes (each carries FLEETOPS_JOB_DIR in its environment): after its

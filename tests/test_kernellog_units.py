@@ -15,7 +15,7 @@ from fleetops import results
 from fleetops.plans.gpuhealth import assess, parse_health_xml
 from fleetops.plans.kernellog import XID_CODES, bus_key, parse_line, parse_ooms, parse_xids, slurm_oom_events
 from fleetops.tasks import diagnose as dg
-from remote_scripts.diagnose import KERNEL_RELEVANT
+from remote_scripts.health.diagnose import KERNEL_RELEVANT
 
 FIX = Path(__file__).parent / "fixtures"
 KLOG = FIX / "kernel-log"

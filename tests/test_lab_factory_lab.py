@@ -29,7 +29,7 @@ def tree(root: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
-def pristine(node) -> dict[str, tuple[str, int]]:  # noqa: ANN001 - fleetops.lab.Node
+def pristine(node) -> dict[str, tuple[str, int]]:  # fleetops.lab.Node
     site = site_packages(node.venv)
     return {name: value for name, value in tree(site).items() if name.startswith("speculators")}
 

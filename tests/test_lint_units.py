@@ -1,4 +1,4 @@
-"""Issue 17 item 5: `fab playbook.lint`, no network, no node: every kind of problem reported with file:line, all
+"""`fab playbook.lint`, no network, no node: every kind of problem reported with file:line, all
 of them in one run; the shipped playbooks are clean; the task's exit status and output."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def test_a_line_printed_right_after_the_task_starts_is_followed_by_running_not_t
 
 
 def test_the_live_view_waits_for_prepare_when_rich_is_not_loaded_yet(monkeypatch):
-    """Issue 16: a run draws nothing before its first result, so rich (and the console) load in prepare(), which
+    """A run draws nothing before its first result, so rich (and the console) load in prepare(), which
     the main thread calls while the first connections are in their handshakes. The live view asked for by
     live_start starts there, on a terminal only."""
     monkeypatch.setenv("FORCE_COLOR", "1")  # rich: a terminal
@@ -57,7 +57,7 @@ def test_the_live_view_waits_for_prepare_when_rich_is_not_loaded_yet(monkeypatch
 
 
 def test_prepare_loads_the_console_for_a_piped_run_without_the_live_view_too(monkeypatch):
-    """Issue 16: with no live view (FLEETOPS_NO_LIVE=1, as runbooks and the bench run it, or a pipe) prepare()
+    """With no live view (FLEETOPS_NO_LIVE=1, as runbooks and the bench run it, or a pipe) prepare()
     returned before touching the console, so rich was imported by the first result's print: ~40 ms after the
     first host answered instead of during the handshakes (`fab -H lab01 patch verify` at 50 ms RTT: 58 ms
     slower than with --json, 20 alternating runs). A --json run still loads nothing."""

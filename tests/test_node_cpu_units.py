@@ -1,4 +1,4 @@
-"""Issue 16: what the agent does less of per host, without changing any answer. No lab: remote_scripts' checks
+"""What the agent does less of per host, without changing any answer. No lab: remote_scripts' checks
 keep a file's code lines and a successful compile in the state dir, keyed by the file's bytes (so a changed
 file is never judged by a stale entry, and an untrusted entry is refused like any state file); installed
 versions are read with one sys.path scan per request; the bootstrap hashes with the built-in sha256."""
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-import remote_scripts.checks as checks
-import remote_scripts.nodeio as nodeio
+import remote_scripts.checks.checks as checks
+import remote_scripts.core.nodeio as nodeio
 from fleetops.wire.bundle import BOOTSTRAP
 
 GOOD = "def f(x):\n    # uses_old_api(x)\n    return new_api(x)\n"

@@ -46,7 +46,8 @@ def planted_zip(marker: Path) -> bytes:
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("__main__.py", code)
         zf.writestr("remote_scripts/__init__.py", code)
-        zf.writestr("remote_scripts/agent.py", code)
+        zf.writestr("remote_scripts/core/__init__.py", code)
+        zf.writestr("remote_scripts/core/agent.py", code)
     return buf.getvalue()
 
 

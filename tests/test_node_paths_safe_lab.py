@@ -25,7 +25,7 @@ def _tree(root: Path) -> dict[str, bytes | None]:
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in root.rglob("*")}
 
 
-def _scratch(lab, root: Path, mode: str) -> tuple[Path, Path]:  # noqa: ANN001 - fleetops.lab.Lab
+def _scratch(lab, root: Path, mode: str) -> tuple[Path, Path]:  # fleetops.lab.Lab
     """(the playbook folder, the inventory with host evil01 answering in `mode`)."""
     deep = root.joinpath(*"abcdefgh")
     for level in [root, *deep.parents, deep]:
@@ -42,7 +42,7 @@ def _scratch(lab, root: Path, mode: str) -> tuple[Path, Path]:  # noqa: ANN001 -
     return books, inventory
 
 
-def _one_failed_line(proc, task: str) -> str:  # noqa: ANN001 - CompletedProcess
+def _one_failed_line(proc, task: str) -> str:  # CompletedProcess
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out and "internal error" not in out, out[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith(f"evil01 | {task} | failed |")]

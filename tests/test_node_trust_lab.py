@@ -1,4 +1,4 @@
-"""Node trust, issue 12 items 1 (first half), 2 and 6, against a real lab node of this module's own.
+"""Node trust against a real lab node of this module's own.
 
 Every attack from the issue that concerns the state dir is made for real: code planted by another user
 (uid 65534, through `setpriv`) in a bin/ it may write, a fake agent zip, a planted failpoints.json with
@@ -132,8 +132,9 @@ def planted_agent(marker: Path) -> dict[str, str]:
             "def main():\n    sys.stdin.read()\n"
             "    print(json.dumps({'ok': True, 'python': sys.executable, 'version': '3', 'pid': os.getpid(), "
             "'applied': ['fake']}))\n    return 0\n")
-    return {"remote_scripts/__init__.py": "", "remote_scripts/agent.py": main,
-            "__main__.py": "from remote_scripts.agent import main\nimport sys\nsys.exit(main())\n"}
+    return {"remote_scripts/__init__.py": "", "remote_scripts/core/__init__.py": "",
+            "remote_scripts/core/agent.py": main,
+            "__main__.py": "from remote_scripts.core.agent import main\nimport sys\nsys.exit(main())\n"}
 
 
 def shipped(node: Node) -> Path:
@@ -166,7 +167,7 @@ def test_code_planted_by_another_user_in_a_writable_bin_never_runs(lab1, node):
         proc = as_nobody("sh", "-c", 'if [ -e "$2" ]; then mv "$2" "$2.moved"; fi; mv "$1" "$2"', "sh",
                          str(staging), str(unpacked))
         assert proc.returncode == 0, proc.stderr
-        assert (unpacked / "remote_scripts" / "agent.py").stat().st_uid == NOBODY  # really another user's
+        assert (unpacked / "remote_scripts" / "core" / "agent.py").stat().st_uid == NOBODY  # really another user's
         for task in ("ping", "patch"):
             assert_refused(lab1, task, parts=(f"{bin_dir} is writable by group or others", "drwxrwxrwx (0777)",
                                               f"chmod go-w {bin_dir}"))

@@ -8,7 +8,7 @@ import pytest
 
 from fleetops.plans.gpugate import Gate, evaluate
 from fleetops.results import EXIT_GPU_BUSY, EXIT_GPU_UNHEALTHY, EXIT_NO_NVIDIA_SMI, EXIT_NVIDIA_SMI_FAILED
-from remote_scripts import nvsmi
+from remote_scripts.health import nvsmi
 
 FIX = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200x2"
 UUID0 = "GPU-65d02187-7ce6-eaa9-78fb-da62b0d8fe2f"

@@ -1,4 +1,4 @@
-"""Issue 13 (on-call from a laptop) items 2-4 and issue 12 item 8's node side, against real lab sshd nodes:
+"""On-call from a laptop, and secrets on the job side, against real lab sshd nodes:
 `fetch` (the latest job's log and manifest, --path, refusals, a 200 MB copy killed mid-transfer and resumed,
 sha256 from the node against an independent hash), `jobs` after several runs and unknown --job-id answers that
 list the real ids, `ssh-config` read back by paramiko and used by the real OpenSSH client, and secret env
@@ -93,7 +93,7 @@ def test_jobs_after_three_runs_newest_first_and_unknown_id_lists_the_real_ones(l
     assert where == sorted(where), human.stdout  # the table too is newest first
     assert human.stdout.count("succeeded") == 3 and "3 jobs, newest first" in human.stdout
 
-    # The defect quoted in issue 13: `status --job-id nope` said only "no job 'nope'".
+    # `status --job-id nope` names the node's jobs, not only "no job 'nope'".
     for task in ("status", "logs", "tail"):
         proc = run_fab(lab.root, "-H", "lab01", task, "--job-id", "nope", env=ENV)
         assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -240,7 +240,7 @@ def test_fetch_refuses_paths_outside_and_symlink_escapes(lab, tmp_path):
             link.unlink(missing_ok=True)
 
 
-# ---------------------------------------------------------------- issue 12 item 8 (job side)
+# ---------------------------------------------------------------- secrets (job side)
 def test_secret_env_values_never_stay_on_the_nodes_disk(lab):
     node = lab.node("lab01")
     secret = 'oncall-secret-Tök"en-4242'
@@ -263,8 +263,8 @@ def test_secret_env_values_never_stay_on_the_nodes_disk(lab):
                 hits.append(str(path))
         return hits
 
-    # ... and no file of the node holds it while the job runs, nor after it ended (the defect quoted in
-    # issue 12: job.json kept secret env values in plain text after the job ended).
+    # ... and no file of the node holds it while the job runs, nor after it ended (job.json must not keep
+    # secret env values in plain text once the job ended).
     assert on_disk() == [] and not (job_dir / "secret-env.json").exists()
     saved = json.loads((job_dir / "job.json").read_text())
     assert "ONCALL_TOKEN" not in saved["env"] and saved["env"]["PLAIN_VALUE"] == "not-a-secret"

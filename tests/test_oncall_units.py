@@ -1,4 +1,4 @@
-"""Issue 13's on-call pieces that need no lab: the ssh-config text (quoting, refusals, example hosts left
+"""The on-call pieces that need no lab: the ssh-config text (quoting, refusals, example hosts left
 out), the local names `fetch` accepts from a node, and the plain (piped) progress lines."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12, patch integrity, against real sshd lab nodes and the real speculators 0.3.0 files in their venvs:
+"""Patch integrity against real sshd lab nodes and the real speculators 0.3.0 files in their venvs:
 backups the node cannot forge alone, all-or-nothing patch sets, one lock per shared venv, and rollback that
 keeps later edits or refuses. Every attack or fault from the issue's "Why" is replayed here and must now be
 refused or handled; what each test expects comes from pip's RECORD and GNU patch (faultkit), never from the

@@ -123,7 +123,7 @@ def test_patch_verify_uses_one_connection_and_uploads_the_agent_once(lab):
     for name in BOTH:
         node, wire = lab.node(name), logs[name].settled()
         # 1 connection; the first exec finds no agent (the bootstrap refuses, nothing runs), one upload, then
-        # the one agent of the run answers patch and verify (issue 16): 2 execs, all on it.
+        # the one agent of the run answers patch and verify: 2 execs, all on it.
         assert wire.counts() == {"connections": 1, "execs": 2, "uploads": 1}, wire.describe()
         assert list(wire.execs) == wire.accepted, wire.describe()
         assert wire.uploads == [f"{node.state_dir}/bin/{bundle.filename}"], wire.describe()

@@ -1,4 +1,4 @@
-"""Issue 16, item 2 (pipelining), without a lab: which steps may go ahead (read-only ops only, one request
+"""Pipelining, without a lab: which steps may go ahead (read-only ops only, one request
 fixed at plan time), and how a host's chain uses that: the steps sent ahead go out with the step before them,
 a failed step drops their answers and reports them skipped exactly as before, and the chain's end closes the
 host's connector. The wire itself is tested against real sshd in tests/test_agent_session_lab.py."""
@@ -14,7 +14,7 @@ from fleetops.state import RunState
 from fleetops.tasks.plan import Plan
 from fleetops.tasks.registry import TASKS, ahead_request, run_task, send_ahead
 from fleetops.wire.connector import TransportError
-from remote_scripts.protocol import OPS, READ_ONLY_OPS
+from remote_scripts.core.protocol import OPS, READ_ONLY_OPS
 
 HOST = Host("n1", "127.0.0.1")
 WRITERS = ("patch", "rollback", "job_start", "job_stop", "run", "capture", "fetch_plan", "slurm", "shards")
@@ -85,7 +85,7 @@ class FakeNode:
         self.closed += 1
 
 
-def chain(tmp_path, hosts: list[Host], names: list[str], serial: int = 0) -> RunState:  # noqa: ANN001
+def chain(tmp_path, hosts: list[Host], names: list[str], serial: int = 0) -> RunState:
     state = RunState(tmp_path, {}, connector=FakeNode)
     state.reporter.json_mode = True
     plans = [(name, TASKS[name].plan(state, {})) for name in names]

@@ -1,5 +1,5 @@
 """The probe runs in a fork of the verify child when that shares what the import/callsites checks already imported
-(issue 16: vLLM was imported twice per deep verify, once more by the probe's fresh interpreter). The fork must
+(vLLM was imported twice per deep verify, once more by the probe's fresh interpreter). The fork must
 answer like `subprocess.run(capture_output=True, text=True, timeout=...)`: stdin, stdout, stderr, exit status,
 TimeoutExpired; and keep the probe's side effects out of the verify process."""
 
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from remote_scripts import probe_fork
+from remote_scripts.checks import probe_fork
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork-only")
 
@@ -85,7 +85,7 @@ def test_a_threaded_process_runs_the_probe_in_a_fresh_interpreter_through_the_bo
     """The agent itself has its watchdog thread (and nothing third-party): no fork there, a new interpreter
     started through the verifying bootstrap (role `probe`), the probe's source on an inherited descriptor."""
     from fleetops.wire.bundle import BOOTSTRAP, PYTHON_FLAGS, agent_bundle
-    from remote_scripts.protocol import PROTOCOL
+    from remote_scripts.core.protocol import PROTOCOL
 
     b = agent_bundle()
     state = tmp_path / "state"
@@ -109,7 +109,7 @@ def test_a_threaded_process_runs_the_probe_in_a_fresh_interpreter_through_the_bo
 
 
 def test_shares_imports_sees_a_third_party_package_in_a_single_threaded_process():
-    code = ("import sys; sys.path.insert(0, %r); from remote_scripts import probe_fork as p; a = p.shares_imports(); "
-            "import pytest; print(a, p.shares_imports())" % os.getcwd())
+    code = ("import sys; sys.path.insert(0, %r); from remote_scripts.checks import probe_fork as p; "
+            "a = p.shares_imports(); import pytest; print(a, p.shares_imports())" % os.getcwd())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False", "True"]

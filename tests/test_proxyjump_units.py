@@ -25,13 +25,13 @@ def config(tmp_path: Path) -> Iterator[Path]:
     ssh._CONFIG, ssh._SSH_CONFIG_PATH, ssh._PLAIN_KEYS = saved
 
 
-def build(path: Path, text: str, target: str):  # noqa: ANN201 - a Fabric Connection
+def build(path: Path, text: str, target: str):  # a Fabric Connection
     path.write_text(text)
     ssh.use_ssh_config(str(path))
     return ssh._fabric_connection(plain_host(target), None)
 
 
-def endpoint(cxn) -> tuple[str, int, str]:  # noqa: ANN001
+def endpoint(cxn) -> tuple[str, int, str]:
     return cxn.host, int(cxn.port), cxn.user
 
 

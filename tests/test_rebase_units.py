@@ -1,4 +1,4 @@
-"""Issue 17 item 3, the pure part (fleetops/plans/rebase.py): the shipped hunks tried against changed pristine
+"""Rebase, the pure part (fleetops/plans/rebase.py): the shipped hunks tried against changed pristine
 files, judged against GNU patch (an independent implementation) on the real speculators 0.3.0 sources of the
 base venv: clean, offset, fuzz (with the differing context shown), conflict (with the upstream text), already
 upstream; and the candidate diffs made afresh apply with `patch -F0`."""

@@ -1,4 +1,4 @@
-"""The processes the agent starts run through the verifying bootstrap (remote_scripts/bootstrap.py: relaunch),
+"""The processes the agent starts run through the verifying bootstrap (remote_scripts/core/bootstrap.py: relaunch),
 here with the real bootstrap under this machine's python, without SSH: the job keeper is started with the
 agent's sha256 and absolute paths, so the default state dir (`.fleetops`, relative to the login's home) works
 from the job's own directory; and the zip itself refuses to be run by its path."""
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from fleetops.wire.bundle import BOOTSTRAP, PYTHON_FLAGS, agent_bundle
-from remote_scripts.protocol import PROTOCOL
+from remote_scripts.core.protocol import PROTOCOL
 
 
 def _agent(home: Path, requests: list[dict]) -> list[dict]:

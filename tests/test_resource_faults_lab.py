@@ -43,7 +43,7 @@ def test_disk_full_while_writing_the_backup(lab):
         umount(backups)
     assert rc == 1
     msg = doc["results"][0]["items"][0]["msg"]
-    # The set is checked whole before any write (issue 12): the backup's file system is too small, so nothing
+    # The set is checked whole before any write: the backup's file system is too small, so nothing
     # is written at all. A write that fails anyway puts back what was written (test_patch_integrity_lab.py).
     assert "not enough free space" in msg and "state/backups" in msg and "nothing written" in msg, msg
     assert sha(target) == before and leftovers == []

@@ -1,4 +1,4 @@
-"""Issue 14: the operator runbooks in docs/runbooks/ cannot rot. Every `console lab` command in them runs here
+"""The operator runbooks in docs/runbooks/ cannot rot. Every `console lab` command in them runs here
 against a lab set up as the runbook's front matter says; its exit status and the output lines it shows must
 hold. A runbook whose command fails, or whose output no longer matches, fails CI with its file and line."""
 

@@ -1,4 +1,4 @@
-"""Issue 17 item 1 against real lab nodes (a 2-node lab and a project of its own): a playbook patch entry that
+"""Script patches against real lab nodes (a 2-node lab and a project of its own): a playbook patch entry that
 names a script (`transform(text) -> str`) instead of a diff, with a diff's guarantees: the custom_worker fix as
 a script gives the very bytes of the shipped diff (the committed sha256 of GNU patch's result), a second run is
 `already applied`, --check shows the diff and writes nothing, rollback is byte-exact (the wheel's RECORD), the

@@ -32,7 +32,7 @@ def leaks(text: str, n: int = 8) -> list[str]:
     return sorted(found | ({"Tr0ub4dor@{host}"} if "Tr0ub4dor@{host}" in text else set()))
 
 
-def inventory(lab, tmp_path) -> str:  # noqa: ANN001 - fleetops.lab.Lab
+def inventory(lab, tmp_path) -> str:  # fleetops.lab.Lab
     """Four hosts on the lab's two sshd nodes (node01, node03 on lab01), each with a state dir of its own and
     its own secrets."""
     out = ["hosts:"]

@@ -1,4 +1,4 @@
-"""Issue 12, item 8 (and item 7's path rule) against real lab sshd nodes: a secret with quotes, a backslash
+"""Secrets (and inventory paths) against real lab sshd nodes: a secret with quotes, a backslash
 and non-ASCII (`Tök"en\\pass`) is masked in the human output, `--json`, `logs --json`, the audit log and
 `history --json`; an unset `secret_from_env` fails only the host and the task that need it; `state_dir: "-c"`
 is refused before anything connects.

@@ -1,4 +1,4 @@
-"""Sharded extraction across SSH hosts (issue 15 item 3) on a 3-node lab of its own with the tiny model:
+"""Sharded extraction across SSH hosts on a 3-node lab of its own with the tiny model:
 `extract --shards` gives shard i of 3 to the i-th host by name; a shard killed halfway resumes without redoing
 a sample; the union of the shards equals a single-node run (same sample ids, hidden states within 1e-5), no
 sample done twice; the fleet manifest on the laptop names host, rows, counts and sha256s (checked against the

@@ -2,7 +2,7 @@
 (tests/fixtures/slurm/README.md says how each was made): a job whose name carries `|` and state words cannot
 shift a field, a job that wrote `JobState=COMPLETED ExitCode=0:0` into its own Comment and exited 3 is reported
 failed with exit status 3, and an id reused by another user's job is never read as fleetops' job. The node's
-own reading (remote_scripts/slurm.py, which decides what to cancel) agrees with the client's.
+own reading (remote_scripts/jobs/slurm.py, which decides what to cancel) agrees with the client's.
 tests/test_slurm_identity_lab.py replays both against the suite's real slurmctld."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fleetops.plans import slurm as sp
 from fleetops.tasks.slurm import _code, _describe, tasks_view
-from remote_scripts import slurm as node_slurm
+from remote_scripts.jobs import slurm as node_slurm
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"
 LIAR = {"id": "liar-20261202T044914-0001", "shards": 1, "slurm_job_id": "4", "name": "evil|0|COMPLETED|x",

@@ -276,7 +276,7 @@ def test_gpu_looks_into_the_running_jobs_allocation(cluster):
         rc, through_fab = fab_json(project, "-H", "login01", "gpu")  # the task as typed reaches the same code
         got = through_fab["results"][0]
         assert rc == 0 and got["data"]["node"] == slurm.node and f"on node {slurm.node}" in got["msg"], got
-        # diagnose on the login node names the allocation's node (issue 15: gpu/diagnose report it).
+        # diagnose on the login node names the allocation's node (gpu/diagnose report it).
         _, diag = fab_json(project, "-H", "login01", "diagnose")
         [alloc] = [f for f in diag["results"][0]["data"]["findings"] if f["area"] == "slurm"]
         assert f"(Slurm job {sid}) running on node {slurm.node}" in alloc["msg"], alloc
@@ -292,7 +292,7 @@ def _login01_lines(text: str) -> list[int]:
 
 
 def test_tail_attaching_later_shows_the_last_20_lines_and_extract_tail_the_first(cluster):
-    """Issue 15 on a Slurm login node, as on an SSH node: `tail` attaching to a job an earlier command submitted
+    """On a Slurm login node, as on an SSH node: `tail` attaching to a job an earlier command submitted
     shows each task's last 20 lines (--lines N) and says what it left out; --from-start and `extract tail` in one
     command show it from its first line."""
     project, slurm = cluster["project"], cluster["slurm"]
@@ -326,7 +326,7 @@ def test_tail_attaching_later_shows_the_last_20_lines_and_extract_tail_the_first
 
 
 def test_corrupt_job_records_are_quarantined_not_fatal(cluster):
-    """Issue 12: a corrupt state file is moved aside and reported, never fatal for every later run: the Slurm
+    """A corrupt state file is moved aside and reported, never fatal for every later run: the Slurm
     login node's current.json and a job's job.json, like the SSH jobs' records."""
     project, node = cluster["project"], cluster["node"]
     rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "spawner", "--playbook", JOBS)
@@ -370,7 +370,8 @@ def test_the_batch_step_runs_only_the_agent_bytes_the_client_sent(cluster, tmp_p
     code = f"import os\nopen({str(marker)!r}, 'w').write('planted code ran as uid %d' % os.geteuid())\n"
     planted = io.BytesIO()
     with zipfile.ZipFile(planted, "w") as zf:
-        for name in ("__main__.py", "remote_scripts/__init__.py", "remote_scripts/agent.py"):
+        for name in ("__main__.py", "remote_scripts/__init__.py", "remote_scripts/core/__init__.py",
+                     "remote_scripts/core/agent.py"):
             zf.writestr(name, code)
     point = "slurm.script.after_rename"
     arm(node, {point: {"action": "pause", "seconds": 120}})

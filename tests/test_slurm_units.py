@@ -1,6 +1,6 @@
 """Slurm's output parsed (fleetops/plans/slurm.py) on output recorded from a real Slurm 22.05.8
 (tests/fixtures/slurm/, how each was made is in its README), the inventory's Slurm fields, and the batch
-script the node writes (remote_scripts/slurm.py). No daemons here: tests/test_slurm_lab.py runs the real ones."""
+script the node writes (remote_scripts/jobs/slurm.py). No daemons here: tests/test_slurm_lab.py runs the real ones."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def test_inventory_slurm_fields_and_refusals(tmp_path):
 
 def test_batch_script_is_the_bootstraps_fixed_text_that_compiles():
     from fleetops.wire.bundle import BOOTSTRAP
-    from remote_scripts import slurm as node_slurm
+    from remote_scripts.jobs import slurm as node_slurm
 
     # the batch script is the verifying bootstrap itself under a `#!python -IS` line (its arguments name the
     # state dir, the agent, its sha256 and the step's role): no user data in its text
@@ -138,7 +138,7 @@ def test_batch_script_is_the_bootstraps_fixed_text_that_compiles():
 
 
 def _slurm_job(state_dir: Path, lines: list[int], ended: bool = True) -> str:
-    """A job as remote_scripts/slurm.py lays it out, one task per entry of `lines` (task i wrote lines[i] lines),
+    """A job as remote_scripts/jobs/slurm.py lays it out, one task per entry of `lines` (task i wrote lines[i] lines),
     never submitted (no Slurm id: no scheduler queried), each task's exit file written when `ended`."""
     job_id = "numbers-20261130T000000-abcd"
     job_dir = state_dir / "slurm" / job_id
@@ -157,7 +157,7 @@ def _slurm_job(state_dir: Path, lines: list[int], ended: bool = True) -> str:
 
 
 def _node_tail(state_dir: Path, **req) -> dict:
-    from remote_scripts import slurm as node_slurm
+    from remote_scripts.jobs import slurm as node_slurm
 
     return node_slurm.tail({"state_dir": str(state_dir), "wait_s": 0, **req})
 
@@ -200,7 +200,7 @@ class _NodeOverFiles:
         self.host = SimpleNamespace(name="login01", env_values=(), groups=[], scheduler="slurm")
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, None]:
-        from remote_scripts import slurm as node_slurm
+        from remote_scripts.jobs import slurm as node_slurm
 
         assert op == "slurm" and request["action"] == "tail"
         self.requests.append(request)

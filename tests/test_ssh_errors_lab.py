@@ -1,4 +1,4 @@
-"""Host syntax, ssh_config aliases and network faults against the lab's real sshd: issue 11 items 2, 5, 6.
+"""Host syntax, ssh_config aliases and network faults against the lab's real sshd.
 
 Every fault is made on loopback only: a local TCP server that resets, a port nobody listens on, sshd itself
 refusing a user or a key. The DNS failure runs `fab` in a network namespace of its own (`unshare -n`: only a
@@ -401,7 +401,7 @@ def test_changed_host_key_names_trust_replace_which_replaces_only_the_named_key(
         (lab.root / "hosts" / "moved.yaml").unlink()
 
 
-def _login_order(monkeypatch) -> list[str]:  # noqa: ANN001
+def _login_order(monkeypatch) -> list[str]:
     """What each login of this test sent and received, in order: 'sent userauth-request', 'got service-accept',
     'sent channel-open', 'got userauth-success'."""
     from paramiko.common import MSG_NAMES
@@ -412,17 +412,17 @@ def _login_order(monkeypatch) -> list[str]:  # noqa: ANN001
     send = ssh._FleetTransport._send_message
     accept, success = ssh._PipelinedAuth._parse_service_accept, ssh._PipelinedAuth._parse_userauth_success
 
-    def sending(self, data):  # noqa: ANN001, ANN202
+    def sending(self, data):
         kind = data.asbytes()[0] if hasattr(data, "asbytes") else data[0]
         if MSG_NAMES.get(kind) in ("service-request", "userauth-request", "channel-open"):
             order.append(f"sent {MSG_NAMES[kind]}")
         return send(self, data)
 
-    def accepted(self, m):  # noqa: ANN001, ANN202
+    def accepted(self, m):
         order.append("got service-accept")
         return accept(self, m)
 
-    def logged_in(self, m):  # noqa: ANN001, ANN202
+    def logged_in(self, m):
         order.append("got userauth-success")
         return success(self, m)
 
@@ -432,7 +432,7 @@ def _login_order(monkeypatch) -> list[str]:  # noqa: ANN001
     return order
 
 
-def _ping_with(lab, name: str, key: Path | None = None) -> dict:  # noqa: ANN001
+def _ping_with(lab, name: str, key: Path | None = None) -> dict:
     from fleetops.wire.ssh import NodeConnection
 
     inventory = load_inventory(lab.root / "hosts")
@@ -450,7 +450,7 @@ def _ping_with(lab, name: str, key: Path | None = None) -> dict:  # noqa: ANN001
 
 
 def test_a_login_sends_its_key_right_behind_the_service_request(lab, monkeypatch):
-    """Issue 16: paramiko waited for SERVICE_ACCEPT before it sent the signed USERAUTH_REQUEST, one round trip
+    """Paramiko waited for SERVICE_ACCEPT before it sent the signed USERAUTH_REQUEST, one round trip
     of every connection (50 ms at the bench's RTT). To OpenSSH, with a key whose signature does not depend on
     the server's answer (ed25519 here), both go out together, and the login still works."""
     order = _login_order(monkeypatch)
@@ -460,7 +460,7 @@ def test_a_login_sends_its_key_right_behind_the_service_request(lab, monkeypatch
 
 
 def test_the_session_channel_opens_right_behind_the_login(lab, monkeypatch):
-    """Issue 16: the agent's channel was asked for once the login had succeeded, one more round trip of every
+    """The agent's channel was asked for once the login had succeeded, one more round trip of every
     connection. It now goes out with the login request; sshd reads it once the login is done, and the agent
     runs on that channel: one CHANNEL_OPEN in all, sent before the login's answer came."""
     order = _login_order(monkeypatch)

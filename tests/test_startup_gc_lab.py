@@ -1,4 +1,4 @@
-"""Issue 16: the `fab` program does not run Python's garbage collector while it starts (about 90 collections,
+"""The `fab` program does not run Python's garbage collector while it starts (about 90 collections,
 20-25 ms of client CPU before the first connection of `fab -H lab01 patch verify`, each walking the modules and
 plans just built) and collects as usual from the moment the run is planned (fleetops/startup.py).
 

@@ -1,5 +1,5 @@
-"""Issue 12 item 6 on a real lab node: "corrupt state files are quarantined (renamed aside, reported), not
-fatal forever". The job records (jobs/current.json, jobs/<id>/job.json) are moved aside like lock.json, and
+"""On a real lab node: corrupt state files are quarantined (renamed aside, reported), never
+fatal forever. The job records (jobs/current.json, jobs/<id>/job.json) are moved aside like lock.json, and
 whatever the node quarantined or tidied on the way is shown under any task's result, not only patch's."""
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ TASKS = [("ping",), ("gpu",), ("facts",), ("patch",), ("rollback",), ("verify",)
          ("rebase", "--out", "{tmp}/rebased.yaml")]
 
 
-def hostile_host(lab, home: Path) -> Path:  # noqa: ANN001 - fleetops.lab.Lab
+def hostile_host(lab, home: Path) -> Path:  # fleetops.lab.Lab
     """An inventory file with host `evil01` on lab01's sshd, whose `python` execs the hostile agent."""
     node = lab.node("lab01")
     home.mkdir(parents=True)

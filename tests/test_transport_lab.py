@@ -48,7 +48,7 @@ def test_jump_host(lab):
         assert rc == 0, doc
         assert doc["results"][0]["status"] == "ok"
         # The jump host only forwarded: the session channel a node's connection opens ahead of its login
-        # (issue 16) is not opened there. sshd logs each session it closes, once the connection has ended.
+        # is not opened there. sshd logs each session it closes, once the connection has ended.
         deadline = time.monotonic() + 10
         while "Closing connection" not in (hop := sshd_log(jump, since)) and time.monotonic() < deadline:
             time.sleep(0.05)

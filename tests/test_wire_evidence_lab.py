@@ -53,7 +53,7 @@ def test_trace_text_matches_what_the_nodes_logged(lab):
         wire = logs[name].settled()
         assert traced[name] == wire.counts(), f"{name}: trace says {traced[name]}; {wire.describe()}"
         assert list(wire.execs) == wire.accepted  # every exec on the one connection
-    # One agent per host per invocation (issue 16): the chain `ping verify` is one exec; on lab01 the first
+    # One agent per host per invocation: the chain `ping verify` is one exec; on lab01 the first
     # exec found no agent (the bootstrap refused, nothing ran): upload, then the one agent of the run.
     assert traced["lab01"] == {"connections": 1, "execs": 2, "uploads": 1}
     assert traced["lab02"] == {"connections": 1, "execs": 1, "uploads": 0}
@@ -100,7 +100,7 @@ def watch_patch(lab, argv: list[str], env: dict | None = None, seconds: float = 
         while proc.poll() is None:
             assert time.monotonic() < deadline, "the run did not finish in 180 s"
             # Working = the agent is alive AND holds its node's lock. With one agent per host per invocation
-            # (issue 16) a host whose chain is done keeps an idle agent until the run closes its connection.
+            # a host whose chain is done keeps an idle agent until the run closes its connection.
             alive = {n for n in BOTH if (pid := _hit_pid(hits[n])) and _agent_alive(pid, nodes[n])
                      and (nodes[n].state_dir / "lock.json").exists()}
             seen |= alive
@@ -310,7 +310,7 @@ def test_a_new_agent_version_is_uploaded_once_and_used(lab, tmp_path):
     code = tmp_path / "v2"
     for name in ("fleetops", "remote_scripts"):
         shutil.copytree(REPO / name, code / name, ignore=shutil.ignore_patterns("__pycache__"))
-    agent = code / "remote_scripts" / "agent.py"
+    agent = code / "remote_scripts" / "core" / "agent.py"
     old_text = '"version": sys.version.split()[0]'
     assert old_text in agent.read_text()
     agent.write_text(agent.read_text().replace(old_text, '"version": sys.version.split()[0] + "+wire-test-v2"'))

@@ -1,7 +1,6 @@
-"""Issue 16 without the lab: "load_text costs ~100 ms of client CPU for a 128-host inventory; yaml.CSafeLoader
-takes ~12 ms". Inventories and playbooks are now scanned and parsed by libyaml's C parser when PyYAML has it,
-while composing (the alias and depth bounds), resolving (YAML 1.2 core schema) and constructing (Mapping and
-Sequence with line/column per key and item) stay the Python code they were.
+"""The YAML fast path without the lab (docs/perf.md has its figures). Inventories and playbooks are scanned
+and parsed by libyaml's C parser when PyYAML has it, while composing (the alias and depth bounds), resolving
+(YAML 1.2 core schema) and constructing (Mapping and Sequence with line/column per key and item) stay Python.
 
 What is pinned here: the C parser really is used; it gives the same values and the same line/column maps as
 the pure-Python loader for every YAML file in the repository and a set of tricky documents; the bounds still
@@ -98,12 +97,12 @@ def _repo_yaml() -> list[Path]:
 
 
 def _python(text: str, path: str = "t.yaml") -> Any:
-    return yaml.load(text, Loader=yamlsrc._make_loader(path))  # noqa: S506 - SafeLoader subclass
+    return yaml.load(text, Loader=yamlsrc._make_loader(path))  # SafeLoader subclass
 
 
 def _c(text: str, path: str = "t.yaml") -> Any:
     """The C path alone, never falling back: a failure here is a failure of the test."""
-    return yaml.load(text, Loader=yamlsrc._make_loader(path, yamlsrc.StrictCLoader))  # noqa: S506
+    return yaml.load(text, Loader=yamlsrc._make_loader(path, yamlsrc.StrictCLoader))
 
 
 def assert_same(a: Any, b: Any, where: str = "$") -> None:
@@ -138,9 +137,9 @@ def _spy_loaders(monkeypatch: pytest.MonkeyPatch) -> list[type]:
     used: list[type] = []
     real = yaml.load
 
-    def spy(stream: Any, Loader: type) -> Any:  # noqa: N803 - yaml.load's own argument name
+    def spy(stream: Any, Loader: type) -> Any:  # yaml.load's own argument name
         used.append(Loader)
-        return real(stream, Loader=Loader)  # noqa: S506 - the loader under test
+        return real(stream, Loader=Loader)  # the loader under test
 
     monkeypatch.setattr(yaml, "load", spy)
     return used

@@ -1,6 +1,6 @@
 """What the fabfile loads for one command line: the `lab.*` collection (fleetops.lab, with its sshd, venv and
 GPU-simulation modules) only when the command may name a lab task or shows the task list, so that
-`fab -H lab01 patch verify` does not import the lab (client start-up, issue 16)."""
+`fab -H lab01 patch verify` does not import the lab (client start-up)."""
 
 from __future__ import annotations
 

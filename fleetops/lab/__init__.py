@@ -10,7 +10,7 @@ Everything tests, bench/ and fabfile.py use is importable from here.
 
 from __future__ import annotations
 
-from remote_scripts.procfs import pid_alive, stat_fields
+from remote_scripts.core.procfs import pid_alive, stat_fields
 
 from .common import (
     NODE_PACKAGES,

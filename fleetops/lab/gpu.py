@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from remote_scripts.procfs import stat_fields
+from remote_scripts.core.procfs import stat_fields
 
 from . import kernel_log
 from .common import LabError

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from remote_scripts.nodeio import FAILPOINTS_ENV
-from remote_scripts.procfs import pid_alive, stat_fields
+from remote_scripts.core.nodeio import FAILPOINTS_ENV
+from remote_scripts.core.procfs import pid_alive, stat_fields
 
 from . import gpu, kernel_log
 from .common import (
@@ -278,7 +278,7 @@ class Lab:
         holding only the extract model, no failpoint armed, idle GPUs, an empty readable kernel log; known_hosts
         and the inventory as `up` writes them. Nodes beyond `count` are stopped and removed. For a lab shared by
         one user after another (the test suite's): what a user did to a node's files, the next does not see."""
-        from remote_scripts import jobs
+        from remote_scripts.jobs import jobs
 
         nodes = self.nodes()
         extra, nodes = (nodes[count:], nodes[:count]) if count is not None else ([], nodes)
@@ -448,7 +448,7 @@ class Lab:
         self._write_known_hosts(self.nodes())
 
     def down(self, purge: bool = False) -> list[str]:
-        from remote_scripts import jobs
+        from remote_scripts.jobs import jobs
 
         for n in self.nodes():  # the nodes' jobs first (every tagged process, as `fab stop` does), then sshd
             for job_id in jobs.live_job_ids(str(n.state_dir)):

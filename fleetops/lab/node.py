@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from remote_scripts.procfs import pid_alive
+from remote_scripts.core.procfs import pid_alive
 
 from .common import site_packages
 

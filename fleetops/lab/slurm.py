@@ -24,7 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from remote_scripts.procfs import pid_alive
+from remote_scripts.core.procfs import pid_alive
 
 from .common import LabError, free_port, port_open
 

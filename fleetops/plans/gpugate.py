@@ -14,6 +14,7 @@ from ..results import (
     Item,
     Status,
 )
+from .timefmt import duration
 
 DEFAULT_THRESHOLD_MIB = 1024
 # Nagios-style verdicts, as diagnose says them: each gate exit status stands for one (README, exit statuses).
@@ -77,22 +78,11 @@ def parse_selection(text: str | None) -> tuple[int, ...] | None:
         raise ValueError(f"--gpus takes GPU indices like 0,1,2 (got {text!r})") from None
 
 
-def age(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
 def describe_process(p: dict) -> str:
     owner = f"job {p['job']}" if p.get("job") else "foreign"
     who = p.get("user") or "?"
     cmd = " ".join((p.get("command") or p.get("name") or "?").split())[:100]
-    return f"pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, {who}, {age(p.get('age_s'))}, {owner}: {cmd}"
+    return f"pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, {who}, {duration(p.get('age_s'))}, {owner}: {cmd}"
 
 
 def evaluate(snap: dict, gate: Gate) -> Verdict:

@@ -2,7 +2,7 @@
 GPU's lifetime), retired and pending pages, row remapping, and the active clock throttle ("event") reasons.
 Pure: the XML text in, dicts out (xml.etree from the standard library; nothing here reaches a node).
 
-The node sends the XML as nvidia-smi printed it (remote_scripts/diagnose.py); tested on a real H200 capture
+The node sends the XML as nvidia-smi printed it (remote_scripts/health/diagnose.py); tested on a real H200 capture
 (tests/fixtures/nvidia-smi/h200x2/busy_q.xml). Field names moved between drivers, both spellings are read:
 ECC counters are `volatile/dram_uncorrectable` etc. on Hopper (driver 5xx) and
 `volatile/double_bit/total` on older GPUs; throttle reasons are `clocks_event_reasons` since driver 535 and

@@ -2,7 +2,7 @@
 out), no network, no printing.
 
 The node sends the kernel log's relevant lines as it read them (`dmesg`, or `journalctl -k` where dmesg is
-not readable: remote_scripts/diagnose.py); the parsing happens here, on the client, so it is tested on recorded
+not readable: remote_scripts/health/diagnose.py); the parsing happens here, on the client, so it is tested on recorded
 real lines (tests/fixtures/kernel-log/). Formats understood, per line:
 
     [93297.027938] NVRM: Xid ...                          dmesg: seconds since boot

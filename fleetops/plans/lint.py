@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remote_scripts.protocol import parse_requirement
+from remote_scripts.core.protocol import parse_requirement
 
 from . import unidiff
 from .playbook import CHECK_KEYS, MODULE, TOP_KEYS, _parse_check, _relative_file, load_playbook

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_scripts.protocol import CHECK_KINDS, parse_requirement
+from remote_scripts.core.protocol import CHECK_KINDS, parse_requirement
 
 from . import unidiff
 from .yamlsrc import (

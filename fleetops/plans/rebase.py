@@ -1,7 +1,7 @@
 """Playbook authoring, pure (text in, text out): a diff made from a pristine and an edited file (`capture`),
 a playbook's hunks tried against a newer pristine file (`rebase`), and the playbook YAML those write.
 
-Hunk placement here is the client's own, independent of the node's engine (remote_scripts/hunks.py, which
+Hunk placement here is the client's own, independent of the node's engine (remote_scripts/patch/hunks.py, which
 never fuzzes): like patch(1) it looks for a hunk's old block at its header's line plus the offset of the
 hunks before it, then one line after, one before, ...; and, where that fails, with up to `max_fuzz` context
 lines dropped at each end (patch(1)'s fuzz). A rebased hunk that needed fuzz is *shown*, never hidden: the
@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from remote_scripts.hunks import bare, split_lines
+from remote_scripts.patch.hunks import bare, split_lines
 
 from .unidiff import Hunk
 

@@ -47,7 +47,7 @@ def order(hosts: list[str]) -> list[str]:
 
 
 def rows_of(index: int, of: int, rows: int) -> tuple[int, int]:
-    """Shard `index` of `of`: rows [start, end) of `rows` (the Slurm array's split, remote_scripts/slurm.py)."""
+    """Shard `index` of `of`: rows [start, end) of `rows` (the Slurm array's split, remote_scripts/jobs/slurm.py)."""
     return index * rows // of, (index + 1) * rows // of
 
 

@@ -13,7 +13,7 @@ A job id is fleetops' job only while the line's user, name and submit time are t
 submission: after slurmctld forgot the job (a restart without its state, ids wrapping at MaxJobId) the same
 id names another job, maybe another user's, and that line is never taken for ours (`Identity`).
 
-The node agent (remote_scripts/slurm.py) runs the commands with fixed argv lists and hands back their raw
+The node agent (remote_scripts/jobs/slurm.py) runs the commands with fixed argv lists and hands back their raw
 stdout/stderr/exit status; everything is decided here, on the client, so the parsers are tested on output
 recorded from a real Slurm (tests/fixtures/slurm/).
 """

@@ -4,12 +4,12 @@ The loader is strict YAML 1.2 (core schema), not PyYAML's YAML 1.1: only true/fa
 `on`, `off` stay text, so `groups: [lab, no]` is two groups), integers are decimal unless written 0o/0x
 (`port: 022` is 22, never octal 18), and `1:30` or `2026-01-01` stay text (no sexagesimal, no dates).
 
-Input is bounded (issue 12): a file larger than MAX_FILE_BYTES, nesting deeper than MAX_DEPTH, an alias that
+Input is bounded: a file larger than MAX_FILE_BYTES, nesting deeper than MAX_DEPTH, an alias that
 refers to a node still being read (a recursive structure), or aliases that together expand to more than
 MAX_ALIAS_NODES values (billion laughs) are refused while the document is composed, before anything is built,
 with the file:line:column where the limit was crossed.
 
-Scanning and parsing are libyaml's C code when PyYAML has it (issue 16: a 128-host inventory took ~100 ms of
+Scanning and parsing are libyaml's C code when PyYAML has it (a 128-host inventory took ~100 ms of
 client CPU in the pure-Python scanner); composing, the bounds, resolving and constructing stay the Python code
 above, and anything libyaml reads otherwise than PyYAML's Python parser, or refuses, is read by the pure-Python
 loader, so values, line:column marks and error messages are the same either way."""
@@ -171,7 +171,7 @@ if yaml.__with_libyaml__:
     @_core_schema
     class _StrictCLoader(yaml.composer.Composer, CParser,  # type: ignore[misc]
                          yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
-        """StrictLoader reading events from libyaml's C scanner and parser (issue 16: most of a load's client
+        """StrictLoader reading events from libyaml's C scanner and parser (most of a load's client
         CPU went to the pure-Python scanner). Only the events come from C: PyYAML's Python Composer stands
         before CParser in the MRO, so `_BoundedComposer.compose_node` still sees every event (aliases and
         depth stay bounded, at the same marks), and resolving and constructing are StrictLoader's code.
@@ -406,16 +406,16 @@ def read_text_capped(path: str | Path) -> str:
 def _compose_and_construct(text: str, path: str) -> Any:
     if StrictCLoader is not None and not _libyaml_may_differ(text):
         try:
-            return yaml.load(text, Loader=_make_loader(path, StrictCLoader))  # noqa: S506 - SafeConstructor
-        except Exception:  # noqa: BLE001, S110 - the pure-Python loader below decides and words the error
+            return yaml.load(text, Loader=_make_loader(path, StrictCLoader))  # SafeConstructor
+        except Exception:  # the pure-Python loader below decides and words the error
             # libyaml words its errors differently from PyYAML's Python scanner and parser, marks some of
             # them elsewhere, and refuses a few documents PyYAML reads (`%YAML 1.3`, a "\ud800" escape);
             # _LibyamlDisagrees lands here too, for events PyYAML's parser would not have produced.
             # The messages an operator sees (and the tests pin) are the Python loader's, so whatever fails
-            # here is read again by the loader of before issue 16: it raises its own error or, where only
+            # here is read again by the pure-Python loader: it raises its own error or, where only
             # libyaml refused, its result stands. Errors are rare; only they pay for the slow path.
             pass
-    return yaml.load(text, Loader=_make_loader(path))  # noqa: S506 - SafeLoader subclass
+    return yaml.load(text, Loader=_make_loader(path))  # SafeLoader subclass
 
 
 def load_text(text: str, path: str | Path) -> Any:

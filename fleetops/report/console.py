@@ -15,11 +15,11 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ..plans.hostrange import fold as fold_names
+from ..plans.tables import bar
 from ..redaction import RedactingStream, dumps, shown
 from ..results import Result, Status, recap
 from . import fold
 from .fold import LABEL, Group, Identity, Line, Segment
-from .rows import bar
 from .tailview import TailView
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ _RICH_LOCK = threading.RLock()  # the console property holds it while rich() loa
 
 
 def rich() -> SimpleNamespace:
-    """The parts of rich the report draws with, imported at the first draw, not with the module (issue 16):
+    """The parts of rich the report draws with, imported at the first draw, not with the module:
     importing rich is ~30 ms of a run's start-up, and a run imports this module before it connects anywhere;
     run.execute has the main thread load it while the first connections are in their handshakes."""
     global _RICH

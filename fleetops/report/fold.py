@@ -56,7 +56,7 @@ class Identity:
         """Each of the host's words that stands alone in text (not part of a longer name, address or file
         name: `lab1` is not in `lab10`, `x.lab1` or `lab1.yaml`) → its placeholder; leftmost first, then
         longest, as a regex alternation would. Plain string search: a compiled pattern per host cost ~0.25 ms
-        of client CPU per host at N=128 (issue 16), and most text never names its host at all."""
+        of client CPU per host at N=128, and most text never names its host at all."""
         for word in self.words():
             if word in text:
                 break

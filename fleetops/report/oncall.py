@@ -43,7 +43,7 @@ class TransferBoard:
             with self.lock:
                 if self.progress is None:
                     # rich.progress (with rich.live and the spinners) only when a bar is drawn, not whenever
-                    # `fetch` runs (client start-up, issue 16)
+                    # `fetch` runs (client start-up)
                     from rich.progress import (
                         BarColumn,
                         DownloadColumn,

@@ -1,39 +1,15 @@
-"""The rows and bars the operator reads, built from results and agent answers: plain data (stdlib only, so
-scripts/gpu-smoke.py can use it without rich); console.py turns it into tables."""
+"""The fleet tables shown after the per-host lines, built from results: plain data; console.py draws them.
+(Rows of one host's answer are plans/tables.py's: tasks build them.)"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from ..plans.gpugate import Verdict, age
 from ..plans.hostrange import header, natural_key
+from ..plans.tables import FACT_COLUMNS
 from ..redaction import shown
 from ..results import Result
-
-GPU_COLUMNS = ["gpu", "name", "memory", "util", "temp", "ecc", "state", "processes"]
-
-FACT_COLUMNS = ["os", "python", "vllm", "speculators", "torch", "transformers", "driver", "cuda", "gpus",
-                "venv free GiB", "state free GiB"]
-
-
-def bar(progress: dict, width: int = 24) -> str:
-    done, total = progress.get("done", 0), progress.get("total", 0)
-    frac = done / total if total else 0.0
-    filled = int(round(frac * width))
-    eta = progress.get("eta")
-    eta_text = f" ETA {int(eta) // 60}:{int(eta) % 60:02d}" if eta is not None else ""
-    rate = f" {progress['tok_s']:.0f} tok/s" if "tok_s" in progress else ""
-    return f"[{'#' * filled}{'.' * (width - filled)}] {int(done)}/{int(total)} {frac:.0%}{rate}{eta_text}"
-
-
-def fact_row(answer: dict) -> list[str]:
-    pk = answer.get("packages", {})
-    disk = answer.get("disk_free_gib", {})
-    gpus = f"{answer.get('gpu_count')} x {', '.join(answer.get('gpu_names') or []) or '-'}"
-    return [str(v) for v in (answer.get("os"), answer.get("python"), pk.get("vllm"), pk.get("speculators"),
-                             pk.get("torch"), pk.get("transformers"), answer.get("driver"), answer.get("cuda"),
-                             gpus, disk.get("venv"), disk.get("state_dir"))]
 
 
 def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
@@ -97,21 +73,3 @@ def _same(entries: list, key: Callable[[Any], tuple]) -> dict[tuple, list[str]]:
         out.setdefault(key(entry), []).append(entry[0])
     return dict(sorted(out.items(), key=lambda kv: -len(kv[1])))
 
-
-def short_process(p: dict) -> str:
-    owner = f"job {p['job']}" if p.get("job") else "foreign"
-    return f"{p['pid']} {p.get('name')} {p.get('used_mib')}MiB {p.get('user') or '?'} {age(p.get('age_s'))} {owner}"
-
-
-def gpu_rows(verdict: Verdict) -> list[list[str]]:
-    """One row per selected GPU, then one per missing GPU."""
-    rows = []
-    for g, state in verdict.gpus:
-        used = g.get("memory_used_mib") or 0
-        mem = f"{used}/{g.get('memory_total_mib')} MiB, {g.get('memory_free_mib')} free"
-        rows.append([str(g["index"]), str(g.get("name")), mem, f"{g.get('utilization_gpu_pct')}%",
-                     f"{g.get('temperature_c')}C", str(g.get("ecc_uncorrected")), state,
-                     "\n".join(short_process(p) for p in g.get("processes") or []) or "-"])
-    for index in verdict.missing:
-        rows.append([str(index), "-", "-", "-", "-", "-", "missing", "-"])
-    return rows

@@ -11,18 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .rows import bar
+from ..plans.tables import bar
+from ..plans.timefmt import clock
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-
-
-def eta_text(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
-        f"{seconds // 60}:{seconds % 60:02d}"
 
 
 @dataclass
@@ -99,6 +92,6 @@ class TailView:
             table.add_row(escape(host), escape(row.job_id or "-"),
                           f"[{style}]{escape(row.state)}[/]" if style else escape(row.state), progress,
                           f"{int(row.done)}/{int(row.total)}" if row.total else "-",
-                          f"{row.tok_s:.0f}" if row.tok_s is not None else "-", eta_text(row.eta),
+                          f"{row.tok_s:.0f}" if row.tok_s is not None else "-", clock(row.eta),
                           f"[bold red]{row.failures}[/]" if row.failures else "0")
         return table

@@ -2,7 +2,7 @@
 `fleet -H lab01 -- uname -a`), through the same inventory, host keys, agent and audit log as every task.
 
 The command is the operator's own text; it travels inside the agent's JSON request (never on the SSH
-command line) and the node runs it with /bin/sh -c (remote_scripts/adhoc.py)."""
+command line) and the node runs it with /bin/sh -c (remote_scripts/jobs/adhoc.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _run_plan(run: RunState, kwargs: dict) -> Plan:
 
 def _joined(answer: dict, stream: str) -> str:
     """A stream as the node kept it: its head, then (when the middle was dropped) one line saying how much,
-    then its tail (remote_scripts/adhoc.py keeps both ends, never all of it)."""
+    then its tail (remote_scripts/jobs/adhoc.py keeps both ends, never all of it)."""
     head, dropped = str(answer.get(stream) or ""), int(answer.get(f"{stream}_dropped_bytes") or 0)
     if not dropped:
         return head

@@ -1,5 +1,5 @@
 """capture and rebase: write playbooks from what a node has (the agent's `capture` op reads each module's current
-text and its pristine text, proven against the wheel's RECORD sha256; remote_scripts/capture.py).
+text and its pristine text, proven against the wheel's RECORD sha256; remote_scripts/patch/capture.py).
 
 capture: the diff pristine → current of each module, written beside the playbook (`<dir>/<stem>/<file>.diff`,
 paths `a/<path in site-packages>`), its patch entry added or updated, `requires:` pinned to the node's versions.
@@ -304,7 +304,7 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
                   f"prove it with {prove}", items, data=data)
 
 
-def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, dict], host: str,  # noqa: ANN001
+def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, dict], host: str,
                      versions: dict[str, str], scripts: list[tuple[str, Path]]) -> Path:
     names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
     requires = authoring.pin_requires(book.requires, versions, names)

@@ -1,7 +1,7 @@
 """diagnose: "what is wrong with this node?" in one agent exec, answered as findings ordered by likelihood,
 each with a verdict (OK / WARN / CRITICAL / UNKNOWN) and the next command to run.
 
-The node sends what it read (remote_scripts/diagnose.py: kernel-log lines, `nvidia-smi -q -x`, the latest
+The node sends what it read (remote_scripts/health/diagnose.py: kernel-log lines, `nvidia-smi -q -x`, the latest
 job, its processes, disk, memory, load); the reading of it is here and in plans/ (kernellog, gpuhealth), pure.
 
 Verdicts and exit statuses (a run exits with the worst across hosts; exit codes chosen not to clash with
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from remote_scripts.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
+from remote_scripts.core.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
 
 from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, describe_end, resolve
 from ..plans.yamlsrc import ConfigError

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..plans.gpugate import DEFAULT_THRESHOLD_MIB, Gate, Verdict, evaluate, next_action, parse_selection
+from ..plans.tables import FACT_COLUMNS, GPU_COLUMNS, fact_row, gpu_rows
 from ..plans.yamlsrc import ConfigError
-from ..report.rows import FACT_COLUMNS, GPU_COLUMNS, fact_row, gpu_rows
 from ..results import EXIT_GPU_BUSY, Result, Status
 from ..wire.connector import Connector
 from . import slurm

@@ -20,8 +20,9 @@ from ..plans.jobspec import (
     parse_progress,
     resolve,
 )
+from ..plans.tables import bar
+from ..plans.timefmt import duration
 from ..plans.yamlsrc import ConfigError
-from ..report.rows import bar
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
 from . import slurm
@@ -284,17 +285,6 @@ def _size(n: int | None) -> str:
     return str(n)
 
 
-def _runtime(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
 def _exit_text(row: dict) -> str:
     ended = row.get("exit") or {}
     if not ended:
@@ -323,7 +313,7 @@ def interpret_jobs_list(host: str, plan: Plan, answer: dict) -> Result:
         return Result(host, "jobs", Status.OK, f"no jobs on this node (none under {answer['jobs_dir']}); start one "
                       f"with: fab -H {host} extract", data={"jobs": [], "total": 0})
     rows = [[j["id"], j.get("name") or "-", j["state"], (j.get("started") or "-").replace("T", " ").rstrip("Z"),
-             _runtime(j.get("runtime_s")), _exit_text(j), _size(j.get("log_bytes")), _size(j.get("output_bytes"))]
+             duration(j.get("runtime_s")), _exit_text(j), _size(j.get("log_bytes")), _size(j.get("output_bytes"))]
             for j in jobs]
     shown = "" if len(jobs) == answer["total"] else f" (the newest {len(jobs)} shown)"
     running = [j["id"] for j in jobs if j["state"] in ("running", "starting")]

@@ -3,7 +3,7 @@
 By default the latest job's log and (for an extract job) its manifest go to ./fetched/<host>/<job-id>/;
 --path names other files (relative: to the node's state dir), which must resolve under the state dir or a
 job's output directory unless --any-path. The node's agent says which files may go and hashes them
-(`fetch_plan`, remote_scripts/fetch.py); the client copies [0, size) into `<file>.part`, resuming a partial
+(`fetch_plan`, remote_scripts/jobs/fetch.py); the client copies [0, size) into `<file>.part`, resuming a partial
 copy from its length, hashes what it wrote and renames it into place only when the two sha256 agree."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..plans.localpath import UnsafeName, safe_join_relative
-from ..report.oncall import board_for
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector
 from .plan import Plan, TaskSpec, UsageError, agent_error
@@ -120,7 +119,7 @@ def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_si
         offset = 0  # the node's file is shorter than our partial copy: it is another file now
     resumed_from = offset
     for attempt in (1, 2):
-        transfer = board_for(run.reporter.console, run.reporter.json_mode).start(f"{host} {label}", size, offset)
+        transfer = run.transfer(f"{host} {label}", size, offset)
         try:
             fetched = node.download_to(entry["path"], str(part), offset, size, transfer)
         finally:

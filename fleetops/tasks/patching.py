@@ -1,5 +1,5 @@
 """patch and rollback: one agent call each; the node answers per file with a status word
-(remote_scripts/protocol.py). A playbook's files are one set, all-or-nothing per host: the task's status, its
+(remote_scripts/core/protocol.py). A playbook's files are one set, all-or-nothing per host: the task's status, its
 message, --json and the audit line all come from the same items, so they agree with the exit status.
 
 Before the call that may write, the audit log gets an intent line (the run may never get to record the result:
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from remote_scripts.protocol import CHANGED_WORDS, NOOP_WORDS, NOT_WRITTEN, WOULD_WORDS
+from remote_scripts.core.protocol import CHANGED_WORDS, NOOP_WORDS, NOT_WRITTEN, WOULD_WORDS
 
 from .. import audit
 from ..plans.yamlsrc import ConfigError
@@ -95,7 +95,7 @@ def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: Transp
     try:
         answer, _ = asker.call(plan.op, {**plan.request, "host": host.name, "check": True, "settle": token,
                                          "settle_wait_s": SETTLE_S - 5}, timeout=SETTLE_S)
-    except Exception as exc:  # noqa: BLE001 - whatever it is, the outcome stays unknown and is said so
+    except Exception as exc:  # whatever it is, the outcome stays unknown and is said so
         return Result(host.name, plan.op, Status.FAILED, f"interrupted (Ctrl-C) while the node was working on "
                       f"the set, and asking it afterwards what each file is failed ({exc}); what {host.name} ended "
                       f"with is unknown: see it with fab -H {host.name} {plan.op} --check", **interrupted)

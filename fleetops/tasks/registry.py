@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from remote_scripts.protocol import READ_ONLY_OPS
+from remote_scripts.core.protocol import READ_ONLY_OPS
 
 from ..plans.inventory import Host, MissingSecret
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # Each host task's family: the module of fleetops/tasks/ that defines it (its TASKS list; jobs' are built
 # below). A run imports only the families its command line names: `patch verify` has no use for the jobs,
-# Slurm, shards, diagnose or authoring modules and the plans behind them, ~20 ms of every start-up (issue 16).
+# Slurm, shards, diagnose or authoring modules and the plans behind them, ~20 ms of every start-up.
 FAMILIES = {"ping": "node", "trust": "node", "gpu": "gpu", "facts": "gpu", "patch": "patching",
             "rollback": "patching", "verify": "checks", "run": "adhoc", "fetch": "oncall", "diagnose": "diagnose",
             "capture": "authoring", "rebase": "authoring", "extract": "jobs", "tail": "jobs", "status": "jobs",
@@ -103,7 +103,7 @@ def ahead_request(name: str, plan: Plan, host: Host) -> dict | None:
 
 
 def send_ahead(run: RunState, name: str, plan: Plan, host: Host) -> Pending | None:
-    """Hand this step's request to the host's connector ahead of time (issue 16, pipelining), when the step
+    """Hand this step's request to the host's connector ahead of time (pipelining), when the step
     allows it (ahead_request); run_task(..., pending=) then reads its answer. Never raises: a step that
     cannot go ahead simply runs in its turn."""
     request = ahead_request(name, plan, host)
@@ -113,7 +113,7 @@ def send_ahead(run: RunState, name: str, plan: Plan, host: Host) -> Pending | No
         node = run.connections().get(host)
         submit = getattr(node, "submit", None)  # a connector without pipelining: every step in its turn
         return submit(plan.op, request, timeout=plan.timeout) if submit is not None else None
-    except Exception:  # noqa: BLE001 - the step then runs in its turn and reports whatever fails
+    except Exception:  # the step then runs in its turn and reports whatever fails
         return None
 
 
@@ -139,7 +139,7 @@ class _SentAhead:
 class _NodeNotes:
     """What the node tidied on the way, kept from every answer a task receives: the agent adds `quarantined`
     (corrupt state files moved aside) and `removed_temp_files` (dead uploads' temp files) to any answer,
-    whatever the op (remote_scripts/agent.py), so no task has to copy them itself."""
+    whatever the op (remote_scripts/core/agent.py), so no task has to copy them itself."""
 
     def __init__(self) -> None:
         self.quarantined: list[dict] = []
@@ -228,7 +228,7 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
             result = spec.interpret(host, plan, answer)
             if result.failed:
                 result.evidence = evidence
-    except Exception as exc:  # noqa: BLE001 - a bug for one host must not take the fleet down
+    except Exception as exc:  # a bug for one host must not take the fleet down
         result = _failure(run, host, name, exc, answered=notes.answers > 0)
     notes.into(result)
     result.seconds = round(time.monotonic() - started, 3)
@@ -269,7 +269,7 @@ def run_task(run: RunState, name: str, plan: Plan, host: Host, pending: Pending 
     `pending`: its request, sent ahead by send_ahead while the step before it ran."""
     try:
         node = run.connections().get(host)
-    except Exception as exc:  # noqa: BLE001 - e.g. a bad ssh_config for this host: its result, not a crash
+    except Exception as exc:  # e.g. a bad ssh_config for this host: its result, not a crash
         result = _failure(run, host.name, name, exc)
     else:
         result = run_on_host(run, name, plan, node, pending)

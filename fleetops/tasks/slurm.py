@@ -2,7 +2,7 @@
 task per shard with `--shards N`), status reads squeue/sacct, tail/logs read each task's output file, stop is
 scancel. Only fleetops' own job counts: a Slurm id that now names another job (reused) is said so, never read
 as ours (plans/slurm.py Identity). The same results and progress view as SSH jobs; the node agent's `slurm` op runs the
-commands (remote_scripts/slurm.py) and the answers are parsed here with fleetops/plans/slurm.py."""
+commands (remote_scripts/jobs/slurm.py) and the answers are parsed here with fleetops/plans/slurm.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..plans import slurm as sp
 from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, JobSpec, is_failure, parse_progress, resolve
-from ..report.rows import bar
+from ..plans.tables import bar
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
 from .plan import agent_error, tail_start
@@ -410,7 +410,7 @@ def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
     from dataclasses import replace
 
     from ..plans.gpugate import evaluate
-    from ..report.rows import GPU_COLUMNS, gpu_rows
+    from ..plans.tables import GPU_COLUMNS, gpu_rows
 
     host = node.host.name
     answer = _call(node, "gpu", {})

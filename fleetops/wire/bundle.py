@@ -15,11 +15,11 @@ from functools import lru_cache
 from pathlib import Path
 
 import remote_scripts
-from remote_scripts.bootstrap import ALLOW_INSECURE_VENV, EXIT_REFUSED, PYTHON_FLAGS
+from remote_scripts.core.bootstrap import ALLOW_INSECURE_VENV, EXIT_REFUSED, PYTHON_FLAGS
 
 __all__ = ["ALLOW_INSECURE_VENV", "BOOTSTRAP", "EXIT_BOOTSTRAP_REFUSED", "PYTHON_FLAGS", "Bundle", "agent_bundle"]
 
-# How the node runs the agent, trusting nothing it finds there: remote_scripts/bootstrap.py, whose text the
+# How the node runs the agent, trusting nothing it finds there: remote_scripts/core/bootstrap.py, whose text the
 # client sends as `python -I -S -c BOOTSTRAP <state_dir> <state_dir>/bin/<name>.pyz <sha256>
 # [--allow-insecure-venv]` (argv words, never shell built from data). It checks the interpreter (executable,
 # prefixes, sys.path, site-packages and their .pth files, before `site` runs) and the state dir's whole path as
@@ -28,13 +28,13 @@ __all__ = ["ALLOW_INSECURE_VENV", "BOOTSTRAP", "EXIT_BOOTSTRAP_REFUSED", "PYTHON
 # verify's probe) through the same text, which it holds in the verified zip (bootstrap.relaunch). A refusal is
 # one JSON line {"bootstrap": true, "error_kind": ..., "error": ...}, exit 3: agent_missing (the client uploads
 # it), untrusted_state, untrusted_venv or agent_mismatch (the client reports it).
-BOOTSTRAP = (Path(remote_scripts.__file__).parent / "bootstrap.py").read_text(encoding="utf-8")
+BOOTSTRAP = (Path(remote_scripts.__file__).parent / "core" / "bootstrap.py").read_text(encoding="utf-8")
 EXIT_BOOTSTRAP_REFUSED = EXIT_REFUSED
 
 # The zip's __main__: nothing of fleetops runs the zip by its path (Python would run whatever the path names
 # when it opens it); one who tries is told how fleetops runs it.
 ENTRY = (b"import sys\nsys.exit('the fleetops agent runs only through its verifying bootstrap "
-         b"(remote_scripts/bootstrap.py), never by path')\n")
+         b"(remote_scripts/core/bootstrap.py), never by path')\n")
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,7 @@ def agent_bundle() -> Bundle:
 def _agent_bundle() -> Bundle:
     """The zip, from a cache keyed by the sources and this Python's bytecode version when it can (compiling
     every module costs the client ~0.1 s per run otherwise)."""
-    source_dir = Path(remote_scripts.__file__).parent
-    sources = {p.name: p.read_bytes() for p in sorted(source_dir.glob("*.py")) if p.name != "__main__.py"}
+    sources = agent_sources()
     key = hashlib.sha256(b"".join(hashlib.sha256(n.encode() + b"\0" + d).digest() for n, d in sources.items())
                          + ENTRY + CODE_PREFIX.encode()).hexdigest()[:32]
     cached = CACHE_DIR / f"{key}.pyz"
@@ -88,6 +87,14 @@ def _agent_bundle() -> Bundle:
     except OSError:
         pass  # no cache (read-only home): build it again next run
     return Bundle(data, hashlib.sha256(data).hexdigest())
+
+
+def agent_sources() -> dict[str, bytes]:
+    """Every module of the agent, by its path under remote_scripts/ ("core/agent.py"), its subpackages included;
+    the package's own __main__ (`python remote_scripts`) stays out of the zip."""
+    root = Path(remote_scripts.__file__).parent
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.py"))
+            if p.name != "__main__.py" and "__pycache__" not in p.parts}
 
 
 def _sources_of(data: bytes) -> dict[str, bytes]:
@@ -109,7 +116,8 @@ def _build(sources: dict[str, bytes]) -> bytes:
         for name, source in sources.items():
             add(f"remote_scripts/{name}", source)
         for name, source in sources.items():
-            module = "remote_scripts" if name == "__init__.py" else f"remote_scripts.{name[:-3]}"
+            module = ".".join(["remote_scripts", *name[:-3].split("/")])
+            module = module[:-len(".__init__")] if module.endswith(".__init__") else module
             code = compile(source, CODE_FILENAME.format(name), "exec", dont_inherit=True)
             add(f"{CODE_PREFIX}{module}", marshal.dumps(code, 2))
     return buf.getvalue()

@@ -21,7 +21,7 @@ EVIDENCE_LINE_CHARS = 1000  # a node's stderr line longer than this is cut in th
 # What one host's session may hold on the client. A node is not trusted to be brief: one answer line, the agent's
 # stderr between two answers and a raw exec's output are each capped, and a session over its cap is dropped
 # with one line naming the host (the other hosts go on). The largest honest answer is `run`'s head and tail of
-# two streams (remote_scripts/adhoc.py: 4 MiB of text, up to 6x that as JSON escapes).
+# two streams (remote_scripts/jobs/adhoc.py: 4 MiB of text, up to 6x that as JSON escapes).
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 MAX_STDERR_BYTES = 16 * 1024 * 1024  # written by the agent while serving one request
 STDERR_KEPT_BYTES = 64 * 1024  # of that, the end is kept as evidence
@@ -105,7 +105,7 @@ class Connector(Protocol):
     host: Host
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
-        """One agent op (remote_scripts/protocol.py OPS): request in, the agent's JSON answer out."""
+        """One agent op (remote_scripts/core/protocol.py OPS): request in, the agent's JSON answer out."""
 
     def submit(self, op: str, request: dict, timeout: float = 300) -> Pending:
         """call(), pipelined: the request goes out behind the requests in flight, or right behind the next

@@ -24,7 +24,7 @@ import paramiko
 from fabric import Config, Connection
 from paramiko.auth_handler import AuthHandler
 
-from remote_scripts.protocol import PROTOCOL
+from remote_scripts.core.protocol import PROTOCOL
 
 from ..identity import operator
 from ..plans import sshconfig
@@ -89,7 +89,7 @@ def ssh_config_aliases(config: paramiko.SSHConfig) -> frozenset[str]:
     """Literal names of `Host` blocks and `Match host/originalhost` criteria (no wildcards, no negation).
     paramiko's own get_hostnames() fails on a config with a Match block, hence the walk."""
     names: set[str] = set()
-    for entry in config._config:  # noqa: SLF001 - SSHConfig exposes its blocks no other way
+    for entry in config._config:  # SSHConfig exposes its blocks no other way
         names.update(entry.get("host", []))
         for match in entry.get("matches", []):
             if match.get("type") in ("host", "originalhost") and not match.get("negate"):
@@ -99,7 +99,7 @@ def ssh_config_aliases(config: paramiko.SSHConfig) -> frozenset[str]:
 
 class _SharedConfig(Config):
     """The process's one Fabric Config, shared read-only by every connection. Cloning it per connection cost
-    ~0.4 ms of client CPU per host (issue 16); sharing is safe only while nothing writes it, because a write
+    ~0.4 ms of client CPU per host; sharing is safe only while nothing writes it, because a write
     re-merges the whole config and a connection reading during that merge sees no keys at all ("No attribute
     ... 'authentication'", seen once in 1920 runs when Fabric's `inline_ssh_env` still wrote it). So a write
     is refused loudly instead of racing."""
@@ -251,7 +251,7 @@ def _identity_key(path: str, passphrase: str | None) -> paramiko.PKey | None:
             return _KEYS[cache_key]
     try:
         key: paramiko.PKey | None = paramiko.PKey.from_path(os.path.expanduser(path), passphrase)
-    except Exception:  # noqa: BLE001 - any failure: paramiko's own load names it, as without the cache
+    except Exception:  # any failure: paramiko's own load names it, as without the cache
         key = None
     with _SHARED_LOCK:
         return _KEYS.setdefault(cache_key, key)
@@ -259,7 +259,7 @@ def _identity_key(path: str, passphrase: str | None) -> paramiko.PKey | None:
 
 def _strict_client(files: list[str]) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
-    client._host_keys = _host_keys_for(files)  # noqa: SLF001 - shared, read-only (see _host_keys_for)
+    client._host_keys = _host_keys_for(files)  # shared, read-only (see _host_keys_for)
     # Fabric auto-adds unknown host keys, and ssh_config's StrictHostKeyChecking is not consulted: a fleet
     # tool connects only to keys the operator trusted (`trust --fingerprint`).
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
@@ -268,7 +268,7 @@ def _strict_client(files: list[str]) -> paramiko.SSHClient:
 
 class _PipelinedAuth(AuthHandler):
     """Public-key login one round trip sooner: the USERAUTH_REQUEST goes out right behind the SERVICE_REQUEST
-    instead of after the SERVICE_ACCEPT (paramiko waits for it; issue 16: one RTT of every connection, 50 ms at
+    instead of after the SERVICE_ACCEPT (paramiko waits for it; one RTT of every connection, 50 ms at
     the bench's RTT). OpenSSH's sshd handles a connection's packets in order, so the request is read once the
     service is accepted, exactly as if it had waited. Only where nothing in the request depends on the server's
     answer: an OpenSSH server, a key that is not RSA (RSA's signature algorithm is chosen from the server's
@@ -301,7 +301,7 @@ def _may_send_auth_ahead(transport: paramiko.Transport, key: Any) -> bool:
 class _FleetTransport(paramiko.Transport):
     """paramiko's Transport asking for AES-GCM first (OpenSSH's own order puts it right after chacha20, which
     paramiko lacks). With CTR + HMAC every packet also pays a Python-level MAC comparison and two cipher calls;
-    an AEAD cipher is one call: ~0.6 ms less client CPU per connection (issue 16). A server without GCM still
+    an AEAD cipher is one call: ~0.6 ms less client CPU per connection. A server without GCM still
     gets paramiko's usual list, in paramiko's order."""
 
     _preferred_ciphers = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
@@ -328,7 +328,7 @@ class _FleetTransport(paramiko.Transport):
 
     session_ahead = True  # a node's connection runs a session; a jump host's only forwards (_JumpTransport)
 
-    # The session channel, opened right behind the login request (issue 16: one RTT of every connection, 50 ms
+    # The session channel, opened right behind the login request (one RTT of every connection, 50 ms
     # at the bench's RTT). sshd reads the CHANNEL_OPEN only once the login it follows has succeeded: its
     # pre-login loop returns on success, and the packets already read travel with the connection's state to
     # the logged-in process. The first open_session() takes this channel instead of asking for one (paramiko's
@@ -406,8 +406,8 @@ class _JumpTransport(_FleetTransport):
 class _Connection(Connection):
     """Fabric's Connection, with the attributes it and fleetops set declared on the class. Invoke's DataProxy
     turns a write to an undeclared attribute into a config write, and each config write re-merges the whole
-    config (about 1 ms of client CPU per connection for Fabric's own `inline_ssh_env` and our `fleetops_name`:
-    issue 16); a declared one is a plain attribute."""
+    config (about 1 ms of client CPU per connection for Fabric's own `inline_ssh_env` and our `fleetops_name`);
+    a declared one is a plain attribute."""
 
     inline_ssh_env = None
     fleetops_name: str | None = None  # what `trust` takes for this hop (a jump's own inventory name)
@@ -559,7 +559,7 @@ class _CaptureKey(paramiko.MissingHostKeyPolicy):
     def __init__(self) -> None:
         self.key: paramiko.PKey | None = None
 
-    def missing_host_key(self, client, hostname, key):  # noqa: ANN001 - paramiko's signature
+    def missing_host_key(self, client, hostname, key):  # paramiko's signature
         self.key = key
         raise paramiko.SSHException(f"captured host key for {hostname}")
 
@@ -694,7 +694,7 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None,
         return "refused", (f"host key CHANGED for {_who(host, cxn)}: known_hosts has {old}, the host offers {new}; "
                            "if the change is expected (node reinstalled), check the new key out of band, then run: "
                            f"fab -H {host.name} trust --replace --fingerprint {new}")
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a message (connect_error), none a traceback
+    except Exception as exc:  # every failure becomes a message (connect_error), none a traceback
         if capture.key is None:
             raise connect_error(exc, host, cxn) from None
     finally:
@@ -742,7 +742,7 @@ def _replace_known_host(path: str, name: str, key: paramiko.PKey) -> int:
 
 # paramiko's transport thread wakes every 0.1 s on a quiet connection to look for our own close, a keepalive
 # or a rekey. A fleet run holds every host's connection open while the others work, and at N=128 those
-# wakeups cost ~0.5 ms of client CPU per host per second held (issue 16). Once connected, once a second is
+# wakeups cost ~0.5 ms of client CPU per host per second held. Once connected, once a second is
 # enough: data, a peer's close or a reset still wake recv at once; only our own close is noticed up to a
 # second later, by a daemon thread that has nothing left to do.
 IDLE_CHECK_SECONDS = 1.0
@@ -792,7 +792,7 @@ class NodeConnection:
         self.host = host
         self.inventory = inventory
         self.cxn: Connection | None = None
-        self.session: _Session | None = None  # the agent of this run on this host (issue 16)
+        self.session: _Session | None = None  # the agent of this run on this host
         self.requests = 0
         self.held: list[_Ticket] = []  # submitted, to go out right behind the next request sent
         self.lock = threading.Lock()
@@ -814,7 +814,7 @@ class NodeConnection:
             if not cxn.gateway and "sock" not in cxn.connect_kwargs:
                 cxn.connect_kwargs["sock"] = self._tcp_connect(cxn)
             cxn.open()
-        except Exception as exc:  # noqa: BLE001 - connect_error names host, cause, next step for every failure
+        except Exception as exc:  # connect_error names host, cause, next step for every failure
             error = (TransportError("interrupted", f"{host.name}: connecting was stopped (the run was interrupted) "
                                                    "before the SSH login finished; nothing ran there")
                      if self._aborted else connect_error(exc, host, cxn))
@@ -1000,7 +1000,7 @@ class NodeConnection:
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
         """One request to this host's agent: the first call of the run starts it (one exec, through the
-        verifying bootstrap), every later one is a line on the same channel (issue 16). Requests held by
+        verifying bootstrap), every later one is a line on the same channel. Requests held by
         submit() go out right behind it, before its answer is in."""
         with self.lock:
             ticket = _Ticket(self, op, request, timeout)
@@ -1226,10 +1226,10 @@ class _Ticket:
         self.dropped = False  # discarded: nobody reads its answer
 
     def result(self) -> tuple[dict, Evidence]:
-        return self.conn._collect(self)  # noqa: SLF001 - the ticket is the connection's own
+        return self.conn._collect(self)  # the ticket is the connection's own
 
     def discard(self) -> None:
-        self.conn._discard(self)  # noqa: SLF001
+        self.conn._discard(self)
 
 
 class _Overflow(Exception):

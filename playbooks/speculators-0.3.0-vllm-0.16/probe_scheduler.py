@@ -361,7 +361,7 @@ def check_worker(worker_mod: types.ModuleType) -> tuple[bool, list[str]]:
         mod_name, _, cls_name = dotted.rpartition(".")
         try:
             classes.append((cls_name, getattr(importlib.import_module(mod_name), cls_name)))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             notes.append(f"worker: cannot import {dotted}: {short(exc, 80)}")
     group = types.SimpleNamespace(is_first_rank=True, is_last_rank=True, rank_in_group=0)
     worker_mod.get_pp_group = lambda: group
@@ -391,7 +391,7 @@ def check_worker(worker_mod: types.ModuleType) -> tuple[bool, list[str]]:
             if not store or len(store[0]) != 2:
                 raise RuntimeError("no hidden states captured")
             notes.append(f"worker forward ok on {cls_name} ({api})")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             ok = False
             notes.append(f"worker forward fails on {cls_name} ({api}): {short(exc, 100)}")
     return ok, notes
@@ -505,7 +505,7 @@ def run(req: dict) -> dict:
         # The file's own __init__ builds the config, the KV cache config and the Scheduler.
         try:
             gen = gen_mod.VllmHiddenStatesGenerator(model_path=tmp, max_model_len=max_model_len)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log(traceback.format_exc())
             return {"ok": False,
                     "summary": f"FAIL: VllmHiddenStatesGenerator() cannot be built on this vLLM even with the "
@@ -547,7 +547,7 @@ def run(req: dict) -> dict:
             results = None
             try:
                 results = gen.generate([list(p) for p in prompts])
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log(traceback.format_exc())
                 error = short(exc)
             acc = account(REC.added[added0:], prompts, REC.steps[step0:])
@@ -630,7 +630,7 @@ def main() -> int:
         return 0
     try:
         verdict = run(req)
-    except Exception as exc:  # noqa: BLE001 - a verdict, whatever happened
+    except Exception as exc:  # a verdict, whatever happened
         log(traceback.format_exc())
         verdict = {"ok": False, "summary": f"probe could not drive the generator: {short(exc, 200)}",
                    "evidence": REC.hard_breaks + [traceback.format_exc().splitlines()[-1]],

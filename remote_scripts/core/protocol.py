@@ -11,7 +11,7 @@ OPS = ("ping", "patch", "rollback", "verify", "gpu", "facts", "preflight", "job_
        "job_logs", "job_stop", "run", "jobs_list", "fetch_plan", "diagnose", "capture", "slurm", "shards")
 
 # Ops that change nothing on the node (they read files, /proc, nvidia-smi, a job's logs): the one list of
-# them. The client may send one before the previous request's answer is in (pipelining, issue 16): if that
+# them. The client may send one before the previous request's answer is in (pipelining): if that
 # earlier step fails, the read-only one has run for nothing and its answer is dropped; nothing else happened.
 # Never add an op that writes (patch, rollback, job_start, job_stop, run, capture, fetch_plan, ...).
 READ_ONLY_OPS = frozenset({"ping", "verify", "gpu", "facts", "job_status", "job_logs", "job_tail", "jobs_list",
@@ -21,7 +21,7 @@ assert set(OPS) >= READ_ONLY_OPS
 # The kinds of check a playbook's verify: may name ("requires" is added from the playbook's requires:).
 CHECK_KINDS = ("requires", "grep", "compile", "import", "callsites", "probe")
 
-# Status words of patch/rollback items (remote_scripts/patching.py writes them, fleetops/tasks/patching.py
+# Status words of patch/rollback items (remote_scripts/patch/patching.py writes them, fleetops/tasks/patching.py
 # reads them).
 APPLIED = "applied"
 RESTORED = "restored"
@@ -40,7 +40,7 @@ NOOP_WORDS = frozenset({ALREADY_APPLIED, ALREADY_ORIGINAL})
 
 # ---------------------------------------------------------------- requirements ("vllm==0.16.*")
 # Parsed with string methods, not `re`: the agent parses them at every patch and verify, and importing `re`
-# (with the enum, functools and collections it pulls in) was ~7 ms of each agent start (issue 16).
+# (with the enum, functools and collections it pulls in) was ~7 ms of each agent start.
 # The grammar is exactly that of the regular expressions they replace (tests/test_agent_lean_units.py checks
 # both on the same inputs): \s is str.isspace(), \d is str.isdecimal(), `.` is anything but a newline.
 #   requirement: \s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*)

@@ -12,8 +12,8 @@ import hashlib
 import os
 import stat
 
-from .jobs import _all_jobs, jobs_dir, load_job, output_dir
-from .nodeio import NodeError
+from ..core.nodeio import NodeError
+from .jobs import all_jobs, jobs_dir, load_job, output_dir
 
 HASH_CHUNK = 1 << 20
 
@@ -47,7 +47,7 @@ def _roots(state_dir: str) -> list[tuple[str, str]]:
     """(real path, local folder prefix) of every place fetch may read without any_path: each job's output
     directory, then the state dir (jobs/<id>/ under it gets the job id as its folder)."""
     roots = []
-    for job in _all_jobs(state_dir):
+    for job in all_jobs(state_dir):
         out = output_dir(os.path.join(jobs_dir(state_dir), job["id"]), job)
         if out:
             roots.append((os.path.realpath(out), f"{job['id']}/output"))

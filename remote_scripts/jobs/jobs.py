@@ -29,10 +29,10 @@ import subprocess
 import sys
 import time
 
-from .bootstrap import EXIT_REFUSED
-from .launch import relaunch
-from .launch import shown as shown_argv
-from .nodeio import (
+from ..core.bootstrap import EXIT_REFUSED
+from ..core.launch import relaunch
+from ..core.launch import shown as shown_argv
+from ..core.nodeio import (
     QUARANTINED,
     NodeError,
     atomic_write,
@@ -46,7 +46,7 @@ from .nodeio import (
     trusted_stat,
     write_json_atomic,
 )
-from .procfs import start_ticks, stat_fields, uids
+from ..core.procfs import start_ticks, stat_fields, uids
 
 LOG = "output.log"
 TAIL_CHUNK = 256 * 1024
@@ -71,16 +71,16 @@ def jobs_dir(state_dir: str) -> str:
     return os.path.join(os.path.abspath(state_dir), "jobs")
 
 
-def _expand(value: object, mapping: dict[str, str]) -> object:
+def expand(value: object, mapping: dict[str, str]) -> object:
     """Fill {state_dir}, {job_dir} and {python} in job values (plain text substitution; nothing is evaluated)."""
     if isinstance(value, str):
         for key, sub in mapping.items():
             value = value.replace("{" + key + "}", sub)
         return value
     if isinstance(value, list):
-        return [_expand(v, mapping) for v in value]
+        return [expand(v, mapping) for v in value]
     if isinstance(value, dict):
-        return {k: _expand(v, mapping) for k, v in value.items()}
+        return {k: expand(v, mapping) for k, v in value.items()}
     return value
 
 
@@ -142,7 +142,7 @@ def load_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
         if not isinstance(latest, str) or not JOB_ID.fullmatch(latest) or \
                 not os.path.lexists(os.path.join(base, latest, "job.json")):
             # no pointer (or a corrupt one, moved aside), or its job's record is gone: the newest readable job
-            newest = _all_jobs(state_dir)
+            newest = all_jobs(state_dir)
             if not newest:
                 raise NodeError("no job has been started on this node", kind="no_job")
             latest = newest[0]["id"]
@@ -155,7 +155,7 @@ def load_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
     if job is None and len(QUARANTINED) > before:
         raise _quarantined_job(job_id, job_dir, QUARANTINED[-1])
     if job is None:
-        known = [j["id"] for j in _all_jobs(state_dir)]
+        known = [j["id"] for j in all_jobs(state_dir)]
         shown = ", ".join(known[:KNOWN_IDS_SHOWN]) + (f" (and {len(known) - KNOWN_IDS_SHOWN} older)"
                                                        if len(known) > KNOWN_IDS_SHOWN else "")
         raise NodeError(f"no job {job_id!r} on this node; its jobs, newest first: {shown}" if known else
@@ -176,7 +176,7 @@ def _quarantined_job(job_id: str, job_dir: str, moved: dict) -> NodeError:
                      moved_to=moved["moved_to"], log=log, left=pids)
 
 
-def _all_jobs(state_dir: str) -> list[dict]:
+def all_jobs(state_dir: str) -> list[dict]:
     """Every job with a readable job.json, newest first (a corrupt one is moved aside and reported, not fatal)."""
     base = jobs_dir(state_dir)
     try:
@@ -270,7 +270,7 @@ def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None
     return {"state": state, "exit": ended, "runtime_s": round(runtime, 1) if runtime is not None else None, **out}
 
 
-def _running_job(state_dir: str) -> dict | None:
+def running_job(state_dir: str) -> dict | None:
     """The job running on this node: the current one, or any other whose tagged processes still live."""
     try:
         job_dir, job = load_job(state_dir, None)
@@ -281,7 +281,7 @@ def _running_job(state_dir: str) -> dict | None:
         if st["state"] in ("running", "starting"):
             return {**job, **st}
     running_dirs = set(_tag_index())
-    for other in _all_jobs(state_dir):
+    for other in all_jobs(state_dir):
         other_dir = os.path.join(jobs_dir(state_dir), other["id"])
         if other_dir in running_dirs and (job is None or other["id"] != job["id"]):
             st = job_state(other_dir, other)
@@ -363,7 +363,7 @@ class _LaunchLock:
 def _leftovers(state_dir: str) -> tuple[str, list[int]] | None:
     """An ended job whose processes still live (tagged): a new job beside them would share the GPUs."""
     index = _tag_index()
-    for job in _all_jobs(state_dir):
+    for job in all_jobs(state_dir):
         job_dir = os.path.join(jobs_dir(state_dir), job["id"])
         if index.get(job_dir) and os.path.exists(os.path.join(job_dir, "exit.json")):
             return job["id"], sorted(index[job_dir])
@@ -378,7 +378,7 @@ def job_start(req: dict) -> dict:
 def _job_start(req: dict) -> dict:
     state_dir = os.path.abspath(req["state_dir"])
     spec = req["job"]
-    running = _running_job(state_dir)
+    running = running_job(state_dir)
     if running:
         raise NodeError(f"job {running['id']} is still running on this node (pid {running.get('pid')}, since "
                         f"{running.get('started')}); stop it or wait for it", kind="job_running", job=running)
@@ -390,7 +390,7 @@ def _job_start(req: dict) -> dict:
     job_id = f"{spec['name']}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
     job_dir = os.path.join(jobs_dir(state_dir), job_id)
     ensure_dir(job_dir)
-    spec = _expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
+    spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
     keeper_argv = relaunch("wrap", job_dir)  # before anything is written: refused here if not bootstrapped
     if spec["kind"] == "extract":
         request = {**spec["extract"], "state_dir": state_dir}
@@ -442,7 +442,7 @@ def _job_start(req: dict) -> dict:
 def _refused_keeper(job_id: str, job_dir: str, keeper: subprocess.Popen) -> NodeError:
     """The keeper's bootstrap refused to run (the interpreter, the state dir or the agent's bytes changed since
     this agent started): its one-line answer, as the job's start failure."""
-    from . import wirejson
+    from ..core import wirejson
 
     try:
         answer = wirejson.loads(keeper.stdout.read(65536) or b"{}")
@@ -509,7 +509,7 @@ def jobs_list(req: dict) -> dict:
     state_dir = req["state_dir"]
     rows = []
     limit = int(req.get("limit") or 0)
-    jobs = _all_jobs(state_dir)
+    jobs = all_jobs(state_dir)
     index = _tag_index()
     for job in jobs[:limit] if limit else jobs:
         job_dir = os.path.join(jobs_dir(state_dir), job["id"])
@@ -532,7 +532,7 @@ def job_tail(req: dict) -> dict:
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     start: dict = {}
     if req.get("offset") is None:  # attaching: where to start
-        start = _attach_offset(job, req.get("last_lines"), bool(req.get("from_start")))
+        start = attach_offset(job, req.get("last_lines"), bool(req.get("from_start")))
         offset = start["offset"]
     else:
         offset = int(req["offset"])
@@ -624,7 +624,7 @@ def _long_line(f: io.BufferedReader, offset: int, size: int, ended: bool, contin
         next_offset
 
 
-def _attach_offset(job: dict, last_lines: object, from_start: bool) -> dict:
+def attach_offset(job: dict, last_lines: object, from_start: bool) -> dict:
     """Where a tail attaching to the job starts: the last N whole lines (default 20), or byte 0 with from_start
     (an explicit --from-start, or the client's own `extract tail` that launched the job and has shown nothing of
     it yet). Says what it skipped."""
@@ -998,12 +998,3 @@ def _wrapper(job_dir: str) -> int:
     _record_end(job_dir, _end_record(code, job_dir))
     return 0
 
-
-def preflight(req: dict) -> dict:
-    """What `extract` checks before launching, in the same exec: the playbook's fast checks and the GPUs."""
-    from . import checks, gpu
-
-    verify = checks.verify(req) if req.get("checks") or req.get("requires") else {"ok": True, "items": []}
-    running = _running_job(req["state_dir"])
-    public = {k: v for k, v in running.items() if k != "env"} if running else None
-    return {"ok": True, "verify": verify, "gpu": gpu.snapshot(req["state_dir"]), "running_job": public}

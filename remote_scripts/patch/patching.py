@@ -24,24 +24,19 @@ import _signal  # what `signal` wraps (agent.py says why)
 import os
 import sys
 
-from .hunks import apply_hunks, classify, closest_window, drift_report, split_lines
-from .nodeio import (
+from ..core.nodeio import (
     NodeError,
     NodeLock,
     atomic_write,
     check_requirements,
-    ensure_dir,
-    failpoint,
     module_file_in_site,
     now_iso,
     os_error_message,
-    read_json,
     remove_stale_bytecode,
     sha256_bytes,
-    write_json_atomic,
 )
-from .procfs import pid_alive
-from .protocol import (
+from ..core.procfs import pid_alive
+from ..core.protocol import (
     ALREADY_APPLIED,
     ALREADY_ORIGINAL,
     APPLIED,
@@ -53,6 +48,8 @@ from .protocol import (
     WOULD_APPLY,
     WOULD_RESTORE,
 )
+from .backups import backup_paths, bad_backup, read_backup, read_record, save_backup
+from .hunks import apply_hunks, classify, closest_window, drift_report, split_lines
 from .sitelock import SiteLock, site_root_of
 from .wheelrecord import record_sha256
 
@@ -63,37 +60,6 @@ def unified(old: str, new: str, path: str) -> str:
     import difflib  # only a change (or a refusal) shows a diff: not imported by a steady-state run
 
     return "".join(difflib.unified_diff(split_lines(old), split_lines(new), f"a{path}", f"b{path}", n=3))
-
-
-# ---------------------------------------------------------------- backups
-def _backup_paths(state_dir: str, path: str) -> tuple[str, str]:
-    key = sha256_bytes(path.encode())[:16] + "-" + os.path.basename(path)
-    base = os.path.join(state_dir, "backups")
-    return os.path.join(base, key + ".json"), os.path.join(base, key + ".orig")
-
-
-def save_backup(state_dir: str, path: str, module: str, original: bytes, patched: bytes, playbook: str) -> dict:
-    record_path, orig_path = _backup_paths(state_dir, path)
-    ensure_dir(os.path.dirname(record_path))
-    original_sha = sha256_bytes(original)
-    record = read_json(record_path, on_corrupt="quarantine")
-    if not (record and record.get("original_sha256") == original_sha and os.path.exists(orig_path)):
-        atomic_write(orig_path, original, mode=0o600, point="patch.backup")
-        record = {"path": path, "module": module, "original_sha256": original_sha, "created": now_iso()}
-    record.update({"patched_sha256": sha256_bytes(patched), "playbook": playbook, "patched_at": now_iso()})
-    write_json_atomic(record_path, record, point="patch.record")
-    failpoint("patch.after_backup")
-    return record
-
-
-def _read_record(state_dir: str | None, path: str) -> dict | None:
-    """This node's backup record of `path`; a corrupt one is moved aside (reported) and counts as none."""
-    if not state_dir:
-        return None
-    try:
-        return read_json(_backup_paths(state_dir, path)[0], on_corrupt="quarantine")
-    except (NodeError, OSError):
-        return None
 
 
 # ---------------------------------------------------------------- one file of the set
@@ -154,7 +120,7 @@ def _plan_patch(req: dict, f: _File, site: SiteLock | None) -> None:
     hunks = f.hunks
     cls = classify(f.lines, hunks)
     sha = sha256_bytes(f.data)
-    record = _read_record(req.get("state_dir"), f.path)
+    record = read_record(req.get("state_dir"), f.path)
     ours = bool(record) and record.get("patched_sha256") == sha
     if cls["overall"] == "patched":
         f.noop(ALREADY_APPLIED, f"already applied{_by(site, f.path, sha, 'patched')}: all {len(hunks)} hunks "
@@ -181,8 +147,8 @@ def _plan_rollback(req: dict, f: _File, site: SiteLock | None) -> None:
     hunks, n = f.hunks, len(f.hunks)
     cls = classify(f.lines, hunks)
     sha = sha256_bytes(f.data)
-    record = _read_record(req.get("state_dir"), f.path)
-    _, orig_path = _backup_paths(req["state_dir"], f.path) if req.get("state_dir") else ("", "")
+    record = read_record(req.get("state_dir"), f.path)
+    _, orig_path = backup_paths(req["state_dir"], f.path) if req.get("state_dir") else ("", "")
     wheel_sha, wheel_record = record_sha256(site_root_of(f.path), f.path)
     wrote_patched = (bool(record) and record.get("patched_sha256") == sha) or bool(_by(site, f.path, sha,
                                                                                        "patched"))
@@ -205,13 +171,13 @@ def _plan_rollback(req: dict, f: _File, site: SiteLock | None) -> None:
             f.note(f"the saved backup from {record.get('created', '?')} (sha256 "
                    f"{str(record.get('original_sha256'))[:12]}) is of other bytes than this file; not used")
         return
-    backup = _backup(orig_path, record)
+    backup = read_backup(orig_path, record)
     if overall == "patched":
         reversed_text = apply_hunks(f.lines, hunks, cls, reverse=True)
         new = reversed_text.encode("utf-8")
         rsha = sha256_bytes(new)
         proof = wheel_sha or (rsha if wrote_patched else None)  # the bytes an untouched rollback must give
-        bad = _bad_backup(backup, orig_path, proof, wheel_record)
+        bad = bad_backup(backup, orig_path, proof, wheel_record)
         if bad:
             f.refuse(FAILED, bad + f"; refusing to restore it; {f.path} is unchanged. The hunks alone can roll it "
                                    f"back: move {orig_path} and its .json aside and run rollback again")
@@ -252,7 +218,7 @@ def _plan_rollback(req: dict, f: _File, site: SiteLock | None) -> None:
         f.refuse(DRIFTED, f"drifted, and --force cannot prove an original: no RECORD lists {f.path}, so the saved "
                           f"backup cannot be checked; nothing written", drift=drift)
         return
-    bad = _bad_backup(backup, orig_path, wheel_sha, wheel_record)
+    bad = bad_backup(backup, orig_path, wheel_sha, wheel_record)
     if bad or not backup:
         f.refuse(FAILED, (bad or f"drifted, and no saved original on this node ({orig_path})") + "; --force has "
                  f"nothing proven to restore; {f.path} is unchanged. Reinstall the package to get its files back",
@@ -287,34 +253,6 @@ def _rollback_drift(lines: list[str], hunks: list[dict], cls: dict) -> list[dict
                                             "found": found[k] if k < len(found) else "<end of file>"}
         out.append(item)
     return out
-
-
-def _backup(orig_path: str, record: dict | None) -> tuple[bytes, str, dict] | None:
-    if not record or not orig_path:
-        return None
-    try:
-        fd = os.open(orig_path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    return data, sha256_bytes(data), record
-
-
-def _bad_backup(backup: tuple[bytes, str, dict] | None, orig_path: str, proof: str | None,
-                wheel_record: str | None) -> str:
-    """Why the saved backup must not be trusted (its own record, or the proven original, disagrees)."""
-    if backup is None:
-        return ""
-    data, sha, record = backup
-    if sha != record.get("original_sha256"):
-        return (f"backup {orig_path} does not match its recorded sha256 (record "
-                f"{str(record.get('original_sha256'))[:12]}, file {sha[:12]})")
-    if proof and sha != proof:
-        source = f"the wheel's RECORD ({wheel_record})" if wheel_record else "the hunks reversed"
-        return (f"backup {orig_path} (sha256 {sha[:12]}) is not the original: {source} says {proof[:12]}; "
-                f"tampered or stale")
-    return ""
 
 
 # ---------------------------------------------------------------- the set
@@ -415,7 +353,7 @@ def _plan_set(req: dict, op: str, site: SiteLock | None, forms: bool = False) ->
     files = [_File(p) for p in req["patches"]]
     for f in files:
         if f.load():
-            if f.p.get("script"):  # a script patch (issue 17): scriptpatch.py plans it
+            if f.p.get("script"):  # a script patch: scriptpatch.py plans it
                 from .scriptpatch import plan_script
 
                 plan_script(req, op, f)

@@ -1,4 +1,4 @@
-"""Reading a checked module's source for the callsites check (remote_scripts/callsites.py): which names it
+"""Reading a checked module's source for the callsites check (remote_scripts/checks/callsites.py): which names it
 imports from the named packages, where it calls them, and what it does with declared receivers, with the
 hasattr() facts of the branch each use sits in. Pure ast: nothing it reads is imported."""
 
@@ -55,7 +55,7 @@ def _hasattr_fact(test: ast.expr) -> tuple[str, str, bool] | None:
             isinstance(test.args[1].value, str):
         try:
             return ast.unparse(test.args[0]), test.args[1].value, positive
-        except Exception:  # noqa: BLE001
+        except Exception:
             return None
     return None
 
@@ -74,7 +74,7 @@ def _hasattr_facts(test: ast.expr) -> tuple[list, list]:
     return [], []
 
 
-class _ModuleReader(ast.NodeVisitor):
+class ModuleReader(ast.NodeVisitor):
     def __init__(self, modname: str, is_package: bool, packages: list[str], receivers: list[dict]) -> None:
         self.modname = modname
         self.package = modname if is_package else modname.rpartition(".")[0]
@@ -215,7 +215,7 @@ class _ModuleReader(ast.NodeVisitor):
     def _receivers_for(self, node: ast.expr) -> list[dict]:
         try:
             text = ast.unparse(node)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return []
         if not any(r["expr"] == text for r in self.receivers):
             return []
@@ -287,7 +287,7 @@ class _ModuleReader(ast.NodeVisitor):
                 isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
             try:
                 self.hasattr_guards.add((ast.unparse(node.args[0]), node.args[1].value))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         target = self._dotted_from(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
         if target is not None and _in_packages(target[0], self.packages):

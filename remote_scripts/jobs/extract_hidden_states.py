@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from .nodeio import atomic_write, failpoint, load_failpoints, now_iso, read_json
+from ..core.nodeio import atomic_write, failpoint, load_failpoints, now_iso, read_json
 
 MANIFEST = "manifest.json"
 
@@ -88,7 +88,7 @@ def complete_sample(output: str, index: int, n_tokens: int, layer_ids: list[int]
             keys = set(f.keys())
             return (keys == {"input_ids", *[f"hidden_states.{lid}" for lid in layer_ids]}
                     and f.get_slice("input_ids").get_shape() == [n_tokens])
-    except Exception:  # noqa: BLE001 - missing or truncated: do it again
+    except Exception:  # missing or truncated: do it again
         return False
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from .procfs import stat_fields
+from ..core.procfs import stat_fields
 
 KERNEL_TIMEOUT_S = 20
 KERNEL_KEEP_LINES = 400  # the newest relevant lines sent back
@@ -31,10 +31,10 @@ _UNREADABLE = re.compile(r"Operation not permitted|Permission denied|not seeing 
                          r"No journal files were found|read kernel buffer failed", re.I)
 
 
-def _part(fn, *args):  # noqa: ANN001, ANN202 - any reader: its answer, or the reason it has none
+def _part(fn, *args):  # any reader: its answer, or the reason it has none
     try:
         return fn(*args)
-    except Exception as exc:  # noqa: BLE001 - one unreadable part must not hide the others
+    except Exception as exc:  # one unreadable part must not hide the others
         return {"error": f"{type(exc).__name__}: {exc}", "error_kind": "crashed"}
 
 
@@ -170,8 +170,8 @@ def process_tree(pgid: int | None, gpu_mib: dict[int, int]) -> list[dict]:
 
 
 def latest_job(state_dir: str) -> dict:
-    from .jobs import job_state, load_job
-    from .nodeio import NodeError, read_json
+    from ..core.nodeio import NodeError, read_json
+    from ..jobs.jobs import job_state, load_job
 
     try:
         job_dir, job = load_job(state_dir, None)
@@ -193,7 +193,8 @@ def latest_job(state_dir: str) -> dict:
 
 
 def diagnose(req: dict) -> dict:
-    from . import checks, gpu
+    from ..checks import checks
+    from . import gpu
 
     state_dir = os.path.abspath(req["state_dir"])
     out: dict = {"ok": True, "clock": _part(clock)}
@@ -203,7 +204,7 @@ def diagnose(req: dict) -> dict:
         out["checks"] = {"error": "the playbook has no fast checks (requires, grep, compile)",
                          "error_kind": "no_checks"}
     if req.get("patch"):  # the patch in check mode: per file already applied / would apply / drifted; no lock
-        from .patching import patch
+        from ..patch.patching import patch
 
         out["patch"] = _part(patch, {**req["patch"], "state_dir": state_dir, "check": True})
     smi = gpu.find_smi()

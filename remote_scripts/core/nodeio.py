@@ -15,7 +15,7 @@ from _signal import SIGKILL  # `signal` itself imports enum to wrap the constant
 
 from . import wirejson
 from .procfs import pid_alive
-from .protocol import parse_requirement, version_matches  # noqa: F401 - nodeio's users import them here
+from .protocol import parse_requirement, version_matches  # nodeio's users import them here
 
 
 class NodeError(Exception):
@@ -59,6 +59,11 @@ FAILPOINTS_ENV = "FLEETOPS_FAILPOINTS_DIR"
 _FAILPOINTS: dict = {}
 _HITS: dict[str, int] = {}
 _FAILPOINT_DIR = ""
+
+
+def reset_failpoint_hits() -> None:
+    """"Fire on the n-th hit" counts within one request, as it did when each request was a process."""
+    _HITS.clear()
 
 
 def load_failpoints(state_dir: str = "") -> None:

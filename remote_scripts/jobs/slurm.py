@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from .nodeio import (
+from ..core.nodeio import (
     QUARANTINED,
     NodeError,
     atomic_write,
@@ -68,8 +68,8 @@ def step_main(job_dir: str) -> int:
     import signal
     import subprocess
 
-    from .launch import relaunch, shown
-    from .nodeio import load_failpoints, trusted_stat
+    from ..core.launch import relaunch, shown
+    from ..core.nodeio import load_failpoints, trusted_stat
 
     load_failpoints()
     try:  # the job dir it was given: in the state dir the bootstrap checked there, and ours alone
@@ -110,7 +110,7 @@ def step_main(job_dir: str) -> int:
 
 def batch_script(job_dir: str) -> tuple[bytes, list[str]]:
     """The batch script's bytes and its arguments (argv words after the script's name)."""
-    from .launch import relaunch
+    from ..core.launch import relaunch
 
     argv = relaunch(STEP, job_dir)
     at = argv.index("-c")
@@ -140,7 +140,7 @@ def _scheduler_env(req: dict) -> dict[str, str]:
 
 def _load(state_dir: str, job_id: str | None) -> tuple[str, dict]:
     """The job asked for, else the latest. Its records are written atomically, so a corrupt one is truly
-    corrupt: it is moved aside (reported), never fatal for every later run (issue 12)."""
+    corrupt: it is moved aside (reported), never fatal for every later run."""
     base = slurm_dir(state_dir)
     if not job_id:
         current = read_json(os.path.join(base, "current.json"), on_corrupt="quarantine")
@@ -249,9 +249,9 @@ def _submit(req: dict, state_dir: str) -> dict:
     job_id = f"{spec['name']}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
     job_dir = os.path.join(slurm_dir(state_dir), job_id)
     ensure_dir(job_dir)
-    from .jobs import _expand
+    from .jobs import expand
 
-    spec = _expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
+    spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
     if spec["kind"] == "extract":
         base = {**spec["extract"], "state_dir": state_dir}
         requests = _shard_requests(base, shards, state_dir) if shards > 1 else [base]
@@ -387,15 +387,15 @@ def tail(req: dict) -> dict:
     """From each task's log, the bytes after its offset (whole lines only while the job can still write),
     waiting up to wait_s for something new; with the scheduler's view of the job in the same answer. Attaching
     (no offsets yet): each task starts at its last N whole lines (last_lines, default 20) or at byte 0 with
-    from_start, the same rule as an SSH job's tail (jobs._attach_offset); `skipped` says per task what was left
+    from_start, the same rule as an SSH job's tail (jobs.attach_offset); `skipped` says per task what was left
     out."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     shards = int(job.get("shards") or 1)
     skipped: list[dict] = []
     if req.get("offsets") is None:
-        from .jobs import _attach_offset
+        from .jobs import attach_offset
 
-        skipped = [_attach_offset({"log": path}, req.get("last_lines"), bool(req.get("from_start")))
+        skipped = [attach_offset({"log": path}, req.get("last_lines"), bool(req.get("from_start")))
                    for path in job["logs"][:shards]]
         offsets = [s["offset"] for s in skipped]
     else:
@@ -482,7 +482,7 @@ def gpu(req: dict) -> dict:
         return {"ok": True, "job": _public(job), "query": _query(job, env), "inside": None,
                 "why": "no task of the job is running, so it has no allocation to look into"}
     own_id, node = running[0]["job_id"], running[0]["nodes"]
-    from .launch import relaunch, shown
+    from ..core.launch import relaunch, shown
 
     # the agent itself, through the bootstrap, on the job's node: it serves the one request on its stdin
     argv = ["srun", f"--jobid={own_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", *relaunch()]

@@ -1,4 +1,4 @@
-"""Entry point on the node: one agent per host per invocation (issue 16). The client starts it once, through
+"""Entry point on the node: one agent per host per invocation. The client starts it once, through
 the verifying bootstrap (fleetops/wire/bundle.py), and sends every task of its chain over the same channel:
 one JSON request per line on stdin -> one JSON answer per line on the answer pipe, in order. The agent ends
 when its client closes stdin (the run is over) or goes away (the watchdog below), so no agent outlives its
@@ -27,17 +27,19 @@ from . import wirejson
 from .protocol import OPS as OP_NAMES
 from .protocol import PROTOCOL
 
-# op → (module, function): only the module an op needs is imported, once per session.
-OPS = {"patch": ("patching", "patch"), "rollback": ("patching", "rollback"), "verify": ("checks", "verify"),
-       "gpu": ("gpu", "gpu"), "facts": ("gpu", "facts"), "preflight": ("jobs", "preflight"),
-       "job_start": ("jobs", "job_start"), "job_status": ("jobs", "job_status"), "job_tail": ("jobs", "job_tail"),
-       "job_logs": ("jobs", "job_logs"), "job_stop": ("jobs", "job_stop"), "run": ("adhoc", "run"),
-       "jobs_list": ("jobs", "jobs_list"), "fetch_plan": ("fetch", "fetch_plan"),
-       "diagnose": ("diagnose", "diagnose"), "capture": ("capture", "capture"),
-       "slurm": ("slurm", "slurm"), "shards": ("shards", "shards")}
+# op → (module under remote_scripts, function): only the module an op needs is imported, once per session.
+OPS = {"patch": ("patch.patching", "patch"), "rollback": ("patch.patching", "rollback"),
+       "verify": ("checks.checks", "verify"), "gpu": ("health.gpu", "gpu"), "facts": ("health.gpu", "facts"),
+       "preflight": ("health.preflight", "preflight"), "job_start": ("jobs.jobs", "job_start"),
+       "job_status": ("jobs.jobs", "job_status"), "job_tail": ("jobs.jobs", "job_tail"),
+       "job_logs": ("jobs.jobs", "job_logs"), "job_stop": ("jobs.jobs", "job_stop"), "run": ("jobs.adhoc", "run"),
+       "jobs_list": ("jobs.jobs", "jobs_list"), "fetch_plan": ("jobs.fetch", "fetch_plan"),
+       "diagnose": ("health.diagnose", "diagnose"), "capture": ("patch.capture", "capture"),
+       "slurm": ("jobs.slurm", "slurm"), "shards": ("jobs.shards", "shards")}
 assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
-ROLES = {"wrap": ("jobs", "wrap_main"), "extract": ("extract_hidden_states", "main"),
-         "slurm-step": ("slurm", "step_main"), "probe": ("probe_fork", "probe_main")}
+ROLES = {"wrap": ("jobs.jobs", "wrap_main"), "extract": ("jobs.extract_hidden_states", "main"),
+         "slurm-step": ("jobs.slurm", "step_main"), "probe": ("checks.probe_fork", "probe_main")}
+ROOT = __package__.rpartition(".")[0]  # the agent's package: the ops' modules are named under it
 EXIT_REFUSED = 3  # the state dir is not trusted: the same answer shape as the bootstrap's refusals
 IMPORTING_KINDS = ("import", "callsites")  # verify checks that import the node's packages in-process
 
@@ -54,7 +56,7 @@ def _op(name: str):
     import importlib
 
     module, function = OPS[name]
-    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
+    return getattr(importlib.import_module(f"{ROOT}.{module}"), function)
 
 
 def _needs_imports(request: dict) -> bool:
@@ -93,7 +95,7 @@ def main() -> int:
         import importlib
 
         module, function = ROLES[sys.argv[1]]
-        return getattr(importlib.import_module(f"{__package__}.{module}"), function)(*sys.argv[2:])
+        return getattr(importlib.import_module(f"{ROOT}.{module}"), function)(*sys.argv[2:])
     answer_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -116,7 +118,7 @@ def serve_and_exit() -> None:
     """The serving agent's end (the bootstrap calls this). When main() returns, the client has closed the
     session (or gone away): every answer is written (os.write, unbuffered), every op's files are closed and its
     children waited for, and no thread of ours is left but the watchdog. Python's teardown would only free
-    memory: 3-5 ms of the node's CPU per host, measured (issue 16), so it is skipped. The long-running roles
+    memory: 3-5 ms of the node's CPU per host, measured, so it is skipped. The long-running roles
     (`wrap`, `extract`, where vLLM registers exit handlers) start from the zip's __main__ and exit normally."""
     code = main()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
@@ -142,7 +144,7 @@ def serve(line: bytes) -> dict:
         result = _forked(request) if _needs_imports(request) else _run(op, request)
     except KeyboardInterrupt:
         raise
-    except Exception as exc:  # noqa: BLE001 - report, never die: the next request must still be served
+    except Exception as exc:  # report, never die: the next request must still be served
         import traceback
 
         traceback.print_exc()
@@ -155,19 +157,19 @@ def serve(line: bytes) -> dict:
     return result
 
 
-def _run(op, request: dict) -> dict:  # noqa: ANN001 - an op function
+def _run(op, request: dict) -> dict:  # an op function
     from .nodeio import (
-        _HITS,
         QUARANTINED,
         NodeError,
         check_state_dir,
         clean_stale_uploads,
         forget_resolved,
         load_failpoints,
+        reset_failpoint_hits,
     )
 
     load_failpoints()  # only what the test harness's environment names; never a file in the state dir
-    _HITS.clear()  # "fire on the n-th hit" counts within one request, as it did when each request was a process
+    reset_failpoint_hits()
     QUARANTINED.clear()
     forget_resolved()  # modules and versions are found again by each request: an earlier one (run) may have installed
     cleaned: list[str] = []
@@ -213,7 +215,7 @@ def _forked(request: dict) -> dict:
             except KeyboardInterrupt:
                 code = 130
                 result = {"ok": False, "error": "interrupted", "error_kind": "interrupted"}
-            except Exception as exc:  # noqa: BLE001 - the parent answers it as this request's error
+            except Exception as exc:  # the parent answers it as this request's error
                 import traceback
 
                 traceback.print_exc()

@@ -16,7 +16,7 @@ import hashlib
 import os
 import zipfile
 
-from .nodeio import NodeError, installed_version, module_file_in_site
+from ..core.nodeio import NodeError, installed_version, module_file_in_site
 from .sitelock import site_root_of
 from .wheelrecord import record_sha256
 

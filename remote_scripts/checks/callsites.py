@@ -65,19 +65,19 @@ import ast
 import inspect
 import os
 
-from .callsite_reader import _ModuleReader
-from .nodeio import NodeError, module_file_in_site
+from ..core.nodeio import NodeError, module_file_in_site
+from .callsite_reader import ModuleReader
 from .pyintrospect import (
-    _bind,
-    _class_has,
-    _dead_branch,
-    _exc_text,
-    _instance_attributes,
-    _method_signature,
-    _ResolveError,
-    _Resolver,
-    _short,
-    _signature,
+    ResolveError,
+    Resolver,
+    bind,
+    class_has,
+    dead_branch,
+    exc_text,
+    instance_attributes,
+    method_signature,
+    short,
+    signature,
 )
 
 
@@ -95,7 +95,7 @@ def _canonical_receivers(check: dict) -> list[dict]:
 def check_callsites(check: dict) -> dict:
     packages = list(check.get("packages") or [])
     receivers = _canonical_receivers(check)
-    resolver = _Resolver()
+    resolver = Resolver()
     failures: list[dict] = []
     partial: list[dict] = []
     calls_checked = 0
@@ -112,7 +112,7 @@ def check_callsites(check: dict) -> dict:
         if entry not in partial:
             partial.append(entry)
 
-    readers: list[tuple[str, _ModuleReader]] = []
+    readers: list[tuple[str, ModuleReader]] = []
     for modname in check.get("modules") or []:
         try:
             path = module_file_in_site(modname)
@@ -125,9 +125,9 @@ def check_callsites(check: dict) -> dict:
             fail(path, exc.lineno, modname, f"SyntaxError: {exc.msg}")
             continue
         except OSError as exc:
-            fail(None, None, modname, _exc_text(exc))
+            fail(None, None, modname, exc_text(exc))
             continue
-        reader = _ModuleReader(modname, os.path.basename(path) == "__init__.py", packages, receivers)
+        reader = ModuleReader(modname, os.path.basename(path) == "__init__.py", packages, receivers)
         reader.visit(tree)
         readers.append((path, reader))
     assigned_anywhere: set[str] = set()
@@ -141,7 +141,7 @@ def check_callsites(check: dict) -> dict:
             imports_checked += 1
             try:
                 resolver.resolve(imp["dotted"], imp["module_len"])
-            except _ResolveError as exc:
+            except ResolveError as exc:
                 if imp["guarded"]:
                     note(path, imp["line"], imp["dotted"], f"guarded import does not resolve: {exc}")
                 else:
@@ -152,7 +152,7 @@ def check_callsites(check: dict) -> dict:
             callee = call["dotted"]
             try:
                 obj = resolver.resolve(callee, call["module_len"])
-            except _ResolveError as exc:
+            except ResolveError as exc:
                 if call["guarded"]:
                     note(path, call["line"], callee, f"guarded import does not resolve: {exc}")
                 else:
@@ -162,11 +162,11 @@ def check_callsites(check: dict) -> dict:
                 fail(path, call["line"], callee, f"{type(obj).__name__!r} object is not callable")
                 continue
             try:
-                sig = _signature(obj)
+                sig = signature(obj)
             except (TypeError, ValueError) as exc:
                 note(path, call["line"], callee, f"no signature to bind against: {exc}")
                 continue
-            error, why_partial = _bind(sig, call)
+            error, why_partial = bind(sig, call)
             calls_checked += 1
             if error:
                 fail(path, call["line"], callee, error)
@@ -180,37 +180,37 @@ def check_callsites(check: dict) -> dict:
                 try:
                     cls = resolver.resolve(type_path)
                     if not inspect.isclass(cls):
-                        raise _ResolveError(f"{type_path} is a {type(cls).__name__}, not a class")
-                except _ResolveError as exc:
+                        raise ResolveError(f"{type_path} is a {type(cls).__name__}, not a class")
+                except ResolveError as exc:
                     if (r["expr"], type_path) not in bad_types:  # once per receiver, at its first use
                         bad_types.add((r["expr"], type_path))
                         fail(path, ev["line"], type_path, f"type of receiver {r['expr']}: {exc}")
                     continue
                 name, callee = ev["attr"], f"{type_path}.{ev['attr']}"
-                dead = _dead_branch(cls, r["expr"], ev["facts"], assigned_anywhere)
+                dead = dead_branch(cls, r["expr"], ev["facts"], assigned_anywhere)
                 if dead:
-                    note(path, ev["line"], callee, f"not reached with the installed {_short(cls)}: {dead}")
+                    note(path, ev["line"], callee, f"not reached with the installed {short(cls)}: {dead}")
                     continue
-                if not _class_has(cls, name):
-                    if name in _instance_attributes(cls) or name in assigned_anywhere or \
+                if not class_has(cls, name):
+                    if name in instance_attributes(cls) or name in assigned_anywhere or \
                             (r["expr"], name) in reader.hasattr_guards:
                         if ev["kind"] == "call":
                             note(path, ev["line"], callee,
-                                 f"{r['expr']}.{name} is an instance attribute of {_short(cls)}; "
+                                 f"{r['expr']}.{name} is an instance attribute of {short(cls)}; "
                                  f"its signature is not known from the class")
                         else:
                             attributes_checked += 1
                         continue
-                    fail(path, ev["line"], callee, f"{_short(cls)} has no attribute {name!r}")
+                    fail(path, ev["line"], callee, f"{short(cls)} has no attribute {name!r}")
                     continue
                 if ev["kind"] == "load":
                     attributes_checked += 1
                     continue
-                sig, why_not = _method_signature(cls, name)
+                sig, why_not = method_signature(cls, name)
                 if sig is None:
                     note(path, ev["line"], callee, why_not or "no signature")
                     continue
-                error, why_partial = _bind(sig, ev)
+                error, why_partial = bind(sig, ev)
                 calls_checked += 1
                 if error:
                     fail(path, ev["line"], callee, error)
@@ -222,7 +222,7 @@ def check_callsites(check: dict) -> dict:
         attributes_checked += 1
         try:
             resolver.resolve(dotted)
-        except _ResolveError as exc:
+        except ResolveError as exc:
             fail(None, None, dotted, str(exc))
 
     def order(e: dict) -> tuple:

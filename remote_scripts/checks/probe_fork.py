@@ -1,15 +1,15 @@
 """How verify runs a playbook's probe script: in a fork of the verify process when an earlier check of the same
 request (import, callsites) already imported the node's third-party packages, else in a fresh interpreter.
 
-Why (issue 16): the probe imports what the callsites and import checks imported just before it (vLLM 0.16,
+Why: the probe imports what the callsites and import checks imported just before it (vLLM 0.16,
 torch, transformers: about 4,700 modules, ~10 s of CPU on the lab), and a fresh `python probe.py` imported them
 a second time; that was half of the deep verify's node CPU. A fork shares them copy-on-write, so vLLM is
-imported once per verify, as issue 3 asked ("do that once per exec, not once per check"). The fork keeps what
+imported once per verify, not once per check. The fork keeps what
 the separate process gave: the probe's monkeypatching of vLLM and a crash stay in the child, it reads its
 request on stdin, its stdout and stderr are its own, it runs as `__main__` with its own directory first on
 sys.path, and the timeout kills it. Where nothing is shared or a fork is unsafe (a `--kinds probe` verify runs
 in the agent itself: nothing third-party imported, and a watchdog thread), a fresh interpreter runs it, as
-before. Stdlib only."""
+it always was. Stdlib only."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def shares_imports() -> bool:
                                       "installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix})
     stdlib = tuple({os.path.realpath(paths[k]) + "/" for k in ("stdlib", "platstdlib")} |
                    {paths[k].rstrip("/") + "/" for k in ("stdlib", "platstdlib")})
-    agent = __name__.rpartition(".")[0]
+    agent = __name__.partition(".")[0]  # the agent's top package, whatever subpackage this module is in
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if not isinstance(path, str) or name.startswith("_") or name.partition(".")[0] == agent:
@@ -70,7 +70,7 @@ def read_source(script: str) -> str:
 
 def run_fresh(script: str, source: str, stdin_text: str, timeout: float) -> subprocess.CompletedProcess:
     """A new interpreter through the bootstrap (role `probe`), the source on an inherited descriptor."""
-    from .launch import relaunch
+    from ..core.launch import relaunch
 
     with tempfile.TemporaryFile() as code:  # unnamed where the system allows (O_TMPFILE): nothing to swap
         code.write(source.encode("utf-8"))
@@ -106,7 +106,7 @@ def run_main(source: str, script: str) -> int:
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return 1
-    except BaseException as exc:  # noqa: BLE001 - shown on the probe's stderr, as an uncaught exception would be
+    except BaseException as exc:  # shown on the probe's stderr, as an uncaught exception would be
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)

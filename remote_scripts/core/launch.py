@@ -1,4 +1,4 @@
-"""How the agent's processes start (the bootstrap is remote_scripts/bootstrap.py).
+"""How the agent's processes start (the bootstrap is remote_scripts/core/bootstrap.py).
 
 - Interpreter: the bootstrap's check of the node's Python, run from the verified bytes after the zip was read
   and before `site` reads any .pth file (the agent's python starts with -S; the bootstrap runs site.main()
@@ -24,7 +24,7 @@ VENV_FIX = ("a .pth file or module put there by another user would run as uid %d
 class Interpreter:
     """Checks what this Python reads code from, each path once (`dirs`: the directories walks passed)."""
 
-    def __init__(self, allow: bool, dirs: dict, walk, rules, refused) -> None:  # noqa: ANN001 - the bootstrap's
+    def __init__(self, allow: bool, dirs: dict, walk, rules, refused) -> None:  # the bootstrap's
         self.allow, self.dirs, self.walk, self.rules, self.refused = allow, dirs, walk, rules, refused
         self.warnings: list[str] = []
         self.seen: set[str] = set()
@@ -85,13 +85,11 @@ def relaunch(*role: str) -> list[str]:
     """The argv that starts another process of this very agent (a role: `wrap JOB_DIR`, `extract REQUEST`, ...;
     none: a serving agent) through the bootstrap, with the sha256 this process was verified against: the new
     process checks the interpreter and the state dir again and runs only those bytes."""
-    from .bootstrap import PYTHON_FLAGS
-
     loader = _agent_loader()
     if not getattr(loader, "sha256", "") or not hasattr(loader, "get_source"):
         raise RuntimeError("this agent was not started through the verifying bootstrap; it cannot start another")
-    return [sys.executable, *PYTHON_FLAGS, "-c", loader.get_source("remote_scripts.bootstrap"), loader.state_dir,
-            loader.pyz, loader.sha256, *loader.flags, *role]
+    return [sys.executable, *loader.python_flags, "-c", loader.get_source("remote_scripts.core.bootstrap"),
+            loader.state_dir, loader.pyz, loader.sha256, *loader.flags, *role]
 
 
 def shown(argv: list[str]) -> list[str]:

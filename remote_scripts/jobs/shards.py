@@ -2,7 +2,7 @@
 
 prepare: the playbook's dataset (its {state_dir} filled in as job_start does), its sha256 and number of rows,
 and shard i of N written to <output>/shards/dataset-i-of-N.jsonl: the contiguous non-blank rows
-[i*n//N, (i+1)*n//N), the same split and files as a Slurm job array (remote_scripts/slurm.py), rewritten only
+[i*n//N, (i+1)*n//N), the same split and files as a Slurm job array (remote_scripts/jobs/slurm.py), rewritten only
 when its bytes differ. The shard's output folder is <output>/shards/output-i-of-N/, so a re-run resumes it from
 its own manifest. report: what that folder holds: samples done of total, the sha256 of its manifest and of its
 samples (each sample file's sha256, in index order, hashed together: the same bytes give the same digest)."""
@@ -14,14 +14,14 @@ import json
 import os
 import sys
 
-from .nodeio import NodeError, atomic_write, ensure_dir
+from ..core.nodeio import NodeError, atomic_write, ensure_dir
 
 
 def _paths(req: dict) -> tuple[str, str]:
-    from .jobs import _expand
+    from .jobs import expand
 
     state_dir = os.path.abspath(req["state_dir"])
-    extract = _expand(req["extract"], {"state_dir": state_dir, "job_dir": state_dir, "python": sys.executable})
+    extract = expand(req["extract"], {"state_dir": state_dir, "job_dir": state_dir, "python": sys.executable})
     assert isinstance(extract, dict)
     return os.path.abspath(str(extract["dataset"])), os.path.abspath(str(extract["output"]))
 

@@ -1,7 +1,7 @@
 """Grep patterns that are plain text and whitespace, matched with string methods instead of `re`.
 
 Importing `re` (with the enum, functools and collections it pulls in) is ~7 ms of CPU at every agent start on
-the lab's node, about as much as a steady-state `verify --kinds grep,compile` spends on its own work (issue 16).
+the lab's node, about as much as a steady-state `verify --kinds grep,compile` spends on its own work.
 Most grep checks look for code text with some whitespace around it: `^\\s*enable_prefix_caching=False,`,
 `kv_cache_specs\\s*=`, `self\\.executor\\.sample_tokens\\(`. Those are matched here, exactly as `re.search`
 would: text (a character that is not special to `re`, or a backslash and a character that is neither an ASCII
@@ -102,7 +102,7 @@ def text_pattern(pattern: str) -> TextPattern | None:
     return TextPattern(pattern, anchored, parts)
 
 
-def compile_pattern(pattern: str):  # noqa: ANN201 - a TextPattern or an re.Pattern
+def compile_pattern(pattern: str):  # a TextPattern or an re.Pattern
     """What a grep check searches each line with: string methods where the pattern allows, else `re`. Only the
     truth of `.search(line)` is the same for both (a bool, or a Match / None)."""
     found = text_pattern(pattern)

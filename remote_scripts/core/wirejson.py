@@ -1,7 +1,7 @@
 """JSON for the agent's requests, answers and state files, without `import json`.
 
 `json` imports `re`, and `re` imports `enum`, `functools` and `collections`: about 9 ms of CPU at every agent
-start on the lab's node, most of what a steady-state `patch --check` costs beyond starting Python (issue 16).
+start on the lab's node, most of what a steady-state `patch --check` costs beyond starting Python.
 The work itself is done by the C accelerator `_json` that `json` uses too (its scanner and one-shot encoder),
 so the text is the same as `json.dumps`/`json.loads` give; this module only skips the pure-Python wrappers
 that drag `re` in. Where `_json` is missing (a build without it) or its calling convention differs, every
@@ -38,7 +38,7 @@ class _Context:
 _scan = None  # the C scanner, made on first use
 
 
-def _scanner():  # noqa: ANN202 - _json's scanner object
+def _scanner():  # _json's scanner object
     global _scan
     if _scan is None and _c_make_scanner is not None:
         try:
@@ -89,7 +89,7 @@ def loads(data: str | bytes | bytearray) -> object:
     return value
 
 
-def dumps(obj: object, *, default=None,  # noqa: ANN001 - json.dumps' default=
+def dumps(obj: object, *, default=None,  # json.dumps' default=
           sort_keys: bool = False, indent: int | None = None) -> str:
     """json.dumps(obj, default=..., sort_keys=..., indent=...) with its other arguments at their defaults."""
     encode = _encoder(default, sort_keys)
@@ -102,11 +102,11 @@ def dumps(obj: object, *, default=None,  # noqa: ANN001 - json.dumps' default=
     return _flat(obj, encode)
 
 
-def _flat(obj: object, encode) -> str:  # noqa: ANN001 - _json's encoder
+def _flat(obj: object, encode) -> str:  # _json's encoder
     return _c_escape(obj) if isinstance(obj, str) else "".join(encode(obj, 0))
 
 
-def _encoder(default, sort_keys: bool):  # noqa: ANN001, ANN202 - json.dumps' default=, _json's encoder
+def _encoder(default, sort_keys: bool):  # json.dumps' default=, _json's encoder
     if _c_make_encoder is None:  # pragma: no cover
         return None
     try:
@@ -115,7 +115,7 @@ def _encoder(default, sort_keys: bool):  # noqa: ANN001, ANN202 - json.dumps' de
         return None
 
 
-def _indented(obj: object, level: int, step: str, encode, sort_keys: bool, open_: set) -> str:  # noqa: ANN001
+def _indented(obj: object, level: int, step: str, encode, sort_keys: bool, open_: set) -> str:
     # json's indented layout for dicts with string keys and lists; each scalar (and {} / []) by the C encoder.
     # (The C encoder cannot indent: before 3.14 it ignores `indent`.)
     if not isinstance(obj, (dict, list, tuple)) or not obj:

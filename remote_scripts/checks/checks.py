@@ -10,9 +10,9 @@ import time
 
 # io, re, subprocess, tempfile, tokenize and traceback are imported by the checks that use them, and neither
 # json nor functools is imported at all: a steady-state `verify --kinds grep,compile` is one short agent start
-# per host, and those imports were ~17 ms of its node CPU (issue 16).
-from . import wirejson
-from .nodeio import (
+# per host, and those imports were ~17 ms of its node CPU.
+from ..core import wirejson
+from ..core.nodeio import (
     NodeError,
     check_requirements,
     ensure_dir,
@@ -22,8 +22,8 @@ from .nodeio import (
     trusted_stat,
     write_json_atomic,
 )
-from .protocol import ASCII_ALNUM, CHECK_KINDS
-from .textpattern import compile_pattern
+from ..core.protocol import ASCII_ALNUM, CHECK_KINDS
+from ..core.textpattern import compile_pattern
 
 # What each kind of check can and cannot tell you; shown next to every result so nobody mistakes an
 # import test for proof that the generator works.
@@ -76,7 +76,7 @@ _STORED: dict = {}
 _KEEP_IN_MEMORY = 8
 
 
-def _remembered(memo: dict, key: object, make):  # noqa: ANN001, ANN202 - make() -> the value
+def _remembered(memo: dict, key: object, make):  # make() -> the value
     if key not in memo:
         if len(memo) >= _KEEP_IN_MEMORY:
             memo.clear()
@@ -125,7 +125,7 @@ def _tokenized_lines(source: str) -> tuple[tuple[str, ...], str]:
     return tuple(lines), ""
 
 
-# A file's code lines, and that it compiles, kept in the state dir between runs (issue 16): tokenizing and
+# A file's code lines, and that it compiles, kept in the state dir between runs: tokenizing and
 # compiling the two files a playbook checks was ~30 ms of the ~75 ms of CPU a steady-state `verify --kinds
 # grep,compile` cost a node. An entry is used only for the very bytes it was made from, by the very agent and
 # Python that made it (its key hashes all three); anything else, or an entry that does not parse, is made
@@ -271,7 +271,7 @@ def run_import(check: dict) -> dict:
                 for part in attribute.split("."):
                     obj = getattr(obj, part)
             error = None
-        except BaseException as exc:  # noqa: BLE001 - an import can raise anything, SystemExit included
+        except BaseException as exc:  # an import can raise anything, SystemExit included
             import traceback
 
             error = exc
@@ -357,7 +357,7 @@ def verify(req: dict) -> dict:
             res = RUNNERS[check["kind"]](check)
         except NodeError as exc:
             res = _result(check, False, str(exc))
-        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+        except Exception as exc:  # one broken check must not hide the others
             import traceback
 
             res = _result(check, False, f"check crashed: {type(exc).__name__}: {exc}",

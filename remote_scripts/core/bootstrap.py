@@ -297,6 +297,7 @@ class Agent:
     def __init__(self, data, pyz, state_dir, digest, flags, warnings):
         self.files, self.codes = {}, {}
         self.pyz, self.state_dir, self.sha256, self.flags, self.warnings = pyz, state_dir, digest, flags, warnings
+        self.python_flags = PYTHON_FLAGS  # relaunch() starts the agent's other processes with these
         compiled = "code-%s/" % sys.modules["_frozen_importlib_external"].MAGIC_NUMBER.hex()
         for name, source in members(data):
             if name.startswith("remote_scripts/") and name.endswith(".py"):
@@ -347,7 +348,7 @@ def main(argv):
     agent = Agent(data, os.path.abspath(pyz), os.path.abspath(state_dir), got, flags, [])
     sys.meta_path.insert(0, agent)
     os.environ["FLEETOPS_AGENT_SHA256"] = got
-    from remote_scripts.launch import Interpreter  # verified code, compiled by the client: no compile here
+    from remote_scripts.core.launch import Interpreter  # verified code, compiled by the client: no compile here
 
     interpreter = Interpreter(bool(flags), dirs, walk, Rules, Refused)
     try:
@@ -368,10 +369,10 @@ def main(argv):
     agent.warnings = interpreter.warnings
     sys.argv[:] = [pyz, *rest]
     if rest:  # a long-running role (wrap, extract, ...): vLLM's exit handlers run, so a normal exit
-        from remote_scripts.agent import main as agent_main
+        from remote_scripts.core.agent import main as agent_main
 
         sys.exit(agent_main())
-    from remote_scripts.agent import serve_and_exit
+    from remote_scripts.core.agent import serve_and_exit
 
     serve_and_exit()
 

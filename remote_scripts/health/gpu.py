@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 
+from ..core.procfs import stat_fields
 from . import nvsmi
-from .procfs import stat_fields
 
 SMI_TIMEOUT = 30
 

@@ -25,8 +25,8 @@ import fcntl
 import os
 import time
 
-from . import wirejson
-from .nodeio import NodeError, now_iso, site_roots
+from ..core import wirejson
+from ..core.nodeio import NodeError, now_iso, site_roots
 
 LOCK_NAME = ".fleetops-patch.lock"
 OUTCOMES_KEPT = 32

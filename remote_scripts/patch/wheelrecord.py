@@ -6,7 +6,7 @@ from __future__ import annotations
 import binascii  # not base64: it imports re, ~7 ms of every agent start
 import os
 
-from .nodeio import normalize_dist_name
+from ..core.nodeio import normalize_dist_name
 
 _URLSAFE = str.maketrans("-_", "+/")  # RECORD's digests are urlsafe base64 without padding
 

@@ -1,4 +1,4 @@
-"""What the installed packages really offer, for the callsites check (remote_scripts/callsites.py): dotted
+"""What the installed packages really offer, for the callsites check (remote_scripts/checks/callsites.py): dotted
 paths resolved by importing, signatures bound with a fake call, and the attributes a class assigns in its
 source (so an instance attribute is not reported missing). Stdlib only; the inspected packages are
 imported only when a check runs."""
@@ -15,16 +15,16 @@ _MISSING = object()
 _REGISTER_CALLS = {"setattr", "register_buffer", "register_parameter", "add_module", "register_module"}
 
 
-class _ResolveError(Exception):
+class ResolveError(Exception):
     """Text meant for the failure entry, e.g. "ModuleNotFoundError: No module named 'vllm.x'"."""
 
 
-def _exc_text(exc: BaseException) -> str:
+def exc_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
 # ---------------------------------------------------------------- resolving dotted paths
-class _Resolver:
+class Resolver:
     """Import and getattr, with one cache per check run (vLLM is imported once)."""
 
     def __init__(self) -> None:
@@ -38,11 +38,11 @@ class _Resolver:
         if key not in self.cache:
             try:
                 self.cache[key] = (self._resolve(dotted, module_len), None)
-            except _ResolveError as exc:
+            except ResolveError as exc:
                 self.cache[key] = (None, str(exc))
         obj, error = self.cache[key]
         if error is not None:
-            raise _ResolveError(error)
+            raise ResolveError(error)
         return obj
 
     @staticmethod
@@ -50,7 +50,7 @@ class _Resolver:
         try:
             return importlib.import_module(name)
         except (Exception, SystemExit) as exc:  # an import can raise anything
-            raise _ResolveError(_exc_text(exc)) from None
+            raise ResolveError(exc_text(exc)) from None
 
     def _resolve(self, dotted: str, module_len: int) -> object:
         parts = dotted.split(".")
@@ -62,27 +62,27 @@ class _Resolver:
                 obj = getattr(obj, part)
             except AttributeError as exc:
                 if not inspect.ismodule(obj):
-                    raise _ResolveError(_exc_text(exc)) from None
+                    raise ResolveError(exc_text(exc)) from None
                 try:
                     obj = importlib.import_module(f"{prefix}.{part}")
                 except ModuleNotFoundError as mexc:
                     if mexc.name == f"{prefix}.{part}":
-                        raise _ResolveError(_exc_text(exc)) from None
-                    raise _ResolveError(_exc_text(mexc)) from None
+                        raise ResolveError(exc_text(exc)) from None
+                    raise ResolveError(exc_text(mexc)) from None
                 except (Exception, SystemExit) as iexc:
-                    raise _ResolveError(_exc_text(iexc)) from None
+                    raise ResolveError(exc_text(iexc)) from None
             except Exception as exc:  # a lazy module __getattr__ may raise anything
-                raise _ResolveError(_exc_text(exc)) from None
+                raise ResolveError(exc_text(exc)) from None
             prefix = f"{prefix}.{part}"
         return obj
 
 
 # ---------------------------------------------------------------- binding
-def _signature(obj: object) -> inspect.Signature:
+def signature(obj: object) -> inspect.Signature:
     return inspect.signature(obj)
 
 
-def _bind(sig: inspect.Signature, call: dict) -> tuple[str | None, str | None]:
+def bind(sig: inspect.Signature, call: dict) -> tuple[str | None, str | None]:
     """(TypeError text or None, reason the binding was only partial or None)."""
     args = [object()] * call["n_pos"]
     kwargs = {k: object() for k in call["keywords"]}
@@ -102,21 +102,21 @@ def _bind(sig: inspect.Signature, call: dict) -> tuple[str | None, str | None]:
     return None, f"partially checked: the call site uses {used}, so missing arguments are not checked"
 
 
-def _method_signature(cls: type, name: str) -> tuple[inspect.Signature | None, str | None]:
+def method_signature(cls: type, name: str) -> tuple[inspect.Signature | None, str | None]:
     """Signature of `instance.name(...)` as seen from the class, or (None, why not)."""
     raw = inspect.getattr_static(cls, name, _MISSING)
     try:
         obj = getattr(cls, name)
-    except Exception as exc:  # noqa: BLE001 - a descriptor may raise anything on class access
-        return None, f"class access raised {_exc_text(exc)}"
+    except Exception as exc:  # a descriptor may raise anything on class access
+        return None, f"class access raised {exc_text(exc)}"
     if isinstance(raw, (property, functools.cached_property)):
         return None, f"{name} is a property; the call on its value is not checked"
     try:
         if isinstance(raw, staticmethod) or inspect.ismethod(obj) or inspect.isclass(raw):
-            return _signature(obj), None
+            return signature(obj), None
         if raw is not _MISSING and hasattr(type(raw), "__set__") and not inspect.isfunction(raw):
             return None, f"{name} is a data descriptor; the call on its value is not checked"
-        sig = _signature(obj)
+        sig = signature(obj)
     except (TypeError, ValueError) as exc:
         return None, f"no signature: {exc}"
     descriptor = raw is _MISSING or (hasattr(type(raw), "__get__") and not inspect.isclass(raw))
@@ -185,7 +185,7 @@ def _class_nodes(tree: ast.Module, cls: type) -> list[ast.ClassDef]:
 _INSTANCE_ATTRS: dict[type, set[str]] = {}
 
 
-def _instance_attributes(cls: type) -> set[str]:
+def instance_attributes(cls: type) -> set[str]:
     """Names instances of `cls` may carry that the class object does not show."""
     if cls in _INSTANCE_ATTRS:
         return _INSTANCE_ATTRS[cls]
@@ -198,7 +198,7 @@ def _instance_attributes(cls: type) -> set[str]:
             names.update(annotations)
         try:
             path = inspect.getsourcefile(klass)
-        except Exception:  # noqa: BLE001 - builtins and C classes have none
+        except Exception:  # builtins and C classes have none
             path = None
         tree = _parse_file(path) if path else None
         if tree is None:
@@ -215,32 +215,32 @@ def _instance_attributes(cls: type) -> set[str]:
             fields = inspect.getattr_static(cls, attr, None)
             if isinstance(fields, dict):
                 names.update(fields)
-        except Exception:  # noqa: BLE001, S112 - best effort
+        except Exception:  # best effort
             continue
     _INSTANCE_ATTRS[cls] = names
     return names
 
 
-def _class_has(cls: type, name: str) -> bool:
+def class_has(cls: type, name: str) -> bool:
     if inspect.getattr_static(cls, name, _MISSING) is not _MISSING:
         return True
     try:
         getattr(cls, name)  # metaclass attributes and dynamic class-level lookups
         return True
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 
 def _attr_state(cls: type, name: str, assigned_anywhere: set[str]) -> bool | None:
     """True: the class has it; False: nothing anywhere gives instances this name; None: can't tell."""
-    if _class_has(cls, name):
+    if class_has(cls, name):
         return True
-    if name in _instance_attributes(cls) or name in assigned_anywhere:
+    if name in instance_attributes(cls) or name in assigned_anywhere:
         return None
     return False
 
 
-def _dead_branch(cls: type, expr: str, facts: list, assigned_anywhere: set[str]) -> str | None:
+def dead_branch(cls: type, expr: str, facts: list, assigned_anywhere: set[str]) -> str | None:
     """Why the branch holding a receiver access is never taken for `cls`, from the hasattr() tests that
     lead to it (version-compatibility code like `if hasattr(self, "new") ... else: self.old()`)."""
     for fexpr, name, present in facts:
@@ -252,5 +252,5 @@ def _dead_branch(cls: type, expr: str, facts: list, assigned_anywhere: set[str])
     return None
 
 
-def _short(cls: type) -> str:
+def short(cls: type) -> str:
     return getattr(cls, "__name__", repr(cls))

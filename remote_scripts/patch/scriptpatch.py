@@ -21,8 +21,9 @@ import json
 import subprocess
 import sys
 
-from .nodeio import read_json, sha256_bytes, write_json_atomic
-from .protocol import ALREADY_APPLIED, ALREADY_ORIGINAL, DRIFTED, FAILED
+from ..core.nodeio import read_json, sha256_bytes, write_json_atomic
+from ..core.protocol import ALREADY_APPLIED, ALREADY_ORIGINAL, DRIFTED, FAILED
+from .backups import backup_paths, bad_backup, read_backup, read_record
 from .sitelock import site_root_of
 from .wheelrecord import record_sha256
 
@@ -86,14 +87,14 @@ def _unified(old: str, new: str, path: str) -> str:
                                         f"a{path}", f"b{path}", n=3))
 
 
-def plan_script(req: dict, op: str, f) -> None:  # noqa: ANN001 - patching._File (imported by it, not from it)
+def plan_script(req: dict, op: str, f) -> None:  # patching._File (imported by it, not from it)
     if op == "patch":
         _plan_patch(f)
     else:
         _plan_rollback(req, f)
 
 
-def _plan_patch(f) -> None:  # noqa: ANN001
+def _plan_patch(f) -> None:
     p = f.p
     text = f.data.decode("utf-8")
     label = _label(p)
@@ -126,24 +127,20 @@ def _plan_patch(f) -> None:  # noqa: ANN001
 
 
 def note_script(state_dir: str, path: str, p: dict) -> None:
-    """The script's name and sha256 join the backup record patching.save_backup just wrote."""
-    from .patching import _backup_paths
-
-    record_path, _ = _backup_paths(state_dir, path)
+    """The script's name and sha256 join the backup record backups.save_backup just wrote."""
+    record_path, _ = backup_paths(state_dir, path)
     record = read_json(record_path, on_corrupt="quarantine") or {}
     record.update({"script": p.get("script_name"), "script_sha256": p.get("script_sha256")})
     write_json_atomic(record_path, record, point="patch.script_record")
 
 
-def _plan_rollback(req: dict, f) -> None:  # noqa: ANN001
-    from .patching import _backup, _backup_paths, _bad_backup, _read_record
-
+def _plan_rollback(req: dict, f) -> None:
     p = f.p
     label = _label(p)
     sha = sha256_bytes(f.data)
     wheel_sha, wheel_record = record_sha256(site_root_of(f.path), f.path)
-    record = _read_record(req.get("state_dir"), f.path)
-    orig_path = _backup_paths(req["state_dir"], f.path)[1] if req.get("state_dir") else ""
+    record = read_record(req.get("state_dir"), f.path)
+    orig_path = backup_paths(req["state_dir"], f.path)[1] if req.get("state_dir") else ""
     if sha == wheel_sha or (record and sha == record.get("original_sha256")):
         proof = f"the wheel's, per {wheel_record}" if sha == wheel_sha else "the saved original's"
         f.noop(ALREADY_ORIGINAL, f"already original (sha256 {sha[:12]} is {proof}); nothing to do")
@@ -153,8 +150,8 @@ def _plan_rollback(req: dict, f) -> None:  # noqa: ANN001
                           f"cannot be reversed); nothing written. Reinstall the package to get its files back")
         return
     proof = wheel_sha or record.get("original_sha256")
-    backup = _backup(orig_path, record)
-    bad = _bad_backup(backup, orig_path, proof, wheel_record)
+    backup = read_backup(orig_path, record)
+    bad = bad_backup(backup, orig_path, proof, wheel_record)
     if bad or backup is None:
         f.refuse(FAILED, (bad or f"no saved original at {orig_path}") + f"; {f.path} is unchanged")
         return
