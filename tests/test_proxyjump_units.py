@@ -12,17 +12,17 @@ import paramiko
 import pytest
 
 from fleetops.plans.inventory import plain_host
-from fleetops.wire import ssh
+from fleetops.wire import fabconfig, ssh
 from fleetops.wire.connector import TransportError
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> Iterator[Path]:
     """An ssh_config file of the test's own, made the run's (fab -S); the process's previous choice is restored."""
-    saved = (ssh._CONFIG, ssh._SSH_CONFIG_PATH, ssh._PLAIN_KEYS)
+    saved = (fabconfig._CONFIG, fabconfig._SSH_CONFIG_PATH, fabconfig._PLAIN_KEYS)
     path = tmp_path / "ssh_config"
     yield path
-    ssh._CONFIG, ssh._SSH_CONFIG_PATH, ssh._PLAIN_KEYS = saved
+    fabconfig._CONFIG, fabconfig._SSH_CONFIG_PATH, fabconfig._PLAIN_KEYS = saved
 
 
 def build(path: Path, text: str, target: str):  # a Fabric Connection

@@ -1,0 +1,189 @@
+"""Building a host's Connection (not opened) and its jump hops: the inventory's jump, ssh_config's ProxyJump
+chains with loops refused, every hop with the strict host key check; walking the hops; closing them."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import paramiko
+from fabric import Config, Connection
+
+from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
+from .connector import TransportError
+from .fabconfig import _fabric_config, plain_keys
+from .hostkeys import _known_hosts_files, _strict_client
+from .tuning import _Connection, _FleetTransport, _identity_key, _JumpTransport
+
+_OWN = object()  # _fabric_connection: the gateway comes from the host's own entry (inventory, ssh_config)
+MAX_JUMPS = 8  # ProxyJump hops one connection may go through, all chains together
+
+
+def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, gateway: Any = _OWN,
+                       trail: tuple[tuple[str, int, str], ...] = ()) -> Connection:
+    """The Connection for `host` (not opened). `gateway`: the hop it goes through when a ProxyJump list names
+    the one before it; `trail`: the endpoints being reached through this one (a loop back to one is refused)."""
+    if host.example:
+        raise TransportError("refused", f"{host.name} comes from an example inventory ({host.source}); copy it to "
+                                        "your own hosts/*.yaml to use it")
+    config = _fabric_config()
+    if gateway is _OWN and host.jump and not host.plain:
+        if depth > 3:
+            raise TransportError("unreachable", f"jump chain too long at {host.name}")
+        try:
+            # Through the inventory: names, user@name:port, ssh_config aliases; a typo is refused with a
+            # "did you mean" instead of becoming a DNS lookup.
+            jump = inventory.resolve(host.jump) if inventory else plain_host(host.jump)
+        except UnknownHost as exc:
+            raise TransportError("refused", f"{host.name}: its jump host: {exc}") from None
+        gateway = _fabric_connection(jump, inventory, depth + 1)
+    elif gateway is _OWN:
+        gateway = _ssh_config_jump(host, inventory, config, depth, trail)
+    connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
+                            "transport_factory": _JumpTransport if depth else _FleetTransport}
+    if host.identity_file:
+        connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
+        key = _identity_key(host.identity_file, host.identity_passphrase)
+        if key is not None:  # tried first; key_filename stays, so a refusal reads as it always did
+            connect_kwargs["pkey"] = key
+    if host.identity_passphrase:
+        connect_kwargs["passphrase"] = host.identity_passphrase
+    try:
+        if host.plain:
+            # ssh_config decides HostName, IdentityFile, ProxyJump; a user or port typed in the -H word wins
+            # over its User/Port, as `ssh -l`/`-p` do.
+            user, _, port = split_target(host.name)
+            keys = plain_keys()
+            if keys:
+                connect_kwargs["key_filename"] = list(keys)
+            cxn = _Connection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
+                              connect_kwargs=connect_kwargs, gateway=gateway, config=config)
+        else:
+            cxn = _Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
+                              connect_kwargs=connect_kwargs, gateway=gateway, config=config)
+    except (ValueError, TypeError, UnknownHost) as exc:  # e.g. a Port in ssh_config that is not a number
+        raise TransportError("refused", f"{host.name}: cannot use its ssh_config entry: {exc}") from None
+    except RecursionError:  # Fabric's own ProxyJump walk (a gateway it looks up itself); ours refuses loops first
+        raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump chain never ends (a loop); fix "
+                                        "ProxyJump in ssh_config") from None
+    cxn.client = _strict_client(_known_hosts_files(host, cxn))
+    cxn.fleetops_name = host.name
+    _strict_gateways(cxn)
+    return cxn
+
+
+def _endpoint(name: str, user: str | None, port: int | None, config: Config) -> tuple[str, int, str]:
+    """(HostName, Port, User) that a connection to `name` would use, per ssh_config (a user or port given wins)."""
+    entry = config.base_ssh_config.lookup(name)
+    try:
+        real_port = int(port or entry.get("port") or 22)
+    except ValueError:
+        real_port = 22  # reported where the connection is made (a Port that is not a number)
+    return str(entry.get("hostname") or name), real_port, str(user or entry.get("user") or config.user)
+
+
+def _ssh_config_jump(host: Host, inventory: Inventory | None, config: Config, depth: int,
+                     trail: tuple[tuple[str, int, str], ...]) -> Any:
+    """The gateway ssh_config's ProxyJump gives a connection to `host`, built as OpenSSH builds it, or None when
+    it names none (Fabric then applies a ProxyCommand, if any). For `ProxyJump h1,h2`: h1 is reached directly
+    (or through its own ProxyJump), h2 through h1, the host through h2. Every hop gets the strict host key
+    check. Refused, never silently dropped or recursed into: a hop that is the host itself or a connection
+    being made through it (a loop: the same HostName, Port and User, as OpenSSH's "jumphost loop"), a chain
+    of more than MAX_JUMPS hops, a hop that is not user@name:port."""
+    if host.plain:
+        user, _, port = split_target(host.name)
+    else:
+        user, port = host.user, host.port
+    raw = str(config.base_ssh_config.lookup(host.address).get("proxyjump") or "").strip()
+    if not raw:
+        return None
+    if raw.lower() == "none":
+        return False  # not None: that would make Fabric look it up again, and take "none" for a host name
+    here = _endpoint(host.address, user, port, config)
+    trail = (*trail, here)
+    words = [w.strip() for w in raw.split(",") if w.strip()]
+    if len(trail) + len(words) > MAX_JUMPS + 1:
+        raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump chain is longer than {MAX_JUMPS} "
+                                        f"hops (at {raw!r}); a loop? Fix ProxyJump in ssh_config")
+    previous: Any = _OWN
+    for word in words:
+        try:
+            hop = plain_host(word)
+        except UnknownHost as exc:
+            raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump {raw!r}: {exc}") from None
+        hop_user, _, hop_port = split_target(word)
+        end = _endpoint(hop.address, hop_user, hop_port, config)
+        if end in trail:
+            path = " -> ".join(f"{u}@{h}:{p}" for h, p, u in (*trail, end))
+            itself = "itself" if end == here else "a host that is reached through it"
+            raise TransportError("refused", f"{host.name}: ssh_config ProxyJump loop: {path} (the jump host "
+                                            f"{word!r} is {itself}); fix ProxyJump in ssh_config (`ProxyJump none` "
+                                            "in the jump host's own entry ends a chain)")
+        previous = _fabric_connection(hop, inventory, depth + 1, gateway=previous, trail=trail)
+    return previous
+
+
+def _hops(cxn: Connection) -> Iterator[Connection]:
+    """The connection, then each jump host it goes through, nearest first (a ProxyCommand gateway ends it)."""
+    hop: object = cxn
+    while isinstance(hop, Connection):
+        yield hop
+        hop = hop.gateway
+
+
+def _transport(hop: Connection) -> paramiko.Transport | None:
+    return hop.client.get_transport() if hop.client is not None else None
+
+
+def _strict_gateways(cxn: Connection) -> None:
+    """A ProxyJump from ssh_config (a host outside the inventory) makes Fabric build the jump Connections
+    itself, with its auto-add client: give each hop the strict client, its known_hosts from its own entry."""
+    for hop in list(_hops(cxn))[1:]:
+        if not isinstance(getattr(hop.client, "_policy", None), paramiko.RejectPolicy):  # not one of ours
+            hop.client = _strict_client(_known_hosts_files(plain_host(hop.original_host), hop))
+
+
+# paramiko's transport thread wakes every 0.1 s on a quiet connection to look for our own close, a keepalive
+# or a rekey. A fleet run holds every host's connection open while the others work, and at N=128 those
+# wakeups cost ~0.5 ms of client CPU per host per second held. Once connected, once a second is
+# enough: data, a peer's close or a reset still wake recv at once; only our own close is noticed up to a
+# second later, by a daemon thread that has nothing left to do.
+IDLE_CHECK_SECONDS = 1.0
+
+
+def _slow_idle_checks(cxn: Connection) -> None:
+    for hop in _hops(cxn):
+        transport = _transport(hop)
+        if transport is not None and transport.sock is not None:
+            transport.sock.settimeout(IDLE_CHECK_SECONDS)
+
+
+def _close_quietly(cxn: Connection) -> None:
+    """Close each hop's SFTP session while the connection still carries its goodbye, then hang up, then let
+    Fabric release the rest. Closing never raises: the node may already be gone, and a close that fails must not
+    turn a finished run into a traceback (SFTP's close after the hang-up raised EOFError, found by CI).
+
+    Hanging up is a shutdown() of each hop's socket: paramiko's close() only closes the descriptor, and while its
+    transport thread sits in recv() the kernel keeps the connection open until that recv times out (up to
+    IDLE_CHECK_SECONDS, during which the node's session lives on). shutdown() ends the recv and sends the FIN at
+    once."""
+    hops = list(_hops(cxn))
+    for hop in hops:
+        sftp, hop._sftp = hop._sftp, None
+        if sftp is not None:
+            try:
+                sftp.close()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass  # the connection is gone already: nothing left to say goodbye on
+    for hop in hops:
+        sock = getattr(_transport(hop), "sock", None)
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already gone
+    try:
+        cxn.close()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass

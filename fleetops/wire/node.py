@@ -1,0 +1,448 @@
+"""NodeConnection: one node, one SSH connection per run, many agent calls (wire.connector.Connector)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shlex
+import socket
+import threading
+import time
+
+import paramiko
+from fabric import Connection
+
+from remote_scripts.core.protocol import PROTOCOL
+
+from ..identity import operator
+from ..plans.inventory import Host, Inventory
+from ..results import Evidence
+from .bundle import ALLOW_INSECURE_VENV, BOOTSTRAP, EXIT_BOOTSTRAP_REFUSED, PYTHON_FLAGS, agent_bundle
+from .connector import COUNTERS, ExecResult, TransportError
+from .errors import connect_error
+from .hops import _close_quietly, _fabric_connection, _slow_idle_checks
+from .session import _drain, _exec_without_waiting, _Overflow, _Session, _session_refused, _Ticket
+
+
+class NodeConnection:
+    """One node, one SSH connection, many agent calls."""
+
+    def __init__(self, host: Host, inventory: Inventory | None = None) -> None:
+        self.host = host
+        self.inventory = inventory
+        self.cxn: Connection | None = None
+        self.session: _Session | None = None  # the agent of this run on this host
+        self.requests = 0
+        self.held: list[_Ticket] = []  # submitted, to go out right behind the next request sent
+        self.lock = threading.Lock()
+        # The connection being opened, and its sockets, so that close() from another thread (Ctrl-C) ends a
+        # connect or a handshake in progress at once instead of after connect_timeout.
+        self._opening: Connection | None = None
+        self._sockets: list[socket.socket] = []
+        self._aborted = False
+
+    # -- connecting
+    def open(self) -> None:
+        if self.cxn is not None and self.cxn.is_connected:
+            return
+        host = self.host
+        cxn = _fabric_connection(host, self.inventory)
+        self._aborted = False
+        self._opening = cxn
+        try:
+            if not cxn.gateway and "sock" not in cxn.connect_kwargs:
+                cxn.connect_kwargs["sock"] = self._tcp_connect(cxn)
+            cxn.open()
+        except Exception as exc:  # connect_error names host, cause, next step for every failure
+            error = (TransportError("interrupted", f"{host.name}: connecting was stopped (the run was interrupted) "
+                                                   "before the SSH login finished; nothing ran there")
+                     if self._aborted else connect_error(exc, host, cxn))
+            _close_quietly(cxn)
+            raise error from None
+        finally:
+            self._opening = None
+            self._sockets = []
+        self.cxn = cxn
+        _slow_idle_checks(cxn)
+        COUNTERS.bump(host.name, "connections")
+
+    def _tcp_connect(self, cxn: Connection) -> socket.socket:
+        """The TCP connection paramiko's SSHClient.connect would make (every address of the name in turn, the
+        same errors), on sockets close() can reach while it waits."""
+        timeout = cxn.connect_timeout
+        infos = socket.getaddrinfo(cxn.host, cxn.port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+        to_try = [(i[0], i[4]) for i in infos if i[1] == socket.SOCK_STREAM] or [(i[0], i[4]) for i in infos]
+        errors: dict = {}
+        for family, addr in to_try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            self._sockets.append(sock)
+            if self._aborted:
+                raise ConnectionAbortedError(errno.ECONNABORTED, "interrupted")
+            try:
+                sock.settimeout(timeout)
+                sock.connect(addr)
+                return sock
+            except OSError as exc:
+                sock.close()
+                if exc.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH):
+                    raise
+                errors[addr] = exc
+        raise paramiko.ssh_exception.NoValidConnectionsError(errors)
+
+    @staticmethod
+    def prepare() -> None:
+        """Build (or read from its cache) the agent bundle every connection's first request needs."""
+        agent_bundle()
+
+    def close(self) -> None:
+        """End the agent (its stdin closes: it exits) and the connection, or stop a connect in progress. Safe from
+        another thread (Ctrl-C)."""
+        opening = self._opening
+        if opening is not None:
+            self._aborted = True
+            for sock in list(self._sockets):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # a connect() waiting for its SYN-ACK ends at once
+                except OSError:
+                    pass
+            _close_quietly(opening)  # a handshake waiting for the banner, on this hop or a jump host's
+        session, self.session = self.session, None
+        self.held = []  # never sent: nothing to undo
+        if session is not None:
+            try:
+                session.chan.shutdown_write()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass
+            self._end_session(session)
+        if self.cxn is not None:
+            _close_quietly(self.cxn)
+            self.cxn = None
+            COUNTERS.event(self.host.name, "closed")
+
+    # -- raw exec
+    def exec(self, argv: list[str], stdin: bytes = b"", timeout: float = 300, shown: str | None = None) -> ExecResult:
+        """Run argv (quoted word by word: no value ever becomes shell syntax) with stdin, collect all. `shown`:
+        how the evidence names the command (the agent's bootstrap is long; its text is bundle.BOOTSTRAP)."""
+        self.open()
+        assert self.cxn is not None
+        command = shlex.join(argv)
+        started = time.monotonic()
+        COUNTERS.bump(self.host.name, "execs")
+        try:
+            chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
+            _exec_without_waiting(chan, command)
+            command = shown or command
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err, code = _drain(chan, started + timeout)
+        except paramiko.ChannelException as exc:
+            self.close()
+            raise _session_refused(self.host, exc, shown or command) from None
+        except _Overflow as exc:
+            raise TransportError("remote", f"{self.host.name}: {exc}; stopped reading it, the node's outcome is "
+                                           "unknown", Evidence(command, None, [], round(time.monotonic() - started,
+                                                                                       3))) from None
+        except TimeoutError:
+            raise TransportError("timeout", f"{self.host.name}: no answer within {timeout:.0f}s",
+                                 Evidence(command, None, [], round(time.monotonic() - started, 3))) from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise TransportError("lost", f"connection to {self.host.name} lost during the step ({exc or 'EOF'}); "
+                                         "the node's outcome is unknown",
+                                 Evidence(command, None, [], round(time.monotonic() - started, 3))) from None
+        result = ExecResult(command, code, out, err, time.monotonic() - started)
+        if code is None:
+            self.close()
+            raise TransportError("lost", f"connection to {self.host.name} lost during the step; the node's "
+                                         "outcome is unknown", result.evidence())
+        return result
+
+    # -- the agent
+    def _agent_argv(self) -> tuple[list[str], str]:
+        """The agent's command, and how evidence shows it: the constant bootstrap (bundle.BOOTSTRAP) checks the
+        state dir like StrictModes and runs the zip only if its bytes have the sha256 this client expects."""
+        bundle = agent_bundle()
+        path = f"{self.host.state_dir}/bin/{bundle.filename}"
+        allow = [ALLOW_INSECURE_VENV] if self.inventory is not None and self.inventory.allow_insecure_venv else []
+        words = [self.host.state_dir, path, bundle.sha256, *allow]
+        return ([self.host.python, *PYTHON_FLAGS, "-c", BOOTSTRAP, *words],
+                shlex.join([self.host.python, *PYTHON_FLAGS, "-c", "<fleetops bootstrap>", *words]))
+
+    def upload_agent(self) -> None:
+        bundle = agent_bundle()
+        self.upload(f"{self.host.state_dir}/bin/{bundle.filename}", bundle.data)
+        COUNTERS.bump(self.host.name, "uploads")
+
+    def upload(self, path: str, data: bytes) -> None:
+        """Write path atomically over SFTP (temp name, then rename), making its missing folders 0700."""
+        self.open()
+        try:
+            self._upload(path, data)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+            raise TransportError("remote", f"{self.host.name}: cannot write {path} on the node over SFTP ({reason}); "
+                                           f"check that the login user may write {self.host.state_dir} and the "
+                                           "node's free disk space") from None
+
+    def _upload(self, path: str, data: bytes) -> None:
+        assert self.cxn is not None
+        sftp = self.cxn.sftp()
+        parent = path.rsplit("/", 1)[0] if "/" in path else ""
+        directory = ""
+        for part in parent.split("/"):
+            directory = f"{directory}/{part}" if directory or parent.startswith("/") else part
+            if not part:
+                continue
+            try:
+                sftp.stat(directory)
+            except OSError:
+                sftp.mkdir(directory, 0o700)
+        tmp = f"{path}.{os.urandom(4).hex()}.tmp"
+        with sftp.open(tmp, "wb") as f:
+            f.write(data)
+        sftp.posix_rename(tmp, path)
+
+    def download(self, path: str) -> bytes:
+        self.open()
+        assert self.cxn is not None
+        with self.cxn.sftp().open(path, "rb") as f:
+            return f.read()
+
+    def download_to(self, remote: str, local_path: str, offset: int, end: int, progress: object = None) -> int:
+        """Bytes [offset, end) of remote, over SFTP, into local_path at offset (truncated there first, so a
+        partial copy resumes). progress(n) is called with the bytes written so far. Returns them."""
+        self.open()
+        assert self.cxn is not None
+        written = 0
+        try:
+            mode = "r+b" if os.path.exists(local_path) else "wb"
+            with open(local_path, mode) as out, self.cxn.sftp().open(remote, "rb") as f:
+                out.truncate(offset)
+                out.seek(offset)
+                f.seek(offset)
+                f.prefetch(end, max_concurrent_requests=64)
+                while offset + written < end:
+                    chunk = f.read(min(1 << 20, end - offset - written))
+                    if not chunk:
+                        raise EOFError(f"{remote} ended at byte {offset + written} (expected {end})")
+                    out.write(chunk)
+                    written += len(chunk)
+                    if callable(progress):
+                        progress(written)
+        except (EOFError, paramiko.SSHException, OSError) as exc:
+            reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+            lost = self.cxn is None or not self.cxn.is_connected
+            raise TransportError("lost" if lost else "remote", f"{self.host.name}: download of {remote} stopped at "
+                                 f"byte {offset + written} ({reason}); run fetch again to resume") from None
+        return written
+
+    def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
+        """One request to this host's agent: the first call of the run starts it (one exec, through the
+        verifying bootstrap), every later one is a line on the same channel. Requests held by
+        submit() go out right behind it, before its answer is in."""
+        with self.lock:
+            ticket = _Ticket(self, op, request, timeout)
+            self._send([ticket, *self._take_held()])
+            return self._answer_of(ticket)
+
+    def submit(self, op: str, request: dict, timeout: float = 300) -> _Ticket:
+        """call(), pipelined (Connector.submit; read-only ops only): sent now, behind the requests in flight,
+        or held and sent right behind the next request that goes out. Its answer is read in turn (the agent
+        answers in request order) by result()."""
+        with self.lock:
+            ticket = _Ticket(self, op, request, timeout, ahead=True)
+            session = self.session
+            if session is not None and session.queue and not self.held and session.alive():
+                self._send([ticket])
+            else:
+                self.held.append(ticket)
+            return ticket
+
+    def _take_held(self) -> list[_Ticket]:
+        held, self.held = self.held, []
+        return held
+
+    def _collect(self, ticket: _Ticket) -> tuple[dict, Evidence]:
+        with self.lock:
+            if ticket in self.held:  # nothing went out before it (the step it followed made no call): now
+                self.held.remove(ticket)
+                ticket.ahead = False
+                self._send([ticket, *self._take_held()])
+            elif ticket.stale:
+                # A request of the step before it went out after it, so its answer may predate that request's
+                # effect: ask again, in turn (the early answer is read and dropped on the way).
+                ticket.dropped = True
+                ticket = _Ticket(self, ticket.op, ticket.request, ticket.timeout)
+                self._send([ticket, *self._take_held()])
+            return self._answer_of(ticket)
+
+    def _discard(self, ticket: _Ticket) -> None:
+        with self.lock:
+            if ticket in self.held:
+                self.held.remove(ticket)
+            ticket.dropped = True
+
+    def _send(self, tickets: list[_Ticket]) -> None:
+        """Write the request lines on the live agent session (started if there is none: one exec), in order."""
+        session = self._agent_session()
+        for ticket in tickets:
+            self._write(session, ticket)
+
+    def _write(self, session: _Session, ticket: _Ticket, again: bool = False) -> None:
+        if ticket.id is None:
+            self.requests += 1
+            ticket.id = self.requests
+        if not ticket.ahead:  # a request of the step itself, after ones sent ahead: theirs may predate it
+            for earlier in session.queue:
+                earlier.stale = earlier.stale or earlier.ahead
+        ahead = ticket.ahead and bool(session.queue)
+        payload = (json.dumps({"protocol": PROTOCOL, "op": ticket.op, "state_dir": self.host.state_dir,
+                               "operator": operator(), **ticket.request, "_id": ticket.id}) + "\n").encode()
+        ticket.session, ticket.sent = session, time.monotonic()
+        session.queue.append(ticket)
+        try:
+            session.chan.sendall(payload)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the read that follows finds out why (a refusal line, the agent's end, a lost link)
+        if not again:
+            COUNTERS.event(self.host.name, "sent_ahead" if ahead else "sent", ticket.op)
+
+    def _answer_of(self, ticket: _Ticket) -> tuple[dict, Evidence]:
+        """Read answers in request order (keeping earlier tickets' answers on them) up to this ticket's."""
+        deadline = time.monotonic() + ticket.timeout
+        while not ticket.done:
+            session = ticket.session
+            if session is None or session is not self.session or not session.queue:
+                raise TransportError("lost", f"connection to {self.host.name} lost during the step; the node's "
+                                             "outcome is unknown", Evidence(session.shown if session else "(agent)",
+                                                                            None, [], 0.0))
+            self._read_next(session, ticket, deadline)
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.answer is not None and ticket.evidence is not None
+        return ticket.answer, ticket.evidence
+
+    def _read_next(self, session: _Session, waiting: _Ticket, deadline: float) -> None:
+        """The answer of the oldest request in flight, onto its ticket; when the session ends instead, every
+        request in flight gets the error (the one waited for raises it; the others were sent ahead)."""
+        head = session.queue[0]
+        try:
+            line = session.read_line(deadline)
+        except _Overflow as exc:
+            evidence = session.evidence(None, head.sent)
+            self._end_session(session)  # its channel closes: the node's agent goes with it
+            self._fail(session, TransportError("remote", f"{self.host.name}: {exc}; its session is dropped and the "
+                                                         "node's outcome is unknown (a fleetops agent never sends "
+                                                         f"that much: check what {self.host.python} runs on the "
+                                                         "node)", evidence))
+            return
+        except TimeoutError:
+            self._end_session(session)  # the agent's watchdog sees its client go and stops where it is
+            self._fail(session, TransportError("timeout", f"{self.host.name}: no answer within {waiting.timeout:.0f}s",
+                                               session.evidence(None, head.sent)))
+            return
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            evidence = session.evidence(None, head.sent)
+            self.close()
+            self._fail(session, TransportError("lost", f"connection to {self.host.name} lost during the step "
+                                                       f"({exc or 'EOF'}); the node's outcome is unknown", evidence))
+            return
+        if line is None:  # the agent ended instead of answering (refused, no interpreter, crashed)
+            self._end_session(session)
+            code = session.code
+            evidence = session.evidence(code, head.sent)
+            if code is None:
+                self.close()
+                error = TransportError("lost", f"connection to {self.host.name} lost during the step; the node's "
+                                               "outcome is unknown", evidence)
+            elif code == 127:
+                error = TransportError("remote", f"{self.host.name}: the target python {self.host.python} was not "
+                                                 "found on the node", evidence)
+            else:
+                error = TransportError("remote", f"{self.host.name}: the node agent failed (exit {code}) before it "
+                                                 "answered", evidence)
+            self._fail(session, error)
+            return
+        fresh = session.answered == 0
+        session.answered += 1
+        try:
+            answer = json.loads(line.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than Python can
+            answer = None
+        if not isinstance(answer, dict):
+            self._end_session(session)
+            self._fail(session, TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer (or "
+                                                         "one nested too deeply to read); its session is dropped "
+                                                         "and the node's outcome is unknown",
+                                               session.evidence(None, head.sent)))
+            return
+        if answer.get("bootstrap") is True:  # nothing of ours ran; a next call starts afresh
+            evidence = session.evidence(EXIT_BOOTSTRAP_REFUSED, head.sent)
+            self._end_session(session)
+            if fresh and answer.get("error_kind") == "agent_missing" and not session.retried:
+                self.upload_agent()  # first visit of this agent version; then every request in flight again
+                again = self._agent_session()
+                again.retried = True
+                for ticket in list(session.queue):
+                    self._write(again, ticket, again=True)
+                session.queue.clear()
+                return
+            self._fail(session, TransportError("untrusted", f"{self.host.name}: {answer.get('error')}", evidence))
+            return
+        evidence = session.evidence(0, head.sent)
+        session.answered_one()
+        if answer.get("_id") != head.id:
+            self.close()
+            self._fail(session, TransportError("remote", f"{self.host.name}: the node agent answered out of turn "
+                                                         f"(request {head.id}, answer {answer.get('_id')}); "
+                                                         "connection reset", evidence))
+            return
+        session.queue.popleft()
+        head.done, head.evidence = True, evidence
+        if answer.get("agent_error"):
+            head.error = TransportError("remote", f"{self.host.name}: the node agent failed on {head.op}: "
+                                                  f"{answer.get('error')} (its traceback is in the node's stderr "
+                                                  "below; the agent goes on)", evidence)
+        else:
+            head.answer = answer
+        COUNTERS.event(self.host.name, "answered", head.op)
+
+    @staticmethod
+    def _fail(session: _Session, error: TransportError) -> None:
+        for ticket in session.queue:
+            ticket.done, ticket.error = True, error
+        session.queue.clear()
+
+    def _agent_session(self) -> _Session:
+        """The live agent of this connection, started if there is none (or the last one ended)."""
+        session = self.session
+        if session is not None and session.alive():
+            return session
+        if session is not None:
+            self._end_session(session)
+        self.open()
+        assert self.cxn is not None
+        argv, shown = self._agent_argv()
+        COUNTERS.bump(self.host.name, "execs")
+        try:
+            chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
+            _exec_without_waiting(chan, shlex.join(argv))  # the first request follows in the same flight
+        except paramiko.ChannelException as exc:
+            self.close()
+            raise _session_refused(self.host, exc, shown) from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise TransportError("lost", f"connection to {self.host.name} lost while starting the agent "
+                                         f"({exc or 'EOF'})", Evidence(shown, None, [], 0.0)) from None
+        self.session = _Session(chan, shown)
+        return self.session
+
+    def _end_session(self, session: _Session) -> None:
+        if self.session is session:
+            self.session = None
+        try:
+            session.chan.close()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
