@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import shlex
 import socket
 import threading
@@ -23,6 +22,7 @@ from .connector import COUNTERS, ExecResult, TransportError
 from .errors import connect_error
 from .hops import _close_quietly, _fabric_connection, _slow_idle_checks
 from .session import _drain, _exec_without_waiting, _Overflow, _Session, _session_refused, _Ticket
+from .sftp import copy_range, write_atomically
 
 
 class NodeConnection:
@@ -179,30 +179,13 @@ class NodeConnection:
         """Write path atomically over SFTP (temp name, then rename), making its missing folders 0700."""
         self.open()
         try:
-            self._upload(path, data)
+            assert self.cxn is not None
+            write_atomically(self.cxn.sftp(), path, data)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
             raise TransportError("remote", f"{self.host.name}: cannot write {path} on the node over SFTP ({reason}); "
                                            f"check that the login user may write {self.host.state_dir} and the "
                                            "node's free disk space") from None
-
-    def _upload(self, path: str, data: bytes) -> None:
-        assert self.cxn is not None
-        sftp = self.cxn.sftp()
-        parent = path.rsplit("/", 1)[0] if "/" in path else ""
-        directory = ""
-        for part in parent.split("/"):
-            directory = f"{directory}/{part}" if directory or parent.startswith("/") else part
-            if not part:
-                continue
-            try:
-                sftp.stat(directory)
-            except OSError:
-                sftp.mkdir(directory, 0o700)
-        tmp = f"{path}.{os.urandom(4).hex()}.tmp"
-        with sftp.open(tmp, "wb") as f:
-            f.write(data)
-        sftp.posix_rename(tmp, path)
 
     def download(self, path: str) -> bytes:
         self.open()
@@ -215,28 +198,8 @@ class NodeConnection:
         partial copy resumes). progress(n) is called with the bytes written so far. Returns them."""
         self.open()
         assert self.cxn is not None
-        written = 0
-        try:
-            mode = "r+b" if os.path.exists(local_path) else "wb"
-            with open(local_path, mode) as out, self.cxn.sftp().open(remote, "rb") as f:
-                out.truncate(offset)
-                out.seek(offset)
-                f.seek(offset)
-                f.prefetch(end, max_concurrent_requests=64)
-                while offset + written < end:
-                    chunk = f.read(min(1 << 20, end - offset - written))
-                    if not chunk:
-                        raise EOFError(f"{remote} ended at byte {offset + written} (expected {end})")
-                    out.write(chunk)
-                    written += len(chunk)
-                    if callable(progress):
-                        progress(written)
-        except (EOFError, paramiko.SSHException, OSError) as exc:
-            reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-            lost = self.cxn is None or not self.cxn.is_connected
-            raise TransportError("lost" if lost else "remote", f"{self.host.name}: download of {remote} stopped at "
-                                 f"byte {offset + written} ({reason}); run fetch again to resume") from None
-        return written
+        return copy_range(self.cxn.sftp, remote, local_path, offset, end, progress, self.host.name,
+                          lambda: self.cxn is not None and self.cxn.is_connected)
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
         """One request to this host's agent: the first call of the run starts it (one exec, through the
