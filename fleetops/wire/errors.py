@@ -12,7 +12,7 @@ from fabric import Connection
 
 from ..plans.inventory import Host, plain_host
 from .connector import TransportError
-from .hops import _hops, _transport
+from .hops import each_hop, transport_of
 from .hostkeys import fingerprint_of
 
 
@@ -20,15 +20,15 @@ def _where(cxn: Connection) -> str:
     return f"{cxn.host}:{cxn.port}"
 
 
-def _who(host: Host, cxn: Connection) -> str:
+def host_label(host: Host, cxn: Connection) -> str:
     where = _where(cxn)
     return host.name if host.name in (where, f"{cxn.user}@{where}") else f"{host.name} ({where})"
 
 
 def _refused_hop(cxn: Connection) -> Connection | None:
     """The jump host whose handshake got as far as its key and no further (its key was refused), if any."""
-    for hop in list(_hops(cxn))[1:]:
-        transport = _transport(hop)
+    for hop in list(each_hop(cxn))[1:]:
+        transport = transport_of(hop)
         if transport is not None and transport.remote_version and not transport.is_authenticated():
             return hop
     return None
@@ -37,7 +37,7 @@ def _refused_hop(cxn: Connection) -> Connection | None:
 def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportError:
     """Any failure to open an SSH connection → one TransportError whose message names the host, the cause
     and the next step. Nothing here re-raises: no traceback reaches the operator for a network fault."""
-    who, seconds = _who(host, cxn), host.connect_timeout
+    who, seconds = host_label(host, cxn), host.connect_timeout
     transport = cxn.client.get_transport() if cxn.client is not None else None
     hop = _refused_hop(cxn) if isinstance(exc, paramiko.SSHException) else None
     if hop is not None:  # a jump host's key was refused: name that host, and trust that one

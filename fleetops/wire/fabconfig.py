@@ -83,7 +83,7 @@ class _SharedConfig(Config):
                            "would race (a fleetops bug: please report it)")
 
 
-def _fabric_config() -> Config:
+def fabric_config() -> Config:
     """The process's one Fabric Config (building one reads the ssh_config files again)."""
     global _CONFIG
     with _LOCK:

@@ -12,22 +12,22 @@ from fabric import Config, Connection
 
 from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
 from .connector import TransportError
-from .fabconfig import _fabric_config, plain_keys
-from .hostkeys import _known_hosts_files, _strict_client
-from .tuning import _Connection, _FleetTransport, _identity_key, _JumpTransport
+from .fabconfig import fabric_config, plain_keys
+from .hostkeys import known_hosts_files, strict_client
+from .tuning import FleetConnection, FleetTransport, JumpTransport, identity_key
 
-_OWN = object()  # _fabric_connection: the gateway comes from the host's own entry (inventory, ssh_config)
+_OWN = object()  # fabric_connection: the gateway comes from the host's own entry (inventory, ssh_config)
 MAX_JUMPS = 8  # ProxyJump hops one connection may go through, all chains together
 
 
-def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, gateway: Any = _OWN,
+def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, gateway: Any = _OWN,
                        trail: tuple[tuple[str, int, str], ...] = ()) -> Connection:
     """The Connection for `host` (not opened). `gateway`: the hop it goes through when a ProxyJump list names
     the one before it; `trail`: the endpoints being reached through this one (a loop back to one is refused)."""
     if host.example:
         raise TransportError("refused", f"{host.name} comes from an example inventory ({host.source}); copy it to "
                                         "your own hosts/*.yaml to use it")
-    config = _fabric_config()
+    config = fabric_config()
     if gateway is _OWN and host.jump and not host.plain:
         if depth > 3:
             raise TransportError("unreachable", f"jump chain too long at {host.name}")
@@ -37,14 +37,14 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, 
             jump = inventory.resolve(host.jump) if inventory else plain_host(host.jump)
         except UnknownHost as exc:
             raise TransportError("refused", f"{host.name}: its jump host: {exc}") from None
-        gateway = _fabric_connection(jump, inventory, depth + 1)
+        gateway = fabric_connection(jump, inventory, depth + 1)
     elif gateway is _OWN:
         gateway = _ssh_config_jump(host, inventory, config, depth, trail)
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
-                            "transport_factory": _JumpTransport if depth else _FleetTransport}
+                            "transport_factory": JumpTransport if depth else FleetTransport}
     if host.identity_file:
         connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
-        key = _identity_key(host.identity_file, host.identity_passphrase)
+        key = identity_key(host.identity_file, host.identity_passphrase)
         if key is not None:  # tried first; key_filename stays, so a refusal reads as it always did
             connect_kwargs["pkey"] = key
     if host.identity_passphrase:
@@ -57,17 +57,17 @@ def _fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, 
             keys = plain_keys()
             if keys:
                 connect_kwargs["key_filename"] = list(keys)
-            cxn = _Connection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
+            cxn = FleetConnection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
                               connect_kwargs=connect_kwargs, gateway=gateway, config=config)
         else:
-            cxn = _Connection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
+            cxn = FleetConnection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
                               connect_kwargs=connect_kwargs, gateway=gateway, config=config)
     except (ValueError, TypeError, UnknownHost) as exc:  # e.g. a Port in ssh_config that is not a number
         raise TransportError("refused", f"{host.name}: cannot use its ssh_config entry: {exc}") from None
     except RecursionError:  # Fabric's own ProxyJump walk (a gateway it looks up itself); ours refuses loops first
         raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump chain never ends (a loop); fix "
                                         "ProxyJump in ssh_config") from None
-    cxn.client = _strict_client(_known_hosts_files(host, cxn))
+    cxn.client = strict_client(known_hosts_files(host, cxn))
     cxn.fleetops_name = host.name
     _strict_gateways(cxn)
     return cxn
@@ -120,11 +120,11 @@ def _ssh_config_jump(host: Host, inventory: Inventory | None, config: Config, de
             raise TransportError("refused", f"{host.name}: ssh_config ProxyJump loop: {path} (the jump host "
                                             f"{word!r} is {itself}); fix ProxyJump in ssh_config (`ProxyJump none` "
                                             "in the jump host's own entry ends a chain)")
-        previous = _fabric_connection(hop, inventory, depth + 1, gateway=previous, trail=trail)
+        previous = fabric_connection(hop, inventory, depth + 1, gateway=previous, trail=trail)
     return previous
 
 
-def _hops(cxn: Connection) -> Iterator[Connection]:
+def each_hop(cxn: Connection) -> Iterator[Connection]:
     """The connection, then each jump host it goes through, nearest first (a ProxyCommand gateway ends it)."""
     hop: object = cxn
     while isinstance(hop, Connection):
@@ -132,16 +132,16 @@ def _hops(cxn: Connection) -> Iterator[Connection]:
         hop = hop.gateway
 
 
-def _transport(hop: Connection) -> paramiko.Transport | None:
+def transport_of(hop: Connection) -> paramiko.Transport | None:
     return hop.client.get_transport() if hop.client is not None else None
 
 
 def _strict_gateways(cxn: Connection) -> None:
     """A ProxyJump from ssh_config (a host outside the inventory) makes Fabric build the jump Connections
     itself, with its auto-add client: give each hop the strict client, its known_hosts from its own entry."""
-    for hop in list(_hops(cxn))[1:]:
+    for hop in list(each_hop(cxn))[1:]:
         if not isinstance(getattr(hop.client, "_policy", None), paramiko.RejectPolicy):  # not one of ours
-            hop.client = _strict_client(_known_hosts_files(plain_host(hop.original_host), hop))
+            hop.client = strict_client(known_hosts_files(plain_host(hop.original_host), hop))
 
 
 # paramiko's transport thread wakes every 0.1 s on a quiet connection to look for our own close, a keepalive
@@ -152,14 +152,14 @@ def _strict_gateways(cxn: Connection) -> None:
 IDLE_CHECK_SECONDS = 1.0
 
 
-def _slow_idle_checks(cxn: Connection) -> None:
-    for hop in _hops(cxn):
-        transport = _transport(hop)
+def slow_idle_checks(cxn: Connection) -> None:
+    for hop in each_hop(cxn):
+        transport = transport_of(hop)
         if transport is not None and transport.sock is not None:
             transport.sock.settimeout(IDLE_CHECK_SECONDS)
 
 
-def _close_quietly(cxn: Connection) -> None:
+def close_quietly(cxn: Connection) -> None:
     """Close each hop's SFTP session while the connection still carries its goodbye, then hang up, then let
     Fabric release the rest. Closing never raises: the node may already be gone, and a close that fails must not
     turn a finished run into a traceback (SFTP's close after the hang-up raised EOFError, found by CI).
@@ -168,7 +168,7 @@ def _close_quietly(cxn: Connection) -> None:
     transport thread sits in recv() the kernel keeps the connection open until that recv times out (up to
     IDLE_CHECK_SECONDS, during which the node's session lives on). shutdown() ends the recv and sends the FIN at
     once."""
-    hops = list(_hops(cxn))
+    hops = list(each_hop(cxn))
     for hop in hops:
         sftp, hop._sftp = hop._sftp, None
         if sftp is not None:
@@ -177,7 +177,7 @@ def _close_quietly(cxn: Connection) -> None:
             except (OSError, EOFError, paramiko.SSHException):
                 pass  # the connection is gone already: nothing left to say goodbye on
     for hop in hops:
-        sock = getattr(_transport(hop), "sock", None)
+        sock = getattr(transport_of(hop), "sock", None)
         if isinstance(sock, socket.socket):
             try:
                 sock.shutdown(socket.SHUT_RDWR)

@@ -20,8 +20,8 @@ from ..results import Evidence
 from .bundle import ALLOW_INSECURE_VENV, BOOTSTRAP, EXIT_BOOTSTRAP_REFUSED, PYTHON_FLAGS, agent_bundle
 from .connector import COUNTERS, ExecResult, TransportError
 from .errors import connect_error
-from .hops import _close_quietly, _fabric_connection, _slow_idle_checks
-from .session import _drain, _exec_without_waiting, _Overflow, _Session, _session_refused, _Ticket
+from .hops import close_quietly, fabric_connection, slow_idle_checks
+from .session import AgentSession, Overflow, Ticket, drain, exec_without_waiting, session_refused
 from .sftp import copy_range, write_atomically
 
 
@@ -32,9 +32,9 @@ class NodeConnection:
         self.host = host
         self.inventory = inventory
         self.cxn: Connection | None = None
-        self.session: _Session | None = None  # the agent of this run on this host
+        self.session: AgentSession | None = None  # the agent of this run on this host
         self.requests = 0
-        self.held: list[_Ticket] = []  # submitted, to go out right behind the next request sent
+        self.held: list[Ticket] = []  # submitted, to go out right behind the next request sent
         self.lock = threading.Lock()
         # The connection being opened, and its sockets, so that close() from another thread (Ctrl-C) ends a
         # connect or a handshake in progress at once instead of after connect_timeout.
@@ -47,7 +47,7 @@ class NodeConnection:
         if self.cxn is not None and self.cxn.is_connected:
             return
         host = self.host
-        cxn = _fabric_connection(host, self.inventory)
+        cxn = fabric_connection(host, self.inventory)
         self._aborted = False
         self._opening = cxn
         try:
@@ -58,13 +58,13 @@ class NodeConnection:
             error = (TransportError("interrupted", f"{host.name}: connecting was stopped (the run was interrupted) "
                                                    "before the SSH login finished; nothing ran there")
                      if self._aborted else connect_error(exc, host, cxn))
-            _close_quietly(cxn)
+            close_quietly(cxn)
             raise error from None
         finally:
             self._opening = None
             self._sockets = []
         self.cxn = cxn
-        _slow_idle_checks(cxn)
+        slow_idle_checks(cxn)
         COUNTERS.bump(host.name, "connections")
 
     def _tcp_connect(self, cxn: Connection) -> socket.socket:
@@ -106,7 +106,7 @@ class NodeConnection:
                     sock.shutdown(socket.SHUT_RDWR)  # a connect() waiting for its SYN-ACK ends at once
                 except OSError:
                     pass
-            _close_quietly(opening)  # a handshake waiting for the banner, on this hop or a jump host's
+            close_quietly(opening)  # a handshake waiting for the banner, on this hop or a jump host's
         session, self.session = self.session, None
         self.held = []  # never sent: nothing to undo
         if session is not None:
@@ -116,7 +116,7 @@ class NodeConnection:
                 pass
             self._end_session(session)
         if self.cxn is not None:
-            _close_quietly(self.cxn)
+            close_quietly(self.cxn)
             self.cxn = None
             COUNTERS.event(self.host.name, "closed")
 
@@ -131,16 +131,16 @@ class NodeConnection:
         COUNTERS.bump(self.host.name, "execs")
         try:
             chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
-            _exec_without_waiting(chan, command)
+            exec_without_waiting(chan, command)
             command = shown or command
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
-            out, err, code = _drain(chan, started + timeout)
+            out, err, code = drain(chan, started + timeout)
         except paramiko.ChannelException as exc:
             self.close()
-            raise _session_refused(self.host, exc, shown or command) from None
-        except _Overflow as exc:
+            raise session_refused(self.host, exc, shown or command) from None
+        except Overflow as exc:
             raise TransportError("remote", f"{self.host.name}: {exc}; stopped reading it, the node's outcome is "
                                            "unknown", Evidence(command, None, [], round(time.monotonic() - started,
                                                                                        3))) from None
@@ -206,16 +206,16 @@ class NodeConnection:
         verifying bootstrap), every later one is a line on the same channel. Requests held by
         submit() go out right behind it, before its answer is in."""
         with self.lock:
-            ticket = _Ticket(self, op, request, timeout)
+            ticket = Ticket(self, op, request, timeout)
             self._send([ticket, *self._take_held()])
             return self._answer_of(ticket)
 
-    def submit(self, op: str, request: dict, timeout: float = 300) -> _Ticket:
+    def submit(self, op: str, request: dict, timeout: float = 300) -> Ticket:
         """call(), pipelined (Connector.submit; read-only ops only): sent now, behind the requests in flight,
         or held and sent right behind the next request that goes out. Its answer is read in turn (the agent
         answers in request order) by result()."""
         with self.lock:
-            ticket = _Ticket(self, op, request, timeout, ahead=True)
+            ticket = Ticket(self, op, request, timeout, ahead=True)
             session = self.session
             if session is not None and session.queue and not self.held and session.alive():
                 self._send([ticket])
@@ -223,11 +223,11 @@ class NodeConnection:
                 self.held.append(ticket)
             return ticket
 
-    def _take_held(self) -> list[_Ticket]:
+    def _take_held(self) -> list[Ticket]:
         held, self.held = self.held, []
         return held
 
-    def _collect(self, ticket: _Ticket) -> tuple[dict, Evidence]:
+    def _collect(self, ticket: Ticket) -> tuple[dict, Evidence]:
         with self.lock:
             if ticket in self.held:  # nothing went out before it (the step it followed made no call): now
                 self.held.remove(ticket)
@@ -237,23 +237,23 @@ class NodeConnection:
                 # A request of the step before it went out after it, so its answer may predate that request's
                 # effect: ask again, in turn (the early answer is read and dropped on the way).
                 ticket.dropped = True
-                ticket = _Ticket(self, ticket.op, ticket.request, ticket.timeout)
+                ticket = Ticket(self, ticket.op, ticket.request, ticket.timeout)
                 self._send([ticket, *self._take_held()])
             return self._answer_of(ticket)
 
-    def _discard(self, ticket: _Ticket) -> None:
+    def _discard(self, ticket: Ticket) -> None:
         with self.lock:
             if ticket in self.held:
                 self.held.remove(ticket)
             ticket.dropped = True
 
-    def _send(self, tickets: list[_Ticket]) -> None:
+    def _send(self, tickets: list[Ticket]) -> None:
         """Write the request lines on the live agent session (started if there is none: one exec), in order."""
         session = self._agent_session()
         for ticket in tickets:
             self._write(session, ticket)
 
-    def _write(self, session: _Session, ticket: _Ticket, again: bool = False) -> None:
+    def _write(self, session: AgentSession, ticket: Ticket, again: bool = False) -> None:
         if ticket.id is None:
             self.requests += 1
             ticket.id = self.requests
@@ -272,7 +272,7 @@ class NodeConnection:
         if not again:
             COUNTERS.event(self.host.name, "sent_ahead" if ahead else "sent", ticket.op)
 
-    def _answer_of(self, ticket: _Ticket) -> tuple[dict, Evidence]:
+    def _answer_of(self, ticket: Ticket) -> tuple[dict, Evidence]:
         """Read answers in request order (keeping earlier tickets' answers on them) up to this ticket's."""
         deadline = time.monotonic() + ticket.timeout
         while not ticket.done:
@@ -287,13 +287,13 @@ class NodeConnection:
         assert ticket.answer is not None and ticket.evidence is not None
         return ticket.answer, ticket.evidence
 
-    def _read_next(self, session: _Session, waiting: _Ticket, deadline: float) -> None:
+    def _read_next(self, session: AgentSession, waiting: Ticket, deadline: float) -> None:
         """The answer of the oldest request in flight, onto its ticket; when the session ends instead, every
         request in flight gets the error (the one waited for raises it; the others were sent ahead)."""
         head = session.queue[0]
         try:
             line = session.read_line(deadline)
-        except _Overflow as exc:
+        except Overflow as exc:
             evidence = session.evidence(None, head.sent)
             self._end_session(session)  # its channel closes: the node's agent goes with it
             self._fail(session, TransportError("remote", f"{self.host.name}: {exc}; its session is dropped and the "
@@ -373,12 +373,12 @@ class NodeConnection:
         COUNTERS.event(self.host.name, "answered", head.op)
 
     @staticmethod
-    def _fail(session: _Session, error: TransportError) -> None:
+    def _fail(session: AgentSession, error: TransportError) -> None:
         for ticket in session.queue:
             ticket.done, ticket.error = True, error
         session.queue.clear()
 
-    def _agent_session(self) -> _Session:
+    def _agent_session(self) -> AgentSession:
         """The live agent of this connection, started if there is none (or the last one ended)."""
         session = self.session
         if session is not None and session.alive():
@@ -391,18 +391,18 @@ class NodeConnection:
         COUNTERS.bump(self.host.name, "execs")
         try:
             chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
-            _exec_without_waiting(chan, shlex.join(argv))  # the first request follows in the same flight
+            exec_without_waiting(chan, shlex.join(argv))  # the first request follows in the same flight
         except paramiko.ChannelException as exc:
             self.close()
-            raise _session_refused(self.host, exc, shown) from None
+            raise session_refused(self.host, exc, shown) from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.close()
             raise TransportError("lost", f"connection to {self.host.name} lost while starting the agent "
                                          f"({exc or 'EOF'})", Evidence(shown, None, [], 0.0)) from None
-        self.session = _Session(chan, shown)
+        self.session = AgentSession(chan, shown)
         return self.session
 
-    def _end_session(self, session: _Session) -> None:
+    def _end_session(self, session: AgentSession) -> None:
         if self.session is session:
             self.session = None
         try:

@@ -26,12 +26,12 @@ from .connector import (
 class _Owner(Protocol):
     """The connection a ticket belongs to (wire.ssh.NodeConnection)."""
 
-    def _collect(self, ticket: _Ticket) -> tuple[dict, Evidence]: ...
+    def _collect(self, ticket: Ticket) -> tuple[dict, Evidence]: ...
 
-    def _discard(self, ticket: _Ticket) -> None: ...
+    def _discard(self, ticket: Ticket) -> None: ...
 
 
-class _Ticket:
+class Ticket:
     """One request of the agent session (wire.connector.Pending): sent at once, or held to go out right behind
     the next request sent; answered in request order, its answer (or error) kept here until asked for."""
 
@@ -39,7 +39,7 @@ class _Ticket:
         self.conn, self.op, self.request, self.timeout = conn, op, request, timeout
         self.ahead = ahead  # handed over before the step it follows has its answer (Connector.submit)
         self.id: int | None = None
-        self.session: _Session | None = None
+        self.session: AgentSession | None = None
         self.sent = 0.0
         self.done = False
         self.answer: dict | None = None
@@ -55,15 +55,15 @@ class _Ticket:
         self.conn._discard(self)
 
 
-class _Overflow(Exception):
+class Overflow(Exception):
     """The node sent more than a session may hold (wire.connector's caps)."""
 
 
-class _Session:
+class AgentSession:
     """The agent's channel: answers are lines on stdout, in request order (`queue`: the requests sent and not
     yet answered, oldest first); stderr is kept per answer (its last STDERR_KEPT_BYTES). Memory is bounded:
     an answer line over MAX_ANSWER_BYTES or more than MAX_STDERR_BYTES of stderr for one request raise
-    _Overflow, and each byte of stdout is searched for the newline once (`scanned`), however it arrives."""
+    Overflow, and each byte of stdout is searched for the newline once (`scanned`), however it arrives."""
 
     def __init__(self, chan: paramiko.Channel, shown: str) -> None:
         self.chan = chan
@@ -74,7 +74,7 @@ class _Session:
         self.err_bytes = 0  # stderr since the last answer, all of it (self.err keeps only the end)
         self.answered = 0
         self.code: int | None = None  # the agent's exit status once it ended
-        self.queue: deque[_Ticket] = deque()
+        self.queue: deque[Ticket] = deque()
         self.retried = False  # started again after uploading the agent
 
     def alive(self) -> bool:
@@ -97,7 +97,7 @@ class _Session:
             if len(self.err) > 2 * STDERR_KEPT_BYTES:
                 del self.err[:-STDERR_KEPT_BYTES]
             if self.err_bytes > MAX_STDERR_BYTES:
-                raise _Overflow(f"the node agent wrote more than {mib(MAX_STDERR_BYTES)} to stderr while serving "
+                raise Overflow(f"the node agent wrote more than {mib(MAX_STDERR_BYTES)} to stderr while serving "
                                 "one request")
 
     def _line(self) -> bytes | None:
@@ -105,7 +105,7 @@ class _Session:
         if newline < 0:
             self.scanned = len(self.out)
             if self.scanned > MAX_ANSWER_BYTES:
-                raise _Overflow(f"the node agent sent more than {mib(MAX_ANSWER_BYTES)} without ending its answer "
+                raise Overflow(f"the node agent sent more than {mib(MAX_ANSWER_BYTES)} without ending its answer "
                                 "line")
             return None
         line = bytes(self.out[:newline])
@@ -115,7 +115,7 @@ class _Session:
 
     def read_line(self, deadline: float) -> bytes | None:
         """The next answer line, or None when the agent ended first (self.code: its exit status or None).
-        Raises _Overflow when the node sends more than the caps allow."""
+        Raises Overflow when the node sends more than the caps allow."""
         chan = self.chan
         while True:
             self._read_stderr()
@@ -146,7 +146,7 @@ class _Session:
                 raise EOFError("transport closed")
 
 
-def _session_refused(host: Host, exc: paramiko.ChannelException, shown: str) -> TransportError:
+def session_refused(host: Host, exc: paramiko.ChannelException, shown: str) -> TransportError:
     # The login worked and sshd would not open a session (MaxSessions 0, a Match block, a restricted key):
     # nothing ran on the node, and no retry can change it.
     return TransportError("refused", f"{host.name}: its sshd accepted the login but refused a session channel "
@@ -155,7 +155,7 @@ def _session_refused(host: Host, exc: paramiko.ChannelException, shown: str) -> 
                           Evidence(shown, None, [], 0.0))
 
 
-def _exec_without_waiting(chan: paramiko.Channel, command: str) -> None:
+def exec_without_waiting(chan: paramiko.Channel, command: str) -> None:
     """Channel.exec_command, minus the round trip spent waiting for the server to say it accepted the
     request: stdin follows in the same flight. A refused exec still shows, as a channel closed without an
     exit status (reported as a lost step)."""
@@ -168,7 +168,7 @@ def _exec_without_waiting(chan: paramiko.Channel, command: str) -> None:
     chan.transport._send_user_message(m)
 
 
-def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int | None]:
+def drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int | None]:
     out, err = bytearray(), bytearray()
     while True:
         while chan.recv_ready():
@@ -177,7 +177,7 @@ def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int |
             err += chan.recv_stderr(65536)
         if len(out) + len(err) > MAX_EXEC_BYTES:
             chan.close()
-            raise _Overflow(f"the command sent more than {mib(MAX_EXEC_BYTES)} of output")
+            raise Overflow(f"the command sent more than {mib(MAX_EXEC_BYTES)} of output")
         if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
             break
         if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():

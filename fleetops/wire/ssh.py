@@ -5,7 +5,8 @@ not have that exact version. NodeConnection implements wire.connector.Connector.
 
 Its parts, one job each: fabconfig (ssh_config, Fabric's Config), hostkeys (known_hosts, the strict client),
 tuning (paramiko and Fabric tuned for a fleet), hops (a host's Connection and its jump hops), errors (a
-failure to connect as one message), trust (`trust`), session (the agent's channel), node (NodeConnection)."""
+failure to connect as one message), trust (`trust`), session (the agent's channel), sftp (file transfers),
+node (NodeConnection)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,20 @@ from fabric import Connection
 from .connector import TransportError
 from .errors import connect_error
 from .fabconfig import ssh_config_aliases, use_ssh_config
-from .hops import IDLE_CHECK_SECONDS, MAX_JUMPS, _fabric_connection, _hops
-from .hostkeys import _IndexedHostKeys, _known_hosts_files, fingerprint_of, known_hosts_path
+from .hops import IDLE_CHECK_SECONDS, MAX_JUMPS, each_hop, fabric_connection
+from .hostkeys import IndexedHostKeys, fingerprint_of, known_hosts_files, known_hosts_path
 from .node import NodeConnection
 from .trust import trust_host
-from .tuning import _FleetTransport, _identity_key, _PipelinedAuth
+from .tuning import FleetTransport, PipelinedAuth, identity_key
 
-__all__ = ["IDLE_CHECK_SECONDS", "MAX_JUMPS", "Connection", "NodeConnection", "TransportError", "connect_error",
-           "fingerprint_of", "known_hosts_path", "ssh_config_aliases", "trust_host", "use_ssh_config",
-           # for the tests that look inside a part
-           "_FleetTransport", "_IndexedHostKeys", "_PipelinedAuth",
-           "_fabric_connection", "_hops", "_identity_key", "_known_hosts_files"]
+# Names the tests look inside the parts by.
+_fabric_connection, _hops, _identity_key = fabric_connection, each_hop, identity_key
+_FleetTransport, _known_hosts_files = FleetTransport, known_hosts_files
+_IndexedHostKeys, _PipelinedAuth = IndexedHostKeys, PipelinedAuth
+
+__all__ = ["IDLE_CHECK_SECONDS", "MAX_JUMPS", "Connection", "FleetTransport", "IndexedHostKeys", "NodeConnection",
+           "PipelinedAuth", "TransportError", "connect_error", "each_hop", "fabric_connection", "fingerprint_of",
+           "identity_key", "known_hosts_files", "known_hosts_path", "ssh_config_aliases", "trust_host",
+           "use_ssh_config",
+           "_FleetTransport", "_IndexedHostKeys", "_PipelinedAuth", "_fabric_connection", "_hops", "_identity_key",
+           "_known_hosts_files"]

@@ -8,9 +8,9 @@ import paramiko
 from fabric import Connection
 
 from ..plans.inventory import Host, Inventory
-from .errors import _who, connect_error
-from .hops import _fabric_connection
-from .hostkeys import _known_hosts_files, _replace_known_host, fingerprint_of
+from .errors import connect_error, host_label
+from .hops import fabric_connection
+from .hostkeys import fingerprint_of, known_hosts_files, replace_known_host
 
 
 class _CaptureKey(paramiko.MissingHostKeyPolicy):
@@ -33,22 +33,22 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None,
     """Add the host's key to its known_hosts only when the operator names the fingerprint they verified;
     with `replace`, a changed key (a reimaged node) replaces the old entry, again only for the named
     fingerprint. Returns (outcome, message); outcome is trusted / already / refused."""
-    cxn = _fabric_connection(host, inventory)
+    cxn = fabric_connection(host, inventory)
     capture = _CaptureKey()
     cxn.client.set_missing_host_key_policy(capture)
     try:
         cxn.open()
     except paramiko.BadHostKeyException as exc:
-        old, new, path = fingerprint_of(exc.expected_key), fingerprint_of(exc.key), _known_hosts_files(host, cxn)[0]
+        old, new, path = fingerprint_of(exc.expected_key), fingerprint_of(exc.key), known_hosts_files(host, cxn)[0]
         if replace and fingerprint == new:
-            removed = _replace_known_host(path, _known_name(cxn), exc.key)
+            removed = replace_known_host(path, _known_name(cxn), exc.key)
             return "trusted", f"replaced {old} with {new} for {_known_name(cxn)} in {path} ({removed} old line(s))"
         if replace:
-            return "refused", (f"host key CHANGED for {_who(host, cxn)}: the host offers {new}, not the "
+            return "refused", (f"host key CHANGED for {host_label(host, cxn)}: the host offers {new}, not the "
                                f"{fingerprint or '(no fingerprint)'} you named; nothing replaced")
-        return "refused", (f"host key CHANGED for {_who(host, cxn)}: known_hosts has {old}, the host offers {new}; "
-                           "if the change is expected (node reinstalled), check the new key out of band, then run: "
-                           f"fab -H {host.name} trust --replace --fingerprint {new}")
+        return "refused", (f"host key CHANGED for {host_label(host, cxn)}: known_hosts has {old}, the host offers "
+                           f"{new}; if the change is expected (node reinstalled), check the new key out of band, then "
+                           f"run: fab -H {host.name} trust --replace --fingerprint {new}")
     except Exception as exc:  # every failure becomes a message (connect_error), none a traceback
         if capture.key is None:
             raise connect_error(exc, host, cxn) from None
@@ -62,7 +62,7 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None,
                            f"fab -H {host.name} trust --fingerprint {offered}")
     if fingerprint != offered:
         return "refused", f"the host offers {offered}, not the {fingerprint} you named; nothing trusted"
-    path = _known_hosts_files(host, cxn)[0]
+    path = known_hosts_files(host, cxn)[0]
     name = _known_name(cxn)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:

@@ -23,7 +23,7 @@ _LOCK = threading.Lock()
 _KEYS: dict[tuple, paramiko.PKey | None] = {}
 
 
-def _identity_key(path: str, passphrase: str | None) -> paramiko.PKey | None:
+def identity_key(path: str, passphrase: str | None) -> paramiko.PKey | None:
     """The inventory's identity file loaded once per process and file version. paramiko loads key_filename
     anew for every connection, trying each key type in turn (three parses of an ed25519 key per host: issue
     16). None when it cannot be loaded here: then paramiko loads it itself and reports why, as before."""
@@ -43,7 +43,7 @@ def _identity_key(path: str, passphrase: str | None) -> paramiko.PKey | None:
         return _KEYS.setdefault(cache_key, key)
 
 
-class _PipelinedAuth(AuthHandler):
+class PipelinedAuth(AuthHandler):
     """Public-key login one round trip sooner: the USERAUTH_REQUEST goes out right behind the SERVICE_REQUEST
     instead of after the SERVICE_ACCEPT (paramiko waits for it; one RTT of every connection, 50 ms at
     the bench's RTT). OpenSSH's sshd handles a connection's packets in order, so the request is read once the
@@ -75,7 +75,7 @@ def _may_send_auth_ahead(transport: paramiko.Transport, key: Any) -> bool:
     return "OpenSSH" in (transport.remote_version or "") and "rsa" not in key_type
 
 
-class _FleetTransport(paramiko.Transport):
+class FleetTransport(paramiko.Transport):
     """paramiko's Transport asking for AES-GCM first (OpenSSH's own order puts it right after chacha20, which
     paramiko lacks). With CTR + HMAC every packet also pays a Python-level MAC comparison and two cipher calls;
     an AEAD cipher is one call: ~0.6 ms less client CPU per connection. A server without GCM still
@@ -91,11 +91,11 @@ class _FleetTransport(paramiko.Transport):
             super()._parse_debug(m)
 
     def auth_publickey(self, username: str, key: paramiko.PKey, event: threading.Event | None = None) -> list[str]:
-        # paramiko's own body, with the handler that sends the request ahead (_PipelinedAuth)
+        # paramiko's own body, with the handler that sends the request ahead (PipelinedAuth)
         if not self.active or not self.initial_kex_done:
             raise paramiko.SSHException("No existing session")
         my_event = event or threading.Event()
-        self.auth_handler = handler = _PipelinedAuth(self)
+        self.auth_handler = handler = PipelinedAuth(self)
         handler.auth_publickey(username, key, my_event)
         if handler.sent_ahead and self.session_ahead:
             self._open_session_ahead()
@@ -103,7 +103,7 @@ class _FleetTransport(paramiko.Transport):
             return []
         return handler.wait_for_response(my_event)
 
-    session_ahead = True  # a node's connection runs a session; a jump host's only forwards (_JumpTransport)
+    session_ahead = True  # a node's connection runs a session; a jump host's only forwards (JumpTransport)
 
     # The session channel, opened right behind the login request (one RTT of every connection, 50 ms
     # at the bench's RTT). sshd reads the CHANNEL_OPEN only once the login it follows has succeeded: its
@@ -174,13 +174,13 @@ class _FleetTransport(paramiko.Transport):
         return super()._filter_algorithm(type_)
 
 
-class _JumpTransport(_FleetTransport):
+class JumpTransport(FleetTransport):
     """A jump host's connection: it only forwards to the next hop, so it opens no session ahead."""
 
     session_ahead = False
 
 
-class _Connection(Connection):
+class FleetConnection(Connection):
     """Fabric's Connection, with the attributes it and fleetops set declared on the class. Invoke's DataProxy
     turns a write to an undeclared attribute into a config write, and each config write re-merges the whole
     config (about 1 ms of client CPU per connection for Fabric's own `inline_ssh_env` and our `fleetops_name`);
