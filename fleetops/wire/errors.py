@@ -34,19 +34,9 @@ def _refused_hop(cxn: Connection) -> Connection | None:
     return None
 
 
-def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportError:
-    """Any failure to open an SSH connection → one TransportError whose message names the host, the cause
-    and the next step. Nothing here re-raises: no traceback reaches the operator for a network fault."""
-    who, seconds = host_label(host, cxn), host.connect_timeout
-    transport = cxn.client.get_transport() if cxn.client is not None else None
-    hop = _refused_hop(cxn) if isinstance(exc, paramiko.SSHException) else None
-    if hop is not None:  # a jump host's key was refused: name that host, and trust that one
-        name = getattr(hop, "fleetops_name", None)
-        # An inventory jump keeps the inventory's known_hosts; an ssh_config jump reads its own entry.
-        host = replace(host, name=name) if name else plain_host(hop.original_host)
-        who = f"{who}: its jump host {host.name} ({_where(hop)})"
-        cxn, transport = hop, hop.client.get_transport()
-    text = " ".join(str(exc).split()) or type(exc).__name__
+def _key_or_login_refused(exc: BaseException, host: Host, cxn: Connection, transport: paramiko.Transport | None,
+                         who: str, text: str) -> TransportError | None:
+    """The SSH-level refusals (a host key, a login): the next step is the operator's, never a retry."""
     if isinstance(exc, paramiko.BadHostKeyException):
         return TransportError("hostkey", (
             f"{who}: host key does not match known_hosts: expected {fingerprint_of(exc.expected_key)}, got "
@@ -73,6 +63,25 @@ def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportE
         return TransportError("hostkey", (
             f"{who}: unknown host key {offered} ({key.get_name()}); refusing to connect. Check it out of band "
             f"(ssh-keygen -lf on the node's host key), then run: fab -H {host.name} trust --fingerprint {offered}"))
+    return None
+
+
+def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportError:
+    """Any failure to open an SSH connection → one TransportError whose message names the host, the cause
+    and the next step. Nothing here re-raises: no traceback reaches the operator for a network fault."""
+    who, seconds = host_label(host, cxn), host.connect_timeout
+    transport = cxn.client.get_transport() if cxn.client is not None else None
+    hop = _refused_hop(cxn) if isinstance(exc, paramiko.SSHException) else None
+    if hop is not None:  # a jump host's key was refused: name that host, and trust that one
+        name = getattr(hop, "fleetops_name", None)
+        # An inventory jump keeps the inventory's known_hosts; an ssh_config jump reads its own entry.
+        host = replace(host, name=name) if name else plain_host(hop.original_host)
+        who = f"{who}: its jump host {host.name} ({_where(hop)})"
+        cxn, transport = hop, hop.client.get_transport()
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    refusal = _key_or_login_refused(exc, host, cxn, transport, who, text)
+    if refusal is not None:
+        return refusal
     if isinstance(exc, socket.gaierror):
         return TransportError("unreachable", (
             f"{who}: cannot resolve {cxn.host!r} ({exc.strerror or text}); check the name (the inventory's "
