@@ -3,7 +3,6 @@ status, logs, stop. Each poll or action is one agent exec on the host's one conn
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from shlex import quote
@@ -13,12 +12,10 @@ from ..plans.gpugate import evaluate
 from ..plans.jobspec import (
     DEFAULT_FAILURES,
     DEFAULT_PROGRESS,
-    JobSpec,
     describe_end,
     exit_code_of,
     is_failure,
     parse_progress,
-    resolve,
 )
 from ..plans.tables import bar
 from ..plans.timefmt import duration
@@ -26,14 +23,12 @@ from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
 from . import slurm
-from .plan import agent_error, tail_start
+from .plan import agent_error, job_spec, tail_start
+from .reconnect import TAIL_WAIT_S, Reconnect
 
 if TYPE_CHECKING:
     from ..state import RunState
     from .plan import Plan
-
-TAIL_WAIT_S = 2.0
-RECONNECT_MAX_S = 600.0
 
 
 def job_plan(op: str, needs_job: bool) -> Callable[[RunState, dict], Plan]:
@@ -55,19 +50,11 @@ def job_plan(op: str, needs_job: bool) -> Callable[[RunState, dict], Plan]:
     return plan
 
 
-def _spec(plan: Plan, node: Connector) -> JobSpec | None:
-    book = plan.playbook
-    name = plan.options["job"]
-    if book is None or name not in (book.jobs or {}):
-        return None
-    return resolve(name, book.jobs[name], node.host.groups)
-
-
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
         return slurm.run_extract(run, plan, node)
     host = node.host.name
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     assert spec is not None and plan.playbook is not None
     if spec.extract is not None and plan.options.get("shard_extract"):  # extract --shards: this host's rows
         spec.extract.update(plan.options["shard_extract"])
@@ -114,7 +101,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
         return slurm.run_tail(run, plan, node)
     host = node.host.name
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     progress_rx = spec.progress if spec else __import__("re").compile(DEFAULT_PROGRESS)
     failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
     offset: int | None = None  # attaching: the node starts at the last N lines, or at byte 0 with from_start
@@ -122,11 +109,9 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     if isinstance(start, Result):
         return start
     job_id, last_lines, from_start = start
-    backoff = 0.5
-    lost_since: float | None = None
+    link = Reconnect()
     failures: list[str] = []
     last_progress: dict | None = None
-    reconnects = 0
     reporter = run.reporter
     while True:
         if run.interrupted.is_set():
@@ -139,22 +124,13 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                 request.update(last_lines=last_lines, from_start=from_start)
             answer, evidence = node.call("job_tail", request, timeout=TAIL_WAIT_S + 30)
         except TransportError as exc:
-            if exc.kind not in ("lost", "unreachable", "timeout"):
-                raise
-            lost_since = lost_since or time.monotonic()
-            if time.monotonic() - lost_since > RECONNECT_MAX_S:
-                return Result(host, "tail", Status.UNREACHABLE, f"gave up reconnecting after {RECONNECT_MAX_S:.0f}s: "
-                              f"{exc}", data={"job_id": job_id, "offset": offset})
-            reporter.note(f"{host} | connection lost ({exc.kind}); reconnecting in {backoff:.1f}s, resuming at byte "
-                          f"{offset}")
-            node.close()
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 8.0)
-            reconnects += 1
+            gave_up = link.lost(exc, node, reporter.note, f", resuming at byte {offset}")
+            if gave_up:
+                return Result(host, "tail", Status.UNREACHABLE, gave_up, data={"job_id": job_id, "offset": offset})
             continue
         if answer.get("error"):
             return agent_error(host, "tail", answer)
-        lost_since, backoff = None, 0.5
+        link.back()
         job_id = answer["job_id"]
         if offset is None and answer.get("skipped_bytes"):
             skipped = answer.get("skipped_lines")
@@ -178,7 +154,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             status = Status.OK if code == 0 else Status.FAILED
             return Result(host, "tail", status, f"job {job_id} {end}", code=code,
                           data={"job_id": job_id, "exit": answer.get("exit"), "state": answer["state"],
-                                "bytes": offset, "failures": failures[:20], "reconnects": reconnects,
+                                "bytes": offset, "failures": failures[:20], "reconnects": link.count,
                                 "cause": answer.get("cause"),
                                 "last_progress": last_progress and bar(last_progress)})
 
@@ -196,9 +172,7 @@ def end_text(answer: dict) -> str:
 def _status_row(answer: dict) -> list[str]:
     job = answer["job"]
     runtime = answer.get("runtime_s")
-    ended = answer.get("exit") or {}
-    exit_text = (f"signal {ended['signal']}" if ended.get("signal") else str(ended.get("exit_code"))) if ended else "-"
-    return [job["id"], answer["state"], exit_text, f"{runtime:.0f}s" if runtime is not None else "?",
+    return [job["id"], answer["state"], _exit_text(answer), f"{runtime:.0f}s" if runtime is not None else "?",
             answer.get("last_progress") or "-", job["log"]]
 
 
@@ -206,7 +180,7 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
         return slurm.run_status(run, plan, node)
     host = node.host.name
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     pattern = spec.progress.pattern if spec else DEFAULT_PROGRESS
     answer, evidence = node.call("job_status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
     if answer.get("error"):
@@ -232,7 +206,7 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
         return slurm.run_logs(run, plan, node)
     host = node.host.name
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
     answer, _ = node.call("job_logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines")
                                                                                           or 50)})

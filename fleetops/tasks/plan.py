@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..plans.jobspec import JobSpec, resolve
 from ..plans.playbook import Playbook
 from ..results import EXIT_FAILED, Result, Status
 from ..wire.connector import Connector
@@ -63,3 +64,13 @@ def tail_start(run: RunState, plan: Plan, host: str) -> tuple[str | None, int | 
     if launched and job_id in (None, launched) and last_lines is None:
         job_id, from_start = launched, True  # `extract tail`: this run launched it and has shown none of it yet
     return job_id, last_lines, from_start
+
+
+def job_spec(plan: Plan, node: Connector) -> JobSpec | None:
+    """The playbook job the options name (`extract` when none), resolved for the node's groups; None when the
+    playbook has no such job (status, logs and tail then read with the default patterns)."""
+    book = plan.playbook
+    name = plan.options.get("job") or "extract"
+    if book is None or name not in (book.jobs or {}):
+        return None
+    return resolve(name, book.jobs[name], node.host.groups)

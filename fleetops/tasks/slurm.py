@@ -7,31 +7,21 @@ commands (remote_scripts/jobs/slurm.py) and the answers are parsed here with fle
 from __future__ import annotations
 
 import re
-import time
 from typing import TYPE_CHECKING
 
 from ..plans import slurm as sp
-from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, JobSpec, is_failure, parse_progress, resolve
+from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, is_failure, parse_progress
 from ..plans.tables import bar
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
-from .plan import agent_error, tail_start
+from .plan import agent_error, job_spec, tail_start
+from .reconnect import TAIL_WAIT_S, Reconnect
 
 if TYPE_CHECKING:
     from ..state import RunState
     from .plan import Plan
 
-TAIL_WAIT_S = 2.0
-RECONNECT_MAX_S = 600.0
 SIGNALS = {15: "SIGTERM", 9: "SIGKILL", 2: "SIGINT"}
-
-
-def _spec(plan: Plan, node: Connector) -> JobSpec | None:
-    book = plan.playbook
-    name = plan.options.get("job") or "extract"
-    if book is None or name not in (book.jobs or {}):
-        return None
-    return resolve(name, book.jobs[name], node.host.groups)
 
 
 def _scheduler_env(node: Connector) -> dict[str, str]:
@@ -175,7 +165,7 @@ def _describe(rows: list[dict]) -> str:
 
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     assert spec is not None
     shards = _shards(plan)
     if shards < 1:
@@ -233,7 +223,7 @@ def _row(job: dict, r: dict, progress: str | None) -> list[str]:
 
 def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     pattern = spec.progress.pattern if spec else DEFAULT_PROGRESS
     answer = _call(node, "status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
     if answer.get("error"):
@@ -266,7 +256,7 @@ def _label(host: str, task: int, shards: int) -> str:
 
 def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     progress_rx = spec.progress if spec else re.compile(DEFAULT_PROGRESS)
     failure_rx = spec.failures if spec else [re.compile(p) for p in DEFAULT_FAILURES]
     offsets: list[int] | None = None  # attaching: the node starts each task at its last N lines, or at byte 0
@@ -274,8 +264,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     if isinstance(start, Result):
         return start
     job_id, last_lines, from_start = start
-    lost_since: float | None = None
-    backoff = 0.5
+    link = Reconnect()
     failures: list[str] = []
     last_progress: dict[int, dict] = {}
     seen_states: list[str] = []
@@ -291,20 +280,13 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                 request.update(last_lines=last_lines, from_start=from_start)
             answer = _call(node, "tail", request, timeout=TAIL_WAIT_S + 90)
         except TransportError as exc:
-            if exc.kind not in ("lost", "unreachable", "timeout"):
-                raise
-            lost_since = lost_since or time.monotonic()
-            if time.monotonic() - lost_since > RECONNECT_MAX_S:
-                return Result(host, "tail", Status.UNREACHABLE, f"gave up reconnecting after {RECONNECT_MAX_S:.0f}s: "
-                              f"{exc}", data={"job_id": job_id, "offsets": offsets})
-            reporter.note(f"{host} | connection lost ({exc.kind}); reconnecting in {backoff:.1f}s")
-            node.close()
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 8.0)
+            gave_up = link.lost(exc, node, reporter.note)
+            if gave_up:
+                return Result(host, "tail", Status.UNREACHABLE, gave_up, data={"job_id": job_id, "offsets": offsets})
             continue
         if answer.get("error"):
             return agent_error(host, "tail", answer)
-        lost_since, backoff = None, 0.5
+        link.back()
         job = answer["job"]
         job_id = job["id"]
         shards = int(job.get("shards") or 1)
@@ -345,7 +327,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     failure_rx = spec.failures if spec else [re.compile(p) for p in DEFAULT_FAILURES]
     answer = _call(node, "logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50)})
     if answer.get("error"):
