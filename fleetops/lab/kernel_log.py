@@ -22,6 +22,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from remote_scripts.core.procfs import stat_fields
+
 from .common import LabError
 from .node import Node
 
@@ -173,7 +175,5 @@ def inject_oom(node: Node, timeout: float = 30.0) -> dict:
 
 def _alive(pid: int) -> bool:
     """Running (a zombie its parent has not reaped yet counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except (OSError, IndexError):
-        return False
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] not in "ZX"

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from ..core.procfs import stat_fields
+from ..core.procfs import read, stat_fields
 from . import nvsmi
 
 SMI_TIMEOUT = 30
@@ -46,12 +46,13 @@ def process_info(pid: int) -> dict:
         info["user"] = str(st.st_uid)
     start_ticks = int(fields[19])  # field 22 of /proc/PID/stat, counted after the ")" of the comm field
     info["age_s"] = round(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 1)
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            info["command"] = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:300]
-        info["pgid"] = os.getpgid(pid)
-    except OSError:
-        pass
+    cmdline = read(pid, "cmdline")
+    if cmdline is not None:
+        info["command"] = cmdline.replace(b"\0", b" ").decode("utf-8", "replace").strip()[:300]
+        try:
+            info["pgid"] = os.getpgid(pid)
+        except OSError:
+            pass
     return info
 
 
