@@ -10,12 +10,10 @@ from typing import TYPE_CHECKING
 
 from ..plans.gpugate import evaluate
 from ..plans.jobspec import (
-    DEFAULT_FAILURES,
-    DEFAULT_PROGRESS,
+    LogWatch,
     describe_end,
     exit_code_of,
     is_failure,
-    parse_progress,
 )
 from ..plans.tables import bar
 from ..plans.timefmt import duration
@@ -23,7 +21,7 @@ from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
 from . import slurm
-from .plan import agent_error, job_spec, tail_start
+from .plan import agent_error, job_spec, preflight_request, skipped_note, tail_start
 from .reconnect import TAIL_WAIT_S, Reconnect
 
 if TYPE_CHECKING:
@@ -60,10 +58,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
         spec.extract.update(plan.options["shard_extract"])
     spec.env.update(dict(node.host.env))  # the inventory's values (tokens...) win over the playbook's
     spec.secret_env |= set(node.host.secret_env)
-    request = plan.playbook.verify_request(set(spec.preflight))
-    if "requires" not in spec.preflight:
-        request["requires"] = []
-    answer, evidence = node.call("preflight", request, timeout=600)
+    answer, evidence = node.call("preflight", preflight_request(plan.playbook, spec), timeout=600)
     problems: list[Item] = []
     for check in answer["verify"]["items"]:
         if not check["ok"]:
@@ -102,15 +97,13 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
         return slurm.run_tail(run, plan, node)
     host = node.host.name
     spec = job_spec(plan, node)
-    progress_rx = spec.progress if spec else __import__("re").compile(DEFAULT_PROGRESS)
-    failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
+    watch = LogWatch.of(spec)
     offset: int | None = None  # attaching: the node starts at the last N lines, or at byte 0 with from_start
     start = tail_start(run, plan, host)
     if isinstance(start, Result):
         return start
     job_id, last_lines, from_start = start
     link = Reconnect()
-    failures: list[str] = []
     last_progress: dict | None = None
     reporter = run.reporter
     while True:
@@ -133,15 +126,10 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
         link.back()
         job_id = answer["job_id"]
         if offset is None and answer.get("skipped_bytes"):
-            skipped = answer.get("skipped_lines")
-            reporter.note(f"{host} | job {job_id}: {skipped if skipped is not None else 'the'} earlier lines not "
-                          f"shown ({answer['skipped_bytes']} bytes); --from-start replays them")
+            reporter.note(skipped_note(host, job_id, answer))
         reporter.job_attached(host, job_id, answer["state"])
         for line in answer["data"].splitlines():
-            failed = is_failure(line, failure_rx)
-            if failed:
-                failures.append(line)
-            progress = parse_progress(line, progress_rx)
+            failed, progress = watch.read(line)
             if progress:
                 last_progress = progress
             reporter.job_line(host, line, failed, progress)
@@ -154,7 +142,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             status = Status.OK if code == 0 else Status.FAILED
             return Result(host, "tail", status, f"job {job_id} {end}", code=code,
                           data={"job_id": job_id, "exit": answer.get("exit"), "state": answer["state"],
-                                "bytes": offset, "failures": failures[:20], "reconnects": link.count,
+                                "bytes": offset, "failures": watch.failures[:20], "reconnects": link.count,
                                 "cause": answer.get("cause"),
                                 "last_progress": last_progress and bar(last_progress)})
 
@@ -181,7 +169,7 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
         return slurm.run_status(run, plan, node)
     host = node.host.name
     spec = job_spec(plan, node)
-    pattern = spec.progress.pattern if spec else DEFAULT_PROGRESS
+    pattern = LogWatch.of(spec).progress.pattern
     answer, evidence = node.call("job_status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
     if answer.get("error"):
         return agent_error(host, "status", answer, with_kind=True)
@@ -207,13 +195,13 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
         return slurm.run_logs(run, plan, node)
     host = node.host.name
     spec = job_spec(plan, node)
-    failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
+    watch = LogWatch.of(spec)
     answer, _ = node.call("job_logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines")
                                                                                           or 50)})
     if answer.get("error"):
         return agent_error(host, "logs", answer)
     for line in answer["lines"]:
-        run.reporter.job_line(host, line, is_failure(line, failure_rx), None)
+        run.reporter.job_line(host, line, is_failure(line, watch.failure), None)
     return Result(host, "logs", Status.OK, f"job {answer['job_id']} ({answer['state']}): last {len(answer['lines'])} "
                   f"lines of {answer['log']}", data={"lines": answer["lines"], "state": answer["state"]})
 

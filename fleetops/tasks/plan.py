@@ -74,3 +74,18 @@ def job_spec(plan: Plan, node: Connector) -> JobSpec | None:
     if book is None or name not in (book.jobs or {}):
         return None
     return resolve(name, book.jobs[name], node.host.groups)
+
+
+def preflight_request(playbook: Playbook, spec: JobSpec) -> dict:
+    """The agent's `preflight` request for the job's checks; the pins are checked only when the job asks."""
+    request = playbook.verify_request(set(spec.preflight))
+    if "requires" not in spec.preflight:
+        request["requires"] = []
+    return request
+
+
+def skipped_note(label: str, job_id: str, skip: dict) -> str:
+    """What an attaching tail leaves out (the node starts at the last N lines) and how to see it."""
+    count = skip.get("skipped_lines")
+    return (f"{label} | job {job_id}: {count if count is not None else 'the'} earlier lines not shown "
+            f"({skip['skipped_bytes']} bytes); --from-start replays them")
