@@ -22,7 +22,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from remote_scripts.core.procfs import stat_fields
+from remote_scripts.core.procfs import stat_fields, uptime
 
 from .common import LabError
 from .node import Node
@@ -70,10 +70,6 @@ for line in (HERE / "kernel.log").read_text().splitlines():
 '''
 
 
-def _uptime() -> float:
-    return float(Path("/proc/uptime").read_text().split()[0])
-
-
 def install(node: Node) -> None:
     """The stand-ins and an empty log, once; an existing log and mode are kept."""
     bin_dir = node.dir / "bin"
@@ -102,7 +98,7 @@ def clear(node: Node) -> None:
 def append(node: Node, messages: list[str]) -> list[str]:
     """Lines as dmesg prints them, stamped with the machine's real seconds since boot."""
     install(node)
-    stamp = _uptime()
+    stamp = uptime()
     lines = [f"[{stamp:12.6f}] {m}" for m in messages]
     with open(node.dir / "kernel.log", "a", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))

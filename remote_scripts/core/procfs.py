@@ -21,6 +21,13 @@ def read(pid: int | str, name: str) -> bytes | None:
         return None
 
 
+def uptime() -> float:
+    """Seconds since boot (/proc/uptime): the clock that /proc/PID/stat's start times count on. OSError when
+    /proc is not readable."""
+    with open("/proc/uptime", encoding="utf-8") as f:
+        return float(f.read().split()[0])
+
+
 def stat_fields(pid: int | str) -> list[str] | None:
     """Fields of /proc/PID/stat after the command name (which may itself hold spaces and ')'):
     [state, ppid, pgrp, session, ...], so field N of proc(5) is index N - 3. None: gone or unreadable."""

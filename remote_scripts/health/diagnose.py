@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from ..core.procfs import pids, read, stat_fields
+from ..core.procfs import pids, read, stat_fields, uptime
 
 KERNEL_TIMEOUT_S = 20
 KERNEL_KEEP_LINES = 400  # the newest relevant lines sent back
@@ -39,10 +39,9 @@ def _part(fn, *args):  # any reader: its answer, or the reason it has none
 
 
 def clock() -> dict:
-    with open("/proc/uptime", encoding="utf-8") as f:
-        uptime = float(f.read().split()[0])
+    up = uptime()
     now = time.time()
-    return {"epoch": now, "uptime_s": uptime, "boot_time": now - uptime, "hostname": socket.gethostname()}
+    return {"epoch": now, "uptime_s": up, "boot_time": now - up, "hostname": socket.gethostname()}
 
 
 def kernel_log() -> dict:
