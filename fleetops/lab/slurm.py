@@ -144,13 +144,8 @@ class SlurmLab:
         that lost its state, or ids wrapping at MaxJobId (`-c` alone keeps the id counter in 22.05). No job may
         be running: slurmd would still hold it."""
         pid = self.running("slurmctld")
-        if pid is not None:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and pid_alive(pid):
-                time.sleep(0.1)
-            if pid_alive(pid):
-                raise LabError(f"Slurm lab: slurmctld (pid {pid}) did not stop within {timeout:.0f}s")
+        if pid is not None and not _terminate(pid, timeout):
+            raise LabError(f"Slurm lab: slurmctld (pid {pid}) did not stop within {timeout:.0f}s")
         ctld_port = int(next(ln.split("=", 1)[1] for ln in self.conf.read_text().splitlines()
                              if ln.startswith("SlurmctldPort=")))
         self._wait(lambda: not port_open(ctld_port), "slurmctld's port closed", timeout)
@@ -196,11 +191,7 @@ class SlurmLab:
             pid = self.running(daemon)
             if pid is None:
                 continue
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and pid_alive(pid):
-                time.sleep(0.1)
-            if pid_alive(pid):
+            if not _terminate(pid, timeout):
                 os.kill(pid, signal.SIGKILL)
             stopped.append(daemon)
         left = self.leftovers()
@@ -223,3 +214,12 @@ class SlurmLab:
                     or (cmdline.startswith(b"slurmstepd") and mine in environ):
                 out.append(pid)
         return out
+
+
+def _terminate(pid: int, timeout: float) -> bool:
+    """SIGTERM, then up to `timeout` for the process to go: True when it went."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.1)
+    return not pid_alive(pid)
