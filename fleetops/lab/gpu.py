@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from remote_scripts.core.procfs import stat_fields
+from remote_scripts.core.procfs import read, stat_fields
 
 from . import kernel_log
 from .common import LabError
@@ -68,7 +68,7 @@ def stop_holders(node: Node) -> None:
     killed = []
     for pid in gpu_state(node).get("holder_pids", []):
         try:
-            if HOLDER_MARK.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if HOLDER_MARK.encode() in (read(pid, "cmdline") or b""):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
         except OSError:

@@ -22,6 +22,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from remote_scripts.core.procfs import stat_fields, uptime
+
 from .common import LabError
 from .node import Node
 
@@ -68,10 +70,6 @@ for line in (HERE / "kernel.log").read_text().splitlines():
 '''
 
 
-def _uptime() -> float:
-    return float(Path("/proc/uptime").read_text().split()[0])
-
-
 def install(node: Node) -> None:
     """The stand-ins and an empty log, once; an existing log and mode are kept."""
     bin_dir = node.dir / "bin"
@@ -100,7 +98,7 @@ def clear(node: Node) -> None:
 def append(node: Node, messages: list[str]) -> list[str]:
     """Lines as dmesg prints them, stamped with the machine's real seconds since boot."""
     install(node)
-    stamp = _uptime()
+    stamp = uptime()
     lines = [f"[{stamp:12.6f}] {m}" for m in messages]
     with open(node.dir / "kernel.log", "a", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))
@@ -173,7 +171,5 @@ def inject_oom(node: Node, timeout: float = 30.0) -> dict:
 
 def _alive(pid: int) -> bool:
     """Running (a zombie its parent has not reaped yet counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except (OSError, IndexError):
-        return False
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] not in "ZX"

@@ -278,17 +278,10 @@ class Lab:
         holding only the extract model, no failpoint armed, idle GPUs, an empty readable kernel log; known_hosts
         and the inventory as `up` writes them. Nodes beyond `count` are stopped and removed. For a lab shared by
         one user after another (the test suite's): what a user did to a node's files, the next does not see."""
-        from remote_scripts.jobs import jobs
-
         nodes = self.nodes()
         extra, nodes = (nodes[count:], nodes[:count]) if count is not None else ([], nodes)
         for node in [*nodes, *extra]:
-            for job_id in jobs.live_job_ids(str(node.state_dir)):
-                try:
-                    jobs.job_stop({"state_dir": str(node.state_dir), "job_id": job_id, "grace_s": 5})
-                except (jobs.NodeError, OSError) as exc:
-                    say(f"{node.name}: could not stop job {job_id}: {exc}")
-            self._stop_holders(node)
+            self._stop_jobs(node)
         for node in extra:
             self.stop_node(node)
             _remove_settled(node.dir)
@@ -415,6 +408,17 @@ class Lab:
     def _stop_holders(self, node: Node) -> None:
         gpu.stop_holders(node)
 
+    def _stop_jobs(self, node: Node) -> None:
+        """Every live job of the node (each tagged process, as `fab stop` does), then its GPU holders."""
+        from remote_scripts.jobs import jobs
+
+        for job_id in jobs.live_job_ids(str(node.state_dir)):
+            try:
+                jobs.job_stop({"state_dir": str(node.state_dir), "job_id": job_id, "grace_s": 5})
+            except (jobs.NodeError, OSError) as exc:
+                say(f"{node.name}: could not stop job {job_id}: {exc}")
+        self._stop_holders(node)
+
     # -- stop
     def stop_node(self, node: Node, sig: int = signal.SIGTERM) -> bool:
         pid = node.pid()
@@ -448,15 +452,8 @@ class Lab:
         self._write_known_hosts(self.nodes())
 
     def down(self, purge: bool = False) -> list[str]:
-        from remote_scripts.jobs import jobs
-
         for n in self.nodes():  # the nodes' jobs first (every tagged process, as `fab stop` does), then sshd
-            for job_id in jobs.live_job_ids(str(n.state_dir)):
-                try:
-                    jobs.job_stop({"state_dir": str(n.state_dir), "job_id": job_id, "grace_s": 5})
-                except (jobs.NodeError, OSError) as exc:
-                    say(f"{n.name}: could not stop job {job_id}: {exc}")
-            self._stop_holders(n)
+            self._stop_jobs(n)
         stopped = [n.name for n in self.nodes() if self.stop_node(n)]
         if purge and self.dir.exists():
             _remove_settled(self.dir)

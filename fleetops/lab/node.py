@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from remote_scripts.core.procfs import pid_alive
+from remote_scripts.core.procfs import pid_alive, read
 
 from .common import site_packages
 
@@ -54,12 +54,9 @@ class Node:
 
     def ours(self, pid: int) -> bool:
         """Only stop an sshd we started: its command line names this node's config."""
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return False
+        cmdline = read(pid, "cmdline")
         # sshd rewrites its title ("sshd: /usr/sbin/sshd -f CONFIG ... [listener]"), so match the bytes.
-        return str(self.config).encode() in cmdline
+        return cmdline is not None and str(self.config).encode() in cmdline
 
     def running(self) -> bool:
         pid = self.pid()

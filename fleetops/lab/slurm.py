@@ -24,7 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from remote_scripts.core.procfs import pid_alive
+from remote_scripts.core.procfs import pid_alive, pids, read, stat_fields
 
 from .common import LabError, free_port, port_open
 
@@ -102,9 +102,8 @@ class SlurmLab:
             pid = int(self.pid_file(daemon).read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
+        cmdline = read(pid, "cmdline")
+        if cmdline is None:
             return None
         return pid if pid_alive(pid) and str(self.root).encode() in cmdline else None
 
@@ -145,13 +144,8 @@ class SlurmLab:
         that lost its state, or ids wrapping at MaxJobId (`-c` alone keeps the id counter in 22.05). No job may
         be running: slurmd would still hold it."""
         pid = self.running("slurmctld")
-        if pid is not None:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and pid_alive(pid):
-                time.sleep(0.1)
-            if pid_alive(pid):
-                raise LabError(f"Slurm lab: slurmctld (pid {pid}) did not stop within {timeout:.0f}s")
+        if pid is not None and not _terminate(pid, timeout):
+            raise LabError(f"Slurm lab: slurmctld (pid {pid}) did not stop within {timeout:.0f}s")
         ctld_port = int(next(ln.split("=", 1)[1] for ln in self.conf.read_text().splitlines()
                              if ln.startswith("SlurmctldPort=")))
         self._wait(lambda: not port_open(ctld_port), "slurmctld's port closed", timeout)
@@ -197,11 +191,7 @@ class SlurmLab:
             pid = self.running(daemon)
             if pid is None:
                 continue
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and pid_alive(pid):
-                time.sleep(0.1)
-            if pid_alive(pid):
+            if not _terminate(pid, timeout):
                 os.kill(pid, signal.SIGKILL)
             stopped.append(daemon)
         left = self.leftovers()
@@ -214,18 +204,22 @@ class SlurmLab:
         whose environment names this cluster's SLURM_CONF)."""
         mine = str(self.root).encode()
         out = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
+        for pid in pids():
+            if pid == os.getpid():
                 continue
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-                environ = Path(f"/proc/{entry}/environ").read_bytes()
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            cmdline, environ, fields = read(pid, "cmdline"), read(pid, "environ"), stat_fields(pid)
+            if cmdline is None or environ is None or fields is None or fields[0] == "Z":
                 continue
             if mine in cmdline or (b"SLURM_CONF=" + str(self.conf).encode()) in environ.split(b"\0") \
                     or (cmdline.startswith(b"slurmstepd") and mine in environ):
-                out.append(int(entry))
+                out.append(pid)
         return out
+
+
+def _terminate(pid: int, timeout: float) -> bool:
+    """SIGTERM, then up to `timeout` for the process to go: True when it went."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.1)
+    return not pid_alive(pid)

@@ -190,6 +190,29 @@ def is_failure(line: str, patterns: list[re.Pattern[str]]) -> bool:
     return any(p.search(line) for p in patterns)
 
 
+@dataclass
+class LogWatch:
+    """A job's log lines as tail and logs read them: the job's progress and failure patterns (the defaults when
+    the playbook names no such job) and the failure lines seen so far."""
+
+    progress: re.Pattern[str]
+    failure: list[re.Pattern[str]]
+    failures: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, spec: JobSpec | None) -> LogWatch:
+        if spec is not None:
+            return cls(spec.progress, spec.failures)
+        return cls(re.compile(DEFAULT_PROGRESS), [re.compile(p) for p in DEFAULT_FAILURES])
+
+    def read(self, line: str) -> tuple[bool, dict | None]:
+        """(a failure line?, its progress): a failure line is kept in `failures`."""
+        failed = is_failure(line, self.failure)
+        if failed:
+            self.failures.append(line)
+        return failed, parse_progress(line, self.progress)
+
+
 def exit_code_of(state: dict) -> int:
     """A job's end as a process exit status: its own code, or 128 + signal (the shell's convention)."""
     ended = state.get("exit") or {}

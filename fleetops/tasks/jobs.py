@@ -3,7 +3,6 @@ status, logs, stop. Each poll or action is one agent exec on the host's one conn
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from shlex import quote
@@ -11,14 +10,10 @@ from typing import TYPE_CHECKING
 
 from ..plans.gpugate import evaluate
 from ..plans.jobspec import (
-    DEFAULT_FAILURES,
-    DEFAULT_PROGRESS,
-    JobSpec,
+    LogWatch,
     describe_end,
     exit_code_of,
     is_failure,
-    parse_progress,
-    resolve,
 )
 from ..plans.tables import bar
 from ..plans.timefmt import duration
@@ -26,14 +21,12 @@ from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
 from . import slurm
-from .plan import agent_error, tail_start
+from .plan import agent_error, job_spec, preflight_request, skipped_note, tail_start
+from .reconnect import TAIL_WAIT_S, Reconnect
 
 if TYPE_CHECKING:
     from ..state import RunState
     from .plan import Plan
-
-TAIL_WAIT_S = 2.0
-RECONNECT_MAX_S = 600.0
 
 
 def job_plan(op: str, needs_job: bool) -> Callable[[RunState, dict], Plan]:
@@ -55,28 +48,17 @@ def job_plan(op: str, needs_job: bool) -> Callable[[RunState, dict], Plan]:
     return plan
 
 
-def _spec(plan: Plan, node: Connector) -> JobSpec | None:
-    book = plan.playbook
-    name = plan.options["job"]
-    if book is None or name not in (book.jobs or {}):
-        return None
-    return resolve(name, book.jobs[name], node.host.groups)
-
-
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
         return slurm.run_extract(run, plan, node)
     host = node.host.name
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     assert spec is not None and plan.playbook is not None
     if spec.extract is not None and plan.options.get("shard_extract"):  # extract --shards: this host's rows
         spec.extract.update(plan.options["shard_extract"])
     spec.env.update(dict(node.host.env))  # the inventory's values (tokens...) win over the playbook's
     spec.secret_env |= set(node.host.secret_env)
-    request = plan.playbook.verify_request(set(spec.preflight))
-    if "requires" not in spec.preflight:
-        request["requires"] = []
-    answer, evidence = node.call("preflight", request, timeout=600)
+    answer, evidence = node.call("preflight", preflight_request(plan.playbook, spec), timeout=600)
     problems: list[Item] = []
     for check in answer["verify"]["items"]:
         if not check["ok"]:
@@ -114,19 +96,15 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
         return slurm.run_tail(run, plan, node)
     host = node.host.name
-    spec = _spec(plan, node)
-    progress_rx = spec.progress if spec else __import__("re").compile(DEFAULT_PROGRESS)
-    failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
+    spec = job_spec(plan, node)
+    watch = LogWatch.of(spec)
     offset: int | None = None  # attaching: the node starts at the last N lines, or at byte 0 with from_start
     start = tail_start(run, plan, host)
     if isinstance(start, Result):
         return start
     job_id, last_lines, from_start = start
-    backoff = 0.5
-    lost_since: float | None = None
-    failures: list[str] = []
+    link = Reconnect()
     last_progress: dict | None = None
-    reconnects = 0
     reporter = run.reporter
     while True:
         if run.interrupted.is_set():
@@ -139,33 +117,19 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                 request.update(last_lines=last_lines, from_start=from_start)
             answer, evidence = node.call("job_tail", request, timeout=TAIL_WAIT_S + 30)
         except TransportError as exc:
-            if exc.kind not in ("lost", "unreachable", "timeout"):
-                raise
-            lost_since = lost_since or time.monotonic()
-            if time.monotonic() - lost_since > RECONNECT_MAX_S:
-                return Result(host, "tail", Status.UNREACHABLE, f"gave up reconnecting after {RECONNECT_MAX_S:.0f}s: "
-                              f"{exc}", data={"job_id": job_id, "offset": offset})
-            reporter.note(f"{host} | connection lost ({exc.kind}); reconnecting in {backoff:.1f}s, resuming at byte "
-                          f"{offset}")
-            node.close()
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 8.0)
-            reconnects += 1
+            gave_up = link.lost(exc, node, reporter.note, f", resuming at byte {offset}")
+            if gave_up:
+                return Result(host, "tail", Status.UNREACHABLE, gave_up, data={"job_id": job_id, "offset": offset})
             continue
         if answer.get("error"):
             return agent_error(host, "tail", answer)
-        lost_since, backoff = None, 0.5
+        link.back()
         job_id = answer["job_id"]
         if offset is None and answer.get("skipped_bytes"):
-            skipped = answer.get("skipped_lines")
-            reporter.note(f"{host} | job {job_id}: {skipped if skipped is not None else 'the'} earlier lines not "
-                          f"shown ({answer['skipped_bytes']} bytes); --from-start replays them")
+            reporter.note(skipped_note(host, job_id, answer))
         reporter.job_attached(host, job_id, answer["state"])
         for line in answer["data"].splitlines():
-            failed = is_failure(line, failure_rx)
-            if failed:
-                failures.append(line)
-            progress = parse_progress(line, progress_rx)
+            failed, progress = watch.read(line)
             if progress:
                 last_progress = progress
             reporter.job_line(host, line, failed, progress)
@@ -178,7 +142,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             status = Status.OK if code == 0 else Status.FAILED
             return Result(host, "tail", status, f"job {job_id} {end}", code=code,
                           data={"job_id": job_id, "exit": answer.get("exit"), "state": answer["state"],
-                                "bytes": offset, "failures": failures[:20], "reconnects": reconnects,
+                                "bytes": offset, "failures": watch.failures[:20], "reconnects": link.count,
                                 "cause": answer.get("cause"),
                                 "last_progress": last_progress and bar(last_progress)})
 
@@ -196,9 +160,7 @@ def end_text(answer: dict) -> str:
 def _status_row(answer: dict) -> list[str]:
     job = answer["job"]
     runtime = answer.get("runtime_s")
-    ended = answer.get("exit") or {}
-    exit_text = (f"signal {ended['signal']}" if ended.get("signal") else str(ended.get("exit_code"))) if ended else "-"
-    return [job["id"], answer["state"], exit_text, f"{runtime:.0f}s" if runtime is not None else "?",
+    return [job["id"], answer["state"], _exit_text(answer), f"{runtime:.0f}s" if runtime is not None else "?",
             answer.get("last_progress") or "-", job["log"]]
 
 
@@ -206,8 +168,8 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
         return slurm.run_status(run, plan, node)
     host = node.host.name
-    spec = _spec(plan, node)
-    pattern = spec.progress.pattern if spec else DEFAULT_PROGRESS
+    spec = job_spec(plan, node)
+    pattern = LogWatch.of(spec).progress.pattern
     answer, evidence = node.call("job_status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
     if answer.get("error"):
         return agent_error(host, "status", answer, with_kind=True)
@@ -232,14 +194,14 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
         return slurm.run_logs(run, plan, node)
     host = node.host.name
-    spec = _spec(plan, node)
-    failure_rx = spec.failures if spec else [__import__("re").compile(p) for p in DEFAULT_FAILURES]
+    spec = job_spec(plan, node)
+    watch = LogWatch.of(spec)
     answer, _ = node.call("job_logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines")
                                                                                           or 50)})
     if answer.get("error"):
         return agent_error(host, "logs", answer)
     for line in answer["lines"]:
-        run.reporter.job_line(host, line, is_failure(line, failure_rx), None)
+        run.reporter.job_line(host, line, is_failure(line, watch.failure), None)
     return Result(host, "logs", Status.OK, f"job {answer['job_id']} ({answer['state']}): last {len(answer['lines'])} "
                   f"lines of {answer['log']}", data={"lines": answer["lines"], "state": answer["state"]})
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..plans.jobspec import JobSpec, resolve
 from ..plans.playbook import Playbook
 from ..results import EXIT_FAILED, Result, Status
 from ..wire.connector import Connector
@@ -63,3 +64,28 @@ def tail_start(run: RunState, plan: Plan, host: str) -> tuple[str | None, int | 
     if launched and job_id in (None, launched) and last_lines is None:
         job_id, from_start = launched, True  # `extract tail`: this run launched it and has shown none of it yet
     return job_id, last_lines, from_start
+
+
+def job_spec(plan: Plan, node: Connector) -> JobSpec | None:
+    """The playbook job the options name (`extract` when none), resolved for the node's groups; None when the
+    playbook has no such job (status, logs and tail then read with the default patterns)."""
+    book = plan.playbook
+    name = plan.options.get("job") or "extract"
+    if book is None or name not in (book.jobs or {}):
+        return None
+    return resolve(name, book.jobs[name], node.host.groups)
+
+
+def preflight_request(playbook: Playbook, spec: JobSpec) -> dict:
+    """The agent's `preflight` request for the job's checks; the pins are checked only when the job asks."""
+    request = playbook.verify_request(set(spec.preflight))
+    if "requires" not in spec.preflight:
+        request["requires"] = []
+    return request
+
+
+def skipped_note(label: str, job_id: str, skip: dict) -> str:
+    """What an attaching tail leaves out (the node starts at the last N lines) and how to see it."""
+    count = skip.get("skipped_lines")
+    return (f"{label} | job {job_id}: {count if count is not None else 'the'} earlier lines not shown "
+            f"({skip['skipped_bytes']} bytes); --from-start replays them")

@@ -15,10 +15,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..plans import shards as sp
-from ..plans.jobspec import JobSpec, parse_progress, resolve
+from ..plans.jobspec import JobSpec, parse_progress
 from ..results import EXIT_FAILED, Result, Status
 from ..wire.connector import Connector
-from .plan import Plan, agent_error
+from .plan import Plan, agent_error, job_spec
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -86,14 +86,6 @@ def _ssh_hosts(run: RunState) -> list[str]:
     return [n for n in run.selected if run.inventory.resolve(n).scheduler != "slurm"]
 
 
-def _spec(plan: Plan, node: Connector) -> JobSpec | None:
-    book = plan.playbook
-    name = plan.options.get("job") or "extract"
-    if book is None or name not in (book.jobs or {}):
-        return None
-    return resolve(name, book.jobs[name], node.host.groups)
-
-
 def _decide(run: RunState, plan: Plan, fleet: Fleet) -> None:
     """Once per run, before any host launches: how many shards, and the plan (new, resumed or refused)."""
     with fleet.lock:
@@ -118,7 +110,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Re
     _decide(run, plan, fleet)
     if fleet.error is not None:
         return Result(host, "extract", Status.FAILED, fleet.error, code=EXIT_USAGE, data={"error_kind": "shards"})
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     assert spec is not None
     if spec.kind != "extract" or spec.extract is None:
         return Result(host, "extract", Status.FAILED, f"--shards: job {spec.name!r} is a {spec.kind} job; only an "
@@ -186,7 +178,7 @@ def _record(run: RunState, node: Connector, plan: Plan, fleet: Fleet, state: str
     """The host's shard as its node sees it now (the shard output's manifest), into the fleet manifest."""
     host = node.host.name
     shard = fleet.shard(host)
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     if shard is None or spec is None or spec.extract is None:
         return None
     rep, _ = node.call("shards", {"action": "report", "extract": spec.extract, "index": shard["index"],
@@ -260,7 +252,7 @@ def run_status(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Res
         result = inner(run, plan, node)
         job = (result.data.get("job") or {}).get("id")
         state = result.data.get("state") or "unknown"
-        rep = _record(run, node, plan, fleet, state, job, _progress(_spec(plan, node), result.data.get(
+        rep = _record(run, node, plan, fleet, state, job, _progress(job_spec(plan, node), result.data.get(
             "last_progress")))
         shard = fleet.shard(node.host.name) or {}
         if rep is not None:

@@ -6,32 +6,21 @@ commands (remote_scripts/jobs/slurm.py) and the answers are parsed here with fle
 
 from __future__ import annotations
 
-import re
-import time
 from typing import TYPE_CHECKING
 
 from ..plans import slurm as sp
-from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, JobSpec, is_failure, parse_progress, resolve
+from ..plans.jobspec import LogWatch, is_failure, parse_progress
 from ..plans.tables import bar
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
-from .plan import agent_error, tail_start
+from .plan import agent_error, job_spec, preflight_request, skipped_note, tail_start
+from .reconnect import TAIL_WAIT_S, Reconnect
 
 if TYPE_CHECKING:
     from ..state import RunState
     from .plan import Plan
 
-TAIL_WAIT_S = 2.0
-RECONNECT_MAX_S = 600.0
 SIGNALS = {15: "SIGTERM", 9: "SIGKILL", 2: "SIGINT"}
-
-
-def _spec(plan: Plan, node: Connector) -> JobSpec | None:
-    book = plan.playbook
-    name = plan.options.get("job") or "extract"
-    if book is None or name not in (book.jobs or {}):
-        return None
-    return resolve(name, book.jobs[name], node.host.groups)
 
 
 def _scheduler_env(node: Connector) -> dict[str, str]:
@@ -175,7 +164,7 @@ def _describe(rows: list[dict]) -> str:
 
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host
-    spec = _spec(plan, node)
+    spec = job_spec(plan, node)
     assert spec is not None
     shards = _shards(plan)
     if shards < 1:
@@ -187,10 +176,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     if plan.playbook is not None and spec.preflight:
         # The playbook's fast checks on the login node's venv (a cluster shares it with the compute nodes). No
         # GPU gate: the login node has no GPUs of the job's, and Slurm hands the job free ones (--gres).
-        request = plan.playbook.verify_request(set(spec.preflight))
-        if "requires" not in spec.preflight:
-            request["requires"] = []
-        checked, _ = node.call("preflight", request, timeout=600)
+        checked, _ = node.call("preflight", preflight_request(plan.playbook, spec), timeout=600)
         bad = [c for c in checked.get("verify", {}).get("items", []) if not c["ok"]]
         if bad:
             reasons = "; ".join(f"check {c['name']} [{c['kind']}]: {c['msg']}" for c in bad)
@@ -233,8 +219,9 @@ def _row(job: dict, r: dict, progress: str | None) -> list[str]:
 
 def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = _spec(plan, node)
-    pattern = spec.progress.pattern if spec else DEFAULT_PROGRESS
+    spec = job_spec(plan, node)
+    watch = LogWatch.of(spec)
+    pattern = watch.progress.pattern
     answer = _call(node, "status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
     if answer.get("error"):
         return agent_error(host, "status", answer, with_kind=True)
@@ -243,8 +230,7 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     word = sp.overall([r["state"] for r in rows])
     code = _code(rows)
     last = answer.get("last_progress") or []
-    progress_rx = spec.progress if spec else re.compile(DEFAULT_PROGRESS)
-    parsed = [parse_progress(line, progress_rx) if line else None for line in last]
+    parsed = [parse_progress(line, watch.progress) if line else None for line in last]
     table = [_row(job, r, bar(p) if p else None) for r, p in zip(rows, parsed + [None] * len(rows))]
     nodes = sorted({r["node"] for r in rows if r.get("node")})
     msg = (f"job {job['id']} (Slurm job {job.get('slurm_job_id')}): {_describe(rows)}"
@@ -266,17 +252,14 @@ def _label(host: str, task: int, shards: int) -> str:
 
 def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = _spec(plan, node)
-    progress_rx = spec.progress if spec else re.compile(DEFAULT_PROGRESS)
-    failure_rx = spec.failures if spec else [re.compile(p) for p in DEFAULT_FAILURES]
+    spec = job_spec(plan, node)
+    watch = LogWatch.of(spec)
     offsets: list[int] | None = None  # attaching: the node starts each task at its last N lines, or at byte 0
     start = tail_start(run, plan, host)
     if isinstance(start, Result):
         return start
     job_id, last_lines, from_start = start
-    lost_since: float | None = None
-    backoff = 0.5
-    failures: list[str] = []
+    link = Reconnect()
     last_progress: dict[int, dict] = {}
     seen_states: list[str] = []
     reporter = run.reporter
@@ -291,20 +274,13 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                 request.update(last_lines=last_lines, from_start=from_start)
             answer = _call(node, "tail", request, timeout=TAIL_WAIT_S + 90)
         except TransportError as exc:
-            if exc.kind not in ("lost", "unreachable", "timeout"):
-                raise
-            lost_since = lost_since or time.monotonic()
-            if time.monotonic() - lost_since > RECONNECT_MAX_S:
-                return Result(host, "tail", Status.UNREACHABLE, f"gave up reconnecting after {RECONNECT_MAX_S:.0f}s: "
-                              f"{exc}", data={"job_id": job_id, "offsets": offsets})
-            reporter.note(f"{host} | connection lost ({exc.kind}); reconnecting in {backoff:.1f}s")
-            node.close()
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 8.0)
+            gave_up = link.lost(exc, node, reporter.note)
+            if gave_up:
+                return Result(host, "tail", Status.UNREACHABLE, gave_up, data={"job_id": job_id, "offsets": offsets})
             continue
         if answer.get("error"):
             return agent_error(host, "tail", answer)
-        lost_since, backoff = None, 0.5
+        link.back()
         job = answer["job"]
         job_id = job["id"]
         shards = int(job.get("shards") or 1)
@@ -319,16 +295,10 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
         if offsets is None:
             for task, skip in enumerate(answer.get("skipped") or []):
                 if skip.get("skipped_bytes"):
-                    count = skip.get("skipped_lines")
-                    reporter.note(f"{_label(host, task, shards)} | job {job_id}: "
-                                  f"{count if count is not None else 'the'} earlier lines not shown "
-                                  f"({skip['skipped_bytes']} bytes); --from-start replays them")
+                    reporter.note(skipped_note(_label(host, task, shards), job_id, skip))
         for task, data in enumerate(answer["data"]):
             for line in data.splitlines():
-                failed = is_failure(line, failure_rx)
-                if failed:
-                    failures.append(line)
-                progress = parse_progress(line, progress_rx)
+                failed, progress = watch.read(line)
                 if progress:
                     last_progress[task] = progress
                 reporter.job_line(_label(host, task, shards), line, failed, progress)
@@ -339,14 +309,14 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             reporter.note(f"{host} | job {job_id} {end}")
             return Result(host, "tail", Status.OK if code == 0 else Status.FAILED, f"job {job_id} {end}", code=code,
                           data={"job_id": job_id, "state": word, "tasks": rows, "states_seen": seen_states,
-                                "bytes": offsets, "failures": failures[:20],
+                                "bytes": offsets, "failures": watch.failures[:20],
                                 "last_progress": {t: bar(p) for t, p in last_progress.items()}})
 
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = _spec(plan, node)
-    failure_rx = spec.failures if spec else [re.compile(p) for p in DEFAULT_FAILURES]
+    spec = job_spec(plan, node)
+    watch = LogWatch.of(spec)
     answer = _call(node, "logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50)})
     if answer.get("error"):
         return agent_error(host, "logs", answer)
@@ -354,7 +324,7 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     shards = int(job.get("shards") or 1)
     for task, lines in enumerate(answer["lines"]):
         for line in lines:
-            run.reporter.job_line(f"{host}[{task}]" if shards > 1 else host, line, is_failure(line, failure_rx), None)
+            run.reporter.job_line(_label(host, task, shards), line, is_failure(line, watch.failure), None)
     word = sp.overall([r["state"] for r in tasks_view(answer)])
     count = sum(len(x) for x in answer["lines"])
     return Result(host, "logs", Status.OK, f"job {job['id']} ({word}): last {count} lines of "

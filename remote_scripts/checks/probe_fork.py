@@ -121,11 +121,7 @@ def run_forked(script: str, stdin_text: str, timeout: float, source: str | None 
         fin.write(stdin_text.encode())
         fin.flush()
         fin.seek(0)
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        _flush_std()
         pid = os.fork()
         if pid == 0:
             _child(script, source, fin.fileno(), fout.fileno(), ferr.fileno())  # never returns
@@ -158,12 +154,17 @@ def _child(script: str, source: str, fd_in: int, fd_out: int, fd_err: int) -> No
         signal.signal(signal.SIGINT, signal.default_int_handler)
         code = run_main(source, script)
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        _flush_std()
         os._exit(code)
+
+
+def _flush_std() -> None:
+    """Before a fork and before os._exit: buffered output is written once, by the process that made it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or redirected away: nothing to keep
+            pass
 
 
 def _wait(pid: int, timeout: float) -> int | None:

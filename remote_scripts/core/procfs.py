@@ -6,6 +6,28 @@ from __future__ import annotations
 import os
 
 
+def pids() -> list[int]:
+    """The pids /proc lists now; each may be gone by the time it is read."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def read(pid: int | str, name: str) -> bytes | None:
+    """/proc/PID/NAME as bytes (cmdline, environ, comm: NUL-separated or not text at all). None: gone or
+    unreadable."""
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def uptime() -> float:
+    """Seconds since boot (/proc/uptime): the clock that /proc/PID/stat's start times count on. OSError when
+    /proc is not readable."""
+    with open("/proc/uptime", encoding="utf-8") as f:
+        return float(f.read().split()[0])
+
+
 def stat_fields(pid: int | str) -> list[str] | None:
     """Fields of /proc/PID/stat after the command name (which may itself hold spaces and ')'):
     [state, ppid, pgrp, session, ...], so field N of proc(5) is index N - 3. None: gone or unreadable."""

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from ..core.procfs import stat_fields
+from ..core.procfs import pids, read, stat_fields, uptime
 
 KERNEL_TIMEOUT_S = 20
 KERNEL_KEEP_LINES = 400  # the newest relevant lines sent back
@@ -39,10 +39,9 @@ def _part(fn, *args):  # any reader: its answer, or the reason it has none
 
 
 def clock() -> dict:
-    with open("/proc/uptime", encoding="utf-8") as f:
-        uptime = float(f.read().split()[0])
+    up = uptime()
     now = time.time()
-    return {"epoch": now, "uptime_s": uptime, "boot_time": now - uptime, "hostname": socket.gethostname()}
+    return {"epoch": now, "uptime_s": up, "boot_time": now - up, "hostname": socket.gethostname()}
 
 
 def kernel_log() -> dict:
@@ -125,13 +124,12 @@ def _proc_row(pid: int, ticks: int, page: int) -> dict | None:
     fields = stat_fields(pid)
     if fields is None:
         return None
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200]
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
-            comm = f.read().strip()
-    except OSError:
+    raw_cmd, raw_comm = read(pid, "cmdline"), read(pid, "comm")
+    if raw_cmd is None or raw_comm is None:
         cmd, comm = "", ""
+    else:
+        cmd = raw_cmd.replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200]
+        comm = raw_comm.decode("utf-8", "replace").strip()
     return {"pid": pid, "ppid": int(fields[1]), "pgid": int(fields[2]), "state": fields[0], "comm": comm,
             "cmd": cmd, "cpu_s": round((int(fields[11]) + int(fields[12])) / ticks, 2),
             "rss_kb": int(fields[21]) * page // 1024}
@@ -146,13 +144,12 @@ def process_tree(pgid: int | None, gpu_mib: dict[int, int]) -> list[dict]:
 
     def members() -> dict[int, dict]:
         found = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                fields = stat_fields(entry)
-                if fields is not None and pgid in (int(fields[2]), int(fields[3])):
-                    row = _proc_row(int(entry), ticks, page)
-                    if row is not None:
-                        found[int(entry)] = row
+        for pid in pids():
+            fields = stat_fields(pid)
+            if fields is not None and pgid in (int(fields[2]), int(fields[3])):
+                row = _proc_row(pid, ticks, page)
+                if row is not None:
+                    found[pid] = row
         return found
 
     first = members()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from ..core.procfs import stat_fields
+from ..core.procfs import read, stat_fields, uptime
 from . import nvsmi
 
 SMI_TIMEOUT = 30
@@ -32,8 +32,7 @@ def process_info(pid: int) -> dict:
     info: dict = {"user": None, "age_s": None, "command": None, "pgid": None, "visible": False}
     try:
         st = os.stat(f"/proc/{pid}")
-        with open("/proc/uptime", encoding="utf-8") as f:
-            uptime = float(f.read().split()[0])
+        since_boot = uptime()
     except OSError:
         return info  # another PID namespace (containers) or already gone
     fields = stat_fields(pid)
@@ -45,13 +44,14 @@ def process_info(pid: int) -> dict:
     except KeyError:
         info["user"] = str(st.st_uid)
     start_ticks = int(fields[19])  # field 22 of /proc/PID/stat, counted after the ")" of the comm field
-    info["age_s"] = round(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 1)
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            info["command"] = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:300]
-        info["pgid"] = os.getpgid(pid)
-    except OSError:
-        pass
+    info["age_s"] = round(since_boot - start_ticks / os.sysconf("SC_CLK_TCK"), 1)
+    cmdline = read(pid, "cmdline")
+    if cmdline is not None:
+        info["command"] = cmdline.replace(b"\0", b" ").decode("utf-8", "replace").strip()[:300]
+        try:
+            info["pgid"] = os.getpgid(pid)
+        except OSError:
+            pass
     return info
 
 
