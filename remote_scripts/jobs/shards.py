@@ -18,7 +18,7 @@ from ..core.nodeio import NodeError, atomic_write, ensure_dir
 
 
 def _paths(req: dict) -> tuple[str, str]:
-    from .jobs import expand
+    from .records import expand
 
     state_dir = os.path.abspath(req["state_dir"])
     extract = expand(req["extract"], {"state_dir": state_dir, "job_dir": state_dir, "python": sys.executable})
