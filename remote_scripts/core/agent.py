@@ -38,7 +38,7 @@ OPS = {"patch": ("patch.patching", "patch"), "rollback": ("patch.patching", "rol
        "slurm": ("jobs.slurm", "slurm"), "shards": ("jobs.shards", "shards")}
 assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
 ROLES = {"wrap": ("jobs.keeper", "wrap_main"), "extract": ("jobs.extract_hidden_states", "main"),
-         "slurm-step": ("jobs.slurm", "step_main"), "probe": ("checks.probe_fork", "probe_main")}
+         "slurm-step": ("jobs.slurmstep", "step_main"), "probe": ("checks.probe_fork", "probe_main")}
 ROOT = __package__.rpartition(".")[0]  # the agent's package: the ops' modules are named under it
 EXIT_REFUSED = 3  # the state dir is not trusted: the same answer shape as the bootstrap's refusals
 IMPORTING_KINDS = ("import", "callsites")  # verify checks that import the node's packages in-process

@@ -8,10 +8,10 @@ another job, maybe another user's. Such an id is never cancelled, never counted 
 cancel itself goes out as `scancel --user=<login> --name=<name> <id>`, so Slurm refuses it for any other job.
 
 Every command is a fixed argv list; values from the playbook or inventory travel as single argv words
-(`--partition=gpu`) or in the environment, never through a shell. The batch script is this module's own
-fixed text (BATCH_SCRIPT, no user data in it), written to the job's directory; its arguments (agent path, job
-directory) are argv words after the script name. The node returns the commands' raw output; the client
-parses it (fleetops/plans/slurm.py).
+(`--partition=gpu`) or in the environment, never through a shell. The batch script is fixed text
+(slurmstep.batch_script: the verifying bootstrap, no user data in it), written to the job's directory; its
+arguments (agent path, job directory) are argv words after the script name. The node returns the commands'
+raw output; the client parses it (fleetops/plans/slurm.py).
 
 Layout: <state_dir>/slurm/<id>/{job.json, request-<task>.json, batch.py, task-<task>.log, exit-<task>.json};
 slurm/current.json names the latest job. The job's environment (secrets included) goes to sbatch's own
@@ -35,13 +35,13 @@ from ..core.nodeio import (
     NodeError,
     atomic_write,
     ensure_dir,
-    failpoint,
     now_iso,
     open_state_file,
     read_json,
     write_json_atomic,
 )
 from .records import expand, file_size, find_record, new_job_dir, newest_ids, public, set_current
+from .slurmstep import batch_script
 from .tail import attach_offset, last_match
 
 SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"  # the same as fleetops/plans/slurm.py's
@@ -53,69 +53,6 @@ ACTIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNAL
                     "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"})
 TAIL_CHUNK = 256 * 1024
 COMMAND_TIMEOUT_S = 60
-
-# The batch script sbatch runs on the allocated node is the verifying bootstrap itself (bootstrap.py's text
-# under a `#!<python> -IS` line), with the words this agent was started with and `slurm-step <job_dir>`: the step
-# checks the interpreter and the state dir there, runs only the agent bytes whose sha256 this agent was verified
-# against, and step_main() (below, from those bytes) runs the job's task: its request by array index, its exit
-# status recorded in exit-<task>.json however it ends (a scancel's SIGTERM is forwarded to the job).
-STEP = "slurm-step"
-
-
-def step_main(job_dir: str) -> int:
-    """The batch step on the allocated node (started through the bootstrap by the batch script)."""
-    import signal
-    import subprocess
-
-    from ..core.launch import relaunch, shown
-    from ..core.nodeio import load_failpoints, trusted_stat
-
-    load_failpoints()
-    try:  # the job dir it was given: in the state dir the bootstrap checked there, and ours alone
-        trusted_stat(os.path.dirname(job_dir), want_dir=True)
-        if trusted_stat(job_dir, want_dir=True) is None:
-            raise NodeError(f"{job_dir} does not exist", kind="no_job")
-        job = read_json(os.path.join(job_dir, "job.json")) or {}
-    except NodeError as exc:
-        print(f"fleetops: slurm step refused: {exc}", flush=True)
-        return 2
-    task = int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0)
-    if job.get("kind") == "extract":
-        argv = relaunch("extract", os.path.join(job_dir, f"request-{task}.json"))
-    else:
-        argv = list(job["argv"])
-    env = dict(os.environ, FLEETOPS_JOB_ID=str(job.get("id")), FLEETOPS_SHARD=str(task), PYTHONUNBUFFERED="1")
-    slurm_id = (f"{os.environ['SLURM_ARRAY_JOB_ID']}_{task}" if os.environ.get("SLURM_ARRAY_JOB_ID")
-                else os.environ.get("SLURM_JOB_ID"))
-    print(f"fleetops: slurm job {slurm_id} task {task} on {os.environ.get('SLURMD_NODENAME')}: "
-          f"{shown(argv)[:4]}",
-          flush=True)
-    failpoint("slurm.step.start")  # a test swaps what the step would run from here
-    got: list[int] = []
-    child = subprocess.Popen(argv, env=env, cwd=job.get("cwd") or job_dir, stdin=subprocess.DEVNULL)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        signal.signal(sig, lambda s, frame: (got.append(s), child.send_signal(s)))
-    while True:
-        try:
-            code = child.wait()
-            break
-        except InterruptedError:
-            continue
-    ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else (got[0] if got else None),
-             "ended": now_iso(), "ended_ts": time.time(), "task": task}
-    write_json_atomic(os.path.join(job_dir, f"exit-{task}.json"), ended, point="slurm.exit")
-    return code if code >= 0 else 128 - code
-
-
-def batch_script(job_dir: str) -> tuple[bytes, list[str]]:
-    """The batch script's bytes and its arguments (argv words after the script's name)."""
-    from ..core.launch import relaunch
-
-    argv = relaunch(STEP, job_dir)
-    at = argv.index("-c")
-    flags = "".join(f[1:] for f in argv[1:at])  # "-I", "-S" -> "-IS": a #! line passes one argument
-    return f"#!{argv[0]} -{flags}\n{argv[at + 1]}".encode(), argv[at + 2:]
-
 
 def slurm_dir(state_dir: str) -> str:
     return os.path.join(os.path.abspath(state_dir), "slurm")
