@@ -70,6 +70,26 @@ def _status_code(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
+def _reserve(job_dir: str) -> bool:
+    """Take the space exit.json will be written into (RESERVE); False, with the reason recorded where it can be,
+    if it cannot be taken."""
+    try:
+        fd = os.open(os.path.join(job_dir, RESERVE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, b" " * RESERVE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        reason = f"cannot reserve space for exit.json in {job_dir}: {exc.strerror or exc}"
+        try:
+            record_end(job_dir, end_record(127, job_dir, wrapper_error=reason))
+        except OSError:
+            pass
+        return False
+    return True
+
+
 def wrap_main(job_dir: str) -> int:
     """The keeper: session leader and child subreaper. It reserves space for exit.json, forks the wrapper (the
     job's parent) and reaps whatever is re-parented to it. If the wrapper dies before recording the job's
@@ -88,19 +108,7 @@ def wrap_main(job_dir: str) -> int:
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
     except (OSError, AttributeError):
         pass
-    try:
-        fd = os.open(os.path.join(job_dir, RESERVE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, b" " * RESERVE_BYTES)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        reason = f"cannot reserve space for exit.json in {job_dir}: {exc.strerror or exc}"
-        try:
-            record_end(job_dir, end_record(127, job_dir, wrapper_error=reason))
-        except OSError:
-            pass
+    if not _reserve(job_dir):
         return 127
     wrapper = os.fork()
     if wrapper == 0:
@@ -109,6 +117,12 @@ def wrap_main(job_dir: str) -> int:
             code = _wrapper(job_dir)
         finally:
             os._exit(code)
+    return _reap(job_dir, wrapper)
+
+
+def _reap(job_dir: str, wrapper: int) -> int:
+    """The keeper's wait: until the wrapper has recorded the job's end, or the job (re-parented to the keeper once
+    its wrapper died) ended and its status was recorded here."""
     job_pid: int | None = None
     exit_path = os.path.join(job_dir, "exit.json")
     wrapper_status: int | None = None

@@ -30,6 +30,21 @@ def disk_full(path: str) -> dict | None:
 
 
 
+def _end_cause(ended: dict) -> str:
+    """What went wrong around an ended job, from its exit record ("" if nothing did)."""
+    causes = []
+    if ended.get("wrapper_error"):
+        causes.append(ended["wrapper_error"])
+    if ended.get("disk_full"):
+        full = ended["disk_full"]
+        causes.append(f"the job's filesystem was full when it ended ({full['free_bytes']} bytes free on "
+                      f"{full['path']}): writes to its log or output failed with ENOSPC (No space left on "
+                      f"device); free space there and re-run")
+    if ended.get("wrapper_killed"):
+        causes.append(ended["wrapper_killed"])
+    return "; ".join(causes)
+
+
 def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None) -> dict:
     """The job's state from its exit record and its own processes (found by their tag; `index`: one scan of
     /proc made for many jobs). `running` while any tagged process lives, whatever happened to the wrapper;
@@ -59,18 +74,9 @@ def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None
         runtime = ended.get("ended_ts", now) - job.get("started_ts", now)
         if tagged:
             out["left"] = tagged
-        causes = []
-        if ended.get("wrapper_error"):
-            causes.append(ended["wrapper_error"])
-        if ended.get("disk_full"):
-            full = ended["disk_full"]
-            causes.append(f"the job's filesystem was full when it ended ({full['free_bytes']} bytes free on "
-                          f"{full['path']}): writes to its log or output failed with ENOSPC (No space left on "
-                          f"device); free space there and re-run")
-        if ended.get("wrapper_killed"):
-            causes.append(ended["wrapper_killed"])
-        if causes:
-            out["cause"] = "; ".join(causes)
+        cause = _end_cause(ended)
+        if cause:
+            out["cause"] = cause
     elif tagged:
         state, runtime = "running", now - job.get("started_ts", now)
         if job.get("pid") and not _supervisors_alive(job_dir, job):
