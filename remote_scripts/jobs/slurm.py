@@ -41,6 +41,7 @@ from ..core.nodeio import (
     write_json_atomic,
 )
 from .records import expand, file_size, find_record, new_job_dir, newest_ids, public, set_current
+from .shards import write_rows
 from .slurmstep import batch_script
 from .tail import attach_offset, last_match
 
@@ -103,14 +104,7 @@ def _shard_requests(extract: dict, shards: int, state_dir: str) -> list[dict]:
     for i in range(shards):
         start, end = i * len(lines) // shards, (i + 1) * len(lines) // shards
         path = os.path.join(shard_dir, f"dataset-{i}-of-{shards}.jsonl")
-        data = ("\n".join(lines[start:end]) + "\n").encode()
-        try:
-            with open(path, "rb") as f:
-                same = f.read() == data
-        except OSError:
-            same = False
-        if not same:
-            atomic_write(path, data, mode=0o644, point="slurm.shard")
+        write_rows(path, lines[start:end], "slurm.shard")
         out.append({**extract, "dataset": path, "output": os.path.join(shard_dir, f"output-{i}-of-{shards}"),
                     "state_dir": state_dir, "shard": {"index": i, "of": shards, "start": start, "end": end,
                                                       "dataset": extract["dataset"]}})
