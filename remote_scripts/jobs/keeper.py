@@ -149,12 +149,12 @@ def _reap(job_dir: str, wrapper: int) -> int:
                    os.WIFSIGNALED(wrapper_status) else "an unknown cause" if wrapper_status is None else
                    f"exit {os.WEXITSTATUS(wrapper_status)}")
             record_end(job_dir, end_record(_status_code(status), job_dir, by="keeper",
-                                             wrapper_killed=f"its wrapper (pid {wrapper}) died first ({how}); the "
-                                             f"exit status was collected by its keeper (pid {os.getpid()})"))
+                                           wrapper_killed=f"its wrapper (pid {wrapper}) died first ({how}); the "
+                                           f"exit status was collected by its keeper (pid {os.getpid()})"))
             return 0
     if not os.path.exists(exit_path):
         record_end(job_dir, end_record(None, job_dir, wrapper_error=f"its wrapper (pid {wrapper}) died before the "
-                                         "job's end could be collected; exit status unknown"))
+                                       "job's end could be collected; exit status unknown"))
     return 0
 
 
@@ -209,7 +209,7 @@ def _wrapper(job_dir: str) -> int:
             child.kill()
             child.wait()
             record_end(job_dir, end_record(127, job_dir, wrapper_error=f"cannot record the job's pid in "
-                                             f"{job_path}: {exc.strerror or exc}; the job was stopped"))
+                                           f"{job_path}: {exc.strerror or exc}; the job was stopped"))
             return 127
         code = child.wait()
     record_end(job_dir, end_record(code, job_dir))

@@ -149,7 +149,7 @@ def _refused_keeper(job_id: str, job_dir: str, keeper: subprocess.Popen) -> Node
         answer = {}
     why = answer.get("error") or f"it exited {keeper.returncode} without saying why"
     record_end(job_dir, end_record(keeper.returncode, job_dir, wrapper_error=f"the job's keeper did not start "
-                                     f"it: {why}"))
+                                   f"it: {why}"))
     kind = answer.get("error_kind") if keeper.returncode == EXIT_REFUSED else None
     return NodeError(f"job {job_id} was not started: its keeper refused to run: {why}", kind=str(kind or
                                                                                                 "start_failed"))

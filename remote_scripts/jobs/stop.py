@@ -142,7 +142,7 @@ def job_stop(req: dict) -> dict:
         time.sleep(0.02)
     if not read_json(exit_path):
         record_end(job_dir, {"exit_code": None, "signal": int(signal.SIGKILL), "ended": now_iso(),
-                              "ended_ts": time.time(), "by": "stop"})
+                             "ended_ts": time.time(), "by": "stop"})
     left = _members(job_dir, job)
     how = "SIGTERM, then SIGKILL after the grace period" if escalated else "SIGTERM"
     also = (f"; also ended {len(outside)} processes outside its group, found by their FLEETOPS_JOB_DIR tag: "
