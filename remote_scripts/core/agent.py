@@ -30,15 +30,15 @@ from .protocol import PROTOCOL
 # op → (module under remote_scripts, function): only the module an op needs is imported, once per session.
 OPS = {"patch": ("patch.patching", "patch"), "rollback": ("patch.patching", "rollback"),
        "verify": ("checks.checks", "verify"), "gpu": ("health.gpu", "gpu"), "facts": ("health.gpu", "facts"),
-       "preflight": ("health.preflight", "preflight"), "job_start": ("jobs.jobs", "job_start"),
-       "job_status": ("jobs.jobs", "job_status"), "job_tail": ("jobs.jobs", "job_tail"),
-       "job_logs": ("jobs.jobs", "job_logs"), "job_stop": ("jobs.jobs", "job_stop"), "run": ("jobs.adhoc", "run"),
-       "jobs_list": ("jobs.jobs", "jobs_list"), "fetch_plan": ("jobs.fetch", "fetch_plan"),
+       "preflight": ("health.preflight", "preflight"), "job_start": ("jobs.start", "job_start"),
+       "job_status": ("jobs.status", "job_status"), "job_tail": ("jobs.tail", "job_tail"),
+       "job_logs": ("jobs.tail", "job_logs"), "job_stop": ("jobs.stop", "job_stop"), "run": ("jobs.adhoc", "run"),
+       "jobs_list": ("jobs.status", "jobs_list"), "fetch_plan": ("jobs.fetch", "fetch_plan"),
        "diagnose": ("health.diagnose", "diagnose"), "capture": ("patch.capture", "capture"),
        "slurm": ("jobs.slurm", "slurm"), "shards": ("jobs.shards", "shards")}
 assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
-ROLES = {"wrap": ("jobs.jobs", "wrap_main"), "extract": ("jobs.extract_hidden_states", "main"),
-         "slurm-step": ("jobs.slurm", "step_main"), "probe": ("checks.probe_fork", "probe_main")}
+ROLES = {"wrap": ("jobs.keeper", "wrap_main"), "extract": ("jobs.extract_hidden_states", "main"),
+         "slurm-step": ("jobs.slurmstep", "step_main"), "probe": ("checks.probe_fork", "probe_main")}
 ROOT = __package__.rpartition(".")[0]  # the agent's package: the ops' modules are named under it
 EXIT_REFUSED = 3  # the state dir is not trusted: the same answer shape as the bootstrap's refusals
 IMPORTING_KINDS = ("import", "callsites")  # verify checks that import the node's packages in-process

@@ -13,7 +13,7 @@ import os
 import stat
 
 from ..core.nodeio import NodeError
-from .jobs import all_jobs, jobs_dir, load_job, output_dir
+from .records import all_jobs, jobs_dir, load_job, output_dir
 
 HASH_CHUNK = 1 << 20
 

@@ -18,7 +18,7 @@ from ..core.nodeio import NodeError, atomic_write, ensure_dir
 
 
 def _paths(req: dict) -> tuple[str, str]:
-    from .jobs import expand
+    from .records import expand
 
     state_dir = os.path.abspath(req["state_dir"])
     extract = expand(req["extract"], {"state_dir": state_dir, "job_dir": state_dir, "python": sys.executable})
@@ -49,17 +49,24 @@ def prepare(req: dict) -> dict:
     start, end = index * len(lines) // of, (index + 1) * len(lines) // of
     path, out = _names(output, index, of)
     ensure_dir(os.path.dirname(path))
-    data = ("\n".join(lines[start:end]) + "\n").encode()
+    written = write_rows(path, lines[start:end], "shards.dataset")
+    return {"ok": True, "dataset": dataset, "dataset_sha256": hashlib.sha256(raw).hexdigest(), "rows": len(lines),
+            "start": start, "end": end, "shard_dataset": path, "shard_output": out, "written": written,
+            **_report(out, end - start)}
+
+
+def write_rows(path: str, rows: list[str], point: str) -> bool:
+    """A shard's dataset, one row a line, at `path`: written only where the file there differs, so a shard run
+    again finds the same rows and resumes. True if it was written."""
+    data = ("\n".join(rows) + "\n").encode()
     try:
         with open(path, "rb") as f:
             same = f.read() == data
     except OSError:
         same = False
     if not same:
-        atomic_write(path, data, mode=0o644, point="shards.dataset")
-    return {"ok": True, "dataset": dataset, "dataset_sha256": hashlib.sha256(raw).hexdigest(), "rows": len(lines),
-            "start": start, "end": end, "shard_dataset": path, "shard_output": out, "written": not same,
-            **_report(out, end - start)}
+        atomic_write(path, data, mode=0o644, point=point)
+    return not same
 
 
 def _report(out: str, samples: int) -> dict:

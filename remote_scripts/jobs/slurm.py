@@ -8,10 +8,10 @@ another job, maybe another user's. Such an id is never cancelled, never counted 
 cancel itself goes out as `scancel --user=<login> --name=<name> <id>`, so Slurm refuses it for any other job.
 
 Every command is a fixed argv list; values from the playbook or inventory travel as single argv words
-(`--partition=gpu`) or in the environment, never through a shell. The batch script is this module's own
-fixed text (BATCH_SCRIPT, no user data in it), written to the job's directory; its arguments (agent path, job
-directory) are argv words after the script name. The node returns the commands' raw output; the client
-parses it (fleetops/plans/slurm.py).
+(`--partition=gpu`) or in the environment, never through a shell. The batch script is fixed text
+(slurmstep.batch_script: the verifying bootstrap, no user data in it), written to the job's directory; its
+arguments (agent path, job directory) are argv words after the script name. The node returns the commands'
+raw output; the client parses it (fleetops/plans/slurm.py).
 
 Layout: <state_dir>/slurm/<id>/{job.json, request-<task>.json, batch.py, task-<task>.log, exit-<task>.json};
 slurm/current.json names the latest job. The job's environment (secrets included) goes to sbatch's own
@@ -27,22 +27,23 @@ import json
 import os
 import pwd
 import re
-import secrets
 import subprocess
 import sys
 import time
 
 from ..core.nodeio import (
-    QUARANTINED,
     NodeError,
     atomic_write,
     ensure_dir,
-    failpoint,
     now_iso,
     open_state_file,
     read_json,
     write_json_atomic,
 )
+from .records import expand, file_size, find_record, new_job_dir, newest_ids, public, set_current
+from .shards import write_rows
+from .slurmstep import batch_script
+from .tail import attach_offset, last_match
 
 SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"  # the same as fleetops/plans/slurm.py's
 SQUEUE_FIELDS = ("id", "job_id", "array_job_id", "array_task", "state", "reason", "nodes", "elapsed",
@@ -53,70 +54,6 @@ ACTIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNAL
                     "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"})
 TAIL_CHUNK = 256 * 1024
 COMMAND_TIMEOUT_S = 60
-ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
-
-# The batch script sbatch runs on the allocated node is the verifying bootstrap itself (bootstrap.py's text
-# under a `#!<python> -IS` line), with the words this agent was started with and `slurm-step <job_dir>`: the step
-# checks the interpreter and the state dir there, runs only the agent bytes whose sha256 this agent was verified
-# against, and step_main() (below, from those bytes) runs the job's task: its request by array index, its exit
-# status recorded in exit-<task>.json however it ends (a scancel's SIGTERM is forwarded to the job).
-STEP = "slurm-step"
-
-
-def step_main(job_dir: str) -> int:
-    """The batch step on the allocated node (started through the bootstrap by the batch script)."""
-    import signal
-    import subprocess
-
-    from ..core.launch import relaunch, shown
-    from ..core.nodeio import load_failpoints, trusted_stat
-
-    load_failpoints()
-    try:  # the job dir it was given: in the state dir the bootstrap checked there, and ours alone
-        trusted_stat(os.path.dirname(job_dir), want_dir=True)
-        if trusted_stat(job_dir, want_dir=True) is None:
-            raise NodeError(f"{job_dir} does not exist", kind="no_job")
-        job = read_json(os.path.join(job_dir, "job.json")) or {}
-    except NodeError as exc:
-        print(f"fleetops: slurm step refused: {exc}", flush=True)
-        return 2
-    task = int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0)
-    if job.get("kind") == "extract":
-        argv = relaunch("extract", os.path.join(job_dir, f"request-{task}.json"))
-    else:
-        argv = list(job["argv"])
-    env = dict(os.environ, FLEETOPS_JOB_ID=str(job.get("id")), FLEETOPS_SHARD=str(task), PYTHONUNBUFFERED="1")
-    slurm_id = (f"{os.environ['SLURM_ARRAY_JOB_ID']}_{task}" if os.environ.get("SLURM_ARRAY_JOB_ID")
-                else os.environ.get("SLURM_JOB_ID"))
-    print(f"fleetops: slurm job {slurm_id} task {task} on {os.environ.get('SLURMD_NODENAME')}: "
-          f"{shown(argv)[:4]}",
-          flush=True)
-    failpoint("slurm.step.start")  # a test swaps what the step would run from here
-    got: list[int] = []
-    child = subprocess.Popen(argv, env=env, cwd=job.get("cwd") or job_dir, stdin=subprocess.DEVNULL)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        signal.signal(sig, lambda s, frame: (got.append(s), child.send_signal(s)))
-    while True:
-        try:
-            code = child.wait()
-            break
-        except InterruptedError:
-            continue
-    ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else (got[0] if got else None),
-             "ended": now_iso(), "ended_ts": time.time(), "task": task}
-    write_json_atomic(os.path.join(job_dir, f"exit-{task}.json"), ended, point="slurm.exit")
-    return code if code >= 0 else 128 - code
-
-
-def batch_script(job_dir: str) -> tuple[bytes, list[str]]:
-    """The batch script's bytes and its arguments (argv words after the script's name)."""
-    from ..core.launch import relaunch
-
-    argv = relaunch(STEP, job_dir)
-    at = argv.index("-c")
-    flags = "".join(f[1:] for f in argv[1:at])  # "-I", "-S" -> "-IS": a #! line passes one argument
-    return f"#!{argv[0]} -{flags}\n{argv[at + 1]}".encode(), argv[at + 2:]
-
 
 def slurm_dir(state_dir: str) -> str:
     return os.path.join(os.path.abspath(state_dir), "slurm")
@@ -139,53 +76,20 @@ def _scheduler_env(req: dict) -> dict[str, str]:
 
 
 def _load(state_dir: str, job_id: str | None) -> tuple[str, dict]:
-    """The job asked for, else the latest. Its records are written atomically, so a corrupt one is truly
-    corrupt: it is moved aside (reported), never fatal for every later run."""
+    """The job asked for, else the latest (records.find_record); a corrupt record is moved aside and reported."""
     base = slurm_dir(state_dir)
-    if not job_id:
-        current = read_json(os.path.join(base, "current.json"), on_corrupt="quarantine")
-        latest = (current or {}).get("id")
-        if not isinstance(latest, str) or not ID.fullmatch(latest) or \
-                not os.path.lexists(os.path.join(base, latest, "job.json")):
-            # no pointer (or a corrupt one, moved aside), or its job's record is gone: the newest job left
-            known = _known(base)
-            if not known:
-                raise NodeError("no Slurm job has been submitted from this login node by fleetops", kind="no_job")
-            latest = known[0]
-        job_id = latest
-    if not ID.fullmatch(job_id):
-        raise NodeError(f"bad job id {job_id!r}", kind="no_job")
-    job_dir = os.path.join(base, job_id)
-    before = len(QUARANTINED)
-    job = read_json(os.path.join(job_dir, "job.json"), on_corrupt="quarantine")
-    if job is None and len(QUARANTINED) > before:
-        moved = QUARANTINED[-1]
+    job_id, job_dir, job, moved = find_record(base, job_id, lambda: newest_ids(base),
+                                              "no Slurm job has been submitted from this login node by fleetops")
+    if moved is not None:
         raise NodeError(f"Slurm job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved to "
                         f"{moved['moved_to']}; its directory {job_dir} is kept (the Slurm job itself is not "
                         f"touched: squeue/scancel by its id); the other jobs are unaffected", kind="corrupt_state",
                         job_id=job_id, path=moved["path"], moved_to=moved["moved_to"])
     if job is None:
-        known = _known(base)
+        known = newest_ids(base)
         raise NodeError(f"no Slurm job {job_id!r} here; fleetops' jobs on this login node: "
                         f"{', '.join(known[:10]) or 'none'}", kind="no_job", known=known)
     return job_dir, job
-
-
-def _known(base: str) -> list[str]:
-    """fleetops' Slurm job ids here with a job.json, newest first (by the record's time: ids start with the
-    job's name, so they do not sort by time across names)."""
-    found = []
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return []
-    for name in names:
-        if ID.fullmatch(name) and name != "current.json":
-            try:
-                found.append((os.lstat(os.path.join(base, name, "job.json")).st_mtime, name))
-            except OSError:
-                continue
-    return [name for _, name in sorted(found, reverse=True)]
 
 
 def _shard_requests(extract: dict, shards: int, state_dir: str) -> list[dict]:
@@ -200,14 +104,7 @@ def _shard_requests(extract: dict, shards: int, state_dir: str) -> list[dict]:
     for i in range(shards):
         start, end = i * len(lines) // shards, (i + 1) * len(lines) // shards
         path = os.path.join(shard_dir, f"dataset-{i}-of-{shards}.jsonl")
-        data = ("\n".join(lines[start:end]) + "\n").encode()
-        try:
-            with open(path, "rb") as f:
-                same = f.read() == data
-        except OSError:
-            same = False
-        if not same:
-            atomic_write(path, data, mode=0o644, point="slurm.shard")
+        write_rows(path, lines[start:end], "slurm.shard")
         out.append({**extract, "dataset": path, "output": os.path.join(shard_dir, f"output-{i}-of-{shards}"),
                     "state_dir": state_dir, "shard": {"index": i, "of": shards, "start": start, "end": end,
                                                       "dataset": extract["dataset"]}})
@@ -246,11 +143,7 @@ def _submit(req: dict, state_dir: str) -> dict:
         raise NodeError(f"shards must be 1 to 1000, got {shards}", kind="bad_request")
     if shards > 1 and spec["kind"] != "extract":
         raise NodeError("only an extract job can be split into shards", kind="bad_request")
-    job_id = f"{spec['name']}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
-    job_dir = os.path.join(slurm_dir(state_dir), job_id)
-    ensure_dir(job_dir)
-    from .jobs import expand
-
+    job_id, job_dir = new_job_dir(slurm_dir(state_dir), spec["name"])
     spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
     if spec["kind"] == "extract":
         base = {**spec["extract"], "state_dir": state_dir}
@@ -289,7 +182,7 @@ def _submit(req: dict, state_dir: str) -> dict:
     job["slurm_job_id"] = match.group(1)
     job["slurm_submit"] = _submit_time(job, _scheduler_env(req))
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
-    write_json_atomic(os.path.join(slurm_dir(state_dir), "current.json"), {"id": job_id})
+    set_current(slurm_dir(state_dir), job_id)
     return {"ok": True, "job": job, "sbatch": result}
 
 
@@ -350,36 +243,12 @@ def _exits(job_dir: str, shards: int) -> dict[str, dict]:
     return out
 
 
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-def _last_match(path: str, pattern: str | None) -> str | None:
-    if not pattern:
-        return None
-    rx = re.compile(pattern)
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, _size(path) - 65536))
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    return next((ln for ln in reversed(lines) if rx.search(ln)), None)
-
-
-def _public(job: dict) -> dict:
-    return {k: v for k, v in job.items() if k != "env"}
-
-
 def status(req: dict) -> dict:
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     shards = int(job.get("shards") or 1)
-    return {"ok": True, "job": _public(job), "query": _query(job, _scheduler_env(req)),
-            "exits": _exits(job_dir, shards), "log_bytes": [_size(p) for p in job["logs"]],
-            "last_progress": [_last_match(p, req.get("progress_pattern")) for p in job["logs"]],
+    return {"ok": True, "job": public(job), "query": _query(job, _scheduler_env(req)),
+            "exits": _exits(job_dir, shards), "log_bytes": [file_size(p) for p in job["logs"]],
+            "last_progress": [last_match(p, req.get("progress_pattern")) for p in job["logs"]],
             "now_ts": time.time()}
 
 
@@ -387,14 +256,12 @@ def tail(req: dict) -> dict:
     """From each task's log, the bytes after its offset (whole lines only while the job can still write),
     waiting up to wait_s for something new; with the scheduler's view of the job in the same answer. Attaching
     (no offsets yet): each task starts at its last N whole lines (last_lines, default 20) or at byte 0 with
-    from_start, the same rule as an SSH job's tail (jobs.attach_offset); `skipped` says per task what was left
+    from_start, the same rule as an SSH job's tail (tail.attach_offset); `skipped` says per task what was left
     out."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     shards = int(job.get("shards") or 1)
     skipped: list[dict] = []
     if req.get("offsets") is None:
-        from .jobs import attach_offset
-
         skipped = [attach_offset({"log": path}, req.get("last_lines"), bool(req.get("from_start")))
                    for path in job["logs"][:shards]]
         offsets = [s["offset"] for s in skipped]
@@ -407,7 +274,7 @@ def tail(req: dict) -> dict:
         exits = _exits(job_dir, shards)
         data = []
         for i, path in enumerate(job["logs"]):
-            size = _size(path)
+            size = file_size(path)
             chunk = b""
             if size > offsets[i]:
                 with open(path, "rb") as f:
@@ -417,7 +284,7 @@ def tail(req: dict) -> dict:
                     chunk = chunk[: chunk.rfind(b"\n") + 1]
             data.append(chunk)
         if any(data) or time.monotonic() >= deadline:
-            return {"ok": True, "job": _public(job), "offsets": offsets, "skipped": skipped,
+            return {"ok": True, "job": public(job), "offsets": offsets, "skipped": skipped,
                     "data": [d.decode("utf-8", "replace") for d in data],
                     "next_offsets": [o + len(d) for o, d in zip(offsets, data)],
                     "exits": exits, "query": _query(job, env), "now_ts": time.time()}
@@ -431,11 +298,11 @@ def logs(req: dict) -> dict:
     for path in job["logs"]:
         try:
             with open(path, "rb") as f:
-                f.seek(max(0, _size(path) - 1024 * 1024))
+                f.seek(max(0, file_size(path) - 1024 * 1024))
                 out.append(f.read().decode("utf-8", "replace").splitlines()[-n:])
         except OSError:
             out.append([])
-    return {"ok": True, "job": _public(job), "lines": out, "exits": _exits(job_dir, int(job.get("shards") or 1)),
+    return {"ok": True, "job": public(job), "lines": out, "exits": _exits(job_dir, int(job.get("shards") or 1)),
             "query": _query(job, _scheduler_env(req))}
 
 
@@ -447,7 +314,7 @@ def cancel(req: dict) -> dict:
     env = _scheduler_env(req)
     sid = job.get("slurm_job_id")
     if not sid:
-        return {"ok": True, "changed": False, "job": _public(job), "query": {}, "exits": {},
+        return {"ok": True, "changed": False, "job": public(job), "query": {}, "exits": {},
                 "msg": f"job {job['id']} was never accepted by sbatch; nothing to cancel"}
     before = _query(job, env, full=False)
     ours, others = _ours(job, before["squeue"]["stdout"]) if before["squeue"]["rc"] == 0 else ([], [])
@@ -460,7 +327,7 @@ def cancel(req: dict) -> dict:
         if after["rc"] == 0 and not any(r["state"] in ACTIVE for r in _ours(job, after["stdout"])[0]):
             break
         time.sleep(0.3)
-    return {"ok": True, "changed": listed, "job": _public(job), "before": before, "scancel": result,
+    return {"ok": True, "changed": listed, "job": public(job), "before": before, "scancel": result,
             "reused_by": others, "query": _query(job, env), "exits": _exits(job_dir, int(job.get("shards") or 1)),
             "now_ts": time.time()}
 
@@ -468,7 +335,7 @@ def cancel(req: dict) -> dict:
 def allocation(req: dict) -> dict:
     """Where the latest (or named) job runs: squeue's node list, for `gpu`/`diagnose` on a login node."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
-    return {"ok": True, "job": _public(job), "query": _query(job, _scheduler_env(req))}
+    return {"ok": True, "job": public(job), "query": _query(job, _scheduler_env(req))}
 
 
 def gpu(req: dict) -> dict:
@@ -479,7 +346,7 @@ def gpu(req: dict) -> dict:
     query = _query(job, env, full=False)
     running = [r for r in _ours(job, query["squeue"]["stdout"])[0] if r["state"] == "RUNNING"]
     if not running:
-        return {"ok": True, "job": _public(job), "query": _query(job, env), "inside": None,
+        return {"ok": True, "job": public(job), "query": _query(job, env), "inside": None,
                 "why": "no task of the job is running, so it has no allocation to look into"}
     own_id, node = running[0]["job_id"], running[0]["nodes"]
     from ..core.launch import relaunch, shown
@@ -500,7 +367,7 @@ def gpu(req: dict) -> dict:
             inside = json.loads(lines[-1])
         except ValueError:
             inside = None
-    return {"ok": True, "job": _public(job), "query": _query(job, env), "srun": result, "inside": inside,
+    return {"ok": True, "job": public(job), "query": _query(job, env), "srun": result, "inside": inside,
             "node": node, "task_job_id": own_id}
 
 

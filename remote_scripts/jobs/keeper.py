@@ -1,0 +1,219 @@
+"""The two small processes behind a job (stdlib only): the keeper (`agent.pyz wrap <job_dir>`, session leader
+and child subreaper) and the wrapper it forks (the job's parent), and the job's exit record they write into
+space reserved at launch, so a full disk cannot lose it."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ..core.launch import relaunch
+from ..core.nodeio import (
+    NodeError,
+    atomic_write,
+    failpoint,
+    load_failpoints,
+    now_iso,
+    read_json,
+    trusted_stat,
+    write_json_atomic,
+)
+from ..core.procfs import start_ticks
+from .liveness import disk_full
+from .records import LOG, SECRET_ENV, drop_secrets
+
+RESERVE = "exit.reserve"  # space for exit.json taken at launch, overwritten in place at the end
+RESERVE_BYTES = 8192
+
+
+def record_end(job_dir: str, result: dict) -> None:
+    """Write exit.json into the space reserved at launch (overwritten in place, then renamed: no new block is
+    needed, so a full disk cannot lose the record); without a reserve, an ordinary atomic write."""
+    data = (json.dumps(result) + "\n").encode()
+    reserve = os.path.join(job_dir, RESERVE)
+    final = os.path.join(job_dir, "exit.json")
+    if len(data) <= RESERVE_BYTES:
+        try:
+            fd = os.open(reserve, os.O_WRONLY | os.O_NOFOLLOW)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            try:
+                os.write(fd, data.ljust(RESERVE_BYTES, b" "))  # JSON allows trailing white space
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.chmod(reserve, 0o600)
+            os.replace(reserve, final)
+            return
+    atomic_write(final, data, mode=0o600, point="job.exit")
+
+
+def end_record(code: int | None, job_dir: str, **extra: object) -> dict:
+    result: dict = {"exit_code": code if code is not None and code >= 0 else None,
+                    "signal": -code if code is not None and code < 0 else None, "ended": now_iso(),
+                    "ended_ts": time.time()}
+    full = disk_full(job_dir)
+    if full:
+        result["disk_full"] = full
+    result.update({k: v for k, v in extra.items() if v})
+    return result
+
+
+def _status_code(status: int) -> int:
+    """A waitpid status as Popen's returncode: the exit code, or minus the signal."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _reserve(job_dir: str) -> bool:
+    """Take the space exit.json will be written into (RESERVE); False, with the reason recorded where it can be,
+    if it cannot be taken."""
+    try:
+        fd = os.open(os.path.join(job_dir, RESERVE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, b" " * RESERVE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        reason = f"cannot reserve space for exit.json in {job_dir}: {exc.strerror or exc}"
+        try:
+            record_end(job_dir, end_record(127, job_dir, wrapper_error=reason))
+        except OSError:
+            pass
+        return False
+    return True
+
+
+def wrap_main(job_dir: str) -> int:
+    """The keeper: session leader and child subreaper. It reserves space for exit.json, forks the wrapper (the
+    job's parent) and reaps whatever is re-parented to it. If the wrapper dies before recording the job's
+    end, the job becomes the keeper's child and the keeper records its true exit status."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    load_failpoints()
+    try:  # the job dir it was given: in the state dir the bootstrap checked, and ours alone
+        trusted_stat(os.path.dirname(job_dir), want_dir=True)
+        if trusted_stat(job_dir, want_dir=True) is None:
+            raise NodeError(f"{job_dir} does not exist", kind="no_job")
+    except NodeError as exc:
+        print(f"fleetops keeper: {exc}", file=sys.stderr)
+        return 2
+    try:  # PR_SET_CHILD_SUBREAPER: orphans of the job come to us, not to init
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if not _reserve(job_dir):
+        return 127
+    wrapper = os.fork()
+    if wrapper == 0:
+        code = 1
+        try:
+            code = _wrapper(job_dir)
+        finally:
+            os._exit(code)
+    return _reap(job_dir, wrapper)
+
+
+def _reap(job_dir: str, wrapper: int) -> int:
+    """The keeper's wait: until the wrapper has recorded the job's end, or the job (re-parented to the keeper once
+    its wrapper died) ended and its status was recorded here."""
+    job_pid: int | None = None
+    exit_path = os.path.join(job_dir, "exit.json")
+    wrapper_status: int | None = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid == wrapper:
+            wrapper_status = status
+            if os.path.exists(exit_path):
+                return 0  # the wrapper recorded the end; the job's leftovers (if any) go to init
+            continue
+        if job_pid is None:
+            try:
+                job_pid = (read_json(os.path.join(job_dir, "job.json")) or {}).get("pid")
+            except NodeError:
+                job_pid = None
+        if pid == job_pid and not os.path.exists(exit_path):
+            # The wrapper died first: the job was re-parented to us and its status is ours to record.
+            how = (f"signal {os.WTERMSIG(wrapper_status)}" if wrapper_status is not None and
+                   os.WIFSIGNALED(wrapper_status) else "an unknown cause" if wrapper_status is None else
+                   f"exit {os.WEXITSTATUS(wrapper_status)}")
+            record_end(job_dir, end_record(_status_code(status), job_dir, by="keeper",
+                                           wrapper_killed=f"its wrapper (pid {wrapper}) died first ({how}); the "
+                                           f"exit status was collected by its keeper (pid {os.getpid()})"))
+            return 0
+    if not os.path.exists(exit_path):
+        record_end(job_dir, end_record(None, job_dir, wrapper_error=f"its wrapper (pid {wrapper}) died before the "
+                                       "job's end could be collected; exit status unknown"))
+    return 0
+
+
+def _wrapper(job_dir: str) -> int:
+    job_path = os.path.join(job_dir, "job.json")
+    job = read_json(job_path) or {}
+    secret_path = os.path.join(job_dir, SECRET_ENV)
+    secret: dict = {}
+    if job.get("secret_env_keys"):
+        try:
+            secret = read_json(secret_path) or {}
+        except NodeError:
+            secret = {}
+    env = {**os.environ, **job.get("env", {}), **secret, "FLEETOPS_JOB_ID": job.get("id", ""),
+           "FLEETOPS_JOB_DIR": os.path.abspath(job_dir), "PYTHONUNBUFFERED": "1"}
+    try:  # held open for the job's life; never through a symlink (its mode is the job's umask's)
+        log = os.fdopen(os.open(os.path.join(job_dir, LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                                | os.O_CLOEXEC, 0o666), "ab", buffering=0)
+    except OSError as exc:
+        record_end(job_dir, end_record(127, job_dir, wrapper_error=f"cannot open the job's log: {exc}"))
+        return 127
+    with log:
+        try:
+            if secret.keys() != set(job.get("secret_env_keys") or ()):
+                raise OSError(f"the secret environment values ({SECRET_ENV}) are missing")
+            # An extract runs the agent's own code: through the bootstrap, with the bytes this process was
+            # verified against (job.json shows the command; it is never run from there).
+            argv = relaunch("extract", os.path.join(job_dir, "request.json")) if job.get("kind") == "extract" \
+                else job["argv"]
+            failpoint("job.wrapper.start")  # a test swaps what the job would run from here
+            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     env=env, cwd=job.get("cwd") or job_dir,
+                                     preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
+                                                         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)])
+        except OSError as exc:
+            drop_secrets(job_dir)
+            reason = f"fleetops: cannot start {job.get('argv')}: {exc}"
+            try:
+                log.write((reason + "\n").encode())
+            except OSError as write_exc:
+                reason += f" (and the log could not be written: {write_exc.strerror or write_exc})"
+            record_end(job_dir, end_record(127, job_dir, wrapper_error=reason))
+            return 127
+        drop_secrets(job_dir)  # the job's process has them now: nothing secret stays on the node's disk
+        del secret, env
+        keeper = os.getppid()
+        job.update(pid=child.pid, pgid=os.getpgid(0), wrapper_pid=os.getpid(), keeper_pid=keeper,
+                   keeper_started=start_ticks(keeper), pid_started=start_ticks(child.pid))
+        try:
+            write_json_atomic(job_path, job)
+        except OSError as exc:  # e.g. ENOSPC: without its pid on record the job cannot be followed; end it
+            child.kill()
+            child.wait()
+            record_end(job_dir, end_record(127, job_dir, wrapper_error=f"cannot record the job's pid in "
+                                           f"{job_path}: {exc.strerror or exc}; the job was stopped"))
+            return 127
+        code = child.wait()
+    record_end(job_dir, end_record(code, job_dir))
+    return 0
+
+
+

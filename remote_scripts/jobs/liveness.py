@@ -1,0 +1,128 @@
+"""A job's state (stdlib only): running while any process carrying its tag lives, else what its exit record
+says, with what went wrong around it (its wrapper gone, a full disk); the job running on this node."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..core.nodeio import NodeError, failpoint, read_json
+from .procscan import process_alive, tag_index, tagged_pids
+from .records import all_jobs, drop_secrets, jobs_dir, load_job
+
+DISK_FULL_BYTES = 64 * 1024  # less free than this on the job dir's filesystem at the end: reported as full
+
+
+def _supervisors_alive(job_dir: str, job: dict) -> list[int]:
+    """The keeper and the wrapper, when alive and still ours (their command line names the job dir)."""
+    return [int(p) for p in (job.get("keeper_pid"), job.get("wrapper_pid")) if p and process_alive(p, job_dir)]
+
+
+def disk_full(path: str) -> dict | None:
+    """The filesystem holding `path` is (almost) full: its free bytes, else None."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    return {"path": path, "free_bytes": free} if free < DISK_FULL_BYTES else None
+
+
+
+
+def _end_cause(ended: dict) -> str:
+    """What went wrong around an ended job, from its exit record ("" if nothing did)."""
+    causes = []
+    if ended.get("wrapper_error"):
+        causes.append(ended["wrapper_error"])
+    if ended.get("disk_full"):
+        full = ended["disk_full"]
+        causes.append(f"the job's filesystem was full when it ended ({full['free_bytes']} bytes free on "
+                      f"{full['path']}): writes to its log or output failed with ENOSPC (No space left on "
+                      f"device); free space there and re-run")
+    if ended.get("wrapper_killed"):
+        causes.append(ended["wrapper_killed"])
+    return "; ".join(causes)
+
+
+def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None) -> dict:
+    """The job's state from its exit record and its own processes (found by their tag; `index`: one scan of
+    /proc made for many jobs). `running` while any tagged process lives, whatever happened to the wrapper;
+    `left` names processes still alive after the job's main process ended; `cause` says what went wrong around
+    the job (its wrapper gone, a full disk)."""
+    ended = read_json(os.path.join(job_dir, "exit.json"))
+    failpoint("job.state.read")  # a test ends the job and its wrapper here
+    now = time.time()
+    tagged = sorted(index.get(os.path.abspath(job_dir), [])) if index is not None else tagged_pids(job_dir)
+    out: dict = {"tagged": tagged}
+    if not ended and not tagged and _supervisors_alive(job_dir, job):
+        # The job is done and its wrapper is writing exit.json: give it a moment, then read again.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not ended and _supervisors_alive(job_dir, job):
+            time.sleep(0.05)
+            ended = read_json(os.path.join(job_dir, "exit.json"))
+    if not ended and not tagged:
+        # Read once more, now that the job and its supervisors were seen gone: the wrapper writes exit.json
+        # before it exits, so a record written after the first read (or the loop's last) is there by now.
+        # Without this read, a job that ended in that window was called "lost".
+        ended = read_json(os.path.join(job_dir, "exit.json"))
+    if ended:
+        if ended.get("signal"):
+            state = "killed"
+        else:
+            state = "succeeded" if ended.get("exit_code") == 0 else "failed"
+        runtime = ended.get("ended_ts", now) - job.get("started_ts", now)
+        if tagged:
+            out["left"] = tagged
+        cause = _end_cause(ended)
+        if cause:
+            out["cause"] = cause
+    elif tagged:
+        state, runtime = "running", now - job.get("started_ts", now)
+        if job.get("pid") and not _supervisors_alive(job_dir, job):
+            out["cause"] = (f"its wrapper (pid {job.get('wrapper_pid')}) and keeper (pid {job.get('keeper_pid')}) "
+                            f"are gone: the job's processes {tagged} run on, but nothing will record its exit "
+                            f"status")
+    elif _supervisors_alive(job_dir, job) or (job.get("wrapper_pid") is None
+                                              and now - job.get("started_ts", now) < 10):
+        state, runtime = "starting" if not job.get("pid") else "running", now - job.get("started_ts", now)
+    else:
+        state, runtime = "lost", None
+        full = disk_full(job_dir)
+        if full:
+            out["cause"] = (f"the job's filesystem is full ({full['free_bytes']} bytes free on {job_dir}): "
+                            f"ENOSPC (No space left on device) kept its wrapper from recording the exit status; "
+                            f"free space there")
+    if state not in ("running", "starting"):
+        drop_secrets(job_dir)
+    return {"state": state, "exit": ended, "runtime_s": round(runtime, 1) if runtime is not None else None, **out}
+
+
+def running_job(state_dir: str) -> dict | None:
+    """The job running on this node: the current one, or any other whose tagged processes still live."""
+    try:
+        job_dir, job = load_job(state_dir, None)
+    except NodeError:
+        job = None
+    if job is not None:
+        st = job_state(job_dir, job)
+        if st["state"] in ("running", "starting"):
+            return {**job, **st}
+    running_dirs = set(tag_index())
+    for other in all_jobs(state_dir):
+        other_dir = os.path.join(jobs_dir(state_dir), other["id"])
+        if other_dir in running_dirs and (job is None or other["id"] != job["id"]):
+            st = job_state(other_dir, other)
+            if st["state"] in ("running", "starting"):
+                return {**other, **st}
+    return None
+
+
+def live_job_ids(state_dir: str) -> list[str]:
+    """Ids of the jobs under state_dir that have a live tagged process (running, or ended with leftovers)."""
+    base = jobs_dir(state_dir)
+    return sorted({os.path.basename(d) for d in tag_index() if os.path.dirname(d) == base})
+
+
+
+
