@@ -91,7 +91,7 @@ def profile(
     pyspy: str | None = None, cgroups=None,
 ) -> str:
     """`delayed(rtt, size)`: a context manager (from bench/run.py) that points hosts/bench.yaml at the first
-    `size` nodes, through a delay proxy of `rtt` ms when rtt > 0. `cgroups`: bench/run.py's CpuCgroups (node
+    `size` nodes, through a delay proxy of `rtt` ms when rtt > 0. `cgroups`: bench/cpuacct.py's CpuCgroups (node
     CPU by cgroup), or None (per process)."""
     facts: dict = {}  # FACTS gets them only once every section has run
     L = ["## Where fleetops' time goes (profile, same run)", ""]

@@ -160,7 +160,7 @@ def _local_costs(python: str, reps: int) -> dict:
 
 def node_costs(node, client_key: str, known_hosts: str, reps: int = 10, cgroups=None) -> dict:
     """Node CPU of one connection, one exec of `true`, and each agent call; all over paramiko from this
-    process. `cgroups`: bench/run.py's CpuCgroups (the node's listener in its bench-nodes), or None."""
+    process. `cgroups`: bench/cpuacct.py's CpuCgroups (the node's listener in its bench-nodes), or None."""
     from fleetops.plans.playbook import load_playbook
     from fleetops.wire.bundle import BOOTSTRAP, PYTHON_FLAGS, agent_bundle
     from remote_scripts.core.protocol import PROTOCOL
