@@ -345,6 +345,25 @@ ORDER = {"requires": 0, "grep": 1, "compile": 2, "callsites": 3, "import": 4, "p
 assert set(RUNNERS) == set(ORDER) == set(CHECK_KINDS), "checks.py and protocol.CHECK_KINDS disagree"
 
 
+# Checks that run the node's packages: where the playbook requires a package the node does not have at all (a
+# node without vLLM), they are not run, and say so, instead of failing on its absence in every way they can (a
+# callsites check: one failure per call into it). A package of another version is no reason: those checks
+# are what show the difference.
+RUNS_PACKAGES = ("import", "callsites", "probe")
+
+
+def _absent(requires: list[str]) -> list[dict]:
+    return [r for r in check_requirements(requires) if r["found"] is None] if requires else []
+
+
+def _not_run(check: dict, absent: list[dict]) -> dict:
+    names = ", ".join(r["package"] for r in absent)
+    wanted = ", ".join(r["requirement"] for r in absent)
+    return _result(check, False, f"not run: {names} {'is' if len(absent) == 1 else 'are'} not installed for "
+                   f"{sys.executable} (the playbook requires {wanted}); this check runs the installed packages",
+                   not_run=True)
+
+
 def verify(req: dict) -> dict:
     _STATE_DIR["path"] = str(req.get("state_dir") or "")
     checks = list(req["checks"])
@@ -352,10 +371,12 @@ def verify(req: dict) -> dict:
         checks.insert(0, {"kind": "requires", "name": "requires", "requires": req["requires"]})
     indexed = sorted(enumerate(checks), key=lambda ic: (ORDER[ic[1]["kind"]], ic[0]))
     results: list[dict | None] = [None] * len(checks)
+    absent = _absent(req.get("requires") or []) if any(c["kind"] in RUNS_PACKAGES for c in checks) else []
     for i, check in indexed:
         started = time.monotonic()
         try:
-            res = RUNNERS[check["kind"]](check)
+            res = _not_run(check, absent) if absent and check["kind"] in RUNS_PACKAGES else \
+                RUNNERS[check["kind"]](check)
         except NodeError as exc:
             res = _result(check, False, str(exc))
         except Exception as exc:  # one broken check must not hide the others
