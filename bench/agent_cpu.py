@@ -3,8 +3,8 @@ remote_scripts/ side by side.
 
     python bench/agent_cpu.py [--runs 60] [--python 3.12] [LABEL=DIR ...]
 
-Each DIR is a copy of remote_scripts/ (e.g. `git archive REV remote_scripts | tar -x -C /tmp/rev`, then
-LABEL=/tmp/rev/remote_scripts); without any, the checkout's own. Each version is built into its agent zip
+Each DIR is a copy of remote_scripts/ (e.g. `git archive REV remote_scripts | tar -x -C ~/rev`, then
+LABEL=~/rev/remote_scripts); without any, the checkout's own. Each version is built into its agent zip
 the way the client builds it (fleetops.wire.bundle) and run through its own bootstrap text, as the client runs it
 (`python -I -S -c BOOTSTRAP STATE_DIR PYZ SHA256`), under a lab node's interpreter (a one-node lab made in a
 temporary directory: its venv over the lab base venv, real speculators 0.3.0 and vLLM 0.16.0; with --python,
@@ -105,7 +105,8 @@ def main() -> int:
         python = subprocess.run([str(node.python), "-c", "import sys; print(sys.version.split()[0])"],
                                 capture_output=True, text=True, check=True).stdout.strip()
         try:
-            versions = [Version(label, Path(d), Path(top) / f"state-{i}") for i, (label, d) in enumerate(pairs)]
+            versions = [Version(label, Path(d).expanduser(), Path(top) / f"state-{i}")
+                        for i, (label, d) in enumerate(pairs)]
             for v in versions:  # patched once, then every cache warm: the steady state
                 _, (applied,) = v.run(node.python, [patch])
                 assert applied["ok"] or {i["status"] for i in applied["items"]} == {"already_applied"}, applied

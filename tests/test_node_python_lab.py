@@ -121,3 +121,17 @@ def test_a_node_python_older_than_the_floor_is_refused_in_one_line(matrix):
     assert "Traceback" not in proc.stdout + proc.stderr
     assert (f"{node.name}: refusing to run the agent with Python 3.8." in proc.stdout
             and "the fleetops agent needs Python 3.9 or newer" in proc.stdout), proc.stdout + proc.stderr
+
+
+def test_restore_and_a_plain_lab_up_keep_each_nodes_python(matrix):
+    lab, _, _ = matrix
+    node = lab.nodes()[0]
+    site = site_packages(node.venv)
+    node.module_file(GENERATOR).write_text("# changed by a test\n")
+    (site / "left-behind.txt").write_text("x")
+    lab.restore()
+    assert hashlib.sha256(node.module_file(GENERATOR).read_bytes()).hexdigest() == record_sha256(site, GENERATOR)
+    assert not (site / "left-behind.txt").exists() and not (site / "_fleetops_lab_base.pth").exists()
+    run_fab(lab.root, "lab.up", "--nodes", str(len(lab.nodes())), check=True)
+    assert [n.python_version for n in lab.nodes()] == [*NODE_PYTHONS, TOO_OLD]
+    assert site_packages(lab.nodes()[0].venv) == site
