@@ -1,7 +1,7 @@
 """What the agent does less of per host, without changing any answer. No lab: remote_scripts' checks
 keep a file's code lines and a successful compile in the state dir, keyed by the file's bytes (so a changed
 file is never judged by a stale entry, and an untrusted entry is refused like any state file); installed
-versions are read with one sys.path scan per request; the bootstrap hashes with the built-in sha256."""
+versions are read with one sys.path scan per request."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 
 import remote_scripts.checks.checks as checks
 import remote_scripts.core.nodeio as nodeio
-from fleetops.wire.bundle import BOOTSTRAP
 
 GOOD = "def f(x):\n    # uses_old_api(x)\n    return new_api(x)\n"
 
@@ -124,9 +123,3 @@ def test_installed_version_scans_once_per_request_and_first_on_sys_path_wins(tmp
 @pytest.mark.parametrize("name", ["Foo_Bar", "foo..bar", "a-_.-b", "x__y", "A.B-C_d", "-lead", "trail.", "zz"])
 def test_normalize_is_pep_503(name):
     assert nodeio.normalize_dist_name(name) == re.sub(r"[-_.]+", "_", name).lower()
-
-
-def test_the_bootstrap_hashes_without_loading_openssl():
-    # hashlib's _hashlib loads libcrypto (~4 ms per agent start); the built-in sha256 gives the same digest.
-    assert "import hashlib" not in BOOTSTRAP.split("from hashlib import sha256")[0]
-    assert nodeio.sha256_bytes(b"fleetops") == __import__("hashlib").sha256(b"fleetops").hexdigest()

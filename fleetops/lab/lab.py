@@ -33,10 +33,30 @@ from .common import (
     site_packages,
 )
 from .node import Node
+from .pythons import python_for
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+BASE_PTH = "_fleetops_lab_base.pth"  # a node venv over the base venv: the base's site-packages on its path
 Progress = Callable[[str], None]
 MODEL_PARTS = ("lab-model", "lab-data")  # what model.py makes, copied into each node's state dir
+
+
+def _interpreters(pythons: list[str] | None, count: int) -> list[tuple[str, str]]:
+    """(interpreter, its X.Y) for each of `count` nodes: one Python for all, or one per node; [] for none."""
+    if not pythons:
+        return []
+    if len(pythons) not in (1, count):
+        raise LabError(f"{len(pythons)} Pythons for {count} nodes: give one for every node, or one per node "
+                       f"(--nodes {len(pythons)})")
+    found: dict[str, tuple[str, str]] = {}
+    for spec in dict.fromkeys(pythons):
+        python = python_for(spec)
+        proc = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise LabError(f"{python} (for Python {spec}) did not run: {proc.stderr.strip()[-500:]}")
+        found[spec] = (str(python), proc.stdout.strip())
+    return [found[pythons[0] if len(pythons) == 1 else pythons[i]] for i in range(count)]
 
 
 def _exited(pid: int) -> bool:
@@ -173,7 +193,8 @@ class Lab:
             data = json.loads(self.state_file.read_text())
         except (OSError, ValueError):
             return []
-        return [Node(n["name"], n["port"], Path(n["dir"])) for n in data.get("nodes", [])]
+        return [Node(n["name"], n["port"], Path(n["dir"]), n.get("interpreter", ""), n.get("python_version", ""))
+                for n in data.get("nodes", [])]
 
     def node(self, name: str) -> Node:
         for n in self.nodes():
@@ -183,12 +204,20 @@ class Lab:
 
     def _save(self, nodes: list[Node]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        data = {"nodes": [{"name": n.name, "port": n.port, "dir": str(n.dir)} for n in nodes]}
+        data = {"nodes": [{"name": n.name, "port": n.port, "dir": str(n.dir),
+                           **({"interpreter": n.interpreter, "python_version": n.python_version}
+                              if n.interpreter else {})} for n in nodes]}
         self.state_file.write_text(json.dumps(data, indent=1) + "\n")
 
     # -- bring up
-    def up(self, count: int = 1, progress: Progress = say) -> list[Node]:
+    def up(self, count: int = 1, progress: Progress = say, pythons: list[str] | None = None) -> list[Node]:
+        """`count` nodes running (the lab's first ones, built where missing). `pythons`: the node venvs' Python,
+        one for every node or one per node in order (a version such as 3.9, or an interpreter's path): such a
+        node's venv is made from that interpreter, without the base venv's packages (no vLLM), and a node
+        built with another Python gets its venv made again. Without it, nodes keep the Python they have (new
+        ones: the base venv's, with vLLM)."""
         refuse_if_asked(REFUSE_LAB, "a lab", "lab")
+        wanted = _interpreters(pythons, count)
         if not Path(SSHD).exists():
             raise LabError("sshd not found: install Debian's openssh-server (apt-get install openssh-server)")
         base = ensure_base(progress)
@@ -202,7 +231,13 @@ class Lab:
         for i in range(len(nodes), count):
             name = f"lab{i + 1:02d}"
             nodes.append(Node(name, free_port(), self.dir / "nodes" / name))
-        for node in nodes:
+        for i, node in enumerate(nodes):
+            if wanted and i < count and (node.interpreter, node.python_version) != wanted[i]:
+                if node.venv.exists():
+                    progress(f"lab: node {node.name}: a venv of Python {wanted[i][1]} instead of "
+                             f"{node.python_version or 'the base venv'}'s")
+                    _remove(node.venv)
+                node.interpreter, node.python_version = wanted[i]
             if not node.python.exists():
                 progress(f"lab: building node {node.name}")
                 self._build_node(node, base)
@@ -229,15 +264,26 @@ class Lab:
     def _build_node(self, node: Node, base: Path) -> None:
         node.dir.mkdir(parents=True, exist_ok=True)
         node.state_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(base / "bin" / "python"), "-m", "venv", "--without-pip", str(node.venv)], check=True)
-        site = site_packages(node.venv)
-        # The heavy packages come from the shared base, after the node's own site-packages on sys.path.
-        (site / "_fleetops_lab_base.pth").write_text(str(site_packages(base)) + "\n")
-        self.reset_packages(node, base)
+        self._make_venv(node, base)
+        if (node.host_key.exists() and node.config.exists()
+                and (node.dir / "authorized_keys").exists()):  # only its venv was made again
+            return
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fleetops-lab-{node.name}",
                         "-f", str(node.host_key)], check=True)
         (node.dir / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
         node.config.write_text(self._sshd_config(node))
+
+    def _make_venv(self, node: Node, base: Path) -> None:
+        """The node's venv: over the base venv (its packages after the node's own on sys.path, through a .pth),
+        or, for a node of another Python, from that interpreter with only the node's own packages. Those are
+        the base venv's files as pip installed them from PyPI (speculators is pure Python), copied: a few
+        MB and no index; speculators 0.3.0 declares Requires-Python >= 3.10, which a 3.9 node does not enforce:
+        what runs there is the agent, which reads, patches and compiles the files."""
+        python = node.interpreter or str(base / "bin" / "python")
+        subprocess.run([python, "-m", "venv", "--without-pip", str(node.venv)], check=True)
+        if not node.interpreter:
+            (site_packages(node.venv) / BASE_PTH).write_text(str(site_packages(base)) + "\n")
+        self.reset_packages(node, base)
 
     def _give_model(self, node: Node, base: Path, progress: Progress = say) -> None:
         """The tiny model and dataset the lab's extract job runs on, copied to each node. Made once per base
@@ -288,14 +334,16 @@ class Lab:
         self._save(nodes)
         base = base_dir()
         base_site = site_packages(base)
-        pth = "_fleetops_lab_base.pth"
+        pth = BASE_PTH
         own = {pth} | {e.name for p in OWN_PACKAGES for e in [base_site / p, *base_site.glob(f"{p}-*.dist-info")]}
         for node in nodes:
             site = site_packages(node.venv)
             for entry in site.iterdir():
                 if entry.name not in own:  # another version installed beside them, a lock, bytecode
                     _remove(entry)
-            if not (site / pth).is_file() or (site / pth).read_text() != f"{base_site}\n":
+            if node.interpreter:  # a node of another Python: the base venv's packages are not for it
+                _remove(site / pth)
+            elif not (site / pth).is_file() or (site / pth).read_text() != f"{base_site}\n":
                 _remove(site / pth)
                 (site / pth).write_text(f"{base_site}\n")
             self.reset_packages(node, base)
@@ -321,8 +369,10 @@ class Lab:
         for old in [site / name, *site.glob(f"{name}-*.dist-info")]:
             if old.exists():  # pip --target leaves an older dist-info behind, and metadata would read it
                 shutil.rmtree(old)
+        # A node of another Python gets the wheels for its own version (pip --python-version, wheels only)
+        other = ["--python-version", node.python_version, "--only-binary=:all:"] if node.interpreter else []
         subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "--no-deps", "--upgrade", "--target", str(site_packages(node.venv)), requirement],
+                        "--no-deps", "--upgrade", *other, "--target", str(site_packages(node.venv)), requirement],
                        check=True)
 
     def _sshd_config(self, node: Node) -> str:
@@ -467,5 +517,6 @@ class Lab:
             pid = node.pid()
             rows.append({"name": node.name, "port": node.port, "sshd_pid": pid if node.running() else None,
                          "listening": port_open(node.port), "python": str(node.python),
+                         "python_version": node.python_version, "interpreter": node.interpreter,
                          "state_dir": str(node.state_dir), "gpus": self.gpu_state(node)["state"]})
         return rows

@@ -15,6 +15,11 @@ class Node:
     name: str
     port: int
     dir: Path
+    # The interpreter its venv was made from, and that interpreter's X.Y; "" for the base venv's (the client's
+    # Python), whose vLLM and other packages the node then reads through a .pth. A node of another Python has
+    # no vLLM: only its own packages (speculators).
+    interpreter: str = ""
+    python_version: str = ""
 
     @property
     def venv(self) -> Path:

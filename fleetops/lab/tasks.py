@@ -13,6 +13,7 @@ from . import kernel_log
 from .common import LabError, say
 from .gpu import GPU_STATES, SIMULATED_GPUS
 from .lab import Lab
+from .pythons import NODE_PYTHONS
 
 
 def _lab(c) -> Lab:
@@ -20,16 +21,20 @@ def _lab(c) -> Lab:
     return Lab(Path(root) if root else Path.cwd())
 
 
-@task(help={"nodes": "number of lab nodes (default 1)"})
-def up(c, nodes=1):
+@task(help={"nodes": "number of lab nodes (default 1)",
+            "python": f"the nodes' Python, for all or one per node: e.g. 3.9 or {','.join(NODE_PYTHONS)} (pyenv's, "
+                      "or pythonX.Y on PATH, or a path); such nodes have speculators but no vLLM"})
+def up(c, nodes=1, python=None):
     """Start the local lab: N real sshd nodes on 127.0.0.1 with real vllm 0.16.0 + speculators 0.3.0."""
     lab = _lab(c)
+    pythons = [p.strip() for p in python.split(",") if p.strip()] if python else None
     try:
-        started = lab.up(int(nodes))
+        started = lab.up(int(nodes), pythons=pythons)
     except (LabError, subprocess.CalledProcessError) as exc:
         raise SystemExit(f"lab.up failed: {exc}") from None
     for n in started:
-        say(f"{n.name}: sshd on 127.0.0.1:{n.port} (pid {n.pid()}), python {n.python}")
+        which = f" (Python {n.python_version} from {n.interpreter}; no vLLM)" if n.interpreter else ""
+        say(f"{n.name}: sshd on 127.0.0.1:{n.port} (pid {n.pid()}), python {n.python}{which}")
     say(f"inventory: {lab.hosts_file}  (try: fab -H lab01 patch verify)")
 
 
@@ -43,7 +48,8 @@ def status(c):
     for r in rows:
         state = f"sshd pid {r['sshd_pid']}" if r["sshd_pid"] else "sshd stopped"
         listening = "listening" if r["listening"] else "not listening"
-        say(f"{r['name']}: 127.0.0.1:{r['port']} {state}, {listening}; python {r['python']}; "
+        which = f" (Python {r['python_version']}, no vLLM)" if r["interpreter"] else ""
+        say(f"{r['name']}: 127.0.0.1:{r['port']} {state}, {listening}; python {r['python']}{which}; "
             f"GPUs: simulated {SIMULATED_GPUS}x H200 (replayed nvidia-smi recordings), state {r['gpus']}")
 
 

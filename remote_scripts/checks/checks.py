@@ -4,14 +4,12 @@ imported only by the checks that must (import, callsites), and only once per exe
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import re
 import sys
 import time
 
-# io, re, subprocess, tempfile, tokenize and traceback are imported by the checks that use them, and neither
-# json nor functools is imported at all: a steady-state `verify --kinds grep,compile` is one short agent start
-# per host, and those imports were ~17 ms of its node CPU.
-from ..core import wirejson
 from ..core.nodeio import (
     NodeError,
     check_requirements,
@@ -23,7 +21,6 @@ from ..core.nodeio import (
     write_json_atomic,
 )
 from ..core.protocol import ASCII_ALNUM, CHECK_KINDS
-from ..core.textpattern import compile_pattern
 
 # What each kind of check can and cannot tell you; shown next to every result so nobody mistakes an
 # import test for proof that the generator works.
@@ -69,8 +66,7 @@ def code_lines(source: str) -> tuple[list[str], str]:
 
 # A playbook greps one file a dozen times, and tokenizing it is ~9 ms each: the lines are kept in memory per
 # text (the agent serves the whole run, so a file is tokenized once per run, and again only if it changed),
-# and in the state dir between runs (_stored_code_lines). Plain dicts of a few entries: functools alone is
-# ~3 ms of an agent start.
+# and in the state dir between runs (_stored_code_lines).
 _LINES: dict = {}
 _STORED: dict = {}
 _KEEP_IN_MEMORY = 8
@@ -137,7 +133,7 @@ _NAME_CHARS = ASCII_ALNUM | frozenset("_.")
 
 
 def _fit_for_a_file_name(module: str) -> bool:
-    # [A-Za-z_][A-Za-z0-9_.]{0,200}, without re: ASCII only, never a path separator
+    # [A-Za-z_][A-Za-z0-9_.]{0,200}: ASCII only, never a path separator
     return 0 < len(module) <= 201 and module[0] in _NAME_START and _NAME_CHARS.issuperset(module)
 
 
@@ -202,7 +198,12 @@ def run_grep(check: dict) -> dict:
     else:
         lines = raw
     where = "code" if mode == "code" and not note else "text"  # what was searched, in the result's `search`
-    rx = compile_pattern(check["pattern"])  # string methods where the pattern is text and whitespace
+    try:
+        rx = re.compile(check["pattern"])
+    except re.error as exc:  # lint compiled it with the client's Python; this node's may be older
+        return _result(check, False, f"/{check['pattern']}/ is not a regular expression this node's Python "
+                       f"{sys.version.split()[0]} reads ({exc}); write it for the oldest Python of the fleet "
+                       "(docs/playbooks.md, grep patterns)", file=path)
     hits = [{"line": i + 1, "text": raw[i].strip()} for i, line in enumerate(lines) if rx.search(line)]
     shown = hits[:5]
     if check["expect"] == "match":
@@ -303,7 +304,7 @@ def run_probe(check: dict) -> dict:
         script = f.name
     started = time.monotonic()
     try:
-        proc = run_script(script, wirejson.dumps(request), check.get("timeout", 300), source=check["source"])
+        proc = run_script(script, json.dumps(request), check.get("timeout", 300), source=check["source"])
     except subprocess.TimeoutExpired as exc:
         tail = (exc.stderr or "")
         tail = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail
@@ -314,7 +315,7 @@ def run_probe(check: dict) -> dict:
     took = round(time.monotonic() - started, 2)
     stderr_tail = proc.stderr.splitlines()[-15:]
     try:
-        answer = wirejson.loads(proc.stdout.strip().splitlines()[-1])
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return _result(check, False, f"probe exited {proc.returncode} without a JSON result",
                        stderr_tail=stderr_tail, exit_code=proc.returncode, seconds=took)
@@ -344,6 +345,25 @@ ORDER = {"requires": 0, "grep": 1, "compile": 2, "callsites": 3, "import": 4, "p
 assert set(RUNNERS) == set(ORDER) == set(CHECK_KINDS), "checks.py and protocol.CHECK_KINDS disagree"
 
 
+# Checks that run the node's packages: where the playbook requires a package the node does not have at all (a
+# node without vLLM), they are not run, and say so, instead of failing on its absence in every way they can (a
+# callsites check: one failure per call into it). A package of another version is no reason: those checks
+# are what show the difference.
+RUNS_PACKAGES = ("import", "callsites", "probe")
+
+
+def _absent(requires: list[str]) -> list[dict]:
+    return [r for r in check_requirements(requires) if r["found"] is None] if requires else []
+
+
+def _not_run(check: dict, absent: list[dict]) -> dict:
+    names = ", ".join(r["package"] for r in absent)
+    wanted = ", ".join(r["requirement"] for r in absent)
+    return _result(check, False, f"not run: {names} {'is' if len(absent) == 1 else 'are'} not installed for "
+                   f"{sys.executable} (the playbook requires {wanted}); this check runs the installed packages",
+                   not_run=True)
+
+
 def verify(req: dict) -> dict:
     _STATE_DIR["path"] = str(req.get("state_dir") or "")
     checks = list(req["checks"])
@@ -351,10 +371,12 @@ def verify(req: dict) -> dict:
         checks.insert(0, {"kind": "requires", "name": "requires", "requires": req["requires"]})
     indexed = sorted(enumerate(checks), key=lambda ic: (ORDER[ic[1]["kind"]], ic[0]))
     results: list[dict | None] = [None] * len(checks)
+    absent = _absent(req.get("requires") or []) if any(c["kind"] in RUNS_PACKAGES for c in checks) else []
     for i, check in indexed:
         started = time.monotonic()
         try:
-            res = RUNNERS[check["kind"]](check)
+            res = _not_run(check, absent) if absent and check["kind"] in RUNS_PACKAGES else \
+                RUNNERS[check["kind"]](check)
         except NodeError as exc:
             res = _result(check, False, str(exc))
         except Exception as exc:  # one broken check must not hide the others

@@ -16,14 +16,14 @@ aside first and everything else that writes to fd 1 lands in stderr.
 
 from __future__ import annotations
 
-import _signal  # what `signal` wraps; `signal` itself imports enum for that: ~3 ms per agent start
-import _thread
+import json
 import os
 import select
+import signal
 import sys
+import threading
 import time
 
-from . import wirejson
 from .protocol import OPS as OP_NAMES
 from .protocol import PROTOCOL
 
@@ -72,20 +72,19 @@ def _watch_client(answer_fd: int) -> None:
     child processes killed) and the agent exits; between requests it exits at once."""
     poller = select.poll()
     poller.register(answer_fd, select.POLLERR | select.POLLHUP)
-    main = _thread.get_ident()  # main() runs on the main thread; `threading` costs ~3 ms to import
+    main = threading.get_ident()  # main() runs on the main thread
 
     def watch() -> None:
         while True:
             if poller.poll(200):
                 # To the main thread itself, so a blocking wait there (select, sleep, read) wakes with EINTR
                 # and Python raises KeyboardInterrupt at once.
-                _signal.pthread_kill(main, _signal.SIGINT)
+                signal.pthread_kill(main, signal.SIGINT)
                 return
 
-    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
-    # Like a daemon thread: it never holds up the agent's exit (unnamed in py-spy dumps; its errors, if any,
-    # go to sys.unraisablehook)
-    _thread.start_new_thread(watch, ())
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A daemon: it never holds up the agent's exit
+    threading.Thread(target=watch, name="fleetops-client-watch", daemon=True).start()
 
 
 def main() -> int:
@@ -133,7 +132,7 @@ def serve(line: bytes) -> dict:
     started = time.monotonic()
     rid = None
     try:
-        request = wirejson.loads(line)
+        request = json.loads(line)
         rid = request.get("_id") if isinstance(request, dict) else None
         if not isinstance(request, dict) or request.get("protocol") != PROTOCOL:
             got = request.get("protocol") if isinstance(request, dict) else None
@@ -209,7 +208,7 @@ def _forked(request: dict) -> dict:
         code = 0
         try:
             os.close(read_fd)
-            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             try:
                 result = _run(_op(str(request["op"])), request)
             except KeyboardInterrupt:
@@ -236,26 +235,26 @@ def _forked(request: dict) -> dict:
         raise
     os.waitpid(pid, 0)
     try:
-        return wirejson.loads(bytes(data))
+        return json.loads(bytes(data))
     except ValueError:
         raise RuntimeError(f"the {request.get('op')} child process ended without an answer") from None
 
 
 def _stop_child(pid: int) -> None:
     try:
-        os.kill(pid, _signal.SIGINT)
+        os.kill(pid, signal.SIGINT)
         for _ in range(100):
             if os.waitpid(pid, os.WNOHANG)[0]:
                 return
             time.sleep(0.05)
-        os.kill(pid, _signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     except (ProcessLookupError, ChildProcessError):
         pass
 
 
 def _answer(answer_fd: int, result: dict) -> None:
-    data = (wirejson.dumps(result, default=str) + "\n").encode()
+    data = (json.dumps(result, default=str) + "\n").encode()
     view = memoryview(data)
     while view:
         view = view[os.write(answer_fd, view):]

@@ -23,10 +23,12 @@ its path (`python <path>.pyz` would run whatever the path names when Python open
    warning.
 
 A refusal is one JSON line {"bootstrap": true, "error_kind": ..., "error": ...} and exit 3: agent_missing (the
-client uploads it), untrusted_state, untrusted_venv or agent_mismatch (the client reports it).
+client uploads it), untrusted_state, untrusted_venv, agent_mismatch or python_too_old (older than
+OLDEST_PYTHON, whose syntax the agent's modules use: refused before any of them is read; the client reports
+it).
 
-Stdlib only, and small: Python compiles this text at every agent start (no json, re or hashlib's OpenSSL on the
-way either); what can wait for the verified, precompiled bytes lives in launch.py.
+Stdlib only, and small: Python compiles this text at every agent start; what can wait for the verified,
+precompiled bytes lives in launch.py.
 """
 
 import marshal
@@ -35,17 +37,12 @@ import stat
 import struct
 import sys
 import zlib
-
-try:  # the small built-in sha256: hashlib's OpenSSL module costs ~4 ms of CPU to load, at every agent start
-    from _sha2 import sha256
-except ImportError:
-    try:
-        from _sha256 import sha256
-    except ImportError:
-        from hashlib import sha256
+from hashlib import sha256
 from importlib.machinery import ModuleSpec
+from importlib.util import MAGIC_NUMBER
 
 EXIT_REFUSED = 3
+OLDEST_PYTHON = (3, 9)  # the agent's code needs it (built-in generics, str.removesuffix); README: node Pythons
 ALLOW_INSECURE_VENV = "--allow-insecure-venv"
 PYTHON_FLAGS = ("-I", "-S")  # see the module docstring: isolated, and `site` only after the checks
 MAX_LINKS = 40  # as the kernel's own limit on symlinks in one path resolution
@@ -60,7 +57,8 @@ class Refused(Exception):
 
 
 def refuse(kind, msg, **extra):
-    import json  # only here: json imports re, enum and functools, ~9 ms of every agent start
+    import json
+
     sys.stdout.write(json.dumps(dict(ok=False, bootstrap=True, error_kind=kind, error=msg, **extra)) + "\n")
     sys.stdout.flush()
     sys.exit(EXIT_REFUSED)
@@ -302,7 +300,7 @@ class Agent:
         self.files, self.codes = {}, {}
         self.pyz, self.state_dir, self.sha256, self.flags, self.warnings = pyz, state_dir, digest, flags, warnings
         self.python_flags = PYTHON_FLAGS  # relaunch() starts the agent's other processes with these
-        compiled = "code-%s/" % sys.modules["_frozen_importlib_external"].MAGIC_NUMBER.hex()
+        compiled = "code-%s/" % MAGIC_NUMBER.hex()
         for name, source in members(data):
             if name.startswith("remote_scripts/") and name.endswith(".py"):
                 mod, pkg = name[:-3].replace("/", "."), name.endswith("/__init__.py")
@@ -332,6 +330,13 @@ class Agent:
 
 
 def main(argv):
+    if sys.version_info[:2] < OLDEST_PYTHON:  # before any module of the agent is read: they would not load
+        version = sys.version.split()[0]
+        refuse("python_too_old", "refusing to run the agent with Python %s (%s): the fleetops agent needs Python "
+               "%d.%d or newer. Point this host's `python:` in the inventory at an interpreter of Python %d.%d or "
+               "newer (the venv whose packages fleetops patches and checks)"
+               % ((version, sys.executable) + OLDEST_PYTHON + OLDEST_PYTHON), python=version,
+               python_path=sys.executable)
     if len(argv) < 3:
         refuse("bad_request", "usage: python -I -S -c BOOTSTRAP STATE_DIR PYZ SHA256 [%s] [ROLE ...]"
                % ALLOW_INSECURE_VENV)

@@ -6,14 +6,15 @@ from __future__ import annotations
 import errno
 import fcntl
 import importlib.machinery
+import json
 import os
 import site
 import stat
 import sys
 import time
-from _signal import SIGKILL  # `signal` itself imports enum to wrap the constants: ~3 ms per agent start
+from hashlib import sha256
+from signal import SIGKILL
 
-from . import wirejson
 from .procfs import pid_alive
 from .protocol import parse_requirement, version_matches  # nodeio's users import them here
 
@@ -31,17 +32,8 @@ def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # not datetime: its import is ~3 ms per agent
 
 
-try:  # the small built-in sha256 (as the bootstrap's): hashlib's OpenSSL module costs ~4 ms per agent start
-    from _sha2 import sha256 as _sha256  # type: ignore[import-not-found]
-except ImportError:
-    try:
-        from _sha256 import sha256 as _sha256  # type: ignore[import-not-found,no-redef]
-    except ImportError:
-        from hashlib import sha256 as _sha256  # type: ignore[assignment]
-
-
 def sha256_bytes(data: bytes) -> str:
-    return _sha256(data).hexdigest()
+    return sha256(data).hexdigest()
 
 
 # ---------------------------------------------------------------- fault injection
@@ -76,7 +68,7 @@ def load_failpoints(state_dir: str = "") -> None:
     try:
         fd = os.open(os.path.join(_FAILPOINT_DIR, "failpoints.json"), os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd, encoding="utf-8") as f:
-            value = wirejson.loads(f.read())
+            value = json.loads(f.read())
     except (OSError, ValueError):
         return
     _FAILPOINTS = value if isinstance(value, dict) else {}
@@ -92,7 +84,7 @@ def failpoint(name: str, path: str = "") -> None:
     if not _FAILPOINTS or not _FAILPOINT_DIR:
         return
     if _FAILPOINTS.get("*", {}).get("action") == "record":
-        _append_fp(os.path.join(_FAILPOINT_DIR, "failpoints.trace"), wirejson.dumps([name, path]) + "\n")
+        _append_fp(os.path.join(_FAILPOINT_DIR, "failpoints.trace"), json.dumps([name, path]) + "\n")
     spec = _FAILPOINTS.get(name)
     if not spec:
         return
@@ -238,7 +230,7 @@ _HEX = frozenset("0123456789abcdef")
 
 
 def is_upload_tmp(name: str) -> bool:
-    """fleetops-agent-<hex>.pyz.<8 hex>.tmp: an upload's temp file (string tests: no `re` at agent start)."""
+    """fleetops-agent-<hex>.pyz.<8 hex>.tmp: an upload's temp file."""
     if not (name.startswith("fleetops-agent-") and name.endswith(".tmp")):
         return False
     digest, dot_pyz, tag = name[len("fleetops-agent-"):-len(".tmp")].partition(".pyz.")
@@ -348,7 +340,7 @@ def ensure_dir(path: str) -> None:
 
 
 def write_json_atomic(path: str, obj: object, point: str = "json") -> None:
-    atomic_write(path, (wirejson.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode=0o600, point=point)
+    atomic_write(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode=0o600, point=point)
 
 
 QUARANTINED: list[dict] = []  # corrupt state files moved aside during this op; agent.main reports them
@@ -383,7 +375,7 @@ def read_json(path: str, on_corrupt: str = "raise") -> dict | None:
                     why = "not a regular file"
                 else:
                     judge(path, st)  # another user's, or writable by one: refused (not corrupt: planted)
-                    value = wirejson.loads(f.read().decode("utf-8"))
+                    value = json.loads(f.read().decode("utf-8"))
                     return value if isinstance(value, dict) else None
         except (ValueError, UnicodeDecodeError) as exc:
             why = f"not JSON: {exc}"

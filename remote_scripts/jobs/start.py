@@ -139,10 +139,8 @@ def _job_start(req: dict) -> dict:
 def _refused_keeper(job_id: str, job_dir: str, keeper: subprocess.Popen) -> NodeError:
     """The keeper's bootstrap refused to run (the interpreter, the state dir or the agent's bytes changed since
     this agent started): its one-line answer, as the job's start failure."""
-    from ..core import wirejson
-
     try:
-        answer = wirejson.loads(keeper.stdout.read(65536) or b"{}")
+        answer = json.loads(keeper.stdout.read(65536) or b"{}")
     except ValueError:
         answer = {}
     if not isinstance(answer, dict):

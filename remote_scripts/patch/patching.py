@@ -20,8 +20,8 @@ drifted file, and then only when its bytes are the wheel's (RECORD): a backup th
 
 from __future__ import annotations
 
-import _signal  # what `signal` wraps (agent.py says why)
 import os
+import signal
 import sys
 
 from ..core.nodeio import (
@@ -522,7 +522,7 @@ def _hold_interrupts() -> object:
     """No second interrupt while the set is put back (the client's watchdog sends one; this is belt and braces
     against any other). Only the main thread may change it: elsewhere nothing is held."""
     try:
-        return _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+        return signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:
         return None
 
@@ -530,7 +530,7 @@ def _hold_interrupts() -> object:
 def _release_interrupts(held: object) -> None:
     if held is not None:
         try:
-            _signal.signal(_signal.SIGINT, held)
+            signal.signal(signal.SIGINT, held)
         except ValueError:
             pass
 

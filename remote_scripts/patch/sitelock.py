@@ -22,10 +22,10 @@ that code, so it is informational (who, when), never the proof of what a file sh
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 
-from ..core import wirejson
 from ..core.nodeio import NodeError, now_iso, site_roots
 
 LOCK_NAME = ".fleetops-patch.lock"
@@ -47,7 +47,7 @@ def site_root_of(path: str) -> str:
 
 def _decode(raw: bytes) -> dict:
     try:
-        value, _ = wirejson.raw_decode(raw.decode("utf-8").lstrip())
+        value, _ = json.JSONDecoder().raw_decode(raw.decode("utf-8").lstrip())
     except (UnicodeDecodeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -80,7 +80,7 @@ class SiteLock:
     def save(self) -> None:
         """Rewrite the state document in place (only the holder writes it; a reader that finds it torn treats
         it as empty: it names people, it proves nothing)."""
-        data = (wirejson.dumps(self.state, sort_keys=True) + "\n").encode()
+        data = (json.dumps(self.state, sort_keys=True) + "\n").encode()
         fd = self.fds[0]
         os.lseek(fd, 0, os.SEEK_SET)
         view = memoryview(data)

@@ -3,12 +3,10 @@ wheel's own bytes, independently of anything in fleetops' state dir. Stdlib only
 
 from __future__ import annotations
 
-import binascii  # not base64: it imports re, ~7 ms of every agent start
+import base64
 import os
 
 from ..core.nodeio import normalize_dist_name
-
-_URLSAFE = str.maketrans("-_", "+/")  # RECORD's digests are urlsafe base64 without padding
 
 
 def record_sha256(site_root: str, path: str) -> tuple[str | None, str | None]:
@@ -36,8 +34,8 @@ def record_sha256(site_root: str, path: str) -> tuple[str | None, str | None]:
                         algo, _, b64 = digest.partition("=")
                         if algo != "sha256" or not b64:
                             return None, record
-                        padded = (b64 + "=" * (-len(b64) % 4)).translate(_URLSAFE).encode("ascii")
-                        return binascii.a2b_base64(padded).hex(), record
+                        # urlsafe base64 without its padding (PEP 376's RECORD)
+                        return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex(), record
         except OSError:
             continue
     return None, None
