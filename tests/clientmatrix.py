@@ -1,7 +1,6 @@
 """The client on each Python it supports: the wheel and requirements-dev.lock in a fresh venv made by that Python
-(pyenv's, ~/.pyenv/versions/3.X.*), then the client's tests that need no lab run there: the fast tier but the
-suite's own machinery (test_suite_tiers.py, test_no_silent_skip.py: pytest checking pytest), with hypothesis at
-its `dev` count (the suite's own Python runs the full count). One test file per Python
+(pyenv's, ~/.pyenv/versions/3.X.*), then the client's tests that need no lab run there: the fast tier but
+LEFT_OUT, with hypothesis at its `dev` count (the suite's own Python runs the full count). One test file per Python
 (test_client_matrix_py3XX.py), so pytest-xdist spreads them over its workers."""
 
 from __future__ import annotations
@@ -16,7 +15,9 @@ from conftest import NO_SKIP, REPO
 from wheelbuild import clean_env, make_venv, the_wheel
 
 CLIENT_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # pyproject's requires-python and classifiers, the README
-SUITE_OWN = ("tests/test_suite_tiers.py", "tests/test_no_silent_skip.py")
+# Left out here, run on the suite's own Python: pytest checking pytest, and the diff engine's fuzzer (pure string
+# logic; a fifth of the tier's time).
+LEFT_OUT = ("tests/test_suite_tiers.py", "tests/test_no_silent_skip.py", "tests/test_diff_engine.py")
 PYENV = Path.home() / ".pyenv" / "versions"
 
 
@@ -46,7 +47,7 @@ def run_client_tests(version: str, tmp_path: Path) -> None:
     # The venv's pytest script puts its own bin/ first on sys.path, not the working directory: the tests import
     # the installed fleetops (the programs they start get the checkout's PYTHONPATH, as on the suite's Python).
     env = {**clean_env(), "HYPOTHESIS_PROFILE": "dev"}
-    ignore = [arg for path in SUITE_OWN for arg in ("--ignore", path)]
+    ignore = [arg for path in LEFT_OUT for arg in ("--ignore", path)]
     proc = subprocess.run([str(venv_python.parent / "pytest"), "-q", "-p", "no:cacheprovider", "-m",
                            "not lab and not base_venv and not matrix", *ignore, "tests"], cwd=REPO,
                           capture_output=True, text=True, env=env, timeout=900)
@@ -54,4 +55,4 @@ def run_client_tests(version: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, f"the client's tests on Python {version} ({python}):\n{tail}"
     summary = re.search(r"^summary: (\d+) ran \((\d+) passed, (\d+) failed\), .*?(\d+) skipped", proc.stdout, re.M)
     assert summary and int(summary.group(3)) == 0 and int(summary.group(4)) == 0, tail
-    assert int(summary.group(2)) >= 900, tail  # the tier, not a handful
+    assert int(summary.group(2)) >= 850, tail  # the tier, not a handful

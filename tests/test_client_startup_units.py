@@ -116,17 +116,16 @@ def test_a_connection_writes_nothing_into_its_config(monkeypatch):
 
 
 def test_the_version_is_read_when_asked_for_not_at_start_up(tmp_path):
-    from importlib.metadata import PackageNotFoundError, version
 
     import fleetops.cli
 
     assert fleetops.cli.program.version == "unknown"  # nothing read on import
-    try:
-        expected = version("fleetops")
-    except PackageNotFoundError:
-        expected = fleetops.cli._version()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    probe = subprocess.run([sys.executable, "-c", "import fleetops.cli; print(fleetops.cli._version())"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    expected = probe.stdout.strip()  # the metadata that environment finds
     proc = subprocess.run([sys.executable, "-m", "fleetops.cli", "--version"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == f"fleetops {expected}" and "Fabric" in proc.stdout
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from importlib.metadata import version
 from pathlib import Path
 
 from conftest import REPO
@@ -87,8 +86,13 @@ def test_search_root_names_the_project_from_anywhere(tmp_path):
 def test_version_names_fleetops_and_its_parts(tmp_path):
     proc = run(FLEET, tmp_path, "--version")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [f"fleetops {version('fleetops')}", f"Fabric {version('fabric')}",
-                                        f"Paramiko {version('paramiko')}", f"Invoke {version('invoke')}"]
+    # The metadata the program's own environment finds (the checkout's, on its PYTHONPATH, before a wheel's).
+    names = ("fleetops", "fabric", "paramiko", "invoke")
+    probe = run(Path(sys.executable), tmp_path, "-c", "from importlib.metadata import version; "
+                f"print(' '.join(version(n) for n in {names!r}))")
+    versions = probe.stdout.split()
+    assert proc.stdout.splitlines() == [f"{label} {v}" for label, v in zip(
+        ("fleetops", "Fabric", "Paramiko", "Invoke"), versions)], (proc.stdout, probe.stdout, probe.stderr)
 
 
 def test_a_fabfile_without_fleetops_tasks_keeps_fabrics_ways_under_fleetops_executor(tmp_path):
