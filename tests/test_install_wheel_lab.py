@@ -49,6 +49,10 @@ def test_the_wheel_installed_outside_the_checkout_inits_a_project_and_patches_a_
     made = sh(work, str(venv_bin / "fleet"), "init", "ops")
     assert made.returncode == 0, made.stdout + made.stderr
     project = work / "ops"
+    books = sh(project, str(venv_bin / "fleet"), "runbooks", "--json")  # shipped with the package
+    assert books.returncode == 0, books.stderr
+    files = [Path(b["file"]) for b in json.loads(books.stdout)]
+    assert len(files) >= 8 and all(f.is_relative_to(venv) and f.is_file() for f in files), files
     try:
         up = sh(project, str(venv_bin / "fleet"), "lab.up", timeout=1200)
         assert up.returncode == 0, up.stdout + up.stderr
