@@ -27,7 +27,7 @@ PEER_PACKAGES = ["ansible-core", "pyinfra"]
 PROFILER_PACKAGES = ["py-spy"]  # the profile's sampler (benchmark-only too); the profile skips it if missing
 CLK = os.sysconf("SC_CLK_TCK")
 NCPU = os.cpu_count() or 1
-FAB = str(Path(sys.executable).parent / "fab")  # the real script, not a pyenv shim
+FAB = str(Path(sys.executable).parent / "fleet")  # fleetops' program (the real script, not a pyenv shim)
 
 TOOLS = [  # (key, label), in the order they alternate within a repetition
     ("fo_pv", "fleetops `patch verify --kinds grep,compile`"),
@@ -53,9 +53,9 @@ def need_project_venv() -> None:
     import importlib.util
 
     missing = [m for m in ("invoke", "fabric", "paramiko", "yaml") if importlib.util.find_spec(m) is None]
-    fab = Path(sys.executable).parent / "fab"
+    fab = Path(sys.executable).parent / "fleet"
     if missing or not fab.exists():
-        what = f"modules {', '.join(missing)}" if missing else f"the fab script beside it ({fab})"
+        what = f"modules {', '.join(missing)}" if missing else f"the fleet script beside it ({fab})"
         venv_python = REPO / ".venv" / "bin" / "python"
         print(f"bench/run.py: {sys.executable} is not fleetops' venv (it lacks {what}); nothing was written.\n"
               f"Run it with the project's venv python:\n"

@@ -34,7 +34,7 @@ def wrap_timeline(out: str, argv: list[str]) -> int:
 
     from fleetops import entry
 
-    program = entry.import_program().fab_program  # the installed fab's program, imported as fab imports it
+    program = entry.import_program().program  # the installed fleet's program, imported as fleet imports it
     import paramiko.hostkeys as hostkeys
 
     import fleetops.fab.executor as fabexec
@@ -104,7 +104,7 @@ def wrap_timeline(out: str, argv: list[str]) -> int:
     transport.NodeConnection._agent_session = agent_session
     transport.NodeConnection._answer_of = answer_of
     fabexec.FleetExecutor.execute = execute
-    sys.argv = ["fab", *argv]
+    sys.argv = ["fleet", *argv]
     code = 0
     try:
         program.run()

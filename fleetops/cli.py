@@ -1,27 +1,32 @@
-"""`fab` and `fleet`: Fabric's `fab` with fleet options (same tasks, same syntax, same fabfile).
+"""`fleet`: fleetops' own program. Fabric's program (fabric.main.Fab) with fleetops' tasks bundled, as Fabric
+documents for a program of one's own (Program(namespace=...)): no fabfile is loaded, so it works in any folder of a
+project, and `fleet init` in any folder at all.
 
-    fab -H @lab --serial 1 patch verify
-    fab -H @gpus --limit 'gpu0*' --forks 8 gpu --wait 600
-    fab -H lab01,lab02 -- uname -a            # Fabric's ad-hoc form, through the inventory (the `run` task)
-    fab --inventory staging/ -H @gpus ping
+    fleet init ops                           # a project: hosts/, playbooks/, fabric.yaml, fabfile.py
+    fleet -H @lab --serial 1 patch verify
+    fleet -H @gpus --limit 'gpu0*' --forks 8 gpu --wait 600
+    fleet -H lab01,lab02 -- uname -a         # Fabric's ad-hoc form, through the inventory (the `run` task)
+    fleet --inventory staging/ -H @gpus ping
 
-Installing fleetops installs this program as `fab` (over Fabric's own script, which fleetops depends on) and
-as `fleet`. Why its own `fab`: Fabric's loads no fabfile and no fabric.yaml for `fab -H x -- cmd` (a command
-and no task), so that command would bypass the inventory, the host-key policy and the audit log; and its
-core flags cannot include --serial/--limit/--forks/--inventory. In a project whose fabfile has no fleetops
-tasks, this program behaves exactly like Fabric's (FleetExecutor hands such runs to fabric.Executor).
-Stock Fabric (`python -m fabric`) still runs every fleetops task; only the two points above need this one.
+The project is the nearest folder at or above the working directory (or `-r DIR`) that holds fabfile.py, as
+Fabric finds it; its fabric.yaml is read as Fabric reads it. Fabric's own `fab` stays Fabric's (installing fleetops
+replaces no other package's script): in a project its one-line fabfile gives `fab` the same tasks, with the run
+options after a task. `fleet` is there for what `fab` cannot do: Fabric's `fab` loads no fabfile and no
+fabric.yaml for `fab -H x -- cmd` (a command and no task), so that command would bypass the inventory, the
+host-key policy and the audit log; its core flags cannot include --serial/--limit/--forks/--inventory; its
+--version names only Fabric's parts.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
+from pathlib import Path
 
 from fabric import Config
-from fabric import __version__ as fabric_version
 from fabric.main import Fab
-from invoke import Argument
+from invoke import Argument, Collection
 from invoke.exceptions import Exit, ParseError
 from invoke.parser import Parser, ParserContext
 from invoke.program import Program
@@ -30,23 +35,42 @@ from .fab.executor import FleetExecutor
 from .fab.usage import usage_exit
 from .results import EXIT_USAGE
 
+# What `fleet` runs without a project: making one, and the listings.
+NEEDS_NO_PROJECT = ("init",)
+
+
+def find_project(start: Path) -> Path | None:
+    """The nearest folder at or above `start` that holds fabfile.py (a project), as Fabric looks for it."""
+    here = start.resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "fabfile.py").is_file() or (candidate / "fabfile" / "__init__.py").is_file():
+            return candidate
+    return None
+
 
 class Fleet(Fab):
     _named: set[str] | None = None  # the words of the command line while parse_tasks runs (_make_parser)
+    project: Path | None = None
 
-    def load_collection(self) -> None:
-        # Fabric skips the project for `-- cmd` alone; this loads it, so the command goes through the
-        # inventory, strict host keys and the audit log (the executor turns it into the `run` task).
-        try:
-            Program.load_collection(self)
-        except Exit as exc:
-            if "Can't find any collection" not in str(exc.message or ""):
-                raise
-            where = self.args["search-root"].value or os.getcwd()
-            print(f"{self.binary}: no fabfile.py in {where} or any folder above it: run it from the fleetops "
-                  f"project (or a folder inside it), or name the project with `{self.binary} -r PATH/TO/PROJECT "
-                  "...`", file=sys.stderr)
-            raise Exit(code=EXIT_USAGE) from None
+    def parse_collection(self) -> None:
+        """The bundled tasks, loaded from the project's folder: its fabric.yaml read as Fabric reads a project's,
+        and the folder the executor and the local tasks work in (the collection's loaded_from)."""
+        if self.namespace is not None and not self.namespace.task_names:
+            from .fab.tasks import fleet_namespace  # imported once the core flags are read (not for --version)
+
+            self.namespace = fleet_namespace()
+        given = self.args["search-root"].value
+        self.project = find_project(Path(given) if given else Path.cwd())
+        if given and self.project is None:
+            raise Exit(f"{self.binary}: no fabfile.py in {given} or any folder above it: not a fleetops project "
+                       f"(`{self.binary} init {given}` makes one)", code=EXIT_USAGE)
+        if self.project is not None:
+            self.config.set_project_location(str(self.project))
+            self.config.load_project()
+        super().parse_collection()
+        self.collection = copy.copy(self.collection)  # the program's namespace stays as it was built
+        self.collection.loaded_from = str(self.project) if self.project else None
+        self.scoped_collection = self.collection
 
     def parse_core(self, *args, **kwargs) -> None:  # type: ignore[override]
         try:
@@ -57,14 +81,23 @@ class Fleet(Fab):
             raise usage_exit(self, ParseError(f"bad option value ({exc})")) from None
 
     def parse_tasks(self) -> None:
+        words = self.core.unparsed
+        if words[:1] == ["init"] and all(w.startswith("-") for w in words[1:]) and not {"-h", "--help"} & {*words}:
+            words.append(".")  # `fleet init` alone: here (Invoke has no optional positional argument)
         help_for = self.args.help.value if "help" in self.args else None
-        self._named = {*self.core.unparsed, *([help_for] if isinstance(help_for, str) else [])}
+        self._named = {*words, *([help_for] if isinstance(help_for, str) else [])}
         try:
             super().parse_tasks()
         except ParseError as exc:
             raise usage_exit(self, exc) from None
         except ValueError as exc:  # Invoke casts `--serial abc` with int() and lets the ValueError out
             raise usage_exit(self, ParseError(f"bad option value ({exc})")) from None
+        if self.project is None and (self.core.remainder or any(c.name not in NEEDS_NO_PROJECT for c in self.tasks)):
+            # Before any connection or name lookup: without a project there is no inventory, no host-key policy
+            # of its own and no audit log to go through.
+            raise Exit(f"{self.binary}: no fleetops project in {os.getcwd()} or any folder above it (a project is "
+                       f"a folder with fabfile.py): make one with `{self.binary} init DIR`, or name one with "
+                       f"`{self.binary} -r PATH/TO/PROJECT ...`", code=EXIT_USAGE)
 
     def _make_parser(self) -> Parser:
         """Invoke builds a parser context for every task of the collection, then deep-copies them all (and
@@ -83,7 +116,11 @@ class Fleet(Fab):
         return Parser(initial=self.initial_context, contexts=contexts)
 
     def core_args(self):  # type: ignore[override]
-        return super().core_args() + [
+        # Invoke gives -r/--search-root only to a program that loads its tasks from disk; `fleet` finds the
+        # project (its fabric.yaml, inventory, playbooks) with it all the same.
+        bundled = [Argument(names=("search-root", "r"), help="the project: this folder or the nearest above it "
+                                                             "with fabfile.py (default: here)")]
+        return super().core_args() + (bundled if self.namespace is not None else []) + [
             Argument(names=("serial",), kind=int, default=0,
                      help="roll out in batches of N hosts; a batch with a failure stops the roll-out"),
             Argument(names=("limit",), kind=str, default="",
@@ -99,32 +136,30 @@ class Fleet(Fab):
         ]
 
     def print_version(self) -> None:
-        self.version = _version()  # read from the installed metadata only here, not on every start-up
-        super().print_version()
-        print(f"fleetops (Fabric {fabric_version})")
+        from importlib.metadata import version  # read from the installed metadata only here, not on every start
+
+        print(f"fleetops {_version()}")
+        for name, dist in (("Fabric", "fabric"), ("Paramiko", "paramiko"), ("Invoke", "invoke")):
+            print(f"{name} {version(dist)}")
 
 
 def _version() -> str:
+    """The installed fleetops' version: from its git tag when it was built (setuptools-scm)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("fleetops")
     except PackageNotFoundError:
-        return "dev"
+        return "unknown (not installed: run scripts/setup, or pip install the wheel)"
 
 
-program = Fleet(name="fleetops", executor_class=FleetExecutor, config_class=Config, binary="fleet",
-                binary_names=["fleet"])
-fab_program = Fleet(name="fleetops", executor_class=FleetExecutor, config_class=Config, binary="fab",
-                    binary_names=["fab"])
+# Bundled namespace: an empty one here, fleetops' tasks once parse_collection runs.
+program = Fleet(name="fleetops", namespace=Collection(), executor_class=FleetExecutor, config_class=Config,
+                binary="fleet", binary_names=["fleet"])
 
 
 def main() -> None:
     _run_and_exit(program)
-
-
-def fab_main() -> None:
-    _run_and_exit(fab_program)
 
 
 def _run_and_exit(prog: Program) -> None:
@@ -139,6 +174,8 @@ def _run_and_exit(prog: Program) -> None:
         code: object = 0
     except SystemExit as exc:
         code = exc.code
+    except BrokenPipeError:  # `fleet --list | head`: the reader left; what it read was printed
+        code = 0
     if code is None:
         code = 0
     elif not isinstance(code, int):  # sys.exit("message"): printed, status 1, as Python does

@@ -1,4 +1,4 @@
-"""The installed `fab` and `fleet` scripts (pyproject.toml [project.scripts]): the program of cli.py, with the
+"""The installed `fleet` script (pyproject.toml [project.scripts]): the program of cli.py, with the
 garbage collector held off while it starts (startup.py says why). A separate module because the hold must
 come before cli.py imports Fabric, and importing cli.py (tests, `python -m fleetops.cli`) must not hold it."""
 
@@ -14,11 +14,6 @@ def import_program() -> ModuleType:
     with startup.unittest_mock_deferred():
         from . import cli
     return cli
-
-
-def fab_main() -> None:
-    startup.hold()
-    import_program().fab_main()
 
 
 def main() -> None:

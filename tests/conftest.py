@@ -325,6 +325,7 @@ MARKERS = [
     "root(reason): needs root; skipped for another user outside CI (named in the summary line), a failure under "
     "CI=true; given to every test using root_user",
     "slurm: starts a one-node Slurm (Debian's slurmctld, slurmd, munge); given to every test using slurm_tools",
+    "matrix: runs the client's tests on another Python (tests/clientmatrix.py): the whole suite, not the fast tier",
 ]
 
 

@@ -1,6 +1,7 @@
 """Runs a runbook (docs/runbooks/*.md, parsed by fleetops.plans.runbooks) against a lab: the lab set up as its
-front matter says, every `console lab` command run as typed (bash, in the project, fleetops' `fab` first on
-PATH), its exit status and its shown output lines checked. A failure names the runbook's file and line."""
+front matter says, every `console lab` command run as typed (bash, in the project, the venv's `fleet` and
+Fabric's `fab` first on PATH), its exit status and its shown output lines checked. A failure names the
+runbook's file and line."""
 
 from __future__ import annotations
 

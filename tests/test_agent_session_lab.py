@@ -373,8 +373,8 @@ def exit_(code):
     print("ORDER", ",".join(events), file=sys.stderr, flush=True)
     real_exit(code)
 os._exit = exit_
-sys.argv = ["fab", "-H", "lab01", "ping"]
-cli.fab_main()
+sys.argv = ["fleet", "-H", "lab01", "ping"]
+cli.main()
 """
 
 

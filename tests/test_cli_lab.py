@@ -1,6 +1,7 @@
 """The front end against real lab sshd nodes: ad-hoc commands through the inventory (`fleet -H x --
-cmd`, `fab run`), Ctrl-C (first SIGINT: nothing new starts, running agent calls stop cleanly on the node,
-exit 130), --dry, the short-flag scheme, usage errors exit 2, --diff, and the run options with plain fab.
+cmd`, `fab -H x run CMD`), Ctrl-C (first SIGINT: nothing new starts, running agent calls stop cleanly on the node,
+exit 130), --dry, the short-flag scheme, usage errors exit 2, --diff, and the run options with `fleet` and
+Fabric's `fab`.
 
 A module of its own with a 3-node lab (a throwaway project), so SIGINTs and half-done patches never touch the
 session's shared lab. The failpoint `pause` action holds the agents at known points; no sleeps."""
@@ -45,15 +46,17 @@ def fleet(project: Path, *args: str, env: dict | None = None) -> subprocess.Comp
 
 
 def installed_fab(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The `fab` script that installing fleetops puts on PATH (fleetops.entry:fab_main, not Fabric's own)."""
+    """Fabric's own `fab` script, as installed beside fleetops (which leaves it alone)."""
     script = Path(sys.executable).parent / "fab"
-    assert "fleetops.entry" in script.read_text(), f"{script} is Fabric's fab, not fleetops': run scripts/setup"
+    assert "from fabric.main import program" in script.read_text(), f"{script} is not Fabric's fab: run scripts/setup"
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
     return subprocess.run([str(script), *args], cwd=project, capture_output=True, text=True, env=full_env,
                           timeout=600)
 
 
-PROGRAMS = {"fleet": fleet, "fab": installed_fab}
+# How each program runs an ad-hoc command through the inventory: Fabric's `fab -H x -- cmd` (no task) loads no
+# project at all, so with `fab` it is the `run` task.
+PROGRAMS = {"fleet": (fleet, ["--", "uname", "-a"]), "fab": (installed_fab, ["run", "uname -a"])}
 
 
 def history(project: Path, host: str) -> list[dict]:
@@ -83,7 +86,8 @@ def lock_free(state_dir: Path) -> bool:
 def test_fabric_adhoc_syntax_runs_through_the_inventory(lab, program):
     # The issue's first quote: plain `fab -H lab01 -- uname -a` crashed with socket.gaierror (Fabric's own
     # fab loaded no fabfile and looked the inventory name up in DNS).
-    proc = PROGRAMS[program](lab.root, "-H", "lab01,lab02", "--", "uname", "-a")
+    call, command = PROGRAMS[program]
+    proc = call(lab.root, "-H", "lab01,lab02", *command)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("lab01", "lab02"):
         assert any(line.startswith(f"{name} | Linux") for line in proc.stdout.splitlines()), proc.stdout
@@ -138,7 +142,7 @@ def test_adhoc_to_a_host_whose_key_is_unknown_is_refused(lab, tmp_path):
     target = f"{lab.user}@127.0.0.1:{node.port}"  # not in the inventory: only ~/.ssh/known_hosts may vouch
     via_run = run_fab(lab.root, "-H", target, "run", f"touch {marker}")
     via_fleet = fleet(lab.root, "-H", target, "-i", str(lab.client_key), "--", "touch", str(marker))
-    via_fab = installed_fab(lab.root, "-H", target, "-i", str(lab.client_key), "--", "touch", str(marker))
+    via_fab = installed_fab(lab.root, "-H", target, "-i", str(lab.client_key), "run", f"touch {marker}")
     for proc in (via_run, via_fleet, via_fab):
         assert proc.returncode == 4, proc.stdout + proc.stderr
         assert "host key" in proc.stdout and "Traceback" not in proc.stderr
@@ -330,24 +334,24 @@ def test_usage_errors_exit_2_with_a_hint(lab, args, hint):
     assert proc.returncode == 2 and hint in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("program", sorted(PROGRAMS))
-def test_fleet_usage_errors_exit_2(lab, program):
-    run = PROGRAMS[program]
-    assert run(lab.root, "--chek", "-H", "lab01", "ping").returncode == 2
-    assert run(lab.root, "-H", "lab01", "ping", "--chek").returncode == 2
-    assert run(lab.root, "--serial", "x", "-H", "lab01", "ping").returncode == 2
+def test_fleet_usage_errors_exit_2(lab):
+    assert fleet(lab.root, "--chek", "-H", "lab01", "ping").returncode == 2
+    assert fleet(lab.root, "-H", "lab01", "ping", "--chek").returncode == 2
+    assert fleet(lab.root, "--serial", "x", "-H", "lab01", "ping").returncode == 2
+    assert installed_fab(lab.root, "-H", "lab01", "ping", "--chek").returncode == 2  # a task's option: fleetops'
 
 
-def test_installed_fab_takes_run_options_before_the_task(lab):
-    # The issue: "plain `fab` rejects `--serial`" when given where Fabric users put core flags.
-    proc = installed_fab(lab.root, "--serial", "1", "--forks", "2", "-H", "@lab", "ping")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "batch 1/3" in proc.stdout and "batch 3/3" in proc.stdout
-    proc = installed_fab(lab.root, "--limit", "lab0*,!lab02", "-H", "@lab", "ping", "--json")
+def test_run_options_before_the_task_with_fleet_after_it_with_fab(lab):
+    # Where Fabric users put core flags: `fleet` takes the run options there; Fabric's `fab` after a task.
+    for proc in (fleet(lab.root, "--serial", "1", "--forks", "2", "-H", "@lab", "ping"),
+                 installed_fab(lab.root, "-H", "@lab", "ping", "--serial", "1", "--forks", "2")):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "batch 1/3" in proc.stdout and "batch 3/3" in proc.stdout
+    proc = fleet(lab.root, "--limit", "lab0*,!lab02", "-H", "@lab", "ping", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(r["host"] for r in json.loads(proc.stdout)["results"]) == ["lab01", "lab03"]
     # The fold options are core flags too: FLEETOPS_FOLD=1 would fold these 3 hosts; --no-fold wins.
-    proc = installed_fab(lab.root, "--no-fold", "--odd", "-H", "lab[01-03]", "ping", env={"FLEETOPS_FOLD": "1"})
+    proc = fleet(lab.root, "--no-fold", "--odd", "-H", "lab[01-03]", "ping", env={"FLEETOPS_FOLD": "1"})
     assert proc.returncode == 0 and "lab[01-03] (3)" not in proc.stdout, proc.stdout + proc.stderr
     assert all(f"{n} | ping | ok" in proc.stdout for n in NODES), proc.stdout
     folded = installed_fab(lab.root, "-H", "lab[01-03]", "ping", env={"FLEETOPS_FOLD": "1"})

@@ -116,30 +116,29 @@ def test_a_connection_writes_nothing_into_its_config(monkeypatch):
 
 
 def test_the_version_is_read_when_asked_for_not_at_start_up(tmp_path):
-    from importlib.metadata import PackageNotFoundError, version
 
     import fleetops.cli
 
-    assert fleetops.cli.fab_program.version == "unknown"  # nothing read on import
-    try:
-        expected = version("fleetops")
-    except PackageNotFoundError:
-        expected = "dev"
+    assert fleetops.cli.program.version == "unknown"  # nothing read on import
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    probe = subprocess.run([sys.executable, "-c", "import fleetops.cli; print(fleetops.cli._version())"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    expected = probe.stdout.strip()  # the metadata that environment finds
     proc = subprocess.run([sys.executable, "-m", "fleetops.cli", "--version"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == f"fleetops {expected}" and "Fabric" in proc.stdout
 
 
 def test_the_program_ends_without_pythons_teardown_keeping_its_output_and_exit_status():
     """Tearing down a finished run (every module cleared, the connections' objects collected) cost
-    0.13-0.18 s of CPU and wall after the last line; fab now ends with os._exit once its streams are flushed.
+    0.13-0.18 s of CPU and wall after the last line; fleet ends with os._exit once its streams are flushed.
     An atexit handler shows whether the teardown ran."""
     probe = ("import atexit, sys\n"
              "atexit.register(lambda: sys.stdout.write('TEARDOWN\\n'))\n"
-             "from fleetops.cli import fab_main\n"
-             "sys.argv = ['fab'] + sys.argv[1:]\n"
-             "fab_main()\n")
+             "from fleetops.cli import main\n"
+             "sys.argv = ['fleet'] + sys.argv[1:]\n"
+             "main()\n")
 
     def fab(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", probe, *args], cwd=REPO, capture_output=True, text=True,
@@ -155,20 +154,21 @@ def test_the_program_ends_without_pythons_teardown_keeping_its_output_and_exit_s
 
 
 PARSED_ALIKE = [
-    ["fab", "-H", "lab01", "patch", "verify", "--kinds", "grep,compile"],
-    ["fab", "-H", "lab01", "patch", "--check", "verify", "gpu", "extract"],
-    ["fab", "patch", "-H", "lab01", "--limit", "patch"],  # a task's name as an option's value
-    ["fab", "-H", "lab01", "pach"],  # a typo: the same error and suggestion
-    ["fab", "-H", "lab01", "patch", "--bogus"],
-    ["fab", "-H", "lab01", "verify", "--kinds"],  # an option without its value
-    ["fab", "--help", "patch"],
-    ["fab", "--help", "nosuchtask"],
-    ["fab", "-H", "lab01", "history", "patch"],
-    ["fab", "-H", "lab01", "--", "uname", "-a"],
-    ["fab", "-H", "lab01", "ping", "--", "patch"],
-    ["fab", "-H", "lab01", "playbook.lint"],
-    ["fab", "-H", "lab01", "lab.up", "--nodes", "2"],
-    ["fab", "--complete", "--", "fab", "pa"],  # completion lists every task: Invoke's full parser
+    ["fleet", "-H", "lab01", "patch", "verify", "--kinds", "grep,compile"],
+    ["fleet", "-H", "lab01", "patch", "--check", "verify", "gpu", "extract"],
+    ["fleet", "patch", "-H", "lab01", "--limit", "patch"],  # a task's name as an option's value
+    ["fleet", "-H", "lab01", "pach"],  # a typo: the same error and suggestion
+    ["fleet", "-H", "lab01", "patch", "--bogus"],
+    ["fleet", "-H", "lab01", "verify", "--kinds"],  # an option without its value
+    ["fleet", "--help", "patch"],
+    ["fleet", "--help", "nosuchtask"],
+    ["fleet", "-H", "lab01", "history", "patch"],
+    ["fleet", "-H", "lab01", "--", "uname", "-a"],
+    ["fleet", "-H", "lab01", "ping", "--", "patch"],
+    ["fleet", "-H", "lab01", "playbook.lint"],
+    ["fleet", "-H", "lab01", "lab.up", "--nodes", "2"],
+    ["fleet", "init", "--force"],
+    ["fleet", "--complete", "--", "fleet", "pa"],  # completion lists every task: Invoke's full parser
 ]
 
 
@@ -180,9 +180,10 @@ def _parse(argv: list[str], capsys) -> object:
 
     from fleetops.cli import Fleet
     from fleetops.fab.executor import FleetExecutor
+    from fleetops.fab.tasks import fleet_namespace
 
-    prog = Fleet(name="fleetops", executor_class=FleetExecutor, config_class=Config, binary="fab",
-                 binary_names=["fab"])
+    prog = Fleet(name="fleetops", namespace=fleet_namespace(), executor_class=FleetExecutor, config_class=Config,
+                 binary="fleet", binary_names=["fleet"])
     try:
         prog.create_config()
         prog.parse_core(argv)

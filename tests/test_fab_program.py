@@ -1,6 +1,7 @@
-"""The `fab` script that installing fleetops puts on PATH (fleetops/entry.py:fab_main, then cli.py), where no
-node is needed: outside a project it refuses before any connection or name lookup, and in a project whose fabfile has no
-fleetops tasks it is Fabric's own `fab` (same tasks, same Connection)."""
+"""The two programs, where no node is needed. `fleet` (fleetops/entry.py, then cli.py) is fleetops' own, with its
+tasks bundled: it lists and helps from any folder, makes a project (`fleet init`), and outside a project refuses a
+command before any connection or name lookup. `fab` is Fabric's own, untouched by installing fleetops: in a
+project made by `fleet init` its one-line fabfile gives it fleetops' tasks and fabric.yaml the executor."""
 
 from __future__ import annotations
 
@@ -11,53 +12,110 @@ from pathlib import Path
 
 from conftest import REPO
 
-FAB = Path(sys.executable).parent / "fab"
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+BIN = Path(sys.executable).parent
+FLEET, FAB = BIN / "fleet", BIN / "fab"
 
 
-def run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    assert "fleetops.entry" in FAB.read_text(), f"{FAB} is Fabric's fab, not fleetops': run scripts/setup"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([str(FAB), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
+def run(program: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    return subprocess.run([str(program), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
 
 
-def test_outside_a_project_adhoc_is_refused_with_the_way_in(tmp_path):
+def test_installing_fleetops_leaves_fabrics_fab_alone():
+    # The defect: pyproject installed `fab = fleetops.entry:fab_main` over the script Fabric installs.
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"fleet": "fleetops.entry:main"}
+    assert "from fabric.main import program" in FAB.read_text(), f"{FAB} is not Fabric's: run scripts/setup"
+    assert "fleetops.entry" in FLEET.read_text()
+
+
+def test_fabs_card_command_runs_fleetops_tasks_in_a_project_made_by_fleet_init(tmp_path):
+    made = run(FLEET, tmp_path, "init", "ops")
+    assert made.returncode == 0, made.stdout + made.stderr
+    project = tmp_path / "ops"
+    listed = run(FAB, project, "--list")
+    assert listed.returncode == 0 and "patch" in listed.stdout and "verify" in listed.stdout, listed.stderr
+    # Fabric's own fab loads the fabfile (fleetops' tasks) and fabric.yaml (fleetops' executor): gpu01 is the
+    # example inventory's host, which the executor refuses to connect to (no address is looked up).
+    card = run(FAB, project / "hosts", "-H", "gpu01", "patch", "verify", "extract")
+    assert card.returncode == 4, card.stdout + card.stderr
+    assert "gpu01 comes from an example inventory" in card.stdout and "RECAP" in card.stdout
+    assert "Traceback" not in card.stderr
+    # The run options go after a task with fab; before the tasks they are `fleet`'s core flags.
+    for program, args in ((FAB, ["-H", "gpu01", "patch", "--serial", "1", "--forks", "2", "verify"]),
+                          (FLEET, ["-H", "gpu01", "--serial", "1", "--forks", "2", "patch", "verify"])):
+        proc = run(program, project, *args)
+        assert proc.returncode == 4 and "example inventory" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_fleet_outside_a_project_refuses_before_any_lookup(tmp_path):
     # `gpu01` is no address: a lookup would leave the machine. The refusal comes before any connection.
-    proc = run(tmp_path, "-H", "gpu01", "--", "uname", "-a")
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "no fabfile.py" in proc.stderr and "-r PATH/TO/PROJECT" in proc.stderr
-    assert "Traceback" not in proc.stderr and "gaierror" not in proc.stderr
+    for args in (["-H", "gpu01", "--", "uname", "-a"], ["-H", "gpu01", "ping"], ["lab.up"]):
+        proc = run(FLEET, tmp_path, *args)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "no fleetops project" in proc.stderr and "fleet init DIR" in proc.stderr
+        assert "-r PATH/TO/PROJECT" in proc.stderr
+        assert "Traceback" not in proc.stderr and "gaierror" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # lab.up made nothing here
 
 
-def test_search_root_finds_the_project_from_anywhere(tmp_path):
-    proc = run(tmp_path, "-r", str(REPO), "--list")
-    assert proc.returncode == 0 and "patch" in proc.stdout and "verify" in proc.stdout, proc.stderr
+def test_fleet_lists_and_helps_from_any_folder(tmp_path):
+    listed = run(FLEET, tmp_path, "--list")
+    assert listed.returncode == 0, listed.stderr
+    for task in ("init", "patch", "verify", "lab.up", "playbook.lint"):
+        assert f"  {task} " in listed.stdout, task
+    helped = run(FLEET, tmp_path, "--help", "patch")
+    assert helped.returncode == 0 and "--serial" in helped.stdout
 
 
-def test_another_projects_fabfile_keeps_fabrics_ways(tmp_path):
+def test_search_root_names_the_project_from_anywhere(tmp_path):
+    assert run(FLEET, tmp_path, "init", "ops").returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run(FLEET, elsewhere, "-r", str(tmp_path / "ops" / "playbooks"), "-H", "gpu01", "ping")
+    assert proc.returncode == 4 and "example inventory" in proc.stdout, proc.stdout + proc.stderr
+    wrong = run(FLEET, elsewhere, "-r", str(elsewhere), "-H", "gpu01", "ping")
+    assert wrong.returncode == 2 and "not a fleetops project" in wrong.stderr, wrong.stderr
+
+
+def test_version_names_fleetops_and_its_parts(tmp_path):
+    proc = run(FLEET, tmp_path, "--version")
+    assert proc.returncode == 0, proc.stderr
+    # The metadata the program's own environment finds (the checkout's, on its PYTHONPATH, before a wheel's).
+    names = ("fleetops", "fabric", "paramiko", "invoke")
+    probe = run(Path(sys.executable), tmp_path, "-c", "from importlib.metadata import version; "
+                f"print(' '.join(version(n) for n in {names!r}))")
+    versions = probe.stdout.split()
+    assert proc.stdout.splitlines() == [f"{label} {v}" for label, v in zip(
+        ("fleetops", "Fabric", "Paramiko", "Invoke"), versions)], (proc.stdout, probe.stdout, probe.stderr)
+
+
+def test_a_fabfile_without_fleetops_tasks_keeps_fabrics_ways_under_fleetops_executor(tmp_path):
+    (tmp_path / "fabric.yaml").write_text("tasks:\n  executor_class: fleetops.fab.executor.FleetExecutor\n")
     (tmp_path / "fabfile.py").write_text(
         "from fabric import task\n\n@task\ndef hello(c, who='world'):\n"
         "    print(f'hello {who} from', type(c).__name__, getattr(c, 'host', '-'), getattr(c, 'port', '-'))\n")
-    proc = run(tmp_path, "hello", "--who", "ops")
+    proc = run(FAB, tmp_path, "hello", "--who", "ops")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().startswith("hello ops from Context")
     # With -H, Fabric's executor hands the task a Connection per host (built lazily: nothing is contacted
     # here); fleetops' executor would have run it as a local task.
-    proc = run(tmp_path, "-H", "127.0.0.1:2222", "hello")
+    proc = run(FAB, tmp_path, "-H", "127.0.0.1:2222", "hello")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == "hello world from Connection 127.0.0.1 2222"
 
 
-def test_version_names_fleetops_and_fabric(tmp_path):
-    proc = run(tmp_path, "--version")
-    assert proc.returncode == 0 and "fleetops" in proc.stdout and "Fabric" in proc.stdout
-
-
 def test_a_usage_error_names_the_command_the_operator_typed():
-    # The defect: the installed `fab` is the Fleet class too, and its hint said `fleet --help`.
+    from fabric.main import program as fabrics
     from invoke.exceptions import ParseError
 
-    from fleetops.cli import fab_program, program
+    from fleetops.cli import program
     from fleetops.fab.usage import usage_exit
 
-    assert "`fab --list`" in str(usage_exit(fab_program, ParseError("No idea what 'pach' is!")).message)
+    assert "`fab --list`" in str(usage_exit(fabrics, ParseError("No idea what 'pach' is!")).message)
     assert "`fleet --list`" in str(usage_exit(program, ParseError("No idea what 'pach' is!")).message)

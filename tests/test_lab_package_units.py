@@ -19,6 +19,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+import fleetops.lab
 from fleetops.lab import RECORDINGS, Node
 from fleetops.lab.gpu import set_gpu_state, stop_holders
 
@@ -58,7 +59,7 @@ def test_recordings_are_package_data() -> None:
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "fleetops.lab" in config["packages"]
     globs = config["package-data"]["fleetops.lab"]
-    lab_dir = REPO / "fleetops" / "lab"
+    lab_dir = Path(fleetops.lab.__file__).parent  # the checkout's, or an installed wheel's
     recorded = sorted(p for p in RECORDINGS.rglob("*") if p.is_file())
     assert recorded and RECORDINGS.is_relative_to(lab_dir), RECORDINGS
     missing = [str(p.relative_to(lab_dir)) for p in recorded

@@ -109,10 +109,12 @@ def _options(help_text: str) -> dict[str, bool]:
 
 
 @cache
-def _tasks() -> dict[str, int]:
-    """Every task fab lists, with how many positional arguments it takes (`run "CMD"`)."""
-    listed = set(re.findall(r"^  (\S+)", _fab("--list"), re.M))
-    probe = ("import json, fabfile; ns = fabfile.ns; "
+def _tasks(program: str = "fab") -> dict[str, int]:
+    """Every task the program lists, with how many positional arguments it takes (`run "CMD"`): the project's
+    fabfile's for `fab`, the bundled ones (`init` too) for `fleet`."""
+    listed = set(re.findall(r"^  (\S+)", _fab("--list", program=program), re.M))
+    namespace = "fabfile.ns" if program == "fab" else "fleetops.fab.tasks.fleet_namespace()"
+    probe = (f"import json, fabfile, fleetops.fab.tasks; ns = {namespace}; "
              "print(json.dumps({n: len(ns[n].positional) for n in ns.task_names}))")
     proc = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", probe], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
@@ -128,8 +130,8 @@ def _core(program: str) -> dict[str, bool]:
 
 
 @cache
-def _task_options(task: str) -> dict[str, bool]:
-    text = _fab("--help", task)
+def _task_options(task: str, program: str = "fab") -> dict[str, bool]:
+    text = _fab("--help", task, program=program)
     return _options(text.split("Options:", 1)[1]) if "Options:" in text else {}
 
 
@@ -149,12 +151,12 @@ def check_fab_words(words: list[str], program: str = "fab") -> list[str]:
                 i += 1
             i += 1
             continue
-        if word not in _tasks():
+        if word not in _tasks(program):
             errors.append(f"{word!r} is not a task")
             break
-        task, options = word, _task_options(word)
+        task, options = word, _task_options(word, program)
         i += 1
-        for _ in range(_tasks()[word]):  # its positional arguments, filled by the next plain words
+        for _ in range(_tasks(program)[word]):  # its positional arguments, filled by the next plain words
             if i < len(words) and not words[i].startswith("-"):
                 i += 1
     return errors

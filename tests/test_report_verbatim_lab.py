@@ -25,7 +25,7 @@ CODES = "ok :thumbs_up: :warning: path/:smile:/x"
 
 
 def test_an_adhoc_commands_output_with_emoji_codes_comes_back_verbatim(lab):
-    script = os.path.join(os.path.dirname(sys.executable), "fab")
+    script = os.path.join(os.path.dirname(sys.executable), "fleet")
     proc = subprocess.run([script, "-H", "lab01", "--", "echo", CODES], cwd=lab.root, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -31,7 +31,7 @@ from .decorators import RUN_OPTIONS, fleet_task_name, run_options_of
 class FleetExecutor(fabric.Executor):
     def execute(self, *tasks):  # type: ignore[override]
         if not _is_fleetops_collection(self.collection):
-            # fleetops installs this executor's program as `fab`: another project's fabfile keeps Fabric's ways.
+            # fabric.yaml names this executor, the fabfile declares no fleetops task: Fabric's ways.
             startup.release()  # its tasks may run for hours: collect as Python normally does
             return super().execute(*tasks)
         calls = [c if isinstance(c, Call) else Call(task=c) for c in self.normalize(tasks)]
@@ -131,7 +131,7 @@ class FleetExecutor(fabric.Executor):
 
 
 def _is_fleetops_collection(collection: Any) -> bool:
-    """A fabfile that declares at least one fleetops host task (fabfile.py's @fleet_task)."""
+    """A collection that declares at least one fleetops host task (fab/tasks.py's @fleet_task)."""
     if collection is None:
         return False
     return any(getattr(task.body, "fleetops_task", None) for task in collection.tasks.values()) or any(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-# The programs that parse the command line as Fabric does: fleetops' `fab`/`fleet`, Fabric's own `fab`, and
+# The programs that parse the command line as Fabric does: fleetops' `fleet`, Fabric's own `fab`, and
 # `python -m fabric` (argv[0] is then fabric/__main__.py).
 _FAB_PROGRAMS = ("fab", "fleet", "__main__.py")
 # Flags that list or describe tasks (every task must be there), given whole or as a prefix (--list-format=x).

@@ -7,7 +7,8 @@
     fab -H lab01 patch --check     # show the diff, change nothing
     fab -H lab01 rollback
     fab -H @lab run "nvidia-smi --query-gpu=memory.used --format=csv"   # an ad-hoc command
-    fab -H lab01,lab02 -- uname -a                                      # Fabric's ad-hoc form
+    fleet -H lab01,lab02 -- uname -a     # Fabric's ad-hoc form, through the inventory: `fleet` only (Fabric's
+                                         # own `fab` reads no project for a command without a task)
 
 Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     -j  --json       one JSON document instead of the human view (every task, history too)
@@ -15,8 +16,8 @@ Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     -p  --playbook   the playbook YAML
     Every other option is long only (--job-id, --job, --diff, --kinds, --host, --last, ...); -h is --help.
     Run options, on any host task: --serial N, --forks N, --limit EXPR (names, globs, @group, !host),
-    --inventory PATH (or FLEETOPS_INVENTORY); fleetops' own `fab` (fleetops/cli.py) takes them as core flags
-    too. Fabric's own -i is the SSH identity file, so the inventory is --inventory only.
+    --inventory PATH (or FLEETOPS_INVENTORY); `fleet` (fleetops/cli.py) takes them as core flags too.
+    Fabric's own -i is the SSH identity file, so the inventory is --inventory only.
     --dry (Fabric's core -R/--dry): check mode for patch/rollback; read-only tasks run as they are; a task
     that changes things and has no check mode (run, extract, stop, trust) is refused with exit 2.
 Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate, 20-22 diagnose,
@@ -227,3 +228,25 @@ if wants_lab(sys.argv):
 
     ns.add_collection(_lab.collection(), name="lab")
 ns.add_collection(Collection("playbook", playbook_lint), name="playbook")
+
+
+@explicit_task(positional=["directory"],
+               help={"directory": "the project's folder (`fleet init` alone: the working directory); made if missing",
+                     "force": "replace the project files that exist (the rest of the folder is left alone)"})
+def init(c, directory, force=False):
+    """Make a project here or in DIRECTORY: hosts/ (an example inventory), playbooks/ (the shipped playbook as a
+    worked example), fabric.yaml and a one-line fabfile.py for Fabric's `fab`. Refuses to replace a file (exit 2)
+    unless --force."""
+    from ..report.init import show_init
+
+    code = show_init(directory, force=force)
+    if code:
+        raise Exit(code=code)
+
+
+def fleet_namespace() -> Collection:
+    """`fleet`'s namespace: the project's tasks (`ns`) and `init`, which makes a project (no fabfile has it)."""
+    out = Collection(init, *ns.tasks.values())
+    for name, sub in ns.collections.items():
+        out.add_collection(sub, name=name)
+    return out

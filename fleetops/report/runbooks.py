@@ -16,25 +16,32 @@ from ..results import EXIT_USAGE
 
 def show_runbooks(root: str | Path | None, as_json: bool = False) -> int:
     folder = Path(root or Path.cwd()) / "docs" / "runbooks"
-    if not folder.is_dir():  # a project that uses fleetops from a checkout elsewhere: that checkout's runbooks
-        folder = Path(__file__).resolve().parents[2] / "docs" / "runbooks"
+    if not folder.is_dir():  # a project of its own (fleet init): the runbooks the package ships (package data)
+        folder = Path(__file__).resolve().parents[1] / "runbooks"
     try:
         books = load_all(folder)
     except (ConfigError, OSError) as exc:
         print(f"runbooks: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if as_json:
-        doc = [{"name": b.name, "title": b.title, "symptom": b.symptom, "file": f"docs/runbooks/{b.path.name}"}
-               for b in books]
+        doc = [{"name": b.name, "title": b.title, "symptom": b.symptom, "file": _where(b.path, root)} for b in books]
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return 0
     if not books:
         print(f"no runbooks in {folder}")
         return 0
-    table = Table(title="Runbooks (docs/runbooks/)", title_justify="left", show_lines=False)
+    table = Table(title=f"Runbooks ({_where(folder, root)}/)", title_justify="left", show_lines=False)
     for col in ("runbook", "when", "file"):
         table.add_column(col, overflow="fold")
     for b in books:
-        table.add_row(b.title, b.symptom, f"docs/runbooks/{b.path.name}")
+        table.add_row(b.title, b.symptom, _where(b.path, root))
     Console(emoji=False).print(table)
     return 0
+
+
+def _where(path: Path, root: str | Path | None) -> str:
+    """A runbook's path as the operator reads it: from the project, or where the package keeps it."""
+    try:
+        return str(path.relative_to(Path(root or Path.cwd()).resolve()))
+    except ValueError:
+        return str(path)

@@ -8,6 +8,7 @@ import importlib.util
 import io
 import marshal
 import os
+import sys
 import threading
 import zipfile
 from dataclasses import dataclass
@@ -52,6 +53,9 @@ class Bundle:
 # the same Python version execs them without compiling (~55 ms of CPU per agent start, measured); any other
 # version compiles the sources, as before. Both come from the same sha256-verified bytes.
 CODE_PREFIX = f"code-{importlib.util.MAGIC_NUMBER.hex()}/"
+# Before 3.11 marshal writes a frozenset constant (`x in {...}`) in its hash order, which changes with each
+# process's hash seed: a client on 3.10 sends the sources alone, so its bundle's bytes stay put too.
+PRECOMPILED = sys.version_info >= (3, 11)
 CODE_FILENAME = "<fleetops-agent>/remote_scripts/{}"  # what a traceback names for precompiled agent code
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fleetops" / "agent"
 
@@ -115,7 +119,7 @@ def _build(sources: dict[str, bytes]) -> bytes:
         add("__main__.py", ENTRY)
         for name, source in sources.items():
             add(f"remote_scripts/{name}", source)
-        for name, source in sources.items():
+        for name, source in sources.items() if PRECOMPILED else ():
             module = ".".join(["remote_scripts", *name[:-3].split("/")])
             module = module[:-len(".__init__")] if module.endswith(".__init__") else module
             code = compile(source, CODE_FILENAME.format(name), "exec", dont_inherit=True)

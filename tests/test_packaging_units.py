@@ -1,0 +1,91 @@
+"""What pyproject.toml and the lock files promise, checked without building anything: every package is in the
+wheel's list, every dependency has an upper bound and the locks pin inside it (with hashes, the client lock the
+dev lock's pins), and the client Pythons are stated the same way in pyproject and the README."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import REPO
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+CLIENT_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)(?: ; (.+?))? \\$", re.M)
+
+
+def locked(name: str) -> dict[tuple[str, str], str]:
+    """(package, marker) -> version, from a lock file; every pin followed by at least one sha256."""
+    pins = {}
+    for entry in re.split(r"\n(?=[^\s#])", (REPO / name).read_text()):
+        m = PIN.match(entry)
+        if m:
+            assert "\n    --hash=sha256:" in entry, f"{name}: no hash for {m.group(0)}"
+            pins[(m.group(1).lower(), m.group(3) or "")] = m.group(2)
+    return pins
+
+
+def test_every_package_folder_is_in_the_wheel():
+    found = sorted(str(p.parent.relative_to(REPO)).replace("/", ".")
+                   for top in ("fleetops", "remote_scripts") for p in (REPO / top).rglob("__init__.py"))
+    assert sorted(PYPROJECT["tool"]["setuptools"]["packages"]) == found
+
+
+def test_every_dependency_has_an_upper_bound():
+    for line in [*PYPROJECT["project"]["dependencies"], *PYPROJECT["project"]["optional-dependencies"]["dev"]]:
+        req = Requirement(line)
+        assert any(s.operator in ("<", "<=", "==", "~=") for s in req.specifier), f"{line}: no upper bound"
+
+
+def test_the_locks_pin_inside_pyprojects_bounds_and_agree():
+    client, dev = locked("requirements.lock"), locked("requirements-dev.lock")
+    assert client and dev
+    for key, version in client.items():
+        assert dev.get(key) == version, f"{key}: requirements.lock {version}, requirements-dev.lock {dev.get(key)}"
+    by_name = {name: version for (name, _), version in dev.items()}
+    for line in [*PYPROJECT["project"]["dependencies"], *PYPROJECT["project"]["optional-dependencies"]["dev"]]:
+        req = Requirement(line)
+        name = req.name.lower()
+        versions = [v for (n, _), v in dev.items() if n == name]
+        assert versions, f"{name} is not locked"
+        for version in versions:
+            assert req.specifier.contains(version, prereleases=True), f"{name} {version} outside {req.specifier}"
+        if line in PYPROJECT["project"]["dependencies"]:
+            assert {v for (n, _), v in client.items() if n == name} == {by_name[name]}, name
+    # One version of each client dependency on every Python, so the client matrix tests one set; but pycparser
+    # (cffi's C parser, used when cffi builds), whose 3.12 left Python 3.10.
+    split = {n for n, _ in client if len({v for (m, _), v in client.items() if m == n}) > 1}
+    assert split == {"pycparser"}, split
+
+
+def test_the_client_pythons_are_stated_alike():
+    project = PYPROJECT["project"]
+    spec = SpecifierSet(project["requires-python"])
+    assert [v for v in ("3.9", *CLIENT_PYTHONS, "3.14") if spec.contains(f"{v}.0")] == list(CLIENT_PYTHONS)
+    classified = [c.rsplit(" :: ", 1)[1] for c in project["classifiers"]
+                  if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    assert classified == list(CLIENT_PYTHONS)
+    readme = (REPO / "README.md").read_text()
+    assert "client: Python 3.10, 3.11, 3.12 and 3.13" in readme
+
+
+def test_the_setup_installs_the_lock_with_hashes():
+    setup = (REPO / "scripts" / "setup").read_text()
+    assert "--require-hashes -r requirements-dev.lock" in setup and "--no-deps -e ." in setup
+    assert Path(REPO / "scripts" / "lock").is_file()
+
+
+def test_every_client_python_is_tested():
+    # The suite runs on .venv's Python (scripts/setup's python3); a matrix file runs it on each of the others.
+    cfg = (REPO / ".venv" / "pyvenv.cfg").read_text()
+    own = re.search(r"^version(?:_info)? = (\d+\.\d+)", cfg, re.M).group(1)  # type: ignore[union-attr]
+    matrix = {f"3.{m.group(1)}" for p in (REPO / "tests").glob("test_client_matrix_py3*.py")
+              if (m := re.fullmatch(r"test_client_matrix_py3(\d+)\.py", p.name))}
+    assert own not in matrix and matrix | {own} == set(CLIENT_PYTHONS), (own, sorted(matrix))
