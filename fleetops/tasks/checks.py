@@ -27,7 +27,8 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
         return agent_error(host, "verify", answer)
     items = []
     for raw in answer["items"]:
-        keys = ("evidence", "proves", "cannot", "file", "details", "seconds") + (() if raw["ok"] else ("stderr_tail",))
+        keys = ("evidence", "matches", "proves", "cannot", "file", "details", "seconds")
+        keys += () if raw["ok"] else ("stderr_tail",)
         details = {k: raw[k] for k in keys if raw.get(k)}
         label = f"{raw['name']} [{raw['kind']}]"
         items.append(Item(label, Status.OK if raw["ok"] else Status.FAILED, raw["msg"], details))

@@ -204,7 +204,7 @@ def run_grep(check: dict) -> dict:
     where = "code" if mode == "code" and not note else "text"  # what was searched, in the result's `search`
     rx = compile_pattern(check["pattern"])  # string methods where the pattern is text and whitespace
     hits = [{"line": i + 1, "text": raw[i].strip()} for i, line in enumerate(lines) if rx.search(line)]
-    shown = hits[:5]
+    shown = hits[:GREP_KEPT]
     if check["expect"] == "match":
         ok = bool(hits)
         msg = f"/{check['pattern']}/ found at line {hits[0]['line']}" if ok else \
@@ -219,7 +219,10 @@ def run_grep(check: dict) -> dict:
             f"/{check['pattern']}/ must not match but does at line {hits[0]['line']}: {hits[0]['text']}"
     if note:
         msg += f"; {note}"
-    return _result(check, ok, msg, shown, file=path, search=where)
+    return _result(check, ok, msg, shown, file=path, search=where, matches=len(hits))
+
+
+GREP_KEPT = 50  # matching lines a grep answers with (the human view shows 5 and counts the rest)
 
 
 def run_compile(check: dict) -> dict:
