@@ -273,6 +273,8 @@ class Reporter:
             lines.append([("    ", ""), ("node:", "yellow"), (f" removed a dead upload's temp file {path}", "")])
         for text in r.data.get("node_warnings") or ():  # what the operator let pass (--allow-insecure-venv)
             lines.append([("    ", ""), ("node warning:", "yellow"), (f" {text}", "")])
+        if r.data.get("chosen_playbook"):  # from a playbook set, by the host's versions (tasks/registry.py)
+            lines.append([("    ", ""), ("playbook:", "dim"), (f" {r.data['chosen_playbook']}", "")])
         if r.data.get("next"):  # a health task's next action: once per result, so once per folded group
             lines.append([("    ", ""), ("next:", "bold"), (f" {r.data['next']}", "")])
         return lines, table

@@ -369,6 +369,10 @@ def verify(req: dict) -> dict:
         results[i] = res
     items = [r for r in results if r is not None]
     answer: dict = {"ok": all(r["ok"] for r in items), "items": items}
+    if req.get("dists"):  # what `pip check` reads; the client evaluates it
+        from ..core.dists import installed_dists
+
+        answer["dists"] = installed_dists()
     note = disagreement(items)
     if note:
         answer["disagreement"] = note
