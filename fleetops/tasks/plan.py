@@ -105,7 +105,11 @@ def unmet_warnings(dists: object) -> list[str]:
     from ..plans.pipcheck import unmet  # packaging, for the tasks that ask
 
     found = unmet(dists)
-    shown = [f"installed packages do not satisfy each other (pip check): {u}" for u in found[:10]]
+    if not found:
+        return []
+    shown = [f"the installed packages do not satisfy each other ({len(found)} unmet, as pip check finds them): "
+             "not a faithful node; what runs here may fail in ways the checks cannot see"]
+    shown += [f"pip check: {u}" for u in found[:10]]
     if len(found) > 10:
-        shown.append(f"and {len(found) - 10} more unmet requirements (--json for all)")
+        shown.append(f"pip check: and {len(found) - 10} more (--json for all)")
     return shown

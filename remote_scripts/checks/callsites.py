@@ -115,7 +115,7 @@ def check_callsites(check: dict) -> dict:
     readers: list[tuple[str, ModuleReader]] = []
     for modname in check.get("modules") or []:
         try:
-            path = module_file_in_site(modname)
+            path = (check.get("files") or {}).get(modname) or module_file_in_site(modname)
             with open(path, "rb") as f:
                 tree = ast.parse(f.read(), filename=path)
         except NodeError as exc:

@@ -298,7 +298,7 @@ def run_probe(check: dict) -> dict:
 
     request = {"modules": {}, "args": check.get("args", {})}
     for name in check.get("modules", []):
-        request["modules"][name] = module_file_in_site(name)
+        request["modules"][name] = (check.get("files") or {}).get(name) or module_file_in_site(name)
     # The probe runs from the source in memory; this file (0600, a fresh name) is what its tracebacks name and
     # show their lines from.
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
@@ -348,8 +348,35 @@ assert set(RUNNERS) == set(ORDER) == set(CHECK_KINDS), "checks.py and protocol.C
 
 
 def verify(req: dict) -> dict:
+    if req.get("sources"):  # rebase: the candidate's text of each module, checked in place of the installed file
+        import shutil
+        import tempfile
+
+        where = tempfile.mkdtemp(prefix="fleetops-candidate-")
+        try:
+            return _verify(req, _candidate_files(req["sources"], where))
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+    return _verify(req, {})
+
+
+def _candidate_files(sources: dict, where: str) -> dict:
+    """Each module's candidate text as a file named like the installed one (a package's __init__.py stays one),
+    in a private temp dir, for the checks that read a module's file (callsites) or load it (probe)."""
+    files = {}
+    for n, (module, text) in enumerate(sorted(sources.items())):
+        folder = os.path.join(where, str(n))
+        os.mkdir(folder, 0o700)
+        path = os.path.join(folder, os.path.basename(module_file_in_site(module)))
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        files[module] = path
+    return files
+
+
+def _verify(req: dict, files: dict) -> dict:
     _STATE_DIR["path"] = str(req.get("state_dir") or "")
-    checks = list(req["checks"])
+    checks = [{**c, "files": files} if files and c["kind"] in ("callsites", "probe") else c for c in req["checks"]]
     if req.get("requires"):
         checks.insert(0, {"kind": "requires", "name": "requires", "requires": req["requires"]})
     indexed = sorted(enumerate(checks), key=lambda ic: (ORDER[ic[1]["kind"]], ic[0]))
