@@ -140,11 +140,11 @@ def for_host(run: RunState, name: str, plan: Plan, node: Connector) -> Plan | Re
     with book_set.lock:
         installed = book_set.installed.get(host)
     if installed is None:
-        answer, evidence = node.call("facts", {"brief": True, "packages": book_set.packages}, timeout=60)
+        answer, _ = node.call("facts", {"brief": True, "packages": book_set.packages}, timeout=60)
         if answer.get("error"):
             return agent_error(host, name, answer)
         found = answer.get("packages") or {}
-        installed = {p: found.get(p) if isinstance(found.get(p), str) else None for p in book_set.packages}
+        installed = {p: str(found[p])[:64] if isinstance(found.get(p), str) else None for p in book_set.packages}
         with book_set.lock:
             book_set.installed[host] = installed
     return _choice(name, plan, host, installed)
