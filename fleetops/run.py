@@ -57,13 +57,34 @@ def assemble(state: RunState, hosts: list[str], tasks: list[tuple[str, dict[str,
     hosts = _with_failed(state.root, [w for chunk in hosts for w in split_words(chunk)])
     limit = ",".join(_with_failed(state.root, split_words(limit)))
     selected = state.inventory.expand(hosts)
-    plans = [(name, plan_for(state, name, kwargs, dry=dry)) for name, kwargs in tasks]
+    plans = [(name, plan_for(state, name, kwargs, dry=dry)) for name, kwargs in chain_options(tasks)]
     steps = [Step(name, partial(run_task, state, name, plan), ahead=partial(send_ahead, state, name, plan))
              for name, plan in plans]
     if limit:  # names, globs, @group, !host (plans/inventory.py); UnknownHost when nothing is left
         selected = state.inventory.limit(selected, limit)
     state.selected = [h.name for h in selected]
     return Run(state, selected, steps)
+
+
+# Options that name what the whole chain works on: given to any task of the command, every task uses it
+# (`patch verify -p NEW.yaml` patches and verifies with NEW; Invoke parses an option into the task it follows).
+CHAIN_OPTIONS = ("playbook",)
+
+
+def chain_options(tasks: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """`tasks` with each CHAIN_OPTIONS value given to one task given to all; UsageError when two tasks give
+    different values (which one would the chain use?)."""
+    out = [(name, dict(kwargs)) for name, kwargs in tasks]
+    for option in CHAIN_OPTIONS:
+        given = list(dict.fromkeys(str(kw[option]) for _, kw in out if kw.get(option)))
+        if len(given) > 1:
+            flag = "--" + option.replace("_", "-")
+            raise UsageError(f"{flag} given with different values ({', '.join(given)}): give it once, it applies "
+                             f"to every task of the command")
+        for _, kw in out:
+            if given and not kw.get(option):
+                kw[option] = given[0]
+    return out
 
 
 def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool = True, fold: bool | None = None,

@@ -12,6 +12,8 @@ from typing import Any
 from . import audit
 from .plans.inventory import Host, Inventory, load_inventory
 from .plans.playbook import Playbook, load_playbook
+from .plans.playbookset import PlaybookSet, load_set
+from .plans.yamlsrc import ConfigError
 from .report.console import Reporter
 from .results import Result
 from .wire.connector import Connector, Pool
@@ -30,6 +32,7 @@ class RunState:
         self.reporter = Reporter(json_mode=bool(os.environ.get("FLEETOPS_JSON")))
         self.results: list[Result] = []
         self.playbooks: dict[Path, Playbook] = {}
+        self.playbook_sets: dict[Path, PlaybookSet] = {}
         self.lock = threading.Lock()
         self.interrupted = threading.Event()  # Ctrl-C: long tasks (tail, --wait) detach and return
         self.selected: list[str] = []  # the hosts this run selected (run.assemble): fleet-wide tasks read it
@@ -74,13 +77,32 @@ class RunState:
         if callable(prepare):
             prepare()
 
-    def playbook(self, override: str | None = None) -> Playbook:
+    def playbook_path(self, override: str | None = None) -> Path:
+        """What -p (else FLEETOPS_PLAYBOOK, else fabric.yaml's fleetops.playbook) names: a playbook file, or a
+        directory of them (a playbook set)."""
         override = override or os.environ.get("FLEETOPS_PLAYBOOK")
         rel = override or self.settings.get("playbook") or DEFAULT_PLAYBOOK
         path = Path(rel) if Path(rel).is_absolute() else (Path.cwd() / rel if override else self.root / rel)
         if override and not path.exists():
             path = self.root / rel
-        path = path.resolve()
+        return path.resolve()
+
+    def playbook_set(self, override: str | None = None) -> PlaybookSet | None:
+        """The playbook set -p or fabric.yaml names (loaded once per run), None when they name one playbook."""
+        path = self.playbook_path(override)
+        if not path.is_dir():
+            return None
+        with self.lock:
+            if path not in self.playbook_sets:
+                self.playbook_sets[path] = load_set(path)
+            return self.playbook_sets[path]
+
+    def playbook(self, override: str | None = None) -> Playbook:
+        path = self.playbook_path(override)
+        if path.is_dir():
+            files = ", ".join(p.name for p in sorted(path.glob("*.y*ml"))) or "none there"
+            raise ConfigError(path, None, f"a playbook set (a directory); this task reads one playbook: name its "
+                                          f"file with -p ({files})")
         with self.lock:
             if path not in self.playbooks:
                 self.playbooks[path] = load_playbook(path)

@@ -286,6 +286,21 @@ def lab_base() -> Path:
 
 
 @pytest.fixture(scope="session")
+def newer_base(lab_base: Path) -> Path:
+    """The lab's second base venv (fleetops.lab.common.NEWER_NODE_PACKAGES: a newer real vLLM with its real
+    dependencies, ~11 GB), for a node on the new version: built on first use like the default base (~10 minutes
+    on 2 cores), cached after that; scripts/test builds it before the workers start."""
+    from fleetops.lab.common import NEWER_NODE_PACKAGES, LabError, base_dir_for, ensure_base_for
+
+    try:
+        return ensure_base_for(dict(NEWER_NODE_PACKAGES), progress=lambda m: print(m, file=sys.stderr))
+    except (LabError, OSError, subprocess.CalledProcessError) as exc:
+        pytest.fail(f"the lab's second base venv {base_dir_for(dict(NEWER_NODE_PACKAGES))} could not be made: {exc}. "
+                    "Run `.venv/bin/fab lab.build-base --vllm "
+                    f"{NEWER_NODE_PACKAGES['vllm']}` (needs the package index, ~11 GB)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def base_python(lab_base: Path) -> Path:
     return lab_base / "bin" / "python"
 
@@ -315,6 +330,7 @@ def slurm_tools() -> None:
 FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
     "lab_factory": ("lab",),
     "lab_base": ("base_venv",),
+    "newer_base": ("base_venv",),
     "root_user": ("root",),
     "slurm_tools": ("slurm",),
 }

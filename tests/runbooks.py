@@ -14,7 +14,7 @@ from pathlib import Path
 
 from readmesamples import COLUMNS, REPO, TRIM, mask, normalise
 
-from fleetops.lab import Lab, kernel_log
+from fleetops.lab import Lab, base_dir, kernel_log
 from fleetops.plans.runbooks import Runbook, Step
 
 RUNBOOKS = REPO / "docs" / "runbooks"
@@ -34,11 +34,12 @@ class RunbookLab:
         self.lab.down(purge=True)
 
     def reset(self) -> None:
-        """Every node as `lab.up` left it: running, pristine packages, no state, idle GPUs, a quiet kernel
-        log, known_hosts with the current host keys; the project without fetched files or a re-run list."""
+        """Every node as `lab.up` left it: running, on the default base with pristine packages, no state, idle
+        GPUs, a quiet kernel log, known_hosts with the current host keys; the project without fetched files or a
+        re-run list."""
         for node in self.lab.nodes():
             self.lab.start_node(node)
-            self.lab.reset_packages(node)
+            self.lab.use_base(node, base_dir())  # a runbook may have moved it to another vLLM (lab.install --vllm)
             for sub in ("backups", "lock.json", "jobs"):
                 target = node.state_dir / sub
                 if target.is_dir():

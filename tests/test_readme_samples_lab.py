@@ -256,7 +256,7 @@ def test_bad_flags_are_caught_by_this_check():
     assert check_fab_words(["-H", "lab01", "patch", "--chek"]) == ["--chek is not an option of patch"]
     assert check_fab_words(["-H", "lab01", "pach"]) == ["'pach' is not a task"]
     assert check_fab_words(["-H", "lab01", "patch", "--check", "verify", "--kinds", "grep"]) == []
-    assert check_fab_words(["lab.install", "lab02", "vllm==0.11.0", "lab.status"]) == []
+    assert check_fab_words(["lab.install", "lab02", "--vllm", "0.17.0", "lab.status"]) == []
 
 
 def test_set_up_is_the_two_documented_commands():

@@ -5,6 +5,7 @@ hold. A runbook whose command fails, or whose output no longer matches, fails CI
 from __future__ import annotations
 
 import pytest
+from conftest import copy_playbooks
 from runbooks import RUNBOOKS, RunbookLab, check
 
 from fleetops.plans.runbooks import load_all, parse
@@ -13,9 +14,11 @@ BOOKS = load_all(RUNBOOKS)
 
 
 @pytest.fixture(scope="module")
-def rlab(lab_factory):
+def rlab(lab_factory, newer_base):
+    """The runbooks' lab: its playbooks/ a real copy (a runbook authors a playbook there), the lab's second base
+    built (a runbook moves a node to the newer vLLM)."""
     size = max(b.nodes for b in BOOKS)
-    return RunbookLab(lab_factory.shared(size, __name__).root, size)
+    return RunbookLab(lab_factory.shared(size, __name__, layout=copy_playbooks).root, size)
 
 
 def test_there_are_runbooks_and_each_runs_something():

@@ -3,6 +3,7 @@ holds the heavy node packages (real vllm 0.16.0 + speculators 0.3.0)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -12,6 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 NODE_PACKAGES = {"vllm": "0.16.0", "speculators": "0.3.0"}
+# The lab's second base: a newer real vLLM whose API moved under speculators 0.3.0 (vllm.v1.request.Request no
+# longer takes eos_token_id). The tests' mixed fleet and the new-version runbook put a node on it.
+NEWER_NODE_PACKAGES = {"vllm": "0.17.0", "speculators": "0.3.0"}
 OWN_PACKAGES = ("speculators",)  # copied into each node so patching one node never touches another
 
 
@@ -75,6 +79,71 @@ def ensure_base(progress: Callable[[str], None] = say) -> Path:
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins], check=True)
     marker.write_text(json.dumps(NODE_PACKAGES) + "\n")
     return base
+
+
+def parse_pins(**versions: str | None) -> dict[str, str]:
+    """`vllm="0.17.0", speculators=None` -> the base's pins: each package at the version given, else the
+    default base's (NODE_PACKAGES), in NODE_PACKAGES' order (the base's folder name depends on it)."""
+    pins = {name: (versions.get(name) or default).strip() for name, default in NODE_PACKAGES.items()}
+    for name, version in pins.items():
+        if not version or any(c.isspace() or c in "=<>!~;,[]" for c in version):
+            raise LabError(f"--{name} {version!r}: give one release, e.g. --{name} {NODE_PACKAGES[name]}")
+    return pins
+
+
+def base_dir_for(pins: dict[str, str]) -> Path:
+    """The cached venv for these pins, named like the default base (the default's own folder for its pins)."""
+    if pins == NODE_PACKAGES:
+        return base_dir()
+    name = "-".join(f"{k}{v}" for k, v in pins.items())
+    py = f"py{sys.version_info.major}.{sys.version_info.minor}"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "fleetops" / "lab" / f"base-{py}-{name}"
+
+
+def base_pins(base: Path) -> dict[str, str]:
+    """What a finished base holds (its marker), {} for one that is not finished."""
+    try:
+        pins = json.loads((base / ".fleetops-complete").read_text())
+    except (OSError, ValueError):
+        return {}
+    return pins if isinstance(pins, dict) else {}
+
+
+def ensure_base_for(pins: dict[str, str], progress: Callable[[str], None] = say) -> Path:
+    """A faithful node venv for other pins: pip installs the packages with their real dependencies (its own
+    torch and the rest), as an operator's node would have them. Cached like the default base, finished only when
+    pip's install and `pip check` both passed (the marker is written last); two builders of one base take turns
+    (a lock file beside it). ~11 GB and ~8 minutes the first time."""
+    if pins == NODE_PACKAGES:
+        return ensure_base(progress)
+    refuse_if_asked(REFUSE_BASE, "a lab base venv", "base_venv")
+    base = base_dir_for(pins)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with open(base.parent / f".{base.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if base_pins(base) == pins:
+            return base
+        _build_base(base, pins, progress)
+    return base
+
+
+def _build_base(base: Path, pins: dict[str, str], progress: Callable[[str], None]) -> None:
+    python = base / "bin" / "python"
+    if not python.exists():
+        progress(f"lab: creating the node venv {base}")
+        subprocess.run([sys.executable, "-m", "venv", str(base)], check=True)
+    wanted = [f"{k}=={v}" for k, v in pins.items()]
+    progress(f"lab: installing {' '.join(wanted)} with their dependencies into {base} (~11 GB, minutes)")
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+    if subprocess.run([*pip, "install", "-q", *wanted]).returncode != 0:
+        raise LabError(f"pip could not install {' '.join(wanted)} into {base}: see pip's message above; "
+                       f"the venv is left unfinished (no marker) and the next build starts from it")
+    check = subprocess.run([*pip, "check"], capture_output=True, text=True)
+    if check.returncode != 0:
+        raise LabError(f"{base}: `pip check` finds unmet requirements, so this is no faithful node:\n"
+                       f"{check.stdout.strip()}")
+    (base / ".fleetops-complete").write_text(json.dumps(pins) + "\n")
 
 
 def free_port() -> int:

@@ -39,6 +39,7 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 BASE_PTH = "_fleetops_lab_base.pth"  # a node venv over the base venv: the base's site-packages on its path
 Progress = Callable[[str], None]
 MODEL_PARTS = ("lab-model", "lab-data")  # what model.py makes, copied into each node's state dir
+BASE_PTH = "_fleetops_lab_base.pth"  # in a node's site-packages: the base venv's site-packages it runs on
 
 
 def _interpreters(pythons: list[str] | None, count: int) -> list[tuple[str, str]]:
@@ -374,6 +375,28 @@ class Lab:
         subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                         "--no-deps", "--upgrade", *other, "--target", str(site_packages(node.venv)), requirement],
                        check=True)
+
+    def node_base(self, node: Node) -> Path:
+        """The base venv whose packages the node runs on (its .pth file names that base's site-packages)."""
+        try:
+            site = Path((site_packages(node.venv) / BASE_PTH).read_text().strip())
+        except OSError:
+            return base_dir()
+        return site.parents[2]  # <base>/lib/pythonX.Y/site-packages
+
+    def use_base(self, node: Node, base: Path) -> None:
+        """Put a node on another base venv (lab.install --vllm): its .pth names that base's site-packages, and
+        its own packages become that base's pristine copies. Nothing is installed into the node: the base holds
+        the packages with their real dependencies."""
+        site = site_packages(node.venv)
+        for entry in site.iterdir():  # what lab.install --package left beside its own packages shadows the base
+            if entry.name != BASE_PTH and not any(entry.name == p or entry.name.startswith(f"{p}-")
+                                                  for p in OWN_PACKAGES):
+                _remove(entry)
+        tmp = site / f".{BASE_PTH}.tmp"
+        tmp.write_text(f"{site_packages(base)}\n")
+        os.replace(tmp, site / BASE_PTH)
+        self.reset_packages(node, base)
 
     def _sshd_config(self, node: Node) -> str:
         # sftp (how the agent is uploaded) through OpenSSH's external sftp-server at log level INFO: it records

@@ -10,7 +10,7 @@ from invoke import Collection, task
 from invoke.exceptions import Exit
 
 from . import kernel_log
-from .common import LabError, say
+from .common import NODE_PACKAGES, LabError, base_pins, ensure_base_for, parse_pins, say
 from .gpu import GPU_STATES, SIMULATED_GPUS
 from .lab import Lab
 from .pythons import NODE_PYTHONS
@@ -62,11 +62,12 @@ def down(c, purge=False):
 
 @task(help={"node": "lab node name, or 'all'"})
 def reset(c, node="all"):
-    """Give lab nodes pristine speculators files again (as installed from PyPI)."""
+    """Give lab nodes pristine speculators files again (as installed from PyPI, from the node's own base venv:
+    `lab.install --vllm` moves a node to another)."""
     lab = _lab(c)
     for n in lab.nodes():
         if node in ("all", n.name):
-            lab.reset_packages(n)
+            lab.reset_packages(n, lab.node_base(n))
             say(f"{n.name}: packages reset")
 
 
@@ -119,12 +120,53 @@ def kernel(c, node="all", xid=None, gpu=0, oom=False, readable=None, clear=False
             raise SystemExit(str(exc)) from None
 
 
-@task(help={"node": "lab node name", "package": "a pinned requirement, e.g. vllm==0.11.0"})
-def install(c, node, package):
-    """Give one lab node another real version of a package (no deps), e.g. to see a refused patch."""
+@task(help={"node": "lab node name",
+            "package": "a pinned requirement installed WITHOUT its dependencies, e.g. vllm==0.11.0 (a quick "
+                       "refused-patch demo; not a faithful node)",
+            "vllm": "put the node on the faithful base venv with this vLLM release (built first if absent)",
+            "speculators": f"with --vllm: the speculators release (default {NODE_PACKAGES['speculators']})"})
+def install(c, node, package=None, vllm=None, speculators=None):
+    """Give one lab node other real package versions: --vllm X (a faithful base venv with X's real
+    dependencies, as `lab.build-base` makes it) or --package NAME==X (that one package, no deps)."""
     lab = _lab(c)
-    lab.install_package(lab.node(node), package)
-    say(f"{node}: installed {package} (shadows the shared venv's copy; `fab lab.reset` restores speculators)")
+    target = _one(lab, node)
+    if bool(package) == bool(vllm or speculators):
+        raise Exit("lab.install: give --vllm X [--speculators Y] (a faithful node) or --package NAME==X", code=2)
+    if package:
+        lab.install_package(target, package)
+        say(f"{node}: installed {package} without its dependencies (shadows the base venv's copy; not a faithful "
+            f"node: `fab -H {node} facts` lists what it leaves unmet; `fab lab.install --node {node} --vllm X` "
+            f"gives one)")
+        return
+    base = _base(vllm=vllm, speculators=speculators)
+    lab.use_base(target, base)
+    say(f"{node}: now on {base} ({_pins(base)}; `fab lab.reset` keeps this base, "
+        f"`fab lab.install --node {node} --vllm {NODE_PACKAGES['vllm']}` puts it back)")
+
+
+@task(name="build-base", help={"vllm": f"the vLLM release (default {NODE_PACKAGES['vllm']})",
+                               "speculators": f"the speculators release (default {NODE_PACKAGES['speculators']})"})
+def build_base(c, vllm=None, speculators=None):
+    """Build (once; cached under ~/.cache/fleetops/lab/) a faithful node venv: these releases with their real
+    dependencies, checked with `pip check`. ~11 GB and ~8 minutes the first time."""
+    base = _base(vllm=vllm, speculators=speculators)
+    say(f"base venv: {base} ({_pins(base)}); put a node on it with fab lab.install --node lab02 --vllm "
+        f"{_pins_of(base).get('vllm', '?')}")
+
+
+def _base(**versions: str | None) -> Path:
+    try:
+        return ensure_base_for(parse_pins(**versions))
+    except (LabError, OSError, subprocess.CalledProcessError) as exc:
+        raise Exit(f"lab base venv: {exc}", code=1) from None
+
+
+def _pins_of(base: Path) -> dict[str, str]:
+    return base_pins(base) or dict(NODE_PACKAGES)
+
+
+def _pins(base: Path) -> str:
+    return ", ".join(f"{k} {v}" for k, v in _pins_of(base).items())
 
 
 @task(help={"node": "lab node name"})
@@ -160,4 +202,4 @@ def _one(lab: Lab, name: str):
 
 
 def collection() -> Collection:
-    return Collection(up, status, down, reset, gpu, install, kernel, stop, start, rekey)
+    return Collection(up, status, down, reset, gpu, install, build_base, kernel, stop, start, rekey)

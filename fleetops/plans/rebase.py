@@ -254,3 +254,26 @@ def new_playbook_text(name: str, description: str, header: list[str], requires: 
     return ("".join(f"# {x}\n" for x in header) + f"name: {_scalar(name)}\n"
             + f"description: {json.dumps(description)}\n"
             + render_requires(requires) + render_patches(patches) + "verify:\n" + checks)
+
+
+# ---------------------------------------------------------------- text written for the old versions
+def stale_versions(old_requires: list[str], versions: dict[str, str | None]) -> list[str]:
+    """The release numbers the old pins name (`vllm==0.16.*` -> "0.16") whose package the node now has at
+    another version: a comment or description naming them describes the old versions."""
+    out = []
+    for req in old_requires:
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([0-9][0-9.]*?)(?:\.\*)?\s*$", req)
+        if not m or not versions.get(m.group(1)) or versions[m.group(1)] == m.group(2):
+            continue
+        if not str(versions[m.group(1)]).startswith(m.group(2) + "."):
+            out.append(m.group(2))
+    return list(dict.fromkeys(out))
+
+
+def stale_lines(text: str, releases: list[str], first_line: int = 1) -> list[str]:
+    """"line N: ..." for each line of a playbook's text that names one of `releases` as a version (not inside a
+    path or a name such as speculators-0.3.0-vllm-0.16/)."""
+    if not releases:
+        return []
+    rx = re.compile(r"(?<![\w./])(?<![A-Za-z]-)(?:" + "|".join(re.escape(r) for r in releases) + r")(?![\w/]|\.\d)")
+    return [f"line {n}: {line.strip()}" for n, line in enumerate(text.splitlines(), first_line) if rx.search(line)]

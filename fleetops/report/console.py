@@ -273,6 +273,8 @@ class Reporter:
             lines.append([("    ", ""), ("node:", "yellow"), (f" removed a dead upload's temp file {path}", "")])
         for text in r.data.get("node_warnings") or ():  # what the operator let pass (--allow-insecure-venv)
             lines.append([("    ", ""), ("node warning:", "yellow"), (f" {text}", "")])
+        if r.data.get("chosen_playbook"):  # from a playbook set, by the host's versions (tasks/registry.py)
+            lines.append([("    ", ""), ("playbook:", "dim"), (f" {r.data['chosen_playbook']}", "")])
         if r.data.get("next"):  # a health task's next action: once per result, so once per folded group
             lines.append([("    ", ""), ("next:", "bold"), (f" {r.data['next']}", "")])
         return lines, table
@@ -363,6 +365,9 @@ def render_table(spec: dict) -> Table:
     return table
 
 
+EVIDENCE_SHOWN = 5  # per check in the human view; what is left is counted, never dropped silently
+
+
 def _item_detail_lines(details: dict[str, Any], verbose: bool) -> list[str]:
     out: list[str] = []
     for drift in details.get("drift", []):
@@ -376,7 +381,8 @@ def _item_detail_lines(details: dict[str, Any], verbose: bool) -> list[str]:
             out.append(f"  {' ' * len(str(diff['line']))}       found    {diff['found']!r}")
     if details.get("diff_text") and details.get("show_diff"):
         out.extend(details["diff_text"].rstrip("\n").splitlines())
-    for ev in details.get("evidence", [])[:5]:
+    evidence = details.get("evidence", [])
+    for ev in evidence[:EVIDENCE_SHOWN]:
         if isinstance(ev, dict):
             if {"file", "line", "callee", "error"} <= set(ev):
                 out.append(f"{ev['file'].rsplit('/', 1)[-1]}:{ev['line']}: {ev['callee']}: {ev['error']}")
@@ -386,6 +392,10 @@ def _item_detail_lines(details: dict[str, Any], verbose: bool) -> list[str]:
                 out.append(", ".join(f"{k}={v}" for k, v in ev.items()))
         else:
             out.extend(str(ev).splitlines()[-3:])
+    total = max(len(evidence), details.get("matches") or 0)  # a grep counts lines past those it answers with
+    if total > EVIDENCE_SHOWN:
+        kept = "all" if total == len(evidence) else f"the first {len(evidence)}"
+        out.append(f"and {total - EVIDENCE_SHOWN} more (--json for {kept})")
     if details.get("stderr_tail"):
         out.append("stderr (last lines):")
         out.extend("  " + x for x in details["stderr_tail"][-10:])

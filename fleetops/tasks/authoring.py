@@ -9,6 +9,7 @@ Both write local files only; the node is only read."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -291,21 +292,101 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
                         code=EXIT_FAILED, data=data)
         result.evidence = evidence
         return result
+    verdict = _candidate_checks(book, files, node)
+    items += verdict.items
+    data["checks"] = verdict.data
     try:
         with plan.options["lock"]:
-            out = _write_candidate(book, plan.options["out"], files, by_module, host, versions, scripts)
+            out, review = _write_candidate(book, plan.options["out"], files, by_module, host, versions, scripts)
     except UnsafeName as exc:
         return Result(host, "rebase", Status.FAILED, f"{book.name}: no candidate written: the node's answer names a "
                       f"file outside {book.path.parent}/ ({exc}); pass --out FILE to name it yourself", items,
                       code=EXIT_FAILED, data=data)
     data["candidate"] = str(out)
-    prove = f"fab -H {shlex.quote(host)} patch verify -p {shlex.quote(os.path.relpath(out))}"
-    return Result(host, "rebase", Status.CHANGED, f"{book.name} onto {onto}: {summary}; candidate {out.name} written: "
-                  f"prove it with {prove}", items, data=data)
+    data["review"] = review
+    if review:
+        items.append(Item("text to review", Status.CHANGED, f"{len(review)} places in {out.name} still describe "
+                          f"{', '.join(book.requires)}: rewrite them for {onto}", {"evidence": review}))
+    rel = shlex.quote(os.path.relpath(out))
+    prove = f"fab -H {shlex.quote(host)} patch verify -p {rel}"
+    if verdict.clean:
+        return Result(host, "rebase", Status.CHANGED, f"{book.name} onto {onto}: {summary}, {verdict.summary}; clean;"
+                      f" candidate {out.name} written: prove it with {prove}", items, data=data)
+    result = Result(host, "rebase", Status.FAILED, f"{book.name} onto {onto}: {summary}; hunks clean, "
+                    f"{verdict.summary}; candidate {out.name} written, not clean: on a lab node with these versions "
+                    f"patch with it (fab -H {shlex.quote(host)} patch -p {rel}), fix those calls in the node's files, "
+                    f"capture them (fab -H {shlex.quote(host)} capture --module M -p {rel}), then {prove}", items,
+                    code=EXIT_FAILED, data=data)
+    result.evidence = verdict.evidence
+    return result
+
+
+class _Verdict:
+    """What the candidate's callsites and probe checks said on the node, against its installed packages."""
+
+    def __init__(self) -> None:
+        self.items: list[Item] = []
+        self.data: list[dict] = []
+        self.calls: list[str] = []
+        self.problems: list[str] = []
+        self.evidence = None
+
+    @property
+    def clean(self) -> bool:
+        return not self.calls and not self.problems
+
+    @property
+    def summary(self) -> str:
+        if not self.data:
+            return "no callsites or probe check in the playbook to run on the candidate"
+        parts = []
+        if self.calls:
+            n = len(self.calls)
+            parts.append(f"{n} call{'s' if n != 1 else ''} no longer bind{'s' if n == 1 else ''}: "
+                         + "; ".join(self.calls))
+        parts += self.problems
+        names = ", ".join(d["name"] for d in self.data)
+        return "; ".join(parts) if parts else f"the candidate's {names} pass on the node's packages"
+
+
+def _candidate_checks(book, files: dict, node: Connector) -> _Verdict:
+    """The playbook's callsites and probe checks run on the node against the candidate's text of each module
+    (the node's installed packages, the candidate's files): do the calls still bind on the new versions?"""
+    verdict = _Verdict()
+    checks = [c for c in book.checks if c["kind"] in ("callsites", "probe")]
+    if not checks:
+        return verdict
+    sources = {module: outcome.text for module, (_, _, outcome) in files.items()}
+    answer, evidence = node.call("verify", {"requires": [], "checks": checks, "sources": sources}, timeout=900)
+    if answer.get("error"):
+        verdict.problems.append(f"the candidate's checks could not run: {answer['error']}")
+        verdict.evidence = evidence
+        return verdict
+    for raw in answer.get("items") or []:
+        verdict.data.append({k: raw.get(k) for k in ("name", "kind", "ok", "msg", "evidence")})
+        shown = ("evidence",) if raw["kind"] == "callsites" else ("evidence", "stderr_tail")  # import noise
+        details = {k: raw[k] for k in shown if raw.get(k) and not raw.get("ok")}
+        verdict.items.append(Item(f"candidate {raw['name']} [{raw['kind']}]",
+                                  Status.OK if raw.get("ok") else Status.FAILED, raw.get("msg", ""), details))
+        if raw.get("ok"):
+            continue
+        if raw["kind"] == "callsites":
+            verdict.calls += [_call(e) for e in raw.get("evidence") or []]
+        else:
+            verdict.problems.append(f"the {raw['kind']} {raw['name']} fails (its line below says how)")
+    return verdict
+
+
+def _call(entry: object) -> str:
+    if isinstance(entry, dict) and {"file", "line", "callee", "error"} <= set(entry):
+        return f"{str(entry['file']).rsplit('/', 1)[-1]}:{entry['line']} {entry['callee']}: {entry['error']}"
+    return str(entry)
 
 
 def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, dict], host: str,
-                     versions: dict[str, str], scripts: list[tuple[str, Path]]) -> Path:
+                     versions: dict[str, str], scripts: list[tuple[str, Path]]) -> tuple[Path, list[str]]:
+    """The candidate playbook and its diffs written; returns its path and the lines of it that still describe the
+    old versions (to review)."""
     names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
     requires = authoring.pin_requires(book.requires, versions, names)
     name = "-".join(f"{n}-{versions[n]}" for n in names if n in versions) or f"{book.name}-rebased"
@@ -333,15 +414,36 @@ def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, d
         text = authoring.replace_top_block(text, "patches", authoring.render_patches(entries), after="requires")
     else:
         text = authoring.replace_top_block(text, "patches", "patches: []\n", after="requires")
+    text = _retexted(text, book, requires, versions)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     header = (f"# Candidate made by `fab -H {host} rebase -p {book.path.name}` on {stamp}: {book.name}'s hunks "
               f"re-applied to the pristine files of {', '.join(f'{k} {v}' for k, v in versions.items())}.\n"
               f"# Not proven yet: run fab -H <lab node with these versions> patch verify -p {out.name}\n")
     if dropped:
         header += f"# Already upstream (no patch needed): {', '.join(dropped)}\n"
+    stale = authoring.stale_versions(book.requires, versions)
+    review = authoring.stale_lines(text, stale)
+    if review:
+        header += (f"# REVIEW: {len(review)} lines below still describe {', '.join(book.requires)} (`rebase` lists "
+                   f"them); rewrite them for these versions, then delete this line.\n")
     _atomic(out, header + text)
     load_playbook(out)
-    return out
+    return out, authoring.stale_lines(text, stale, first_line=header.count("\n") + 1)
+
+
+def _retexted(text: str, book, requires: list[str], versions: dict[str, str]) -> str:
+    """The candidate's own words: requires_hint rewritten for the new pins (the old one advised for the old
+    versions), the description marked for review while it names the old ones."""
+    hint = (f"This playbook patches exactly {', '.join(requires)} (rebased from {book.name}, whose advice for "
+            f"other versions is not carried over: say here what a node on other versions should do).")
+    text = authoring.replace_top_block(text, "requires_hint", f"requires_hint: {json.dumps(hint)}\n",
+                                       after="requires")
+    stale = authoring.stale_versions(book.requires, versions)
+    if book.description and authoring.stale_lines(book.description, stale):
+        described = f"REVIEW (written for {', '.join(book.requires)}): {book.description}"
+        text = authoring.replace_top_block(text, "description", f"description: {json.dumps(described)}\n",
+                                           after="name")
+    return text
 
 
 TASKS = [TaskSpec("capture", _capture_plan, run=_run_capture, dry=None),

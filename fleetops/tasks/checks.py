@@ -6,16 +6,21 @@ from typing import TYPE_CHECKING
 
 from ..plans.yamlsrc import ConfigError
 from ..results import Item, Result, Status
-from .plan import Plan, TaskSpec, agent_error
+from .plan import Plan, TaskSpec, agent_error, unmet_warnings
 
 if TYPE_CHECKING:
     from ..state import RunState
+
+
+DEEP_KINDS = ("import", "callsites", "probe")
 
 
 def _verify_plan(run: RunState, kwargs: dict) -> Plan:
     book = run.playbook(kwargs.get("playbook"))
     kinds = set(kwargs["kinds"].split(",")) if kwargs.get("kinds") else None
     request = book.verify_request(kinds)
+    if any(c["kind"] in DEEP_KINDS for c in request["checks"]):
+        request["dists"] = True  # checks that import the node's packages: say when those do not fit together
     if not request["checks"]:
         raise ConfigError(book.path, None, f"playbook {book.name!r} has no checks"
                                            + (f" of kinds {sorted(kinds)}" if kinds else ""))
@@ -27,7 +32,8 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
         return agent_error(host, "verify", answer)
     items = []
     for raw in answer["items"]:
-        keys = ("evidence", "proves", "cannot", "file", "details", "seconds") + (() if raw["ok"] else ("stderr_tail",))
+        keys = ("evidence", "matches", "proves", "cannot", "file", "details", "seconds")
+        keys += () if raw["ok"] else ("stderr_tail",)
         details = {k: raw[k] for k in keys if raw.get(k)}
         label = f"{raw['name']} [{raw['kind']}]"
         items.append(Item(label, Status.OK if raw["ok"] else Status.FAILED, raw["msg"], details))
@@ -36,8 +42,11 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
     msg = f"{passed}/{len(items)} checks passed"
     if answer.get("disagreement"):  # a grep failed while callsites and the probe passed: say which is stronger
         msg += f"; {answer['disagreement']}"
-    return Result(host, "verify", status, msg, items,
-                  data={"playbook": plan.playbook.name if plan.playbook else None})
+    data: dict = {"playbook": plan.playbook.name if plan.playbook else None}
+    warnings = unmet_warnings(answer.get("dists"))
+    if warnings:
+        data["node_warnings"] = warnings
+    return Result(host, "verify", status, msg, items, data=data)
 
 
 TASKS = [TaskSpec("verify", _verify_plan, _interpret_verify)]

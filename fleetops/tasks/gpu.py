@@ -12,7 +12,7 @@ from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_GPU_BUSY, Result, Status
 from ..wire.connector import Connector
 from . import slurm
-from .plan import Plan, TaskSpec
+from .plan import Plan, TaskSpec, unmet_warnings
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -77,13 +77,17 @@ def _run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
 
 
 def _facts_plan(run: RunState, kwargs: dict) -> Plan:
-    return Plan("facts", {}, 60, None)
+    return Plan("facts", {"dists": True}, 60, None)
 
 
 def _interpret_facts(host: str, plan: Plan, answer: dict) -> Result:
+    answer = dict(answer)
+    warnings = unmet_warnings(answer.pop("dists", None))
     row = fact_row(answer)
-    return Result(host, "facts", Status.OK, ", ".join(f"{k}={v}" for k, v in zip(FACT_COLUMNS, row)),
-                  data={"facts": answer, "fact_row": row})
+    data = {"facts": {**answer, "unmet_requirements": warnings}, "fact_row": row}
+    if warnings:
+        data["node_warnings"] = warnings
+    return Result(host, "facts", Status.OK, ", ".join(f"{k}={v}" for k, v in zip(FACT_COLUMNS, row)), data=data)
 
 
 TASKS = [TaskSpec("gpu", _gpu_plan, _interpret_gpu, _run_gpu),

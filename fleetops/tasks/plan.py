@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..plans.jobspec import JobSpec, resolve
 from ..plans.playbook import Playbook
+from ..plans.playbookset import PlaybookSet
 from ..results import EXIT_FAILED, Result, Status
 from ..wire.connector import Connector
 
@@ -29,6 +30,10 @@ class Plan:
     playbook: Playbook | None
     check: bool = False
     options: dict = field(default_factory=dict)
+    # A playbook set (-p DIR): this task's plan for each playbook of the set (or why it has none), by name; the
+    # host's installed versions choose one when the step runs (tasks/registry.py:for_host).
+    book_set: PlaybookSet | None = None
+    by_playbook: dict[str, Plan | str] = field(default_factory=dict)
 
 
 @dataclass
@@ -89,3 +94,22 @@ def skipped_note(label: str, job_id: str, skip: dict) -> str:
     count = skip.get("skipped_lines")
     return (f"{label} | job {job_id}: {count if count is not None else 'the'} earlier lines not shown "
             f"({skip['skipped_bytes']} bytes); --from-start replays them")
+
+
+def unmet_warnings(dists: object) -> list[str]:
+    """The node's installed packages checked against each other, as `pip check` would (the answer's `dists`, read
+    by the agent: remote_scripts/core/dists.py): one warning per unmet requirement, [] when all are met or the
+    node did not say."""
+    if not isinstance(dists, dict):
+        return []
+    from ..plans.pipcheck import unmet  # packaging, for the tasks that ask
+
+    found = unmet(dists)
+    if not found:
+        return []
+    shown = [f"the installed packages do not satisfy each other ({len(found)} unmet, as pip check finds them): "
+             "not a faithful node; what runs here may fail in ways the checks cannot see"]
+    shown += [f"pip check: {u}" for u in found[:10]]
+    if len(found) > 10:
+        shown.append(f"pip check: and {len(found) - 10} more (--json for all)")
+    return shown

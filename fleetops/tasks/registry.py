@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 from remote_scripts.core.protocol import READ_ONLY_OPS
 
 from ..plans.inventory import Host, MissingSecret
+from ..plans.playbookset import PlaybookSet
+from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
 from ..wire.connector import Connector, Pending, TransportError
-from .plan import Plan, TaskSpec, UsageError
+from .plan import Plan, TaskSpec, UsageError, agent_error
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -84,7 +86,78 @@ def plan_for(run: RunState, name: str, kwargs: dict[str, Any], *, dry: bool = Fa
             raise UsageError(f"{name} has no check mode, so --dry cannot be honoured; nothing was run")
         if spec.dry == "check":
             kwargs = {**kwargs, "check": True}
-    return spec.plan(run, kwargs)
+    book_set = run.playbook_set(kwargs.get("playbook")) if name in SET_TASKS else None
+    return spec.plan(run, kwargs) if book_set is None else _set_plan(run, spec, kwargs, book_set)
+
+
+# The tasks that take a playbook set (-p DIR): each host runs them with the playbook its versions fit.
+SET_TASKS = frozenset({"patch", "rollback", "verify", "diagnose", "extract", "tail", "status"})
+
+
+def _set_plan(run: RunState, spec: TaskSpec, kwargs: dict[str, Any], book_set: PlaybookSet) -> Plan:
+    """The task planned once per playbook of the set (a playbook it cannot run keeps the reason instead)."""
+    by: dict[str, Plan | str] = {}
+    for book in book_set.books:
+        try:
+            by[book.name] = spec.plan(run, {**kwargs, "playbook": str(book.path)})
+        except ConfigError as exc:
+            by[book.name] = str(exc)
+    plans = [p for p in by.values() if isinstance(p, Plan)]
+    if not plans:
+        raise ConfigError(book_set.path, None, f"no playbook of this set can {spec.name}: "
+                          + "; ".join(str(why) for why in by.values()))
+    first = plans[0]
+    return Plan(first.op, {}, first.timeout, None, first.check, book_set=book_set, by_playbook=by)
+
+
+def _choice(name: str, plan: Plan, host: str, installed: dict[str, str | None]) -> Plan | Result:
+    """The plan of the one playbook whose requires the host's versions fit, or the host's refusal."""
+    book_set = plan.book_set
+    assert book_set is not None
+    fits = book_set.fitting(installed)
+    have = ", ".join(f"{p} {v or 'not installed'}" for p, v in installed.items())
+    data = {"error_kind": "no_playbook", "installed": installed}
+    if not fits:
+        return Result(host, name, Status.FAILED, book_set.refusal(host, installed), code=EXIT_FAILED, data=data)
+    if len(fits) > 1:
+        return Result(host, name, Status.FAILED, f"{len(fits)} playbooks in {book_set.path.name}/ fit {host} ({have}):"
+                      f" {', '.join(b.name for b in fits)}; their requires overlap: narrow them so that one fits",
+                      code=EXIT_FAILED, data=data)
+    chosen = plan.by_playbook[fits[0].name]
+    if isinstance(chosen, str):
+        return Result(host, name, Status.FAILED, f"{fits[0].name} fits {host} ({have}) but cannot {name}: {chosen}",
+                      code=EXIT_FAILED, data=data)
+    return chosen
+
+
+def for_host(run: RunState, name: str, plan: Plan, node: Connector) -> Plan | Result:
+    """A playbook set's plan made this host's: its installed versions asked once per run on its connection (the
+    `facts` op, versions only), then the playbook they fit. Any other plan is its own."""
+    book_set = plan.book_set
+    if book_set is None:
+        return plan
+    host = node.host.name
+    with book_set.lock:
+        installed = book_set.installed.get(host)
+    if installed is None:
+        answer, _ = node.call("facts", {"brief": True, "packages": book_set.packages}, timeout=60)
+        if answer.get("error"):
+            return agent_error(host, name, answer)
+        found = answer.get("packages") or {}
+        installed = {p: str(found[p])[:64] if isinstance(found.get(p), str) else None for p in book_set.packages}
+        with book_set.lock:
+            book_set.installed[host] = installed
+    return _choice(name, plan, host, installed)
+
+
+def _known(name: str, plan: Plan, host: Host) -> Plan | None:
+    """for_host without asking the node: the plan when this host's choice is already known (or there is none)."""
+    if plan.book_set is None:
+        return plan
+    with plan.book_set.lock:
+        installed = plan.book_set.installed.get(host.name)
+    chosen = _choice(name, plan, host.name, installed) if installed is not None else None
+    return chosen if isinstance(chosen, Plan) else None
 
 
 def ahead_request(name: str, plan: Plan, host: Host) -> dict | None:
@@ -106,7 +179,8 @@ def send_ahead(run: RunState, name: str, plan: Plan, host: Host) -> Pending | No
     """Hand this step's request to the host's connector ahead of time (pipelining), when the step
     allows it (ahead_request); run_task(..., pending=) then reads its answer. Never raises: a step that
     cannot go ahead simply runs in its turn."""
-    request = ahead_request(name, plan, host)
+    known = _known(name, plan, host)  # a playbook set's step goes ahead once the host's playbook is known
+    request = ahead_request(name, known, host) if known is not None else None
     if request is None:
         return None
     try:
@@ -166,8 +240,8 @@ class _NodeNotes:
             result.data["quarantined"] = self.quarantined
         if self.removed_temp_files:
             result.data["removed_temp_files"] = self.removed_temp_files
-        if self.warnings:
-            result.data["node_warnings"] = self.warnings
+        if self.warnings:  # after any the task itself found
+            result.data["node_warnings"] = [*result.data.get("node_warnings", []), *self.warnings]
 
 
 class _ObservedPending:
@@ -213,7 +287,14 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
     host = node.host.name
     spec = TASKS[name]
     notes = _NodeNotes()
+    book_set = plan.book_set
     try:
+        chosen = for_host(run, name, plan, node)
+        if isinstance(chosen, Result):
+            _discard(pending)
+            chosen.seconds = round(time.monotonic() - started, 3)
+            return chosen
+        plan = chosen
         if spec.run is not None:
             ahead = ahead_request(name, plan, node.host) if pending is not None else None
             if pending is not None and ahead is not None:
@@ -235,7 +316,18 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
     if plan.playbook is not None:
         result.data.setdefault("playbook", plan.playbook.name)
         result.data.setdefault("playbook_sha256", plan.playbook.sha256)
+    if book_set is not None and plan.playbook is not None:  # chosen by the host's versions: the report says which
+        have = ", ".join(f"{p} {v}" for p, v in book_set.installed.get(host, {}).items())
+        result.data["chosen_playbook"] = f"{plan.playbook.name} (from {book_set.path.name}/, for {have})"
     return result
+
+
+def _discard(pending: Pending | None) -> None:
+    if pending is not None:
+        try:
+            pending.discard()
+        except Exception:  # a dropped answer must not turn a refusal into a crash
+            pass
 
 
 def _failure(run: RunState, host: str, name: str, exc: Exception, answered: bool = False) -> Result:

@@ -95,7 +95,7 @@ def _canonical_receivers(check: dict) -> list[dict]:
 def check_callsites(check: dict) -> dict:
     packages = list(check.get("packages") or [])
     checker = _Checker()
-    readers = checker.read(check.get("modules") or [], packages, _canonical_receivers(check))
+    readers = checker.read(check.get("modules") or [], packages, _canonical_receivers(check), check.get("files") or {})
     for _path, reader in readers:
         checker.assigned_anywhere |= reader.assigned
     for path, reader in readers:
@@ -136,12 +136,15 @@ class _Checker:
         if entry not in self.partial:
             self.partial.append(entry)
 
-    def read(self, modules: list[str], packages: list[str], receivers: list[dict]) -> list[tuple[str, ModuleReader]]:
-        """Each checked module's source, parsed (never imported); one that cannot be read is a failure."""
+    def read(
+        self, modules: list[str], packages: list[str], receivers: list[dict], files: dict
+    ) -> list[tuple[str, ModuleReader]]:
+        """Each checked module's source (a candidate's text where `files` names one), parsed, never imported; one
+        that cannot be read is a failure."""
         readers: list[tuple[str, ModuleReader]] = []
         for modname in modules:
             try:
-                path = module_file_in_site(modname)
+                path = files.get(modname) or module_file_in_site(modname)
                 with open(path, "rb") as f:
                     tree = ast.parse(f.read(), filename=path)
             except NodeError as exc:

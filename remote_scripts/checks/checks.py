@@ -205,7 +205,7 @@ def run_grep(check: dict) -> dict:
                        f"{sys.version.split()[0]} reads ({exc}); write it for the oldest Python of the fleet "
                        "(docs/playbooks.md, grep patterns)", file=path)
     hits = [{"line": i + 1, "text": raw[i].strip()} for i, line in enumerate(lines) if rx.search(line)]
-    shown = hits[:5]
+    shown = hits[:GREP_KEPT]
     if check["expect"] == "match":
         ok = bool(hits)
         msg = f"/{check['pattern']}/ found at line {hits[0]['line']}" if ok else \
@@ -220,7 +220,10 @@ def run_grep(check: dict) -> dict:
             f"/{check['pattern']}/ must not match but does at line {hits[0]['line']}: {hits[0]['text']}"
     if note:
         msg += f"; {note}"
-    return _result(check, ok, msg, shown, file=path, search=where)
+    return _result(check, ok, msg, shown, file=path, search=where, matches=len(hits))
+
+
+GREP_KEPT = 50  # matching lines a grep answers with (the human view shows 5 and counts the rest)
 
 
 def run_compile(check: dict) -> dict:
@@ -296,7 +299,7 @@ def run_probe(check: dict) -> dict:
 
     request = {"modules": {}, "args": check.get("args", {})}
     for name in check.get("modules", []):
-        request["modules"][name] = module_file_in_site(name)
+        request["modules"][name] = (check.get("files") or {}).get(name) or module_file_in_site(name)
     # The probe runs from the source in memory; this file (0600, a fresh name) is what its tracebacks name and
     # show their lines from.
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
@@ -365,8 +368,35 @@ def _not_run(check: dict, absent: list[dict]) -> dict:
 
 
 def verify(req: dict) -> dict:
+    if req.get("sources"):  # rebase: the candidate's text of each module, checked in place of the installed file
+        import shutil
+        import tempfile
+
+        where = tempfile.mkdtemp(prefix="fleetops-candidate-")
+        try:
+            return _verify(req, _candidate_files(req["sources"], where))
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+    return _verify(req, {})
+
+
+def _candidate_files(sources: dict, where: str) -> dict:
+    """Each module's candidate text as a file named like the installed one (a package's __init__.py stays one),
+    in a private temp dir, for the checks that read a module's file (callsites) or load it (probe)."""
+    files = {}
+    for n, (module, text) in enumerate(sorted(sources.items())):
+        folder = os.path.join(where, str(n))
+        os.mkdir(folder, 0o700)
+        path = os.path.join(folder, os.path.basename(module_file_in_site(module)))
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        files[module] = path
+    return files
+
+
+def _verify(req: dict, files: dict) -> dict:
     _STATE_DIR["path"] = str(req.get("state_dir") or "")
-    checks = list(req["checks"])
+    checks = [{**c, "files": files} if files and c["kind"] in ("callsites", "probe") else c for c in req["checks"]]
     if req.get("requires"):
         checks.insert(0, {"kind": "requires", "name": "requires", "requires": req["requires"]})
     indexed = sorted(enumerate(checks), key=lambda ic: (ORDER[ic[1]["kind"]], ic[0]))
@@ -388,6 +418,10 @@ def verify(req: dict) -> dict:
         results[i] = res
     items = [r for r in results if r is not None]
     answer: dict = {"ok": all(r["ok"] for r in items), "items": items}
+    if req.get("dists"):  # what `pip check` reads; the client evaluates it
+        from ..core.dists import installed_dists
+
+        answer["dists"] = installed_dists()
     note = disagreement(items)
     if note:
         answer["disagreement"] = note

@@ -120,6 +120,10 @@ def _free_gib(path: str) -> float | None:
 
 
 def facts(req: dict) -> dict:
+    if req.get("brief"):  # the versions only: what a playbook set chooses by
+        from ..core.nodeio import installed_version
+
+        return {"ok": True, "packages": {n: installed_version(str(n)) for n in req.get("packages") or ()}}
     os_name = platform.platform()
     try:
         with open("/etc/os-release", encoding="utf-8") as f:
@@ -132,6 +136,10 @@ def facts(req: dict) -> dict:
                  "python_path": sys.executable, "venv": sys.prefix,
                  "packages": {n: _dist_version(n) for n in ("vllm", "speculators", "torch", "transformers")},
                  "disk_free_gib": {"venv": _free_gib(sys.prefix), "state_dir": _free_gib(req["state_dir"])}}
+    if req.get("dists"):  # what `pip check` reads; the client evaluates it
+        from ..core.dists import installed_dists
+
+        out["dists"] = installed_dists()
     smi = find_smi()
     if smi is None:
         out.update(driver=None, cuda=None, gpu_count=0, gpu_names=[], gpu_error="nvidia-smi not found")

@@ -1,16 +1,17 @@
 """Behavioural probe: does speculators 0.3.0's hidden-state generator, as patched, still run every
-prompt token through the model on the installed vLLM (0.16)?
+prompt token through the model on the installed vLLM? Every verdict names that vLLM's version.
 
 It drives vLLM's real SchedulerConfig/CacheConfig/VllmConfig, its real Scheduler and KV cache manager on
 the CPU, built by the generator file's own `__init__` and `_create_vllm_config` (read from the file given
 on stdin, not copied here), and runs the file's own `generate()` twice over prompts that share a prefix
 and together exceed `max_num_batched_tokens`. Only the GPU side is replaced: a stand-in for
-`MultiprocExecutor` that answers the way vLLM 0.16's executor and worker do (`execute_model` returns None
-and keeps the step's state until `sample_tokens` runs; `collective_rpc(..., unique_reply_rank=r)` returns
+`MultiprocExecutor` that answers the way the installed vLLM's executor and worker do (where the executor has
+`sample_tokens`, as from 0.16 on: `execute_model` returns None and keeps the step's state until it runs;
+`collective_rpc(..., unique_reply_rank=r)` returns
 the reply itself) and records which prompt positions each step sends through the model. No GPU, no
 weights, no downloads: the model is a tiny Llama config written to a temp dir.
 
-Where the file hits a hard API break on vLLM 0.16, the probe bridges it the way the naive fix does
+Where the file hits a hard API break on the installed vLLM, the probe bridges it the way the naive fix does
 (adds `is_encoder_decoder`, drops `kv_cache_specs`, passes `block_size`, attaches a block hasher, runs
 `sample_tokens`), records the break, and keeps going so that it can still say how many tokens are lost.
 
@@ -37,6 +38,10 @@ import types
 GEN = "speculators.data_generation.vllm_hidden_states_generator"
 WORKER = "speculators.data_generation.custom_worker"
 MAX_STEPS = 2000
+# The installed vLLM, as the verdict names it, and whether its executor splits a step in two (execute_model,
+# then sample_tokens): read from the node's vLLM when the probe runs, never assumed.
+VLLM = ["?"]
+TWO_PHASE = [True]
 STATE_ERROR = "State error: sample_tokens() must be called after execute_model() returns None."
 
 # The verifier runs this file from a temp dir: don't let stray files there shadow real packages.
@@ -80,6 +85,15 @@ def load_module(dotted: str, path: str | None) -> types.ModuleType:
     return mod
 
 
+def installed_version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
 def make_tiny_model(root: str) -> dict:
     """A Llama-shaped config.json plus a word-level tokenizer, built locally (nothing is downloaded)."""
     cfg = {
@@ -103,7 +117,7 @@ def make_tiny_model(root: str) -> dict:
     return cfg
 
 
-# ------------------------------------------------------------------ the GPU side, as vLLM 0.16 answers
+# ------------------------------------------------------------------ the GPU side, as the installed vLLM answers
 class Recorder:
     def __init__(self) -> None:
         self.hard_breaks: list[str] = []  # API breaks the file hits on this vLLM (bridged to keep measuring)
@@ -125,7 +139,7 @@ REC = Recorder()
 
 
 class StandInExecutor:
-    """Replaces MultiprocExecutor. Answers like vLLM 0.16's executor + GPU worker, without a model."""
+    """Replaces MultiprocExecutor. Answers like the installed vLLM's executor + GPU worker, without a model."""
 
     def __init__(self, vllm_config=None, *args, **kwargs) -> None:
         self.vllm_config = vllm_config
@@ -133,7 +147,7 @@ class StandInExecutor:
         self.world_size = pc.tensor_parallel_size * pc.pipeline_parallel_size
         self.capture_layers: list[int] | None = None
         self.captured: list[list] | None = None
-        self.pending = None  # the step execute_model left for sample_tokens (0.16's ExecuteModelState)
+        self.pending = None  # the step execute_model left for sample_tokens (vLLM's ExecuteModelState)
         self.sample_calls = 0
         REC.executors.append(self)
 
@@ -147,7 +161,7 @@ class StandInExecutor:
         if fn is None:
             raise AttributeError(f"worker has no method {method!r}")
         reply = fn(*args, **(kwargs or {}))
-        # vLLM 0.16: with unique_reply_rank the reply itself comes back, otherwise one reply per worker.
+        # With unique_reply_rank the reply itself comes back (vLLM 0.16 on), otherwise one reply per worker.
         return reply if unique_reply_rank is not None else [reply] * self.world_size
 
     def initialize_from_config(self, kv_cache_configs) -> None:
@@ -156,9 +170,9 @@ class StandInExecutor:
 
     def execute_model(self, scheduler_output, non_block: bool = False):
         if self.pending is not None:
-            # vLLM 0.16's GPUModelRunner.execute_model raises this; bridge as if sample_tokens had run.
+            # Such a vLLM's GPUModelRunner.execute_model raises this; bridge as if sample_tokens had run.
             REC.hard_break("no sample_tokens()",
-                           "execute_model() called again without sample_tokens(): vLLM 0.16's worker raises "
+                           f"execute_model() called again without sample_tokens(): vLLM {VLLM[0]}'s worker raises "
                            f"'{STATE_ERROR}'")
             self.pending = None
         if len(REC.steps) >= MAX_STEPS:
@@ -166,6 +180,8 @@ class StandInExecutor:
         if scheduler_output.total_num_scheduled_tokens == 0:
             return types.SimpleNamespace(empty=True)  # EMPTY_MODEL_RUNNER_OUTPUT, no state kept
         self._forward(scheduler_output)
+        if not TWO_PHASE[0]:
+            return types.SimpleNamespace(sampled=True)
         self.pending = scheduler_output
         return None
 
@@ -254,6 +270,7 @@ def install_bridges(gen_mod: types.ModuleType) -> None:
     import vllm.v1.executor.multiproc_executor as vmpe
 
     # The GPU side.
+    TWO_PHASE[0] = hasattr(vmpe.MultiprocExecutor, "sample_tokens")
     gen_mod.MultiprocExecutor = StandInExecutor
     vmpe.MultiprocExecutor = StandInExecutor
     import torch
@@ -280,7 +297,7 @@ def install_bridges(gen_mod: types.ModuleType) -> None:
             if not missing:
                 raise
             REC.hard_break("SchedulerConfig(is_encoder_decoder)",
-                           f"SchedulerConfig(...) lacks {', '.join(missing)} (required on vLLM 0.16): "
+                           f"SchedulerConfig(...) lacks {', '.join(missing)} (required on vLLM {VLLM[0]}): "
                            f"{type(exc).__name__}")
             k.setdefault("is_encoder_decoder", False)
             k.setdefault("max_model_len", 8192)
@@ -335,7 +352,7 @@ def watch_scheduler(sched, vllm_config) -> None:
         REC.added.append(info)
         if sched.kv_cache_manager.enable_caching and getattr(request, "_block_hasher", None) is None:
             REC.hard_break("block pool assert (prefix caching on, no hasher)",
-                           "prefix caching is on but requests carry no block hasher: vLLM 0.16's block pool "
+                           f"prefix caching is on but requests carry no block hasher: vLLM {VLLM[0]}'s block pool "
                            "asserts on the first schedule()")
             if not hasher:
                 fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
@@ -513,7 +530,8 @@ def lost_tokens(per_call: list) -> str:
     text = (f"{lost} of {all_tokens} prompt tokens never go through the model"
             + (f" ({', '.join(why)})" if why else ""))
     if REC.hard_breaks:
-        text += f" (measured with its {len(REC.hard_breaks)} vLLM 0.16 API break(s) bridged the naive way)"
+        text += (f" (measured with its {len(REC.hard_breaks)} vLLM {VLLM[0]} API break(s) bridged the naive "
+                     "way)")
     return text
 
 
@@ -533,7 +551,7 @@ def find_problems(per_call: list, config: dict, worker_ok: bool, worker_notes: l
     if config["async_scheduling"]:
         problems.append("async scheduling resolves to on")
     if REC.hard_breaks:
-        problems.append(f"breaks on vLLM 0.16: {', '.join(REC.break_names)}")
+        problems.append(f"breaks on vLLM {VLLM[0]}: {', '.join(REC.break_names)}")
     if errors:
         problems.append("generate() raised: " + errors[0])
     if misaligned:
@@ -556,8 +574,10 @@ def run(req: dict) -> dict:
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     t0 = time.monotonic()
+    VLLM[0] = installed_version("vllm")
     evidence: list[str] = []
-    details: dict = {"args": {"max_model_len": max_model_len, "calls": calls, "shared_prefix": shared}}
+    details: dict = {"vllm": VLLM[0], "two_phase_steps": None,
+                     "args": {"max_model_len": max_model_len, "calls": calls, "shared_prefix": shared}}
 
     tmp = tempfile.mkdtemp(prefix="fleetops-probe-")
     try:
@@ -571,6 +591,7 @@ def run(req: dict) -> dict:
             worker_ok, worker_notes = check_worker(worker_mod)
             details["worker"] = worker_notes
         install_bridges(gen_mod)
+        details["two_phase_steps"] = TWO_PHASE[0]
 
         # The file's own __init__ builds the config, the KV cache config and the Scheduler.
         try:
@@ -578,7 +599,7 @@ def run(req: dict) -> dict:
         except Exception as exc:
             log(traceback.format_exc())
             return {"ok": False,
-                    "summary": f"FAIL: VllmHiddenStatesGenerator() cannot be built on this vLLM even with the "
+                    "summary": f"FAIL: VllmHiddenStatesGenerator() cannot be built on vLLM {VLLM[0]} even with the "
                                f"naive fixes bridged, so no prompt token goes through the model: {short(exc, 150)}",
                     "evidence": REC.hard_breaks + [short(exc)], "details": details}
         vc = gen.vllm_config
@@ -630,8 +651,8 @@ def run(req: dict) -> dict:
                             + (f", {a['misaligned']}" if a["misaligned"] else ""))
         evidence += [f"hard break: {b}" for b in REC.hard_breaks]
         evidence += worker_notes
-        scenario = (f"{calls} generate() calls x {len(prompts)} prompts, shared {shared}-token prefix, "
-                    f"{total} tokens/call > max_num_batched_tokens {budget}")
+        scenario = (f"vLLM {VLLM[0]}: {calls} generate() calls x {len(prompts)} prompts, shared {shared}-token "
+                    f"prefix, {total} tokens/call > max_num_batched_tokens {budget}")
         if problems:
             summary = "FAIL: " + "; ".join(problems) + f" [{scenario}]"
             return {"ok": False, "summary": summary, "evidence": evidence, "details": details}
