@@ -12,19 +12,8 @@ from typing import Any
 from remote_scripts.core.protocol import CHECK_KINDS, parse_requirement
 
 from . import unidiff
-from .yamlsrc import (
-    ConfigError,
-    Mapping,
-    Sequence,
-    expect_mapping,
-    get_int,
-    get_str,
-    get_str_list,
-    load_file,
-    read_capped,
-    read_text_capped,
-    reject_unknown,
-)
+from .fields import expect_mapping, get_int, get_str, get_str_list, reject_unknown
+from .yamlsrc import ConfigError, Mapping, Sequence, load_file, read_capped, read_text_capped
 
 MODULE = re.compile(r"(?=.{1,200}$)[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 ATTRIBUTE = MODULE
