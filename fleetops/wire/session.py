@@ -10,7 +10,6 @@ from typing import Protocol
 
 import paramiko
 
-from .. import compat
 from ..plans.inventory import Host
 from ..results import Evidence
 from .connector import (
@@ -154,13 +153,6 @@ def session_refused(host: Host, exc: paramiko.ChannelException, shown: str) -> T
                                      f"({exc.text}, SSH code {exc.code}); nothing ran there. Check MaxSessions and "
                                      "any Match or ForceCommand for this user in the node's sshd_config",
                           Evidence(shown, None, [], 0.0))
-
-
-def exec_without_waiting(chan: paramiko.Channel, command: str) -> None:
-    """Channel.exec_command, minus the round trip spent waiting for the server to say it accepted the
-    request where compat allows it: stdin follows in the same flight. A refused exec still shows, as a channel
-    closed without an exit status (reported as a lost step)."""
-    compat.exec_command(chan, command)
 
 
 def drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int | None]:

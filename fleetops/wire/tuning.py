@@ -68,9 +68,9 @@ class FleetTransport(paramiko.Transport):
         if not self.active or not self.initial_kex_done:
             raise paramiko.SSHException("No existing session")
         my_event = event or threading.Event()
-        self.auth_handler = handler = compat.auth_handler(self)
+        self.auth_handler = handler = compat.PipelinedAuth(self)
         handler.auth_publickey(username, key, my_event)
-        if getattr(handler, "sent_ahead", False) and self.session_ahead:
+        if handler.sent_ahead and self.session_ahead:
             self.open_session_ahead()
         if event is not None:
             return []
