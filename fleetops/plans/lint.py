@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remote_scripts.core.protocol import parse_requirement
-
 from . import unidiff
 from .playbook import CHECK_KEYS, MODULE, TOP_KEYS, _parse_check, _relative_file, load_playbook
+from .versions import parse_pin
 from .yamlsrc import ConfigError, Mapping, Sequence, load_file, read_text_capped
 
 PATCH_KEYS = {"module", "diff", "script"}
@@ -126,9 +125,12 @@ def lint(path: str | Path) -> list[Problem]:
     else:
         for i, req in enumerate(requires):
             try:
-                parse_requirement(str(req))
+                parse_pin(str(req))
             except ValueError as exc:
                 out.append(Problem(p, _line(requires, i), "requires", str(exc)))
+    if not isinstance(doc.get("allow_prereleases", False), bool):
+        out.append(Problem(p, doc.line_of("allow_prereleases"), "schema",
+                           "'allow_prereleases' must be true or false"))
     out += _lint_patches(doc, path)
     out += _lint_checks(doc, path)
     if "jobs" in doc:

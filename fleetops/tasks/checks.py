@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..plans.versions import judged_checks
 from ..plans.yamlsrc import ConfigError
 from ..results import Item, Result, Status
 from .plan import Plan, TaskSpec, agent_error
@@ -25,6 +26,7 @@ def _verify_plan(run: RunState, kwargs: dict) -> Plan:
 def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
     if answer.get("error"):
         return agent_error(host, "verify", answer)
+    answer = judged_checks(answer, bool(plan.playbook and plan.playbook.allow_prereleases))
     items = []
     for raw in answer["items"]:
         keys = ("evidence", "proves", "cannot", "file", "details", "seconds") + (() if raw["ok"] else ("stderr_tail",))

@@ -120,6 +120,10 @@ def _free_gib(path: str) -> float | None:
 
 
 def facts(req: dict) -> dict:
+    if req.get("packages_only"):  # what a playbook's pins name, as patch's check reads them (dist-info names)
+        from ..core.nodeio import report_versions
+
+        return {"ok": True, "requirements": report_versions(req.get("requires") or [])}
     os_name = platform.platform()
     try:
         with open("/etc/os-release", encoding="utf-8") as f:
