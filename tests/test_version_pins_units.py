@@ -99,7 +99,7 @@ def test_the_versions_a_patch_may_go_ahead_on_are_judged_in_advance():
     assert versions.approvable(_pin("vllm==0.16.0rc1"), False) == ["0.16.0rc1"]
     assert versions.approvable(_pin("vllm===0.16.0"), False) == ["0.16.0"]
     wildcard = versions.approvable(_pin("vllm==0.16.*"), False)
-    assert wildcard[:3] == ["0.16.0", "0.16", "0.16.1"] and wildcard[-1] == "0.16.20" and len(wildcard) == 22
+    assert wildcard[:3] == ["0.16", "0.16.0", "0.16.1"] and wildcard[-1] == "0.16.20" and len(wildcard) == 22
     assert "0.16.0" in versions.approvable(_pin("vllm>=0.16,<0.17"), False)
     assert versions.approvable(_pin("vllm!=0.16.0"), False)[:2] == ["0.16.1", "0.16.2"]
     assert versions.approvable(_pin("vllm"), False) == []  # nothing named: the installed version is asked for
@@ -162,7 +162,7 @@ def test_allow_prereleases_is_a_boolean_of_the_playbook(tmp_path: Path):
     book = load_playbook(path)
     assert book.allow_prereleases is True and [p.package for p in book.pins] == ["speculators", "vllm"]
     approved = book.patch_request()["versions_approved"]
-    assert approved["speculators"] == ["0.3.0"] and approved["vllm"][:2] == ["0.16.0", "0.16"]
+    assert approved["speculators"] == ["0.3.0"] and approved["vllm"][:2] == ["0.16", "0.16.0"]
     assert book.verify_request()["requires"] == [{"requirement": "speculators==0.3.0", "package": "speculators"},
                                                  {"requirement": "vllm>=0.16", "package": "vllm"}]
     path.write_text(PLAYBOOK.format(pin="vllm>=0.16") + "allow_prereleases: yes\n")

@@ -100,6 +100,23 @@ def _line(doc: Any, key: Any) -> int | None:
     return doc.line_of(key) if isinstance(doc, (Mapping, Sequence)) else None
 
 
+def _lint_requires(doc: Mapping, p: str) -> list[Problem]:
+    out: list[Problem] = []
+    requires = doc.get("requires", [])
+    if not isinstance(requires, list):
+        out.append(Problem(p, doc.line_of("requires"), "schema", "'requires' must be a list"))
+    else:
+        for i, req in enumerate(requires):
+            try:
+                parse_pin(str(req))
+            except ValueError as exc:
+                out.append(Problem(p, _line(requires, i), "requires", str(exc)))
+    if not isinstance(doc.get("allow_prereleases", False), bool):
+        out.append(Problem(p, doc.line_of("allow_prereleases"), "schema",
+                           "'allow_prereleases' must be true or false"))
+    return out
+
+
 def lint(path: str | Path) -> list[Problem]:
     """Every problem found; [] for a clean playbook."""
     path = Path(path).resolve()
@@ -119,18 +136,7 @@ def lint(path: str | Path) -> list[Problem]:
                                f"unknown key {key!r} (known: {', '.join(sorted(TOP_KEYS))})"))
     if not isinstance(doc.get("name"), str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", doc.get("name") or ""):
         out.append(Problem(p, doc.line_of("name"), "schema", "name: letters, digits, '.', '_' and '-' (required)"))
-    requires = doc.get("requires", [])
-    if not isinstance(requires, list):
-        out.append(Problem(p, doc.line_of("requires"), "schema", "'requires' must be a list"))
-    else:
-        for i, req in enumerate(requires):
-            try:
-                parse_pin(str(req))
-            except ValueError as exc:
-                out.append(Problem(p, _line(requires, i), "requires", str(exc)))
-    if not isinstance(doc.get("allow_prereleases", False), bool):
-        out.append(Problem(p, doc.line_of("allow_prereleases"), "schema",
-                           "'allow_prereleases' must be true or false"))
+    out += _lint_requires(doc, p)
     out += _lint_patches(doc, path)
     out += _lint_checks(doc, path)
     if "jobs" in doc:

@@ -93,7 +93,7 @@ def approvable(pin: Pin, allow_prereleases: bool) -> list[str]:
 
 def _order(text: str) -> tuple:
     try:
-        return (0, Version(text))
+        return (0, Version(text), text)  # 0.16 before 0.16.0: equal versions, ordered by their text
     except InvalidVersion:
         return (1, text)
 
