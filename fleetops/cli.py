@@ -31,6 +31,7 @@ from invoke.exceptions import Exit, ParseError
 from invoke.parser import Parser, ParserContext
 from invoke.program import Program
 
+from . import compat
 from .fab.executor import FleetExecutor
 from .fab.usage import usage_exit
 from .results import EXIT_USAGE
@@ -106,7 +107,7 @@ class Fleet(Fab):
         --help for) parse it the same, with the same errors. Shell completion, which lists every task, gets
         Invoke's full parser (it calls this outside parse_tasks)."""
         named, self._named = self._named, None
-        if named is None or self.collection is None:
+        if named is None or self.collection is None or not compat.enabled("task_parser"):
             return super()._make_parser()
         ignore = self.config.tasks.ignore_unknown_help
         contexts = [ParserContext(name=primary, aliases=aliases,

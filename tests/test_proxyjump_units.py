@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import paramiko
 import pytest
 
 from fleetops.plans.inventory import plain_host
 from fleetops.wire import fabconfig, ssh
 from fleetops.wire.connector import TransportError
+from fleetops.wire.hostkeys import StrictClient
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_a_chain_goes_through_the_first_hop_first_and_every_hop_is_strict(config
     hops = list(ssh._hops(cxn))
     assert [endpoint(h)[:2] for h in hops] == [("127.0.0.13", 22), ("127.0.0.12", 2212), ("127.0.0.11", 22)]
     assert hops[1].user == "u2"
-    assert all(isinstance(h.client._policy, paramiko.RejectPolicy) for h in hops)
+    assert all(isinstance(h.client, StrictClient) for h in hops)
     assert [h.fleetops_name for h in hops] == ["target", "u2@h2", "h1"]
 
 

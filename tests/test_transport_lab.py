@@ -130,7 +130,7 @@ def test_lab_runs_as_an_ordinary_user(lab):
         client = top / "client"
         subprocess.run(["/usr/bin/python3", "-m", "venv", str(client)], check=True)
         subprocess.run([str(client / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-                        "fabric>=3.2,<4", "paramiko", "pyyaml", "rich"], check=True)
+                        "fabric>=3.2,<4", "packaging>=23,<27", "paramiko", "pyyaml", "rich"], check=True)
         base = top / "base"
         subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(base)], check=True)
         from fleetops.lab import site_packages

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 
 import remote_scripts.checks.checks as checks
+from fleetops.plans.versions import parse_pin
 from remote_scripts.core.nodeio import forget_resolved
 
 CHECKS = [{"kind": "import", "name": "imports", "module": "invoke.tasks", "attribute": "Task"},
@@ -19,7 +20,8 @@ CHECKS = [{"kind": "import", "name": "imports", "module": "invoke.tasks", "attri
 def _verify(requires: list[str]) -> dict[str, dict]:
     forget_resolved()
     checks.forget_code_lines()
-    answer = checks.verify({"state_dir": "", "requires": requires, "checks": CHECKS})
+    pins = [parse_pin(r).to_request() for r in requires]  # as the client sends them
+    answer = checks.verify({"state_dir": "", "requires": pins, "checks": CHECKS})
     return {i["name"]: i for i in answer["items"]}
 
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-from fleetops.plans import yamlsrc
+from fleetops.plans import yamlload
 from fleetops.plans.yamlsrc import MAX_ALIAS_NODES, MAX_DEPTH, ConfigError, Mapping, Sequence, load_text
 
 needs_libyaml = pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
@@ -97,12 +97,12 @@ def _repo_yaml() -> list[Path]:
 
 
 def _python(text: str, path: str = "t.yaml") -> Any:
-    return yaml.load(text, Loader=yamlsrc._make_loader(path))  # SafeLoader subclass
+    return yaml.load(text, Loader=yamlload.make_loader(path))  # SafeLoader subclass
 
 
 def _c(text: str, path: str = "t.yaml") -> Any:
     """The C path alone, never falling back: a failure here is a failure of the test."""
-    return yaml.load(text, Loader=yamlsrc._make_loader(path, yamlsrc.StrictCLoader))
+    return yaml.load(text, Loader=yamlload.make_loader(path, yamlload.StrictCLoader))
 
 
 def assert_same(a: Any, b: Any, where: str = "$") -> None:
@@ -153,18 +153,18 @@ def test_load_text_uses_libyaml_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     data = load_text(_inventory(4), "hosts/lab.yaml")
     assert data["hosts"]["lab03"]["port"] == 40003
     assert len(used) == 1, "a document that loads is read once, by the C parser"
-    assert issubclass(used[0], yaml._yaml.CParser)
+    assert issubclass(used[0], yaml.CSafeLoader)
     # ...but composed by PyYAML's Python composer with the bounds mixed in, not by CParser's own.
     mro = used[0].__mro__
-    assert mro.index(yamlsrc._BoundedComposer) < mro.index(yaml.composer.Composer) < mro.index(yaml._yaml.CParser)
+    assert mro.index(yamlload.BoundedComposer) < mro.index(yaml.composer.Composer) < mro.index(yaml.CSafeLoader)
 
 
 def test_without_libyaml_the_python_loader_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     used = _spy_loaders(monkeypatch)
-    monkeypatch.setattr(yamlsrc, "StrictCLoader", None)
+    monkeypatch.setattr(yamlload, "StrictCLoader", None)
     data = load_text("port: 022\n", "t.yaml")
     assert data == {"port": 22} and data.line_of("port") == 1
-    assert len(used) == 1 and issubclass(used[0], yamlsrc.StrictLoader)
+    assert len(used) == 1 and issubclass(used[0], yamlload.StrictLoader)
 
 
 # ---------------------------------------------------------------- same values, same marks
@@ -176,7 +176,7 @@ def test_repository_yaml_same_on_both_paths(path: Path, monkeypatch: pytest.Monk
     assert_same(_c(text, str(path)), _python(text, str(path)))
     used = _spy_loaders(monkeypatch)
     loaded = load_text(text, str(path))
-    assert [issubclass(L, yaml._yaml.CParser) for L in used] == [True], "the project's own files take the C path"
+    assert [issubclass(L, yaml.CSafeLoader) for L in used] == [True], "the project's own files take the C path"
     assert_same(loaded, _python(text, str(path)))
 
 
@@ -267,7 +267,7 @@ BROKEN = {
 
 def _python_only(monkeypatch: pytest.MonkeyPatch, text: str) -> str:
     with monkeypatch.context() as m:
-        m.setattr(yamlsrc, "StrictCLoader", None)
+        m.setattr(yamlload, "StrictCLoader", None)
         with pytest.raises(ConfigError) as exc:
             load_text(text, "broken.yaml")
     return str(exc.value)
@@ -283,7 +283,7 @@ def test_errors_are_word_for_word_the_python_loaders(name: str, monkeypatch: pyt
         load_text(text, "broken.yaml")
     assert str(exc.value) == expected
     assert "\n" not in str(exc.value)
-    assert [issubclass(L, yaml._yaml.CParser) for L in used] == [True, False], "C first, then Python"
+    assert [issubclass(L, yaml.CSafeLoader) for L in used] == [True, False], "C first, then Python"
 
 
 @needs_libyaml
@@ -329,7 +329,7 @@ def test_texts_libyaml_is_lenient_about_go_to_python(name: str, monkeypatch: pyt
     expected = _python_only_outcome(monkeypatch, text)
     used = _spy_loaders(monkeypatch)
     assert_outcome(_outcome(text), expected)
-    assert [issubclass(L, yaml._yaml.CParser) for L in used] == [False]
+    assert [issubclass(L, yaml.CSafeLoader) for L in used] == [False]
 
 
 @needs_libyaml
@@ -339,7 +339,7 @@ def test_events_libyaml_reads_otherwise_go_to_python(name: str, monkeypatch: pyt
     expected = _python_only_outcome(monkeypatch, text)
     used = _spy_loaders(monkeypatch)
     assert_outcome(_outcome(text), expected)
-    assert [issubclass(L, yaml._yaml.CParser) for L in used] == [True, False]
+    assert [issubclass(L, yaml.CSafeLoader) for L in used] == [True, False]
 
 
 @needs_libyaml
@@ -358,7 +358,7 @@ def _outcome(text: str) -> Any:
 
 def _python_only_outcome(monkeypatch: pytest.MonkeyPatch, text: str) -> Any:
     with monkeypatch.context() as m:
-        m.setattr(yamlsrc, "StrictCLoader", None)
+        m.setattr(yamlload, "StrictCLoader", None)
         return _outcome(text)
 
 

@@ -21,7 +21,7 @@ _installed = False
 def usage_exit(program: Any, exc: ParseError) -> Exit:
     # argv[0] may be __main__.py (python -m fabric): name the command the operator knows.
     # The installed `fab` and `fleet` are one class with two names: the name it was built with, else `fab`.
-    binary = getattr(program, "_binary", None) or "fab"
+    binary = _binary_of(program)
     context = getattr(exc, "context", None)
     task = getattr(context, "name", None)
     if task:
@@ -35,6 +35,16 @@ def usage_exit(program: Any, exc: ParseError) -> Exit:
             if close:
                 hint = f"did you mean `{close[0]}`? " + hint
     return Exit(f"usage error: {exc}; {hint}", code=EXIT_USAGE)
+
+
+def _binary_of(program: Any) -> str:
+    """Invoke's public `binary`: the name the program was built with, else argv[0]'s, which is no command's
+    name under `python -m fabric`."""
+    try:
+        name = program.binary
+    except (AttributeError, TypeError, IndexError):  # no argv to read a name from
+        return "fab"
+    return name if isinstance(name, str) and name and not name.endswith(".py") else "fab"
 
 
 def install() -> None:

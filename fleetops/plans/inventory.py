@@ -14,21 +14,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import hostrange, sshconfig
+from .fields import expect_mapping, get_bool, get_int, get_str, get_str_list, reject_unknown
 from .hostrange import split_words
+from .marks import did_you_mean
 from .patterns import ENV_KEY, REMOTE_PATH, one_line
 from .slurm import ACCOUNT, GRES, PARTITION, TIME_LIMIT
-from .yamlsrc import (
-    ConfigError,
-    Mapping,
-    did_you_mean,
-    expect_mapping,
-    get_bool,
-    get_int,
-    get_str,
-    get_str_list,
-    load_file,
-    reject_unknown,
-)
+from .yamlsrc import ConfigError, Mapping, load_file
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|[0-9A-Fa-f:]{2,39}")

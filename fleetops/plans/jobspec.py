@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..redaction import MASK, register
+from .fields import reject_unknown
 from .gpugate import DEFAULT_THRESHOLD_MIB, Gate
 from .patterns import ENV_KEY, one_line
 from .patterns import JOB_PATH as PATH
-from .yamlsrc import ConfigError, Mapping, reject_unknown
+from .yamlsrc import ConfigError, Mapping
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 EXTRACT_KEYS = {"backend", "model", "dataset", "output", "layer_ids", "tensor_parallel_size", "max_model_len",

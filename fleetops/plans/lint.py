@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remote_scripts.core.protocol import parse_requirement
-
 from . import unidiff
 from .playbook import CHECK_KEYS, MODULE, TOP_KEYS, _parse_check, _relative_file, load_playbook
+from .versions import parse_pin
 from .yamlsrc import ConfigError, Mapping, Sequence, load_file, read_text_capped
 
 PATCH_KEYS = {"module", "diff", "script"}
@@ -101,6 +100,23 @@ def _line(doc: Any, key: Any) -> int | None:
     return doc.line_of(key) if isinstance(doc, (Mapping, Sequence)) else None
 
 
+def _lint_requires(doc: Mapping, p: str) -> list[Problem]:
+    out: list[Problem] = []
+    requires = doc.get("requires", [])
+    if not isinstance(requires, list):
+        out.append(Problem(p, doc.line_of("requires"), "schema", "'requires' must be a list"))
+    else:
+        for i, req in enumerate(requires):
+            try:
+                parse_pin(str(req))
+            except ValueError as exc:
+                out.append(Problem(p, _line(requires, i), "requires", str(exc)))
+    if not isinstance(doc.get("allow_prereleases", False), bool):
+        out.append(Problem(p, doc.line_of("allow_prereleases"), "schema",
+                           "'allow_prereleases' must be true or false"))
+    return out
+
+
 def lint(path: str | Path) -> list[Problem]:
     """Every problem found; [] for a clean playbook."""
     path = Path(path).resolve()
@@ -120,15 +136,7 @@ def lint(path: str | Path) -> list[Problem]:
                                f"unknown key {key!r} (known: {', '.join(sorted(TOP_KEYS))})"))
     if not isinstance(doc.get("name"), str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", doc.get("name") or ""):
         out.append(Problem(p, doc.line_of("name"), "schema", "name: letters, digits, '.', '_' and '-' (required)"))
-    requires = doc.get("requires", [])
-    if not isinstance(requires, list):
-        out.append(Problem(p, doc.line_of("requires"), "schema", "'requires' must be a list"))
-    else:
-        for i, req in enumerate(requires):
-            try:
-                parse_requirement(str(req))
-            except ValueError as exc:
-                out.append(Problem(p, _line(requires, i), "requires", str(exc)))
+    out += _lint_requires(doc, p)
     out += _lint_patches(doc, path)
     out += _lint_checks(doc, path)
     if "jobs" in doc:

@@ -9,26 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_scripts.core.protocol import CHECK_KINDS, parse_requirement
+from remote_scripts.core.protocol import CHECK_KINDS
 
 from . import unidiff
-from .yamlsrc import (
-    ConfigError,
-    Mapping,
-    Sequence,
-    expect_mapping,
-    get_int,
-    get_str,
-    get_str_list,
-    load_file,
-    read_capped,
-    read_text_capped,
-    reject_unknown,
-)
+from .fields import expect_mapping, get_bool, get_int, get_str, get_str_list, reject_unknown
+from .versions import Pin, approvable, parse_pin
+from .yamlsrc import ConfigError, Mapping, Sequence, load_file, read_capped, read_text_capped
 
 MODULE = re.compile(r"(?=.{1,200}$)[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 ATTRIBUTE = MODULE
-TOP_KEYS = {"name", "description", "requires", "requires_hint", "patches", "verify", "jobs"}
+TOP_KEYS = {"name", "description", "requires", "requires_hint", "allow_prereleases", "patches", "verify", "jobs"}
 CHECK_KEYS = {
     "grep": {"name", "kind", "module", "pattern", "expect", "search"},
     "compile": {"name", "kind", "module"},
@@ -63,18 +53,28 @@ class Playbook:
     description: str = ""
     requires: list[str] = field(default_factory=list)
     requires_hint: str = ""
+    pins: list[Pin] = field(default_factory=list)  # requires, parsed (PEP 508 / PEP 440)
+    allow_prereleases: bool = False  # a pre-release or nightly may satisfy requires (plans/versions.py)
     patches: list[Patch] = field(default_factory=list)
     checks: list[dict] = field(default_factory=list)
     jobs: dict[str, Mapping] | None = None
     sha256: str = ""
 
     def patch_request(self, check: bool = False) -> dict:
-        return {"requires": self.requires, "requires_hint": self.requires_hint, "playbook": self.name,
-                "check": check, "patches": [p.to_request() for p in self.patches]}
+        """`versions_approved`: per package, the versions judged here in advance that the node may patch on
+        (versions.approvable); any other installed version is reported back and judged first."""
+        approved: dict[str, list[str]] = {}
+        for pin in self.pins:  # a package pinned twice: what every one of its pins approves
+            mine = approvable(pin, self.allow_prereleases)
+            approved[pin.package] = [v for v in approved[pin.package] if v in mine] if pin.package in approved \
+                else mine
+        return {"requires": [p.to_request() for p in self.pins], "playbook": self.name, "check": check,
+                "versions_approved": {name: v for name, v in approved.items() if v},
+                "patches": [p.to_request() for p in self.patches]}
 
     def verify_request(self, kinds: set[str] | None = None) -> dict:
         checks = [c for c in self.checks if kinds is None or c["kind"] in kinds]
-        return {"requires": self.requires, "playbook": self.name, "checks": checks}
+        return {"requires": [p.to_request() for p in self.pins], "playbook": self.name, "checks": checks}
 
 
 def load_playbook(path: str | Path) -> Playbook:
@@ -86,12 +86,14 @@ def load_playbook(path: str | Path) -> Playbook:
     book = Playbook(name=get_str(doc, "name", required=True, pattern=re.compile(r"[A-Za-z0-9._-]{1,100}"),
                                  describe="letters, digits, '.', '_' and '-'"),
                     path=path, description=get_str(doc, "description", default="") or "",
-                    requires_hint=get_str(doc, "requires_hint", default="") or "")
+                    requires_hint=get_str(doc, "requires_hint", default="") or "",
+                    allow_prereleases=get_bool(doc, "allow_prereleases"))
     for i, req in enumerate(get_str_list(doc, "requires")):
         try:
-            parse_requirement(req)
+            book.pins.append(parse_pin(req))
         except ValueError as exc:
-            raise ConfigError(path, _item_line(doc, "requires", i), str(exc)) from None
+            raise ConfigError(path, _item_line(doc, "requires", i), str(exc), _item_column(doc, "requires", i)) \
+                from None
         book.requires.append(req)
     for i, spec in enumerate(_list(doc, "patches")):
         spec = expect_mapping(spec, str(path), _item_line(doc, "patches", i), "a patch entry")
@@ -147,6 +149,11 @@ def _list(doc: Mapping, key: str) -> list:
 def _item_line(doc: Mapping, key: str, i: int) -> int | None:
     seq = doc.get(key)
     return seq.line_of(i) if isinstance(seq, Sequence) else doc.line_of(key)
+
+
+def _item_column(doc: Mapping, key: str, i: int) -> int | None:
+    seq = doc.get(key)
+    return seq.column_of(i) if isinstance(seq, Sequence) else doc.column_of(key)
 
 
 def _project_root(playbook_path: Path) -> Path:

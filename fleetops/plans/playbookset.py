@@ -9,25 +9,25 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from remote_scripts.core.protocol import parse_requirement, version_matches
-
 from .playbook import Playbook, load_playbook
+from .versions import parse_pin, verdict
 from .yamlsrc import ConfigError
 
 SUFFIXES = (".yaml", ".yml")
 
 
-def satisfied(requirement: str, version: str | None) -> bool:
-    """Whether an installed version (None: not installed) meets one `requires:` entry: the same matcher as the
-    node's `requires` check."""
-    if version is None:
-        return False
-    _, clauses = parse_requirement(requirement)
-    return version_matches(version, clauses)
+def satisfied(requirement: str, version: str | None, allow_prereleases: bool = False) -> bool:
+    """Whether an installed version (None: not installed) meets one `requires:` entry, by PEP 440: the same
+    judgement as the `requires` check's (plans/versions.py)."""
+    return verdict(parse_pin(requirement), version, allow_prereleases)[0]
+
+
+def _fits(book: Playbook, requirement: str, installed: dict[str, str | None]) -> bool:
+    return satisfied(requirement, installed.get(package_of(requirement)), book.allow_prereleases)
 
 
 def package_of(requirement: str) -> str:
-    return parse_requirement(requirement)[0]
+    return parse_pin(requirement).package
 
 
 @dataclass
@@ -43,12 +43,12 @@ class PlaybookSet:
         return list(dict.fromkeys(package_of(r) for b in self.books for r in b.requires))
 
     def fitting(self, installed: dict[str, str | None]) -> list[Playbook]:
-        return [b for b in self.books if all(satisfied(r, installed.get(package_of(r))) for r in b.requires)]
+        return [b for b in self.books if all(_fits(b, r, installed) for r in b.requires)]
 
     def nearest(self, installed: dict[str, str | None]) -> Playbook:
         """The playbook closest to fitting: the most requirements met, then the nearest pinned release."""
         def score(book: Playbook) -> tuple:
-            met = sum(satisfied(r, installed.get(package_of(r))) for r in book.requires)
+            met = sum(_fits(book, r, installed) for r in book.requires)
             return (-met, sum(_distance(r, installed.get(package_of(r))) for r in book.requires), book.name)
 
         return min(self.books, key=score)
@@ -76,8 +76,8 @@ def _distance(requirement: str, version: str | None) -> int:
         return 1 << 20
     if satisfied(requirement, version):
         return 0
-    _, clauses = parse_requirement(requirement)
-    want = _release(clauses[0][1].rstrip(".*")) if clauses else ()
+    pinned = sorted(parse_pin(requirement).specifier, key=str)
+    want = _release(pinned[0].version.rstrip(".*")) if pinned else ()
     have = _release(version)
     n = max(len(want), len(have), 1)
     a, b = want + (0,) * (n - len(want)), have + (0,) * (n - len(have))

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .yamlsrc import ConfigError, expect_mapping, get_int, get_str, get_str_list, load_text, reject_unknown
+from .fields import expect_mapping, get_int, get_str, get_str_list, reject_unknown
+from .yamlsrc import ConfigError, load_text
 
 RUNNABLE = "console lab"
 _EXIT = re.compile(r"\s+#\s*exit\s+(\d+)\s*$")

@@ -356,8 +356,8 @@ def _text(markup_text: str) -> Text:
 def render_table(spec: dict) -> Table:
     title = spec.get("title")
     table = rich().Table(title=escape(str(title)) if title else None, title_justify="left")
-    for column in spec["columns"]:
-        table.add_column(column)
+    for column in spec["columns"]:  # "whole": a long value (a nightly's version) folds onto more lines, never cut
+        table.add_column(column, overflow="fold" if spec.get("whole") else "ellipsis")
     highlight_rows = set(spec.get("highlight_rows", []))
     for n, row in enumerate(spec["rows"]):
         style = "bold yellow" if n in highlight_rows else None

@@ -50,7 +50,8 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
             if len(set(values)) > 1:
                 differ.append(len(rows) - 1)
         sections.append({"title": "facts (rows that differ between hosts are highlighted)",
-                         "columns": ["fact", *[name for name, _ in columns]], "rows": rows, "highlight_rows": differ})
+                         "columns": ["fact", *[name for name, _ in columns]], "rows": rows, "highlight_rows": differ,
+                         "whole": True})
     diag = [r for r in results if r.task == "diagnose" and r.data.get("summary_row")]
     if len(diag) > 1:
         # One row per host (per group of hosts with the same worst finding, when folding), worst first.

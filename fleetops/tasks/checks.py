@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..plans.versions import judged_checks
 from ..plans.yamlsrc import ConfigError
 from ..results import Item, Result, Status
 from .plan import Plan, TaskSpec, agent_error, unmet_warnings
@@ -30,6 +31,7 @@ def _verify_plan(run: RunState, kwargs: dict) -> Plan:
 def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
     if answer.get("error"):
         return agent_error(host, "verify", answer)
+    answer = judged_checks(answer, bool(plan.playbook and plan.playbook.allow_prereleases))
     items = []
     for raw in answer["items"]:
         keys = ("evidence", "matches", "proves", "cannot", "file", "details", "seconds")

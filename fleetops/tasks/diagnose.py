@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from remote_scripts.core.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
 
 from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, describe_end, resolve
+from ..plans.versions import judged_checks, judged_patch
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_OK, Result, Status
 from ..wire.connector import Connector, TransportError
@@ -382,7 +383,11 @@ def assess_answer(host: Host, answer: dict, sent: float, received: float, book: 
     f = clock_finding(name, clock.get("epoch"), sent, received)
     if f:
         findings.append(f)
-    findings.append(patch_state(name, answer.get("checks") or {}, answer.get("patch")))
+    allow = bool(book and book.allow_prereleases)
+    patch = answer.get("patch")
+    if isinstance(patch, dict):
+        patch = judged_patch(patch, allow, book.requires_hint if book else "")
+    findings.append(patch_state(name, judged_checks(answer.get("checks") or {}, allow), patch))
     job_pids = frozenset(int(p["pid"]) for p in answer.get("processes") or [] if isinstance(p, dict))
     gpu_f, index_by_bus = gpu_findings(name, host.gpus, answer.get("gpu") or {}, answer.get("smi_xml") or {},
                                        job_pids)

@@ -17,6 +17,7 @@ from ..plans.jobspec import (
 )
 from ..plans.tables import bar
 from ..plans.timefmt import duration
+from ..plans.versions import judged_checks
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
@@ -60,7 +61,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     spec.secret_env |= set(node.host.secret_env)
     answer, evidence = node.call("preflight", preflight_request(plan.playbook, spec), timeout=600)
     problems: list[Item] = []
-    for check in answer["verify"]["items"]:
+    for check in judged_checks(answer["verify"], plan.playbook.allow_prereleases)["items"]:
         if not check["ok"]:
             problems.append(Item(f"check {check['name']} [{check['kind']}]", Status.FAILED, check["msg"]))
     if answer.get("running_job"):

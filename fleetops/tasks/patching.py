@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 from remote_scripts.core.protocol import CHANGED_WORDS, NOOP_WORDS, NOT_WRITTEN, WOULD_WORDS
 
 from .. import audit
+from ..plans.versions import judged_patch
 from ..plans.yamlsrc import ConfigError
-from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Item, Result, Status, rollup
+from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Item, Result, Status, rollup
 from ..wire.connector import Connector, TransportError
 from .plan import Plan, TaskSpec, agent_error
 
@@ -52,10 +53,19 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
     """One agent call; the request names the inventory host, so a host sharing the venv can say who did it."""
     host = node.host.name
     token = secrets.token_hex(8)
+    request = {**plan.request, "host": host, "token": token}
     if not plan.check:
+        refused = _versions_first(plan, node, request) if plan.op == "patch" else None
+        if refused is not None:
+            return refused
         _intent(run, plan, node)
     try:
-        answer, evidence = node.call(plan.op, {**plan.request, "host": host, "token": token}, timeout=plan.timeout)
+        answer, evidence = node.call(plan.op, request, timeout=plan.timeout)
+        if answer.get("needs_approval"):  # installed otherwise than the exact pins say: judged, then sent again
+            refused = _approve(plan, request, answer.get("requirements") or [], evidence)
+            if refused is not None:
+                return refused
+            answer, evidence = node.call(plan.op, request, timeout=plan.timeout)
     except TransportError as exc:
         if plan.check or not run.interrupted.is_set() or exc.kind in NEVER_SENT:
             raise
@@ -64,6 +74,33 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
     if result.failed:
         result.evidence = evidence
     return result
+
+
+def _versions_first(plan: Plan, node: Connector, request: dict) -> Result | None:
+    """A patch writes only on versions the client approved (PEP 440 is judged here, not on the node). The plan
+    approves the versions its pins make likely (versions.approvable); a pin that approves none has the node's
+    installed version asked for first (read-only, on the same connection, ahead of the requests the next steps
+    hold back). The refused result, or None with request["versions_approved"] set."""
+    pins = request.get("requires") or []
+    if all(p["package"] in (request.get("versions_approved") or {}) for p in pins):
+        return None
+    ask = getattr(node, "ask", None) or node.call  # a connector without ask: the held requests go along
+    answer, evidence = ask("facts", {"packages_only": True, "requires": pins}, timeout=60)
+    if answer.get("error"):
+        return agent_error(node.host.name, plan.op, answer, with_kind=True)
+    return _approve(plan, request, answer.get("requirements") or [], evidence)
+
+
+def _approve(plan: Plan, request: dict, reported: list[dict], evidence: Evidence) -> Result | None:
+    book = plan.playbook
+    judged = judged_patch({"requirements": reported}, bool(book and book.allow_prereleases),
+                          book.requires_hint if book else "")
+    if judged.get("items"):
+        result = _interpret_patch(request["host"], plan, judged)
+        result.evidence = evidence
+        return result
+    request["versions_approved"] = {r["package"]: [r["found"]] for r in reported}
+    return None
 
 
 def _intent(run: RunState, plan: Plan, node: Connector) -> None:
@@ -129,6 +166,12 @@ def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: Transp
 def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:
     if answer.get("error"):
         return agent_error(host, plan.op, answer, with_kind=True)
+    if answer.get("needs_approval"):
+        return Result(host, plan.op, Status.FAILED, "the installed versions changed while this patch was being "
+                      "approved; nothing written: run it again", code=EXIT_FAILED,
+                      data={"requirements": answer.get("requirements")})
+    book = plan.playbook
+    answer = judged_patch(answer, bool(book and book.allow_prereleases), book.requires_hint if book else "")
     items = []
     for raw in answer["items"]:
         word = raw["status"]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..plans import slurm as sp
 from ..plans.jobspec import LogWatch, is_failure, parse_progress
 from ..plans.tables import bar
+from ..plans.versions import judged_checks
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
 from .plan import agent_error, job_spec, preflight_request, skipped_note, tail_start
@@ -177,7 +178,8 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
         # The playbook's fast checks on the login node's venv (a cluster shares it with the compute nodes). No
         # GPU gate: the login node has no GPUs of the job's, and Slurm hands the job free ones (--gres).
         checked, _ = node.call("preflight", preflight_request(plan.playbook, spec), timeout=600)
-        bad = [c for c in checked.get("verify", {}).get("items", []) if not c["ok"]]
+        verify = judged_checks(checked.get("verify", {}), plan.playbook.allow_prereleases)
+        bad = [c for c in verify.get("items", []) if not c["ok"]]
         if bad:
             reasons = "; ".join(f"check {c['name']} [{c['kind']}]: {c['msg']}" for c in bad)
             if not plan.options.get("force"):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
 
 import paramiko
 from fabric import Config
 
+from .. import compat
 from ..plans import sshconfig
 from ..plans.yamlsrc import ConfigError
 from .connector import TransportError
@@ -27,60 +27,34 @@ def use_ssh_config(path: str | None, identity_files: list[str] | tuple[str, ...]
     Returns the names the file defines, for `load_inventory(..., ssh_aliases=...)`, so those names are -H
     words. Raises ConfigError (usage, exit 2) when the file is missing or unparsable."""
     global _CONFIG, _SSH_CONFIG_PATH, _PLAIN_KEYS
-    config = _ssh_config(path)
+    config, text = _ssh_config(path)
     with _LOCK:
         _SSH_CONFIG_PATH, _CONFIG = path, _SharedConfig(ssh_config=config)
         _PLAIN_KEYS = tuple(os.path.expanduser(k) for k in identity_files)
-    return ssh_config_aliases(config)
+    # from the text: paramiko's public get_hostnames() fails on a config with a Match block
+    return frozenset(sshconfig.host_aliases(text))
 
 
-def _ssh_config(path: str | None) -> paramiko.SSHConfig:
+def _ssh_config(path: str | None) -> tuple[paramiko.SSHConfig, str]:
     text, files = sshconfig.config_text(path)
     try:
-        return paramiko.SSHConfig.from_text(text)
+        return paramiko.SSHConfig.from_text(text), text
     except paramiko.ssh_exception.ConfigParseError as exc:
         raise ConfigError(sshconfig.chosen_path(path) or ", ".join(files) or "ssh_config", None,
                           f"cannot parse ssh_config: {exc}") from None
 
 
-def ssh_config_aliases(config: paramiko.SSHConfig) -> frozenset[str]:
-    """Literal names of `Host` blocks and `Match host/originalhost` criteria (no wildcards, no negation).
-    paramiko's own get_hostnames() fails on a config with a Match block, hence the walk."""
-    names: set[str] = set()
-    for entry in config._config:  # SSHConfig exposes its blocks no other way
-        names.update(entry.get("host", []))
-        for match in entry.get("matches", []):
-            if match.get("type") in ("host", "originalhost") and not match.get("negate"):
-                names.update(str(match.get("param") or "").split(","))
-    return frozenset(n for n in names if n and not any(c in n for c in "*?!"))
-
-
-class _SharedConfig(Config):
+class _SharedConfig(compat.RefuseWrites, Config):
     """The process's one Fabric Config, shared read-only by every connection. Cloning it per connection cost
     ~0.4 ms of client CPU per host; sharing is safe only while nothing writes it, because a write
     re-merges the whole config and a connection reading during that merge sees no keys at all ("No attribute
     ... 'authentication'", seen once in 1920 runs when Fabric's `inline_ssh_env` still wrote it). So a write
-    is refused loudly instead of racing."""
-
-    def __getattr__(self, key: str) -> Any:
-        # invoke asks hasattr(config, "_keypath"/"_root") on reads; a root config has neither, and invoke's
-        # miss builds an error message from dir() each time (~0.1 ms per connection).
-        if key in ("_keypath", "_root"):
-            raise AttributeError(key)
-        return super().__getattr__(key)
+    is refused loudly instead of racing (compat.RefuseWrites)."""
 
     def clone(self, into: type[Config] | None = None) -> Config:
         # Fabric clones it for each ProxyJump hop it builds from ssh_config; that copy is the hop's own and
         # Fabric writes to it, so it is a plain Config.
         return super().clone(into=into or Config)
-
-    def _modify(self, keypath: tuple[str, ...], key: str, value: str) -> None:
-        raise RuntimeError(f"fleetops shares one Fabric config between connections; writing {key!r} to it "
-                           "would race (a fleetops bug: please report it)")
-
-    def _remove(self, keypath: tuple[str, ...], key: str) -> None:
-        raise RuntimeError(f"fleetops shares one Fabric config between connections; removing {key!r} from it "
-                           "would race (a fleetops bug: please report it)")
 
 
 def fabric_config() -> Config:
@@ -89,7 +63,7 @@ def fabric_config() -> Config:
     with _LOCK:
         if _CONFIG is None:
             try:
-                _CONFIG = _SharedConfig(ssh_config=_ssh_config(_SSH_CONFIG_PATH))
+                _CONFIG = _SharedConfig(ssh_config=_ssh_config(_SSH_CONFIG_PATH)[0])
             except ConfigError as exc:
                 raise TransportError("refused", f"{exc}; fix or name another file with -S") from None
         return _CONFIG

@@ -13,7 +13,7 @@ from fabric import Config, Connection
 from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
 from .connector import TransportError
 from .fabconfig import fabric_config, plain_keys
-from .hostkeys import known_hosts_files, strict_client
+from .hostkeys import StrictClient, known_hosts_files, strict_client
 from .tuning import FleetConnection, FleetTransport, JumpTransport, identity_key
 
 _OWN = object()  # fabric_connection: the gateway comes from the host's own entry (inventory, ssh_config)
@@ -140,7 +140,7 @@ def _strict_gateways(cxn: Connection) -> None:
     """A ProxyJump from ssh_config (a host outside the inventory) makes Fabric build the jump Connections
     itself, with its auto-add client: give each hop the strict client, its known_hosts from its own entry."""
     for hop in list(each_hop(cxn))[1:]:
-        if not isinstance(getattr(hop.client, "_policy", None), paramiko.RejectPolicy):  # not one of ours
+        if not isinstance(hop.client, StrictClient):  # not one of ours
             hop.client = strict_client(known_hosts_files(plain_host(hop.original_host), hop))
 
 
@@ -170,7 +170,7 @@ def close_quietly(cxn: Connection) -> None:
     once."""
     hops = list(each_hop(cxn))
     for hop in hops:
-        sftp, hop._sftp = hop._sftp, None
+        sftp = getattr(hop, "fleetops_sftp", None)  # Fabric's close() closes it again: a no-op by then
         if sftp is not None:
             try:
                 sftp.close()
@@ -186,4 +186,7 @@ def close_quietly(cxn: Connection) -> None:
     try:
         cxn.close()
     except (OSError, EOFError, paramiko.SSHException):
-        pass
+        try:  # Fabric's close() stopped at its SFTP session: release the SSH client still
+            cxn.client.close()
+        except (OSError, EOFError, paramiko.SSHException, AttributeError):
+            pass

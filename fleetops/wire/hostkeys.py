@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
 
 import paramiko
 from fabric import Connection
 
+from .. import compat
 from ..plans.inventory import Host
 from .connector import TransportError
 
@@ -22,56 +22,13 @@ _LOCK = threading.Lock()
 _HOST_KEYS: dict[str, tuple[float, paramiko.HostKeys]] = {}
 
 
-class IndexedHostKeys(paramiko.HostKeys):
-    """paramiko's HostKeys with lookups by index. paramiko scans every entry on each lookup, and a connection
-    looks up three times: O(hosts²) per run once known_hosts holds the fleet (~0.14 ms per host at 128 hosts,
-    ~1 s per run at 800). Plain names come from an index; hashed entries (|1|...) are still tried one by one,
-    as they can only be. Same answer, entries in file order."""
-
-    # (entries indexed, plain name -> [(position, entry)], hashed entries)
-    _index: tuple[int, dict[str, list[tuple[int, Any]]], list[tuple[int, Any]]] | None = None
-
-    def __init__(self, filename: str | None = None) -> None:
-        self._index_lock = threading.Lock()  # every connection of a run looks up at once: build it once
-        super().__init__(filename)
-
-    def lookup(self, hostname: str) -> Any:
-        with self._index_lock:
-            _, plain, hashed = self._index = self._indexed()
-            candidates = sorted({position: entry for position, entry in plain.get(hostname, []) + hashed}.items(),
-                                key=lambda item: item[0])
-        few = paramiko.HostKeys()
-        few._entries = [entry for _, entry in candidates]
-        found = few.lookup(hostname)
-        if found is not None:
-            found._hostkeys = self  # a key added through the answer lands here, as in paramiko's own
-        return found
-
-    def _indexed(self) -> tuple[int, dict[str, list[tuple[int, Any]]], list[tuple[int, Any]]]:
-        """The index, extended by the entries added since it was built. paramiko's load() looks each line up
-        before adding it (to skip duplicates): rebuilding the whole index then made loading O(n²), 0.49 s for an
-        800-host known_hosts. paramiko only appends entries (add() of a known name and type replaces the key in
-        place, which leaves the names as they were), so extending it gives the index of a fresh build."""
-        count, plain, hashed = self._index or (0, {}, [])
-        if count > len(self._entries):  # entries were removed (fleetops never does): start over
-            count, plain, hashed = 0, {}, []
-        for position in range(count, len(self._entries)):
-            entry = self._entries[position]
-            if any(h.startswith("|1|") for h in entry.hostnames):
-                hashed.append((position, entry))
-            for name in set(entry.hostnames):
-                if not name.startswith("|1|"):
-                    plain.setdefault(name, []).append((position, entry))
-        return (len(self._entries), plain, hashed)
-
-
 def _known_hosts(path: str) -> paramiko.HostKeys:
     """known_hosts parsed once per process and file version, shared by every connection that uses it."""
     mtime = os.stat(path).st_mtime
     with _LOCK:
         cached = _HOST_KEYS.get(path)
         if cached is None or cached[0] != mtime:
-            cached = _HOST_KEYS[path] = (mtime, IndexedHostKeys(path))
+            cached = _HOST_KEYS[path] = (mtime, compat.host_keys(path))
         return cached[1]
 
 
@@ -110,18 +67,40 @@ def _host_keys_for(files: list[str]) -> paramiko.HostKeys:
     if len(loaded) == 1:
         merged = loaded[0][2]
     else:
-        merged = IndexedHostKeys()
-        for _, _, entries in loaded:
-            for name, entry in entries.items():
-                for keytype, hostkey in entry.items():
-                    merged.add(name, keytype, hostkey)
+        merged = _merged(compat.host_keys(), [entries for _, _, entries in loaded])
     with _LOCK:
         return _MERGED_KEYS.setdefault(key, merged)
 
 
+def _merged(into: paramiko.HostKeys, loaded: list[paramiko.HostKeys]) -> paramiko.HostKeys:
+    for entries in loaded:
+        for name, entry in entries.items():
+            for keytype, hostkey in entry.items():
+                into.add(name, keytype, hostkey)
+    return into
+
+
+def _load_into(target: paramiko.HostKeys, files: list[str]) -> None:
+    """paramiko's public way, per connection: the client's own copy, built as _host_keys_for builds the shared
+    one (paramiko's load of the one file, or the files merged in order)."""
+    try:
+        found = [path for path in files if os.path.exists(path)]
+        if len(found) == 1:
+            target.load(found[0])
+        else:
+            _merged(target, [paramiko.HostKeys(path) for path in found])
+    except (OSError, paramiko.SSHException, ValueError) as exc:
+        raise TransportError("hostkey", f"cannot read known_hosts: {exc}; fix or remove that file") from None
+
+
+class StrictClient(paramiko.SSHClient):
+    """The SSH client of every fleetops hop: only keys in known_hosts are accepted (strict_client)."""
+
+
 def strict_client(files: list[str]) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
-    client._host_keys = _host_keys_for(files)  # shared, read-only (see _host_keys_for)
+    client = StrictClient()
+    if not compat.share_host_keys(client, _host_keys_for(files)):  # shared, read-only (see _host_keys_for)
+        _load_into(client.get_host_keys(), files)
     # Fabric auto-adds unknown host keys, and ssh_config's StrictHostKeyChecking is not consulted: a fleet
     # tool connects only to keys the operator trusted (`trust --fingerprint`).
     client.set_missing_host_key_policy(paramiko.RejectPolicy())

@@ -21,7 +21,7 @@ from .bundle import ALLOW_INSECURE_VENV, BOOTSTRAP, EXIT_BOOTSTRAP_REFUSED, PYTH
 from .connector import COUNTERS, ExecResult, TransportError
 from .errors import connect_error
 from .hops import close_quietly, fabric_connection, slow_idle_checks
-from .session import AgentSession, Overflow, Ticket, drain, exec_without_waiting, session_refused
+from .session import AgentSession, Overflow, Ticket, drain, session_refused
 from .sftp import copy_range, write_atomically
 
 
@@ -131,7 +131,7 @@ class NodeConnection:
         COUNTERS.bump(self.host.name, "execs")
         try:
             chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
-            exec_without_waiting(chan, command)
+            chan.exec_command(command)
             command = shown or command
             if stdin:
                 chan.sendall(stdin)
@@ -208,6 +208,14 @@ class NodeConnection:
         with self.lock:
             ticket = Ticket(self, op, request, timeout)
             self._send([ticket, *self._take_held()])
+            return self._answer_of(ticket)
+
+    def ask(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
+        """call(), with the requests submit() holds left held: they go out behind the step's own request, which
+        needs this answer first (patch asks for the installed versions before it may write)."""
+        with self.lock:
+            ticket = Ticket(self, op, request, timeout)
+            self._send([ticket])
             return self._answer_of(ticket)
 
     def submit(self, op: str, request: dict, timeout: float = 300) -> Ticket:
@@ -391,7 +399,7 @@ class NodeConnection:
         COUNTERS.bump(self.host.name, "execs")
         try:
             chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
-            exec_without_waiting(chan, shlex.join(argv))  # the first request follows in the same flight
+            chan.exec_command(shlex.join(argv))
         except paramiko.ChannelException as exc:
             self.close()
             raise session_refused(self.host, exc, shown) from None

@@ -155,19 +155,6 @@ def session_refused(host: Host, exc: paramiko.ChannelException, shown: str) -> T
                           Evidence(shown, None, [], 0.0))
 
 
-def exec_without_waiting(chan: paramiko.Channel, command: str) -> None:
-    """Channel.exec_command, minus the round trip spent waiting for the server to say it accepted the
-    request: stdin follows in the same flight. A refused exec still shows, as a channel closed without an
-    exit status (reported as a lost step)."""
-    m = paramiko.Message()
-    m.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
-    m.add_int(chan.remote_chanid)
-    m.add_string("exec")
-    m.add_boolean(False)  # want_reply: no
-    m.add_string(command)
-    chan.transport._send_user_message(m)
-
-
 def drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int | None]:
     out, err = bytearray(), bytearray()
     while True:

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from fabric import Connection
 
+from ..compat import IndexedHostKeys, PipelinedAuth
 from .connector import TransportError
 from .errors import connect_error
-from .fabconfig import ssh_config_aliases, use_ssh_config
+from .fabconfig import use_ssh_config
 from .hops import IDLE_CHECK_SECONDS, MAX_JUMPS, each_hop, fabric_connection
-from .hostkeys import IndexedHostKeys, fingerprint_of, known_hosts_files, known_hosts_path
+from .hostkeys import fingerprint_of, known_hosts_files, known_hosts_path
 from .node import NodeConnection
 from .trust import trust_host
-from .tuning import FleetTransport, PipelinedAuth, identity_key
+from .tuning import FleetTransport, identity_key
 
 # Names the tests look inside the parts by.
 _fabric_connection, _hops, _identity_key = fabric_connection, each_hop, identity_key
@@ -28,7 +29,7 @@ _IndexedHostKeys, _PipelinedAuth = IndexedHostKeys, PipelinedAuth
 
 __all__ = ["IDLE_CHECK_SECONDS", "MAX_JUMPS", "Connection", "FleetTransport", "IndexedHostKeys", "NodeConnection",
            "PipelinedAuth", "TransportError", "connect_error", "each_hop", "fabric_connection", "fingerprint_of",
-           "identity_key", "known_hosts_files", "known_hosts_path", "ssh_config_aliases", "trust_host",
+           "identity_key", "known_hosts_files", "known_hosts_path", "trust_host",
            "use_ssh_config",
            "_FleetTransport", "_IndexedHostKeys", "_PipelinedAuth", "_fabric_connection", "_hops", "_identity_key",
            "_known_hosts_files"]

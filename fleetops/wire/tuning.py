@@ -1,5 +1,6 @@
 """paramiko tuned for a fleet: identity keys loaded once, AES-GCM first, the login pipelined with the
-service request and the session channel, and Fabric's Connection without per-write config merges."""
+service request and the session channel (the private parts in fleetops.compat), and Fabric's Connection
+without per-write config merges."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ from typing import Any
 
 import paramiko
 from fabric import Connection
-from paramiko.auth_handler import AuthHandler
+
+from .. import compat
 
 # paramiko's transport thread logs its own tracebacks (e.g. a missing SSH banner); fleetops reports the
 # failure itself, so none of that may reach a user's terminal through logging's last-resort handler.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
+
+# AEAD ciphers first: one cipher call per packet instead of a cipher and a Python-level MAC comparison.
+AEAD_FIRST = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 _LOCK = threading.Lock()
 _KEYS: dict[tuple, paramiko.PKey | None] = {}
@@ -43,62 +48,30 @@ def identity_key(path: str, passphrase: str | None) -> paramiko.PKey | None:
         return _KEYS.setdefault(cache_key, key)
 
 
-class PipelinedAuth(AuthHandler):
-    """Public-key login one round trip sooner: the USERAUTH_REQUEST goes out right behind the SERVICE_REQUEST
-    instead of after the SERVICE_ACCEPT (paramiko waits for it; one RTT of every connection, 50 ms at
-    the bench's RTT). OpenSSH's sshd handles a connection's packets in order, so the request is read once the
-    service is accepted, exactly as if it had waited. Only where nothing in the request depends on the server's
-    answer: an OpenSSH server, a key that is not RSA (RSA's signature algorithm is chosen from the server's
-    server-sig-algs, which may still be in flight). Anything else is paramiko's own sequence."""
-
-    _sent_ahead = False  # until the SERVICE_ACCEPT it went out ahead of arrives
-    sent_ahead = False  # for good: the transport opens its session channel right behind the request
-
-    def _request_auth(self) -> None:
-        super()._request_auth()  # SERVICE_REQUEST
-        if self.auth_method == "publickey" and _may_send_auth_ahead(self.transport, self.private_key):
-            accept = paramiko.Message()
-            accept.add_string("ssh-userauth")
-            accept.rewind()
-            super()._parse_service_accept(accept)  # builds, signs and sends the USERAUTH_REQUEST now
-            self._sent_ahead = self.sent_ahead = True
-
-    def _parse_service_accept(self, m: paramiko.Message) -> None:
-        if self._sent_ahead:
-            self._sent_ahead = False  # the request this accept answers went out with it
-            return
-        super()._parse_service_accept(m)
-
-
-def _may_send_auth_ahead(transport: paramiko.Transport, key: Any) -> bool:
-    key_type = getattr(getattr(key, "public_blob", None), "key_type", None) or key.get_name()
-    return "OpenSSH" in (transport.remote_version or "") and "rsa" not in key_type
-
-
 class FleetTransport(paramiko.Transport):
     """paramiko's Transport asking for AES-GCM first (OpenSSH's own order puts it right after chacha20, which
     paramiko lacks). With CTR + HMAC every packet also pays a Python-level MAC comparison and two cipher calls;
     an AEAD cipher is one call: ~0.6 ms less client CPU per connection. A server without GCM still
-    gets paramiko's usual list, in paramiko's order."""
+    gets paramiko's usual list, in paramiko's order. The login and the session channel go out pipelined where
+    compat allows it (compat.PipelinedAuth, compat.open_session_ahead)."""
 
-    _preferred_ciphers = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
-                          *(c for c in paramiko.Transport._preferred_ciphers if "gcm" not in c))
-
-    def _parse_debug(self, m: paramiko.Message) -> None:
-        # OpenSSH's sshd sends debug messages on every publickey login (the key's options from
-        # authorized_keys); paramiko escapes each byte by byte in Python only to log it at DEBUG.
-        if self.logger.isEnabledFor(logging.DEBUG):
-            super()._parse_debug(m)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        options = self.get_security_options()  # paramiko's public way to order its algorithms
+        first = tuple(c for c in AEAD_FIRST if c in options.ciphers)
+        options.ciphers = (*first, *(c for c in options.ciphers if c not in first))
 
     def auth_publickey(self, username: str, key: paramiko.PKey, event: threading.Event | None = None) -> list[str]:
-        # paramiko's own body, with the handler that sends the request ahead (PipelinedAuth)
+        if not compat.enabled("pipelined_auth"):
+            return super().auth_publickey(username, key, event)
+        # paramiko's own body, with the handler that sends the request ahead (compat.PipelinedAuth)
         if not self.active or not self.initial_kex_done:
             raise paramiko.SSHException("No existing session")
         my_event = event or threading.Event()
-        self.auth_handler = handler = PipelinedAuth(self)
+        self.auth_handler = handler = compat.PipelinedAuth(self)
         handler.auth_publickey(username, key, my_event)
         if handler.sent_ahead and self.session_ahead:
-            self._open_session_ahead()
+            self.open_session_ahead()
         if event is not None:
             return []
         return handler.wait_for_response(my_event)
@@ -112,47 +85,30 @@ class FleetTransport(paramiko.Transport):
     # open_channel, split in two). If that login is refused, sshd's pre-login loop reads the open and answers
     # UNIMPLEMENTED: the channel is never confirmed, so it is only used after the very login it followed.
     # (channel, its confirmation, the login it followed); paramiko maps channels weakly: this holds it
-    _session_ahead: tuple[paramiko.Channel, threading.Event, AuthHandler] | None = None
+    _ahead: tuple[paramiko.Channel, threading.Event, Any] | None = None
 
-    def _open_session_ahead(self) -> None:
-        window, packet = self.default_window_size, self.default_max_packet_size
+    def open_session_ahead(self) -> None:
         with self.lock:
-            if self._session_ahead is not None:  # behind an earlier key, refused
-                self._forget(self._session_ahead[0])
-            chanid = self._next_channel()
-            m = paramiko.Message()
-            m.add_byte(paramiko.common.cMSG_CHANNEL_OPEN)
-            m.add_string("session")
-            m.add_int(chanid)
-            m.add_int(window)
-            m.add_int(packet)
-            chan = paramiko.Channel(chanid)
-            self._channels.put(chanid, chan)
-            self.channel_events[chanid] = event = threading.Event()
-            self.channels_seen[chanid] = True
-            chan._set_transport(self)
-            chan._set_window(window, packet)
-            self._session_ahead = (chan, event, self.auth_handler)
-        self._send_message(m)  # the login request is still unanswered: no rekey can be under way
+            if self._ahead is not None:  # behind an earlier key, refused
+                compat.forget_channel(self, self._ahead[0])
+                self._ahead = None
+            opened = compat.open_session_ahead(self, self.default_window_size, self.default_max_packet_size)
+            if opened is not None:
+                self._ahead = (*opened, self.auth_handler)
 
     def open_channel(self, kind: str, dest_addr: Any = None, src_addr: Any = None, window_size: int | None = None,
                      max_packet_size: int | None = None, timeout: float | None = None) -> paramiko.Channel:
         ahead = None
         if kind == "session" and window_size is None and max_packet_size is None:
             with self.lock:
-                ahead, self._session_ahead = self._session_ahead, None
+                ahead, self._ahead = self._ahead, None
         if ahead is not None:
             chan, event, login = ahead
             if login is self.auth_handler and login.is_authenticated():
                 return self._opened(chan, event, self.channel_timeout if timeout is None else timeout)
             with self.lock:
-                self._forget(chan)  # opened behind a login sshd refused: it will never be confirmed
+                compat.forget_channel(self, chan)  # opened behind a login sshd refused: it will never be confirmed
         return super().open_channel(kind, dest_addr, src_addr, window_size, max_packet_size, timeout)
-
-    def _forget(self, chan: paramiko.Channel) -> None:
-        # under self.lock; sshd never made this channel, so there is nothing to close on its side
-        self._channels.delete(chan.chanid)
-        self.channel_events.pop(chan.chanid, None)
 
     def _opened(self, chan: paramiko.Channel, event: threading.Event, timeout: float) -> paramiko.Channel:
         # the second half of paramiko's open_channel: wait for OPEN_CONFIRMATION (or failure, or the end)
@@ -162,16 +118,9 @@ class FleetTransport(paramiko.Transport):
                 break
             if time.monotonic() > deadline:
                 raise paramiko.SSHException("Timeout opening channel.")
-        if event.is_set() and self._channels.get(chan.chanid) is chan:  # a refused open is unmapped
+        if event.is_set() and compat.channel_mapped(self, chan):  # a refused open is unmapped
             return chan
         raise self.get_exception() or paramiko.SSHException("Unable to open channel.")
-
-    def _filter_algorithm(self, type_: str) -> tuple[str, ...]:
-        # paramiko filters each list against disabled_algorithms on every read (16 per handshake); with
-        # nothing disabled the answer is the list itself.
-        if not self.disabled_algorithms:
-            return tuple(getattr(self, f"_preferred_{type_}"))
-        return super()._filter_algorithm(type_)
 
 
 class JumpTransport(FleetTransport):
@@ -188,6 +137,11 @@ class FleetConnection(Connection):
 
     inline_ssh_env = None
     fleetops_name: str | None = None  # what `trust` takes for this hop (a jump's own inventory name)
+    fleetops_sftp: paramiko.SFTPClient | None = None  # the SFTP session sftp() opened, for close_quietly
+
+    def sftp(self) -> paramiko.SFTPClient:
+        self.fleetops_sftp = client = super().sftp()
+        return client
 
     def __setattr__(self, key: str, value: Any) -> None:
         # invoke's DataProxy decides "real attribute or config key" with `key in dir(self)` on every write,

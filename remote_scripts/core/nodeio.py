@@ -1,5 +1,5 @@
 """Node-side plumbing shared by every operation: atomic writes, hashes, the node lock, module lookup,
-version requirements and fault-injection points. Stdlib only."""
+installed versions and fault-injection points. Stdlib only."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from hashlib import sha256
 from signal import SIGKILL
 
 from .procfs import pid_alive
-from .protocol import parse_requirement, version_matches  # nodeio's users import them here
 
 
 class NodeError(Exception):
@@ -533,7 +532,8 @@ def remove_stale_bytecode(path: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- versions
-# parse_requirement/version_matches live in protocol.py: the client validates playbooks with the same code.
+# The node reports installed versions; whether they satisfy a playbook's pins is the client's to decide (PEP 440,
+# with `packaging`, fleetops/plans/versions.py).
 
 
 def normalize_dist_name(name: str) -> str:
@@ -574,11 +574,8 @@ def installed_version(dist: str) -> str | None:
     return _DISTS[want]
 
 
-def check_requirements(requirements: list[str]) -> list[dict]:
-    out = []
-    for text in requirements:
-        name, clauses = parse_requirement(text)
-        found = installed_version(name)
-        ok = found is not None and version_matches(found, clauses)
-        out.append({"requirement": text, "package": name, "found": found, "ok": ok})
-    return out
+def report_versions(requires: list[dict]) -> list[dict]:
+    """Each pin of a playbook's requires ({"requirement": text, "package": name}, parsed by the client) with the
+    version installed here ("found": None when the package is not installed)."""
+    return [{"requirement": str(r["requirement"]), "package": str(r["package"]),
+             "found": installed_version(str(r["package"]))} for r in requires]

@@ -124,6 +124,10 @@ def facts(req: dict) -> dict:
         from ..core.nodeio import installed_version
 
         return {"ok": True, "packages": {n: installed_version(str(n)) for n in req.get("packages") or ()}}
+    if req.get("packages_only"):  # what a playbook's pins name, as patch's check reads them (dist-info names)
+        from ..core.nodeio import report_versions
+
+        return {"ok": True, "requirements": report_versions(req.get("requires") or [])}
     os_name = platform.platform()
     try:
         with open("/etc/os-release", encoding="utf-8") as f:

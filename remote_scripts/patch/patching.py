@@ -28,11 +28,11 @@ from ..core.nodeio import (
     NodeError,
     NodeLock,
     atomic_write,
-    check_requirements,
     module_file_in_site,
     now_iso,
     os_error_message,
     remove_stale_bytecode,
+    report_versions,
     sha256_bytes,
 )
 from ..core.procfs import pid_alive
@@ -263,24 +263,25 @@ def _rollback_drift(lines: list[str], hunks: list[dict], cls: dict) -> list[dict
 
 
 # ---------------------------------------------------------------- the set
-def _refuse_on_requirements(req: dict) -> list[dict] | None:
-    checks = check_requirements(req.get("requires", []))
-    bad = [c for c in checks if not c["ok"]]
-    if not bad:
+def _unapproved(req: dict) -> dict | None:
+    """The client judges a playbook's pins (PEP 440) from the versions a node reports, and sends the versions it
+    approved with the patch. Anything else installed now (or a first visit, with nothing approved yet) writes
+    nothing: the answer reports what is installed, for the client to judge and send again."""
+    found = report_versions(req.get("requires") or [])
+    approved = req.get("versions_approved") or {}  # package -> [version strings]
+    if all(r["found"] is not None and r["found"] in (approved.get(r["package"]) or ()) for r in found):
         return None
-    found = ", ".join(f"{c['package']} {c['found'] or 'not installed'}" for c in checks)
-    wanted = ", ".join(c["requirement"] for c in bad)
-    msg = f"requirements not met: need {wanted}; found {found}"
-    if req.get("requires_hint"):
-        msg += f". {req['requires_hint']}"
-    return [{"module": None, "status": REFUSED, "changed": False, "ok": False, "msg": msg,
-             "requirements": checks}]
+    return {"ok": False, "needs_approval": True, "requirements": found, "items": []}
 
 
 def patch(req: dict) -> dict:
-    refused = _refuse_on_requirements(req)
-    if refused:
-        return {"ok": False, "items": refused}
+    if req.get("check"):  # writes nothing: the client judges the reported versions along with the plan
+        answer = _run_set(req, "patch")
+        answer["requirements"] = report_versions(req.get("requires") or [])
+        return answer
+    unapproved = _unapproved(req)
+    if unapproved:
+        return unapproved
     return _run_set(req, "patch")
 
 
