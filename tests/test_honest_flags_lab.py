@@ -163,10 +163,10 @@ def test_playbook_before_the_task_with_fleet(lab, tmp_path):
     shutil.copytree(REPO / "playbooks", books)
     shipped = next(books.glob("speculators-*.yaml"))
     other = shipped.with_name("elsewhere.yaml")
-    shipped.rename(other)
-    proc = run("fleet", lab.root, "-p", str(other), "-H", "lab01", "verify", "--kinds", "requires", "--json")
-    (r,) = results(proc)
-    assert r["status"] == "ok" and r["data"]["playbook"].endswith("elsewhere.yaml"), r
+    other.write_text(re.sub(r"(?m)^name: .*$", "name: elsewhere", shipped.read_text()))
+    for args in (["-p", str(other), "-H", "lab01", "verify"], ["-H", "lab01", "--playbook", str(other), "verify"]):
+        (r,) = results(run("fleet", lab.root, *args, "--kinds", "compile", "--json"))
+        assert r["status"] == "ok" and r["data"]["playbook"] == "elsewhere", r
 
 
 # ---------------------------------------------------------------- bad values: before any host

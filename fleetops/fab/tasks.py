@@ -68,7 +68,8 @@ def ping(c, json=False):
     """Connect, run the node agent under the target python, report its version."""
 
 
-@fleet_task(help={"gpus": "only these GPU indices, e.g. 0,1,2,3",
+@fleet_task(numbers={"threshold": (0, None), "wait": (0, None)},
+            help={"gpus": "only these GPU indices, e.g. 0,1,2,3",
                   "threshold": f"MiB above which a GPU is busy ({DEFAULT_THRESHOLD_MIB})",
                   "wait": "poll up to this many seconds for the GPUs to be free", "json": HELP_JSON})
 def gpu(c, gpus=None, threshold=DEFAULT_THRESHOLD_MIB, wait=0, json=False):
@@ -94,7 +95,8 @@ def extract(c, force=False, job=None, playbook=None, json=False, shards=None):
     """Run the fast checks and the GPU gate, then launch the playbook's job detached on the node."""
 
 
-@fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
+@fleet_task(numbers={"lines": (0, None)},
+            help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
                   "lines": "start at the last N lines (default 20; right after this command's own extract: the "
                            "first line)",
                   "from_start": "replay the whole log from its first line"})
@@ -107,12 +109,14 @@ def status(c, job_id=None, job=None, playbook=None, json=False):
     """The job's state (running / succeeded / failed / killed), exit status, runtime, last progress, log."""
 
 
-@fleet_task(help={"lines": "how many lines (default 50)", "job_id": HELP_JOB_ID, "json": HELP_JSON})
+@fleet_task(numbers={"lines": (1, None)},
+            help={"lines": "how many lines (default 50)", "job_id": HELP_JOB_ID, "json": HELP_JSON})
 def logs(c, lines=50, job_id=None, json=False):
     """The last lines of the job's log (no follow)."""
 
 
-@fleet_task(help={"grace": "seconds between SIGTERM and SIGKILL (default 10)", "job_id": HELP_JOB_ID,
+@fleet_task(numbers={"grace": (0, None)},
+            help={"grace": "seconds between SIGTERM and SIGKILL (default 10)", "job_id": HELP_JOB_ID,
                   "json": HELP_JSON})
 def stop(c, grace=10, job_id=None, json=False):
     """SIGTERM the job's whole process group, SIGKILL after the grace period, confirm GPU memory is free."""
@@ -125,13 +129,16 @@ def trust(c, fingerprint=None, replace=False, json=False):
     """Add a host's SSH key to known_hosts, only if it matches the fingerprint you name."""
 
 
-@fleet_task(help={"command": "the shell command, as you would type it on the node (quote it)",
-                  "timeout": "seconds before the command is killed (default 300)", "json": HELP_JSON})
-def run(c, command, timeout=300, json=False):
+@fleet_task(numbers={"timeout": (1, None)},
+            help={"command": "the shell command, as you would type it on the node (quote it)",
+                  "timeout": "seconds before the command is killed (default 300; -T N sets it for the run)",
+                  "json": HELP_JSON})
+def run(c, command, timeout=None, json=False):
     """Run a shell command on every host (/bin/sh -c on the node), output prefixed by host, exit code each."""
 
 
-@explicit_task(help={"host": "only this host (inventory name)", "last": "only the last N entries (default 50)",
+@explicit_task(numbers={"last": (0, None)},
+               help={"host": "only this host (inventory name)", "last": "only the last N entries (default 50)",
                      "json": HELP_JSON})
 def history(c, host=None, last=50, json=False):
     """This project's audit log: every task run, who ran it, on which host (address, inventory file), with what
@@ -143,7 +150,7 @@ def history(c, host=None, last=50, json=False):
                  root=(c.config.get("fleetops") or {}).get("root"))
 
 
-@fleet_task(help={"last": "only the newest N jobs (default: all)", "json": HELP_JSON})
+@fleet_task(numbers={"last": (0, None)}, help={"last": "only the newest N jobs (default: all)", "json": HELP_JSON})
 def jobs(c, last=0, json=False):
     """The node's jobs, newest first: id, job name, state, started, runtime, exit, log and output size."""
 
@@ -191,7 +198,8 @@ def capture(c, module=None, playbook=None, pin=None, json=False):
     sha256), written beside the playbook, its patch entry and requires (pinned to the node's versions)."""
 
 
-@fleet_task(help={"playbook": HELP_PLAYBOOK, "out": "the candidate playbook to write (default: named for the "
+@fleet_task(numbers={"fuzz": (0, None)},
+            help={"playbook": HELP_PLAYBOOK, "out": "the candidate playbook to write (default: named for the "
                   "node's versions, beside the playbook)", "fuzz": "context lines a hunk may ignore (default 2)",
                   "json": HELP_JSON})
 def rebase(c, playbook=None, out=None, fuzz=2, json=False):
