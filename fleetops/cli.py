@@ -13,8 +13,9 @@ Fabric finds it; its fabric.yaml is read as Fabric reads it. Fabric's own `fab` 
 replaces no other package's script): in a project its one-line fabfile gives `fab` the same tasks, with the run
 options after a task. `fleet` is there for what `fab` cannot do: Fabric's `fab` loads no fabfile and no
 fabric.yaml for `fab -H x -- cmd` (a command and no task), so that command would bypass the inventory, the
-host-key policy and the audit log; its core flags cannot include --serial/--limit/--forks/--inventory; its
---version names only Fabric's parts.
+host-key policy and the audit log; its --help lists Fabric's core flags (printed before any project is read), some
+of which do nothing in fleetops (refused when given: fab/flags.py), where `fleet --help` lists only those that
+work, with what they do here; its --version names only Fabric's parts.
 """
 
 from __future__ import annotations

@@ -14,14 +14,19 @@ Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     -j  --json       one JSON document instead of the human view (every task, history too)
     -c  --check      patch/rollback: show what would change, write nothing
     -p  --playbook   the playbook YAML
+    -u  --user       the login user for every host of the run
     Every other option is long only (--job-id, --job, --diff, --kinds, --host, --last, ...); -h is --help.
     Run options, on any host task: --serial N, --forks N, --limit EXPR (names, globs, @group, !host),
-    --inventory PATH (or FLEETOPS_INVENTORY); `fleet` (fleetops/cli.py) takes them as core flags too.
-    Fabric's own -i is the SSH identity file, so the inventory is --inventory only.
+    --inventory PATH (or FLEETOPS_INVENTORY), -u USER, --port N, --no-fold, --odd; before or after the task
+    (`fleet` has them as core flags, fab/usage.py moves them behind the task for `fab`). Whole-number options
+    are declared with their ranges (numbers=) and checked before anything connects (fab/flags.py).
+    Fabric's own -i is the SSH identity file, so the inventory is --inventory only. -i, -u, --port and -t win
+    over the inventory, as ssh's do; -T is the ad-hoc command's timeout.
     --dry (Fabric's core -R/--dry): check mode for patch/rollback; read-only tasks run as they are; a task
     that changes things and has no check mode (run, extract, stop, trust) is refused with exit 2.
+    Fabric's -w, -e, --hide, --pty and password prompts do nothing here: refused, with the reason.
 Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate, 20-22 diagnose,
-130 Ctrl-C.
+130 Ctrl-C, 141 stdout closed by its reader.
 """
 
 import sys
