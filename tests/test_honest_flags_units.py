@@ -196,3 +196,18 @@ def test_a_closed_stdout_ends_the_program_quietly_with_141(project, args):
         os.close(write)
     assert proc.returncode == 141, proc.stderr
     assert proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("args,name", [(["--serial", "2", "history"], "--serial"), (["-u", "bob", "runbooks"], "--user"),
+                                       (["--odd", "history"], "--odd"), (["-i", "/nonexistent", "history"], "--identity"),
+                                       (["--json", "lab.status"], "--json"), (["--dry", "lab.down"], "--dry"),
+                                       (["--dry", "init", "elsewhere"], "--dry")])
+def test_a_core_flag_no_task_of_the_command_acts_on_is_refused(project, args, name):
+    usage_error(run(FLEET, project, *args), name)
+    assert not (project / "elsewhere").exists()
+
+
+def test_core_json_reaches_a_local_task(project):
+    proc = run(FLEET, project, "--json", "history", "--last", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert isinstance(json.loads(proc.stdout), list)

@@ -181,4 +181,8 @@ class FleetExecutor(fabric.Executor):
     def _run_local(self, call: Call) -> None:
         self.config.load_collection(self.collection.configuration(call.called_as))
         self.config.load_shell_env()
-        call.task(call.make_context(self.config), *call.args, **call.kwargs)
+        kwargs = dict(call.kwargs)
+        for name in ("json", "playbook"):  # `fleet --json history`: a core flag the task takes
+            if name in kwargs and not kwargs[name] and self._option(name, ""):
+                kwargs[name] = self._option(name, "")
+        call.task(call.make_context(self.config), *call.args, **kwargs)

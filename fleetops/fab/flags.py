@@ -30,6 +30,12 @@ UNUSED = {
                                  "in with keys only (the inventory's identity_file, -i, ssh_config's IdentityFile, "
                                  "ssh-agent)",
 }
+# The core flags that only tasks on hosts act on (`fleet`'s run options and Fabric's -i and -t)
+HOST_FLAGS = ("serial", "forks", "limit", "inventory", "user", "port", "no-fold", "odd", "allow-insecure-venv",
+              "identity", "connect-timeout")
+# The local tasks that change things (the lab's), which --dry cannot make read-only
+LAB_WRITES = ("lab.up", "lab.down", "lab.reset", "lab.gpu", "lab.kernel", "lab.install", "lab.stop", "lab.start",
+              "lab.rekey")
 PTY_IN_FAB = ("; with Fabric's fab, -p before the task is --pty: give -p PLAYBOOK after the task "
               "(`fab -H HOST patch -p PLAYBOOK`), or use fleet, where -p is --playbook anywhere")
 
@@ -63,16 +69,36 @@ def refusal(program: Any) -> tuple[str, str | None] | None:
         if name in args and args[name].value:
             pty_in_fab = name == "pty" and "playbook" not in args
             return why + (PTY_IN_FAB if pty_in_fab else ""), None
-    names = [ctx.name for ctx in program.tasks] + (["run"] if program.core.remainder else [])
-    if "playbook" in args and args["playbook"].value and not any("playbook" in ctx.args for ctx in program.tasks):
-        return f"-p/--playbook: {', '.join(names) or 'this command'} reads no playbook", None
-    if "command-timeout" in args and args["command-timeout"].value and "run" not in names:
-        return ("-T/--command-timeout is the ad-hoc command's timeout (`run`, or `fleet -H HOST -- CMD`); "
-                f"{', '.join(names) or 'this command'} has its own limits (see each task's --help)"), None
+    why = _unheard(program)
+    if why:
+        return why, None
     try:
         _check_values(program)
     except BadValue as exc:
         return str(exc), getattr(exc, "task", None)
+    return None
+
+
+def _unheard(program: Any) -> str | None:
+    """A core flag that no task of the command would act on (`fleet --serial 2 history`, `-p` with ping, -T
+    with patch, --dry with lab.down), said instead of ignored."""
+    args, tasks = program.args, program.tasks
+    hosts = [ctx.name for ctx in tasks if getattr(program.collection[ctx.name].body, "fleetops_task", None)]
+    names = [ctx.name for ctx in tasks] + (["run"] if program.core.remainder else [])
+    doing = ", ".join(names) or "this command"
+    given = {name for name in (*HOST_FLAGS, "json", "playbook", "command-timeout", "dry")
+             if name in args and args[name].value not in (None, False, "", [])}
+    for name in sorted(given & {"json", "playbook"}):
+        if not program.core.remainder and not any(name in ctx.args for ctx in tasks):
+            return f"{_flag(args[name])}: {doing} takes no {name} option"
+    if "command-timeout" in given and "run" not in names:
+        return (f"-T/--command-timeout is the ad-hoc command's timeout (`run`, or `fleet -H HOST -- CMD`); {doing} "
+                "has its own limits (see each task's --help)")
+    if given & set(HOST_FLAGS) and not hosts and not program.core.remainder:
+        return f"{_flag(args[min(given & set(HOST_FLAGS))])} is for tasks on hosts; {doing} runs none"
+    writes = [ctx.name for ctx in tasks if ctx.name in ("init", *LAB_WRITES)]
+    if "dry" in given and writes:
+        return f"-R/--dry: {', '.join(writes)} has no check mode (it is not a task on hosts)"
     return None
 
 
