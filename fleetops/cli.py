@@ -35,7 +35,7 @@ from invoke.program import Program
 from .fab.decorators import COMMAND_LINE_WINS, RUN_OPTIONS, SHORT_FLAGS
 from .fab.executor import FleetExecutor
 from .fab.flags import UNUSED
-from .fab.usage import bad_number, checked_parse, usage_exit
+from .fab.usage import bad_number, install, usage_exit
 from .plans.options import RUN_NUMBERS
 from .results import EXIT_USAGE, reader_gone
 
@@ -90,7 +90,8 @@ class Fleet(Fab):
             words.append(".")  # `fleet init` alone: here (Invoke has no optional positional argument)
         help_for = self.args.help.value if "help" in self.args else None
         self._named = {*words, *([help_for] if isinstance(help_for, str) else [])}
-        checked_parse(self, super().parse_tasks)  # usage errors exit 2; flags that do nothing here are refused
+        install()  # Invoke's parse_tasks, checked (fab/usage.py): usage errors exit 2, idle flags refused
+        super().parse_tasks()
         if self.project is None and (self.core.remainder or any(c.name not in NEEDS_NO_PROJECT for c in self.tasks)):
             # Before any connection or name lookup: without a project there is no inventory, no host-key policy
             # of its own and no audit log to go through.
