@@ -119,8 +119,8 @@ def test_one_meaning_per_flag_diff_is_a_files_diff_odd_is_the_majority_view_no_f
         if getattr(ns[name].body, "fleetops_task", None):
             assert {"odd", "no_fold"} <= args, name
     for program in (FLEET, FAB):
-        for bad in ("--diff", "--fold"):
-            usage_error(run(program, project, "-H", "node01", "ping", bad), bad)
+        for bad, instead in (("--diff", "--odd"), ("--fold", "--no-fold")):
+            usage_error(run(program, project, "-H", "node01", "ping", bad), bad, instead)
 
 
 # ---------------------------------------------------------------- bad values: exit 2, naming the option

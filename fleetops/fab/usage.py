@@ -28,6 +28,9 @@ from .decorators import RUN_OPTIONS, SHORT_FLAGS
 from .flags import PTY_IN_FAB, UNUSED, refusal
 
 _installed = False
+# Options that mean something else, or nothing, where they are typed: what to type instead
+MEANT = {"--diff": "--diff is the file diff of patch and rollback; the hosts unlike the majority: --odd",
+         "--fold": "folding is the default; --no-fold turns it off"}
 # The options that may come before the task, moved behind it (every host task takes them)
 MOVABLE = {*RUN_OPTIONS, "json", "playbook"}
 
@@ -41,12 +44,14 @@ def refuse(program: Any, message: str, task: str | None = None) -> Exit:
     # argv[0] may be __main__.py (python -m fabric): name the command the operator knows.
     # The installed `fab` and `fleet` are one class with two names: the name it was built with, else `fab`.
     binary = getattr(program, "_binary", None) or "fab"
+    word = message.split("'")[1] if message.startswith("No idea what '") else ""
+    if word in MEANT:
+        message += f" ({MEANT[word]})"
     if task:
         hint = f"see `{binary} --help {task}` for its options"
     else:
         hint = f"see `{binary} --list` for the tasks and `{binary} --help` for the core options"
-        if message.startswith("No idea what '") and getattr(program, "collection", None) is not None:
-            word = message.split("'")[1]
+        if word and getattr(program, "collection", None) is not None:
             close = difflib.get_close_matches(word, list(program.collection.task_names), n=1)
             if close:
                 hint = f"did you mean `{close[0]}`? " + hint
