@@ -186,7 +186,8 @@ def test_a_core_playbook_no_task_reads_is_refused(project):
 
 # ---------------------------------------------------------------- a closed stdout (`| head`)
 @pytest.mark.parametrize("args", [["fab", "--list"], ["fleet", "--list"], ["fab", "-H", "node01", "ping"],
-                                  ["fleet", "-H", "node01", "ping"], ["fleet", "--help"], ["fleet", "history"]])
+                                  ["fleet", "-H", "node01", "ping"], ["fleet", "--help"], ["fleet", "history"],
+                                  ["fab", "runbooks"]])
 def test_a_closed_stdout_ends_the_program_quietly_with_141(project, args):
     read, write = os.pipe()
     os.close(read)  # the reader (`head`) is gone before the first write
