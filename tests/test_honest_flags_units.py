@@ -199,10 +199,13 @@ def test_a_closed_stdout_ends_the_program_quietly_with_141(project, args):
     assert proc.stderr == "", proc.stderr
 
 
-@pytest.mark.parametrize("args,name", [(["--serial", "2", "history"], "--serial"), (["-u", "bob", "runbooks"], "--user"),
-                                       (["--odd", "history"], "--odd"), (["-i", "/nonexistent", "history"], "--identity"),
-                                       (["--json", "lab.status"], "--json"), (["--dry", "lab.down"], "--dry"),
-                                       (["--dry", "init", "elsewhere"], "--dry")])
+UNHEARD = [(["--serial", "2", "history"], "--serial"), (["-u", "bob", "runbooks"], "--user"),
+           (["--odd", "history"], "--odd"), (["-i", "/nonexistent", "history"], "--identity"),
+           (["--json", "lab.status"], "--json"), (["--dry", "lab.down"], "--dry"),
+           (["--dry", "init", "elsewhere"], "--dry")]
+
+
+@pytest.mark.parametrize("args,name", UNHEARD)
 def test_a_core_flag_no_task_of_the_command_acts_on_is_refused(project, args, name):
     usage_error(run(FLEET, project, *args), name)
     assert not (project / "elsewhere").exists()
