@@ -13,8 +13,9 @@ Fabric finds it; its fabric.yaml is read as Fabric reads it. Fabric's own `fab` 
 replaces no other package's script): in a project its one-line fabfile gives `fab` the same tasks, with the run
 options after a task. `fleet` is there for what `fab` cannot do: Fabric's `fab` loads no fabfile and no
 fabric.yaml for `fab -H x -- cmd` (a command and no task), so that command would bypass the inventory, the
-host-key policy and the audit log; its core flags cannot include --serial/--limit/--forks/--inventory; its
---version names only Fabric's parts.
+host-key policy and the audit log; its --help lists Fabric's core flags (printed before any project is read), some
+of which do nothing in fleetops (refused when given: fab/flags.py), where `fleet --help` lists only those that
+work, with what they do here; its --version names only Fabric's parts.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ from invoke.parser import Parser, ParserContext
 from invoke.program import Program
 
 from . import compat
+from .fab.decorators import COMMAND_LINE_WINS, RUN_OPTIONS, SHORT_FLAGS
 from .fab.executor import FleetExecutor
-from .fab.usage import usage_exit
-from .results import EXIT_USAGE
+from .fab.flags import UNUSED
+from .fab.usage import bad_number, install, usage_exit
+from .plans.options import RUN_NUMBERS
+from .results import EXIT_USAGE, reader_gone
 
 # What `fleet` runs without a project: making one, and the listings.
 NEEDS_NO_PROJECT = ("init",)
@@ -78,8 +82,8 @@ class Fleet(Fab):
             super().parse_core(*args, **kwargs)
         except ParseError as exc:
             raise usage_exit(self, exc) from None
-        except ValueError as exc:
-            raise usage_exit(self, ParseError(f"bad option value ({exc})")) from None
+        except ValueError as exc:  # Invoke casts `--serial abc` with int(): the option is named
+            raise bad_number(self, exc) from None
 
     def parse_tasks(self) -> None:
         words = self.core.unparsed
@@ -87,12 +91,8 @@ class Fleet(Fab):
             words.append(".")  # `fleet init` alone: here (Invoke has no optional positional argument)
         help_for = self.args.help.value if "help" in self.args else None
         self._named = {*words, *([help_for] if isinstance(help_for, str) else [])}
-        try:
-            super().parse_tasks()
-        except ParseError as exc:
-            raise usage_exit(self, exc) from None
-        except ValueError as exc:  # Invoke casts `--serial abc` with int() and lets the ValueError out
-            raise usage_exit(self, ParseError(f"bad option value ({exc})")) from None
+        install()  # Invoke's parse_tasks, checked (fab/usage.py): usage errors exit 2, idle flags refused
+        super().parse_tasks()
         if self.project is None and (self.core.remainder or any(c.name not in NEEDS_NO_PROJECT for c in self.tasks)):
             # Before any connection or name lookup: without a project there is no inventory, no host-key policy
             # of its own and no audit log to go through.
@@ -121,20 +121,28 @@ class Fleet(Fab):
         # project (its fabric.yaml, inventory, playbooks) with it all the same.
         bundled = [Argument(names=("search-root", "r"), help="the project: this folder or the nearest above it "
                                                              "with fabfile.py (default: here)")]
-        return super().core_args() + (bundled if self.namespace is not None else []) + [
-            Argument(names=("serial",), kind=int, default=0,
-                     help="roll out in batches of N hosts; a batch with a failure stops the roll-out"),
-            Argument(names=("limit",), kind=str, default="",
-                     help="only hosts whose names match these comma-separated patterns (fnmatch)"),
-            Argument(names=("forks",), kind=int, default=0, help="hosts worked on at once (default 32)"),
-            Argument(names=("no-fold",), kind=bool, default=False,
-                     help="one block per host, even when many hosts answer the same (env FLEETOPS_FOLD=0)"),
-            Argument(names=("odd",), kind=bool, default=False,
-                     help="show each minority group's output as a diff against the majority's"),
-            Argument(names=("inventory",), kind=str, default="",
-                     help="inventory directory or .yaml file (env FLEETOPS_INVENTORY); not -i, which is "
-                          "Fabric's SSH identity file"),
+        return [_fleets(arg) for arg in super().core_args()] + (bundled if self.namespace is not None else []) + [
+            Argument(names=(name.replace("_", "-"), *([SHORT_FLAGS[name]] if name in SHORT_FLAGS else [])),
+                     kind=int if name in RUN_NUMBERS else bool if isinstance(default, bool) else str,
+                     default=default, help=text)
+            for name, (default, text) in RUN_OPTIONS.items()] + [
+            Argument(names=("json", "j"), kind=bool, default=False,
+                     help="one JSON document instead of the report (every task takes it, before or after it)"),
+            Argument(names=("playbook", "p"), kind=str, default="",
+                     help="the playbook YAML, for every task of the command that reads one (default: fabric.yaml's "
+                          "fleetops.playbook)"),
         ]
+
+    def print_help(self) -> None:
+        """Invoke's, without Fabric's flags that do nothing in fleetops (fab/flags.py UNUSED: refused if given)."""
+        print(f"Usage: {self.binary} [--core-opts] <subcommand> [--subcommand-opts] ...")
+        print("")
+        print("Core options:")
+        print("")
+        hidden = tuple(f"--{name}" for name in UNUSED)
+        self.print_columns([t for t in self.initial_context.help_tuples()
+                            if not any(f"{flag}=" in t[0] or t[0].endswith(flag) for flag in hidden)])
+        self.list_tasks()
 
     def print_version(self) -> None:
         from importlib.metadata import version  # read from the installed metadata only here, not on every start
@@ -142,6 +150,30 @@ class Fleet(Fab):
         print(f"fleetops {_version()}")
         for name, dist in (("Fabric", "fabric"), ("Paramiko", "paramiko"), ("Invoke", "invoke")):
             print(f"{name} {version(dist)}")
+
+
+# What Fabric's core flags do in fleetops, in `fleet --help`. Fabric's own help stays in `fab --help` (Fabric prints
+# it before any project is read).
+CORE_HELP = {
+    "dry": "check mode: patch and rollback show what they would change and write nothing; read-only tasks run "
+           "as they are; a task that changes things and has no check mode (run, extract, stop, trust) is refused",
+    "identity": f"the SSH key to log in with, for every host of the run ({COMMAND_LINE_WINS}: it replaces an "
+                "inventory host's identity_file; a host outside the inventory tries each one given)",
+    "connect-timeout": f"seconds to wait for each host's SSH connection and login ({COMMAND_LINE_WINS}: it replaces "
+                       "the inventory's connect_timeout)",
+    "command-timeout": "seconds before the ad-hoc command (`run`, `fleet -H HOST -- CMD`) is killed on each host "
+                       "(run --timeout; default 300); refused with another task",
+}
+
+
+def _fleets(arg: Argument) -> Argument:
+    """One of Fabric's core flags as `fleet` has it: help saying what it does in fleetops; -p is --playbook,
+    so Fabric's --pty keeps only its long name (hidden, and refused if given)."""
+    for name in set(arg.names) & set(CORE_HELP):
+        arg.help = CORE_HELP[name]
+    if "pty" in arg.names:
+        return Argument(names=("pty",), kind=bool, default=False, help=arg.help)
+    return arg
 
 
 def _version() -> str:
@@ -176,7 +208,7 @@ def _run_and_exit(prog: Program) -> None:
     except SystemExit as exc:
         code = exc.code
     except BrokenPipeError:  # `fleet --list | head`: the reader left; what it read was printed
-        code = 0
+        code = reader_gone(sys.stdout)
     if code is None:
         code = 0
     elif not isinstance(code, int):  # sys.exit("message"): printed, status 1, as Python does

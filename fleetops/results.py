@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -24,6 +25,8 @@ EXIT_UNREACHABLE = 4
 # the run's record is then incomplete whatever its results were. FLEETOPS_AUDIT_OPTIONAL=1 opts out.
 EXIT_AUDIT = 5
 EXIT_INTERRUPTED = 130  # Ctrl-C: the shell's 128 + SIGINT
+# stdout closed by its reader (`fab ... | head`): the shell's 128 + SIGPIPE, what `yes | head` leaves in PIPESTATUS
+EXIT_READER_GONE = 141
 EXIT_GPU_BUSY = 10
 EXIT_GPU_UNHEALTHY = 11
 EXIT_NO_NVIDIA_SMI = 12
@@ -116,3 +119,17 @@ def recap(results: list[Result]) -> dict[str, dict[str, int]]:
         row = out.setdefault(r.host, {s.value: 0 for s in Status})
         row[r.status.value] += 1
     return out
+
+
+def reader_gone(stream: Any) -> int:
+    """The reader of `stream` left (`| head`): its descriptor now points at /dev/null, so what is still buffered
+    and the interpreter's last flush go nowhere without a word. Returns EXIT_READER_GONE, the status to exit with."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no descriptor (a test's StringIO): nothing to point away
+        pass
+    return EXIT_READER_GONE

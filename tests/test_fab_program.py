@@ -41,16 +41,17 @@ def test_fabs_card_command_runs_fleetops_tasks_in_a_project_made_by_fleet_init(t
     listed = run(FAB, project, "--list")
     assert listed.returncode == 0 and "patch" in listed.stdout and "verify" in listed.stdout, listed.stderr
     # Fabric's own fab loads the fabfile (fleetops' tasks) and fabric.yaml (fleetops' executor): gpu01 is the
-    # example inventory's host, which the executor refuses to connect to (no address is looked up).
+    # example inventory's host, refused as bad input before any connection (no address is looked up).
     card = run(FAB, project / "hosts", "-H", "gpu01", "patch", "verify", "extract")
-    assert card.returncode == 4, card.stdout + card.stderr
-    assert "gpu01 comes from an example inventory" in card.stdout and "RECAP" in card.stdout
+    assert card.returncode == 2, card.stdout + card.stderr
+    assert "gpu01 is an example host" in card.stderr and "RECAP" not in card.stdout
     assert "Traceback" not in card.stderr
-    # The run options go after a task with fab; before the tasks they are `fleet`'s core flags.
+    # The run options go before or after a task, with either program.
     for program, args in ((FAB, ["-H", "gpu01", "patch", "--serial", "1", "--forks", "2", "verify"]),
+                          (FAB, ["--serial", "1", "--forks", "2", "-H", "gpu01", "patch", "verify"]),
                           (FLEET, ["-H", "gpu01", "--serial", "1", "--forks", "2", "patch", "verify"])):
         proc = run(program, project, *args)
-        assert proc.returncode == 4 and "example inventory" in proc.stdout, proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "example host" in proc.stderr, proc.stdout + proc.stderr
 
 
 def test_fleet_outside_a_project_refuses_before_any_lookup(tmp_path):
@@ -78,7 +79,7 @@ def test_search_root_names_the_project_from_anywhere(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     proc = run(FLEET, elsewhere, "-r", str(tmp_path / "ops" / "playbooks"), "-H", "gpu01", "ping")
-    assert proc.returncode == 4 and "example inventory" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "example host" in proc.stderr, proc.stdout + proc.stderr
     wrong = run(FLEET, elsewhere, "-r", str(elsewhere), "-H", "gpu01", "ping")
     assert wrong.returncode == 2 and "not a fleetops project" in wrong.stderr, wrong.stderr
 

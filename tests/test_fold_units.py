@@ -210,8 +210,8 @@ def test_live_view_at_scale_shows_counts_and_the_slowest_not_every_host():
 def test_no_fold_and_odd_are_run_options_of_every_task():
     from fleetops.fab.decorators import RUN_OPTIONS
 
-    assert RUN_OPTIONS["fold"][0] is True and "--no-fold" in RUN_OPTIONS["fold"][1]
-    assert RUN_OPTIONS["odd"][0] is False and "diff" in RUN_OPTIONS
+    assert RUN_OPTIONS["no_fold"][0] is False and "fold" not in RUN_OPTIONS  # `--fold` was the default
+    assert RUN_OPTIONS["odd"][0] is False and "diff" not in RUN_OPTIONS  # --diff is patch's and rollback's own
 
 
 def test_durations_do_not_split_groups_and_show_as_a_range():

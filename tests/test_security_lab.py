@@ -39,7 +39,9 @@ def test_unknown_host_key_is_refused_until_the_operator_names_its_fingerprint(la
                                  capture_output=True, text=True, check=True).stdout.split()[1]
         assert offered.startswith("SHA256:") and offered in doc["results"][0]["msg"], doc["results"][0]["msg"]
         rc, doc = fab_json(lab.root, "-H", "newhost", "trust")
-        assert rc == 1 and f"--fingerprint {offered}" in doc["results"][0]["msg"] and known.read_text() == ""
+        # The offered key is shown to compare, never as a ready `trust --fingerprint` to paste unchecked.
+        msg = doc["results"][0]["msg"]
+        assert rc == 1 and offered in msg and f"--fingerprint {offered}" not in msg and known.read_text() == ""
         rc, doc = fab_json(lab.root, "-H", "newhost", "trust", "--fingerprint", "SHA256:not-the-right-one")
         assert rc == 1 and "nothing trusted" in doc["results"][0]["msg"] and known.read_text() == ""
         rc, doc = fab_json(lab.root, "-H", "newhost", "trust", "--fingerprint", offered)

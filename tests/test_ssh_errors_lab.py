@@ -116,14 +116,15 @@ def closed_port() -> int:
 # ---------------------------------------------------------------- item 2: host syntax
 def test_user_at_address_port_is_honoured_and_the_unknown_key_names_trust(lab, tmp_path):
     """`fab -H root@127.0.0.1:PORT ping` used to go to port 22. Now: the port is used (the lab's host key
-    is offered, unknown to this HOME), the refusal names `trust --fingerprint`, trust adds it, ping works."""
+    is offered, unknown to this HOME), the refusal shows it and names `trust --fingerprint`, trust adds it, ping
+    works."""
     node = lab.node("lab01")
     home = home_with(tmp_path, lab, f"Host 127.0.0.1\n  IdentityFile {lab.client_key}\n", known_hosts=False)
     target = f"{lab.user}@127.0.0.1:{node.port}"
     env = {"HOME": str(home)}
     rc, doc, _ = fab_run(lab.root, "-H", target, "ping", env=env)
     msg = assert_unreachable(rc, doc, target, "unknown host key", f"fab -H {target} trust --fingerprint SHA256:")
-    fingerprint = msg.split("--fingerprint ")[1].split()[0]
+    fingerprint = msg.split("unknown host key ")[1].split()[0]
     expected = subprocess.run(["ssh-keygen", "-lf", f"{node.host_key}.pub"], capture_output=True, text=True,
                               check=True).stdout.split()[1]
     assert fingerprint == expected  # the key of the sshd on PORT, i.e. the port was honoured
@@ -368,9 +369,9 @@ def test_sftp_failure_while_uploading_the_agent_is_one_line(lab):
 
 
 def test_changed_host_key_names_trust_replace_which_replaces_only_the_named_key(lab, tmp_path):
-    """A reimaged node: the refusal names `trust --replace --fingerprint NEW`; --replace with another
-    fingerprint changes nothing; with the right one the old line (here a hashed one, as HashKnownHosts
-    writes) is replaced, other lines are kept, and the node answers."""
+    """A reimaged node: the refusal shows the new key and names `trust --replace --fingerprint` for the one
+    checked on the node; --replace with another fingerprint changes nothing; with the right one the old line
+    (here a hashed one, as HashKnownHosts writes) is replaced, other lines are kept, and the node answers."""
     other = tmp_path / "other"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     node = lab.node("lab01")
@@ -385,7 +386,7 @@ def test_changed_host_key_names_trust_replace_which_replaces_only_the_named_key(
         rc, doc, _ = fab_run(lab.root, "-H", "moved", "ping")
         msg = assert_unreachable(rc, doc, "moved", "host key does not match known_hosts",
                                  "fab -H moved trust --replace --fingerprint SHA256:")
-        offered = msg.rsplit("--fingerprint ", 1)[1].split()[0]
+        offered = msg.split(", got ", 1)[1].split(";")[0]
         rc, doc, _ = fab_run(lab.root, "-H", "moved", "trust", "--fingerprint", offered)  # no --replace
         assert rc == 1 and "trust --replace --fingerprint" in only_result(doc)["msg"], doc
         rc, doc, _ = fab_run(lab.root, "-H", "moved", "trust", "--replace", "--fingerprint", "SHA256:wrong")

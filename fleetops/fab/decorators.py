@@ -15,46 +15,67 @@ from typing import Any
 
 import fabric
 
+from ..plans.options import RUN_NUMBERS, Range
+
 # The one short-flag scheme (README "Flags"). Nothing else gets a short flag; -h stays Fabric's --help.
-SHORT_FLAGS = {"json": "j", "check": "c", "playbook": "p"}
+SHORT_FLAGS = {"json": "j", "check": "c", "playbook": "p", "user": "u"}
+
+COMMAND_LINE_WINS = "the command line wins over the inventory and ssh_config, as with ssh"
 
 # Options of the whole run, accepted by every host task (any task of the command may give them; with
 # `fleet` they are core flags too). name → (default, help)
 RUN_OPTIONS: dict[str, tuple[Any, str]] = {
-    "serial": (0, "roll out in batches of N hosts; a batch with a failure stops the roll-out"),
-    "forks": (0, "hosts worked on at once (default 32)"),
+    "serial": (None, "roll out in batches of N hosts; a batch with a failure stops the roll-out"),
+    "forks": (None, "hosts worked on at once (default 32)"),
     "limit": ("", "only these of the selected hosts: names, globs, @group, !host, comma-separated"),
     "inventory": ("", "inventory directory or .yaml file (default: fabric.yaml's fleetops.inventory; "
-                      "env FLEETOPS_INVENTORY). Not -i: that is Fabric's SSH identity file"),
-    "fold": (True, "hosts that answered the same are shown once, under their host range (from 4 hosts); "
-                   "--no-fold: one block per host. FLEETOPS_FOLD=1 folds any number, =0 none"),
+                      "env FLEETOPS_INVENTORY). Not -i: that is the SSH identity file"),
+    "user": (None, f"log in as USER on every host of the run ({COMMAND_LINE_WINS}; a user@ in the -H word "
+                   "wins over it)"),
+    "port": (None, f"connect to PORT on every host of the run ({COMMAND_LINE_WINS}; a :port in the -H word "
+                   "wins over it)"),
+    "no_fold": (False, "one block per host, even when hosts answered the same (FLEETOPS_FOLD=0 too; "
+                       "FLEETOPS_FOLD=1 folds any number of hosts)"),
     "odd": (False, "odd ones out: each group of hosts that answered differently, as a unified diff against "
                    "the majority's answer"),
-    # On a task without a file diff of its own (patch and rollback have --diff: the file's diff), --diff is
-    # --odd, the name ClusterShell's users know.
-    "diff": (False, "odd ones out (the same as --odd): each minority group as a diff against the majority"),
     "allow_insecure_venv": (False, "run on a node whose Python (its prefix, sys.path, site-packages, .pth files) "
                                    "another user may write, with a warning, instead of refusing it"),
 }
 
 
 class FleetTask(fabric.Task):
-    """fabric.Task whose short flags come from SHORT_FLAGS only."""
+    """fabric.Task whose short flags come from SHORT_FLAGS only, and whose whole-number options (numbers_of)
+    are cast by Invoke (a word that is not a number is a usage error naming the option) also when they have no
+    default (`tail --lines`)."""
 
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:  # type: ignore[override]
         opts = super().arg_opts(name, default, taken_names)
         if name in SHORT_FLAGS:
             opts["names"] = [*opts["names"], SHORT_FLAGS[name]]
+        if name in numbers_of(self):
+            opts["kind"] = int
         return opts
 
 
-def explicit_task(**options: Any) -> Callable[[Callable], Any]:
-    """fabric.task with the house short-flag scheme (for local tasks such as history)."""
-    return fabric.task(klass=FleetTask, auto_shortflags=False, **options)
+def numbers_of(task: Any) -> dict[str, Range]:
+    """A task's whole-number options: name → (least, greatest or None)."""
+    return getattr(getattr(task, "body", None), "fleetops_numbers", {})
 
 
-def fleet_task(**options: Any) -> Callable[[Callable], Any]:
-    """fabric.task for a per-host fleetops task; the executor runs these as per-host chains."""
+def explicit_task(numbers: dict[str, Range] | None = None, **options: Any) -> Callable[[Callable], Any]:
+    """fabric.task with the house short-flag scheme (for local tasks such as history); `numbers`: its
+    whole-number options and their ranges, checked before it runs (fab/flags.py)."""
+
+    def wrap(body: Callable) -> Any:
+        body.fleetops_numbers = dict(numbers or {})  # type: ignore[attr-defined]
+        return fabric.task(klass=FleetTask, auto_shortflags=False, **options)(body)
+
+    return wrap
+
+
+def fleet_task(numbers: dict[str, Range] | None = None, **options: Any) -> Callable[[Callable], Any]:
+    """fabric.task for a per-host fleetops task; the executor runs these as per-host chains. `numbers`: the
+    task's whole-number options and their ranges (the run options' are added)."""
 
     def wrap(body: Callable) -> Any:
         @functools.wraps(body)  # Fabric reads the help from body's docstring
@@ -69,7 +90,7 @@ def fleet_task(**options: Any) -> Callable[[Callable], Any]:
         declared.fleetops_task = body.__name__  # type: ignore[attr-defined]
         declared.fleetops_run_options = [p.name for p in extra]  # type: ignore[attr-defined]
         helps = {**{name: text for name, (_, text) in RUN_OPTIONS.items()}, **options.pop("help", {})}
-        return explicit_task(help=helps, **options)(declared)
+        return explicit_task(numbers={**RUN_NUMBERS, **(numbers or {})}, help=helps, **options)(declared)
 
     return wrap
 

@@ -21,8 +21,9 @@ from invoke import Call
 from invoke.exceptions import Exit
 
 from .. import startup
-from ..results import EXIT_USAGE
+from ..results import EXIT_USAGE, reader_gone
 from .decorators import RUN_OPTIONS, fleet_task_name, run_options_of
+from .flags import is_fleetops_collection
 
 # The run itself (fleetops.run: the tasks, the plans, the report with rich) is imported by execute() when a
 # command names a host task: `fab --list`, `fab --help` and the local tasks (lab.*, history) never load it.
@@ -30,12 +31,17 @@ from .decorators import RUN_OPTIONS, fleet_task_name, run_options_of
 
 class FleetExecutor(fabric.Executor):
     def execute(self, *tasks):  # type: ignore[override]
-        if not _is_fleetops_collection(self.collection):
+        if not is_fleetops_collection(self.collection):
             # fabric.yaml names this executor, the fabfile declares no fleetops task: Fabric's ways.
             startup.release()  # its tasks may run for hours: collect as Python normally does
             return super().execute(*tasks)
+        try:
+            return self._execute(tasks)
+        except BrokenPipeError:  # `fab ... | head`, from a print outside the report: the reader has what it wanted
+            raise Exit(code=reader_gone(sys.stdout)) from None
+
+    def _execute(self, tasks: tuple) -> dict:
         calls = [c if isinstance(c, Call) else Call(task=c) for c in self.normalize(tasks)]
-        host_str = self.core[0].args.hosts.value if self.core else None
         loaded_from = getattr(self.collection, "loaded_from", None)
         settings = dict(self.config.get("fleetops", {}) or {})
         root = Path(loaded_from) if loaded_from else Path.cwd()
@@ -46,27 +52,46 @@ class FleetExecutor(fabric.Executor):
             if call not in host_calls:
                 startup.release()  # a local task (lab.up, history, ...) is not start-up
                 self._run_local(call)
-        # Run options given to any task of the command apply to the whole run (plain `fab` has no other place).
+        run_opts, steps = self._steps(host_calls)
+        if not steps:
+            return {}
+        code = self._run(root, settings, run_opts, steps)
+        if code:
+            raise Exit(code=code)
+        return {}
+
+    def _steps(self, host_calls: list[Call]) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+        """The run options given to any task of the command (plain `fab` has no other place for them), and each
+        host task with its own options; the ad-hoc command (`-- CMD`) is the `run` task. `fleet`'s core --json,
+        -p and -T go to the steps that take them."""
         run_opts: dict[str, Any] = {}
         steps = []
         for c in host_calls:
             kwargs = dict(c.kwargs)
             for name in run_options_of(c):
                 value = kwargs.pop(name, None)
-                if value is not None and value != RUN_OPTIONS[name][0]:  # given (--no-fold gives False)
+                if value is not None and value != RUN_OPTIONS[name][0]:  # given
                     run_opts[name] = value
             steps.append((fleet_task_name(c), kwargs))
         remainder = self.core.remainder if self.core is not None else ""
         if remainder:
             steps.append(("run", {"command": remainder}))
-        if not steps:
-            return {}
+        core = {name: self._option(name, "") for name in ("json", "playbook", "command-timeout")}
+        for name, kwargs in steps:
+            if core["json"]:
+                kwargs["json"] = True  # every host task takes --json
+            if core["playbook"] and "playbook" in kwargs and not kwargs["playbook"]:
+                kwargs["playbook"] = core["playbook"]
+            if core["command-timeout"] and name == "run" and kwargs.get("timeout") is None:
+                kwargs["timeout"] = core["command-timeout"]
+        return run_opts, steps
+
+    def _run(self, root: Path, settings: dict, run_opts: dict[str, Any], steps: list) -> int:
         names = ", ".join(name for name, _ in steps)
-        from ..plans.hostrange import RangeError
+        from ..plans.hostrange import RangeError, split_words
         from ..plans.inventory import UnknownHost
         from ..plans.yamlsrc import ConfigError
         from ..report.console import Reporter
-        from ..rollout import DEFAULT_FORKS
         from ..run import UsageError, assemble, execute
         from ..state import RunState
 
@@ -78,35 +103,63 @@ class FleetExecutor(fabric.Executor):
             raise Exit(code=EXIT_USAGE) from None
         state = RunState(root, settings)
         state.reporter.json_mode = state.reporter.json_mode or json_mode
-        allow_venv = bool(run_opts.get("allow_insecure_venv"))
-        if not host_str:
-            state.reporter.error(f"{names} needs hosts: use -H lab01 (inventory names, @group, globs, or "
-                                 "user@host:port for a host outside the inventory whose key is in known_hosts)")
+        host_str = self.core[0].args.hosts.value if self.core else None
+        if not split_words(host_str or ""):  # none given, or `-H ,`
+            named = f"-H {host_str!r} names no host" if host_str else f"{names} needs hosts"
+            state.reporter.error(f"{named}: use -H lab01 (inventory names, @group, globs, or user@host:port for a "
+                                 "host outside the inventory whose key is in known_hosts), comma-separated")
             raise Exit(code=EXIT_USAGE)
-        limit = str(self._option("limit", "FLEETOPS_LIMIT") or run_opts.get("limit") or "")
-        dry = bool(self.core[0].args.dry.value) if self.core and self.core[0].args.get("dry") else False
         try:
-            keys = self.config.connect_kwargs.get("key_filename") or []
-            state.use_ssh_config(self.core[0].args["ssh-config"].value if self.core else None,
-                                 [keys] if isinstance(keys, str) else list(keys))
-            state.inventory.allow_insecure_venv = allow_venv
-            run = assemble(state, [host_str], steps, limit=limit, dry=dry)  # commas split there, not in lab[01,07]
-            forks = int(self._option("forks", "FLEETOPS_FORKS") or run_opts.get("forks") or settings.get("forks")
-                        or DEFAULT_FORKS)
-            serial = int(self._option("serial", "FLEETOPS_SERIAL") or run_opts.get("serial") or 0)
+            forks, serial = self._numbers(settings, run_opts)
+            self._connect_settings(state, run_opts)
+            run = assemble(state, [host_str], steps, limit=self._limit(run_opts), dry=self._dry())
+            state.inventory.targets(run.hosts)  # an example inventory's host: bad input, before any connection
         except (ConfigError, UnknownHost, RangeError) as exc:  # a file or a host name: the message names it
             state.reporter.error(str(exc))
             raise Exit(code=EXIT_USAGE) from None
         except (UsageError, ValueError) as exc:  # the command line itself: point at the task's options
-            state.reporter.error(f"{exc}; see `fab --help {names.split(', ')[0]}`")
+            state.reporter.error(f"{exc}; see `{self._binary()} --help {names.split(', ')[0]}`")
             raise Exit(code=EXIT_USAGE) from None
         # --no-fold / --odd: task options (any task of the command), or core flags where the program has them
-        no_fold = run_opts.get("fold") is False or bool(self._option("no-fold", ""))
-        odd = bool(run_opts.get("odd") or run_opts.get("diff") or self._option("odd", ""))
-        code = execute(run, forks, serial, fold=False if no_fold else None, odd=odd, command=list(sys.argv))
-        if code:
-            raise Exit(code=code)
-        return {}
+        no_fold = bool(run_opts.get("no_fold") or self._option("no-fold", ""))
+        odd = bool(run_opts.get("odd") or self._option("odd", ""))
+        return execute(run, forks, serial, fold=False if no_fold else None, odd=odd, command=list(sys.argv))
+
+    def _numbers(self, settings: dict, run_opts: dict[str, Any]) -> tuple[int, int]:
+        """(forks, serial): the command line, else the environment (FLEETOPS_FORKS, FLEETOPS_SERIAL), else
+        fabric.yaml's fleetops.forks; each checked (BadValue names where a bad one came from)."""
+        from ..plans.options import RUN_NUMBERS, from_environment, whole
+        from ..rollout import DEFAULT_FORKS
+
+        env = from_environment(os.environ)
+        forks = self._option("forks", "") or run_opts.get("forks") or env.get("forks")
+        if forks is None and settings.get("forks") is not None:
+            forks = whole("fleetops.forks (fabric.yaml)", settings["forks"], *RUN_NUMBERS["forks"])
+        serial = self._option("serial", "") or run_opts.get("serial") or env.get("serial") or 0
+        return int(forks or DEFAULT_FORKS), int(serial)
+
+    def _connect_settings(self, state: Any, run_opts: dict[str, Any]) -> None:
+        """ssh_config (-S), and what the command line says for every host of the run: -u/--user, --port, -i,
+        -t/--connect-timeout (plans/inventory.py CommandLine: it wins over the inventory, as with ssh)."""
+        from ..plans.inventory import CommandLine
+
+        keys = self.config.connect_kwargs.get("key_filename") or []
+        state.use_ssh_config(self._option("ssh-config", ""), [keys] if isinstance(keys, str) else list(keys))
+        state.inventory.allow_insecure_venv = bool(run_opts.get("allow_insecure_venv"))
+        state.inventory.command_line = CommandLine(
+            user=self._option("user", "") or run_opts.get("user"),
+            port=self._option("port", "") or run_opts.get("port"),
+            identity_files=tuple(str(k) for k in self._option("identity", "") or []),
+            connect_timeout=self._option("connect-timeout", ""))
+
+    def _limit(self, run_opts: dict[str, Any]) -> str:
+        return str(self._option("limit", "FLEETOPS_LIMIT") or run_opts.get("limit") or "")
+
+    def _dry(self) -> bool:
+        return bool(self._option("dry", ""))
+
+    def _binary(self) -> str:
+        return "fleet" if sys.argv and Path(sys.argv[0]).name == "fleet" else "fab"
 
     def _choose_inventory(self, root: Path, settings: dict, run_opts: dict[str, Any]) -> None:
         """--inventory (a task option, or `fleet --inventory`), else FLEETOPS_INVENTORY, else fabric.yaml.
@@ -116,10 +169,11 @@ class FleetExecutor(fabric.Executor):
         override = str(self._option("inventory", "") or run_opts.get("inventory") or "") or None
         settings["inventory"] = str(find_inventory(root, override, settings.get("inventory", "hosts")))
 
-    def _option(self, name: str, env: str) -> object:
-        """A `fleet` core flag if given, else the environment (so plain `fab` can use it too)."""
+    def _option(self, name: str, env: str) -> Any:
+        """A core flag if the program has it and it was given, else the environment (so plain `fab` can use it)."""
         try:
-            value = self.core[0].args.get(name).value if self.core and self.core[0].args.get(name) else None
+            args = self.core[0].args if self.core else {}
+            value = args[name].value if name in args else None  # `in` and [] know the aliases (-t), get() not
         except (AttributeError, IndexError):
             value = None
         return value or (os.environ.get(env) if env else None)
@@ -127,12 +181,8 @@ class FleetExecutor(fabric.Executor):
     def _run_local(self, call: Call) -> None:
         self.config.load_collection(self.collection.configuration(call.called_as))
         self.config.load_shell_env()
-        call.task(call.make_context(self.config), *call.args, **call.kwargs)
-
-
-def _is_fleetops_collection(collection: Any) -> bool:
-    """A collection that declares at least one fleetops host task (fab/tasks.py's @fleet_task)."""
-    if collection is None:
-        return False
-    return any(getattr(task.body, "fleetops_task", None) for task in collection.tasks.values()) or any(
-        _is_fleetops_collection(sub) for sub in collection.collections.values())
+        kwargs = dict(call.kwargs)
+        for name in ("json", "playbook"):  # `fleet --json history`: a core flag the task takes
+            if name in kwargs and not kwargs[name] and self._option(name, ""):
+                kwargs[name] = self._option(name, "")
+        call.task(call.make_context(self.config), *call.args, **kwargs)

@@ -14,14 +14,19 @@ Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     -j  --json       one JSON document instead of the human view (every task, history too)
     -c  --check      patch/rollback: show what would change, write nothing
     -p  --playbook   the playbook YAML
+    -u  --user       the login user for every host of the run
     Every other option is long only (--job-id, --job, --diff, --kinds, --host, --last, ...); -h is --help.
     Run options, on any host task: --serial N, --forks N, --limit EXPR (names, globs, @group, !host),
-    --inventory PATH (or FLEETOPS_INVENTORY); `fleet` (fleetops/cli.py) takes them as core flags too.
-    Fabric's own -i is the SSH identity file, so the inventory is --inventory only.
+    --inventory PATH (or FLEETOPS_INVENTORY), -u USER, --port N, --no-fold, --odd; before or after the task
+    (`fleet` has them as core flags, fab/usage.py moves them behind the task for `fab`). Whole-number options
+    are declared with their ranges (numbers=) and checked before anything connects (fab/flags.py).
+    Fabric's own -i is the SSH identity file, so the inventory is --inventory only. -i, -u, --port and -t win
+    over the inventory, as ssh's do; -T is the ad-hoc command's timeout.
     --dry (Fabric's core -R/--dry): check mode for patch/rollback; read-only tasks run as they are; a task
     that changes things and has no check mode (run, extract, stop, trust) is refused with exit 2.
+    Fabric's -w, -e, --hide, --pty and password prompts do nothing here: refused, with the reason.
 Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate, 20-22 diagnose,
-130 Ctrl-C.
+130 Ctrl-C, 141 stdout closed by its reader.
 """
 
 import sys
@@ -68,7 +73,8 @@ def ping(c, json=False):
     """Connect, run the node agent under the target python, report its version."""
 
 
-@fleet_task(help={"gpus": "only these GPU indices, e.g. 0,1,2,3",
+@fleet_task(numbers={"threshold": (0, None), "wait": (0, None)},
+            help={"gpus": "only these GPU indices, e.g. 0,1,2,3",
                   "threshold": f"MiB above which a GPU is busy ({DEFAULT_THRESHOLD_MIB})",
                   "wait": "poll up to this many seconds for the GPUs to be free", "json": HELP_JSON})
 def gpu(c, gpus=None, threshold=DEFAULT_THRESHOLD_MIB, wait=0, json=False):
@@ -94,7 +100,8 @@ def extract(c, force=False, job=None, playbook=None, json=False, shards=None):
     """Run the fast checks and the GPU gate, then launch the playbook's job detached on the node."""
 
 
-@fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
+@fleet_task(numbers={"lines": (0, None)},
+            help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
                   "lines": "start at the last N lines (default 20; right after this command's own extract: the "
                            "first line)",
                   "from_start": "replay the whole log from its first line"})
@@ -107,12 +114,14 @@ def status(c, job_id=None, job=None, playbook=None, json=False):
     """The job's state (running / succeeded / failed / killed), exit status, runtime, last progress, log."""
 
 
-@fleet_task(help={"lines": "how many lines (default 50)", "job_id": HELP_JOB_ID, "json": HELP_JSON})
+@fleet_task(numbers={"lines": (1, None)},
+            help={"lines": "how many lines (default 50)", "job_id": HELP_JOB_ID, "json": HELP_JSON})
 def logs(c, lines=50, job_id=None, json=False):
     """The last lines of the job's log (no follow)."""
 
 
-@fleet_task(help={"grace": "seconds between SIGTERM and SIGKILL (default 10)", "job_id": HELP_JOB_ID,
+@fleet_task(numbers={"grace": (0, None)},
+            help={"grace": "seconds between SIGTERM and SIGKILL (default 10)", "job_id": HELP_JOB_ID,
                   "json": HELP_JSON})
 def stop(c, grace=10, job_id=None, json=False):
     """SIGTERM the job's whole process group, SIGKILL after the grace period, confirm GPU memory is free."""
@@ -125,13 +134,16 @@ def trust(c, fingerprint=None, replace=False, json=False):
     """Add a host's SSH key to known_hosts, only if it matches the fingerprint you name."""
 
 
-@fleet_task(help={"command": "the shell command, as you would type it on the node (quote it)",
-                  "timeout": "seconds before the command is killed (default 300)", "json": HELP_JSON})
-def run(c, command, timeout=300, json=False):
+@fleet_task(numbers={"timeout": (1, None)},
+            help={"command": "the shell command, as you would type it on the node (quote it)",
+                  "timeout": "seconds before the command is killed (default 300; -T N sets it for the run)",
+                  "json": HELP_JSON})
+def run(c, command, timeout=None, json=False):
     """Run a shell command on every host (/bin/sh -c on the node), output prefixed by host, exit code each."""
 
 
-@explicit_task(help={"host": "only this host (inventory name)", "last": "only the last N entries (default 50)",
+@explicit_task(numbers={"last": (0, None)},
+               help={"host": "only this host (inventory name)", "last": "only the last N entries (default 50)",
                      "json": HELP_JSON})
 def history(c, host=None, last=50, json=False):
     """This project's audit log: every task run, who ran it, on which host (address, inventory file), with what
@@ -143,7 +155,7 @@ def history(c, host=None, last=50, json=False):
                  root=(c.config.get("fleetops") or {}).get("root"))
 
 
-@fleet_task(help={"last": "only the newest N jobs (default: all)", "json": HELP_JSON})
+@fleet_task(numbers={"last": (0, None)}, help={"last": "only the newest N jobs (default: all)", "json": HELP_JSON})
 def jobs(c, last=0, json=False):
     """The node's jobs, newest first: id, job name, state, started, runtime, exit, log and output size."""
 
@@ -191,7 +203,8 @@ def capture(c, module=None, playbook=None, pin=None, json=False):
     sha256), written beside the playbook, its patch entry and requires (pinned to the node's versions)."""
 
 
-@fleet_task(help={"playbook": HELP_PLAYBOOK, "out": "the candidate playbook to write (default: named for the "
+@fleet_task(numbers={"fuzz": (0, None)},
+            help={"playbook": HELP_PLAYBOOK, "out": "the candidate playbook to write (default: named for the "
                   "node's versions, beside the playbook)", "fuzz": "context lines a hunk may ignore (default 2)",
                   "json": HELP_JSON})
 def rebase(c, playbook=None, out=None, fuzz=2, json=False):

@@ -2,39 +2,141 @@
 
 Invoke turns every parse error into exit 1, the status of a failed task. Plain `fab` gives a project no
 hook between parsing and exiting, so the fabfile installs this one (`install()`): a ParseError while the
-tasks are parsed becomes Exit(2) with a hint. `fleet` (cli.py) gets the same through its own subclass,
-which also covers core-flag typos that `fab` parses before any fabfile is read."""
+tasks are parsed becomes Exit(2) with a hint, a value its option does not take names the option, and what the
+command line cannot mean in fleetops (flags.py) is refused, all before anything is prompted for or contacted.
+`fleet` (cli.py) gets the same through its own subclass, which also covers core-flag typos that `fab` parses
+before any fabfile is read.
+
+The same hook lets `fab` take the run options and --json before the task, where Fabric users put flags: Fabric
+parses its core flags first and leaves the rest, from the first word it does not know, for the tasks; the ones
+fleetops' first task takes are moved behind it (`fab --json -H lab01 ping` is `fab -H lab01 ping --json`).
+
+A closed stdout while Invoke prints a listing or help (`fab --list | head`) ends the program quietly, 141."""
 
 from __future__ import annotations
 
 import difflib
+import inspect
+import sys
 from typing import Any
 
 from invoke.exceptions import Exit, ParseError
 from invoke.program import Program
 
-from ..results import EXIT_USAGE
+from ..results import EXIT_USAGE, reader_gone
+from .decorators import RUN_OPTIONS, SHORT_FLAGS
+from .flags import PTY_IN_FAB, UNUSED, refusal
 
 _installed = False
+# Options that mean something else, or nothing, where they are typed: what to type instead
+MEANT = {"--diff": "--diff is the file diff of patch and rollback; the hosts unlike the majority: --odd",
+         "--fold": "folding is the default; --no-fold turns it off"}
+# The options that may come before the task, moved behind it (every host task takes them)
+MOVABLE = {*RUN_OPTIONS, "json", "playbook"}
 
 
 def usage_exit(program: Any, exc: ParseError) -> Exit:
+    context = getattr(exc, "context", None)
+    return refuse(program, str(exc), getattr(context, "name", None))
+
+
+def refuse(program: Any, message: str, task: str | None = None) -> Exit:
     # argv[0] may be __main__.py (python -m fabric): name the command the operator knows.
     # The installed `fab` and `fleet` are one class with two names: the name it was built with, else `fab`.
     binary = _binary_of(program)
-    context = getattr(exc, "context", None)
-    task = getattr(context, "name", None)
+    word = message.split("'")[1] if message.startswith("No idea what '") else ""
+    if word in MEANT:
+        message += f" ({MEANT[word]})"
     if task:
         hint = f"see `{binary} --help {task}` for its options"
     else:
         hint = f"see `{binary} --list` for the tasks and `{binary} --help` for the core options"
-        text = str(exc)
-        if text.startswith("No idea what '") and getattr(program, "collection", None) is not None:
-            word = text.split("'")[1]
+        if word and getattr(program, "collection", None) is not None:
             close = difflib.get_close_matches(word, list(program.collection.task_names), n=1)
             if close:
                 hint = f"did you mean `{close[0]}`? " + hint
-    return Exit(f"usage error: {exc}; {hint}", code=EXIT_USAGE)
+    return Exit(f"usage error: {message}; {hint}", code=EXIT_USAGE)
+
+
+def bad_number(program: Any, exc: ValueError) -> Exit:
+    """Invoke's int() of an option's value failed (`--threshold lots`): the option and the value, named."""
+    words = list(getattr(program, "argv", None) or [])[1:]
+    kinds = _int_flags(program)
+    tasks = set(getattr(getattr(program, "parser", None), "contexts", {}))
+    task = None  # the task whose option it is: the last task named before it
+    for i, word in enumerate(words):
+        task = word if word in tasks else task
+        flag, eq, value = word.partition("=")
+        if flag not in kinds or not (eq or i + 1 < len(words)):
+            continue
+        value = value if eq else words[i + 1]
+        try:
+            int(value)
+        except ValueError:
+            return refuse(program, f"{kinds[flag]} {value!r} is not a whole number", task)
+    return refuse(program, f"bad option value ({exc})")
+
+
+def _int_flags(program: Any) -> dict[str, str]:
+    """Every whole-number flag the parse knew, as typed (`--lines`, `-t`) → its names (`-t/--connect-timeout`)."""
+    contexts = [getattr(program, "initial_context", None)]
+    parser = getattr(program, "parser", None)
+    contexts += list(getattr(parser, "contexts", {}).values()) if parser is not None else []
+    out: dict[str, str] = {}
+    for ctx in filter(None, contexts):
+        for arg in ctx.args.values():
+            if arg.kind is int:
+                typed = [f"-{n}" if len(n) == 1 else f"--{n}" for n in arg.names]
+                out.update((t, "/".join(sorted(typed, key=len))) for t in typed)
+    return out
+
+
+def options_first(program: Any) -> None:
+    """The run options and --json given before the first task, moved behind it when that task takes them."""
+    words = program.core.unparsed
+    names = {n for primary, aliases in program.collection.task_names.items() for n in (primary, *aliases)}
+    at = next((i for i, w in enumerate(words) if w in names), None)
+    body = program.collection[words[at]].body if at else None
+    if not getattr(body, "__module__", "").startswith("fleetops."):  # a fabfile's own task: Fabric's ways
+        return
+    params = inspect.signature(body).parameters
+    takes = {name: not isinstance(params[name].default, bool) for name in MOVABLE if name in params}
+    kept, moved, i = [], [], 0
+    while i < at:
+        flag, eq, _ = words[i].partition("=")
+        name = _param(flag)
+        if name in takes:
+            width = 2 if takes[name] and not eq else 1
+            moved += words[i:i + width]
+            i += width
+        else:
+            kept.append(words[i])
+            i += 1
+    program.core.unparsed[:] = [*kept, words[at], *moved, *words[at + 1:]]
+
+
+def _param(flag: str) -> str | None:
+    if flag.startswith("--"):
+        return flag[2:].replace("-", "_")
+    return next((name for name, short in SHORT_FLAGS.items() if flag == f"-{short}"), None)
+
+
+def checked_parse(program: Any, parse: Any) -> None:
+    """Run Invoke's task parse (`parse`), its errors and what fleetops refuses as usage errors (exit 2)."""
+    try:
+        if program.collection is not None:
+            options_first(program)
+        parse()
+    except ParseError as exc:
+        args = program.args
+        if "pty" in args and args.pty.value and "playbook" not in args:  # `fab -p PLAYBOOK ...`: -p was --pty
+            raise refuse(program, UNUSED["pty"] + PTY_IN_FAB) from None
+        raise usage_exit(program, exc) from None
+    except ValueError as exc:  # Invoke casts `--serial abc` with int() and lets the ValueError out
+        raise bad_number(program, exc) from None
+    refused = refusal(program)
+    if refused is not None:
+        raise refuse(program, *refused)
 
 
 def _binary_of(program: Any) -> str:
@@ -48,19 +150,21 @@ def _binary_of(program: Any) -> str:
 
 
 def install() -> None:
-    """Make task parse errors exit 2 for this process (idempotent)."""
+    """Make task parse errors exit 2 for this process, and a closed stdout under a listing exit 141 (idempotent)."""
     global _installed
     if _installed:
         return
     _installed = True
-    original = Program.parse_tasks
+    original, cleanup = Program.parse_tasks, Program.parse_cleanup
 
     def parse_tasks(self: Program) -> None:
+        checked_parse(self, lambda: original(self))
+
+    def parse_cleanup(self: Program) -> None:
         try:
-            original(self)
-        except ParseError as exc:
-            raise usage_exit(self, exc) from None
-        except ValueError as exc:  # Invoke casts `--serial abc` with int() and lets the ValueError out
-            raise usage_exit(self, ParseError(f"bad option value ({exc})")) from None
+            cleanup(self)
+        except BrokenPipeError:  # `fab --list | head`: the reader has what it wanted
+            raise Exit(code=reader_gone(sys.stdout)) from None
 
     Program.parse_tasks = parse_tasks  # type: ignore[method-assign]
+    Program.parse_cleanup = parse_cleanup  # type: ignore[method-assign]

@@ -93,6 +93,8 @@ def gpu(c, state="idle", node="all"):
 def kernel(c, node="all", xid=None, gpu=0, oom=False, readable=None, clear=False):
     """Switch a lab node's simulated kernel log: inject an Xid on a GPU or an OOM kill of the running job,
     make dmesg / journalctl -k unreadable, or clear it."""
+    if xid is not None and not str(xid).isdigit():  # before the lab is touched: a usage error, named
+        raise Exit(f"usage error: lab.kernel --xid {xid!r} is not an Xid code (a whole number, e.g. 79)", code=2)
     lab = _lab(c)
     for n in lab.nodes():
         if node not in ("all", n.name):

@@ -96,6 +96,46 @@ class MissingSecret(Exception):
     """A host's secret (secret_from_env) is not set in this process: that host's tasks that need it fail."""
 
 
+@dataclass(frozen=True)
+class CommandLine:
+    """What the command line says for every host of the run: -u/--user, --port, -i (one key) and
+    -t/--connect-timeout. The command line wins over the inventory and ssh_config, as ssh's own -l, -p, -i and
+    -o ConnectTimeout do; a user or port written in the -H word itself (`root@lab01:2222`) wins over both. For a
+    host outside the inventory the user and port join its -H word (ssh_config decides the rest) and -i is offered
+    by the connection (wire/fabconfig.py); a jump host keeps its own settings."""
+
+    user: str | None = None
+    port: int | None = None
+    identity_files: tuple[str, ...] = ()
+    connect_timeout: int | None = None
+
+    def apply(self, host: Host, word: str) -> Host:
+        if self == CommandLine():
+            return host
+        word_user, _, word_port = split_target(word) if word else (None, "", None)
+        timeout = self.connect_timeout or host.connect_timeout
+        if host.plain:
+            user, name, port = split_target(host.name)
+            spec = _target(user or self.user, name, port or self.port)
+            return replace(plain_host(spec) if spec != host.name else host, connect_timeout=timeout)
+        changed = replace(host, user=word_user or self.user or host.user, port=word_port or self.port or host.port,
+                          connect_timeout=timeout)
+        if self.identity_files:
+            if len(self.identity_files) > 1:
+                raise UnknownHost(f"-i names {len(self.identity_files)} keys; {host.name} is an inventory host, "
+                                  "which logs in with one key: give one -i (a host outside the inventory tries each)")
+            # The inventory's passphrase was for its own key, not this one.
+            changed = replace(changed, identity_file=os.path.expanduser(self.identity_files[0]), passphrase=None,
+                              missing_secrets=tuple(m for m in host.missing_secrets if m[0] != "identity_passphrase"))
+        return changed
+
+
+def _target(user: str | None, name: str, port: int | None) -> str:
+    """(user, name, port) → `user@name:port`, an IPv6 address in brackets when a port follows it."""
+    where = f"[{name}]:{port}" if port and ":" in name else f"{name}:{port}" if port else name
+    return f"{user}@{where}" if user else where
+
+
 @dataclass
 class Inventory:
     hosts: dict[str, Host] = field(default_factory=dict)
@@ -106,6 +146,8 @@ class Inventory:
     ssh_aliases: frozenset[str] | None = None
     # --allow-insecure-venv: a node whose interpreter others may write to runs the agent anyway, with a warning
     allow_insecure_venv: bool = False
+    # -u, --port, -i, -t: applied to every host expand() selects (never to a jump host, as with ssh)
+    command_line: CommandLine = field(default_factory=CommandLine)
 
     def names(self) -> list[str]:
         return sorted(self.hosts)
@@ -140,7 +182,11 @@ class Inventory:
         hint = did_you_mean(spec, [*self.hosts, *(f"@{g}" for g in self.groups())])
         known = ", ".join(self.names()) or "(none: run `fab lab.up` or add hosts/*.yaml)"
         # "did you mean" last: older messages (and scripts) read "unknown host 'x'; known hosts: ..."
-        return f"unknown host {spec!r}; known hosts: {known}{hint}"
+        return f"unknown host {spec!r}; known hosts: {known} (looked in: {self._where()}){hint}"
+
+    def _where(self) -> str:
+        files = ", ".join(self.files) or "no inventory file"
+        return f"{files}; and ssh_config's Host names"
 
     def _group(self, word: str) -> list[Host]:
         groups = self.groups()
@@ -168,15 +214,27 @@ class Inventory:
         out: list[Host] = []
         for word in (w for chunk in words for w in split_words(chunk)):
             if hostrange.is_range(word):  # lab[01-12]: each name as if typed on its own
-                out.extend(self.resolve(name) for name in hostrange.expand(word))
+                out.extend(self.command_line.apply(self.resolve(name), name) for name in hostrange.expand(word))
             elif word.startswith("@"):
-                out.extend(self._group(word))
+                out.extend(self.command_line.apply(h, "") for h in self._group(word))
             elif any(c in word for c in "*?[") and "@" not in word:
-                out.extend(self._glob(word))
+                out.extend(self.command_line.apply(h, "") for h in self._glob(word))
             else:
-                out.append(self.resolve(word))
+                out.append(self.command_line.apply(self.resolve(word), word))
         seen: set[str] = set()
         return [h for h in out if not (h.name in seen or seen.add(h.name))]
+
+    def targets(self, hosts: list[Host]) -> list[Host]:
+        """`hosts`, refused (UnknownHost, before anything connects) when one comes from an example inventory:
+        documentation, never a target."""
+        examples = [h for h in hosts if h.example]
+        if examples:
+            first = examples[0]
+            raise UnknownHost(f"{first.name} is an example host ({first.source}, a file marked `example: true`), "
+                              f"not one of yours: copy it into your own hosts/*.yaml without that line, with your "
+                              f"node's address, to use it; this project's other hosts: "
+                              f"{', '.join(n for n in self.names() if not self.hosts[n].example) or '(none)'}")
+        return hosts
 
     def limit(self, hosts: list[Host], expr: str) -> list[Host]:
         """--limit: the hosts (in their order) that `expr` selects. Terms are separated by commas; a term is

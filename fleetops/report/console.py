@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..plans.hostrange import fold as fold_names
 from ..plans.tables import bar
 from ..redaction import RedactingStream, dumps, shown
-from ..results import Result, Status, recap
+from ..results import Result, Status, reader_gone, recap
 from . import fold
 from .fold import LABEL, Group, Identity, Line, Segment
 from .tailview import TailView
@@ -49,7 +49,13 @@ def rich() -> SimpleNamespace:
                 from rich.table import Table
                 from rich.text import Text
 
-                _RICH = SimpleNamespace(Console=Console, Group=Group, escape=escape, Table=Table, Text=Text)
+                class PipedConsole(Console):
+                    def on_broken_pipe(self) -> None:
+                        # rich's hook for a closed pipe (`| head`); its own exits 1, a failed run's status
+                        self.quiet = True
+                        raise SystemExit(reader_gone(self.file))
+
+                _RICH = SimpleNamespace(Console=PipedConsole, Group=Group, escape=escape, Table=Table, Text=Text)
     return _RICH
 
 

@@ -6,12 +6,12 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from ..plans.runbooks import load_all
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_USAGE
+from .console import rich
 
 
 def show_runbooks(root: str | Path | None, as_json: bool = False) -> int:
@@ -35,7 +35,7 @@ def show_runbooks(root: str | Path | None, as_json: bool = False) -> int:
         table.add_column(col, overflow="fold")
     for b in books:
         table.add_row(b.title, b.symptom, _where(b.path, root))
-    Console(emoji=False).print(table)
+    rich().Console(emoji=False).print(table)  # its closed pipe (`| head`) exits 141, as every report's
     return 0
 
 

@@ -11,6 +11,7 @@ import paramiko
 from fabric import Connection
 
 from ..plans.inventory import Host, plain_host
+from ..plans.trustadvice import verify_then_trust
 from .connector import TransportError
 from .hops import each_hop, transport_of
 from .hostkeys import fingerprint_of
@@ -40,8 +41,8 @@ def _key_or_login_refused(exc: BaseException, host: Host, cxn: Connection, trans
     if isinstance(exc, paramiko.BadHostKeyException):
         return TransportError("hostkey", (
             f"{who}: host key does not match known_hosts: expected {fingerprint_of(exc.expected_key)}, got "
-            f"{fingerprint_of(exc.key)}; refusing to connect. If the node was reinstalled, check the new key "
-            f"out of band, then run: fab -H {host.name} trust --replace --fingerprint {fingerprint_of(exc.key)}"))
+            f"{fingerprint_of(exc.key)}; refusing to connect. If the node was reinstalled, "
+            + verify_then_trust(host.name, fingerprint_of(exc.key), exc.key.get_name(), replace=True)))
     if isinstance(exc, paramiko.PasswordRequiredException):
         return TransportError("auth", f"{who}: the private key is encrypted and no passphrase was given; set "
                                       "identity_passphrase ({secret_from_env: VAR}) in the inventory")
@@ -61,8 +62,8 @@ def _key_or_login_refused(exc: BaseException, host: Host, cxn: Connection, trans
                                              f"then run: fab -H {host.name} trust --fingerprint <SHA256:...>")
         offered = fingerprint_of(key)
         return TransportError("hostkey", (
-            f"{who}: unknown host key {offered} ({key.get_name()}); refusing to connect. Check it out of band "
-            f"(ssh-keygen -lf on the node's host key), then run: fab -H {host.name} trust --fingerprint {offered}"))
+            f"{who}: unknown host key {offered} ({key.get_name()}); refusing to connect. "
+            + verify_then_trust(host.name, offered, key.get_name())))
     return None
 
 

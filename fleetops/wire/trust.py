@@ -8,6 +8,7 @@ import paramiko
 from fabric import Connection
 
 from ..plans.inventory import Host, Inventory
+from ..plans.trustadvice import verify_then_trust
 from .errors import connect_error, host_label
 from .hops import fabric_connection
 from .hostkeys import fingerprint_of, known_hosts_files, replace_known_host
@@ -47,8 +48,8 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None,
             return "refused", (f"host key CHANGED for {host_label(host, cxn)}: the host offers {new}, not the "
                                f"{fingerprint or '(no fingerprint)'} you named; nothing replaced")
         return "refused", (f"host key CHANGED for {host_label(host, cxn)}: known_hosts has {old}, the host offers "
-                           f"{new}; if the change is expected (node reinstalled), check the new key out of band, then "
-                           f"run: fab -H {host.name} trust --replace --fingerprint {new}")
+                           f"{new}; if the change is expected (node reinstalled), "
+                           + verify_then_trust(host.name, new, exc.key.get_name(), replace=True))
     except Exception as exc:  # every failure becomes a message (connect_error), none a traceback
         if capture.key is None:
             raise connect_error(exc, host, cxn) from None
@@ -58,8 +59,8 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None,
         return "already", "host key already in known_hosts and matches"
     offered = fingerprint_of(capture.key)
     if fingerprint is None:
-        return "refused", (f"unknown host key {offered} ({capture.key.get_name()}); check it out of band, then run: "
-                           f"fab -H {host.name} trust --fingerprint {offered}")
+        return "refused", (f"unknown host key {offered} ({capture.key.get_name()}); "
+                           + verify_then_trust(host.name, offered, capture.key.get_name()))
     if fingerprint != offered:
         return "refused", f"the host offers {offered}, not the {fingerprint} you named; nothing trusted"
     path = known_hosts_files(host, cxn)[0]
