@@ -12,7 +12,7 @@ from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_GPU_BUSY, Result, Status
 from ..wire.connector import Connector
 from . import slurm
-from .plan import Plan, TaskSpec
+from .plan import Plan, TaskSpec, drain_text
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -82,8 +82,9 @@ def _facts_plan(run: RunState, kwargs: dict) -> Plan:
 
 def _interpret_facts(host: str, plan: Plan, answer: dict) -> Result:
     row = fact_row(answer)
-    return Result(host, "facts", Status.OK, ", ".join(f"{k}={v}" for k, v in zip(FACT_COLUMNS, row)),
-                  data={"facts": answer, "fact_row": row})
+    drained = drain_text(answer.get("drain"))  # first: a drained node is the fact an on-call engineer needs
+    return Result(host, "facts", Status.OK, (f"{drained}; " if drained else "")
+                  + ", ".join(f"{k}={v}" for k, v in zip(FACT_COLUMNS, row)), data={"facts": answer, "fact_row": row})
 
 
 TASKS = [TaskSpec("gpu", _gpu_plan, _interpret_gpu, _run_gpu),

@@ -191,8 +191,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     if not answer.get("ok"):
         return agent_error(host.name, "extract", answer, with_kind=True)
     job = answer["job"]
-    with run.lock:
-        run.launched[host.name] = job["id"]  # this run's own `tail` shows it from its first line
+    run.job_launched(host.name, job["id"], "submitted to Slurm")  # this run's `tail` shows it from its first line
     try:
         sid = sp.parse_sbatch(answer["sbatch"]["stdout"])
     except sp.SlurmParseError as exc:

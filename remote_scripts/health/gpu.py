@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+from ..core import drainmark
 from ..core.procfs import read, stat_fields, uptime
 from . import nvsmi
 
@@ -131,7 +132,8 @@ def facts(req: dict) -> dict:
     out: dict = {"ok": True, "os": os_name, "kernel": platform.release(), "python": sys.version.split()[0],
                  "python_path": sys.executable, "venv": sys.prefix,
                  "packages": {n: _dist_version(n) for n in ("vllm", "speculators", "torch", "transformers")},
-                 "disk_free_gib": {"venv": _free_gib(sys.prefix), "state_dir": _free_gib(req["state_dir"])}}
+                 "disk_free_gib": {"venv": _free_gib(sys.prefix), "state_dir": _free_gib(req["state_dir"])},
+                 "drain": drainmark.read(req["state_dir"])}
     smi = find_smi()
     if smi is None:
         out.update(driver=None, cuda=None, gpu_count=0, gpu_names=[], gpu_error="nvidia-smi not found")
