@@ -10,11 +10,12 @@ import os
 import subprocess
 
 import pytest
-from conftest import fab_json, run_fab
+from conftest import REPO, fab_json, run_fab
 
 from fleetops.lab.slurm import SlurmLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.root("slurmd runs as root")]
+JOBS = str(REPO / "tests" / "playbooks" / "jobs.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +31,14 @@ def cluster(slurm_tools, root_user, tmp_path_factory):
 
 @pytest.fixture
 def slurm_hosts(lab, cluster):
-    """hosts/slurm-nodes.yaml: lab01's sshd as `gpu01`, the cluster's node, and as `ghost01`, a node Slurm
-    does not know."""
+    """hosts/slurm-nodes.yaml: lab01's sshd as `gpu01`, the cluster's node, as `ghost01`, a node Slurm does not
+    know, and as `login01`, the cluster's login node (jobs through sbatch)."""
     node = lab.node("lab01")
     lines = ["defaults:", "  address: 127.0.0.1", f"  user: {lab.user}", f"  identity_file: {lab.client_key}",
              f"  known_hosts: {lab.known_hosts}", "  lab: true", f"  port: {node.port}", f"  python: {node.python}",
              f"  state_dir: {node.state_dir}", "  env:", f"    SLURM_CONF: {cluster.conf}", "hosts:",
-             "  gpu01:", f"    slurm_node: {cluster.node}", "  ghost01:", "    slurm_node: ghost01", ""]
+             "  gpu01:", f"    slurm_node: {cluster.node}", "  ghost01:", "    slurm_node: ghost01",
+             "  login01:", "    scheduler: slurm", "    partition: gpu", ""]
     path = lab.root / "hosts" / "slurm-nodes.yaml"
     path.write_text("\n".join(lines))
     yield lab
@@ -77,3 +79,15 @@ def test_a_slurm_refusal_fails_the_drain_and_names_the_command(slurm_hosts, clus
     assert "next: scontrol update nodename=ghost01 state=drain 'reason=bad fan'" in proc.stdout, proc.stdout
     assert (lab.node("lab01").state_dir / "drain.json").exists()  # fleetops' own mark stands
     assert "DRAIN" not in scontrol_node(cluster)
+
+
+def test_a_drained_login_node_submits_nothing(slurm_hosts, cluster):
+    lab = slurm_hosts
+    assert run_fab(lab.root, "-H", "login01", "drain", "--reason", "cluster maintenance").returncode == 0
+    proc = run_fab(lab.root, "-H", "login01", "extract", "--job", "numbers", "--playbook", JOBS)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "refused to submit numbers: login01 is drained" in proc.stdout, proc.stdout
+    assert "next: fab -H login01 undrain" in proc.stdout, proc.stdout
+    queue = subprocess.run(["squeue", "--noheader"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **cluster.env})
+    assert queue.returncode == 0 and queue.stdout.strip() == "", queue.stdout  # nothing reached sbatch

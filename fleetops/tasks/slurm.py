@@ -13,7 +13,7 @@ from ..plans.jobspec import LogWatch, is_failure, parse_progress
 from ..plans.tables import bar
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
-from .plan import agent_error, job_spec, preflight_request, skipped_note, tail_start
+from .plan import agent_error, drained, job_spec, preflight_request, skipped_note, tail_start
 from .reconnect import TAIL_WAIT_S, Reconnect
 
 if TYPE_CHECKING:
@@ -188,6 +188,8 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     opts = {"partition": host.partition, "account": host.account, "gres": host.gres, "time_limit": host.time_limit,
             "shards": shards}
     answer = _call(node, "submit", {**spec.start_request(), "slurm": opts}, timeout=300)
+    if answer.get("error_kind") == "drained":
+        return drained(host.name, "extract", (answer.get("details") or {}).get("drain") or {}, f"submit {spec.name}")
     if not answer.get("ok"):
         return agent_error(host.name, "extract", answer, with_kind=True)
     job = answer["job"]
