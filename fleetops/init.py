@@ -66,6 +66,7 @@ GITIGNORE = """# What fleetops and its lab write into a project; the team's file
 hosts/lab.yaml
 .fleetops/
 fetched/
+fleet.ssh_config
 __pycache__/
 """
 

@@ -20,6 +20,9 @@ from .wire.connector import Pending
 
 DEFAULT_FORKS = 32
 NOT_STARTED = "skipped: not started (interrupted by Ctrl-C)"
+# A skipped step whose host has work left to do (its batch never started, or Ctrl-C came first): the re-run line
+# and @failed name such hosts with the failed ones, or following them would leave these hosts as they were.
+NOT_RUN = {"not_run": True}
 # After Ctrl-C, tasks that poll (tail, gpu --wait) get this long to return on their own before the links
 # close (FLEETOPS_INTERRUPT_GRACE_S overrides it: a slow link, or a test that needs a wide window).
 INTERRUPT_GRACE_S = 1.0
@@ -46,7 +49,7 @@ def run_fleet(run: RunState, hosts: list[Host], steps: list[Step], forks: int = 
                    else f"skipped: roll-out stopped after batch {stopped_by} had failures")
             for h in batch:
                 for step in steps:
-                    run.record(Result(h.name, step.name, Status.SKIPPED, why))
+                    run.record(Result(h.name, step.name, Status.SKIPPED, why, data=dict(NOT_RUN)))
             continue
         if len(batches) > 1:
             run.reporter.note(f"batch {number}/{len(batches)}: {', '.join(h.name for h in batch)}")
@@ -103,7 +106,7 @@ def _walk_chain(run: RunState, host: Host, steps: list[Step], running: dict[str,
         pending = sent.pop(index, None)
         if run.interrupted.is_set():  # after Ctrl-C nothing starts, whatever came before it
             _discard(pending)
-            run.record(Result(host.name, step.name, Status.SKIPPED, NOT_STARTED))
+            run.record(Result(host.name, step.name, Status.SKIPPED, NOT_STARTED, data=dict(NOT_RUN)))
             continue
         if failed_at:  # a step sent ahead changed nothing on the node: its answer is dropped
             _discard(pending)

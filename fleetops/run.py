@@ -36,7 +36,7 @@ from .tasks.plan import UsageError
 from .tasks.registry import plan_for, run_task, send_ahead
 from .wire.connector import COUNTERS
 
-__all__ = ["Run", "UsageError", "assemble", "execute", "rerun_command"]
+__all__ = ["Run", "UsageError", "assemble", "execute", "rerun_command", "rerun_hosts"]
 
 LAST_FAILED = Path(".fleetops") / "last-failed"  # in the project: the failed hosts of the last run, for @failed
 
@@ -123,12 +123,14 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
             extra = {"counters": COUNTERS.per_host} if tracing or reporter.json_mode else None
             if state.audit_errors:
                 extra = {**(extra or {}), "audit_errors": state.audit_errors}
-            failed = sorted({r.host for r in state.results if r.failed}, key=natural_key)
-            rerun = rerun_command(command, failed) if command and failed else None
+            again, not_run = rerun_hosts(state.results)
+            if not_run:
+                extra = {**(extra or {}), "not_run_hosts": not_run}
+            rerun = rerun_command(command, again) if command and again else None
             if command is not None:
-                _write_last_failed(state.root, failed, rerun, code, [h.name for h in run.hosts])
+                _write_last_failed(state.root, again, rerun, code, [h.name for h in run.hosts])
             reporter.finish(state.results, code, extra, fleet_sections(state.results, fold=reporter.fold),
-                            rerun=rerun)
+                            rerun=rerun, rerun_label="re-run the failed and not-run hosts" if not_run else None)
             if tracing and not reporter.json_mode:
                 for name, row in COUNTERS.per_host.items():
                     reporter.note(f"trace {name}: {row['connections']} connections, {row['execs']} execs, "
@@ -198,6 +200,14 @@ def _say_what_was_done(state: RunState) -> None:
 
 
 # ---------------------------------------------------------------- re-running the failed hosts
+def rerun_hosts(results: list[Result]) -> tuple[list[str], list[str]]:
+    """The hosts a re-run must cover: those that failed, and those with a step never run (a roll-out stopped by
+    a failing batch, Ctrl-C), so following the re-run line leaves no host behind; and the latter alone."""
+    failed = {r.host for r in results if r.failed}
+    not_run = {r.host for r in results if r.data.get("not_run")} - failed
+    return sorted(failed | not_run, key=natural_key), sorted(not_run, key=natural_key)
+
+
 _HOST_FLAGS = ("-H", "--hosts")
 _DROPPED_FLAGS = ("--limit",)  # the failed hosts are named exactly; an old --limit would only narrow them
 
@@ -233,10 +243,10 @@ def rerun_command(argv: list[str], failed: list[str]) -> str:
 
 
 def _write_last_failed(root: Path, failed: list[str], rerun: str | None, code: int, ran: list[str]) -> None:
-    """.fleetops/last-failed: the failed hosts of the last run that had failures, as one range on the first line
-    (what `-H @failed` reads), its re-run command as a comment. A run without failures takes the hosts it
-    ran on out of the file (all of them gone: the file goes), so `fab -H @failed patch verify` that now
-    succeeds empties it, and an unrelated run on other hosts leaves it as it was."""
+    """.fleetops/last-failed: the hosts of the last run that had failures (and those it left not run), as one
+    range on the first line (what `-H @failed` reads), its re-run command as a comment. A run without failures
+    takes the hosts it ran on out of the file (all of them gone: the file goes), so `fab -H @failed patch verify`
+    that now succeeds empties it, and an unrelated run on other hosts leaves it as it was."""
     path = root / LAST_FAILED
     try:
         if not failed:

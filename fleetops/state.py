@@ -38,7 +38,16 @@ class RunState:
         self.selected: list[str] = []  # the hosts this run selected (run.assemble): fleet-wide tasks read it
         # host -> the job extract launched there in this run: the run's own `tail` shows it from its first line
         self.launched: dict[str, str] = {}
+        # host -> the job extract found already running there: the run's `tail` attaches to it (its last lines)
+        self.attach: dict[str, str] = {}
         self.audit_errors: list[str] = []  # one per result whose audit line could not be written
+
+    def job_launched(self, host: str, job_id: str, where: str) -> None:
+        """extract launched `job_id` on `host`: this run's `tail` shows it from its first line, and the operator
+        learns its id now, not when the run ends."""
+        with self.lock:
+            self.launched[host] = job_id
+        self.reporter.job_started(host, "extract", job_id, where)
 
     def transfer(self, label: str, total: int, already: int) -> Any:
         """A file copy's progress, drawn by report/ (one board per console: parallel hosts share it); the

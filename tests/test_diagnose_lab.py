@@ -124,8 +124,9 @@ def test_injected_xid_79_names_the_gpu_its_bus_id_and_the_next_step(lab):
     assert xid["verdict"] == "CRITICAL" and rc == 22
     assert xid["msg"].startswith("Xid 79 on GPU 1 (PCI 0000:00:07): GPU has fallen off the bus")
     assert xid["details"]["bus_id"] == "0000:00:07" and xid["details"]["xid"] == 79
-    assert xid["next"] == ("drain the node (fab -H lab02 stop), then reboot it: fab -H lab02 run 'sudo reboot'; "
-                           "after the reboot: fab -H lab02 diagnose")
+    assert xid["next"] == ("drain the node: fab -H lab02 drain --reason 'Xid 79 on GPU 1', stop its job (fab -H "
+                           "lab02 stop), reboot it (fab -H lab02 run 'sudo reboot'); after the reboot: fab -H lab02 "
+                           "diagnose, then fab -H lab02 undrain")
     assert not findings(res["lab01"], "gpu1")  # the other node's log is its own
     [clean] = [f for f in findings(res["lab01"], "kernel")]
     assert clean["verdict"] == "OK" and clean["msg"].startswith("no NVIDIA Xid in the kernel log (dmesg")

@@ -187,7 +187,7 @@ def test_xid_79_finding_names_the_gpu_its_bus_id_and_the_next_step():
     [f] = dg.xid_findings("gpu01", parse_xids([real_bus]), index_by_bus)
     assert f.verdict == "CRITICAL" and f.area == "gpu1"
     assert "Xid 79 on GPU 1 (PCI 0000:00:07): GPU has fallen off the bus" in f.msg
-    assert "reboot" in f.next and f.next.startswith("drain the node (fab -H gpu01 stop)")
+    assert "reboot" in f.next and f.next.startswith("drain the node: fab -H gpu01 drain --reason 'Xid 79 on GPU 1'")
 
 
 def test_app_level_xids_are_warnings_and_repeats_are_counted():

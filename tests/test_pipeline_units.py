@@ -17,7 +17,8 @@ from fleetops.wire.connector import TransportError
 from remote_scripts.core.protocol import OPS, READ_ONLY_OPS
 
 HOST = Host("n1", "127.0.0.1")
-WRITERS = ("patch", "rollback", "job_start", "job_stop", "run", "capture", "fetch_plan", "slurm", "shards")
+WRITERS = ("patch", "rollback", "job_start", "job_stop", "run", "capture", "fetch_plan", "slurm", "shards", "drain",
+           "undrain")
 NOT_LISTED = ("preflight",)  # extract's own first call: never a step of its own
 
 

@@ -49,18 +49,24 @@ HELP_DIFF = "show each file's diff also when applying"
 _usage.install()  # a typo in a task or flag exits 2 with the task's help hint, not Invoke's 1
 
 
+HELP_WHILE_RUNNING = ("write even while a job of this node runs from these files (it keeps the code it imported; "
+                      "what it imports later is the new code)")
+
+
 @fleet_task(help={"check": "show the diff that would be applied; write nothing", "playbook": HELP_PLAYBOOK,
-            "json": HELP_JSON, "diff": HELP_DIFF})
-def patch(c, check=False, playbook=None, json=False, diff=False):
-    """Apply the playbook's patches (atomic, backed up, locked; already-applied is a no-op)."""
+            "json": HELP_JSON, "diff": HELP_DIFF, "while_running": HELP_WHILE_RUNNING})
+def patch(c, check=False, playbook=None, json=False, diff=False, while_running=False):
+    """Apply the playbook's patches (atomic, backed up, locked; already-applied is a no-op). Refused on a drained
+    node, and while a job of the node runs from the files (--while-running overrides)."""
 
 
 @fleet_task(help={"check": "show what would be restored; write nothing", "playbook": HELP_PLAYBOOK,
                   "json": HELP_JSON, "diff": HELP_DIFF,
                   "force": "a drifted file too: restore the saved original (proven by the wheel's RECORD), "
-                           "discarding every change in it"})
-def rollback(c, check=False, playbook=None, json=False, diff=False, force=False):
-    """Reverse the patch (later edits elsewhere kept; the result checked against the wheel's RECORD)."""
+                           "discarding every change in it", "while_running": HELP_WHILE_RUNNING})
+def rollback(c, check=False, playbook=None, json=False, diff=False, force=False, while_running=False):
+    """Reverse the patch (later edits elsewhere kept; the result checked against the wheel's RECORD). Refused while
+    a job of the node runs from the files (--while-running overrides)."""
 
 
 @fleet_task(help={"playbook": HELP_PLAYBOOK, "kinds": "only these check kinds, e.g. grep,compile", "json": HELP_JSON})
@@ -92,12 +98,14 @@ HELP_JOB_ID = "a job id on the node (default: the node's latest job)"
 
 @fleet_task(help={"force": "launch even if checks or the GPU gate fail (and say so)", "job": HELP_JOB,
                   "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
+                  "again": "redo every sample of an output that is already complete (else: nothing to do)",
                   "shards": "split the dataset into shards: on SSH hosts one per selected host (--shards alone, "
                             "'all', or the number of hosts; shard i of N to the i-th host by name, plan in "
                             ".fleetops/shards/<job>.json); on a Slurm login node N job array tasks"},
              optional=["shards"])
-def extract(c, force=False, job=None, playbook=None, json=False, shards=None):
-    """Run the fast checks and the GPU gate, then launch the playbook's job detached on the node."""
+def extract(c, force=False, job=None, playbook=None, json=False, shards=None, again=False):
+    """Run the fast checks and the GPU gate, then launch the playbook's job detached on the node. Nothing is
+    launched on a drained node, while the same job runs (`tail` attaches to it), or when its output is complete."""
 
 
 @fleet_task(numbers={"lines": (0, None)},
@@ -125,6 +133,17 @@ def logs(c, lines=50, job_id=None, json=False):
                   "json": HELP_JSON})
 def stop(c, grace=10, job_id=None, json=False):
     """SIGTERM the job's whole process group, SIGKILL after the grace period, confirm GPU memory is free."""
+
+
+@fleet_task(help={"reason": "why, on one line (e.g. 'Xid 79 on GPU 3'): kept with who and when", "json": HELP_JSON})
+def drain(c, reason=None, json=False):
+    """Take the node out of service: extract and patch refuse there until `undrain` (facts, status and diagnose
+    say it is drained, by whom, when, why); a host with `slurm_node` is drained in Slurm too."""
+
+
+@fleet_task(help={"json": HELP_JSON})
+def undrain(c, json=False):
+    """Put a drained node back in service (and its Slurm node, for a host with `slurm_node`)."""
 
 
 @fleet_task(help={"fingerprint": "the SHA256:... fingerprint you verified out of band",
@@ -235,7 +254,7 @@ def runbooks(c, json=False):
 
 
 ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history,
-                jobs, fetch, ssh_config, diagnose, runbooks, capture, rebase)
+                jobs, fetch, ssh_config, diagnose, runbooks, capture, rebase, drain, undrain)
 if wants_lab(sys.argv):
     from .. import lab as _lab
 

@@ -113,6 +113,24 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
+# What the lab and fleetops write into a project (the lab's keys among them): kept out of the project's git.
+GIT_IGNORED = (".lab/", "hosts/lab.yaml", ".fleetops/", "fetched/", "fleet.ssh_config")
+
+
+def _git_ignore(root: Path) -> None:
+    """A project that is a git work tree gets the lines of GIT_IGNORED its .gitignore lacks (nothing else is
+    touched; a project outside git gets no file)."""
+    if not (root / ".git").exists():
+        return
+    path = root / ".gitignore"
+    text = path.read_text() if path.exists() else ""
+    missing = [p for p in GIT_IGNORED if p not in text.splitlines()]
+    if missing:
+        lead = "" if not text or text.endswith("\n") else "\n"
+        path.write_text(text + lead + "# written by fab lab.up: the lab's files and what fleetops writes here\n"
+                        + "".join(f"{p}\n" for p in missing))
+
+
 def _remove_settled(path: Path) -> None:
     """rmtree, once a stopped node's last sshd process is done with it: a connection's sshd process outlives
     the listener by a moment and may still create its log (it re-executes sshd, which opens `-E LOG` again)."""
@@ -211,13 +229,16 @@ class Lab:
         self.state_file.write_text(json.dumps(data, indent=1) + "\n")
 
     # -- bring up
-    def up(self, count: int = 1, progress: Progress = say, pythons: list[str] | None = None) -> list[Node]:
-        """`count` nodes running (the lab's first ones, built where missing). `pythons`: the node venvs' Python,
-        one for every node or one per node in order (a version such as 3.9, or an interpreter's path): such a
-        node's venv is made from that interpreter, without the base venv's packages (no vLLM), and a node
-        built with another Python gets its venv made again. Without it, nodes keep the Python they have (new
-        ones: the base venv's, with vLLM)."""
+    def up(self, count: int | None = None, progress: Progress = say, pythons: list[str] | None = None) -> list[Node]:
+        """Exactly `count` nodes running (None: as many as the lab has, at least one; the lab's first ones, built
+        where missing); nodes beyond it are stopped and removed, as restore(count) does. `pythons`: the node
+        venvs' Python, one for every node or one per node in order (a version such as 3.9, or an interpreter's
+        path): such a node's venv is made from that interpreter, without the base venv's packages (no vLLM), and
+        a node built with another Python gets its venv made again. Without it, nodes keep the Python they have
+        (new ones: the base venv's, with vLLM)."""
         refuse_if_asked(REFUSE_LAB, "a lab", "lab")
+        if count is None:  # one node per Python named, else the lab's size
+            count = len(pythons) if pythons and len(pythons) > 1 else max(1, len(self.nodes()))
         wanted = _interpreters(pythons, count)
         if not Path(SSHD).exists():
             raise LabError("sshd not found: install Debian's openssh-server (apt-get install openssh-server)")
@@ -229,6 +250,13 @@ class Lab:
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
         nodes = self.nodes()
+        count = max(1, len(nodes)) if count is None else count
+        for node in nodes[count:]:
+            progress(f"lab: removing node {node.name} (the lab has {count} nodes now)")
+            self._stop_jobs(node)
+            self.stop_node(node)
+            _remove_settled(node.dir)
+        nodes = nodes[:count]
         for i in range(len(nodes), count):
             name = f"lab{i + 1:02d}"
             nodes.append(Node(name, free_port(), self.dir / "nodes" / name))
@@ -260,6 +288,7 @@ class Lab:
         self._save(nodes)
         self._write_known_hosts(nodes)
         self._write_inventory(nodes)
+        _git_ignore(self.root)
         return nodes
 
     def _build_node(self, node: Node, base: Path) -> None:

@@ -21,15 +21,22 @@ def _lab(c) -> Lab:
     return Lab(Path(root) if root else Path.cwd())
 
 
-@task(help={"nodes": "number of lab nodes (default 1)",
+@task(help={"nodes": "number of lab nodes, exactly: nodes beyond it are removed (default: as many as the lab has, "
+                     "at least 1; with several --python, one per Python)",
             "python": f"the nodes' Python, for all or one per node: e.g. 3.9 or {','.join(NODE_PYTHONS)} (pyenv's, "
                       "or pythonX.Y on PATH, or a path); such nodes have speculators but no vLLM"})
-def up(c, nodes=1, python=None):
+def up(c, nodes=None, python=None):
     """Start the local lab: N real sshd nodes on 127.0.0.1 with real vllm 0.16.0 + speculators 0.3.0."""
     lab = _lab(c)
     pythons = [p.strip() for p in python.split(",") if p.strip()] if python else None
     try:
-        started = lab.up(int(nodes), pythons=pythons)
+        count = int(nodes) if nodes is not None else None
+    except ValueError:
+        raise Exit(f"lab.up --nodes {nodes!r}: not a number of nodes", code=2) from None
+    if count is not None and count < 1:
+        raise Exit(f"lab.up --nodes {count}: at least 1", code=2)
+    try:
+        started = lab.up(count, pythons=pythons)
     except (LabError, subprocess.CalledProcessError) as exc:
         raise SystemExit(f"lab.up failed: {exc}") from None
     for n in started:

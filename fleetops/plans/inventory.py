@@ -30,7 +30,8 @@ JUMP = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}@)?[A-Za-z0-9][A-Za-z0-9.-]{
 
 HOST_KEYS = {"address", "port", "user", "identity_file", "identity_passphrase", "known_hosts", "jump", "python",
              "state_dir", "groups", "gpus", "lab", "connect_timeout", "env",
-             "scheduler", "partition", "account", "gres", "time_limit"}  # the last five: a Slurm login node
+             "scheduler", "partition", "account", "gres", "time_limit",  # these five: a Slurm login node
+             "slurm_node"}  # the host's own name as a Slurm node: drain/undrain tell Slurm too
 TOP_KEYS = {"hosts", "defaults", "example"}
 DEFAULT_STATE_DIR = ".fleetops"  # relative: the node's exec starts in the login user's home
 
@@ -65,6 +66,7 @@ class Host:
     account: str | None = None
     gres: str | None = None
     time_limit: str | None = None
+    slurm_node: str | None = None  # the host is this node of a Slurm cluster (drain/undrain: scontrol update)
 
     @property
     def label(self) -> str:
@@ -480,4 +482,5 @@ def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
         gres=get_str(m, "gres", pattern=GRES, describe="a Slurm gres such as gpu:8 or gpu:h200:8"),
         time_limit=get_str(m, "time_limit", pattern=TIME_LIMIT,
                            describe="a Slurm time limit: minutes, HH:MM:SS, D-HH:MM:SS or UNLIMITED"),
+        slurm_node=get_str(m, "slurm_node", pattern=NAME, describe="the host's node name in Slurm (one name)"),
     )

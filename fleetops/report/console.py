@@ -193,6 +193,14 @@ class Reporter:
             with self.lock:
                 self.console.print(escape(message))
 
+    def job_started(self, host: str, task: str, job_id: str, where: str) -> None:
+        """A job was launched: folded output holds every result back until the end, so its id (what tail, status
+        and stop name) is printed now; unfolded, the result's own line, printed now, says it."""
+        if self.fold and not self.json_mode:
+            with self.lock:
+                self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] {escape(task)} [dim]|[/] started job "
+                                   f"{escape(job_id)}; {escape(where)}")
+
     def job_attached(self, host: str, job_id: str, state: str) -> None:
         """`tail` is streaming the host's job: its live row says so (never `queued`) and its bar appears."""
         self.tail.attach(host, shown(job_id), shown(state))
@@ -306,7 +314,7 @@ class Reporter:
                 self.console.print(f"[{style}]{escape(text)}[/]" if style else escape(text))
 
     def finish(self, results: list[Result], code: int, extra: dict[str, Any] | None = None,
-               sections: list[dict] | None = None, rerun: str | None = None) -> None:
+               sections: list[dict] | None = None, rerun: str | None = None, rerun_label: str | None = None) -> None:
         """The closing part: folded groups (when folding), odd ones out (--odd), the fleet tables, the recap,
         the failed hosts, the one-line summary and, when something failed, the command that re-runs just
         those hosts (`rerun`, made by run.py)."""
@@ -339,8 +347,8 @@ class Reporter:
                 self.console.print(f"[bold red]failed hosts:[/] {escape(names)}  [dim](exit status {code})[/]")
             seconds = time.monotonic() - self.started if self.started is not None else None
             self.console.print(escape(fold.summary_line(results, seconds)))
-            if failed and rerun:
-                self.console.print(f"[bold]re-run the failed hosts:[/] {escape(rerun)}")
+            if rerun:
+                self.console.print(f"[bold]{escape(rerun_label or 're-run the failed hosts')}:[/] {escape(rerun)}")
 
 
 def _group_title(g: Group) -> str | None:

@@ -139,8 +139,9 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
         times = f"{len(evs)} times, last {when}" if len(evs) > 1 else when
         msg = (f"Xid {code} on {where}(PCI {bus or last.pci}): {info.name}{who} [{times}]: {info.action}")
         if code == 79:
-            nxt = (f"drain the node ({_fab(host, 'stop')}), then reboot it: {_run_cmd(host, 'sudo reboot')}; "
-                   f"after the reboot: {_fab(host, 'diagnose')}")
+            nxt = (f"drain the node: {_fab(host, 'drain', '--reason', f'Xid 79 on {where.strip()}')}, stop its job "
+                   f"({_fab(host, 'stop')}), reboot it ({_run_cmd(host, 'sudo reboot')}); after the reboot: "
+                   f"{_fab(host, 'diagnose')}, then {_fab(host, 'undrain')}")
         elif info.reset:
             nxt = _run_cmd(host, f"sudo nvidia-smi --gpu-reset -i {_q(bus or last.pci)}") + "  (when the GPU is idle)"
         else:
@@ -285,6 +286,15 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
     return out, index_by_bus
 
 
+def drain_finding(host: str, marker: dict | None) -> Finding | None:
+    """A node marked drained: nothing new runs there (extract and patch refuse) until it is undrained."""
+    if not marker:
+        return None
+    return Finding(WARN, "drain", f"drained by {marker.get('by', '?')} at {marker.get('at', '?')}: "
+                   f"{marker.get('reason') or '?'}; extract and patch refuse here", _fab(host, "undrain"), 3,
+                   {"drain": marker})
+
+
 def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
     out = []
     fine: list[str] = []
@@ -388,6 +398,9 @@ def assess_answer(host: Host, answer: dict, sent: float, received: float, book: 
     if isinstance(patch, dict):
         patch = judged_patch(patch, allow, book.requires_hint if book else "")
     findings.append(patch_state(name, judged_checks(answer.get("checks") or {}, allow), patch))
+    drained = drain_finding(name, answer.get("drain"))
+    if drained:
+        findings.append(drained)
     job_pids = frozenset(int(p["pid"]) for p in answer.get("processes") or [] if isinstance(p, dict))
     gpu_f, index_by_bus = gpu_findings(name, host.gpus, answer.get("gpu") or {}, answer.get("smi_xml") or {},
                                        job_pids)

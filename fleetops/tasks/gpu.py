@@ -12,7 +12,7 @@ from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_GPU_BUSY, Result, Status
 from ..wire.connector import Connector
 from . import slurm
-from .plan import Plan, TaskSpec, unmet_warnings
+from .plan import Plan, TaskSpec, drain_text, unmet_warnings
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -84,10 +84,12 @@ def _interpret_facts(host: str, plan: Plan, answer: dict) -> Result:
     answer = dict(answer)
     warnings = unmet_warnings(answer.pop("dists", None))
     row = fact_row(answer)
+    drained = drain_text(answer.get("drain"))  # first: a drained node is the fact an on-call engineer needs
     data = {"facts": {**answer, "unmet_requirements": warnings}, "fact_row": row}
     if warnings:
         data["node_warnings"] = warnings
-    return Result(host, "facts", Status.OK, ", ".join(f"{k}={v}" for k, v in zip(FACT_COLUMNS, row)), data=data)
+    return Result(host, "facts", Status.OK, (f"{drained}; " if drained else "")
+                  + ", ".join(f"{k}={v}" for k, v in zip(FACT_COLUMNS, row)), data=data)
 
 
 TASKS = [TaskSpec("gpu", _gpu_plan, _interpret_gpu, _run_gpu),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..plans.gpugate import evaluate
 from ..plans.jobspec import (
+    JobSpec,
     LogWatch,
     describe_end,
     exit_code_of,
@@ -19,10 +20,10 @@ from ..plans.tables import bar
 from ..plans.timefmt import duration
 from ..plans.versions import judged_checks
 from ..plans.yamlsrc import ConfigError
-from ..results import EXIT_FAILED, Item, Result, Status
+from ..results import EXIT_FAILED, Evidence, Item, Result, Status
 from ..wire.connector import Connector, TransportError
 from . import slurm
-from .plan import agent_error, job_spec, preflight_request, skipped_note, tail_start
+from .plan import agent_error, drain_text, drained, job_spec, preflight_request, skipped_note, tail_start
 from .reconnect import TAIL_WAIT_S, Reconnect
 
 if TYPE_CHECKING:
@@ -57,9 +58,76 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     assert spec is not None and plan.playbook is not None
     if spec.extract is not None and plan.options.get("shard_extract"):  # extract --shards: this host's rows
         spec.extract.update(plan.options["shard_extract"])
+    if spec.extract is not None and plan.options.get("again"):
+        spec.extract["again"] = True  # the driver starts a new manifest: every sample done again
     spec.env.update(dict(node.host.env))  # the inventory's values (tokens...) win over the playbook's
     spec.secret_env |= set(node.host.secret_env)
-    answer, evidence = node.call("preflight", preflight_request(plan.playbook, spec), timeout=600)
+    request = preflight_request(plan.playbook, spec)
+    if spec.extract is not None and not plan.options.get("again"):
+        request["extract"] = spec.extract  # the node says whether its output already holds every sample
+    answer, evidence = node.call("preflight", request, timeout=600)
+    settled = _nothing_to_launch(run, host, spec, answer)
+    if settled is not None:
+        return settled
+    problems = _problems(node, spec, answer)
+    notes = list(spec.notes)
+    if problems:
+        reasons = "; ".join(f"{p.label}: {p.msg}" for p in problems)
+        if not plan.options.get("force") or answer.get("running_job"):
+            return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: {reasons}"
+                          + ("" if answer.get("running_job") else " (--force overrides)"),
+                          problems, evidence=evidence, code=EXIT_FAILED)
+        notes.append(f"--force: launched despite: {reasons}")
+    started, evidence = node.call("job_start", spec.start_request(), timeout=60)
+    if not started.get("ok"):
+        return _not_started(run, host, spec, started, evidence)
+    job = started["job"]
+    run.job_launched(host, job["id"], f"log {job['log']}")
+    items = [Item("note", Status.CHANGED, n) for n in notes]
+    return Result(host, "extract", Status.CHANGED,
+                  f"launched job {job['id']} (pid {job['pid']}, process group {job['pgid']}); log {job['log']}",
+                  items, data={"job": job, "forced": bool(problems)})
+
+
+def _nothing_to_launch(run: RunState, host: str, spec: JobSpec, answer: dict) -> Result | None:
+    """extract's answer when it must not launch, whatever --force says: the node is drained, the same job is
+    already running (then this run's `tail` attaches to it), or its output already holds every sample."""
+    if answer.get("drain"):
+        return drained(host, "extract", answer["drain"], f"launch {spec.name}")
+    job = answer.get("running_job")
+    if job and job.get("name") == spec.name:
+        with run.lock:
+            run.attach[host] = job["id"]
+        return Result(host, "extract", Status.OK, f"job {job['id']} ({spec.name}) is already running here (since "
+                      f"{job.get('started')}); nothing launched: `tail` attaches to it, `stop` ends it",
+                      data={"job": job, "already_running": True})
+    done = answer.get("complete")
+    if done:
+        return Result(host, "extract", Status.OK, f"{spec.name}: its output {done['output']} is already complete "
+                      f"({done['done']}/{done['total']} samples, {done.get('runs', '?')} runs); nothing launched "
+                      "(--again redoes it)", data={"complete": done, "job": None})
+    return None
+
+
+def _not_started(run: RunState, host: str, spec: JobSpec, started: dict, evidence: Evidence) -> Result:
+    """The node's launch lock decided otherwise after the preflight looked: drained meanwhile, or the same job
+    launched by another extract a moment ago (left alone, as when the preflight finds it)."""
+    details = started.get("details") or {}
+    if started.get("error_kind") == "drained":
+        return drained(host, "extract", details.get("drain") or {}, f"launch {spec.name}")
+    job = details.get("job") or {}
+    if started.get("error_kind") == "job_running" and job.get("name") == spec.name and job.get("id"):
+        with run.lock:
+            run.attach[host] = job["id"]
+        return Result(host, "extract", Status.OK, f"job {job['id']} ({spec.name}) is already running on this node "
+                      "(launched by another extract a moment ago); nothing launched: `tail` attaches to it",
+                      data={"job": {k: v for k, v in job.items() if k != "env"}, "already_running": True})
+    return Result(host, "extract", Status.FAILED, started.get("error", "job did not start"), evidence=evidence,
+                  code=EXIT_FAILED)
+
+
+def _problems(node: Connector, spec: JobSpec, answer: dict) -> list[Item]:
+    """What stands in the way of launching: a failed fast check, another job running, the GPU gate."""
     problems: list[Item] = []
     for check in judged_checks(answer["verify"], plan.playbook.allow_prereleases)["items"]:
         if not check["ok"]:
@@ -72,25 +140,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
         if verdict.code:
             problems.append(Item("GPU gate", Status.FAILED, verdict.msg + ("; " + "; ".join(verdict.holders)
                                                                           if verdict.holders else "")))
-    notes = list(spec.notes)
-    if problems:
-        reasons = "; ".join(f"{p.label}: {p.msg}" for p in problems)
-        if not plan.options.get("force") or answer.get("running_job"):
-            return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: {reasons}"
-                          + ("" if answer.get("running_job") else " (--force overrides)"),
-                          problems, evidence=evidence, code=EXIT_FAILED)
-        notes.append(f"--force: launched despite: {reasons}")
-    started, evidence = node.call("job_start", spec.start_request(), timeout=60)
-    if not started.get("ok"):
-        return Result(host, "extract", Status.FAILED, started.get("error", "job did not start"), evidence=evidence,
-                      code=EXIT_FAILED)
-    job = started["job"]
-    with run.lock:
-        run.launched[host] = job["id"]
-    items = [Item("note", Status.CHANGED, n) for n in notes]
-    return Result(host, "extract", Status.CHANGED,
-                  f"launched job {job['id']} (pid {job['pid']}, process group {job['pgid']}); log {job['log']}",
-                  items, data={"job": job, "forced": bool(problems)})
+    return problems
 
 
 def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
@@ -173,7 +223,12 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     pattern = LogWatch.of(spec).progress.pattern
     answer, evidence = node.call("job_status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
     if answer.get("error"):
-        return agent_error(host, "status", answer, with_kind=True)
+        result = agent_error(host, "status", answer, with_kind=True)
+        drain = (answer.get("details") or {}).get("drain") if isinstance(answer.get("details"), dict) else None
+        if drain:
+            result.msg += f"; {drain_text(drain)}"
+            result.data["drain"] = drain
+        return result
     row = _status_row(answer)
     code = exit_code_of(answer) if answer["state"] not in ("running", "starting") else 0
     status = Status.OK if code == 0 else Status.FAILED
@@ -183,8 +238,11 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
         msg += f"; {answer['cause']}"
     if answer.get("left"):
         msg += f"; its processes {answer['left']} still run (fab -H {quote(host)} stop --job-id {quote(str(row[0]))})"
+    if answer.get("drain"):
+        msg += f"; {drain_text(answer['drain'])}"
     return Result(host, "status", status, msg, code=code,
                   data={"job": answer["job"], "state": answer["state"], "exit": answer.get("exit"),
+                        "drain": answer.get("drain"),
                         "runtime_s": answer.get("runtime_s"), "last_progress": answer.get("last_progress"),
                         "cause": answer.get("cause"), "tagged": answer.get("tagged"), "left": answer.get("left"),
                         "table": {"title": f"{host}: job", "columns": ["job", "state", "exit", "runtime",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Callable
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from remote_scripts.core.protocol import CHANGED_WORDS, NOOP_WORDS, NOT_WRITTEN, WOULD_WORDS
@@ -22,7 +23,7 @@ from ..plans.versions import judged_patch
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Item, Result, Status, rollup
 from ..wire.connector import Connector, TransportError
-from .plan import Plan, TaskSpec, agent_error
+from .plan import Plan, TaskSpec, agent_error, drained
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -37,6 +38,8 @@ def _patch_plan(op: str) -> Callable[[RunState, dict], Plan]:
         request = book.patch_request(check)
         if op == "rollback" and kwargs.get("force"):
             request["force"] = True
+        if kwargs.get("while_running"):
+            request["while_running"] = True
         return Plan(op, request, 180, book, check, options={"diff": bool(kwargs.get("diff"))})
 
     return plan
@@ -71,7 +74,7 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
             raise
         return _settle(run, plan, node, token, exc)
     result = _interpret_patch(host, plan, answer)
-    if result.failed:
+    if result.failed and result.data.get("error_kind") not in ("drained", "job_running"):  # a refusal says it all
         result.evidence = evidence
     return result
 
@@ -163,9 +166,25 @@ def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: Transp
                   f"to make it whole", items, code=EXIT_INTERRUPTED, data=data, evidence=lost.evidence)
 
 
+def _refused(host: str, plan: Plan, answer: dict) -> Result:
+    """The node refused before writing: drained, or a job of the node runs from the files; else its error."""
+    details = answer.get("details") or {}
+    if answer.get("error_kind") == "drained":
+        return drained(host, plan.op, details.get("drain") or {}, plan.op)
+    job = details.get("job") or {}
+    if answer.get("error_kind") == "job_running" and job.get("id"):
+        jid = quote(str(job["id"]))
+        return Result(host, plan.op, Status.FAILED, f"refused: {answer['error']}. Wait for it (fab -H {quote(host)} "
+                      f"tail --job-id {jid}), stop it (fab -H {quote(host)} stop --job-id {jid}), or {plan.op} "
+                      "--while-running", code=EXIT_FAILED,
+                      data={"error_kind": "job_running", "job": job,
+                            "next": f"fab -H {quote(host)} tail --job-id {jid}"})
+    return agent_error(host, plan.op, answer, with_kind=True)
+
+
 def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:
     if answer.get("error"):
-        return agent_error(host, plan.op, answer, with_kind=True)
+        return _refused(host, plan, answer)
     if answer.get("needs_approval"):
         return Result(host, plan.op, Status.FAILED, "the installed versions changed while this patch was being "
                       "approved; nothing written: run it again", code=EXIT_FAILED,

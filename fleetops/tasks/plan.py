@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from ..plans.jobspec import JobSpec, resolve
@@ -54,6 +55,22 @@ def agent_error(host: str, task: str, answer: dict, *, with_kind: bool = False) 
     return Result(host, task, Status.FAILED, answer["error"], code=EXIT_FAILED, data=data)
 
 
+def drained(host: str, task: str, marker: dict, doing: str) -> Result:
+    """The refusal of work on a node marked drained (`fab drain`): who drained it, when and why, and the one
+    command that puts it back in service."""
+    why = marker.get("reason") or "no reason given"
+    return Result(host, task, Status.FAILED, f"refused to {doing}: {host} is drained (by {marker.get('by', '?')} at "
+                  f"{marker.get('at', '?')}: {why}); undrain it once it is fixed", code=EXIT_FAILED,
+                  data={"error_kind": "drained", "drain": marker, "next": f"fab -H {quote(host)} undrain"})
+
+
+def drain_text(marker: dict | None) -> str:
+    """A drained node, in the words status and facts add to their line ("" when it is not drained)."""
+    if not marker:
+        return ""
+    return f"DRAINED by {marker.get('by', '?')} at {marker.get('at', '?')}: {marker.get('reason') or '?'}"
+
+
 def tail_start(run: RunState, plan: Plan, host: str) -> tuple[str | None, int | None, bool] | Result:
     """Where a `tail` attaches, for SSH jobs and Slurm alike: (job id, last N lines, from the start), or the
     usage error of a --lines that is not a number. Right after this run's own `extract` it replays the job from
@@ -68,6 +85,8 @@ def tail_start(run: RunState, plan: Plan, host: str) -> tuple[str | None, int | 
     launched = run.launched.get(host)
     if launched and job_id in (None, launched) and last_lines is None:
         job_id, from_start = launched, True  # `extract tail`: this run launched it and has shown none of it yet
+    elif job_id is None:
+        job_id = run.attach.get(host)  # `extract tail` found the job already running: attach to that one
     return job_id, last_lines, from_start
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 FAMILIES = {"ping": "node", "trust": "node", "gpu": "gpu", "facts": "gpu", "patch": "patching",
             "rollback": "patching", "verify": "checks", "run": "adhoc", "fetch": "oncall", "diagnose": "diagnose",
             "capture": "authoring", "rebase": "authoring", "extract": "jobs", "tail": "jobs", "status": "jobs",
-            "logs": "jobs", "stop": "jobs", "jobs": "jobs"}
+            "logs": "jobs", "stop": "jobs", "jobs": "jobs", "drain": "drain", "undrain": "drain"}
 
 
 def _jobs_specs() -> list[TaskSpec]:

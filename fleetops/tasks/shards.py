@@ -43,6 +43,9 @@ class Fleet:
         self.mode = ""
         self.error: str | None = None
         self.reported: set[str] = set()
+        # The hosts whose job in this step is their shard's: a later job on a host (a plain extract after the
+        # sharded one) is that host's own, and its status or tail says nothing of the shard plan.
+        self.ours: set[str] = set()
         self.summarized: set[str] = set()  # the steps whose fleet line is out: once per step, by one host
         self.live: dict[str, dict] = {}
         self.last_line = 0.0
@@ -135,7 +138,8 @@ def run_extract(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Re
                                     "host": host}
         shard.update(start=prep["start"], end=prep["end"], samples=prep["end"] - prep["start"],
                      dataset=prep["shard_dataset"], output=prep["shard_output"], done=prep["done"])
-        complete = prep["done"] >= shard["samples"] and prep.get("manifest_sha256") is not None
+        complete = prep["done"] >= shard["samples"] and prep.get("manifest_sha256") is not None \
+            and not plan.options.get("again")
         if complete:
             shard.update(complete=True, state="succeeded", manifest_sha256=prep.get("manifest_sha256"),
                          samples_sha256=prep.get("samples_sha256"))
@@ -211,7 +215,7 @@ def _claim_summary(run: RunState, fleet: Fleet, step: str) -> bool:
     """True for the one host that prints this step's fleet line (call under fleet.lock). Every host is marked
     reported when its answer is recorded, before its step ends, so several hosts could find all in at once:
     found by CI, `status` gave two hosts the fleet aggregate."""
-    if step in fleet.summarized or not _all_in(run, fleet):
+    if step in fleet.summarized or not _all_in(run, fleet) or not fleet.ours:
         return False
     fleet.summarized.add(step)
     return True
@@ -251,15 +255,8 @@ def run_status(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Res
     try:
         result = inner(run, plan, node)
         job = (result.data.get("job") or {}).get("id")
-        state = result.data.get("state") or "unknown"
-        rep = _record(run, node, plan, fleet, state, job, _progress(job_spec(plan, node), result.data.get(
-            "last_progress")))
-        shard = fleet.shard(node.host.name) or {}
-        if rep is not None:
-            result.msg = (f"shard {shard['index']} of {shard['of']} ({rep['done']}/{shard.get('samples')} samples"
-                          f"{', complete' if shard.get('complete') else ''}): {result.msg}"
-                          + ("" if rep["ours"] else f" (not its shard's job: {', '.join(shard['jobs']) or 'none'})"))
-            result.data["shard"] = dict(shard)
+        if _is_ours(fleet, node.host.name, job):
+            _shard_status(run, node, plan, fleet, result, job)
     finally:
         with fleet.lock:
             fleet.reported.add(node.host.name)
@@ -270,18 +267,60 @@ def run_status(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Res
     return result
 
 
+def _is_ours(fleet: Fleet, host: str, job: str | None) -> bool:
+    """This host's job is one its shard ran (then the step is part of the shard plan's view). A job the plan as
+    loaded does not name is looked up in the plan on disk: this run's own sharded extract may have added it."""
+    if not job:
+        return False
+    with fleet.lock:
+        shard = fleet.shard(host)
+        if shard is None:
+            return False
+        if job not in shard["jobs"]:
+            try:
+                disk = sp.load(fleet.path) or {}
+            except sp.ShardError:
+                disk = {}
+            for saved in disk.get("shards", []):
+                if saved.get("host") == host and saved.get("index") == shard["index"]:
+                    shard["jobs"] = list(dict.fromkeys([*shard["jobs"], *(saved.get("jobs") or [])]))
+        if job in shard["jobs"]:
+            fleet.ours.add(host)
+            return True
+        return False
+
+
+def _shard_status(run: RunState, node: Connector, plan: Plan, fleet: Fleet, result: Result, job: str) -> None:
+    state = result.data.get("state") or "unknown"
+    rep = _record(run, node, plan, fleet, state, job, _progress(job_spec(plan, node), result.data.get(
+        "last_progress")))
+    shard = fleet.shard(node.host.name) or {}
+    if rep is not None:
+        result.msg = (f"shard {shard['index']} of {shard['of']} ({rep['done']}/{shard.get('samples')} samples"
+                      f"{', complete' if shard.get('complete') else ''}): {result.msg}")
+        result.data["shard"] = dict(shard)
+
+
 class _TailReporter:
     """The run's reporter for one host's tail, which also feeds the fleet's aggregated line."""
 
     def __init__(self, real: Any, fleet: Fleet, host: str) -> None:
         self._real, self._fleet, self._host = real, fleet, host
+        self.ours = False  # the job tail follows is the host's shard's (known once tail attaches)
+        self._job: str | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
+    def job_attached(self, host: str, job_id: str, state: str) -> None:
+        self._real.job_attached(host, job_id, state)
+        if job_id != self._job:  # once per job: every poll of the tail says it again
+            self._job = job_id
+            self.ours = _is_ours(self._fleet, self._host, job_id)
+
     def job_line(self, host: str, line: str, failure: bool, progress: dict | None) -> None:
         self._real.job_line(host, line, failure, progress)
-        if not progress or "total" not in progress:
+        if not self.ours or not progress or "total" not in progress:
             return
         fleet = self._fleet
         with fleet.lock:
@@ -315,7 +354,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Resul
     result: Result | None = None
     try:
         result = inner(_TailRun(run, _TailReporter(run.reporter, fleet, host)), plan, node)  # type: ignore[arg-type]
-        if result.code != 130:  # not detached by Ctrl-C: the job ended
+        if result.code != 130 and host in fleet.ours:  # its shard's job, not detached by Ctrl-C: it ended
             rep = _record(run, node, plan, fleet, result.data.get("state") or "unknown", result.data.get("job_id"),
                           {})
             if rep is not None:

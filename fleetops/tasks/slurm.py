@@ -14,7 +14,7 @@ from ..plans.tables import bar
 from ..plans.versions import judged_checks
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
-from .plan import agent_error, job_spec, preflight_request, skipped_note, tail_start
+from .plan import agent_error, drained, job_spec, preflight_request, skipped_note, tail_start
 from .reconnect import TAIL_WAIT_S, Reconnect
 
 if TYPE_CHECKING:
@@ -190,11 +190,12 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     opts = {"partition": host.partition, "account": host.account, "gres": host.gres, "time_limit": host.time_limit,
             "shards": shards}
     answer = _call(node, "submit", {**spec.start_request(), "slurm": opts}, timeout=300)
+    if answer.get("error_kind") == "drained":
+        return drained(host.name, "extract", (answer.get("details") or {}).get("drain") or {}, f"submit {spec.name}")
     if not answer.get("ok"):
         return agent_error(host.name, "extract", answer, with_kind=True)
     job = answer["job"]
-    with run.lock:
-        run.launched[host.name] = job["id"]  # this run's own `tail` shows it from its first line
+    run.job_launched(host.name, job["id"], "submitted to Slurm")  # this run's `tail` shows it from its first line
     try:
         sid = sp.parse_sbatch(answer["sbatch"]["stdout"])
     except sp.SlurmParseError as exc:

@@ -28,14 +28,15 @@ from .protocol import OPS as OP_NAMES
 from .protocol import PROTOCOL
 
 # op → (module under remote_scripts, function): only the module an op needs is imported, once per session.
-OPS = {"patch": ("patch.patching", "patch"), "rollback": ("patch.patching", "rollback"),
+OPS = {"patch": ("health.guard", "patch"), "rollback": ("health.guard", "rollback"),
        "verify": ("checks.checks", "verify"), "gpu": ("health.gpu", "gpu"), "facts": ("health.gpu", "facts"),
        "preflight": ("health.preflight", "preflight"), "job_start": ("jobs.start", "job_start"),
        "job_status": ("jobs.status", "job_status"), "job_tail": ("jobs.tail", "job_tail"),
        "job_logs": ("jobs.tail", "job_logs"), "job_stop": ("jobs.stop", "job_stop"), "run": ("jobs.adhoc", "run"),
        "jobs_list": ("jobs.status", "jobs_list"), "fetch_plan": ("jobs.fetch", "fetch_plan"),
        "diagnose": ("health.diagnose", "diagnose"), "capture": ("patch.capture", "capture"),
-       "slurm": ("jobs.slurm", "slurm"), "shards": ("jobs.shards", "shards")}
+       "slurm": ("jobs.slurm", "slurm"), "shards": ("jobs.shards", "shards"), "drain": ("health.drain", "drain"),
+       "undrain": ("health.drain", "undrain")}
 assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
 ROLES = {"wrap": ("jobs.keeper", "wrap_main"), "extract": ("jobs.extract_hidden_states", "main"),
          "slurm-step": ("jobs.slurmstep", "step_main"), "probe": ("checks.probe_fork", "probe_main")}

@@ -117,7 +117,7 @@ def failpoint(name: str, path: str = "") -> None:
 # connecting user (or root), writable by no one else, and not a symlink; otherwise the node refuses, naming
 # the path, its mode and owner, and what to do. The agent's own code was already checked by the bootstrap
 # (bundle.BOOTSTRAP: state dir, bin/, the agent's bytes against the sha256 the client expects).
-STATE_NAMES = ("bin", "lock", "lock.json", "backups", "jobs", "cache")
+STATE_NAMES = ("bin", "lock", "lock.json", "backups", "jobs", "cache", "drain.json")
 STATE_DIRS = ("bin", "backups", "jobs", "cache")
 QUARANTINABLE = ("lock.json",)
 JOB_STATE_FILES = ("job.json", "exit.json", "request.json", "secret-env.json")  # jobs.py's names

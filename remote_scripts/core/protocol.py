@@ -8,7 +8,8 @@ PROTOCOL = 2
 
 # Every op the agent answers. ping is built in; the others name (module, function) in agent.OPS.
 OPS = ("ping", "patch", "rollback", "verify", "gpu", "facts", "preflight", "job_start", "job_status", "job_tail",
-       "job_logs", "job_stop", "run", "jobs_list", "fetch_plan", "diagnose", "capture", "slurm", "shards")
+       "job_logs", "job_stop", "run", "jobs_list", "fetch_plan", "diagnose", "capture", "slurm", "shards", "drain",
+       "undrain")
 
 # Ops that change nothing on the node (they read files, /proc, nvidia-smi, a job's logs): the one list of
 # them. The client may send one before the previous request's answer is in (pipelining): if that

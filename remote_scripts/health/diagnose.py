@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+from ..core import drainmark
 from ..core.procfs import pids, read, stat_fields, uptime
 
 KERNEL_TIMEOUT_S = 20
@@ -194,7 +195,7 @@ def diagnose(req: dict) -> dict:
     from . import gpu
 
     state_dir = os.path.abspath(req["state_dir"])
-    out: dict = {"ok": True, "clock": _part(clock)}
+    out: dict = {"ok": True, "clock": _part(clock), "drain": _part(drainmark.read, state_dir)}
     if req.get("checks") or req.get("requires"):
         out["checks"] = _part(checks.verify, req)
     else:

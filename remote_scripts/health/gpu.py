@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+from ..core import drainmark
 from ..core.procfs import read, stat_fields, uptime
 from . import nvsmi
 
@@ -139,7 +140,8 @@ def facts(req: dict) -> dict:
     out: dict = {"ok": True, "os": os_name, "kernel": platform.release(), "python": sys.version.split()[0],
                  "python_path": sys.executable, "venv": sys.prefix,
                  "packages": {n: _dist_version(n) for n in ("vllm", "speculators", "torch", "transformers")},
-                 "disk_free_gib": {"venv": _free_gib(sys.prefix), "state_dir": _free_gib(req["state_dir"])}}
+                 "disk_free_gib": {"venv": _free_gib(sys.prefix), "state_dir": _free_gib(req["state_dir"])},
+                 "drain": drainmark.read(req["state_dir"])}
     if req.get("dists"):  # what `pip check` reads; the client evaluates it
         from ..core.dists import installed_dists
 

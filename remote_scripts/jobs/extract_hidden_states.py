@@ -8,44 +8,24 @@ requested layer, "hidden_states.<layer>", shape [tokens, hidden]) and a manifest
                 generator captures: a layer's output, before the final norm)
 Crash-safe: every sample file is written atomically before the manifest names it, and a restart resumes
 from the manifest (adopting complete sample files it did not yet name), so no sample is done twice or
-skipped. One progress line per batch; a summary at the end. Only the standard library is imported at module
-level: torch and friends are imported when the job runs.
+skipped; `again` (extract --again) starts a new manifest and redoes every sample. One progress line per
+batch; a summary at the end. Only the standard library is imported at module level: torch and friends are
+imported when the job runs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 import time
 
 from ..core.nodeio import atomic_write, failpoint, load_failpoints, now_iso, read_json
-
-MANIFEST = "manifest.json"
+from .outputs import MANIFEST, identity, read_manifest, rows_of
 
 
 def say(line: str) -> None:
     print(line, flush=True)
-
-
-def load_dataset(path: str) -> tuple[list[dict], str]:
-    with open(path, "rb") as f:
-        raw = f.read()
-    rows = []
-    for n, line in enumerate(raw.decode("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise SystemExit(f"{path}:{n}: not JSON: {exc}") from None
-        if isinstance(row, list):
-            row = {"input_ids": row}
-        if not isinstance(row, dict) or not ({"text", "prompt", "input_ids"} & set(row)):
-            raise SystemExit(f"{path}:{n}: each line needs 'text', 'prompt' or 'input_ids'")
-        rows.append(row)
-    return rows, hashlib.sha256(raw).hexdigest()
 
 
 def tokenize(rows: list[dict], model: str, max_len: int) -> list[list[int]]:
@@ -141,39 +121,43 @@ class VllmBackend:
 BACKENDS = {"transformers": TransformersBackend, "vllm": VllmBackend}
 
 
+def _start_manifest(req: dict, output: str, ident: dict) -> dict:
+    """The manifest this run continues: the output's own (refused when it is another extraction's), or a new
+    one; with `again` (extract --again) a new one that keeps only the record of earlier runs."""
+    manifest = read_manifest(output)
+    if manifest is not None:
+        differs = {k: (manifest.get(k), v) for k, v in ident.items() if manifest.get(k) != v}
+        if differs:
+            raise SystemExit(f"{output} holds a different extraction ({differs}); use another output directory")
+    if manifest is None or req.get("again"):
+        runs = (manifest or {}).get("runs") or []
+        manifest = {**ident, "version": 1, "samples": {}, "runs": runs}
+    return manifest
+
+
 def run(req: dict) -> int:
     load_failpoints(req.get("state_dir", "/nonexistent"))
     started = time.monotonic()
     say(f"fleetops extract: backend={req['backend']} model={req['model']} layers={req['layer_ids']} "
         f"tp={req['tensor_parallel_size']} batch={req['batch_size']} at {now_iso()}")
-    rows, dataset_sha = load_dataset(req["dataset"])
-    if req.get("limit"):
-        rows = rows[: int(req["limit"])]
+    rows, dataset_sha = rows_of(req)
     output = req["output"]
     os.makedirs(output, exist_ok=True)
-    identity = {"model": req["model"], "backend": req["backend"], "layer_ids": req["layer_ids"],
-                "dataset": req["dataset"], "dataset_sha256": dataset_sha, "total": len(rows)}
     manifest_path = os.path.join(output, MANIFEST)
-    manifest = None
-    if os.path.exists(manifest_path):
-        with open(manifest_path, encoding="utf-8") as f:
-            manifest = json.load(f)
-        differs = {k: (manifest.get(k), v) for k, v in identity.items() if manifest.get(k) != v}
-        if differs:
-            raise SystemExit(f"{output} holds a different extraction ({differs}); use another output directory")
-    if manifest is None:
-        manifest = {**identity, "version": 1, "samples": {}, "runs": []}
+    manifest = _start_manifest(req, output, identity(req, rows, dataset_sha))
     token_ids = tokenize(rows, req["model"], int(req["max_model_len"]) - 1)
     done: dict[str, dict] = manifest["samples"]
-    adopted = [i for i in range(len(rows)) if str(i) not in done
-               and complete_sample(output, i, len(token_ids[i]), req["layer_ids"])]
+    adopted = [] if req.get("again") else [i for i in range(len(rows)) if str(i) not in done
+                                             and complete_sample(output, i, len(token_ids[i]), req["layer_ids"])]
     for i in adopted:
         done[str(i)] = {"file": os.path.basename(sample_path(output, i)), "tokens": len(token_ids[i]),
                         "run": len(manifest["runs"]) - 1, "adopted": True}
     manifest["runs"].append({"started": now_iso(), "already_done": len(done), "job": os.environ.get("FLEETOPS_JOB_ID")})
     run_index = len(manifest["runs"]) - 1
     todo = [i for i in range(len(rows)) if str(i) not in done]
-    if done:
+    if req.get("again"):
+        say(f"again: all {len(rows)} samples redone (extract --again), the earlier files replaced one by one")
+    elif done:
         say(f"resuming: {len(done)}/{len(rows)} samples already done ({len(adopted)} adopted from disk), "
             f"{len(todo)} to go")
     atomic_write(manifest_path, json.dumps(manifest, indent=1).encode(), mode=0o644, point="extract.manifest")

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 
+from ..core.drainmark import refuse_if_drained
 from ..core.nodeio import (
     NodeError,
     atomic_write,
@@ -119,6 +120,7 @@ def submit(req: dict) -> dict:
     fd = open_state_file(os.path.join(slurm_dir(state_dir), "submit.lock"), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        refuse_if_drained(state_dir, "submitting a job")
         try:
             _, current = _load(state_dir, None)
         except NodeError:
@@ -373,6 +375,19 @@ def gpu(req: dict) -> dict:
 
 ACTIONS = {"gpu": gpu, "submit": submit, "status": status, "tail": tail, "logs": logs, "cancel": cancel,
            "allocation": allocation}
+
+
+def node_state(node: str, drain: bool, reason: str, scheduler_env: dict) -> dict:
+    """This host's own node in Slurm drained (with the reason) or resumed, by `scontrol update`; then what Slurm
+    says of the node (sinfo: state, reason)."""
+    env = _scheduler_env({"scheduler_env": scheduler_env})
+    argv = ["scontrol", "update", f"nodename={node}", "state=drain" if drain else "state=resume"]
+    if drain:
+        argv.append(f"reason={reason}")
+    done = _run(argv, env)
+    shown = _run(["sinfo", "--noheader", f"--nodes={node}", "--format=%T|%E"], env)
+    state, _, why = shown["stdout"].strip().partition("|") if shown["rc"] == 0 else ("", "", "")
+    return {"node": node, "command": done, "state": state, "reason": why, "sinfo": shown}
 
 
 def slurm(req: dict) -> dict:

@@ -12,6 +12,7 @@ import sys
 import time
 
 from ..core.bootstrap import EXIT_REFUSED
+from ..core.drainmark import refuse_if_drained
 from ..core.launch import relaunch
 from ..core.launch import shown as shown_argv
 from ..core.nodeio import (
@@ -33,15 +34,16 @@ LAUNCH_LOCK = "launch.lock"
 LAUNCH_LOCK_WAIT_S = 60.0
 
 
-class _LaunchLock:
+class LaunchLock:
     """jobs/launch.lock (flock): the running check and the launch of one job are one step per node, so two
-    `extract` at the same moment launch one job and refuse the other."""
+    `extract` at the same moment launch one job and refuse the other; patch and rollback hold it while they look
+    for a running job and write (health/guard.py), so no job starts between that look and the write."""
 
     def __init__(self, state_dir: str) -> None:
         self.path = os.path.join(jobs_dir(state_dir), LAUNCH_LOCK)
         self.fd = -1
 
-    def __enter__(self) -> _LaunchLock:
+    def __enter__(self) -> LaunchLock:
         ensure_dir(os.path.dirname(self.path))
         self.fd = open_state_file(self.path, os.O_RDWR | os.O_CREAT)
         deadline = time.monotonic() + LAUNCH_LOCK_WAIT_S
@@ -71,13 +73,14 @@ def _leftovers(state_dir: str) -> tuple[str, list[int]] | None:
 
 
 def job_start(req: dict) -> dict:
-    with _LaunchLock(req["state_dir"]):
+    with LaunchLock(req["state_dir"]):
         return _job_start(req)
 
 
 def _job_start(req: dict) -> dict:
     state_dir = os.path.abspath(req["state_dir"])
     spec = req["job"]
+    refuse_if_drained(state_dir, f"launching job {spec['name']!r}")
     running = running_job(state_dir)
     if running:
         raise NodeError(f"job {running['id']} is still running on this node (pid {running.get('pid')}, since "
@@ -109,7 +112,8 @@ def _job_start(req: dict) -> dict:
            "env": {k: v for k, v in env.items() if k not in secret}, "secret_env_keys": sorted(secret),
            "shown_env": shown, "cwd": spec.get("cwd") or job_dir,
            "log": os.path.join(job_dir, LOG), "started": now_iso(), "started_ts": time.time(),
-           "operator": req.get("operator"), "pid": None, "pgid": None, "wrapper_pid": None, "keeper_pid": None}
+           "operator": req.get("operator"), "prefix": sys.prefix, "pid": None, "pgid": None, "wrapper_pid": None,
+           "keeper_pid": None}
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     set_current(jobs_dir(state_dir), job_id)
     failpoint("job.keeper.launch")  # a test swaps what the keeper would run from here

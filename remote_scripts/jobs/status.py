@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ..core.nodeio import read_json
+from ..core import drainmark
+from ..core.nodeio import NodeError, read_json
 from .liveness import job_state
 from .procscan import tag_index
 from .records import all_jobs, file_size, jobs_dir, load_job, output_dir, public
@@ -12,10 +13,14 @@ from .tail import last_match
 
 
 def job_status(req: dict) -> dict:
-    job_dir, job = load_job(req["state_dir"], req.get("job_id"))
+    drain = drainmark.read(req["state_dir"])  # shown beside the job: a drained node runs nothing new
+    try:
+        job_dir, job = load_job(req["state_dir"], req.get("job_id"))
+    except NodeError as exc:
+        raise NodeError(str(exc), kind=exc.kind, **{**exc.details, "drain": drain}) from None
     st = job_state(job_dir, job)
     return {"ok": True, "job": public(job), **st, "log_bytes": file_size(job["log"]),
-            "last_progress": last_match(job["log"], req.get("progress_pattern"))}
+            "last_progress": last_match(job["log"], req.get("progress_pattern")), "drain": drain}
 
 
 
