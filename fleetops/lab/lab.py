@@ -249,8 +249,20 @@ class Lab:
                             "-f", str(self.client_key)], check=True)
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+        nodes = self._exactly(count, progress)
+        for i, node in enumerate(nodes):
+            if wanted and (node.interpreter, node.python_version) != wanted[i]:
+                self._repython(node, wanted[i], progress)
+            self._ready(node, base, progress)
+        self._save(nodes)
+        self._write_known_hosts(nodes)
+        self._write_inventory(nodes)
+        _git_ignore(self.root)
+        return nodes
+
+    def _exactly(self, count: int, progress: Progress) -> list[Node]:
+        """The lab's first `count` nodes, those beyond removed, new ones named (not built yet)."""
         nodes = self.nodes()
-        count = max(1, len(nodes)) if count is None else count
         for node in nodes[count:]:
             progress(f"lab: removing node {node.name} (the lab has {count} nodes now)")
             self._stop_jobs(node)
@@ -260,36 +272,35 @@ class Lab:
         for i in range(len(nodes), count):
             name = f"lab{i + 1:02d}"
             nodes.append(Node(name, free_port(), self.dir / "nodes" / name))
-        for i, node in enumerate(nodes):
-            if wanted and i < count and (node.interpreter, node.python_version) != wanted[i]:
-                if node.venv.exists():
-                    progress(f"lab: node {node.name}: a venv of Python {wanted[i][1]} instead of "
-                             f"{node.python_version or 'the base venv'}'s")
-                    _remove(node.venv)
-                node.interpreter, node.python_version = wanted[i]
-            if not node.python.exists():
-                progress(f"lab: building node {node.name}")
-                self._build_node(node, base)
-            if not (node.dir / "gpu.json").exists():
-                self.set_gpu_state(node, "idle")
-            if not (node.state_dir / "lab-model").exists():
-                self._give_model(node, base, progress)
-            if not node.running():
-                for attempt in range(3):
-                    try:
-                        self._start_sshd(node)
-                        break
-                    except LabError:
-                        if attempt == 2:
-                            raise
-                        # Its port was taken between picking and binding: pick another, rewrite the config.
-                        node.port = free_port()
-                        node.config.write_text(self._sshd_config(node))
-        self._save(nodes)
-        self._write_known_hosts(nodes)
-        self._write_inventory(nodes)
-        _git_ignore(self.root)
         return nodes
+
+    def _repython(self, node: Node, wanted: tuple[str, str], progress: Progress) -> None:
+        if node.venv.exists():
+            progress(f"lab: node {node.name}: a venv of Python {wanted[1]} instead of "
+                     f"{node.python_version or 'the base venv'}'s")
+            _remove(node.venv)
+        node.interpreter, node.python_version = wanted
+
+    def _ready(self, node: Node, base: Path, progress: Progress) -> None:
+        """Built, given its GPU state and model, its sshd running."""
+        if not node.python.exists():
+            progress(f"lab: building node {node.name}")
+            self._build_node(node, base)
+        if not (node.dir / "gpu.json").exists():
+            self.set_gpu_state(node, "idle")
+        if not (node.state_dir / "lab-model").exists():
+            self._give_model(node, base, progress)
+        if not node.running():
+            for attempt in range(3):
+                try:
+                    self._start_sshd(node)
+                    break
+                except LabError:
+                    if attempt == 2:
+                        raise
+                    # Its port was taken between picking and binding: pick another, rewrite the config.
+                    node.port = free_port()
+                    node.config.write_text(self._sshd_config(node))
 
     def _build_node(self, node: Node, base: Path) -> None:
         node.dir.mkdir(parents=True, exist_ok=True)

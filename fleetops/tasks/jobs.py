@@ -69,7 +69,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     settled = _nothing_to_launch(run, host, spec, answer)
     if settled is not None:
         return settled
-    problems = _problems(node, spec, answer)
+    problems = _problems(node, spec, answer, plan.playbook.allow_prereleases)
     notes = list(spec.notes)
     if problems:
         reasons = "; ".join(f"{p.label}: {p.msg}" for p in problems)
@@ -126,10 +126,10 @@ def _not_started(run: RunState, host: str, spec: JobSpec, started: dict, evidenc
                   code=EXIT_FAILED)
 
 
-def _problems(node: Connector, spec: JobSpec, answer: dict) -> list[Item]:
+def _problems(node: Connector, spec: JobSpec, answer: dict, allow_prereleases: bool) -> list[Item]:
     """What stands in the way of launching: a failed fast check, another job running, the GPU gate."""
     problems: list[Item] = []
-    for check in judged_checks(answer["verify"], plan.playbook.allow_prereleases)["items"]:
+    for check in judged_checks(answer["verify"], allow_prereleases)["items"]:
         if not check["ok"]:
             problems.append(Item(f"check {check['name']} [{check['kind']}]", Status.FAILED, check["msg"]))
     if answer.get("running_job"):
