@@ -88,7 +88,8 @@ class FleetExecutor(fabric.Executor):
         try:
             keys = self.config.connect_kwargs.get("key_filename") or []
             state.use_ssh_config(self.core[0].args["ssh-config"].value if self.core else None,
-                                 [keys] if isinstance(keys, str) else list(keys))
+                                 [keys] if isinstance(keys, str) else list(keys),
+                                 self.config.connect_kwargs.get("passphrase"))  # --prompt-for-passphrase
             state.inventory.allow_insecure_venv = allow_venv
             run = assemble(state, [host_str], steps, limit=limit, dry=dry)  # commas split there, not in lab[01,07]
             forks = int(self._option("forks", "FLEETOPS_FORKS") or run_opts.get("forks") or settings.get("forks")

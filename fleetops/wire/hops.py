@@ -12,9 +12,10 @@ from fabric import Config, Connection
 
 from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
 from .connector import TransportError
-from .fabconfig import fabric_config, plain_keys
+from .fabconfig import fabric_config, plain_keys, typed_passphrase
 from .hostkeys import StrictClient, known_hosts_files, strict_client
-from .tuning import FleetConnection, FleetTransport, JumpTransport, identity_key
+from .keys import login_key, missing_identity
+from .tuning import FleetConnection, FleetTransport, JumpTransport
 
 _OWN = object()  # fabric_connection: the gateway comes from the host's own entry (inventory, ssh_config)
 MAX_JUMPS = 8  # ProxyJump hops one connection may go through, all chains together
@@ -42,19 +43,23 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
         gateway = _ssh_config_jump(host, inventory, config, depth, trail)
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
                             "transport_factory": JumpTransport if depth else FleetTransport}
+    passphrase = host.identity_passphrase or typed_passphrase()
     if host.identity_file:
-        connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
-        key = identity_key(host.identity_file, host.identity_passphrase)
-        if key is not None:  # tried first; key_filename stays, so a refusal reads as it always did
-            connect_kwargs["pkey"] = key
-    if host.identity_passphrase:
-        connect_kwargs["passphrase"] = host.identity_passphrase
+        # The inventory's key only (IdentitiesOnly): ssh-agent's copy of it if the agent holds it, else the file.
+        connect_kwargs.update(pkey=login_key(host.name, host.identity_file, passphrase), look_for_keys=False,
+                              allow_agent=False)
+    if passphrase:
+        connect_kwargs["passphrase"] = passphrase
     try:
         if host.plain:
             # ssh_config decides HostName, IdentityFile, ProxyJump; a user or port typed in the -H word wins
             # over its User/Port, as `ssh -l`/`-p` do.
             user, _, port = split_target(host.name)
             keys = plain_keys()
+            for key in keys:
+                missing = missing_identity(host.name, key, "fab -i")
+                if missing is not None:
+                    raise missing
             if keys:
                 connect_kwargs["key_filename"] = list(keys)
             cxn = FleetConnection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
