@@ -191,3 +191,54 @@ def test_a_missing_dash_i_key_for_a_host_outside_the_inventory_is_named(lab, tmp
     msg = only_result(doc)["msg"]
     assert rc == EXIT_UNREACHABLE, both
     assert f"identity file {missing} not found" in msg, msg
+
+
+def _add_to_agent(sock: str, key: Path) -> None:
+    subprocess.run(["ssh-add", str(key)], check=True, capture_output=True, stdin=subprocess.DEVNULL,
+                   env=_env(SSH_AUTH_SOCK=sock))
+
+
+def test_identities_only_in_ssh_config_offers_no_other_agent_key(lab, tmp_path):
+    """IdentitiesOnly yes: only IdentityFile's key (or the agent's copy of it) is offered; the agent's other
+    keys, here the one sshd would accept, are not."""
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    node = lab.node("lab01")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host 127.0.0.1\n  UserKnownHostsFile {lab.known_hosts}\n  IdentitiesOnly yes\n"
+                      f"  IdentityFile {stranger}\n")
+    with ssh_agent(tmp_path) as sock:
+        _add_to_agent(sock, lab.client_key)
+        rc, doc, both = fab(lab.root, "-S", str(config), "-H", f"{lab.user}@127.0.0.1:{node.port}", "ping",
+                            env=_env(SSH_AUTH_SOCK=sock))
+    msg = only_result(doc)["msg"]
+    assert rc == EXIT_UNREACHABLE and "authentication failed" in msg, both
+
+
+def test_identities_only_uses_the_agent_copy_of_the_named_encrypted_key(lab, encrypted_key, tmp_path):
+    node = lab.node("lab01")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host 127.0.0.1\n  UserKnownHostsFile {lab.known_hosts}\n  IdentitiesOnly yes\n"
+                      f"  IdentityFile {encrypted_key}\n")
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    with ssh_agent(tmp_path) as sock, inventory_host(lab, str(encrypted_key)):
+        _add_to_agent(sock, other)
+        askpass = tmp_path / "askpass"
+        askpass.write_text(f"#!/bin/sh\necho '{PASSPHRASE}'\n")
+        askpass.chmod(0o700)
+        subprocess.run(["ssh-add", str(encrypted_key)], check=True, stdin=subprocess.DEVNULL, capture_output=True,
+                       env=_env(SSH_AUTH_SOCK=sock, SSH_ASKPASS=str(askpass), SSH_ASKPASS_REQUIRE="force",
+                                DISPLAY=":0"))
+        rc, doc, both = fab(lab.root, "-S", str(config), "-H", f"{lab.user}@127.0.0.1:{node.port}", "ping",
+                            env=_env(SSH_AUTH_SOCK=sock))
+    assert rc == 0 and only_result(doc)["status"] == "ok", both
+
+
+def test_a_missing_identity_file_in_ssh_config_is_passed_over_as_openssh_does(lab, tmp_path):
+    node = lab.node("lab01")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host 127.0.0.1\n  UserKnownHostsFile {lab.known_hosts}\n  IdentityFile {tmp_path / 'gone'}\n"
+                      f"  IdentityFile {lab.client_key}\n")
+    rc, doc, both = fab(lab.root, "-S", str(config), "-H", f"{lab.user}@127.0.0.1:{node.port}", "ping")
+    assert rc == 0 and only_result(doc)["status"] == "ok", both

@@ -3,6 +3,7 @@ chains with loops refused, every hop with the strict host key check; walking the
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,7 @@ from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_ta
 from .connector import TransportError
 from .fabconfig import fabric_config, plain_keys, typed_passphrase
 from .hostkeys import StrictClient, known_hosts_files, strict_client
-from .keys import login_key, missing_identity
+from .keys import agent_key_for, login_key, missing_identity
 from .tuning import FleetConnection, FleetTransport, JumpTransport
 
 _OWN = object()  # fabric_connection: the gateway comes from the host's own entry (inventory, ssh_config)
@@ -72,10 +73,32 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
     except RecursionError:  # Fabric's own ProxyJump walk (a gateway it looks up itself); ours refuses loops first
         raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump chain never ends (a loop); fix "
                                         "ProxyJump in ssh_config") from None
+    if host.plain:
+        _ssh_config_keys(cxn)
     cxn.client = strict_client(known_hosts_files(host, cxn))
     cxn.fleetops_name = host.name
     _strict_gateways(cxn)
     return cxn
+
+
+def _ssh_config_keys(cxn: Connection) -> None:
+    """ssh_config's IdentityFile and IdentitiesOnly as OpenSSH reads them (Fabric does not): a missing
+    IdentityFile is skipped; with IdentitiesOnly yes only the IdentityFile and -i keys are offered, each
+    through ssh-agent when the agent holds it, and the agent's other keys and ~/.ssh/id_* are not (a key sshd
+    would take under another name must not log in, and many agent keys can use up sshd's MaxAuthTries before
+    the right one)."""
+    files = cxn.connect_kwargs.get("key_filename") or []
+    files = [files] if isinstance(files, str) else list(files)
+    if files:  # an IdentityFile that is not there is passed over, as OpenSSH does (a -i one was refused before)
+        cxn.connect_kwargs["key_filename"] = [f for f in files if os.path.exists(os.path.expanduser(f))]
+    if str(cxn.ssh_config.get("identitiesonly", "")).lower() != "yes":
+        return
+    cxn.connect_kwargs.update(allow_agent=False, look_for_keys=False)
+    for path in files:
+        key = agent_key_for(os.path.expanduser(path))
+        if key is not None:  # offered first, before paramiko opens the files themselves
+            cxn.connect_kwargs["pkey"] = key
+            return
 
 
 def _endpoint(name: str, user: str | None, port: int | None, config: Config) -> tuple[str, int, str]:
