@@ -242,3 +242,13 @@ def test_a_missing_identity_file_in_ssh_config_is_passed_over_as_openssh_does(la
                       f"  IdentityFile {lab.client_key}\n")
     rc, doc, both = fab(lab.root, "-S", str(config), "-H", f"{lab.user}@127.0.0.1:{node.port}", "ping")
     assert rc == 0 and only_result(doc)["status"] == "ok", both
+
+
+def test_a_wrong_passphrase_for_a_dash_i_key_is_named(lab, encrypted_key, tmp_path):
+    node = lab.node("lab01")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host 127.0.0.1\n  UserKnownHostsFile {lab.known_hosts}\n")
+    rc, out = fab_on_a_pty(lab.root, ["--prompt-for-passphrase", "-S", str(config), "-i", str(encrypted_key), "-H",
+                                      f"{lab.user}@127.0.0.1:{node.port}", "ping"], "nope", _env())
+    assert rc == EXIT_UNREACHABLE, out
+    assert f"wrong passphrase for {encrypted_key}" in " ".join(out.split()), out

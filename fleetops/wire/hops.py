@@ -15,7 +15,7 @@ from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_ta
 from .connector import TransportError
 from .fabconfig import fabric_config, plain_keys, typed_passphrase
 from .hostkeys import StrictClient, known_hosts_files, strict_client
-from .keys import agent_key_for, login_key, missing_identity
+from .keys import agent_key_for, login_key, missing_identity, unopenable
 from .tuning import FleetConnection, FleetTransport, JumpTransport
 
 _OWN = object()  # fabric_connection: the gateway comes from the host's own entry (inventory, ssh_config)
@@ -58,9 +58,9 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
             user, _, port = split_target(host.name)
             keys = plain_keys()
             for key in keys:
-                missing = missing_identity(host.name, key, "fab -i")
-                if missing is not None:
-                    raise missing
+                refused = missing_identity(host.name, key, "fab -i") or unopenable(host.name, key, passphrase)
+                if refused is not None:
+                    raise refused
             if keys:
                 connect_kwargs["key_filename"] = list(keys)
             cxn = FleetConnection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,

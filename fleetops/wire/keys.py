@@ -69,6 +69,15 @@ def login_key(who: str, path: str, passphrase: str | None) -> paramiko.PKey:
     raise _unreadable(who, path, passphrase)
 
 
+def unopenable(who: str, path: str, passphrase: str | None) -> TransportError | None:
+    """For a key paramiko will open itself (fab -i): the error when the passphrase given does not open it
+    (paramiko would say "Invalid key", read as a handshake fault). None when none was given (ssh-agent or
+    another key may still log in) or it opens."""
+    if not passphrase or identity_key(os.path.expanduser(path), passphrase) is not None:
+        return None
+    return _unreadable(who, os.path.expanduser(path), passphrase)
+
+
 def _unreadable(who: str, path: str, passphrase: str | None) -> TransportError:
     """Why the identity file could not be opened with `passphrase` (only on the way to an error)."""
     try:
@@ -83,8 +92,8 @@ def _unreadable(who: str, path: str, passphrase: str | None) -> TransportError:
                                       "or set identity_passphrase ({secret_from_env: VAR}) in the inventory")
     except (OSError, ValueError, paramiko.SSHException) as exc:
         reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-        return TransportError("auth", f"{who}: cannot read the private key {path} ({reason}); check "
-                                      "identity_file in the inventory names an OpenSSH private key")
+        return TransportError("auth", f"{who}: cannot read the private key {path} ({reason}); check that "
+                                      "identity_file in the inventory (or fab -i) names an OpenSSH private key")
     # opens without a passphrase now: it changed since, or the passphrase given does not fit an unencrypted key
     return TransportError("auth", f"{who}: cannot open the private key {path} with the passphrase given; check "
-                                  "identity_passphrase in the inventory")
+                                  "identity_passphrase in the inventory, or the one typed")
