@@ -62,12 +62,14 @@ class RunState:
             self._inventory = load_inventory(self.root / self.settings.get("inventory", "hosts"))
         return self._inventory
 
-    def use_ssh_config(self, path: str | None, identity_files: list[str] | tuple[str, ...] = ()) -> None:
-        """Fabric's -S file (else $FLEETOPS_SSH_CONFIG, else the files ssh reads) and -i keys: their Host
-        names become -H words for this run. Raises ConfigError when the file is missing or unparsable."""
+    def use_ssh_config(self, path: str | None, identity_files: list[str] | tuple[str, ...] = (),
+                       passphrase: str | None = None) -> None:
+        """Fabric's -S file (else $FLEETOPS_SSH_CONFIG, else the files ssh reads), -i keys and the passphrase
+        typed at --prompt-for-passphrase: the file's Host names become -H words for this run. Raises
+        ConfigError when the file is missing or unparsable."""
         from .wire.ssh import use_ssh_config
 
-        self.inventory.ssh_aliases = use_ssh_config(path, identity_files)
+        self.inventory.ssh_aliases = use_ssh_config(path, identity_files, passphrase)
 
     def connections(self) -> Pool:
         with self.lock:

@@ -144,7 +144,8 @@ class FleetExecutor(fabric.Executor):
         from ..plans.inventory import CommandLine
 
         keys = self.config.connect_kwargs.get("key_filename") or []
-        state.use_ssh_config(self._option("ssh-config", ""), [keys] if isinstance(keys, str) else list(keys))
+        state.use_ssh_config(self._option("ssh-config", ""), [keys] if isinstance(keys, str) else list(keys),
+                             self.config.connect_kwargs.get("passphrase"))  # --prompt-for-passphrase
         state.inventory.allow_insecure_venv = bool(run_opts.get("allow_insecure_venv"))
         state.inventory.command_line = CommandLine(
             user=self._option("user", "") or run_opts.get("user"),

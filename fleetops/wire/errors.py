@@ -44,7 +44,8 @@ def _key_or_login_refused(exc: BaseException, host: Host, cxn: Connection, trans
             f"{fingerprint_of(exc.key)}; refusing to connect. If the node was reinstalled, "
             + verify_then_trust(host.name, fingerprint_of(exc.key), exc.key.get_name(), replace=True)))
     if isinstance(exc, paramiko.PasswordRequiredException):
-        return TransportError("auth", f"{who}: the private key is encrypted and no passphrase was given; set "
+        return TransportError("auth", f"{who}: the private key is encrypted and no passphrase was given; load it "
+                                      "into ssh-agent (ssh-add KEY), run with --prompt-for-passphrase, or set "
                                       "identity_passphrase ({secret_from_env: VAR}) in the inventory")
     if isinstance(exc, paramiko.AuthenticationException):
         key = host.identity_file or "the keys ssh_config/ssh-agent offer"

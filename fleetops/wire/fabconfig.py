@@ -18,19 +18,24 @@ _LOCK = threading.Lock()
 _CONFIG: Config | None = None
 _SSH_CONFIG_PATH: str | None = None  # fab -S FILE, set by use_ssh_config()
 _PLAIN_KEYS: tuple[str, ...] = ()  # fab -i KEY: offered to hosts outside the inventory
+_TYPED_PASSPHRASE: str | None = None  # fab --prompt-for-passphrase: what was typed
 
 
-def use_ssh_config(path: str | None, identity_files: list[str] | tuple[str, ...] = ()) -> frozenset[str]:
+def use_ssh_config(path: str | None, identity_files: list[str] | tuple[str, ...] = (),
+                   passphrase: str | None = None) -> frozenset[str]:
     """Connect with this ssh_config file from now on (Fabric's -S; None: $FLEETOPS_SSH_CONFIG, else
     ~/.ssh/config and /etc/ssh/ssh_config), Includes followed; `identity_files` (Fabric's -i) are offered
     to hosts outside the inventory, before ssh_config's IdentityFile (an inventory host uses its own key).
     Returns the names the file defines, for `load_inventory(..., ssh_aliases=...)`, so those names are -H
-    words. Raises ConfigError (usage, exit 2) when the file is missing or unparsable."""
-    global _CONFIG, _SSH_CONFIG_PATH, _PLAIN_KEYS
+    words. `passphrase` (Fabric's --prompt-for-passphrase) opens encrypted identity files that have no
+    identity_passphrase of their own. Raises ConfigError (usage, exit 2) when the file is missing or
+    unparsable."""
+    global _CONFIG, _SSH_CONFIG_PATH, _PLAIN_KEYS, _TYPED_PASSPHRASE
     config, text = _ssh_config(path)
     with _LOCK:
         _SSH_CONFIG_PATH, _CONFIG = path, _SharedConfig(ssh_config=config)
         _PLAIN_KEYS = tuple(os.path.expanduser(k) for k in identity_files)
+        _TYPED_PASSPHRASE = passphrase or None
     # from the text: paramiko's public get_hostnames() fails on a config with a Match block
     return frozenset(sshconfig.host_aliases(text))
 
@@ -72,3 +77,8 @@ def fabric_config() -> Config:
 def plain_keys() -> tuple[str, ...]:
     """The keys `fab -i` named, offered to hosts outside the inventory."""
     return _PLAIN_KEYS
+
+
+def typed_passphrase() -> str | None:
+    """The passphrase typed at --prompt-for-passphrase, if any."""
+    return _TYPED_PASSPHRASE

@@ -3,6 +3,7 @@ chains with loops refused, every hop with the strict host key check; walking the
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -12,9 +13,10 @@ from fabric import Config, Connection
 
 from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
 from .connector import TransportError
-from .fabconfig import fabric_config, plain_keys
+from .fabconfig import fabric_config, plain_keys, typed_passphrase
 from .hostkeys import StrictClient, known_hosts_files, strict_client
-from .tuning import FleetConnection, FleetTransport, JumpTransport, identity_key
+from .keys import agent_key_for, login_key, missing_identity, unopenable
+from .tuning import FleetConnection, FleetTransport, JumpTransport
 
 _OWN = object()  # fabric_connection: the gateway comes from the host's own entry (inventory, ssh_config)
 MAX_JUMPS = 8  # ProxyJump hops one connection may go through, all chains together
@@ -42,19 +44,23 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
         gateway = _ssh_config_jump(host, inventory, config, depth, trail)
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
                             "transport_factory": JumpTransport if depth else FleetTransport}
+    passphrase = host.identity_passphrase or typed_passphrase()
     if host.identity_file:
-        connect_kwargs.update(key_filename=host.identity_file, look_for_keys=False, allow_agent=False)
-        key = identity_key(host.identity_file, host.identity_passphrase)
-        if key is not None:  # tried first; key_filename stays, so a refusal reads as it always did
-            connect_kwargs["pkey"] = key
-    if host.identity_passphrase:
-        connect_kwargs["passphrase"] = host.identity_passphrase
+        # The inventory's key only (IdentitiesOnly): ssh-agent's copy of it if the agent holds it, else the file.
+        connect_kwargs.update(pkey=login_key(host.name, host.identity_file, passphrase), look_for_keys=False,
+                              allow_agent=False)
+    if passphrase:
+        connect_kwargs["passphrase"] = passphrase
     try:
         if host.plain:
             # ssh_config decides HostName, IdentityFile, ProxyJump; a user or port typed in the -H word wins
             # over its User/Port, as `ssh -l`/`-p` do.
             user, _, port = split_target(host.name)
             keys = plain_keys()
+            for key in keys:
+                refused = missing_identity(host.name, key, "fab -i") or unopenable(host.name, key, passphrase)
+                if refused is not None:
+                    raise refused
             if keys:
                 connect_kwargs["key_filename"] = list(keys)
             cxn = FleetConnection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
@@ -67,10 +73,32 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
     except RecursionError:  # Fabric's own ProxyJump walk (a gateway it looks up itself); ours refuses loops first
         raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump chain never ends (a loop); fix "
                                         "ProxyJump in ssh_config") from None
+    if host.plain:
+        _ssh_config_keys(cxn)
     cxn.client = strict_client(known_hosts_files(host, cxn))
     cxn.fleetops_name = host.name
     _strict_gateways(cxn)
     return cxn
+
+
+def _ssh_config_keys(cxn: Connection) -> None:
+    """ssh_config's IdentityFile and IdentitiesOnly as OpenSSH reads them (Fabric does not): a missing
+    IdentityFile is skipped; with IdentitiesOnly yes only the IdentityFile and -i keys are offered, each
+    through ssh-agent when the agent holds it, and the agent's other keys and ~/.ssh/id_* are not (a key sshd
+    would take under another name must not log in, and many agent keys can use up sshd's MaxAuthTries before
+    the right one)."""
+    files = cxn.connect_kwargs.get("key_filename") or []
+    files = [files] if isinstance(files, str) else list(files)
+    if files:  # an IdentityFile that is not there is passed over, as OpenSSH does (a -i one was refused before)
+        cxn.connect_kwargs["key_filename"] = [f for f in files if os.path.exists(os.path.expanduser(f))]
+    if str(cxn.ssh_config.get("identitiesonly", "")).lower() != "yes":
+        return
+    cxn.connect_kwargs.update(allow_agent=False, look_for_keys=False)
+    for path in files:
+        key = agent_key_for(os.path.expanduser(path))
+        if key is not None:  # offered first, before paramiko opens the files themselves
+            cxn.connect_kwargs["pkey"] = key
+            return
 
 
 def _endpoint(name: str, user: str | None, port: int | None, config: Config) -> tuple[str, int, str]:

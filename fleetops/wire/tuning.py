@@ -41,7 +41,9 @@ def identity_key(path: str, passphrase: str | None) -> paramiko.PKey | None:
         if cache_key in _KEYS:
             return _KEYS[cache_key]
     try:
-        key: paramiko.PKey | None = paramiko.PKey.from_path(os.path.expanduser(path), passphrase)
+        # from_path hands the passphrase to cryptography, which takes bytes only (a str fails as "no key")
+        key: paramiko.PKey | None = paramiko.PKey.from_path(os.path.expanduser(path),
+                                                            passphrase.encode() if passphrase else None)
     except Exception:  # any failure: paramiko's own load names it, as without the cache
         key = None
     with _LOCK:
