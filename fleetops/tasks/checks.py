@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from ..plans.yamlsrc import ConfigError
-from ..results import Item, Result, Status
+from ..results import Item, Next, Result, Status
 from .plan import Plan, TaskSpec, agent_error
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ def _verify_plan(run: RunState, kwargs: dict) -> Plan:
     if not request["checks"]:
         raise ConfigError(book.path, None, f"playbook {book.name!r} has no checks"
                                            + (f" of kinds {sorted(kinds)}" if kinds else ""))
-    return Plan("verify", request, 900, book)
+    return Plan("verify", request, 900, book, options={"playbook": kwargs.get("playbook")})
 
 
 def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
@@ -36,8 +37,22 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
     msg = f"{passed}/{len(items)} checks passed"
     if answer.get("disagreement"):  # a grep failed while callsites and the probe passed: say which is stronger
         msg += f"; {answer['disagreement']}"
-    return Result(host, "verify", status, msg, items,
-                  data={"playbook": plan.playbook.name if plan.playbook else None})
+    data: dict = {"playbook": plan.playbook.name if plan.playbook else None}
+    if status is Status.FAILED:
+        data["next"] = _verify_next(host, plan, [raw for raw in answer["items"] if not raw["ok"]]).to_data()
+    return Result(host, "verify", status, msg, items, data=data)
+
+
+def _verify_next(host: str, plan: Plan, failing: list[dict]) -> Next:
+    """Failing version pins: another speculators or vLLM is installed, which patching cannot fix; any other
+    failing check: the playbook's patch is missing, partly there or edited, which patch --check tells apart."""
+    fab = f"fab -H {quote(host)}"
+    book = f" --playbook {quote(str(plan.options['playbook']))}" if plan.options.get("playbook") else ""
+    if any(raw["kind"] == "requires" for raw in failing):
+        return Next("the installed versions are not the ones the playbook pins: see what is installed "
+                    "(runbook new-version-landed)", [f"{fab} facts"])
+    return Next("see whether the playbook's patch is missing, partly there or edited; then patch and prove it",
+                [f"{fab} patch --check{book}", f"{fab} patch verify{book}"])
 
 
 TASKS = [TaskSpec("verify", _verify_plan, _interpret_verify)]

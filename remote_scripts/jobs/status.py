@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from ..core.kernel import kernel_log
 from ..core.nodeio import read_json
 from .liveness import job_state
 from .procscan import tag_index
@@ -14,8 +15,14 @@ from .tail import last_match
 def job_status(req: dict) -> dict:
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     st = job_state(job_dir, job)
-    return {"ok": True, "job": public(job), **st, "log_bytes": file_size(job["log"]),
-            "last_progress": last_match(job["log"], req.get("progress_pattern"))}
+    out = {"ok": True, "job": public(job), **st, "log_bytes": file_size(job["log"]),
+           "last_progress": last_match(job["log"], req.get("progress_pattern"))}
+    if st["state"] == "lost" or (st.get("exit") or {}).get("signal") == 9:
+        try:  # SIGKILL or gone: the OOM killer's lines, if any (the client matches them to the job)
+            out["kernel"] = kernel_log()
+        except OSError as exc:
+            out["kernel"] = {"error": f"the kernel log could not be read: {exc}", "error_kind": "kernel_log_unreadable"}
+    return out
 
 
 
