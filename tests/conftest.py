@@ -94,6 +94,17 @@ def fab_json(project: Path, *args: str, **kw) -> tuple[int, dict]:
         raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}") from None
 
 
+def fab_json_output(project: Path, *args: str, timeout: float = 600) -> tuple[int, dict, str]:
+    """fab_json, plus the whole output (stdout + stderr), in which no traceback may appear."""
+    proc = run_fab(project, *args, "--json", timeout=timeout)
+    both = proc.stdout + proc.stderr
+    assert "Traceback" not in both, both
+    try:
+        return proc.returncode, json.loads(proc.stdout), both
+    except ValueError:
+        raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{both}") from None
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

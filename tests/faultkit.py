@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from conftest import REPO, record_sha256
+from conftest import REPO, fab_json, record_sha256
 
 from fleetops.lab import Lab, Node, site_packages
 
@@ -134,6 +134,19 @@ def trace(node: Node) -> list[tuple[str, int, str]]:
         seen[name] = seen.get(name, 0) + 1
         out.append((name, seen[name], written))
     return out
+
+
+def failpoints_hit(lab: Lab, node: Node, op: str) -> list[tuple[str, int]]:
+    """Every (point, n-th hit) that one `fab -H <node> <op>` reaches, in order, as the node recorded them; the
+    run itself must succeed."""
+    (node.faults_dir / "failpoints.trace").unlink(missing_ok=True)
+    arm(node, {"*": {"action": "record"}})
+    try:
+        rc, doc = fab_json(lab.root, "-H", node.name, op)
+    finally:
+        disarm(node)
+    assert rc == 0, doc
+    return [(p, n) for p, n, _ in trace(node)]
 
 
 def clear_fault_leftovers(node: Node) -> None:

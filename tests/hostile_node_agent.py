@@ -1,8 +1,8 @@
 """A hostile node "agent" (the red team's script, reformatted, same behaviour): a host whose `python` is a wrapper
-that execs this file (tests/hostile_hosts.py). The file `mode` beside it picks the attack: `ansi` (escape
-sequences in every answer), `stderrflood`/`nonewline` (hundreds of MB, size from the file `mb`), `deep`
-(nested JSON), `rebase`/`capture` (node-chosen names with `../` that become local paths), `types` (wrong
-types). Stdlib only; it runs on the node."""
+that execs this file (tests/hostile_hosts.py). The file `mode` beside it picks the attack: `ansi` (terminal
+escapes in every string of every answer: tests/test_terminal_safety_lab.py), `stderrflood`/`nonewline`
+(hundreds of MB, size from the file `mb`), `deep` (nested JSON), `rebase`/`capture` (node-chosen names with
+`../` that become local paths), `types` (wrong types). Stdlib only; it runs on the node."""
 
 import json
 import os
@@ -53,9 +53,10 @@ for line in sys.stdin.buffer:
         out.write(b'{"_id": %d, "ok": true, "x": ' % rid + b"[" * 200000 + b"]" * 200000 + b"}\n")
         out.flush()
         continue
-    if mode == "ansi":
+    if mode == "ansi":  # OSC title and clipboard, erase, a forged line, C1 CSI (U+009B), a bidi override
         E = "\x1b"
-        evil = f"{E}]0;pwned-title{E}\\{E}[2J{E}[H{E}]52;c;cm0gLXJmIH4K{E}\\lab02 | patch | ok | forged{E}[31m"
+        evil = (f"{E}]0;pwned-title{E}\\{E}[2J{E}[H{E}]52;c;cm0gLXJmIH4K{E}\\lab02 | patch | ok | forged{E}[31m"
+                "\x9b2K\u202eevil")
         if op == "run":
             ans({"_id": rid, "ok": True, "exit_code": 0, "timed_out": False, "timeout": 300, "stdout": evil,
                  "stderr": evil, "stdout_dropped_bytes": 0, "stderr_dropped_bytes": 0, "run_seconds": 0.1})

@@ -28,13 +28,13 @@ from conftest import GENERATOR, REPO, WORKER, fab_json
 from faultkit import (
     arm,
     disarm,
+    failpoints_hit,
     file_sha,
     hit_file,
     independent_forms,
     reset_node,
     running,
     temp_files,
-    trace,
     wait_for,
 )
 
@@ -87,17 +87,6 @@ def unfinished(node) -> list:
     return [*([state["pending"]] if isinstance(state.get("pending"), dict) else []), *state.get("unfinished", [])]
 
 
-def enumerate_points(lab, node, op: str) -> list[tuple[str, int]]:
-    (node.faults_dir / "failpoints.trace").unlink(missing_ok=True)
-    arm(node, {"*": {"action": "record"}})
-    try:
-        rc, doc = fab_json(lab.root, "-H", "lab01", op)
-    finally:
-        disarm(node)
-    assert rc == 0, doc
-    return [(p, n) for p, n, _ in trace(node)]
-
-
 def start_form(lab, node, op: str) -> None:
     reset_node(lab, node)
     (site_packages(node.venv) / LOCK_NAME).unlink(missing_ok=True)
@@ -113,7 +102,7 @@ def lock_free(node) -> bool:
 def test_sigint_at_every_write_point_leaves_the_set_whole_and_says_what_the_host_has(lab, op):
     node, known = lab.node("lab01"), independent_forms(lab.node("lab01"))
     start_form(lab, node, op)
-    points = enumerate_points(lab, node, op)
+    points = failpoints_hit(lab, node, op)
     writes = [p for p in points if p[0].startswith(f"{op}.")]
     assert (f"{op}.target.before_rename", 2) in writes, points  # both files' writes are among them
     bad: list[str] = []

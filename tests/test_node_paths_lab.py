@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_fab
+from conftest import REPO, fab_json_output, run_fab
 from faultkit import arm, disarm, hit_file
 from polling import wait_for
 
@@ -49,16 +49,6 @@ def planted_zip(marker: Path) -> bytes:
         zf.writestr("remote_scripts/core/__init__.py", code)
         zf.writestr("remote_scripts/core/agent.py", code)
     return buf.getvalue()
-
-
-def fab(lab, *args: str) -> tuple[int, dict, str]:
-    proc = run_fab(lab.root, *args, "--json", timeout=600)
-    both = proc.stdout + proc.stderr
-    assert "Traceback" not in both, both
-    try:
-        return proc.returncode, json.loads(proc.stdout), both
-    except ValueError:
-        raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{both}") from None
 
 
 def host_yaml(lab, hosts: dict[str, dict]) -> str:
@@ -89,7 +79,7 @@ def place(lab):
 
 
 def refused(lab, host: str, *parts: str) -> str:
-    rc, doc, both = fab(lab, "-H", host, "ping")
+    rc, doc, both = fab_json_output(lab.root, "-H", host, "ping")
     (result,) = doc["results"]
     assert rc == 1 and result["status"] == "failed", both
     for part in parts:
@@ -121,7 +111,7 @@ def test_a_symlink_on_the_way_is_followed_only_where_no_other_user_can_replace_i
                                      "sticky01": {"state_dir": top / "sticky" / "rootlink" / "state2"},
                                      "theirs01": {"state_dir": top / "sticky" / "theirs" / "state3"}}))
     for host in ("safe01", "sticky01"):
-        rc, doc, both = fab(lab, "-H", host, "ping")
+        rc, doc, both = fab_json_output(lab.root, "-H", host, "ping")
         assert rc == 0, both
     refused(lab, "theirs01", f"{top / 'sticky' / 'theirs'} (a symlink on the way to", f"owned by uid {NOBODY}")
     assert not (top / "real" / "state3").exists()
@@ -203,7 +193,7 @@ def _swap_in(target: Path, data: bytes) -> None:
 def test_a_process_a_job_starts_runs_only_the_agent_bytes_the_client_sent(lab, place, role, job, point):
     top, _ = place
     node = lab.node("lab01")
-    rc, _, both = fab(lab, "-H", "lab01", "ping")  # the agent of this checkout on the node
+    rc, _, both = fab_json_output(lab.root, "-H", "lab01", "ping")  # the agent of this checkout on the node
     assert rc == 0, both
     marker = top / "marks" / f"{role}-ran"
     target = _shipped(node)

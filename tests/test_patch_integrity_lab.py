@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, WORKER, fab_json, record_sha256, run_fab
-from faultkit import arm, disarm, file_sha, hit_file, independent_forms, reset_node, trace, wait_for
+from faultkit import arm, disarm, failpoints_hit, file_sha, hit_file, independent_forms, reset_node, wait_for
 
 from fleetops import api
 from fleetops.lab import site_packages
@@ -443,17 +443,6 @@ def test_two_hosts_sharing_a_venv_serialize_and_patch_it_once(lab):
 
 
 # ---------------------------------------------------------------- kill at every write of the two-file set
-def _enumerate(lab, node, op: str) -> list[tuple[str, int]]:
-    (node.faults_dir / "failpoints.trace").unlink(missing_ok=True)
-    arm(node, {"*": {"action": "record"}})
-    try:
-        rc, doc = fab_json(lab.root, "-H", "lab01", op)
-    finally:
-        disarm(node)
-    assert rc == 0, doc
-    return [(p, n) for p, n, _ in trace(node)]
-
-
 @pytest.mark.parametrize("op", ["patch", "rollback"])
 def test_a_kill_at_every_write_of_the_set_never_leaves_it_half_done_after_the_next_run(lab, op):
     """SIGKILL at every write of both files (targets, backups, backup records, the lock info): right after
@@ -463,7 +452,7 @@ def test_a_kill_at_every_write_of_the_set_never_leaves_it_half_done_after_the_ne
     done, before = ("patched", "pristine") if op == "patch" else ("pristine", "patched")
     if op == "rollback":
         assert fab_json(lab.root, "-H", "lab01", "patch")[0] == 0
-    points = _enumerate(lab, node, op)
+    points = failpoints_hit(lab, node, op)
     per_file = [p for p in points if p[0].startswith(op + ".")]
     assert {p for p, _ in per_file} >= {f"{op}.target.before_rename", f"{op}.target.after_rename"}
     assert max(n for p, n in per_file if p == f"{op}.target.after_rename") == 2, "both files' writes enumerated"

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, run_fab
+from hostile_hosts import HOSTILE
 
 from fleetops.lab import HOLDER_MARK
 
 pytestmark = pytest.mark.lab
 RAW = ("\x1b", "\x9b", "\u202e")
 ESCAPE_JOB = str(REPO / "tests" / "playbooks" / "escape-job.yaml")
-HOSTILE = REPO / "tests" / "fixtures" / "hostile-agent" / "hostile_node_agent.py"
 # printf's octal: ESC sequences (title, cursor up, erase line, a forged line), C1 CSI and a bidi override as
 # UTF-8 (a lone 0x9b byte is no character: the node's decoding would turn it into U+FFFD).
 PRINTF = (r"printf '\033]0;pwned\033\\\033[1A\033[2Klab02 | patch | ok\n\302\2332K c1 \342\200\256bidi\n'")
@@ -143,6 +143,7 @@ def hostile_host(lab, home: Path) -> Path:  # fleetops.lab.Lab
     node = lab.node("lab01")
     home.mkdir(parents=True)
     shutil.copy(HOSTILE, home / HOSTILE.name)
+    (home / "mode").write_text("ansi\n")
     wrapper = home / "python"
     wrapper.write_text(f"#!/bin/sh\nexec {shlex.quote(str(node.python))} {shlex.quote(str(home / HOSTILE.name))}\n")
     wrapper.chmod(0o755)

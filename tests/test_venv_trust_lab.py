@@ -11,27 +11,16 @@ Code that must never run would create a marker file, and the marker never appear
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import run_fab
+from conftest import fab_json_output, run_fab
 
 pytestmark = [pytest.mark.lab, pytest.mark.root("the .pth is dropped by uid 65534 through setpriv")]
 NOBODY = 65534
-
-
-def fab(lab, *args: str) -> tuple[int, dict, str]:
-    proc = run_fab(lab.root, *args, "--json", timeout=600)
-    both = proc.stdout + proc.stderr
-    assert "Traceback" not in both, both
-    try:
-        return proc.returncode, json.loads(proc.stdout), both
-    except ValueError:
-        raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{both}") from None
 
 
 def host_yaml(lab, name: str, python: Path, state_dir: Path) -> str:
@@ -74,7 +63,7 @@ def test_a_pth_dropped_in_others_writable_site_packages_never_runs_and_the_run_i
                           capture_output=True, text=True, timeout=60)
     assert drop.returncode == 0 and (site / "zz-planted.pth").stat().st_uid == NOBODY, drop.stderr
     for task in ("ping", "verify"):
-        rc, doc, both = fab(lab, "-H", "venv01", task)
+        rc, doc, both = fab_json_output(lab.root, "-H", "venv01", task)
         (result,) = doc["results"]
         assert not marker.exists(), f"{marker.read_text()}\n{both}"
         assert rc == 1 and result["status"] == "failed", both
@@ -114,9 +103,9 @@ def test_pythonpath_from_the_login_environment_is_ignored(lab, place):
     assert plain.returncode == 0 and marker.exists(), plain.stderr  # the hook works for a plain start
     marker.unlink()
     hosts.write_text(host_yaml(lab, "pp01", wrapper, top / "state"))
-    rc, doc, both = fab(lab, "-H", "pp01", "ping")
+    rc, doc, both = fab_json_output(lab.root, "-H", "pp01", "ping")
     assert rc == 0 and not marker.exists(), both
     # verify's checks run in the agent's children too (this venv lacks the playbook's packages: they fail)
-    rc, doc, both = fab(lab, "-H", "pp01", "verify")
+    rc, doc, both = fab_json_output(lab.root, "-H", "pp01", "verify")
     assert not marker.exists(), f"{marker.read_text()}\n{both}"
     assert doc["results"][0]["msg"].endswith("checks passed"), both

@@ -62,25 +62,35 @@ def _validate(name: str, spec: dict, where: Mapping) -> None:
         if not (isinstance(argv, list) and argv and all(isinstance(a, str) and "\0" not in a for a in argv)):
             raise _err(where, "command", f"job {name!r}: 'command' must be a list of argv words (no shell)")
     else:
-        for key in ("backend", "model", "dataset", "output", "layer_ids"):
-            if key not in spec:
-                raise ConfigError(where.path, where.line, f"job {name!r} needs {key!r}", where.column)
-        if spec["backend"] not in ("vllm", "transformers"):
-            raise _err(where, "backend", f"job {name!r}: backend must be 'vllm' or 'transformers'")
-        for key in ("model", "dataset", "output"):
-            if not isinstance(spec[key], str) or not PATH.fullmatch(spec[key]):
-                raise _err(where, key, f"job {name!r}: {key!r} must be a path (no spaces, quotes or '..')")
-        ids = spec["layer_ids"]
-        if not (isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
-                                                      for i in ids)):
-            raise _err(where, "layer_ids", f"job {name!r}: layer_ids must be a list of layer numbers")
-        for key in ("tensor_parallel_size", "max_model_len", "batch_size", "limit"):
-            if key in spec and (not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 1):
-                raise _err(where, key, f"job {name!r}: {key!r} must be a positive integer")
+        _validate_extract(name, spec, where)
     cwd = spec.get("cwd")
     if cwd is not None and not (isinstance(cwd, str) and PATH.fullmatch(cwd) and not cwd.startswith("-")):
         raise _err(where, "cwd", f"job {name!r}: 'cwd' must be a path (no spaces, quotes or '..', not starting "
                                  "with '-')")
+    _validate_env(name, spec, where)
+    _validate_patterns(name, spec, where)
+
+
+def _validate_extract(name: str, spec: dict, where: Mapping) -> None:
+    """An extraction job's backend, paths, layers and sizes."""
+    for key in ("backend", "model", "dataset", "output", "layer_ids"):
+        if key not in spec:
+            raise ConfigError(where.path, where.line, f"job {name!r} needs {key!r}", where.column)
+    if spec["backend"] not in ("vllm", "transformers"):
+        raise _err(where, "backend", f"job {name!r}: backend must be 'vllm' or 'transformers'")
+    for key in ("model", "dataset", "output"):
+        if not isinstance(spec[key], str) or not PATH.fullmatch(spec[key]):
+            raise _err(where, key, f"job {name!r}: {key!r} must be a path (no spaces, quotes or '..')")
+    ids = spec["layer_ids"]
+    if not (isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                  for i in ids)):
+        raise _err(where, "layer_ids", f"job {name!r}: layer_ids must be a list of layer numbers")
+    for key in ("tensor_parallel_size", "max_model_len", "batch_size", "limit"):
+        if key in spec and (not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 1):
+            raise _err(where, key, f"job {name!r}: {key!r} must be a positive integer")
+
+
+def _validate_env(name: str, spec: dict, where: Mapping) -> None:
     env = spec.get("env", {}) or {}
     if not isinstance(env, dict):
         raise _err(where, "env", f"job {name!r}: env must be a mapping")
@@ -89,6 +99,10 @@ def _validate(name: str, spec: dict, where: Mapping) -> None:
             raise _err(where, "env", f"job {name!r}: bad environment variable name {k!r}")
         if not isinstance(v, (str, int, float)) or isinstance(v, bool) or not one_line(str(v)):
             raise _err(where, "env", f"job {name!r}: value of {k} must be one line of text")
+
+
+def _validate_patterns(name: str, spec: dict, where: Mapping) -> None:
+    """The progress and failure regexes compile."""
     for key in ("progress",):
         if key in spec:
             try:

@@ -288,20 +288,8 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
         word = sp.overall([r["state"] for r in rows])
         if not seen_states or seen_states[-1] != word:
             seen_states.append(word)
-            if word in ("pending", "running"):
-                where = sorted({r["node"] for r in rows if r.get("node")})
-                reporter.note(f"{host} | Slurm job {job.get('slurm_job_id')}: {_describe(rows)}"
-                              + (f" on {', '.join(where)}" if where and word == "running" else ""))
-        if offsets is None:
-            for task, skip in enumerate(answer.get("skipped") or []):
-                if skip.get("skipped_bytes"):
-                    reporter.note(skipped_note(_label(host, task, shards), job_id, skip))
-        for task, data in enumerate(answer["data"]):
-            for line in data.splitlines():
-                failed, progress = watch.read(line)
-                if progress:
-                    last_progress[task] = progress
-                reporter.job_line(_label(host, task, shards), line, failed, progress)
+            _note_state(run, host, job, rows, word)
+        _show_output(run, watch, host, job_id, shards, answer, attached=offsets is None, last_progress=last_progress)
         offsets = answer["next_offsets"]
         if word not in ("running", "pending") and not any(answer["data"]):
             code = _code(rows)
@@ -311,6 +299,29 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                           data={"job_id": job_id, "state": word, "tasks": rows, "states_seen": seen_states,
                                 "bytes": offsets, "failures": watch.failures[:20],
                                 "last_progress": {t: bar(p) for t, p in last_progress.items()}})
+
+
+def _note_state(run: RunState, host: str, job: dict, rows: list[dict], word: str) -> None:
+    """A job that became pending or running says so once, with the nodes it runs on."""
+    if word in ("pending", "running"):
+        where = sorted({r["node"] for r in rows if r.get("node")})
+        run.reporter.note(f"{host} | Slurm job {job.get('slurm_job_id')}: {_describe(rows)}"
+                          + (f" on {', '.join(where)}" if where and word == "running" else ""))
+
+
+def _show_output(run: RunState, watch: LogWatch, host: str, job_id: str, shards: int, answer: dict, *, attached: bool,
+                 last_progress: dict[int, dict]) -> None:
+    """One tail answer's lines, per task; on attaching, the bytes each task skipped are said first."""
+    if attached:
+        for task, skip in enumerate(answer.get("skipped") or []):
+            if skip.get("skipped_bytes"):
+                run.reporter.note(skipped_note(_label(host, task, shards), job_id, skip))
+    for task, data in enumerate(answer["data"]):
+        for line in data.splitlines():
+            failed, progress = watch.read(line)
+            if progress:
+                last_progress[task] = progress
+            run.reporter.job_line(_label(host, task, shards), line, failed, progress)
 
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:

@@ -473,6 +473,76 @@ def check_results(results, prompts: list[list[int]], layers: list[int]) -> str |
     return None
 
 
+def run_calls(gen, prompts: list, layers: list, calls: int) -> list:
+    """`calls` generate() calls of the same prompts, each accounted from what the scheduler recorded."""
+    per_call = []
+    for c in range(calls):
+        added0 = len(REC.added)
+        step0 = len(REC.steps)
+        error = None
+        results = None
+        try:
+            results = gen.generate([list(p) for p in prompts])
+        except Exception as exc:
+            log(traceback.format_exc())
+            error = short(exc)
+        acc = account(REC.added[added0:], prompts, REC.steps[step0:])
+        acc["steps"] = len(REC.steps) - step0
+        acc["error"] = error
+        acc["misaligned"] = check_results(results, prompts, layers) if error is None else None
+        per_call.append(acc)
+        log(f"call {c + 1}: {acc['steps']} steps, {acc['lost']} of {acc['prompt_tokens']} prompt tokens "
+            f"never through the model, {acc['cache_hits']} cache hits, {acc['split']} split, error={error}, "
+            f"misaligned={acc['misaligned']}")
+    return per_call
+
+
+def lost_tokens(per_call: list) -> str:
+    """What the calls lost, and why, or '' when every prompt token went through the model."""
+    lost = sum(a["lost"] for a in per_call)
+    if not lost:
+        return ""
+    all_tokens = sum(a["prompt_tokens"] for a in per_call)
+    hits = sum(a["cache_hits"] for a in per_call)
+    splits = sum(a["split"] for a in per_call)
+    why = []
+    if hits:
+        why.append(f"{hits} prefix-cache hits")
+    if splits:
+        why.append(f"{splits} prompt(s) split by chunked prefill, tail aborted")
+    text = (f"{lost} of {all_tokens} prompt tokens never go through the model"
+            + (f" ({', '.join(why)})" if why else ""))
+    if REC.hard_breaks:
+        text += f" (measured with its {len(REC.hard_breaks)} vLLM 0.16 API break(s) bridged the naive way)"
+    return text
+
+
+def find_problems(per_call: list, config: dict, worker_ok: bool, worker_notes: list) -> list:
+    """Every reason the generator fails the probe, in the order the verdict names them."""
+    errors = [f"call {i + 1}: {a['error']}" for i, a in enumerate(per_call) if a["error"]]
+    misaligned = [f"call {i + 1}: {a['misaligned']}" for i, a in enumerate(per_call) if a["misaligned"]]
+    problems = []
+    lost = lost_tokens(per_call)
+    if lost:
+        problems.append(lost)
+    if config["enable_prefix_caching"] or config["kv_manager_caching"]:
+        hashed = any(r["hasher"] for a in per_call for r in a["requests"])
+        problems.append("prefix caching on" + (" (hidden by a block hasher)" if hashed else ""))
+    if config["enable_chunked_prefill"]:
+        problems.append("chunked prefill on")
+    if config["async_scheduling"]:
+        problems.append("async scheduling resolves to on")
+    if REC.hard_breaks:
+        problems.append(f"breaks on vLLM 0.16: {', '.join(REC.break_names)}")
+    if errors:
+        problems.append("generate() raised: " + errors[0])
+    if misaligned:
+        problems.append("hidden states returned wrong: " + misaligned[0])
+    if not worker_ok:
+        problems.append(next(n for n in worker_notes if "fails" in n))
+    return problems
+
+
 def run(req: dict) -> dict:
     global ARGS
     ARGS = req.get("args") or {}
@@ -539,64 +609,15 @@ def run(req: dict) -> dict:
                                "max_num_batched_tokens": budget}
         layers = sorted(set(gen.layer_ids))
 
-        per_call = []
-        for c in range(calls):
-            added0 = len(REC.added)
-            step0 = len(REC.steps)
-            error = None
-            results = None
-            try:
-                results = gen.generate([list(p) for p in prompts])
-            except Exception as exc:
-                log(traceback.format_exc())
-                error = short(exc)
-            acc = account(REC.added[added0:], prompts, REC.steps[step0:])
-            acc["steps"] = len(REC.steps) - step0
-            acc["error"] = error
-            acc["misaligned"] = check_results(results, prompts, layers) if error is None else None
-            per_call.append(acc)
-            log(f"call {c + 1}: {acc['steps']} steps, {acc['lost']} of {acc['prompt_tokens']} prompt tokens "
-                f"never through the model, {acc['cache_hits']} cache hits, {acc['split']} split, error={error}, "
-                f"misaligned={acc['misaligned']}")
+        per_call = run_calls(gen, prompts, layers, calls)
         details["calls"] = per_call
         details["sample_tokens_calls"] = sum(e.sample_calls for e in REC.executors)
         details["hard_breaks"] = REC.hard_breaks
         details["seconds"] = round(time.monotonic() - t0, 1)
 
         # ---------------------------------------------------------------- verdict
-        lost = sum(a["lost"] for a in per_call)
         all_tokens = sum(a["prompt_tokens"] for a in per_call)
-        hits = sum(a["cache_hits"] for a in per_call)
-        splits = sum(a["split"] for a in per_call)
-        errors = [f"call {i + 1}: {a['error']}" for i, a in enumerate(per_call) if a["error"]]
-        misaligned = [f"call {i + 1}: {a['misaligned']}" for i, a in enumerate(per_call) if a["misaligned"]]
-        problems = []
-        if lost:
-            why = []
-            if hits:
-                why.append(f"{hits} prefix-cache hits")
-            if splits:
-                why.append(f"{splits} prompt(s) split by chunked prefill, tail aborted")
-            text = (f"{lost} of {all_tokens} prompt tokens never go through the model"
-                    + (f" ({', '.join(why)})" if why else ""))
-            if REC.hard_breaks:
-                text += f" (measured with its {len(REC.hard_breaks)} vLLM 0.16 API break(s) bridged the naive way)"
-            problems.append(text)
-        if config["enable_prefix_caching"] or config["kv_manager_caching"]:
-            hashed = any(r["hasher"] for a in per_call for r in a["requests"])
-            problems.append("prefix caching on" + (" (hidden by a block hasher)" if hashed else ""))
-        if config["enable_chunked_prefill"]:
-            problems.append("chunked prefill on")
-        if config["async_scheduling"]:
-            problems.append("async scheduling resolves to on")
-        if REC.hard_breaks:
-            problems.append(f"breaks on vLLM 0.16: {', '.join(REC.break_names)}")
-        if errors:
-            problems.append("generate() raised: " + errors[0])
-        if misaligned:
-            problems.append("hidden states returned wrong: " + misaligned[0])
-        if not worker_ok:
-            problems.append(next(n for n in worker_notes if "fails" in n))
+        problems = find_problems(per_call, config, worker_ok, worker_notes)
 
         evidence.append(f"config from the file: chunked_prefill={config['enable_chunked_prefill']}, "
                         f"prefix_caching={config['enable_prefix_caching']}, "

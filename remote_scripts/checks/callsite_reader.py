@@ -74,6 +74,96 @@ def _hasattr_facts(test: ast.expr) -> tuple[list, list]:
     return [], []
 
 
+class _ScopeCollector:
+    """One scope's statements for ModuleReader._collect_scope: imports of the named packages become aliases,
+    every other name the scope binds is shadowed; nested functions and classes are not entered."""
+
+    def __init__(self, reader: ModuleReader, scope: _Scope) -> None:
+        self.reader, self.scope = reader, scope
+        self.pending_aliases: list[tuple[str, ast.expr]] = []  # module-level `g = f`, resolved afterwards
+
+    def visit(self, stmts: list[ast.stmt], guarded: bool) -> None:
+        for stmt in stmts:
+            self._statement(stmt, guarded)
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return, ast.If,
+                                 ast.While)) and self.scope.kind == "function":
+                for node in ast.walk(stmt):
+                    if isinstance(node, ast.NamedExpr):
+                        self.scope.shadowed |= _bound_names(node.target)
+
+    def _statement(self, stmt: ast.stmt, guarded: bool) -> None:
+        if isinstance(stmt, ast.Import):
+            self._import(stmt, guarded)
+        elif isinstance(stmt, ast.ImportFrom):
+            self._import_from(stmt, guarded)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self.scope.shadowed.add(stmt.name)
+        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            self._try(stmt, guarded)
+        elif isinstance(stmt, ast.If):
+            self.visit(stmt.body, guarded or _is_type_checking(stmt.test))
+            self.visit(stmt.orelse, guarded)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            self._block(stmt, guarded)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            self._assign(stmt)
+
+    def _import(self, stmt: ast.Import, guarded: bool) -> None:
+        for alias in stmt.names:
+            if alias.asname:
+                entry = (alias.name, len(alias.name.split(".")), guarded)
+                bound = alias.asname
+            else:
+                top = alias.name.split(".")[0]
+                entry, bound = (top, 1, guarded), top
+            if _in_packages(entry[0], self.reader.packages):
+                self.scope.aliases[bound] = entry
+            else:
+                self.scope.shadowed.add(bound)
+
+    def _import_from(self, stmt: ast.ImportFrom, guarded: bool) -> None:
+        module = self.reader._absolute(stmt)
+        for alias in stmt.names:
+            if alias.name == "*":
+                continue
+            bound = alias.asname or alias.name
+            if module and _in_packages(module, self.reader.packages):
+                dotted = f"{module}.{alias.name}"
+                self.scope.aliases[bound] = (dotted, len(module.split(".")), guarded)
+                self.reader.imports.append({"line": stmt.lineno, "dotted": dotted,
+                                            "module_len": len(module.split(".")), "guarded": guarded})
+            else:
+                self.scope.shadowed.add(bound)
+
+    def _try(self, stmt: ast.Try, guarded: bool) -> None:
+        self.visit(stmt.body, guarded or _catches_import_errors(stmt))
+        for h in stmt.handlers:
+            if h.name:
+                self.scope.shadowed.add(h.name)
+            self.visit(h.body, guarded)
+        self.visit(stmt.orelse, guarded)
+        self.visit(stmt.finalbody, guarded)
+
+    def _block(self, stmt: ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith, guarded: bool) -> None:
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+            self.scope.shadowed |= _bound_names(stmt.target)
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                if item.optional_vars is not None:
+                    self.scope.shadowed |= _bound_names(item.optional_vars)
+        self.visit(stmt.body, guarded)
+        self.visit(getattr(stmt, "orelse", []), guarded)
+
+    def _assign(self, stmt: ast.Assign | ast.AnnAssign | ast.AugAssign) -> None:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and \
+                isinstance(stmt.value, (ast.Name, ast.Attribute)) and self.scope.kind == "module":
+            self.pending_aliases.append((stmt.targets[0].id, stmt.value))
+            return
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for t in targets:
+            self.scope.shadowed |= _bound_names(t)
+
+
 class ModuleReader(ast.NodeVisitor):
     def __init__(self, modname: str, is_package: bool, packages: list[str], receivers: list[dict]) -> None:
         self.modname = modname
@@ -106,72 +196,9 @@ class ModuleReader(ast.NodeVisitor):
             for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
                 if a is not None:
                     scope.shadowed.add(a.arg)
-        pending_aliases: list[tuple[str, ast.expr]] = []
-
-        def visit(stmts: list[ast.stmt], guarded: bool) -> None:
-            for stmt in stmts:
-                if isinstance(stmt, ast.Import):
-                    for alias in stmt.names:
-                        if alias.asname:
-                            entry = (alias.name, len(alias.name.split(".")), guarded)
-                            bound = alias.asname
-                        else:
-                            top = alias.name.split(".")[0]
-                            entry, bound = (top, 1, guarded), top
-                        if _in_packages(entry[0], self.packages):
-                            scope.aliases[bound] = entry
-                        else:
-                            scope.shadowed.add(bound)
-                elif isinstance(stmt, ast.ImportFrom):
-                    module = self._absolute(stmt)
-                    for alias in stmt.names:
-                        if alias.name == "*":
-                            continue
-                        bound = alias.asname or alias.name
-                        if module and _in_packages(module, self.packages):
-                            dotted = f"{module}.{alias.name}"
-                            scope.aliases[bound] = (dotted, len(module.split(".")), guarded)
-                            self.imports.append({"line": stmt.lineno, "dotted": dotted,
-                                                 "module_len": len(module.split(".")), "guarded": guarded})
-                        else:
-                            scope.shadowed.add(bound)
-                elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    scope.shadowed.add(stmt.name)
-                elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-                    visit(stmt.body, guarded or _catches_import_errors(stmt))
-                    for h in stmt.handlers:
-                        if h.name:
-                            scope.shadowed.add(h.name)
-                        visit(h.body, guarded)
-                    visit(stmt.orelse, guarded)
-                    visit(stmt.finalbody, guarded)
-                elif isinstance(stmt, ast.If):
-                    visit(stmt.body, guarded or _is_type_checking(stmt.test))
-                    visit(stmt.orelse, guarded)
-                elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
-                    if isinstance(stmt, (ast.For, ast.AsyncFor)):
-                        scope.shadowed |= _bound_names(stmt.target)
-                    if isinstance(stmt, (ast.With, ast.AsyncWith)):
-                        for item in stmt.items:
-                            if item.optional_vars is not None:
-                                scope.shadowed |= _bound_names(item.optional_vars)
-                    visit(stmt.body, guarded)
-                    visit(getattr(stmt, "orelse", []), guarded)
-                elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and \
-                        isinstance(stmt.targets[0], ast.Name) and \
-                        isinstance(stmt.value, (ast.Name, ast.Attribute)) and scope.kind == "module":
-                    pending_aliases.append((stmt.targets[0].id, stmt.value))
-                elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-                    for t in targets:
-                        scope.shadowed |= _bound_names(t)
-                if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return, ast.If,
-                                     ast.While)) and scope.kind == "function":
-                    for node in ast.walk(stmt):
-                        if isinstance(node, ast.NamedExpr):
-                            scope.shadowed |= _bound_names(node.target)
-
-        visit(body, False)
+        collector = _ScopeCollector(self, scope)
+        collector.visit(body, False)
+        pending_aliases = collector.pending_aliases
         # module-level aliases (g = f, C = m.Cls), resolved against this scope's imports; twice for chains
         for _ in range(2):
             for name, value in pending_aliases:

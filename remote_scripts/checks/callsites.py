@@ -94,144 +94,165 @@ def _canonical_receivers(check: dict) -> list[dict]:
 
 def check_callsites(check: dict) -> dict:
     packages = list(check.get("packages") or [])
-    receivers = _canonical_receivers(check)
-    resolver = Resolver()
-    failures: list[dict] = []
-    partial: list[dict] = []
-    calls_checked = 0
-    attributes_checked = 0
-    imports_checked = 0
-
-    def fail(file: str | None, line: int | None, callee: str, error: str) -> None:
-        entry = {"file": file, "line": line, "callee": callee, "error": error}
-        if entry not in failures:
-            failures.append(entry)
-
-    def note(file: str | None, line: int | None, callee: str, reason: str) -> None:
-        entry = {"file": file, "line": line, "callee": callee, "reason": reason}
-        if entry not in partial:
-            partial.append(entry)
-
-    readers: list[tuple[str, ModuleReader]] = []
-    for modname in check.get("modules") or []:
-        try:
-            path = module_file_in_site(modname)
-            with open(path, "rb") as f:
-                tree = ast.parse(f.read(), filename=path)
-        except NodeError as exc:
-            fail(None, None, modname, str(exc))
-            continue
-        except SyntaxError as exc:
-            fail(path, exc.lineno, modname, f"SyntaxError: {exc.msg}")
-            continue
-        except OSError as exc:
-            fail(None, None, modname, exc_text(exc))
-            continue
-        reader = ModuleReader(modname, os.path.basename(path) == "__init__.py", packages, receivers)
-        reader.visit(tree)
-        readers.append((path, reader))
-    assigned_anywhere: set[str] = set()
-    bad_types: set[tuple[str, str]] = set()
+    checker = _Checker()
+    readers = checker.read(check.get("modules") or [], packages, _canonical_receivers(check))
     for _path, reader in readers:
-        assigned_anywhere |= reader.assigned
-
+        checker.assigned_anywhere |= reader.assigned
     for path, reader in readers:
-        # names imported from the packages must exist, called or not
-        for imp in reader.imports:
-            imports_checked += 1
-            try:
-                resolver.resolve(imp["dotted"], imp["module_len"])
-            except ResolveError as exc:
-                if imp["guarded"]:
-                    note(path, imp["line"], imp["dotted"], f"guarded import does not resolve: {exc}")
-                else:
-                    fail(path, imp["line"], imp["dotted"], str(exc))
+        checker.imports(path, reader)  # names imported from the packages must exist, called or not
+        checker.calls(path, reader)  # calls of imported callables
+        for ev in reader.receiver_events:  # calls and attribute reads on declared receivers
+            for type_path in ev["receiver"]["types"]:
+                checker.receiver_use(path, reader, ev, type_path)
+    for dotted in check.get("attributes") or []:  # attributes the playbook lists
+        checker.attributes_checked += 1
+        try:
+            checker.resolver.resolve(dotted)
+        except ResolveError as exc:
+            checker.fail(None, None, dotted, str(exc))
+    return checker.result()
 
-        # calls of imported callables
+
+class _Checker:
+    """The check's state: one resolver, the failures and partial results (each once), the counters."""
+
+    def __init__(self) -> None:
+        self.resolver = Resolver()
+        self.failures: list[dict] = []
+        self.partial: list[dict] = []
+        self.calls_checked = 0
+        self.attributes_checked = 0
+        self.imports_checked = 0
+        self.assigned_anywhere: set[str] = set()
+        self.bad_types: set[tuple[str, str]] = set()
+
+    def fail(self, file: str | None, line: int | None, callee: str, error: str) -> None:
+        entry = {"file": file, "line": line, "callee": callee, "error": error}
+        if entry not in self.failures:
+            self.failures.append(entry)
+
+    def note(self, file: str | None, line: int | None, callee: str, reason: str) -> None:
+        entry = {"file": file, "line": line, "callee": callee, "reason": reason}
+        if entry not in self.partial:
+            self.partial.append(entry)
+
+    def read(self, modules: list[str], packages: list[str], receivers: list[dict]) -> list[tuple[str, ModuleReader]]:
+        """Each checked module's source, parsed (never imported); one that cannot be read is a failure."""
+        readers: list[tuple[str, ModuleReader]] = []
+        for modname in modules:
+            try:
+                path = module_file_in_site(modname)
+                with open(path, "rb") as f:
+                    tree = ast.parse(f.read(), filename=path)
+            except NodeError as exc:
+                self.fail(None, None, modname, str(exc))
+                continue
+            except SyntaxError as exc:
+                self.fail(path, exc.lineno, modname, f"SyntaxError: {exc.msg}")
+                continue
+            except OSError as exc:
+                self.fail(None, None, modname, exc_text(exc))
+                continue
+            reader = ModuleReader(modname, os.path.basename(path) == "__init__.py", packages, receivers)
+            reader.visit(tree)
+            readers.append((path, reader))
+        return readers
+
+    def _unresolved(self, path: str, use: dict, dotted: str, exc: ResolveError) -> None:
+        if use["guarded"]:
+            self.note(path, use["line"], dotted, f"guarded import does not resolve: {exc}")
+        else:
+            self.fail(path, use["line"], dotted, str(exc))
+
+    def _bound(self, path: str, line: int, callee: str, sig: inspect.Signature, use: dict) -> None:
+        error, why_partial = bind(sig, use)
+        self.calls_checked += 1
+        if error:
+            self.fail(path, line, callee, error)
+        elif why_partial:
+            self.note(path, line, callee, why_partial)
+
+    def imports(self, path: str, reader: ModuleReader) -> None:
+        for imp in reader.imports:
+            self.imports_checked += 1
+            try:
+                self.resolver.resolve(imp["dotted"], imp["module_len"])
+            except ResolveError as exc:
+                self._unresolved(path, imp, imp["dotted"], exc)
+
+    def calls(self, path: str, reader: ModuleReader) -> None:
         for call in reader.calls:
             callee = call["dotted"]
             try:
-                obj = resolver.resolve(callee, call["module_len"])
+                obj = self.resolver.resolve(callee, call["module_len"])
             except ResolveError as exc:
-                if call["guarded"]:
-                    note(path, call["line"], callee, f"guarded import does not resolve: {exc}")
-                else:
-                    fail(path, call["line"], callee, str(exc))
+                self._unresolved(path, call, callee, exc)
                 continue
             if not callable(obj):
-                fail(path, call["line"], callee, f"{type(obj).__name__!r} object is not callable")
+                self.fail(path, call["line"], callee, f"{type(obj).__name__!r} object is not callable")
                 continue
             try:
                 sig = signature(obj)
             except (TypeError, ValueError) as exc:
-                note(path, call["line"], callee, f"no signature to bind against: {exc}")
+                self.note(path, call["line"], callee, f"no signature to bind against: {exc}")
                 continue
-            error, why_partial = bind(sig, call)
-            calls_checked += 1
-            if error:
-                fail(path, call["line"], callee, error)
-            elif why_partial:
-                note(path, call["line"], callee, why_partial)
+            self._bound(path, call["line"], callee, sig, call)
 
-        # calls and attribute reads on declared receivers
-        for ev in reader.receiver_events:
-            r = ev["receiver"]
-            for type_path in r["types"]:
-                try:
-                    cls = resolver.resolve(type_path)
-                    if not inspect.isclass(cls):
-                        raise ResolveError(f"{type_path} is a {type(cls).__name__}, not a class")
-                except ResolveError as exc:
-                    if (r["expr"], type_path) not in bad_types:  # once per receiver, at its first use
-                        bad_types.add((r["expr"], type_path))
-                        fail(path, ev["line"], type_path, f"type of receiver {r['expr']}: {exc}")
-                    continue
-                name, callee = ev["attr"], f"{type_path}.{ev['attr']}"
-                dead = dead_branch(cls, r["expr"], ev["facts"], assigned_anywhere)
-                if dead:
-                    note(path, ev["line"], callee, f"not reached with the installed {short(cls)}: {dead}")
-                    continue
-                if not class_has(cls, name):
-                    if name in instance_attributes(cls) or name in assigned_anywhere or \
-                            (r["expr"], name) in reader.hasattr_guards:
-                        if ev["kind"] == "call":
-                            note(path, ev["line"], callee,
-                                 f"{r['expr']}.{name} is an instance attribute of {short(cls)}; "
-                                 f"its signature is not known from the class")
-                        else:
-                            attributes_checked += 1
-                        continue
-                    fail(path, ev["line"], callee, f"{short(cls)} has no attribute {name!r}")
-                    continue
-                if ev["kind"] == "load":
-                    attributes_checked += 1
-                    continue
-                sig, why_not = method_signature(cls, name)
-                if sig is None:
-                    note(path, ev["line"], callee, why_not or "no signature")
-                    continue
-                error, why_partial = bind(sig, ev)
-                calls_checked += 1
-                if error:
-                    fail(path, ev["line"], callee, error)
-                elif why_partial:
-                    note(path, ev["line"], callee, why_partial)
-
-    # attributes the playbook lists
-    for dotted in check.get("attributes") or []:
-        attributes_checked += 1
+    def _receiver_class(self, path: str, ev: dict, type_path: str) -> type | None:
+        """The receiver's declared type; one that does not resolve to a class fails once, at its first use."""
+        r = ev["receiver"]
         try:
-            resolver.resolve(dotted)
+            cls = self.resolver.resolve(type_path)
+            if not inspect.isclass(cls):
+                raise ResolveError(f"{type_path} is a {type(cls).__name__}, not a class")
+            return cls
         except ResolveError as exc:
-            fail(None, None, dotted, str(exc))
+            if (r["expr"], type_path) not in self.bad_types:
+                self.bad_types.add((r["expr"], type_path))
+                self.fail(path, ev["line"], type_path, f"type of receiver {r['expr']}: {exc}")
+            return None
 
-    def order(e: dict) -> tuple:
-        return (e["file"] is None, e["file"] or "", e["line"] or 0, e["callee"])
+    def receiver_use(self, path: str, reader: ModuleReader, ev: dict, type_path: str) -> None:
+        """One call or attribute read on a declared receiver, against one of its types."""
+        cls = self._receiver_class(path, ev, type_path)
+        if cls is None:
+            return
+        r = ev["receiver"]
+        name, callee = ev["attr"], f"{type_path}.{ev['attr']}"
+        dead = dead_branch(cls, r["expr"], ev["facts"], self.assigned_anywhere)
+        if dead:
+            self.note(path, ev["line"], callee, f"not reached with the installed {short(cls)}: {dead}")
+            return
+        if not class_has(cls, name):
+            if name in instance_attributes(cls) or name in self.assigned_anywhere or \
+                    (r["expr"], name) in reader.hasattr_guards:
+                if ev["kind"] == "call":
+                    self.note(path, ev["line"], callee,
+                              f"{r['expr']}.{name} is an instance attribute of {short(cls)}; "
+                              f"its signature is not known from the class")
+                else:
+                    self.attributes_checked += 1
+                return
+            self.fail(path, ev["line"], callee, f"{short(cls)} has no attribute {name!r}")
+            return
+        if ev["kind"] == "load":
+            self.attributes_checked += 1
+            return
+        sig, why_not = method_signature(cls, name)
+        if sig is None:
+            self.note(path, ev["line"], callee, why_not or "no signature")
+            return
+        self._bound(path, ev["line"], callee, sig, ev)
 
-    failures.sort(key=order)
-    partial.sort(key=order)
-    return {"failures": failures, "calls_checked": calls_checked, "attributes_checked": attributes_checked,
-            "imports_checked": imports_checked, "partial": partial}
+    def result(self) -> dict:
+        def order(e: dict) -> tuple:
+            return (e["file"] is None, e["file"] or "", e["line"] or 0, e["callee"])
+
+        self.failures.sort(key=order)
+        self.partial.sort(key=order)
+        return {"failures": self.failures, "calls_checked": self.calls_checked,
+                "attributes_checked": self.attributes_checked, "imports_checked": self.imports_checked,
+                "partial": self.partial}
 
 
 __all__ = ["check_callsites"]

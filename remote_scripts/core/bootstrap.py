@@ -161,56 +161,60 @@ def _walk(path, rules, final_dir, final_link, seen):
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 return None
-            if stat.S_ISLNK(st.st_mode):
-                known = os.readlink(name, dir_fd=fd)
-                if os.fstat(fd).st_mode & 0o022 and st.st_uid not in (os.geteuid(), 0):
-                    rules.refuse(shown, "(a symlink on the way to %s) sits in a directory others may write and is "
-                                 "owned by uid %d, who may point it anywhere" % (rules.role, st.st_uid), st,
-                                 "give the path without it (its target is %s)" % known)
-            elif last and not final_dir:
-                try:
-                    nfd = os.open(name, _FILE, dir_fd=fd)
-                except OSError:
-                    rules.refuse(shown, "changed while fleetops checked it", st, "run again")
-                try:
-                    rules.file(shown, os.fstat(nfd))
-                except BaseException:
-                    os.close(nfd)
-                    raise
-                return nfd
-            elif not stat.S_ISDIR(st.st_mode):
-                rules.refuse(shown, "is not a directory", st, "move it aside (mv %s %s.moved) and run again"
-                             % (shown, shown))
-            else:
-                try:  # what is checked is what was opened (O_NOFOLLOW: never a link put there meanwhile)
-                    nfd = os.open(name, _DIR, dir_fd=fd)
-                except OSError:
-                    rules.refuse(shown, "changed while fleetops checked it", st, "run again")
-                try:
-                    rules.directory(shown, os.fstat(nfd), last)
-                except BaseException:
-                    os.close(nfd)
-                    raise
-                known = nfd
-            seen[shown] = known
+            if last and not final_dir and not stat.S_ISLNK(st.st_mode):
+                return _open_checked(name, fd, shown, st, rules, _FILE, rules.file)
+            known = seen[shown] = _step(name, fd, shown, st, last, rules)
         elif last and isinstance(known, int):  # passed on the way to another path: now the last, strictly
             rules.directory(shown, os.fstat(known), True)
         if isinstance(known, str):  # a symlink
-            if last and not final_link:
-                rules.refuse(shown, "is a symlink (to %s); fleetops never follows symlinks in its state dir"
-                             % known, os.stat(name, dir_fd=seen[here], follow_symlinks=False),
-                             "remove it (rm %s) and run again" % shown)
             links += 1
-            if links > MAX_LINKS:
-                rules.refuse(shown, "is one symlink too many (more than %d on the way)" % MAX_LINKS,
-                             os.stat(name, dir_fd=seen[here], follow_symlinks=False),
-                             "give the path without symlink loops")
+            _may_follow(name, seen[here], shown, known, last and not final_link, links, rules)
             if known.startswith("/"):
                 stack = ["/"]
             todo.extend(n for n in known.split("/")[::-1] if n not in ("", "."))
             continue
         stack.append(shown)
     return os.dup(seen[stack[-1]])
+
+
+def _step(name, fd, shown, st, last, rules):
+    """One component on the way, not yet seen: a symlink's target (str) or the directory's descriptor."""
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(name, dir_fd=fd)
+        if os.fstat(fd).st_mode & 0o022 and st.st_uid not in (os.geteuid(), 0):
+            rules.refuse(shown, "(a symlink on the way to %s) sits in a directory others may write and is "
+                         "owned by uid %d, who may point it anywhere" % (rules.role, st.st_uid), st,
+                         "give the path without it (its target is %s)" % target)
+        return target
+    if not stat.S_ISDIR(st.st_mode):
+        rules.refuse(shown, "is not a directory", st, "move it aside (mv %s %s.moved) and run again"
+                     % (shown, shown))
+    return _open_checked(name, fd, shown, st, rules, _DIR, lambda path, fst: rules.directory(path, fst, last))
+
+
+def _open_checked(name, fd, shown, st, rules, flags, check):
+    """Open (O_NOFOLLOW: never a link put there meanwhile) and check what was opened, not the name."""
+    try:
+        nfd = os.open(name, flags, dir_fd=fd)
+    except OSError:
+        rules.refuse(shown, "changed while fleetops checked it", st, "run again")
+    try:
+        check(shown, os.fstat(nfd))
+    except BaseException:
+        os.close(nfd)
+        raise
+    return nfd
+
+
+def _may_follow(name, fd, shown, target, refuse_link, links, rules):
+    """A symlink is followed unless it is the last component and links are refused, or one too many."""
+    if refuse_link:
+        rules.refuse(shown, "is a symlink (to %s); fleetops never follows symlinks in its state dir"
+                     % target, os.stat(name, dir_fd=fd, follow_symlinks=False),
+                     "remove it (rm %s) and run again" % shown)
+    if links > MAX_LINKS:
+        rules.refuse(shown, "is one symlink too many (more than %d on the way)" % MAX_LINKS,
+                     os.stat(name, dir_fd=fd, follow_symlinks=False), "give the path without symlink loops")
 
 
 # ---------------------------------------------------------------- the agent's bytes

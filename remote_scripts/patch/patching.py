@@ -158,18 +158,7 @@ def _plan_rollback(req: dict, f: _File, site: SiteLock | None) -> None:
         cls = {**cls, "hunks": [{**s, "state": "patched", "at_old": None, "at_new": at}
                                 for s, at in zip(cls["hunks"], cls["reverse_at"])]}
     if overall == "pristine":
-        if _by(site, f.path, sha, "pristine"):
-            restored_by = _by(site, f.path, sha, "pristine").replace(" (by ", " (restored by ", 1)
-            why = f"already original{restored_by}; nothing to do"
-        elif record and record.get("original_sha256") == sha:
-            why = "already original (sha256 matches the saved original); nothing to do"
-        else:
-            proof = f"; sha256 {sha[:12]} is the wheel's, per {wheel_record}" if wheel_sha == sha else ""
-            why = f"not patched by fleetops; nothing to do (all {n} hunks have their pristine form{proof})"
-        f.noop(ALREADY_ORIGINAL, why)
-        if record and record.get("original_sha256") not in (sha, None):
-            f.note(f"the saved backup from {record.get('created', '?')} (sha256 "
-                   f"{str(record.get('original_sha256'))[:12]}) is of other bytes than this file; not used")
+        _rollback_pristine(f, site, sha, record, wheel_sha == sha, wheel_record)
         return
     backup = read_backup(orig_path, record)
     if overall == "patched":
@@ -230,6 +219,24 @@ def _plan_rollback(req: dict, f: _File, site: SiteLock | None) -> None:
             f"wheel's RECORD): every change since the patch is gone (the diff shows them)")
     f.item["drift"] = drift
     f.would_msg, f.done_msg = f"would restore {what}", f"restored {what}"
+
+
+def _rollback_pristine(f: _File, site: SiteLock | None, sha: str, record: dict | None, wheels: bool,
+                       wheel_record: str | None) -> None:
+    """Nothing to roll back: say why (restored earlier, the saved original, or never patched), and whether a
+    saved backup of other bytes is being ignored. `wheels`: the file's sha256 is its wheel's RECORD's."""
+    if _by(site, f.path, sha, "pristine"):
+        restored_by = _by(site, f.path, sha, "pristine").replace(" (by ", " (restored by ", 1)
+        why = f"already original{restored_by}; nothing to do"
+    elif record and record.get("original_sha256") == sha:
+        why = "already original (sha256 matches the saved original); nothing to do"
+    else:
+        proof = f"; sha256 {sha[:12]} is the wheel's, per {wheel_record}" if wheels else ""
+        why = f"not patched by fleetops; nothing to do (all {len(f.hunks)} hunks have their pristine form{proof})"
+    f.noop(ALREADY_ORIGINAL, why)
+    if record and record.get("original_sha256") not in (sha, None):
+        f.note(f"the saved backup from {record.get('created', '?')} (sha256 "
+               f"{str(record.get('original_sha256'))[:12]}) is of other bytes than this file; not used")
 
 
 def _rollback_drift(lines: list[str], hunks: list[dict], cls: dict) -> list[dict]:

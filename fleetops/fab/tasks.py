@@ -1,0 +1,229 @@
+"""fleetops' tasks as one Fabric namespace (`ns`), which a project's fabfile.py imports in one line and
+`fleet` bundles. Thin: each @fleet_task declares a task's name, options and help; the executor
+(fleetops/fab/executor.py) runs fleetops.tasks' task of that name on every host.
+
+    fab lab.up                     # a local lab node: real sshd, real vllm 0.16.0 + speculators 0.3.0
+    fab -H lab01 patch verify      # patch the node's speculators, then prove it works
+    fab -H lab01 patch --check     # show the diff, change nothing
+    fab -H lab01 rollback
+    fab -H @lab run "nvidia-smi --query-gpu=memory.used --format=csv"   # an ad-hoc command
+    fab -H lab01,lab02 -- uname -a                                      # Fabric's ad-hoc form
+
+Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
+    -j  --json       one JSON document instead of the human view (every task, history too)
+    -c  --check      patch/rollback: show what would change, write nothing
+    -p  --playbook   the playbook YAML
+    Every other option is long only (--job-id, --job, --diff, --kinds, --host, --last, ...); -h is --help.
+    Run options, on any host task: --serial N, --forks N, --limit EXPR (names, globs, @group, !host),
+    --inventory PATH (or FLEETOPS_INVENTORY); fleetops' own `fab` (fleetops/cli.py) takes them as core flags
+    too. Fabric's own -i is the SSH identity file, so the inventory is --inventory only.
+    --dry (Fabric's core -R/--dry): check mode for patch/rollback; read-only tasks run as they are; a task
+    that changes things and has no check mode (run, extract, stop, trust) is refused with exit 2.
+Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate, 20-22 diagnose,
+130 Ctrl-C.
+"""
+
+import sys
+
+from invoke import Collection
+from invoke.exceptions import Exit
+
+from ..plans.gpugate import DEFAULT_THRESHOLD_MIB
+from . import usage as _usage
+from .decorators import explicit_task, fleet_task
+from .loading import wants_lab
+
+# The local tasks' report modules are imported in their bodies, and the lab.* collection only for a command
+# line that may name it (fleetops/fab/loading.py): a host task's start-up loads neither.
+
+HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
+HELP_JSON = "print one JSON document instead of the human view"
+HELP_DIFF = "show each file's diff also when applying"
+
+_usage.install()  # a typo in a task or flag exits 2 with the task's help hint, not Invoke's 1
+
+
+@fleet_task(help={"check": "show the diff that would be applied; write nothing", "playbook": HELP_PLAYBOOK,
+            "json": HELP_JSON, "diff": HELP_DIFF})
+def patch(c, check=False, playbook=None, json=False, diff=False):
+    """Apply the playbook's patches (atomic, backed up, locked; already-applied is a no-op)."""
+
+
+@fleet_task(help={"check": "show what would be restored; write nothing", "playbook": HELP_PLAYBOOK,
+                  "json": HELP_JSON, "diff": HELP_DIFF,
+                  "force": "a drifted file too: restore the saved original (proven by the wheel's RECORD), "
+                           "discarding every change in it"})
+def rollback(c, check=False, playbook=None, json=False, diff=False, force=False):
+    """Reverse the patch (later edits elsewhere kept; the result checked against the wheel's RECORD)."""
+
+
+@fleet_task(help={"playbook": HELP_PLAYBOOK, "kinds": "only these check kinds, e.g. grep,compile", "json": HELP_JSON})
+def verify(c, playbook=None, kinds=None, json=False):
+    """Run every check of the playbook on the node in one exec, with evidence."""
+
+
+@fleet_task(help={"json": HELP_JSON})
+def ping(c, json=False):
+    """Connect, run the node agent under the target python, report its version."""
+
+
+@fleet_task(help={"gpus": "only these GPU indices, e.g. 0,1,2,3",
+                  "threshold": f"MiB above which a GPU is busy ({DEFAULT_THRESHOLD_MIB})",
+                  "wait": "poll up to this many seconds for the GPUs to be free", "json": HELP_JSON})
+def gpu(c, gpus=None, threshold=DEFAULT_THRESHOLD_MIB, wait=0, json=False):
+    """GPU preflight: every GPU there, healthy and free? Who holds the busy ones?"""
+
+
+@fleet_task(help={"json": HELP_JSON})
+def facts(c, json=False):
+    """OS, target python, vllm/speculators/torch/transformers versions, driver, CUDA, GPUs, free disk."""
+
+
+HELP_JOB = "the playbook's job (default: extract)"
+HELP_JOB_ID = "a job id on the node (default: the node's latest job)"
+
+
+@fleet_task(help={"force": "launch even if checks or the GPU gate fail (and say so)", "job": HELP_JOB,
+                  "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
+                  "shards": "split the dataset into shards: on SSH hosts one per selected host (--shards alone, "
+                            "'all', or the number of hosts; shard i of N to the i-th host by name, plan in "
+                            ".fleetops/shards/<job>.json); on a Slurm login node N job array tasks"},
+             optional=["shards"])
+def extract(c, force=False, job=None, playbook=None, json=False, shards=None):
+    """Run the fast checks and the GPU gate, then launch the playbook's job detached on the node."""
+
+
+@fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
+                  "lines": "start at the last N lines (default 20; right after this command's own extract: the "
+                           "first line)",
+                  "from_start": "replay the whole log from its first line"})
+def tail(c, job_id=None, job=None, playbook=None, json=False, lines=None, from_start=False):
+    """Follow the job's log (progress bar, failures highlighted) until it ends; exit with its status."""
+
+
+@fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
+def status(c, job_id=None, job=None, playbook=None, json=False):
+    """The job's state (running / succeeded / failed / killed), exit status, runtime, last progress, log."""
+
+
+@fleet_task(help={"lines": "how many lines (default 50)", "job_id": HELP_JOB_ID, "json": HELP_JSON})
+def logs(c, lines=50, job_id=None, json=False):
+    """The last lines of the job's log (no follow)."""
+
+
+@fleet_task(help={"grace": "seconds between SIGTERM and SIGKILL (default 10)", "job_id": HELP_JOB_ID,
+                  "json": HELP_JSON})
+def stop(c, grace=10, job_id=None, json=False):
+    """SIGTERM the job's whole process group, SIGKILL after the grace period, confirm GPU memory is free."""
+
+
+@fleet_task(help={"fingerprint": "the SHA256:... fingerprint you verified out of band",
+                  "replace": "the host's key changed (reimaged node): replace the old entry with the named one",
+                  "json": HELP_JSON})
+def trust(c, fingerprint=None, replace=False, json=False):
+    """Add a host's SSH key to known_hosts, only if it matches the fingerprint you name."""
+
+
+@fleet_task(help={"command": "the shell command, as you would type it on the node (quote it)",
+                  "timeout": "seconds before the command is killed (default 300)", "json": HELP_JSON})
+def run(c, command, timeout=300, json=False):
+    """Run a shell command on every host (/bin/sh -c on the node), output prefixed by host, exit code each."""
+
+
+@explicit_task(help={"host": "only this host (inventory name)", "last": "only the last N entries (default 50)",
+                     "json": HELP_JSON})
+def history(c, host=None, last=50, json=False):
+    """This project's audit log: every task run, who ran it, on which host (address, inventory file), with what
+    result and exit status. One log per project, outside the checkout (its path is the table's title);
+    FLEETOPS_AUDIT_LOG=FILE uses FILE instead."""
+    from ..report.history import show_history
+
+    show_history(host=host, last=int(last) if last else None, as_json=json,
+                 root=(c.config.get("fleetops") or {}).get("root"))
+
+
+@fleet_task(help={"last": "only the newest N jobs (default: all)", "json": HELP_JSON})
+def jobs(c, last=0, json=False):
+    """The node's jobs, newest first: id, job name, state, started, runtime, exit, log and output size."""
+
+
+@fleet_task(help={"path": "a file to fetch instead (repeatable; relative: to the node's state dir); it must be under "
+                          "the state dir or a job's output dir unless --any-path",
+                  "any_path": "allow --path outside the state and job directories (any file the login user reads)",
+                  "job_id": HELP_JOB_ID, "dest": "local folder (default ./fetched; files go to DEST/HOST/...)",
+                  "max_size": "largest file taken, e.g. 500M, 20G (default 1G): a bigger one is refused before any "
+                              "byte is copied",
+                  "json": HELP_JSON}, iterable=["path"])
+def fetch(c, path=None, any_path=False, job_id=None, dest=None, max_size=None, json=False):
+    """Download the latest job's log and manifest (or --path files) to ./fetched/HOST/JOB-ID/ over SFTP:
+    resumes a partial copy, sha256 checked on both ends, hosts in parallel."""
+
+
+@explicit_task(help={"host": "only these hosts: names, globs, @group, comma-separated (default: all)",
+                     "inventory": "inventory directory or .yaml file (default: fabric.yaml's fleetops.inventory)"})
+def ssh_config(c, host=None, inventory=None):
+    """Print an OpenSSH config block for the inventory (HostName, Port, User, IdentityFile, ProxyJump,
+    UserKnownHostsFile, StrictHostKeyChecking yes). Save it (fab ssh-config > ~/.ssh/fleetops.conf), then
+    ssh -F ~/.ssh/fleetops.conf lab01, or `Include fleetops.conf` at the top of ~/.ssh/config."""
+    from ..report.oncall import show_ssh_config
+
+    settings = c.config.get("fleetops") or {}
+    code = show_ssh_config(settings.get("root"), inventory, settings.get("inventory", "hosts"), host)
+    if code:
+        raise SystemExit(code)
+
+
+@fleet_task(help={"playbook": HELP_PLAYBOOK + "; its fast checks tell patched / not patched / drifted",
+                  "json": HELP_JSON})
+def diagnose(c, playbook=None, json=False):
+    """What is wrong with this node? One exec: reach, clock, patch state, GPUs (ECC, remapping, Xid from the
+    kernel log), the latest job (OOM kills), its processes, disk, memory, load. Verdict OK / WARN / UNKNOWN /
+    CRITICAL per host; exit 0 / 20 / 21 / 22 for the worst."""
+
+
+@fleet_task(help={"module": "a module you edited on the node (repeatable, or comma-separated)",
+                  "playbook": "the playbook to write: created, or its patches and requires updated",
+                  "pin": "also pin these packages to the node's versions, e.g. vllm (comma-separated)",
+                  "json": HELP_JSON}, iterable=["module"])
+def capture(c, module=None, playbook=None, pin=None, json=False):
+    """The node's edits as a playbook: a diff per module against the wheel's pristine file (proven by RECORD's
+    sha256), written beside the playbook, its patch entry and requires (pinned to the node's versions)."""
+
+
+@fleet_task(help={"playbook": HELP_PLAYBOOK, "out": "the candidate playbook to write (default: named for the "
+                  "node's versions, beside the playbook)", "fuzz": "context lines a hunk may ignore (default 2)",
+                  "json": HELP_JSON})
+def rebase(c, playbook=None, out=None, fuzz=2, json=False):
+    """Try the playbook's hunks on the node's (newer) pristine files: clean / offset / fuzz / conflict per hunk;
+    a candidate playbook only when every hunk applied (then prove it with patch verify on a lab node)."""
+
+
+@explicit_task(name="lint", help={"playbook": HELP_PLAYBOOK, "json": HELP_JSON})
+def playbook_lint(c, playbook=None, json=False):
+    """Check a playbook without a node: schema, file references, regexes, diffs (parse, match their module),
+    scripts (compile, patch scripts define transform). Each problem as file:line; exit 1 if any."""
+    from ..report.lint import show_lint
+
+    settings = c.config.get("fleetops") or {}
+    code = show_lint(settings.get("root"), playbook, settings.get("playbook") or "", as_json=json)
+    if code:
+        raise Exit(code=code)
+
+
+@explicit_task(help={"json": HELP_JSON})
+def runbooks(c, json=False):
+    """The operator runbooks (docs/runbooks/): the incident each one is for; every command in them runs in CI."""
+    from ..report.runbooks import show_runbooks
+
+    code = show_runbooks((c.config.get("fleetops") or {}).get("root"), as_json=json)
+    if code:
+        raise Exit(code=code)
+
+
+ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history,
+                jobs, fetch, ssh_config, diagnose, runbooks, capture, rebase)
+if wants_lab(sys.argv):
+    from .. import lab as _lab
+
+    ns.add_collection(_lab.collection(), name="lab")
+ns.add_collection(Collection("playbook", playbook_lint), name="playbook")
