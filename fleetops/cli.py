@@ -93,6 +93,9 @@ class Fleet(Fab):
                      help="one block per host, even when many hosts answer the same (env FLEETOPS_FOLD=0)"),
             Argument(names=("odd",), kind=bool, default=False,
                      help="show each minority group's output as a diff against the majority's"),
+            Argument(names=("verbose", "v"), kind=bool, default=False,
+                     help="everything each host answered, passing checks too (default: what failed, and what "
+                          "to run next)"),
             Argument(names=("inventory",), kind=str, default="",
                      help="inventory directory or .yaml file (env FLEETOPS_INVENTORY); not -i, which is "
                           "Fabric's SSH identity file"),

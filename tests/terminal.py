@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 RC_MARK = "__rc="
+REPO = Path(__file__).resolve().parent.parent  # the checkout under test: its code, whatever `fab` is installed
 
 
 def available() -> bool:
@@ -35,8 +36,8 @@ class Terminal:
         conf.write_text("set -g history-limit 100000\nset -g status off\n")
         bindir = str(Path(sys.executable).parent)  # this checkout's `fab`
         base = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX", "FLEETOPS_NO_LIVE")}
-        self.env = {**base, "PATH": f"{bindir}:{base.get('PATH', '')}", "TERM": "screen", "PS1": "$ ",
-                    **(env or {})}
+        self.env = {**base, "PATH": f"{bindir}:{base.get('PATH', '')}", "PYTHONPATH": str(REPO), "TERM": "screen",
+                    "PS1": "$ ", **(env or {})}
 
     def _tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["tmux", "-S", str(self.socket), "-f", str(self.dir / "tmux.conf"), *args],

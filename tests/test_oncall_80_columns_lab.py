@@ -125,3 +125,28 @@ def test_ctrl_c_leaves_no_live_table_behind(lab: Lab, term: terminal.Terminal):
     finally:
         for host, job_id in zip(("lab01", "lab02"), jobs):
             run_fab(lab.root, "-H", host, "stop", "--job-id", job_id)
+
+
+def test_gpu_wait_on_a_terminal_is_one_live_line(lab: Lab, term: terminal.Terminal):
+    node = lab.node("lab01")
+    lab.set_gpu_state(node, "busy")
+    try:
+        term.clear()
+        term.type(f"fab -H lab01 gpu --wait 6; echo {terminal.RC_MARK}$?")
+        term.keys("Enter")
+        seen: list[list[str]] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            shown = term.visible().splitlines()
+            seen.append([ln for ln in shown if "waiting" in ln])
+            if any(ln.startswith(terminal.RC_MARK) for ln in shown):
+                break
+            time.sleep(0.3)
+        rc, screen = term.wait_rc(120)
+        assert rc == 10, screen
+        assert any(len(lines) == 1 for lines in seen), seen  # the host's one live row said it
+        assert all(len(lines) <= 1 for lines in seen), seen  # never a line a second
+        assert "| gpu | waiting" not in screen, screen  # nothing left behind once it ended
+        assert "lab01 | gpu | failed | WARN: still busy after waiting 6s" in screen, screen
+    finally:
+        lab.set_gpu_state(node, "idle")

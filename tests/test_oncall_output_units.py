@@ -240,3 +240,22 @@ def test_the_live_view_leaves_the_last_columns_free_for_what_the_terminal_echoes
         rep.live_stop()
     widths = [len(line.rstrip("\n")) for line in out.getvalue().splitlines()]
     assert max(widths) <= 80 - LIVE_MARGIN, (widths, out.getvalue())
+
+
+def test_a_wait_piped_is_a_line_per_change_and_on_a_terminal_the_hosts_live_row():
+    rep, out = reporter(["lab01"])
+    rep.live_start(["lab01"])  # not a terminal: no live view
+    for left, what in ((600, "0/2 free; 2 busy"), (599, "0/2 free; 2 busy"), (598, "0/2 free; 2 busy"),
+                       (420, "1/2 free; 1 busy"), (419, "1/2 free; 1 busy")):
+        rep.waiting("lab01", "gpu", what, left)
+    assert out.getvalue().splitlines() == ["lab01 | gpu | waiting up to 600s: 0/2 free; 2 busy",
+                                           "lab01 | gpu | waiting: 1/2 free; 1 busy (420s left)"]
+    live, out = reporter(["lab01"], width=120, terminal=True)
+    live.live_start(["lab01"])
+    try:
+        for left in (600, 599, 598):
+            live.waiting("lab01", "gpu", "0/2 free; 2 busy", left)
+        assert live.rows["lab01"]["task"] == "gpu waiting 598s more: 0/2 free; 2 busy"
+    finally:
+        live.live_stop()
+    assert "lab01 | gpu | waiting" not in ANSI.sub("", out.getvalue())  # nothing printed: the row says it

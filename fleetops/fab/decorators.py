@@ -16,7 +16,7 @@ from typing import Any
 import fabric
 
 # The one short-flag scheme (README "Flags"). Nothing else gets a short flag; -h stays Fabric's --help.
-SHORT_FLAGS = {"json": "j", "check": "c", "playbook": "p"}
+SHORT_FLAGS = {"json": "j", "check": "c", "playbook": "p", "verbose": "v"}
 
 # Options of the whole run, accepted by every host task (any task of the command may give them; with
 # `fleet` they are core flags too). name → (default, help)
@@ -26,13 +26,15 @@ RUN_OPTIONS: dict[str, tuple[Any, str]] = {
     "limit": ("", "only these of the selected hosts: names, globs, @group, !host, comma-separated"),
     "inventory": ("", "inventory directory or .yaml file (default: fabric.yaml's fleetops.inventory; "
                       "env FLEETOPS_INVENTORY). Not -i: that is Fabric's SSH identity file"),
-    "fold": (True, "hosts that answered the same are shown once, under their host range (from 4 hosts); "
+    "fold": (True, "hosts that answered the same are shown once, under their host range (from 2 hosts); "
                    "--no-fold: one block per host. FLEETOPS_FOLD=1 folds any number, =0 none"),
     "odd": (False, "odd ones out: each group of hosts that answered differently, as a unified diff against "
                    "the majority's answer"),
     # On a task without a file diff of its own (patch and rollback have --diff: the file's diff), --diff is
     # --odd, the name ClusterShell's users know.
     "diff": (False, "odd ones out (the same as --odd): each minority group as a diff against the majority"),
+    "verbose": (False, "everything each host answered: every passing check with its evidence, every diagnose "
+                       "finding with its commands, the agent call (default: what failed and what to run next)"),
     "allow_insecure_venv": (False, "run on a node whose Python (its prefix, sys.path, site-packages, .pth files) "
                                    "another user may write, with a warning, instead of refusing it"),
 }

@@ -78,6 +78,7 @@ class FleetExecutor(fabric.Executor):
             raise Exit(code=EXIT_USAGE) from None
         state = RunState(root, settings)
         state.reporter.json_mode = state.reporter.json_mode or json_mode
+        state.reporter.verbose = bool(run_opts.get("verbose") or self._option("verbose", ""))
         allow_venv = bool(run_opts.get("allow_insecure_venv"))
         if not host_str:
             state.reporter.error(f"{names} needs hosts: use -H lab01 (inventory names, @group, globs, or "
