@@ -240,6 +240,7 @@ def test_the_live_view_leaves_the_last_columns_free_for_what_the_terminal_echoes
         rep.live_stop()
     widths = [len(line.rstrip("\n")) for line in out.getvalue().splitlines()]
     assert max(widths) <= 80 - LIVE_MARGIN, (widths, out.getvalue())
+    assert IDS[0] in out.getvalue() and "…" not in out.getvalue(), out.getvalue()  # the id whole, once
 
 
 def test_a_wait_piped_is_a_line_per_change_and_on_a_terminal_the_hosts_live_row():

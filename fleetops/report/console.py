@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
+VERDICT_STYLE = {"CRITICAL": "bold red", "UNKNOWN": "bold magenta", "WARN": "yellow", "OK": "green"}  # diagnose
 SEP: list[Segment] = [(" ", ""), ("|", "dim"), (" ", "")]
 LIVE_TABLE_MAX = 10  # more hosts than this: the live view shows counts and the slowest hosts, not a row each
 SLOWEST = 5
@@ -141,7 +142,7 @@ class Reporter:
     def _live_hosts(self) -> RenderableType:
         table = rich().Table(title="fleet", title_justify="left", show_edge=False)
         for column in ("host", "current task", "state", "elapsed", "tasks done"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")  # narrow: a job id folds onto the next line, never cut
         now = time.monotonic()
         for host, row in self.rows.items():
             elapsed = f"{now - row['started']:.1f}s" if row["started"] else "-"
@@ -291,9 +292,9 @@ class Reporter:
             if item.status is Status.OK and not self.verbose:
                 hidden += 1
                 continue
-            word = item.details.get("verdict") or item.status.value
-            style = STYLE[item.status]
-            lines.append([("    ", ""), (f"{word:<8}" if item.details.get("verdict") else f"{word:<7}", style),
+            verdict = item.details.get("verdict")  # a diagnose finding says its verdict word
+            word = f"{verdict:<8}" if verdict else f"{item.status.value:<7}"
+            lines.append([("    ", ""), (word, VERDICT_STYLE.get(verdict, STYLE[item.status])),
                           (f" {item.label}: {item.msg}", "")])
             details = item.details
             if details.get("proves") in scopes_shown:  # say once per kind what such a check proves

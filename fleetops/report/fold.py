@@ -166,7 +166,10 @@ class Group:
     def plain(self) -> list[str]:
         """The group's text with the placeholders, for diffs: two groups differ in what they said, never
         in who said it."""
-        text = [DURATION.sub("{t}s", plain(line, PLACEHOLDER)) for line in self.drawn.folded_lines]
+        hosts = shlex.quote(fold_names(self.hosts))  # a command is the group's own, even in a diff: it runs
+        text = ["".join(PLACEHOLDER if seg == LABEL else seg.replace(f"-H {PLACEHOLDER}", f"-H {hosts}")
+                        if style == COMMAND else DURATION.sub("{t}s", seg) for seg, style in line)
+                for line in self.drawn.folded_lines]
         table = self.drawn.table
         if table:
             text += [" | ".join(str(c) for c in table["columns"]),
