@@ -147,4 +147,8 @@ class RedactingStream:
         return self.stream.fileno()
 
     def __getattr__(self, name: str):
+        if name == "rich_proxied_file":
+            # rich's live view puts a proxy in sys.stderr that prints above the view; a console reads this name
+            # to write past the proxy, straight onto the view (which then could not be erased whole)
+            raise AttributeError(name)
         return getattr(self.stream, name)

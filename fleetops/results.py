@@ -42,6 +42,18 @@ class Evidence:
 
 
 @dataclass
+class Next:
+    """What to do after a result: why, in a few words, then each command to run, whole. report/ prints each
+    command on a line of its own (what an operator copies); in data and --json it is `to_data()`."""
+
+    why: str
+    commands: list[str] = field(default_factory=list)
+
+    def to_data(self) -> dict[str, Any]:
+        return {"why": self.why, "commands": list(self.commands)}
+
+
+@dataclass
 class Item:
     """One unit inside a task: a patch file, a check, a GPU."""
 

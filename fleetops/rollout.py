@@ -73,6 +73,7 @@ def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int, 
             except KeyboardInterrupt:  # no handler installed (run.execute installs one): same meaning
                 run.interrupted.set()
             if run.interrupted.is_set() and not links_closed:
+                run.reporter.interrupted()
                 wait(futures, timeout=float(os.environ.get("FLEETOPS_INTERRUPT_GRACE_S") or INTERRUPT_GRACE_S))
                 links_closed = True
             if links_closed:

@@ -110,6 +110,8 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
     try:
         with _interrupts(state, running):
             run_fleet(state, run.hosts, run.steps, forks, serial, running)
+        if state.interrupted.is_set():
+            reporter.interrupted()
         reporter.live_stop()
         code = exit_status(state.results)
         if state.audit_errors and not audit.optional():
@@ -163,8 +165,7 @@ def _interrupts(state: RunState, running: dict[str, str] | None = None) -> Itera
                         b"log has a line for each step left running\n")
             _audit_left_running(state, dict(running or {}))
             os._exit(EXIT_INTERRUPTED)
-        state.interrupted.set()
-        os.write(2, b"\nCtrl-C: starting nothing new, interrupting running steps (Ctrl-C again to exit now)\n")
+        state.interrupted.set()  # the main thread says so (rollout.py), through the report's console
 
     previous = signal.signal(signal.SIGINT, handler)
     try:

@@ -54,7 +54,7 @@ def test_patched_drifted_and_pristine_nodes_told_apart(lab):
     for host in ("lab01", "lab02"):
         [p] = findings(before[host], "patch")
         assert p["verdict"] == "WARN" and p["msg"].startswith("not patched: 2 files as installed"), p
-        assert p["next"] == f"fab -H {host} patch verify"
+        assert p["next"] == [f"fab -H {host} patch verify"]
     run_fab(lab.root, "-H", "lab01,lab02", "patch", check=True)
     target = lab.node("lab02").module_file(GENERATOR)
     text = target.read_text()
@@ -64,7 +64,7 @@ def test_patched_drifted_and_pristine_nodes_told_apart(lab):
     [ok] = findings(after["lab01"], "patch")
     assert ok["verdict"] == "OK" and ok["msg"].startswith("patched (2 files; 14/14 fast checks pass)"), ok
     [drift] = findings(after["lab02"], "patch")
-    assert drift["verdict"] == "CRITICAL" and drift["next"] == "fab -H lab02 patch --check", drift
+    assert drift["verdict"] == "CRITICAL" and drift["next"] == ["fab -H lab02 patch --check"], drift
     assert drift["msg"].startswith("drifted: vllm_hidden_states_generator matches neither the original nor the "
                                    "patched form (13/14 fast checks pass; first failing: prefix-caching-off")
     assert after["lab02"]["data"]["verdict"] == "CRITICAL" and after["lab02"]["status"] == "failed"
@@ -100,13 +100,13 @@ def test_oom_killed_job_is_named_with_its_process_and_pid(lab):
     assert oom["msg"].startswith(f"the kernel OOM killer killed job {job_id}'s main process: pid {pid} (python, "
                                  "anon-rss "), oom["msg"]
     assert "the job ended: killed by signal 9" in oom["msg"]
-    assert oom["next"].startswith(f"fab -H lab01 logs --job-id {job_id}")
+    assert oom["next"] == [f"fab -H lab01 logs --job-id {job_id}"] and "max_model_len" in oom["why"], oom
     assert r["msg"].startswith("CRITICAL: the kernel OOM killer killed job")
     assert findings(r)[0]["area"] == "oom"  # the most likely cause comes first
     # The spawner's child (`sleep 300`) outlived the kill: the process tree shows it, with what to run.
     [left] = findings(r, "processes")
     assert left["verdict"] == "WARN" and f"job {job_id} ended (killed) but left 1 process: " in left["msg"]
-    assert "sleep" in left["msg"] and left["next"] == "fab -H lab01 stop"
+    assert "sleep" in left["msg"] and left["next"] == ["fab -H lab01 stop"]
     # ... and it is the job's, not a foreign GPU holder.
     assert not [f for f in findings(r, "gpu") if "not a fleetops job" in f["msg"]]
     # The human screen says the same.
@@ -124,9 +124,10 @@ def test_injected_xid_79_names_the_gpu_its_bus_id_and_the_next_step(lab):
     assert xid["verdict"] == "CRITICAL" and rc == 22
     assert xid["msg"].startswith("Xid 79 on GPU 1 (PCI 0000:00:07): GPU has fallen off the bus")
     assert xid["details"]["bus_id"] == "0000:00:07" and xid["details"]["xid"] == 79
-    assert xid["next"] == ("drain the node: fab -H lab02 drain --reason 'Xid 79 on GPU 1', stop its job (fab -H "
-                           "lab02 stop), reboot it (fab -H lab02 run 'sudo reboot'); after the reboot: fab -H lab02 "
-                           "diagnose, then fab -H lab02 undrain")
+    assert xid["next"] == ["fab -H lab02 drain --reason 'Xid 79 on GPU 1'", "fab -H lab02 stop",
+                           "fab -H lab02 run 'sudo reboot'", "fab -H lab02 diagnose", "fab -H lab02 undrain"], xid
+    assert xid["why"] == ("drain the node (so nothing launches there), stop its job, reboot it; after the reboot "
+                          "diagnose it, then undrain it"), xid
     assert not findings(res["lab01"], "gpu1")  # the other node's log is its own
     [clean] = [f for f in findings(res["lab01"], "kernel")]
     assert clean["verdict"] == "OK" and clean["msg"].startswith("no NVIDIA Xid in the kernel log (dmesg")
@@ -175,7 +176,7 @@ def test_unreachable_node_is_critical_and_the_others_still_answer(lab):
     r = res["lab02"]
     assert r["status"] == "unreachable" and r["data"]["verdict"] == "CRITICAL"
     [reach] = findings(r, "reach")
-    assert "lab02" in reach["msg"] and reach["next"] == "fab -H lab02 ping"
+    assert "lab02" in reach["msg"] and reach["next"] == ["fab -H lab02 ping"]
     assert res["lab01"]["data"]["reach"]["reached"] is True
     # The worst verdict sets the exit status: an unreachable host is CRITICAL (22) for diagnose, where other
     # tasks' unreachable hosts give 4.

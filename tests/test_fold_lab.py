@@ -112,7 +112,10 @@ def test_two_different_nodes_are_their_own_groups_and_the_diff_is_exactly_their_
                            "+{host} | verify | failed | 13/14 checks passed"], odd
     rest = changed[2:]
     assert any(x.startswith("+    failed  prefix-caching-off [grep]") for x in rest), odd
-    assert all("prefix-caching-off" in x or "line 172" in x or "command:" in x for x in rest), odd
+    # the rest: its check's evidence, the count of what passed, and its next: with lab05's own commands
+    assert all("prefix-caching-off" in x or "line 172" in x or "proves:" in x or "13 passed, not shown" in x
+               or "next:" in x or x.startswith("+      fab -H lab05 patch") for x in rest), odd
+    assert "+      fab -H lab05 patch --check" in rest and "{host} patch" not in odd, odd
     assert "/nodes/{host}/venv" in odd  # lab05's own path, written with the placeholder
 
 
@@ -134,21 +137,23 @@ def test_rerun_line_touches_only_the_failed_hosts_and_at_failed_reads_the_file(l
     assert argv[0] == "fab"
     again = fab(lab, *argv[1:])  # run as printed
     assert again.returncode == 1
-    assert sorted(x.split(" | ")[0] for x in result_lines(again.stdout)) == ["lab05", "lab11"], again.stdout
+    assert [x.split(" | ")[0] for x in result_lines(again.stdout)] == ["lab[05,11] (2)"], again.stdout  # alike
     assert "2 hosts: 0 ok, 0 changed, 2 failed, 0 unreachable in " in again.stdout
 
     ping = fab(lab, "-H", "@failed", "ping")
     assert ping.returncode == 0, ping.stdout + ping.stderr
-    assert sorted(x.split(" | ")[0] for x in result_lines(ping.stdout)) == ["lab05", "lab11"], ping.stdout
+    assert [x.split(" | ")[0] for x in result_lines(ping.stdout)] == ["lab[05,11] (2)"], ping.stdout
     assert not (lab.root / ".fleetops" / "last-failed").exists()  # that run failed nowhere
     gone = fab(lab, "-H", "@failed", "ping")
     assert gone.returncode == 2 and "@failed:" in gone.stderr and "Traceback" not in gone.stderr
 
 
-def test_ranges_in_limit_and_few_hosts_keep_their_own_lines(lab):
+def test_ranges_in_limit_and_two_hosts_alike_fold(lab):
     proc = fab(lab, "-H", "@lab", "ping", "--limit", "lab[02-03]")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(x.split(" | ")[0] for x in result_lines(proc.stdout)) == ["lab02", "lab03"]
+    assert [x.split(" | ")[0] for x in result_lines(proc.stdout)] == ["lab[02-03] (2)"], proc.stdout
+    alone = fab(lab, "-H", "@lab", "ping", "--limit", "lab[02-03]", "--no-fold")
+    assert sorted(x.split(" | ")[0] for x in result_lines(alone.stdout)) == ["lab02", "lab03"], alone.stdout
     assert "2 hosts: 2 ok, 0 changed, 0 failed, 0 unreachable in " in proc.stdout
     bad = fab(lab, "-H", "lab[05-03]", "ping")
     assert bad.returncode == 2 and "goes downwards" in bad.stderr and "Traceback" not in bad.stderr

@@ -83,23 +83,23 @@ def test_the_result_line_says_the_verdict():
 
 
 @pytest.mark.parametrize("state, command", [
-    ("busy", "next: fab -H lab01 gpu --wait 600"),
-    ("missing", "next: fab -H lab01 diagnose"),
-    ("ecc", "next: fab -H lab01 diagnose"),
-    ("absent", "next: fab -H lab01 run 'command -v nvidia-smi'"),
-    ("driver_error", "next: fab -H lab01 diagnose"),
+    ("busy", "fab -H lab01 gpu --wait 600"),
+    ("missing", "fab -H lab01 diagnose"),
+    ("ecc", "fab -H lab01 diagnose"),
+    ("absent", "fab -H lab01 run 'command -v nvidia-smi'"),
+    ("driver_error", "fab -H lab01 diagnose"),
 ])
 def test_each_finding_prints_its_next_action_once_per_host_not_per_gpu(state, command):
     lines = drawn(gpu_result("lab01", state))
-    nexts = [ln.strip() for ln in lines if ln.strip().startswith("next:")]
-    assert len(nexts) == 1 and nexts[0].startswith(command), lines
-    assert lines[-1].strip() == nexts[0]  # the last thing the operator reads
+    nexts = [n for n, ln in enumerate(lines) if ln.strip().startswith("next:")]
+    assert len(nexts) == 1, lines
+    assert [ln.strip() for ln in lines[nexts[0] + 1:]] == [command], lines  # whole, alone, the last thing read
 
 
 def test_busy_gpus_held_by_our_own_job_point_at_stop():
     r = gpu_result("lab01", "busy", job="20261130-170000-abcd")
-    assert r.data["next"].startswith("fab -H lab01 stop"), r.data["next"]
-    assert "stop" not in gpu_result("lab01", "busy").data["next"]  # someone else's: stop cannot end it
+    assert r.data["next"]["commands"] == ["fab -H lab01 jobs", "fab -H lab01 stop"], r.data["next"]
+    assert not any("stop" in c for c in gpu_result("lab01", "busy").data["next"]["commands"])  # someone else's
 
 
 def test_ok_has_no_next_action():
@@ -108,7 +108,7 @@ def test_ok_has_no_next_action():
 
 
 def test_a_host_name_that_needs_quoting_is_quoted_in_the_command():
-    assert gpu_result("odd name", "missing").data["next"].startswith("fab -H 'odd name' diagnose")
+    assert gpu_result("odd name", "missing").data["next"]["commands"] == ["fab -H 'odd name' diagnose"]
 
 
 # ---------------------------------------------------------------- the exit status: the worst verdict wins

@@ -322,7 +322,8 @@ def test_extract_refuses_when_checks_or_gpus_fail_and_force_overrides(jobs):
     rc, doc = fab_json(jobs.root, "-H", "lab01", "rollback", "extract")
     assert rc == 1
     r = [r for r in doc["results"] if r["task"] == "extract"][0]
-    assert "refused to launch extract" in r["msg"] and "--force overrides" in r["msg"]
+    assert r["msg"] == "refused to launch extract: 10 of the job's checks fail", r["msg"]  # never "--force"
+    assert r["data"]["next"]["commands"] == ["fab -H lab01 patch verify", "fab -H lab01 extract"], r["data"]
     assert any("kv-cache-config-call" in i["label"] for i in r["items"])
     jobs.set_gpu_state(jobs.node("lab01"), "busy")
     rc, doc = fab_json(jobs.root, "-H", "lab01", "patch", "extract")

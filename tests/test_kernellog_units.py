@@ -13,9 +13,17 @@ import pytest
 
 from fleetops import results
 from fleetops.plans.gpuhealth import assess, parse_health_xml
-from fleetops.plans.kernellog import XID_CODES, bus_key, parse_line, parse_ooms, parse_xids, slurm_oom_events
+from fleetops.plans.kernellog import (
+    XID_CODES,
+    bus_key,
+    match_oom,
+    parse_line,
+    parse_ooms,
+    parse_xids,
+    slurm_oom_events,
+)
 from fleetops.tasks import diagnose as dg
-from remote_scripts.health.diagnose import KERNEL_RELEVANT
+from remote_scripts.core.kernel import KERNEL_RELEVANT
 
 FIX = Path(__file__).parent / "fixtures"
 KLOG = FIX / "kernel-log"
@@ -187,7 +195,9 @@ def test_xid_79_finding_names_the_gpu_its_bus_id_and_the_next_step():
     [f] = dg.xid_findings("gpu01", parse_xids([real_bus]), index_by_bus)
     assert f.verdict == "CRITICAL" and f.area == "gpu1"
     assert "Xid 79 on GPU 1 (PCI 0000:00:07): GPU has fallen off the bus" in f.msg
-    assert "reboot" in f.next and f.next.startswith("drain the node: fab -H gpu01 drain --reason 'Xid 79 on GPU 1'")
+    assert f.next == ["fab -H gpu01 drain --reason 'Xid 79 on GPU 1'", "fab -H gpu01 stop",
+                      "fab -H gpu01 run 'sudo reboot'", "fab -H gpu01 diagnose", "fab -H gpu01 undrain"], f.next
+    assert f.why.startswith("drain the node"), f.why
 
 
 def test_app_level_xids_are_warnings_and_repeats_are_counted():
@@ -215,9 +225,9 @@ def test_patch_state_patched_not_patched_drifted_wrong_packages():
     assert (patched.verdict, patched.msg) == ("OK", "patched (2 files; 4/4 fast checks pass)")
     pristine = state(["would_apply"] * 2, [False, True, False])
     assert pristine.verdict == "WARN" and pristine.msg.startswith("not patched: 2 files as installed (2/4")
-    assert pristine.next == "fab -H h patch verify"
+    assert pristine.next == ["fab -H h patch verify"]
     drifted = state(["drifted", "not_written"], [True, False, True])
-    assert drifted.verdict == "CRITICAL" and drifted.next == "fab -H h patch --check"
+    assert drifted.verdict == "CRITICAL" and drifted.next == ["fab -H h patch --check"]
     assert drifted.msg.startswith("drifted: vllm_hidden_states_generator matches neither the original nor the "
                                   "patched form (3/4 fast checks pass; first failing: no-block-hasher")
     half = state(["already_applied", "would_apply"], [True] * 3)
@@ -236,13 +246,14 @@ def test_oom_kill_is_joined_to_the_job_by_pid_or_by_its_run():
     start = 1_000_000.0 + 12000
     job = {"id": "j", "pid": 31284, "started_ts": start, "state": "killed",
            "exit": {"signal": 9, "ended_ts": kill.epoch + 1}}
-    assert dg.match_oom([kill], job, {31284}) == ([kill], [])
+    assert match_oom([kill], job, {31284}) == ([kill], [])
+    assert match_oom([kill], job) == ([kill], [])  # the record's own pids
     worker = {**job, "pid": 4242}  # the kill is of a process the job started, within its run, and it died by 9
-    assert dg.match_oom([kill], worker, {4242}) == ([kill], [])
+    assert match_oom([kill], worker, {4242}) == ([kill], [])
     before = {**worker, "started_ts": kill.epoch + 60, "exit": {"signal": 9, "ended_ts": kill.epoch + 99}}
-    assert dg.match_oom([kill], before, {4242}) == ([], [kill])
+    assert match_oom([kill], before, {4242}) == ([], [kill])
     clean = {**worker, "state": "succeeded", "exit": {"exit_code": 0, "signal": None, "ended_ts": kill.epoch + 1}}
-    assert dg.match_oom([kill], clean, {4242}) == ([], [kill])
+    assert match_oom([kill], clean, {4242}) == ([], [kill])
 
 
 def test_job_killed_by_oom_is_critical_and_names_process_and_job():
@@ -266,11 +277,11 @@ def test_verdicts_order_and_exit_statuses_do_not_clash():
     assert not (set(dg.EXIT_FOR.values()) - {0}) & taken
     # exit_status takes the largest code: the codes rise with the verdict's severity, so max = the worst.
     assert sorted(dg.EXIT_FOR, key=dg.EXIT_FOR.__getitem__) == sorted(dg.SEVERITY, key=dg.SEVERITY.__getitem__)
-    fs = [dg.Finding("WARN", "disk", "low", "x"), dg.Finding("UNKNOWN", "gpu", "no smi", "y"),
-          dg.Finding("OK", "load", "fine", "z")]
+    fs = [dg.Finding("WARN", "disk", "low", ["x"]), dg.Finding("UNKNOWN", "gpu", "no smi", ["y"]),
+          dg.Finding("OK", "load", "fine", ["z"])]
     assert dg.verdict_of(fs) == "UNKNOWN" and dg.verdict_of([]) == "OK"
-    warn = dg._result("h1", fs[:1], "reached", {})
-    unknown = dg._result("h2", fs, "reached", {})
+    warn = dg._result("h1", fs[:1], {})
+    unknown = dg._result("h2", fs, {})
     assert (warn.status, warn.code, unknown.status, unknown.code) == (results.Status.OK, 20, results.Status.FAILED, 21)
     assert results.exit_status([warn, unknown]) == 21
     assert unknown.msg == "UNKNOWN: no smi (+1 more)"

@@ -197,9 +197,10 @@ def test_the_operator_is_the_os_login_not_the_environment(monkeypatch, tmp_path)
 
 
 # ---------------------------------------------------------------- suggested commands
-def pasted(command: str) -> list[str]:
-    """The words a shell gives the command the operator pastes (the text before a note in parentheses)."""
-    return shlex.split(command.split("  (")[0].split("; give it")[0])
+def pasted(commands: list[str]) -> list[str]:
+    """The words a shell gives the command the operator pastes (each command is a line of its own)."""
+    (command,) = commands
+    return shlex.split(command)
 
 
 def test_next_commands_quote_what_a_node_answered():
@@ -222,5 +223,5 @@ def test_next_commands_quote_what_a_node_answered():
 
 def test_the_readme_next_commands_read_as_before():
     finding = diagnose.kernel_findings("lab01", {"lines": [], "source": "dmesg", "total_lines": 3}, {})[0][0]
-    assert finding.next == "fab -H lab01 run 'dmesg | tail -50'"
-    assert diagnose._fab("lab01", "verify") + "  (deep checks)" == "fab -H lab01 verify  (deep checks)"
+    assert finding.next == ["fab -H lab01 run 'dmesg | tail -50'"]
+    assert diagnose._fab("lab01", "verify") == "fab -H lab01 verify"

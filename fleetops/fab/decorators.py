@@ -18,7 +18,7 @@ import fabric
 from ..plans.options import RUN_NUMBERS, Range
 
 # The one short-flag scheme (README "Flags"). Nothing else gets a short flag; -h stays Fabric's --help.
-SHORT_FLAGS = {"json": "j", "check": "c", "playbook": "p", "user": "u"}
+SHORT_FLAGS = {"json": "j", "check": "c", "playbook": "p", "user": "u", "verbose": "v"}
 
 COMMAND_LINE_WINS = "the command line wins over the inventory and ssh_config, as with ssh"
 
@@ -38,6 +38,8 @@ RUN_OPTIONS: dict[str, tuple[Any, str]] = {
                        "FLEETOPS_FOLD=1 folds any number of hosts)"),
     "odd": (False, "odd ones out: each group of hosts that answered differently, as a unified diff against "
                    "the majority's answer"),
+    "verbose": (False, "everything each host answered: every passing check with its evidence, every diagnose "
+                       "finding with its commands, the agent call (default: what failed and what to run next)"),
     "allow_insecure_venv": (False, "run on a node whose Python (its prefix, sys.path, site-packages, .pth files) "
                                    "another user may write, with a warning, instead of refusing it"),
 }

@@ -103,6 +103,7 @@ class FleetExecutor(fabric.Executor):
             raise Exit(code=EXIT_USAGE) from None
         state = RunState(root, settings)
         state.reporter.json_mode = state.reporter.json_mode or json_mode
+        state.reporter.verbose = bool(run_opts.get("verbose") or self._option("verbose", ""))
         host_str = self.core[0].args.hosts.value if self.core else None
         if not split_words(host_str or ""):  # none given, or `-H ,`
             named = f"-H {host_str!r} names no host" if host_str else f"{names} needs hosts"

@@ -12,6 +12,7 @@ from ..results import (
     EXIT_NVIDIA_SMI_FAILED,
     EXIT_OK,
     Item,
+    Next,
     Status,
 )
 from .timefmt import duration
@@ -51,21 +52,23 @@ class Verdict:
         return any(p.get("job") for g, state in self.gpus if state == "busy" for p in g.get("processes") or [])
 
 
-def next_action(host: str, verdict: Verdict) -> str | None:
-    """The one command to run next for this host's finding, or None when all is well. It names the host the way
-    the operator types it, so hosts that differ only by their name fold into one group with one next action."""
+def next_action(host: str, verdict: Verdict) -> Next | None:
+    """What to run next for this host's finding, or None when all is well. It names the host the way the
+    operator types it, so hosts that differ only by their name fold into one group with one next action."""
     fab = f"fab -H {shlex.quote(host)}"
     if verdict.code == EXIT_GPU_BUSY and verdict.ours:
-        return f"{fab} stop (a fleetops job holds them; {fab} jobs lists it) or {fab} gpu --wait {WAIT_HINT_S}"
+        return Next("a fleetops job holds them: see it, and stop it if it should not run",
+                    [f"{fab} jobs", f"{fab} stop"])
     if verdict.code == EXIT_GPU_BUSY:
-        return (f"{fab} gpu --wait {WAIT_HINT_S} (wait for the holders: not fleetops jobs, ask their owners; "
-                f"extract --force would share the GPUs with them)")
+        return Next("wait for the holders (not fleetops jobs: ask their owners; extract --force would share the "
+                    "GPUs with them)", [f"{fab} gpu --wait {WAIT_HINT_S}"])
     if verdict.code == EXIT_GPU_UNHEALTHY:
-        return f"{fab} diagnose (Xid events, ECC, row remapping), and drain the node until it is fixed"
+        return Next("Xid events, ECC, row remapping; keep work off the node until it is fixed", [f"{fab} diagnose"])
     if verdict.code == EXIT_NO_NVIDIA_SMI:
-        return f"{fab} run 'command -v nvidia-smi' (is the NVIDIA driver installed, nvidia-smi on the login PATH?)"
+        return Next("is the NVIDIA driver installed, nvidia-smi on the login PATH?",
+                    [f"{fab} run 'command -v nvidia-smi'"])
     if verdict.code == EXIT_NVIDIA_SMI_FAILED:
-        return f"{fab} diagnose (nvidia-smi fails: driver/library mismatch, NVML, Xid events)"
+        return Next("nvidia-smi fails: driver/library mismatch, NVML, Xid events", [f"{fab} diagnose"])
     return None
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 
 # ---------------------------------------------------------------- the Xid catalog (the common codes)
 CRITICAL = "CRITICAL"
@@ -314,3 +314,66 @@ def slurm_oom_events(lines: list[KernelLine]) -> list[tuple[int, str]]:
         if m:
             out.append((int(m.group(1)), m.group(2)))
     return out
+
+
+# ---------------------------------------------------------------- whose kill: a job's, by its record
+def when(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def job_pids(job: dict) -> set[int]:
+    """The pids a job record names: its main process and its wrapper."""
+    return {int(p) for p in (job.get("pid"), job.get("wrapper_pid")) if p}
+
+
+def match_oom(kills: list[OomKill], job: dict, pids: set[int] | None = None) -> tuple[list[OomKill], list[OomKill]]:
+    """(kills of the job's processes, other kills). A kill names the job when its pid is the job's main
+    process or one of its live processes (`pids`; the record's own when None), or when it happened during the
+    job's run (a worker the job started: its pid is not recorded) and the job ended by SIGKILL."""
+    pids = job_pids(job) if pids is None else pids
+    ours, others = [], []
+    started = job.get("started_ts")
+    ended = (job.get("exit") or {}).get("ended_ts")
+    killed = (job.get("exit") or {}).get("signal") == 9 or job.get("state") == "lost"
+    for k in kills:
+        in_window = (started is not None and k.epoch is not None and started - 1 <= k.epoch
+                     and (ended is None or k.epoch <= ended + 5))
+        if k.pid in pids or (killed and in_window):
+            ours.append(k)
+        else:
+            others.append(k)
+    return ours, others
+
+
+def oom_text(k: OomKill) -> str:
+    """`pid 4242 (python, anon-rss 25 MiB; the machine's memory) at 2026-12-02 07:19:58 UTC`."""
+    rss = f", anon-rss {k.anon_rss_mib} MiB" if k.anon_rss_mib is not None else ""
+    scope = "its memory cgroup's limit" if k.cgroup_oom else "the machine's memory"
+    return f"pid {k.pid} ({k.process}{rss}; {scope}) at {when(k.epoch) or 'an unknown time'}"
+
+
+OOM_ADVICE = ("read the end of its log; then give the job less to hold in memory (batch size, max_model_len) or "
+              "a node with more, and extract again")
+
+
+def sigkill_note(kernel_read: bool) -> str:
+    """What a SIGKILL no OOM-killer line names says about its cause."""
+    if kernel_read:
+        return "no OOM-killer line in the kernel log names it: a kill -9, or `stop`"
+    return "the kernel log could not be read, so an OOM kill cannot be ruled out"
+
+
+def oom_of_job(kernel: dict, job: dict) -> OomKill | None:
+    """The kill among the kernel log's lines (an answer of the agent's kernel reader, with its boot_time) that
+    took this job: its main process's when there is one, else the first of its run."""
+    if kernel.get("error") or not kernel.get("lines"):
+        return None
+    ours, _ = match_oom(parse_ooms(kernel["lines"], kernel.get("boot_time")).kills, job)
+    return next((k for k in ours if k.pid == job.get("pid")), ours[0] if ours else None)
+
+
+def evidence_lines(k: OomKill) -> list[str]:
+    """The kernel's own lines of one kill, as read (the evidence an operator can grep for)."""
+    return [ln.text for ln in k.lines]

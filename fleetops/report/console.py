@@ -15,11 +15,12 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ..plans.hostrange import fold as fold_names
+from ..plans.hostrange import natural_key
 from ..plans.tables import bar
 from ..redaction import RedactingStream, dumps, shown
 from ..results import Result, Status, reader_gone, recap
 from . import fold
-from .fold import LABEL, Group, Identity, Line, Segment
+from .fold import COMMAND, LABEL, Group, Identity, Line, Segment
 from .tailview import TailView
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
+VERDICT_STYLE = {"CRITICAL": "bold red", "UNKNOWN": "bold magenta", "WARN": "yellow", "OK": "green"}  # diagnose
 SEP: list[Segment] = [(" ", ""), ("|", "dim"), (" ", "")]
 LIVE_TABLE_MAX = 10  # more hosts than this: the live view shows counts and the slowest hosts, not a row each
 SLOWEST = 5
@@ -65,20 +67,26 @@ def escape(text: str) -> str:
 
 
 def markup(line: Line, label: str) -> str:
-    """Segments → rich markup, the label slot filled in."""
-    return "".join(f"[{style}]{escape(label if text == LABEL else text)}[/]" if style
-                   else escape(label if text == LABEL else text) for text, style in line)
+    """Segments → rich markup, the label slot filled in (a command segment drawn bold)."""
+    return "".join(f"[{'bold' if style == COMMAND else style}]{escape(label if text == LABEL else text)}[/]"
+                   if style else escape(label if text == LABEL else text) for text, style in line)
+
+
+LIVE_MARGIN = 3  # columns the live view leaves free at the right
 
 
 class _Fresh:
     """Built at each draw, not at each refresh: rich redraws its last refreshed renderable under every printed
-    line, so a snapshot taken before the host's task started would show it `queued` after its first log line."""
+    line, so a snapshot taken before the host's task started would show it `queued` after its first log line.
+    Drawn LIVE_MARGIN columns narrower than the terminal: rich erases the view by counting its lines, and a line
+    as wide as the terminal becomes two when the terminal echoes something after it (`^C`), which left the
+    view's top behind, glued to the next output."""
 
     def __init__(self, build: Any) -> None:
         self.build = build
 
-    def __rich__(self) -> RenderableType:
-        return self.build()
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        yield from console.render(self.build(), options.update_width(max(20, options.max_width - LIVE_MARGIN)))
 
 
 class Reporter:
@@ -95,6 +103,8 @@ class Reporter:
         self.rows: dict[str, dict] = {}  # the live view's rows, one per host (live_start)
         self.live: Any = None  # rich's Live while the live view is on screen
         self._live_wanted = False  # live_start asked for it and it has not started yet
+        self._interrupt_said = False
+        self._waiting: dict[str, str] = {}  # host -> what it waits for, as last printed (a pipe: once per change)
 
     @property
     def console(self) -> Console:
@@ -138,7 +148,7 @@ class Reporter:
     def _live_hosts(self) -> RenderableType:
         table = rich().Table(title="fleet", title_justify="left", show_edge=False)
         for column in ("host", "current task", "state", "elapsed", "tasks done"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")  # narrow: a job id folds onto the next line, never cut
         now = time.monotonic()
         for host, row in self.rows.items():
             elapsed = f"{now - row['started']:.1f}s" if row["started"] else "-"
@@ -184,6 +194,16 @@ class Reporter:
             live.stop()
             self.live = None
 
+    def interrupted(self) -> None:
+        """The first Ctrl-C, said once, by the main thread through the console: the live view stays whole
+        (a write straight to the terminal left it behind, glued to the message)."""
+        with self.lock:
+            if self._interrupt_said:
+                return
+            self._interrupt_said = True
+        _console(sys.stderr).print("[bold]Ctrl-C:[/] starting nothing new, interrupting running steps "
+                                   "(Ctrl-C again to exit now)")
+
     def error(self, message: str) -> None:
         # One line whatever the terminal's width: operators grep for it and paste it into tickets.
         _console(sys.stderr).print(f"[bold red]error:[/] {escape(message)}")
@@ -208,6 +228,20 @@ class Reporter:
         if row is not None and row["state"] not in ("failed", "unreachable"):
             row.update(state="running", task=f"tail {job_id}", started=row["started"] or time.monotonic())
 
+    def waiting(self, host: str, task: str, what: str, left_s: float) -> None:
+        """A host polling until something changes (`gpu --wait`): on a terminal its one live row says what it
+        waits for and how long is left; piped, a line when that changes, not one a poll."""
+        row = self.rows.get(host)
+        if self.live is not None and row is not None:
+            row["task"] = f"{task} waiting {left_s:.0f}s more: {shown(what)}"
+            return
+        if self.json_mode or self._waiting.get(host) == what:
+            return
+        first = host not in self._waiting
+        self._waiting[host] = what
+        self.note(f"{host} | {task} | waiting{f' up to {left_s:.0f}s' if first else ''}: {what}"
+                  + ("" if first else f" ({left_s:.0f}s left)"))
+
     def job_ended(self, host: str, state: str) -> None:
         self.tail.end(host, shown(state))
 
@@ -222,7 +256,7 @@ class Reporter:
             if failure:
                 self.console.print(f"[bold]{escape(host)}[/] [bold red]| {escape(line)}[/]")
             elif progress and "total" in progress and self.live is not None:
-                self.console.print(f"[bold]{escape(host)}[/] [dim]| {escape(line)}[/]")
+                return  # the host's bar in the live view shows it, redrawn in place
             elif progress and "total" in progress:
                 self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] [cyan]{escape(bar(progress))}[/] "
                                    f"[dim]{escape(line)}[/]")
@@ -254,6 +288,9 @@ class Reporter:
         return [[(text if text == LABEL else shown(text), style) for text, style in line] for line in lines], table
 
     def _draw(self, r: Result) -> tuple[list[Line], dict | None]:
+        """Short unless verbose: a result's ok items are counted, not listed (a host whose checks all pass is
+        its one line), and the call's own evidence is shown when the call is what failed. What failed, with its
+        evidence, and what to run next are always there."""
         host: Segment = (LABEL, "bold")
         lines: list[Line] = [[host, *SEP, (r.task, ""), *SEP, (r.status.value, STYLE[r.status]), *SEP, (r.msg, "")]]
         if r.data.get("output"):  # an ad-hoc command's output, each line prefixed with its host
@@ -262,35 +299,40 @@ class Reporter:
                              for x in str(r.data.get(stream) or "").splitlines())
         table = r.data.get("table")
         scopes_shown: set[str] = set()
+        hidden = 0
         for item in r.items:
             if table and item.status is Status.OK:
                 continue  # the table shows it
-            lines.append([("    ", ""), (f"{item.status.value:<7}", STYLE[item.status]),
+            if item.status is Status.OK and not self.verbose:
+                hidden += 1
+                continue
+            verdict = item.details.get("verdict")  # a diagnose finding says its verdict word
+            word = f"{verdict:<8}" if verdict else f"{item.status.value:<7}"
+            lines.append([("    ", ""), (word, VERDICT_STYLE.get(verdict, STYLE[item.status])),
                           (f" {item.label}: {item.msg}", "")])
             details = item.details
             if details.get("proves") in scopes_shown:  # say once per kind what such a check proves
                 details = {k: v for k, v in details.items() if k not in ("proves", "cannot")}
             scopes_shown.add(item.details.get("proves", ""))
             lines.extend([("            ", ""), (x, "dim")] for x in _item_detail_lines(details, self.verbose))
-        if r.failed and r.evidence is not None:
-            ev = r.evidence
+            if item.details.get("next") and (item.status is not Status.OK or self.verbose):
+                lines.extend(next_lines(item.details["next"], "            "))
+        if hidden and r.status is not Status.OK:  # an ok result's own line says it all
+            done = "passed" if r.task == "verify" else "ok"
+            lines.append([("    ", ""), (f"{hidden} {done}, not shown: -v shows them", "dim")])
+        ev = r.evidence
+        if r.failed and ev is not None and (self.verbose or ev.exit_code not in (0, None) or ev.stderr_tail
+                                            or not any(i.status is Status.FAILED for i in r.items)):
             lines.append([("    ", ""), ("command:", "dim"), (f" {ev.command}  ", ""), ("exit:", "dim"),
                           (f" {ev.exit_code}  ", ""), ("took:", "dim"), (f" {ev.seconds}s", "")])
             if ev.stderr_tail:
                 lines.append([("    ", ""), ("stderr (last lines):", "dim")])
                 lines.extend([(f"      {x}", "")] for x in ev.stderr_tail)
-        for moved in r.data.get("quarantined") or ():  # what the node tidied on the way, whatever the task
-            text = (f" quarantined corrupt state file {moved.get('path')} ({moved.get('why')}); moved to "
-                    f"{moved.get('moved_to')}")
-            lines.append([("    ", ""), ("node:", "yellow"), (text, "")])
-        for path in r.data.get("removed_temp_files") or ():
-            lines.append([("    ", ""), ("node:", "yellow"), (f" removed a dead upload's temp file {path}", "")])
-        for text in r.data.get("node_warnings") or ():  # what the operator let pass (--allow-insecure-venv)
-            lines.append([("    ", ""), ("node warning:", "yellow"), (f" {text}", "")])
+        lines.extend(_node_notes(r))
         if r.data.get("chosen_playbook"):  # from a playbook set, by the host's versions (tasks/registry.py)
             lines.append([("    ", ""), ("playbook:", "dim"), (f" {r.data['chosen_playbook']}", "")])
-        if r.data.get("next"):  # a health task's next action: once per result, so once per folded group
-            lines.append([("    ", ""), ("next:", "bold"), (f" {r.data['next']}", "")])
+        if r.data.get("next"):  # what to do next: once per result, so once per folded group; always last
+            lines.extend(next_lines(r.data["next"], "    "))
         return lines, table
 
     def _print_folded(self, results: list[Result]) -> list[Group]:
@@ -329,7 +371,8 @@ class Reporter:
         table.add_column("hosts" if self.fold else "host", style="bold")
         for s in Status:
             table.add_column(s.value, justify="right")
-        rows = fold.recap_groups(recap(results)) if self.fold else list(recap(results).items())
+        counts = recap(results)
+        rows = fold.recap_groups(counts) if self.fold else sorted(counts.items(), key=lambda kv: natural_key(kv[0]))
         for host, row in rows:
             table.add_row(escape(host), *[f"[{STYLE[s]}]{row[s.value]}[/]" if row[s.value] else "0" for s in Status])
         with self.lock:
@@ -339,9 +382,10 @@ class Reporter:
             for section in sections or []:
                 self.console.print()
                 self.console.print(render_table(section))
-            self.console.print()
-            self.console.print(table)
-            failed = sorted({r.host for r in results if r.failed})
+            if len(counts) > 1:  # one host: its own lines already say what a recap row would
+                self.console.print()
+                self.console.print(table)
+            failed = sorted({r.host for r in results if r.failed}, key=natural_key)
             if failed:
                 names = fold_names(failed) if self.fold else ", ".join(failed)
                 self.console.print(f"[bold red]failed hosts:[/] {escape(names)}  [dim](exit status {code})[/]")
@@ -367,16 +411,114 @@ def _text(markup_text: str) -> Text:
     return rich().Text.from_markup(markup_text, emoji=False)
 
 
-def render_table(spec: dict) -> Table:
-    title = spec.get("title")
-    table = rich().Table(title=escape(str(title)) if title else None, title_justify="left")
-    for column in spec["columns"]:  # "whole": a long value (a nightly's version) folds onto more lines, never cut
-        table.add_column(column, overflow="fold" if spec.get("whole") else "ellipsis")
-    highlight_rows = set(spec.get("highlight_rows", []))
-    for n, row in enumerate(spec["rows"]):
-        style = "bold yellow" if n in highlight_rows else None
-        table.add_row(*[escape(str(v)) for v in row], style=style)
-    return table
+def next_lines(nxt: Any, indent: str) -> list[Line]:
+    """`next: why`, then each command alone on its line (what a triple-click copies, whole at any width: the
+    terminal wraps it, nothing cuts it). A plain string is one command."""
+    if isinstance(nxt, str):
+        why, commands = "", [nxt]
+    else:
+        why, commands = str(nxt.get("why") or ""), [str(c) for c in nxt.get("commands") or ()]
+    out: list[Line] = [[(indent, ""), ("next:", "bold"), *([(f" {why}", "")] if why else [])]]
+    out.extend([(indent + "  ", ""), (command, COMMAND)] for command in commands)
+    return out
+
+
+def _node_notes(r: Result) -> list[Line]:
+    """What the node did or let pass on the way, whatever the task: files quarantined or tidied, warnings."""
+    lines: list[Line] = []
+    for moved in r.data.get("quarantined") or ():  # what the node tidied on the way, whatever the task
+        text = (f" quarantined corrupt state file {moved.get('path')} ({moved.get('why')}); moved to "
+                f"{moved.get('moved_to')}")
+        lines.append([("    ", ""), ("node:", "yellow"), (text, "")])
+    for path in r.data.get("removed_temp_files") or ():
+        lines.append([("    ", ""), ("node:", "yellow"), (f" removed a dead upload's temp file {path}", "")])
+    for text in r.data.get("node_warnings") or ():  # what the operator let pass (--allow-insecure-venv)
+        lines.append([("    ", ""), ("node warning:", "yellow"), (f" {text}", "")])
+    return lines
+
+
+def render_table(spec: dict) -> RenderableType:
+    """A table of plain cells that never cuts a word (an id, a path, a pid): columns wrap between words, the
+    widest first; when even that does not fit the terminal, each row is printed as a block instead, its first
+    cell on a line of its own and then `column: value` pairs (report/ decides at draw time, for its width)."""
+    return _FitTable(spec)
+
+
+class _FitTable:
+    def __init__(self, spec: dict) -> None:
+        self.spec = spec
+        self.columns = [str(c) for c in spec["columns"]]
+        self.rows = [[shown(str(v)) for v in row] for row in spec["rows"]]
+        self.highlight = set(spec.get("highlight_rows", []))
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        from rich.cells import cell_len
+
+        def longest(cells: list[str], words: bool) -> int:
+            parts = [p for c in cells for ln in c.split("\n") for p in (ln.split() if words else [ln])]
+            return max((cell_len(p) for p in parts), default=1) or 1
+
+        cells = [[name, *(row[i] if i < len(row) else "" for row in self.rows)] for i, name in
+                 enumerate(self.columns)]
+        least = [longest(c, True) for c in cells]
+        most = [longest(c, False) for c in cells]
+        chrome = 3 * len(self.columns) + 1  # rich's default box: an edge each side, a rule and padding per column
+        room = options.max_width - chrome
+        if sum(most) <= room:
+            yield self._table(None)
+        elif sum(least) <= room:
+            yield self._table(_share(least, most, room))
+        else:
+            yield from self._blocks(options.max_width)
+
+    def _table(self, widths: list[int] | None) -> Table:
+        title = self.spec.get("title")
+        table = rich().Table(title=escape(str(title)) if title else None, title_justify="left")
+        for n, column in enumerate(self.columns):
+            table.add_column(column, width=widths[n] if widths else None, overflow="fold")
+        for n, row in enumerate(self.rows):
+            table.add_row(*[escape(v) for v in row], style="bold yellow" if n in self.highlight else None)
+        return table
+
+    def _blocks(self, width: int) -> Any:
+        from rich.cells import cell_len
+
+        title = self.spec.get("title")
+        if title:
+            yield _text(f"[italic]{escape(str(title))}[/]")
+        for n, row in enumerate(self.rows):
+            style = "bold yellow" if n in self.highlight else "bold"
+            yield _text(f"[{style}]{escape(row[0])}[/]" if row else "")
+            line: list[tuple[str, str]] = []  # (plain, markup) of the pairs on the line being filled
+            for name, value in zip(self.columns[1:], row[1:]):
+                values = value.split("\n")
+                pair = (f"{name}: {values[0]}", f"[dim]{escape(name)}:[/] {escape(values[0])}")
+                used = 4 + sum(cell_len(p) + 2 for p, _ in line)
+                if line and used + cell_len(pair[0]) > width:
+                    yield _text("    " + "  ".join(m for _, m in line))
+                    line = []
+                line.append(pair)
+                for more in values[1:]:  # a cell of several lines (a GPU's processes): one under the other
+                    yield _text("    " + "  ".join(m for _, m in line))
+                    line = [(f"  {more}", f"  {escape(more)}")]
+            if line:
+                yield _text("    " + "  ".join(m for _, m in line))
+
+
+def _share(least: list[int], most: list[int], room: int) -> list[int]:
+    """Column widths between each one's longest word and its longest line, summing to at most `room`: the
+    space left over after every longest word goes to the columns that would wrap most, in turn."""
+    widths = list(least)
+    spare = room - sum(widths)
+    while spare > 0:
+        wants = [m - w for m, w in zip(most, widths)]
+        n = max(range(len(widths)), key=lambda i: wants[i])
+        if wants[n] <= 0:
+            break
+        give = min(spare, wants[n], max(1, spare // len(widths)))
+        widths[n] += give
+        spare -= give
+    return widths
 
 
 EVIDENCE_SHOWN = 5  # per check in the human view; what is left is counted, never dropped silently

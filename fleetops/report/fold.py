@@ -12,9 +12,11 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ..plans.hostrange import fold as fold_names
 from ..plans.hostrange import header, natural_key
 from ..results import Result, Status
 
@@ -23,7 +25,10 @@ Line = list[Segment]
 LABEL = "\0host\0"  # the label slot: console.py writes the host name or the group header there
 PLACEHOLDER = "{host}"  # stands for each host's own name inside folded text
 ADDRESS_PLACEHOLDER = "{addr}"  # and for its own address (address:port)
-FOLD_MIN_HOSTS = 4  # folding is on by default from this many hosts ("more than a few")
+FOLD_MIN_HOSTS = 2  # folding is on by default from this many hosts: two that answered alike print once
+# The style of a segment that is a command to copy (a `next:` command): console.py draws it bold. In a folded
+# group its `-H {host}` becomes the group's own hosts (`-H 'lab[01-03]'`), so it runs as printed.
+COMMAND = "command"
 # A duration inside a message ("import ... ok (1.59s; ...)"): it differs on every host and run, so hosts
 # fold without it and a folded group shows the range its members took (0.04-1.59s).
 DURATION = re.compile(r"(?<![\w.])([0-9]+(?:\.[0-9]+)?)s(?![\w])")
@@ -70,6 +75,18 @@ class Identity:
             out += [text[done:start], PLACEHOLDER if word == self.name else ADDRESS_PLACEHOLDER]
             done = end
         return "".join(out) + text[done:] if out else text
+
+    def replace_in_command(self, text: str) -> str:
+        """A command's `-H <this host>` → `-H {host}`; any other mention of the host stays as it is, so two
+        hosts fold only when their commands differ by the -H word alone."""
+        word = f"-H {shlex.quote(self.name)}"
+        start = text.find(word)
+        while start != -1:
+            end = start + len(word)
+            if end == len(text) or text[end] == " ":
+                return f"{text[:start]}-H {PLACEHOLDER}{text[end:]}"
+            start = text.find(word, end)
+        return text
 
     def _hits(self, text: str) -> list[tuple[int, int, str]]:
         hits = []
@@ -141,13 +158,18 @@ class Group:
         if len(self.hosts) == 1:
             return self.drawn.lines
         spans = iter([_span(values) for values in self.durations] + ["?s"] * 1000)  # never short, whatever the text
-        return [[(text if text == LABEL else DURATION.sub(lambda _m: next(spans), text), style)
+        hosts = shlex.quote(fold_names(self.hosts))
+        return [[(text.replace(f"-H {PLACEHOLDER}", f"-H {hosts}") if style == COMMAND else
+                  text if text == LABEL else DURATION.sub(lambda _m: next(spans), text), style)
                  for text, style in line] for line in self.drawn.folded_lines]
 
     def plain(self) -> list[str]:
         """The group's text with the placeholders, for diffs: two groups differ in what they said, never
         in who said it."""
-        text = [DURATION.sub("{t}s", plain(line, PLACEHOLDER)) for line in self.drawn.folded_lines]
+        hosts = shlex.quote(fold_names(self.hosts))  # a command is the group's own, even in a diff: it runs
+        text = ["".join(PLACEHOLDER if seg == LABEL else seg.replace(f"-H {PLACEHOLDER}", f"-H {hosts}")
+                        if style == COMMAND else DURATION.sub("{t}s", seg) for seg, style in line)
+                for line in self.drawn.folded_lines]
         table = self.drawn.table
         if table:
             text += [" | ".join(str(c) for c in table["columns"]),
@@ -165,7 +187,8 @@ def substitute(lines: list[Line], identity: Identity | None) -> list[Line]:
     whole = "\0".join(text for line in lines for text, _ in line)
     if not any(word in whole for word in identity.words()):
         return lines  # most results never name their host: one search instead of one per segment
-    return [[(text if text == LABEL else identity.replace(text), style) for text, style in line] for line in lines]
+    return [[(text if text == LABEL else identity.replace_in_command(text) if style == COMMAND else
+              identity.replace(text), style) for text, style in line] for line in lines]
 
 
 def draw_all(results: list[Result], draw: Callable[[Result], tuple[list[Line], dict | None]],
@@ -178,10 +201,12 @@ def draw_all(results: list[Result], draw: Callable[[Result], tuple[list[Line], d
         table_key: tuple = ()
         if table:
             table_key = tuple(tuple(ident.replace(str(v)) for v in row) for row in table["rows"])
-        text = [plain(line, "") for line in folded]
-        durations = [float(m[1]) for line in folded for seg, _ in line if seg != LABEL for m in DURATION.finditer(seg)]
-        key = (r.task, r.status.value, r.data.get("exit_code"), tuple(DURATION.sub("{t}s", x) for x in text),
-               table_key)
+        durations = [float(m[1]) for line in folded for seg, style in line if seg != LABEL and style != COMMAND
+                     for m in DURATION.finditer(seg)]
+        # A command is compared as written: `sleep 5s` and `sleep 6s` are two commands, not one duration.
+        text = tuple("".join(seg if style == COMMAND else DURATION.sub("{t}s", seg) for seg, style in line
+                             if seg != LABEL) for line in folded)
+        key = (r.task, r.status.value, r.data.get("exit_code"), text, table_key)
         out.append(Drawn(r, lines, table, folded, key, table_key, durations))
     return out
 

@@ -39,7 +39,8 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
     facts = [r for r in results if r.task == "facts" and "fact_row" in r.data]
     if facts:
         # One row per fact, one column per host (per group of hosts with the same facts, when folding).
-        columns = [(r.host, [shown(str(v)) for v in r.data["fact_row"]]) for r in facts]
+        columns = [(r.host, [shown(str(v)) for v in r.data["fact_row"]])
+                   for r in sorted(facts, key=lambda r: natural_key(r.host))]
         if fold:
             columns = [(header(hosts), list(row))
                        for row, hosts in _same(columns, lambda col: tuple(col[1])).items()]
@@ -55,14 +56,18 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
     diag = [r for r in results if r.task == "diagnose" and r.data.get("summary_row")]
     if len(diag) > 1:
         # One row per host (per group of hosts with the same worst finding, when folding), worst first.
-        rows = [[r.host, *(shown(str(c)) for c in r.data["summary_row"][1:])] for r in diag]
-        if fold:  # the same finding on many hosts (their own name as {host}) is one row
-            rows = [[header(hosts), *row] for row, hosts in _same(
-                rows, lambda row: tuple(str(c).replace(row[0], "{host}") for c in row[1:])).items()]
+        rows = [[r.host, *(shown(str(c)) for c in r.data["summary_row"][1:4])] for r in diag]
+        if fold:  # the same finding on many hosts (their own name as {host} to compare) is one row
+            groups = _same(rows, lambda row: tuple(str(c).replace(row[0], "{host}") for c in row[1:]))
+            first = {row[0]: row for row in rows}
+            rows = [[header(hosts), *first[hosts[0]][1:]] if len(hosts) == 1 else
+                    [header(hosts), *(str(c).replace(hosts[0], "{host}") for c in first[hosts[0]][1:])]
+                    for hosts in groups.values()]
         order = {"CRITICAL": 0, "UNKNOWN": 1, "WARN": 2, "OK": 3}
-        rows.sort(key=lambda row: (order.get(row[1], 9), row[0]))
+        rows.sort(key=lambda row: (order.get(row[1], 9), natural_key(row[0])))
+        # No command here: a table cell would wrap it; each host's block ends with its next commands, whole.
         sections.append({"title": "diagnose: fleet summary (worst first)",
-                         "columns": ["hosts" if fold else "host", "verdict", "what", "worst finding", "next"],
+                         "columns": ["hosts" if fold else "host", "verdict", "what", "worst finding"],
                          "rows": rows})
     return sections
 

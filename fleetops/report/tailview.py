@@ -81,16 +81,16 @@ class TailView:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
 
+        # No job id here: the fleet table beside it says `tail <id>` whole, and this one must fit 80 columns.
         table = Table(title="jobs", title_justify="left", show_edge=False)
-        for column in ("host", "job", "state", "progress", "samples", "tok/s", "ETA", "failures"):
+        for column in ("host", "state", "progress", "samples", "tok/s", "ETA", "failures"):
             table.add_column(column)
         for host, row in rows:
             style = {"running": "cyan", "succeeded": "green", "failed": "bold red", "killed": "bold red",
                      "lost": "bold magenta"}.get(row.state, "")
-            progress: RenderableType = ProgressBar(total=row.total or 100.0, completed=row.done, width=30) \
+            progress: RenderableType = ProgressBar(total=row.total or 100.0, completed=row.done, width=20) \
                 if row.total else "-"
-            table.add_row(escape(host), escape(row.job_id or "-"),
-                          f"[{style}]{escape(row.state)}[/]" if style else escape(row.state), progress,
+            table.add_row(escape(host), f"[{style}]{escape(row.state)}[/]" if style else escape(row.state), progress,
                           f"{int(row.done)}/{int(row.total)}" if row.total else "-",
                           f"{row.tok_s:.0f}" if row.tok_s is not None else "-", clock(row.eta),
                           f"[bold red]{row.failures}[/]" if row.failures else "0")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from ..plans.versions import judged_checks
 from ..plans.yamlsrc import ConfigError
-from ..results import Item, Result, Status
+from ..results import Item, Next, Result, Status
 from .plan import Plan, TaskSpec, agent_error, unmet_warnings
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def _verify_plan(run: RunState, kwargs: dict) -> Plan:
     if not request["checks"]:
         raise ConfigError(book.path, None, f"playbook {book.name!r} has no checks"
                                            + (f" of kinds {sorted(kinds)}" if kinds else ""))
-    return Plan("verify", request, 900, book)
+    return Plan("verify", request, 900, book, options={"playbook": kwargs.get("playbook")})
 
 
 def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
@@ -48,7 +49,21 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
     warnings = unmet_warnings(answer.get("dists"))
     if warnings:
         data["node_warnings"] = warnings
+    if status is Status.FAILED:
+        data["next"] = _verify_next(host, plan, [raw for raw in answer["items"] if not raw["ok"]]).to_data()
     return Result(host, "verify", status, msg, items, data=data)
+
+
+def _verify_next(host: str, plan: Plan, failing: list[dict]) -> Next:
+    """Failing version pins: another speculators or vLLM is installed, which patching cannot fix; any other
+    failing check: the playbook's patch is missing, partly there or edited, which patch --check tells apart."""
+    fab = f"fab -H {quote(host)}"
+    book = f" --playbook {quote(str(plan.options['playbook']))}" if plan.options.get("playbook") else ""
+    if any(raw["kind"] == "requires" for raw in failing):
+        return Next("the installed versions are not the ones the playbook pins: see what is installed "
+                    "(runbook new-version-landed)", [f"{fab} facts"])
+    return Next("see whether the playbook's patch is missing, partly there or edited; then patch and prove it",
+                [f"{fab} patch --check{book}", f"{fab} patch verify{book}"])
 
 
 TASKS = [TaskSpec("verify", _verify_plan, _interpret_verify)]

@@ -19,7 +19,6 @@ import re
 import shlex
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from remote_scripts.core.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
@@ -27,7 +26,7 @@ from remote_scripts.core.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOUL
 from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, describe_end, resolve
 from ..plans.versions import judged_checks, judged_patch
 from ..plans.yamlsrc import ConfigError
-from ..results import EXIT_OK, Result, Status
+from ..results import EXIT_OK, Item, Next, Result, Status
 from ..wire.connector import Connector, TransportError
 from . import slurm
 from .plan import Plan, TaskSpec
@@ -54,9 +53,10 @@ class Finding:
     verdict: str
     area: str  # reach, clock, patch, gpu, gpuN, kernel, job, oom, processes, disk, memory, load
     msg: str
-    next: str  # the next command to run (or what to do)
+    next: list[str]  # the commands to run next, each whole (report/ prints each on a line of its own)
     rank: int = 50  # within a verdict: lower first (how likely it is the cause of trouble)
     details: dict = field(default_factory=dict)
+    why: str = ""  # what the commands are for, in a few words
 
 
 def _fab(host: str, *words: str) -> str:
@@ -88,33 +88,41 @@ def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
     details["files"] = [{"module": f.get("module"), "status": f.get("status"), "msg": f.get("msg")} for f in files]
     if REFUSED in words or any(i["kind"] == "requires" for i in failed):
         why = next((f["msg"] for f in files if f.get("status") == REFUSED), None) or failed[0]["msg"]
-        return Finding(CRITICAL, "patch", f"wrong packages: {why}", _fab(host, "facts"), 20, details)
+        return Finding(CRITICAL, "patch", f"wrong packages: {why}", [_fab(host, "facts")], 20, details,
+                       "see what is installed: a playbook is for the versions it pins (runbook new-version-landed)")
     if DRIFTED in words:
         which = ", ".join(str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == DRIFTED)
         return Finding(CRITICAL, "patch", f"drifted: {which} matches neither the original nor the patched form "
-                       f"({counts}{first_bad})", _fab(host, "patch", "--check"), 25, details)
+                       f"({counts}{first_bad})", [_fab(host, "patch", "--check")], 25, details,
+                       "see the edited lines (runbook node-drifted)")
     if files and all(w == ALREADY_APPLIED for w in words):
         if failed:
-            return Finding(CRITICAL, "patch", f"patched, but {counts}{first_bad}", _fab(host, "verify"), 25, details)
-        return Finding(OK, "patch", f"patched ({len(files)} files; {counts})", _fab(host, "verify") + "  (deep checks)",
-                       90, details)
+            return Finding(CRITICAL, "patch", f"patched, but {counts}{first_bad}", [_fab(host, "verify")], 25,
+                           details, "see which checks fail, with their evidence")
+        return Finding(OK, "patch", f"patched ({len(files)} files; {counts})", [_fab(host, "verify")], 90, details,
+                       "the deep checks too (callsites, the probe)")
     if files and all(w == WOULD_APPLY for w in words):
         return Finding(WARN, "patch", f"not patched: {len(files)} files as installed ({counts})",
-                       _fab(host, "patch", "verify"), 30, details)
+                       [_fab(host, "patch", "verify")], 30, details, "patch the node, then prove it")
     if files and set(words) <= {WOULD_APPLY, ALREADY_APPLIED}:
         done = ", ".join(str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == ALREADY_APPLIED)
         return Finding(CRITICAL, "patch", f"drifted: only partly patched ({done} patched, the rest not; {counts})",
-                       _fab(host, "patch", "--check"), 25, details)
+                       [_fab(host, "patch", "--check")], 25, details, "see which hunks are in and which not")
     if files:
         return Finding(UNKNOWN, "patch", f"the patch's check mode answered {sorted(set(map(str, words)))}: "
-                       f"{files[0].get('msg')}", _fab(host, "patch", "--check"), 60, details)
+                       f"{files[0].get('msg')}", [_fab(host, "patch", "--check")], 60, details,
+                       "see what the patch would do")
     if (patch or {}).get("error"):
-        return Finding(UNKNOWN, "patch", f"not checked: {patch['error']}", _fab(host, "patch", "--check"), 60, details)
+        return Finding(UNKNOWN, "patch", f"not checked: {patch['error']}", [_fab(host, "patch", "--check")], 60,
+                       details, "see what the patch would do")
     if checks.get("error"):
-        return Finding(UNKNOWN, "patch", f"not checked: {checks['error']}", _fab(host, "verify"), 60, details)
+        return Finding(UNKNOWN, "patch", f"not checked: {checks['error']}", [_fab(host, "verify")], 60, details,
+                       "run the checks on their own")
     if failed:
-        return Finding(WARN, "patch", f"{counts}{first_bad}", _fab(host, "verify"), 30, details)
-    return Finding(OK, "patch", f"the playbook has no patches; {counts}", _fab(host, "verify"), 90, details)
+        return Finding(WARN, "patch", f"{counts}{first_bad}", [_fab(host, "verify")], 30, details,
+                       "see which checks fail, with their evidence")
+    return Finding(OK, "patch", f"the playbook has no patches; {counts}", [_fab(host, "verify")], 90, details,
+                   "the deep checks too")
 
 
 def _gpu_label(bus: str | None, index_by_bus: dict[str, int]) -> str:
@@ -127,6 +135,8 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
     groups: dict[tuple[int, str | None], list[XidEvent]] = {}
     for e in events:
         groups.setdefault((e.code, e.bus_id), []).append(e)
+    from ..plans.kernellog import when as kernel_when
+
     out = []
     for (code, bus), evs in groups.items():
         last = evs[-1]
@@ -134,61 +144,36 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
         verdict = {"CRITICAL": CRITICAL, "WARN": WARN}.get(info.severity, OK)
         label = _gpu_label(bus, index_by_bus)
         where = f"GPU {label[3:]} " if label != "gpu" else "GPU "
-        when = _when(last.line.epoch) or last.line.stamp or "since boot"
+        when = kernel_when(last.line.epoch) or last.line.stamp or "since boot"
         who = f", process {last.process} (pid {last.pid})" if last.pid else ""
         times = f"{len(evs)} times, last {when}" if len(evs) > 1 else when
         msg = (f"Xid {code} on {where}(PCI {bus or last.pci}): {info.name}{who} [{times}]: {info.action}")
         if code == 79:
-            nxt = (f"drain the node: {_fab(host, 'drain', '--reason', f'Xid 79 on {where.strip()}')}, stop its job "
-                   f"({_fab(host, 'stop')}), reboot it ({_run_cmd(host, 'sudo reboot')}); after the reboot: "
-                   f"{_fab(host, 'diagnose')}, then {_fab(host, 'undrain')}")
+            why = ("drain the node (so nothing launches there), stop its job, reboot it; after the reboot diagnose it, "
+                   "then undrain it")
+            nxt = [_fab(host, "drain", "--reason", f"Xid 79 on {where.strip()}"), _fab(host, "stop"),
+                   _run_cmd(host, "sudo reboot"), _fab(host, "diagnose"), _fab(host, "undrain")]
         elif info.reset:
-            nxt = _run_cmd(host, f"sudo nvidia-smi --gpu-reset -i {_q(bus or last.pci)}") + "  (when the GPU is idle)"
+            why = "reset the GPU once it is idle"
+            nxt = [_run_cmd(host, f"sudo nvidia-smi --gpu-reset -i {_q(bus or last.pci)}")]
         else:
-            nxt = _run_cmd(host, f"nvidia-smi -q -i {_q(bus or last.pci)} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER")
+            why = "the GPU's ECC, retired pages and row remapping"
+            nxt = [_run_cmd(host, f"nvidia-smi -q -i {_q(bus or last.pci)} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER")]
         rank = 5 if verdict == CRITICAL else 40
         out.append(Finding(verdict, label, msg, nxt, rank,
                            {"xid": code, "meaning": info.name, "bus_id": bus, "count": len(evs), "pid": last.pid,
-                            "process": last.process, "last_line": last.line.text}))
+                            "process": last.process, "last_line": last.line.text}, why))
     return out
-
-
-def _when(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def match_oom(kills: list[OomKill], job: dict, pids: set[int]) -> tuple[list[OomKill], list[OomKill]]:
-    """(kills of the job's processes, other kills). A kill names the job when its pid is the job's main
-    process or one of its live processes, or when it happened during the job's run (a worker the job
-    started: its pid is not recorded) and the job ended by SIGKILL."""
-    ours, others = [], []
-    started = job.get("started_ts")
-    ended = (job.get("exit") or {}).get("ended_ts")
-    killed = (job.get("exit") or {}).get("signal") == 9 or job.get("state") == "lost"
-    for k in kills:
-        in_window = (started is not None and k.epoch is not None and started - 1 <= k.epoch
-                     and (ended is None or k.epoch <= ended + 5))
-        if k.pid in pids or (killed and in_window):
-            ours.append(k)
-        else:
-            others.append(k)
-    return ours, others
-
-
-def _oom_text(k: OomKill) -> str:
-    rss = f", anon-rss {k.anon_rss_mib} MiB" if k.anon_rss_mib is not None else ""
-    scope = "its memory cgroup's limit" if k.cgroup_oom else "the machine's memory"
-    return f"pid {k.pid} ({k.process}{rss}; {scope}) at {_when(k.epoch) or 'an unknown time'}"
 
 
 def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
                  progress_rx: re.Pattern[str], failure_rxs: list[re.Pattern[str]]) -> list[Finding]:
     if job.get("error_kind") == "no_job":
-        return [Finding(OK, "job", "no job has been started on this node", _fab(host, "extract"), 95)]
+        return [Finding(OK, "job", "no job has been started on this node", [_fab(host, "extract")], 95,
+                        why="start one")]
     if job.get("error"):
-        return [Finding(UNKNOWN, "job", f"the latest job could not be read: {job['error']}", _fab(host, "status"), 45)]
+        return [Finding(UNKNOWN, "job", f"the latest job could not be read: {job['error']}", [_fab(host, "status")],
+                        45, why="the job's own account")]
     state = job.get("state")
     tail = job.get("log_tail") or []
     progress = next((ln for ln in reversed(tail) if progress_rx.search(ln)), None)
@@ -198,32 +183,33 @@ def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
              + (f" after {runtime:.0f}s" if isinstance(runtime, (int, float)) else ""))
     details = {"job_id": job.get("id"), "state": state, "exit": job.get("exit"), "runtime_s": runtime,
                "last_progress": progress, "failure_lines": failures, "log": job.get("log")}
-    pids = {int(p) for p in (job.get("pid"), job.get("wrapper_pid")) if p}
-    ours, _ = match_oom(kills, job, pids)
+    from ..plans.kernellog import OOM_ADVICE, match_oom, oom_text, sigkill_note
+
+    ours, _ = match_oom(kills, job)
     out = []
     if ours:
         main = next((k for k in ours if k.pid == job.get("pid")), ours[0])
         how = "main process" if main.pid == job.get("pid") else "process (one that died during its run)"
         out.append(Finding(CRITICAL, "oom", f"the kernel OOM killer killed job {job.get('id')}'s {how}: "
-                           f"{_oom_text(main)}; the job ended: {describe_end(job)}",
-                           f"{_fab(host, 'logs', '--job-id', str(job.get('id')))}; give it less to hold in memory "
-                           "(batch size, max_model_len) or a node with more, then extract again",
-                           3, {**details, "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours]}))
+                           f"{oom_text(main)}; the job ended: {describe_end(job)}",
+                           [_fab(host, "logs", "--job-id", str(job.get("id")))], 3,
+                           {**details, "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours]},
+                           OOM_ADVICE))
         return out
     if state in ("running", "starting"):
         msg = f"{facts}; last progress: {progress or '(none yet)'}"
-        out.append(Finding(OK, "job", msg, _fab(host, "tail"), 80, details))
+        out.append(Finding(OK, "job", msg, [_fab(host, "tail")], 80, details, "follow it"))
     elif state == "succeeded":
-        out.append(Finding(OK, "job", f"{facts}: {describe_end(job)}", _fab(host, "logs"), 85, details))
+        out.append(Finding(OK, "job", f"{facts}: {describe_end(job)}", [_fab(host, "logs")], 85, details,
+                           "its last lines"))
     else:
         why = describe_end(job)
-        if (job.get("exit") or {}).get("signal") == 9 and kernel_ok:
-            why += " (no OOM-killer line in the kernel log names it: a kill -9, or `stop`)"
-        elif (job.get("exit") or {}).get("signal") == 9:
-            why += " (the kernel log could not be read, so an OOM kill cannot be ruled out)"
+        if (job.get("exit") or {}).get("signal") == 9:
+            why += f" ({sigkill_note(kernel_ok)})"
         last = f"; last failure line: {failures[-1]}" if failures else (f"; last log line: {tail[-1]}" if tail else "")
         out.append(Finding(WARN, "job", f"{facts}: {why}{last}",
-                           _fab(host, "logs", "--job-id", str(job.get("id")), "--lines", "200"), 10, details))
+                           [_fab(host, "logs", "--job-id", str(job.get("id")), "--lines", "200")], 10, details,
+                           "read why it ended"))
     return out
 
 
@@ -235,10 +221,12 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
     index_by_bus: dict[str, int] = {}
     if snap.get("error_kind") == "no_nvidia_smi":
         out.append(Finding(UNKNOWN, "gpu", f"GPUs not checked: {snap['error']}",
-                           _run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia"), 35))
+                           [_run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia")], 35,
+                           why="look for the driver and nvidia-smi"))
         return out, index_by_bus
     if not snap.get("ok"):
-        out.append(Finding(CRITICAL, "gpu", f"nvidia-smi fails: {snap.get('error')}", _run_cmd(host, "nvidia-smi"), 8))
+        out.append(Finding(CRITICAL, "gpu", f"nvidia-smi fails: {snap.get('error')}", [_run_cmd(host, "nvidia-smi")],
+                           8, why="nvidia-smi's own words"))
         return out, index_by_bus
     from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml  # xml.etree and the Xid table,
     from ..plans.kernellog import bus_key  # ~15 ms: only when a node's GPUs are there to be checked
@@ -250,39 +238,43 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
             index_by_bus[key] = int(g["index"])
     if expected is not None and len(gpus) < expected:
         out.append(Finding(CRITICAL, "gpu", f"{len(gpus)} of {expected} GPUs visible (inventory says {expected})",
-                           _run_cmd(host, "nvidia-smi -L; lspci | grep -i nvidia"), 6))
+                           [_run_cmd(host, "nvidia-smi -L; lspci | grep -i nvidia")], 6,
+                           why="which GPUs the driver and the PCI bus see"))
     for g in gpus:
         if g.get("problems"):
             out.append(Finding(CRITICAL, f"gpu{g.get('index')}", f"GPU {g.get('index')} ({g.get('bus_id')}) reads "
                                f"{'; '.join(g['problems'])}",
-                               _run_cmd(host, f"nvidia-smi -q -i {_q(g.get('index'))}"), 7))
+                               [_run_cmd(host, f"nvidia-smi -q -i {_q(g.get('index'))}")], 7,
+                               why="the GPU's full record"))
     foreign = [(g, p) for g in gpus for p in g.get("processes", []) if not p.get("job") and p["pid"] not in job_pids]
     held = ", ".join(f"GPU {g['index']}: pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, user "
                      f"{p.get('user') or '?'}" for g, p in foreign)
     if foreign:
         out.append(Finding(WARN, "gpu", f"GPUs held by processes that are not a fleetops job: {held}",
-                           _fab(host, "gpu"), 50, {"foreign": [p for _, p in foreign]}))
+                           [_fab(host, "gpu")], 50, {"foreign": [p for _, p in foreign]},
+                           "who holds them (pid, user, age): ask their owners"))
     if xml.get("error"):
         out.append(Finding(UNKNOWN, "gpu", f"ECC / retired pages / row remapping not read: {xml['error']}",
-                           _run_cmd(host, "nvidia-smi -q -x | head"), 55))
+                           [_run_cmd(host, "nvidia-smi -q -x | head")], 55, why="nvidia-smi's own words"))
     elif xml.get("xml"):
         try:
             health = parse_health_xml(xml["xml"])
         except HealthParseError as exc:
             out.append(Finding(UNKNOWN, "gpu", f"nvidia-smi -q -x unreadable: {exc}",
-                               _run_cmd(host, "nvidia-smi -q -x | head"), 55))
+                               [_run_cmd(host, "nvidia-smi -q -x | head")], 55, why="nvidia-smi's own words"))
             health = []
         for h in assess(health):
             label = f"gpu{h.gpu.index}" if h.gpu.index is not None else "gpu"
             out.append(Finding(CRITICAL if h.severity == "CRITICAL" else WARN, label,
                                f"GPU {h.gpu.index} ({h.gpu.bus_id}): {h.what}: {h.action}",
-                               _run_cmd(host, f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER"
-                                              ",PERFORMANCE"), 9 if h.severity == "CRITICAL" else 45))
+                               [_run_cmd(host, f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,"
+                                               "ROW_REMAPPER,PERFORMANCE")], 9 if h.severity == "CRITICAL" else 45,
+                               why="the GPU's ECC, retirement, remapping and throttle record"))
         if health and not any(f.area.startswith("gpu") and f.verdict != OK for f in out):
             vol = sum(h.ecc.get("volatile", {}).get("uncorrectable", 0) for h in health)
             out.append(Finding(OK, "gpu", f"{len(gpus)} GPUs ({', '.join(sorted({str(g.get('name')) for g in gpus}))})"
                                f", {vol} uncorrectable ECC errors, no pending remap or retirement, no hardware "
-                               "throttling", _fab(host, "gpu"), 90))
+                               "throttling", [_fab(host, "gpu")], 90, why="the GPUs and their processes"))
     return out, index_by_bus
 
 
@@ -305,27 +297,29 @@ def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
         inode_pct = 100 * d["inodes_free"] / d["inodes_total"] if d.get("inodes_total") else 100.0
         text = (f"{d['label']} {d['path']}: {d['free_bytes'] / 2**30:.1f} GiB free ({free_pct:.0f}%), "
                 f"inodes {inode_pct:.0f}% free")
-        nxt = _run_cmd(host, f"df -h {_q(d['path'])}; df -i {_q(d['path'])}")
+        nxt = [_run_cmd(host, f"df -h {_q(d['path'])}; df -i {_q(d['path'])}")]
         if free_pct < 1 or inode_pct < 1:
-            out.append(Finding(CRITICAL, "disk", text, nxt, 12))
+            out.append(Finding(CRITICAL, "disk", text, nxt, 12, why="space and inodes where it is short"))
         elif free_pct < 5 or inode_pct < 5 or d["free_bytes"] < 2 * 2**30:
-            out.append(Finding(WARN, "disk", text, nxt, 42))
+            out.append(Finding(WARN, "disk", text, nxt, 42, why="space and inodes where it is short"))
         else:
             fine.append(f"{d['label']} {d['free_bytes'] / 2**30:.1f} GiB ({free_pct:.0f}%, inodes {inode_pct:.0f}%)")
     if fine:  # the healthy ones on one line
-        out.append(Finding(OK, "disk", "free: " + ", ".join(fine), _run_cmd(host, "df -h; df -i"), 97))
+        out.append(Finding(OK, "disk", "free: " + ", ".join(fine), [_run_cmd(host, "df -h; df -i")], 97,
+                           why="every filesystem"))
     mem = (load.get("memory_kb") or {}) if isinstance(load, dict) else {}
     if mem.get("MemTotal"):
         pct = 100 * mem.get("MemAvailable", 0) / mem["MemTotal"]
         text = f"memory: {mem.get('MemAvailable', 0) / 2**20:.1f} of {mem['MemTotal'] / 2**20:.1f} GiB available"
-        nxt = _run_cmd(host, "free -m; ps aux --sort=-rss | head")
-        out.append(Finding(WARN if pct < 5 else OK, "memory", text, nxt, 43 if pct < 5 else 98))
+        nxt = [_run_cmd(host, "free -m; ps aux --sort=-rss | head")]
+        out.append(Finding(WARN if pct < 5 else OK, "memory", text, nxt, 43 if pct < 5 else 98,
+                           why="memory and its largest users"))
     if isinstance(load, dict) and load.get("load") and load.get("cpus"):
         l1 = load["load"][0]
         text = f"load {' '.join(str(x) for x in load['load'])} on {load['cpus']} CPUs"
         busy = l1 > 2 * load["cpus"]
-        out.append(Finding(WARN if busy else OK, "load", text, _run_cmd(host, "top -bn1 | head -20"),
-                           44 if busy else 99))
+        out.append(Finding(WARN if busy else OK, "load", text, [_run_cmd(host, "top -bn1 | head -20")],
+                           44 if busy else 99, why="what keeps the CPUs busy"))
     return out
 
 
@@ -344,12 +338,12 @@ def process_findings(host: str, job: dict, procs: list) -> list[Finding]:
     if ended and left:
         plural = "es" if len(left) != 1 else ""
         return [Finding(WARN, "processes", f"job {job.get('id')} ended ({job.get('state')}) but left "
-                        f"{len(left)} process{plural}: " + "; ".join(rows), _fab(host, "stop"), 15,
-                        {"processes": procs})]
+                        f"{len(left)} process{plural}: " + "; ".join(rows), [_fab(host, "stop")], 15,
+                        {"processes": procs}, "stop what the ended job left behind")]
     verdict = WARN if stuck else OK
     return [Finding(verdict, "processes", f"job {job.get('id')}'s processes: " + "; ".join(rows),
-                    _run_cmd(host, f"ps -o pid,stat,etime,rss,cmd -g {_q(job.get('pgid'))}"), 48 if stuck else 92,
-                    {"processes": procs})]
+                    [_run_cmd(host, f"ps -o pid,stat,etime,rss,cmd -g {_q(job.get('pgid'))}")], 48 if stuck else 92,
+                    {"processes": procs}, "the job's processes as ps sees them")]
 
 
 def clock_finding(host: str, node_epoch: float | None, sent: float, received: float) -> Finding | None:
@@ -358,19 +352,20 @@ def clock_finding(host: str, node_epoch: float | None, sent: float, received: fl
         return None
     if sent <= node_epoch <= received:
         return Finding(OK, "clock", f"in step with this machine (within the call's {received - sent:.1f}s)",
-                       _run_cmd(host, "timedatectl"), 96)
+                       [_run_cmd(host, "timedatectl")], 96, why="the node's clock and its sync")
     skew = node_epoch - sent if node_epoch < sent else node_epoch - received
     verdict = WARN if abs(skew) > SKEW_WARN_S else OK
     side = "behind" if skew < 0 else "ahead of"
     return Finding(verdict, "clock", f"node clock {abs(skew):.1f}s {side} this machine",
-                   _run_cmd(host, "timedatectl; chronyc tracking"), 41 if verdict == WARN else 96)
+                   [_run_cmd(host, "timedatectl; chronyc tracking")], 41 if verdict == WARN else 96,
+                   why="the node's clock and its sync")
 
 
 def kernel_findings(host: str, kernel: dict, index_by_bus: dict[str, int]) -> tuple[list[Finding], list[OomKill]]:
     if kernel.get("error"):
         return [Finding(UNKNOWN, "kernel", f"Xid and OOM events not checked: {kernel['error']}",
-                        _run_cmd(host, "sudo dmesg | grep -E 'NVRM: Xid|Killed process' | tail -20")
-                        + "  (or add the user to the adm / systemd-journal group)", 36)], []
+                        [_run_cmd(host, "sudo dmesg | grep -E 'NVRM: Xid|Killed process' | tail -20")], 36,
+                        why="read it as root (or add the login user to the adm / systemd-journal group)")], []
     from ..plans.kernellog import parse_ooms, parse_xids, slurm_oom_events
 
     boot = kernel.get("boot_time")
@@ -379,11 +374,36 @@ def kernel_findings(host: str, kernel: dict, index_by_bus: dict[str, int]) -> tu
     report = parse_ooms(lines, boot)
     if not out:
         out.append(Finding(OK, "kernel", f"no NVIDIA Xid in the kernel log ({kernel.get('source')}, "
-                           f"{kernel.get('total_lines')} lines)", _run_cmd(host, "dmesg | tail -50"), 94))
+                           f"{kernel.get('total_lines')} lines)", [_run_cmd(host, "dmesg | tail -50")], 94,
+                           why="the kernel log's end"))
     for count, step in slurm_oom_events(report.other):
-        out.append(Finding(WARN, "oom", f"Slurm saw {count} OOM kill(s) in {step}", _run_cmd(host, "dmesg | tail -50"),
-                           22))
+        out.append(Finding(WARN, "oom", f"Slurm saw {count} OOM kill(s) in {step}",
+                           [_run_cmd(host, "dmesg | tail -50")], 22, why="the kernel log's end"))
     return out, report.kills
+
+
+def oom_elsewhere(host: str, job: dict, kills: list[OomKill], earlier: object) -> list[Finding]:
+    """OOM kills that are not the latest job's: an earlier job of this node (its record names the pid, or it
+    was SIGKILLed while the kill happened), else a process that is no fleetops job of this node."""
+    from ..plans.kernellog import OOM_ADVICE, evidence_lines, match_oom, oom_text
+
+    others = match_oom(kills, job)[1] if not job.get("error") else kills
+    records = [e for e in earlier if isinstance(e, dict)] if isinstance(earlier, list) else []
+    out = []
+    for k in others:
+        owner = next((e for e in records if match_oom([k], e)[0]), None)
+        evidence = {"lines": evidence_lines(k)}
+        if owner is not None:
+            latest = f"; the latest job is {job.get('id')} ({job.get('state')})" if job.get("id") else ""
+            out.append(Finding(WARN, "oom", f"the kernel OOM killer killed an earlier job of this node, "
+                               f"{owner.get('id')}: {oom_text(k)}{latest}",
+                               [_fab(host, "logs", "--job-id", str(owner.get("id")))], 21,
+                               {**evidence, "job_id": owner.get("id")}, OOM_ADVICE))
+        else:
+            out.append(Finding(WARN, "oom", f"the OOM killer killed {oom_text(k)} (no fleetops job of this node)",
+                               [_run_cmd(host, "dmesg | grep -B5 -A20 'invoked oom-killer' | tail -60")], 21,
+                               evidence, "the kernel's account of the kill"))
+    return out
 
 
 def assess_answer(host: Host, answer: dict, sent: float, received: float, book: Playbook | None) -> list[Finding]:
@@ -417,12 +437,7 @@ def assess_answer(host: Host, answer: dict, sent: float, received: float, book: 
         except ConfigError:
             pass
     findings += job_findings(name, job, kills, not kernel.get("error"), progress_rx, failure_rxs)
-    pids = {int(p) for p in (job.get("pid"), job.get("wrapper_pid")) if p}
-    _, other_kills = match_oom(kills, job, pids) if not job.get("error") else ([], kills)
-    for k in other_kills:
-        findings.append(Finding(WARN, "oom", f"the OOM killer killed {_oom_text(k)} (not this node's fleetops job)",
-                                _run_cmd(name, "dmesg | grep -B5 -A20 'invoked oom-killer' | tail -60"), 21,
-                                {"lines": [ln.text for ln in k.lines]}))
+    findings += oom_elsewhere(name, job, kills, answer.get("earlier_jobs"))
     findings += process_findings(name, job, answer.get("processes") or [])
     findings += resource_findings(name, answer.get("disk") or [], answer.get("host") or {})
     return sorted(findings, key=lambda x: (-SEVERITY[x.verdict], x.rank))
@@ -432,25 +447,24 @@ def verdict_of(findings: list[Finding]) -> str:
     return max((f.verdict for f in findings), key=SEVERITY.__getitem__, default=OK)
 
 
-TABLE_COLUMNS = ["verdict", "what", "finding / next command"]
-
-
-def _result(host: str, findings: list[Finding], reach: str, extra: dict) -> Result:
+def _result(host: str, findings: list[Finding], extra: dict) -> Result:
+    """Each finding an item (its verdict word, what was found, its next commands); report/ shows the ones that
+    are not OK, and -v all of them."""
     verdict = verdict_of(findings)
     top = next((f for f in findings if f.verdict == verdict), None)
     others = sum(1 for f in findings if f.verdict != OK) - (1 if top and top.verdict != OK else 0)
     msg = f"{verdict}: {top.msg if top and verdict != OK else 'nothing wrong found'}"
     if others > 0:
         msg += f" (+{others} more)"
-    rows = [[f.verdict, f.area, f"{f.msg}\nnext: {f.next}"] for f in findings]
-    table = {"title": f"{host}: {verdict} ({reach})", "columns": TABLE_COLUMNS, "rows": rows,
-             "highlight_rows": [i for i, f in enumerate(findings) if f.verdict != OK]}
+    items = [Item(f.area, Status.OK if f.verdict == OK else Status.FAILED, f.msg,
+                  {"verdict": f.verdict, "next": Next(f.why, f.next).to_data()}) for f in findings]
     status = Status.OK if verdict in (OK, WARN) else Status.FAILED
-    # One row of a fleet summary (host, verdict, what, the worst finding, its next command), for report/.
-    summary_row = [host, verdict, top.area if top else "-", top.msg if top else "-", top.next if top else "-"]
-    return Result(host, "diagnose", status, msg, code=EXIT_FOR[verdict],
-                  data={"verdict": verdict, "findings": [asdict(f) for f in findings], "table": table,
-                        "summary_row": summary_row, **extra})
+    # One row of a fleet summary (host, verdict, what, the worst finding, its first command), for report/.
+    summary_row = [host, verdict, top.area if top else "-", top.msg if top else "-",
+                   top.next[0] if top and top.next else "-"]
+    return Result(host, "diagnose", status, msg, items, code=EXIT_FOR[verdict],
+                  data={"verdict": verdict, "findings": [asdict(f) for f in findings], "summary_row": summary_row,
+                        **extra})
 
 
 # ---------------------------------------------------------------- the task
@@ -479,36 +493,38 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
         answer, evidence = node.call("diagnose", plan.request, timeout=plan.timeout)
         received = time.time()
     except TransportError as exc:
-        f = Finding(CRITICAL, "reach", str(exc), _fab(host.name, "ping"), 0)
-        result = _result(host.name, [f], f"not reached after {time.monotonic() - started:.1f}s", {
-            "error_kind": exc.kind, "reach": {"reached": False, "seconds": round(time.monotonic() - started, 3)}})
+        f = Finding(CRITICAL, "reach", f"not reached after {time.monotonic() - started:.1f}s: {exc}",
+                    [_fab(host.name, "ping")], 0, why="try the connection alone")
+        result = _result(host.name, [f], {"error_kind": exc.kind, "reach": {
+            "reached": False, "seconds": round(time.monotonic() - started, 3)}})
         result.status = Status.UNREACHABLE if exc.kind in UNREACHABLE_KINDS else Status.FAILED
         result.evidence = exc.evidence
         return result
     total = time.monotonic() - started
     if answer.get("error"):
         f = Finding(UNKNOWN, "agent", f"the node agent could not diagnose: {answer['error']}",
-                    _fab(host.name, "ping"), 1)
-        result = _result(host.name, [f], f"reached in {total:.1f}s", {"error_kind": answer.get("error_kind")})
+                    [_fab(host.name, "ping")], 1, why="the agent alone")
+        result = _result(host.name, [f], {"error_kind": answer.get("error_kind")})
         result.evidence = evidence
         return result
     findings = assess_answer(host, answer, sent, received, plan.playbook)
     if host.scheduler == "slurm":  # a login node: where our job's allocation is says more than its own GPUs
         note = slurm.allocation_note(node)
         findings.append(Finding(OK, "slurm", note.msg if note else "no job of fleetops queued or running here",
-                                _fab(host.name, "gpu") if note else _fab(host.name, "extract"), 50,
-                                dict(note.details) if note else {}))
+                                [_fab(host.name, "gpu") if note else _fab(host.name, "extract")], 50,
+                                dict(note.details) if note else {},
+                                "the allocation's GPUs" if note else "start one"))
     on_node = answer.get("seconds")
     reach = f"reached in {connect_s:.2f}s, answered in {total:.1f}s" + (f" ({on_node}s on the node)" if on_node else "")
-    findings.insert(0, Finding(OK, "reach", reach, _fab(host.name, "ping"), 0))
+    findings.insert(0, Finding(OK, "reach", reach, [_fab(host.name, "ping")], 0, why="the connection alone"))
     findings.sort(key=lambda x: (-SEVERITY[x.verdict], x.rank))
     extra = {"reach": {"reached": True, "connect_s": round(connect_s, 3), "total_s": round(total, 3),
                        "node_s": on_node},
              "kernel_source": (answer.get("kernel") or {}).get("source"),
              "simulated": bool(host.lab)}
-    result = _result(host.name, findings, reach, extra)
+    result = _result(host.name, findings, extra)
     if host.lab:
-        result.data["table"]["title"] += " (lab: simulated GPUs and kernel log)"
+        result.msg += " (lab: simulated GPUs and kernel log)"
     return result  # no evidence block: the findings are the evidence, the agent itself answered fine
 
 

@@ -37,9 +37,10 @@ def _judge(host: str, plan: Plan, answer: dict) -> tuple[Result, Verdict]:
     once under the result, so once per folded group)."""
     verdict = evaluate(answer, plan.options["gate"])
     status = Status.OK if verdict.code == 0 else Status.FAILED
+    nxt = next_action(host, verdict)
     data = {"table": {"title": f"{host}: GPUs", "columns": GPU_COLUMNS, "rows": gpu_rows(verdict)},
             "gpus": answer.get("gpus", []), "holders": verdict.holders, "error_kind": answer.get("error_kind"),
-            "verdict": verdict.word, "next": next_action(host, verdict)}
+            "verdict": verdict.word, "next": nxt.to_data() if nxt else None}
     return Result(host, "gpu", status, f"{verdict.word}: {verdict.msg}", verdict.items, code=verdict.code,
                   data=data), verdict
 
@@ -60,7 +61,7 @@ def _run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
         remaining = deadline - time.monotonic()
         if result.code != EXIT_GPU_BUSY or remaining <= 0:
             break
-        run.reporter.note(f"{node.host.name} | gpu | waiting: {verdict.msg}; {remaining:.0f}s left")
+        run.reporter.waiting(node.host.name, "gpu", verdict.msg, remaining)
         time.sleep(min(1.0, max(remaining, 0.01)))
         if time.monotonic() >= deadline:
             break  # the deadline came during the pause: decide on a snapshot at most 1 s old, now

@@ -8,7 +8,7 @@ from dataclasses import replace
 from shlex import quote
 from typing import TYPE_CHECKING
 
-from ..plans.gpugate import evaluate
+from ..plans.gpugate import Verdict, evaluate, next_action
 from ..plans.jobspec import (
     JobSpec,
     LogWatch,
@@ -16,11 +16,12 @@ from ..plans.jobspec import (
     exit_code_of,
     is_failure,
 )
+from ..plans.kernellog import OOM_ADVICE
 from ..plans.tables import bar
 from ..plans.timefmt import duration
 from ..plans.versions import judged_checks
 from ..plans.yamlsrc import ConfigError
-from ..results import EXIT_FAILED, Evidence, Item, Result, Status
+from ..results import EXIT_FAILED, Evidence, Item, Next, Result, Status
 from ..wire.connector import Connector, TransportError
 from . import slurm
 from .plan import agent_error, drain_text, drained, job_spec, preflight_request, skipped_note, tail_start
@@ -69,14 +70,18 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     settled = _nothing_to_launch(run, host, spec, answer)
     if settled is not None:
         return settled
-    problems = _problems(node, spec, answer, plan.playbook.allow_prereleases)
+    problems, failing, gate = _problems(node, spec, answer, plan.playbook.allow_prereleases)
+    running = answer.get("running_job")
     notes = list(spec.notes)
     if problems:
         reasons = "; ".join(f"{p.label}: {p.msg}" for p in problems)
-        if not plan.options.get("force") or answer.get("running_job"):
-            return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: {reasons}"
-                          + ("" if answer.get("running_job") else " (--force overrides)"),
-                          problems, evidence=evidence, code=EXIT_FAILED)
+        if not plan.options.get("force") or running:
+            why = [f"{len(failing)} of the job's checks fail"] if failing else []
+            why += [f"job {running['id']} is still running"] if running else []
+            why += [f"the GPU gate says {gate.word}: {gate.msg}"] if gate is not None else []
+            return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: {'; '.join(why)}",
+                          problems, evidence=evidence, code=EXIT_FAILED,
+                          data={"next": _refused_next(host, plan, failing, running, gate).to_data()})
         notes.append(f"--force: launched despite: {reasons}")
     started, evidence = node.call("job_start", spec.start_request(), timeout=60)
     if not started.get("ok"):
@@ -126,21 +131,50 @@ def _not_started(run: RunState, host: str, spec: JobSpec, started: dict, evidenc
                   code=EXIT_FAILED)
 
 
-def _problems(node: Connector, spec: JobSpec, answer: dict, allow_prereleases: bool) -> list[Item]:
-    """What stands in the way of launching: a failed fast check, another job running, the GPU gate."""
+def _problems(node: Connector, spec: JobSpec, answer: dict, allow_prereleases: bool) \
+        -> tuple[list[Item], list[dict], Verdict | None]:
+    """What stands in the way of launching: a failed fast check, another job running, the GPU gate; with the
+    failing checks and the gate's verdict when it says no (what the next: line is made of)."""
     problems: list[Item] = []
-    for check in judged_checks(answer["verify"], allow_prereleases)["items"]:
-        if not check["ok"]:
-            problems.append(Item(f"check {check['name']} [{check['kind']}]", Status.FAILED, check["msg"]))
+    failing = [c for c in judged_checks(answer["verify"], allow_prereleases)["items"] if not c["ok"]]
+    for check in failing:
+        problems.append(Item(f"check {check['name']} [{check['kind']}]", Status.FAILED, check["msg"]))
     if answer.get("running_job"):
         job = answer["running_job"]
         problems.append(Item("node", Status.FAILED, f"job {job['id']} is still running (since {job['started']})"))
+    gate: Verdict | None = None
     if spec.gate is not None:
         verdict = evaluate(answer["gpu"], replace(spec.gate, expected=node.host.gpus))
         if verdict.code:
             problems.append(Item("GPU gate", Status.FAILED, verdict.msg + ("; " + "; ".join(verdict.holders)
                                                                           if verdict.holders else "")))
-    return problems
+            gate = verdict
+    return problems, failing, gate
+
+
+def _refused_next(host: str, plan: Plan, failing: list[dict], running: dict | None, gate: Verdict | None) -> Next:
+    """What to do about each reason `extract` refused, in turn, then the same extract again. Never --force: a
+    job on an unpatched node writes wrong hidden states, and one on busy GPUs fails after its model load."""
+    fab = f"fab -H {quote(host)}"
+    book = f" --playbook {quote(str(plan.options['playbook']))}" if plan.options.get("playbook") else ""
+    job = f" --job {quote(str(plan.options['job']))}" if plan.options.get("job") not in (None, "extract") else ""
+    if running:
+        return Next("a job runs there: follow it until it ends (or stop it), then launch again",
+                    [f"{fab} tail --job-id {quote(str(running['id']))}", f"{fab} extract{job}{book}"])
+    why: list[str] = []
+    commands: list[str] = []
+    if any(c["kind"] == "requires" for c in failing):
+        why.append("the installed versions are not the ones the playbook pins (runbook new-version-landed)")
+        commands.append(f"{fab} facts")
+    elif failing:
+        why.append("patch the node and prove it")
+        commands.append(f"{fab} patch verify{book}")
+    if gate is not None:
+        action = next_action(host, gate)
+        if action is not None:
+            why.append(action.why)
+            commands.extend(action.commands)
+    return Next("; ".join(why) + ", then launch again", [*commands, f"{fab} extract{job}{book}"])
 
 
 def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
@@ -154,14 +188,16 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     if isinstance(start, Result):
         return start
     job_id, last_lines, from_start = start
-    link = Reconnect()
+    link = Reconnect(run.interrupted)
     last_progress: dict | None = None
     reporter = run.reporter
     while True:
         if run.interrupted.is_set():
-            reporter.note(f"{host} | detached: job {job_id} is still running (fab -H {host} tail to re-attach)")
-            return Result(host, "tail", Status.OK, f"detached; job {job_id} still running", code=130,
-                          data={"job_id": job_id, "offset": offset or 0, "detached": True})
+            again = f"fab -H {quote(host)} tail" + (f" --job-id {quote(job_id)}" if job_id else "")
+            reporter.note(f"{host} | detached: job {job_id or '(the latest)'} is still running")
+            return Result(host, "tail", Status.OK, f"detached; job {job_id or '(the latest)'} still running",
+                          code=130, data={"job_id": job_id, "offset": offset or 0, "detached": True,
+                                          "next": Next("follow it again", [again]).to_data()})
         try:
             request = {"job_id": job_id, "offset": offset, "wait_s": TAIL_WAIT_S}
             if offset is None:
@@ -232,21 +268,55 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     row = _status_row(answer)
     code = exit_code_of(answer) if answer["state"] not in ("running", "starting") else 0
     status = Status.OK if code == 0 else Status.FAILED
-    state = answer["state"] if answer["state"] != "killed" else f"killed by signal {answer['exit']['signal']}"
+    state, items, oom = _how_it_ended(answer)
     msg = f"job {row[0]}: {state}, exit {row[2]}, runtime {row[3]}, last progress: {row[4]}"
     if answer.get("cause"):
         msg += f"; {answer['cause']}"
     if answer.get("left"):
-        msg += f"; its processes {answer['left']} still run (fab -H {quote(host)} stop --job-id {quote(str(row[0]))})"
+        msg += f"; its processes {answer['left']} still run"
     if answer.get("drain"):
         msg += f"; {drain_text(answer['drain'])}"
-    return Result(host, "status", status, msg, code=code,
+    job_id = quote(str(row[0]))
+    nxt = None
+    if oom is not None:
+        nxt = Next(OOM_ADVICE, [f"fab -H {quote(host)} logs --job-id {job_id}"])
+    elif status is Status.FAILED:
+        nxt = Next("read why it ended", [f"fab -H {quote(host)} logs --job-id {job_id} --lines 200"])
+    if answer.get("left"):
+        nxt = nxt or Next("", [])
+        nxt.why = "; ".join(x for x in (nxt.why, "stop what it left running") if x)
+        nxt.commands.append(f"fab -H {quote(host)} stop --job-id {job_id}")
+    return Result(host, "status", status, msg, items, code=code,
                   data={"job": answer["job"], "state": answer["state"], "exit": answer.get("exit"),
                         "drain": answer.get("drain"),
                         "runtime_s": answer.get("runtime_s"), "last_progress": answer.get("last_progress"),
                         "cause": answer.get("cause"), "tagged": answer.get("tagged"), "left": answer.get("left"),
+                        "oom": oom, "next": nxt.to_data() if nxt else None,
                         "table": {"title": f"{host}: job", "columns": ["job", "state", "exit", "runtime",
                                                                         "last progress", "log"], "rows": [row]}})
+
+
+def _how_it_ended(answer: dict) -> tuple[str, list[Item], dict | None]:
+    """The job's state in words; for a SIGKILL or a lost job, whether the kernel's OOM killer did it, with the
+    kernel's own lines as the evidence (the node reads its kernel log for such a job: plans/kernellog.py)."""
+    from ..plans.kernellog import evidence_lines, oom_of_job, oom_text, sigkill_note
+
+    state, ended, kernel = answer["state"], answer.get("exit") or {}, answer.get("kernel")
+    if state not in ("killed", "lost"):
+        return state, [], None
+    kill = oom_of_job(kernel, {**answer["job"], "state": state, "exit": ended}) if isinstance(kernel, dict) else None
+    if kill is not None:
+        lines = evidence_lines(kill)
+        return ("killed by the kernel's OOM killer", [Item("OOM killer", Status.FAILED, oom_text(kill),
+                                                           {"evidence": lines})],
+                {"pid": kill.pid, "process": kill.process, "at": kill.epoch, "cgroup": kill.cgroup_oom,
+                 "lines": lines})
+    if state == "lost":
+        return state, [], None
+    words = f"killed by signal {ended.get('signal')}"
+    if ended.get("signal") == 9 and isinstance(kernel, dict):
+        words += f" ({sigkill_note(not kernel.get('error'))})"
+    return words, [], None
 
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
@@ -339,10 +409,11 @@ def interpret_jobs_list(host: str, plan: Plan, answer: dict) -> Result:
     shown = "" if len(jobs) == answer["total"] else f" (the newest {len(jobs)} shown)"
     running = [j["id"] for j in jobs if j["state"] in ("running", "starting")]
     msg = (f"{answer['total']} jobs{shown}, newest first; " + (f"running: {', '.join(running)}" if running else
-                                                               "none running")
-           + f"; details: fab -H {host} status --job-id ID")
+                                                               "none running"))
+    nxt = Next("one job's state, exit and last progress (the newest here; any id above the same way):",
+               [f"fab -H {quote(host)} status --job-id {quote(jobs[0]['id'])}"])
     return Result(host, "jobs", Status.OK, msg,
-                  data={"jobs": jobs, "total": answer["total"], "latest": answer.get("latest"),
+                  data={"jobs": jobs, "total": answer["total"], "latest": answer.get("latest"), "next": nxt.to_data(),
                         "table": {"title": f"{host}: jobs (started in UTC)",
                                   "columns": ["job", "name", "state", "started", "runtime", "exit", "log", "output"],
                                   "rows": rows}})

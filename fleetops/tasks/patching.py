@@ -16,12 +16,12 @@ from collections.abc import Callable
 from shlex import quote
 from typing import TYPE_CHECKING
 
-from remote_scripts.core.protocol import CHANGED_WORDS, NOOP_WORDS, NOT_WRITTEN, WOULD_WORDS
+from remote_scripts.core.protocol import CHANGED_WORDS, DRIFTED, NOOP_WORDS, NOT_WRITTEN, REFUSED, WOULD_WORDS
 
 from .. import audit
 from ..plans.versions import judged_patch
 from ..plans.yamlsrc import ConfigError
-from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Item, Result, Status, rollup
+from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Item, Next, Result, Status, rollup
 from ..wire.connector import Connector, TransportError
 from .plan import Plan, TaskSpec, agent_error, drained
 
@@ -40,7 +40,8 @@ def _patch_plan(op: str) -> Callable[[RunState, dict], Plan]:
             request["force"] = True
         if kwargs.get("while_running"):
             request["while_running"] = True
-        return Plan(op, request, 180, book, check, options={"diff": bool(kwargs.get("diff"))})
+        return Plan(op, request, 180, book, check, options={"diff": bool(kwargs.get("diff")),
+                                                            "playbook": kwargs.get("playbook")})
 
     return plan
 
@@ -216,7 +217,26 @@ def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:
     if plan.check:
         msg += " (check mode: nothing written)"
     data = {"check_mode": plan.check, "playbook": plan.playbook.name if plan.playbook else None}
+    if status is Status.FAILED:
+        data["next"] = _failed_next(host, plan, {raw["status"] for raw in answer["items"]}).to_data()
     return Result(host, plan.op, status, msg, items, code=EXIT_FAILED if status is Status.FAILED else 0, data=data)
+
+
+def _failed_next(host: str, plan: Plan, words: set[str]) -> Next:
+    """What to do about the set's refusal, by the node's status words (runbooks node-drifted and
+    new-version-landed say the same)."""
+    fab = f"fab -H {quote(host)}"
+    book = f" --playbook {quote(str(plan.options['playbook']))}" if plan.options.get("playbook") else ""
+    if DRIFTED in words:
+        again = [] if plan.op == "rollback" else [f"{fab} patch verify{book}"]
+        return Next("a file was edited after the patch: see who changed it and ask whether the edit is still "
+                    "needed; rollback --force then puts the installed original back (the edit is lost)"
+                    + ("" if plan.op == "rollback" else ", and patch again") + " (runbook node-drifted)",
+                    [f"fab history --host {quote(host)}", f"{fab} rollback --force{book}", *again])
+    if REFUSED in words:
+        return Next("the installed versions are not the ones the playbook is for: see what is installed "
+                    "(runbook new-version-landed)", [f"{fab} facts"])
+    return Next("see what the node says of each file, then run it again", [f"{fab} {plan.op} --check{book}"])
 
 
 TASKS = [TaskSpec("patch", _patch_plan("patch"), run=_run, dry="check"),

@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable
 
     from ..wire.connector import Connector, TransportError
@@ -18,13 +19,16 @@ LOST_KINDS = ("lost", "unreachable", "timeout")
 class Reconnect:
     """Doubling waits (0.5 s up to 8 s) while a link stays lost, given up RECONNECT_MAX_S after it was lost."""
 
-    def __init__(self) -> None:
+    def __init__(self, interrupted: threading.Event | None = None) -> None:
+        self.interrupted = interrupted  # the run's Ctrl-C: then the link was closed on purpose, not lost
         self.lost_since: float | None = None
         self.backoff = 0.5
         self.count = 0
 
     def lost(self, exc: TransportError, node: Connector, note: Callable[[str], None], resume: str = "") -> str | None:
         """After `exc`: None once it has waited (call again), or why it gives up. Any other failure is raised."""
+        if self.interrupted is not None and self.interrupted.is_set():
+            return None  # Ctrl-C closed it: the caller detaches on its next turn, and says so
         if exc.kind not in LOST_KINDS:
             raise exc
         self.lost_since = self.lost_since or time.monotonic()

@@ -8,28 +8,19 @@ read, no job yet) answers {"error": ..., "error_kind": ...} with the reason, and
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import socket
 import subprocess
 import sys
 import time
 
 from ..core import drainmark
+from ..core.kernel import kernel_log
 from ..core.procfs import pids, read, stat_fields, uptime
 
-KERNEL_TIMEOUT_S = 20
-KERNEL_KEEP_LINES = 400  # the newest relevant lines sent back
 XML_MAX_BYTES = 4 * 1024 * 1024
 LOG_TAIL_BYTES = 64 * 1024
 LOG_TAIL_LINES = 200
-# Lines of the kernel log worth sending: NVIDIA's driver (Xid), the OOM killer, cgroup OOMs.
-KERNEL_RELEVANT = re.compile(r"NVRM|Xid|nvidia|oom[-_ ]kill|invoked oom-killer|Out of memory|Killed process|"
-                             r"Memory cgroup out of memory|oom_reaper", re.I)
-# The readers tried in order (no shell; the first readable one wins).
-KERNEL_READERS = (["dmesg"], ["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso", "-n", "50000"])
-_UNREADABLE = re.compile(r"Operation not permitted|Permission denied|not seeing messages from other users|"
-                         r"No journal files were found|read kernel buffer failed", re.I)
+EARLIER_JOBS = 20  # the jobs before the latest whose records come along: an OOM kill may be one of theirs
 
 
 def _part(fn, *args):  # any reader: its answer, or the reason it has none
@@ -43,32 +34,6 @@ def clock() -> dict:
     up = uptime()
     now = time.time()
     return {"epoch": now, "uptime_s": up, "boot_time": now - up, "hostname": socket.gethostname()}
-
-
-def kernel_log() -> dict:
-    tried = []
-    for argv in KERNEL_READERS:
-        exe = shutil.which(argv[0])
-        if exe is None:
-            tried.append(f"{argv[0]}: not installed")
-            continue
-        try:
-            proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, errors="replace",
-                                  timeout=KERNEL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            tried.append(f"{' '.join(argv)}: timed out after {KERNEL_TIMEOUT_S}s")
-            continue
-        err = proc.stderr.strip()
-        if proc.returncode != 0 or _UNREADABLE.search(err):
-            tried.append(f"{' '.join(argv)}: exit {proc.returncode}: {err.splitlines()[0] if err else 'no output'}")
-            continue
-        lines = proc.stdout.splitlines()
-        relevant = [ln for ln in lines if KERNEL_RELEVANT.search(ln)]
-        return {"source": " ".join(argv), "path": exe, "total_lines": len(lines),
-                "lines": relevant[-KERNEL_KEEP_LINES:], "dropped": max(0, len(relevant) - KERNEL_KEEP_LINES),
-                "first": lines[0][:200] if lines else None, "tried": tried}
-    return {"error": "the kernel log is not readable here: " + "; ".join(tried), "error_kind": "kernel_log_unreadable",
-            "tried": tried}
 
 
 def smi_xml(smi: str | None) -> dict:
@@ -190,6 +155,28 @@ def latest_job(state_dir: str) -> dict:
     return {**public, "dir": job_dir, **st, "log_bytes": size, "log_tail": tail, "output": request.get("output")}
 
 
+def earlier_jobs(state_dir: str, latest: str | None) -> list[dict]:
+    """The records of the node's jobs before the latest one, newest first (pids, start, how each ended): the
+    client matches kernel OOM kills against them too, so a kill of an earlier job is known as this node's."""
+    from ..core.nodeio import NodeError, read_json
+    from ..jobs.records import jobs_dir, newest_ids
+
+    base = jobs_dir(state_dir)
+    out = []
+    for job_id in newest_ids(base):
+        if job_id == latest:
+            continue
+        try:
+            job = read_json(os.path.join(base, job_id, "job.json")) or {}
+            ended = read_json(os.path.join(base, job_id, "exit.json"))
+        except (NodeError, OSError):
+            continue  # a record that cannot be read names no pid to match
+        out.append({**{k: job.get(k) for k in ("id", "name", "pid", "wrapper_pid", "started_ts")}, "exit": ended})
+        if len(out) >= EARLIER_JOBS:
+            break
+    return out
+
+
 def diagnose(req: dict) -> dict:
     from ..checks import checks
     from . import gpu
@@ -211,6 +198,7 @@ def diagnose(req: dict) -> dict:
     out["kernel"] = _part(kernel_log)
     job = _part(latest_job, state_dir)
     out["job"] = job
+    out["earlier_jobs"] = _part(earlier_jobs, state_dir, None if job.get("error") else job.get("id"))
     gpu_mib = {}
     if out["gpu"].get("ok"):
         for g in out["gpu"]["gpus"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..core import drainmark
+from ..core.kernel import kernel_log
 from ..core.nodeio import NodeError, read_json
 from .liveness import job_state
 from .procscan import tag_index
@@ -19,8 +20,14 @@ def job_status(req: dict) -> dict:
     except NodeError as exc:
         raise NodeError(str(exc), kind=exc.kind, **{**exc.details, "drain": drain}) from None
     st = job_state(job_dir, job)
-    return {"ok": True, "job": public(job), **st, "log_bytes": file_size(job["log"]),
-            "last_progress": last_match(job["log"], req.get("progress_pattern")), "drain": drain}
+    out = {"ok": True, "job": public(job), **st, "log_bytes": file_size(job["log"]),
+           "last_progress": last_match(job["log"], req.get("progress_pattern")), "drain": drain}
+    if st["state"] == "lost" or (st.get("exit") or {}).get("signal") == 9:
+        try:  # SIGKILL or gone: the OOM killer's lines, if any (the client matches them to the job)
+            out["kernel"] = kernel_log()
+        except OSError as exc:
+            out["kernel"] = {"error": f"the kernel log could not be read: {exc}", "error_kind": "kernel_log_unreadable"}
+    return out
 
 
 

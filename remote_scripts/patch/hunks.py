@@ -225,6 +225,11 @@ def classify(lines: list[str], hunks: list[dict]) -> dict:
 
 def closest_window(lines: list[str], block: list[str], expected: int) -> int:
     """Where the file looks most like `block`, to show an operator what drifted."""
+    return _closest(lines, block, expected)[0]
+
+
+def _closest(lines: list[str], block: list[str], expected: int) -> tuple[int, int]:
+    """(where the file looks most like `block`, how many of its lines match there)."""
     stripped = [bare(x) for x in lines]
     n = len(block)
     best, best_score = max(0, min(expected, len(lines) - 1)), -1
@@ -232,18 +237,25 @@ def closest_window(lines: list[str], block: list[str], expected: int) -> int:
         score = sum(1 for k in range(min(n, len(lines) - p)) if stripped[p + k] == block[k])
         if score > best_score or (score == best_score and abs(p - expected) < abs(best - expected)):
             best, best_score = p, score
-    return best
+    return best, best_score
 
 
 def drift_report(lines: list[str], hunks: list[dict], cls: dict) -> list[dict]:
+    """Per hunk that is neither in its old nor its new form: where, and its first line that differs, against
+    the form the file is nearer to (a hand edit inside a patched hunk is told against the patched lines, so the
+    report names the edited line, whichever way the file is being moved)."""
     out: list[dict] = []
     applied = [s["index"] + 1 for s in cls["hunks"] if s["state"] == "patched"]
     pending = [s["index"] + 1 for s in cls["hunks"] if s["state"] == "pristine"]
     for h, s in zip(hunks, cls["hunks"]):
         if s["state"] in ("pristine", "patched"):
             continue
+        p, score = _closest(lines, h["old"], s["expected"])
         block = h["old"]
-        p = closest_window(lines, block, s["expected"])
+        if h["new"]:
+            q, other = _closest(lines, h["new"], s["expected"])
+            if other > score:
+                p, block = q, h["new"]
         found = [bare(x) for x in lines[p: p + len(block)]]
         mismatch = next((k for k in range(len(block)) if k >= len(found) or found[k] != block[k]), None)
         item = {"hunk": s["index"] + 1, "header": h["header"], "state": s["state"], "near_line": p + 1,
