@@ -49,7 +49,7 @@ def test_diagnose_drain_then_extract_and_patch_refuse_until_undrain(quiet):
     rc, diag = one(lab, "-H", "lab01", "diagnose")
     assert rc == 22 and diag["data"]["verdict"] == "CRITICAL", diag
     [xid] = [f for f in diag["data"]["findings"] if f["area"] == "gpu1"]
-    printed = re.search(r"fab -H lab01 drain --reason '[^']+'", xid["next"])
+    printed = re.search(r"fab -H lab01 drain --reason '[^']+'", "\n".join(xid["next"]))
     assert printed, xid["next"]
 
     drained = run_fab(lab.root, *shlex.split(printed.group(0))[1:])  # the command as diagnose printed it
@@ -71,7 +71,7 @@ def test_diagnose_drain_then_extract_and_patch_refuse_until_undrain(quiet):
         proc = run_fab(lab.root, "-H", "lab01", "extract", "--job", "numbers", "--playbook", JOBS, *extra)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert "lab01 is drained (by" in proc.stdout and "Xid 79 on GPU 1" in proc.stdout, proc.stdout
-        assert "next: fab -H lab01 undrain" in proc.stdout, proc.stdout
+        assert re.search(r"next:.*\n\s+" + re.escape('fab -H lab01 undrain') + r"\n", proc.stdout), proc.stdout
     assert jobs_of(lab, "lab01") == []  # nothing launched
 
     target = lab.node("lab01").module_file(GENERATOR)

@@ -57,7 +57,7 @@ def test_the_wheel_installed_outside_the_checkout_inits_a_project_and_patches_a_
         up = sh(project, str(venv_bin / "fleet"), "lab.up", timeout=1200)
         assert up.returncode == 0, up.stdout + up.stderr
         assert (project / "hosts" / "lab.yaml").is_file()
-        card = sh(project, str(venv_bin / "fleet"), "-H", "lab01", "patch", "verify")
+        card = sh(project, str(venv_bin / "fleet"), "-H", "lab01", "-v", "patch", "verify")  # -v: every check
         assert card.returncode == 0, card.stdout[-4000:] + card.stderr[-4000:]
         assert "lab01 | patch | changed | 2 applied" in card.stdout, card.stdout[-4000:]
         assert "lab01 | verify | ok | 18/18 checks passed" in card.stdout, card.stdout[-4000:]

@@ -304,8 +304,10 @@ def test_ssh_config_round_trips_through_paramiko_to_what_fleetops_connects_with(
         got = config.lookup(name)
         cxn = _fabric_connection(host, inventory)  # what fleetops itself would connect with (nothing opened)
         assert (got["hostname"], int(got["port"]), got["user"]) == (cxn.host, cxn.port, cxn.user), name
-        keys = cxn.connect_kwargs["key_filename"]
+        # an inventory host logs in with its identity file's key, loaded once (or ssh-agent's copy of it)
+        keys = [str(host.identity_file)] if host.identity_file else cxn.connect_kwargs["key_filename"]
         assert got["identityfile"] == ([keys] if isinstance(keys, str) else list(keys)), name
+        assert "pkey" in cxn.connect_kwargs or not host.identity_file, name
         assert got["identitiesonly"] == "yes"
         assert cxn.connect_kwargs["look_for_keys"] is False and cxn.connect_kwargs["allow_agent"] is False
         assert got["userknownhostsfile"] == _known_hosts_files(host, cxn)[0]

@@ -37,7 +37,7 @@ def test_patch_verify_run_and_a_jump_host_pass_with_public_apis_only(lab, behind
     outcome = {(r["host"], r["task"]): r["status"] for r in doc["results"]}
     assert outcome == {("lab01", "patch"): "changed", ("lab02", "patch"): "changed", ("lab01", "verify"): "ok",
                        ("lab02", "verify"): "ok"}, doc
-    proc = run_fab(lab.root, "-H", "lab01,lab02", "run", "uname -s", env=PUBLIC_ONLY)
+    proc = run_fab(lab.root, "-H", "lab01,lab02", "run", "uname -s", "--no-fold", env=PUBLIC_ONLY)
     assert proc.returncode == 0 and proc.stdout.count("Linux") == 2, proc.stdout + proc.stderr
     rc, doc = fab_json(lab.root, "-H", behind, "verify", "rollback", env=PUBLIC_ONLY)
     assert rc == 0 and [r["status"] for r in doc["results"]] == ["ok", "changed"], json.dumps(doc)

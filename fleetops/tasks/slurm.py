@@ -262,7 +262,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     if isinstance(start, Result):
         return start
     job_id, last_lines, from_start = start
-    link = Reconnect()
+    link = Reconnect(run.interrupted)  # Ctrl-C closes the link on purpose: not a lost connection
     last_progress: dict[int, dict] = {}
     seen_states: list[str] = []
     reporter = run.reporter
