@@ -140,10 +140,11 @@ def for_host(run: RunState, name: str, plan: Plan, node: Connector) -> Plan | Re
     with book_set.lock:
         installed = book_set.installed.get(host)
     if installed is None:
-        answer, _ = node.call("facts", {"brief": True, "packages": book_set.packages}, timeout=60)
+        asked = [{"requirement": p, "package": p} for p in book_set.packages]
+        answer, _ = node.call("facts", {"packages_only": True, "requires": asked}, timeout=60)
         if answer.get("error"):
             return agent_error(host, name, answer)
-        found = answer.get("packages") or {}
+        found = {r.get("package"): r.get("found") for r in answer.get("requirements") or [] if isinstance(r, dict)}
         installed = {p: str(found[p])[:64] if isinstance(found.get(p), str) else None for p in book_set.packages}
         with book_set.lock:
             book_set.installed[host] = installed

@@ -121,11 +121,7 @@ def _free_gib(path: str) -> float | None:
 
 
 def facts(req: dict) -> dict:
-    if req.get("brief"):  # the versions only: what a playbook set chooses by
-        from ..core.nodeio import installed_version
-
-        return {"ok": True, "packages": {n: installed_version(str(n)) for n in req.get("packages") or ()}}
-    if req.get("packages_only"):  # what a playbook's pins name, as patch's check reads them (dist-info names)
+    if req.get("packages_only"):  # the installed versions of what the pins name (dist-info names), nothing else
         from ..core.nodeio import report_versions
 
         return {"ok": True, "requirements": report_versions(req.get("requires") or [])}
