@@ -352,8 +352,11 @@ def allocation_note(node: Connector) -> Item | None:
     nodes = sorted({r["node"] for r in rows if r.get("node")})
     job = answer["job"]
     word = sp.overall([r["state"] for r in rows])
-    return Item("Slurm allocation", Status.OK, f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) {word}"
-                + (f" on node {', '.join(nodes)}" if nodes else ""), details={"nodes": nodes, "tasks": rows})
+    problem = rows[0]["controller"] if rows else ""
+    return Item("Slurm allocation", Status.FAILED if problem else Status.OK,
+                f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) {sv.describe(rows, job) if problem else word}"
+                + (f" on node {', '.join(nodes)}" if nodes else ""),
+                details={"nodes": nodes, "tasks": rows, "controller": problem})
 
 
 def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
