@@ -109,6 +109,8 @@ def slurm(c, action, node=None, login="login01"):
         elif action == "down":
             stopped = cluster.down() if cluster.conf.exists() else []
             say(f"Slurm stopped: {', '.join(stopped) or 'nothing running'} (its queue is kept for the next up)")
+        elif action == "status" and not cluster.conf.exists():
+            say(f"no lab Slurm in {cluster.root} (fab lab.slurm up)")
         elif action == "status":
             st = cluster.status()
             daemons = ", ".join(f"{d} {f'pid {p}' if p else 'stopped'}" for d, p in st["daemons"].items())

@@ -314,8 +314,9 @@ def cancel(req: dict) -> dict:
             write_json_atomic(os.path.join(job_dir, "job.json"), job)
         deadline = time.monotonic() + float(req.get("grace_s", 30)) + 30
         while result["rc"] == 0 and time.monotonic() < deadline:
-            if active(job, query(job, env, full=False)) is False:
-                break
+            seen = query(job, env, full=False)
+            if "controller" in seen or active(job, seen) is False:
+                break  # confirmed, or nothing can be: the controller went away (the answer says so)
             time.sleep(0.3)
     return {"ok": True, "changed": listed, "job": public(job), "before": before, "scancel": result,
             "reused_by": others, "query": query(job, env), "exits": _exits(job_dir, shards), "now_ts": time.time()}
