@@ -267,7 +267,7 @@ def fetch_dir(run: RunState, node: Connector, group: list[dict], folder: Path, m
     if failed:
         items = [Item(label, Status.FAILED, f"{counts}, {len(failed)} not fetched; no manifest written",
                       {"dir": str(top), "files": len(records), "bytes": total})]
-        return items + [Item(str(r["requested"]), Status.FAILED, r["msg"]) for r in failed[:10]]
+        return items + [Item(str(r["requested"]), Status.FAILED, f"{r['requested']}: {r['msg']}") for r in failed[:10]]
     _write_manifest(manifest, top, records)
     status = Status.CHANGED if new else Status.OK
     return [Item(label, status, f"{counts}; sha256s in {manifest}",
