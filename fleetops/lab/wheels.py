@@ -46,8 +46,7 @@ def wheel_name(info: Path) -> str:
 
 def build_wheel(site: Path, package: str, out_dir: Path) -> Path:
     """A wheel of `package` as installed in `site`: every file its RECORD lists inside site-packages, each
-    checked against RECORD's sha256 (a file that differs is no pristine copy: LabError). Files pip wrote
-    outside it (console scripts under ../bin) are left out, as they are not in the wheel pip downloaded."""
+    checked against RECORD's sha256 (a file that differs is no pristine copy: LabError)."""
     info = dist_info(site, package)
     record = info / "RECORD"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -55,10 +54,13 @@ def build_wheel(site: Path, package: str, out_dir: Path) -> Path:
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     with open(record, newline="") as f:
         rows = [row for row in csv.reader(f) if row]
+    # Not in the wheel pip downloaded: what pip wrote outside site-packages (console scripts under ../bin) and
+    # the bytecode it compiled at install time.
+    rows = [r for r in rows if not r[0].startswith(("../", "/")) and "__pycache__/" not in r[0]]
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for row in rows:
             rel = row[0]
-            if rel.startswith(("../", "/")) or rel == f"{info.name}/RECORD":
+            if rel == f"{info.name}/RECORD":
                 continue
             data = (site / rel).read_bytes()
             if len(row) > 1 and row[1] and _record_hash(data) != row[1]:
@@ -67,7 +69,7 @@ def build_wheel(site: Path, package: str, out_dir: Path) -> Path:
                                f"{package}; rebuild that venv")
             z.writestr(zipfile.ZipInfo(rel, ZIP_TIME), data)
         kept = io.StringIO()
-        csv.writer(kept, lineterminator="\n").writerows(r for r in rows if not r[0].startswith(("../", "/")))
+        csv.writer(kept, lineterminator="\n").writerows(rows)
         z.writestr(zipfile.ZipInfo(f"{info.name}/RECORD", ZIP_TIME), kept.getvalue())
     os.replace(tmp, target)
     return target
