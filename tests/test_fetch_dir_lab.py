@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -94,6 +95,7 @@ def test_a_directory_of_1000_files_interrupted_by_ctrl_c_resumes_and_every_sha25
     assert f"its partial copy {part} holds {partial:,} of {BIG:,} bytes" in line, line
     complete = [p for p in copy.rglob("*.safetensors") if p.is_file()]
     assert 0 < len(complete) < FILES
+    assert f"; {len(complete)} of {FILES} files complete in {dest / 'lab01'}; resume with: " in line, line
     assert not (dest / "lab01" / "state" / "outdir.sha256").exists()  # no manifest for a half copy
     command = shlex.split(line.split("resume with: ", 1)[1])
     assert command == ["fab", "-H", "lab01", "fetch", "--path", "outdir", "--dest", str(dest)], command
@@ -114,6 +116,7 @@ def test_a_directory_of_1000_files_interrupted_by_ctrl_c_resumes_and_every_sha25
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     assert len(manifest.read_text().splitlines()) == FILES
+    assert stat.S_IMODE(manifest.stat().st_mode) == 0o600  # as private as the files it lists
     line = doc["results"][0]["items"][0]["msg"]
     assert f"{FILES} files" in line and f"{len(complete)} already there" in line and str(manifest) in line, line
     # Again: nothing to copy.

@@ -10,8 +10,7 @@ import shlex
 import threading
 from pathlib import Path
 
-from fleetops.tasks.oncall import DEFAULT_MAX_SIZE, resume_command
-from fleetops.tasks.plan import Plan
+from fleetops.tasks.oncall import _fetch_plan, resume_command
 from fleetops.wire import sftp
 from remote_scripts.jobs.fetch import fetch_plan
 
@@ -76,15 +75,14 @@ def test_an_empty_directory_says_so(tmp_path):
     assert plan["files"] == [] and plan["notes"] == ["nothing: an empty directory; nothing to fetch"]
 
 
-def test_the_resume_command_repeats_every_option_quoted():
-    plan = Plan("fetch_plan", {"paths": ["out dir", "x.log"], "any_path": True, "job_id": "j1"}, 600, None,
-                options={"dest": "/tmp/my dest", "max_size": 5 * 1024**3})
+def test_the_resume_command_repeats_every_option_as_given_quoted(tmp_path):
+    plan = _fetch_plan(None, {"path": ["out dir", "x.log"], "any_path": True, "job_id": "j1", "max_size": "5G",
+                              "dest": str(tmp_path / "my dest")})  # type: ignore[arg-type]
     words = shlex.split(resume_command("lab01", plan))
     assert words == ["fab", "-H", "lab01", "fetch", "--path", "out dir", "--path", "x.log", "--job-id", "j1",
-                     "--any-path", "--max-size", str(5 * 1024**3), "--dest", "/tmp/my dest"]
-    plan = Plan("fetch_plan", {"paths": [], "any_path": False, "job_id": None}, 600, None,
-                options={"dest": "/d", "max_size": DEFAULT_MAX_SIZE})
-    assert resume_command("lab01", plan) == "fab -H lab01 fetch --dest /d"
+                     "--any-path", "--max-size", "5G", "--dest", str(tmp_path / "my dest")]
+    plan = _fetch_plan(None, {"dest": "rel"})  # type: ignore[arg-type]
+    assert resume_command("lab01", plan) == f"fab -H lab01 fetch --dest {shlex.quote(str(Path('rel').absolute()))}"
 
 
 def test_the_read_ahead_threads_socket_closed_is_not_printed_other_threads_are():

@@ -66,7 +66,8 @@ def _fetch_plan(run: RunState, kwargs: dict) -> Plan:
         raise UsageError(f"fetch --dest {dest}: exists and is not a directory")
     request = {"paths": paths, "any_path": bool(kwargs.get("any_path")), "job_id": kwargs.get("job_id") or None}
     return Plan("fetch_plan", request, 600, None,
-                options={**kwargs, "dest": str(dest.absolute()), "max_size": max_size})
+                options={**kwargs, "dest": str(dest.absolute()), "max_size": max_size,
+                         "max_size_given": str(kwargs["max_size"]) if kwargs.get("max_size") else None})
 
 
 def sha256_file(path: Path) -> str:
@@ -219,7 +220,7 @@ def run_fetch(run: RunState, plan: Plan, node: Connector) -> Result:
         for group in groups.values():
             items += fetch_dir(run, node, group, folder, max_size, files)
     except Stopped as stop:
-        return _stopped(host, plan, stop, files, folder, evidence)
+        return _stopped(host, plan, stop, files, len(answer["files"]), folder)
     items += [Item("note", Status.OK, n) for n in answer.get("notes", [])]
     failed = [r for r in files if r["status"] == Status.FAILED.value]
     changed = [r for r in files if r["status"] == Status.CHANGED.value]
@@ -279,7 +280,7 @@ def _write_manifest(manifest: Path, top: Path, records: list[dict]) -> None:
     if manifest.is_symlink():
         manifest.unlink()
     tmp = manifest.with_name(f".{manifest.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
         for r in sorted(records, key=lambda r: str(r["rel"])):
             f.write(f"{r['sha256']}  {r['rel']}\n")
     os.replace(tmp, manifest)
@@ -294,21 +295,23 @@ def resume_command(host: str, plan: Plan) -> str:
         words += ["--job-id", str(plan.request["job_id"])]
     if plan.request.get("any_path"):
         words.append("--any-path")
-    if plan.options.get("max_size") != DEFAULT_MAX_SIZE:
-        words += ["--max-size", str(plan.options["max_size"])]
+    if plan.options.get("max_size_given"):
+        words += ["--max-size", str(plan.options["max_size_given"])]
     words += ["--dest", plan.options["dest"]]
     return " ".join(shlex.quote(w) for w in words)
 
 
-def _stopped(host: str, plan: Plan, stop: Stopped, files: list[dict], folder: Path, evidence: object) -> Result:
+def _stopped(host: str, plan: Plan, stop: Stopped, files: list[dict], total: int, folder: Path) -> Result:
     done = sum(1 for r in files if r["status"] in (Status.OK.value, Status.CHANGED.value))
     if stop.part is not None:
         where = f"while copying {stop.label}: its partial copy {stop.part} holds {stop.have:,} of {stop.size:,} bytes"
+        item = Item(stop.label, Status.FAILED, f"stopped at byte {stop.have:,} of {stop.size:,}; kept in {stop.part}")
     else:
-        where = "between files"
+        where = "between two files"
+        item = Item(stop.label, Status.FAILED, "not started")
     again = resume_command(host, plan)
-    msg = (f"interrupted (Ctrl-C) {where}; {done} files complete in {folder}; resume with: {again}")
-    return Result(host, "fetch", Status.FAILED, msg, [Item(stop.label, Status.FAILED, msg)], code=EXIT_INTERRUPTED,
+    msg = f"interrupted (Ctrl-C) {where}; {done} of {total} files complete in {folder}; resume with: {again}"
+    return Result(host, "fetch", Status.FAILED, msg, [item], code=EXIT_INTERRUPTED,
                   data={"error_kind": "interrupted", "files": files, "folder": str(folder),
                         "part": str(stop.part) if stop.part else None, "part_bytes": stop.have,
                         "resume": again})
