@@ -10,6 +10,7 @@ The zip is not uploaded over SFTP (that would be the login user's file, run by r
 
 from __future__ import annotations
 
+import json
 import select
 import time
 
@@ -19,7 +20,8 @@ from remote_scripts.core.bootstrap import INSTALL, READY
 
 from ..plans.inventory import Host
 from ..results import Evidence
-from .connector import TransportError
+from .connector import ExecResult, TransportError
+from .session import Overflow, drain
 
 PROMPT = "[fleetops-become-password]"
 READY_LINE = b'{"ready": true}'
@@ -86,6 +88,28 @@ def handshake(chan: paramiko.Channel, host: Host, password: str | None, shown: s
                                             f"{timeout:.0f}s (sudo waiting for something?); nothing ran",
                                  _evidence(shown, None, err, started))
         select.select([chan], [], [], min(remaining, 0.5))
+
+
+def install(chan: paramiko.Channel, host: Host, password: str | None, shown: str, data: bytes) -> None:
+    """The zip on stdin of `bootstrap --install-agent` run by root (chan: its channel, just started)."""
+    started = time.monotonic()
+    try:
+        handshake(chan, host, password, shown, host.connect_timeout + 50)
+        chan.sendall(data)
+        chan.shutdown_write()
+        out, err, code = drain(chan, started + 300)
+    except (OSError, EOFError, paramiko.SSHException, TimeoutError, Overflow) as exc:
+        raise TransportError("lost", f"{host.name}: installing the agent as root stopped ({exc or 'EOF'}); run "
+                                     "again", Evidence(shown, None, [], 0.0)) from None
+    evidence = ExecResult(shown, code, out, err, time.monotonic() - started).evidence()
+    try:
+        answer = json.loads(out.decode("utf-8").splitlines()[0])
+    except (ValueError, UnicodeDecodeError, IndexError):
+        answer = {}
+    if not isinstance(answer, dict) or answer.get("installed") is not True:
+        why = (answer.get("error") if isinstance(answer, dict) else None) or \
+            f"installing the agent as root failed (exit {code})"
+        raise TransportError("untrusted", f"{host.name}: {why}", evidence)
 
 
 def refused(host: Host, code: int, err: bytes | bytearray, shown: str, started: float) -> TransportError:

@@ -192,25 +192,12 @@ class NodeConnection:
         its bytes have this sha256 (nothing the login user wrote is ever run by root)."""
         argv, shown = self._bootstrap_argv(become.install_words(self.host.state_dir, path, sha256))
         chan = self._open_channel(argv, shown)
-        started = time.monotonic()
         try:
-            become.handshake(chan, self.host, self._become_password(), shown, self.host.connect_timeout + 50)
-            chan.sendall(data)
-            chan.shutdown_write()
-            out, err, code = drain(chan, started + 300)
-        except (OSError, EOFError, paramiko.SSHException, TimeoutError, Overflow) as exc:
-            self.close()
-            raise TransportError("lost", f"{self.host.name}: installing the agent as root stopped ({exc or 'EOF'}); "
-                                         "run again", Evidence(shown, None, [], 0.0)) from None
-        evidence = ExecResult(shown, code, out, err, time.monotonic() - started).evidence()
-        try:
-            answer = json.loads(out.decode("utf-8").splitlines()[0])
-        except (ValueError, UnicodeDecodeError, IndexError):
-            answer = {}
-        if not isinstance(answer, dict) or answer.get("installed") is not True:
-            why = (answer.get("error") if isinstance(answer, dict) else None) or \
-                f"installing the agent as root failed (exit {code})"
-            raise TransportError("untrusted", f"{self.host.name}: {why}", evidence)
+            become.install(chan, self.host, self._become_password(), shown, data)
+        except TransportError as exc:
+            if exc.kind == "lost":
+                self.close()
+            raise
 
     def upload(self, path: str, data: bytes) -> None:
         """Write path atomically over SFTP (temp name, then rename), making its missing folders 0700."""
