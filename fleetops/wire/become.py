@@ -118,8 +118,10 @@ def refused(host: Host, code: int, err: bytes | bytearray, shown: str, started: 
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     said = next((line for line in lines if line.startswith("sudo")), lines[-1] if lines else f"exit {code}")
     user = host.user or "the login user"
-    if code == 127 or "command not found" in text or "No such file" in said:
+    if code == 127:
         step = "install sudo on the node, or leave out become: for this host"
+    elif host.python in text and ("command not found" in text or "No such file" in text):
+        step = f"the target python {host.python} was not found on the node: check this host's `python:`"
     elif "password is required" in text:
         step = (f"give {user} a sudoers entry with NOPASSWD for {host.python}, or run with --ask-become-pass "
                 "to type sudo's password")
