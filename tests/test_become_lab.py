@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import GENERATOR, REPO, run_fab
+from conftest import GENERATOR, REPO, copy_playbooks, run_fab
 
 from fleetops.lab import site_packages
 from fleetops.plans.tables import FACT_COLUMNS
@@ -70,6 +70,7 @@ def world(lab_factory, root_user):
                                 f"    state_dir: {top}/rootstate"]}
             (lab.root / "hosts" / "become.yaml").write_text("hosts:\n" + "".join(
                 f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()))
+            copy_playbooks(lab.root)  # a real copy: the playbook below is this module's, not the checkout's
             (lab.root / BOOK).write_text("name: become-test\npatches:\n  - module: " + GENERATOR +
                                          "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n")
             target = site_packages(venv).joinpath(*GENERATOR.split(".")).with_suffix(".py")
