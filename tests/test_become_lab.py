@@ -46,6 +46,7 @@ def world(lab_factory, root_user):
         top.chmod(0o755)
         home = top / "home"
         try:
+            subprocess.run(["userdel", USER], capture_output=True)  # left by a run that was killed
             subprocess.run(["useradd", "--home-dir", str(home), "--create-home", "--shell", "/bin/sh", USER],
                            check=True)
             subprocess.run(["chpasswd"], input=f"{USER}:{PASSWORD}\n", text=True, check=True)
