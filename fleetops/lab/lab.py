@@ -442,6 +442,21 @@ class Lab:
         os.replace(tmp, site / BASE_PTH)
         self.reset_packages(node, base)
 
+    def configure_sshd(self, node: Node, users: tuple[str, ...] = (), sftp: str | None = None) -> None:
+        """Restart the node's sshd letting these users log in too (a test's non-root login user) and with this
+        sftp Subsystem command (a broken one, for a test); no arguments: the config lab.up writes."""
+        text = self._sshd_config(node)
+        if users and sftp is None:  # sftp-server's log redirection is a file of the lab user's: internal-sftp
+            sftp = "internal-sftp"
+        if users:
+            text = text.replace(f"AllowUsers {self.user}\n", f"AllowUsers {' '.join((self.user, *users))}\n")
+        if sftp is not None:
+            text = "\n".join(f"Subsystem sftp {sftp}" if line.startswith("Subsystem sftp ") else line
+                              for line in text.split("\n"))
+        node.config.write_text(text)
+        self.stop_node(node)
+        self.start_node(node)
+
     def _sshd_config(self, node: Node) -> str:
         # sftp (how the agent is uploaded) through OpenSSH's external sftp-server at log level INFO: it records
         # every file operation (open, close with bytes written, rename) in <node>/sftp.log, so tests count

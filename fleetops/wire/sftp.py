@@ -8,7 +8,18 @@ from collections.abc import Callable
 
 import paramiko
 
+from ..plans.inventory import Host
 from .connector import TransportError
+
+
+def sftp_failed(host: Host, exc: BaseException) -> str:
+    """The SFTP subsystem would not start (sshd's Subsystem line names a program that is missing or fails, or
+    the login's shell prints on stdout): paramiko says only "EOF during negotiation"."""
+    reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+    return (f"{host.name}: the node's sftp-server did not start: {reason}; check the `Subsystem sftp` line of the "
+            f"node's sshd_config (its program must exist and run for {host.user or 'the login user'}) and that "
+            "the login shell's start-up files print nothing, or set `become: sudo` for this host (the agent then "
+            "travels on stdin, without SFTP)")
 
 
 def write_atomically(sftp: paramiko.SFTPClient, path: str, data: bytes) -> None:
