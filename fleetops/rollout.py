@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .plans.inventory import Host
 from .results import Result, Status
 from .state import RunState
-from .wire.connector import Pending
+from .wire.connector import Pending, fork_bound
 
 DEFAULT_FORKS = 32
 NOT_STARTED = "skipped: not started (interrupted by Ctrl-C)"
@@ -60,7 +60,11 @@ def run_fleet(run: RunState, hosts: list[Host], steps: list[Step], forks: int = 
 
 
 def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int, running: dict[str, str]) -> None:
-    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(batch)))) as pool:
+    wanted = max(1, min(forks, len(batch)))
+    workers, why = fork_bound(wanted)
+    if why:
+        run.reporter.note(why)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(_run_chain, run, h, steps, running) for h in batch]
         try:
             run.prepare_while_connecting()
