@@ -91,8 +91,9 @@ def test_256_hosts_under_256_open_files_all_answer_with_bounded_files_threads_an
     assert 8 <= forks < HOSTS
     assert f"{HOSTS} hosts: {HOSTS} ok, 0 changed, 0 failed, 0 unreachable" in both, both
     assert 0 < peak["fds"] <= NOFILE, peak
-    # A worker per host at work and paramiko's transport thread per open link, and a few of the process's own
-    assert peak["threads"] <= 2 * forks + 16, peak
+    # Per host at work a worker and paramiko's transport thread, which ends a moment after its link closed
+    # (one closing while the next host's opens), and a few of the process's own: bounded by forks, not hosts
+    assert peak["threads"] <= 3 * forks + 16 < HOSTS, peak
     assert peak["rss_mb"] <= RSS_LIMIT_MB, peak
 
 
