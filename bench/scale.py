@@ -217,15 +217,14 @@ def run_scale(sizes: list[int], rtt_ms: float, peers_at: int, nofile: int, timeo
         inv = project / "hosts" / "bench.yaml"
         inv.write_text(inv.read_text().replace("  user: root", f"  user: {user}"))
         rows: list[Row] = []
-        for n in sorted(sizes):
+        for n in sorted(sizes) if "fleetops" in tools else []:
             names = f"{lab.name}[0001-{n:04d}]"
-            if "fleetops" in tools:
-                for what, words in COMMANDS:
-                    say(f"bench: fleetops {what} at N = {n}")
-                    rows.append(measure("fleetops", what, n, [FAB, "-H", names, *words], project, env,
-                                        logs / f"fleetops-{what.split()[0]}-{n}.log", nofile, timeout))
-            if n == peers_at:
-                rows += peers(n, hosts, bench, work, env, logs, timeout, tools, ensure_peers)
+            for what, words in COMMANDS:
+                say(f"bench: fleetops {what} at N = {n}")
+                rows.append(measure("fleetops", what, n, [FAB, "-H", names, *words], project, env,
+                                    logs / f"fleetops-{what.split()[0]}-{n}.log", nofile, timeout))
+        if peers_at in sizes:  # last: their inventories name only the first peers_at hosts
+            rows += peers(peers_at, hosts, bench, work, env, logs, timeout, tools, ensure_peers)
         text = render(rows, rtt_ms, setup)
         out.write_text(text)
         return text
