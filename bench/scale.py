@@ -258,7 +258,7 @@ def peers(n: int, hosts: list, bench: object, work: Path, env: dict, logs: Path,
                             timeout))
     if "floor" in tools:  # not a peer: the least a paramiko client pays per host (bench/floor.py)
         say(f"bench: the paramiko floor at N = {n}")
-        rows.append(measure("floor", "bare paramiko: connect + 1 exec", n,
+        rows.append(measure("floor.py (stock paramiko)", "connect + 1 exec, a thread per host", n,
                             [sys.executable, str(here / "floor.py"), str(work / "fabric_hosts.json")],
                             work, env, logs / f"floor-{n}.log", None, timeout))
     return rows
