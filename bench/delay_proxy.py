@@ -1,9 +1,11 @@
 """A userspace TCP delay proxy for the benchmark (this kernel has no netem), loopback only.
 
     python3 bench/delay_proxy.py --rtt-ms 50 UPSTREAM_PORT [UPSTREAM_PORT ...]
+    python3 bench/delay_proxy.py --rtt-ms 50 127.77.0.1:PORT 127.77.0.2:PORT ...   # the large lab's hosts
 
-For each upstream port (an sshd on 127.0.0.1) it listens on a fresh 127.0.0.1 port, prints one JSON line
-{"listen": {"<upstream>": <proxy port>, ...}, "pid": ...} once every listener is up, then serves until
+For each upstream port (an sshd on 127.0.0.1, or ADDRESS:PORT on another loopback address) it listens
+on a fresh 127.0.0.1 port, prints one JSON line
+{"listen": {"<upstream as given>": <proxy port>, ...}, "pid": ...} once every listener is up, then serves until
 SIGTERM/SIGINT. Each chunk read from either side is written to the other side RTT/2 after it was read
 (order kept per direction), so a request/answer turn costs one RTT. A new connection starts one RTT late
 (the TCP handshake): the proxy accepts at once, waits one RTT, then connects upstream; what the client sent
@@ -105,17 +107,35 @@ class Proxy:
                 return
 
 
-async def serve(rtt: float, ports: list[int], host: str) -> None:
+def upstream(spec: str, host: str) -> tuple[str, int]:
+    """`PORT` (on --host) or `ADDRESS:PORT`, a loopback address either way."""
+    address, _, port = spec.rpartition(":")
+    return loopback(address or host), int(port)
+
+
+def raise_open_files(needed: int) -> None:
+    """A thousand listeners and two sockets per connection: the soft open-file limit raised to fit, if it can."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed if hard == resource.RLIM_INFINITY else min(needed, hard),
+                                                    hard))
+
+
+async def serve(rtt: float, ports: list[str], host: str) -> None:
     loop = asyncio.get_running_loop()
     stop = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
     servers, mapping = [], {}
-    for port in ports:
-        proxy = Proxy(rtt, host, port)
+    raise_open_files(len(ports) + 4096)
+    for spec in ports:
+        address, port = upstream(spec, host)
+        proxy = Proxy(rtt, address, port)
         server = await asyncio.start_server(proxy.handle, host, 0, backlog=1024)
         servers.append(server)
-        mapping[str(port)] = server.sockets[0].getsockname()[1]
+        mapping[spec] = server.sockets[0].getsockname()[1]
     print(json.dumps({"listen": mapping, "pid": os.getpid()}), flush=True)
     await stop
     for server in servers:
@@ -128,7 +148,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rtt-ms", type=float, required=True)
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("ports", type=int, nargs="+", help="upstream ports on --host")
+    ap.add_argument("ports", nargs="+", help="upstream ports on --host, or ADDRESS:PORT (loopback)")
     args = ap.parse_args()
     loopback(args.host)
     try:

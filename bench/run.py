@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/run.py [--sizes 1,8,32] [--rtts 0,50] [--reps 3] [--out bench/RESULTS.md]
     .venv/bin/python bench/run.py --targets      # only the rows the targets are judged on
+    .venv/bin/python bench/run.py --scale [--sizes 256,1000 ...]   # the scale section (bench/scale.py)
 
 Run by hand, not by CI (see bench/README.md). Stdlib + fleetops' lab on the client side; Ansible and pyinfra
 live in their own venv under bench/.work/peers (made here with pip on first use, never in the system python).
@@ -280,6 +281,11 @@ def run_profile(args, env: Env, runner: Runner, peers: Path) -> str:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--scale"]:  # the scale section (bench/scale.py): its own lab, its own options
+        import scale
+
+        scale.main(sys.argv[2:])
+        return 0
     args = parse_args()
     t_start = time.perf_counter()
     signal.signal(signal.SIGTERM, stop)

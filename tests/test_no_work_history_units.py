@@ -16,7 +16,8 @@ def history_lines(root: Path) -> list[str]:
     for place in PLACES:
         top = root / place
         for path in sorted([top] if top.is_file() else top.rglob("*") if top.is_dir() else []):
-            if not path.is_file() or "__pycache__" in path.parts:
+            # bench/.work: what a bench run made (git-ignored; the peers' own venv among it), not the project's
+            if not path.is_file() or "__pycache__" in path.parts or ".work" in path.parts:
                 continue
             try:
                 text = path.read_text(encoding="utf-8")

@@ -5,6 +5,7 @@ wire changes."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -26,6 +27,53 @@ MAX_ANSWER_BYTES = 32 * 1024 * 1024
 MAX_STDERR_BYTES = 16 * 1024 * 1024  # written by the agent while serving one request
 STDERR_KEPT_BYTES = 64 * 1024  # of that, the end is kept as evidence
 MAX_EXEC_BYTES = 64 * 1024 * 1024  # stdout + stderr of one raw exec
+
+
+# File descriptors on the client for one host at work: its TCP socket, and at most one more while it opens
+# (the connect's socket before paramiko takes it) or reads a local file for it (an upload's source); the
+# agent session's channel and paramiko's transport thread need none. What the process keeps for itself:
+# the terminal, the audit log, the imports' files, the inventory and known_hosts while they are read.
+FDS_PER_HOST = 3
+FDS_KEPT = 48
+MAC_OPEN_MAX = 10240  # macOS refuses a soft limit above OPEN_MAX even when the hard limit is "unlimited"
+
+
+def open_fds() -> int:
+    """File descriptors this process has open now (0 where the system does not say)."""
+    for where in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(where))
+        except OSError:
+            continue
+    return 0
+
+
+def fork_bound(wanted: int) -> tuple[int, str | None]:
+    """How many hosts may be at work at once within this process's open-file limit: `wanted`, or fewer with
+    the line that says so. The soft limit is first raised towards the hard one (as OpenSSH's client and most
+    servers do): a Mac's default soft limit, 256, sits under a far higher hard limit."""
+    try:
+        import resource
+    except ImportError:  # no POSIX limits here: nothing to respect
+        return wanted, None
+    infinity = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = open_fds()
+    need = in_use + FDS_KEPT + wanted * FDS_PER_HOST
+    if soft != infinity and soft < need:
+        for target in dict.fromkeys((need if hard == infinity else min(need, hard), min(need, MAC_OPEN_MAX))):
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+                break
+            except (ValueError, OSError):
+                continue
+    if soft == infinity or soft >= need:
+        return wanted, None
+    room = max(1, (soft - in_use - FDS_KEPT) // FDS_PER_HOST)
+    return room, (f"forks lowered from {wanted} to {room}: this process may open {soft} files (ulimit -n) and each "
+                  f"host at work holds up to {FDS_PER_HOST}; `ulimit -n {need}` before the command works on "
+                  f"{wanted} hosts at once")
 
 
 def mib(n: int) -> str:
