@@ -4,6 +4,11 @@ paste: pasted unchecked, it would trust whatever key a machine in the middle off
 
 from __future__ import annotations
 
+import re
+
+# A SHA256 fingerprint's hash as ssh-keygen -l prints it: 43 base64 characters (OpenSSH drops the '=' padding)
+_SHA256_HASH = re.compile(r"[A-Za-z0-9+/]{43}")
+
 # paramiko's key type → the host key file OpenSSH keeps for it on the node
 HOST_KEY_FILES = {"ssh-ed25519": "ssh_host_ed25519_key.pub", "ssh-rsa": "ssh_host_rsa_key.pub",
                   "ecdsa-sha2-nistp256": "ssh_host_ecdsa_key.pub", "ecdsa-sha2-nistp384": "ssh_host_ecdsa_key.pub",
@@ -17,3 +22,17 @@ def verify_then_trust(host: str, offered: str, key_type: str, replace: bool = Fa
             f"trust): `ssh-keygen -lf /etc/ssh/{pub}` must print {offered}; only if it does, run: "
             f"fab -H {host} trust {'--replace ' if replace else ''}--fingerprint SHA256:... (the fingerprint the "
             "node printed)")
+
+
+def normalize_fingerprint(text: str | None) -> str | None:
+    """What the operator typed after --fingerprint, in the form the host's key is compared in: `SHA256:` + the
+    hash. The bare hash (copied without its prefix), a lower-case `sha256:` and a trailing `=` all name the
+    same key; anything else is returned as typed (and then matches no key)."""
+    if text is None:
+        return None
+    word = text.strip()
+    prefix, sep, rest = word.partition(":")
+    hashed = rest if sep and prefix.upper() == "SHA256" else word if not sep else None
+    if hashed is not None and _SHA256_HASH.fullmatch(hashed.rstrip("=")):
+        return "SHA256:" + hashed.rstrip("=")
+    return word
