@@ -15,13 +15,16 @@ HOST_KEY_FILES = {"ssh-ed25519": "ssh_host_ed25519_key.pub", "ssh-rsa": "ssh_hos
                   "ecdsa-sha2-nistp521": "ssh_host_ecdsa_key.pub"}
 
 
-def verify_then_trust(host: str, offered: str, key_type: str, replace: bool = False) -> str:
-    """The next step after a host key that known_hosts does not have (`replace`: one that differs from it)."""
+def verify_then_trust(host: str, offered: str, key_type: str, replace: bool = False,
+                      known_hosts: str | None = None) -> str:
+    """The next step after a host key that known_hosts does not have (`replace`: one that differs from it);
+    `known_hosts`: the file that trust writes, named so that the operator sees which one it is."""
     pub = HOST_KEY_FILES.get(key_type, "ssh_host_*_key.pub")
+    into = f" (it writes {known_hosts})" if known_hosts else ""
     return (f"check it on the node itself, not over this network (its console, the BMC, or a session you already "
             f"trust): `ssh-keygen -lf /etc/ssh/{pub}` must print {offered}; only if it does, run: "
             f"fab -H {host} trust {'--replace ' if replace else ''}--fingerprint SHA256:... (the fingerprint the "
-            "node printed)")
+            f"node printed){into}")
 
 
 def normalize_fingerprint(text: str | None) -> str | None:
