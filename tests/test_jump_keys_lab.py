@@ -104,3 +104,28 @@ def test_a_jump_mapping_takes_a_known_hosts_of_its_own(lab, tmp_path):
     finally:
         path.unlink()
     assert rc == 4 and "unknown host key" in msg and f"(it writes {jump_known})" in msg, msg
+
+
+def test_trust_takes_the_bare_hash_with_or_without_its_prefix(lab, tmp_path):
+    """A direct host: the hash as copied from `ssh-keygen -lf` without `SHA256:` is the same key, not a mismatch."""
+    node = lab.node("lab01")
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    path = lab.root / "hosts" / "barehash.yaml"
+    path.write_text(f"hosts:\n  barehash:\n    address: 127.0.0.1\n    port: {node.port}\n    user: {lab.user}\n"
+                    f"    identity_file: {lab.client_key}\n    known_hosts: {known}\n    python: {node.python}\n"
+                    f"    state_dir: {node.state_dir}\n")
+    offered = subprocess.run(["ssh-keygen", "-lf", str(node.host_key.with_suffix(".pub"))], capture_output=True,
+                             text=True, check=True).stdout.split()[1]
+    try:
+        proc = run_fab(lab.root, "-H", "barehash", "trust", "--fingerprint", offered.removeprefix("SHA256:"),
+                       "--json", timeout=300)
+        first = json.loads(proc.stdout)["results"][0]
+        known.write_text("")
+        proc2 = run_fab(lab.root, "-H", "barehash", "trust", "--fingerprint", offered, "--json", timeout=300)
+        second = json.loads(proc2.stdout)["results"][0]
+    finally:
+        path.unlink()
+    assert proc.returncode == 0 and first["status"] == "changed" and offered in first["msg"], first
+    assert proc2.returncode == 0 and second["status"] == "changed", second
+    assert known.read_text().split()[0] == f"[127.0.0.1]:{node.port}", known.read_text()
