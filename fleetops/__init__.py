@@ -1,0 +1,22 @@
+"""fleetops: operate GPU nodes over SSH. As a library: `from fleetops.api import run` (docs/api.md); its errors
+and results are exported here too (`fleetops.run` is the run module, so the function is fleetops.api.run).
+
+These names are loaded on first use, so `fab`'s start-up, which imports fleetops' modules but not the library,
+pays nothing for them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .api import ConfigError, Result, Status, UnknownHost, UnknownOption, UnknownTask, UsageError
+
+__all__ = ["ConfigError", "Result", "Status", "UnknownHost", "UnknownOption", "UnknownTask", "UsageError"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'fleetops' has no attribute {name!r}")

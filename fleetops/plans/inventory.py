@@ -16,6 +16,7 @@ from pathlib import Path
 from . import hostrange, sshconfig
 from .fields import expect_mapping, get_bool, get_int, get_str, get_str_list, reject_unknown
 from .hostrange import split_words
+from .jumps import jump_named
 from .marks import did_you_mean
 from .patterns import ENV_KEY, REMOTE_PATH, one_line
 from .slurm import ACCOUNT, GRES, PARTITION, TIME_LIMIT
@@ -34,6 +35,7 @@ HOST_KEYS = {"address", "port", "user", "identity_file", "identity_passphrase", 
              "slurm_node",  # the host's own name as a Slurm node: drain/undrain tell Slurm too
              "become"}  # "sudo": the agent runs as root through `sudo -n` (docs/become.md)
 TOP_KEYS = {"hosts", "defaults", "example"}
+JUMP_KEYS = {"address", "port", "user", "identity_file", "known_hosts"}  # `jump:` as a host of its own
 DEFAULT_STATE_DIR = ".fleetops"  # relative: the node's exec starts in the login user's home
 # With become, root runs the agent: its state dir must be root's (the bootstrap refuses one the login user owns,
 # who could swap what root runs), so the default moves out of the login user's home.
@@ -73,6 +75,8 @@ class Host:
     time_limit: str | None = None
     slurm_node: str | None = None  # the host is this node of a Slurm cluster (drain/undrain: scontrol update)
     become: str | None = None  # "sudo": the agent runs as root through sudo (wire/become.py)
+    # `jump:` written as a mapping (JUMP_KEYS); `jump` then holds its user@address:port (plans/jumps.py)
+    jump_host: Host | None = field(default=None, repr=False)
 
     @property
     def label(self) -> str:
@@ -185,7 +189,8 @@ class Inventory:
             host = self.hosts[name]
             return replace(host, user=user or host.user, port=port or host.port)
         if user or port or "." in name or ":" in name or name in self.aliases():
-            return plain_host(spec)
+            plain = plain_host(spec)  # a jump host some inventory host names: with the keys it is reached with
+            return jump_named(self.hosts.values(), spec, plain, self.aliases) or plain
         raise UnknownHost(self._unknown(spec))
 
     def _unknown(self, spec: str) -> str:
@@ -440,6 +445,28 @@ def _parse_env(m: Mapping, missing: list[tuple[str, str]]) -> tuple[tuple[tuple[
     return tuple(env), frozenset(secret)
 
 
+def _jump_word(m: Mapping) -> str | None:
+    jump = _jump_host(m)
+    if jump is not None:
+        return jump.name
+    return get_str(m, "jump", pattern=JUMP, describe="an inventory name, user@host:port, or a mapping of "
+                                                      f"{', '.join(sorted(JUMP_KEYS))}")
+
+
+def _jump_host(m: Mapping) -> Host | None:
+    """`jump:` as a mapping: the jump host's own address, port, user, identity_file and known_hosts."""
+    if not isinstance(m.get("jump"), dict):
+        return None
+    spec = expect_mapping(m["jump"], m.path, m.line_of("jump"), "'jump'")
+    reject_unknown(spec, JUMP_KEYS, "'jump'")
+    user = get_str(spec, "user", pattern=USER, describe="a plain user name")
+    address = get_str(spec, "address", required=True, pattern=ADDRESS, describe="a host name or IP address") or ""
+    port = get_int(spec, "port", default=22, minimum=1, maximum=65535) or 22
+    return Host(name=_target(user, address, port if "port" in spec else None), address=address, port=port,
+                user=user, identity_file=_local_path(spec, "identity_file"),
+                known_hosts=_local_path(spec, "known_hosts"), source=f"{spec.path}:{spec.line}")
+
+
 def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
     reject_unknown(m, HOST_KEYS, f"host {name!r}")
     for key in ("partition", "account", "gres", "time_limit"):
@@ -473,7 +500,8 @@ def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
         user=get_str(m, "user", pattern=USER, describe="a plain user name"),
         identity_file=_local_path(m, "identity_file"),
         known_hosts=_local_path(m, "known_hosts"),
-        jump=get_str(m, "jump", pattern=JUMP, describe="an inventory name or user@host:port"),
+        jump=_jump_word(m),
+        jump_host=_jump_host(m),
         python=python,
         state_dir=state_dir.rstrip("/") or "/",
         groups=tuple(groups),

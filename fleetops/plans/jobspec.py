@@ -7,9 +7,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from remote_scripts.core.protocol import CHECK_KINDS
+
 from ..redaction import MASK, register
 from .fields import reject_unknown
 from .gpugate import DEFAULT_THRESHOLD_MIB, Gate
+from .marks import did_you_mean
 from .patterns import ENV_KEY, one_line
 from .patterns import JOB_PATH as PATH
 from .yamlsrc import ConfigError, Mapping
@@ -19,6 +22,7 @@ EXTRACT_KEYS = {"backend", "model", "dataset", "output", "layer_ids", "tensor_pa
                 "batch_size", "limit"}
 COMMON_KEYS = {"kind", "description", "env", "cwd", "preflight", "gpu_gate", "progress", "failures", "overrides",
                "command", "secret_env"}
+GATE_KEYS = {"threshold", "gpus"}  # gpu_gate: as a mapping
 DEFAULT_PREFLIGHT = ["requires", "grep", "compile"]
 DEFAULT_PROGRESS = r"samples=(?P<done>\d+)/(?P<total>\d+).*?tok/s=(?P<tok_s>[0-9.]+)(?:.*?eta=(?P<eta>[0-9.]+)s)?"
 DEFAULT_FAILURES = [r"Traceback \(most recent call last\)", r"CUDA out of memory", r"Worker failed",
@@ -70,6 +74,43 @@ def _validate(name: str, spec: dict, where: Mapping) -> None:
                                  "with '-')")
     _validate_env(name, spec, where)
     _validate_patterns(name, spec, where)
+    _validate_gate(name, spec, where)
+    preflight = spec.get("preflight", DEFAULT_PREFLIGHT)
+    if not isinstance(preflight, list) or not all(isinstance(k, str) for k in preflight):
+        raise _err(where, "preflight", f"job {name!r}: preflight must be a list of check kinds ([] for none)")
+    for kind in preflight:
+        if kind not in CHECK_KINDS:  # a misspelled kind would silently skip its checks
+            raise _err(where, "preflight", f"job {name!r}: preflight names unknown check kind {kind!r}"
+                                           f"{did_you_mean(kind, CHECK_KINDS)} (kinds: {', '.join(CHECK_KINDS)})")
+
+
+def _validate_gate(name: str, spec: dict, where: Mapping) -> None:
+    """gpu_gate: false (no gate), true or a mapping of GATE_KEYS; a misspelled key is refused, never ignored."""
+    gate = spec.get("gpu_gate")
+    if gate is None or isinstance(gate, bool):
+        return
+    if not isinstance(gate, dict):
+        raise _err(where, "gpu_gate", f"job {name!r}: gpu_gate must be false, true or a mapping of "
+                                      f"{', '.join(sorted(GATE_KEYS))}")
+    if isinstance(gate, Mapping):
+        reject_unknown(gate, GATE_KEYS, f"job {name!r} gpu_gate")
+    threshold = gate.get("threshold", DEFAULT_THRESHOLD_MIB)
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
+        raise _err(where, "gpu_gate", f"job {name!r}: gpu_gate threshold must be a whole number of MiB")
+    if _gpu_list(gate.get("gpus")) is None:
+        raise _err(where, "gpu_gate", f"job {name!r}: gpu_gate gpus must be GPU indices: 3, \"0,1,2\" or [0, 1]")
+
+
+def _gpu_list(value: object) -> tuple[int, ...] | None:
+    """gpu_gate's gpus as indices: () for every GPU (absent), None when it is not a list of indices."""
+    if value is None or value == "":
+        return ()
+    words = value if isinstance(value, list) else str(value).split(",") if not isinstance(value, bool) else [""]
+    try:
+        out = tuple(int(str(w).strip()) for w in words)
+    except ValueError:
+        return None
+    return out if out and all(i >= 0 for i in out) and not any(isinstance(w, bool) for w in words) else None
 
 
 def _validate_extract(name: str, spec: dict, where: Mapping) -> None:
@@ -176,10 +217,8 @@ def resolve(name: str, spec: Mapping, groups: tuple[str, ...]) -> JobSpec:
     gate_spec = merged.get("gpu_gate", {})
     gate = None
     if gate_spec is not False:
-        gate_spec = gate_spec or {}
-        select = gate_spec.get("gpus")
-        gate = Gate(int(gate_spec.get("threshold", DEFAULT_THRESHOLD_MIB)),
-                    tuple(int(x) for x in str(select).split(",")) if select not in (None, "") else None)
+        gate_spec = gate_spec if isinstance(gate_spec, dict) else {}  # true: the defaults
+        gate = Gate(int(gate_spec.get("threshold", DEFAULT_THRESHOLD_MIB)), _gpu_list(gate_spec.get("gpus")) or None)
     return JobSpec(name=name, kind=kind, extract=extract, argv=list(merged["command"]) if kind == "command" else None,
                    env={k: str(v) for k, v in (merged.get("env") or {}).items()},
                    secret_env=set(merged.get("secret_env") or []), cwd=merged.get("cwd"),

@@ -26,6 +26,8 @@ CHECK_KEYS = {
     "callsites": {"name", "kind", "modules", "packages", "receivers", "attributes"},
     "probe": {"name", "kind", "script", "modules", "timeout", "args"},
 }
+PATCH_KEYS = {"module", "diff", "script"}  # each entry of patches:
+RECEIVER_KEYS = {"expr", "scope", "type"}  # each entry of a callsites check's receivers:
 # "requires" comes from the playbook's requires:, not from verify:.
 assert set(CHECK_KEYS) | {"requires"} == set(CHECK_KINDS), "playbook.CHECK_KEYS and protocol.CHECK_KINDS disagree"
 
@@ -97,7 +99,7 @@ def load_playbook(path: str | Path) -> Playbook:
         book.requires.append(req)
     for i, spec in enumerate(_list(doc, "patches")):
         spec = expect_mapping(spec, str(path), _item_line(doc, "patches", i), "a patch entry")
-        reject_unknown(spec, {"module", "diff", "script"}, "patch")
+        reject_unknown(spec, PATCH_KEYS, "patch")
         module = get_str(spec, "module", required=True, pattern=MODULE, describe="a dotted module name")
         if "script" in spec:
             book.patches.append(_script_patch(spec, module, path, digest))
@@ -224,7 +226,7 @@ def _receivers(spec: Mapping) -> list[dict]:
     for item in spec.get("receivers", []) or []:
         if not isinstance(item, Mapping):
             raise spec.error("receivers", "each receiver is a mapping with expr, type and optional scope")
-        reject_unknown(item, {"expr", "scope", "type"}, "receiver")
+        reject_unknown(item, RECEIVER_KEYS, "receiver")
         types = item.get("type")
         types = [types] if isinstance(types, str) else types
         if not isinstance(types, list) or not types or not all(isinstance(t, str) and MODULE.fullmatch(t)

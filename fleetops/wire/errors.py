@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import socket
-from dataclasses import replace
 
 import paramiko
 from fabric import Connection
@@ -14,7 +13,7 @@ from ..plans.inventory import Host, plain_host
 from ..plans.trustadvice import verify_then_trust
 from .connector import TransportError
 from .hops import each_hop, transport_of
-from .hostkeys import fingerprint_of
+from .hostkeys import fingerprint_of, known_hosts_files
 
 
 def _where(cxn: Connection) -> str:
@@ -42,7 +41,8 @@ def _key_or_login_refused(exc: BaseException, host: Host, cxn: Connection, trans
         return TransportError("hostkey", (
             f"{who}: host key does not match known_hosts: expected {fingerprint_of(exc.expected_key)}, got "
             f"{fingerprint_of(exc.key)}; refusing to connect. If the node was reinstalled, "
-            + verify_then_trust(host.name, fingerprint_of(exc.key), exc.key.get_name(), replace=True)))
+            + verify_then_trust(host.name, fingerprint_of(exc.key), exc.key.get_name(), replace=True,
+                                known_hosts=known_hosts_files(host, cxn)[0])))
     if isinstance(exc, paramiko.PasswordRequiredException):
         return TransportError("auth", f"{who}: the private key is encrypted and no passphrase was given; load it "
                                       "into ssh-agent (ssh-add KEY), run with --prompt-for-passphrase, or set "
@@ -64,7 +64,7 @@ def _key_or_login_refused(exc: BaseException, host: Host, cxn: Connection, trans
         offered = fingerprint_of(key)
         return TransportError("hostkey", (
             f"{who}: unknown host key {offered} ({key.get_name()}); refusing to connect. "
-            + verify_then_trust(host.name, offered, key.get_name())))
+            + verify_then_trust(host.name, offered, key.get_name(), known_hosts=known_hosts_files(host, cxn)[0])))
     return None
 
 
@@ -75,9 +75,8 @@ def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportE
     transport = cxn.client.get_transport() if cxn.client is not None else None
     hop = _refused_hop(cxn) if isinstance(exc, paramiko.SSHException) else None
     if hop is not None:  # a jump host's key was refused: name that host, and trust that one
-        name = getattr(hop, "fleetops_name", None)
-        # An inventory jump keeps the inventory's known_hosts; an ssh_config jump reads its own entry.
-        host = replace(host, name=name) if name else plain_host(hop.original_host)
+        # The jump host as it was reached (hops.py): its known_hosts is the inventory's, or its own entry's.
+        host = getattr(hop, "fleetops_host", None) or plain_host(hop.original_host)
         who = f"{who}: its jump host {host.name} ({_where(hop)})"
         cxn, transport = hop, hop.client.get_transport()
     text = " ".join(str(exc).split()) or type(exc).__name__

@@ -8,7 +8,7 @@ import paramiko
 from fabric import Connection
 
 from ..plans.inventory import Host, Inventory
-from ..plans.trustadvice import verify_then_trust
+from ..plans.trustadvice import normalize_fingerprint, verify_then_trust
 from .errors import connect_error, host_label
 from .hops import fabric_connection
 from .hostkeys import fingerprint_of, known_hosts_files, replace_known_host
@@ -34,6 +34,7 @@ def trust_host(host: Host, inventory: Inventory | None, fingerprint: str | None,
     """Add the host's key to its known_hosts only when the operator names the fingerprint they verified;
     with `replace`, a changed key (a reimaged node) replaces the old entry, again only for the named
     fingerprint. Returns (outcome, message); outcome is trusted / already / refused."""
+    fingerprint = normalize_fingerprint(fingerprint)
     cxn = fabric_connection(host, inventory)
     capture = _CaptureKey()
     cxn.client.set_missing_host_key_policy(capture)

@@ -139,6 +139,7 @@ class FleetConnection(Connection):
 
     inline_ssh_env = None
     fleetops_name: str | None = None  # what `trust` takes for this hop (a jump's own inventory name)
+    fleetops_host: Any = None  # the inventory Host this hop was built for (its known_hosts, for a refusal)
     fleetops_sftp: paramiko.SFTPClient | None = None  # the SFTP session sftp() opened, for close_quietly
 
     def sftp(self) -> paramiko.SFTPClient:

@@ -317,11 +317,13 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | No
             os.chmod(tmp, mode)
         failpoint(f"{point}.before_rename", path)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = path  # write() and fsync() name no file; "no space left on device" alone names no disk
         raise
     failpoint(f"{point}.after_rename", path)
     fsync_dir(directory)
@@ -389,6 +391,9 @@ def os_error_message(exc: OSError, what: str) -> str:
     reason = {errno.ENOSPC: "no space left on device", errno.EROFS: "read-only file system",
               errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
               errno.EDQUOT: "disk quota exceeded"}.get(exc.errno or 0, exc.strerror or str(exc))
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT) and exc.filename:
+        where = os.path.dirname(str(exc.filename)) or "."
+        return f"{what}: {reason} writing {exc.filename}; free space on that filesystem (df -h {where})"
     target = f" ({exc.filename})" if exc.filename else ""
     return f"{what}: {reason}{target}"
 

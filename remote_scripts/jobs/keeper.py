@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,6 +55,42 @@ def record_end(job_dir: str, result: dict) -> None:
     atomic_write(final, data, mode=0o600, point="job.exit")
 
 
+# A write that failed for space, as the job's log says it: Python's OSError (with the file when the call names
+# one), coreutils' `dd: error writing '/x': No space left on device`, or a bare Errno 28.
+_ENOSPC = re.compile(r"No space left on device|\[Errno 28\]|ENOSPC", re.I)
+_ENOSPC_PATH = (re.compile(r"No space left on device: '(?P<path>/[^']*)'"),
+                re.compile(r"'(?P<path>/[^']*)': No space left on device"),
+                re.compile(r"(?P<path>/[^\s':]+): No space left on device"))
+LOG_TAIL_BYTES = 8192
+
+
+def no_space(job_dir: str, job: dict) -> dict | None:
+    """The job ended on ENOSPC, as its log's last lines say: {"path": where it could not write, "line": the
+    log's line}. A line that names no file (a Python write() names none) gets the first full filesystem
+    among the job's own paths: its output, its cwd, the absolute paths in its command. None otherwise."""
+    try:
+        with open(os.path.join(job_dir, LOG), "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    hits = [line.strip() for line in lines[-20:] if _ENOSPC.search(line)]
+    if not hits:
+        return None
+    line = hits[-1]
+    for pattern in _ENOSPC_PATH:
+        m = pattern.search(line)
+        if m:
+            return {"path": m.group("path"), "line": line[-300:]}
+    candidates = [(job.get("extract") or {}).get("output"), job.get("cwd"),
+                  *[w for w in (job.get("argv") or [])[1:] if isinstance(w, str) and w.startswith("/")]]
+    for path in (p for p in candidates if isinstance(p, str) and p):
+        full = disk_full(path if os.path.isdir(path) else os.path.dirname(path))
+        if full:
+            return {"path": path, "line": line[-300:]}
+    return {"path": None, "line": line[-300:]}
+
+
 def end_record(code: int | None, job_dir: str, **extra: object) -> dict:
     result: dict = {"exit_code": code if code is not None and code >= 0 else None,
                     "signal": -code if code is not None and code < 0 else None, "ended": now_iso(),
@@ -61,6 +98,13 @@ def end_record(code: int | None, job_dir: str, **extra: object) -> dict:
     full = disk_full(job_dir)
     if full:
         result["disk_full"] = full
+    if code:  # a job that failed: did it run out of space, and where?
+        try:
+            space = no_space(job_dir, read_json(os.path.join(job_dir, "job.json")) or {})
+        except (NodeError, OSError):
+            space = None
+        if space:
+            result["no_space"] = space
     result.update({k: v for k, v in extra.items() if v})
     return result
 

@@ -35,6 +35,11 @@ def _end_cause(ended: dict) -> str:
     causes = []
     if ended.get("wrapper_error"):
         causes.append(ended["wrapper_error"])
+    space = ended.get("no_space")
+    if isinstance(space, dict):  # the job's own ENOSPC, from its log's last lines (keeper.no_space)
+        where = f" writing {space['path']}" if space.get("path") else ""
+        causes.append(f"no space left on device{where} (the log says: {space.get('line', '')!r}); free "
+                      "space there and re-run")
     if ended.get("disk_full"):
         full = ended["disk_full"]
         causes.append(f"the job's filesystem was full when it ended ({full['free_bytes']} bytes free on "
