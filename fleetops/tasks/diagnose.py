@@ -166,8 +166,17 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
     return out
 
 
+# A CUDA out-of-memory in a job's log: PyTorch's words (RuntimeError or torch.OutOfMemoryError) and the CUDA
+# runtime's own. Known as the job's cause whatever its failures: patterns say.
+GPU_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory")
+GPU_OOM_ADVICE = ("read the end of its log; then give the job less to hold in GPU memory (batch size, "
+                  "max_model_len, gpu_memory_utilization) or free the GPUs (fab gpu), and extract again")
+
+
 def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
                  progress_rx: re.Pattern[str], failure_rxs: list[re.Pattern[str]]) -> list[Finding]:
+    """The latest job (SSH or Slurm): killed by the kernel's OOM killer, running, or ended; an ended job's log is
+    read with the playbook's failures: patterns, whatever its exit status said."""
     if job.get("error_kind") == "no_job":
         return [Finding(OK, "job", "no job has been started on this node", [_fab(host, "extract")], 95,
                         why="start one")]
@@ -179,38 +188,51 @@ def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
     progress = next((ln for ln in reversed(tail) if progress_rx.search(ln)), None)
     failures = [ln for ln in tail if any(rx.search(ln) for rx in failure_rxs)][-5:]
     runtime = job.get("runtime_s")
-    facts = (f"job {job.get('id')} (pid {job.get('pid')}) {state}"
+    who = f"Slurm job {job.get('slurm_job_id')}" if job.get("scheduler") == "slurm" else f"pid {job.get('pid')}"
+    facts = (f"job {job.get('id')} ({who}) {state}"
              + (f" after {runtime:.0f}s" if isinstance(runtime, (int, float)) else ""))
     details = {"job_id": job.get("id"), "state": state, "exit": job.get("exit"), "runtime_s": runtime,
-               "last_progress": progress, "failure_lines": failures, "log": job.get("log")}
-    from ..plans.kernellog import OOM_ADVICE, match_oom, oom_text, sigkill_note
+               "last_progress": progress, "failure_lines": failures, "log": job.get("log"),
+               "scheduler": job.get("scheduler") or "ssh"}
+    from ..plans.kernellog import OOM_ADVICE, match_oom, oom_text
 
-    ours, _ = match_oom(kills, job)
-    out = []
+    # The login node's kernel log says nothing of a Slurm job's compute node: no OOM kill is matched to it.
+    ours = match_oom(kills, job)[0] if job.get("scheduler") != "slurm" else []
     if ours:
         main = next((k for k in ours if k.pid == job.get("pid")), ours[0])
         how = "main process" if main.pid == job.get("pid") else "process (one that died during its run)"
-        out.append(Finding(CRITICAL, "oom", f"the kernel OOM killer killed job {job.get('id')}'s {how}: "
-                           f"{oom_text(main)}; the job ended: {describe_end(job)}",
-                           [_fab(host, "logs", "--job-id", str(job.get("id")))], 3,
-                           {**details, "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours]},
-                           OOM_ADVICE))
-        return out
-    if state in ("running", "starting"):
+        return [Finding(CRITICAL, "oom", f"the kernel OOM killer killed job {job.get('id')}'s {how}: "
+                        f"{oom_text(main)}; the job ended: {describe_end(job)}",
+                        [_fab(host, "logs", "--job-id", str(job.get("id")))], 3,
+                        {**details, "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours]},
+                        OOM_ADVICE)]
+    if state in ("running", "starting", "pending"):
         msg = f"{facts}; last progress: {progress or '(none yet)'}"
-        out.append(Finding(OK, "job", msg, [_fab(host, "tail")], 80, details, "follow it"))
-    elif state == "succeeded":
-        out.append(Finding(OK, "job", f"{facts}: {describe_end(job)}", [_fab(host, "logs")], 85, details,
-                           "its last lines"))
-    else:
-        why = describe_end(job)
-        if (job.get("exit") or {}).get("signal") == 9:
-            why += f" ({sigkill_note(kernel_ok)})"
-        last = f"; last failure line: {failures[-1]}" if failures else (f"; last log line: {tail[-1]}" if tail else "")
-        out.append(Finding(WARN, "job", f"{facts}: {why}{last}",
-                           [_fab(host, "logs", "--job-id", str(job.get("id")), "--lines", "200")], 10, details,
-                           "read why it ended"))
-    return out
+        return [Finding(OK, "job", msg, [_fab(host, "tail")], 80, details, "follow it")]
+    return [_ended_finding(host, job, facts, details, tail, failures, kernel_ok)]
+
+
+def _ended_finding(host: str, job: dict, facts: str, details: dict, tail: list[str], failures: list[str],
+                   kernel_ok: bool) -> Finding:
+    """An ended job: out of GPU memory (its log says so), failed or killed, succeeded with failure lines in its
+    log (each WARN, the matched line shown), or succeeded cleanly (OK)."""
+    from ..plans.kernellog import sigkill_note
+
+    why = job.get("end") or describe_end(job)
+    if (job.get("exit") or {}).get("signal") == 9 and job.get("scheduler") != "slurm":
+        why += f" ({sigkill_note(kernel_ok)})"
+    logs = [_fab(host, "logs", "--job-id", str(job.get("id")), "--lines", "200")]
+    oom = next((ln for ln in reversed(tail) if GPU_OOM.search(ln)), None)
+    if oom is not None:
+        return Finding(WARN, "job", f"{facts}: {why}; out of GPU memory: {oom}", logs, 9,
+                       {**details, "gpu_oom_line": oom}, GPU_OOM_ADVICE)
+    if job.get("state") == "succeeded" and not failures:
+        return Finding(OK, "job", f"{facts}: {why}", [_fab(host, "logs")], 85, details, "its last lines")
+    if job.get("state") == "succeeded":
+        return Finding(WARN, "job", f"{facts}: {why}, but its log has {len(failures)} line(s) its failures: "
+                       f"patterns match; last: {failures[-1]}", logs, 11, details, "read what went wrong")
+    last = f"; last failure line: {failures[-1]}" if failures else (f"; last log line: {tail[-1]}" if tail else "")
+    return Finding(WARN, "job", f"{facts}: {why}{last}", logs, 10, details, "read why it ended")
 
 
 def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
@@ -428,7 +450,7 @@ def assess_answer(host: Host, answer: dict, sent: float, received: float, book: 
     kernel = {**(answer.get("kernel") or {}), "boot_time": clock.get("boot_time")}
     kern_f, kills = kernel_findings(name, kernel, index_by_bus)
     findings += kern_f
-    job = answer.get("job") or {}
+    job = _with_state(answer.get("job") or {}, (answer.get("clock") or {}).get("epoch"))
     progress_rx, failure_rxs = re.compile(DEFAULT_PROGRESS), [re.compile(p) for p in DEFAULT_FAILURES]
     if book is not None and job.get("name") in (book.jobs or {}):
         try:
@@ -441,6 +463,17 @@ def assess_answer(host: Host, answer: dict, sent: float, received: float, book: 
     findings += process_findings(name, job, answer.get("processes") or [])
     findings += resource_findings(name, answer.get("disk") or [], answer.get("host") or {})
     return sorted(findings, key=lambda x: (-SEVERITY[x.verdict], x.rank))
+
+
+def _with_state(job: dict, now_ts: object) -> dict:
+    """A Slurm job as the node sent it (its record, squeue/sacct's lines, its exit files) with its state read the
+    way `status` reads it; an SSH job's state is the node's own."""
+    if job.get("scheduler") != "slurm" or not isinstance(job.get("record"), dict):
+        return job
+    from .slurmrecord import end_words, read_state
+
+    state = read_state(job["record"], job.get("query"), job.get("exits"), now_ts)
+    return {**job, **state, "end": end_words(state)}
 
 
 def verdict_of(findings: list[Finding]) -> str:
@@ -490,7 +523,9 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
             opener()
         connect_s = time.monotonic() - started
         sent = time.time()
-        answer, evidence = node.call("diagnose", plan.request, timeout=plan.timeout)
+        env = {k: v for k, v in host.env_values if k.startswith("SLURM_")}  # squeue/sacct for a Slurm job
+        answer, evidence = node.call("diagnose", {**plan.request, "scheduler_env": env} if env else plan.request,
+                                     timeout=plan.timeout)
         received = time.time()
     except TransportError as exc:
         f = Finding(CRITICAL, "reach", f"not reached after {time.monotonic() - started:.1f}s: {exc}",
