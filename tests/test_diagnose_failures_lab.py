@@ -1,8 +1,8 @@
 """`diagnose` reads an ended SSH job's log with its playbook's failures: patterns, against a real sshd lab node:
-a job that died of a CUDA out-of-memory is WARN with the matched line and its next step (exit status 20), a
-job that exited 0 but logged an error line is WARN too, and a line only the playbook's own patterns call a
-failure counts. (The run's exit status is its worst finding's: 20 for WARN, 21 when the test playbook's missing
-fast checks leave the patch state UNKNOWN; never 0.) `jobs`, `fetch` and `diagnose` on a Slurm login node: test_slurm_jobstore_lab.py."""
+a job that died of a CUDA out-of-memory is WARN with the matched line and its next step, a job that exited 0
+but logged an error line is WARN too, and a line only the playbook's own patterns call a failure counts. The
+run's exit status is its worst finding's: 20 for WARN, 21 when the test playbook's missing fast checks leave
+the patch state UNKNOWN; never 0. On a Slurm login node: test_slurm_jobstore_lab.py."""
 
 from __future__ import annotations
 

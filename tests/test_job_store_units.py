@@ -150,3 +150,11 @@ def test_a_slurm_job_nothing_knows_any_more_is_still_read_for_failures(tmp_path:
         "42|42|N/A|N/A|RUNNING|None|node1|0:05|30:00|gpu:1|gpu|someone|2026-12-02T11:11:11|boom\n")}}}
     [r] = _assess(running)
     assert r.verdict == "OK" and r.msg.startswith(f"job {SLURM_ID} (Slurm job 42) running"), r
+
+
+def test_an_ssh_only_op_asked_for_a_slurm_job_says_what_to_change(state: Path):
+    from remote_scripts.jobs.records import load_job
+
+    with pytest.raises(NodeError, match=f"job {SLURM_ID} is a Slurm job: the inventory does not mark this host "
+                                        "`scheduler: slurm`"):
+        load_job(str(state), SLURM_ID)

@@ -106,6 +106,10 @@ def load_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
                                               "no job has been started on this node")
     if moved is not None:
         raise _quarantined_job(job_id, job_dir, moved)
+    if job is None and os.path.lexists(os.path.join(slurm_records_dir(state_dir), job_id, "job.json")):
+        raise NodeError(f"job {job_id} is a Slurm job: the inventory does not mark this host `scheduler: slurm`, "
+                        "so this reads SSH jobs only; add it to the host and run again (`jobs`, `fetch` and "
+                        "`diagnose` read both kinds)", kind="no_job")
     if job is None:
         known = [j["id"] for j in all_jobs(state_dir)]
         shown = ", ".join(known[:KNOWN_IDS_SHOWN]) + (f" (and {len(known) - KNOWN_IDS_SHOWN} older)"
