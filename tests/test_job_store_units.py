@@ -158,3 +158,12 @@ def test_an_ssh_only_op_asked_for_a_slurm_job_says_what_to_change(state: Path):
     with pytest.raises(NodeError, match=f"job {SLURM_ID} is a Slurm job: the inventory does not mark this host "
                                         "`scheduler: slurm`"):
         load_job(str(state), SLURM_ID)
+
+
+def test_jobs_goes_ahead_unless_it_carries_a_login_nodes_slurm_values():
+    from fleetops.tasks.registry import ahead_request
+
+    plan = Plan("jobs_list", {"limit": 0}, 120, None)
+    assert ahead_request("jobs", plan, Host("n1", "127.0.0.1")) == {"limit": 0}
+    login = Host("l1", "127.0.0.1", scheduler="slurm", env_values=(("SLURM_CONF", "/etc/x/slurm.conf"),))
+    assert ahead_request("jobs", plan, login) is None  # run_jobs_list adds SLURM_CONF to the request
