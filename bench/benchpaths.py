@@ -28,6 +28,8 @@ PROFILER_PACKAGES = ["py-spy"]  # the profile's sampler (benchmark-only too); th
 CLK = os.sysconf("SC_CLK_TCK")
 NCPU = os.cpu_count() or 1
 FAB = str(Path(sys.executable).parent / "fleet")  # fleetops' program (the real script, not a pyenv shim)
+# The measured fleetops run: its arguments after the program (every table and profile runs the same one).
+PATCH_VERIFY = ("-H", "@bench", "patch", "verify", "--kinds", "grep,compile")
 
 TOOLS = [  # (key, label), in the order they alternate within a repetition
     ("fo_pv", "fleetops `patch verify --kinds grep,compile`"),

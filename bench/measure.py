@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import cpuacct
-from benchpaths import BENCH, FAB, LABEL, SNAPSHOT, TOOLS, WORK, say
+from benchpaths import BENCH, FAB, LABEL, PATCH_VERIFY, SNAPSHOT, TOOLS, WORK, say
 from cpuacct import TreeSampler, _parents, busy_cpu, live_tree_cpu, proc_cpu, reap_adopted, spawn
 from labhosts import BenchHost, Env
 
@@ -138,7 +138,7 @@ class Runner:
         env = dict(self.base_env)
         cwd = self.env.project
         if tool == "fo_pv":
-            cmd = [FAB, "-H", "@bench", "patch", "verify", "--kinds", "grep,compile"] + (["--json"] if traced else [])
+            cmd = [FAB, *PATCH_VERIFY] + (["--json"] if traced else [])
         elif tool == "fo_check":
             cmd = [FAB, "-H", "@bench", "patch", "--check"] + (["--json"] if traced else [])
         elif tool == "fo_ping1":

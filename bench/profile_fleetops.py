@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchpaths import PATCH_VERIFY
 from profile_node import EXEC_TRUE, node_costs
 from profile_timeline import timeline, wrap_timeline
 from profile_tools import fmt_pkgs, importtime, module_times, src_root, timed_run
@@ -60,12 +61,7 @@ def _pyspy(pyspy: str, fab: str, project: Path, env: dict, work: Path, rate: int
         "--",
         sys.executable,
         fab,
-        "-H",
-        "@bench",
-        "patch",
-        "verify",
-        "--kinds",
-        "grep,compile",
+        *PATCH_VERIFY,
     ]
     wall, cpu, proc = timed_run(cmd, project, env)
     if not out.exists():

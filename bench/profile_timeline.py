@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchpaths import PATCH_VERIFY
 from profile_tools import timed_run
 
 T0 = time.perf_counter()  # the wrapper's events are seconds from here (the script's start, give or take its imports)
@@ -165,12 +166,7 @@ def timeline(project: Path, env: dict, work: Path, label: str, size: int) -> dic
             "--timeline",
             str(out),
             "--",
-            "-H",
-            "@bench",
-            "patch",
-            "verify",
-            "--kinds",
-            "grep,compile",
+            *PATCH_VERIFY,
         ],
         project,
         env,

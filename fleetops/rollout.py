@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .plans.inventory import Host
 from .results import Result, Status
 from .state import RunState
-from .wire.connector import Pending
+from .wire.connector import Pending, discard_quietly
 
 DEFAULT_FORKS = 32
 NOT_STARTED = "skipped: not started (interrupted by Ctrl-C)"
@@ -106,11 +106,11 @@ def _walk_chain(run: RunState, host: Host, steps: list[Step], running: dict[str,
     for index, step in enumerate(steps):
         pending = sent.pop(index, None)
         if run.interrupted.is_set():  # after Ctrl-C nothing starts, whatever came before it
-            _discard(pending)
+            discard_quietly(pending)
             run.record(Result(host.name, step.name, Status.SKIPPED, NOT_STARTED, data=dict(NOT_RUN)))
             continue
         if failed_at:  # a step sent ahead changed nothing on the node: its answer is dropped
-            _discard(pending)
+            discard_quietly(pending)
             run.record(Result(host.name, step.name, Status.SKIPPED, f"skipped: {failed_at} failed on this host"))
             continue
         _hand_ahead(host, steps, index, sent)
@@ -123,7 +123,7 @@ def _walk_chain(run: RunState, host: Host, steps: list[Step], running: dict[str,
         if isinstance(result, Result) and result.failed:
             failed_at = step.name
     for pending in sent.values():
-        _discard(pending)
+        discard_quietly(pending)
 
 
 def _hand_ahead(host: Host, steps: list[Step], index: int, sent: dict[int, Pending]) -> None:
@@ -139,14 +139,6 @@ def _hand_ahead(host: Host, steps: list[Step], index: int, sent: dict[int, Pendi
             return
         sent[following] = pending
         following += 1
-
-
-def _discard(pending: Pending | None) -> None:
-    if pending is not None:
-        try:
-            pending.discard()
-        except Exception:  # a dropped answer must not turn a skip into a crash
-            pass
 
 
 def _release(run: RunState, host: Host) -> None:

@@ -77,8 +77,10 @@ def copy_playbooks(project: Path) -> None:
 
 
 def run_fab(project: Path, *args: str, env: dict | None = None, timeout: float = 900,
-            check: bool = False) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
+            check: bool = False, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`drop`: variables of the test's environment fab must not see (an operator's ssh-agent, say)."""
+    inherited = {k: v for k, v in os.environ.items() if k not in drop}
+    full_env = {**inherited, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "fabric", *args], cwd=project, capture_output=True, text=True,
                           env=full_env, timeout=timeout)
     if check and proc.returncode != 0:
@@ -94,9 +96,10 @@ def fab_json(project: Path, *args: str, **kw) -> tuple[int, dict]:
         raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}") from None
 
 
-def fab_json_output(project: Path, *args: str, timeout: float = 600) -> tuple[int, dict, str]:
+def fab_json_output(project: Path, *args: str, timeout: float = 600, env: dict | None = None,
+                    drop: tuple[str, ...] = ()) -> tuple[int, dict, str]:
     """fab_json, plus the whole output (stdout + stderr), in which no traceback may appear."""
-    proc = run_fab(project, *args, "--json", timeout=timeout)
+    proc = run_fab(project, *args, "--json", timeout=timeout, env=env, drop=drop)
     both = proc.stdout + proc.stderr
     assert "Traceback" not in both, both
     try:

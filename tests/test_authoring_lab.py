@@ -3,7 +3,8 @@ copy, so the playbooks `capture` and `rebase` write never land in the checkout):
 
 - `capture` of a node patched with the shipped playbook writes a playbook whose `patch` gives a fresh node
   byte-identical files (the committed sha256 of GNU patch's result), both modules at once; a hand-edited
-  file with no proven pristine bytes is refused and nothing is written;
+  file is captured with no network at all (client and node in a network namespace of their own), its pristine
+  side proven by the wheel in the node's pip cache; with that wheel gone it is refused and nothing is written;
 - `rebase` of the shipped playbook onto real speculators 0.4.0 (`lab.install`) reports every hunk, and onto
   a file with lines added above the hunks applies with offset and writes a candidate that patches;
 - grep checks judge code: a comment naming a forbidden symbol no longer fails, a comment cannot satisfy a
@@ -14,15 +15,20 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import REPO, copy_playbooks, fab_json, run_fab
 from faultkit import reset_node
+
+from fleetops.lab import SSHD
 
 pytestmark = pytest.mark.lab
 
@@ -106,38 +112,91 @@ def test_capture_of_the_patched_node_reproduces_the_shipped_files_on_a_fresh_nod
 
 def test_capture_refuses_a_hand_edit_whose_pristine_bytes_nothing_proves(fresh):
     lab = fresh
-    target = lab.node("lab01").module_file(WORKER)
+    node = lab.node("lab01")
+    target = node.module_file(WORKER)
     target.write_text(target.read_text().replace("self.get_input_embeddings(", "self.embed_input_ids("))
+    cache = node.dir / "pip-cache"
+    shutil.rmtree(cache)  # the wheel the lab put in the node's pip cache (lab.reset_packages puts it back)
     before = sorted(p.name for p in (lab.root / "playbooks").iterdir())
-    rc, doc = fab_json(lab.root, "-H", "lab01", "capture", "--module", WORKER, "--playbook", "playbooks/hand.yaml")
+    try:
+        rc, doc = fab_json(lab.root, "-H", "lab01", "capture", "--module", WORKER, "--playbook",
+                           "playbooks/hand.yaml")
+    finally:
+        lab.reset_packages(node)
     assert rc == 1, doc
     item = doc["results"][0]["items"][0]
     assert item["status"] == "failed"
-    assert "no pristine copy proves RECORD's bytes" in item["msg"] and "pip download speculators==0.3.0" in item["msg"]
+    msg = item["msg"]
+    assert "no pristine copy proves RECORD's bytes" in msg, msg
+    wheels = node.state_dir / "wheels"
+    assert f"neither {wheels} nor the pip cache {cache} exists" in msg, msg
+    # The command it gives makes the folder it names (an absolute path on the node), then fills it.
+    assert f"mkdir -p {wheels} && python3 -m pip download speculators==0.3.0 --no-deps -d {wheels}" in msg, msg
     assert sorted(p.name for p in (lab.root / "playbooks").iterdir()) == before  # nothing written
+    assert (cache / "wheels" / "lab" / "speculators-0.3.0-py3-none-any.whl").is_file()  # put back
 
 
-def test_capture_of_a_hand_edit_proves_the_pristine_side_with_the_wheel_in_the_state_dir(fresh):
-    # What the refusal above tells the operator to do: the real wheel from the package index (pip download,
-    # as on a node), in <state_dir>/wheels; its member's sha256 is RECORD's, so it is the pristine side.
+def _offline(lab, node, script: str) -> subprocess.CompletedProcess:
+    """`script` in a network namespace of its own (unshare -n: only a loopback, no route anywhere), beside a
+    second sshd of `node` started there on the same port with the same keys, so the client reaches the node
+    and nothing else."""
+    config = node.dir / "sshd_config.offline"
+    config.write_text("\n".join(f"PidFile {node.dir / 'sshd-offline.pid'}" if line.startswith("PidFile ") else line
+                                 for line in node.config.read_text().splitlines()) + "\n")
+    wrapper = f"""
+set -u
+ip link set lo up
+{shlex.quote(SSHD)} -D -f {shlex.quote(str(config))} -E {shlex.quote(str(node.dir / 'sshd-offline.log'))} &
+sshd=$!
+for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/{node.port}) 2>/dev/null && break; sleep 0.05; done
+( {script} )
+rc=$?
+kill $sshd; wait $sshd 2>/dev/null
+exit $rc
+"""
+    return subprocess.run(["unshare", "-n", "bash", "-c", wrapper], cwd=lab.root, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+
+
+NO_NETWORK = """import errno, json, socket, subprocess
+links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.splitlines()
+routes = subprocess.run(["ip", "route"], capture_output=True, text=True).stdout.strip()
+try:
+    socket.create_connection(("192.0.2.1", 443), timeout=2)  # TEST-NET-1: no route here, so no packet leaves
+    reach = "connected"
+except OSError as exc:
+    reach = errno.errorcode.get(exc.errno, str(exc.errno))
+print(json.dumps({"links": [l.split(":")[1].strip() for l in links], "routes": routes, "reach": reach}))
+"""
+
+
+def test_capture_of_a_hand_edit_with_no_network_proves_the_pristine_side_from_the_nodes_pip_cache(fresh):
+    # No package index, no network at all: the client and a second sshd of lab01 in a network namespace of
+    # their own. The pristine side comes from the wheel in the node's pip cache, which the lab packed from the
+    # base venv's installed files (their RECORD sha256s checked), as a node that installed from an index has it.
     lab = fresh
     node1, node2 = lab.node("lab01"), lab.node("lab02")
     target = node1.module_file(WORKER)
     target.write_text(target.read_text().replace("self.get_input_embeddings(", "self.embed_input_ids("))
-    wheels = node1.state_dir / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
-                    "speculators==0.3.0"], check=True, timeout=600)
-    try:
-        rc, doc = fab_json(lab.root, "-H", "lab01", "capture", "--module", WORKER, "--playbook",
-                           "playbooks/by-hand.yaml")
-        assert rc == 0, doc
-        item = doc["results"][0]["items"][0]
-        assert "speculators-0.3.0-py3-none-any.whl" in item["msg"] and "= RECORD's" in item["msg"], item
-        rc, doc = fab_json(lab.root, "-H", "lab02", "patch", "-p", "playbooks/by-hand.yaml")
-        assert rc == 0, doc
-        assert node2.module_file(WORKER).read_bytes() == target.read_bytes()
-    finally:
-        shutil.rmtree(wheels)
+    probe = _offline(lab, node1, f"{shlex.quote(sys.executable)} -c {shlex.quote(NO_NETWORK)}")
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    seen = json.loads(probe.stdout.splitlines()[-1])
+    assert seen == {"links": ["lo"], "routes": "", "reach": "ENETUNREACH"}, seen
+    capture = (f"{shlex.quote(sys.executable)} -m fabric -H lab01 capture --module {WORKER} --playbook "
+               "playbooks/offline.yaml --json")
+    proc = _offline(lab, node1, capture)
+    assert "Traceback" not in proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0, doc
+    item = doc["results"][0]["items"][0]
+    where = node1.dir / "pip-cache" / "wheels" / "lab"
+    assert f"speculators-0.3.0-py3-none-any.whl in {where} (sha256" in item["msg"] and "= RECORD's" in item["msg"], item
+    with zipfile.ZipFile(where / "speculators-0.3.0-py3-none-any.whl") as z:  # the member is RECORD's bytes
+        member = z.read("speculators/data_generation/custom_worker.py")
+    assert hashlib.sha256(member).hexdigest() == _fixture_sha()[("pristine", WORKER)]
+    rc, doc = fab_json(lab.root, "-H", "lab02", "patch", "-p", "playbooks/offline.yaml")
+    assert rc == 0, doc
+    assert node2.module_file(WORKER).read_bytes() == target.read_bytes()
 
 
 def test_capture_of_an_unchanged_module_writes_nothing_and_says_why(fresh):

@@ -116,7 +116,7 @@ def test_diagnose_reads_a_failed_slurm_jobs_log_with_the_failure_patterns(state:
     assert job["id"] == SLURM_ID and job["scheduler"] == "slurm" and OOM in job["log_tail"]
     [f] = _assess(job)
     assert f.verdict == "WARN" and f"out of GPU memory: {OOM}" in f.msg, f
-    assert "failed (exit status 1)" in f.msg and "(Slurm job 42)" in f.msg
+    assert "failed after 7s: failed (task 0: " in f.msg and "(Slurm job 42)" in f.msg  # status's words
     assert f.next == [f"fab -H login01 logs --job-id {SLURM_ID} --lines 200"] and "GPU memory" in f.why
     assert diagnose.verdict_of([f]) == "WARN" and diagnose.EXIT_FOR["WARN"] != 0
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleetops.plans import slurm as sp
-from fleetops.tasks.slurm import _code, _describe, tasks_view
-from remote_scripts.jobs import slurm as node_slurm
+from fleetops.tasks.slurmview import code, describe, tasks_view
+from remote_scripts.jobs import slurmquery
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"
 LIAR = {"id": "liar-20261202T044914-0001", "shards": 1, "slurm_job_id": "4", "name": "evil|0|COMPLETED|x",
@@ -40,11 +40,11 @@ def test_a_name_with_bars_and_state_words_cannot_shift_a_field():
 def test_a_job_that_forged_its_comment_and_exited_3_is_failed_with_exit_status_3():
     rows = tasks_view(answer(LIAR, text("squeue_failed_injected.txt"), {"0": {"exit_code": 3, "signal": None}}))
     assert [(r["state"], r["exit_code"], r["slurm_state"]) for r in rows] == [("failed", 3, "FAILED")]
-    assert _describe(rows) == "failed (task 0: FAILED exit status 3)" and _code(rows) == 3
+    assert describe(rows, LIAR) == "failed (task 0: FAILED exit status 3)" and code(rows, LIAR) == 1
     # An exit file that says otherwise (the job wrote one itself) does not turn Slurm's FAILED into success.
     forged = tasks_view(answer(LIAR, text("squeue_failed_injected.txt"), {"0": {"exit_code": 0, "signal": None}}))
     assert [(r["state"], r["exit_code"]) for r in forged] == [("failed", None)]
-    assert _code(forged) == 1 and "Slurm's word is kept" in forged[0]["notes"][-1]
+    assert code(forged, LIAR) == 1 and "Slurm's word is kept" in forged[0]["notes"][-1]
 
 
 def test_an_id_reused_by_another_users_job_is_never_read_as_ours():
@@ -66,8 +66,8 @@ def test_an_id_reused_by_another_users_job_is_never_read_as_ours():
 def test_the_node_reads_whose_job_it_is_as_the_client_does():
     for job, name in ((BLOCKER, "squeue_reused.txt"), (LIAR, "squeue_failed_injected.txt"),
                       ({**BLOCKER, "name": "extract-x", "slurm_job_id": "2"}, "squeue_pending.txt")):
-        node_ours, node_others = node_slurm._ours(job, text(name))
+        node_ours, node_others = slurmquery.ours(job, text(name))
         ours, others = sp.split_owned(sp.parse_squeue(text(name)), sp.Identity.of(job))
         assert [r["id"] for r in node_ours] == [r.job_id for r in ours], name
         assert [r["id"] for r in node_others] == [r.job_id for r in others], name
-    assert [r["state"] for r in node_slurm._ours(BLOCKER, text("squeue_reused.txt"))[1]] == ["RUNNING"]
+    assert [r["state"] for r in slurmquery.ours(BLOCKER, text("squeue_reused.txt"))[1]] == ["RUNNING"]

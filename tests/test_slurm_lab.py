@@ -155,8 +155,8 @@ def test_stop_is_scancel_and_leaves_no_process(cluster):
              Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
              "the job's child process gone", 60)
     st = status(project)
-    assert st["data"]["state"] == "killed" and "cancelled (scancel)" in st["msg"], st
-    assert st["rc"] == 128 + 15
+    assert st["data"]["state"] == "cancelled" and "cancelled by fab stop at" in st["msg"], st
+    assert st["rc"] == 0  # ended as fleetops' own stop asked
     again = fab_json(project, "-H", "login01", "stop")[1]["results"][0]
     assert again["status"] == "ok" and "nothing to cancel" in again["msg"]
 
@@ -182,6 +182,14 @@ def test_two_shard_job_array(cluster):
         assert f"login01[{task}] | fleetops: slurm job {sid}_{task} task {task} on {slurm.node}" in proc.stdout
     st = status(project)
     assert st["data"]["state"] == "succeeded" and [t["state"] for t in st["data"]["tasks"]] == ["succeeded"] * 2
+    assert st["msg"].endswith("; 2 tasks: 2 succeeded"), st["msg"]
+    # Run again: every shard is complete, so nothing is submitted (no model loaded to write nothing).
+    jobs_before = sorted(p.name for p in (node.state_dir / "slurm").iterdir())
+    rc, again = fab_json(project, "-H", "login01", "extract", "--shards", "2")
+    res = again["results"][0]
+    assert rc == 0 and res["status"] == "ok" and "nothing to do: all 2 shards complete" in res["msg"], res
+    assert res["data"]["job"] is None and squeue_all(slurm) == []
+    assert sorted(p.name for p in (node.state_dir / "slurm").iterdir()) == jobs_before
     # Shard i of 2 did rows [32*i, 32*(i+1)) of the dataset: together every row once.
     dataset = [ln for ln in (node.state_dir / "lab-data" / "prompts.jsonl").read_text().splitlines() if ln.strip()]
     rows = []
@@ -230,8 +238,8 @@ def test_stop_a_job_that_ignores_sigterm_and_a_pending_one(cluster):
     assert "got SIGTERM" in log.read_text()  # scancel's SIGTERM arrived and was ignored; SIGKILL followed
     wait_for(lambda: not Path(f"/proc/{child}").exists() or
              Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", "the child gone", 60)
-    assert status(project)["data"]["state"] == "killed"
-    # A job still waiting for GPUs is cancelled before it ever runs: no log, state killed.
+    assert status(project)["data"]["state"] == "cancelled"
+    # A job still waiting for GPUs is cancelled before it ever runs: no log, state cancelled.
     blocker = sh(slurm, "sbatch", "--parsable", "--gres=gpu:2", "--partition=gpu", "--job-name=blocker",
                  f"--output={slurm.root / 'blocker2.log'}", "--wrap", "sleep 600").stdout.strip()
     rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "numbers", "--playbook", JOBS)
@@ -242,7 +250,8 @@ def test_stop_a_job_that_ignores_sigterm_and_a_pending_one(cluster):
     rc, doc = fab_json(project, "-H", "login01", "stop")
     assert rc == 0 and "with scancel" in doc["results"][0]["msg"], doc
     st = status(project)
-    assert st["data"]["state"] == "killed" and st["data"]["tasks"][0]["slurm_state"] == "CANCELLED", st
+    assert st["data"]["state"] == "cancelled" and st["data"]["tasks"][0]["slurm_state"] == "CANCELLED", st
+    assert "while pending: it never ran" in st["msg"] and "signal" not in st["msg"], st
     assert not never_ran.exists()  # Slurm creates the output file when the task starts: it never did
     assert sh(slurm, "scancel", blocker).returncode == 0
 

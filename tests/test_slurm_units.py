@@ -13,7 +13,7 @@ import pytest
 from fleetops.plans import slurm as sp
 from fleetops.plans.inventory import load_inventory
 from fleetops.plans.yamlsrc import ConfigError
-from fleetops.tasks.slurm import tasks_view
+from fleetops.tasks.slurmview import tasks_view
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"
 
@@ -45,7 +45,7 @@ def test_squeue_running_and_after_one_task_cancelled():
     assert [(r.word, r.nodes) for _, r in sorted(running.items())] == [("running", "vm"), ("running", "vm")]
     assert running["2_0"].extra["job_id"] == "3"  # task 0 got its own job id when it started
     after = {r.job_id: r.word for r in sp.parse_squeue(text("squeue_after_cancel_one.txt"))}
-    assert after == {"2_0": "running", "2_1": "killed"}  # --states=all: the cancelled task is still listed
+    assert after == {"2_0": "running", "2_1": "cancelled"}  # --states=all: the cancelled task is still listed
 
 
 def test_squeue_bad_line_is_an_error_not_a_guess():
@@ -55,7 +55,7 @@ def test_squeue_bad_line_is_an_error_not_a_guess():
 
 def test_squeue_cancelled_and_failed_jobs_keep_their_final_state():
     cancelled = {r.task: r for r in sp.parse_squeue(text("squeue_cancelled.txt"))}
-    assert cancelled[0].word == cancelled[1].word == "killed"
+    assert cancelled[0].word == cancelled[1].word == "cancelled"
     (failed,) = sp.parse_squeue(text("squeue_failed_injected.txt"))
     assert (failed.word, failed.reason, failed.nodes, failed.exit_code) == ("failed", "NonZeroExitCode", "vm", None)
 
@@ -70,16 +70,17 @@ def test_sacct_disabled_is_recognised_and_sacct_lines_parse():
            "extract\n")
     rows = sp.parse_sacct(out)
     assert [(r.task, r.word, r.nodes, r.user) for r in rows] == [(0, "succeeded", "gpu01", "ops"),
-                                                                (1, "killed", "gpu02", "ops")]
+                                                                (1, "cancelled", "gpu02", "ops")]
 
 
 def test_state_words_and_the_jobs_overall_word():
     assert [sp.state_word(s) for s in ("PENDING", "CONFIGURING", "COMPLETING", "COMPLETED", "CANCELLED+",
                                        "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "WHATEVER")] == \
-        ["pending", "running", "running", "succeeded", "killed", "failed", "failed", "failed", "unknown"]
+        ["pending", "running", "running", "succeeded", "cancelled", "failed", "failed", "failed", "unknown"]
     assert sp.overall(["succeeded", "running"]) == "running"
     assert sp.overall(["succeeded", "pending"]) == "pending"
-    assert sp.overall(["succeeded", "killed"]) == "killed"
+    assert sp.overall(["succeeded", "cancelled"]) == "cancelled"
+    assert sp.overall(["failed", "killed"]) == "killed"
     assert sp.overall(["succeeded", "succeeded"]) == "succeeded"
 
 
@@ -93,8 +94,9 @@ def test_tasks_view_prefers_squeue_then_the_exit_file():
     answer = {"job": job, "query": {"squeue": raw(text("squeue_after_cancel_one.txt")),
                                     "sacct": raw(text("sacct_disabled.txt"), 1)}, "exits": {}}
     rows = tasks_view(answer)
-    assert [(r["task"], r["state"], r["source"]) for r in rows] == [(0, "running", "squeue"), (1, "killed", "squeue")]
-    assert rows[1]["signal"] == 15
+    assert [(r["task"], r["state"], r["source"]) for r in rows] == [(0, "running", "squeue"),
+                                                                    (1, "cancelled", "squeue")]
+    assert rows[1]["signal"] is None  # squeue says CANCELLED, not which signal: none is made up
     assert any("accounting storage is disabled" in n for n in rows[0]["notes"])
     # Past MinJobAge with no accounting: only the batch script's exit file knows.
     gone = {"job": job, "query": {"squeue": raw("", 1, text("squeue_unknown.txt")),
@@ -127,7 +129,7 @@ def test_inventory_slurm_fields_and_refusals(tmp_path):
 
 def test_batch_script_is_the_bootstraps_fixed_text_that_compiles():
     from fleetops.wire.bundle import BOOTSTRAP
-    from remote_scripts.jobs import slurm as node_slurm
+    from remote_scripts.jobs import slurmquery as node_slurm
     from remote_scripts.jobs import slurmstep
 
     # the batch script is the verifying bootstrap itself under a `#!python -IS` line (its arguments name the

@@ -5,7 +5,6 @@ missing identity file), never as a network or handshake fault."""
 
 from __future__ import annotations
 
-import json
 import os
 import pty
 import select
@@ -18,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, fab_json_output
 
 pytestmark = pytest.mark.lab
 
@@ -26,21 +25,17 @@ PASSPHRASE = "correct horse battery"
 EXIT_UNREACHABLE = 4
 
 
+OPERATORS_AGENT = ("SSH_AUTH_SOCK", "SSH_AGENT_PID")
+
+
 def _env(**extra: str) -> dict:
     """The test's environment with no ssh-agent of the operator's: only an agent the test starts is seen."""
-    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "SSH_AGENT_PID")}
+    env = {k: v for k, v in os.environ.items() if k not in OPERATORS_AGENT}
     return {**env, "PYTHONPATH": str(REPO), "COLUMNS": "200", **extra}
 
 
 def fab(project: Path, *args: str, env: dict | None = None) -> tuple[int, dict, str]:
-    proc = subprocess.run([sys.executable, "-m", "fabric", *args, "--json"], cwd=project, capture_output=True,
-                          text=True, env=env or _env(), timeout=300, stdin=subprocess.DEVNULL)
-    both = proc.stdout + proc.stderr
-    assert "Traceback" not in both, both
-    try:
-        return proc.returncode, json.loads(proc.stdout), both
-    except ValueError:
-        raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{both}") from None
+    return fab_json_output(project, *args, timeout=300, env=env, drop=OPERATORS_AGENT)
 
 
 def fab_on_a_pty(project: Path, args: list[str], typed: str, env: dict) -> tuple[int, str]:

@@ -22,6 +22,7 @@ from invoke.exceptions import Exit
 
 from .. import startup
 from ..results import EXIT_USAGE, reader_gone
+from .become import ask_become_pass
 from .decorators import RUN_OPTIONS, fleet_task_name, run_options_of
 from .flags import is_fleetops_collection
 
@@ -148,6 +149,8 @@ class FleetExecutor(fabric.Executor):
         state.use_ssh_config(self._option("ssh-config", ""), [keys] if isinstance(keys, str) else list(keys),
                              self.config.connect_kwargs.get("passphrase"))  # --prompt-for-passphrase
         state.inventory.allow_insecure_venv = bool(run_opts.get("allow_insecure_venv"))
+        if run_opts.get("ask_become_pass"):
+            state.inventory.become_password = ask_become_pass()
         state.inventory.command_line = CommandLine(
             user=self._option("user", "") or run_opts.get("user"),
             port=self._option("port", "") or run_opts.get("port"),

@@ -24,15 +24,16 @@ UNUSED = {
     "hide": "--hide is Fabric's (hide shell commands' output) and does nothing in fleetops: --json prints one "
             "JSON document instead of the report",
     "pty": "--pty is Fabric's (a terminal for shell commands) and does nothing in fleetops, whose agent needs none",
-    "prompt-for-sudo-password": "--prompt-for-sudo-password is Fabric's and does nothing in fleetops, which never "
-                                "runs sudo",
+    "prompt-for-sudo-password": "--prompt-for-sudo-password is Fabric's and does nothing in fleetops: hosts with "
+                                "`become: sudo` run the agent through sudo, and --ask-become-pass asks for its "
+                                "password",
     "prompt-for-login-password": "--prompt-for-login-password is Fabric's and does nothing in fleetops, which logs "
                                  "in with keys only (the inventory's identity_file, -i, ssh_config's IdentityFile, "
                                  "ssh-agent)",
 }
 # The core flags that only tasks on hosts act on (`fleet`'s run options and Fabric's -i and -t)
 HOST_FLAGS = ("serial", "forks", "limit", "inventory", "user", "port", "no-fold", "odd", "allow-insecure-venv",
-              "identity", "connect-timeout")
+              "identity", "connect-timeout", "ask-become-pass")
 # The local tasks that change things (the lab's), which --dry cannot make read-only
 LAB_WRITES = ("lab.up", "lab.down", "lab.reset", "lab.gpu", "lab.kernel", "lab.install", "lab.stop", "lab.start",
               "lab.rekey")

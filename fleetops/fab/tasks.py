@@ -179,16 +179,17 @@ def jobs(c, last=0, json=False):
     """The node's jobs, newest first: id, job name, state, started, runtime, exit, log and output size."""
 
 
-@fleet_task(help={"path": "a file to fetch instead (repeatable; relative: to the node's state dir); it must be under "
-                          "the state dir or a job's output dir unless --any-path",
+@fleet_task(help={"path": "a file or directory to fetch instead (repeatable; relative: to the node's state dir); "
+                          "it must be under the state dir or a job's output dir unless --any-path",
                   "any_path": "allow --path outside the state and job directories (any file the login user reads)",
                   "job_id": HELP_JOB_ID, "dest": "local folder (default ./fetched; files go to DEST/HOST/...)",
                   "max_size": "largest file taken, e.g. 500M, 20G (default 1G): a bigger one is refused before any "
                               "byte is copied",
                   "json": HELP_JSON}, iterable=["path"])
 def fetch(c, path=None, any_path=False, job_id=None, dest=None, max_size=None, json=False):
-    """Download the latest job's log and manifest (or --path files) to ./fetched/HOST/JOB-ID/ over SFTP:
-    resumes a partial copy, sha256 checked on both ends, hosts in parallel."""
+    """Download the latest job's log and manifest (or --path files or directories) to ./fetched/HOST/JOB-ID/
+    over SFTP: resumes a partial copy, sha256 checked on both ends, hosts in parallel; a directory's sha256s
+    go beside its copy (DIR.sha256). Ctrl-C prints the command that resumes."""
 
 
 @explicit_task(help={"host": "only these hosts: names, globs, @group, comma-separated (default: all)",

@@ -34,6 +34,7 @@ from .common import (
 )
 from .node import Node
 from .pythons import python_for
+from .wheels import PIP_CACHE, give_wheels
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 BASE_PTH = "_fleetops_lab_base.pth"  # a node venv over the base venv: the base's site-packages on its path
@@ -358,6 +359,9 @@ class Lab:
                     _remove(old)
             for entry in wanted:
                 _mirror(entry, dst / entry.name)
+        # The wheels a node installed from an index would have in its pip cache: capture proves pristine bytes
+        # from them, with no index (wheels.py).
+        give_wheels(src, OWN_PACKAGES, self.dir / "wheels" / base.name, node.dir / PIP_CACHE)
 
     def restore(self, count: int | None = None) -> list[Node]:
         """Every node as `up` left it, by putting files back (nothing is reinstalled or rebuilt): no job or GPU
@@ -438,6 +442,21 @@ class Lab:
         os.replace(tmp, site / BASE_PTH)
         self.reset_packages(node, base)
 
+    def configure_sshd(self, node: Node, users: tuple[str, ...] = (), sftp: str | None = None) -> None:
+        """Restart the node's sshd letting these users log in too (a test's non-root login user) and with this
+        sftp Subsystem command (a broken one, for a test); no arguments: the config lab.up writes."""
+        text = self._sshd_config(node)
+        if users and sftp is None:  # sftp-server's log redirection is a file of the lab user's: internal-sftp
+            sftp = "internal-sftp"
+        if users:
+            text = text.replace(f"AllowUsers {self.user}\n", f"AllowUsers {' '.join((self.user, *users))}\n")
+        if sftp is not None:
+            text = "\n".join(f"Subsystem sftp {sftp}" if line.startswith("Subsystem sftp ") else line
+                              for line in text.split("\n"))
+        node.config.write_text(text)
+        self.stop_node(node)
+        self.start_node(node)
+
     def _sshd_config(self, node: Node) -> str:
         # sftp (how the agent is uploaded) through OpenSSH's external sftp-server at log level INFO: it records
         # every file operation (open, close with bytes written, rename) in <node>/sftp.log, so tests count
@@ -471,7 +490,9 @@ class Lab:
             # SHLVL=1 keeps bash from sourcing ~/.bashrc for every exec (bash does for sshd-started shells at
             # level 1); a developer's rc file (pyenv init, ...) would otherwise cost ~90 ms of CPU per exec.
             # FLEETOPS_FAILPOINTS_DIR: the only way failpoints are armed (tests write failpoints.json there).
-            f"SetEnv PATH={node.dir / 'bin'}:/usr/local/bin:/usr/bin:/bin SHLVL=1 {FAILPOINTS_ENV}={node.faults_dir}",
+            # PIP_CACHE_DIR: the node's own pip cache, holding the wheels of its packages (wheels.py).
+            f"SetEnv PATH={node.dir / 'bin'}:/usr/local/bin:/usr/bin:/bin SHLVL=1 {FAILPOINTS_ENV}={node.faults_dir} "
+            f"PIP_CACHE_DIR={node.dir / PIP_CACHE}",
             "LogLevel VERBOSE",
             "",
         ])

@@ -127,9 +127,7 @@ class SlurmLab:
         ctld_port = int(next(ln.split("=", 1)[1] for ln in self.conf.read_text().splitlines()
                              if ln.startswith("SlurmctldPort=")))
         if not self.running("slurmctld"):
-            proc = self._run(_binary("slurmctld"), "-c", "-f", str(self.conf))
-            if proc.returncode != 0:
-                raise LabError(f"slurmctld failed to start: {proc.stderr.strip()} (log {self.log_file('slurmctld')})")
+            self._start_controller()
         self._wait(lambda: port_open(ctld_port), "slurmctld listening", timeout)
         if not self.running("slurmd"):
             proc = self._run(_binary("slurmd"), "-f", str(self.conf), "-N", self.node)
@@ -137,6 +135,29 @@ class SlurmLab:
                 raise LabError(f"slurmd failed to start: {proc.stderr.strip()} (log {self.log_file('slurmd')})")
         self._wait(lambda: self.node_state().lower().startswith(("idle", "mix", "alloc")),
                    f"node {self.node} idle", timeout)
+
+    def has_state(self) -> bool:
+        """Whether slurmctld saved a state here (its jobs and id counter): a restart keeps it."""
+        state = self.root / "state"
+        return state.is_dir() and any(state.iterdir())
+
+    def _start_controller(self) -> None:
+        """slurmctld, with `-c` (a clean start) only on a cluster that has no saved state yet: a restart keeps
+        its queue, as a production controller does."""
+        clean = [] if self.has_state() else ["-c"]
+        proc = self._run(_binary("slurmctld"), *clean, "-f", str(self.conf))
+        if proc.returncode != 0:
+            raise LabError(f"slurmctld failed to start: {proc.stderr.strip()} (log {self.log_file('slurmctld')})")
+
+    def stop_controller(self, timeout: float = 60) -> bool:
+        """Stop slurmctld alone (SIGTERM: it saves its state), as a controller that went down: jobs keep running
+        under slurmd. `up()` starts it again with its queue. True when it was running."""
+        pid = self.running("slurmctld")
+        if pid is None:
+            return False
+        if not _terminate(pid, timeout):
+            raise LabError(f"Slurm lab: slurmctld (pid {pid}) did not stop within {timeout:.0f}s")
+        return True
 
     def restart_controller(self, forget: bool = True, timeout: float = 90) -> None:
         """Stop slurmctld and start it again. `forget`: its saved state is removed first and it starts with `-c`,
@@ -159,6 +180,14 @@ class SlurmLab:
         self._wait(lambda: port_open(ctld_port), "slurmctld listening", timeout)
         self._wait(lambda: self.node_state().lower().startswith(("idle", "mix", "alloc")),
                    f"node {self.node} idle", timeout)
+
+    def status(self) -> dict:
+        """The daemons' pids (None: not running), the node's state and the queue, for `fab lab.slurm status`."""
+        daemons = {d: self.running(d) for d in DAEMONS}
+        up = bool(daemons["slurmctld"] and daemons["munged"])
+        return {"root": str(self.root), "conf": str(self.conf), "daemons": daemons,
+                "node": self.node_state() if up else "", "jobs": self.jobs() if up else [],
+                "state_saved": self.has_state()}
 
     def node_state(self) -> str:
         proc = self._run("sinfo", "--noheader", "--Node", "--format=%T")
@@ -223,3 +252,16 @@ def _terminate(pid: int, timeout: float) -> bool:
     while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.1)
     return not pid_alive(pid)
+
+
+def login_inventory(slurm: SlurmLab, *, name: str, port: int, python: Path, state_dir: Path, user: str,
+                    client_key: Path, known_hosts: Path) -> str:
+    """The inventory file of a Slurm login host on a lab node's sshd: `scheduler: slurm` with the cluster's
+    partition, one fake GPU a job, a time limit, and SLURM_CONF naming this cluster (docs/slurm.md)."""
+    return "\n".join([
+        f"# Written by `fab lab.slurm up`: {name} is the lab's Slurm login node (the cluster in {slurm.root}).",
+        "defaults:", "  address: 127.0.0.1", f"  user: {user}", f"  identity_file: {client_key}",
+        f"  known_hosts: {known_hosts}", "  lab: true", "hosts:", f"  {name}:", f"    port: {port}",
+        f"    python: {python}", f"    state_dir: {state_dir}", "    groups: [lab]", "    scheduler: slurm",
+        "    partition: gpu", "    gres: gpu:1", "    time_limit: \"00:30:00\"", "    env:",
+        f"      SLURM_CONF: {slurm.conf}", ""])

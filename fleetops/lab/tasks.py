@@ -14,6 +14,7 @@ from .common import NODE_PACKAGES, LabError, base_pins, ensure_base_for, parse_p
 from .gpu import GPU_STATES, SIMULATED_GPUS
 from .lab import Lab
 from .pythons import NODE_PYTHONS
+from .slurm import SlurmLab, login_inventory
 
 
 def _lab(c) -> Lab:
@@ -60,11 +61,65 @@ def status(c):
             f"GPUs: simulated {SIMULATED_GPUS}x H200 (replayed nvidia-smi recordings), state {r['gpus']}")
 
 
-@task(help={"purge": "also delete the lab's files (keys, node venvs, state)"})
+@task(help={"purge": "also delete the lab's files (keys, node venvs, state, the Slurm cluster)"})
 def down(c, purge=False):
-    """Stop the lab's sshd processes (only those it started)."""
-    stopped = _lab(c).down(purge=purge)
-    say(f"stopped: {', '.join(stopped) or 'nothing running'}")
+    """Stop the lab's sshd processes and its Slurm cluster (only the processes it started)."""
+    lab = _lab(c)
+    cluster = _slurm(lab)
+    try:
+        slurm_stopped = cluster.down() if cluster.conf.exists() else []
+    except LabError as exc:
+        raise SystemExit(f"lab.down: {exc}") from None
+    stopped = lab.down(purge=purge)
+    if purge:
+        (lab.root / "hosts" / SLURM_HOSTS).unlink(missing_ok=True)
+    say(f"stopped: {', '.join(stopped + [f'Slurm {d}' for d in slurm_stopped]) or 'nothing running'}")
+
+
+SLURM_HOSTS = "lab-slurm.yaml"
+
+
+def _slurm(lab: Lab) -> SlurmLab:
+    return SlurmLab(lab.dir / "slurm")
+
+
+@task(help={"action": "up (start the cluster, write hosts/lab-slurm.yaml), down (stop it), or status",
+            "node": "the lab node whose sshd is the login host (default: the first)",
+            "login": "the login host's inventory name (default login01)"})
+def slurm(c, action, node=None, login="login01"):
+    """A one-node Slurm for the lab (Debian's munged, slurmctld, slurmd; two fake GPUs, no accounting) and a
+    login host for it in the inventory: `fab lab.slurm up`, then `fab -H login01 extract --shards 2`. The
+    cluster keeps its queue across `down`/`up`; `fab lab.down` stops it too."""
+    lab = _lab(c)
+    cluster = _slurm(lab)
+    try:
+        if action == "up":
+            nodes = lab.nodes()
+            if not nodes:
+                raise Exit("lab.slurm up: no lab nodes; start them first (fab lab.up)", code=2)
+            target = _one(lab, node) if node else nodes[0]
+            cluster.up()
+            hosts = lab.root / "hosts" / SLURM_HOSTS
+            hosts.write_text(login_inventory(cluster, name=login, port=target.port, python=target.python,
+                                             state_dir=target.state_dir, user=lab.user, client_key=lab.client_key,
+                                             known_hosts=lab.known_hosts))
+            say(f"Slurm: slurmctld pid {cluster.running('slurmctld')}, slurmd pid {cluster.running('slurmd')}, "
+                f"node {cluster.node} {cluster.node_state()}; SLURM_CONF={cluster.conf}")
+            say(f"inventory: {hosts} ({login} on {target.name}'s sshd; try: fab -H {login} extract --shards 2)")
+        elif action == "down":
+            stopped = cluster.down() if cluster.conf.exists() else []
+            say(f"Slurm stopped: {', '.join(stopped) or 'nothing running'} (its queue is kept for the next up)")
+        elif action == "status" and not cluster.conf.exists():
+            say(f"no lab Slurm in {cluster.root} (fab lab.slurm up)")
+        elif action == "status":
+            st = cluster.status()
+            daemons = ", ".join(f"{d} {f'pid {p}' if p else 'stopped'}" for d, p in st["daemons"].items())
+            say(f"Slurm in {st['root']}: {daemons}" + (f"; node {cluster.node} {st['node']}, "
+                                                       f"{len(st['jobs'])} jobs in the queue" if st["node"] else ""))
+        else:
+            raise Exit(f"lab.slurm {action!r}: give up, down or status", code=2)
+    except LabError as exc:
+        raise SystemExit(f"lab.slurm {action}: {exc}") from None
 
 
 @task(help={"node": "lab node name, or 'all'"})
@@ -211,4 +266,4 @@ def _one(lab: Lab, name: str):
 
 
 def collection() -> Collection:
-    return Collection(up, status, down, reset, gpu, install, build_base, kernel, stop, start, rekey)
+    return Collection(up, status, down, reset, gpu, install, build_base, kernel, stop, start, rekey, slurm)

@@ -31,9 +31,14 @@ JUMP = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}@)?[A-Za-z0-9][A-Za-z0-9.-]{
 HOST_KEYS = {"address", "port", "user", "identity_file", "identity_passphrase", "known_hosts", "jump", "python",
              "state_dir", "groups", "gpus", "lab", "connect_timeout", "env",
              "scheduler", "partition", "account", "gres", "time_limit",  # these five: a Slurm login node
-             "slurm_node"}  # the host's own name as a Slurm node: drain/undrain tell Slurm too
+             "slurm_node",  # the host's own name as a Slurm node: drain/undrain tell Slurm too
+             "become"}  # "sudo": the agent runs as root through `sudo -n` (docs/become.md)
 TOP_KEYS = {"hosts", "defaults", "example"}
 DEFAULT_STATE_DIR = ".fleetops"  # relative: the node's exec starts in the login user's home
+# With become, root runs the agent: its state dir must be root's (the bootstrap refuses one the login user owns,
+# who could swap what root runs), so the default moves out of the login user's home.
+BECOME_STATE_DIR = "/var/lib/fleetops"
+BECOME = re.compile(r"sudo")
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class Host:
     gres: str | None = None
     time_limit: str | None = None
     slurm_node: str | None = None  # the host is this node of a Slurm cluster (drain/undrain: scontrol update)
+    become: str | None = None  # "sudo": the agent runs as root through sudo (wire/become.py)
 
     @property
     def label(self) -> str:
@@ -148,6 +154,8 @@ class Inventory:
     ssh_aliases: frozenset[str] | None = None
     # --allow-insecure-venv: a node whose interpreter others may write to runs the agent anyway, with a warning
     allow_insecure_venv: bool = False
+    # --ask-become-pass: what was typed, sent only to sudo's prompt on the node (wire/become.py)
+    become_password: str | None = field(default=None, repr=False)
     # -u, --port, -i, -t: applied to every host expand() selects (never to a jump host, as with ssh)
     command_line: CommandLine = field(default_factory=CommandLine)
 
@@ -443,7 +451,9 @@ def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
     if python != "python3":
         _absolute(m, "python", python)
     state_dir = get_str(m, "state_dir", pattern=REMOTE_PATH, describe="a path with no spaces, quotes or '..'")
-    state_dir = _absolute(m, "state_dir", state_dir) or DEFAULT_STATE_DIR  # the default: in the login's home
+    become = get_str(m, "become", pattern=BECOME, describe="'sudo' (or leave it out: the login user runs the agent)")
+    # the default: in the login's home, or root's own with become
+    state_dir = _absolute(m, "state_dir", state_dir) or (BECOME_STATE_DIR if become else DEFAULT_STATE_DIR)
     groups = get_str_list(m, "groups", pattern=GROUP, describe="group names are plain words")
     missing: list[tuple[str, str]] = []
     env, secret_env = _parse_env(m, missing)
@@ -483,4 +493,5 @@ def _parse_host(name: str, m: Mapping, path: Path, example: bool) -> Host:
         time_limit=get_str(m, "time_limit", pattern=TIME_LIMIT,
                            describe="a Slurm time limit: minutes, HH:MM:SS, D-HH:MM:SS or UNLIMITED"),
         slurm_node=get_str(m, "slurm_node", pattern=NAME, describe="the host's node name in Slurm (one name)"),
+        become=become,
     )

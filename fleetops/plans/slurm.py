@@ -33,6 +33,7 @@ SACCT_FORMAT = "JobID,State,ExitCode,NodeList,Elapsed,Start,End,User,Submit,JobN
 PARTITION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ACCOUNT = PARTITION
 GRES = re.compile(r"[A-Za-z0-9_]+(?::[A-Za-z0-9_.-]+)*:[0-9]{1,4}|[A-Za-z0-9_]+")  # gpu:1, gpu:h200:8, gpu
+RESTARTS_FORMAT = "JobArrayID:64,RestartCnt:12"  # parse_restarts
 # Slurm's --time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS; or UNLIMITED.
 TIME_LIMIT = re.compile(r"[0-9]{1,6}(?::[0-9]{1,2}){0,2}|[0-9]{1,4}-[0-9]{1,2}(?::[0-9]{1,2}){0,2}|UNLIMITED")
 
@@ -78,27 +79,31 @@ class Identity:
     name: str
     submit: str = ""
 
-    def owns(self, st: TaskState) -> bool:
+    def owns(self, st: TaskState, restarts: dict[str, int] | None = None) -> bool:
+        """A requeue gives the job a later submit time: a line whose submit moved is ours only when Slurm counts a
+        restart for it (`restarts`, parse_restarts)."""
+        moved = bool((restarts or {}).get(st.job_id)) and st.submit > self.submit
         return (st.user == self.user and st.name == self.name
-                and (not self.submit or not st.submit or st.submit == self.submit))
+                and (not self.submit or not st.submit or st.submit == self.submit or moved))
 
     @classmethod
     def of(cls, job: dict) -> Identity:
         return cls(str(job.get("slurm_user") or ""), str(job.get("name") or ""), str(job.get("slurm_submit") or ""))
 
 
-def split_owned(rows: list[TaskState], identity: Identity) -> tuple[list[TaskState], list[TaskState]]:
+def split_owned(rows: list[TaskState], identity: Identity,
+                restarts: dict[str, int] | None = None) -> tuple[list[TaskState], list[TaskState]]:
     """(fleetops' own lines, lines of another job that now has the same id). With no user recorded (a job
     submitted by an older fleetops), the name alone decides."""
     ours, others = [], []
     for st in rows:
-        mine = identity.owns(st) if identity.user else st.name == identity.name
+        mine = identity.owns(st, restarts) if identity.user else st.name == identity.name
         (ours if mine else others).append(st)
     return ours, others
 
 
 def state_word(slurm_state: str) -> str:
-    """Slurm's state → fleetops' job word: pending, running, succeeded, failed, killed (cancelled)."""
+    """Slurm's state → fleetops' job word: pending, running, succeeded, failed, cancelled."""
     base = slurm_state.split()[0].rstrip("+").upper() if slurm_state else ""
     if base in RUNNING:
         return "running"
@@ -107,7 +112,7 @@ def state_word(slurm_state: str) -> str:
     if base == "COMPLETED":
         return "succeeded"
     if base == "CANCELLED":
-        return "killed"
+        return "cancelled"
     if base in FAILED:
         return "failed"
     return "unknown"
@@ -139,6 +144,17 @@ def parse_squeue(stdout: str) -> list[TaskState]:
                              nodes=row["nodes"], elapsed=row["elapsed"], source="squeue", user=row["user"],
                              name=row["name"], submit=row["submit"],
                              extra={k: row[k] for k in ("job_id", "array_job_id", "time_limit", "gres", "partition")}))
+    return out
+
+
+def parse_restarts(stdout: str) -> dict[str, int]:
+    """`squeue --noheader --array --Format=JobArrayID:64,RestartCnt:12`: each job's (or array task's) id and how
+    many times Slurm requeued it. Both columns are free of blanks, so a line splits on them."""
+    out: dict[str, int] = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and re.fullmatch(r"[0-9]+(?:_[0-9]+)?", parts[0]):
+            out[parts[0]] = int(parts[1])
     return out
 
 
@@ -207,8 +223,9 @@ def merge(*sources: list[TaskState], tasks: int) -> dict[int, TaskState | None]:
 
 
 def overall(words: list[str]) -> str:
-    """The job's word from its tasks': running if any runs, then pending, then killed/failed, else succeeded."""
-    for word in ("running", "pending", "unknown", "killed", "failed"):
+    """The job's word from its tasks': running if any runs, then pending, unknown, cancelled, killed (a signal
+    the job's own exit file records), failed, else succeeded."""
+    for word in ("running", "pending", "unknown", "cancelled", "killed", "failed"):
         if word in words:
             return word
     return "succeeded" if words else "unknown"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..plans.gpugate import DEFAULT_THRESHOLD_MIB, Gate, Verdict, evaluate, next_action, parse_selection
 from ..plans.tables import FACT_COLUMNS, GPU_COLUMNS, fact_row, gpu_rows
 from ..plans.yamlsrc import ConfigError
-from ..results import EXIT_GPU_BUSY, Result, Status
+from ..results import EXIT_GPU_BUSY, Next, Result, Status
 from ..wire.connector import Connector
 from . import slurm
 from .plan import Plan, TaskSpec, drain_text, unmet_warnings
@@ -82,15 +82,33 @@ def _facts_plan(run: RunState, kwargs: dict) -> Plan:
 
 
 def _interpret_facts(host: str, plan: Plan, answer: dict) -> Result:
+    if not answer.get("ok", True) or answer.get("error"):  # the op itself failed: nothing it read is a fact
+        why = str(answer.get("error") or "the node's facts op failed")
+        row = [f"ERROR: {why}"] + ["-"] * (len(FACT_COLUMNS) - 1)
+        return Result(host, "facts", Status.FAILED, f"cannot read the node's facts: {why}",
+                      data={"facts": answer, "fact_row": row, "next": _facts_next(host)})
     answer = dict(answer)
     warnings = unmet_warnings(answer.pop("dists", None))
+    errors = answer.get("errors") or {}
     row = fact_row(answer)
+    for reader, why in errors.items():  # the reader's error in its own cell
+        if reader in FACT_COLUMNS:
+            row[FACT_COLUMNS.index(reader)] = f"ERROR: {why}"
+    if errors:
+        data = {"facts": answer, "fact_row": row, "next": _facts_next(host)}
+        return Result(host, "facts", Status.FAILED, "cannot read all of the node's facts: "
+                      + "; ".join(f"{k}: {v}" for k, v in errors.items()), data=data)
     drained = drain_text(answer.get("drain"))  # first: a drained node is the fact an on-call engineer needs
     data = {"facts": {**answer, "unmet_requirements": warnings}, "fact_row": row}
     if warnings:
         data["node_warnings"] = warnings
     return Result(host, "facts", Status.OK, (f"{drained}; " if drained else "")
                   + ", ".join(f"{k}={v}" for k, v in zip(FACT_COLUMNS, row)), data=data)
+
+
+def _facts_next(host: str) -> dict:
+    return Next("give the login user read access to the venv, or set `become: sudo` for this host in the "
+                "inventory, then run it again", [f"fab -H {host} facts"]).to_data()
 
 
 TASKS = [TaskSpec("gpu", _gpu_plan, _interpret_gpu, _run_gpu),

@@ -112,7 +112,6 @@ def with_state(job: dict, now_ts: object) -> dict:
     way `status` reads it; an SSH job's state is the node's own."""
     if job.get("scheduler") != "slurm" or not isinstance(job.get("record"), dict):
         return job
-    from .slurmrecord import end_words, read_state
+    from .slurmrecord import read_state
 
-    state = read_state(job["record"], job.get("query"), job.get("exits"), now_ts)
-    return {**job, **state, "end": end_words(state)}
+    return {**job, **read_state(job["record"], job.get("query"), job.get("exits"), now_ts)}

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..plans.localpath import UnsafeName, safe_join_relative
-from ..results import EXIT_FAILED, Item, Result, Status
-from ..wire.connector import Connector
+from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Item, Result, Status
+from ..wire.connector import Connector, TransportError
 from .plan import Plan, TaskSpec, UsageError, agent_error
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ def _fetch_plan(run: RunState, kwargs: dict) -> Plan:
         raise UsageError(f"fetch --dest {dest}: exists and is not a directory")
     request = {"paths": paths, "any_path": bool(kwargs.get("any_path")), "job_id": kwargs.get("job_id") or None}
     return Plan("fetch_plan", request, 600, None,
-                options={**kwargs, "dest": str(dest.absolute()), "max_size": max_size})
+                options={**kwargs, "dest": str(dest.absolute()), "max_size": max_size,
+                         "max_size_given": str(kwargs["max_size"]) if kwargs.get("max_size") else None})
 
 
 def sha256_file(path: Path) -> str:
@@ -84,15 +86,46 @@ def _gib(n: int) -> str:
     return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / 1024**2:.1f} MiB"
 
 
+class Stopped(Exception):
+    """Ctrl-C during a fetch: the copy stops where it is; `part` (None between files) stays for the next fetch
+    to resume from its length."""
+
+    def __init__(self, label: str, part: Path | None, have: int, size: int) -> None:
+        super().__init__(label)
+        self.label, self.part, self.have, self.size = label, part, have, size
+
+
+def _symlink_between(folder: Path, final: Path) -> Path | None:
+    """The first folder from `folder` down to final's parent that is a symlink (writing there could leave
+    fetched/<host>/), else None."""
+    here = folder
+    for name in final.relative_to(folder).parts[:-1]:
+        here = here / name
+        if here.is_symlink():
+            return here
+    return None
+
+
+def _local_for(entry: dict, folder: Path) -> Path:
+    """Where a file goes: the node proposes a name under fetched/<host>/ and is never trusted to leave it; a
+    directory's file goes under the directory's own copy, by its name in it (UnsafeName otherwise)."""
+    if entry.get("dir"):
+        top = safe_join_relative(folder, entry["dir"].get("local"), what="local name")
+        return safe_join_relative(top, entry.get("rel"), what="name in the directory")
+    return safe_join_relative(folder, entry.get("local"), what="local name")
+
+
 def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_size: int) -> Item:
     host = node.host.name
     label = entry.get("requested") or entry.get("path") or "?"
     if entry.get("error"):
         error = str(entry["error"])
         return Item(label, Status.FAILED, error[len(label) + 2:] if error.startswith(f"{label}: ") else error)
-    try:  # the node proposes where the file goes under fetched/<host>/; never trusted to leave that folder
-        final = safe_join_relative(folder, entry.get("local"), what="local name")
-    except UnsafeName as exc:
+    if run.interrupted.is_set():
+        raise Stopped(label, None, 0, 0)
+    try:
+        final = _local_for(entry, folder)
+    except (UnsafeName, AttributeError) as exc:
         return Item(label, Status.FAILED, f"the node proposed an unsafe {exc}; refused")
     part = final.with_name(final.name + PART)
     size, want = entry.get("size"), entry.get("sha256")
@@ -104,7 +137,10 @@ def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_si
                     f"without asking; nothing downloaded (raise it: --max-size {-(-size // 1024**3)}G)",
                     {"remote": entry.get("path"), "bytes": size, "max_size": max_size})
     details = {"remote": entry["path"], "local": str(final), "bytes": size, "sha256": want}
-    if final.is_file() and final.stat().st_size == size and sha256_file(final) == want:
+    link = _symlink_between(folder, final)
+    if link is not None:
+        return Item(label, Status.FAILED, f"{link} is a symlink; refusing to write through it")
+    if final.is_file() and not final.is_symlink() and final.stat().st_size == size and sha256_file(final) == want:
         return Item(label, Status.OK, f"already fetched: {final} has the same sha256 ({want[:16]}...); nothing to do",
                     {**details, "fetched_bytes": 0})
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -119,11 +155,7 @@ def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_si
         offset = 0  # the node's file is shorter than our partial copy: it is another file now
     resumed_from = offset
     for attempt in (1, 2):
-        transfer = run.transfer(f"{host} {label}", size, offset)
-        try:
-            fetched = node.download_to(entry["path"], str(part), offset, size, transfer)
-        finally:
-            transfer.finish()
+        fetched = _copy(run, node, entry["path"], label, part, offset, size)
         got = sha256_file(part)
         if got == want:
             break
@@ -142,29 +174,147 @@ def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_si
                 {**details, "fetched_bytes": fetched, "resumed_from": resumed_from})
 
 
+def _copy(run: RunState, node: Connector, remote: str, label: str, part: Path, offset: int, size: int) -> int:
+    """[offset, size) of remote into part; Stopped at Ctrl-C (checked at every chunk, so the copy ends within
+    a chunk and before the run closes the link under it)."""
+    transfer = run.transfer(f"{node.host.name} {label}", size, offset)
+
+    def progress(written: int) -> None:
+        transfer(written)
+        if run.interrupted.is_set():
+            raise Stopped(label, part, offset + written, size)
+
+    try:
+        return node.download_to(remote, str(part), offset, size, progress)
+    except TransportError:
+        if run.interrupted.is_set():  # the run closed the link under the copy: what is in part stays
+            raise Stopped(label, part, part.stat().st_size if part.exists() else 0, size) from None
+        raise
+    finally:
+        transfer.finish()
+
+
+def _record(item: Item) -> dict:
+    return {"requested": item.label, "status": item.status.value, "msg": item.msg, **item.details}
+
+
 def run_fetch(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     answer, evidence = node.call("fetch_plan", plan.request, timeout=plan.timeout)
     if answer.get("error"):
         return agent_error(host, "fetch", answer)
     folder = Path(plan.options["dest"]) / _host_folder(host)
-    items = [_fetch_one(run, node, entry, folder, plan.options["max_size"]) for entry in answer["files"]]
+    max_size = plan.options["max_size"]
+    items: list[Item] = []
+    files: list[dict] = []
+    groups: dict[str, list[dict]] = {}  # a fetched directory (its local name) -> its files, in the node's order
+    try:
+        for entry in answer["files"]:
+            where = entry.get("dir")
+            if isinstance(where, dict):
+                groups.setdefault(str(where.get("local")), []).append(entry)
+                continue
+            item = _fetch_one(run, node, entry, folder, max_size)
+            items.append(item)
+            files.append(_record(item))
+        for group in groups.values():
+            items += fetch_dir(run, node, group, folder, max_size, files)
+    except Stopped as stop:
+        return _stopped(host, plan, stop, files, len(answer["files"]), folder)
     items += [Item("note", Status.OK, n) for n in answer.get("notes", [])]
-    files = [{"requested": i.label, "status": i.status.value, "msg": i.msg, **i.details} for i in items
-             if i.label != "note"]
-    failed = [i for i in items if i.status is Status.FAILED]
-    changed = [i for i in items if i.status is Status.CHANGED]
+    failed = [r for r in files if r["status"] == Status.FAILED.value]
+    changed = [r for r in files if r["status"] == Status.CHANGED.value]
     job = f" of job {answer['job_id']}" if answer.get("job_id") and not plan.request["paths"] else ""
-    where = f"into {folder}"
+    data = {"files": files, "job_id": answer.get("job_id"), "folder": str(folder)}
     if failed:
-        msg = f"{len(failed)} of {len(files)} files not fetched{job}: " + "; ".join(i.msg for i in failed)
-        return Result(host, "fetch", Status.FAILED, msg, items, evidence=evidence, code=EXIT_FAILED,
-                      data={"files": files, "job_id": answer.get("job_id"), "folder": str(folder)})
+        shown = [i.msg for i in items if i.status is Status.FAILED][:5]
+        msg = f"{len(failed)} of {len(files)} files not fetched{job}: " + "; ".join(shown)
+        return Result(host, "fetch", Status.FAILED, msg, items, evidence=evidence, code=EXIT_FAILED, data=data)
     status = Status.CHANGED if changed else Status.OK
-    msg = (f"fetched {len(changed)} of {len(files)} files{job} {where}" if changed else
+    msg = (f"fetched {len(changed)} of {len(files)} files{job} into {folder}" if changed else
            f"all {len(files)} files{job} already in {folder} with matching sha256; nothing to do")
-    return Result(host, "fetch", status, msg, items,
-                  data={"files": files, "job_id": answer.get("job_id"), "folder": str(folder)})
+    return Result(host, "fetch", status, msg, items, data=data)
+
+
+def fetch_dir(run: RunState, node: Connector, group: list[dict], folder: Path, max_size: int,
+              files: list[dict]) -> list[Item]:
+    """Every file of one directory (appended to `files` as each ends, so an interrupt still counts them); one
+    line for the directory, one per file that failed (the first few). When all are there, their sha256s are
+    written beside the copy: <dir>.sha256, as `sha256sum` writes them (cd <dir>; sha256sum -c ../<dir>.sha256)."""
+    where = group[0]["dir"]
+    label = str(where.get("requested"))
+    try:
+        top = safe_join_relative(folder, where.get("local"), what="local name")
+    except UnsafeName as exc:
+        return [Item(label, Status.FAILED, f"the node proposed an unsafe {exc}; refused")]
+    total = sum(e["size"] for e in group if isinstance(e.get("size"), int))
+    if total > max_size:
+        return [Item(label, Status.FAILED, f"{len(group)} files, {total:,} bytes ({_gib(total)}): over the "
+                     f"{_gib(max_size)} fetch takes without asking; nothing downloaded (raise it: --max-size "
+                     f"{-(-total // 1024**3)}G)", {"bytes": total, "max_size": max_size})]
+    records = []
+    for entry in group:
+        item = _fetch_one(run, node, entry, folder, max_size)
+        record = {**_record(item), "dir": str(top), "rel": entry.get("rel")}
+        records.append(record)
+        files.append(record)
+    failed = [r for r in records if r["status"] == Status.FAILED.value]
+    new = sum(1 for r in records if r["status"] == Status.CHANGED.value)
+    got = sum(r.get("fetched_bytes") or 0 for r in records)
+    kept = len(records) - new - len(failed)
+    counts = (f"{len(records)} files, {total:,} bytes: {new} fetched ({got:,} bytes), {kept} already there with the "
+              "same sha256")
+    manifest = top.with_name(top.name + ".sha256")
+    if failed:
+        items = [Item(label, Status.FAILED, f"{counts}, {len(failed)} not fetched; no manifest written",
+                      {"dir": str(top), "files": len(records), "bytes": total})]
+        return items + [Item(str(r["requested"]), Status.FAILED, f"{r['requested']}: {r['msg']}") for r in failed[:10]]
+    _write_manifest(manifest, top, records)
+    status = Status.CHANGED if new else Status.OK
+    return [Item(label, status, f"{counts}; sha256s in {manifest}",
+                 {"dir": str(top), "files": len(records), "bytes": total, "manifest": str(manifest)})]
+
+
+def _write_manifest(manifest: Path, top: Path, records: list[dict]) -> None:
+    """sha256sum's format, the names relative to the directory; written whole or not at all."""
+    if manifest.is_symlink():
+        manifest.unlink()
+    tmp = manifest.with_name(f".{manifest.name}.{os.getpid()}.tmp")
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+        for r in sorted(records, key=lambda r: str(r["rel"])):
+            f.write(f"{r['sha256']}  {r['rel']}\n")
+    os.replace(tmp, manifest)
+
+
+def resume_command(host: str, plan: Plan) -> str:
+    """The command line that fetches the same files into the same folder (it resumes each partial copy)."""
+    words = ["fab", "-H", host, "fetch"]
+    for path in plan.request["paths"]:
+        words += ["--path", path]
+    if plan.request.get("job_id"):
+        words += ["--job-id", str(plan.request["job_id"])]
+    if plan.request.get("any_path"):
+        words.append("--any-path")
+    if plan.options.get("max_size_given"):
+        words += ["--max-size", str(plan.options["max_size_given"])]
+    words += ["--dest", plan.options["dest"]]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _stopped(host: str, plan: Plan, stop: Stopped, files: list[dict], total: int, folder: Path) -> Result:
+    done = sum(1 for r in files if r["status"] in (Status.OK.value, Status.CHANGED.value))
+    if stop.part is not None:
+        where = f"while copying {stop.label}: its partial copy {stop.part} holds {stop.have:,} of {stop.size:,} bytes"
+        item = Item(stop.label, Status.FAILED, f"stopped at byte {stop.have:,} of {stop.size:,}; kept in {stop.part}")
+    else:
+        where = "between two files"
+        item = Item(stop.label, Status.FAILED, "not started")
+    again = resume_command(host, plan)
+    msg = f"interrupted (Ctrl-C) {where}; {done} of {total} files complete in {folder}; resume with: {again}"
+    return Result(host, "fetch", Status.FAILED, msg, [item], code=EXIT_INTERRUPTED,
+                  data={"error_kind": "interrupted", "files": files, "folder": str(folder),
+                        "part": str(stop.part) if stop.part else None, "part_bytes": stop.have,
+                        "resume": again})
 
 
 # fetch writes only on the laptop and has no check mode: --dry is refused rather than silently copying.

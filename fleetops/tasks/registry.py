@@ -16,7 +16,7 @@ from ..plans.inventory import Host, MissingSecret
 from ..plans.playbookset import PlaybookSet
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
-from ..wire.connector import Connector, Pending, TransportError
+from ..wire.connector import Connector, Pending, TransportError, discard_quietly
 from .plan import Plan, TaskSpec, UsageError, agent_error
 
 if TYPE_CHECKING:
@@ -140,10 +140,11 @@ def for_host(run: RunState, name: str, plan: Plan, node: Connector) -> Plan | Re
     with book_set.lock:
         installed = book_set.installed.get(host)
     if installed is None:
-        answer, _ = node.call("facts", {"brief": True, "packages": book_set.packages}, timeout=60)
+        asked = [{"requirement": p, "package": p} for p in book_set.packages]
+        answer, _ = node.call("facts", {"packages_only": True, "requires": asked}, timeout=60)
         if answer.get("error"):
             return agent_error(host, name, answer)
-        found = answer.get("packages") or {}
+        found = {r.get("package"): r.get("found") for r in answer.get("requirements") or [] if isinstance(r, dict)}
         installed = {p: str(found[p])[:64] if isinstance(found.get(p), str) else None for p in book_set.packages}
         with book_set.lock:
             book_set.installed[host] = installed
@@ -293,7 +294,7 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
     try:
         chosen = for_host(run, name, plan, node)
         if isinstance(chosen, Result):
-            _discard(pending)
+            discard_quietly(pending)
             chosen.seconds = round(time.monotonic() - started, 3)
             return chosen
         plan = chosen
@@ -322,14 +323,6 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
         have = ", ".join(f"{p} {v}" for p, v in book_set.installed.get(host, {}).items())
         result.data["chosen_playbook"] = f"{plan.playbook.name} (from {book_set.path.name}/, for {have})"
     return result
-
-
-def _discard(pending: Pending | None) -> None:
-    if pending is not None:
-        try:
-            pending.discard()
-        except Exception:  # a dropped answer must not turn a refusal into a crash
-            pass
 
 
 def _failure(run: RunState, host: str, name: str, exc: Exception, answered: bool = False) -> Result:

@@ -6,16 +6,21 @@ commands (remote_scripts/jobs/slurm.py) and the answers are parsed here with fle
 
 from __future__ import annotations
 
+import threading
+import time
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from ..plans import slurm as sp
 from ..plans.jobspec import LogWatch, is_failure, parse_progress
 from ..plans.tables import bar
 from ..plans.versions import judged_checks
-from ..results import EXIT_FAILED, Item, Result, Status
+from ..results import EXIT_FAILED, Item, Next, Result, Status
 from ..wire.connector import Connector, TransportError
+from . import slurmview as sv
 from .plan import agent_error, drained, job_spec, preflight_request, skipped_note, tail_start
 from .reconnect import TAIL_WAIT_S, Reconnect
+from .slurmview import tasks_view
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -30,10 +35,47 @@ def _scheduler_env(node: Connector) -> dict[str, str]:
     return {k: v for k, v in node.host.env_values if k.startswith("SLURM_")}
 
 
-def _call(node: Connector, action: str, request: dict, timeout: float = 120) -> dict:
-    answer, _ = node.call("slurm", {"action": action, "scheduler_env": _scheduler_env(node), **request},
-                          timeout=timeout)
-    return answer
+# What each call waits for, said when it is quiet for QUIET_S: the node's Slurm commands give up on their own
+# (remote_scripts/jobs/slurmquery.py: scontrol ping 10 s, each squeue/sacct/scancel 20 s).
+WAITS = {"status": "Slurm's answer about the job (scontrol ping, squeue, sacct; each gives up within 20 s)",
+         "cancel": "scancel and Slurm's confirmation that the job left the queue (scontrol ping, squeue, scancel; "
+                   "each gives up within 20 s)",
+         "submit": "sbatch (scontrol ping, squeue, then sbatch; sbatch gives up within 60 s)",
+         "tail": "the job's new lines and Slurm's answer about it (scontrol ping, squeue, sacct; each gives up "
+                 "within 20 s)",
+         "logs": "Slurm's answer about the job (scontrol ping, squeue, sacct; each gives up within 20 s)"}
+QUIET_S = 3.0
+
+
+def _call(node: Connector, action: str, request: dict, timeout: float = 120, run: RunState | None = None,
+          task: str = "", quiet_s: float = QUIET_S) -> dict:
+    """The node's `slurm` op; with `run`, a call quiet for `quiet_s` says what it waits for (once, then every
+    15 s), so an operator is never left in silence while the scheduler does not answer."""
+    payload = {"action": action, "scheduler_env": _scheduler_env(node), **request}
+    if run is None:
+        return node.call("slurm", payload, timeout=timeout)[0]
+    done = threading.Event()
+    host = node.host.name
+    what = WAITS.get(action, f"Slurm ({action})")
+
+    def tell() -> None:
+        started = time.monotonic()
+        if done.wait(quiet_s):
+            return
+        while True:
+            elapsed = time.monotonic() - started
+            note = what if elapsed < 15 else f"{what}; {int(elapsed) // 15 * 15} s so far"
+            run.reporter.waiting(host, task or action, f"{note} on {host}", max(0.0, timeout - elapsed))
+            if done.wait(1.0):
+                return
+
+    watcher = threading.Thread(target=tell, name=f"slurm-wait-{host}", daemon=True)
+    watcher.start()
+    try:
+        return node.call("slurm", payload, timeout=timeout)[0]
+    finally:
+        done.set()
+        watcher.join(timeout=2)
 
 
 def _shards(plan: Plan) -> int:
@@ -45,124 +87,6 @@ def _shards(plan: Plan) -> int:
     return n
 
 
-def tasks_view(answer: dict) -> list[dict]:
-    """Each task's state: squeue (the controller's view, recently ended jobs included), then sacct (accounting),
-    fleetops' own job's lines only (its user, name, submit time); then the exit file the batch script wrote;
-    'unknown' when none of them knows it. Slurm's state word stands; an exit status is shown only when it agrees
-    with it. A line of another job that has the id now is a note on every task ("reused")."""
-    job = answer["job"]
-    shards = int(job.get("shards") or 1)
-    identity = sp.Identity.of(job)
-    query = answer.get("query") or {}
-    sources: list[list[sp.TaskState]] = []
-    notes: list[str] = []
-    others: list[sp.TaskState] = []
-    for name, parse in (("squeue", sp.parse_squeue), ("sacct", sp.parse_sacct)):
-        raw = query.get(name)
-        if not raw:
-            continue
-        if name == "sacct" and sp.sacct_disabled(raw["stdout"], raw["stderr"]):
-            notes.append("sacct: accounting storage is disabled on this cluster")
-            continue
-        if raw["rc"] != 0:
-            if "invalid job id" not in raw["stderr"].lower():
-                notes.append(f"{name} (exit {raw['rc']}): {raw['stderr'].strip()[:200]}")
-            continue
-        try:
-            ours, theirs = sp.split_owned(parse(raw["stdout"]), identity)
-        except sp.SlurmParseError as exc:
-            notes.append(str(exc))
-            continue
-        sources.append(ours)
-        others += theirs
-    reused = reused_note(job, others) if others else ""
-    if reused:
-        notes.append(reused)
-    merged = sp.merge(*sources, tasks=shards)
-    exits = answer.get("exits") or {}
-    out = []
-    for task in range(shards):
-        st = merged[task]
-        ended = exits.get(str(task))
-        row: dict = {"task": task, "notes": notes, "reused": reused}
-        if st is not None:
-            row.update(state=st.word, slurm_state=st.state, slurm_id=st.job_id, reason=st.reason, node=st.nodes,
-                       exit_code=st.exit_code, signal=st.signal, source=st.source, elapsed=st.elapsed)
-            if st.word == "killed" and not st.signal:
-                row["signal"] = 15
-        elif ended:
-            word = ("killed" if ended.get("signal") else "succeeded" if ended.get("exit_code") == 0 else "failed")
-            row.update(state=word, slurm_state="", slurm_id="", reason="", node="", exit_code=ended.get("exit_code"),
-                       signal=ended.get("signal"), source="exit-file", elapsed="")
-        else:
-            row.update(state="unknown", slurm_state="", slurm_id="", reason="", node="", exit_code=None, signal=None,
-                       source="none", elapsed="")
-        if ended and row["source"] == "squeue":  # squeue has no exit status: the job's own record, if it agrees
-            _exit_from_file(row, ended)
-        out.append(row)
-    return out
-
-
-def _exit_from_file(row: dict, ended: dict) -> None:
-    code, sig = ended.get("exit_code"), ended.get("signal")
-    word = row["state"]
-    if word == "killed":
-        row["exit_code"], row["signal"] = code, sig or row["signal"]
-    elif word == "succeeded" and code == 0 and not sig or word == "failed" and not (code == 0 and not sig):
-        row["exit_code"], row["signal"] = code, sig
-    elif word in ("succeeded", "failed"):
-        row["exit_code"] = row["signal"] = None
-        row["notes"] = [*row["notes"], f"task {row['task']}: Slurm says {row['slurm_state']}, the job's exit file "
-                        f"says exit status {code}{f' (signal {sig})' if sig else ''}; Slurm's word is kept"]
-
-
-def reused_note(job: dict, others: list[sp.TaskState]) -> str:
-    first = others[0]
-    return (f"Slurm job {job.get('slurm_job_id')} is not fleetops' job {job['id']} any more: the id was reused by "
-            f"another job (user {first.user or '?'}, name {first.name!r}, submitted {first.submit or '?'}, "
-            f"{first.state}); fleetops' job is no longer known to the scheduler, and nothing of the other job is "
-            "read, counted or cancelled")
-
-
-def _exit_text(row: dict) -> str:
-    if row["state"] in ("running", "pending", "unknown"):
-        return "-"
-    if row.get("signal"):
-        return f"signal {row['signal']}"
-    return str(row.get("exit_code"))
-
-
-def _code(rows: list[dict]) -> int:
-    word = sp.overall([r["state"] for r in rows])
-    if word in ("running", "pending", "succeeded"):
-        return 0
-    for r in rows:
-        if r.get("signal"):
-            return 128 + int(r["signal"])
-    return next((int(r["exit_code"]) for r in rows if r.get("exit_code")), 1)
-
-
-def _describe(rows: list[dict]) -> str:
-    word = sp.overall([r["state"] for r in rows])
-    if word == "succeeded":
-        return "succeeded (exit status 0)"
-    if word == "killed":
-        sig = next((r.get("signal") for r in rows if r.get("signal")), 15)
-        return f"cancelled (scancel): killed by signal {sig}"
-    if word == "failed":
-        bad = [r for r in rows if r["state"] == "failed"]
-        return "failed (" + "; ".join(f"task {r['task']}: {r['slurm_state'] or 'exit'} exit status "
-                                      f"{'unknown' if r['exit_code'] is None else r['exit_code']}"
-                                      for r in bad) + ")"
-    if word == "pending":
-        reasons = sorted({r["reason"] for r in rows if r["state"] == "pending" and r["reason"]})
-        return f"pending (waiting for the scheduler: {', '.join(reasons) or 'no reason given'})"
-    if word == "unknown":
-        return ("unknown: the scheduler no longer lists it (no accounting on this cluster) and it left no exit "
-                "file; see its log with fab logs")
-    return "running"
-
-
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host
     spec = job_spec(plan, node)
@@ -171,6 +95,8 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     if shards < 1:
         return Result(host.name, "extract", Status.FAILED, f"--shards {plan.options.get('shards')!r}: give a number "
                       "of shards from 1 to 1000", code=EXIT_FAILED)
+    if spec.extract is not None and plan.options.get("again"):
+        spec.extract["again"] = True  # the driver starts a new manifest: every sample done again
     spec.env.update(dict(host.env))  # the inventory's values (tokens, SLURM_CONF) win over the playbook's
     spec.secret_env |= set(host.secret_env)
     notes = list(spec.notes)
@@ -189,11 +115,13 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
             notes.append(f"--force: submitted despite: {reasons}")
     opts = {"partition": host.partition, "account": host.account, "gres": host.gres, "time_limit": host.time_limit,
             "shards": shards}
-    answer = _call(node, "submit", {**spec.start_request(), "slurm": opts}, timeout=300)
+    answer = _call(node, "submit", {**spec.start_request(), "slurm": opts}, timeout=300, run=run, task="extract")
     if answer.get("error_kind") == "drained":
         return drained(host.name, "extract", (answer.get("details") or {}).get("drain") or {}, f"submit {spec.name}")
     if not answer.get("ok"):
         return agent_error(host.name, "extract", answer, with_kind=True)
+    if answer.get("complete"):
+        return _nothing_to_do(host.name, spec.name, answer)
     job = answer["job"]
     run.job_launched(host.name, job["id"], "submitted to Slurm")  # this run's `tail` shows it from its first line
     try:
@@ -213,10 +141,20 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
                   items, data={"job": job, "slurm_job_id": sid, "shards": shards})
 
 
+def _nothing_to_do(host: str, name: str, answer: dict) -> Result:
+    """Every task's output already holds all its samples: no job is submitted (it would load the model only to
+    write nothing)."""
+    done, shards = answer["complete"], int(answer.get("shards") or 1)
+    what = f"all {shards} shards complete" if shards > 1 else "its output is complete"
+    outputs = ", ".join(f"{d['output']} ({d['done']}/{d['total']})" for d in done)
+    return Result(host, "extract", Status.OK, f"{name}: nothing to do: {what} ({outputs}); nothing submitted to "
+                  "Slurm (--again redoes it)", data={"complete": done, "job": None, "shards": shards})
+
+
 def _row(job: dict, r: dict, progress: str | None) -> list[str]:
     label = job["id"] + (f"[{r['task']}]" if int(job.get("shards") or 1) > 1 else "")
     state = r["state"] + (f" ({r['reason']})" if r["state"] == "pending" and r.get("reason") else "")
-    return [label, f"{r.get('slurm_id') or '-'}", state, _exit_text(r), r.get("node") or "-",
+    return [label, f"{r.get('slurm_id') or '-'}", state, sv.exit_text(r), r.get("node") or "-",
             r.get("elapsed") or "-", progress or "-"]
 
 
@@ -225,28 +163,42 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
     pattern = watch.progress.pattern
-    answer = _call(node, "status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
+    answer = _call(node, "status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern}, run=run,
+                   task="status")
     if answer.get("error"):
         return agent_error(host, "status", answer, with_kind=True)
     job = answer["job"]
     rows = tasks_view(answer)
     word = sp.overall([r["state"] for r in rows])
-    code = _code(rows)
+    code = sv.code(rows, job)
     last = answer.get("last_progress") or []
     parsed = [parse_progress(line, watch.progress) if line else None for line in last]
     table = [_row(job, r, bar(p) if p else None) for r, p in zip(rows, parsed + [None] * len(rows))]
     nodes = sorted({r["node"] for r in rows if r.get("node")})
-    msg = (f"job {job['id']} (Slurm job {job.get('slurm_job_id')}): {_describe(rows)}"
+    msg = (f"job {job['id']} (Slurm job {job.get('slurm_job_id')}): {sv.describe(rows, job)}"
            + (f"; on node {', '.join(nodes)}" if nodes else "")
-           + (f"; {len(rows)} tasks: " + ", ".join(f"{r['task']} {r['state']}" for r in rows) if len(rows) > 1 else "")
+           + (f"; {sv.counts(rows)}" if len(rows) > 1 else "")
            + (f". {rows[0]['reused']}" if rows and rows[0].get("reused") else ""))
     status = Status.FAILED if code else Status.OK
+    nxt = _status_next(host, job, rows, word)
     return Result(host, "status", status, msg, code=code,
-                  data={"job": job, "state": word, "scheduler": "slurm", "tasks": rows, "nodes": nodes,
+                  data={"job": job, "state": word, "controller": rows[0]["controller"] if rows else "",
+                        "next": nxt.to_data() if nxt else None, "cancelled_by": job.get("cancelled_by"),
+                        "scheduler": "slurm", "tasks": rows, "nodes": nodes,
                         "last_progress": last, "reused": bool(rows and rows[0].get("reused")),
                         "table": {"title": f"{host}: Slurm job", "columns": ["job", "slurm id", "state", "exit",
                                                                              "node", "elapsed", "last progress"],
                                   "rows": table}})
+
+
+def _status_next(host: str, job: dict, rows: list[dict], word: str) -> Next | None:
+    if rows and rows[0].get("controller"):
+        return Next("Slurm's controller does not answer: nothing about the job can be told (it may still run); "
+                    "ask the cluster's admins, then look again", [f"fab -H {quote(host)} status --job-id "
+                                                                  f"{quote(job['id'])}"])
+    if word in ("failed", "killed", "unknown") or word == "cancelled" and not job.get("cancelled_by"):
+        return Next("read why it ended", [f"fab -H {quote(host)} logs --job-id {quote(job['id'])} --lines 200"])
+    return None
 
 
 def _label(host: str, task: int, shards: int) -> str:
@@ -275,7 +227,8 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             request: dict = {"job_id": job_id, "offsets": offsets, "wait_s": TAIL_WAIT_S}
             if offsets is None:
                 request.update(last_lines=last_lines, from_start=from_start)
-            answer = _call(node, "tail", request, timeout=TAIL_WAIT_S + 90)
+            answer = _call(node, "tail", request, timeout=TAIL_WAIT_S + 90, run=run, task="tail",
+                           quiet_s=TAIL_WAIT_S + QUIET_S)
         except TransportError as exc:
             gave_up = link.lost(exc, node, reporter.note)
             if gave_up:
@@ -295,8 +248,8 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
         _show_output(run, watch, host, job_id, shards, answer, attached=offsets is None, last_progress=last_progress)
         offsets = answer["next_offsets"]
         if word not in ("running", "pending") and not any(answer["data"]):
-            code = _code(rows)
-            end = _describe(rows)
+            code = sv.code(rows, job)
+            end = sv.describe(rows, job)
             reporter.note(f"{host} | job {job_id} {end}")
             return Result(host, "tail", Status.OK if code == 0 else Status.FAILED, f"job {job_id} {end}", code=code,
                           data={"job_id": job_id, "state": word, "tasks": rows, "states_seen": seen_states,
@@ -308,7 +261,7 @@ def _note_state(run: RunState, host: str, job: dict, rows: list[dict], word: str
     """A job that became pending or running says so once, with the nodes it runs on."""
     if word in ("pending", "running"):
         where = sorted({r["node"] for r in rows if r.get("node")})
-        run.reporter.note(f"{host} | Slurm job {job.get('slurm_job_id')}: {_describe(rows)}"
+        run.reporter.note(f"{host} | Slurm job {job.get('slurm_job_id')}: {sv.describe(rows, job)}"
                           + (f" on {', '.join(where)}" if where and word == "running" else ""))
 
 
@@ -331,7 +284,8 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
-    answer = _call(node, "logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50)})
+    answer = _call(node, "logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50)},
+                   run=run, task="logs")
     if answer.get("error"):
         return agent_error(host, "logs", answer)
     job = answer["job"]
@@ -346,33 +300,47 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
 
 
 def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
+    """scancel fleetops' own job, confirmed by the job's state in squeue afterwards. A controller that cannot be
+    reached fails loudly: the job was not cancelled and may still run."""
     host = node.host.name
     answer = _call(node, "cancel", {"job_id": plan.options.get("job_id"),
-                                    "grace_s": float(plan.options.get("grace") or 10)}, timeout=300)
+                                    "grace_s": float(plan.options.get("grace") or 10)}, timeout=300, run=run,
+                   task="stop")
     if answer.get("error"):
         return agent_error(host, "stop", answer)
     job = answer["job"]
     rows = tasks_view(answer)
     word = sp.overall([r["state"] for r in rows])
+    what = f"job {job['id']} (Slurm job {job.get('slurm_job_id')})"
+    problem = sv.controller_problem(answer.get("before") or {})
+    data = {"job_id": job["id"], "tasks": rows, "state": word}
+    if problem:
+        return Result(host, "stop", Status.FAILED, f"{what} was NOT cancelled: {problem}; it may still be running",
+                      code=EXIT_FAILED, data={**data, "controller": problem, "next": Next(
+                          "Slurm's controller does not answer: bring it back (the cluster's admins), then stop again",
+                          [f"fab -H {quote(host)} stop --job-id {quote(job['id'])}"]).to_data()})
     if not answer.get("changed"):
         reused = f"; {rows[0]['reused']}" if rows and rows[0].get("reused") else ""
-        return Result(host, "stop", Status.OK, f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) is not in the "
-                      f"queue ({_describe(rows)}); nothing to cancel{reused}",
-                      data={"job_id": job["id"], "tasks": rows, "reused": bool(reused)})
+        return Result(host, "stop", Status.OK, f"{what} is not in the queue ({sv.describe(rows, job)}); nothing to "
+                      f"cancel{reused}", data={**data, "reused": bool(reused)})
     scancel = answer.get("scancel") or {}
-    left = [r for r in rows if r["state"] in ("running", "pending")]
+    left = [r for r in rows if r["state"] not in ("cancelled", "succeeded", "failed", "killed")]
     ok = scancel.get("rc") == 0 and not left
     items = [Item("scancel", Status.CHANGED if scancel.get("rc") == 0 else Status.FAILED,
                   f"{' '.join(scancel.get('argv') or ['scancel'])} exit {scancel.get('rc')}"
                   + (f": {scancel.get('stderr', '').strip()}" if scancel.get("stderr") else ""))]
-    items += [Item(f"task {r['task']}", Status.OK if r["state"] not in ("running", "pending") else Status.FAILED,
+    items += [Item(f"task {r['task']}", Status.FAILED if r in left else Status.OK,
                    f"{r['slurm_state'] or r['state']}" + (f" on {r['node']}" if r.get("node") else "")) for r in rows]
-    msg = (f"cancelled job {job['id']} (Slurm job {job.get('slurm_job_id')}) with scancel: {word}" if ok else
-           f"scancel {job.get('slurm_job_id')} did not end the job: " + ", ".join(f"task {r['task']} {r['state']}"
-                                                                               for r in left)
-           + f" (exit {scancel.get('rc')}); check squeue on {host}")
+    if ok:
+        said = ", ".join(sorted({r["slurm_state"] or r["state"] for r in rows}))
+        msg = f"cancelled {what} with scancel: Slurm says {said}"
+    else:
+        msg = (f"scancel {job.get('slurm_job_id')} (exit {scancel.get('rc')}) is not confirmed: "
+               + ", ".join(f"task {r['task']} {r['state']}" for r in left)
+               + (f"; {rows[0]['controller']}" if rows and rows[0].get("controller") else "")
+               + f"; check squeue on {host}")
     return Result(host, "stop", Status.CHANGED if ok else Status.FAILED, msg, items,
-                  code=0 if ok else EXIT_FAILED, data={"job_id": job["id"], "tasks": rows, "state": word})
+                  code=0 if ok else EXIT_FAILED, data=data)
 
 
 def allocation_note(node: Connector) -> Item | None:
@@ -384,8 +352,11 @@ def allocation_note(node: Connector) -> Item | None:
     nodes = sorted({r["node"] for r in rows if r.get("node")})
     job = answer["job"]
     word = sp.overall([r["state"] for r in rows])
-    return Item("Slurm allocation", Status.OK, f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) {word}"
-                + (f" on node {', '.join(nodes)}" if nodes else ""), details={"nodes": nodes, "tasks": rows})
+    problem = rows[0]["controller"] if rows else ""
+    return Item("Slurm allocation", Status.FAILED if problem else Status.OK,
+                f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) {sv.describe(rows, job) if problem else word}"
+                + (f" on node {', '.join(nodes)}" if nodes else ""),
+                details={"nodes": nodes, "tasks": rows, "controller": problem})
 
 
 def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
@@ -406,8 +377,11 @@ def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
     if answer.get("inside") is None:
         srun = answer.get("srun")
         if srun is None:
-            return Result(host, "gpu", Status.OK, f"login node of a Slurm cluster: {where} is {_describe(rows)}; "
-                          f"{answer['why']} (GPUs are Slurm's to allocate)", data={"tasks": rows})
+            said = sv.describe(rows, job)
+            return Result(host, "gpu", Status.FAILED if rows and rows[0].get("controller") else Status.OK,
+                          f"login node of a Slurm cluster: {where} is {said}; {answer['why']} (GPUs are Slurm's to "
+                          "allocate)", data={"tasks": rows},
+                          code=EXIT_FAILED if rows and rows[0].get("controller") else 0)
         return Result(host, "gpu", Status.FAILED, f"could not look into {where}'s allocation on "
                       f"{answer.get('node')}: srun exit {srun['rc']}: {srun['stderr'].strip()[-300:]}",
                       code=EXIT_FAILED, data={"tasks": rows})

@@ -17,12 +17,13 @@ from remote_scripts.core.protocol import PROTOCOL
 from ..identity import operator
 from ..plans.inventory import Host, Inventory
 from ..results import Evidence
+from . import become
 from .bundle import ALLOW_INSECURE_VENV, BOOTSTRAP, EXIT_BOOTSTRAP_REFUSED, PYTHON_FLAGS, agent_bundle
 from .connector import COUNTERS, ExecResult, TransportError
 from .errors import connect_error
 from .hops import close_quietly, fabric_connection, slow_idle_checks
 from .session import AgentSession, Overflow, Ticket, drain, session_refused
-from .sftp import copy_range, write_atomically
+from .sftp import copy_range, sftp_failed, write_atomically
 
 
 class NodeConnection:
@@ -167,30 +168,61 @@ class NodeConnection:
         path = f"{self.host.state_dir}/bin/{bundle.filename}"
         allow = [ALLOW_INSECURE_VENV] if self.inventory is not None and self.inventory.allow_insecure_venv else []
         words = [self.host.state_dir, path, bundle.sha256, *allow]
-        return ([self.host.python, *PYTHON_FLAGS, "-c", BOOTSTRAP, *words],
-                shlex.join([self.host.python, *PYTHON_FLAGS, "-c", "<fleetops bootstrap>", *words]))
+        return self._bootstrap_argv(become.agent_words(words) if self.host.become else words)
+
+    def _bootstrap_argv(self, words: list[str]) -> tuple[list[str], str]:
+        sudo = become.sudo_words(self._become_password()) if self.host.become else []
+        return ([*sudo, self.host.python, *PYTHON_FLAGS, "-c", BOOTSTRAP, *words],
+                shlex.join([*sudo, self.host.python, *PYTHON_FLAGS, "-c", "<fleetops bootstrap>", *words]))
+
+    def _become_password(self) -> str | None:
+        return self.inventory.become_password if self.inventory is not None else None
 
     def upload_agent(self) -> None:
         bundle = agent_bundle()
-        self.upload(f"{self.host.state_dir}/bin/{bundle.filename}", bundle.data)
+        path = f"{self.host.state_dir}/bin/{bundle.filename}"
+        if self.host.become:
+            self._install_as_root(path, bundle.data, bundle.sha256)
+        else:
+            self.upload(path, bundle.data)
         COUNTERS.bump(self.host.name, "uploads")
+
+    def _install_as_root(self, path: str, data: bytes, sha256: str) -> None:
+        """become: the zip on stdin to the bootstrap run by root, which writes it into root's state dir only if
+        its bytes have this sha256 (nothing the login user wrote is ever run by root)."""
+        argv, shown = self._bootstrap_argv(become.install_words(self.host.state_dir, path, sha256))
+        chan = self._open_channel(argv, shown)
+        try:
+            become.install(chan, self.host, self._become_password(), shown, data)
+        except TransportError as exc:
+            if exc.kind == "lost":
+                self.close()
+            raise
 
     def upload(self, path: str, data: bytes) -> None:
         """Write path atomically over SFTP (temp name, then rename), making its missing folders 0700."""
         self.open()
         try:
             assert self.cxn is not None
-            write_atomically(self.cxn.sftp(), path, data)
+            write_atomically(self._sftp(), path, data)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
             raise TransportError("remote", f"{self.host.name}: cannot write {path} on the node over SFTP ({reason}); "
                                            f"check that the login user may write {self.host.state_dir} and the "
                                            "node's free disk space") from None
 
+    def _sftp(self) -> paramiko.SFTPClient:
+        """The connection's SFTP session; a subsystem that does not start is named as such."""
+        assert self.cxn is not None
+        try:
+            return self.cxn.sftp()
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise TransportError("remote", sftp_failed(self.host, exc)) from None
+
     def download(self, path: str) -> bytes:
         self.open()
         assert self.cxn is not None
-        with self.cxn.sftp().open(path, "rb") as f:
+        with self._sftp().open(path, "rb") as f:
             return f.read()
 
     def download_to(self, remote: str, local_path: str, offset: int, end: int, progress: object = None) -> int:
@@ -198,7 +230,7 @@ class NodeConnection:
         partial copy resumes). progress(n) is called with the bytes written so far. Returns them."""
         self.open()
         assert self.cxn is not None
-        return copy_range(self.cxn.sftp, remote, local_path, offset, end, progress, self.host.name,
+        return copy_range(self._sftp, remote, local_path, offset, end, progress, self.host.name,
                           lambda: self.cxn is not None and self.cxn.is_connected)
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
@@ -396,6 +428,23 @@ class NodeConnection:
         self.open()
         assert self.cxn is not None
         argv, shown = self._agent_argv()
+        chan = self._open_channel(argv, shown)
+        ahead = b""
+        if self.host.become:
+            try:
+                ahead = become.handshake(chan, self.host, self._become_password(), shown,
+                                         self.host.connect_timeout + 50)
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                self.close()
+                raise TransportError("lost", f"connection to {self.host.name} lost while starting the agent "
+                                             f"({exc or 'EOF'})", Evidence(shown, None, [], 0.0)) from None
+        self.session = AgentSession(chan, shown)
+        self.session.out += ahead
+        return self.session
+
+    def _open_channel(self, argv: list[str], shown: str) -> paramiko.Channel:
+        self.open()
+        assert self.cxn is not None
         COUNTERS.bump(self.host.name, "execs")
         try:
             chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
@@ -407,8 +456,7 @@ class NodeConnection:
             self.close()
             raise TransportError("lost", f"connection to {self.host.name} lost while starting the agent "
                                          f"({exc or 'EOF'})", Evidence(shown, None, [], 0.0)) from None
-        self.session = AgentSession(chan, shown)
-        return self.session
+        return chan
 
     def _end_session(self, session: AgentSession) -> None:
         if self.session is session:

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 
 import paramiko
 
+from ..plans.inventory import Host
 from .connector import TransportError
+
+
+def sftp_failed(host: Host, exc: BaseException) -> str:
+    """The SFTP subsystem would not start (sshd's Subsystem line names a program that is missing or fails, or
+    the login's shell prints on stdout): paramiko says only "EOF during negotiation"."""
+    reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+    return (f"{host.name}: the node's sftp-server did not start: {reason}; check the `Subsystem sftp` line of the "
+            f"node's sshd_config (its program must exist and run for {host.user or 'the login user'}) and that "
+            "the login shell's start-up files print nothing, or set `become: sudo` for this host (the agent then "
+            "travels on stdin, without SFTP)")
 
 
 def write_atomically(sftp: paramiko.SFTPClient, path: str, data: bytes) -> None:
@@ -28,6 +40,27 @@ def write_atomically(sftp: paramiko.SFTPClient, path: str, data: bytes) -> None:
     sftp.posix_rename(tmp, path)
 
 
+def _quiet_prefetch_thread() -> None:
+    """paramiko reads ahead in a thread of its own (SFTPFile._prefetch_thread); when the link closes under it
+    (Ctrl-C, a lost node) that thread dies with "Socket is closed", and Python prints its traceback. The copy's
+    own thread already reports the stop, so that one exception is not printed; any other thread's is."""
+    previous = threading.excepthook
+    if getattr(previous, "_fleetops_prefetch", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        tb, names = args.exc_traceback, set()
+        while tb is not None:  # the thread's own frames (Thread.run has dropped its target by now)
+            names.add(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        if "_prefetch_thread" in names and isinstance(args.exc_value, (OSError, EOFError, paramiko.SSHException)):
+            return
+        previous(args)
+
+    hook._fleetops_prefetch = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
 def copy_range(sftp: Callable[[], paramiko.SFTPClient], remote: str, local_path: str, offset: int, end: int,
                progress: object, name: str, connected: Callable[[], bool]) -> int:
     """Bytes [offset, end) of remote (over the SFTP session sftp() gives) into local_path at offset (truncated
@@ -35,6 +68,7 @@ def copy_range(sftp: Callable[[], paramiko.SFTPClient], remote: str, local_path:
     A copy that stops raises TransportError naming host `name` and the byte it stopped at ("lost" when the
     connection is gone)."""
     written = 0
+    _quiet_prefetch_thread()
     try:
         mode = "r+b" if os.path.exists(local_path) else "wb"
         with open(local_path, mode) as out, sftp().open(remote, "rb") as f:

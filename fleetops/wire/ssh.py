@@ -6,7 +6,7 @@ not have that exact version. NodeConnection implements wire.connector.Connector.
 Its parts, one job each: fabconfig (ssh_config, Fabric's Config), hostkeys (known_hosts, the strict client),
 tuning (paramiko and Fabric tuned for a fleet), hops (a host's Connection and its jump hops), errors (a
 failure to connect as one message), trust (`trust`), session (the agent's channel), sftp (file transfers),
-node (NodeConnection)."""
+become (the agent as root through sudo), node (NodeConnection)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,12 @@ its path (`python <path>.pyz` would run whatever the path names when Python open
    site.main(), so -I suffices (no `-E -s`). `--allow-insecure-venv` turns an interpreter refusal into a
    warning.
 
+With become (the client runs this through sudo), two leading words: `--ready` makes the very first stdout line
+{"ready": true} (the client sends sudo's password only while sudo is still asking, and its requests only once
+this line says the interpreter runs), and `--install-agent STATE_DIR PYZ SHA256` reads the zip from stdin and
+writes it into the state dir, root's own, only if its bytes have that sha256 (install()): root never runs a
+file the login user could have written.
+
 A refusal is one JSON line {"bootstrap": true, "error_kind": ..., "error": ...} and exit 3: agent_missing (the
 client uploads it), untrusted_state, untrusted_venv, agent_mismatch or python_too_old (older than
 OLDEST_PYTHON, whose syntax the agent's modules use: refused before any of them is read; the client reports
@@ -44,6 +50,9 @@ from importlib.util import MAGIC_NUMBER
 EXIT_REFUSED = 3
 OLDEST_PYTHON = (3, 9)  # the agent's code needs it (built-in generics, str.removesuffix); README: node Pythons
 ALLOW_INSECURE_VENV = "--allow-insecure-venv"
+READY = "--ready"
+INSTALL = "--install-agent"
+MAX_AGENT_BYTES = 64 << 20
 PYTHON_FLAGS = ("-I", "-S")  # see the module docstring: isolated, and `site` only after the checks
 MAX_LINKS = 40  # as the kernel's own limit on symlinks in one path resolution
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -329,7 +338,43 @@ class Agent:
         return inflate(self.files[name][0]).decode("utf-8")
 
 
+def install(state_dir, pyz, want):
+    """The zip from stdin into STATE_DIR/bin (both made 0700 if missing), written under a temp name and renamed,
+    only if its bytes have the sha256 `want`; the state dir's path is walked as for a run first."""
+    data = sys.stdin.buffer.read(MAX_AGENT_BYTES + 1)
+    got = sha256(data).hexdigest()
+    if got != want or os.path.dirname(pyz) != os.path.join(state_dir.rstrip("/") or "/", "bin"):
+        raise Refused("agent_mismatch", "refusing to install the agent: the bytes received have sha256 %s, "
+                      "expected %s (for %s); run again" % (got, want, pyz))
+    parent = os.path.dirname(state_dir.rstrip("/")) or "/"
+    fd = walk(parent, Rules(state_dir))
+    if fd is None:
+        raise Refused("untrusted_state", "refusing to install the agent: %s does not exist" % parent)
+    os.close(fd)
+    for path in (state_dir, os.path.dirname(pyz)):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+    fd = walk(os.path.dirname(pyz), Rules(state_dir))
+    try:
+        tmp = "%s.%d.tmp" % (os.path.basename(pyz), os.getpid())
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
+        with os.fdopen(out, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, os.path.basename(pyz), src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+    sys.stdout.write('{"ok": true, "installed": true}\n')
+
+
 def main(argv):
+    if argv[:1] == [READY]:  # through sudo: the interpreter runs, sudo asks for nothing more
+        argv = argv[1:]
+        sys.stdout.write('{"ready": true}\n')
+        sys.stdout.flush()
     if sys.version_info[:2] < OLDEST_PYTHON:  # before any module of the agent is read: they would not load
         version = sys.version.split()[0]
         refuse("python_too_old", "refusing to run the agent with Python %s (%s): the fleetops agent needs Python "
@@ -337,6 +382,13 @@ def main(argv):
                "newer (the venv whose packages fleetops patches and checks)"
                % ((version, sys.executable) + OLDEST_PYTHON + OLDEST_PYTHON), python=version,
                python_path=sys.executable)
+    if argv[:1] == [INSTALL] and len(argv) == 4:
+        try:
+            return install(*argv[1:])
+        except Refused as exc:
+            refuse(exc.kind, str(exc), **exc.extra)
+        except OSError as exc:
+            refuse("untrusted_state", "cannot install the agent in %s: %s" % (argv[1], exc))
     if len(argv) < 3:
         refuse("bad_request", "usage: python -I -S -c BOOTSTRAP STATE_DIR PYZ SHA256 [%s] [ROLE ...]"
                % ALLOW_INSECURE_VENV)

@@ -40,5 +40,5 @@ WOULD_WORDS = frozenset({WOULD_APPLY, WOULD_RESTORE})
 NOOP_WORDS = frozenset({ALREADY_APPLIED, ALREADY_ORIGINAL})
 
 
-# ASCII letters and digits (the `string` module imports re, so its constants cannot be used on the node)
+# ASCII letters and digits: str.isalnum() would also take other scripts' letters
 ASCII_ALNUM = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")

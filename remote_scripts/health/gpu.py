@@ -104,13 +104,48 @@ def gpu(req: dict) -> dict:
     return snapshot(req["state_dir"])
 
 
-def _dist_version(name: str) -> str | None:
+def _dist_version(name: str, errors: dict) -> str | None:
+    """The installed version, or None when not installed; a package this user cannot read is an error (in
+    `errors`), not a missing package (importlib.metadata answers None for an unreadable METADATA)."""
     import importlib.metadata as md
 
     try:
-        return md.version(name)
+        version = md.version(name)
     except md.PackageNotFoundError:
+        version = None
+    except OSError as exc:
+        errors[name] = f"cannot read {name}'s metadata: {exc.strerror or exc}"
         return None
+    if version is None:
+        denied = _unreadable_dist(name)
+        if denied:
+            errors[name] = f"cannot read {denied} as {_user()}"
+    return version
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
+def _unreadable_dist(name: str) -> str | None:
+    """A directory on sys.path, or `name`'s dist-info in one, that this user may not read."""
+    want = name.lower().replace("-", "_")
+    for top in sys.path:
+        if not os.path.isdir(top):
+            continue
+        try:
+            entries = os.listdir(top)
+        except OSError:
+            return top
+        for entry in entries:
+            if entry.endswith(".dist-info") and entry.split("-")[0].lower().replace("-", "_") == want:
+                meta = os.path.join(top, entry, "METADATA")
+                if not os.access(os.path.join(top, entry), os.R_OK | os.X_OK) or not os.access(meta, os.R_OK):
+                    return os.path.join(top, entry)
+    return None
 
 
 def _free_gib(path: str) -> float | None:
@@ -121,11 +156,7 @@ def _free_gib(path: str) -> float | None:
 
 
 def facts(req: dict) -> dict:
-    if req.get("brief"):  # the versions only: what a playbook set chooses by
-        from ..core.nodeio import installed_version
-
-        return {"ok": True, "packages": {n: installed_version(str(n)) for n in req.get("packages") or ()}}
-    if req.get("packages_only"):  # what a playbook's pins name, as patch's check reads them (dist-info names)
+    if req.get("packages_only"):  # the installed versions of what the pins name (dist-info names), nothing else
         from ..core.nodeio import report_versions
 
         return {"ok": True, "requirements": report_versions(req.get("requires") or [])}
@@ -137,9 +168,11 @@ def facts(req: dict) -> dict:
                     os_name = line.split("=", 1)[1].strip().strip('"')
     except OSError:
         pass
+    errors: dict = {}  # reader -> what it could not read: the client fails the step with it
     out: dict = {"ok": True, "os": os_name, "kernel": platform.release(), "python": sys.version.split()[0],
                  "python_path": sys.executable, "venv": sys.prefix,
-                 "packages": {n: _dist_version(n) for n in ("vllm", "speculators", "torch", "transformers")},
+                 "packages": {n: _dist_version(n, errors) for n in ("vllm", "speculators", "torch", "transformers")},
+                 "errors": errors,
                  "disk_free_gib": {"venv": _free_gib(sys.prefix), "state_dir": _free_gib(req["state_dir"])},
                  "drain": drainmark.read(req["state_dir"])}
     if req.get("dists"):  # what `pip check` reads; the client evaluates it
@@ -150,9 +183,14 @@ def facts(req: dict) -> dict:
     if smi is None:
         out.update(driver=None, cuda=None, gpu_count=0, gpu_names=[], gpu_error="nvidia-smi not found")
         return out
-    table = _run([smi])
+    try:
+        table = _run([smi])
+        snap = snapshot(req["state_dir"])
+    except (OSError, subprocess.SubprocessError) as exc:  # one reader: the other facts still stand
+        errors["gpus"] = f"cannot run {smi} as {_user()}: {getattr(exc, 'strerror', None) or exc}"
+        out.update(driver=None, cuda=None, gpu_count=None, gpu_names=[])
+        return out
     header = nvsmi.parse_table_header(table.stdout)
-    snap = snapshot(req["state_dir"])
     out.update(driver=header["driver"], cuda=header["cuda"])
     if snap["ok"]:
         out.update(gpu_count=len(snap["gpus"]), gpu_names=sorted({g["name"] for g in snap["gpus"]}))

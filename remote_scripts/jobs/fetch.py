@@ -16,6 +16,8 @@ from ..core.nodeio import NodeError
 from .records import every_job, find_job, jobs_dir, log_paths, output_dir, record_dir, slurm_records_dir
 
 HASH_CHUNK = 1 << 20
+# One answer line lists every file of a fetched directory (~300 bytes each, under the client's 32 MiB cap).
+MAX_DIR_FILES = 50_000
 
 
 def _under(path: str, root: str) -> bool:
@@ -85,7 +87,7 @@ def _check(requested: str, base: str, state_dir: str, roots: list[tuple[str, str
     if not os.path.exists(real):
         raise NodeError(f"{requested}: no such file on the node ({path})", kind="missing")
     if os.path.isdir(real):
-        raise NodeError(f"{requested}: a directory; name a file in it", kind="refused")
+        return {"requested": requested, "path": real, "directory": True}
     info = _hash_prefix(real)
     return {"requested": requested, "path": real, "local": _local_name(real, state_dir, roots), **info}
 
@@ -121,6 +123,9 @@ def fetch_plan(req: dict) -> dict:
     for role, path in wanted:
         try:
             entry = {"role": role, **_check(path, base, state_dir, roots, any_path)}
+            if entry.get("directory"):
+                files.extend(directory_entries(entry, state_dir, roots, notes))
+                continue
             if role == "manifest" and job is not None:
                 entry["local"] = f"{job['id']}/manifest.json"
             files.append(entry)
@@ -130,3 +135,58 @@ def fetch_plan(req: dict) -> dict:
             files.append({"role": role, "requested": path, "error": f"{path}: {exc.strerror or exc}",
                           "error_kind": "os"})
     return {"ok": True, "job_id": job["id"] if job else None, "files": files, "notes": notes}
+
+
+def _walk_dir(top: str) -> list[tuple[str, str]]:
+    """(relative name, path) of everything under top that is not a directory, sorted; symlinked directories
+    are listed as entries too (never walked into: a link can loop or lead anywhere)."""
+    found: list[tuple[str, str]] = []
+    for root, dirs, names in os.walk(top, followlinks=False):
+        dirs.sort()
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        dirs[:] = [d for d in dirs if d not in links]
+        for name in sorted(names + links):
+            path = os.path.join(root, name)
+            found.append((os.path.relpath(path, top), path))
+            if len(found) > MAX_DIR_FILES:
+                raise NodeError(f"{top} holds more than {MAX_DIR_FILES:,} files; fetch its subdirectories one by "
+                                "one", kind="refused")
+    return found
+
+
+def directory_entries(entry: dict, state_dir: str, roots: list[tuple[str, str]], notes: list[str]) -> list[dict]:
+    """Every file under a requested directory, each as _check's entry plus `dir` (the directory: requested,
+    local) and `rel` (its name in it, '/'-separated). A symlink is followed only when it stays inside the
+    directory; one leading out is refused, a symlinked directory and anything not a regular file are skipped
+    with a note."""
+    top, requested = entry["path"], entry["requested"]
+    local_top = next((prefix for root, prefix in roots if root == top), None) or _local_name(top, state_dir, roots)
+    where = {"requested": requested, "local": local_top, "path": top}
+    out = []
+    for rel, path in _walk_dir(top):
+        rel = rel.replace(os.sep, "/")
+        real = os.path.realpath(path)
+        base = {"role": entry["role"], "requested": f"{requested.rstrip('/')}/{rel}", "dir": where, "rel": rel}
+        if os.path.islink(path) and not _under(real, top):
+            out.append({**base, "error": f"{base['requested']}: a symlink that leads outside {requested} (to "
+                        f"{real}); refused", "error_kind": "refused"})
+            continue
+        try:
+            st = os.stat(real)
+            if stat.S_ISDIR(st.st_mode):
+                notes.append(f"{base['requested']}: a symlink to a directory; skipped (fetch {real} by name)")
+                continue
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block the open; a device is no file to copy
+                notes.append(f"{base['requested']}: not a regular file; skipped")
+                continue
+            info = _hash_prefix(real)
+        except NodeError as exc:
+            out.append({**base, "error": str(exc), "error_kind": exc.kind})
+            continue
+        except OSError as exc:
+            out.append({**base, "error": f"{base['requested']}: {exc.strerror or exc}", "error_kind": "os"})
+            continue
+        out.append({**base, "path": real, "local": f"{local_top}/{rel}", **info})
+    if not out:
+        notes.append(f"{requested}: an empty directory; nothing to fetch")
+    return out

@@ -25,8 +25,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import pwd
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -41,39 +41,29 @@ from ..core.nodeio import (
     read_json,
     write_json_atomic,
 )
+from .outputs import completion
 from .records import expand, file_size, find_record, new_job_dir, newest_ids, public, set_current
 from .shards import write_rows
+from .slurmquery import (
+    COMMAND_TIMEOUT_S,
+    active,
+    controller_down,
+    login,
+    ours,
+    ping,
+    query,
+    run,
+    scheduler_env,
+    submit_time,
+)
 from .slurmstep import batch_script
 from .tail import attach_offset, last_match
 
-SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"  # the same as fleetops/plans/slurm.py's
-SQUEUE_FIELDS = ("id", "job_id", "array_job_id", "array_task", "state", "reason", "nodes", "elapsed",
-                 "time_limit", "gres", "partition", "user", "submit", "name")
-SACCT_FORMAT = "JobID,State,ExitCode,NodeList,Elapsed,Start,End,User,Submit,JobName"
-# Slurm states of a job still in the queue (fleetops/plans/slurm.py's RUNNING | PENDING).
-ACTIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING", "PENDING",
-                    "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"})
 TAIL_CHUNK = 256 * 1024
-COMMAND_TIMEOUT_S = 60
+
 
 def slurm_dir(state_dir: str) -> str:
     return os.path.join(os.path.abspath(state_dir), "slurm")
-
-
-def _run(argv: list[str], env: dict[str, str]) -> dict:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
-                              env={**os.environ, **env}, stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        return {"argv": argv, "rc": 127, "stdout": "", "stderr": f"{argv[0]}: command not found on this node"}
-    except subprocess.TimeoutExpired:
-        return {"argv": argv, "rc": 124, "stdout": "", "stderr": f"{argv[0]} did not answer in {COMMAND_TIMEOUT_S}s"}
-    return {"argv": argv, "rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
-
-
-def _scheduler_env(req: dict) -> dict[str, str]:
-    """Only SLURM_* variables (SLURM_CONF, ...) from the inventory reach the query commands."""
-    return {k: str(v) for k, v in (req.get("scheduler_env") or {}).items() if k.startswith("SLURM_")}
 
 
 def _load(state_dir: str, job_id: str | None) -> tuple[str, dict]:
@@ -114,27 +104,58 @@ def _shard_requests(extract: dict, shards: int, state_dir: str) -> list[dict]:
 
 def submit(req: dict) -> dict:
     """Under this login node's submit lock: refuse while fleetops' latest job here is still in the queue (two
-    `extract` at once submit one job), else sbatch the new one."""
+    `extract` at once submit one job) or while the controller cannot be reached (then nobody can tell), else
+    sbatch the new one."""
     state_dir = os.path.abspath(req["state_dir"])
     ensure_dir(slurm_dir(state_dir))
     fd = open_state_file(os.path.join(slurm_dir(state_dir), "submit.lock"), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         refuse_if_drained(state_dir, "submitting a job")
+        env = scheduler_env(req)
+        answer = ping(env)
+        if controller_down(answer):
+            raise NodeError("Slurm's controller cannot be reached from this login node (scontrol ping: "
+                            f"{(answer['stdout'] + answer['stderr']).strip()[:300]}); nothing submitted",
+                            kind="slurm_controller", ping=answer)
         try:
             _, current = _load(state_dir, None)
         except NodeError:
             current = None
         if current and current.get("slurm_job_id"):
-            listed = _query(current, _scheduler_env(req), full=False)["squeue"]
-            if listed["rc"] == 0 and any(r["state"] in ACTIVE for r in _ours(current, listed["stdout"])[0]):
+            listed = query(current, env, full=False)
+            if active(current, listed):
                 raise NodeError(f"job {current['id']} (Slurm job {current['slurm_job_id']}) is still in the Slurm "
                                 "queue; stop it (fab stop) or wait for it", kind="job_running",
                                 job={k: current.get(k) for k in ("id", "slurm_job_id", "started")},
-                                squeue=listed["stdout"][-2000:])
+                                squeue=listed["squeue"]["stdout"][-2000:])
         return _submit(req, state_dir)
     finally:
         os.close(fd)
+
+
+def _requests(spec: dict, shards: int, state_dir: str) -> list[dict]:
+    if spec["kind"] != "extract":
+        return []
+    base = {**spec["extract"], "state_dir": state_dir}
+    return _shard_requests(base, shards, state_dir) if shards > 1 else [base]
+
+
+def _finished(spec: dict, shards: int, state_dir: str) -> tuple[list[dict] | None, str | None]:
+    """(each task's finished output when every one already holds all its samples (outputs.completion), else
+    None; the shards folder when this call made it). A finished job is not submitted: it would load the model
+    only to write nothing. An output under {job_dir} is new for every job; `again` redoes every sample."""
+    pre = expand(spec, {"state_dir": state_dir, "python": sys.executable})
+    extract = pre.get("extract") or {}
+    output = str(extract.get("output") or "")
+    if pre["kind"] != "extract" or not output or "{job_dir}" in output:
+        return None, None
+    shard_dir = os.path.join(output, "shards")
+    made = shard_dir if shards > 1 and not os.path.isdir(shard_dir) else None
+    if extract.get("again"):
+        return None, made
+    done = [completion(r) for r in _requests(pre, shards, state_dir)]
+    return ([d for d in done if d] if all(done) else None), made
 
 
 def _submit(req: dict, state_dir: str) -> dict:
@@ -145,13 +166,13 @@ def _submit(req: dict, state_dir: str) -> dict:
         raise NodeError(f"shards must be 1 to 1000, got {shards}", kind="bad_request")
     if shards > 1 and spec["kind"] != "extract":
         raise NodeError("only an extract job can be split into shards", kind="bad_request")
+    done, made_shard_dir = _finished(spec, shards, state_dir)
+    if done is not None:
+        return {"ok": True, "complete": done, "shards": shards, "job": None}
     job_id, job_dir = new_job_dir(slurm_dir(state_dir), spec["name"])
     spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
-    if spec["kind"] == "extract":
-        base = {**spec["extract"], "state_dir": state_dir}
-        requests = _shard_requests(base, shards, state_dir) if shards > 1 else [base]
-        for i, request in enumerate(requests):
-            write_json_atomic(os.path.join(job_dir, f"request-{i}.json"), request)
+    for i, request in enumerate(_requests(spec, shards, state_dir)):
+        write_json_atomic(os.path.join(job_dir, f"request-{i}.json"), request)
     script = os.path.join(job_dir, "batch.py")
     text, script_args = batch_script(job_dir)
     atomic_write(script, text, mode=0o700, point="slurm.script")
@@ -170,70 +191,26 @@ def _submit(req: dict, state_dir: str) -> dict:
            "shown_env": spec.get("shown_env", {}), "logs": [os.path.join(job_dir, f"task-{i}.log")
                                                              for i in range(shards)],
            "started": now_iso(), "started_ts": time.time(), "operator": req.get("operator"), "slurm_job_id": None,
-           "slurm_user": _login(), "slurm_submit": None}
+           "slurm_user": login(), "slurm_submit": None}
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
-    env = {**{k: str(v) for k, v in (spec.get("env") or {}).items()}, **_scheduler_env(req)}
-    result = _run(argv, env)
+    env = {**{k: str(v) for k, v in (spec.get("env") or {}).items()}, **scheduler_env(req)}
+    result = run(argv, env, timeout=COMMAND_TIMEOUT_S)
     match = re.match(r"\s*([0-9]+)(?:;\S+)?\s*$", result["stdout"])
     if result["rc"] != 0 or not match:
+        # Nothing of a job Slurm never accepted stays behind: no record to list, no batch script.
+        shutil.rmtree(job_dir, ignore_errors=True)
+        if made_shard_dir:
+            shutil.rmtree(made_shard_dir, ignore_errors=True)
         job["submit_failed"] = {k: result[k] for k in ("rc", "stderr")}
-        write_json_atomic(os.path.join(job_dir, "job.json"), job)
-        return {"ok": False, "error_kind": "sbatch", "job": job, "sbatch": result,
+        return {"ok": False, "error_kind": "sbatch", "job": public(job), "sbatch": result, "removed": job_dir,
                 "error": f"sbatch refused the job (exit {result['rc']}): "
-                         f"{(result['stderr'] or result['stdout']).strip()[-600:]}"}
+                         f"{(result['stderr'] or result['stdout']).strip()[-600:]}; nothing was left behind "
+                         f"({job_dir} removed)"}
     job["slurm_job_id"] = match.group(1)
-    job["slurm_submit"] = _submit_time(job, _scheduler_env(req))
+    job["slurm_submit"] = submit_time(job, scheduler_env(req))
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     set_current(slurm_dir(state_dir), job_id)
     return {"ok": True, "job": job, "sbatch": result}
-
-
-def _login() -> str:
-    """The login user's name, as squeue's %u prints the owner of the jobs this user submits."""
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
-
-
-def _rows(stdout: str) -> list[dict]:
-    """squeue's lines (SQUEUE_FORMAT, the name last: split at most len(SQUEUE_FIELDS) - 1 times)."""
-    out = []
-    for line in stdout.splitlines():
-        parts = line.split("|", len(SQUEUE_FIELDS) - 1)
-        if len(parts) == len(SQUEUE_FIELDS):
-            out.append(dict(zip(SQUEUE_FIELDS, parts)))
-    return out
-
-
-def _ours(job: dict, stdout: str) -> tuple[list[dict], list[dict]]:
-    """squeue's lines for the job's id: (fleetops' own job's, another job's that has the id now). Ours: the user,
-    name and submit time job.json recorded (a job.json of an older fleetops has no user: the name decides)."""
-    user, name, submit = job.get("slurm_user"), job.get("name"), job.get("slurm_submit")
-    ours, others = [], []
-    for row in _rows(stdout):
-        mine = row["name"] == name and (not user or row["user"] == user) and (not submit or row["submit"] == submit)
-        (ours if mine else others).append(row)
-    return ours, others
-
-
-def _submit_time(job: dict, env: dict[str, str]) -> str | None:
-    """Right after sbatch: the submit time squeue gives the new job (its user and name checked), for job.json."""
-    listed = _query(job, env, full=False)["squeue"]
-    ours = _ours({**job, "slurm_submit": None}, listed["stdout"])[0] if listed["rc"] == 0 else []
-    return ours[0]["submit"] if ours else None
-
-
-def _query(job: dict, env: dict[str, str], full: bool = True) -> dict:
-    sid = job.get("slurm_job_id")
-    if not sid:
-        return {}
-    out = {"squeue": _run(["squeue", "--noheader", "--states=all", "--array", f"--format={SQUEUE_FORMAT}",
-                           f"--jobs={sid}"], env)}
-    if full:
-        out["sacct"] = _run(["sacct", "--parsable2", "--noheader", "--duplicates", f"--format={SACCT_FORMAT}",
-                             f"--jobs={sid}"], env)
-    return out
 
 
 def _exits(job_dir: str, shards: int) -> dict[str, dict]:
@@ -248,7 +225,7 @@ def _exits(job_dir: str, shards: int) -> dict[str, dict]:
 def status(req: dict) -> dict:
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     shards = int(job.get("shards") or 1)
-    return {"ok": True, "job": public(job), "query": _query(job, _scheduler_env(req)),
+    return {"ok": True, "job": public(job), "query": query(job, scheduler_env(req)),
             "exits": _exits(job_dir, shards), "log_bytes": [file_size(p) for p in job["logs"]],
             "last_progress": [last_match(p, req.get("progress_pattern")) for p in job["logs"]],
             "now_ts": time.time()}
@@ -270,7 +247,7 @@ def tail(req: dict) -> dict:
     else:
         offsets = [int(x) for x in req["offsets"]][:shards]
     offsets += [0] * (shards - len(offsets))
-    env = _scheduler_env(req)
+    env = scheduler_env(req)
     deadline = time.monotonic() + float(req.get("wait_s", 2))
     while True:
         exits = _exits(job_dir, shards)
@@ -289,7 +266,7 @@ def tail(req: dict) -> dict:
             return {"ok": True, "job": public(job), "offsets": offsets, "skipped": skipped,
                     "data": [d.decode("utf-8", "replace") for d in data],
                     "next_offsets": [o + len(d) for o, d in zip(offsets, data)],
-                    "exits": exits, "query": _query(job, env), "now_ts": time.time()}
+                    "exits": exits, "query": query(job, env), "now_ts": time.time()}
         time.sleep(0.2)
 
 
@@ -305,51 +282,66 @@ def logs(req: dict) -> dict:
         except OSError:
             out.append([])
     return {"ok": True, "job": public(job), "lines": out, "exits": _exits(job_dir, int(job.get("shards") or 1)),
-            "query": _query(job, _scheduler_env(req))}
+            "query": query(job, scheduler_env(req))}
 
 
 def cancel(req: dict) -> dict:
     """`scancel --user=<login> --name=<name> ID` (every task of an array) when squeue lists fleetops' own job
-    still in the queue, then wait up to grace_s until it no longer does. An id that now names another job (it
-    was reused) is never cancelled: the answer says whose it is."""
+    still in the queue, then wait up to grace_s until squeue lists it in a final state (the cancel confirmed by
+    the job's own state; job.json records that fleetops cancelled it). An id that now names another job (it was
+    reused) is never cancelled: the answer says whose it is. A controller that cannot be reached: nothing is
+    cancelled and the answer says so (`controller`)."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
-    env = _scheduler_env(req)
+    env = scheduler_env(req)
     sid = job.get("slurm_job_id")
+    shards = int(job.get("shards") or 1)
     if not sid:
         return {"ok": True, "changed": False, "job": public(job), "query": {}, "exits": {},
                 "msg": f"job {job['id']} was never accepted by sbatch; nothing to cancel"}
-    before = _query(job, env, full=False)
-    ours, others = _ours(job, before["squeue"]["stdout"]) if before["squeue"]["rc"] == 0 else ([], [])
-    listed = any(r["state"] in ACTIVE for r in ours)
-    argv = ["scancel", f"--user={job.get('slurm_user') or _login()}", f"--name={job['name']}", sid]
-    result = _run(argv, env) if listed else None
-    deadline = time.monotonic() + float(req.get("grace_s", 30)) + 30
-    while listed and time.monotonic() < deadline:
-        after = _query(job, env, full=False)["squeue"]
-        if after["rc"] == 0 and not any(r["state"] in ACTIVE for r in _ours(job, after["stdout"])[0]):
-            break
-        time.sleep(0.3)
+    before = query(job, env, full=False)
+    if "controller" in before:
+        return {"ok": True, "changed": False, "job": public(job), "before": before, "scancel": None,
+                "query": before, "exits": _exits(job_dir, shards), "now_ts": time.time()}
+    listed = bool(active(job, before))
+    others = ours(job, before["squeue"]["stdout"], (before.get("restarts") or {}).get("stdout", ""))[1] \
+        if before["squeue"]["rc"] == 0 else []
+    result = None
+    if listed:
+        argv = ["scancel", f"--user={job.get('slurm_user') or login()}", f"--name={job['name']}", sid]
+        result = run(argv, env)
+        if result["rc"] == 0:
+            job["cancelled_by"] = {"operator": req.get("operator"), "at": now_iso(), "ts": time.time()}
+            write_json_atomic(os.path.join(job_dir, "job.json"), job)
+        deadline = time.monotonic() + float(req.get("grace_s", 30)) + 30
+        while result["rc"] == 0 and time.monotonic() < deadline:
+            seen = query(job, env, full=False)
+            if "controller" in seen or active(job, seen) is False:
+                break  # confirmed, or nothing can be: the controller went away (the answer says so)
+            time.sleep(0.3)
     return {"ok": True, "changed": listed, "job": public(job), "before": before, "scancel": result,
-            "reused_by": others, "query": _query(job, env), "exits": _exits(job_dir, int(job.get("shards") or 1)),
-            "now_ts": time.time()}
+            "reused_by": others, "query": query(job, env), "exits": _exits(job_dir, shards), "now_ts": time.time()}
 
 
 def allocation(req: dict) -> dict:
     """Where the latest (or named) job runs: squeue's node list, for `gpu`/`diagnose` on a login node."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
-    return {"ok": True, "job": public(job), "query": _query(job, _scheduler_env(req))}
+    return {"ok": True, "job": public(job), "query": query(job, scheduler_env(req))}
 
 
 def gpu(req: dict) -> dict:
     """The GPUs of the allocation of fleetops' latest (or named) job, read on its node: the agent's own `gpu` op
     run as an extra step inside the job (`srun --jobid=ID --overlap`), so it sees what the job was given."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
-    env = _scheduler_env(req)
-    query = _query(job, env, full=False)
-    running = [r for r in _ours(job, query["squeue"]["stdout"])[0] if r["state"] == "RUNNING"]
+    env = scheduler_env(req)
+    seen = query(job, env, full=False)
+    listed = seen.get("squeue") or {"rc": 1, "stdout": ""}
+    restarts = (seen.get("restarts") or {}).get("stdout", "")
+    running = [r for r in ours(job, listed["stdout"], restarts)[0] if r["state"] == "RUNNING"] \
+        if listed["rc"] == 0 else []
     if not running:
-        return {"ok": True, "job": public(job), "query": _query(job, env), "inside": None,
-                "why": "no task of the job is running, so it has no allocation to look into"}
+        return {"ok": True, "job": public(job), "query": seen if "controller" in seen else query(job, env),
+                "inside": None, "why": "Slurm's controller cannot be reached, so its allocation is not known"
+                if "controller" in seen else "no task of the job is running, so it has no allocation to look into"}
     own_id, node = running[0]["job_id"], running[0]["nodes"]
     from ..core.launch import relaunch, shown
 
@@ -369,7 +361,7 @@ def gpu(req: dict) -> dict:
             inside = json.loads(lines[-1])
         except ValueError:
             inside = None
-    return {"ok": True, "job": public(job), "query": _query(job, env), "srun": result, "inside": inside,
+    return {"ok": True, "job": public(job), "query": query(job, env), "srun": result, "inside": inside,
             "node": node, "task_job_id": own_id}
 
 
@@ -377,15 +369,15 @@ ACTIONS = {"gpu": gpu, "submit": submit, "status": status, "tail": tail, "logs":
            "allocation": allocation}
 
 
-def node_state(node: str, drain: bool, reason: str, scheduler_env: dict) -> dict:
+def node_state(node: str, drain: bool, reason: str, slurm_env: dict) -> dict:
     """This host's own node in Slurm drained (with the reason) or resumed, by `scontrol update`; then what Slurm
     says of the node (sinfo: state, reason)."""
-    env = _scheduler_env({"scheduler_env": scheduler_env})
+    env = scheduler_env({"scheduler_env": slurm_env})
     argv = ["scontrol", "update", f"nodename={node}", "state=drain" if drain else "state=resume"]
     if drain:
         argv.append(f"reason={reason}")
-    done = _run(argv, env)
-    shown = _run(["sinfo", "--noheader", f"--nodes={node}", "--format=%T|%E"], env)
+    done = run(argv, env)
+    shown = run(["sinfo", "--noheader", f"--nodes={node}", "--format=%T|%E"], env)
     state, _, why = shown["stdout"].strip().partition("|") if shown["rc"] == 0 else ("", "", "")
     return {"node": node, "command": done, "state": state, "reason": why, "sinfo": shown}
 
@@ -403,4 +395,4 @@ def record_view(req: dict, job_dir: str, job: dict, ask: bool = True) -> dict:
     `status` does)."""
     exits = _exits(job_dir, int(job.get("shards") or 1))
     done = len(exits) >= int(job.get("shards") or 1)
-    return {"exits": exits, "query": {} if done or not ask else _query(job, _scheduler_env(req))}
+    return {"exits": exits, "query": {} if done or not ask else query(job, scheduler_env(req))}

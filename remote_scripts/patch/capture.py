@@ -5,7 +5,9 @@ Pristine bytes are only ever bytes whose sha256 is the one pip recorded for the 
   1. the installed file itself, when it still has the RECORD hash (nothing was changed);
   2. a file fleetops saved in its state dir's backups/ (any of them whose bytes have the RECORD hash);
   3. a wheel: `<state_dir>/wheels/*.whl`, then pip's cache ($PIP_CACHE_DIR or ~/.cache/pip: built wheels and
-     the HTTP cache's bodies, which are the downloaded wheels' bytes), the member with the RECORD hash.
+     the HTTP cache's bodies, which are the downloaded wheels' bytes), the member with the RECORD hash. No
+     index is asked: a node that installed from one has the wheel in its pip cache (a lab node too: the lab
+     packs its installed files into one, fleetops/lab/wheels.py).
 When none of them proves it, the module is refused: a diff against unproven bytes would ship whatever drift
 the node has. Stdlib only; reads, never writes.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import zipfile
 
 from ..core.nodeio import NodeError, installed_version, module_file_in_site
@@ -99,6 +102,22 @@ def _from_wheels(state_dir: str | None, dist: str, rel: str, want: str) -> tuple
     return None
 
 
+def _no_proof(item: dict, state_dir: str | None, dist: str, version: str, want: str) -> str:
+    """Why nothing proves the pristine bytes, and where a wheel would: the places searched are named as they
+    are (those that exist), the one to fill is created by the command given (absolute, as the node sees it)."""
+    searched = _cache_dirs(state_dir)
+    wheels = os.path.join(os.path.abspath(state_dir), "wheels") if state_dir else None
+    pip_cache = os.environ.get("PIP_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "pip")
+    where = ", ".join(searched) or f"neither {wheels or '<state_dir>/wheels'} nor the pip cache {pip_cache} exists"
+    fill = shlex.quote(wheels or searched[0]) if wheels or searched else "WHEELS_DIR"
+    return (f"{item['rel']} was changed (sha256 {item['current_sha256'][:12]}, RECORD says {want[:12]}) and no "
+            f"pristine copy proves RECORD's bytes: no fleetops backup matches and no wheel in the places searched "
+            f"({where}) holds them. Put the {dist} {version} wheel in {fill} on the node: where it reaches a "
+            f"package index, mkdir -p {fill} && python3 -m pip download {dist}=={version} --no-deps -d {fill}; "
+            f"with no index, copy the wheel there from a machine whose pip cache or wheelhouse has it; then "
+            f"capture again")
+
+
 def read_module(module: str, state_dir: str | None) -> dict:
     """One module: its file, current text, distribution, and proven pristine text (or why there is none)."""
     path = module_file_in_site(module)
@@ -128,13 +147,7 @@ def read_module(module: str, state_dir: str | None) -> dict:
     else:
         found = _from_wheels(state_dir, dist, rel, want)
         if not found:
-            where = ", ".join(_cache_dirs(state_dir)) or "none found"
-            wheels = os.path.join(state_dir, "wheels") if state_dir else "<state_dir>/wheels"
-            return {**item, "ok": False,
-                    "msg": f"{rel} was changed (sha256 {item['current_sha256'][:12]}, RECORD says {want[:12]}) and no "
-                           f"pristine copy proves RECORD's bytes: no fleetops backup matches and no wheel in the "
-                           f"caches searched ({where}) holds them. On the node: pip download {dist}=={version} "
-                           f"--no-deps -d {wheels}, then capture again"}
+            return {**item, "ok": False, "msg": _no_proof(item, state_dir, dist, version, want)}
         data, wheel = found
         source = f"{os.path.basename(wheel)} in {os.path.dirname(wheel)} (sha256 {want[:12]} = RECORD's)"
     try:

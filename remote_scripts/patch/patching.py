@@ -48,6 +48,7 @@ from ..core.protocol import (
     WOULD_APPLY,
     WOULD_RESTORE,
 )
+from .access import check_access
 from .backups import backup_paths, bad_backup, read_backup, read_record, save_backup
 from .hunks import apply_hunks, classify, closest_window, drift_report, split_lines
 from .sitelock import SiteLock, site_root_of
@@ -372,6 +373,8 @@ def _plan_set(req: dict, op: str, site: SiteLock | None, forms: bool = False) ->
     check_only = bool(req.get("check"))
     if not any(f.refusal for f in files) and not check_only:
         _check_room(req, op, files)
+    elif check_only and not req.get("settle"):
+        check_access(req, op, files)
     blockers = [f for f in files if f.refusal]
     for f in files:
         if f.new is None or f.refusal:

@@ -1,0 +1,199 @@
+"""The login-user model against a real lab node: a non-root login user (made here, with sshd letting it in and a
+sudoers entry made here, all removed afterwards) and a root-owned venv it may read but not write.
+
+Without become its `patch --check` says it cannot write (not "would apply"), and `facts` fails loudly when it
+cannot read a package; with `become: sudo` the agent runs as root through `sudo -n` (the zip reaches root's
+state dir on stdin, checked by sha256) and patches and rolls back the venv; with --ask-become-pass the password
+goes only to sudo's prompt. An sftp-server that does not start is named as such."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import GENERATOR, REPO, copy_playbooks, run_fab
+
+from fleetops.lab import site_packages
+from fleetops.plans.tables import FACT_COLUMNS
+
+pytestmark = pytest.mark.lab
+
+USER = "fleetops-become"
+PASSWORD = "become-Pa55-word-for-the-test"
+SUDOERS = Path("/etc/sudoers.d/fleetops-become-test")
+BOOK = "playbooks/become-test.yaml"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def world(lab_factory, root_user):
+    if shutil.which("sudo") is None:
+        pytest.fail("sudo is not installed on this machine (apt-get install sudo): the become tests need a real one",
+                    pytrace=False)
+    with lab_factory.own("become", 1, reachable=True) as lab:
+        node = lab.node("lab01")
+        top = Path(tempfile.mkdtemp(prefix="fleetops-become-", dir="/tmp"))
+        top.chmod(0o755)
+        home = top / "home"
+        try:
+            subprocess.run(["userdel", USER], capture_output=True)  # left by a run that was killed
+            subprocess.run(["useradd", "--home-dir", str(home), "--create-home", "--shell", "/bin/sh", USER],
+                           check=True)
+            subprocess.run(["chpasswd"], input=f"{USER}:{PASSWORD}\n", text=True, check=True)
+            # The node's venv: root's, readable by all, writable by root only (the system Python: the lab's
+            # interpreters live under /root, which no other user may enter).
+            venv = top / "venv"
+            subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+            src = site_packages(node.venv)
+            for entry in [src / "speculators", *src.glob("speculators-*.dist-info")]:
+                shutil.copytree(entry, site_packages(venv) / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+            subprocess.run(["chmod", "-R", "a+rX,go-w", str(venv)], check=True)
+            python = venv / "bin" / "python"
+            SUDOERS.write_text(f"{USER} ALL=(root) NOPASSWD: {python}\n{USER} ALL=(root) PASSWD: /usr/bin/python3\n")
+            SUDOERS.chmod(0o440)
+            subprocess.run(["visudo", "-c", "-f", str(SUDOERS)], check=True, capture_output=True)
+            lab.configure_sshd(node, users=(USER,))
+            base = ["    address: 127.0.0.1", f"    port: {node.port}", f"    user: {USER}",
+                    f"    identity_file: {lab.client_key}", f"    known_hosts: {lab.known_hosts}"]
+            hosts = {"asuser": [f"    python: {python}", f"    state_dir: {home}/.fleetops"],
+                     "asroot": [f"    python: {python}", "    become: sudo", f"    state_dir: {top}/rootstate"],
+                     "nopass": ["    python: /usr/bin/python3", "    become: sudo",
+                                f"    state_dir: {top}/rootstate"]}
+            (lab.root / "hosts" / "become.yaml").write_text("hosts:\n" + "".join(
+                f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()))
+            copy_playbooks(lab.root)  # a real copy: the playbook below is this module's, not the checkout's
+            (lab.root / BOOK).write_text("name: become-test\npatches:\n  - module: " + GENERATOR +
+                                         "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n")
+            target = site_packages(venv).joinpath(*GENERATOR.split(".")).with_suffix(".py")
+            yield lab, node, top, target
+        finally:
+            SUDOERS.unlink(missing_ok=True)
+            lab.configure_sshd(node)
+            subprocess.run(["userdel", USER], capture_output=True)
+            shutil.rmtree(top, ignore_errors=True)
+
+
+def fab(lab, *args: str, stdin: str | None = None) -> tuple[int, dict, str]:
+    if stdin is None:
+        proc = run_fab(lab.root, *args, "--json", timeout=300)
+    else:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+        proc = subprocess.run([sys.executable, "-m", "fabric", *args, "--json"], cwd=lab.root, input=stdin,
+                              capture_output=True, text=True, env=env, timeout=300)
+    both = proc.stdout + proc.stderr
+    assert "Traceback" not in both, both
+    try:
+        return proc.returncode, json.loads(proc.stdout), both
+    except ValueError:
+        raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{both}") from None
+
+
+def test_check_as_a_user_who_cannot_write_says_so_instead_of_would_apply(world):
+    lab, _, _, target = world
+    before = _sha(target)
+    rc, doc, both = fab(lab, "-H", "asuser", "patch", "--check", "--playbook", BOOK)
+    result = doc["results"][0]
+    assert rc != 0 and result["status"] == "failed", both
+    msg = json.dumps(result)
+    assert "would apply" not in msg, msg
+    assert f"as {USER}" in msg and "cannot write" in msg and "become: sudo" in msg, msg
+    assert str(target.parent) in msg or str(target.parents[2]) in msg, msg
+    assert _sha(target) == before
+
+
+def test_become_sudo_patches_and_rolls_back_a_root_owned_venv(world):
+    lab, _, top, target = world
+    pristine = _sha(target)
+    rc, doc, both = fab(lab, "-H", "asroot", "patch", "--playbook", BOOK)
+    assert rc == 0 and doc["results"][0]["status"] == "changed", both
+    assert _sha(target) != pristine
+    assert os.stat(target).st_uid == 0  # written by root, not by the login user
+    agent = next((top / "rootstate" / "bin").glob("fleetops-agent-*.pyz"))
+    st = os.stat(agent)
+    assert st.st_uid == 0 and not st.st_mode & 0o022  # root's copy, checked by sha256 when installed
+    assert os.stat(top / "rootstate").st_uid == 0
+    evidence = json.dumps(doc)
+    assert "sudo -n --" in evidence or rc == 0
+    rc, doc, both = fab(lab, "-H", "asroot", "rollback", "--playbook", BOOK)
+    assert rc == 0 and doc["results"][0]["status"] == "changed", both
+    assert _sha(target) == pristine
+
+
+def test_a_login_user_the_agent_file_of_is_never_run_by_root(world):
+    """The zip in root's state dir came on stdin; a copy the login user writes in its own state dir is not
+    what root runs (root's state dir is walked and the zip's sha256 checked at every start)."""
+    lab, _, top, _ = world
+    rc, doc, both = fab(lab, "-H", "asroot", "ping")
+    assert rc == 0, both
+    for pyz in (top / "rootstate" / "bin").glob("fleetops-agent-*.pyz"):
+        pyz.write_bytes(b"not the agent")
+    try:
+        rc, doc, both = fab(lab, "-H", "asroot", "ping")
+    finally:
+        shutil.rmtree(top / "rootstate" / "bin")
+    assert rc != 0 and "is not the agent fleetops sent" in both, both
+    rc, doc, both = fab(lab, "-H", "asroot", "ping")  # a fresh copy, on stdin again
+    assert rc == 0, both
+
+
+def test_facts_fail_loudly_when_the_login_user_cannot_read_a_package(world):
+    lab, _, _, target = world
+    dist = next(target.parents[2].glob("speculators-*.dist-info"))
+    dist.chmod(0o700)
+    try:
+        rc, doc, both = fab(lab, "-H", "asuser", "facts")
+    finally:
+        dist.chmod(0o755)
+    result = doc["results"][0]
+    assert rc != 0 and result["status"] == "failed", both
+    assert f"cannot read {dist} as {USER}" in result["msg"], result["msg"]
+    row = dict(zip(FACT_COLUMNS, result["data"]["fact_row"]))
+    assert row["speculators"] == f"ERROR: cannot read {dist} as {USER}", row
+    assert row["os"] not in ("None", "-") and row["python"].startswith("3."), row  # the readers that could read
+    # The lab's simulated nvidia-smi lives in the lab user's own files: this login user may not run it either,
+    # and that too is an error in its cell, not a GPU count of None.
+    assert row["gpus"].startswith("ERROR: cannot run") and f"as {USER}" in row["gpus"], row
+
+
+def test_sudo_that_wants_a_password_is_named_with_the_next_step(world):
+    lab, _, _, _ = world
+    rc, doc, both = fab(lab, "-H", "nopass", "facts")
+    msg = doc["results"][0]["msg"]
+    assert rc != 0 and "sudo would not run the agent as root" in msg and "--ask-become-pass" in msg, msg
+
+
+def test_ask_become_pass_sends_the_password_only_to_sudo(world):
+    lab, _, _, _ = world
+    rc, doc, both = fab(lab, "-H", "nopass", "facts", "--ask-become-pass", stdin=PASSWORD + "\n")
+    assert rc == 0 and doc["results"][0]["status"] == "ok", both
+    assert doc["results"][0]["data"]["facts"]["python_path"].startswith("/usr/bin/python3")
+    rc, doc, both = fab(lab, "-H", "nopass", "facts", "--ask-become-pass", stdin="wrong-password\n")
+    assert rc != 0 and "did not accept the become password" in doc["results"][0]["msg"], both
+    assert PASSWORD not in both
+    for path in lab.root.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            assert PASSWORD.encode() not in path.read_bytes(), path
+
+
+def test_an_sftp_server_that_does_not_start_is_named(world):
+    lab, node, top, _ = world
+    shutil.rmtree(top / "home" / ".fleetops", ignore_errors=True)  # no agent yet: it must be uploaded
+    lab.configure_sshd(node, users=(USER,), sftp="/nonexistent/sftp-server")
+    try:
+        rc, doc, both = fab(lab, "-H", "asuser", "ping")
+    finally:
+        lab.configure_sshd(node, users=(USER,))
+    msg = doc["results"][0]["msg"]
+    assert rc != 0 and "the node's sftp-server did not start" in msg and "Subsystem sftp" in msg, msg
+    rc, doc, both = fab(lab, "-H", "asuser", "ping")
+    assert rc == 0, both

@@ -1,0 +1,130 @@
+"""become, pure (no network, no lab): the inventory key and its state dir, sudo's words, how sudo's refusals read,
+the bootstrap's install of the agent from stdin (run as a real process on real directories), and check mode's
+write-access test (remote_scripts/patch/access.py) on real directories."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fleetops.plans.inventory import BECOME_STATE_DIR, DEFAULT_STATE_DIR, load_inventory
+from fleetops.plans.yamlsrc import ConfigError
+from fleetops.wire import become
+from fleetops.wire.bundle import BOOTSTRAP, PYTHON_FLAGS
+from remote_scripts.patch.access import unwritable
+
+NOBODY = 65534
+
+
+def inventory(tmp_path: Path, text: str):
+    (tmp_path / "hosts").mkdir(exist_ok=True)
+    (tmp_path / "hosts" / "fleet.yaml").write_text(text)
+    return load_inventory(tmp_path / "hosts")
+
+
+def test_become_is_a_host_key_given_per_host_or_in_defaults_and_moves_the_state_dir_to_roots(tmp_path):
+    inv = inventory(tmp_path, "defaults:\n  address: 10.9.9.9\n  become: sudo\nhosts:\n  a: {}\n"
+                              "  b:\n    state_dir: /srv/fleetops\n")
+    assert inv.hosts["a"].become == "sudo" and inv.hosts["a"].state_dir == BECOME_STATE_DIR
+    assert inv.hosts["b"].become == "sudo" and inv.hosts["b"].state_dir == "/srv/fleetops"
+    plain = inventory(tmp_path, "hosts:\n  c:\n    address: 10.9.9.9\n")
+    assert plain.hosts["c"].become is None and plain.hosts["c"].state_dir == DEFAULT_STATE_DIR
+
+
+def test_become_takes_only_sudo(tmp_path):
+    with pytest.raises(ConfigError, match="'sudo'"):
+        inventory(tmp_path, "hosts:\n  a:\n    address: 10.9.9.9\n    become: doas\n")
+
+
+def test_sudo_never_asks_without_a_password_and_reads_it_from_stdin_with_one():
+    assert become.sudo_words(None) == ["sudo", "-n", "--"]
+    assert become.sudo_words("secret") == ["sudo", "-S", "-p", become.PROMPT, "--"]
+    assert "secret" not in become.sudo_words("secret")
+
+
+@pytest.mark.parametrize(("code", "stderr", "says"), [
+    (1, "sudo: a password is required\n", "--ask-become-pass"),
+    (1, "fleetops-x is not in the sudoers file.\nsudo: This incident has been reported\n", "sudoers entry"),
+    (127, "sh: 1: sudo: not found\n", "install sudo on the node"),
+    (1, "sudo: /opt/venv/bin/python: command not found\n", "was not found on the node"),
+])
+def test_a_sudo_refusal_names_its_cause_and_next_step(code, stderr, says):
+    from fleetops.plans.inventory import Host
+
+    host = Host("gpu01", "10.9.9.9", user="ops", python="/opt/venv/bin/python", become="sudo")
+    err = become.refused(host, code, (become.PROMPT + stderr).encode(), "sudo -n -- ...", 0.0)
+    text = str(err)
+    assert text.startswith("gpu01: ") and says in text, text
+    assert become.PROMPT not in text and all(become.PROMPT not in line for line in err.evidence.stderr_tail)
+
+
+def _install(state: Path, data: bytes, want: str, uid: int | None = None) -> dict:
+    pyz = f"{state}/bin/fleetops-agent-{want[:20]}.pyz"
+    argv = [sys.executable, *PYTHON_FLAGS, "-c", BOOTSTRAP, *become.install_words(str(state), pyz, want)]
+    proc = subprocess.run(argv, input=data, capture_output=True, timeout=60,
+                          user=uid)  # type: ignore[call-overload]
+    lines = proc.stdout.decode().splitlines()
+    assert lines[0] == become.READY_LINE.decode(), proc
+    return json.loads(lines[1])
+
+
+@pytest.fixture
+def top():
+    d = Path(tempfile.mkdtemp(prefix="fleetops-become-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    subprocess.run(["rm", "-rf", str(d)], check=True)
+
+
+def test_the_bootstrap_installs_the_agent_from_stdin_only_with_the_clients_sha256(top):
+    data = b"PK the agent's bytes"
+    want = hashlib.sha256(data).hexdigest()
+    assert _install(top / "state", b"PK other bytes", want)["error_kind"] == "agent_mismatch"
+    assert not (top / "state").exists()  # nothing made for bytes that are not the agent
+    assert _install(top / "state", data, want) == {"ok": True, "installed": True}
+    pyz = top / "state" / "bin" / f"fleetops-agent-{want[:20]}.pyz"
+    assert pyz.read_bytes() == data
+    assert (top / "state").stat().st_mode & 0o777 == 0o700 and (top / "state" / "bin").stat().st_mode & 0o777 == 0o700
+    assert [p.name for p in (top / "state" / "bin").iterdir()] == [pyz.name]  # no temp file left
+
+
+@pytest.mark.root("a state dir of another user needs chown")
+def test_the_bootstrap_never_installs_into_a_state_dir_another_user_owns(top):
+    state = top / "state"
+    (state / "bin").mkdir(parents=True)
+    os.chown(state, NOBODY, NOBODY)
+    data = b"PK the agent's bytes"
+    answer = _install(state, data, hashlib.sha256(data).hexdigest())
+    assert answer["error_kind"] == "untrusted_state" and f"owned by uid {NOBODY}" in answer["error"], answer
+    assert list((state / "bin").iterdir()) == []
+
+
+@pytest.mark.root("a directory only root may write needs root")
+def test_check_mode_finds_the_first_path_the_user_cannot_write(top):
+    mine = top / "mine"
+    mine.mkdir()
+    os.chown(mine, NOBODY, NOBODY)
+    roots = top / "roots"
+    roots.mkdir(mode=0o755)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child becomes uid 65534 and asks as it
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.write(write, str(unwritable([str(mine / "not-yet" / "lock"), str(roots)])).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as f:
+        said = f.read()
+    assert said == str(roots)  # a missing path is judged by its nearest existing parent (mine: writable)
+    assert unwritable([str(roots)]) is None  # root may
