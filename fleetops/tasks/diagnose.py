@@ -16,19 +16,23 @@ results.py's 0/1/2/4/10-13/130):
 from __future__ import annotations
 
 import re
-import shlex
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from remote_scripts.core.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
 
-from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, describe_end, resolve
+from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, resolve
 from ..plans.versions import judged_checks, judged_patch
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_OK, Item, Next, Result, Status
 from ..wire.connector import Connector, TransportError
 from . import slurm
+from .findings import CRITICAL, OK, SEVERITY, UNKNOWN, WARN, Finding
+from .findings import fab_cmd as _fab
+from .findings import quoted as _q
+from .findings import run_cmd as _run_cmd
+from .jobfindings import job_findings, process_findings, with_state
 from .plan import Plan, TaskSpec
 
 if TYPE_CHECKING:
@@ -37,8 +41,6 @@ if TYPE_CHECKING:
     from ..plans.playbook import Playbook
     from ..state import RunState
 
-OK, WARN, UNKNOWN, CRITICAL = "OK", "WARN", "UNKNOWN", "CRITICAL"
-SEVERITY = {OK: 0, WARN: 1, UNKNOWN: 2, CRITICAL: 3}
 EXIT_DIAG_WARN = 20
 EXIT_DIAG_UNKNOWN = 21
 EXIT_DIAG_CRITICAL = 22
@@ -46,32 +48,6 @@ EXIT_FOR = {OK: EXIT_OK, WARN: EXIT_DIAG_WARN, UNKNOWN: EXIT_DIAG_UNKNOWN, CRITI
 FAST_KINDS = {"requires", "grep", "compile"}
 SKEW_WARN_S = 5.0
 UNREACHABLE_KINDS = ("unreachable", "hostkey", "auth", "refused")  # as tasks/registry.py counts them
-
-
-@dataclass
-class Finding:
-    verdict: str
-    area: str  # reach, clock, patch, gpu, gpuN, kernel, job, oom, processes, disk, memory, load
-    msg: str
-    next: list[str]  # the commands to run next, each whole (report/ prints each on a line of its own)
-    rank: int = 50  # within a verdict: lower first (how likely it is the cause of trouble)
-    details: dict = field(default_factory=dict)
-    why: str = ""  # what the commands are for, in a few words
-
-
-def _fab(host: str, *words: str) -> str:
-    """A command the operator may paste: every word quoted, since some (job ids, bus ids, paths) are what a
-    node answered, and a node must not choose what the operator's shell runs."""
-    return "fab -H " + shlex.quote(host) + " " + " ".join(shlex.quote(w) for w in words)
-
-
-def _run_cmd(host: str, command: str) -> str:
-    """`fab run COMMAND` (COMMAND runs in the node's shell: a node value in it goes in through _q)."""
-    return _fab(host, "run", command)
-
-
-def _q(value: object) -> str:
-    return shlex.quote(str(value))
 
 
 # ---------------------------------------------------------------- the pieces, each pure
@@ -163,53 +139,6 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
         out.append(Finding(verdict, label, msg, nxt, rank,
                            {"xid": code, "meaning": info.name, "bus_id": bus, "count": len(evs), "pid": last.pid,
                             "process": last.process, "last_line": last.line.text}, why))
-    return out
-
-
-def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
-                 progress_rx: re.Pattern[str], failure_rxs: list[re.Pattern[str]]) -> list[Finding]:
-    if job.get("error_kind") == "no_job":
-        return [Finding(OK, "job", "no job has been started on this node", [_fab(host, "extract")], 95,
-                        why="start one")]
-    if job.get("error"):
-        return [Finding(UNKNOWN, "job", f"the latest job could not be read: {job['error']}", [_fab(host, "status")],
-                        45, why="the job's own account")]
-    state = job.get("state")
-    tail = job.get("log_tail") or []
-    progress = next((ln for ln in reversed(tail) if progress_rx.search(ln)), None)
-    failures = [ln for ln in tail if any(rx.search(ln) for rx in failure_rxs)][-5:]
-    runtime = job.get("runtime_s")
-    facts = (f"job {job.get('id')} (pid {job.get('pid')}) {state}"
-             + (f" after {runtime:.0f}s" if isinstance(runtime, (int, float)) else ""))
-    details = {"job_id": job.get("id"), "state": state, "exit": job.get("exit"), "runtime_s": runtime,
-               "last_progress": progress, "failure_lines": failures, "log": job.get("log")}
-    from ..plans.kernellog import OOM_ADVICE, match_oom, oom_text, sigkill_note
-
-    ours, _ = match_oom(kills, job)
-    out = []
-    if ours:
-        main = next((k for k in ours if k.pid == job.get("pid")), ours[0])
-        how = "main process" if main.pid == job.get("pid") else "process (one that died during its run)"
-        out.append(Finding(CRITICAL, "oom", f"the kernel OOM killer killed job {job.get('id')}'s {how}: "
-                           f"{oom_text(main)}; the job ended: {describe_end(job)}",
-                           [_fab(host, "logs", "--job-id", str(job.get("id")))], 3,
-                           {**details, "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours]},
-                           OOM_ADVICE))
-        return out
-    if state in ("running", "starting"):
-        msg = f"{facts}; last progress: {progress or '(none yet)'}"
-        out.append(Finding(OK, "job", msg, [_fab(host, "tail")], 80, details, "follow it"))
-    elif state == "succeeded":
-        out.append(Finding(OK, "job", f"{facts}: {describe_end(job)}", [_fab(host, "logs")], 85, details,
-                           "its last lines"))
-    else:
-        why = describe_end(job)
-        if (job.get("exit") or {}).get("signal") == 9:
-            why += f" ({sigkill_note(kernel_ok)})"
-        last = f"; last failure line: {failures[-1]}" if failures else (f"; last log line: {tail[-1]}" if tail else "")
-        out.append(Finding(WARN, "job", f"{facts}: {why}{last}",
-                           [_fab(host, "logs", "--job-id", str(job.get("id")), "--lines", "200")], 10, details,
-                           "read why it ended"))
     return out
 
 
@@ -323,29 +252,6 @@ def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
     return out
 
 
-def process_findings(host: str, job: dict, procs: list) -> list[Finding]:
-    if isinstance(procs, list) and job.get("state") not in ("running", "starting"):
-        # A zombie of an ended job has exited and holds nothing (its parent has not reaped it yet): not a
-        # process the job left behind, and `stop` could do nothing about it.
-        procs = [p for p in procs if p.get("state") != "Z"]
-    if not isinstance(procs, list) or not procs:
-        return []
-    rows = [f"{p['pid']} {p['state']} {p.get('cpu_pct')}% CPU {p['rss_kb'] // 1024} MiB RSS"
-            + (f" {p['gpu_mib']} MiB GPU" if p.get("gpu_mib") else "") + f" {p['comm']}" for p in procs]
-    ended = job.get("state") not in ("running", "starting")
-    left = [p for p in procs if p["pid"] != job.get("wrapper_pid")]
-    stuck = [p for p in procs if p["state"] in ("D", "Z")]
-    if ended and left:
-        plural = "es" if len(left) != 1 else ""
-        return [Finding(WARN, "processes", f"job {job.get('id')} ended ({job.get('state')}) but left "
-                        f"{len(left)} process{plural}: " + "; ".join(rows), [_fab(host, "stop")], 15,
-                        {"processes": procs}, "stop what the ended job left behind")]
-    verdict = WARN if stuck else OK
-    return [Finding(verdict, "processes", f"job {job.get('id')}'s processes: " + "; ".join(rows),
-                    [_run_cmd(host, f"ps -o pid,stat,etime,rss,cmd -g {_q(job.get('pgid'))}")], 48 if stuck else 92,
-                    {"processes": procs}, "the job's processes as ps sees them")]
-
-
 def clock_finding(host: str, node_epoch: float | None, sent: float, received: float) -> Finding | None:
     """The node's clock against this machine's, within the call's round trip."""
     if node_epoch is None:
@@ -428,7 +334,7 @@ def assess_answer(host: Host, answer: dict, sent: float, received: float, book: 
     kernel = {**(answer.get("kernel") or {}), "boot_time": clock.get("boot_time")}
     kern_f, kills = kernel_findings(name, kernel, index_by_bus)
     findings += kern_f
-    job = answer.get("job") or {}
+    job = with_state(answer.get("job") or {}, (answer.get("clock") or {}).get("epoch"))
     progress_rx, failure_rxs = re.compile(DEFAULT_PROGRESS), [re.compile(p) for p in DEFAULT_FAILURES]
     if book is not None and job.get("name") in (book.jobs or {}):
         try:
@@ -490,7 +396,9 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
             opener()
         connect_s = time.monotonic() - started
         sent = time.time()
-        answer, evidence = node.call("diagnose", plan.request, timeout=plan.timeout)
+        env = {k: v for k, v in host.env_values if k.startswith("SLURM_")}  # squeue/sacct for a Slurm job
+        answer, evidence = node.call("diagnose", {**plan.request, "scheduler_env": env} if env else plan.request,
+                                     timeout=plan.timeout)
         received = time.time()
     except TransportError as exc:
         f = Finding(CRITICAL, "reach", f"not reached after {time.monotonic() - started:.1f}s: {exc}",

@@ -395,19 +395,41 @@ def jobs_list_plan(run: RunState, kwargs: dict) -> Plan:
     return Plan("jobs_list", {"limit": limit}, 120, None, options=dict(kwargs))
 
 
+def run_jobs_list(run: RunState, plan: Plan, node: Connector) -> Result:
+    """`jobs`: one call; a Slurm login node's SLURM_* values (SLURM_CONF) go with it, for squeue/sacct."""
+    env = {k: v for k, v in node.host.env_values if k.startswith("SLURM_")}
+    request = {**plan.request, "scheduler_env": env} if env else plan.request
+    answer, evidence = node.call(plan.op, request, timeout=plan.timeout)
+    result = interpret_jobs_list(node.host.name, plan, answer)
+    if result.failed:
+        result.evidence = evidence
+    return result
+
+
+def _listed(job: dict, now_ts: object) -> dict:
+    """A row of the node's list with its state: a Slurm job's read from its scheduler lines (slurmrecord)."""
+    if job.get("scheduler") != "slurm" or not isinstance(job.get("record"), dict):
+        return job
+    from .slurmrecord import read_state
+
+    return {**job, **read_state(job["record"], job.get("query"), job.get("exits"), now_ts)}
+
+
 def interpret_jobs_list(host: str, plan: Plan, answer: dict) -> Result:
-    """The node's jobs, newest first: id, job name, state, started, runtime, exit, log and output sizes."""
+    """The node's jobs (SSH and Slurm), newest first: id, job name, state, started, runtime, exit, log and
+    output sizes."""
     if answer.get("error"):
         return agent_error(host, "jobs", answer)
-    jobs = answer["jobs"]
+    jobs = [_listed(j, answer.get("now_ts")) for j in answer["jobs"]]
     if not jobs:
-        return Result(host, "jobs", Status.OK, f"no jobs on this node (none under {answer['jobs_dir']}); start one "
+        where = answer["jobs_dir"] + (f" or {answer['slurm_dir']}" if answer.get("slurm_dir") else "")
+        return Result(host, "jobs", Status.OK, f"no jobs on this node (none under {where}); start one "
                       f"with: fab -H {host} extract", data={"jobs": [], "total": 0})
     rows = [[j["id"], j.get("name") or "-", j["state"], (j.get("started") or "-").replace("T", " ").rstrip("Z"),
              duration(j.get("runtime_s")), _exit_text(j), _size(j.get("log_bytes")), _size(j.get("output_bytes"))]
             for j in jobs]
     shown = "" if len(jobs) == answer["total"] else f" (the newest {len(jobs)} shown)"
-    running = [j["id"] for j in jobs if j["state"] in ("running", "starting")]
+    running = [j["id"] for j in jobs if j["state"] in ("running", "starting", "pending")]
     msg = (f"{answer['total']} jobs{shown}, newest first; " + (f"running: {', '.join(running)}" if running else
                                                                "none running"))
     nxt = Next("one job's state, exit and last progress (the newest here; any id above the same way):",

@@ -38,7 +38,7 @@ def _jobs_specs() -> list[TaskSpec]:
                             dry=None if name in ("extract", "stop") else "read-only")
              for name, runner in (("extract", jobs.run_extract), ("tail", jobs.run_tail),
                                   ("status", jobs.run_status), ("logs", jobs.run_logs), ("stop", jobs.run_stop))}
-    specs["jobs"] = TaskSpec("jobs", jobs.jobs_list_plan, jobs.interpret_jobs_list)
+    specs["jobs"] = TaskSpec("jobs", jobs.jobs_list_plan, jobs.interpret_jobs_list, run=jobs.run_jobs_list)
     for name in ("extract", "status", "tail"):  # extract --shards across SSH hosts, and its fleet view
         specs[name] = replace(specs[name], run=shards.wrap(name, specs[name].run))  # type: ignore[arg-type]
     return list(specs.values())
@@ -173,6 +173,8 @@ def ahead_request(name: str, plan: Plan, host: Host) -> dict | None:
         return plan.request
     if name == "gpu" and not plan.options.get("wait") and host.scheduler != "slurm":
         return {}
+    if name == "jobs" and not any(k.startswith("SLURM_") for k, _ in host.env_values):
+        return plan.request  # as run_jobs_list sends it: no SLURM_* value to add
     return None
 
 

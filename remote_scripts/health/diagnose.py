@@ -132,27 +132,51 @@ def process_tree(pgid: int | None, gpu_mib: dict[int, int]) -> list[dict]:
     return rows
 
 
-def latest_job(state_dir: str) -> dict:
+def _log_tail(logs: list[str]) -> tuple[int, list[str]]:
+    """The logs' bytes and their last lines, one log after the other (a job array's tasks share
+    LOG_TAIL_LINES, each at least 20, the first 50 tasks)."""
+    total, tail = 0, []
+    lines = max(20, LOG_TAIL_LINES // max(1, len(logs)))
+    for log in logs[:50]:
+        try:
+            size = os.path.getsize(log)
+            with open(log, "rb") as f:
+                f.seek(max(0, size - LOG_TAIL_BYTES))
+                tail += f.read().decode("utf-8", "replace").splitlines()[-lines:]
+            total += size
+        except OSError:
+            continue
+    return total, tail
+
+
+def latest_job(req: dict, state_dir: str) -> dict:
+    """The newest job of the node's store, SSH or Slurm (records.find_job), with its state and its log's end.
+    A Slurm job's state is the client's to read from squeue/sacct's lines and its exit files, as `status`
+    reads it."""
     from ..core.nodeio import NodeError, read_json
-    from ..jobs.jobs import job_state, load_job
+    from ..jobs.records import find_job, is_slurm, log_paths, output_dir
 
     try:
-        job_dir, job = load_job(state_dir, None)
+        job_dir, job = find_job(state_dir, None)
     except NodeError as exc:
         return {"error": str(exc), "error_kind": exc.kind}
-    st = job_state(job_dir, job)
-    log = job.get("log") or os.path.join(job_dir, "output.log")
-    try:
-        size = os.path.getsize(log)
-        with open(log, "rb") as f:
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            tail = f.read().decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:]
-    except OSError:
-        size, tail = 0, []
-    request = read_json(os.path.join(job_dir, "request.json")) or {}
+    if is_slurm(job):
+        from ..jobs.slurm import record_view
+
+        st = record_view(req, job_dir, job)
+        st["record"] = {k: v for k, v in job.items() if k != "env"}
+        st["output"] = output_dir(job_dir, job)
+    else:
+        from ..jobs.jobs import job_state
+
+        st = job_state(job_dir, job)
+        st["output"] = (read_json(os.path.join(job_dir, "request.json")) or {}).get("output")
+    logs = log_paths(job) or [os.path.join(job_dir, "output.log")]
+    size, tail = _log_tail(logs)
     public = {k: job.get(k) for k in ("id", "name", "kind", "argv", "started", "started_ts", "pid", "pgid",
-                                      "wrapper_pid", "log", "cwd")}
-    return {**public, "dir": job_dir, **st, "log_bytes": size, "log_tail": tail, "output": request.get("output")}
+                                      "wrapper_pid", "cwd", "slurm_job_id", "shards")}
+    return {**public, "scheduler": job.get("scheduler") or "ssh", "log": logs[0], "logs": logs, "dir": job_dir,
+            **st, "log_bytes": size, "log_tail": tail}
 
 
 def earlier_jobs(state_dir: str, latest: str | None) -> list[dict]:
@@ -196,7 +220,7 @@ def diagnose(req: dict) -> dict:
     out["gpu"] = _part(gpu.snapshot, state_dir)
     out["smi_xml"] = _part(smi_xml, smi)
     out["kernel"] = _part(kernel_log)
-    job = _part(latest_job, state_dir)
+    job = _part(latest_job, req, state_dir)
     out["job"] = job
     out["earlier_jobs"] = _part(earlier_jobs, state_dir, None if job.get("error") else job.get("id"))
     gpu_mib = {}

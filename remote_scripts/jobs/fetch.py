@@ -13,7 +13,7 @@ import os
 import stat
 
 from ..core.nodeio import NodeError
-from .records import all_jobs, jobs_dir, load_job, output_dir
+from .records import every_job, find_job, jobs_dir, log_paths, output_dir, record_dir, slurm_records_dir
 
 HASH_CHUNK = 1 << 20
 # One answer line lists every file of a fetched directory (~300 bytes each, under the client's 32 MiB cap).
@@ -49,8 +49,8 @@ def _roots(state_dir: str) -> list[tuple[str, str]]:
     """(real path, local folder prefix) of every place fetch may read without any_path: each job's output
     directory, then the state dir (jobs/<id>/ under it gets the job id as its folder)."""
     roots = []
-    for job in all_jobs(state_dir):
-        out = output_dir(os.path.join(jobs_dir(state_dir), job["id"]), job)
+    for job in every_job(state_dir):  # SSH and Slurm jobs alike
+        out = output_dir(record_dir(state_dir, job), job)
         if out:
             roots.append((os.path.realpath(out), f"{job['id']}/output"))
     roots.append((os.path.realpath(state_dir), "state"))
@@ -60,9 +60,10 @@ def _roots(state_dir: str) -> list[tuple[str, str]]:
 def _local_name(real: str, state_dir: str, roots: list[tuple[str, str]]) -> str:
     """Where under fetched/<host>/ the file goes: <job-id>/<file> for a job's own files, <job-id>/output/...
     for its output, state/... for the rest of the state dir, other/<absolute path> otherwise."""
-    jobs_real = os.path.realpath(jobs_dir(state_dir))
-    if _under(real, jobs_real) and real != jobs_real:
-        return os.path.relpath(real, jobs_real)
+    for store in (jobs_dir(state_dir), slurm_records_dir(state_dir)):
+        store_real = os.path.realpath(store)
+        if _under(real, store_real) and real != store_real:
+            return os.path.relpath(real, store_real)
     for root, prefix in roots:
         if _under(real, root) and real != root:
             return f"{prefix}/{os.path.relpath(real, root)}"
@@ -99,7 +100,7 @@ def fetch_plan(req: dict) -> dict:
     job_dir, job = None, None
     notes: list[str] = []
     try:
-        job_dir, job = load_job(state_dir, req.get("job_id"))
+        job_dir, job = find_job(state_dir, req.get("job_id"))
     except NodeError:
         if not paths or req.get("job_id"):
             raise
@@ -109,7 +110,7 @@ def fetch_plan(req: dict) -> dict:
         wanted = [("file", p) for p in paths]
     else:
         assert job is not None and job_dir is not None
-        wanted.append(("log", job.get("log") or os.path.join(job_dir, "output.log")))
+        wanted += [("log", log) for log in log_paths(job) or [os.path.join(job_dir, "output.log")]]
         out = output_dir(job_dir, job)
         if out and os.path.exists(os.path.join(out, "manifest.json")):
             wanted.append(("manifest", os.path.join(out, "manifest.json")))

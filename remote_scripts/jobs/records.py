@@ -26,6 +26,27 @@ def jobs_dir(state_dir: str) -> str:
     return os.path.join(os.path.abspath(state_dir), "jobs")
 
 
+def slurm_records_dir(state_dir: str) -> str:
+    """Where the Slurm jobs' records are (the same as slurm.slurm_dir: the store has the one layout)."""
+    return os.path.join(os.path.abspath(state_dir), "slurm")
+
+
+def is_slurm(job: dict) -> bool:
+    return job.get("scheduler") == "slurm"
+
+
+def record_dir(state_dir: str, job: dict) -> str:
+    """The job's own directory, in the part of the store its kind lives in."""
+    return os.path.join(slurm_records_dir(state_dir) if is_slurm(job) else jobs_dir(state_dir), job["id"])
+
+
+def log_paths(job: dict) -> list[str]:
+    """Every log the job writes: an SSH job's one output.log, each task's of a Slurm job."""
+    if is_slurm(job):
+        return [str(p) for p in job.get("logs") or []]
+    return [str(job["log"])] if job.get("log") else []
+
+
 def expand(value: object, mapping: dict[str, str]) -> object:
     """Fill {state_dir}, {job_dir} and {python} in job values (plain text substitution; nothing is evaluated)."""
     if isinstance(value, str):
@@ -85,6 +106,10 @@ def load_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
                                               "no job has been started on this node")
     if moved is not None:
         raise _quarantined_job(job_id, job_dir, moved)
+    if job is None and os.path.lexists(os.path.join(slurm_records_dir(state_dir), job_id, "job.json")):
+        raise NodeError(f"job {job_id} is a Slurm job: the inventory does not mark this host `scheduler: slurm`, "
+                        "so this reads SSH jobs only; add it to the host and run again (`jobs`, `fetch` and "
+                        "`diagnose` read both kinds)", kind="no_job")
     if job is None:
         known = [j["id"] for j in all_jobs(state_dir)]
         shown = ", ".join(known[:KNOWN_IDS_SHOWN]) + (f" (and {len(known) - KNOWN_IDS_SHOWN} older)"
@@ -108,8 +133,59 @@ def _quarantined_job(job_id: str, job_dir: str, moved: dict) -> NodeError:
 
 
 def all_jobs(state_dir: str) -> list[dict]:
-    """Every job with a readable job.json, newest first (a corrupt one is moved aside and reported, not fatal)."""
-    base = jobs_dir(state_dir)
+    """Every SSH job with a readable job.json, newest first (a corrupt one is moved aside and reported, not
+    fatal)."""
+    return _records(jobs_dir(state_dir))
+
+
+def every_job(state_dir: str) -> list[dict]:
+    """Every job of the store, SSH and Slurm alike, newest first: what `jobs`, `fetch` and `diagnose` read."""
+    found = _records(jobs_dir(state_dir)) + [j for j in _records(slurm_records_dir(state_dir)) if is_slurm(j)]
+    return sorted(found, key=lambda j: (j.get("started_ts") or 0, j["id"]), reverse=True)
+
+
+def find_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
+    """Any job of the store by its id (SSH or Slurm), else the newer of the two kinds' latest: (job dir,
+    record). A corrupt record is moved aside and reported (load_job's refusals); an unknown id is refused
+    with the ids of both kinds."""
+    if job_id:
+        if not JOB_ID.fullmatch(job_id):
+            raise NodeError(f"bad job id {job_id!r}", kind="no_job")
+        if os.path.lexists(os.path.join(jobs_dir(state_dir), job_id, "job.json")):
+            return load_job(state_dir, job_id)
+        if os.path.lexists(os.path.join(slurm_records_dir(state_dir), job_id, "job.json")):
+            return _slurm_record(state_dir, job_id)
+        known = [j["id"] for j in every_job(state_dir)]
+        more = f" (and {len(known) - KNOWN_IDS_SHOWN} older)" if len(known) > KNOWN_IDS_SHOWN else ""
+        raise NodeError(f"no job {job_id!r} on this node; its jobs, newest first: "
+                        f"{', '.join(known[:KNOWN_IDS_SHOWN])}{more}" if known else
+                        f"no job {job_id!r} on this node; it has no jobs", kind="no_job", known=known)
+    latest = []
+    for load in (lambda: load_job(state_dir, None), lambda: _slurm_record(state_dir, None)):
+        try:
+            latest.append(load())
+        except NodeError as exc:
+            if exc.kind != "no_job":
+                raise
+    if not latest:
+        raise NodeError("no job has been started on this node", kind="no_job", known=[])
+    return max(latest, key=lambda found: found[1].get("started_ts") or 0)
+
+
+def _slurm_record(state_dir: str, job_id: str | None) -> tuple[str, dict]:
+    base = slurm_records_dir(state_dir)
+    job_id, job_dir, job, moved = find_record(base, job_id, lambda: newest_ids(base),
+                                              "no job has been started on this node")
+    if moved is not None:
+        raise NodeError(f"Slurm job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved to "
+                        f"{moved['moved_to']}; its directory {job_dir} is kept; the other jobs are unaffected",
+                        kind="corrupt_state", job_id=job_id, path=moved["path"], moved_to=moved["moved_to"])
+    if job is None or not is_slurm(job):
+        raise NodeError(f"no job {job_id!r} on this node", kind="no_job", known=[])
+    return job_dir, job
+
+
+def _records(base: str) -> list[dict]:
     try:
         names = os.listdir(base)
     except OSError:
@@ -173,15 +249,15 @@ def file_size(path: str) -> int:
 
 
 def output_dir(job_dir: str, job: dict) -> str | None:
-    """Where an extract job writes its samples and manifest (request.json's output), else None."""
+    """Where an extract job writes its samples and manifest (its request's output), else None. A Slurm job's
+    shards each write under <output>/shards/: the output is the one they were cut from."""
     if job.get("kind") != "extract":
         return None
     try:
-        request = read_json(os.path.join(job_dir, "request.json")) or {}
+        request = read_json(os.path.join(job_dir, "request-0.json" if is_slurm(job) else "request.json")) or {}
     except NodeError:
         return None
     out = request.get("output")
+    if isinstance(out, str) and out and is_slurm(job) and isinstance(request.get("shard"), dict):
+        out = os.path.dirname(os.path.dirname(out.rstrip("/")))
     return os.path.abspath(out) if isinstance(out, str) and out else None
-
-
-

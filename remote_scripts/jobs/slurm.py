@@ -387,3 +387,12 @@ def slurm(req: dict) -> dict:
     if action is None:
         raise NodeError(f"unknown slurm action {req.get('action')!r} (known: {', '.join(ACTIONS)})", kind="bad_request")
     return action(req)
+
+
+def record_view(req: dict, job_dir: str, job: dict, ask: bool = True) -> dict:
+    """One of fleetops' Slurm jobs as the job store's readers (jobs, diagnose) need it: the exit files its tasks
+    wrote and, while one is missing (and `ask`), squeue/sacct's lines for its id (the client reads them as
+    `status` does)."""
+    exits = _exits(job_dir, int(job.get("shards") or 1))
+    done = len(exits) >= int(job.get("shards") or 1)
+    return {"exits": exits, "query": {} if done or not ask else query(job, scheduler_env(req))}

@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import os
+import time
 
 from ..core import drainmark
 from ..core.kernel import kernel_log
-from ..core.nodeio import NodeError, read_json
+from ..core.nodeio import NodeError
 from .liveness import job_state
 from .procscan import tag_index
-from .records import all_jobs, file_size, jobs_dir, load_job, output_dir, public
+from .records import (
+    every_job,
+    file_size,
+    find_job,
+    is_slurm,
+    jobs_dir,
+    load_job,
+    log_paths,
+    output_dir,
+    public,
+    record_dir,
+    slurm_records_dir,
+)
 from .tail import last_match
 
 
@@ -53,26 +66,48 @@ def _tree_bytes(path: str, budget: int = 20000) -> int | None:
 
 
 
+SLURM_QUERIES = 20  # the newest Slurm jobs without every exit file that squeue/sacct are asked about
+
+
+def _slurm_row(req: dict, job_dir: str, job: dict, asked: list[int]) -> dict:
+    """A Slurm job's row: its record (the client reads its state from squeue/sacct's lines and the exit files,
+    as `status` does); squeue/sacct are asked about the newest SLURM_QUERIES jobs still without an exit file."""
+    from .slurm import record_view
+
+    shards = int(job.get("shards") or 1)
+    view = record_view(req, job_dir, job, ask=asked[0] < SLURM_QUERIES)
+    asked[0] += 1 if view["query"] else 0
+    logs = log_paths(job)
+    return {"record": public(job), "slurm_job_id": job.get("slurm_job_id"), "shards": shards, "logs": logs,
+            "log": logs[0] if logs else None, "log_bytes": sum(file_size(p) for p in logs), **view}
+
+
 def jobs_list(req: dict) -> dict:
-    """Every job on the node, newest first: id, name, state, started, runtime, exit, output sizes."""
+    """Every job of the node's store (SSH and Slurm), newest first: id, name, state, started, runtime, exit,
+    output sizes. A Slurm job's state is the client's to read (its row carries squeue/sacct's lines)."""
     state_dir = req["state_dir"]
     rows = []
     limit = int(req.get("limit") or 0)
-    jobs = all_jobs(state_dir)
+    jobs = every_job(state_dir)
     index = tag_index()
+    asked = [0]
     for job in jobs[:limit] if limit else jobs:
-        job_dir = os.path.join(jobs_dir(state_dir), job["id"])
-        st = job_state(job_dir, job, index)
+        job_dir = record_dir(state_dir, job)
+        row = {"id": job["id"], "name": job.get("name"), "kind": job.get("kind"), "started": job.get("started"),
+               "started_ts": job.get("started_ts"), "operator": job.get("operator"),
+               "scheduler": job.get("scheduler") or "ssh"}
+        if is_slurm(job):
+            row.update(_slurm_row(req, job_dir, job, asked))
+        else:
+            row.update(**job_state(job_dir, job, index), log=job.get("log"), log_bytes=file_size(job.get("log") or ""))
         out = output_dir(job_dir, job)
-        rows.append({"id": job["id"], "name": job.get("name"), "kind": job.get("kind"), "started": job.get("started"),
-                     "started_ts": job.get("started_ts"), "operator": job.get("operator"), **st,
-                     "log": job.get("log"), "log_bytes": file_size(job.get("log") or ""),
-                     "output": out, "output_bytes": _tree_bytes(out) if out and os.path.isdir(out) else None})
-    current = read_json(os.path.join(jobs_dir(state_dir), "current.json"), on_corrupt="quarantine") if rows else None
-    latest = (current or {}).get("id") or (jobs[0]["id"] if jobs else None)
-    return {"ok": True, "jobs": rows, "total": len(jobs), "latest": latest,
-            "jobs_dir": jobs_dir(state_dir)}
-
-
-
-
+        row.update(output=out, output_bytes=_tree_bytes(out) if out and os.path.isdir(out) else None)
+        rows.append(row)
+    latest = None
+    if jobs:
+        try:
+            latest = find_job(state_dir, None)[1]["id"]
+        except NodeError:
+            latest = jobs[0]["id"]
+    return {"ok": True, "jobs": rows, "total": len(jobs), "latest": latest, "jobs_dir": jobs_dir(state_dir),
+            "slurm_dir": slurm_records_dir(state_dir), "now_ts": time.time()}
