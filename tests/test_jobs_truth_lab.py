@@ -200,10 +200,10 @@ def test_wrapper_sigkilled_status_says_running_then_the_true_end(lab):
     rc, r = status(lab)
     ended = json.loads((job_dir(job) / "exit.json").read_text())
     assert ended["exit_code"] == 3 and ended["by"] == "keeper", ended
-    assert rc == 3 and r["data"]["state"] == "failed" and r["data"]["exit"]["exit_code"] == 3, r
+    assert rc == 1 and r["data"]["state"] == "failed" and r["data"]["exit"]["exit_code"] == 3, r
     assert f"its wrapper (pid {job['wrapper_pid']}) died first (signal 9)" in r["msg"], r["msg"]
     rc, doc = fab_json(lab.root, "-H", "lab01", "tail")
-    assert rc == 3 and "failed (exit status 3)" in doc["results"][0]["msg"], doc["results"][0]["msg"]
+    assert rc == 1 and "failed (exit status 3)" in doc["results"][0]["msg"], doc["results"][0]["msg"]
 
 
 def test_wrapper_and_keeper_sigkilled_stop_still_stops_the_running_job(lab):

@@ -268,13 +268,15 @@ class LogWatch:
 
 
 def exit_code_of(state: dict) -> int:
-    """A job's end as a process exit status: its own code, or 128 + signal (the shell's convention)."""
+    """What `status` and `tail` exit with for an ended job, SSH or Slurm alike (the README's table): 0 when it
+    succeeded or fleetops' own `stop` ended it, 1 for any other end. The job's own exit status (its code, or
+    the signal) is in the message and in --json, not in the process's status."""
     ended = state.get("exit") or {}
-    if ended.get("signal"):
-        return 128 + int(ended["signal"])
-    if state.get("state") == "lost":
+    if state.get("state") == "succeeded" or ended.get("by") == "stop":
+        return 0
+    if ended.get("signal") or state.get("state") == "lost":
         return 1
-    return int(ended.get("exit_code") or 0)
+    return 0 if int(ended.get("exit_code") or 0) == 0 else 1
 
 
 def describe_end(state: dict) -> str:
