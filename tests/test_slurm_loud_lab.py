@@ -103,6 +103,11 @@ def test_controller_down_mid_job_status_and_stop_fail_naming_it_then_running_onc
     # The plain output says it too (not only --json), on the result's line.
     plain = run_fab(project, "-H", "login01", "status")
     assert plain.returncode != 0 and "controller cannot be reached" in plain.stdout, plain.stdout + plain.stderr
+    # diagnose: the allocation's line is UNKNOWN (never OK) while the controller cannot say where the job is.
+    rc, diag = fab_json(project, "-H", "login01", "diagnose")
+    found = {f["area"]: f for f in diag["results"][0]["data"]["findings"]}
+    assert found["slurm"]["verdict"] == "UNKNOWN" and "controller cannot be reached" in found["slurm"]["msg"], found
+    assert rc >= 21, (rc, found["slurm"])
 
     slurm.up()  # slurmctld again, with its saved state: the queue is kept
     assert slurm.running("slurmctld") and "-c" not in Path(f"/proc/{slurm.running('slurmctld')}/cmdline") \

@@ -418,10 +418,15 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
     findings = assess_answer(host, answer, sent, received, plan.playbook)
     if host.scheduler == "slurm":  # a login node: where our job's allocation is says more than its own GPUs
         note = slurm.allocation_note(node)
-        findings.append(Finding(OK, "slurm", note.msg if note else "no job of fleetops queued or running here",
-                                [_fab(host.name, "gpu") if note else _fab(host.name, "extract")], 50,
+        # A controller that cannot be reached leaves the job's state unknown: never an OK line.
+        blind = bool(note and note.details.get("controller"))
+        findings.append(Finding(UNKNOWN if blind else OK, "slurm",
+                                note.msg if note else "no job of fleetops queued or running here",
+                                [_fab(host.name, "status") if blind else _fab(host.name, "gpu") if note
+                                 else _fab(host.name, "extract")], 50,
                                 dict(note.details) if note else {},
-                                "the allocation's GPUs" if note else "start one"))
+                                "ask again once slurmctld answers" if blind
+                                else "the allocation's GPUs" if note else "start one"))
     on_node = answer.get("seconds")
     reach = f"reached in {connect_s:.2f}s, answered in {total:.1f}s" + (f" ({on_node}s on the node)" if on_node else "")
     findings.insert(0, Finding(OK, "reach", reach, [_fab(host.name, "ping")], 0, why="the connection alone"))
