@@ -2,8 +2,11 @@
 venv holding real vllm 0.16.0 + speculators 0.3.0 (heavy packages shared, speculators files per node).
 
 Lab nodes are how anyone tries fleetops without a fleet, and what the tests run against. The parts:
-common.py (base venv, ports, LabError), node.py (one node's files), lab.py (Lab: bring up, stop, inventory),
-gpu.py (simulated GPUs; nvidia_smi.py is the stand-in copied to each node, replaying recordings/h200x2/),
+common.py (base venv, ports, LabError), node.py (one node's files), lab.py (Lab: bring up, restore, stop),
+sshd.py (a node's sshd config, start, stop), keys.py (ssh keys, known_hosts), inventory.py (hosts/lab.yaml,
+.gitignore), packages.py (a node's venv and packages), tiny_model.py (the extract model, copied to each node),
+files.py (removing, emptying, mirroring the lab's directories), gpu.py (simulated GPUs; nvidia_smi.py is the
+stand-in copied to each node, replaying recordings/h200x2/),
 model.py (the tiny model for `extract`, run by the base venv's python), tasks.py (the `fab lab.*` tasks).
 Everything tests, bench/ and fabfile.py use is importable from here.
 """

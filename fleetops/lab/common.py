@@ -38,6 +38,9 @@ def refuse_if_asked(var: str, what: str, mark: str) -> None:
                        f"`pytest.mark.{mark}` (tests/README.md, test tiers)")
 
 
+Progress = Callable[[str], None]  # where the lab's progress lines go (say prints them)
+
+
 def say(message: str) -> None:
     print(message, flush=True)
 

@@ -1,10 +1,12 @@
 """The node Pythons fleetops supports, and where this machine has them: for lab nodes of another Python than
-the client's (`fab lab.up --python 3.9`) and for the tests that run the agent under each of them."""
+the client's (`fab lab.up --python 3.9`: which interpreter each node's venv is made from) and for the
+tests that run the agent under each of them."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from .common import LabError
@@ -52,3 +54,21 @@ def python_for(spec: str) -> Path:
         raise LabError(f"no Python {spec} for a lab node: {where}; install it (pyenv install {spec}) or give "
                        f"the interpreter's path")
     return found
+
+
+def interpreters(pythons: list[str] | None, count: int) -> list[tuple[str, str]]:
+    """(interpreter, its X.Y) for each of `count` nodes: one Python for all, or one per node; [] for none."""
+    if not pythons:
+        return []
+    if len(pythons) not in (1, count):
+        raise LabError(f"{len(pythons)} Pythons for {count} nodes: give one for every node, or one per node "
+                       f"(--nodes {len(pythons)})")
+    found: dict[str, tuple[str, str]] = {}
+    for spec in dict.fromkeys(pythons):
+        python = python_for(spec)
+        proc = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise LabError(f"{python} (for Python {spec}) did not run: {proc.stderr.strip()[-500:]}")
+        found[spec] = (str(python), proc.stdout.strip())
+    return [found[pythons[0] if len(pythons) == 1 else pythons[i]] for i in range(count)]

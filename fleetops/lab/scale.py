@@ -182,7 +182,7 @@ class ScaleLab:
             "MaxSessions 100",
             "PrintMotd no",
             "Subsystem sftp internal-sftp",
-            "SetEnv PATH=/usr/local/bin:/usr/bin:/bin SHLVL=1",  # no rc files per exec (see lab.py)
+            "SetEnv PATH=/usr/local/bin:/usr/bin:/bin SHLVL=1",  # no rc files per exec (see sshd.py)
             "LogLevel ERROR",
             "",
         ])
