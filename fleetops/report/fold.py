@@ -1,7 +1,7 @@
 """Folding: hosts that answered the same are shown once, under a host-range header (`lab[01-03,07] (4)`).
 
 A result is drawn as lines of (text, style) segments with a label slot where the host's name goes
-(console.py fills it in). Two results fold when their drawn text is the same once each host's own name and
+(richload.markup fills it in). Two results fold when their drawn text is the same once each host's own name and
 address are replaced by a placeholder, and their status and exit code match: what the operator would read is
 then identical but for who said it. `odd_ones_out()` diffs each minority group against the majority.
 Stdlib only (the benchmark and the unit tests use it without a terminal).
@@ -22,12 +22,12 @@ from ..results import Result, Status
 
 Segment = tuple[str, str]  # (text, rich style or "")
 Line = list[Segment]
-LABEL = "\0host\0"  # the label slot: console.py writes the host name or the group header there
+LABEL = "\0host\0"  # the label slot: richload.markup writes the host name or the group header there
 PLACEHOLDER = "{host}"  # stands for each host's own name inside folded text
 ADDRESS_PLACEHOLDER = "{addr}"  # and for its own address (address:port)
 FOLD_MIN_HOSTS = 2  # folding is on by default from this many hosts: two that answered alike print once
-# The style of a segment that is a command to copy (a `next:` command): console.py draws it bold. In a folded
-# group its `-H {host}` becomes the group's own hosts (`-H 'lab[01-03]'`), so it runs as printed.
+# The style of a segment that is a command to copy (a `next:` command): richload.markup draws it bold. In a
+# folded group its `-H {host}` becomes the group's own hosts (`-H 'lab[01-03]'`), so it runs as printed.
 COMMAND = "command"
 # A duration inside a message ("import ... ok (1.59s; ...)"): it differs on every host and run, so hosts
 # fold without it and a folded group shows the range its members took (0.04-1.59s).

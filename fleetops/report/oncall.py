@@ -15,7 +15,8 @@ from ..plans.inventory import UnknownHost, find_inventory, load_inventory
 from ..plans.sshconfig_out import render
 from ..plans.yamlsrc import ConfigError
 from ..redaction import shown
-from .console import Reporter, escape
+from .console import Reporter
+from .richload import escape
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -1,4 +1,4 @@
-"""The fleet tables shown after the per-host lines, built from results: plain data; console.py draws them.
+"""The fleet tables shown after the per-host lines, built from results: plain data; closing.py draws them.
 (Rows of one host's answer are plans/tables.py's: tasks build them.)"""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from rich.table import Table
 from ..plans.runbooks import load_all
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_USAGE
-from .console import rich
+from .richload import rich
 
 
 def show_runbooks(root: str | Path | None, as_json: bool = False) -> int:

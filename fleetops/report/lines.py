@@ -1,0 +1,141 @@
+"""A result as the lines the operator reads: (text, style) segments with the host's name left as the LABEL slot
+(folding fills in a group's header), and the table printed first, if any. Plain data, no rich: what the
+verdict, evidence, node notes and `next:` lines say, short unless verbose."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..redaction import shown
+from ..results import Result, Status
+from .fold import COMMAND, LABEL, Line, Segment
+
+STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
+         Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
+VERDICT_STYLE = {"CRITICAL": "bold red", "UNKNOWN": "bold magenta", "WARN": "yellow", "OK": "green"}  # diagnose
+SEP: list[Segment] = [(" ", ""), ("|", "dim"), (" ", "")]
+EVIDENCE_SHOWN = 5  # per check in the human view; what is left is counted, never dropped silently
+
+
+def draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
+    """A result as lines of (text, style) segments, the host's name left as the LABEL slot; and the table
+    it prints first, if any. Both cleaned (redaction.shown): what folding and layout get is what may show."""
+    lines, table = _draw(r, verbose)
+    if table:
+        title = table.get("title")
+        table = {**table, "title": shown(str(title)) if title else title,
+                 "rows": [[shown(str(v)) for v in row] for row in table["rows"]]}
+    return [[(text if text == LABEL else shown(text), style) for text, style in line] for line in lines], table
+
+
+def _draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
+    """Short unless verbose: a result's ok items are counted, not listed (a host whose checks all pass is
+    its one line), and the call's own evidence is shown when the call is what failed. What failed, with its
+    evidence, and what to run next are always there."""
+    host: Segment = (LABEL, "bold")
+    lines: list[Line] = [[host, *SEP, (r.task, ""), *SEP, (r.status.value, STYLE[r.status]), *SEP, (r.msg, "")]]
+    if r.data.get("output"):  # an ad-hoc command's output, each line prefixed with its host
+        for stream, mark in (("stdout", ("|", "dim")), ("stderr", ("!", "red"))):
+            lines.extend([host, (" ", ""), mark, (" ", ""), (x, "")]
+                         for x in str(r.data.get(stream) or "").splitlines())
+    table = r.data.get("table")
+    scopes_shown: set[str] = set()
+    hidden = 0
+    for item in r.items:
+        if table and item.status is Status.OK:
+            continue  # the table shows it
+        if item.status is Status.OK and not verbose:
+            hidden += 1
+            continue
+        verdict = item.details.get("verdict")  # a diagnose finding says its verdict word
+        word = f"{verdict:<8}" if verdict else f"{item.status.value:<7}"
+        lines.append([("    ", ""), (word, VERDICT_STYLE.get(verdict, STYLE[item.status])),
+                      (f" {item.label}: {item.msg}", "")])
+        details = item.details
+        if details.get("proves") in scopes_shown:  # say once per kind what such a check proves
+            details = {k: v for k, v in details.items() if k not in ("proves", "cannot")}
+        scopes_shown.add(item.details.get("proves", ""))
+        lines.extend([("            ", ""), (x, "dim")] for x in _item_detail_lines(details, verbose))
+        if item.details.get("next") and (item.status is not Status.OK or verbose):
+            lines.extend(next_lines(item.details["next"], "            "))
+    if hidden and r.status is not Status.OK:  # an ok result's own line says it all
+        done = "passed" if r.task == "verify" else "ok"
+        lines.append([("    ", ""), (f"{hidden} {done}, not shown: -v shows them", "dim")])
+    ev = r.evidence
+    if r.failed and ev is not None and (verbose or ev.exit_code not in (0, None) or ev.stderr_tail
+                                        or not any(i.status is Status.FAILED for i in r.items)):
+        lines.append([("    ", ""), ("command:", "dim"), (f" {ev.command}  ", ""), ("exit:", "dim"),
+                      (f" {ev.exit_code}  ", ""), ("took:", "dim"), (f" {ev.seconds}s", "")])
+        if ev.stderr_tail:
+            lines.append([("    ", ""), ("stderr (last lines):", "dim")])
+            lines.extend([(f"      {x}", "")] for x in ev.stderr_tail)
+    lines.extend(_node_notes(r))
+    if r.data.get("chosen_playbook"):  # from a playbook set, by the host's versions (tasks/registry.py)
+        lines.append([("    ", ""), ("playbook:", "dim"), (f" {r.data['chosen_playbook']}", "")])
+    if r.data.get("next"):  # what to do next: once per result, so once per folded group; always last
+        lines.extend(next_lines(r.data["next"], "    "))
+    return lines, table
+
+
+def next_lines(nxt: Any, indent: str) -> list[Line]:
+    """`next: why`, then each command alone on its line (what a triple-click copies, whole at any width: the
+    terminal wraps it, nothing cuts it). A plain string is one command."""
+    if isinstance(nxt, str):
+        why, commands = "", [nxt]
+    else:
+        why, commands = str(nxt.get("why") or ""), [str(c) for c in nxt.get("commands") or ()]
+    out: list[Line] = [[(indent, ""), ("next:", "bold"), *([(f" {why}", "")] if why else [])]]
+    out.extend([(indent + "  ", ""), (command, COMMAND)] for command in commands)
+    return out
+
+
+def _node_notes(r: Result) -> list[Line]:
+    """What the node did or let pass on the way, whatever the task: files quarantined or tidied, warnings."""
+    lines: list[Line] = []
+    for moved in r.data.get("quarantined") or ():  # what the node tidied on the way, whatever the task
+        text = (f" quarantined corrupt state file {moved.get('path')} ({moved.get('why')}); moved to "
+                f"{moved.get('moved_to')}")
+        lines.append([("    ", ""), ("node:", "yellow"), (text, "")])
+    for path in r.data.get("removed_temp_files") or ():
+        lines.append([("    ", ""), ("node:", "yellow"), (f" removed a dead upload's temp file {path}", "")])
+    for text in r.data.get("node_warnings") or ():  # what the operator let pass (--allow-insecure-venv)
+        lines.append([("    ", ""), ("node warning:", "yellow"), (f" {text}", "")])
+    return lines
+
+
+def _item_detail_lines(details: dict[str, Any], verbose: bool) -> list[str]:
+    out: list[str] = []
+    for drift in details.get("drift", []):
+        if drift.get("hunk") is None:
+            out.append(drift.get("message", ""))
+            continue
+        out.append(f"hunk {drift['hunk']} {drift['header']}: {drift['state']} near line {drift['near_line']}")
+        diff = drift.get("first_difference")
+        if diff:
+            out.append(f"  line {diff['line']}: expected {diff['expected']!r}")
+            out.append(f"  {' ' * len(str(diff['line']))}       found    {diff['found']!r}")
+    if details.get("diff_text") and details.get("show_diff"):
+        out.extend(details["diff_text"].rstrip("\n").splitlines())
+    evidence = details.get("evidence", [])
+    for ev in evidence[:EVIDENCE_SHOWN]:
+        if isinstance(ev, dict):
+            if {"file", "line", "callee", "error"} <= set(ev):
+                out.append(f"{ev['file'].rsplit('/', 1)[-1]}:{ev['line']}: {ev['callee']}: {ev['error']}")
+            elif "line" in ev and "text" in ev:
+                out.append(f"line {ev['line']}: {ev['text']}")
+            else:
+                out.append(", ".join(f"{k}={v}" for k, v in ev.items()))
+        else:
+            out.extend(str(ev).splitlines()[-3:])
+    total = max(len(evidence), details.get("matches") or 0)  # a grep counts lines past those it answers with
+    if total > EVIDENCE_SHOWN:
+        kept = "all" if total == len(evidence) else f"the first {len(evidence)}"
+        out.append(f"and {total - EVIDENCE_SHOWN} more (--json for {kept})")
+    if details.get("stderr_tail"):
+        out.append("stderr (last lines):")
+        out.extend("  " + x for x in details["stderr_tail"][-10:])
+    if details.get("proves"):
+        out.append(f"proves: {details['proves']}; cannot prove: {details['cannot']}")
+    for note in details.get("notes", []):
+        out.append(note)
+    return out

@@ -1,0 +1,64 @@
+"""rich, loaded at the first draw, and the ways data becomes rich markup: escape() (secrets masked, controls
+made visible, markup escaped), markup() (a drawn line's segments), stream_console() and text() (emoji codes
+printed as written)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from ..redaction import RedactingStream, shown
+from ..results import reader_gone
+from .fold import COMMAND, LABEL, Line
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+_RICH: SimpleNamespace | None = None
+RICH_LOCK = threading.RLock()  # the Reporter's console property holds it while rich() loads
+
+
+def rich() -> SimpleNamespace:
+    """The parts of rich the report draws with, imported at the first draw, not with the module:
+    importing rich is ~30 ms of a run's start-up, and a run imports this module before it connects anywhere;
+    run.execute has the main thread load it while the first connections are in their handshakes."""
+    global _RICH
+    if _RICH is None:
+        with RICH_LOCK:
+            if _RICH is None:
+                from rich.console import Console, Group
+                from rich.markup import escape
+                from rich.table import Table
+                from rich.text import Text
+
+                class PipedConsole(Console):
+                    def on_broken_pipe(self) -> None:
+                        # rich's hook for a closed pipe (`| head`); its own exits 1, a failed run's status
+                        self.quiet = True
+                        raise SystemExit(reader_gone(self.file))
+
+                _RICH = SimpleNamespace(Console=PipedConsole, Group=Group, escape=escape, Table=Table, Text=Text)
+    return _RICH
+
+
+def escape(text: str) -> str:
+    """Data → rich markup that prints it as written: secrets masked, controls visible, markup escaped."""
+    return rich().escape(shown(text))
+
+
+def markup(line: Line, label: str) -> str:
+    """Segments → rich markup, the label slot filled in (a command segment drawn bold)."""
+    return "".join(f"[{'bold' if style == COMMAND else style}]{escape(label if text == LABEL else text)}[/]"
+                   if style else escape(label if text == LABEL else text) for text, style in line)
+
+
+# emoji=False, here and in text(): rich would turn a node's `:warning:` into an emoji (escape() covers markup,
+# not emoji codes)
+def stream_console(stream: Any) -> Console:
+    return rich().Console(file=RedactingStream(stream), highlight=False, soft_wrap=True, emoji=False)
+
+
+def text(markup_text: str) -> Text:
+    return rich().Text.from_markup(markup_text, emoji=False)
