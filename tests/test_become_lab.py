@@ -185,6 +185,17 @@ def test_ask_become_pass_sends_the_password_only_to_sudo(world):
             assert PASSWORD.encode() not in path.read_bytes(), path
 
 
+def test_ask_become_pass_asks_nothing_when_no_host_of_the_run_becomes(world):
+    lab, _, _, _ = world
+    # stdin holds no password line: asking would read an empty line and refuse (exit 2)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "fabric", "-H", "asuser", "ping", "--ask-become-pass"],
+                          cwd=lab.root, input="", capture_output=True, text=True, env=env, timeout=300)
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "asuser | ping | ok" in proc.stdout, both
+    assert "no host of this run has `become: sudo`; no password asked" in both, both
+
+
 def test_an_sftp_server_that_does_not_start_is_named(world):
     lab, node, top, _ = world
     shutil.rmtree(top / "home" / ".fleetops", ignore_errors=True)  # no agent yet: it must be uploaded

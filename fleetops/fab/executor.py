@@ -116,6 +116,8 @@ class FleetExecutor(fabric.Executor):
             self._connect_settings(state, run_opts)
             run = assemble(state, [host_str], steps, limit=self._limit(run_opts), dry=self._dry())
             state.inventory.targets(run.hosts)  # an example inventory's host: bad input, before any connection
+            if run_opts.get("ask_become_pass"):
+                self._become_password(state, run.hosts)
         except (ConfigError, UnknownHost, RangeError) as exc:  # a file or a host name: the message names it
             state.reporter.error(str(exc))
             raise Exit(code=EXIT_USAGE) from None
@@ -149,13 +151,20 @@ class FleetExecutor(fabric.Executor):
         state.use_ssh_config(self._option("ssh-config", ""), [keys] if isinstance(keys, str) else list(keys),
                              self.config.connect_kwargs.get("passphrase"))  # --prompt-for-passphrase
         state.inventory.allow_insecure_venv = bool(run_opts.get("allow_insecure_venv"))
-        if run_opts.get("ask_become_pass"):
-            state.inventory.become_password = ask_become_pass()
         state.inventory.command_line = CommandLine(
             user=self._option("user", "") or run_opts.get("user"),
             port=self._option("port", "") or run_opts.get("port"),
             identity_files=tuple(str(k) for k in self._option("identity", "") or []),
             connect_timeout=self._option("connect-timeout", ""))
+
+    @staticmethod
+    def _become_password(state: Any, hosts: list) -> None:
+        """--ask-become-pass: asked once, only when a host of this run logs in with `become:`; a password no
+        host would use is not asked for (a script piping one in would hang or lose its stdin otherwise)."""
+        if any(getattr(h, "become", None) for h in hosts):
+            state.inventory.become_password = ask_become_pass()
+        else:
+            state.reporter.note("--ask-become-pass: no host of this run has `become: sudo`; no password asked")
 
     def _limit(self, run_opts: dict[str, Any]) -> str:
         return str(self._option("limit", "FLEETOPS_LIMIT") or run_opts.get("limit") or "")
