@@ -291,10 +291,11 @@ def clean_stale_temps(path: str) -> list[str]:
 
 
 def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | None = None,
-                 point: str = "write") -> None:
+                 point: str = "write", durable: bool = True) -> None:
     """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half.
 
-    `like` copies mode and ownership from an existing file (the file being replaced)."""
+    `like` copies mode and ownership from an existing file (the file being replaced). `durable=False` skips
+    the fsyncs (still old or new, never half, while the machine stays up): for notes a crash may lose."""
     directory = os.path.dirname(path) or "."
     st = os.stat(like) if like else None
     clean_stale_temps(path)
@@ -306,7 +307,8 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | No
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         if st is not None:
@@ -326,7 +328,8 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | No
             exc.filename = path  # write() and fsync() name no file; "no space left on device" alone names no disk
         raise
     failpoint(f"{point}.after_rename", path)
-    fsync_dir(directory)
+    if durable:
+        fsync_dir(directory)
 
 
 def ensure_dir(path: str) -> None:
@@ -340,8 +343,9 @@ def ensure_dir(path: str) -> None:
     trusted_stat(path, want_dir=True)
 
 
-def write_json_atomic(path: str, obj: object, point: str = "json") -> None:
-    atomic_write(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode=0o600, point=point)
+def write_json_atomic(path: str, obj: object, point: str = "json", durable: bool = True) -> None:
+    atomic_write(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode=0o600, point=point,
+                 durable=durable)
 
 
 QUARANTINED: list[dict] = []  # corrupt state files moved aside during this op; agent.main reports them
@@ -439,9 +443,9 @@ class NodeLock:
         previous = read_json(self.info_path, on_corrupt="quarantine")
         if previous:  # we hold the flock, so its holder is gone (its pid may name another process by now)
             self.took_over = previous  # it died mid-operation: a holder removes lock.json before it lets go
-        try:
+        try:  # not durable: it names the holder for a refused operator; the flock is the lock
             write_json_atomic(self.info_path, {"operator": self.operator, "op": self.op, "pid": os.getpid(),
-                                               "since": now_iso()}, point="lock.info")
+                                               "since": now_iso()}, point="lock.info", durable=False)
             failpoint("lock.acquired")
         except BaseException:  # an interrupt here: `with` calls no __exit__ for a failed __enter__
             self.__exit__()

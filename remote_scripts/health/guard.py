@@ -13,9 +13,9 @@ from collections.abc import Callable
 from ..core import drainmark
 from ..core.nodeio import NodeError
 from ..core.protocol import WOULD_WORDS
+from ..jobs.launchlock import LaunchLock
 from ..jobs.liveness import running_job
 from ..jobs.records import jobs_dir
-from ..jobs.start import LaunchLock
 from ..patch import patching
 
 

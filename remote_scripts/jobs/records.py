@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import time
 from collections.abc import Callable
 
@@ -64,7 +63,7 @@ def expand(value: object, mapping: dict[str, str]) -> object:
 
 def new_job_dir(base: str, name: str) -> tuple[str, str]:
     """A new job's id (its name, the UTC time, 4 random hex digits) and its directory under `base`, created."""
-    job_id = f"{name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+    job_id = f"{name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.urandom(2).hex()}"
     job_dir = os.path.join(base, job_id)
     ensure_dir(job_dir)
     return job_id, job_dir

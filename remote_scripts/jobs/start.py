@@ -4,7 +4,6 @@ process is on record (or its keeper refused)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -18,48 +17,16 @@ from ..core.launch import shown as shown_argv
 from ..core.nodeio import (
     NodeError,
     atomic_write,
-    ensure_dir,
     failpoint,
     now_iso,
-    open_state_file,
     read_json,
     write_json_atomic,
 )
 from .keeper import end_record, record_end
+from .launchlock import LaunchLock
 from .liveness import job_state, running_job
 from .procscan import tag_index
 from .records import LOG, SECRET_ENV, all_jobs, drop_secrets, expand, jobs_dir, new_job_dir, public, set_current
-
-LAUNCH_LOCK = "launch.lock"
-LAUNCH_LOCK_WAIT_S = 60.0
-
-
-class LaunchLock:
-    """jobs/launch.lock (flock): the running check and the launch of one job are one step per node, so two
-    `extract` at the same moment launch one job and refuse the other; patch and rollback hold it while they look
-    for a running job and write (health/guard.py), so no job starts between that look and the write."""
-
-    def __init__(self, state_dir: str) -> None:
-        self.path = os.path.join(jobs_dir(state_dir), LAUNCH_LOCK)
-        self.fd = -1
-
-    def __enter__(self) -> LaunchLock:
-        ensure_dir(os.path.dirname(self.path))
-        self.fd = open_state_file(self.path, os.O_RDWR | os.O_CREAT)
-        deadline = time.monotonic() + LAUNCH_LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(self.fd)
-                    raise NodeError(f"another launch held {self.path} for {LAUNCH_LOCK_WAIT_S:.0f} s; run again",
-                                    kind="locked") from None
-                time.sleep(0.05)
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)  # releases the flock
 
 
 def _leftovers(state_dir: str) -> tuple[str, list[int]] | None:

@@ -1,0 +1,55 @@
+"""What an agent start loads and writes for the requests every run sends (patch, verify): patch's guard
+looks for a running job without loading the job launcher (subprocess, ctypes, the keeper), a job id needs no
+`secrets`, and the node lock's holder note is written without fsync (the flock is the lock; the note only
+names the holder). Each is node CPU on every run (docs/perf.md has the figures)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+from remote_scripts.core import nodeio
+
+
+def _modules_after(statement: str) -> set[str]:
+    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-I", "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, check=True).stdout
+    return set(json.loads(out))
+
+
+def test_patch_guard_leaves_the_launcher_unloaded():
+    loaded = _modules_after("import remote_scripts.health.guard")
+    assert "remote_scripts.jobs.launchlock" in loaded  # the guard does take the launch lock
+    assert not {"remote_scripts.jobs.start", "remote_scripts.jobs.keeper", "subprocess", "ctypes",
+                "secrets"} & loaded
+
+
+def test_the_launcher_still_takes_the_same_lock():
+    from remote_scripts.jobs import launchlock, start
+
+    assert start.LaunchLock is launchlock.LaunchLock
+
+
+def test_a_new_job_id_is_random_without_secrets(tmp_path):
+    from remote_scripts.jobs.records import new_job_dir
+
+    ids = {os.path.basename(new_job_dir(str(tmp_path), "extract")[0]) for _ in range(20)}
+    assert len(ids) > 10 and all(i.startswith("extract-") and len(i.rsplit("-", 1)[1]) == 4 for i in ids)
+
+
+def test_the_lock_note_skips_fsync_and_state_writes_keep_it(tmp_path, monkeypatch):
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    with nodeio.NodeLock(str(state), "op@laptop", "patch"):
+        assert json.loads((state / "lock.json").read_text())["operator"] == "op@laptop"
+    assert calls == []
+    nodeio.write_json_atomic(str(state / "record.json"), {"a": 1})
+    assert len(calls) == 2  # the file, then its directory
