@@ -129,3 +129,32 @@ def test_trust_takes_the_bare_hash_with_or_without_its_prefix(lab, tmp_path):
     assert proc.returncode == 0 and first["status"] == "changed" and offered in first["msg"], first
     assert proc2.returncode == 0 and second["status"] == "changed", second
     assert known.read_text().split()[0] == f"[127.0.0.1]:{node.port}", known.read_text()
+
+
+def test_openssh_reaches_a_host_behind_a_jump_mapping_with_the_printed_config(lab, tmp_path):
+    """`fab ssh-config` prints the mapping's jump as a block of its own, with the keys fleetops uses: real ssh,
+    with a HOME that holds no key or known_hosts, logs in through it with strict host keys."""
+    jump = lab.node("lab02")
+    env = bare_env(tmp_path)
+    hosts_only = tmp_path / "targets_known_hosts"
+    jump_known = tmp_path / "jump_known_hosts"
+    lines = lab.known_hosts.read_text().splitlines()
+    hosts_only.write_text("".join(f"{ln}\n" for ln in lines if not ln.startswith(f"[127.0.0.1]:{jump.port} ")))
+    jump_known.write_text("".join(f"{ln}\n" for ln in lines if ln.startswith(f"[127.0.0.1]:{jump.port} ")))
+    mapping = f"{{address: 127.0.0.1, port: {jump.port}, user: {lab.user}, known_hosts: {jump_known}}}"
+    path = write_host(lab, tmp_path, "viamap", hosts_only, mapping)
+    try:
+        proc = run_fab(lab.root, "ssh-config", "--host", "viamap", env=env, timeout=120)
+    finally:
+        path.unlink()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    alias = f"jump-127.0.0.1-{jump.port}"
+    assert f"    ProxyJump {alias}\n" in proc.stdout and f"Host {alias}\n" in proc.stdout, proc.stdout
+    conf = tmp_path / "ssh_config"
+    conf.write_text(proc.stdout)
+    log = jump.dir / "sshd.log"
+    before = log.stat().st_size
+    ssh = subprocess.run(["ssh", "-F", str(conf), "-o", "BatchMode=yes", "viamap", "echo", "reached"],
+                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **env})
+    assert ssh.returncode == 0 and ssh.stdout.strip() == "reached", ssh.stderr
+    assert f"Accepted publickey for {lab.user} from 127.0.0.1" in logged_since(log, before)  # through the jump

@@ -76,3 +76,27 @@ def test_a_bad_jump_is_refused_at_its_line(tmp_path):
     inv = inventory(tmp_path, "bastoin")
     with pytest.raises(UnknownHost, match="did you mean 'bastion'"):
         jump_of(inv.hosts["gpu01"], inv)
+
+
+@pytest.mark.parametrize("jump", ["root@127.0.0.1:2222", "{address: 127.0.0.1, port: 2222, user: root, "
+                                  "identity_file: /keys/jump_key, known_hosts: /keys/jump_known}"])
+def test_ssh_config_reaches_the_jump_with_the_keys_fleetops_uses(tmp_path, jump):
+    import paramiko
+
+    from fleetops.plans.sshconfig_out import render
+
+    inv = inventory(tmp_path, jump)
+    config = paramiko.SSHConfig.from_text(render(inv))
+    hop = config.lookup(config.lookup("gpu01")["proxyjump"])
+    want = jump_of(inv.hosts["gpu01"], inv)
+    assert (hop["hostname"], int(hop["port"]), hop["user"]) == (want.address, want.port, want.user)
+    assert (hop["identityfile"], hop["userknownhostsfile"]) == ([want.identity_file], want.known_hosts)
+    assert hop["identitiesonly"] == "yes" and hop["stricthostkeychecking"] == "yes"
+
+
+def test_ssh_config_leaves_an_inventory_name_or_an_ssh_config_alias_as_named(tmp_path):
+    from fleetops.plans.sshconfig_out import render
+
+    assert "    ProxyJump bastion\n" in render(inventory(tmp_path, "bastion"))
+    text = render(inventory(tmp_path, "root@bastion.example:2222", aliases=frozenset({"bastion.example"})))
+    assert "    ProxyJump root@bastion.example:2222\n" in text and text.count("Host ") == 2

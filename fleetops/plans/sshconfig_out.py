@@ -1,6 +1,7 @@
 """`fab ssh-config`: the inventory as an OpenSSH client config, so plain `ssh lab01` (through `ssh -F FILE` or
-an `Include`) reaches a node with exactly the settings fleetops uses: address, port, user, key, jump host,
-known_hosts, and strict host-key checking (fleetops never accepts an unknown key; neither will ssh).
+an `Include`) reaches a node with exactly the settings fleetops uses: address, port, user, key, jump host (a
+jump the inventory gives keys to is a block of its own, `jump-ADDRESS-PORT`), known_hosts, and strict host-key
+checking (fleetops never accepts an unknown key; neither will ssh).
 
 Pure: inventory in, text out. wire/ssh.py decides what fleetops itself connects with; `host_params` is
 that decision restated for one host, and tests/test_oncall_lab.py checks that paramiko's SSHConfig reads
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 
 from .inventory import Host, Inventory
+from .jumphost import jump_of
 from .yamlsrc import ConfigError
 
 # OpenSSH expands %-tokens and ~ in these and splits unquoted values at blanks; a double quote cannot be
@@ -50,6 +52,26 @@ _SPELLING = {"hostname": "HostName", "port": "Port", "user": "User", "identityfi
              "stricthostkeychecking": "StrictHostKeyChecking", "connecttimeout": "ConnectTimeout"}
 
 
+def _settings(host: Host, params: dict[str, str]) -> list[str]:
+    return [f"    {_SPELLING[key]} {_value(host, _SPELLING[key], params[key])}" for key in _ORDER if key in params]
+
+
+def _jump_alias(jump: Host, inventory: Inventory, jumps: dict[tuple, tuple[str, Host]]) -> str | None:
+    """The Host block a keyed jump is printed as (its own name, so no other ssh to that address takes its
+    keys); None for a jump ssh_config decides (an alias, or no key in the inventory): ProxyJump names it as is."""
+    if jump.plain or inventory.hosts.get(jump.name) is jump:
+        return None
+    key = tuple(sorted(host_params(jump).items()))
+    if key not in jumps:
+        taken = set(inventory.hosts) | {alias for alias, _ in jumps.values()}
+        base, n = f"jump-{jump.address}-{jump.port}", 2
+        alias = base
+        while alias in taken:
+            alias, n = f"{base}-{n}", n + 1
+        jumps[key] = (alias, jump)
+    return jumps[key][0]
+
+
 def render(inventory: Inventory, hosts: list[Host] | None = None, origin: str = "") -> str:
     """One `Host` block per inventory host (example inventories' hosts are left out: fleetops refuses
     them too). `origin` names the inventory in the header comment."""
@@ -60,17 +82,20 @@ def render(inventory: Inventory, hosts: list[Host] | None = None, origin: str = 
            "# (ssh -F <(fab ssh-config) cannot work: ssh closes inherited descriptors before reading -F.)",
            "# Strict host keys: trust a new node with `fab -H HOST trust --fingerprint SHA256:...` first."]
     skipped = [h.name for h in chosen if h.example]
+    jumps: dict[tuple, tuple[str, Host]] = {}  # a keyed jump's settings -> its block's name and host
     for host in chosen:
         if host.example:
             continue
         params = host_params(host)
+        if host.jump and host.jump not in inventory.hosts:
+            params["proxyjump"] = _jump_alias(jump_of(host, inventory), inventory, jumps) or host.jump
         lines = [f"Host {host.name}"]
         if host.groups:
             lines.insert(0, f"# groups: {', '.join(host.groups)}")
-        for key in _ORDER:
-            if key in params:
-                lines.append(f"    {_SPELLING[key]} {_value(host, _SPELLING[key], params[key])}")
-        out += ["", *lines]
+        out += ["", *lines, *_settings(host, params)]
+    for alias, jump in jumps.values():
+        out += ["", f"# the jump host {jump.name}, with the keys fleetops reaches it with", f"Host {alias}",
+                *_settings(jump, host_params(jump))]
     if skipped:
         out += ["", f"# left out (example inventory, never contacted): {', '.join(skipped)}"]
     return "\n".join(out) + "\n"

@@ -12,7 +12,7 @@ import paramiko
 from fabric import Config, Connection
 
 from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
-from ..plans.jumps import keyed_jump, with_keys
+from ..plans.jumphost import jump_of
 from .connector import TransportError
 from .fabconfig import fabric_config, plain_keys, typed_passphrase
 from .hostkeys import StrictClient, known_hosts_files, strict_client
@@ -81,24 +81,6 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
     cxn.fleetops_host = host  # a refused jump host's own known_hosts, for the error's next step (errors.py)
     _strict_gateways(cxn)
     return cxn
-
-
-def jump_of(host: Host, inventory: Inventory | None) -> Host:
-    """The Host `host`'s connection goes through (plans/jumps.py says how the inventory's keys apply). Raises
-    UnknownHost for a word that is neither an inventory name nor an address or ssh_config alias."""
-    assert host.jump is not None
-    origin = inventory.hosts.get(host.name, host) if inventory is not None else host
-    if origin.jump != host.jump:
-        origin = host
-    if host.jump_host is not None:
-        return with_keys(host.jump_host, origin)
-    user, name, port = split_target(host.jump)
-    if inventory is None:
-        return keyed_jump(plain_host(host.jump), origin, frozenset) or plain_host(host.jump)
-    jump = inventory.resolve(host.jump)  # an inventory name, or UnknownHost with a "did you mean" for a typo
-    if host.jump in inventory.hosts or (name in inventory.hosts and (user or port)):
-        return jump
-    return keyed_jump(plain_host(host.jump), origin, inventory.aliases) or plain_host(host.jump)
 
 
 def _ssh_config_keys(cxn: Connection) -> None:
