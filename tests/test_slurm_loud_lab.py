@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -86,10 +87,18 @@ def spawn(project: Path, job: str = "spawner") -> tuple[dict, str, int | None]:
     return res["job"], res["slurm_job_id"], int(m.group(1))
 
 
+def follow(project: Path) -> subprocess.Popen:
+    """`fab -H login01 tail` in the background, as an operator leaves it following a job."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "fabric", "-H", "login01", "tail"], cwd=project, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def test_controller_down_mid_job_status_and_stop_fail_naming_it_then_running_once_it_is_back(cluster):
     project, slurm = cluster["project"], cluster["slurm"]
     job, sid, child = spawn(project)
     assert slurm.stop_controller()
+    follower = follow(project)  # started while the controller is away: it follows the log, it does not end
     rc, st, took = fab(project, "status")
     assert rc != 0 and st["status"] == "failed" and st["data"]["state"] == "unknown", st
     assert "UNKNOWN: Slurm's controller cannot be reached" in st["msg"] and "is DOWN" in st["msg"], st["msg"]
@@ -109,6 +118,7 @@ def test_controller_down_mid_job_status_and_stop_fail_naming_it_then_running_onc
     assert found["slurm"]["verdict"] == "UNKNOWN" and "controller cannot be reached" in found["slurm"]["msg"], found
     assert rc >= 21, (rc, found["slurm"])
 
+    assert follower.poll() is None, follower.communicate()[0]
     slurm.up()  # slurmctld again, with its saved state: the queue is kept
     assert slurm.running("slurmctld") and "-c" not in Path(f"/proc/{slurm.running('slurmctld')}/cmdline") \
         .read_bytes().split(b"\0")
@@ -120,6 +130,11 @@ def test_controller_down_mid_job_status_and_stop_fail_naming_it_then_running_onc
     assert f"cancelled job {job['id']} (Slurm job {sid}) with scancel: Slurm says CANCELLED" in stop["msg"], stop
     assert squeue(slurm, sid) == []
     wait_for(lambda: not alive(child), "the job's child gone", 60)
+    out = follower.communicate(timeout=120)[0]
+    assert follower.returncode == 0 and "Traceback" not in out, out  # ended by fleetops' own stop: 0
+    gone = out.index("the job may still be running: following its log until Slurm answers again")
+    assert "Slurm's controller cannot be reached" in out[:gone] and gone < out.index("controller answers again") \
+        < out.index(f"job {job['id']} cancelled"), out
     rc, st, _ = fab(project, "status")
     assert rc == 0 and st["data"]["state"] == "cancelled", st  # fleetops' own stop: 0, in the README's table
     assert re.search(r"cancelled by fab stop at \S+ \(its task got signal 15\)", st["msg"]), st["msg"]

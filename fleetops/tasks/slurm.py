@@ -217,6 +217,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     link = Reconnect(run.interrupted)  # Ctrl-C closes the link on purpose: not a lost connection
     last_progress: dict[int, dict] = {}
     seen_states: list[str] = []
+    blind = False  # Slurm's controller could not be asked at the last poll
     reporter = run.reporter
     while True:
         if run.interrupted.is_set():
@@ -247,6 +248,9 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             _note_state(run, host, job, rows, word)
         _show_output(run, watch, host, job_id, shards, answer, attached=offsets is None, last_progress=last_progress)
         offsets = answer["next_offsets"]
+        blind = _controller_gone(run, host, rows, answer, blind)
+        if blind:
+            continue  # the job may still be writing: its log is followed until Slurm can say how it ended
         if word not in ("running", "pending") and not any(answer["data"]):
             code = sv.code(rows, job)
             end = sv.describe(rows, job)
@@ -255,6 +259,22 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                           data={"job_id": job_id, "state": word, "tasks": rows, "states_seen": seen_states,
                                 "bytes": offsets, "failures": watch.failures[:20],
                                 "last_progress": {t: bar(p) for t, p in last_progress.items()}})
+
+
+def _controller_gone(run: RunState, host: str, rows: list[dict], answer: dict, was: bool) -> bool:
+    """Whether to go on following while Slurm's controller cannot be asked: yes until every task has written
+    its exit record (then the job is over, and the tail ends as `status` would say). Said once when it goes
+    away, once when it answers again."""
+    problem = rows[0].get("controller") if rows else ""
+    ended = len(answer.get("exits") or {}) >= len(rows)
+    if problem and not ended:
+        if not was:
+            run.reporter.note(f"{host} | {problem}; the job may still be running: following its log until Slurm "
+                              "answers again (Ctrl-C detaches)")
+        return True
+    if was and not problem:
+        run.reporter.note(f"{host} | Slurm's controller answers again")
+    return False
 
 
 def _note_state(run: RunState, host: str, job: dict, rows: list[dict], word: str) -> None:
