@@ -21,6 +21,7 @@ import pytest
 from conftest import REPO, fab_json, run_fab
 from faultkit import arm, disarm, hit_file
 from polling import wait_for
+from slurmlogin import login_node_cluster
 
 from fleetops.lab import base_dir
 from fleetops.lab.slurm import SlurmLab
@@ -32,27 +33,7 @@ DEADLINE = 300  # a loaded 2-core machine: the tiny model's extraction takes ten
 
 @pytest.fixture(scope="module")
 def cluster(lab_factory, slurm_tools, root_user, tmp_path_factory):
-    # A lab of its own: its inventory gains the Slurm login node, and the cluster's daemons run as root.
-    slurm = SlurmLab(tmp_path_factory.mktemp("slurm") / "cluster")
-    stopped = None
-    try:
-        with lab_factory.own("slurm", 1) as lab:
-            try:
-                slurm.up()
-                project, node = lab.root, lab.node("lab01")
-                (project / "hosts" / "slurm.yaml").write_text("\n".join([
-                    "# The lab's Slurm login node: lab01's sshd, jobs through the cluster in " + str(slurm.root),
-                    "defaults:", "  address: 127.0.0.1", f"  user: {lab.user}", f"  identity_file: {lab.client_key}",
-                    f"  known_hosts: {lab.known_hosts}", "  lab: true", "hosts:", "  login01:",
-                    f"    port: {node.port}", f"    python: {node.python}", f"    state_dir: {node.state_dir}",
-                    "    groups: [lab]", "    scheduler: slurm", "    partition: gpu", "    gres: gpu:1",
-                    "    time_limit: \"00:30:00\"", "    env:", f"      SLURM_CONF: {slurm.conf}", ""]))
-                yield {"project": project, "lab": lab, "slurm": slurm, "node": node}
-            finally:
-                stopped = slurm.down()
-    finally:
-        assert slurm.leftovers() == [], "a process of the test's Slurm outlived it"
-        assert all(slurm.running(d) is None for d in ("munged", "slurmctld", "slurmd")), stopped
+    yield from login_node_cluster(lab_factory, tmp_path_factory, "slurm")
 
 
 def sh(slurm: SlurmLab, *argv: str) -> subprocess.CompletedProcess:
