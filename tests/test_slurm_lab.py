@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, fab_json, run_fab
 from faultkit import arm, disarm, hit_file
+from hiddenstates import compare_to_reference
 from polling import wait_for
 from slurmlogin import login_node_cluster
 
-from fleetops.lab import base_dir
 from fleetops.lab.slurm import SlurmLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.root("slurmd runs job steps as root")]
@@ -183,26 +183,8 @@ def test_two_shard_job_array(cluster):
     # The same hidden states as the single-task run of test 1 (sample 32*i + j is shard i's sample j).
     reference = cluster.get("reference")
     assert reference is not None, "run the whole module: test 1's single-task output is the reference"
-    script = f"""
-import json, sys
-from safetensors.torch import load_file
-out, ref = {str(out)!r}, {str(reference)!r}
-worst, checked = 0.0, 0
-for task in (0, 1):
-    shard = f"{{out}}/shards/output-{{task}}-of-2"
-    for local, entry in json.load(open(shard + "/manifest.json"))["samples"].items():
-        mine = load_file(shard + "/" + entry["file"])
-        theirs = load_file(ref + f"/sample_{{32 * task + int(local):07d}}.safetensors")
-        assert mine.keys() == theirs.keys() and mine["input_ids"].tolist() == theirs["input_ids"].tolist(), local
-        for key in mine:
-            if key.startswith("hidden_states."):
-                worst = max(worst, (mine[key] - theirs[key]).abs().max().item())
-        checked += 1
-print(json.dumps({{"checked": checked, "worst": worst}}))
-"""
-    proc = subprocess.run([str(base_dir() / "bin" / "python"), "-c", script], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    parts = [(f"{out}/shards/output-{task}-of-2", 32 * task) for task in (0, 1)]
+    result = compare_to_reference(reference, parts)
     assert result["checked"] == 64 and result["worst"] < 1e-5, result
 
 
