@@ -110,7 +110,12 @@ def fab_json_output(project: Path, *args: str, timeout: float = 600, env: dict |
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """hashlib's sha256 of the file, read in 1 MiB chunks (fetch tests hash files of hundreds of MB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def record_sha256(site: Path, module: str) -> str:
