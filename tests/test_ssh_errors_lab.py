@@ -22,7 +22,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from conftest import REPO, run_fab
+from conftest import REPO, fab_json_output, run_fab
 
 from fleetops.plans.inventory import load_inventory
 
@@ -33,14 +33,7 @@ EXIT_UNREACHABLE = 4
 
 def fab_run(project: Path, *args: str, env: dict | None = None) -> tuple[int, dict, str]:
     """`fab ... --json`: (exit status, the JSON document, stdout+stderr) with no traceback anywhere."""
-    proc = run_fab(project, *args, "--json", env=env, timeout=300)
-    both = proc.stdout + proc.stderr
-    assert "Traceback" not in both, both
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{both}") from None
-    return proc.returncode, doc, both
+    return fab_json_output(project, *args, env=env, timeout=300)
 
 
 def only_result(doc: dict) -> dict:
