@@ -157,6 +157,15 @@ def clear_fault_leftovers(node: Node) -> None:
             entry.unlink()
 
 
+def fresh_nodes(lab: Lab) -> Lab:
+    """Every node of the lab started, reset (reset_node) and its failpoints disarmed: a test's clean start."""
+    for node in lab.nodes():
+        lab.start_node(node)
+        reset_node(lab, node)
+        disarm(node)
+    return lab
+
+
 def reset_node(lab: Lab, node: Node) -> None:
     """What the `lab` fixture does before each test, for a node this module dirtied in the middle of one."""
     lab.reset_packages(node)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, REPO, fab_json, run_fab, sha256
-from faultkit import arm, disarm, hit_file, reset_node, temp_files, wait_for
-from sshd_evidence import logs_for
+from faultkit import arm, disarm, fresh_nodes, hit_file, temp_files, wait_for
+from sshd_evidence import logs_for, trace_counts
 
 from fleetops import api
 from fleetops.plans.inventory import load_inventory
@@ -38,7 +38,6 @@ from fleetops.wire.ssh import NodeConnection
 
 pytestmark = pytest.mark.lab
 BOTH = ["lab01", "lab02"]
-TRACE_LINE = re.compile(r"^trace (\S+): (\d+) connections, (\d+) execs, (\d+) uploads$", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +47,7 @@ def lab2(lab_factory):
 
 @pytest.fixture
 def lab(lab2):
-    for node in lab2.nodes():
-        lab2.start_node(node)
-        reset_node(lab2, node)
-        disarm(node)
-    return lab2
+    return fresh_nodes(lab2)
 
 
 def agents_of(node) -> list[int]:  # fleetops.lab.Node
@@ -78,8 +73,7 @@ def test_chain_patch_verify_gpu_is_one_exec_per_host(lab):
     proc = run_fab(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep,compile", "gpu",
                    env={"FLEETOPS_TRACE": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    traced = {m[1]: {"connections": int(m[2]), "execs": int(m[3]), "uploads": int(m[4])}
-              for m in TRACE_LINE.finditer(proc.stdout + proc.stderr)}
+    traced = trace_counts(proc.stdout + proc.stderr)
     assert sorted(traced) == BOTH, proc.stdout + proc.stderr
     for name in BOTH:
         wire = logs[name].settled()

@@ -19,7 +19,16 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, fab_json, run_fab
-from faultkit import arm, disarm, file_sha, hit_file, independent_forms, reset_node, temp_files, wait_for
+from faultkit import (
+    arm,
+    disarm,
+    file_sha,
+    fresh_nodes,
+    hit_file,
+    independent_forms,
+    temp_files,
+    wait_for,
+)
 
 NODES = ("lab01", "lab02", "lab03")
 
@@ -31,11 +40,7 @@ def lab3(lab_factory):
 
 @pytest.fixture
 def lab(lab3):
-    for node in lab3.nodes():
-        lab3.start_node(node)
-        reset_node(lab3, node)
-        disarm(node)
-    return lab3
+    return fresh_nodes(lab3)
 
 
 def fleet(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
