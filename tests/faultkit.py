@@ -179,6 +179,19 @@ def reset_node(lab: Lab, node: Node) -> None:
 
 
 # ---------------------------------------------------------------- processes and sessions, from /proc
+def agents_of(node: Node) -> list[int]:
+    """Pids of the node agent (our zip under this node's state dir) running now, from /proc."""
+    mark = f"{node.state_dir}/bin/fleetops-agent".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
 def running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"

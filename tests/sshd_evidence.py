@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conftest import run_fab
+
 ACCEPTED = re.compile(r"^Accepted publickey for \S+ from \S+ port (\d+) ")
 CONNECTION_FROM = re.compile(r"^Connection from \S+ port (\d+) on ")
 EXEC = re.compile(r"^Starting session: command for \S+ from \S+ port (\d+) id (\d+)$")
@@ -172,3 +174,14 @@ def trace_counts(output: str) -> dict[str, dict[str, int]]:
     """The FLEETOPS_TRACE lines of a run's output, by host: its connections, execs and uploads."""
     return {m[1]: {"connections": int(m[2]), "execs": int(m[3]), "uploads": int(m[4])}
             for m in TRACE_LINE.finditer(output)}
+
+
+def traced_run(project: Path, hosts: list[str], *args: str) -> tuple[dict[str, dict[str, int]], str]:
+    """`fab -H HOSTS ARGS` with FLEETOPS_TRACE=1, which must pass with a trace line for each host: the counts by
+    host (trace_counts), and the run's whole output."""
+    proc = run_fab(project, "-H", ",".join(hosts), *args, env={"FLEETOPS_TRACE": "1"})
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 0, both
+    traced = trace_counts(both)
+    assert sorted(traced) == sorted(hosts), both
+    return traced, both

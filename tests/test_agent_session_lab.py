@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, REPO, fab_json, run_fab, sha256
-from faultkit import arm, disarm, fresh_nodes, hit_file, temp_files, wait_for
-from sshd_evidence import logs_for, trace_counts
+from faultkit import agents_of, arm, disarm, fresh_nodes, hit_file, temp_files, wait_for
+from sshd_evidence import logs_for, traced_run
 
 from fleetops import api
 from fleetops.plans.inventory import load_inventory
@@ -50,19 +50,6 @@ def lab(lab2):
     return fresh_nodes(lab2)
 
 
-def agents_of(node) -> list[int]:  # fleetops.lab.Node
-    """Pids of processes running our agent zip under this node's state dir, from /proc."""
-    mark = f"{node.state_dir}/bin/fleetops-agent".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            pass
-    return found
-
-
 def lock_free(node) -> bool:
     return not (node.state_dir / "lock.json").exists()
 
@@ -70,14 +57,10 @@ def lock_free(node) -> bool:
 def test_chain_patch_verify_gpu_is_one_exec_per_host(lab):
     run_fab(lab.root, "-H", "lab01,lab02", "ping", check=True)  # the agent zip is on both nodes
     logs = logs_for(lab, BOTH)
-    proc = run_fab(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep,compile", "gpu",
-                   env={"FLEETOPS_TRACE": "1"})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    traced = trace_counts(proc.stdout + proc.stderr)
-    assert sorted(traced) == BOTH, proc.stdout + proc.stderr
+    traced, output = traced_run(lab.root, BOTH, "patch", "verify", "--kinds", "grep,compile", "gpu")
     for name in BOTH:
         wire = logs[name].settled()
-        assert traced[name] == {"connections": 1, "execs": 1, "uploads": 0}, proc.stdout + proc.stderr
+        assert traced[name] == {"connections": 1, "execs": 1, "uploads": 0}, output
         assert wire.counts() == traced[name], f"{name}: trace {traced[name]}; {wire.describe()}"
     for node in lab.nodes():  # and the agent of the run is gone once the run is over
         wait_for(lambda node=node: not agents_of(node), f"{node.name}'s agent to exit after the run")

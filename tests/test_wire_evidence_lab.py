@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, REPO, fab_json, run_fab, sha256
-from sshd_evidence import TRACE_LINE, agent_zips, clear_agent_cache, logs_for, trace_counts
+from sshd_evidence import TRACE_LINE, agent_zips, clear_agent_cache, logs_for, traced_run
 
 pytestmark = pytest.mark.lab
 BOTH = ["lab01", "lab02"]
@@ -41,11 +41,7 @@ def test_trace_text_matches_what_the_nodes_logged(lab):
     run_fab(lab.root, "-H", "lab02", "ping", check=True)  # lab02 has the agent already ...
     clear_agent_cache(lab.node("lab01"))  # ... lab01 must be sent it
     logs = logs_for(lab, BOTH)
-    proc = run_fab(lab.root, "-H", "lab01,lab02", "ping", "verify", "--kinds", "compile",
-                   env={"FLEETOPS_TRACE": "1"})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    traced = trace_counts(proc.stdout + proc.stderr)
-    assert sorted(traced) == BOTH, proc.stdout + proc.stderr
+    traced, _ = traced_run(lab.root, BOTH, "ping", "verify", "--kinds", "compile")
     for name in BOTH:
         wire = logs[name].settled()
         assert traced[name] == wire.counts(), f"{name}: trace says {traced[name]}; {wire.describe()}"
