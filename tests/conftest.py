@@ -77,12 +77,13 @@ def copy_playbooks(project: Path) -> None:
 
 
 def run_fab(project: Path, *args: str, env: dict | None = None, timeout: float = 900,
-            check: bool = False, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """`drop`: variables of the test's environment fab must not see (an operator's ssh-agent, say)."""
+            check: bool = False, drop: tuple[str, ...] = (), input: str | None = None) -> subprocess.CompletedProcess:
+    """`drop`: variables of the test's environment fab must not see (an operator's ssh-agent, say); `input`:
+    what fab reads on its stdin (a password it asks for)."""
     inherited = {k: v for k, v in os.environ.items() if k not in drop}
     full_env = {**inherited, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "fabric", *args], cwd=project, capture_output=True, text=True,
-                          env=full_env, timeout=timeout)
+                          env=full_env, timeout=timeout, input=input)
     if check and proc.returncode != 0:
         raise AssertionError(f"fab {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -97,9 +98,9 @@ def fab_json(project: Path, *args: str, **kw) -> tuple[int, dict]:
 
 
 def fab_json_output(project: Path, *args: str, timeout: float = 600, env: dict | None = None,
-                    drop: tuple[str, ...] = ()) -> tuple[int, dict, str]:
+                    drop: tuple[str, ...] = (), input: str | None = None) -> tuple[int, dict, str]:
     """fab_json, plus the whole output (stdout + stderr), in which no traceback may appear."""
-    proc = run_fab(project, *args, "--json", timeout=timeout, env=env, drop=drop)
+    proc = run_fab(project, *args, "--json", timeout=timeout, env=env, drop=drop, input=input)
     both = proc.stdout + proc.stderr
     assert "Traceback" not in both, both
     try:
@@ -109,7 +110,12 @@ def fab_json_output(project: Path, *args: str, timeout: float = 600, env: dict |
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """hashlib's sha256 of the file, read in 1 MiB chunks (fetch tests hash files of hundreds of MB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def record_sha256(site: Path, module: str) -> str:

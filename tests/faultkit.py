@@ -157,6 +157,15 @@ def clear_fault_leftovers(node: Node) -> None:
             entry.unlink()
 
 
+def fresh_nodes(lab: Lab) -> Lab:
+    """Every node of the lab started, reset (reset_node) and its failpoints disarmed: a test's clean start."""
+    for node in lab.nodes():
+        lab.start_node(node)
+        reset_node(lab, node)
+        disarm(node)
+    return lab
+
+
 def reset_node(lab: Lab, node: Node) -> None:
     """What the `lab` fixture does before each test, for a node this module dirtied in the middle of one."""
     lab.reset_packages(node)
@@ -170,6 +179,19 @@ def reset_node(lab: Lab, node: Node) -> None:
 
 
 # ---------------------------------------------------------------- processes and sessions, from /proc
+def agents_of(node: Node) -> list[int]:
+    """Pids of the node agent (our zip under this node's state dir) running now, from /proc."""
+    mark = f"{node.state_dir}/bin/fleetops-agent".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
 def running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conftest import run_fab
+
 ACCEPTED = re.compile(r"^Accepted publickey for \S+ from \S+ port (\d+) ")
 CONNECTION_FROM = re.compile(r"^Connection from \S+ port (\d+) on ")
 EXEC = re.compile(r"^Starting session: command for \S+ from \S+ port (\d+) id (\d+)$")
@@ -33,6 +35,8 @@ CLOSE = re.compile(r"^Close session: user \S+ from \S+ port (\d+) id (\d+)$")
 SFTP_CLOSE = re.compile(r'^close "(.*)" bytes read (\d+) written (\d+)$')
 SFTP_RENAME = re.compile(r'^(?:posix-)?rename old "(.*)" new "(.*)"$')
 AGENT_ZIP = re.compile(r"/fleetops-agent-[0-9a-f]+\.pyz$")
+# The tool's own count of one host's run (FLEETOPS_TRACE=1), what the node's logs are compared with.
+TRACE_LINE = re.compile(r"^trace (\S+): (\d+) connections, (\d+) execs, (\d+) uploads$", re.M)
 
 
 @dataclass
@@ -164,3 +168,20 @@ def agent_zips(node) -> dict[str, tuple[int, int]]:  # fleetops.lab.Node
     if not bin_dir.is_dir():
         return {}
     return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in bin_dir.glob("fleetops-agent-*.pyz")}
+
+
+def trace_counts(output: str) -> dict[str, dict[str, int]]:
+    """The FLEETOPS_TRACE lines of a run's output, by host: its connections, execs and uploads."""
+    return {m[1]: {"connections": int(m[2]), "execs": int(m[3]), "uploads": int(m[4])}
+            for m in TRACE_LINE.finditer(output)}
+
+
+def traced_run(project: Path, hosts: list[str], *args: str) -> tuple[dict[str, dict[str, int]], str]:
+    """`fab -H HOSTS ARGS` with FLEETOPS_TRACE=1, which must pass with a trace line for each host: the counts by
+    host (trace_counts), and the run's whole output."""
+    proc = run_fab(project, "-H", ",".join(hosts), *args, env={"FLEETOPS_TRACE": "1"})
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 0, both
+    traced = trace_counts(both)
+    assert sorted(traced) == sorted(hosts), both
+    return traced, both

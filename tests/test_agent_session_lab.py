@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, REPO, fab_json, run_fab, sha256
-from faultkit import arm, disarm, hit_file, reset_node, temp_files, wait_for
-from sshd_evidence import logs_for
+from faultkit import agents_of, arm, disarm, fresh_nodes, hit_file, temp_files, wait_for
+from sshd_evidence import logs_for, traced_run
 
 from fleetops import api
 from fleetops.plans.inventory import load_inventory
@@ -38,7 +38,6 @@ from fleetops.wire.ssh import NodeConnection
 
 pytestmark = pytest.mark.lab
 BOTH = ["lab01", "lab02"]
-TRACE_LINE = re.compile(r"^trace (\S+): (\d+) connections, (\d+) execs, (\d+) uploads$", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -48,24 +47,7 @@ def lab2(lab_factory):
 
 @pytest.fixture
 def lab(lab2):
-    for node in lab2.nodes():
-        lab2.start_node(node)
-        reset_node(lab2, node)
-        disarm(node)
-    return lab2
-
-
-def agents_of(node) -> list[int]:  # fleetops.lab.Node
-    """Pids of processes running our agent zip under this node's state dir, from /proc."""
-    mark = f"{node.state_dir}/bin/fleetops-agent".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            pass
-    return found
+    return fresh_nodes(lab2)
 
 
 def lock_free(node) -> bool:
@@ -75,15 +57,10 @@ def lock_free(node) -> bool:
 def test_chain_patch_verify_gpu_is_one_exec_per_host(lab):
     run_fab(lab.root, "-H", "lab01,lab02", "ping", check=True)  # the agent zip is on both nodes
     logs = logs_for(lab, BOTH)
-    proc = run_fab(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep,compile", "gpu",
-                   env={"FLEETOPS_TRACE": "1"})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    traced = {m[1]: {"connections": int(m[2]), "execs": int(m[3]), "uploads": int(m[4])}
-              for m in TRACE_LINE.finditer(proc.stdout + proc.stderr)}
-    assert sorted(traced) == BOTH, proc.stdout + proc.stderr
+    traced, output = traced_run(lab.root, BOTH, "patch", "verify", "--kinds", "grep,compile", "gpu")
     for name in BOTH:
         wire = logs[name].settled()
-        assert traced[name] == {"connections": 1, "execs": 1, "uploads": 0}, proc.stdout + proc.stderr
+        assert traced[name] == {"connections": 1, "execs": 1, "uploads": 0}, output
         assert wire.counts() == traced[name], f"{name}: trace {traced[name]}; {wire.describe()}"
     for node in lab.nodes():  # and the agent of the run is gone once the run is over
         wait_for(lambda node=node: not agents_of(node), f"{node.name}'s agent to exit after the run")

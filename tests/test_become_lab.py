@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import GENERATOR, REPO, copy_playbooks, run_fab
+from conftest import GENERATOR, REPO, copy_playbooks, fab_json_output
 
 from fleetops.lab import site_packages
 from fleetops.plans.tables import FACT_COLUMNS
@@ -84,18 +84,7 @@ def world(lab_factory, root_user):
 
 
 def fab(lab, *args: str, stdin: str | None = None) -> tuple[int, dict, str]:
-    if stdin is None:
-        proc = run_fab(lab.root, *args, "--json", timeout=300)
-    else:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
-        proc = subprocess.run([sys.executable, "-m", "fabric", *args, "--json"], cwd=lab.root, input=stdin,
-                              capture_output=True, text=True, env=env, timeout=300)
-    both = proc.stdout + proc.stderr
-    assert "Traceback" not in both, both
-    try:
-        return proc.returncode, json.loads(proc.stdout), both
-    except ValueError:
-        raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{both}") from None
+    return fab_json_output(lab.root, *args, timeout=300, input=stdin)
 
 
 def test_check_as_a_user_who_cannot_write_says_so_instead_of_would_apply(world):

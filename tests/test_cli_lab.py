@@ -19,7 +19,17 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, fab_json, run_fab
-from faultkit import arm, disarm, file_sha, hit_file, independent_forms, reset_node, temp_files, wait_for
+from faultkit import (
+    agents_of,
+    arm,
+    disarm,
+    file_sha,
+    fresh_nodes,
+    hit_file,
+    independent_forms,
+    temp_files,
+    wait_for,
+)
 
 NODES = ("lab01", "lab02", "lab03")
 
@@ -31,11 +41,7 @@ def lab3(lab_factory):
 
 @pytest.fixture
 def lab(lab3):
-    for node in lab3.nodes():
-        lab3.start_node(node)
-        reset_node(lab3, node)
-        disarm(node)
-    return lab3
+    return fresh_nodes(lab3)
 
 
 def fleet(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -282,19 +288,6 @@ def test_a_second_ctrl_c_exits_at_once(lab):
     for node in nodes:  # the client vanished: each agent still unwinds and frees its lock
         wait_for(lambda node=node: lock_free(node.state_dir), f"{node.name}'s lock to be released")
         assert not (node.state_dir / "lock.json").exists()
-
-
-def agents_of(node) -> list[int]:
-    """Pids of the node agent (our zip under this node's state dir) running now, from /proc."""
-    mark = f"{node.state_dir}/bin/fleetops-agent".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            pass
-    return found
 
 
 def test_ctrl_c_during_verify_then_ping_exits_130_and_starts_nothing_new(lab):

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, fab_json
+from conftest import REPO, fab_json, sha256
 
 pytestmark = pytest.mark.lab
 ENV = {"PYTHONPATH": str(REPO), "COLUMNS": "200", "FLEETOPS_NO_LIVE": "1"}
@@ -31,14 +31,6 @@ BIG = 160 * 1000 * 1000
 @pytest.fixture(scope="module")
 def lab(lab_factory):
     return lab_factory.shared(1, __name__)
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _make_tree(top: Path) -> dict[str, str]:
@@ -109,7 +101,7 @@ def test_a_directory_of_1000_files_interrupted_by_ctrl_c_resumes_and_every_sha25
     kept = [rel for rel, f in files.items() if f["status"] == "ok"]
     assert len(kept) == len(complete) and all("same sha256" in files[r]["msg"] for r in kept)
     for rel, sha in want.items():
-        assert sha256_of(copy / rel) == sha, rel  # hashlib over the node's bytes, not fleetops' answer
+        assert sha256(copy / rel) == sha, rel  # hashlib over the node's bytes, not fleetops' answer
     assert not list(copy.rglob("*.part"))
     manifest = dest / "lab01" / "state" / "outdir.sha256"
     check = subprocess.run(["sha256sum", "--check", "--strict", "--quiet", str(manifest)], cwd=copy,

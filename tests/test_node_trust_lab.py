@@ -21,7 +21,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from conftest import run_fab
+from conftest import fab_json_output
 from faultkit import arm, disarm, reset_node, trace
 from polling import wait_for
 
@@ -68,14 +68,7 @@ def node(lab1) -> Node:
 
 def fab(lab: Lab, *args: str) -> tuple[int, dict, str]:
     """`fab -H lab01 ... --json`: (exit status, the JSON document, stdout+stderr); never a traceback."""
-    proc = run_fab(lab.root, "-H", "lab01", *args, "--json", timeout=600)
-    both = proc.stdout + proc.stderr
-    assert "Traceback" not in both, both
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{both}") from None
-    return proc.returncode, doc, both
+    return fab_json_output(lab.root, "-H", "lab01", *args, timeout=600)
 
 
 def result_of(doc: dict) -> dict:

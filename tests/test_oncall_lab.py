@@ -22,7 +22,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from conftest import REPO, fab_json, run_fab
+from conftest import REPO, fab_json, run_fab, sha256
 from polling import wait_for
 
 from fleetops.lab import Lab
@@ -49,14 +49,6 @@ def lab(lab2):
         lab2.start_node(node)
     shutil.rmtree(lab2.root / "fetched", ignore_errors=True)
     return lab2
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def run_job(lab: Lab, host: str, job: str) -> str:
@@ -132,7 +124,7 @@ def test_fetch_default_is_the_latest_jobs_log_and_manifest_per_host_in_parallel(
         r = fetched(doc, host)
         assert r["status"] == "changed" and r["data"]["job_id"] == job
         for f in r["data"]["files"]:
-            assert f["sha256"] == sha256_of(Path(f["remote"])) == sha256_of(Path(f["local"]))
+            assert f["sha256"] == sha256(Path(f["remote"])) == sha256(Path(f["local"]))
     notes = [i["msg"] for i in fetched(doc, "lab01")["items"] if i["label"] == "note"]
     assert notes == [f"no manifest: job {quick} is a command job (only extract jobs write one)"]
     # Again: nothing to copy, and it says why.
@@ -180,7 +172,7 @@ def test_fetch_of_200_mb_killed_mid_transfer_resumes_and_sha256_matches(lab, tmp
     assert f["resumed_from"] == partial and f["fetched_bytes"] == BIG - partial, f
     assert f["sha256"] == want and f"resumed at byte {partial}" in f["msg"]
     final = dest / "lab01" / "state" / "big.bin"
-    assert final.stat().st_size == BIG and sha256_of(final) == want  # independent of fleetops' own hashes
+    assert final.stat().st_size == BIG and sha256(final) == want  # independent of fleetops' own hashes
     assert not part.exists()
     big.unlink()
 

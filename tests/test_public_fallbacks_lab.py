@@ -9,6 +9,7 @@ import json
 import paramiko
 import pytest
 from conftest import fab_json, run_fab
+from logintap import login_order
 from paramiko.auth_handler import AuthHandler
 
 from fleetops import compat
@@ -47,33 +48,13 @@ def test_patch_verify_run_and_a_jump_host_pass_with_public_apis_only(lab, behind
 
 def _wire(monkeypatch) -> list[str]:
     """What each login of this test sent and received, in order, and each exec_command paramiko was asked for."""
-    from paramiko.common import MSG_NAMES
-
-    order: list[str] = []
-    send, exec_command = paramiko.Transport._send_message, paramiko.Channel.exec_command
-    accept, success = AuthHandler._parse_service_accept, AuthHandler._parse_userauth_success
-
-    def sending(self, data):
-        kind = MSG_NAMES.get(data.asbytes()[0] if hasattr(data, "asbytes") else data[0])
-        if kind in ("service-request", "userauth-request", "channel-open"):
-            order.append(f"sent {kind}")
-        return send(self, data)
-
-    def accepted(self, m):
-        order.append("got service-accept")
-        return accept(self, m)
-
-    def logged_in(self, m):
-        order.append("got userauth-success")
-        return success(self, m)
+    order = login_order(monkeypatch, paramiko.Transport, AuthHandler)
+    exec_command = paramiko.Channel.exec_command
 
     def waited_exec(self, command):
         order.append("exec_command")
         return exec_command(self, command)
 
-    monkeypatch.setattr(paramiko.Transport, "_send_message", sending)
-    monkeypatch.setattr(AuthHandler, "_parse_service_accept", accepted)
-    monkeypatch.setattr(AuthHandler, "_parse_userauth_success", logged_in)
     monkeypatch.setattr(paramiko.Channel, "exec_command", waited_exec)
     return order
 

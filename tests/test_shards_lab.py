@@ -10,14 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
 
 import pytest
 from conftest import fab_json, run_fab
 from faultkit import arm, disarm, hit_file
+from hiddenstates import compare_to_reference
 from polling import wait_for
-
-from fleetops.lab import base_dir
 
 pytestmark = pytest.mark.lab
 HOSTS = ["lab01", "lab02", "lab03"]
@@ -137,24 +135,7 @@ def test_sharded_run_killed_shard_resumes_and_union_equals_single_node(lab3):
 
     # The same hidden states as the single-node run.
     pairs = [(str(shard_out(lab, h)), RANGES[h][0]) for h in HOSTS]
-    script = f"""
-import json
-from safetensors.torch import load_file
-ref, worst, checked = {str(reference)!r}, 0.0, 0
-for out, start in {pairs!r}:
-    for local, entry in json.load(open(out + "/manifest.json"))["samples"].items():
-        mine = load_file(out + "/" + entry["file"])
-        theirs = load_file(ref + f"/sample_{{start + int(local):07d}}.safetensors")
-        assert mine.keys() == theirs.keys() and mine["input_ids"].tolist() == theirs["input_ids"].tolist(), local
-        for key in mine:
-            if key.startswith("hidden_states."):
-                worst = max(worst, (mine[key] - theirs[key]).abs().max().item())
-        checked += 1
-print(json.dumps({{"checked": checked, "worst": worst}}))
-"""
-    proc = subprocess.run([str(base_dir() / "bin" / "python"), "-c", script], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = compare_to_reference(reference, pairs)
     assert result["checked"] == TOTAL and result["worst"] < 1e-5, result
 
     # Fleet-wide status: per-host lines plus the aggregated one (in --json: the last host's data["fleet"]).

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import fab_json, fab_json_output, run_fab
-
-from fleetops.lab.slurm import SlurmLab
+from slurmlogin import login_node_cluster
 
 pytestmark = [pytest.mark.lab, pytest.mark.root("slurmd runs job steps as root")]
 BOOK = "tests/playbooks/failing.yaml"
@@ -23,25 +22,7 @@ DEADLINE = 300
 
 @pytest.fixture(scope="module")
 def cluster(lab_factory, slurm_tools, root_user, tmp_path_factory):
-    slurm = SlurmLab(tmp_path_factory.mktemp("slurm") / "cluster")
-    stopped = None
-    try:
-        with lab_factory.own("slurm-store", 1) as lab:
-            try:
-                slurm.up()
-                project, node = lab.root, lab.node("lab01")
-                (project / "hosts" / "slurm.yaml").write_text("\n".join([
-                    "defaults:", "  address: 127.0.0.1", f"  user: {lab.user}", f"  identity_file: {lab.client_key}",
-                    f"  known_hosts: {lab.known_hosts}", "  lab: true", "hosts:", "  login01:",
-                    f"    port: {node.port}", f"    python: {node.python}", f"    state_dir: {node.state_dir}",
-                    "    groups: [lab]", "    scheduler: slurm", "    partition: gpu", "    gres: gpu:1",
-                    "    time_limit: \"00:30:00\"", "    env:", f"      SLURM_CONF: {slurm.conf}", ""]))
-                yield {"project": project, "lab": lab, "slurm": slurm, "node": node}
-            finally:
-                stopped = slurm.down()
-    finally:
-        assert slurm.leftovers() == [], "a process of the test's Slurm outlived it"
-        assert all(slurm.running(d) is None for d in ("munged", "slurmctld", "slurmd")), stopped
+    yield from login_node_cluster(lab_factory, tmp_path_factory, "slurm-store")
 
 
 @pytest.fixture(scope="module")

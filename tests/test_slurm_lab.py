@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, fab_json, run_fab
 from faultkit import arm, disarm, hit_file
+from hiddenstates import compare_to_reference
 from polling import wait_for
+from slurmlogin import login_node_cluster
 
-from fleetops.lab import base_dir
 from fleetops.lab.slurm import SlurmLab
 
 pytestmark = [pytest.mark.lab, pytest.mark.root("slurmd runs job steps as root")]
@@ -32,27 +33,7 @@ DEADLINE = 300  # a loaded 2-core machine: the tiny model's extraction takes ten
 
 @pytest.fixture(scope="module")
 def cluster(lab_factory, slurm_tools, root_user, tmp_path_factory):
-    # A lab of its own: its inventory gains the Slurm login node, and the cluster's daemons run as root.
-    slurm = SlurmLab(tmp_path_factory.mktemp("slurm") / "cluster")
-    stopped = None
-    try:
-        with lab_factory.own("slurm", 1) as lab:
-            try:
-                slurm.up()
-                project, node = lab.root, lab.node("lab01")
-                (project / "hosts" / "slurm.yaml").write_text("\n".join([
-                    "# The lab's Slurm login node: lab01's sshd, jobs through the cluster in " + str(slurm.root),
-                    "defaults:", "  address: 127.0.0.1", f"  user: {lab.user}", f"  identity_file: {lab.client_key}",
-                    f"  known_hosts: {lab.known_hosts}", "  lab: true", "hosts:", "  login01:",
-                    f"    port: {node.port}", f"    python: {node.python}", f"    state_dir: {node.state_dir}",
-                    "    groups: [lab]", "    scheduler: slurm", "    partition: gpu", "    gres: gpu:1",
-                    "    time_limit: \"00:30:00\"", "    env:", f"      SLURM_CONF: {slurm.conf}", ""]))
-                yield {"project": project, "lab": lab, "slurm": slurm, "node": node}
-            finally:
-                stopped = slurm.down()
-    finally:
-        assert slurm.leftovers() == [], "a process of the test's Slurm outlived it"
-        assert all(slurm.running(d) is None for d in ("munged", "slurmctld", "slurmd")), stopped
+    yield from login_node_cluster(lab_factory, tmp_path_factory, "slurm")
 
 
 def sh(slurm: SlurmLab, *argv: str) -> subprocess.CompletedProcess:
@@ -202,26 +183,8 @@ def test_two_shard_job_array(cluster):
     # The same hidden states as the single-task run of test 1 (sample 32*i + j is shard i's sample j).
     reference = cluster.get("reference")
     assert reference is not None, "run the whole module: test 1's single-task output is the reference"
-    script = f"""
-import json, sys
-from safetensors.torch import load_file
-out, ref = {str(out)!r}, {str(reference)!r}
-worst, checked = 0.0, 0
-for task in (0, 1):
-    shard = f"{{out}}/shards/output-{{task}}-of-2"
-    for local, entry in json.load(open(shard + "/manifest.json"))["samples"].items():
-        mine = load_file(shard + "/" + entry["file"])
-        theirs = load_file(ref + f"/sample_{{32 * task + int(local):07d}}.safetensors")
-        assert mine.keys() == theirs.keys() and mine["input_ids"].tolist() == theirs["input_ids"].tolist(), local
-        for key in mine:
-            if key.startswith("hidden_states."):
-                worst = max(worst, (mine[key] - theirs[key]).abs().max().item())
-        checked += 1
-print(json.dumps({{"checked": checked, "worst": worst}}))
-"""
-    proc = subprocess.run([str(base_dir() / "bin" / "python"), "-c", script], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    parts = [(f"{out}/shards/output-{task}-of-2", 32 * task) for task in (0, 1)]
+    result = compare_to_reference(reference, parts)
     assert result["checked"] == 64 and result["worst"] < 1e-5, result
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from conftest import REPO, run_fab
+from conftest import REPO, fab_json_output, run_fab
+from logintap import login_order
 
 from fleetops.plans.inventory import load_inventory
 
@@ -33,14 +34,7 @@ EXIT_UNREACHABLE = 4
 
 def fab_run(project: Path, *args: str, env: dict | None = None) -> tuple[int, dict, str]:
     """`fab ... --json`: (exit status, the JSON document, stdout+stderr) with no traceback anywhere."""
-    proc = run_fab(project, *args, "--json", env=env, timeout=300)
-    both = proc.stdout + proc.stderr
-    assert "Traceback" not in both, both
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON from fab {args}: rc={proc.returncode}\n{both}") from None
-    return proc.returncode, doc, both
+    return fab_json_output(project, *args, env=env, timeout=300)
 
 
 def only_result(doc: dict) -> dict:
@@ -405,32 +399,9 @@ def test_changed_host_key_names_trust_replace_which_replaces_only_the_named_key(
 def _login_order(monkeypatch) -> list[str]:
     """What each login of this test sent and received, in order: 'sent userauth-request', 'got service-accept',
     'sent channel-open', 'got userauth-success'."""
-    from paramiko.common import MSG_NAMES
-
     from fleetops.wire import ssh
 
-    order: list[str] = []
-    send = ssh._FleetTransport._send_message
-    accept, success = ssh._PipelinedAuth._parse_service_accept, ssh._PipelinedAuth._parse_userauth_success
-
-    def sending(self, data):
-        kind = data.asbytes()[0] if hasattr(data, "asbytes") else data[0]
-        if MSG_NAMES.get(kind) in ("service-request", "userauth-request", "channel-open"):
-            order.append(f"sent {MSG_NAMES[kind]}")
-        return send(self, data)
-
-    def accepted(self, m):
-        order.append("got service-accept")
-        return accept(self, m)
-
-    def logged_in(self, m):
-        order.append("got userauth-success")
-        return success(self, m)
-
-    monkeypatch.setattr(ssh._FleetTransport, "_send_message", sending)
-    monkeypatch.setattr(ssh._PipelinedAuth, "_parse_service_accept", accepted)
-    monkeypatch.setattr(ssh._PipelinedAuth, "_parse_userauth_success", logged_in)
-    return order
+    return login_order(monkeypatch, ssh._FleetTransport, ssh._PipelinedAuth)
 
 
 def _ping_with(lab, name: str, key: Path | None = None) -> dict:

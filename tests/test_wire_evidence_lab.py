@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -18,11 +17,10 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, REPO, fab_json, run_fab, sha256
-from sshd_evidence import agent_zips, clear_agent_cache, logs_for
+from sshd_evidence import TRACE_LINE, agent_zips, clear_agent_cache, logs_for, traced_run
 
 pytestmark = pytest.mark.lab
 BOTH = ["lab01", "lab02"]
-TRACE_LINE = re.compile(r"^trace (\S+): (\d+) connections, (\d+) execs, (\d+) uploads$", re.M)
 
 
 def drift(lab, name: str) -> None:
@@ -43,12 +41,7 @@ def test_trace_text_matches_what_the_nodes_logged(lab):
     run_fab(lab.root, "-H", "lab02", "ping", check=True)  # lab02 has the agent already ...
     clear_agent_cache(lab.node("lab01"))  # ... lab01 must be sent it
     logs = logs_for(lab, BOTH)
-    proc = run_fab(lab.root, "-H", "lab01,lab02", "ping", "verify", "--kinds", "compile",
-                   env={"FLEETOPS_TRACE": "1"})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    traced = {m[1]: {"connections": int(m[2]), "execs": int(m[3]), "uploads": int(m[4])}
-              for m in TRACE_LINE.finditer(proc.stdout + proc.stderr)}
-    assert sorted(traced) == BOTH, proc.stdout + proc.stderr
+    traced, _ = traced_run(lab.root, BOTH, "ping", "verify", "--kinds", "compile")
     for name in BOTH:
         wire = logs[name].settled()
         assert traced[name] == wire.counts(), f"{name}: trace says {traced[name]}; {wire.describe()}"

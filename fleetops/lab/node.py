@@ -10,16 +10,11 @@ from remote_scripts.core.procfs import pid_alive, read
 from .common import site_packages
 
 
-@dataclass
-class Node:
-    name: str
-    port: int
+class HostFiles:
+    """Where a lab host's venv, its interpreter and its state directory are, under its own `dir` (shared by a
+    lab node and a scale-lab host)."""
+
     dir: Path
-    # The interpreter its venv was made from, and that interpreter's X.Y; "" for the base venv's (the client's
-    # Python), whose vLLM and other packages the node then reads through a .pth. A node of another Python has
-    # no vLLM: only its own packages (speculators).
-    interpreter: str = ""
-    python_version: str = ""
 
     @property
     def venv(self) -> Path:
@@ -32,6 +27,18 @@ class Node:
     @property
     def state_dir(self) -> Path:
         return self.dir / "state"
+
+
+@dataclass
+class Node(HostFiles):
+    name: str
+    port: int
+    dir: Path
+    # The interpreter its venv was made from, and that interpreter's X.Y; "" for the base venv's (the client's
+    # Python), whose vLLM and other packages the node then reads through a .pth. A node of another Python has
+    # no vLLM: only its own packages (speculators).
+    interpreter: str = ""
+    python_version: str = ""
 
     @property
     def faults_dir(self) -> Path:

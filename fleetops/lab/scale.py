@@ -31,7 +31,9 @@ from pathlib import Path
 from remote_scripts.core.procfs import pid_alive, read
 
 from .common import REFUSE_LAB, LabError, base_dir, refuse_if_asked, say, site_packages
-from .lab import SSHD, Progress
+from .lab import Progress
+from .node import HostFiles
+from .sshd import SSHD, login_lines
 
 LISTEN_PER_SSHD = 16  # OpenSSH's MAX_LISTEN_SOCKS: more ListenAddress lines than this and sshd will not start
 PREFIX = "127.77"  # the hosts' addresses: PREFIX.<i // 250>.<i % 250 + 1>
@@ -40,23 +42,11 @@ PLAYBOOK = Path(__file__).resolve().parent.parent / "playbooks" / "speculators-0
 
 
 @dataclass
-class ScaleHost:
+class ScaleHost(HostFiles):
     name: str
     address: str
     port: int
     dir: Path
-
-    @property
-    def venv(self) -> Path:
-        return self.dir / "venv"
-
-    @property
-    def python(self) -> Path:
-        return self.venv / "bin" / "python"
-
-    @property
-    def state_dir(self) -> Path:
-        return self.dir / "state"
 
 
 def address(i: int) -> str:
@@ -168,19 +158,7 @@ class ScaleLab:
     def _config(self, group: int, hosts: list[ScaleHost]) -> str:
         return "\n".join([
             *[f"ListenAddress {h.address}:{h.port}" for h in hosts],
-            f"HostKey {self.host_key}",
-            f"PidFile {self.dir / f'sshd-{group}.pid'}",
-            f"AuthorizedKeysFile {self.dir / 'authorized_keys'}",
-            f"AllowUsers {self.user}",
-            "PubkeyAuthentication yes",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "PermitRootLogin prohibit-password",
-            "UsePAM no",
-            "StrictModes no",
-            "MaxStartups 1000:30:2000",
-            "MaxSessions 100",
-            "PrintMotd no",
+            *login_lines(self.host_key, self.dir / f"sshd-{group}.pid", self.dir / "authorized_keys", self.user),
             "Subsystem sftp internal-sftp",
             "SetEnv PATH=/usr/local/bin:/usr/bin:/bin SHLVL=1",  # no rc files per exec (see sshd.py)
             "LogLevel ERROR",

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 from remote_scripts.core.nodeio import FAILPOINTS_ENV
 from remote_scripts.core.procfs import pid_alive, stat_fields
@@ -35,19 +36,7 @@ def config(node: Node, user: str) -> str:
     return "\n".join([
         f"Port {node.port}",
         "ListenAddress 127.0.0.1",
-        f"HostKey {node.host_key}",
-        f"PidFile {node.pid_file}",
-        f"AuthorizedKeysFile {node.dir / 'authorized_keys'}",
-        f"AllowUsers {user}",
-        "PubkeyAuthentication yes",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "PermitRootLogin prohibit-password",
-        "UsePAM no",
-        "StrictModes no",
-        "MaxStartups 1000:30:2000",
-        "MaxSessions 100",
-        "PrintMotd no",
+        *login_lines(node.host_key, node.pid_file, node.dir / "authorized_keys", user),
         "ClientAliveInterval 15",
         f"Subsystem sftp {sftp}",
         # SHLVL=1 keeps bash from sourcing ~/.bashrc for every exec (bash does for sshd-started shells at
@@ -59,6 +48,26 @@ def config(node: Node, user: str) -> str:
         "LogLevel VERBOSE",
         "",
     ])
+
+
+def login_lines(host_key: Path, pid_file: Path, authorized_keys: Path, user: str) -> list[str]:
+    """The sshd config lines every lab sshd has (a node's, the scale lab's): its keys and pid file, `user` in by
+    key only, and room for many connections and sessions."""
+    return [
+        f"HostKey {host_key}",
+        f"PidFile {pid_file}",
+        f"AuthorizedKeysFile {authorized_keys}",
+        f"AllowUsers {user}",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PermitRootLogin prohibit-password",
+        "UsePAM no",
+        "StrictModes no",
+        "MaxStartups 1000:30:2000",
+        "MaxSessions 100",
+        "PrintMotd no",
+    ]
 
 
 def allowing(text: str, user: str, users: tuple[str, ...] = (), sftp: str | None = None) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,17 +158,26 @@ def lint(path: str | Path) -> list[Problem]:
     return out
 
 
+def _entries(doc: Mapping, key: str, p: str, not_mapping: str,
+             out: list[Problem]) -> Iterator[tuple[int | None, Mapping]]:
+    """Each mapping of the list under `key`, with its line. A `key` that is not a list, or an entry that is not a
+    mapping (`not_mapping` says what it should be), is a schema problem appended to `out` as it is met, so the
+    problems keep the playbook's order."""
+    items = doc.get(key, [])
+    if not isinstance(items, list):
+        out.append(Problem(p, doc.line_of(key), "schema", f"'{key}' must be a list"))
+        return
+    for i, spec in enumerate(items):
+        if isinstance(spec, Mapping):
+            yield _line(items, i), spec
+        else:
+            out.append(Problem(p, _line(items, i), "schema", not_mapping))
+
+
 def _lint_patches(doc: Mapping, path: Path) -> list[Problem]:
     p = str(path)
-    patches = doc.get("patches", [])
-    if not isinstance(patches, list):
-        return [Problem(p, doc.line_of("patches"), "schema", "'patches' must be a list")]
     out: list[Problem] = []
-    for i, spec in enumerate(patches):
-        line = _line(patches, i)
-        if not isinstance(spec, Mapping):
-            out.append(Problem(p, line, "schema", "a patch entry is a mapping with module and diff (or script)"))
-            continue
+    for line, spec in _entries(doc, "patches", p, "a patch entry is a mapping with module and diff (or script)", out):
         for key in spec:
             if key not in PATCH_KEYS:
                 out.append(Problem(p, spec.line_of(key), "schema", f"unknown patch key {key!r} (known: "
@@ -195,14 +205,8 @@ def _lint_patches(doc: Mapping, path: Path) -> list[Problem]:
 
 def _lint_checks(doc: Mapping, path: Path) -> list[Problem]:
     p = str(path)
-    checks = doc.get("verify", [])
-    if not isinstance(checks, list):
-        return [Problem(p, doc.line_of("verify"), "schema", "'verify' must be a list")]
     out: list[Problem] = []
-    for i, spec in enumerate(checks):
-        if not isinstance(spec, Mapping):
-            out.append(Problem(p, _line(checks, i), "schema", "a check is a mapping with name, kind, ..."))
-            continue
+    for _, spec in _entries(doc, "verify", p, "a check is a mapping with name, kind, ...", out):
         try:
             _parse_check(spec, path, hashlib.sha256())
         except ConfigError as exc:

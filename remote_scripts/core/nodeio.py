@@ -17,6 +17,11 @@ from signal import SIGKILL
 
 from .procfs import pid_alive
 
+# typing.TYPE_CHECKING without importing typing: the agent's start-up imports only what it runs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 class NodeError(Exception):
     """A refusal or failure with a message meant for the operator."""
@@ -239,23 +244,36 @@ def is_upload_tmp(name: str) -> bool:
 def clean_stale_uploads(state_dir: str, older_than: float = STALE_UPLOAD_S) -> list[str]:
     """Remove dead uploads' temp files from bin/ (plain files only, never through a symlink)."""
     bin_dir = os.path.join(state_dir, "bin")
-    removed = []
-    try:
-        names = os.listdir(bin_dir)
-    except OSError:
-        return removed
     now = time.time()
-    for name in names:
+
+    def stale(name: str) -> bool:
         if not is_upload_tmp(name):
-            continue
-        path = os.path.join(bin_dir, name)
+            return False
         try:
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > older_than:
+            st = os.lstat(os.path.join(bin_dir, name))
+        except OSError:
+            return False
+        return stat.S_ISREG(st.st_mode) and now - st.st_mtime > older_than
+
+    return remove_entries(bin_dir, stale)
+
+
+def remove_entries(directory: str, wanted: Callable[[str], bool]) -> list[str]:
+    """Unlink the entries of `directory` whose names `wanted` picks: the paths removed. A directory that cannot
+    be listed, or an entry that cannot be removed, is left as it is (cleaning up is never fatal)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if wanted(name):
+            path = os.path.join(directory, name)
+            try:
                 os.unlink(path)
                 removed.append(path)
-        except OSError:
-            pass
+            except OSError:
+                pass
     return removed
 
 
@@ -524,20 +542,8 @@ def _module_file_in_site(name: str) -> str:
 def remove_stale_bytecode(path: str) -> list[str]:
     directory, base = os.path.split(path)
     stem = base[:-3] if base.endswith(".py") else base
-    cache = os.path.join(directory, "__pycache__")
-    removed = []
-    try:
-        names = os.listdir(cache)
-    except OSError:
-        return removed
-    for entry in names:
-        if entry.startswith(stem + ".") and entry.endswith(".pyc"):
-            try:
-                os.unlink(os.path.join(cache, entry))
-                removed.append(os.path.join(cache, entry))
-            except OSError:
-                pass
-    return removed
+    return remove_entries(os.path.join(directory, "__pycache__"),
+                          lambda entry: entry.startswith(stem + ".") and entry.endswith(".pyc"))
 
 
 # ---------------------------------------------------------------- versions

@@ -172,16 +172,24 @@ def find_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
 
 
 def _slurm_record(state_dir: str, job_id: str | None) -> tuple[str, dict]:
-    base = slurm_records_dir(state_dir)
-    job_id, job_dir, job, moved = find_record(base, job_id, lambda: newest_ids(base),
-                                              "no job has been started on this node")
-    if moved is not None:
-        raise NodeError(f"Slurm job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved to "
-                        f"{moved['moved_to']}; its directory {job_dir} is kept; the other jobs are unaffected",
-                        kind="corrupt_state", job_id=job_id, path=moved["path"], moved_to=moved["moved_to"])
+    job_id, job_dir, job = find_slurm_record(state_dir, job_id, "no job has been started on this node")
     if job is None or not is_slurm(job):
         raise NodeError(f"no job {job_id!r} on this node", kind="no_job", known=[])
     return job_dir, job
+
+
+def find_slurm_record(state_dir: str, job_id: str | None, none_yet: str,
+                      kept: str = "") -> tuple[str, str, dict | None]:
+    """A Slurm job's record, the one asked for else the latest (find_record; `none_yet`: the refusal when there
+    is none): (id, job dir, record or None when it has none). A corrupt record is moved aside and reported
+    (`kept`: what the caller adds about what is left of the job)."""
+    base = slurm_records_dir(state_dir)
+    job_id, job_dir, job, moved = find_record(base, job_id, lambda: newest_ids(base), none_yet)
+    if moved is not None:
+        raise NodeError(f"Slurm job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved to "
+                        f"{moved['moved_to']}; its directory {job_dir} is kept{kept}; the other jobs are unaffected",
+                        kind="corrupt_state", job_id=job_id, path=moved["path"], moved_to=moved["moved_to"])
+    return job_id, job_dir, job
 
 
 def _records(base: str) -> list[dict]:

@@ -42,7 +42,7 @@ from ..core.nodeio import (
     write_json_atomic,
 )
 from .outputs import completion
-from .records import expand, file_size, find_record, new_job_dir, newest_ids, public, set_current
+from .records import expand, file_size, find_slurm_record, new_job_dir, newest_ids, public, set_current
 from .shards import write_rows
 from .slurmquery import (
     COMMAND_TIMEOUT_S,
@@ -67,17 +67,13 @@ def slurm_dir(state_dir: str) -> str:
 
 
 def _load(state_dir: str, job_id: str | None) -> tuple[str, dict]:
-    """The job asked for, else the latest (records.find_record); a corrupt record is moved aside and reported."""
-    base = slurm_dir(state_dir)
-    job_id, job_dir, job, moved = find_record(base, job_id, lambda: newest_ids(base),
-                                              "no Slurm job has been submitted from this login node by fleetops")
-    if moved is not None:
-        raise NodeError(f"Slurm job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved to "
-                        f"{moved['moved_to']}; its directory {job_dir} is kept (the Slurm job itself is not "
-                        f"touched: squeue/scancel by its id); the other jobs are unaffected", kind="corrupt_state",
-                        job_id=job_id, path=moved["path"], moved_to=moved["moved_to"])
+    """The job asked for, else the latest (records.find_slurm_record); a corrupt record is moved aside and
+    reported."""
+    job_id, job_dir, job = find_slurm_record(
+        state_dir, job_id, "no Slurm job has been submitted from this login node by fleetops",
+        kept=" (the Slurm job itself is not touched: squeue/scancel by its id)")
     if job is None:
-        known = newest_ids(base)
+        known = newest_ids(slurm_dir(state_dir))
         raise NodeError(f"no Slurm job {job_id!r} here; fleetops' jobs on this login node: "
                         f"{', '.join(known[:10]) or 'none'}", kind="no_job", known=known)
     return job_dir, job
