@@ -16,9 +16,10 @@ from remote_scripts.core import nodeio
 
 
 def _modules_after(statement: str) -> set[str]:
-    code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-I", "-c", code], cwd=REPO, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, check=True).stdout
+    """sys.modules after `statement`, in a Python started as the agent's is (-I -S), this checkout first."""
+    code = f"import sys, json\nsys.path.insert(0, {str(REPO)!r})\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
+                         check=True).stdout
     return set(json.loads(out))
 
 
