@@ -5,9 +5,10 @@ remote_scripts/ side by side.
 
 Each DIR is a copy of remote_scripts/ (e.g. `git archive REV remote_scripts | tar -x -C ~/rev`, then
 LABEL=~/rev/remote_scripts); without any, the checkout's own. Each version is built into its agent zip
-the way the client builds it (fleetops.wire.bundle) and run through its own bootstrap text, as the client runs it
-(`python -I -S -c BOOTSTRAP STATE_DIR PYZ SHA256`). A --rev is a whole commit of this repository (git archive
-into a temporary folder): its own client builds its zip, bootstrap, interpreter flags, protocol number and
+the way the client builds it (fleetops.wire.bundle) and started with its own bootstrap as the client starts it
+(`python -I -S -c LAUNCHER ... STATE_DIR PYZ SHA256`: the bootstrap compiled by this Python, or its text). A
+--rev is a whole commit of this repository (git archive into a temporary folder): its own client builds its
+zip, bootstrap (and launcher, where it has one), interpreter flags, protocol number and
 requests, so versions from before the agent's layout or protocol changed compare too. All run under a lab
 node's interpreter (a one-node lab made in a
 temporary directory: its venv over the lab base venv, real speculators 0.3.0 and vLLM 0.16.0; with --python,
@@ -29,12 +30,14 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import marshal
 import os
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,7 +65,8 @@ else:
     from remote_scripts.protocol import PROTOCOL
 book = load_playbook(Path("playbooks/speculators-0.3.0-vllm-0.16.yaml"))
 made = bundle.agent_bundle()
-print(json.dumps({"data": base64.b64encode(made.data).decode(), "bootstrap": bundle.BOOTSTRAP,
+launch = list(bundle.launch_words()) if hasattr(bundle, "launch_words") else ["-c", bundle.BOOTSTRAP]
+print(json.dumps({"data": base64.b64encode(made.data).decode(), "launch": launch,
                   "flags": list(getattr(bundle, "PYTHON_FLAGS", [])), "protocol": PROTOCOL,
                   "patch": book.patch_request(), "verify": book.verify_request({"grep", "compile"})}))
 """
@@ -77,7 +81,12 @@ class Version:
         sources = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.py"))
                    if p.name != "__main__.py" and "__pycache__" not in p.parts}
         self.label, self.data = label, bundle._build(sources)
-        self.bootstrap = (root / "core" / "bootstrap.py").read_text()
+        bootstrap = (root / "core" / "bootstrap.py").read_text()
+        # this checkout's launcher, with that copy's bootstrap text (compiled by this Python, as the client does)
+        dash_c, launcher, tag, code, source = bundle.launch_words()
+        packed = base64.b64encode(zlib.compress(marshal.dumps(compile(bootstrap, "<fleetops bootstrap>", "exec",
+                                                                     dont_inherit=True, optimize=2)), 9)).decode()
+        self.launch = (dash_c, launcher, tag, packed, base64.b64encode(zlib.compress(bootstrap.encode(), 9)).decode())
         self._place(state)
 
     @classmethod
@@ -89,7 +98,7 @@ class Version:
         made = json.loads(subprocess.run([sys.executable, "-c", REV_DUMP], cwd=tree, capture_output=True, text=True,
                                          env={**ENV, "PYTHONPATH": str(tree)}, check=True).stdout)
         version = cls.__new__(cls)
-        version.label, version.data, version.bootstrap = label, base64.b64decode(made["data"]), made["bootstrap"]
+        version.label, version.data, version.launch = label, base64.b64decode(made["data"]), tuple(made["launch"])
         version.flags, version.protocol = tuple(made["flags"]), made["protocol"]
         version.requests = {"patch": {"op": "patch", **made["patch"]}, "verify": {"op": "verify", **made["verify"]}}
         version._place(state)
@@ -112,7 +121,7 @@ class Version:
         lines = "".join(json.dumps({"protocol": self.protocol, "state_dir": str(self.state),
                                     "operator": "bench@lab", **r, "_id": i}) + "\n" for i, r in enumerate(requests, 1))
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc = subprocess.run([str(python), *self.flags, "-c", self.bootstrap, str(self.state), str(self.pyz),
+        proc = subprocess.run([str(python), *self.flags, *self.launch, str(self.state), str(self.pyz),
                                self.sha256], input=lines, capture_output=True, text=True, env=ENV, timeout=120)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:

@@ -1,5 +1,5 @@
 """The real agent, run without SSH: its zip put in a state dir as the client uploads it, started through the
-verifying bootstrap with the client's flags (`python -I -S -c BOOTSTRAP STATE_DIR PYZ SHA256`), one JSON
+verifying bootstrap as the client starts it (`python -I -S -c LAUNCHER ... STATE_DIR PYZ SHA256`), one JSON
 request per line on stdin, one answer per line back. What the agent does does not depend on how its bytes
 arrived; the lab tests run the same agent through sshd."""
 
@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from fleetops.wire.bundle import BOOTSTRAP, PYTHON_FLAGS, agent_bundle
+from fleetops.wire.bundle import PYTHON_FLAGS, agent_bundle, launch_words
 from remote_scripts.core.protocol import PROTOCOL
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # a login's environment, as a node's
@@ -28,7 +28,7 @@ def run_agent(python: Path, state: Path, requests: list[dict], flags: tuple[str,
         pyz.chmod(0o600)
     lines = "".join(json.dumps({"protocol": PROTOCOL, "state_dir": str(state), "operator": "test@lab", **r,
                                 "_id": i}) + "\n" for i, r in enumerate(requests, 1))
-    return subprocess.run([str(python), *flags, "-c", BOOTSTRAP, str(state), str(pyz), b.sha256], input=lines,
+    return subprocess.run([str(python), *flags, *launch_words(), str(state), str(pyz), b.sha256], input=lines,
                           capture_output=True, text=True, timeout=timeout, env=ENV if env is None else env)
 
 

@@ -3,6 +3,7 @@ already has it is never sent it again."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.util
 import io
@@ -11,6 +12,7 @@ import os
 import sys
 import threading
 import zipfile
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +33,37 @@ __all__ = ["ALLOW_INSECURE_VENV", "BOOTSTRAP", "EXIT_BOOTSTRAP_REFUSED", "PYTHON
 # it), untrusted_state, untrusted_venv or agent_mismatch (the client reports it).
 BOOTSTRAP = (Path(remote_scripts.__file__).parent / "core" / "bootstrap.py").read_text(encoding="utf-8")
 EXIT_BOOTSTRAP_REFUSED = EXIT_REFUSED
+
+# How the client starts the bootstrap: `python -I -S -c LAUNCHER TAG CODE SOURCE <the bootstrap's words>`. The
+# bootstrap's ~450 lines cost ~7 ms of node CPU to compile at every agent start, so it also travels compiled by
+# the client's Python (CODE); a node whose Python is that very one (TAG: implementation and exact version, so
+# the same bytecode) runs it without compiling, any other compiles SOURCE (the same text) as before. Both are
+# the client's own argv words, never read from the node; zlib and base64 keep them ~30 KB together. The three
+# words are gone from sys.argv before the bootstrap reads it. Written for any Python a node may have, so an old
+# one still gets the bootstrap's own refusal (python_too_old).
+LAUNCHER = """import sys, zlib, binascii
+fleetops_tag, fleetops_code, fleetops_source = sys.argv[1:4]
+del sys.argv[1:4]
+if fleetops_tag == "%s-%x" % (getattr(getattr(sys, "implementation", None), "cache_tag", None), sys.hexversion):
+    import marshal
+    FLEETOPS_SAME_PYTHON = True
+    exec(marshal.loads(zlib.decompress(binascii.a2b_base64(fleetops_code))))
+else:
+    exec(compile(zlib.decompress(binascii.a2b_base64(fleetops_source)), "<fleetops bootstrap>", "exec"))
+"""
+
+
+@lru_cache(maxsize=1)
+def launch_words() -> tuple[str, ...]:
+    """`-c LAUNCHER TAG CODE SOURCE`: what starts the bootstrap (made once per run, while connecting)."""
+    def pack(data: bytes) -> str:
+        return base64.b64encode(zlib.compress(data, 9)).decode("ascii")
+
+    # optimize=2 drops the docstrings (the bootstrap has no assert); a refusal's text is built at run time
+    code = compile(BOOTSTRAP, "<fleetops bootstrap>", "exec", dont_inherit=True, optimize=2)
+    tag = f"{sys.implementation.cache_tag}-{sys.hexversion:x}"
+    return ("-c", LAUNCHER, tag, pack(marshal.dumps(code)), pack(BOOTSTRAP.encode("utf-8")))
+
 
 # The zip's __main__: nothing of fleetops runs the zip by its path (Python would run whatever the path names
 # when it opens it); one who tries is told how fleetops runs it.

@@ -18,7 +18,7 @@ from ..identity import operator
 from ..plans.inventory import Host, Inventory
 from ..results import Evidence
 from . import become
-from .bundle import ALLOW_INSECURE_VENV, BOOTSTRAP, EXIT_BOOTSTRAP_REFUSED, PYTHON_FLAGS, agent_bundle
+from .bundle import ALLOW_INSECURE_VENV, EXIT_BOOTSTRAP_REFUSED, PYTHON_FLAGS, agent_bundle, launch_words
 from .connector import COUNTERS, ExecResult, TransportError
 from .errors import connect_error
 from .hops import close_quietly, fabric_connection, slow_idle_checks
@@ -93,8 +93,10 @@ class NodeConnection:
 
     @staticmethod
     def prepare() -> None:
-        """Build (or read from its cache) the agent bundle every connection's first request needs."""
+        """Build (or read from its cache) the agent bundle and the bootstrap's launch words every connection's
+        first request needs."""
         agent_bundle()
+        launch_words()
 
     def close(self) -> None:
         """End the agent (its stdin closes: it exits) and the connection, or stop a connect in progress. Safe from
@@ -172,7 +174,7 @@ class NodeConnection:
 
     def _bootstrap_argv(self, words: list[str]) -> tuple[list[str], str]:
         sudo = become.sudo_words(self._become_password()) if self.host.become else []
-        return ([*sudo, self.host.python, *PYTHON_FLAGS, "-c", BOOTSTRAP, *words],
+        return ([*sudo, self.host.python, *PYTHON_FLAGS, *launch_words(), *words],
                 shlex.join([*sudo, self.host.python, *PYTHON_FLAGS, "-c", "<fleetops bootstrap>", *words]))
 
     def _become_password(self) -> str | None:

@@ -33,7 +33,8 @@ client uploads it), untrusted_state, untrusted_venv, agent_mismatch or python_to
 OLDEST_PYTHON, whose syntax the agent's modules use: refused before any of them is read; the client reports
 it).
 
-Stdlib only, and small: Python compiles this text at every agent start; what can wait for the verified,
+Stdlib only, and small: a node whose Python is not the client's compiles this text at every agent start (the
+client's launcher, fleetops/wire/bundle.py, hands the others its compiled form); what can wait for the verified,
 precompiled bytes lives in launch.py.
 """
 
@@ -45,7 +46,6 @@ import sys
 import zlib
 from hashlib import sha256
 from importlib.machinery import ModuleSpec
-from importlib.util import MAGIC_NUMBER
 
 EXIT_REFUSED = 3
 OLDEST_PYTHON = (3, 9)  # the agent's code needs it (built-in generics, str.removesuffix); README: node Pythons
@@ -301,6 +301,17 @@ def inflate(member):
     return zlib.decompress(raw, -15) if method == 8 else raw
 
 
+def code_prefix(names):
+    """Where the zip keeps the modules compiled for this interpreter ("code-<magic>/"), None when it has none.
+    Started by the client's launcher as the very Python the client is (FLEETOPS_SAME_PYTHON), the zip's only
+    compiled set is ours: importlib.util (~3 ms of each start) is imported only to compare magic numbers."""
+    if globals().get("FLEETOPS_SAME_PYTHON"):
+        return next((name[:name.index("/") + 1] for name in names if name.startswith("code-") and "/" in name), None)
+    from importlib.util import MAGIC_NUMBER
+
+    return "code-%s/" % MAGIC_NUMBER.hex()
+
+
 class Agent:
     """The import finder and loader of the agent's modules, from the verified bytes. It also remembers how
     this process was started (relaunch() starts others the same way) and the interpreter warnings."""
@@ -309,12 +320,13 @@ class Agent:
         self.files, self.codes = {}, {}
         self.pyz, self.state_dir, self.sha256, self.flags, self.warnings = pyz, state_dir, digest, flags, warnings
         self.python_flags = PYTHON_FLAGS  # relaunch() starts the agent's other processes with these
-        compiled = "code-%s/" % MAGIC_NUMBER.hex()
-        for name, source in members(data):
+        entries = list(members(data))
+        compiled = code_prefix([name for name, _ in entries])
+        for name, source in entries:
             if name.startswith("remote_scripts/") and name.endswith(".py"):
                 mod, pkg = name[:-3].replace("/", "."), name.endswith("/__init__.py")
                 self.files[mod[:-9] if pkg else mod] = (source, "%s/%s" % (pyz, name), pkg)
-            elif name.startswith(compiled):  # compiled by a client of this very Python version: no compile here
+            elif compiled and name.startswith(compiled):  # compiled by a client of this very Python: no compile here
                 self.codes[name[len(compiled):]] = source
 
     def find_spec(self, name, path=None, target=None):
