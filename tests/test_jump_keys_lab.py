@@ -31,6 +31,18 @@ def write_host(lab, tmp_path: Path, name: str, known_hosts: Path, jump: str) -> 
     return path
 
 
+def host_behind_mapping(lab, tmp_path: Path, jump) -> tuple[Path, Path]:
+    """`viamap` (lab01) behind `jump` written as a mapping with a known_hosts of its own: the target's file holds
+    the target's line only, the jump's file the jump's. Returns the inventory file and the jump's known_hosts."""
+    hosts_only = tmp_path / "targets_known_hosts"
+    jump_known = tmp_path / "jump_known_hosts"
+    lines = lab.known_hosts.read_text().splitlines()
+    hosts_only.write_text("".join(f"{ln}\n" for ln in lines if not ln.startswith(f"[127.0.0.1]:{jump.port} ")))
+    jump_known.write_text("".join(f"{ln}\n" for ln in lines if ln.startswith(f"[127.0.0.1]:{jump.port} ")))
+    mapping = f"{{address: 127.0.0.1, port: {jump.port}, user: {lab.user}, known_hosts: {jump_known}}}"
+    return write_host(lab, tmp_path, "viamap", hosts_only, mapping), jump_known
+
+
 def ping(lab, name: str, env: dict[str, str]) -> tuple[int, str]:
     proc = run_fab(lab.root, "-H", name, "ping", "--json", env=env, timeout=300)
     both = proc.stdout + proc.stderr
@@ -89,13 +101,7 @@ def test_an_unknown_jump_key_names_the_inventorys_known_hosts_and_trust_writes_i
 def test_a_jump_mapping_takes_a_known_hosts_of_its_own(lab, tmp_path):
     jump = lab.node("lab02")
     env = bare_env(tmp_path)
-    hosts_only = tmp_path / "targets_known_hosts"  # the target's line only: the jump's is in its own file
-    jump_known = tmp_path / "jump_known_hosts"
-    lines = lab.known_hosts.read_text().splitlines()
-    hosts_only.write_text("".join(f"{ln}\n" for ln in lines if not ln.startswith(f"[127.0.0.1]:{jump.port} ")))
-    jump_known.write_text("".join(f"{ln}\n" for ln in lines if ln.startswith(f"[127.0.0.1]:{jump.port} ")))
-    mapping = f"{{address: 127.0.0.1, port: {jump.port}, user: {lab.user}, known_hosts: {jump_known}}}"
-    path = write_host(lab, tmp_path, "viamap", hosts_only, mapping)
+    path, jump_known = host_behind_mapping(lab, tmp_path, jump)
     try:
         rc, msg = ping(lab, "viamap", env)
         assert rc == 0, msg
@@ -136,13 +142,7 @@ def test_openssh_reaches_a_host_behind_a_jump_mapping_with_the_printed_config(la
     with a HOME that holds no key or known_hosts, logs in through it with strict host keys."""
     jump = lab.node("lab02")
     env = bare_env(tmp_path)
-    hosts_only = tmp_path / "targets_known_hosts"
-    jump_known = tmp_path / "jump_known_hosts"
-    lines = lab.known_hosts.read_text().splitlines()
-    hosts_only.write_text("".join(f"{ln}\n" for ln in lines if not ln.startswith(f"[127.0.0.1]:{jump.port} ")))
-    jump_known.write_text("".join(f"{ln}\n" for ln in lines if ln.startswith(f"[127.0.0.1]:{jump.port} ")))
-    mapping = f"{{address: 127.0.0.1, port: {jump.port}, user: {lab.user}, known_hosts: {jump_known}}}"
-    path = write_host(lab, tmp_path, "viamap", hosts_only, mapping)
+    path, _ = host_behind_mapping(lab, tmp_path, jump)
     try:
         proc = run_fab(lab.root, "ssh-config", "--host", "viamap", env=env, timeout=120)
     finally:

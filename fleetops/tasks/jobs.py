@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from shlex import quote
 from typing import TYPE_CHECKING
 
@@ -22,10 +23,10 @@ from ..plans.timefmt import duration
 from ..plans.versions import judged_checks
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, Evidence, Item, Next, Result, Status
-from ..wire.connector import Connector, TransportError
+from ..wire.connector import Connector
 from . import slurm
 from .plan import agent_error, drain_text, drained, job_spec, preflight_request, skipped_note, tail_start
-from .reconnect import TAIL_WAIT_S, Reconnect
+from .reconnect import TAIL_WAIT_S, Reconnect, tail_request
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -198,19 +199,13 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             return Result(host, "tail", Status.OK, f"detached; job {job_id or '(the latest)'} still running",
                           code=130, data={"job_id": job_id, "offset": offset or 0, "detached": True,
                                           "next": Next("follow it again", [again]).to_data()})
-        try:
-            request = {"job_id": job_id, "offset": offset, "wait_s": TAIL_WAIT_S}
-            if offset is None:
-                request.update(last_lines=last_lines, from_start=from_start)
-            answer, evidence = node.call("job_tail", request, timeout=TAIL_WAIT_S + 30)
-        except TransportError as exc:
-            gave_up = link.lost(exc, node, reporter.note, f", resuming at byte {offset}")
-            if gave_up:
-                return Result(host, "tail", Status.UNREACHABLE, gave_up, data={"job_id": job_id, "offset": offset})
-            continue
-        if answer.get("error"):
-            return agent_error(host, "tail", answer)
-        link.back()
+        position = {"job_id": job_id, "offset": offset}
+        answer = link.poll(partial(_tail_answer, node, tail_request(position, (last_lines, from_start))), node,
+                           reporter.note, position, f", resuming at byte {offset}")
+        if not isinstance(answer, dict):  # None: asked again after a wait; a Result: the tail's end
+            if answer is None:
+                continue
+            return answer
         job_id = answer["job_id"]
         if offset is None and answer.get("skipped_bytes"):
             reporter.note(skipped_note(host, job_id, answer))
@@ -232,6 +227,10 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                                 "bytes": offset, "failures": watch.failures[:20], "reconnects": link.count,
                                 "cause": answer.get("cause"),
                                 "last_progress": last_progress and bar(last_progress)})
+
+
+def _tail_answer(node: Connector, request: dict) -> dict:
+    return node.call("job_tail", request, timeout=TAIL_WAIT_S + 30)[0]
 
 
 def end_text(answer: dict) -> str:

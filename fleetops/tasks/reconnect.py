@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
 
+    from ..results import Result
     from ..wire.connector import Connector, TransportError
 
 TAIL_WAIT_S = 2.0
@@ -44,3 +45,30 @@ class Reconnect:
     def back(self) -> None:
         """An answer came: the next loss starts from the shortest wait again."""
         self.lost_since, self.backoff = None, 0.5
+
+    def poll(self, ask: Callable[[], dict], node: Connector, note: Callable[[str], None], position: dict,
+             resume: str = "") -> dict | Result | None:
+        """One tail request over a link that may be lost: its answer; None after a wait, to ask again; or the
+        tail's end as a Result (the agent's error, or UNREACHABLE once it gives up, with `position`: the job and
+        where its log was left)."""
+        from ..results import Result, Status
+        from ..wire.connector import TransportError
+        from .plan import agent_error
+
+        host = node.host.name
+        try:
+            answer = ask()
+        except TransportError as exc:
+            gave_up = self.lost(exc, node, note, resume)
+            return Result(host, "tail", Status.UNREACHABLE, gave_up, data=position) if gave_up else None
+        self.back()
+        return agent_error(host, "tail", answer) if answer.get("error") else answer
+
+
+def tail_request(position: dict, attach: tuple[int | None, bool]) -> dict:
+    """A tail request from where the last answer left off (`position`: the job and its offsets); attaching
+    (no offset yet), the node starts at the last N lines or, from_start, at byte 0."""
+    request = {**position, "wait_s": TAIL_WAIT_S}
+    if all(v is None for k, v in position.items() if k != "job_id"):
+        request.update(last_lines=attach[0], from_start=attach[1])
+    return request

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from shlex import quote
 from typing import TYPE_CHECKING
 
@@ -16,10 +17,10 @@ from ..plans.jobspec import LogWatch, is_failure, parse_progress
 from ..plans.tables import bar
 from ..plans.versions import judged_checks
 from ..results import EXIT_FAILED, Item, Next, Result, Status
-from ..wire.connector import Connector, TransportError
+from ..wire.connector import Connector
 from . import slurmview as sv
 from .plan import agent_error, drained, job_spec, preflight_request, skipped_note, tail_start
-from .reconnect import TAIL_WAIT_S, Reconnect
+from .reconnect import TAIL_WAIT_S, Reconnect, tail_request
 from .slurmview import tasks_view
 
 if TYPE_CHECKING:
@@ -224,20 +225,14 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             reporter.note(f"{host} | detached: Slurm job {job_id} keeps running (fab -H {host} tail to re-attach)")
             return Result(host, "tail", Status.OK, f"detached; job {job_id} still in Slurm", code=130,
                           data={"job_id": job_id, "offsets": offsets, "detached": True})
-        try:
-            request: dict = {"job_id": job_id, "offsets": offsets, "wait_s": TAIL_WAIT_S}
-            if offsets is None:
-                request.update(last_lines=last_lines, from_start=from_start)
-            answer = _call(node, "tail", request, timeout=TAIL_WAIT_S + 90, run=run, task="tail",
-                           quiet_s=TAIL_WAIT_S + QUIET_S)
-        except TransportError as exc:
-            gave_up = link.lost(exc, node, reporter.note)
-            if gave_up:
-                return Result(host, "tail", Status.UNREACHABLE, gave_up, data={"job_id": job_id, "offsets": offsets})
-            continue
-        if answer.get("error"):
-            return agent_error(host, "tail", answer)
-        link.back()
+        position = {"job_id": job_id, "offsets": offsets}
+        answer = link.poll(partial(_call, node, "tail", tail_request(position, (last_lines, from_start)),
+                                   timeout=TAIL_WAIT_S + 90, run=run, task="tail", quiet_s=TAIL_WAIT_S + QUIET_S),
+                           node, reporter.note, position)
+        if not isinstance(answer, dict):  # None: asked again after a wait; a Result: the tail's end
+            if answer is None:
+                continue
+            return answer
         job = answer["job"]
         job_id = job["id"]
         shards = int(job.get("shards") or 1)
