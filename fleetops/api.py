@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import run as _run
-from .plans.inventory import UnknownHost
+from .plans.host import UnknownHost
 from .plans.marks import did_you_mean
 from .plans.yamlsrc import ConfigError
 from .results import Result, Status

@@ -38,7 +38,7 @@ from .redaction import dumps, shown, shown_value
 from .results import Result, exit_status
 
 if TYPE_CHECKING:  # only its fields are read; `history` need not load the YAML parsers
-    from .plans.inventory import Host
+    from .plans.host import Host
 
 LOG_NAME = "audit.jsonl"
 OPTIONAL_ENV = "FLEETOPS_AUDIT_OPTIONAL"  # =1: a run whose audit line could not be written keeps its own status

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from .plans.inventory import Host
+from .plans.host import Host
 from .results import Result, Status
 from .state import RunState
 from .wire.connector import Pending, discard_quietly, fork_bound

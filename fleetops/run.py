@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from . import audit, startup
+from .plans.host import Host, UnknownHost
 from .plans.hostrange import expand as expand_range
 from .plans.hostrange import fold as fold_names
 from .plans.hostrange import is_range, natural_key, split_words
-from .plans.inventory import Host, UnknownHost
 from .report.fold import FOLD_MIN_HOSTS, identities
 from .report.rows import fleet_sections
 from .results import EXIT_AUDIT, EXIT_INTERRUPTED, Result, Status, exit_status

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetops.plans.inventory import BECOME_STATE_DIR, DEFAULT_STATE_DIR, load_inventory
+from fleetops.plans.host import BECOME_STATE_DIR, DEFAULT_STATE_DIR
+from fleetops.plans.inventory import load_inventory
 from fleetops.plans.yamlsrc import ConfigError
 from fleetops.wire import become
 from fleetops.wire.bundle import BOOTSTRAP, PYTHON_FLAGS

@@ -20,7 +20,8 @@ import pytest
 from conftest import REPO
 
 from fleetops import audit, redaction
-from fleetops.plans.inventory import MissingSecret, load_inventory
+from fleetops.plans.host import MissingSecret
+from fleetops.plans.inventory import load_inventory
 from fleetops.plans.playbook import load_playbook
 from fleetops.plans.yamlsrc import MAX_ALIAS_NODES, MAX_FILE_BYTES, ConfigError, load_text
 from fleetops.report import history

@@ -89,8 +89,8 @@ class FleetExecutor(fabric.Executor):
 
     def _run(self, root: Path, settings: dict, run_opts: dict[str, Any], steps: list) -> int:
         names = ", ".join(name for name, _ in steps)
+        from ..plans.host import UnknownHost
         from ..plans.hostrange import RangeError, split_words
-        from ..plans.inventory import UnknownHost
         from ..plans.yamlsrc import ConfigError
         from ..report.console import Reporter
         from ..run import UsageError, assemble, execute
@@ -144,8 +144,8 @@ class FleetExecutor(fabric.Executor):
 
     def _connect_settings(self, state: Any, run_opts: dict[str, Any]) -> None:
         """ssh_config (-S), and what the command line says for every host of the run: -u/--user, --port, -i,
-        -t/--connect-timeout (plans/inventory.py CommandLine: it wins over the inventory, as with ssh)."""
-        from ..plans.inventory import CommandLine
+        -t/--connect-timeout (plans/host.py CommandLine: it wins over the inventory, as with ssh)."""
+        from ..plans.host import CommandLine
 
         keys = self.config.connect_kwargs.get("key_filename") or []
         state.use_ssh_config(self._option("ssh-config", ""), [keys] if isinstance(keys, str) else list(keys),

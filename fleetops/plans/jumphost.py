@@ -3,7 +3,8 @@ inventory's keys apply). Pure: wire/hops.py connects through it, sshconfig_out.p
 
 from __future__ import annotations
 
-from .inventory import Host, Inventory, plain_host, split_target
+from .host import Host, plain_host, split_target
+from .inventory import Inventory
 from .jumps import keyed_jump, with_keys
 
 

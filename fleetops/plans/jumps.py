@@ -5,16 +5,17 @@ its file: a -i on the command line is for the hosts, never a jump host, as with 
 own. An ssh_config alias keeps ssh_config's settings. A -H word that is such a jump (`fab -H
 root@bastion:2222 trust`) gets the same keys, so trusting a jump host writes the inventory's known_hosts.
 
-Hosts here are plans.inventory's Host (typed Any: inventory.py calls in here, so this module cannot import it)."""
+Hosts here are plans/host.py's: plans/inventory.py calls in here, so this module never imports that one."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+
+from .host import Host
 
 
-def with_keys(jump: Any, origin: Any) -> Any:
+def with_keys(jump: Host, origin: Host) -> Host:
     """`jump` with the inventory's identity_file (and its passphrase) and known_hosts where it names none."""
     own_key = jump.identity_file is not None and jump.identity_file != origin.identity_file
     secrets = tuple(m for m in origin.missing_secrets if m[0] == "identity_passphrase")
@@ -24,7 +25,7 @@ def with_keys(jump: Any, origin: Any) -> Any:
                    connect_timeout=origin.connect_timeout)
 
 
-def keyed_jump(plain: Any, origin: Any, aliases: Callable[[], frozenset[str]]) -> Any | None:
+def keyed_jump(plain: Host, origin: Host, aliases: Callable[[], frozenset[str]]) -> Host | None:
     """The user@host:port jump `plain` (a word outside the inventory) as `origin`'s inventory reaches it; None
     when the inventory gives it no key or known_hosts, or it is an ssh_config Host (its HostName,
     IdentityFile and UserKnownHostsFile decide)."""
@@ -33,7 +34,7 @@ def keyed_jump(plain: Any, origin: Any, aliases: Callable[[], frozenset[str]]) -
     return with_keys(replace(plain, source=origin.source), origin)
 
 
-def jump_named(hosts: Iterable[Any], spec: str, plain: Any, aliases: Callable[[], frozenset[str]]) -> Any | None:
+def jump_named(hosts: Iterable[Host], spec: str, plain: Host, aliases: Callable[[], frozenset[str]]) -> Host | None:
     """The jump host an inventory host names with exactly this word (`plain`: the word as a host outside the
     inventory), with the keys it is reached with; None when no host's jump is `spec`. The first host in file
     order decides when several name it."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from .inventory import Host, Inventory
+from .host import Host
+from .inventory import Inventory
 from .jumphost import jump_of
 from .yamlsrc import ConfigError
 

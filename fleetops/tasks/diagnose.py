@@ -36,7 +36,7 @@ from .jobfindings import job_findings, process_findings, with_state
 from .plan import Plan, TaskSpec
 
 if TYPE_CHECKING:
-    from ..plans.inventory import Host
+    from ..plans.host import Host
     from ..plans.kernellog import OomKill, XidEvent
     from ..plans.playbook import Playbook
     from ..state import RunState

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from remote_scripts.core.protocol import READ_ONLY_OPS
 
-from ..plans.inventory import Host, MissingSecret
+from ..plans.host import Host, MissingSecret
 from ..plans.playbookset import PlaybookSet
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
