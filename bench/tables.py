@@ -128,8 +128,8 @@ def _calibration(calib: list[dict]) -> list[str]:
         "connect() returns at once (the proxy accepts locally); the handshake's RTT shows up as the first "
         "byte arriving 1 RTT + RTT/2 late. The proxy delays data, not TCP segments: on loopback every segment "
         "is ACKed at once, so Nagle's algorithm and delayed ACKs never cost a round trip here. The reference "
-        "lab (NFQUEUE on every packet, the shared reference notes beside the project) measured 12.6 extra RTTs for `ssh true`: read "
-        "the delayed rows as a lower bound on what the RTT costs.",
+        "lab (NFQUEUE on every packet, the shared reference notes beside the project) measured 12.6 extra RTTs "
+        "for `ssh true`: read the delayed rows as a lower bound on what the RTT costs.",
         "",
     ]
     return L
