@@ -12,7 +12,7 @@ from fleetops.plans.inventory import Inventory, UnknownHost, load_inventory
 from fleetops.plans.playbook import load_playbook
 from fleetops.plans.yamlsrc import ConfigError, load_text
 from fleetops.results import EXIT_FAILED, EXIT_UNREACHABLE, Item, Result, Status, exit_status, rollup
-from remote_scripts.patch import patching
+from remote_scripts.patch import hunks as diff_engine
 
 PLAYBOOK = REPO / "playbooks" / "speculators-0.3.0-vllm-0.16.yaml"
 
@@ -158,32 +158,32 @@ PRISTINE = "".join(f"{x}\n" for x in "abcdefghijk")
 
 
 def test_classify_apply_and_reverse_roundtrip():
-    lines = patching.split_lines(PRISTINE)
-    cls = patching.classify(lines, HUNKS)
+    lines = diff_engine.split_lines(PRISTINE)
+    cls = diff_engine.classify(lines, HUNKS)
     assert cls["overall"] == "pristine"
-    patched = patching.apply_hunks(lines, HUNKS, cls)
+    patched = diff_engine.apply_hunks(lines, HUNKS, cls)
     assert patched == "a\nb\nC\nd\ne\nf\ng\nh\ni\nadded\nj\nk\n"
-    pl = patching.split_lines(patched)
-    cls2 = patching.classify(pl, HUNKS)
+    pl = diff_engine.split_lines(patched)
+    cls2 = diff_engine.classify(pl, HUNKS)
     assert cls2["overall"] == "patched"
-    assert patching.apply_hunks(pl, HUNKS, cls2, reverse=True) == PRISTINE
+    assert diff_engine.apply_hunks(pl, HUNKS, cls2, reverse=True) == PRISTINE
 
 
 def test_offset_hunks_still_apply_and_partial_patch_is_drift():
     shifted = "zero\n" * 5 + PRISTINE
-    lines = patching.split_lines(shifted)
-    assert patching.classify(lines, HUNKS)["overall"] == "pristine"
-    half = patching.split_lines(PRISTINE.replace("c\n", "C\n"))
-    cls = patching.classify(half, HUNKS)
+    lines = diff_engine.split_lines(shifted)
+    assert diff_engine.classify(lines, HUNKS)["overall"] == "pristine"
+    half = diff_engine.split_lines(PRISTINE.replace("c\n", "C\n"))
+    cls = diff_engine.classify(half, HUNKS)
     assert cls["overall"] == "drifted"
-    report = patching.drift_report(half, HUNKS, cls)
+    report = diff_engine.drift_report(half, HUNKS, cls)
     assert report[0]["state"] == "partial" and "hunks [1] applied, hunks [2] not" in report[0]["message"]
 
 
 def test_drift_report_shows_first_difference():
-    lines = patching.split_lines(PRISTINE.replace("i\n", "I changed\n"))
-    cls = patching.classify(lines, HUNKS)
-    report = patching.drift_report(lines, HUNKS, cls)
+    lines = diff_engine.split_lines(PRISTINE.replace("i\n", "I changed\n"))
+    cls = diff_engine.classify(lines, HUNKS)
+    report = diff_engine.drift_report(lines, HUNKS, cls)
     assert report[0]["hunk"] == 2
     assert report[0]["first_difference"] == {"line": 9, "expected": "i", "found": "I changed"}
 

@@ -1,4 +1,4 @@
-"""The diff engine (remote_scripts/patch/hunks.py, used through remote_scripts/patch/patching.py) on real code.
+"""The diff engine (remote_scripts/patch/hunks.py, as the node agent plans patch and rollback with it) on real code.
 
 The property test edits real Python sources that are already on disk (the lab base venv's vLLM and speculators
 when it is installed, else the standard library of the Python running the tests), turns each edit into a
@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from fleetops import lab
 from fleetops.plans import unidiff
-from remote_scripts.patch import patching
+from remote_scripts.patch import hunks as diff_engine
 
 FIXED_SEED = 19
 CASES_PER_SEED = 1500
@@ -313,7 +313,7 @@ def gnu() -> str:
 def test_random_edits_of_real_code_roundtrip_and_agree_with_gnu_patch(gnu, seed):
     what, files = corpus()
     started = time.monotonic()
-    tally = run_cases(patching, seed, CASES_PER_SEED)
+    tally = run_cases(diff_engine, seed, CASES_PER_SEED)
     summary = f"{tally.line()}; corpus: {len(files)} files of the {what}; {time.monotonic() - started:.0f} s"
     print(f"\n{summary}\nedits: {dict(sorted(tally.edits.items()))}\nreplay: FLEETOPS_DIFF_SEED={seed}")
     assert tally.cases == CASES_PER_SEED and tally.gnu_compared == CASES_PER_SEED
@@ -342,7 +342,7 @@ def test_hypothesis_edits_roundtrip(gnu, rnd):
         return
     tally = Tally(0)
     with tempfile.TemporaryDirectory(prefix="fleetops-diff-engine-") as tmp:
-        check_case(patching, original, target, rnd, Path(tmp), tally, f"edits {made}")
+        check_case(diff_engine, original, target, rnd, Path(tmp), tally, f"edits {made}")
     assert not tally.failures, tally.failures
 
 
@@ -354,14 +354,14 @@ def lines_of(text: str) -> list[str]:
 def roundtrip(original: str, target: str) -> tuple[list[dict], dict]:
     """Diff original → target; assert the four round-trip properties; the hunks and the patched verdict."""
     _, hunks = make_hunks(lines_of(original), lines_of(target))
-    lines = patching.split_lines(original)
-    cls = patching.classify(lines, hunks)
+    lines = diff_engine.split_lines(original)
+    cls = diff_engine.classify(lines, hunks)
     assert cls["overall"] == "pristine", cls
-    assert patching.apply_hunks(lines, hunks, cls) == target
-    tlines = patching.split_lines(target)
-    tcls = patching.classify(tlines, hunks)
+    assert diff_engine.apply_hunks(lines, hunks, cls) == target
+    tlines = diff_engine.split_lines(target)
+    tcls = diff_engine.classify(tlines, hunks)
     assert tcls["overall"] == "patched", tcls
-    assert patching.apply_hunks(tlines, hunks, tcls, reverse=True) == original
+    assert diff_engine.apply_hunks(tlines, hunks, tcls, reverse=True) == original
     return hunks, tcls
 
 
@@ -375,11 +375,11 @@ def test_deleting_the_first_line_of_a_file(gnu, tmp_path):
     # Moved down by an upstream change above it, the hunk no longer fits: patch(1) refuses, and so do we,
     # with a report that says why (not "already applied" because [line_1, line_2, line_3] is found).
     moved = "# upstream header\n" + original
-    lines = patching.split_lines(moved)
-    cls = patching.classify(lines, hunks)
+    lines = diff_engine.split_lines(moved)
+    cls = diff_engine.classify(lines, hunks)
     assert cls["overall"] == "drifted"
     assert gnu_patch(lines_of(moved), make_hunks(lines_of(original), lines_of(BODY))[0], tmp_path) is None
-    [item] = patching.drift_report(lines, hunks, cls)
+    [item] = diff_engine.drift_report(lines, hunks, cls)
     assert item["near_line"] == 2 and "only applies it at the top of the file" in item["message"]
 
 
@@ -429,7 +429,7 @@ def test_old_block_repeated_elsewhere_is_patched_after_apply_and_rolls_back(whic
     target_lines[sites[which]] = "        raise LoadError(path) from None\n"
     target = "".join(target_lines)
     hunks, tcls = roundtrip(CALL_SITES, target)
-    tlines = patching.split_lines(target)
+    tlines = diff_engine.split_lines(target)
     old = hunks[0]["old"]
     assert sum(tlines[i: i + len(old)] == [x + "\n" for x in old] for i in range(len(tlines))) == 1
     assert tcls["hunks"][0]["at_new"] == hunks[0]["new_start"] - 1
@@ -449,11 +449,11 @@ def test_partial_application_is_still_reported_as_partial():
     _, hunks = make_hunks(lines_of(original), lines_of(target))
     assert len(hunks) == 2
     half = original.replace("    return out\n", "    return tuple(out)\n")  # hunk 1 applied, hunk 2 not
-    lines = patching.split_lines(half)
-    cls = patching.classify(lines, hunks)
+    lines = diff_engine.split_lines(half)
+    cls = diff_engine.classify(lines, hunks)
     assert cls["overall"] == "drifted"
     assert [s["state"] for s in cls["hunks"]] == ["patched", "pristine"]
-    [item] = patching.drift_report(lines, hunks, cls)
+    [item] = diff_engine.drift_report(lines, hunks, cls)
     assert item["state"] == "partial" and "hunks [1] applied, hunks [2] not" in item["message"]
 
 
@@ -461,10 +461,10 @@ def test_a_hunk_that_no_longer_matches_is_reported_with_its_first_difference():
     target = CALL_SITES.replace("    return out\n", "    return tuple(out)\n")
     _, hunks = make_hunks(lines_of(CALL_SITES), lines_of(target))
     edited = CALL_SITES.replace("    for path in paths:\n", "    for path in sorted(paths):\n")
-    lines = patching.split_lines(edited)
-    cls = patching.classify(lines, hunks)
+    lines = diff_engine.split_lines(edited)
+    cls = diff_engine.classify(lines, hunks)
     assert cls["overall"] == "drifted" and cls["hunks"][0]["state"] == "missing"
-    [item] = patching.drift_report(lines, hunks, cls)
+    [item] = diff_engine.drift_report(lines, hunks, cls)
     assert item["first_difference"] == {"line": 11, "expected": "    for path in paths:",
                                         "found": "    for path in sorted(paths):"}
 
@@ -476,32 +476,33 @@ def test_uneven_context_in_the_middle_is_anchored_like_gnu_patch(gnu, tmp_path):
             " line_7 = 7\n")
     [file_diff] = unidiff.parse(diff, "x.diff")
     hunks = [h.to_request(i) for i, h in enumerate(file_diff.hunks)]
-    lines = patching.split_lines(BODY)
-    cls = patching.classify(lines, hunks)
+    lines = diff_engine.split_lines(BODY)
+    cls = diff_engine.classify(lines, hunks)
     assert cls["overall"] == "drifted"
     assert gnu_patch(lines_of(BODY), diff, tmp_path) is None
-    [item] = patching.drift_report(lines, hunks, cls)
+    [item] = diff_engine.drift_report(lines, hunks, cls)
     assert "only applies it at the end of the file" in item["message"]
     # At the end of the file the same hunk is fine, for both.
     tail = "".join(f"line_{i} = {i}\n" for i in range(1, 8))
-    cls = patching.classify(patching.split_lines(tail), hunks)
+    tail_lines = diff_engine.split_lines(tail)
+    cls = diff_engine.classify(tail_lines, hunks)
     assert cls["overall"] == "pristine"
-    assert patching.apply_hunks(patching.split_lines(tail), hunks, cls) == gnu_patch(lines_of(tail), diff, tmp_path)
+    assert diff_engine.apply_hunks(tail_lines, hunks, cls) == gnu_patch(lines_of(tail), diff, tmp_path)
 
 
 def test_crlf_file_keeps_its_line_endings():
     original = BODY.replace("\n", "\r\n")
     target = BODY.replace("line_10 = 10\n", "line_10 = 'ten'\nextra = 1\n")
     _, hunks = make_hunks(lines_of(BODY), lines_of(target))
-    lines = patching.split_lines(original)
-    cls = patching.classify(lines, hunks)
+    lines = diff_engine.split_lines(original)
+    cls = diff_engine.classify(lines, hunks)
     assert cls["overall"] == "pristine"
-    patched = patching.apply_hunks(lines, hunks, cls)
+    patched = diff_engine.apply_hunks(lines, hunks, cls)
     assert patched == target.replace("\n", "\r\n")
-    plines = patching.split_lines(patched)
-    pcls = patching.classify(plines, hunks)
+    plines = diff_engine.split_lines(patched)
+    pcls = diff_engine.classify(plines, hunks)
     assert pcls["overall"] == "patched"
-    assert patching.apply_hunks(plines, hunks, pcls, reverse=True) == original
+    assert diff_engine.apply_hunks(plines, hunks, pcls, reverse=True) == original
 
 
 def test_file_without_final_newline():
@@ -510,15 +511,15 @@ def test_file_without_final_newline():
             " last = True\n\\ No newline at end of file\n")
     [file_diff] = unidiff.parse(diff, "x.diff")
     hunks = [h.to_request(i) for i, h in enumerate(file_diff.hunks)]
-    lines = patching.split_lines(original)
-    cls = patching.classify(lines, hunks)
-    patched = patching.apply_hunks(lines, hunks, cls)
+    lines = diff_engine.split_lines(original)
+    cls = diff_engine.classify(lines, hunks)
+    patched = diff_engine.apply_hunks(lines, hunks, cls)
     assert patched == original.replace("line_20 = 20\n", "line_20 = 'twenty'\n")
     diff_last = ("--- a/x.py\n+++ b/x.py\n@@ -20,2 +20,2 @@\n line_20 = 20\n-last = True\n\\ No newline at end of "
                  "file\n+last = False\n\\ No newline at end of file\n")
     hunks = [h.to_request(i) for i, h in enumerate(unidiff.parse(diff_last, "x.diff")[0].hunks)]
-    cls = patching.classify(lines, hunks)
-    assert patching.apply_hunks(lines, hunks, cls) == BODY + "last = False"
+    cls = diff_engine.classify(lines, hunks)
+    assert diff_engine.apply_hunks(lines, hunks, cls) == BODY + "last = False"
 
 
 def test_only_newline_ends_a_line():
@@ -624,7 +625,7 @@ def test_a_hunk_is_never_looked_for_before_the_hunk_before_it(gnu, tmp_path):
     assert len(hunks) == 2 and hunks[1]["old"] == block.splitlines()
     moved = lines_of(original)
     moved[23:23] = [f"# upstream {i}\n" for i in range(60)]
-    lines = patching.split_lines("".join(moved))
-    cls = patching.classify(lines, hunks)
+    lines = diff_engine.split_lines("".join(moved))
+    cls = diff_engine.classify(lines, hunks)
     assert cls["overall"] == "pristine" and cls["hunks"][1]["at_old"] == 27 + 60
-    assert patching.apply_hunks(lines, hunks, cls) == gnu_patch(moved, diff, tmp_path)
+    assert diff_engine.apply_hunks(lines, hunks, cls) == gnu_patch(moved, diff, tmp_path)

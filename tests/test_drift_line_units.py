@@ -5,7 +5,7 @@ node's hunk code in-process), on a diff parsed as the playbook's are."""
 from __future__ import annotations
 
 from fleetops.plans import unidiff
-from remote_scripts.patch import patching
+from remote_scripts.patch import hunks as diff_engine
 
 PRISTINE = "cfg = Config(\n    size=1,\n    mem=2,\n)\n\nrest = 1\nmore = 2\n"
 PATCHED = ("cfg = Config(\n    size=1,\n    mem=2,\n    # one\n    # two\n    # three\n    caching=False,\n)\n\n"
@@ -24,27 +24,27 @@ def hunks(reverse: bool = False) -> list[dict]:
 
 
 def test_the_parsed_hunk_takes_pristine_to_patched():
-    lines = patching.split_lines(PRISTINE)
-    cls = patching.classify(lines, hunks())
+    lines = diff_engine.split_lines(PRISTINE)
+    cls = diff_engine.classify(lines, hunks())
     assert cls["overall"] == "pristine"
-    assert patching.apply_hunks(lines, hunks(), cls) == PATCHED
+    assert diff_engine.apply_hunks(lines, hunks(), cls) == PATCHED
 
 
 def test_a_hand_edit_inside_a_patched_hunk_is_named_at_its_own_line():
     edited = PATCHED.replace("caching=False", "caching=True")
     assert edited.splitlines()[6] == "    caching=True,"  # line 7
     for reverse in (False, True):  # patch --check, and rollback --check
-        lines = patching.split_lines(edited)
-        cls = patching.classify(lines, hunks(reverse))
+        lines = diff_engine.split_lines(edited)
+        cls = diff_engine.classify(lines, hunks(reverse))
         assert cls["overall"] == "drifted", reverse
-        [item] = patching.drift_report(lines, hunks(reverse), cls)
+        [item] = diff_engine.drift_report(lines, hunks(reverse), cls)
         assert item["first_difference"] == {"line": 7, "expected": "    caching=False,",
                                             "found": "    caching=True,"}, (reverse, item)
 
 
 def test_an_edit_of_the_pristine_lines_is_still_told_against_them():
     edited = PRISTINE.replace("    mem=2,\n", "    mem=3,\n")
-    lines = patching.split_lines(edited)
-    cls = patching.classify(lines, hunks())
-    [item] = patching.drift_report(lines, hunks(), cls)
+    lines = diff_engine.split_lines(edited)
+    cls = diff_engine.classify(lines, hunks())
+    [item] = diff_engine.drift_report(lines, hunks(), cls)
     assert item["first_difference"] == {"line": 3, "expected": "    mem=2,", "found": "    mem=3,"}, item

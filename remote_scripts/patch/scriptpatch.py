@@ -1,6 +1,6 @@
 """Script patches (a playbook's `script:` entry): `transform(text: str) -> str` run on the module's file, with
-every guarantee a diff has; patching.py plans the set (requirements first, locks, all-or-nothing, atomic
-write, backup, --check/--diff) and hands each script entry to plan_script here. Stdlib only.
+every guarantee a diff has; patching.py runs the set (requirements first, locks, all-or-nothing, atomic
+write, backup, --check/--diff) and planset.py hands each script entry to plan_script here. Stdlib only.
 
 The script runs in a child process of the node's Python (`-I`: isolated, no user site, no environment
 hooks), bounded in time, on the current text and again on its own result:
@@ -87,7 +87,7 @@ def _unified(old: str, new: str, path: str) -> str:
                                         f"a{path}", f"b{path}", n=3))
 
 
-def plan_script(req: dict, op: str, f) -> None:  # patching._File (imported by it, not from it)
+def plan_script(req: dict, op: str, f) -> None:  # planset.SetFile (imported by it, not from it)
     if op == "patch":
         _plan_patch(f)
     else:
