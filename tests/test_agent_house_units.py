@@ -41,7 +41,7 @@ def test_no_private_name_crosses_a_module_boundary():
 def test_the_check_sees_a_private_import(tmp_path):
     # the check above is not vacuous: the shapes it must catch, relative and absolute, at any depth
     (tmp_path / "a.py").write_text("def f():\n    from .b import _x\n")
-    (tmp_path / "c.py").write_text("from remote_scripts.core.nodeio import _HITS, reset\n")
+    (tmp_path / "c.py").write_text("from remote_scripts.core.failpoints import _HITS, reset\n")
     (tmp_path / "d.py").write_text("from .b import __version__, public\n")
     assert private_imports(tmp_path) == ["a.py:2 imports _x", "c.py:1 imports _HITS"]
 

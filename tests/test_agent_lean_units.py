@@ -8,7 +8,7 @@ import hashlib
 import re
 
 from remote_scripts.checks import checks
-from remote_scripts.core import nodeio
+from remote_scripts.core import statetrust
 from remote_scripts.patch.wheelrecord import record_sha256
 
 
@@ -22,12 +22,12 @@ def test_upload_temp_names_and_cache_names_are_judged_as_the_regular_expressions
              "fleetops-agent-0a.pyz.1b.pyz.0123abcd.tmp", "speculators.data_generation.x", "_a", "9a", "a/b",
              "a" * 201, "a" * 202, "", "é", "a-b"]
     for name in names:
-        assert nodeio.is_upload_tmp(name) is bool(upload.match(name)), name
+        assert statetrust.is_upload_tmp(name) is bool(upload.match(name)), name
         assert checks._fit_for_a_file_name(name) is bool(module.fullmatch(name)), name
     # The one intended difference: the regex's `$` also matched before a final newline. No upload names a
     # file so, and the string test leaves a file of that name alone.
     odd = "fleetops-agent-0a1b.pyz.0123abcd.tmp\n"
-    assert upload.match(odd) and not nodeio.is_upload_tmp(odd)
+    assert upload.match(odd) and not statetrust.is_upload_tmp(odd)
 
 
 def test_a_record_digest_decodes_as_base64_did(tmp_path):

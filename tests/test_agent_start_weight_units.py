@@ -12,7 +12,7 @@ import sys
 
 from conftest import REPO
 
-from remote_scripts.core import nodeio
+from remote_scripts.core import atomicio, nodelock
 
 
 def _modules_after(statement: str) -> set[str]:
@@ -28,6 +28,16 @@ def test_patch_guard_leaves_the_launcher_unloaded():
     assert "remote_scripts.jobs.launchlock" in loaded  # the guard does take the launch lock
     assert not {"remote_scripts.jobs.start", "remote_scripts.jobs.keeper", "subprocess", "ctypes",
                 "secrets"} & loaded
+
+
+def test_a_request_loads_no_writer_lock_or_module_lookup_it_does_not_use(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    loaded = _modules_after("from remote_scripts.core import agent\n"
+                            f"agent._run(agent._op('ping'), {{'op': 'ping', 'state_dir': {str(state)!r}}})")
+    assert {"remote_scripts.core.statetrust", "remote_scripts.core.failpoints"} <= loaded  # the state dir was checked
+    assert not {"remote_scripts.core.atomicio", "remote_scripts.core.nodelock", "remote_scripts.core.sitemodules",
+                "remote_scripts.core.dists", "fcntl"} & loaded
 
 
 def test_the_launcher_still_takes_the_same_lock():
@@ -49,8 +59,8 @@ def test_the_lock_note_skips_fsync_and_state_writes_keep_it(tmp_path, monkeypatc
     monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    with nodeio.NodeLock(str(state), "op@laptop", "patch"):
+    with nodelock.NodeLock(str(state), "op@laptop", "patch"):
         assert json.loads((state / "lock.json").read_text())["operator"] == "op@laptop"
     assert calls == []
-    nodeio.write_json_atomic(str(state / "record.json"), {"a": 1})
+    atomicio.write_json_atomic(str(state / "record.json"), {"a": 1})
     assert len(calls) == 2  # the file, then its directory

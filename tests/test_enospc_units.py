@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno
 import os
 
-from remote_scripts.core.nodeio import os_error_message
+from remote_scripts.core.atomicio import os_error_message
 from remote_scripts.jobs import keeper
 from remote_scripts.jobs.records import LOG
 

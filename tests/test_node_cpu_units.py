@@ -5,13 +5,16 @@ versions are read with one sys.path scan per request."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
 import pytest
 
 import remote_scripts.checks.checks as checks
+import remote_scripts.core.dists as dists
 import remote_scripts.core.nodeio as nodeio
+import remote_scripts.core.sitemodules as sitemodules
 
 GOOD = "def f(x):\n    # uses_old_api(x)\n    return new_api(x)\n"
 
@@ -110,16 +113,29 @@ def test_installed_version_scans_once_per_request_and_first_on_sys_path_wins(tmp
     (b / "other-3.1.dist-info").mkdir()
     monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(a), str(b)])
     nodeio.forget_resolved()
-    assert nodeio.installed_version("foo-bar") == "1.0"
-    assert nodeio.installed_version("OTHER") == "3.1"
-    assert nodeio.installed_version("absent") is None
+    assert dists.installed_version("foo-bar") == "1.0"
+    assert dists.installed_version("OTHER") == "3.1"
+    assert dists.installed_version("absent") is None
     (b / "absent-9.dist-info").mkdir()
-    assert nodeio.installed_version("absent") is None  # within one request: the scan it made
+    assert dists.installed_version("absent") is None  # within one request: the scan it made
     nodeio.forget_resolved()  # the next request scans again
-    assert nodeio.installed_version("absent") == "9"
+    assert dists.installed_version("absent") == "9"
+    nodeio.forget_resolved()
+
+
+def test_site_roots_are_found_once_per_request(tmp_path, monkeypatch):
+    a, b = os.path.realpath(tmp_path / "a"), os.path.realpath(tmp_path / "b")
+    monkeypatch.setattr(sitemodules.site, "getsitepackages", lambda: [a])
+    monkeypatch.setattr(sitemodules.site, "getusersitepackages", lambda: b)
+    nodeio.forget_resolved()
+    assert sitemodules.site_roots() == [a, b]
+    monkeypatch.setattr(sitemodules.site, "getsitepackages", lambda: [b])
+    assert sitemodules.site_roots() == [a, b]  # within one request: what it found
+    nodeio.forget_resolved()  # the next request asks again
+    assert sitemodules.site_roots() == [b, b]
     nodeio.forget_resolved()
 
 
 @pytest.mark.parametrize("name", ["Foo_Bar", "foo..bar", "a-_.-b", "x__y", "A.B-C_d", "-lead", "trail.", "zz"])
 def test_normalize_is_pep_503(name):
-    assert nodeio.normalize_dist_name(name) == re.sub(r"[-_.]+", "_", name).lower()
+    assert dists.normalize_dist_name(name) == re.sub(r"[-_.]+", "_", name).lower()

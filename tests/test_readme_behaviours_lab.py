@@ -19,7 +19,7 @@ from conftest import GENERATOR, WORKER, fab_json, make_project, record_sha256, r
 from fleetops.lab import Lab, Node, pid_alive, port_open, site_packages
 
 pytestmark = pytest.mark.lab
-TMP_MARK = ".fleetops-tmp-"  # remote_scripts/core/nodeio.py names its temp files so
+TMP_MARK = ".fleetops-tmp-"  # remote_scripts/core/atomicio.py names its temp files so
 
 
 def items(doc: dict, task: str) -> dict[str, dict]:

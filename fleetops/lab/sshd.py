@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from remote_scripts.core.nodeio import FAILPOINTS_ENV
+from remote_scripts.core.failpoints import FAILPOINTS_ENV
 from remote_scripts.core.procfs import pid_alive, stat_fields
 
 from .common import LabError, port_open

@@ -1,5 +1,5 @@
 """A playbook's version pins (`requires:`), judged on the client by PEP 440 with `packaging`; the node only
-reports what it has installed (remote_scripts/core/nodeio.py report_versions).
+reports what it has installed (remote_scripts/core/dists.py report_versions).
 
 Pre-releases and development releases (`0.17.0rc1`, `0.17.0.dev20260101`) satisfy a pin only when the pin
 names one itself (`vllm==0.17.0rc1`) or the playbook says `allow_prereleases: true`: a nightly never passes a

@@ -65,7 +65,8 @@ import ast
 import inspect
 import os
 
-from ..core.nodeio import NodeError, module_file_in_site
+from ..core.nodeio import NodeError
+from ..core.sitemodules import module_file_in_site
 from .callsite_reader import ModuleReader
 from .pyintrospect import (
     ResolveError,

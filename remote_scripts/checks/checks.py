@@ -10,17 +10,12 @@ import re
 import sys
 import time
 
-from ..core.nodeio import (
-    NodeError,
-    ensure_dir,
-    module_file_in_site,
-    read_json,
-    report_versions,
-    sha256_bytes,
-    trusted_stat,
-    write_json_atomic,
-)
+from ..core.atomicio import ensure_dir, write_json_atomic
+from ..core.dists import report_versions
+from ..core.nodeio import NodeError, sha256_bytes
 from ..core.protocol import ASCII_ALNUM, CHECK_KINDS
+from ..core.sitemodules import module_file_in_site
+from ..core.statetrust import read_json, trusted_stat
 
 # What each kind of check can and cannot tell you; shown next to every result so nobody mistakes an
 # import test for proof that the generator works.

@@ -158,15 +158,9 @@ def serve(line: bytes) -> dict:
 
 
 def _run(op, request: dict) -> dict:  # an op function
-    from .nodeio import (
-        QUARANTINED,
-        NodeError,
-        check_state_dir,
-        clean_stale_uploads,
-        forget_resolved,
-        load_failpoints,
-        reset_failpoint_hits,
-    )
+    from .failpoints import load_failpoints, reset_failpoint_hits
+    from .nodeio import NodeError, forget_resolved
+    from .statetrust import QUARANTINED, check_state_dir, clean_stale_uploads
 
     load_failpoints()  # only what the test harness's environment names; never a file in the state dir
     reset_failpoint_hits()
@@ -186,7 +180,7 @@ def _run(op, request: dict) -> dict:  # an op function
     except NodeError as exc:
         result = {"ok": False, "error": str(exc), "error_kind": exc.kind, "details": exc.details}
     except OSError as exc:
-        from .nodeio import os_error_message
+        from .atomicio import os_error_message
 
         result = {"ok": False, "error": os_error_message(exc, f"{request.get('op')} failed"), "error_kind": "os"}
     if cleaned:  # what the node tidied on the way, reported whatever the op's outcome

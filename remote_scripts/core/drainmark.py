@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 
-from .nodeio import NodeError, now_iso, read_json, write_json_atomic
+from .atomicio import write_json_atomic
+from .nodeio import NodeError, now_iso
+from .statetrust import read_json
 
 DRAIN = "drain.json"
 

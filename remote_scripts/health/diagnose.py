@@ -153,7 +153,8 @@ def latest_job(req: dict, state_dir: str) -> dict:
     """The newest job of the node's store, SSH or Slurm (records.find_job), with its state and its log's end.
     A Slurm job's state is the client's to read from squeue/sacct's lines and its exit files, as `status`
     reads it."""
-    from ..core.nodeio import NodeError, read_json
+    from ..core.nodeio import NodeError
+    from ..core.statetrust import read_json
     from ..jobs.records import find_job, is_slurm, log_paths, output_dir
 
     try:
@@ -182,7 +183,8 @@ def latest_job(req: dict, state_dir: str) -> dict:
 def earlier_jobs(state_dir: str, latest: str | None) -> list[dict]:
     """The records of the node's jobs before the latest one, newest first (pids, start, how each ended): the
     client matches kernel OOM kills against them too, so a kill of an earlier job is known as this node's."""
-    from ..core.nodeio import NodeError, read_json
+    from ..core.nodeio import NodeError
+    from ..core.statetrust import read_json
     from ..jobs.records import jobs_dir, newest_ids
 
     base = jobs_dir(state_dir)

@@ -157,7 +157,7 @@ def _free_gib(path: str) -> float | None:
 
 def facts(req: dict) -> dict:
     if req.get("packages_only"):  # the installed versions of what the pins name (dist-info names), nothing else
-        from ..core.nodeio import report_versions
+        from ..core.dists import report_versions
 
         return {"ok": True, "requirements": report_versions(req.get("requires") or [])}
     os_name = platform.platform()

@@ -20,7 +20,10 @@ import os
 import sys
 import time
 
-from ..core.nodeio import atomic_write, failpoint, load_failpoints, now_iso, read_json
+from ..core.atomicio import atomic_write
+from ..core.failpoints import failpoint, load_failpoints
+from ..core.nodeio import now_iso
+from ..core.statetrust import read_json
 from .outputs import MANIFEST, identity, read_manifest, rows_of
 
 

@@ -13,18 +13,12 @@ import subprocess
 import sys
 import time
 
+from ..core.atomicio import atomic_write, write_json_atomic
+from ..core.failpoints import failpoint, load_failpoints
 from ..core.launch import relaunch
-from ..core.nodeio import (
-    NodeError,
-    atomic_write,
-    failpoint,
-    load_failpoints,
-    now_iso,
-    read_json,
-    trusted_stat,
-    write_json_atomic,
-)
+from ..core.nodeio import NodeError, now_iso
 from ..core.procfs import start_ticks
+from ..core.statetrust import read_json, trusted_stat
 from .liveness import disk_full
 from .records import LOG, SECRET_ENV, drop_secrets
 

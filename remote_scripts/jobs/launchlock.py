@@ -9,7 +9,9 @@ import fcntl
 import os
 import time
 
-from ..core.nodeio import NodeError, ensure_dir, open_state_file
+from ..core.atomicio import ensure_dir
+from ..core.nodeio import NodeError
+from ..core.statetrust import open_state_file
 from .records import jobs_dir
 
 LAUNCH_LOCK = "launch.lock"

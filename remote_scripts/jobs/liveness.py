@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import time
 
-from ..core.nodeio import NodeError, failpoint, read_json
+from ..core.failpoints import failpoint
+from ..core.nodeio import NodeError
+from ..core.statetrust import read_json
 from .procscan import process_alive, tag_index, tagged_pids
 from .records import all_jobs, drop_secrets, jobs_dir, load_job
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ..core.nodeio import pid_alive
-from ..core.procfs import stat_fields
+from ..core.procfs import pid_alive, stat_fields
 
 
 def process_alive(pid: int | None, marker: str) -> bool:

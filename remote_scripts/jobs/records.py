@@ -10,7 +10,9 @@ import re
 import time
 from collections.abc import Callable
 
-from ..core.nodeio import QUARANTINED, NodeError, ensure_dir, read_json, write_json_atomic
+from ..core.atomicio import ensure_dir, write_json_atomic
+from ..core.nodeio import NodeError
+from ..core.statetrust import QUARANTINED, read_json
 from .procscan import tagged_pids
 
 LOG = "output.log"

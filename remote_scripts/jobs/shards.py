@@ -14,7 +14,8 @@ import json
 import os
 import sys
 
-from ..core.nodeio import NodeError, atomic_write, ensure_dir
+from ..core.atomicio import atomic_write, ensure_dir
+from ..core.nodeio import NodeError
 
 
 def _paths(req: dict) -> tuple[str, str]:

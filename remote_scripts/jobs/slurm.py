@@ -31,16 +31,10 @@ import subprocess
 import sys
 import time
 
+from ..core.atomicio import atomic_write, ensure_dir, write_json_atomic
 from ..core.drainmark import refuse_if_drained
-from ..core.nodeio import (
-    NodeError,
-    atomic_write,
-    ensure_dir,
-    now_iso,
-    open_state_file,
-    read_json,
-    write_json_atomic,
-)
+from ..core.nodeio import NodeError, now_iso
+from ..core.statetrust import open_state_file, read_json
 from .outputs import completion
 from .records import expand, file_size, find_slurm_record, new_job_dir, newest_ids, public, set_current
 from .shards import write_rows

@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import time
 
-from ..core.nodeio import NodeError, failpoint, now_iso, read_json, write_json_atomic
+from ..core.atomicio import write_json_atomic
+from ..core.failpoints import failpoint
+from ..core.nodeio import NodeError, now_iso
+from ..core.statetrust import read_json
 
 # The batch script sbatch runs on the allocated node is the verifying bootstrap itself (bootstrap.py's text
 # under a `#!<python> -IS` line), with the words this agent was started with and `slurm-step <job_dir>`: the step
@@ -21,8 +24,9 @@ def step_main(job_dir: str) -> int:
     import signal
     import subprocess
 
+    from ..core.failpoints import load_failpoints
     from ..core.launch import relaunch, shown
-    from ..core.nodeio import load_failpoints, trusted_stat
+    from ..core.statetrust import trusted_stat
 
     load_failpoints()
     try:  # the job dir it was given: in the state dir the bootstrap checked there, and ours alone

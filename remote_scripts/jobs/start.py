@@ -10,18 +10,14 @@ import subprocess
 import sys
 import time
 
+from ..core.atomicio import atomic_write, write_json_atomic
 from ..core.bootstrap import EXIT_REFUSED
 from ..core.drainmark import refuse_if_drained
+from ..core.failpoints import failpoint
 from ..core.launch import relaunch
 from ..core.launch import shown as shown_argv
-from ..core.nodeio import (
-    NodeError,
-    atomic_write,
-    failpoint,
-    now_iso,
-    read_json,
-    write_json_atomic,
-)
+from ..core.nodeio import NodeError, now_iso
+from ..core.statetrust import read_json
 from .keeper import end_record, record_end
 from .launchlock import LaunchLock
 from .liveness import job_state, running_job

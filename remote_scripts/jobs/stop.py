@@ -7,8 +7,9 @@ import os
 import signal
 import time
 
-from ..core.nodeio import now_iso, read_json
+from ..core.nodeio import now_iso
 from ..core.procfs import start_ticks, stat_fields, uids
+from ..core.statetrust import read_json
 from .keeper import record_end
 from .liveness import job_state
 from .procscan import group_members, process_alive, tagged_pids

@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import os
 
-from ..core.nodeio import (
-    NodeError,
-    atomic_write,
-    ensure_dir,
-    failpoint,
-    now_iso,
-    read_json,
-    sha256_bytes,
-    write_json_atomic,
-)
+from ..core.atomicio import atomic_write, ensure_dir, write_json_atomic
+from ..core.failpoints import failpoint
+from ..core.nodeio import NodeError, now_iso, sha256_bytes
+from ..core.statetrust import read_json
 
 
 def backup_paths(state_dir: str, path: str) -> tuple[str, str]:

@@ -19,7 +19,9 @@ import os
 import shlex
 import zipfile
 
-from ..core.nodeio import NodeError, installed_version, module_file_in_site
+from ..core.dists import installed_version
+from ..core.nodeio import NodeError
+from ..core.sitemodules import module_file_in_site
 from .sitelock import site_root_of
 from .wheelrecord import record_sha256
 

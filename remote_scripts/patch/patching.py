@@ -24,8 +24,11 @@ the set's parts: setfile.py (one file of it), planset.py (the plan, and check mo
 
 from __future__ import annotations
 
-from ..core.nodeio import NodeError, NodeLock, module_file_in_site, report_versions
+from ..core.dists import report_versions
+from ..core.nodeio import NodeError
+from ..core.nodelock import NodeLock
 from ..core.procfs import pid_alive
+from ..core.sitemodules import module_file_in_site
 from .planset import plan_set
 from .setfile import SetFile
 from .sitelock import SiteLock, site_root_of

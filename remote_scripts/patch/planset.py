@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 
-from ..core.nodeio import os_error_message, sha256_bytes
+from ..core.atomicio import os_error_message
+from ..core.nodeio import sha256_bytes
 from ..core.protocol import ALREADY_APPLIED, DRIFTED, FAILED, NOT_WRITTEN, WOULD_APPLY, WOULD_RESTORE
 from .access import check_access
 from .backups import read_record

@@ -21,8 +21,10 @@ import json
 import subprocess
 import sys
 
-from ..core.nodeio import read_json, sha256_bytes, write_json_atomic
+from ..core.atomicio import write_json_atomic
+from ..core.nodeio import sha256_bytes
 from ..core.protocol import ALREADY_APPLIED, ALREADY_ORIGINAL, DRIFTED, FAILED
+from ..core.statetrust import read_json
 from .backups import backup_paths, bad_backup, read_backup, read_record
 from .sitelock import site_root_of
 from .wheelrecord import record_sha256

@@ -5,8 +5,10 @@ unified diff of a change). Stdlib only.
 
 from __future__ import annotations
 
-from ..core.nodeio import NodeError, module_file_in_site, os_error_message, sha256_bytes
+from ..core.atomicio import os_error_message
+from ..core.nodeio import NodeError, sha256_bytes
 from ..core.protocol import FAILED, REFUSED
+from ..core.sitemodules import module_file_in_site
 from .hunks import split_lines
 from .sitelock import SiteLock
 

@@ -26,7 +26,8 @@ import json
 import os
 import time
 
-from ..core.nodeio import NodeError, now_iso, site_roots
+from ..core.nodeio import NodeError, now_iso
+from ..core.sitemodules import site_roots
 
 LOCK_NAME = ".fleetops-patch.lock"
 OUTCOMES_KEPT = 32

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import os
 
-from ..core.nodeio import normalize_dist_name
+from ..core.dists import normalize_dist_name
 
 
 def record_sha256(site_root: str, path: str) -> tuple[str | None, str | None]:

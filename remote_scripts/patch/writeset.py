@@ -9,8 +9,10 @@ from __future__ import annotations
 import signal
 import sys
 
-from ..core.nodeio import atomic_write, now_iso, os_error_message, remove_stale_bytecode, sha256_bytes
+from ..core.atomicio import atomic_write, os_error_message
+from ..core.nodeio import now_iso, sha256_bytes
 from ..core.protocol import APPLIED, FAILED, NOT_WRITTEN, RESTORED
+from ..core.sitemodules import remove_stale_bytecode
 from .backups import save_backup
 from .setfile import SetFile
 from .sitelock import SiteLock
