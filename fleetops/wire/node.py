@@ -22,6 +22,7 @@ from .bundle import ALLOW_INSECURE_VENV, EXIT_BOOTSTRAP_REFUSED, PYTHON_FLAGS, a
 from .connector import COUNTERS, ExecResult, TransportError
 from .errors import connect_error
 from .hops import close_quietly, fabric_connection, slow_idle_checks
+from .pythonpath import check_interpreter
 from .session import AgentSession, Overflow, Ticket, drain, session_refused
 from .sftp import copy_range, sftp_failed, write_atomically
 
@@ -447,6 +448,8 @@ class NodeConnection:
     def _open_channel(self, argv: list[str], shown: str) -> paramiko.Channel:
         self.open()
         assert self.cxn is not None
+        if self.host.become:
+            self._check_python_before_sudo(shown)
         COUNTERS.bump(self.host.name, "execs")
         try:
             chan = self.cxn.transport.open_session(timeout=self.host.connect_timeout)
@@ -459,6 +462,13 @@ class NodeConnection:
             raise TransportError("lost", f"connection to {self.host.name} lost while starting the agent "
                                          f"({exc or 'EOF'})", Evidence(shown, None, [], 0.0)) from None
         return chan
+
+    def _check_python_before_sudo(self, shown: str) -> None:
+        """become: sudo would run `python:` as root before any check on the node could; the login user checks
+        the path first, over SFTP (wire/pythonpath.py)."""
+        cxn = self.cxn
+        assert cxn is not None
+        check_interpreter(cxn.sftp, self.host, shown)
 
     def _end_session(self, session: AgentSession) -> None:
         if self.session is session:

@@ -362,6 +362,28 @@ def _not_run(check: dict, absent: list[dict]) -> dict:
                    not_run=True)
 
 
+def imported_modules(checks: list[dict]) -> list[str]:
+    """The modules the importing checks name: what they import, or read to import from."""
+    names: list[str] = []
+    for check in checks:
+        if check["kind"] == "import":
+            names.append(check["module"])
+        elif check["kind"] in ("callsites", "probe"):
+            names += [*(check.get("modules") or []), *(check.get("packages") or [])]
+    return [n for n in names if isinstance(n, str)]
+
+
+def _import_path_trusted(checks: list[dict]) -> list[str]:
+    """Before any check imports the venv's packages: refused (NodeError) when someone but root and the login
+    user may change what they would import (importtrust.py). Ops that import nothing never walk."""
+    names = imported_modules([c for c in checks if c["kind"] in RUNS_PACKAGES])
+    if not names:
+        return []
+    from .importtrust import check_before_import
+
+    return check_before_import(names, "import " + ", ".join(sorted({n.split(".")[0] for n in names})))
+
+
 def verify(req: dict) -> dict:
     if req.get("sources"):  # rebase: the candidate's text of each module, checked in place of the installed file
         import shutil
@@ -397,6 +419,7 @@ def _verify(req: dict, files: dict) -> dict:
     indexed = sorted(enumerate(checks), key=lambda ic: (ORDER[ic[1]["kind"]], ic[0]))
     results: list[dict | None] = [None] * len(checks)
     absent = _absent(req.get("requires") or []) if any(c["kind"] in RUNS_PACKAGES for c in checks) else []
+    warnings = _import_path_trusted(checks) if not absent else []
     for i, check in indexed:
         started = time.monotonic()
         try:
@@ -413,6 +436,8 @@ def _verify(req: dict, files: dict) -> dict:
         results[i] = res
     items = [r for r in results if r is not None]
     answer: dict = {"ok": all(r["ok"] for r in items), "items": items}
+    if warnings:
+        answer["warnings"] = warnings
     if req.get("dists"):  # what `pip check` reads; the client evaluates it
         from ..core.dists import installed_dists
 

@@ -187,9 +187,10 @@ def _run(op, request: dict) -> dict:  # an op function
         result["removed_temp_files"] = cleaned
     if QUARANTINED:
         result["quarantined"] = list(QUARANTINED)
-    warnings = getattr(__spec__.loader, "warnings", None)  # the bootstrap's loader: --allow-insecure-venv
+    # the bootstrap's loader, and the op's own (an import path let pass): --allow-insecure-venv
+    warnings = [*(getattr(__spec__.loader, "warnings", None) or ()), *(result.get("warnings") or ())]
     if warnings:
-        result["warnings"] = list(warnings)
+        result["warnings"] = warnings
     return result
 
 
