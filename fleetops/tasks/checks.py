@@ -31,7 +31,7 @@ def _verify_plan(run: RunState, kwargs: dict) -> Plan:
 
 def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
     if answer.get("error"):
-        return agent_error(host, "verify", answer)
+        return agent_error(host, "verify", answer, with_kind=True)
     answer = judged_checks(answer, bool(plan.playbook and plan.playbook.allow_prereleases))
     items = []
     for raw in answer["items"]:

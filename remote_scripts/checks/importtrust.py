@@ -79,36 +79,43 @@ def find_untrusted(roots: list[str], trusted: frozenset[int]) -> tuple[str, str,
     """The first path under `roots` (each walked whole; a symlink's target judged, with its directories, and
     walked in turn) that someone but the trusted users may change: (path, why, its lstat), else None."""
     seen: set[tuple[int, int]] = set()
-    todo = list(reversed(roots))
+    todo: list[tuple[str, os.stat_result | None]] = [(root, None) for root in reversed(roots)]
     while todo:
-        path = todo.pop()
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
+        path, st = todo.pop()
+        if st is None:
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
         if stat.S_ISLNK(st.st_mode):
-            problem = writers_problem(st, trusted)
-            if problem:
-                return path, "(a symlink) " + problem, st
-            found = _target_problem(path, trusted)
+            found = _link_problem(path, st, trusted)
             if found is not None:
                 return found
-            todo.append(os.path.realpath(path))
+            todo.append((os.path.realpath(path), None))
             continue
-        if (st.st_dev, st.st_ino) in seen:
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        problem = writers_problem(st, trusted)
-        if problem:
-            return path, problem, st
-        if stat.S_ISDIR(st.st_mode):
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if is_dir:
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+        if st.st_uid not in trusted or st.st_mode & 0o022:
+            return path, writers_problem(st, trusted), st
+        if is_dir:
             try:
-                names = sorted(os.listdir(path), reverse=True)
+                with os.scandir(path) as entries:
+                    for entry in entries:  # one lstat each, from the directory entry
+                        todo.append((entry.path, entry.stat(follow_symlinks=False)))
             except OSError as exc:
                 raise NodeError("cannot check %s before importing from it: %s" % (path, exc.strerror),
                                 kind="untrusted_venv", path=path) from None
-            todo.extend(os.path.join(path, name) for name in names)
     return None
+
+
+def _link_problem(path: str, st: os.stat_result, trusted: frozenset[int]) -> tuple[str, str, os.stat_result] | None:
+    problem = writers_problem(st, trusted)
+    if problem:
+        return path, "(a symlink) " + problem, st
+    return _target_problem(path, trusted)
 
 
 def _target_problem(link: str, trusted: frozenset[int]) -> tuple[str, str, os.stat_result] | None:
