@@ -3,7 +3,7 @@ here, owned and moded with chown/chmod; the tests run as root like the rest of t
 
 - the client's judgement of a `become` host's `python:` from lstat answers (plans/pathtrust.py), fed here by
   os.lstat and os.readlink as the node's SFTP server feeds it;
-- the agent's walk of what an importing check would import (remote_scripts/checks/importtrust.py)."""
+- the agent's walk of what an importing check would import (remote_scripts/core/importtrust.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fleetops.plans.pathtrust import Entry, judge_interpreter, writers_problem
-from remote_scripts.checks import importtrust
+from remote_scripts.core import importtrust
 from remote_scripts.core.nodeio import NodeError
 
 NOBODY = 65534

@@ -68,6 +68,8 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     if spec.extract is not None and not plan.options.get("again"):
         request["extract"] = spec.extract  # the node says whether its output already holds every sample
     answer, evidence = node.call("preflight", request, timeout=600)
+    if answer.get("error"):  # refused before any check ran (an import path another user may change)
+        return agent_error(host, "extract", answer, with_kind=True)
     settled = _nothing_to_launch(run, host, spec, answer)
     if settled is not None:
         return settled

@@ -379,7 +379,7 @@ def _import_path_trusted(checks: list[dict]) -> list[str]:
     names = imported_modules([c for c in checks if c["kind"] in RUNS_PACKAGES])
     if not names:
         return []
-    from .importtrust import check_before_import
+    from ..core.importtrust import check_before_import
 
     return check_before_import(names, "import " + ", ".join(sorted({n.split(".")[0] for n in names})))
 

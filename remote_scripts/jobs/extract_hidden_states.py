@@ -197,4 +197,25 @@ def main(request_path: str) -> int:
         print(f"fleetops extract: {request_path} does not exist", file=sys.stderr)
         return 2
     sys.stdout.reconfigure(line_buffering=True)
-    return run(req)
+    refused = _import_path_refused()
+    return refused if refused is not None else run(req)
+
+
+# What the driver imports, with what they import in turn (their site-packages is walked whole).
+DRIVER_IMPORTS = ["speculators", "vllm", "torch", "transformers", "safetensors"]
+
+
+def _import_path_refused() -> int | None:
+    """Before the driver imports the venv's packages (as root under become): refused when someone but root and
+    the login user may change them (core/importtrust.py); --allow-insecure-venv goes on with a warning."""
+    from ..core.importtrust import check_before_import
+    from ..core.nodeio import NodeError
+
+    try:
+        warnings = check_before_import(DRIVER_IMPORTS, "run the extraction (it imports %s)" % ", ".join(DRIVER_IMPORTS))
+    except NodeError as exc:
+        print(f"fleetops extract: {exc}", file=sys.stderr)
+        return 2
+    for line in warnings:
+        print(f"fleetops extract: warning: {line}", file=sys.stderr)
+    return None

@@ -18,7 +18,7 @@ import os
 import stat
 import sys
 
-from ..core.nodeio import NodeError
+from .nodeio import NodeError
 
 ALLOW_FLAG = "--allow-insecure-venv"  # bootstrap.ALLOW_INSECURE_VENV: the bootstrap runs as __main__
 
