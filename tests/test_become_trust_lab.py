@@ -91,6 +91,8 @@ def world(lab_factory, root_user):
             subprocess.run(["groupadd", "-f", TEAM], check=True)
             subprocess.run(["useradd", "--home-dir", str(top / "home"), "--create-home", "--shell", "/bin/sh",
                             USER], check=True)
+            # a password sshd sees as set (a locked account may not log in), never used: keys only
+            subprocess.run(["chpasswd"], input=f"{USER}:{os.urandom(12).hex()}\n", text=True, check=True)
             subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", "-G", TEAM, EVE], check=True)
             src = site_packages(node.venv)
             make_venv(top / "venv", src)  # its speculators/ is the team's to change, per test
@@ -143,6 +145,8 @@ def spec(world):
 def test_a_clean_root_venv_is_verified_as_root_without_a_refusal(world, spec):
     lab, _ = world
     rc, doc, both = fab(lab, "-H", "asroot", "verify", "-p", BOOK)
+    result = doc["results"][0]
+    assert result["status"] != "unreachable" and result["items"], both  # the import check ran, as root
     assert "refusing" not in both and doc["results"][0]["data"].get("error_kind") != "untrusted_venv", both
 
 
