@@ -9,7 +9,7 @@ the path, its mode and owner: whoever may change one of those files runs code in
 under `become: sudo`. --allow-insecure-venv (the bootstrap's flag) turns the refusal into a warning.
 
 Only the ops that import the venv's packages walk (verify's import, callsites and probe checks, extract's
-preflight, diagnose's checks): an agent start and every other op pay nothing. Stdlib only."""
+preflight, the extraction driver): an agent start and every other op pay nothing. Stdlib only."""
 
 from __future__ import annotations
 
