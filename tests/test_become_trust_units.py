@@ -216,3 +216,17 @@ def test_the_walk_of_a_site_dir_of_a_thousand_files_takes_milliseconds(site):
     assert importtrust.check_before_import(["fleetopsdemo"], "import fleetopsdemo") == []
     took = time.perf_counter() - started
     assert took < 0.5, took
+
+
+def test_the_extraction_driver_refuses_before_importing_from_a_package_others_may_write(site, capsys):
+    from remote_scripts.jobs import extract_hidden_states
+
+    spec = site / "speculators"
+    spec.mkdir(mode=0o755)
+    (spec / "__init__.py").write_text("raise SystemExit('imported')\n")
+    assert extract_hidden_states._import_path_refused() is None
+    spec.chmod(0o775)
+    assert extract_hidden_states._import_path_refused() == 2
+    err = capsys.readouterr().err
+    assert "fleetops extract: refusing to run the extraction (it imports speculators" in err
+    assert f"{spec} is writable by its group" in err and "--allow-insecure-venv" in err, err

@@ -43,6 +43,7 @@ class NodeConnection:
         self._opening: Connection | None = None
         self._sockets: list[socket.socket] = []
         self._aborted = False
+        self._python_checked: Connection | None = None  # become: the connection `python:` was checked on
 
     # -- connecting
     def open(self) -> None:
@@ -468,7 +469,10 @@ class NodeConnection:
         the path first, over SFTP (wire/pythonpath.py)."""
         cxn = self.cxn
         assert cxn is not None
+        if self._python_checked is cxn:  # once per connection: only root and the login user could change it since
+            return
         check_interpreter(cxn.sftp, self.host, shown)
+        self._python_checked = cxn
 
     def _end_session(self, session: AgentSession) -> None:
         if self.session is session:
