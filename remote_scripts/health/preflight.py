@@ -18,8 +18,11 @@ def preflight(req: dict) -> dict:
     verify = checks.verify(req) if req.get("checks") or req.get("requires") else {"ok": True, "items": []}
     running = running_job(req["state_dir"])
     public = {k: v for k, v in running.items() if k != "env"} if running else None
-    return {"ok": True, "verify": verify, "gpu": gpu.snapshot(req["state_dir"]), "running_job": public,
-            "drain": drainmark.read(req["state_dir"]), "complete": _complete(req)}
+    answer = {"ok": True, "verify": verify, "gpu": gpu.snapshot(req["state_dir"]), "running_job": public,
+              "drain": drainmark.read(req["state_dir"]), "complete": _complete(req)}
+    if verify.get("warnings"):  # an import path let pass (--allow-insecure-venv): the answer's own, as every op's
+        answer["warnings"] = verify.pop("warnings")
+    return answer
 
 
 def _complete(req: dict) -> dict | None:
