@@ -51,19 +51,27 @@ def parse_pin(text: str) -> Pin:
 
 
 def verdict(pin: Pin, found: str | None, allow_prereleases: bool) -> tuple[bool, str]:
-    """(satisfied, why not: "" when it is) for the version a node reports (None: not installed)."""
+    """(satisfied, why not: "" when it is) for the version a node reports (None: not installed). Every clause
+    must hold: `===` compares the very string (case aside), every other clause the parsed version."""
     if found is None:
         return False, "not installed"
-    try:
-        version = Version(found)
-    except InvalidVersion:
-        ok = any(s.operator == "===" and s.version == found for s in pin.specifier)  # `===` compares strings
-        return ok, "" if ok else f"{found} is not a PEP 440 version"
+    clauses = list(pin.specifier)
     # Explicit, never packaging's default: packaging 26 changed what prereleases=None means for one version.
-    named = any(spec.prereleases for spec in pin.specifier)  # `==0.17.0rc1` names a pre-release itself
-    if pin.specifier.contains(version, prereleases=allow_prereleases or named):
+    named = any(spec.prereleases for spec in clauses)  # `==0.17.0rc1` names a pre-release itself
+    allowed = allow_prereleases or named
+    try:
+        version: Version | None = Version(found)
+    except InvalidVersion:
+        version = None
+    if any(s.operator == "===" and s.version.lower() != found.lower() for s in clauses):
+        return False, "" if version is not None else f"{found} is not a PEP 440 version"
+    ranged = SpecifierSet(",".join(str(s) for s in clauses if s.operator != "==="))
+    if version is None:
+        ok = not len(ranged)  # only `===` clauses can hold for a string PEP 440 cannot read
+        return ok, "" if ok else f"{found} is not a PEP 440 version"
+    if ranged.contains(version, prereleases=allowed):
         return True, ""
-    if version.is_prerelease and pin.specifier.contains(version, prereleases=True):
+    if version.is_prerelease and ranged.contains(version, prereleases=True):
         kind = "a development release" if version.is_devrelease else "a pre-release"
         return False, f"{found} is {kind}: the playbook accepts one with allow_prereleases: true"
     return False, ""
