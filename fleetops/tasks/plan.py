@@ -121,9 +121,12 @@ def unmet_warnings(dists: object) -> list[str]:
     node did not say."""
     if not isinstance(dists, dict):
         return []
-    from ..plans.pipcheck import unmet  # packaging, for the tasks that ask
+    from ..plans.pipcheck import Refused, unmet  # packaging, for the tasks that ask
 
-    found = unmet(dists)
+    try:
+        found = unmet(dists)
+    except Refused as exc:
+        return [f"pip check not done: {exc}; a real venv's metadata is far smaller: not a faithful node?"]
     if not found:
         return []
     shown = [f"the installed packages do not satisfy each other ({len(found)} unmet, as pip check finds them): "
