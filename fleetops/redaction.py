@@ -37,6 +37,12 @@ def _forms_of(value: str) -> frozenset[str]:
     return frozenset(f for f in forms if len(f) >= MIN_LENGTH)
 
 
+def forms(value: str) -> list[str]:
+    """The forms of a secret value redact() masks (itself, quoted, each line of a multi-line one), longest first:
+    what a node is given to mask in a job's log before it cuts a long line."""
+    return sorted(_forms_of(value), key=len, reverse=True) if value and len(value) >= MIN_LENGTH else []
+
+
 def register(value: str) -> str:
     if value and len(value) >= MIN_LENGTH:
         forms = _forms_of(value)

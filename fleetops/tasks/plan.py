@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from shlex import quote
 from typing import TYPE_CHECKING
 
+from ..plans.host import Host
 from ..plans.jobspec import JobSpec, resolve
 from ..plans.playbook import Playbook
 from ..plans.playbookset import PlaybookSet
@@ -98,6 +99,34 @@ def job_spec(plan: Plan, node: Connector) -> JobSpec | None:
     if book is None or name not in (book.jobs or {}):
         return None
     return resolve(name, book.jobs[name], node.host.groups)
+
+
+def job_secrets(spec: JobSpec | None, host: Host) -> list[str]:
+    """The forms of the job's secret values (the playbook's secret_env, the host's own secrets): what the node
+    masks in the job's log before it cuts a long line. Never another host's secrets."""
+    from ..redaction import forms
+
+    values = [spec.env[k] for k in spec.secret_env if k in spec.env] if spec is not None else []
+    values += [v for k, v in host.env_values if k in host.secret_env]  # not .env: a missing one is not sent
+    return sorted({f for v in values for f in forms(str(v))})
+
+
+def own_playbook_secrets(run: RunState, node: Connector, answer: dict) -> list[str]:
+    """The job's secrets as the playbook it was started from says (the job record names its path and the job):
+    a job started with another playbook, or another job, than this run names is masked too. [] when the record
+    names none, or the file is gone or no longer has the job."""
+    from ..plans.yamlsrc import ConfigError
+
+    path, name = answer.get("playbook"), answer.get("job_name")
+    if not isinstance(path, str) or not isinstance(name, str):
+        return []
+    try:
+        book = run.playbook(path)
+    except (ConfigError, OSError):
+        return []
+    if name not in (book.jobs or {}):
+        return []
+    return job_secrets(resolve(name, book.jobs[name], node.host.groups), node.host)
 
 
 def preflight_request(playbook: Playbook, spec: JobSpec) -> dict:
