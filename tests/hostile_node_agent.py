@@ -4,7 +4,8 @@ escapes in every string of every answer: tests/test_terminal_safety_lab.py), `st
 (hundreds of MB, size from the file `mb`), `nl` (error text whose line breaks would print other hosts' lines),
 `factsesc` (escapes and line breaks in every facts field, the drain reason and pip-check names), `pipbomb` (a facts
 answer whose Requires-Dist markers would cost the client seconds of CPU; size from `mb`), `deep` (nested JSON),
-`rebase`/`capture` (node-chosen names with `../` that become local paths), `types` (wrong types). Stdlib only; it runs on the node."""
+`rebase`/`capture` (node-chosen names with `../` that become local paths), `types` (wrong types). Stdlib only; it
+runs on the node."""
 
 import json
 import os
