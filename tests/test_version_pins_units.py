@@ -267,3 +267,16 @@ def test_pins_with_every_operator_are_judged_as_packaging_judges_version_strings
         if versions.verdict(pin, found, allow)[0] is not want:
             wrong.append((text, found, allow, want))
     assert wrong == []
+
+
+def test_a_nodes_report_of_its_pins_is_read_with_bounded_work():
+    long = "vllm" + ",".join([">=0.1"] * 20000)  # 120 KB: ~0.2 s of packaging's parsing, were it read
+    rows = versions.judge([{"requirement": long, "package": "vllm", "found": "0.2"},
+                           {"requirement": "[[[", "package": "x", "found": "1"},
+                           {"requirement": "vllm==0.16.0", "package": "vllm", "found": "0.16.0"}]
+                          + [{"requirement": "vllm==0.16.0", "package": "vllm", "found": "0.16.0"}] * 70, False)
+    assert [r["ok"] for r in rows[:3]] == [False, False, True]
+    assert rows[0]["why"] == "not read: over 1024 characters" and len(rows[0]["requirement"]) == 1024
+    assert rows[1]["why"].startswith("not read:")
+    assert all(r["ok"] for r in rows[3:64]) and not any(r["ok"] for r in rows[64:])
+    assert rows[-1]["why"] == "not read: the node reported over 64 pins"

@@ -106,12 +106,28 @@ def _order(text: str) -> tuple:
         return (1, text)
 
 
+# What the client reads of a node's report of its pins (the node echoes the playbook's own): a playbook names a
+# handful, each a few clauses; a longer or malformed text is not parsed (SpecifierSet costs ~10 us a clause).
+MAX_REPORTED_PINS = 64
+MAX_PIN_CHARS = 1024
+
+
 def judge(reported: list[dict], allow_prereleases: bool) -> list[dict]:
-    """The node's report ([{"requirement", "package", "found"}]) with "ok" and "why" for each pin."""
+    """The node's report ([{"requirement", "package", "found"}]) with "ok" and "why" for each pin; a row past
+    the bounds, or one no pin could be read from, is not met and says why, unparsed."""
     out = []
-    for row in reported:
-        ok, why = verdict(parse_pin(str(row["requirement"])), row.get("found"), allow_prereleases)
-        out.append({**row, "ok": ok, "why": why})
+    for n, row in enumerate(reported):
+        text, found = str(row.get("requirement")), row.get("found")
+        if n >= MAX_REPORTED_PINS:
+            ok, why = False, f"not read: the node reported over {MAX_REPORTED_PINS} pins"
+        elif len(text) > MAX_PIN_CHARS or (found is not None and len(str(found)) > MAX_PIN_CHARS):
+            ok, why = False, f"not read: over {MAX_PIN_CHARS} characters"
+        else:
+            try:
+                ok, why = verdict(parse_pin(text), None if found is None else str(found), allow_prereleases)
+            except ValueError:
+                ok, why = False, "not read: the node reported no pin this playbook could name"
+        out.append({**row, "requirement": text[:MAX_PIN_CHARS], "ok": ok, "why": why})
     return out
 
 
