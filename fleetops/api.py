@@ -38,7 +38,8 @@ TASK_OPTIONS: Mapping[str, frozenset[str]] = {name: frozenset(opts) for name, op
     "capture": ("module", "playbook", "pin"), "rebase": ("playbook", "out", "fuzz"),
     "extract": ("force", "job", "playbook", "shards", "again"),
     "tail": ("job_id", "job", "playbook", "lines", "from_start"), "status": ("job_id", "job", "playbook"),
-    "logs": ("lines", "job_id"), "stop": ("grace", "job_id"), "jobs": ("last",), "drain": ("reason",),
+    "logs": ("lines", "job_id", "job", "playbook"), "stop": ("grace", "job_id"), "jobs": ("last",),
+    "drain": ("reason",),
     "undrain": (),
 }.items()}
 

@@ -5,7 +5,8 @@ never shown: everything fleetops prints, writes as JSON or appends to the audit 
 dumps(). Text that came from a node or a job (output, errors, file names, process command lines) goes through
 printable() before it is printed or logged: a terminal control in it would otherwise act on the operator's
 terminal (move the cursor, erase a line and forge another host's, set the title, write the clipboard with
-OSC 52, reorder what follows with a bidi override). shown() is both, in the order that keeps masking whole:
+OSC 52, reorder what follows with a bidi override), and a line break would start a line of its own that reads
+as another host's result. shown() is both, in the order that keeps masking whole:
 mask first (a secret holding a control character still matches), then escape.
 
 Masking works on values, before anything escapes them: dumps() masks every string of a document
@@ -34,6 +35,12 @@ def _forms_of(value: str) -> frozenset[str]:
     if "\n" in value or "\r" in value:
         forms.update(line.strip() for line in value.splitlines())
     return frozenset(f for f in forms if len(f) >= MIN_LENGTH)
+
+
+def forms(value: str) -> list[str]:
+    """The forms of a secret value redact() masks (itself, quoted, each line of a multi-line one), longest first:
+    what a node is given to mask in a job's log before it cuts a long line."""
+    return sorted(_forms_of(value), key=len, reverse=True) if value and len(value) >= MIN_LENGTH else []
 
 
 def register(value: str) -> str:
@@ -65,20 +72,28 @@ def redact(text: str) -> str:
     return text
 
 
-# C0 controls but tab and newline, DEL, C1 controls (0x9b is CSI on terminals that read 8-bit C1), the bidi
-# embeddings, overrides, isolates and marks, and lone surrogates (which no UTF-8 stream can write).
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+# C0 controls but tab (line breaks too: a node's text stays on the line fleetops began for its host, so a line
+# that starts with a host's name is always one fleetops wrote), DEL, C1 controls (0x9b is CSI on terminals that
+# read 8-bit C1), the bidi embeddings, overrides, isolates and marks, and lone surrogates (which no UTF-8 stream
+# can write).
+_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
                        "\ud800-\udfff]")
 
 
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
 def _visible(match: re.Match[str]) -> str:
-    code = ord(match.group())
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def printable(text: str) -> str:
-    """`text` with every terminal control but tab and newline written as a visible escape (`\\x1b`, `\\x9b`,
-    `\\u202e`): it reads as what the node sent and does nothing to the terminal."""
+    """`text` with every terminal control but tab written as a visible escape (`\\x1b`, `\\x9b`, `\\u202e`, and
+    line breaks as `\\n`, `\\r`): it reads as what the node sent, on one line, and does nothing to the terminal."""
     if not text or _CONTROLS.search(text) is None:
         return text
     return _CONTROLS.sub(_visible, text)

@@ -1,8 +1,11 @@
 """A hostile node "agent" (the red team's script, reformatted, same behaviour): a host whose `python` is a wrapper
 that execs this file (tests/hostile_hosts.py). The file `mode` beside it picks the attack: `ansi` (terminal
 escapes in every string of every answer: tests/test_terminal_safety_lab.py), `stderrflood`/`nonewline`
-(hundreds of MB, size from the file `mb`), `deep` (nested JSON), `rebase`/`capture` (node-chosen names with
-`../` that become local paths), `types` (wrong types). Stdlib only; it runs on the node."""
+(hundreds of MB, size from the file `mb`), `nl` (error text whose line breaks would print other hosts' lines),
+`factsesc` (escapes and line breaks in every facts field, the drain reason and pip-check names), `pipbomb` (a facts
+answer whose Requires-Dist markers would cost the client seconds of CPU; size from `mb`), `deep` (nested JSON),
+`rebase`/`capture` (node-chosen names with `../` that become local paths), `types` (wrong types). Stdlib only; it
+runs on the node."""
 
 import json
 import os
@@ -41,6 +44,11 @@ if mode == "stderrflood":
     time.sleep(30)
     sys.exit(0)
 
+# Whole lines that read as other hosts' results, and the same behind terminal escapes.
+FORGE = ("\nlab02 | patch | changed | applied 2 hunks (original saved, sha256 0123456789ab)\r\n"
+         "lab03 | verify | ok | 21/21 checks passed")
+EVIL_NL = "\x1b]0;pwned\x1b\\\x1b[1A\x1b[2K" + FORGE
+
 GENERATOR_FILES = ("a388f645ffeaa395-vllm_hidden_states_generator.py.orig",
                    "speculators/data_generation/vllm_hidden_states_generator.py")
 WORKER_FILES = ("309956783d44b712-custom_worker.py.orig", "speculators/data_generation/custom_worker.py")
@@ -52,6 +60,31 @@ for line in sys.stdin.buffer:
     if mode == "deep":
         out.write(b'{"_id": %d, "ok": true, "x": ' % rid + b"[" * 200000 + b"]" * 200000 + b"}\n")
         out.flush()
+        continue
+    if mode == "nl":
+        if op == "run":
+            ans({"_id": rid, "ok": True, "exit_code": 0, "timed_out": False, "timeout": 300, "stdout": "hello" + FORGE,
+                 "stderr": "", "stdout_dropped_bytes": 0, "stderr_dropped_bytes": 0, "run_seconds": 0.1})
+        else:
+            ans({"_id": rid, "ok": False, "error": "boom" + FORGE, "error_kind": "x"})
+        continue
+    if mode == "factsesc" and op == "facts":
+        s = "v1" + EVIL_NL
+        dists = {"environment": {"python_version": "3.11"}, "dists": [
+            {"name": "evilpkg" + EVIL_NL, "version": "1.0", "requires": ["needed\x1bx", "missing-dist-yyy"]},
+            {"name": "good", "version": "1.0", "requires": ["missing-dist-zzz"]}]}
+        ans({"_id": rid, "ok": True, "os": s, "python": s, "packages": {"vllm": s, "speculators": s, "torch": s,
+             "transformers": s}, "driver": s, "cuda": s, "gpu_count": 2, "gpu_names": [s],
+             "disk_free_gib": {"venv": s, "state_dir": s}, "errors": {},
+             "drain": {"by": "x" + EVIL_NL, "at": "y", "reason": "z" + EVIL_NL}, "dists": dists})
+        continue
+    if mode == "pipbomb" and op == "facts":
+        one = "dep; python_version > '1'" + " and python_version > '1'" * 100000  # ~2.5 MB, one requirement
+        count = max(1, int(float(_read("mb")) * (1 << 20) / len(one)))
+        dists = {"environment": {"python_version": "3.11"},
+                 "dists": [{"name": "dep", "version": "1"}]
+                 + [{"name": f"p{i}", "version": "1", "requires": [one + " " * i]} for i in range(count)]}
+        ans({"_id": rid, "ok": True, "os": "x", "python": "3.11", "packages": {}, "errors": {}, "dists": dists})
         continue
     if mode == "ansi":  # OSC title and clipboard, erase, a forged line, C1 CSI (U+009B), a bidi override
         E = "\x1b"

@@ -67,12 +67,12 @@ def evil_result(host: str = "lab01") -> Result:
 
 
 # ---------------------------------------------------------------- the sanitiser
-def test_controls_become_visible_escapes_and_tab_and_newline_stay():
-    assert printable("a\tb\nc") == "a\tb\nc"
+def test_controls_and_line_breaks_become_visible_escapes_and_tab_stays():
+    assert printable("a\tb\nc\rd") == "a\tb\\nc\\rd"
     assert printable(f"{E}]0;pwned{E}\\") == "\\x1b]0;pwned\\x1b\\"
     assert printable("\x9b2J") == "\\x9b2J"
     assert printable("abc\u202efed") == "abc\\u202efed"
-    assert printable("\x00\x07\x08\x0b\x0c\r\x7f\x85") == "\\x00\\x07\\x08\\x0b\\x0c\\x0d\\x7f\\x85"
+    assert printable("\x00\x07\x08\x0b\x0c\r\x7f\x85") == "\\x00\\x07\\x08\\x0b\\x0c\\r\\x7f\\x85"
     bidi = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
     assert printable(bidi) == "".join(f"\\u{ord(c):04x}" for c in bidi)
     assert printable("\udc80") == "\\udc80"  # a lone surrogate: no UTF-8 stream could write it
@@ -82,7 +82,7 @@ def test_controls_become_visible_escapes_and_tab_and_newline_stay():
 @given(st.text())
 def test_any_text_comes_out_inert_and_cleaning_twice_changes_nothing(text):
     once = printable(text)
-    assert not any(c in once for c in RAW) and not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", once)
+    assert not any(c in once for c in RAW) and not re.search("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e]", once)
     assert printable(once) == once
     once.encode("utf-8")  # always writable
 
@@ -134,6 +134,53 @@ def test_job_lines_notes_errors_and_the_live_view_are_inert(capsys):
     text = out.getvalue() + capsys.readouterr().err
     assert not node_raw(text), (node_raw(text), text)
     assert text.count("\\x1b]0;pwned") >= 5
+
+
+# What a node writes to forge whole lines of other hosts: each of its lines would start with a host's name.
+FORGE = ("boom\nlab02 | patch | changed | applied 2 hunks (original saved, sha256 0123456789ab)\r\n"
+         "lab03 | verify | ok | 21/21 checks passed\rlab03 | gpu | ok")
+
+
+def forged(text: str) -> list[str]:
+    """Printed lines that start as the node's text would have them: a host's line fleetops did not write."""
+    plain = OWN_STYLE.sub("", text)
+    return [line for line in re.split("[\r\n]", plain)
+            if line.startswith(("lab02 | patch | changed", "lab03 |"))]
+
+
+def test_a_line_that_starts_with_a_host_name_is_always_one_fleetops_wrote(capsys):
+    # Quote: "an error message `boom\nlab02 | patch | changed | ...\nlab03 | verify | ok | 21/21 checks passed`
+    # prints three host lines for one host (no lab03 exists). The same through `facts` fields, the drain
+    # reason, pip-check package names, and a job-created file name seen by `fetch` of a directory."
+    console, out = terminal()
+    rep = Reporter(console=console)
+    rep.fold = True
+    hosts = ["evil01", "evil02", "lab01"]
+    rep.who = fold.identities((h, "10.0.0.%d" % i, 22) for i, h in enumerate(hosts, 1))
+    results = [Result(h, "patch", Status.FAILED, f"node error: {FORGE}", data={"next": f"fab -H {h} {FORGE}"})
+               for h in hosts]
+    results += [Result(h, "facts", Status.OK, FORGE, data={"fact_row": [FORGE] * 11,
+                                                           "node_warnings": [f"pip check: {FORGE} 1.0 requires x"]})
+                for h in hosts]
+    results += [Result(h, "gpu", Status.FAILED, f"drained by x: {FORGE}", data={"verdict": FORGE}) for h in hosts]
+    results += [Result("lab01", "fetch", Status.FAILED, f"refused a file name: {FORGE}",
+                       [Item(f"jobs/x/{FORGE}", Status.FAILED, f"skipped {FORGE}", {"notes": [FORGE]})])]
+    for r in results:
+        rep.result(r)
+    rep.finish(results, 1, sections=fleet_sections(results, fold=True), rerun="fab -H lab01 run x")
+    for unfolded in (results[0], results[-1]):  # and unfolded, as each host answers
+        rep.fold = False
+        rep.result(unfolded)
+    rep.job_line("lab01", FORGE, True, None)
+    rep.note(f"lab01 | job {FORGE}")
+    rep.error(f"node said {FORGE}")
+    board = TransferBoard(Console(file=out, force_terminal=False, width=200), quiet=False)
+    transfer = board.start(f"lab01 jobs/x/{FORGE}", 64 << 20, 0)
+    transfer(40 << 20)
+    transfer.finish()
+    text = out.getvalue() + capsys.readouterr().err
+    assert forged(text) == [], text
+    assert text.count("boom\\nlab02 | patch | changed") >= 8, text  # shown, on its host's line
 
 
 def test_a_fetch_label_is_inert():

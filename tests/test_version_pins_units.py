@@ -220,3 +220,63 @@ def test_facts_show_a_nightlys_whole_version_however_narrow_the_terminal():
         else:  # too wide for a table at this width: a block per fact, `host: value` pairs, never cut
             assert [ln.count(nightly) for ln in drawn.splitlines() if nightly in ln] and drawn.count(nightly) == 5, \
                 drawn
+
+
+def test_an_identity_clause_holds_only_beside_every_other_clause():
+    assert versions.verdict(_pin("vllm>=0.16,===abc"), "abc", False) == (False, "abc is not a PEP 440 version")
+    assert "abc" not in versions.approvable(_pin("vllm>=0.16,===abc"), False)
+    assert versions.approvable(_pin("vllm>=0.16,===abc"), False) == []
+    assert versions.verdict(_pin("vllm<0.17,===0.16.0"), "0.16.0", False) == (True, "")
+    assert versions.verdict(_pin("vllm>=0.17,===0.16.0"), "0.16.0", False)[0] is False
+    assert versions.verdict(_pin("vllm===ABC"), "abc", False) == (True, "")  # the very string, case aside
+
+
+def _corpus() -> list[tuple[str, str, bool]]:
+    """Pins of one to three clauses over every operator, each against versions the clauses name and their
+    neighbours (strings PEP 440 cannot read, pre-releases, locals, a leading v, epochs)."""
+    import random
+
+    rng = random.Random(440)
+    pool = ["0.16", "0.16.0", "0.16.1", "0.17.0", "0.17.0rc1", "0.16.0.dev1", "0.16.0+cu128", "1!0.1", "abc",
+            "ABC", "v0.16.0", "0.16.0.post1", "custom-build", "2.9"]
+    ops = ["==", "!=", ">=", "<=", ">", "<", "~=", "==="]
+    out = []
+    while len(out) < 3000:
+        clauses = []
+        for _ in range(rng.randint(1, 3)):
+            op = rng.choice(ops)
+            version = rng.choice(pool + (["0.16.*"] if op in ("==", "!=") else []))
+            clauses.append(f"{op}{version}")
+        text = "vllm" + ",".join(clauses)
+        try:
+            versions.parse_pin(text)
+        except ValueError:
+            continue  # `~=0.16` needs two parts, `>=abc` is no version: packaging refuses those too
+        out.append((text, rng.choice(pool), rng.random() < 0.3))
+    return out
+
+
+def test_pins_with_every_operator_are_judged_as_packaging_judges_version_strings():
+    from packaging.specifiers import SpecifierSet
+
+    wrong = []
+    for text, found, allow in _corpus():
+        pin = _pin(text)
+        named = any(spec.prereleases for spec in pin.specifier)
+        want = SpecifierSet(str(pin.specifier)).contains(found, prereleases=allow or named)
+        if versions.verdict(pin, found, allow)[0] is not want:
+            wrong.append((text, found, allow, want))
+    assert wrong == []
+
+
+def test_a_nodes_report_of_its_pins_is_read_with_bounded_work():
+    long = "vllm" + ",".join([">=0.1"] * 20000)  # 120 KB: ~0.2 s of packaging's parsing, were it read
+    rows = versions.judge([{"requirement": long, "package": "vllm", "found": "0.2"},
+                           {"requirement": "[[[", "package": "x", "found": "1"},
+                           {"requirement": "vllm==0.16.0", "package": "vllm", "found": "0.16.0"}]
+                          + [{"requirement": "vllm==0.16.0", "package": "vllm", "found": "0.16.0"}] * 70, False)
+    assert [r["ok"] for r in rows[:3]] == [False, False, True]
+    assert rows[0]["why"] == "not read: over 1024 characters" and len(rows[0]["requirement"]) == 1024
+    assert rows[1]["why"].startswith("not read:")
+    assert all(r["ok"] for r in rows[3:64]) and not any(r["ok"] for r in rows[64:])
+    assert rows[-1]["why"] == "not read: the node reported over 64 pins"

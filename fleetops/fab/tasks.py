@@ -123,8 +123,9 @@ def status(c, job_id=None, job=None, playbook=None, json=False):
 
 
 @fleet_task(numbers={"lines": (1, None)},
-            help={"lines": "how many lines (default 50)", "job_id": HELP_JOB_ID, "json": HELP_JSON})
-def logs(c, lines=50, job_id=None, json=False):
+            help={"lines": "how many lines (default 50)", "job_id": HELP_JOB_ID, "job": HELP_JOB,
+                  "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
+def logs(c, lines=50, job_id=None, job=None, playbook=None, json=False):
     """The last lines of the job's log (no follow)."""
 
 

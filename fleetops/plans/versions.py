@@ -51,19 +51,27 @@ def parse_pin(text: str) -> Pin:
 
 
 def verdict(pin: Pin, found: str | None, allow_prereleases: bool) -> tuple[bool, str]:
-    """(satisfied, why not: "" when it is) for the version a node reports (None: not installed)."""
+    """(satisfied, why not: "" when it is) for the version a node reports (None: not installed). Every clause
+    must hold: `===` compares the very string (case aside), every other clause the parsed version."""
     if found is None:
         return False, "not installed"
-    try:
-        version = Version(found)
-    except InvalidVersion:
-        ok = any(s.operator == "===" and s.version == found for s in pin.specifier)  # `===` compares strings
-        return ok, "" if ok else f"{found} is not a PEP 440 version"
+    clauses = list(pin.specifier)
     # Explicit, never packaging's default: packaging 26 changed what prereleases=None means for one version.
-    named = any(spec.prereleases for spec in pin.specifier)  # `==0.17.0rc1` names a pre-release itself
-    if pin.specifier.contains(version, prereleases=allow_prereleases or named):
+    named = any(spec.prereleases for spec in clauses)  # `==0.17.0rc1` names a pre-release itself
+    allowed = allow_prereleases or named
+    try:
+        version: Version | None = Version(found)
+    except InvalidVersion:
+        version = None
+    if any(s.operator == "===" and s.version.lower() != found.lower() for s in clauses):
+        return False, "" if version is not None else f"{found} is not a PEP 440 version"
+    ranged = SpecifierSet(",".join(str(s) for s in clauses if s.operator != "==="))
+    if version is None:
+        ok = not len(ranged)  # only `===` clauses can hold for a string PEP 440 cannot read
+        return ok, "" if ok else f"{found} is not a PEP 440 version"
+    if ranged.contains(version, prereleases=allowed):
         return True, ""
-    if version.is_prerelease and pin.specifier.contains(version, prereleases=True):
+    if version.is_prerelease and ranged.contains(version, prereleases=True):
         kind = "a development release" if version.is_devrelease else "a pre-release"
         return False, f"{found} is {kind}: the playbook accepts one with allow_prereleases: true"
     return False, ""
@@ -98,12 +106,28 @@ def _order(text: str) -> tuple:
         return (1, text)
 
 
+# What the client reads of a node's report of its pins (the node echoes the playbook's own): a playbook names a
+# handful, each a few clauses; a longer or malformed text is not parsed (SpecifierSet costs ~10 us a clause).
+MAX_REPORTED_PINS = 64
+MAX_PIN_CHARS = 1024
+
+
 def judge(reported: list[dict], allow_prereleases: bool) -> list[dict]:
-    """The node's report ([{"requirement", "package", "found"}]) with "ok" and "why" for each pin."""
+    """The node's report ([{"requirement", "package", "found"}]) with "ok" and "why" for each pin; a row past
+    the bounds, or one no pin could be read from, is not met and says why, unparsed."""
     out = []
-    for row in reported:
-        ok, why = verdict(parse_pin(str(row["requirement"])), row.get("found"), allow_prereleases)
-        out.append({**row, "ok": ok, "why": why})
+    for n, row in enumerate(reported):
+        text, found = str(row.get("requirement")), row.get("found")
+        if n >= MAX_REPORTED_PINS:
+            ok, why = False, f"not read: the node reported over {MAX_REPORTED_PINS} pins"
+        elif len(text) > MAX_PIN_CHARS or (found is not None and len(str(found)) > MAX_PIN_CHARS):
+            ok, why = False, f"not read: over {MAX_PIN_CHARS} characters"
+        else:
+            try:
+                ok, why = verdict(parse_pin(text), None if found is None else str(found), allow_prereleases)
+            except ValueError:
+                ok, why = False, "not read: the node reported no pin this playbook could name"
+        out.append({**row, "requirement": text[:MAX_PIN_CHARS], "ok": ok, "why": why})
     return out
 
 

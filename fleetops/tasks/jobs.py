@@ -25,7 +25,17 @@ from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, Evidence, Item, Next, Result, Status
 from ..wire.connector import Connector
 from . import slurm
-from .plan import agent_error, drain_text, drained, job_spec, preflight_request, skipped_note, tail_start
+from .plan import (
+    agent_error,
+    drain_text,
+    drained,
+    job_secrets,
+    job_spec,
+    own_playbook_secrets,
+    preflight_request,
+    skipped_note,
+    tail_start,
+)
 from .reconnect import TAIL_WAIT_S, Reconnect, tail_request
 
 if TYPE_CHECKING:
@@ -86,7 +96,9 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
                           problems, evidence=evidence, code=EXIT_FAILED,
                           data={"next": _refused_next(host, plan, failing, running, gate).to_data()})
         notes.append(f"--force: launched despite: {reasons}")
-    started, evidence = node.call("job_start", spec.start_request(), timeout=60)
+    request = spec.start_request()
+    request["job"]["playbook"] = str(plan.playbook.path)  # tail, logs and status mask its secrets, whatever -p
+    started, evidence = node.call("job_start", request, timeout=60)
     if not started.get("ok"):
         return _not_started(run, host, spec, started, evidence)
     job = started["job"]
@@ -191,6 +203,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     if isinstance(start, Result):
         return start
     job_id, last_lines, from_start = start
+    secrets = job_secrets(spec, node.host)
     link = Reconnect(run.interrupted)
     last_progress: dict | None = None
     reporter = run.reporter
@@ -202,12 +215,19 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                           code=130, data={"job_id": job_id, "offset": offset or 0, "detached": True,
                                           "next": Next("follow it again", [again]).to_data()})
         position = {"job_id": job_id, "offset": offset}
-        answer = link.poll(partial(_tail_answer, node, tail_request(position, (last_lines, from_start))), node,
-                           reporter.note, position, f", resuming at byte {offset}")
+        request = {**tail_request(position, (last_lines, from_start)), "mask": secrets}
+        answer = link.poll(partial(_tail_answer, node, request), node, reporter.note, position,
+                           f", resuming at byte {offset}")
         if not isinstance(answer, dict):  # None: asked again after a wait; a Result: the tail's end
             if answer is None:
                 continue
             return answer
+        more = [] if offset is not None else [v for v in own_playbook_secrets(run, node, answer)
+                                              if v not in secrets]
+        if more:  # the job's own playbook has secrets this run's does not: asked again, masked by the node
+            secrets += more
+            job_id = answer["job_id"]
+            continue
         job_id = answer["job_id"]
         if offset is None and answer.get("skipped_bytes"):
             reporter.note(skipped_note(host, job_id, answer))
@@ -266,6 +286,9 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
             result.msg += f"; {drain_text(drain)}"
             result.data["drain"] = drain
         return result
+    job = answer["job"] if isinstance(answer.get("job"), dict) else {}
+    # loading the job's own playbook registers its secrets: the status line's last progress shows them masked
+    own_playbook_secrets(run, node, {"playbook": job.get("playbook"), "job_name": job.get("name")})
     row = _status_row(answer)
     code = exit_code_of(answer) if answer["state"] not in ("running", "starting") else 0
     status = Status.OK if code == 0 else Status.FAILED
@@ -326,8 +349,12 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
-    answer, _ = node.call("job_logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines")
-                                                                                          or 50)})
+    request = {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50),
+               "mask": job_secrets(spec, node.host)}
+    answer, _ = node.call("job_logs", request)
+    more = [v for v in own_playbook_secrets(run, node, answer) if v not in request["mask"]]
+    if more:  # the job's own playbook has secrets this run's does not: asked again, masked by the node
+        answer, _ = node.call("job_logs", {**request, "job_id": answer["job_id"], "mask": request["mask"] + more})
     if answer.get("error"):
         return agent_error(host, "logs", answer)
     for line in answer["lines"]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from shlex import quote
 from typing import TYPE_CHECKING
 
+from ..plans.host import Host
 from ..plans.jobspec import JobSpec, resolve
 from ..plans.playbook import Playbook
 from ..plans.playbookset import PlaybookSet
@@ -100,6 +101,34 @@ def job_spec(plan: Plan, node: Connector) -> JobSpec | None:
     return resolve(name, book.jobs[name], node.host.groups)
 
 
+def job_secrets(spec: JobSpec | None, host: Host) -> list[str]:
+    """The forms of the job's secret values (the playbook's secret_env, the host's own secrets): what the node
+    masks in the job's log before it cuts a long line. Never another host's secrets."""
+    from ..redaction import forms
+
+    values = [spec.env[k] for k in spec.secret_env if k in spec.env] if spec is not None else []
+    values += [v for k, v in host.env_values if k in host.secret_env]  # not .env: a missing one is not sent
+    return sorted({f for v in values for f in forms(str(v))})
+
+
+def own_playbook_secrets(run: RunState, node: Connector, answer: dict) -> list[str]:
+    """The job's secrets as the playbook it was started from says (the job record names its path and the job):
+    a job started with another playbook, or another job, than this run names is masked too. [] when the record
+    names none, or the file is gone or no longer has the job."""
+    from ..plans.yamlsrc import ConfigError
+
+    path, name = answer.get("playbook"), answer.get("job_name")
+    if not isinstance(path, str) or not isinstance(name, str):
+        return []
+    try:
+        book = run.playbook(path)
+    except (ConfigError, OSError):
+        return []
+    if name not in (book.jobs or {}):
+        return []
+    return job_secrets(resolve(name, book.jobs[name], node.host.groups), node.host)
+
+
 def preflight_request(playbook: Playbook, spec: JobSpec) -> dict:
     """The agent's `preflight` request for the job's checks; the pins are checked only when the job asks."""
     request = playbook.verify_request(set(spec.preflight))
@@ -121,9 +150,12 @@ def unmet_warnings(dists: object) -> list[str]:
     node did not say."""
     if not isinstance(dists, dict):
         return []
-    from ..plans.pipcheck import unmet  # packaging, for the tasks that ask
+    from ..plans.pipcheck import Refused, unmet  # packaging, for the tasks that ask
 
-    found = unmet(dists)
+    try:
+        found = unmet(dists)
+    except Refused as exc:
+        return [f"pip check not done: {exc}; a real venv's metadata is far smaller: not a faithful node?"]
     if not found:
         return []
     shown = [f"the installed packages do not satisfy each other ({len(found)} unmet, as pip check finds them): "

@@ -76,7 +76,7 @@ def _job_start(req: dict) -> dict:
            "shown_env": shown, "cwd": spec.get("cwd") or job_dir,
            "log": os.path.join(job_dir, LOG), "started": now_iso(), "started_ts": time.time(),
            "operator": req.get("operator"), "prefix": sys.prefix, "pid": None, "pgid": None, "wrapper_pid": None,
-           "keeper_pid": None}
+           "keeper_pid": None, "playbook": spec.get("playbook")}
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     set_current(jobs_dir(state_dir), job_id)
     failpoint("job.keeper.launch")  # a test swaps what the keeper would run from here
