@@ -74,6 +74,10 @@ class FleetExecutor(fabric.Executor):
                 if value is not None and value != RUN_OPTIONS[name][0]:  # given
                     run_opts[name] = value
             steps.append((fleet_task_name(c), kwargs))
+        for name, (default, _) in RUN_OPTIONS.items():  # `fleet`'s core flags: the same options before the task
+            value = self._option(name.replace("_", "-"), "")
+            if name not in run_opts and value is not None and value != default:
+                run_opts[name] = value
         remainder = self.core.remainder if self.core is not None else ""
         if remainder:
             steps.append(("run", {"command": remainder}))
