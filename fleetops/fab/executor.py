@@ -22,9 +22,11 @@ from invoke.exceptions import Exit
 
 from .. import startup
 from ..results import EXIT_USAGE, reader_gone
+from . import keyprompt
 from .become import ask_become_pass
 from .decorators import RUN_OPTIONS, fleet_task_name, run_options_of
 from .flags import is_fleetops_collection
+from .keyprompt import ask_key_passphrase
 
 # The run itself (fleetops.run: the tasks, the plans, the report with rich) is imported by execute() when a
 # command names a host task: `fab --list`, `fab --help` and the local tasks (lab.*, history) never load it.
@@ -120,6 +122,8 @@ class FleetExecutor(fabric.Executor):
             self._connect_settings(state, run_opts)
             run = assemble(state, [host_str], steps, limit=self._limit(run_opts), dry=self._dry())
             state.inventory.targets(run.hosts)  # an example inventory's host: bad input, before any connection
+            if keyprompt.requested():  # before the become password: both may come from stdin, in this order
+                state.key_passphrases(run.hosts, ask_key_passphrase)
             if run_opts.get("ask_become_pass"):
                 self._become_password(state, run.hosts)
         except (ConfigError, UnknownHost, RangeError) as exc:  # a file or a host name: the message names it
