@@ -254,3 +254,17 @@ def test_a_python_that_prints_a_password_prompt_itself_never_gets_the_password(w
     assert got.read_text() == "got: \n", got.read_text()  # the wrapper ran as root and read no line
     assert rc == 0 and doc["results"][0]["status"] == "ok", both
     assert PASSWORD not in both
+
+
+def test_nvidia_smi_is_found_under_sudo_on_the_login_users_path_and_said_where(world):
+    """sudo's secure_path hides the node's nvidia-smi (the lab's is on the login PATH sshd sets): the agent
+    finds it on the login user's PATH (a root-owned file), says where, and facts reads the driver; a `facts`
+    that found none under sudo fails instead of saying ok with driver=None."""
+    lab, _, _, _ = world
+    rc, doc, both = fab(lab, "-H", "asroot", "facts")
+    facts = doc["results"][0]["data"]["facts"]
+    assert rc == 0 and doc["results"][0]["status"] == "ok", both
+    assert facts["driver"] not in (None, "None") and facts["gpu_count"], facts
+    assert facts["nvidia_smi"].endswith("(on the login user's PATH)"), facts
+    rc, doc, both = fab(lab, "-H", "asroot", "gpu")
+    assert rc == 0 and doc["results"][0]["status"] == "ok", both

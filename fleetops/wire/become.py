@@ -37,8 +37,12 @@ VALIDATED = "[fleetops: sudo -v done]"
 # `sudo -v` in a subshell that ends with it (the prompt lives nowhere else), then the command with the
 # credential it left: both sudo runs are children of this shell, which is what sudo's credential is tied to
 # when there is no terminal. Not `exec sudo -n`: its parent would then be sshd, not this shell.
+# The python is "$1"; sudo's secure_path replaces the login PATH, which python gets as an -X option (the agent
+# looks for nvidia-smi there: remote_scripts/health/gpu.py).
+RUN = 'p=$1; shift; {sudo} "$p" "-Xfleetops_login_path=$PATH" "$@"'
+NO_PASSWORD = RUN.format(sudo="exec sudo -n --")
 VALIDATE = ('(IFS= read -r p && SUDO_PROMPT="$p" && export SUDO_PROMPT && exec sudo -S -v) && '
-            f'printf "%s\\n" "{VALIDATED}" >&2 && sudo -n -- "$@"')
+            f'printf "%s\\n" "{VALIDATED}" >&2 && {{ ' + RUN.format(sudo="sudo -n --") + "; }")
 
 
 class Sudo:
@@ -50,9 +54,8 @@ class Sudo:
         self.nonce = f"[sudo password {secrets.token_hex(16)}]" if password is not None else None
 
     def argv(self, command: list[str]) -> list[str]:
-        if self.password is None:
-            return ["exec", "sudo", "-n", "--", *command]
-        return ["exec", "/bin/sh", "-c", VALIDATE, "fleetops-become", *command]
+        return ["exec", "/bin/sh", "-c", NO_PASSWORD if self.password is None else VALIDATE, "fleetops-become",
+                *command]
 
     def shown(self, command: str) -> str:
         return f"sudo -n -- {command}" if self.password is None else f"sudo -S -v, then sudo -n -- {command}"
