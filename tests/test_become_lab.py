@@ -268,3 +268,14 @@ def test_nvidia_smi_is_found_under_sudo_on_the_login_users_path_and_said_where(w
     assert facts["nvidia_smi"].endswith("(on the login user's PATH)"), facts
     rc, doc, both = fab(lab, "-H", "asroot", "gpu")
     assert rc == 0 and doc["results"][0]["status"] == "ok", both
+
+
+def test_fetch_under_become_says_plainly_it_cannot_read_a_file_of_roots_and_offers_no_resume(world):
+    lab, _, top, _ = world
+    rc, doc, both = fab(lab, "-H", "asroot", "ping")  # the agent is in root's state dir (0700)
+    assert rc == 0, both
+    pyz = next((top / "rootstate" / "bin").glob("fleetops-agent-*.pyz"))
+    rc, doc, both = fab(lab, "-H", "asroot", "fetch", "--path", str(pyz), "--any-path")
+    msg = doc["results"][0]["msg"]
+    assert rc != 0 and f"cannot read {pyz}" in msg and "become: sudo" in msg and f"readable by {USER}" in msg, msg
+    assert "resume" not in both, both

@@ -237,8 +237,12 @@ class NodeConnection:
         partial copy resumes). progress(n) is called with the bytes written so far. Returns them."""
         self.open()
         assert self.cxn is not None
+        user = self.host.user or "the login user"
+        denied = (f" (under become: sudo the job's files are root's, and fleetops never reads files as root over "
+                  f"SFTP; make them readable by {user}, e.g. chmod a+r on the node, then fetch again)"
+                  if self.host.become else "")
         return copy_range(self._sftp, remote, local_path, offset, end, progress, self.host.name,
-                          lambda: self.cxn is not None and self.cxn.is_connected)
+                          lambda: self.cxn is not None and self.cxn.is_connected, denied)
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
         """One request to this host's agent: the first call of the run starts it (one exec, through the
