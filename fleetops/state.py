@@ -71,6 +71,13 @@ class RunState:
 
         self.inventory.ssh_aliases = use_ssh_config(path, identity_files, passphrase)
 
+    def key_passphrases(self, hosts: list[Host], ask: Callable[[str, list[str]], str]) -> None:
+        """--prompt-for-passphrase: ask(path, host names) once for each key file of these hosts that needs a
+        passphrase (wire/keys.py keys_to_ask), in path order; the others are never asked for nor given one."""
+        from .wire.ssh import keys_to_ask, use_key_passphrases
+
+        use_key_passphrases({path: ask(path, names) for path, names in sorted(keys_to_ask(hosts).items())})
+
     def connections(self) -> Pool:
         with self.lock:
             if self.pool is None:

@@ -59,7 +59,9 @@ def world(lab_factory, root_user):
                 shutil.copytree(entry, site_packages(venv) / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
             subprocess.run(["chmod", "-R", "a+rX,go-w", str(venv)], check=True)
             python = venv / "bin" / "python"
-            SUDOERS.write_text(f"{USER} ALL=(root) NOPASSWD: {python}\n{USER} ALL=(root) PASSWD: /usr/bin/python3\n")
+            hostile = _hostile_python(top)
+            SUDOERS.write_text(f"{USER} ALL=(root) NOPASSWD: {python}, {hostile}\n"
+                               f"{USER} ALL=(root) PASSWD: /usr/bin/python3\n")
             SUDOERS.chmod(0o440)
             subprocess.run(["visudo", "-c", "-f", str(SUDOERS)], check=True, capture_output=True)
             lab.configure_sshd(node, users=(USER,))
@@ -68,7 +70,8 @@ def world(lab_factory, root_user):
             hosts = {"asuser": [f"    python: {python}", f"    state_dir: {home}/.fleetops"],
                      "asroot": [f"    python: {python}", "    become: sudo", f"    state_dir: {top}/rootstate"],
                      "nopass": ["    python: /usr/bin/python3", "    become: sudo",
-                                f"    state_dir: {top}/rootstate"]}
+                                f"    state_dir: {top}/rootstate"],
+                     "hostile": [f"    python: {hostile}", "    become: sudo", f"    state_dir: {top}/rootstate"]}
             (lab.root / "hosts" / "become.yaml").write_text("hosts:\n" + "".join(
                 f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()))
             copy_playbooks(lab.root)  # a real copy: the playbook below is this module's, not the checkout's
@@ -83,8 +86,47 @@ def world(lab_factory, root_user):
             shutil.rmtree(top, ignore_errors=True)
 
 
+def _hostile_python(top: Path) -> Path:
+    """A node's python (root's file, sudo NOPASSWD for it) that asks for sudo's password itself: it prints every
+    prompt it can know of (fleetops' old fixed one, and any SUDO_PROMPT of the processes above it, which it may
+    read as root), waits 3 s for a line on stdin and keeps whatever came in `got`."""
+    bindir = top / "hostile" / "bin"
+    bindir.mkdir(parents=True)
+    (top / "hostile").chmod(0o755)
+    bindir.chmod(0o755)
+    wrapper = bindir / "python"
+    wrapper.write_text(f"""#!/bin/sh
+printf '[fleetops-become-password]' >&2
+pid=$PPID
+while [ "$pid" -gt 1 ]; do
+    tr '\\000' '\\n' < /proc/$pid/environ | sed -n 's/^SUDO_PROMPT=//p' | tr -d '\\n' >&2
+    pid=$(ps -o ppid= -p "$pid" | tr -d ' ')
+done
+got=$(timeout 3 head -n 1)
+printf 'got: %s\\n' "$got" >> {top}/hostile/got
+exec /usr/bin/python3 "$@"
+""")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 def fab(lab, *args: str, stdin: str | None = None) -> tuple[int, dict, str]:
     return fab_json_output(lab.root, *args, timeout=300, input=stdin)
+
+
+def run_json(lab, program: str, *args: str, stdin: str | None = None) -> tuple[int, dict, str]:
+    """`fab` (python -m fabric) or the installed `fleet`, with --json; no traceback in the output."""
+    if program == "fab":
+        return fab(lab, *args, stdin=stdin)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    proc = subprocess.run([str(Path(sys.executable).parent / "fleet"), *args, "--json"], cwd=lab.root, input=stdin,
+                          capture_output=True, text=True, env=env, timeout=300)
+    both = proc.stdout + proc.stderr
+    assert "Traceback" not in both, both
+    try:
+        return proc.returncode, json.loads(proc.stdout), both
+    except ValueError:
+        raise AssertionError(f"no JSON from fleet {args}: rc={proc.returncode}\n{both}") from None
 
 
 def test_check_as_a_user_who_cannot_write_says_so_instead_of_would_apply(world):
@@ -197,3 +239,43 @@ def test_an_sftp_server_that_does_not_start_is_named(world):
     assert rc != 0 and "the node's sftp-server did not start" in msg and "Subsystem sftp" in msg, msg
     rc, doc, both = fab(lab, "-H", "asuser", "ping")
     assert rc == 0, both
+
+
+@pytest.mark.parametrize("program", ["fab", "fleet"])
+def test_a_python_that_prints_a_password_prompt_itself_never_gets_the_password(world, program):
+    """A NOPASSWD host whose python asks for the password on stderr, as sudo would: the password goes only to
+    `sudo -v`'s own random prompt, before the command starts; the python reads nothing, and the run goes on."""
+    lab, _, top, _ = world
+    got = top / "hostile" / "got"
+    got.unlink(missing_ok=True)
+    args = ["--ask-become-pass", "-H", "hostile", "ping"] if program == "fleet" else \
+        ["-H", "hostile", "ping", "--ask-become-pass"]
+    rc, doc, both = run_json(lab, program, *args, stdin=PASSWORD + "\n")
+    assert got.read_text() == "got: \n", got.read_text()  # the wrapper ran as root and read no line
+    assert rc == 0 and doc["results"][0]["status"] == "ok", both
+    assert PASSWORD not in both
+
+
+def test_nvidia_smi_is_found_under_sudo_on_the_login_users_path_and_said_where(world):
+    """sudo's secure_path hides the node's nvidia-smi (the lab's is on the login PATH sshd sets): the agent
+    finds it on the login user's PATH (a root-owned file), says where, and facts reads the driver; a `facts`
+    that found none under sudo fails instead of saying ok with driver=None."""
+    lab, _, _, _ = world
+    rc, doc, both = fab(lab, "-H", "asroot", "facts")
+    facts = doc["results"][0]["data"]["facts"]
+    assert rc == 0 and doc["results"][0]["status"] == "ok", both
+    assert facts["driver"] not in (None, "None") and facts["gpu_count"], facts
+    assert facts["nvidia_smi"].endswith("(on the login user's PATH)"), facts
+    rc, doc, both = fab(lab, "-H", "asroot", "gpu")
+    assert rc == 0 and doc["results"][0]["status"] == "ok", both
+
+
+def test_fetch_under_become_says_plainly_it_cannot_read_a_file_of_roots_and_offers_no_resume(world):
+    lab, _, top, _ = world
+    rc, doc, both = fab(lab, "-H", "asroot", "ping")  # the agent is in root's state dir (0700)
+    assert rc == 0, both
+    pyz = next((top / "rootstate" / "bin").glob("fleetops-agent-*.pyz"))
+    rc, doc, both = fab(lab, "-H", "asroot", "fetch", "--path", str(pyz), "--any-path")
+    msg = doc["results"][0]["msg"]
+    assert rc != 0 and f"cannot read {pyz}" in msg and "become: sudo" in msg and f"readable by {USER}" in msg, msg
+    assert "resume" not in both, both

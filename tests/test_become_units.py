@@ -44,10 +44,16 @@ def test_become_takes_only_sudo(tmp_path):
         inventory(tmp_path, "hosts:\n  a:\n    address: 10.9.9.9\n    become: doas\n")
 
 
-def test_sudo_never_asks_without_a_password_and_reads_it_from_stdin_with_one():
-    assert become.sudo_words(None) == ["sudo", "-n", "--"]
-    assert become.sudo_words("secret") == ["sudo", "-S", "-p", become.PROMPT, "--"]
-    assert "secret" not in become.sudo_words("secret")
+def test_sudo_never_asks_without_a_password_and_with_one_asks_only_in_sudo_v_with_a_prompt_of_its_own():
+    plain = become.Sudo(None).argv(["py", "-c", "x"])
+    assert plain[3].count("sudo") == 1 and "exec sudo -n --" in plain[3] and plain[-3:] == ["py", "-c", "x"]
+    one, two = become.Sudo("secret"), become.Sudo("secret")
+    argv = one.argv(["py", "-c", "x"])
+    assert argv[:3] == ["exec", "/bin/sh", "-c"] and argv[-3:] == ["py", "-c", "x"]
+    assert "sudo -S -v" in argv[3] and 'sudo -n -- "$p"' in argv[3]
+    # the prompt is random per channel and goes on stdin, never into argv (any user's `ps` shows argv)
+    assert one.nonce and two.nonce and one.nonce != two.nonce
+    assert not any(one.nonce in word or "secret" in word for word in argv)
 
 
 @pytest.mark.parametrize(("code", "stderr", "says"), [
@@ -60,10 +66,22 @@ def test_a_sudo_refusal_names_its_cause_and_next_step(code, stderr, says):
     from fleetops.plans.inventory import Host
 
     host = Host("gpu01", "10.9.9.9", user="ops", python="/opt/venv/bin/python", become="sudo")
-    err = become.refused(host, code, (become.PROMPT + stderr).encode(), "sudo -n -- ...", 0.0)
+    sudo = become.Sudo("secret")
+    assert sudo.nonce is not None
+    err = become.refused(host, code, (sudo.nonce + stderr).encode(), "sudo -n -- ...", 0.0, sudo)
     text = str(err)
     assert text.startswith("gpu01: ") and says in text, text
-    assert become.PROMPT not in text and all(become.PROMPT not in line for line in err.evidence.stderr_tail)
+    assert sudo.nonce not in text and all(sudo.nonce not in line for line in err.evidence.stderr_tail)
+
+
+def test_sudo_asking_again_after_sudo_v_took_the_password_is_refused_naming_why():
+    from fleetops.plans.inventory import Host
+
+    host = Host("gpu01", "10.9.9.9", user="ops", python="/opt/venv/bin/python", become="sudo")
+    sudo = become.Sudo("secret")
+    err = become.refused(host, 1, f"{become.VALIDATED}\nsudo: a password is required\n".encode(), "x", 0.0, sudo)
+    text = str(err)
+    assert "asked for it again" in text and "NOPASSWD" in text and "--ask-become-pass" not in text, text
 
 
 def _install(state: Path, data: bytes, want: str, uid: int | None = None) -> dict:

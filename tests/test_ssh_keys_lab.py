@@ -38,12 +38,13 @@ def fab(project: Path, *args: str, env: dict | None = None) -> tuple[int, dict, 
     return fab_json_output(project, *args, timeout=300, env=env, drop=OPERATORS_AGENT)
 
 
-def fab_on_a_pty(project: Path, args: list[str], typed: str, env: dict) -> tuple[int, str]:
-    """fab with a terminal of its own (getpass reads /dev/tty): `typed` is sent once a prompt shows."""
+def fab_on_a_pty(project: Path, args: list[str], typed: str, env: dict, program: str = "fab") -> tuple[int, str]:
+    """fab (or fleet) with a terminal of its own (getpass reads /dev/tty): `typed` is sent once a prompt shows."""
+    argv = [sys.executable, "-m", "fabric"] if program == "fab" else [str(Path(sys.executable).parent / "fleet")]
     pid, master = pty.fork()
     if pid == 0:  # the child: fab, with the pty as its controlling terminal
         os.chdir(project)
-        os.execve(sys.executable, [sys.executable, "-m", "fabric", *args], env)
+        os.execve(argv[0], [*argv, *args], env)
     seen, sent = b"", False
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -247,3 +248,19 @@ def test_a_wrong_passphrase_for_a_dash_i_key_is_named(lab, encrypted_key, tmp_pa
                                       f"{lab.user}@127.0.0.1:{node.port}", "ping"], "nope", _env())
     assert rc == EXIT_UNREACHABLE, out
     assert f"wrong passphrase for {encrypted_key}" in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize("program", ["fab", "fleet"])
+def test_prompt_for_passphrase_asks_only_for_the_encrypted_key_and_a_plain_key_logs_in_beside_it(lab, encrypted_key,
+                                                                                              program):
+    node = lab.node("lab01")
+    plain = (f"  plain01:\n    address: 127.0.0.1\n    port: {node.port}\n    user: {lab.user}\n"
+             f"    identity_file: {lab.client_key}\n    known_hosts: {lab.known_hosts}\n")
+    with inventory_host(lab, str(encrypted_key), plain):
+        rc, out = fab_on_a_pty(lab.root, ["--prompt-for-passphrase", "-H", "enc01,plain01", "ping"], PASSPHRASE,
+                               _env(FLEETOPS_NO_LIVE="1"), program)
+    flat = " ".join(out.split())
+    assert rc == 0, out
+    assert "2 hosts: 2 ok, 0 changed, 0 failed, 0 unreachable" in flat, out
+    assert flat.lower().count("passphrase for") == 1 and f"Passphrase for {encrypted_key}" in flat, out
+    assert "Traceback" not in out and PASSPHRASE not in out, out

@@ -22,9 +22,11 @@ from invoke.exceptions import Exit
 
 from .. import startup
 from ..results import EXIT_USAGE, reader_gone
+from . import keyprompt
 from .become import ask_become_pass
 from .decorators import RUN_OPTIONS, fleet_task_name, run_options_of
 from .flags import is_fleetops_collection
+from .keyprompt import ask_key_passphrase
 
 # The run itself (fleetops.run: the tasks, the plans, the report with rich) is imported by execute() when a
 # command names a host task: `fab --list`, `fab --help` and the local tasks (lab.*, history) never load it.
@@ -74,6 +76,10 @@ class FleetExecutor(fabric.Executor):
                 if value is not None and value != RUN_OPTIONS[name][0]:  # given
                     run_opts[name] = value
             steps.append((fleet_task_name(c), kwargs))
+        for name, (default, _) in RUN_OPTIONS.items():  # `fleet`'s core flags: the same options before the task
+            value = self._option(name.replace("_", "-"), "")
+            if name not in run_opts and value is not None and value != default:
+                run_opts[name] = value
         remainder = self.core.remainder if self.core is not None else ""
         if remainder:
             steps.append(("run", {"command": remainder}))
@@ -116,6 +122,8 @@ class FleetExecutor(fabric.Executor):
             self._connect_settings(state, run_opts)
             run = assemble(state, [host_str], steps, limit=self._limit(run_opts), dry=self._dry())
             state.inventory.targets(run.hosts)  # an example inventory's host: bad input, before any connection
+            if keyprompt.requested():  # before the become password: both may come from stdin, in this order
+                state.key_passphrases(run.hosts, ask_key_passphrase)
             if run_opts.get("ask_become_pass"):
                 self._become_password(state, run.hosts)
         except (ConfigError, UnknownHost, RangeError) as exc:  # a file or a host name: the message names it

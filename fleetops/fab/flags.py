@@ -61,11 +61,28 @@ def is_fleetops_collection(collection: Any) -> bool:
         is_fleetops_collection(sub) for sub in collection.collections.values())
 
 
+# Flags that print something and end the program when they come before the task: after one, Invoke would run
+# the task and drop them
+PRINT_AND_END = {"version": "-V/--version", "list-agent-keys": "--list-agent-keys",
+                 "print-completion-script": "--print-completion-script"}
+# --list's shape: nothing to shape without it
+LIST_SHAPE = {"list-depth": "-D/--list-depth", "list-format": "-F/--list-format"}
+
+
 def refusal(program: Any) -> tuple[str, str | None] | None:
     """(message, the task whose help to point at) for what the command line cannot mean, or None."""
     if not runs_fleetops(program):
         return None
     args = program.args
+    after = getattr(getattr(program, "core_via_tasks", None), "args", {})
+    for name, flag in PRINT_AND_END.items():
+        if name in after and after[name].value:
+            return (f"{flag} prints and ends the program before any task runs; after a task it would be dropped: "
+                    f"give it alone (`{_binary(program)} {flag.split('/')[-1]}`)"), None
+    for name, flag in LIST_SHAPE.items():
+        given = name in args and args[name].value not in (None, args[name].default)
+        if given and not ("list" in args and args["list"].value):
+            return f"{flag} shapes --list and does nothing without it: add --list, or leave it out", None
     for name, why in UNUSED.items():
         if name in args and args[name].value:
             pty_in_fab = name == "pty" and "playbook" not in args
@@ -78,6 +95,11 @@ def refusal(program: Any) -> tuple[str, str | None] | None:
     except BadValue as exc:
         return str(exc), getattr(exc, "task", None)
     return None
+
+
+def _binary(program: Any) -> str:
+    name = getattr(program, "binary", None)
+    return name if isinstance(name, str) and name and not name.endswith(".py") else "fab"
 
 
 def _unheard(program: Any) -> str | None:

@@ -24,8 +24,9 @@ from invoke.exceptions import Exit, ParseError
 from invoke.program import Program
 
 from ..results import EXIT_USAGE, reader_gone
+from . import keyprompt
 from .decorators import RUN_OPTIONS, SHORT_FLAGS
-from .flags import PTY_IN_FAB, UNUSED, refusal
+from .flags import PTY_IN_FAB, UNUSED, refusal, runs_fleetops
 
 _installed = False
 # Options that mean something else, or nothing, where they are typed: what to type instead
@@ -137,6 +138,8 @@ def checked_parse(program: Any, parse: Any) -> None:
     refused = refusal(program)
     if refused is not None:
         raise refuse(program, *refused)
+    if runs_fleetops(program):
+        keyprompt.take(program)
 
 
 def _binary_of(program: Any) -> str:

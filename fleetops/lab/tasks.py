@@ -13,6 +13,7 @@ from . import kernel_log
 from .common import NODE_PACKAGES, LabError, base_pins, ensure_base_for, parse_pins, say
 from .gpu import GPU_STATES, SIMULATED_GPUS
 from .lab import Lab
+from .login import add_login_user, remove_login_user
 from .pythons import NODE_PYTHONS
 from .slurm import SlurmLab, login_inventory
 
@@ -25,8 +26,10 @@ def _lab(c) -> Lab:
 @task(help={"nodes": "number of lab nodes, exactly: nodes beyond it are removed (default: as many as the lab has, "
                      "at least 1; with several --python, one per Python)",
             "python": f"the nodes' Python, for all or one per node: e.g. 3.9 or {','.join(NODE_PYTHONS)} (pyenv's, "
-                      "or pythonX.Y on PATH, or a path); such nodes have speculators but no vLLM"})
-def up(c, nodes=None, python=None):
+                      "or pythonX.Y on PATH, or a path); such nodes have speculators but no vLLM",
+            "login_user": "also a non-root login user NAME for `become: sudo` (root only): the user, a sudoers entry "
+                          "for each node's python and hosts/lab-become.yaml (lab01-become, ...)"})
+def up(c, nodes=None, python=None, login_user=None):
     """Start the local lab: N real sshd nodes on 127.0.0.1 with real vllm 0.16.0 + speculators 0.3.0."""
     lab = _lab(c)
     pythons = [p.strip() for p in python.split(",") if p.strip()] if python else None
@@ -44,6 +47,13 @@ def up(c, nodes=None, python=None):
         which = f" (Python {n.python_version} from {n.interpreter}; no vLLM)" if n.interpreter else ""
         say(f"{n.name}: sshd on 127.0.0.1:{n.port} (pid {n.pid()}), python {n.python}{which}")
     say(f"inventory: {lab.hosts_file}  (try: fab -H lab01 patch verify)")
+    if login_user:
+        try:
+            become = add_login_user(lab, login_user)
+        except (LabError, subprocess.CalledProcessError) as exc:
+            raise SystemExit(f"lab.up --login-user: {exc}") from None
+        say(f"login user {login_user}: sudo NOPASSWD for each node's python; inventory: {become}  "
+            f"(try: fab -H {(started or lab.nodes())[0].name}-become ping)")
 
 
 @task
@@ -71,6 +81,9 @@ def down(c, purge=False):
     except LabError as exc:
         raise SystemExit(f"lab.down: {exc}") from None
     stopped = lab.down(purge=purge)
+    login = remove_login_user(lab)
+    if login:
+        say(f"login user {login}: sudoers entry and hosts/lab-become.yaml removed (the user stays: userdel {login})")
     if purge:
         (lab.root / "hosts" / SLURM_HOSTS).unlink(missing_ok=True)
     say(f"stopped: {', '.join(stopped + [f'Slurm {d}' for d in slurm_stopped]) or 'nothing running'}")

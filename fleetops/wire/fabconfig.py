@@ -18,7 +18,8 @@ _LOCK = threading.Lock()
 _CONFIG: Config | None = None
 _SSH_CONFIG_PATH: str | None = None  # fab -S FILE, set by use_ssh_config()
 _PLAIN_KEYS: tuple[str, ...] = ()  # fab -i KEY: offered to hosts outside the inventory
-_TYPED_PASSPHRASE: str | None = None  # fab --prompt-for-passphrase: what was typed
+_TYPED_PASSPHRASE: str | None = None  # one passphrase for every encrypted key (use_ssh_config's, the library's)
+_KEY_PASSPHRASES: dict[str, str] = {}  # --prompt-for-passphrase: what was typed for each encrypted key
 
 
 def use_ssh_config(path: str | None, identity_files: list[str] | tuple[str, ...] = (),
@@ -79,6 +80,34 @@ def plain_keys() -> tuple[str, ...]:
     return _PLAIN_KEYS
 
 
-def typed_passphrase() -> str | None:
-    """The passphrase typed at --prompt-for-passphrase, if any."""
-    return _TYPED_PASSPHRASE
+def use_key_passphrases(typed: dict[str, str]) -> None:
+    """The passphrases typed at --prompt-for-passphrase, one per encrypted key file (keys_to_ask)."""
+    with _LOCK:
+        _KEY_PASSPHRASES.clear()
+        _KEY_PASSPHRASES.update({_real(path): value for path, value in typed.items()})
+
+
+def typed_passphrase(path: str) -> str | None:
+    """The passphrase typed for this key file, if it is encrypted and one was: never one for a key that is not
+    encrypted (paramiko would refuse the key)."""
+    real = _real(path)
+    with _LOCK:
+        if real in _KEY_PASSPHRASES:
+            return _KEY_PASSPHRASES[real]
+        shared = _TYPED_PASSPHRASE
+    return shared if shared and encrypted(real) else None
+
+
+def encrypted(path: str) -> bool:
+    """Whether the private key file needs a passphrase to open: paramiko loads it without one and says so."""
+    try:
+        paramiko.PKey.from_path(_real(path))
+    except (paramiko.PasswordRequiredException, TypeError):  # TypeError: cryptography's "no password given"
+        return True
+    except (OSError, ValueError, paramiko.SSHException):  # missing or no key: said where it is used
+        return False
+    return False
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.expanduser(path))

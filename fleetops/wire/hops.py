@@ -45,7 +45,7 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
         gateway = _ssh_config_jump(host, inventory, config, depth, trail)
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
                             "transport_factory": JumpTransport if depth else FleetTransport}
-    passphrase = host.identity_passphrase or typed_passphrase()
+    passphrase = host.identity_passphrase or (typed_passphrase(host.identity_file) if host.identity_file else None)
     if host.identity_file:
         # The inventory's key only (IdentitiesOnly): ssh-agent's copy of it if the agent holds it, else the file.
         connect_kwargs.update(pkey=login_key(host.name, host.identity_file, passphrase), look_for_keys=False,
@@ -58,10 +58,9 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
             # over its User/Port, as `ssh -l`/`-p` do.
             user, _, port = split_target(host.name)
             keys = plain_keys()
-            for key in keys:
-                refused = missing_identity(host.name, key, "fab -i") or unopenable(host.name, key, passphrase)
-                if refused is not None:
-                    raise refused
+            passphrase = _plain_keys_passphrase(host, keys, passphrase)
+            if passphrase:
+                connect_kwargs["passphrase"] = passphrase
             if keys:
                 connect_kwargs["key_filename"] = list(keys)
             cxn = FleetConnection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
@@ -83,6 +82,18 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
     return cxn
 
 
+def _plain_keys_passphrase(host: Host, keys: tuple[str, ...], passphrase: str | None) -> str | None:
+    """-i keys for a host outside the inventory: each there and opening with what was typed for it (raises
+    the TransportError saying why not). paramiko offers its one passphrase to every file, and a file that is
+    not encrypted ignores it: the passphrase of an encrypted one, if any."""
+    for key in keys:
+        typed = passphrase or typed_passphrase(key)
+        refused = missing_identity(host.name, key, "fab -i") or unopenable(host.name, key, typed)
+        if refused is not None:
+            raise refused
+    return passphrase or next(filter(None, (typed_passphrase(k) for k in keys)), None)
+
+
 def _ssh_config_keys(cxn: Connection) -> None:
     """ssh_config's IdentityFile and IdentitiesOnly as OpenSSH reads them (Fabric does not): a missing
     IdentityFile is skipped; with IdentitiesOnly yes only the IdentityFile and -i keys are offered, each
@@ -93,6 +104,9 @@ def _ssh_config_keys(cxn: Connection) -> None:
     files = [files] if isinstance(files, str) else list(files)
     if files:  # an IdentityFile that is not there is passed over, as OpenSSH does (a -i one was refused before)
         cxn.connect_kwargs["key_filename"] = [f for f in files if os.path.exists(os.path.expanduser(f))]
+    typed = next(filter(None, (typed_passphrase(f) for f in cxn.connect_kwargs.get("key_filename") or [])), None)
+    if typed and not cxn.connect_kwargs.get("passphrase"):  # --prompt-for-passphrase asked for this IdentityFile
+        cxn.connect_kwargs["passphrase"] = typed
     if str(cxn.ssh_config.get("identitiesonly", "")).lower() != "yes":
         return
     cxn.connect_kwargs.update(allow_agent=False, look_for_keys=False)

@@ -11,7 +11,9 @@ import os
 
 import paramiko
 
+from ..plans.host import Host, MissingSecret
 from .connector import TransportError
+from .fabconfig import encrypted, fabric_config, plain_keys
 from .tuning import identity_key
 
 
@@ -97,3 +99,28 @@ def _unreadable(who: str, path: str, passphrase: str | None) -> TransportError:
     # opens without a passphrase now: it changed since, or the passphrase given does not fit an unencrypted key
     return TransportError("auth", f"{who}: cannot open the private key {path} with the passphrase given; check "
                                   "identity_passphrase in the inventory, or the one typed")
+
+
+def keys_to_ask(hosts: list[Host]) -> dict[str, list[str]]:
+    """--prompt-for-passphrase: the key files these hosts log in with that need a passphrase typed (encrypted,
+    not held by ssh-agent, no identity_passphrase of their own), each with the hosts that use it. A key that is
+    not encrypted is never asked for, nor given one."""
+    wanted: dict[str, list[str]] = {}
+    for host in hosts:
+        if host.plain:
+            found = fabric_config().base_ssh_config.lookup(host.address).get("identityfile") or []
+            paths = [*plain_keys(), *found]
+        else:
+            try:
+                if host.identity_passphrase or not host.identity_file:
+                    continue
+            except MissingSecret:  # its own passphrase, unset: that host's error says so
+                continue
+            paths = [host.identity_file]
+        for path in paths:
+            real = os.path.realpath(os.path.expanduser(path))
+            if os.path.isfile(real) and encrypted(real) and agent_key_for(real) is None:
+                names = wanted.setdefault(real, [])
+                if host.name not in names:
+                    names.append(host.name)
+    return wanted

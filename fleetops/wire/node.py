@@ -165,19 +165,23 @@ class NodeConnection:
         return result
 
     # -- the agent
-    def _agent_argv(self) -> tuple[list[str], str]:
-        """The agent's command, and how evidence shows it: the constant bootstrap (bundle.BOOTSTRAP) checks the
-        state dir like StrictModes and runs the zip only if its bytes have the sha256 this client expects."""
+    def _agent_argv(self) -> tuple[list[str], str, become.Sudo | None]:
+        """The agent's command, how evidence shows it, and (become) how it goes through sudo: the constant
+        bootstrap (bundle.BOOTSTRAP) checks the state dir like StrictModes and runs the zip only if its bytes
+        have the sha256 this client expects."""
         bundle = agent_bundle()
         path = f"{self.host.state_dir}/bin/{bundle.filename}"
         allow = [ALLOW_INSECURE_VENV] if self.inventory is not None and self.inventory.allow_insecure_venv else []
         words = [self.host.state_dir, path, bundle.sha256, *allow]
         return self._bootstrap_argv(become.agent_words(words) if self.host.become else words)
 
-    def _bootstrap_argv(self, words: list[str]) -> tuple[list[str], str]:
-        sudo = become.sudo_words(self._become_password()) if self.host.become else []
-        return ([*sudo, self.host.python, *PYTHON_FLAGS, *launch_words(), *words],
-                shlex.join([*sudo, self.host.python, *PYTHON_FLAGS, "-c", "<fleetops bootstrap>", *words]))
+    def _bootstrap_argv(self, words: list[str]) -> tuple[list[str], str, become.Sudo | None]:
+        command = [self.host.python, *PYTHON_FLAGS, *launch_words(), *words]
+        shown = shlex.join([self.host.python, *PYTHON_FLAGS, "-c", "<fleetops bootstrap>", *words])
+        if not self.host.become:
+            return command, shown, None
+        sudo = become.Sudo(self._become_password())  # a fresh prompt for every channel
+        return sudo.argv(command), sudo.shown(shown), sudo
 
     def _become_password(self) -> str | None:
         return self.inventory.become_password if self.inventory is not None else None
@@ -194,10 +198,11 @@ class NodeConnection:
     def _install_as_root(self, path: str, data: bytes, sha256: str) -> None:
         """become: the zip on stdin to the bootstrap run by root, which writes it into root's state dir only if
         its bytes have this sha256 (nothing the login user wrote is ever run by root)."""
-        argv, shown = self._bootstrap_argv(become.install_words(self.host.state_dir, path, sha256))
+        argv, shown, sudo = self._bootstrap_argv(become.install_words(self.host.state_dir, path, sha256))
+        assert sudo is not None
         chan = self._open_channel(argv, shown)
         try:
-            become.install(chan, self.host, self._become_password(), shown, data)
+            become.install(chan, self.host, sudo, shown, data)
         except TransportError as exc:
             if exc.kind == "lost":
                 self.close()
@@ -234,8 +239,12 @@ class NodeConnection:
         partial copy resumes). progress(n) is called with the bytes written so far. Returns them."""
         self.open()
         assert self.cxn is not None
+        user = self.host.user or "the login user"
+        denied = (f" (under become: sudo the job's files are root's, and fleetops never reads files as root over "
+                  f"SFTP; make them readable by {user}, e.g. chmod a+r on the node, then fetch again)"
+                  if self.host.become else "")
         return copy_range(self._sftp, remote, local_path, offset, end, progress, self.host.name,
-                          lambda: self.cxn is not None and self.cxn.is_connected)
+                          lambda: self.cxn is not None and self.cxn.is_connected, denied)
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
         """One request to this host's agent: the first call of the run starts it (one exec, through the
@@ -431,12 +440,12 @@ class NodeConnection:
             self._end_session(session)
         self.open()
         assert self.cxn is not None
-        argv, shown = self._agent_argv()
+        argv, shown, sudo = self._agent_argv()
         chan = self._open_channel(argv, shown)
         ahead = b""
-        if self.host.become:
+        if sudo is not None:
             try:
-                ahead = become.handshake(chan, self.host, self._become_password(), shown,
+                ahead = become.handshake(chan, self.host, sudo, shown,
                                          self.host.connect_timeout + 50)
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 self.close()

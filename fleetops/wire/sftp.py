@@ -62,11 +62,12 @@ def _quiet_prefetch_thread() -> None:
 
 
 def copy_range(sftp: Callable[[], paramiko.SFTPClient], remote: str, local_path: str, offset: int, end: int,
-               progress: object, name: str, connected: Callable[[], bool]) -> int:
+               progress: object, name: str, connected: Callable[[], bool], denied: str = "") -> int:
     """Bytes [offset, end) of remote (over the SFTP session sftp() gives) into local_path at offset (truncated
     there first, so a partial copy resumes); progress(n) is called with the bytes written so far. Returns them.
     A copy that stops raises TransportError naming host `name` and the byte it stopped at ("lost" when the
-    connection is gone)."""
+    connection is gone). A file the login user may not read is said as such, with `denied` (why, and what to
+    do), and no resume: running fetch again cannot change who reads it."""
     written = 0
     _quiet_prefetch_thread()
     try:
@@ -84,6 +85,9 @@ def copy_range(sftp: Callable[[], paramiko.SFTPClient], remote: str, local_path:
                 written += len(chunk)
                 if callable(progress):
                     progress(written)
+    except PermissionError:
+        raise TransportError("remote", f"{name}: cannot read {remote}: SFTP reads as the login user, who may not "
+                             f"read it{denied or ''}; nothing of it was downloaded") from None
     except (EOFError, paramiko.SSHException, OSError) as exc:
         reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
         lost = not connected()

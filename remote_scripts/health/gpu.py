@@ -24,9 +24,53 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT)
 
 
+# Where NVIDIA's installers and container runtimes put nvidia-smi, looked in after PATH: sudo's secure_path
+# (become) does not hold the driver's own directory
+DRIVER_DIRS = ("/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/opt/nvidia/bin", "/run/nvidia/driver/usr/bin")
+# become: the login user's PATH, which sudo replaced with secure_path (the client passes it as `-X` to python)
+LOGIN_PATH = "fleetops_login_path"
+
+
 def find_smi() -> str | None:
-    return shutil.which("nvidia-smi") or next(
-        (p for p in ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi") if os.access(p, os.X_OK)), None)
+    return locate_smi()[0]
+
+
+def locate_smi() -> tuple[str | None, str]:
+    """nvidia-smi's path and where it was found, or None and where it was looked for: PATH; under become the
+    login user's PATH (only a file that no one but root could have written: root runs it); the driver's
+    known directories."""
+    found = shutil.which("nvidia-smi")
+    if found:
+        return found, "on PATH"
+    login = sys._xoptions.get(LOGIN_PATH) if os.environ.get("SUDO_USER") else None
+    skipped = []
+    for where, dirs in (("on the login user's PATH", str(login or "").split(os.pathsep)),
+                        ("in the driver's directory", DRIVER_DIRS)):
+        for folder in filter(None, dirs):
+            path = os.path.join(folder, "nvidia-smi")
+            if not os.access(path, os.X_OK):
+                continue
+            why = _untrusted(path) if where.startswith("on the login") else None
+            if why is None:
+                return path, where
+            skipped.append(why)
+    looked = f"PATH={os.environ.get('PATH', '')}" + (f", the login user's PATH={login}" if login else "") + \
+        f", {', '.join(DRIVER_DIRS)}" + (f"; not run as root: {'; '.join(skipped)}" if skipped else "")
+    return None, looked
+
+
+def _untrusted(path: str) -> str | None:
+    """Why root may not run this file of the login user's PATH (a path another user than root can change), or
+    None: the bootstrap's own walk, as for the state dir."""
+    from ..core.bootstrap import Refused, Rules, walk
+
+    try:
+        fd = walk(path, Rules("nvidia-smi", what="nvidia-smi"), final_dir=False)
+    except Refused as exc:
+        return exc.reason
+    if fd is not None:
+        os.close(fd)
+    return None
 
 
 def process_info(pid: int) -> dict:
@@ -72,10 +116,9 @@ def our_jobs(state_dir: str) -> dict[int, str]:
 
 
 def snapshot(state_dir: str) -> dict:
-    smi = find_smi()
+    smi, where = locate_smi()
     if smi is None:
-        return {"ok": False, "error_kind": "no_nvidia_smi",
-                "error": f"nvidia-smi not found on the node (PATH={os.environ.get('PATH', '')})"}
+        return {"ok": False, "error_kind": "no_nvidia_smi", "error": f"nvidia-smi not found on the node ({where})"}
     fields = list(nvsmi.QUERY_FIELDS)
     q = _run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
     if q.returncode != 0 and "not a valid field" in (q.stdout + q.stderr).lower():
@@ -179,9 +222,12 @@ def facts(req: dict) -> dict:
         from ..core.dists import installed_dists
 
         out["dists"] = installed_dists()
-    smi = find_smi()
+    smi, where = locate_smi()
+    out["nvidia_smi"] = f"{smi} ({where})" if smi else None
     if smi is None:
         out.update(driver=None, cuda=None, gpu_count=0, gpu_names=[], gpu_error="nvidia-smi not found")
+        if os.environ.get("SUDO_USER"):  # become: root's PATH is sudo's, not the node's: say it, never "ok"
+            errors["gpus"] = f"nvidia-smi not found as root under sudo ({where})"
         return out
     try:
         table = _run([smi])
