@@ -102,7 +102,7 @@ def _write_rules(target: str) -> object:
                             f"{uids[-1]})", st, f"check who changed it, then chown {uids[-1]} {path} (or remove "
                             "it) and run again")
 
-    return WriteRules(f"the directory of {target}", "untrusted_target", WRITE_FIX % os.geteuid(), "")
+    return WriteRules("the file", "untrusted_target", WRITE_FIX % os.geteuid(), "")
 
 
 def open_write_dir(directory: str, target: str) -> int:
