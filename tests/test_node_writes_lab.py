@@ -16,12 +16,13 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from conftest import GENERATOR, copy_playbooks, fab_json_output
+from conftest import GENERATOR, copy_playbooks, fab_json, fab_json_output
 
 from fleetops.lab import site_packages
 
@@ -197,6 +198,16 @@ def test_login_user_patch_never_chmods_its_own_bashrc_through_a_team_writable_di
     _refused_as_untrusted(rounds, world, "asuser", uid)
 
 
+def test_check_mode_names_the_refusal_a_real_run_would_meet(world):
+    lab, target = world["lab"], world["asroot"]
+    before = _sha(target)
+    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "patch", "--check", "--playbook", BOOK, timeout=300)
+    msg = json.dumps(doc["results"][0])
+    assert rc != 0 and "would apply" not in msg, both
+    assert f"{target.parents[1]} (on the way to the file) is writable by group or others" in msg, msg
+    assert "check mode: nothing written" in msg and _sha(target) == before, msg
+
+
 def test_allow_insecure_venv_writes_anyway_by_descriptor_with_the_warning(world):
     lab, target = world["lab"], world["asroot"]
     target.unlink()  # root's own pristine file again (the races above left the attacker's copy)
@@ -210,3 +221,48 @@ def test_allow_insecure_venv_writes_anyway_by_descriptor_with_the_warning(world)
     rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "rollback", "--playbook",
                                     BOOK, "--allow-insecure-venv", timeout=300)
     assert rc == 0 and _sha(target) == _sha(world["pristine"]), both
+
+
+# The attacker's swap loop (she may write the fetched directory): sub/ is the real directory, then a symlink to a
+# directory outside, then the real one again, as fast as rename(2) goes.
+SWAPPER = """
+import os, sys, time
+d, target, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+sub, real, link = os.path.join(d, "sub"), os.path.join(d, ".subreal"), os.path.join(d, ".sublink")
+os.symlink(target, link)
+end = time.time() + secs
+while time.time() < end:
+    os.rename(sub, real); os.rename(link, sub)
+    os.rename(sub, link); os.rename(real, sub)
+"""
+FETCHES = 40  # each walks the directory five times; on the old code the outside bytes came at fetch 15
+SPELLINGS = ("swapped", "swapped/", "./swapped", "swapped/.", "swapped//")
+
+
+def test_fetch_of_a_directory_never_follows_a_subdirectory_swapped_for_a_link(world, tmp_path):
+    lab = world["lab"]
+    top = lab.node("lab01").state_dir / "swapped"
+    (top / "sub").mkdir(parents=True)
+    (top / "sub" / "secret.txt").write_text("inside: the directory's own\n")
+    outside = world["top"] / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
+    outside_sha = hashlib.sha256(b"OUTSIDE-SECRET\n").hexdigest()
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(top), str(outside), "600"])
+    got: list[str] = []
+    fetches, end = 0, time.monotonic() + 300
+    try:
+        while fetches < FETCHES and time.monotonic() < end and not got:
+            fetches += 1
+            dest = tmp_path / f"dl{fetches}"
+            paths = [word for spelling in SPELLINGS for word in ("--path", spelling)]
+            _, doc = fab_json(lab.root, "-H", "lab01", "fetch", *paths, "--dest", str(dest))
+            said = json.dumps(doc)
+            got = [str(p) for p in dest.rglob("*") if p.is_file() and b"OUTSIDE-SECRET" in p.read_bytes()]
+            got += ["its sha256 in the answer"] if outside_sha in said else []  # planned: hashed on the node
+    finally:
+        swapper.kill()
+        swapper.wait()
+        shutil.rmtree(top, ignore_errors=True)
+    assert got == [], (fetches, got)
+    assert fetches >= 30, fetches  # as many as the walk by path needed to lose
