@@ -144,6 +144,16 @@ def _target_stat(dir_fd: int, name: str, path: str) -> os.stat_result | None:
     return st
 
 
+def check_target(path: str) -> None:
+    """What atomic_write would refuse for `path`, found without writing (check mode): UnsafeTarget."""
+    directory, name = os.path.split(os.path.abspath(path))
+    dir_fd = open_write_dir(directory, path)
+    try:
+        _target_stat(dir_fd, name, path)
+    finally:
+        os.close(dir_fd)
+
+
 def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | None = None,
                  point: str = "write", durable: bool = True) -> None:
     """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half. By
