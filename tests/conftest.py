@@ -33,8 +33,14 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+from remote_scripts.core import bootstrap, launch
+
 if TYPE_CHECKING:
     from fleetops.lab import Lab
+
+# What the bootstrap hands in at every agent start: the node's writer (atomicio), run in-process by the tests,
+# opens where it writes by the same walk as on a node.
+launch.PATHS = (bootstrap.walk, bootstrap.Rules)
 
 # CI sets CI=true; FLEETOPS_NO_SKIP=1 asks for the same strictness locally.
 _IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")

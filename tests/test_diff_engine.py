@@ -548,6 +548,7 @@ def node_python(tmp_path) -> tuple[Path, Path]:
 
 def node_op(python: Path, op: str, request: dict) -> dict:
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from remote_scripts.patch import patching; "
+            "from remote_scripts.core import bootstrap, launch; launch.PATHS = (bootstrap.walk, bootstrap.Rules); "
             "print(json.dumps(getattr(patching, sys.argv[2])(json.loads(sys.argv[3]))))")
     proc = subprocess.run([str(python), "-c", code, str(REPO), op, json.dumps(request)], capture_output=True,
                           text=True, timeout=120)

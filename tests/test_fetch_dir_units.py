@@ -7,7 +7,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 from fleetops.tasks.oncall import _fetch_plan, resume_command
@@ -105,3 +108,44 @@ def test_the_read_ahead_threads_socket_closed_is_not_printed_other_threads_are()
     finally:
         threading.excepthook = saved
     assert printed == ["other: Socket is closed"]
+
+
+SWAPPER = """
+import os, sys, time
+d, target, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+sub, real, link = os.path.join(d, "sub"), os.path.join(d, ".subreal"), os.path.join(d, ".sublink")
+os.symlink(target, link)
+print("swapping", flush=True)
+end = time.time() + secs
+while time.time() < end:
+    os.rename(sub, real); os.rename(link, sub)  # sub: a symlink to the outside
+    os.rename(sub, link); os.rename(real, sub)  # sub: the real directory again
+"""
+
+
+def test_a_subdirectory_swapped_for_a_symlink_mid_walk_never_fetches_the_outside(tmp_path):
+    # A real race, as an attacker who may write the fetched directory runs it: a tight loop swaps sub/ for a
+    # link to a directory outside while fetch plans the directory again and again. Walked by path (os.walk),
+    # the plan listed outside/secret.txt at plan 219, 592 and 795 of three runs; by descriptor never.
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "sub" / "secret.txt").write_text("inside, the directory's own\n")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
+    outside_sha = hashlib.sha256(b"OUTSIDE-SECRET\n").hexdigest()
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(out), str(outside), "30"], stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert swapper.stdout is not None and swapper.stdout.readline() == "swapping\n"
+        leaked, plans, end = [], 0, time.monotonic() + 20
+        while plans < 3000 and time.monotonic() < end and not leaked:
+            plans += 1
+            for f in fetch_plan({"state_dir": str(tmp_path), "paths": ["out"]})["files"]:
+                if f.get("sha256") == outside_sha or str(outside) in str(f.get("path", "")):
+                    leaked.append((plans, f))
+    finally:
+        swapper.kill()
+        swapper.wait()
+    assert leaked == [], leaked[:1]
+    assert plans >= 1000, plans  # enough tries that the walk by path lost

@@ -186,9 +186,11 @@ def _copy(run: RunState, node: Connector, remote: str, label: str, part: Path, o
 
     try:
         return node.download_to(remote, str(part), offset, size, progress)
-    except TransportError:
+    except TransportError as exc:
         if run.interrupted.is_set():  # the run closed the link under the copy: what is in part stays
             raise Stopped(label, part, part.stat().st_size if part.exists() else 0, size) from None
+        if exc.kind == "remote":  # the link is up, the node's file ended or failed: not the file planned (a
+            part.unlink(missing_ok=True)  # directory on its path swapped for a link), no partial copy to keep
         raise
     finally:
         transfer.finish()

@@ -55,6 +55,9 @@ INSTALL = "--install-agent"
 MAX_AGENT_BYTES = 64 << 20
 PYTHON_FLAGS = ("-I", "-S")  # see the module docstring: isolated, and `site` only after the checks
 MAX_LINKS = 40  # as the kernel's own limit on symlinks in one path resolution
+SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+SHARED_FIX = ("it is a directory every user shares: never chmod it; use a private directory instead (for the state "
+              "dir: `state_dir:` in the inventory, e.g. ~/.fleetops, or a 0700 directory of your own inside this one)")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -100,6 +103,8 @@ class Rules:
 
     def writable(self, path, why, st):
         fix = self.fix or "check who changed it, then chmod go-w {path} and run again"
+        if path.rstrip("/") in SHARED_DIRS or st.st_mode & 0o1002 == 0o1002:  # /tmp: a chmod breaks it for all
+            fix = SHARED_FIX
         self.refuse(path, why, st, fix.replace("{path}", path))
 
     def directory(self, path, st, last):
@@ -421,8 +426,10 @@ def main(argv):
     agent = Agent(data, os.path.abspath(pyz), os.path.abspath(state_dir), got, flags, [])
     sys.meta_path.insert(0, agent)
     os.environ["FLEETOPS_AGENT_SHA256"] = got
-    from remote_scripts.core.launch import Interpreter  # verified code, compiled by the client: no compile here
+    from remote_scripts.core import launch  # verified code, compiled by the client: no compile here
+    from remote_scripts.core.launch import Interpreter
 
+    launch.PATHS = (walk, Rules)  # the node's writer walks where it writes as this walked the state dir
     interpreter = Interpreter(bool(flags), dirs, walk, Rules, Refused)
     try:
         interpreter.before_site()

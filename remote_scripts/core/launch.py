@@ -21,6 +21,12 @@ VENV_FIX = ("a .pth file or module put there by another user would run as uid %d
             "in it), or run again with --allow-insecure-venv to go on with a warning")
 
 
+# The bootstrap's walk and its rules, handed in at every start (bootstrap.main): the node's writer
+# (atomicio.open_write_dir) opens the directory it writes into by the same walk. None in a process the bootstrap
+# did not start.
+PATHS: tuple | None = None
+
+
 class Interpreter:
     """Checks what this Python reads code from, each path once (`dirs`: the directories walks passed)."""
 
@@ -98,6 +104,18 @@ def shown(argv: list[str]) -> list[str]:
         return list(argv)
     at = argv.index("-c")
     return [*argv[:at + 1], "<fleetops bootstrap>", *argv[at + 2:]]
+
+
+def insecure_allowed() -> bool:
+    """The operator said --allow-insecure-venv for this run (the bootstrap's flags)."""
+    return "--allow-insecure-venv" in (getattr(_agent_loader(), "flags", None) or ())
+
+
+def warn(line: str) -> None:
+    """A line for the answer's warnings (what the node let pass because the operator said so), once."""
+    warnings = getattr(_agent_loader(), "warnings", None)
+    if isinstance(warnings, list) and line not in warnings:
+        warnings.append(line)
 
 
 def _agent_loader() -> object:

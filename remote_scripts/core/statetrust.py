@@ -30,6 +30,11 @@ JOB_STATE_FILES = ("job.json", "exit.json", "request.json", "secret-env.json")  
 JOB_LOG = "output.log"
 
 
+SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # the bootstrap's: a chmod there breaks it for every user
+SHARED_FIX = ("it is a directory every user shares: never chmod it; use a private directory instead (for the state "
+              "dir: `state_dir:` in the inventory, e.g. ~/.fleetops, or a 0700 directory of your own inside this one)")
+
+
 def _untrusted(path: str, why: str, st: os.stat_result | None, fix: str) -> NodeError:
     mode = f"mode {stat.filemode(st.st_mode)} ({st.st_mode & 0o7777:04o}), owner uid {st.st_uid}" if st else ""
     return NodeError(f"refusing to use the state dir: {path} {why}{f' [{mode}]' if mode else ''}; {fix}",
@@ -63,8 +68,9 @@ def judge(path: str, st: os.stat_result, want_dir: bool | None = None) -> None:
         raise _untrusted(path, f"is owned by uid {st.st_uid}, not by the connecting user (uid {uid}) or root", st,
                          f"check who changed it, then chown {uid} {path} (or remove it) and run again")
     if st.st_mode & 0o022:
+        shared = path.rstrip("/") in SHARED_DIRS or st.st_mode & 0o1002 == 0o1002
         raise _untrusted(path, "is writable by group or others", st,
-                         f"check who changed it, then chmod go-w {path} and run again")
+                         SHARED_FIX if shared else f"check who changed it, then chmod go-w {path} and run again")
     if want_dir is True and not stat.S_ISDIR(st.st_mode):
         raise _untrusted(path, "is not a directory", st, f"move it aside (mv {path} {path}.moved) and run again")
     if want_dir is False and not stat.S_ISREG(st.st_mode):

@@ -8,12 +8,18 @@ still growing is copied and verified up to that point."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
 
 from ..core.nodeio import NodeError
 from .records import every_job, find_job, jobs_dir, log_paths, output_dir, record_dir, slurm_records_dir
+
+# typing.TYPE_CHECKING without importing typing: the agent's start-up imports only what it runs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 HASH_CHUNK = 1 << 20
 # One answer line lists every file of a fetched directory (~300 bytes each, under the client's 32 MiB cap).
@@ -26,23 +32,27 @@ def _under(path: str, root: str) -> bool:
 
 def _hash_prefix(path: str) -> dict:
     """size, sha256 (of those bytes), mode, mtime of a regular file, opened without following a final symlink."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NodeError(f"{path} is not a regular file", kind="refused")
-        digest = hashlib.sha256()
-        left = st.st_size
-        while left > 0:
-            chunk = os.read(fd, min(HASH_CHUNK, left))
-            if not chunk:
-                break
-            digest.update(chunk)
-            left -= len(chunk)
-        return {"size": st.st_size - left, "sha256": digest.hexdigest(), "mode": stat.S_IMODE(st.st_mode),
-                "mtime": st.st_mtime}
+        return _hash_fd(fd, path)
     finally:
         os.close(fd)
+
+
+def _hash_fd(fd: int, path: str) -> dict:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise NodeError(f"{path} is not a regular file", kind="refused")
+    digest = hashlib.sha256()
+    left = st.st_size
+    while left > 0:
+        chunk = os.read(fd, min(HASH_CHUNK, left))
+        if not chunk:
+            break
+        digest.update(chunk)
+        left -= len(chunk)
+    return {"size": st.st_size - left, "sha256": digest.hexdigest(), "mode": stat.S_IMODE(st.st_mode),
+            "mtime": st.st_mtime}
 
 
 def _roots(state_dir: str) -> list[tuple[str, str]]:
@@ -137,56 +147,115 @@ def fetch_plan(req: dict) -> dict:
     return {"ok": True, "job_id": job["id"] if job else None, "files": files, "notes": notes}
 
 
-def _walk_dir(top: str) -> list[tuple[str, str]]:
-    """(relative name, path) of everything under top that is not a directory, sorted; symlinked directories
-    are listed as entries too (never walked into: a link can loop or lead anywhere)."""
-    found: list[tuple[str, str]] = []
-    for root, dirs, names in os.walk(top, followlinks=False):
-        dirs.sort()
-        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
-        dirs[:] = [d for d in dirs if d not in links]
-        for name in sorted(names + links):
-            path = os.path.join(root, name)
-            found.append((os.path.relpath(path, top), path))
-            if len(found) > MAX_DIR_FILES:
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO would block an open without it
+
+
+def _walk_dir(top_fd: int, top: str, each: Callable[[str, int, str], None]) -> None:
+    """each(relative name, directory descriptor, name in it) for everything under top that is not a directory,
+    sorted (a directory's own entries, then its subdirectories). Every directory is opened O_NOFOLLOW relative to
+    the descriptor of the one above: a subdirectory swapped for a symlink while the walk runs is never entered,
+    it is an entry like any symlink (symlinked directories are never walked into: a link can loop or lead
+    anywhere)."""
+    count = 0
+
+    def visit(fd: int, prefix: str) -> None:
+        nonlocal count
+        subdirs = []
+        for name in sorted(os.listdir(fd)):
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                subdirs.append(name)
+                continue
+            count += 1
+            if count > MAX_DIR_FILES:
                 raise NodeError(f"{top} holds more than {MAX_DIR_FILES:,} files; fetch its subdirectories one by "
                                 "one", kind="refused")
-    return found
+            each(prefix + name, fd, name)
+        for name in subdirs:
+            try:
+                sub = os.open(name, _DIR, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link (or a file) since listed
+                    each(prefix + name, fd, name)
+                continue
+            try:
+                visit(sub, prefix + name + "/")
+            finally:
+                os.close(sub)
+
+    visit(top_fd, "")
+
+
+def _open_beneath(top_fd: int, rel: str) -> int:
+    """`rel` (no symlink in it: a resolved path) opened from top's descriptor, one component at a time, never
+    through a link: what a symlink inside the directory names, read from inside it only."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    fd = os.dup(top_fd)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return os.open(parts[-1], _FILE, dir_fd=fd) if parts else os.dup(fd)
+    finally:
+        os.close(fd)
 
 
 def directory_entries(entry: dict, state_dir: str, roots: list[tuple[str, str]], notes: list[str]) -> list[dict]:
     """Every file under a requested directory, each as _check's entry plus `dir` (the directory: requested,
     local) and `rel` (its name in it, '/'-separated). A symlink is followed only when it stays inside the
-    directory; one leading out is refused, a symlinked directory and anything not a regular file are skipped
-    with a note."""
+    directory (and read from inside it); one leading out is refused, a symlinked directory and anything not a
+    regular file are skipped with a note. Read by descriptor all the way down (_walk_dir)."""
     top, requested = entry["path"], entry["requested"]
     local_top = next((prefix for root, prefix in roots if root == top), None) or _local_name(top, state_dir, roots)
     where = {"requested": requested, "local": local_top, "path": top}
-    out = []
-    for rel, path in _walk_dir(top):
-        rel = rel.replace(os.sep, "/")
-        real = os.path.realpath(path)
+    out: list[dict] = []
+
+    def each(rel: str, dir_fd: int, name: str) -> None:
         base = {"role": entry["role"], "requested": f"{requested.rstrip('/')}/{rel}", "dir": where, "rel": rel}
-        if os.path.islink(path) and not _under(real, top):
-            out.append({**base, "error": f"{base['requested']}: a symlink that leads outside {requested} (to "
-                        f"{real}); refused", "error_kind": "refused"})
-            continue
+        path = os.path.join(top, rel)
         try:
-            st = os.stat(real)
-            if stat.S_ISDIR(st.st_mode):
-                notes.append(f"{base['requested']}: a symlink to a directory; skipped (fetch {real} by name)")
-                continue
-            if not stat.S_ISREG(st.st_mode):  # a FIFO would block the open; a device is no file to copy
-                notes.append(f"{base['requested']}: not a regular file; skipped")
-                continue
-            info = _hash_prefix(real)
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(path)
+                if not _under(real, top):
+                    out.append({**base, "error": f"{base['requested']}: a symlink that leads outside {requested} "
+                                f"(to {real}); refused", "error_kind": "refused"})
+                    return
+                fd, path = _open_beneath(top_fd, os.path.relpath(real, top)), real
+            elif stat.S_ISREG(st.st_mode):
+                fd = os.open(name, _FILE, dir_fd=dir_fd)
+            else:
+                fd = -1
+            try:
+                kind = os.fstat(fd).st_mode if fd >= 0 else st.st_mode
+                if stat.S_ISDIR(kind):
+                    notes.append(f"{base['requested']}: a symlink to a directory; skipped (fetch {path} by name)")
+                    return
+                if not stat.S_ISREG(kind):  # a FIFO would block a read; a device is no file to copy
+                    notes.append(f"{base['requested']}: not a regular file; skipped")
+                    return
+                info = _hash_fd(fd, path)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
         except NodeError as exc:
             out.append({**base, "error": str(exc), "error_kind": exc.kind})
-            continue
+            return
         except OSError as exc:
             out.append({**base, "error": f"{base['requested']}: {exc.strerror or exc}", "error_kind": "os"})
-            continue
-        out.append({**base, "path": real, "local": f"{local_top}/{rel}", **info})
+            return
+        out.append({**base, "path": path, "local": f"{local_top}/{rel}", **info})
+
+    top_fd = os.open(top, _DIR)
+    try:
+        _walk_dir(top_fd, top, each)
+    finally:
+        os.close(top_fd)
     if not out:
         notes.append(f"{requested}: an empty directory; nothing to fetch")
     return out

@@ -40,10 +40,10 @@ def record_end(job_dir: str, result: dict) -> None:
         if fd >= 0:
             try:
                 os.write(fd, data.ljust(RESERVE_BYTES, b" "))  # JSON allows trailing white space
+                os.fchmod(fd, 0o600)
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.chmod(reserve, 0o600)
             os.replace(reserve, final)
             return
     atomic_write(final, data, mode=0o600, point="job.exit")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from ..core.atomicio import UnsafeTarget, check_target
 from ..core.nodeio import NodeError
 from .sitelock import LOCK_NAME, site_root_of
 
@@ -62,3 +63,10 @@ def check_access(req: dict, op: str, files: list) -> None:
             f.refuse(FAILED, f"cannot write {denied} as {user_name()}; set `become: sudo` for this host in the "
                              "inventory (the agent then runs as root through sudo) or give that user write access "
                              "(check mode: nothing written)")
+            continue
+        try:
+            check_target(f.path)
+        except UnsafeTarget as exc:
+            f.refuse(FAILED, f"{exc} (check mode: nothing written)")
+        except OSError:  # a path that does not exist yet: the run's own load names it
+            pass

@@ -1,0 +1,268 @@
+"""Writes by descriptor, into directories only root and the login user may change, against a real lab node with
+a real non-root login user (sudoers entry as docs/become.md recommends), a real attacker in a team group that
+may write one package directory of the venv, and the attacker's real race: an inotify watcher that, the moment
+fleetops' temp file appears beside the target, moves it aside and puts a symlink to a victim in its place.
+
+Written by path (chmod/chown of the temp file after it was closed), root chowned a root-only file to the
+attacker (`become: sudo`) and the login user's ~/.bashrc became 0666 (no become). Now `patch` refuses the
+target's directory, naming its path, mode and owner, before anything is written; the race never gets a temp
+file to swap. `fetch` of a directory while a subdirectory is swapped for a link never fetches the outside."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import GENERATOR, copy_playbooks, fab_json, fab_json_output
+
+from fleetops.lab import site_packages
+
+pytestmark = pytest.mark.lab
+
+LOGIN, ATTACKER, TEAM = "fleetops-wlogin", "fleetops-wattack", "fleetops-wteam"
+SUDOERS = Path("/etc/sudoers.d/fleetops-writes-test")
+BOOK = "playbooks/writes-test.yaml"
+ATTEMPTS = 3  # written by path, the watcher won every round it was given (4 of 4 on each host)
+
+# The attacker's watcher: the moment a fleetops temp file appears in DIR, move it aside and put a symlink to
+# VICTIM under its name; print what happened. Run as the attacker with the system Python.
+RACE = r"""
+import ctypes, os, select, struct, sys, time
+d, victim, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+fd = libc.inotify_init()
+assert libc.inotify_add_watch(fd, d.encode(), 0x100) >= 0  # IN_CREATE
+print("watching", flush=True)
+end = time.time() + secs
+while time.time() < end:
+    if not select.select([fd], [], [], 0.2)[0]:
+        continue
+    buf, i = os.read(fd, 65536), 0
+    while i < len(buf):
+        ln = struct.unpack_from("iIII", buf, i)[3]
+        name = buf[i + 16:i + 16 + ln].rstrip(b"\0").decode()
+        i += 16 + ln
+        if ".fleetops-tmp-" in name:
+            p = os.path.join(d, name)
+            try:
+                os.rename(p, os.path.join(d, "stolen" + name))
+                os.symlink(victim, p)
+                print("swapped", flush=True)
+            except OSError as e:
+                print("missed", e, flush=True)
+            sys.exit(0)
+print("no temp file", flush=True)
+"""
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def as_attacker(*argv: str) -> list[str]:
+    return ["setpriv", "--reuid", ATTACKER, "--regid", ATTACKER, "--init-groups", *argv]
+
+
+def _venv(top: Path, name: str, src: Path) -> Path:
+    venv = top / name
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    for entry in [src / "speculators", *src.glob("speculators-*.dist-info")]:
+        shutil.copytree(entry, site_packages(venv) / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(["chmod", "-R", "a+rX,go-w", str(venv)], check=True)
+    return venv
+
+
+def _users_gone() -> None:
+    for user in (LOGIN, ATTACKER):
+        subprocess.run(["userdel", user], capture_output=True)
+    subprocess.run(["groupdel", TEAM], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def world(lab_factory, root_user):
+    for tool in ("sudo", "setpriv"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is not installed on this machine: these tests need a real one", pytrace=False)
+    with lab_factory.own("writes", 1, reachable=True) as lab:
+        node = lab.node("lab01")
+        top = Path(tempfile.mkdtemp(prefix="fleetops-writes-", dir="/tmp"))
+        top.chmod(0o755)
+        try:
+            _users_gone()  # left by a run that was killed
+            subprocess.run(["groupadd", TEAM], check=True)
+            subprocess.run(["useradd", "--home-dir", str(top / "home"), "--create-home", "--shell", "/bin/sh",
+                            LOGIN], check=True)
+            # sshd without PAM lets no one in whose password is locked (useradd's default): give it one
+            subprocess.run(["chpasswd"], input=f"{LOGIN}:{os.urandom(12).hex()}\n", text=True, check=True)
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", "-G", TEAM, ATTACKER], check=True)
+            src = site_packages(node.venv)
+            root_venv, own_venv = _venv(top, "venv", src), _venv(top, "venv3", src)
+            subprocess.run(["chown", "-R", f"{LOGIN}:{LOGIN}", str(own_venv)], check=True)
+            for venv in (root_venv, own_venv):  # "the team may update it": one package, group-writable
+                spec = site_packages(venv) / "speculators"
+                subprocess.run(["chgrp", "-R", TEAM, str(spec)], check=True)
+                subprocess.run(["chmod", "-R", "g+w", str(spec)], check=True)
+            SUDOERS.write_text(f"{LOGIN} ALL=(root) NOPASSWD: {root_venv}/bin/python\n")
+            SUDOERS.chmod(0o440)
+            subprocess.run(["visudo", "-c", "-f", str(SUDOERS)], check=True, capture_output=True)
+            lab.configure_sshd(node, users=(LOGIN,))
+            base = ["    address: 127.0.0.1", f"    port: {node.port}", f"    user: {LOGIN}",
+                    f"    identity_file: {lab.client_key}", f"    known_hosts: {lab.known_hosts}"]
+            hosts = {"asroot": [f"    python: {root_venv}/bin/python", "    become: sudo",
+                                f"    state_dir: {top}/rootstate"],
+                     "asuser": [f"    python: {own_venv}/bin/python", f"    state_dir: {top}/home/.fleetops"]}
+            (lab.root / "hosts" / "writes.yaml").write_text("hosts:\n" + "".join(
+                f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()))
+            copy_playbooks(lab.root)
+            (lab.root / BOOK).write_text("name: writes-test\npatches:\n  - module: " + GENERATOR +
+                                         "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n")
+            rel = Path(*GENERATOR.split(".")).with_suffix(".py")
+            pristine = top / "pristine.py"
+            shutil.copy(site_packages(root_venv) / rel, pristine)
+            pristine.chmod(0o644)
+            yield {"lab": lab, "top": top, "pristine": pristine,
+                   "asroot": site_packages(root_venv) / rel, "asuser": site_packages(own_venv) / rel}
+        finally:
+            SUDOERS.unlink(missing_ok=True)
+            lab.configure_sshd(node)
+            _users_gone()
+            shutil.rmtree(top, ignore_errors=True)
+
+
+def race(world: dict, host: str, victim: Path) -> list[dict]:
+    """ATTEMPTS rounds of the attack: the attacker puts her own copy (0666) of the pristine module in place of
+    the target, watches its directory, and `patch` runs. What each round saw."""
+    lab, target = world["lab"], world[host]
+    directory = target.parent
+    rounds = []
+    for attempt in range(1, ATTEMPTS + 1):
+        for stale in directory.glob("stolen*"):
+            stale.unlink()
+        subprocess.run(as_attacker("sh", "-c", f"umask 0; cp {world['pristine']} {directory}/.g && "
+                                   f"chmod 666 {directory}/.g && mv -f {directory}/.g {target}"), check=True)
+        watcher = subprocess.Popen(as_attacker("/usr/bin/python3", "-c", RACE, str(directory), str(victim), "60"),
+                                   stdout=subprocess.PIPE, text=True)
+        assert watcher.stdout is not None and watcher.stdout.readline() == "watching\n"
+        rc, doc, both = fab_json_output(lab.root, "-H", host, "patch", "--playbook",
+                                        BOOK, timeout=300)
+        time.sleep(0.5)
+        watcher.kill()
+        said = watcher.communicate()[0]
+        st = os.lstat(victim)
+        rounds.append({"attempt": attempt, "rc": rc, "result": doc["results"][0], "watcher": said,
+                       "victim": (st.st_uid, stat.S_IMODE(st.st_mode)), "target_sha": _sha(target)
+                       if not target.is_symlink() else "symlink", "temps": sorted(
+                           p.name for p in directory.iterdir() if ".fleetops-tmp-" in p.name)})
+    return rounds
+
+
+def _refused_as_untrusted(rounds: list[dict], world: dict, host: str, owner: int) -> None:
+    directory = world[host].parents[1]  # speculators/: the first directory on the way the team may write
+    for r in rounds:
+        msg = json.dumps(r["result"])
+        assert r["rc"] != 0 and r["result"]["status"] == "failed", r
+        assert f"refusing to write {world[host]}: {directory} (on the way to the file) is writable by group or " \
+               "others" in msg, msg
+        assert f"(0775), owner uid {owner}" in msg and f"chmod go-w {directory}" in msg, msg
+        assert "swapped" not in r["watcher"] and r["temps"] == [], r  # nothing was written to swap
+        assert r["target_sha"] == _sha(world["pristine"]), r  # the target unchanged: nothing written
+
+
+def test_become_sudo_patch_never_chowns_what_a_team_writable_package_dir_points_at(world):
+    victim = world["top"] / "victim"
+    victim.write_text("root only\n")
+    victim.chmod(0o600)
+    rounds = race(world, "asroot", victim)
+    assert [r["victim"] for r in rounds] == [(0, 0o600)] * ATTEMPTS, rounds
+    assert victim.read_text() == "root only\n"
+    _refused_as_untrusted(rounds, world, "asroot", 0)
+
+
+def test_login_user_patch_never_chmods_its_own_bashrc_through_a_team_writable_dir(world):
+    victim = world["top"] / "home" / ".bashrc"
+    victim.write_text("# the login user's bashrc\n")
+    shutil.chown(victim, LOGIN, LOGIN)
+    victim.chmod(0o644)
+    uid = int(subprocess.run(["id", "-u", LOGIN], capture_output=True, text=True, check=True).stdout)
+    rounds = race(world, "asuser", victim)
+    assert [r["victim"] for r in rounds] == [(uid, 0o644)] * ATTEMPTS, rounds
+    _refused_as_untrusted(rounds, world, "asuser", uid)
+
+
+def test_check_mode_names_the_refusal_a_real_run_would_meet(world):
+    lab, target = world["lab"], world["asroot"]
+    before = _sha(target)
+    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "patch", "--check", "--playbook", BOOK, timeout=300)
+    msg = json.dumps(doc["results"][0])
+    assert rc != 0 and "would apply" not in msg, both
+    assert f"{target.parents[1]} (on the way to the file) is writable by group or others" in msg, msg
+    assert "check mode: nothing written" in msg and _sha(target) == before, msg
+
+
+def test_allow_insecure_venv_writes_anyway_by_descriptor_with_the_warning(world):
+    lab, target = world["lab"], world["asroot"]
+    target.unlink()  # root's own pristine file again (the races above left the attacker's copy)
+    shutil.copy(world["pristine"], target)
+    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "patch", "--playbook",
+                                    BOOK, "--allow-insecure-venv", timeout=300)
+    assert rc == 0 and doc["results"][0]["status"] == "changed", both
+    assert f"--allow-insecure-venv: writing anyway, as asked: {target.parents[1]} (on the way to the file) is " \
+           "writable by group or others" in both, both
+    assert _sha(target) != _sha(world["pristine"]) and os.lstat(target).st_uid == 0
+    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "rollback", "--playbook",
+                                    BOOK, "--allow-insecure-venv", timeout=300)
+    assert rc == 0 and _sha(target) == _sha(world["pristine"]), both
+
+
+# The attacker's swap loop (she may write the fetched directory): sub/ is the real directory, then a symlink to a
+# directory outside, then the real one again, as fast as rename(2) goes.
+SWAPPER = """
+import os, sys, time
+d, target, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+sub, real, link = os.path.join(d, "sub"), os.path.join(d, ".subreal"), os.path.join(d, ".sublink")
+os.symlink(target, link)
+end = time.time() + secs
+while time.time() < end:
+    os.rename(sub, real); os.rename(link, sub)
+    os.rename(sub, link); os.rename(real, sub)
+"""
+FETCHES = 40  # each walks the directory five times; on the old code the outside bytes came at fetch 15
+SPELLINGS = ("swapped", "swapped/", "./swapped", "swapped/.", "swapped//")
+
+
+def test_fetch_of_a_directory_never_follows_a_subdirectory_swapped_for_a_link(world, tmp_path):
+    lab = world["lab"]
+    top = lab.node("lab01").state_dir / "swapped"
+    (top / "sub").mkdir(parents=True)
+    (top / "sub" / "secret.txt").write_text("inside: the directory's own\n")
+    outside = world["top"] / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
+    outside_sha = hashlib.sha256(b"OUTSIDE-SECRET\n").hexdigest()
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(top), str(outside), "600"])
+    got: list[str] = []
+    fetches, end = 0, time.monotonic() + 300
+    try:
+        while fetches < FETCHES and time.monotonic() < end and not got:
+            fetches += 1
+            dest = tmp_path / f"dl{fetches}"
+            paths = [word for spelling in SPELLINGS for word in ("--path", spelling)]
+            _, doc = fab_json(lab.root, "-H", "lab01", "fetch", *paths, "--dest", str(dest))
+            said = json.dumps(doc)
+            got = [str(p) for p in dest.rglob("*") if p.is_file() and b"OUTSIDE-SECRET" in p.read_bytes()]
+            got += ["its sha256 in the answer"] if outside_sha in said else []  # planned: hashed on the node
+    finally:
+        swapper.kill()
+        swapper.wait()
+        shutil.rmtree(top, ignore_errors=True)
+    assert got == [], (fetches, got)
+    assert fetches >= 30, fetches  # as many as the walk by path needed to lose
