@@ -11,7 +11,11 @@ The same hook lets `fab` take the run options and --json before the task, where 
 parses its core flags first and leaves the rest, from the first word it does not know, for the tasks; the ones
 fleetops' first task takes are moved behind it (`fab --json -H lab01 ping` is `fab -H lab01 ping --json`).
 
-A closed stdout while Invoke prints a listing or help (`fab --list | head`) ends the program quietly, 141."""
+A closed stdout while Invoke prints a listing or help (`fab --list | head`) ends the program quietly, 141.
+
+The project's fabric.yaml is checked (plans/projectfile.py) when Invoke is told where the project is, before it
+merges the file into its config: a broken or mistyped file is one line naming file:line and exit 2, under `fab`
+(the hook is installed while Invoke imports the fabfile, just before it reads the file) as under `fleet`."""
 
 from __future__ import annotations
 
@@ -20,9 +24,12 @@ import inspect
 import sys
 from typing import Any
 
+from invoke.config import Config
 from invoke.exceptions import Exit, ParseError
 from invoke.program import Program
 
+from ..plans.marks import ConfigError
+from ..plans.projectfile import check_project_file
 from ..results import EXIT_USAGE, reader_gone
 from .decorators import RUN_OPTIONS, SHORT_FLAGS
 from .flags import PTY_IN_FAB, UNUSED, refusal
@@ -139,6 +146,10 @@ def checked_parse(program: Any, parse: Any) -> None:
         raise refuse(program, *refused)
 
 
+def _program_name() -> str:
+    return "fleet" if sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "fleet" else "fab"
+
+
 def _binary_of(program: Any) -> str:
     """Invoke's public `binary`: the name the program was built with, else argv[0]'s, which is no command's
     name under `python -m fabric`."""
@@ -149,6 +160,18 @@ def _binary_of(program: Any) -> str:
     return name if isinstance(name, str) and name and not name.endswith(".py") else "fab"
 
 
+def project_file_exit(binary: str, folder: str | None, config: Any) -> Exit | None:
+    """The Exit (status 2, one line) for the project's fabric.yaml in `folder` that Invoke could not merge into
+    `config` or fleetops could not read; None when it is sound."""
+    if not folder:
+        return None
+    try:
+        check_project_file(folder, config.global_defaults())
+    except ConfigError as exc:
+        return Exit(f"{binary}: {exc}", code=EXIT_USAGE)
+    return None
+
+
 def install() -> None:
     """Make task parse errors exit 2 for this process, and a closed stdout under a listing exit 141 (idempotent)."""
     global _installed
@@ -156,6 +179,14 @@ def install() -> None:
         return
     _installed = True
     original, cleanup = Program.parse_tasks, Program.parse_cleanup
+    locate = Config.set_project_location
+
+    def set_project_location(self: Config, path: Any) -> None:
+        # Invoke calls this with the fabfile's folder right before load_project() merges its fabric.yaml.
+        refused = project_file_exit(_program_name(), path, self)
+        if refused is not None:
+            raise refused
+        locate(self, path)
 
     def parse_tasks(self: Program) -> None:
         checked_parse(self, lambda: original(self))
@@ -168,3 +199,4 @@ def install() -> None:
 
     Program.parse_tasks = parse_tasks  # type: ignore[method-assign]
     Program.parse_cleanup = parse_cleanup  # type: ignore[method-assign]
+    Config.set_project_location = set_project_location  # type: ignore[method-assign]
