@@ -28,6 +28,7 @@ from invoke.config import Config
 from invoke.exceptions import Exit, ParseError
 from invoke.program import Program
 
+from .. import startup
 from ..plans.marks import ConfigError
 from ..plans.projectfile import check_project_file
 from ..results import EXIT_USAGE, reader_gone
@@ -146,6 +147,12 @@ def checked_parse(program: Any, parse: Any) -> None:
         raise refuse(program, *refused)
 
 
+def _running_as_program() -> bool:
+    """`fab`, `fleet` or `python -m fabric`, not a test or a script that imports the fabfile."""
+    parts = sys.argv[0].replace("\\", "/").split("/")[-2:] if sys.argv and sys.argv[0] else []
+    return bool(parts) and (parts[-1] in ("fab", "fleet") or parts == ["fabric", "__main__.py"])
+
+
 def _program_name() -> str:
     return "fleet" if sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "fleet" else "fab"
 
@@ -178,6 +185,10 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    # `fab` reaches fleetops' code first here, while Invoke loads the fabfile: from now on Ctrl-C before the run
+    # starts is one line and exit 130 (startup.py), as with `fleet` from its first line.
+    if _running_as_program():
+        startup.guard_interrupts()
     original, cleanup = Program.parse_tasks, Program.parse_cleanup
     locate = Config.set_project_location
 
