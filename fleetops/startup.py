@@ -26,7 +26,6 @@ import importlib
 import os
 import signal
 import sys
-import threading
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,15 +43,20 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
 def guard_interrupts() -> None:
     """Ctrl-C from now until release(): one line on stderr, exit 130. Only the main thread can set a handler; a
     handler someone else set (a host program, a test runner) is left alone."""
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _interrupted_while_starting)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        _set(_interrupted_while_starting)
 
 
 def _unguard_interrupts() -> None:
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        _set(signal.default_int_handler)
+
+
+def _set(handler: object) -> None:
+    try:
+        signal.signal(signal.SIGINT, handler)  # type: ignore[arg-type]
+    except ValueError:  # not the main thread: only the main thread sets handlers; it keeps its own
+        pass
 
 
 def hold() -> None:
