@@ -45,25 +45,48 @@ MOVABLE = {*RUN_OPTIONS, "json", "playbook"}
 
 def usage_exit(program: Any, exc: ParseError) -> Exit:
     context = getattr(exc, "context", None)
-    return refuse(program, str(exc), getattr(context, "name", None))
+    return refuse(program, str(exc), getattr(context, "name", None), context)
 
 
-def refuse(program: Any, message: str, task: str | None = None) -> Exit:
+def refuse(program: Any, message: str, task: str | None = None, context: Any = None) -> Exit:
     # argv[0] may be __main__.py (python -m fabric): name the command the operator knows.
     # The installed `fab` and `fleet` are one class with two names: the name it was built with, else `fab`.
     binary = _binary_of(program)
-    word = message.split("'")[1] if message.startswith("No idea what '") else ""
+    word = _unknown_word(message)
+    flag = word.startswith("-")
+    if word:  # Invoke's "No idea what 'x' is!": said as what the word is not, with the nearest it could be
+        message = f"{word!r} is not {f'an option of {task}' if task else 'a core option'}" if flag else \
+            f"{word!r} is not a task"
+        close = difflib.get_close_matches(word, _flags(program, context) if flag else _tasks(program), n=1)
+        if close:
+            message += f" (did you mean `{close[0]}`?)"
     if word in MEANT:
         message += f" ({MEANT[word]})"
-    if task:
+    if task and (flag or not word):
         hint = f"see `{binary} --help {task}` for its options"
     else:
         hint = f"see `{binary} --list` for the tasks and `{binary} --help` for the core options"
-        if word and getattr(program, "collection", None) is not None:
-            close = difflib.get_close_matches(word, list(program.collection.task_names), n=1)
-            if close:
-                hint = f"did you mean `{close[0]}`? " + hint
     return Exit(f"usage error: {message}; {hint}", code=EXIT_USAGE)
+
+
+def _unknown_word(message: str) -> str:
+    head, tail = "No idea what '", "' is!"
+    return message[len(head):-len(tail)] if message.startswith(head) and message.endswith(tail) else ""
+
+
+def _tasks(program: Any) -> list[str]:
+    collection = getattr(program, "collection", None)
+    if collection is None:
+        return []
+    return [name for primary, aliases in collection.task_names.items() for name in (primary, *aliases)]
+
+
+def _flags(program: Any, context: Any) -> list[str]:
+    """The flags the word could have meant: the task's (`--nodes`), else the program's core flags."""
+    context = context or getattr(program, "initial_context", None)
+    if context is None:
+        return []
+    return [*getattr(context, "flags", {}), *getattr(context, "inverse_flags", {})]
 
 
 def bad_number(program: Any, exc: ValueError) -> Exit:
