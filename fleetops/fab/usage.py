@@ -31,7 +31,7 @@ from invoke.program import Program
 from .. import startup
 from ..plans.marks import ConfigError
 from ..plans.projectfile import check_project_file
-from ..results import EXIT_USAGE, reader_gone
+from ..results import EXIT_INTERRUPTED, EXIT_USAGE, reader_gone
 from .decorators import RUN_OPTIONS, SHORT_FLAGS
 from .flags import PTY_IN_FAB, UNUSED, refusal
 
@@ -203,7 +203,8 @@ def project_file_exit(binary: str, folder: str | None, config: Any) -> Exit | No
 
 
 def install() -> None:
-    """Make task parse errors exit 2 for this process, and a closed stdout under a listing exit 141 (idempotent)."""
+    """Make task parse errors exit 2 for this process, a closed stdout under a listing exit 141, a broken
+    fabric.yaml one line and exit 2, and Ctrl-C outside a run's own handling exit 130 (idempotent)."""
     global _installed
     if _installed:
         return
@@ -212,7 +213,7 @@ def install() -> None:
     # starts is one line and exit 130 (startup.py), as with `fleet` from its first line.
     if _running_as_program():
         startup.guard_interrupts()
-    original, cleanup = Program.parse_tasks, Program.parse_cleanup
+    original, cleanup, tasks = Program.parse_tasks, Program.parse_cleanup, Program.execute
     locate = Config.set_project_location
 
     def set_project_location(self: Config, path: Any) -> None:
@@ -225,6 +226,14 @@ def install() -> None:
     def parse_tasks(self: Program) -> None:
         checked_parse(self, lambda: original(self))
 
+    def execute(self: Program) -> None:
+        # Invoke turns a KeyboardInterrupt into exit 1 with nothing said; README's status for Ctrl-C is 130. The
+        # run handles its own (run.py); this is a local task's (lab.up, history) and the moments around a run.
+        try:
+            tasks(self)
+        except KeyboardInterrupt:
+            raise Exit("interrupted (Ctrl-C)", code=EXIT_INTERRUPTED) from None
+
     def parse_cleanup(self: Program) -> None:
         try:
             cleanup(self)
@@ -233,4 +242,5 @@ def install() -> None:
 
     Program.parse_tasks = parse_tasks  # type: ignore[method-assign]
     Program.parse_cleanup = parse_cleanup  # type: ignore[method-assign]
+    Program.execute = execute  # type: ignore[method-assign]
     Config.set_project_location = set_project_location  # type: ignore[method-assign]
