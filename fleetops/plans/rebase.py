@@ -182,6 +182,11 @@ def _scalar(value: str) -> str:
         else json.dumps(value)
 
 
+def scalar(value: str) -> str:
+    """`value` as a YAML scalar: plain where that reads back as the same text, else double-quoted."""
+    return _scalar(value)
+
+
 def render_requires(requires: list[str]) -> str:
     return "requires:\n" + "".join(f"  - {_scalar(r)}\n" for r in requires)
 

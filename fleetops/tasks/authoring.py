@@ -491,7 +491,8 @@ def _probe_scripts_moved(text: str, book, stem: str, copies: dict[Path, str], st
             raise ConfigError(book.path, line, "a probe check's `script:` is not on its own line: the candidate "
                               "cannot name its copy; write it as `script: FILE.py`")
         ending = lines[line - 1][len(lines[line - 1].rstrip("\r\n")):]
-        lines[line - 1] = f"{m.group(1)}{stem}/{_copied(source, copies, staged)}{m.group(3) or ''}{ending}"
+        moved = authoring.scalar(f"{stem}/{_copied(source, copies, staged)}")
+        lines[line - 1] = f"{m.group(1)}{moved}{m.group(3) or ''}{ending}"
     return "".join(lines)
 
 
