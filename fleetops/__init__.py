@@ -6,6 +6,15 @@ pays nothing for them."""
 
 from __future__ import annotations
 
+import sys
+
+if sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "fleet":
+    # The `fleet` program is starting: the first of its code Python runs, so Ctrl-C from here on is one line and
+    # exit 130, never a traceback from an import (startup.py). A library caller's process is left as it is.
+    from .startup import guard_interrupts
+
+    guard_interrupts()
+
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:

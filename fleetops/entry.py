@@ -17,5 +17,6 @@ def import_program() -> ModuleType:
 
 
 def main() -> None:
+    startup.guard_interrupts()  # before anything else is imported: Ctrl-C there is one line and exit 130
     startup.hold()
     import_program().main()

@@ -17,20 +17,21 @@ if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 SHIPPED_PLAYBOOK = "speculators-0.3.0-vllm-0.16"
+CLIENT_LOCK = "requirements.lock"
 
 FABFILE = '''"""fleetops' tasks, for Fabric's `fab` (`fleet` needs no fabfile: it brings them along)."""
 
 from fleetops.fab.tasks import ns  # noqa: F401
 '''
 
-FABRIC_YAML = f"""# Read by `fab` and `fleet` in this folder and the folders below it.
+FABRIC_YAML = """# Read by `fab` and `fleet` in this folder and the folders below it.
 tasks:
   # Each host runs its chain of tasks on one connection, hosts in parallel, one recap (Fabric's `fab` needs this
   # line; `fleet` has it built in).
   executor_class: fleetops.fab.executor.FleetExecutor
 fleetops:
-  playbook: playbooks/{SHIPPED_PLAYBOOK}.yaml   # the default for -p/--playbook
-  inventory: hosts                                        # every *.yaml in it; --inventory PATH for another
+  playbook: playbooks/    # the default for -p: the set, each host gets the playbook its versions fit
+  inventory: hosts        # every *.yaml in it; --inventory PATH for another
 """
 
 # Documentation names only (RFC 2606's .example): a project starts with no address anyone could reach.
@@ -98,6 +99,9 @@ def project_files() -> dict[str, bytes]:
            "hosts/example.yaml": EXAMPLE_INVENTORY.encode(), ".gitignore": GITIGNORE.encode()}
     for rel, item in _walk(shipped_playbooks(), "playbooks"):
         out[rel] = item.read_bytes()
+    lock = files("fleetops").joinpath(CLIENT_LOCK)
+    if lock.is_file():  # the client's lock, where the package carries it: the versions fleetops was tested with
+        out[CLIENT_LOCK] = lock.read_bytes()
     return out
 
 

@@ -12,18 +12,51 @@ results) is collected as before, and no later collection walks the start-up obje
 Only what `hold()` turned off is turned back on: a library caller (api.py) or a host program that runs with
 the collector off keeps it off.
 
+Ctrl-C while the program starts (guard_interrupts) is one line and exit 130: nothing has been contacted before
+the run is planned, so there is nothing to wait for or put back. Python's own handling would print a
+KeyboardInterrupt traceback from whichever import it lands in, or let Invoke turn it into exit 1. From release()
+on, the run installs its own handler (run.py), and a local task has Python's.
+
 The program also imports Fabric without `unittest.mock` (unittest_mock_deferred, below)."""
 
 from __future__ import annotations
 
 import gc
 import importlib
+import os
+import signal
 import sys
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 _held = False
+EXIT_INTERRUPTED = 130  # results.py's; this module sits below it and imports nothing of fleetops
+_STARTING = b"\ninterrupted (Ctrl-C) while starting: no host was contacted, nothing ran\n"
+
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    os.write(2, _STARTING)
+    os._exit(EXIT_INTERRUPTED)
+
+
+def guard_interrupts() -> None:
+    """Ctrl-C from now until release(): one line on stderr, exit 130. Only the main thread can set a handler; a
+    handler someone else set (a host program, a test runner) is left alone."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        _set(_interrupted_while_starting)
+
+
+def _unguard_interrupts() -> None:
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        _set(signal.default_int_handler)
+
+
+def _set(handler: object) -> None:
+    try:
+        signal.signal(signal.SIGINT, handler)  # type: ignore[arg-type]
+    except ValueError:  # not the main thread: only the main thread sets handlers; it keeps its own
+        pass
 
 
 def hold() -> None:
@@ -36,8 +69,10 @@ def hold() -> None:
 
 def release() -> None:
     """Start-up is over (the run is planned, or a task that is not a fleet run is about to start): what was
-    built so far is kept out of every later collection, and collection is back on. Idempotent."""
+    built so far is kept out of every later collection, and collection is back on; Ctrl-C is the run's or the
+    task's again. Idempotent."""
     global _held
+    _unguard_interrupts()
     if _held:
         _held = False
         gc.freeze()

@@ -118,6 +118,7 @@ class FleetExecutor(fabric.Executor):
                                  "host outside the inventory whose key is in known_hosts), comma-separated")
             raise Exit(code=EXIT_USAGE)
         try:
+            _job_ids(steps)
             forks, serial = self._numbers(settings, run_opts)
             self._connect_settings(state, run_opts)
             run = assemble(state, [host_str], steps, limit=self._limit(run_opts), dry=self._dry())
@@ -208,3 +209,12 @@ class FleetExecutor(fabric.Executor):
             if name in kwargs and not kwargs[name] and self._option(name, ""):
                 kwargs[name] = self._option(name, "")
         call.task(call.make_context(self.config), *call.args, **kwargs)
+
+
+def _job_ids(steps: list[tuple[str, dict[str, Any]]]) -> None:
+    """--job-id as typed, blanks around it dropped; one the node would refuse is refused before connecting."""
+    from ..plans.options import job_id
+
+    for _, kwargs in steps:
+        if kwargs.get("job_id") is not None:
+            kwargs["job_id"] = job_id("--job-id", kwargs["job_id"])

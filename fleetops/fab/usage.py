@@ -11,7 +11,11 @@ The same hook lets `fab` take the run options and --json before the task, where 
 parses its core flags first and leaves the rest, from the first word it does not know, for the tasks; the ones
 fleetops' first task takes are moved behind it (`fab --json -H lab01 ping` is `fab -H lab01 ping --json`).
 
-A closed stdout while Invoke prints a listing or help (`fab --list | head`) ends the program quietly, 141."""
+A closed stdout while Invoke prints a listing or help (`fab --list | head`) ends the program quietly, 141.
+
+The project's fabric.yaml is checked (plans/projectfile.py) when Invoke is told where the project is, before it
+merges the file into its config: a broken or mistyped file is one line naming file:line and exit 2, under `fab`
+(the hook is installed while Invoke imports the fabfile, just before it reads the file) as under `fleet`."""
 
 from __future__ import annotations
 
@@ -20,10 +24,14 @@ import inspect
 import sys
 from typing import Any
 
+from invoke.config import Config
 from invoke.exceptions import Exit, ParseError
 from invoke.program import Program
 
-from ..results import EXIT_USAGE, reader_gone
+from .. import startup
+from ..plans.marks import ConfigError
+from ..plans.projectfile import check_project_file
+from ..results import EXIT_INTERRUPTED, EXIT_USAGE, reader_gone
 from . import keyprompt
 from .decorators import RUN_OPTIONS, SHORT_FLAGS
 from .flags import PTY_IN_FAB, UNUSED, refusal, runs_fleetops
@@ -38,25 +46,48 @@ MOVABLE = {*RUN_OPTIONS, "json", "playbook"}
 
 def usage_exit(program: Any, exc: ParseError) -> Exit:
     context = getattr(exc, "context", None)
-    return refuse(program, str(exc), getattr(context, "name", None))
+    return refuse(program, str(exc), getattr(context, "name", None), context)
 
 
-def refuse(program: Any, message: str, task: str | None = None) -> Exit:
+def refuse(program: Any, message: str, task: str | None = None, context: Any = None) -> Exit:
     # argv[0] may be __main__.py (python -m fabric): name the command the operator knows.
     # The installed `fab` and `fleet` are one class with two names: the name it was built with, else `fab`.
     binary = _binary_of(program)
-    word = message.split("'")[1] if message.startswith("No idea what '") else ""
+    word = _unknown_word(message)
+    flag = word.startswith("-")
+    if word:  # Invoke's "No idea what 'x' is!": said as what the word is not, with the nearest it could be
+        message = f"{word!r} is not {f'an option of {task}' if task else 'a core option'}" if flag else \
+            f"{word!r} is not a task"
+        close = difflib.get_close_matches(word, _flags(program, context) if flag else _tasks(program), n=1)
+        if close:
+            message += f" (did you mean `{close[0]}`?)"
     if word in MEANT:
         message += f" ({MEANT[word]})"
-    if task:
+    if task and (flag or not word):
         hint = f"see `{binary} --help {task}` for its options"
     else:
         hint = f"see `{binary} --list` for the tasks and `{binary} --help` for the core options"
-        if word and getattr(program, "collection", None) is not None:
-            close = difflib.get_close_matches(word, list(program.collection.task_names), n=1)
-            if close:
-                hint = f"did you mean `{close[0]}`? " + hint
     return Exit(f"usage error: {message}; {hint}", code=EXIT_USAGE)
+
+
+def _unknown_word(message: str) -> str:
+    head, tail = "No idea what '", "' is!"
+    return message[len(head):-len(tail)] if message.startswith(head) and message.endswith(tail) else ""
+
+
+def _tasks(program: Any) -> list[str]:
+    collection = getattr(program, "collection", None)
+    if collection is None:
+        return []
+    return [name for primary, aliases in collection.task_names.items() for name in (primary, *aliases)]
+
+
+def _flags(program: Any, context: Any) -> list[str]:
+    """The flags the word could have meant: the task's (`--nodes`), else the program's core flags."""
+    context = context or getattr(program, "initial_context", None)
+    if context is None:
+        return []
+    return [*getattr(context, "flags", {}), *getattr(context, "inverse_flags", {})]
 
 
 def bad_number(program: Any, exc: ValueError) -> Exit:
@@ -142,6 +173,16 @@ def checked_parse(program: Any, parse: Any) -> None:
         keyprompt.take(program)
 
 
+def _running_as_program() -> bool:
+    """`fab`, `fleet` or `python -m fabric`, not a test or a script that imports the fabfile."""
+    parts = sys.argv[0].replace("\\", "/").split("/")[-2:] if sys.argv and sys.argv[0] else []
+    return bool(parts) and (parts[-1] in ("fab", "fleet") or parts == ["fabric", "__main__.py"])
+
+
+def _program_name() -> str:
+    return "fleet" if sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "fleet" else "fab"
+
+
 def _binary_of(program: Any) -> str:
     """Invoke's public `binary`: the name the program was built with, else argv[0]'s, which is no command's
     name under `python -m fabric`."""
@@ -152,16 +193,49 @@ def _binary_of(program: Any) -> str:
     return name if isinstance(name, str) and name and not name.endswith(".py") else "fab"
 
 
+def project_file_exit(binary: str, folder: str | None, config: Any) -> Exit | None:
+    """The Exit (status 2, one line) for the project's fabric.yaml in `folder` that Invoke could not merge into
+    `config` or fleetops could not read; None when it is sound."""
+    if not folder:
+        return None
+    try:
+        check_project_file(folder, config.global_defaults())
+    except ConfigError as exc:
+        return Exit(f"{binary}: {exc}", code=EXIT_USAGE)
+    return None
+
+
 def install() -> None:
-    """Make task parse errors exit 2 for this process, and a closed stdout under a listing exit 141 (idempotent)."""
+    """Make task parse errors exit 2 for this process, a closed stdout under a listing exit 141, a broken
+    fabric.yaml one line and exit 2, and Ctrl-C outside a run's own handling exit 130 (idempotent)."""
     global _installed
     if _installed:
         return
     _installed = True
-    original, cleanup = Program.parse_tasks, Program.parse_cleanup
+    # `fab` reaches fleetops' code first here, while Invoke loads the fabfile: from now on Ctrl-C before the run
+    # starts is one line and exit 130 (startup.py), as with `fleet` from its first line.
+    if _running_as_program():
+        startup.guard_interrupts()
+    original, cleanup, tasks = Program.parse_tasks, Program.parse_cleanup, Program.execute
+    locate = Config.set_project_location
+
+    def set_project_location(self: Config, path: Any) -> None:
+        # Invoke calls this with the fabfile's folder right before load_project() merges its fabric.yaml.
+        refused = project_file_exit(_program_name(), path, self)
+        if refused is not None:
+            raise refused
+        locate(self, path)
 
     def parse_tasks(self: Program) -> None:
         checked_parse(self, lambda: original(self))
+
+    def execute(self: Program) -> None:
+        # Invoke turns a KeyboardInterrupt into exit 1 with nothing said; README's status for Ctrl-C is 130. The
+        # run handles its own (run.py); this is a local task's (lab.up, history) and the moments around a run.
+        try:
+            tasks(self)
+        except KeyboardInterrupt:
+            raise Exit("interrupted (Ctrl-C)", code=EXIT_INTERRUPTED) from None
 
     def parse_cleanup(self: Program) -> None:
         try:
@@ -171,3 +245,5 @@ def install() -> None:
 
     Program.parse_tasks = parse_tasks  # type: ignore[method-assign]
     Program.parse_cleanup = parse_cleanup  # type: ignore[method-assign]
+    Program.execute = execute  # type: ignore[method-assign]
+    Config.set_project_location = set_project_location  # type: ignore[method-assign]

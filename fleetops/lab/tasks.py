@@ -3,6 +3,7 @@ a node's packages, switch its simulated GPUs, install another package version on
 
 from __future__ import annotations
 
+import difflib
 import subprocess
 from pathlib import Path
 
@@ -140,24 +141,25 @@ def reset(c, node="all"):
     """Give lab nodes pristine speculators files again (as installed from PyPI, from the node's own base venv:
     `lab.install --vllm` moves a node to another)."""
     lab = _lab(c)
-    for n in lab.nodes():
-        if node in ("all", n.name):
-            lab.reset_packages(n, lab.node_base(n))
-            say(f"{n.name}: packages reset")
+    for n in _chosen(lab, node, "lab.reset"):
+        lab.reset_packages(n, lab.node_base(n))
+        say(f"{n.name}: packages reset")
 
 
 @task(help={"state": f"one of {', '.join(GPU_STATES)}", "node": "lab node name, or 'all'"})
 def gpu(c, state="idle", node="all"):
     """Switch a lab node's simulated GPUs: idle, busy (a real held process), missing GPU, driver error, absent."""
+    if state not in GPU_STATES:  # before the lab is touched: a usage error, named
+        raise Exit(f"usage error: lab.gpu --state {state!r} is not a GPU state{did_you_mean(state, GPU_STATES)}; "
+                   f"one of {', '.join(GPU_STATES)}", code=2)
     lab = _lab(c)
-    for n in lab.nodes():
-        if node in ("all", n.name):
-            try:
-                config = lab.set_gpu_state(n, state)
-            except LabError as exc:
-                raise SystemExit(str(exc)) from None
-            held = f" (held by pids {', '.join(map(str, config['holder_pids']))})" if config["holder_pids"] else ""
-            say(f"{n.name}: simulated GPUs now {state}{held}")
+    for n in _chosen(lab, node, "lab.gpu"):
+        try:
+            config = lab.set_gpu_state(n, state)
+        except LabError as exc:
+            raise SystemExit(str(exc)) from None
+        held = f" (held by pids {', '.join(map(str, config['holder_pids']))})" if config["holder_pids"] else ""
+        say(f"{n.name}: simulated GPUs now {state}{held}")
 
 
 @task(help={"node": "lab node name, or 'all'", "xid": "append an NVIDIA Xid of this code (e.g. 79)",
@@ -171,9 +173,7 @@ def kernel(c, node="all", xid=None, gpu=0, oom=False, readable=None, clear=False
     if xid is not None and not str(xid).isdigit():  # before the lab is touched: a usage error, named
         raise Exit(f"usage error: lab.kernel --xid {xid!r} is not an Xid code (a whole number, e.g. 79)", code=2)
     lab = _lab(c)
-    for n in lab.nodes():
-        if node not in ("all", n.name):
-            continue
+    for n in _chosen(lab, node, "lab.kernel"):
         try:
             if clear:
                 kernel_log.clear(n)
@@ -272,10 +272,36 @@ def rekey(c, node):
 
 
 def _one(lab: Lab, name: str):
-    try:
-        return lab.node(name)
-    except LabError as exc:
-        raise Exit(str(exc), code=2) from None
+    nodes = lab.nodes()
+    for n in nodes:
+        if n.name == name:
+            return n
+    raise Exit(_no_such_node(name, [n.name for n in nodes]), code=2)
+
+
+def _chosen(lab: Lab, name: str, task: str) -> list:
+    """The lab nodes `--node` names (`all`: every one); a name that is no lab node's is a usage error, never a
+    task that does nothing and exits 0."""
+    nodes = lab.nodes()
+    if name == "all":
+        if not nodes:
+            raise Exit(f"{task}: no lab nodes in {lab.dir}; start them first (fab lab.up)", code=2)
+        return nodes
+    chosen = [n for n in nodes if n.name == name]
+    if not chosen:
+        raise Exit(f"{task} --node {name!r}: " + _no_such_node(name, [n.name for n in nodes]), code=2)
+    return chosen
+
+
+def _no_such_node(name: str, known: list[str]) -> str:
+    if not known:
+        return f"no lab node {name!r}: the lab has no nodes; start them with fab lab.up"
+    return f"no lab node {name!r}{did_you_mean(name, known)} (lab nodes: {', '.join(known)}; or all)"
+
+
+def did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def collection() -> Collection:

@@ -50,6 +50,16 @@ class Inventory:
                 out.setdefault(group, []).append(host.name)
         return out
 
+    def listed(self) -> list[str]:
+        """The host names an error lists and suggests: this project's own hosts, never an example inventory's
+        beside them (documentation, refused as targets); the example's alone while it is all there is."""
+        own = [n for n in self.names() if not self.hosts[n].example]
+        return own or self.names()
+
+    def listed_groups(self) -> dict[str, list[str]]:
+        shown = set(self.listed())
+        return {g: members for g, members in self.groups().items() if shown & set(members)}
+
     def aliases(self) -> frozenset[str]:
         if self.ssh_aliases is None:
             self.ssh_aliases = frozenset(ssh_config_aliases())
@@ -71,8 +81,8 @@ class Inventory:
         raise UnknownHost(self._unknown(spec))
 
     def _unknown(self, spec: str) -> str:
-        hint = did_you_mean(spec, [*self.hosts, *(f"@{g}" for g in self.groups())])
-        known = ", ".join(self.names()) or "(none: run `fab lab.up` or add hosts/*.yaml)"
+        hint = did_you_mean(spec, [*self.listed(), *(f"@{g}" for g in self.listed_groups())])
+        known = ", ".join(self.listed()) or "(none: run `fab lab.up` or add hosts/*.yaml)"
         # "did you mean" last: older messages (and scripts) read "unknown host 'x'; known hosts: ..."
         return f"unknown host {spec!r}; known hosts: {known} (looked in: {self._where()}){hint}"
 
@@ -87,15 +97,16 @@ class Inventory:
             if any(c in word for c in "*?["):  # @gpu* : every group that matches
                 members = [m for g in sorted(groups) if fnmatch.fnmatchcase(g, word[1:]) for m in groups[g]]
             if not members:
-                hint = did_you_mean(word, [f"@{g}" for g in groups])
-                known = ", ".join(sorted(groups)) or "(none)"
+                shown = self.listed_groups()
+                hint = did_you_mean(word, [f"@{g}" for g in shown])
+                known = ", ".join(sorted(shown)) or "(none)"
                 raise UnknownHost(f"unknown group {word!r}{hint} (known groups: {known})")
         return [self.hosts[m] for m in members]
 
     def _glob(self, word: str) -> list[Host]:
         hits = [self.hosts[n] for n in self.hosts if fnmatch.fnmatchcase(n, word)]
         if not hits:
-            known = ", ".join(self.names()) or "(none)"
+            known = ", ".join(self.listed()) or "(none)"
             raise UnknownHost(f"no inventory host matches {word!r} (known hosts: {known})")
         return hits
 
@@ -141,7 +152,6 @@ class Inventory:
                 (exclude if term.startswith("!") else include).append(name)
         if not include and not exclude:
             return list(hosts)
-        groups = self.groups()
 
         def selects(term: str, host: Host) -> bool:
             if term.startswith("@"):
@@ -152,9 +162,9 @@ class Inventory:
         for term in include + exclude:
             plain = not term.startswith("@") and not any(c in term for c in "*?[")
             if plain and term not in self.hosts and not any(term in (h.name, h.address) for h in hosts):
-                hint = did_you_mean(term, [*self.hosts, *(f"@{g}" for g in groups)])
+                hint = did_you_mean(term, [*self.listed(), *(f"@{g}" for g in self.listed_groups())])
                 raise UnknownHost(f"--limit names unknown host {term!r}{hint} (known hosts: "
-                                  f"{', '.join(self.names()) or '(none)'})")
+                                  f"{', '.join(self.listed()) or '(none)'})")
         chosen = [h for h in hosts if (not include or any(selects(t, h) for t in include))
                   and not any(selects(t, h) for t in exclude)]
         if not chosen:

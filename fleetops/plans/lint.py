@@ -228,12 +228,13 @@ def lint_report(root: str | Path | None, playbook: str | None, default: str, as_
     path = Path(rel) if Path(rel).is_absolute() else Path.cwd() / rel
     if not path.exists() and root is not None:
         path = Path(root) / rel
-    if not path.is_file():
+    books = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
+    if not path.exists() or not books or not all(b.is_file() for b in books):
         return f"{rel}: no such playbook (looked at {path}); name one with --playbook", 2
-    problems = lint(path)
+    problems = [p for book in books for p in lint(book)]  # a folder is a playbook set: each of its playbooks
     if as_json:
         return json.dumps({"playbook": str(path), "ok": not problems,
                            "problems": [vars(x) for x in problems]}, indent=2), 1 if problems else 0
     if not problems:
-        return f"{path}: ok (schema, files, regexes, diffs, scripts)", 0
+        return "\n".join(f"{book}: ok (schema, files, regexes, diffs, scripts)" for book in books), 0
     return "\n".join([str(x) for x in problems] + [f"{len(problems)} problems in {path.name}"]), 1

@@ -16,6 +16,7 @@ CORE_NUMBERS: dict[str, Range] = {**RUN_NUMBERS, "connect-timeout": (1, None), "
 ENV_NUMBERS: dict[str, tuple[str, Range]] = {"FLEETOPS_SERIAL": ("serial", RUN_NUMBERS["serial"]),
                                              "FLEETOPS_FORKS": ("forks", RUN_NUMBERS["forks"])}
 USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")  # the inventory's rule for `user:`
+JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,120}")  # the node agent's rule (remote_scripts/jobs/records.py)
 
 
 class BadValue(ValueError):
@@ -33,6 +34,16 @@ def whole(option: str, value: object, least: int = 0, most: int | None = None) -
         span = f"from {least} to {most}" if most is not None else f"{least} or more"
         raise BadValue(f"{option} {number} is out of range: it takes {span}")
     return number
+
+
+def job_id(option: str, value: object) -> str:
+    """A job id as the node agent takes it, with the blanks a copy and paste adds around it dropped; anything
+    else is refused here, before a host is contacted, not by the node after connecting."""
+    text = str(value).strip()
+    if not JOB_ID.fullmatch(text):
+        raise BadValue(f"{option} {str(value)!r} is not a job id (letters, digits, '.', '_', '-', at most 120; "
+                       f"`jobs` lists them)")
+    return text
 
 
 def user(option: str, value: str) -> str:

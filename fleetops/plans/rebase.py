@@ -182,6 +182,11 @@ def _scalar(value: str) -> str:
         else json.dumps(value)
 
 
+def scalar(value: str) -> str:
+    """`value` as a YAML scalar: plain where that reads back as the same text, else double-quoted."""
+    return _scalar(value)
+
+
 def render_requires(requires: list[str]) -> str:
     return "requires:\n" + "".join(f"  - {_scalar(r)}\n" for r in requires)
 
@@ -232,17 +237,66 @@ def replace_scalar(text: str, key: str, value: str) -> str:
 
 
 def pin_requires(existing: list[str], versions: dict[str, str | None], names: list[str]) -> list[str]:
-    """Each of `names` pinned to the node's version (replacing any constraint on it); others kept."""
+    """Each of `names` pinned to the node's version, in the shape its existing pin has (pin_for); others kept."""
     def norm(name: str) -> str:
         return re.sub(r"[-_.]+", "_", name).lower()
 
-    pinned = {norm(n): f"{n}=={versions[n]}" for n in names if versions.get(n)}
+    wanted = {norm(n): n for n in names if versions.get(n)}
     out: list[str] = []
     for req in existing:
         name = re.split(r"[\s=<>!~]", req.strip(), maxsplit=1)[0]
-        out.append(pinned.pop(norm(name), req))
-    out.extend(pinned.values())
+        key = norm(name)
+        if key in wanted:
+            out.append(pin_for(req, name, str(versions[wanted.pop(key)])))
+        else:
+            out.append(req)
+    out.extend(f"{n}=={versions[n]}" for n in wanted.values())
     return out
+
+
+_RELEASE = re.compile(r"(\d+(?:\.\d+)*)")
+
+
+def pin_for(old: str | None, name: str, version: str) -> str:
+    """`name` pinned to `version` in the shape the playbook's author chose for its old pin, so a playbook that
+    accepted a release series keeps accepting one (the point releases its checks prove on each node):
+    `==0.16.*` becomes `==0.17.*`, `>=0.16.0,<0.17` becomes `>=0.17.0,<0.18`, `~=0.16.0` becomes `~=0.17.0`;
+    an exact pin, or none, stays exact (`==0.17.0`)."""
+    release = _RELEASE.match(version)
+    spec = re.sub(r"\s+", "", (old or "")[len(name):]) if old and old.strip().startswith(name) else ""
+    if release is None or not spec:
+        return f"{name}=={version}"
+    parts = release.group(1).split(".")
+    m = re.fullmatch(r"==(\d+(?:\.\d+)*)\.\*", spec)
+    if m:
+        width = len(m.group(1).split("."))
+        return f"{name}=={'.'.join(parts[:width])}.*" if len(parts) >= width else f"{name}=={version}"
+    m = re.fullmatch(r"~=(\d+(?:\.\d+)+)", spec)
+    if m:
+        width = len(m.group(1).split("."))
+        return f"{name}~={'.'.join(parts[:width])}" if len(parts) >= width else f"{name}=={version}"
+    m = re.fullmatch(r">=\d+(?:\.\d+)*,<(\d+(?:\.\d+)*)", spec)
+    if m:
+        width = len(m.group(1).split("."))
+        if len(parts) >= width:
+            upper = [*parts[:width - 1], str(int(parts[width - 1]) + 1)]
+            return f"{name}>={release.group(1)},<{'.'.join(upper)}"
+    return f"{name}=={version}"
+
+
+def exact_pins(requires: list[str]) -> list[str]:
+    """The pins of `requires` that name one exact release (`vllm==0.17.0`): each refuses every point release."""
+    return [r for r in requires if re.fullmatch(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*===?\s*[0-9][0-9.]*\s*", r)]
+
+
+def series_pin(req: str) -> str | None:
+    """The range an exact pin could be instead, accepting the release's point releases (`vllm==0.17.0` ->
+    `vllm>=0.17.0,<0.18`); None when it names fewer than two release numbers."""
+    m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\d+)\.(\d+)((?:\.\d+)*)\s*", req)
+    if not m:
+        return None
+    name, major, minor, rest = m.groups()
+    return f"{name}>={major}.{minor}{rest or '.0'},<{major}.{int(minor) + 1}"
 
 
 def new_playbook_text(name: str, description: str, header: list[str], requires: list[str],

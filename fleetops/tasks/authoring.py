@@ -13,6 +13,8 @@ import json
 import os
 import re
 import shlex
+import shutil
+import tempfile
 import threading
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -179,7 +181,18 @@ def _run_capture(run: RunState, plan: Plan, node: Connector) -> Result:
         return _failed(host, "capture", f"nothing written: the node's answer names a file outside "
                                         f"{path.parent}/{stem}/ ({exc})")
     msg = f"wrote {path.name} and {len(diffs)} diffs in {stem}/ (requires: {', '.join(written)})"
+    items += _pin_offers(written, path.name)
     return Result(host, "capture", Status.CHANGED, msg, items, data={"playbook_path": str(path), "requires": written})
+
+
+def _pin_offers(requires: list[str], playbook: str) -> list[Item]:
+    """For each exact pin the written playbook has, the range that would accept its point releases: the author
+    chooses (capture and rebase keep the shape a pin has)."""
+    offers = [(pin, authoring.series_pin(pin)) for pin in authoring.exact_pins(requires)]
+    return [Item(f"pin {pin}", Status.OK, f"names one release: a node on a point release of it is refused; to "
+                 f"accept those (verify's checks prove each node), write `{series}` in {playbook}'s requires "
+                 "(capture and rebase keep that shape)", {"offer": series})
+            for pin, series in offers if series]
 
 
 def _write_capture(path: Path, answered: list[dict], versions: dict[str, str], diffs: dict[str, str],
@@ -302,8 +315,12 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
         return Result(host, "rebase", Status.FAILED, f"{book.name}: no candidate written: the node's answer names a "
                       f"file outside {book.path.parent}/ ({exc}); pass --out FILE to name it yourself", items,
                       code=EXIT_FAILED, data=data)
+    except (ConfigError, OSError) as exc:
+        return Result(host, "rebase", Status.FAILED, f"{book.name}: no candidate written: {exc}", items,
+                      code=EXIT_FAILED, data=data)
     data["candidate"] = str(out)
     data["review"] = review
+    items += _pin_offers(load_playbook(out).requires, out.name)
     if review:
         items.append(Item("text to review", Status.CHANGED, f"{len(review)} places in {out.name} still describe "
                           f"{', '.join(book.requires)}: rewrite them for {onto}", {"evidence": review}))
@@ -386,16 +403,20 @@ def _call(entry: object) -> str:
 def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, dict], host: str,
                      versions: dict[str, str], scripts: list[tuple[str, Path]]) -> tuple[Path, list[str]]:
     """The candidate playbook and its diffs written; returns its path and the lines of it that still describe the
-    old versions (to review)."""
+    old versions (to review).
+
+    The candidate is whole in itself, wherever --out puts it: its diffs, and a copy of every script it names (patch
+    scripts, probe scripts), in the folder named for it, every path in it relative to it. All of it is first
+    written to a staging folder beside it and loaded from there as `patch` would load it; only a candidate that
+    loads is moved into place, the playbook file last. On any failure nothing is left behind."""
     names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
     requires = authoring.pin_requires(book.requires, versions, names)
     name = "-".join(f"{n}-{versions[n]}" for n in names if n in versions) or f"{book.name}-rebased"
-    out = out or safe_join(book.path.parent, f"{name}.yaml", what="candidate playbook name")
+    out = (out or safe_join(book.path.parent, f"{name}.yaml", what="candidate playbook name")).absolute()
     if out.resolve() == book.path.resolve():
         raise ConfigError(book.path, None, "rebase would overwrite the playbook it reads; pass --out")
     subdir = safe_join(out.parent, out.stem, what="diff folder")
-    targets = {module: safe_join(subdir, diff_name, what="diff name") for module, (diff_name, _, _) in files.items()}
-    subdir.mkdir(parents=True, exist_ok=True)
+    staged: dict[str, str] = {}  # path inside the candidate's folder -> text
     entries: list[dict[str, str]] = []
     dropped: list[str] = []
     for module, (diff_name, rel, outcome) in files.items():
@@ -403,10 +424,14 @@ def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, d
         if outcome.text == pristine:
             dropped.append(module)  # every hunk already upstream
             continue
-        _atomic(targets[module], authoring.unified_diff(pristine, outcome.text, rel))
+        safe_join(subdir, diff_name, what="diff name")
+        staged[diff_name] = authoring.unified_diff(pristine, outcome.text, rel)
         entries.append({"module": module, "diff": f"{out.stem}/{diff_name}"})
-    entries += [{"module": module, "script": os.path.relpath(path, out.parent)} for module, path in scripts]
+    copies: dict[Path, str] = {}  # a script the old playbook names -> its name in the candidate's folder
+    for module, path in scripts:
+        entries.append({"module": module, "script": f"{out.stem}/{_copied(path, copies, staged)}"})
     text = book.path.read_text(encoding="utf-8")
+    text = _probe_scripts_moved(text, book, out.stem, copies, staged)
     text = authoring.replace_scalar(text, "name", out.stem if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", out.stem)
                                     else name)
     text = authoring.replace_top_block(text, "requires", authoring.render_requires(requires), after="description")
@@ -426,9 +451,69 @@ def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, d
     if review:
         header += (f"# REVIEW: {len(review)} lines below still describe {', '.join(book.requires)} (`rebase` lists "
                    f"them); rewrite them for these versions, then delete this line.\n")
-    _atomic(out, header + text)
-    load_playbook(out)
+    _install_candidate(out, header + text, staged)
     return out, authoring.stale_lines(text, stale, first_line=header.count("\n") + 1)
+
+
+def _copied(path: Path, copies: dict[Path, str], staged: dict[str, str]) -> str:
+    """`path` (a script the old playbook names) staged into the candidate's folder under its own name (made
+    unique); its name there."""
+    path = path.resolve()
+    if path not in copies:
+        stem, suffix = path.stem, path.suffix
+        candidate, n = path.name, 1
+        while candidate in staged:
+            n += 1
+            candidate = f"{stem}-{n}{suffix}"
+        staged[candidate] = path.read_text(encoding="utf-8")
+        copies[path] = candidate
+    return copies[path]
+
+
+_SCRIPT_LINE = re.compile(r"^(\s*(?:-\s+)?script:\s*)(\S.*?)(\s+#.*)?$")
+
+
+def _probe_scripts_moved(text: str, book, stem: str, copies: dict[Path, str], staged: dict[str, str]) -> str:
+    """The old playbook's text with each probe check's `script:` naming the candidate's copy of it (the old path
+    was relative to the old playbook's folder)."""
+    doc = load_file(book.path)
+    lines = text.splitlines(keepends=True)
+    checks = doc.get("verify") if isinstance(doc, dict) else None
+    for spec in checks if isinstance(checks, list) else []:
+        if not isinstance(spec, dict) or spec.get("kind") != "probe" or not isinstance(spec.get("script"), str):
+            continue
+        line = spec.line_of("script")
+        if line is None or not 0 < line <= len(lines):
+            raise ConfigError(book.path, None, "a probe check's script line could not be found to rewrite")
+        source = (book.path.parent / spec["script"]).resolve()
+        m = _SCRIPT_LINE.match(lines[line - 1].rstrip("\r\n"))
+        if m is None:
+            raise ConfigError(book.path, line, "a probe check's `script:` is not on its own line: the candidate "
+                              "cannot name its copy; write it as `script: FILE.py`")
+        ending = lines[line - 1][len(lines[line - 1].rstrip("\r\n")):]
+        moved = authoring.scalar(f"{stem}/{_copied(source, copies, staged)}")
+        lines[line - 1] = f"{m.group(1)}{moved}{m.group(3) or ''}{ending}"
+    return "".join(lines)
+
+
+def _install_candidate(out: Path, text: str, staged: dict[str, str]) -> None:
+    """Write the candidate `out` and its folder's files (`staged`: name -> text) through a staging folder beside
+    it, loaded there first; then each file moved into place, the playbook file last."""
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.stem}.rebase-", dir=out.parent))
+    try:
+        folder = stage / out.stem
+        folder.mkdir()
+        for rel, body in staged.items():
+            (folder / rel).write_text(body, encoding="utf-8")
+        (stage / out.name).write_text(text, encoding="utf-8")
+        load_playbook(stage / out.name)  # the candidate as `patch -p` reads it: refused here, nothing written
+        final = out.parent / out.stem
+        final.mkdir(exist_ok=True)
+        for rel in staged:
+            os.replace(folder / rel, final / rel)
+        os.replace(stage / out.name, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _retexted(text: str, book, requires: list[str], versions: dict[str, str]) -> str:

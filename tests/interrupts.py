@@ -1,0 +1,56 @@
+"""Ctrl-C at a sweep of moments after a program starts: what each moment gave, for the start-up tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Frames of Python's own start-up, before the interpreter runs any line of the program: site processing the
+# checkout's editable-install .pth (an installed wheel has none). Nothing a program can catch there.
+_SITE = re.compile(r'File "<frozen site>"')
+_PROGRAM_FRAME = re.compile(r'File "[^"]*/(fleetops|fabric|invoke|paramiko)/')
+
+
+@dataclass
+class Moment:
+    delay: float
+    code: int | None
+    stderr: str
+    finished_first: bool  # the program had ended before the signal was sent
+
+    def describe(self) -> str:
+        return f"SIGINT at {self.delay:.2f}s: exit {self.code}; stderr: {self.stderr[-600:]!r}"
+
+    @property
+    def before_the_program(self) -> bool:
+        """The signal came before the interpreter ran a line of the program: killed by it before Python set its
+        handler (the shell says 130 all the same, and nothing is printed), or a KeyboardInterrupt inside the
+        interpreter's own start-up (site), with no frame of the program's."""
+        if self.code == -signal.SIGINT and not self.stderr:
+            return True
+        return bool(_SITE.search(self.stderr)) and not _PROGRAM_FRAME.search(self.stderr)
+
+
+def sigint_at(argv: list[str], cwd: Path, delay: float, env: dict | None = None, timeout: float = 60) -> Moment:
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "FLEETOPS_NO_LIVE": "1", **(env or {})})
+    time.sleep(delay)
+    finished_first = proc.poll() is not None
+    if not finished_first:
+        proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"still running {timeout}s after SIGINT at {delay}s: {err[-600:]}") from None
+    return Moment(delay, proc.returncode, err, finished_first)
+
+
+def sweep(start: float, stop: float, steps: int) -> list[float]:
+    return [round(start + (stop - start) * i / (steps - 1), 3) for i in range(steps)]

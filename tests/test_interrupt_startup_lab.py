@@ -1,0 +1,51 @@
+"""Ctrl-C at any moment of `fleet -H lab01 ping` against a real lab node: while the program starts, while it
+connects, while the agent answers. Every moment: exit 130 and no traceback (or the run had already ended, 0)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from interrupts import sigint_at, sweep
+
+pytestmark = pytest.mark.lab
+FLEET = Path(sys.executable).parent / "fleet"
+
+
+def test_ctrl_c_at_a_sweep_of_moments_of_a_real_run_exits_130_without_a_traceback(lab):
+    landed = 0
+    for delay in sweep(0.05, 1.5, 14):
+        moment = sigint_at([str(FLEET), "-H", "lab01", "ping"], lab.root, delay, env={"PYTHONPATH": str(REPO)})
+        if moment.finished_first:
+            assert moment.code == 0, moment.describe()
+            continue
+        if moment.before_the_program:  # the interpreter's own site start-up (interrupts.py)
+            continue
+        assert "Traceback" not in moment.stderr, moment.describe()
+        assert moment.code == 130, moment.describe()
+        assert "interrupted (Ctrl-C)" in moment.stderr, moment.describe()
+        landed += 1
+    assert landed >= 6, "too few SIGINTs landed while fleet ran"
+
+
+def test_ctrl_c_while_a_local_task_runs_is_130_not_invokes_1(tmp_path):
+    """`fleet lab.up` (a local task: Invoke would turn the KeyboardInterrupt into exit 1, nothing said) stopped
+    at a sweep of moments while it starts and builds a node: 130 and one line, or it had finished (0)."""
+    from conftest import make_project, run_fab
+
+    codes = []
+    for i, delay in enumerate(sweep(0.3, 1.3, 6)):
+        project = make_project(tmp_path / f"p{i}")
+        moment = sigint_at([str(FLEET), "lab.up", "--nodes", "1"], project, delay,
+                           env={"PYTHONPATH": str(REPO)}, timeout=300)
+        run_fab(project, "lab.down", "--purge")
+        codes.append((moment.code, (moment.stderr.strip().splitlines() or [""])[-1][:40]))
+        if moment.before_the_program:  # the interpreter's own site start-up (interrupts.py)
+            continue
+        assert "Traceback" not in moment.stderr, moment.describe()
+        assert moment.code == (0 if moment.finished_first else 130), moment.describe()
+        if moment.code == 130:
+            assert moment.stderr.strip().splitlines()[-1].startswith("interrupted (Ctrl-C)"), moment.describe()
+    print(f"\nlab.up interrupted at {sweep(0.3, 1.3, 6)}: exit statuses {codes}")
