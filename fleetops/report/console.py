@@ -48,7 +48,9 @@ class Reporter:
         self.json_mode = json_mode
         self.verbose = verbose
         self._console = console
-        self.lock = threading.Lock()
+        # Every print and every redraw of the live view holds it (liveview.Ticker says why); reentrant: an
+        # error said while a result is printed
+        self.lock = threading.RLock()
         self.fold = False  # hosts that answered the same printed once, at the end (run.execute decides)
         self.odd = False  # --odd: each minority group as a diff against the majority
         self.who: dict[str, Identity] = {}  # each host's own name and address, for folding
@@ -56,6 +58,7 @@ class Reporter:
         self.tail = TailView()  # `tail`'s per-host progress bars (in the live view on a terminal)
         self.rows: dict[str, dict] = {}  # the live view's rows, one per host (live_start)
         self.live: Any = None  # rich's Live while the live view is on screen
+        self._ticker: liveview.Ticker | None = None  # redraws it
         self._live_wanted = False  # live_start asked for it and it has not started yet
         self._interrupt_said = False
         self._waiting: dict[str, str] = {}  # host -> what it waits for, as last printed (a pipe: once per change)
@@ -89,8 +92,10 @@ class Reporter:
         if not self._live_wanted or self.live is not None or not self.console.is_terminal:
             return
         self._live_wanted = False
-        self.live = liveview.new_live(self._live_table, self.console)
-        self.live.start()
+        with self.lock:
+            self.live = liveview.new_live(self._live_table, self.console)
+            self.live.start()
+            self._ticker = liveview.Ticker(self.live, self.lock)
 
     def _live_table(self) -> RenderableType:
         return liveview.frame(self.rows, self.started, self.tail)
@@ -108,10 +113,14 @@ class Reporter:
                 row["state"] = "running"
 
     def live_stop(self) -> None:
-        live = self.live
-        if live is not None:
-            live.stop()
-            self.live = None
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.stop()
+        with self.lock:
+            live = self.live
+            if live is not None:
+                live.stop()
+                self.live = None
 
     def interrupted(self) -> None:
         """The first Ctrl-C, said once, by the main thread through the console: the live view stays whole
@@ -120,12 +129,13 @@ class Reporter:
             if self._interrupt_said:
                 return
             self._interrupt_said = True
-        stream_console(sys.stderr).print("[bold]Ctrl-C:[/] starting nothing new, interrupting running steps "
-                                         "(Ctrl-C again to exit now)")
+            stream_console(sys.stderr).print("[bold]Ctrl-C:[/] starting nothing new, interrupting running steps "
+                                             "(Ctrl-C again to exit now)")
 
     def error(self, message: str) -> None:
         # One line whatever the terminal's width: operators grep for it and paste it into tickets.
-        stream_console(sys.stderr).print(f"[bold red]error:[/] {escape(message)}")
+        with self.lock:
+            stream_console(sys.stderr).print(f"[bold red]error:[/] {escape(message)}")
 
     def note(self, message: str) -> None:
         if not self.json_mode:
