@@ -197,6 +197,8 @@ class Reporter:
         if row is not None:
             worst = row["state"] in ("failed", "unreachable")  # a later skipped step keeps the failure shown
             row.update(state=row["state"] if worst else r.status.value, done=row["done"] + 1)
+            if row["task"].startswith(f"{r.task} waiting "):
+                row["task"] = r.task  # the wait is over: its countdown stays on no failed row
         if self.json_mode or self.fold:  # folded output is drawn once every host has answered (finish)
             return
         lines, table = self.draw(r)
