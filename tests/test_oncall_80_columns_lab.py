@@ -101,6 +101,29 @@ def test_ids_and_next_commands_copied_off_an_80_column_screen_run_as_printed(lab
     assert len(typed) >= 5, typed
 
 
+def cut_by_the_terminal(screen: str, width: int = 80) -> list[str]:
+    """The lines the terminal wrapped (tmux joins them back): each must be a command alone on its line, which a
+    copy gives back whole; prose, paths and ids are wrapped by fleetops between words, or fit."""
+    return [line for line in screen.splitlines() if len(line) > width and not line.strip().startswith("fab ")]
+
+
+def test_only_commands_are_wrapped_by_the_terminal(lab: Lab, term: terminal.Terminal):
+    node = lab.node("lab01")
+    lab.set_gpu_state(node, "busy")  # a long verdict: each holder's pid, owner and command line (a path)
+    try:
+        rc, screen = term.run("fab -H lab01 gpu")
+        assert rc == 10, screen
+        assert "still busy" in screen or "busy" in screen, screen
+        assert cut_by_the_terminal(screen) == [], screen
+        assert "fab -H lab01 gpu --wait 600" in commands_on(screen), screen
+    finally:
+        lab.set_gpu_state(node, "idle")
+    rc, screen = term.run("fab -H lab02 verify --kinds grep")  # unpatched: failures, their evidence, next
+    assert rc == 1, screen
+    assert cut_by_the_terminal(screen) == [], screen
+    assert "fab -H lab02 patch --check" in commands_on(screen), screen
+
+
 def test_ctrl_c_leaves_no_live_table_behind(lab: Lab, term: terminal.Terminal):
     """Ctrl-C in a `tail` on two hosts: the live table goes, the interrupt is said, nothing is glued to it."""
     jobs = [start_spawner(lab, host)[0] for host in ("lab01", "lab02")]

@@ -28,7 +28,7 @@ from .fold import Identity, Line
 from .lines import EVIDENCE_SHOWN, SEP, STYLE, VERDICT_STYLE, _item_detail_lines, _node_notes, next_lines
 from .lines import draw as draw_lines
 from .liveview import LIVE_MARGIN, LIVE_TABLE_MAX, SLOWEST, _Fresh
-from .richload import RICH_LOCK, escape, markup, rich, stream_console, text
+from .richload import RICH_LOCK, escape, markup, print_line, rich, stream_console, text
 from .tailview import TailView
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ class Reporter:
             if table:
                 self.console.print(render_table(table))
             for line in lines:
-                self.console.print(markup(line, r.host))
+                print_line(self.console, line, r.host)
 
     def draw(self, r: Result) -> tuple[list[Line], dict | None]:
         """A result as lines of (text, style) segments, the host's name left as the LABEL slot; and the table

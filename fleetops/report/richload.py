@@ -54,6 +54,31 @@ def markup(line: Line, label: str) -> str:
                    if style else escape(label if text == LABEL else text) for text, style in line)
 
 
+def print_line(console: Console, line: Line, label: str) -> None:
+    """A drawn line on the console. Piped, one line as drawn (what grep and logs read). On a terminal, what
+    fits is printed as is; a longer line of prose is wrapped by rich between words, its continuations indented as
+    its first line, never cut mid-word by the terminal; and a command is never broken by rich: alone on a line
+    of its own (the terminal wraps it there, and a copy of that line gives the command, whole)."""
+    whole = text(markup(line, label))
+    if not console.is_terminal or whole.cell_len <= console.width:
+        console.print(whole)
+        return
+    at = next((n for n, (_, style) in enumerate(line) if style == COMMAND), len(line))
+    prose, commands = line[:at], line[at:]
+    first = prose[0][0] if prose else (commands[0][0] if commands else "")
+    indent = 0 if first == LABEL else len(first) - len(first.lstrip(" "))
+    if prose:
+        body = text(markup(prose, label))[indent:]
+        body.rstrip()
+        for part in body.wrap(console, max(20, console.width - indent), overflow="fold"):
+            part.rstrip()
+            console.print(rich().Text(" " * indent) + part)
+    if commands:
+        command = text(markup(commands, label))
+        lead = len(command.plain) - len(command.plain.lstrip(" "))
+        console.print(rich().Text(" " * (indent + 2 if prose else indent)) + command[lead:])
+
+
 # emoji=False, here and in text(): rich would turn a node's `:warning:` into an emoji (escape() covers markup,
 # not emoji codes)
 def stream_console(stream: Any) -> Console:
