@@ -4,6 +4,7 @@ shell, exactly as printed: each runs. lab01 ran a job the OOM killer took; lab02
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
@@ -122,6 +123,14 @@ def test_only_commands_are_wrapped_by_the_terminal(lab: Lab, term: terminal.Term
     assert rc == 1, screen
     assert cut_by_the_terminal(screen) == [], screen
     assert "fab -H lab02 patch --check" in commands_on(screen), screen
+
+
+def test_counts_in_words_are_plural_only_when_more_than_one(lab: Lab):
+    proc = run_fab(lab.root, "-H", "lab02", "patch", "-v", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = json.dumps(json.loads(proc.stdout))
+    assert re.search(r"applied (\d+ hunks?|[a-z])", said), said
+    assert not re.search(r"\b1 hunks\b", said), said
 
 
 def test_ctrl_c_leaves_no_live_table_behind(lab: Lab, term: terminal.Terminal):
