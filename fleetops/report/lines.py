@@ -62,10 +62,12 @@ def _draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
         done = "passed" if r.task == "verify" else "ok"
         lines.append([("    ", ""), (f"{hidden} {done}, not shown: -v shows them", "dim")])
     ev = r.evidence
+    own_exit = "exit_code" in r.data  # the result is a command's own exit status: the agent call's is not news
     if r.failed and ev is not None and (verbose or ev.exit_code not in (0, None) or ev.stderr_tail
-                                        or not any(i.status is Status.FAILED for i in r.items)):
+                                        or not (own_exit or any(i.status is Status.FAILED for i in r.items))):
+        ended = f" {ev.exit_code}  " if ev.exit_code is not None else " no exit status (cut off)  "
         lines.append([("    ", ""), ("command:", "dim"), (f" {ev.command}  ", ""), ("exit:", "dim"),
-                      (f" {ev.exit_code}  ", ""), ("took:", "dim"), (f" {ev.seconds}s", "")])
+                      (ended, ""), ("took:", "dim"), (f" {ev.seconds}s", "")])
         if ev.stderr_tail:
             lines.append([("    ", ""), ("stderr (last lines):", "dim")])
             lines.extend([(f"      {x}", "")] for x in ev.stderr_tail)

@@ -1,0 +1,31 @@
+"""What a result says, as the operator reads it: no raw `None` where a value is missing, and no exit status
+beside a result that says another."""
+
+from __future__ import annotations
+
+from fleetops.report.fold import LABEL
+from fleetops.report.lines import draw
+from fleetops.results import Evidence, Result, Status
+
+
+def said(r: Result, verbose: bool = False) -> str:
+    lines, _table = draw(r, verbose)
+    return "\n".join("".join("lab01" if text == LABEL else text for text, _ in line) for line in lines)
+
+
+def test_a_call_with_no_exit_status_says_so_not_none():
+    r = Result("lab01", "facts", Status.FAILED, "the agent's answer was cut short",
+               evidence=Evidence("python3 -m agent facts", None, ["Killed"], 0.4))
+    text = said(r)
+    assert "None" not in text, text
+    assert "command: python3 -m agent facts" in text and "no exit status" in text, text
+
+
+def test_a_shell_command_that_exited_127_is_not_shown_beside_the_agents_exit_0():
+    r = Result("lab01", "run", Status.FAILED, "'nosuchcmd': exit 127",
+               evidence=Evidence("python3 -m agent run", 0, [], 0.2),
+               data={"command": "nosuchcmd", "exit_code": 127, "stdout": "", "output": True,
+                     "stderr": "bash: line 1: nosuchcmd: command not found\n"})
+    text = said(r)
+    assert "exit: 0" not in text, text
+    assert "exit 127" in text and "command not found" in text, text
