@@ -29,3 +29,12 @@ def test_a_shell_command_that_exited_127_is_not_shown_beside_the_agents_exit_0()
     text = said(r)
     assert "exit: 0" not in text, text
     assert "exit 127" in text and "command not found" in text, text
+
+
+def test_facts_with_no_driver_found_say_so_not_none():
+    from fleetops.plans.tables import fact_row
+
+    row = fact_row({"os": "Debian 12", "python": "3.11.2", "packages": {"vllm": "0.16.0", "speculators": None},
+                    "driver": None, "cuda": None, "gpu_count": None, "gpu_names": [], "disk_free_gib": {}})
+    assert "None" not in " ".join(row), row
+    assert row[6] == "not found" and row[7] == "not found" and row[3] == "not installed", row
