@@ -38,3 +38,13 @@ def test_facts_with_no_driver_found_say_so_not_none():
                     "driver": None, "cuda": None, "gpu_count": None, "gpu_names": [], "disk_free_gib": {}})
     assert "None" not in " ".join(row), row
     assert row[6] == "not found" and row[7] == "not found" and row[3] == "not installed", row
+
+
+def test_a_pending_slurm_task_with_no_reason_says_pending_not_none():
+    from fleetops.tasks.slurm import _row
+
+    job = {"id": "extract-20260101T000000-abcd", "shards": 1}
+    row = _row(job, {"state": "pending", "reason": "None", "slurm_id": "12"}, None)
+    assert row[2] == "pending", row
+    row = _row(job, {"state": "pending", "reason": "Priority", "slurm_id": "12"}, None)
+    assert row[2] == "pending (Priority)", row
