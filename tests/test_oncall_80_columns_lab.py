@@ -125,6 +125,15 @@ def test_only_commands_are_wrapped_by_the_terminal(lab: Lab, term: terminal.Term
     assert "fab -H lab02 patch --check" in commands_on(screen), screen
 
 
+def test_next_commands_name_the_program_the_operator_ran(lab: Lab, term: terminal.Terminal):
+    rc, screen = term.run("fleet -H lab02 verify --kinds grep")
+    assert rc == 1, screen
+    said = [line.strip() for line in screen.splitlines() if line.strip().startswith(("fab ", "fleet "))]
+    assert "fleet -H lab02 patch --check" in said, screen
+    assert not [line for line in said if line.startswith("fab ")], screen
+    assert not re.search(r"\bfab -H\b", screen), screen  # nor inside a line of prose
+
+
 def test_counts_in_words_are_plural_only_when_more_than_one(lab: Lab):
     proc = run_fab(lab.root, "-H", "lab02", "patch", "-v", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -4,6 +4,8 @@ printed as written)."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -48,9 +50,22 @@ def escape(text: str) -> str:
     return rich().escape(shown(text))
 
 
+def program() -> str:
+    """The program the operator ran, as the commands printed for them to run next are spelt: `fleet`, or
+    Fabric's `fab` (`python -m fabric` too)."""
+    return "fleet" if sys.argv and os.path.basename(sys.argv[0]) == "fleet" else "fab"
+
+
+def as_run(command: str) -> str:
+    """A command to run next, in the program the operator ran (tasks write them as `fab ...`)."""
+    return f"{program()} {command[4:]}" if command.startswith("fab ") else command
+
+
 def markup(line: Line, label: str) -> str:
-    """Segments → rich markup, the label slot filled in (a command segment drawn bold)."""
-    return "".join(f"[{'bold' if style == COMMAND else style}]{escape(label if text == LABEL else text)}[/]"
+    """Segments → rich markup, the label slot filled in (a command segment drawn bold, in the program the
+    operator ran)."""
+    return "".join(f"[{'bold' if style == COMMAND else style}]"
+                   f"{escape(label if text == LABEL else as_run(text) if style == COMMAND else text)}[/]"
                    if style else escape(label if text == LABEL else text) for text, style in line)
 
 
