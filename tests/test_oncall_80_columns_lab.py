@@ -125,6 +125,20 @@ def test_only_commands_are_wrapped_by_the_terminal(lab: Lab, term: terminal.Term
     assert "fab -H lab02 patch --check" in commands_on(screen), screen
 
 
+def test_a_failing_verify_fits_a_screen_with_what_to_run_next_first(lab: Lab, term: terminal.Terminal):
+    rc, screen = term.run("fab -H lab02 verify")  # lab02 is not patched: most checks fail
+    assert rc == 1, screen
+    lines = [line for line in screen.splitlines() if line.strip()]
+    assert len(lines) <= 25, f"{len(lines)} lines:\n{screen}"
+    first_failure = next(n for n, line in enumerate(lines) if line.lstrip().startswith("failed "))
+    assert lines.index(next(line for line in lines if line.lstrip().startswith("next:"))) < first_failure, screen
+    assert "fab -H lab02 patch --check" in commands_on(screen), screen
+    # what is not shown is counted
+    assert re.search(r"\d+ more failed checks?, \d+ passed, not shown: -v shows them", screen), screen
+    rc, everything = term.run("fab -H lab02 verify -v")
+    assert rc == 1 and len(everything.splitlines()) > len(screen.splitlines()), everything
+
+
 def test_next_commands_name_the_program_the_operator_ran(lab: Lab, term: terminal.Terminal):
     rc, screen = term.run("fleet -H lab02 verify --kinds grep")
     assert rc == 1, screen
