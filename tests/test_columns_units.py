@@ -48,3 +48,15 @@ def test_a_pending_slurm_task_with_no_reason_says_pending_not_none():
     assert row[2] == "pending", row
     row = _row(job, {"state": "pending", "reason": "Priority", "slurm_id": "12"}, None)
     assert row[2] == "pending (Priority)", row
+
+
+def test_next_is_never_said_bare():
+    from fleetops.report.lines import next_lines
+
+    def text(lines):
+        return ["".join(t for t, _ in line) for line in lines]
+
+    assert text(next_lines({"why": "", "commands": []}, "    ")) == []
+    said = text(next_lines({"why": "", "commands": ["fab -H lab01 verify"]}, "    "))
+    assert said[0].strip() != "next:" and said[1] == "      fab -H lab01 verify", said
+    assert text(next_lines("fab -H lab01 verify", "")) == ["next: run", "  fab -H lab01 verify"]

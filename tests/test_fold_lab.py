@@ -101,7 +101,7 @@ def test_two_different_nodes_are_their_own_groups_and_the_diff_is_exactly_their_
 
     # verify reads the files (and the version the package itself declares): lab09 agrees with the majority,
     # the drifted lab05 is the one odd node, and its diff is the drifted check and nothing else.
-    ver = fab(lab, "-H", ALL, "verify", FAST, "--odd")
+    ver = fab(lab, "-H", ALL, "verify", FAST, "--odd", "-v")  # -v: each failed check's message whole, its path
     assert ver.returncode == 1, ver.stdout + ver.stderr
     headers = [x.split(" | ")[0] for x in result_lines(ver.stdout)]
     assert headers == ["lab[01-04,06-12] (11)", "lab05"], ver.stdout

@@ -128,7 +128,9 @@ def next_lines(nxt: Any, indent: str) -> list[Line]:
         why, commands = "", [nxt]
     else:
         why, commands = str(nxt.get("why") or ""), [str(c) for c in nxt.get("commands") or ()]
-    out: list[Line] = [[(indent, ""), ("next:", "bold"), *([(f" {why}", "")] if why else [])]]
+    if not why and not commands:
+        return []  # nothing to say: no bare `next:`
+    out: list[Line] = [[(indent, ""), ("next:", "bold"), (f" {why or 'run'}", "")]]
     out.extend([(indent + "  ", ""), (command, COMMAND)] for command in commands)
     return out
 
