@@ -60,3 +60,19 @@ def test_next_is_never_said_bare():
     said = text(next_lines({"why": "", "commands": ["fab -H lab01 verify"]}, "    "))
     assert said[0].strip() != "next:" and said[1] == "      fab -H lab01 verify", said
     assert text(next_lines("fab -H lab01 verify", "")) == ["next: run", "  fab -H lab01 verify"]
+
+
+def test_a_table_with_no_rows_is_not_drawn():
+    import io
+
+    from rich.console import Console
+
+    from fleetops.report.console import Reporter
+
+    out = io.StringIO()
+    rep = Reporter(console=Console(file=out, width=80, highlight=False, soft_wrap=True))
+    table = {"title": "lab01: GPUs", "columns": ["gpu", "name", "memory"], "rows": []}
+    rep.result(Result("lab01", "gpu", Status.FAILED, "UNKNOWN: nvidia-smi not found", data={"table": table}))
+    said = out.getvalue()
+    assert "GPUs" not in said and "memory" not in said, said
+    assert said.startswith("lab01 | gpu | failed | UNKNOWN: nvidia-smi not found"), said

@@ -23,6 +23,8 @@ def draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
     """A result as lines of (text, style) segments, the host's name left as the LABEL slot; and the table
     it prints first, if any. Both cleaned (redaction.shown): what folding and layout get is what may show."""
     lines, table = _draw(r, verbose)
+    if table and not table.get("rows"):
+        table = None  # a header over nothing says less than the result's own line (no GPU found, say)
     if table:
         title = table.get("title")
         table = {**table, "title": shown(str(title)) if title else title,
