@@ -101,7 +101,7 @@ def test_two_different_nodes_are_their_own_groups_and_the_diff_is_exactly_their_
 
     # verify reads the files (and the version the package itself declares): lab09 agrees with the majority,
     # the drifted lab05 is the one odd node, and its diff is the drifted check and nothing else.
-    ver = fab(lab, "-H", ALL, "verify", FAST, "--odd", "-v")  # -v: each failed check's message whole, its path
+    ver = fab(lab, "-H", ALL, "verify", FAST, "--odd")
     assert ver.returncode == 1, ver.stdout + ver.stderr
     headers = [x.split(" | ")[0] for x in result_lines(ver.stdout)]
     assert headers == ["lab[01-04,06-12] (11)", "lab05"], ver.stdout
@@ -116,7 +116,6 @@ def test_two_different_nodes_are_their_own_groups_and_the_diff_is_exactly_their_
     assert all("prefix-caching-off" in x or "line 172" in x or "proves:" in x or "13 passed, not shown" in x
                or "next:" in x or x.startswith("+      fab -H lab05 patch") for x in rest), odd
     assert "+      fab -H lab05 patch --check" in rest and "{host} patch" not in odd, odd
-    assert "/nodes/{host}/venv" in odd  # lab05's own path, written with the placeholder
 
 
 def test_rerun_line_touches_only_the_failed_hosts_and_at_failed_reads_the_file(lab):
