@@ -148,6 +148,17 @@ def test_next_commands_name_the_program_the_operator_ran(lab: Lab, term: termina
     assert not re.search(r"\bfab -H\b", screen), screen  # nor inside a line of prose
 
 
+def test_rollback_force_shows_the_changes_it_says_it_discards(lab: Lab):
+    run_fab(lab.root, "-H", "lab01", "patch", check=True)
+    target = lab.node("lab01").module_file("speculators.data_generation.custom_worker")
+    target.write_text(target.read_text().replace("hidden_states = self.embed_input_ids(input_ids)",
+                                                 "hidden_states = self.embed_input_ids(input_ids)  # a local edit"))
+    proc = run_fab(lab.root, "-H", "lab01", "rollback", "--force")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "the diff shows them" not in proc.stdout or re.search(r"^\s*-.*# a local edit$", proc.stdout, re.M), \
+        proc.stdout  # said, then shown: the discarded edit is a removed line of the diff printed
+
+
 def test_counts_in_words_are_plural_only_when_more_than_one(lab: Lab):
     proc = run_fab(lab.root, "-H", "lab02", "patch", "-v", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
