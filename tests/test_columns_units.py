@@ -76,3 +76,21 @@ def test_a_table_with_no_rows_is_not_drawn():
     said = out.getvalue()
     assert "GPUs" not in said and "memory" not in said, said
     assert said.startswith("lab01 | gpu | failed | UNKNOWN: nvidia-smi not found"), said
+
+
+def test_runbooks_at_80_columns_name_each_file_whole():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(repo)}
+    proc = subprocess.run([sys.executable, "-m", "fabric", "runbooks"], cwd=repo, capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in (repo / "docs" / "runbooks").glob("*.md") if p.name != "README.md")
+    assert names, "no runbooks shipped"
+    for name in names:
+        assert any(name in line for line in proc.stdout.splitlines()), (name, proc.stdout)
+    assert all(len(line.rstrip()) <= 80 for line in proc.stdout.splitlines()), proc.stdout
