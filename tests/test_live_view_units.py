@@ -8,6 +8,7 @@ import re
 from rich.console import Console
 
 from fleetops.report.console import Reporter
+from fleetops.results import Result, Status
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -72,3 +73,17 @@ def test_prepare_loads_the_console_for_a_piped_run_without_the_live_view_too(mon
     quiet.live_start(["lab01"])
     quiet.prepare()
     assert quiet._console is None
+
+
+def test_a_host_whose_wait_ended_shows_its_step_not_the_countdown():
+    out = io.StringIO()
+    rep = Reporter(console=Console(file=out, width=120, force_terminal=True, highlight=False, soft_wrap=True))
+    rep.live_start(["lab01"])
+    try:
+        rep.task_started("lab01", "gpu")
+        rep.waiting("lab01", "gpu", "0/2 selected GPUs free; 2 busy", 0.4)
+        assert rep.rows["lab01"]["task"].startswith("gpu waiting 0s more")
+        rep.result(Result("lab01", "gpu", Status.FAILED, "WARN: still busy after waiting 6s"))
+        assert rep.rows["lab01"]["task"] == "gpu", rep.rows
+    finally:
+        rep.live_stop()

@@ -4,6 +4,7 @@ shell, exactly as printed: each runs. lab01 ran a job the OOM killer took; lab02
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
@@ -101,6 +102,71 @@ def test_ids_and_next_commands_copied_off_an_80_column_screen_run_as_printed(lab
     assert len(typed) >= 5, typed
 
 
+def cut_by_the_terminal(screen: str, width: int = 80) -> list[str]:
+    """The lines the terminal wrapped (tmux joins them back): each must be a command alone on its line, which a
+    copy gives back whole; prose, paths and ids are wrapped by fleetops between words, or fit."""
+    return [line for line in screen.splitlines() if len(line) > width and not line.strip().startswith("fab ")]
+
+
+def test_only_commands_are_wrapped_by_the_terminal(lab: Lab, term: terminal.Terminal):
+    node = lab.node("lab01")
+    lab.set_gpu_state(node, "busy")  # a long verdict: each holder's pid, owner and command line (a path)
+    try:
+        rc, screen = term.run("fab -H lab01 gpu")
+        assert rc == 10, screen
+        assert "still busy" in screen or "busy" in screen, screen
+        assert cut_by_the_terminal(screen) == [], screen
+        assert "fab -H lab01 gpu --wait 600" in commands_on(screen), screen
+    finally:
+        lab.set_gpu_state(node, "idle")
+    rc, screen = term.run("fab -H lab02 verify --kinds grep")  # unpatched: failures, their evidence, next
+    assert rc == 1, screen
+    assert cut_by_the_terminal(screen) == [], screen
+    assert "fab -H lab02 patch --check" in commands_on(screen), screen
+
+
+def test_a_failing_verify_fits_a_screen_with_what_to_run_next_first(lab: Lab, term: terminal.Terminal):
+    rc, screen = term.run("fab -H lab02 verify")  # lab02 is not patched: most checks fail
+    assert rc == 1, screen
+    lines = [line for line in screen.splitlines() if line.strip()]
+    assert len(lines) <= 25, f"{len(lines)} lines:\n{screen}"
+    first_failure = next(n for n, line in enumerate(lines) if line.lstrip().startswith("failed "))
+    assert lines.index(next(line for line in lines if line.lstrip().startswith("next:"))) < first_failure, screen
+    assert "fab -H lab02 patch --check" in commands_on(screen), screen
+    # what is not shown is counted
+    assert re.search(r"\d+ more failed checks?, \d+ passed, not shown: -v shows them", screen), screen
+    rc, everything = term.run("fab -H lab02 verify -v")
+    assert rc == 1 and len(everything.splitlines()) > len(screen.splitlines()), everything
+
+
+def test_next_commands_name_the_program_the_operator_ran(lab: Lab, term: terminal.Terminal):
+    rc, screen = term.run("fleet -H lab02 verify --kinds grep")
+    assert rc == 1, screen
+    said = [line.strip() for line in screen.splitlines() if line.strip().startswith(("fab ", "fleet "))]
+    assert "fleet -H lab02 patch --check" in said, screen
+    assert not [line for line in said if line.startswith("fab ")], screen
+    assert not re.search(r"\bfab -H\b", screen), screen  # nor inside a line of prose
+
+
+def test_rollback_force_shows_the_changes_it_says_it_discards(lab: Lab):
+    run_fab(lab.root, "-H", "lab01", "patch", check=True)
+    target = lab.node("lab01").module_file("speculators.data_generation.custom_worker")
+    target.write_text(target.read_text().replace("hidden_states = self.embed_input_ids(input_ids)",
+                                                 "hidden_states = self.embed_input_ids(input_ids)  # a local edit"))
+    proc = run_fab(lab.root, "-H", "lab01", "rollback", "--force")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "the diff shows them" not in proc.stdout or re.search(r"^\s*-.*# a local edit$", proc.stdout, re.M), \
+        proc.stdout  # said, then shown: the discarded edit is a removed line of the diff printed
+
+
+def test_counts_in_words_are_plural_only_when_more_than_one(lab: Lab):
+    proc = run_fab(lab.root, "-H", "lab02", "patch", "-v", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = json.dumps(json.loads(proc.stdout))
+    assert re.search(r"applied (\d+ hunks?|[a-z])", said), said
+    assert not re.search(r"\b1 hunks\b", said), said
+
+
 def test_ctrl_c_leaves_no_live_table_behind(lab: Lab, term: terminal.Terminal):
     """Ctrl-C in a `tail` on two hosts: the live table goes, the interrupt is said, nothing is glued to it."""
     jobs = [start_spawner(lab, host)[0] for host in ("lab01", "lab02")]
@@ -135,18 +201,25 @@ def test_gpu_wait_on_a_terminal_is_one_live_line(lab: Lab, term: terminal.Termin
         term.type(f"fab -H lab01 gpu --wait 6; echo {terminal.RC_MARK}$?")
         term.keys("Enter")
         seen: list[list[str]] = []
+        doubled: list[str] = []  # each screen that showed more than one such row, whole
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             shown = term.visible().splitlines()
-            seen.append([ln for ln in shown if "waiting" in ln])
+            # the view's row (`lab01 │ gpu waiting 5s more: …`) or a piped line (`lab01 | gpu | waiting …`); the
+            # result's own line (`… still busy after waiting 6s`), printed above the view just before it goes,
+            # is neither
+            seen.append([ln for ln in shown if "gpu waiting" in ln or "| gpu | waiting" in ln])
+            if len(seen[-1]) > 1:
+                doubled.append("\n".join(shown))
             if any(ln.startswith(terminal.RC_MARK) for ln in shown):
                 break
             time.sleep(0.3)
         rc, screen = term.wait_rc(120)
         assert rc == 10, screen
         assert any(len(lines) == 1 for lines in seen), seen  # the host's one live row said it
-        assert all(len(lines) <= 1 for lines in seen), seen  # never a line a second
-        assert "| gpu | waiting" not in screen, screen  # nothing left behind once it ended
+        assert not doubled, "\n----\n".join(doubled)  # never a line a second
+        # neither a piped line nor a row of the view left behind
+        assert "| gpu | waiting" not in screen and "gpu waiting" not in screen, screen
         assert "lab01 | gpu | failed | WARN: still busy after waiting 6s" in screen, screen
     finally:
         lab.set_gpu_state(node, "idle")

@@ -47,11 +47,14 @@ def ends_with_next(lines: list[str]) -> list[str]:
     return commands
 
 
-def test_a_failed_verify_ends_with_what_to_run_next(lab: Lab):
+def test_a_failed_verify_says_first_what_to_run_next(lab: Lab):
     proc = run_fab(lab.root, "-H", "lab01", "verify", "--kinds", "grep")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    commands = ends_with_next(block(proc.stdout, "lab01 | verify | failed"))
+    lines = block(proc.stdout, "lab01 | verify | failed")
+    assert lines[1].strip().startswith("next:"), lines  # right under the result's line, above the failed checks
+    commands = next_commands(lines)
     assert commands == ["fab -H lab01 patch --check", "fab -H lab01 patch verify"], proc.stdout
+    assert [ln.strip() for ln in lines[2:4]] == commands, lines
     again = run_fab(lab.root, *commands[0].split()[1:])
     assert again.returncode == 0 and "would apply" in again.stdout, again.stdout  # the command runs as printed
 

@@ -66,4 +66,5 @@ def test_fab_runbooks_lists_each_with_its_symptom(tmp_path):
     assert all(b["symptom"] and (REPO / b["file"]).is_file() for b in listed.values()), listed
     human = subprocess.run([sys.executable, "-m", "fabric", "runbooks"], cwd=REPO, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}, timeout=120)
-    assert "docs/runbooks/node-drifted.md" in human.stdout and "Host key changed" in human.stdout, human.stdout
+    assert "(docs/runbooks/)" in human.stdout and "node-drifted.md" in human.stdout, human.stdout  # folder, file
+    assert "Host key changed" in human.stdout, human.stdout

@@ -25,10 +25,14 @@ def bar(progress: dict, width: int = 24) -> str:
 def fact_row(answer: dict) -> list[str]:
     pk = answer.get("packages", {})
     disk = answer.get("disk_free_gib", {})
-    gpus = f"{answer.get('gpu_count')} x {', '.join(answer.get('gpu_names') or []) or '-'}"
-    return [str(v) for v in (answer.get("os"), answer.get("python"), pk.get("vllm"), pk.get("speculators"),
-                             pk.get("torch"), pk.get("transformers"), answer.get("driver"), answer.get("cuda"),
-                             gpus, disk.get("venv"), disk.get("state_dir"))]
+    count = answer.get("gpu_count")
+    gpus = f"{'?' if count is None else count} x {', '.join(answer.get('gpu_names') or []) or '-'}"
+    # a missing value in words an operator can act on, never Python's `None`
+    packages = [("not installed", pk.get(name)) for name in ("vllm", "speculators", "torch", "transformers")]
+    cells = [("unknown", answer.get("os")), ("unknown", answer.get("python")), *packages,
+             ("not found", answer.get("driver")), ("not found", answer.get("cuda")), ("", gpus),
+             ("unknown", disk.get("venv")), ("unknown", disk.get("state_dir"))]
+    return [missing if v is None else str(v) for missing, v in cells]
 
 
 def short_process(p: dict) -> str:

@@ -14,9 +14,9 @@ from ..redaction import dumps
 from ..results import Result, Status, recap
 from . import fold
 from .fittable import render_table
-from .fold import Group, Identity, Line
+from .fold import COMMAND, Group, Identity, Line
 from .lines import STYLE
-from .richload import escape, markup, rich
+from .richload import escape, print_line, rich
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -66,7 +66,7 @@ def print_closing(console: Console, results: list[Result], code: int, *, folded:
     seconds = time.monotonic() - started if started is not None else None
     console.print(escape(fold.summary_line(results, seconds)))
     if rerun:
-        console.print(f"[bold]{escape(rerun_label or 're-run the failed hosts')}:[/] {escape(rerun)}")
+        print_line(console, [(f"{rerun_label or 're-run the failed hosts'}:", "bold"), (" ", ""), (rerun, COMMAND)], "")
 
 
 def print_folded(console: Console, results: list[Result], draw: Draw, who: dict[str, Identity]) -> list[Group]:
@@ -77,7 +77,7 @@ def print_folded(console: Console, results: list[Result], draw: Draw, who: dict[
                                                               "title": _group_title(g)}
             console.print(render_table(table))
         for line in g.lines():
-            console.print(markup(line, g.header))
+            print_line(console, line, g.header)
     return groups
 
 

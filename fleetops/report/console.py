@@ -28,7 +28,7 @@ from .fold import Identity, Line
 from .lines import EVIDENCE_SHOWN, SEP, STYLE, VERDICT_STYLE, _item_detail_lines, _node_notes, next_lines
 from .lines import draw as draw_lines
 from .liveview import LIVE_MARGIN, LIVE_TABLE_MAX, SLOWEST, _Fresh
-from .richload import RICH_LOCK, escape, markup, rich, stream_console, text
+from .richload import RICH_LOCK, escape, markup, print_line, rich, stream_console, text
 from .tailview import TailView
 
 if TYPE_CHECKING:
@@ -48,7 +48,9 @@ class Reporter:
         self.json_mode = json_mode
         self.verbose = verbose
         self._console = console
-        self.lock = threading.Lock()
+        # Every print and every redraw of the live view holds it (liveview.Ticker says why); reentrant: an
+        # error said while a result is printed
+        self.lock = threading.RLock()
         self.fold = False  # hosts that answered the same printed once, at the end (run.execute decides)
         self.odd = False  # --odd: each minority group as a diff against the majority
         self.who: dict[str, Identity] = {}  # each host's own name and address, for folding
@@ -56,6 +58,7 @@ class Reporter:
         self.tail = TailView()  # `tail`'s per-host progress bars (in the live view on a terminal)
         self.rows: dict[str, dict] = {}  # the live view's rows, one per host (live_start)
         self.live: Any = None  # rich's Live while the live view is on screen
+        self._ticker: liveview.Ticker | None = None  # redraws it
         self._live_wanted = False  # live_start asked for it and it has not started yet
         self._interrupt_said = False
         self._waiting: dict[str, str] = {}  # host -> what it waits for, as last printed (a pipe: once per change)
@@ -89,8 +92,10 @@ class Reporter:
         if not self._live_wanted or self.live is not None or not self.console.is_terminal:
             return
         self._live_wanted = False
-        self.live = liveview.new_live(self._live_table, self.console)
-        self.live.start()
+        with self.lock:
+            self.live = liveview.new_live(self._live_table, self.console)
+            self.live.start()
+            self._ticker = liveview.Ticker(self.live, self.lock)
 
     def _live_table(self) -> RenderableType:
         return liveview.frame(self.rows, self.started, self.tail)
@@ -108,10 +113,14 @@ class Reporter:
                 row["state"] = "running"
 
     def live_stop(self) -> None:
-        live = self.live
-        if live is not None:
-            live.stop()
-            self.live = None
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.stop()
+        with self.lock:
+            live = self.live
+            if live is not None:
+                live.stop()
+                self.live = None
 
     def interrupted(self) -> None:
         """The first Ctrl-C, said once, by the main thread through the console: the live view stays whole
@@ -120,12 +129,13 @@ class Reporter:
             if self._interrupt_said:
                 return
             self._interrupt_said = True
-        stream_console(sys.stderr).print("[bold]Ctrl-C:[/] starting nothing new, interrupting running steps "
-                                         "(Ctrl-C again to exit now)")
+            stream_console(sys.stderr).print("[bold]Ctrl-C:[/] starting nothing new, interrupting running steps "
+                                             "(Ctrl-C again to exit now)")
 
     def error(self, message: str) -> None:
         # One line whatever the terminal's width: operators grep for it and paste it into tickets.
-        stream_console(sys.stderr).print(f"[bold red]error:[/] {escape(message)}")
+        with self.lock:
+            stream_console(sys.stderr).print(f"[bold red]error:[/] {escape(message)}")
 
     def note(self, message: str) -> None:
         if not self.json_mode:
@@ -187,6 +197,8 @@ class Reporter:
         if row is not None:
             worst = row["state"] in ("failed", "unreachable")  # a later skipped step keeps the failure shown
             row.update(state=row["state"] if worst else r.status.value, done=row["done"] + 1)
+            if row["task"].startswith(f"{r.task} waiting "):
+                row["task"] = r.task  # the wait is over: its countdown stays on no failed row
         if self.json_mode or self.fold:  # folded output is drawn once every host has answered (finish)
             return
         lines, table = self.draw(r)
@@ -194,7 +206,7 @@ class Reporter:
             if table:
                 self.console.print(render_table(table))
             for line in lines:
-                self.console.print(markup(line, r.host))
+                print_line(self.console, line, r.host)
 
     def draw(self, r: Result) -> tuple[list[Line], dict | None]:
         """A result as lines of (text, style) segments, the host's name left as the LABEL slot; and the table

@@ -15,12 +15,16 @@ STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red"
 VERDICT_STYLE = {"CRITICAL": "bold red", "UNKNOWN": "bold magenta", "WARN": "yellow", "OK": "green"}  # diagnose
 SEP: list[Segment] = [(" ", ""), ("|", "dim"), (" ", "")]
 EVIDENCE_SHOWN = 5  # per check in the human view; what is left is counted, never dropped silently
+VERIFY_SHOWN = 10  # failed checks a failing verify lists without -v (each on one line), the rest counted
+VERIFY_LINE = 64  # a failed check's label and message without -v: its line fits 80 columns
 
 
 def draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
     """A result as lines of (text, style) segments, the host's name left as the LABEL slot; and the table
     it prints first, if any. Both cleaned (redaction.shown): what folding and layout get is what may show."""
     lines, table = _draw(r, verbose)
+    if table and not table.get("rows"):
+        table = None  # a header over nothing says less than the result's own line (no GPU found, say)
     if table:
         title = table.get("title")
         table = {**table, "title": shown(str(title)) if title else title,
@@ -38,6 +42,8 @@ def _draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
         for stream, mark in (("stdout", ("|", "dim")), ("stderr", ("!", "red"))):
             lines.extend([host, (" ", ""), mark, (" ", ""), (x, "")]
                          for x in str(r.data.get(stream) or "").splitlines())
+    if r.task == "verify" and r.failed and not verbose and r.items:
+        return _short_verify(lines, r), None
     table = r.data.get("table")
     scopes_shown: set[str] = set()
     hidden = 0
@@ -61,20 +67,60 @@ def _draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
     if hidden and r.status is not Status.OK:  # an ok result's own line says it all
         done = "passed" if r.task == "verify" else "ok"
         lines.append([("    ", ""), (f"{hidden} {done}, not shown: -v shows them", "dim")])
-    ev = r.evidence
-    if r.failed and ev is not None and (verbose or ev.exit_code not in (0, None) or ev.stderr_tail
-                                        or not any(i.status is Status.FAILED for i in r.items)):
-        lines.append([("    ", ""), ("command:", "dim"), (f" {ev.command}  ", ""), ("exit:", "dim"),
-                      (f" {ev.exit_code}  ", ""), ("took:", "dim"), (f" {ev.seconds}s", "")])
-        if ev.stderr_tail:
-            lines.append([("    ", ""), ("stderr (last lines):", "dim")])
-            lines.extend([(f"      {x}", "")] for x in ev.stderr_tail)
+    lines.extend(_evidence_lines(r, verbose))
     lines.extend(_node_notes(r))
     if r.data.get("chosen_playbook"):  # from a playbook set, by the host's versions (tasks/registry.py)
         lines.append([("    ", ""), ("playbook:", "dim"), (f" {r.data['chosen_playbook']}", "")])
     if r.data.get("next"):  # what to do next: once per result, so once per folded group; always last
         lines.extend(next_lines(r.data["next"], "    "))
     return lines, table
+
+
+def _evidence_lines(r: Result, verbose: bool) -> list[Line]:
+    """The call's own evidence, when the call is what failed (or -v)."""
+    ev = r.evidence
+    own_exit = "exit_code" in r.data  # the result is a command's own exit status: the agent call's is not news
+    if not (r.failed and ev is not None and (verbose or ev.exit_code not in (0, None) or ev.stderr_tail
+                                             or not (own_exit or any(i.status is Status.FAILED for i in r.items)))):
+        return []
+    ended = f" {ev.exit_code}  " if ev.exit_code is not None else " no exit status (cut off)  "
+    lines: list[Line] = [[("    ", ""), ("command:", "dim"), (f" {ev.command}  ", ""), ("exit:", "dim"),
+                          (ended, ""), ("took:", "dim"), (f" {ev.seconds}s", "")]]
+    if ev.stderr_tail:
+        lines.append([("    ", ""), ("stderr (last lines):", "dim")])
+        lines.extend([(f"      {x}", "")] for x in ev.stderr_tail)
+    return lines
+
+
+def _short_verify(lines: list[Line], r: Result) -> list[Line]:
+    """A failing verify in a screen: what to run next first, then each failed check on one line, at most
+    VERIFY_SHOWN of them; what is left out (the rest, each check's evidence and what it proves) is counted and
+    -v shows it. A dozen failed checks with their evidence was 140 lines with its `next:` at the bottom."""
+    if r.data.get("next"):
+        lines.extend(next_lines(r.data["next"], "    "))
+    failed = [i for i in r.items if i.status is not Status.OK]
+    for item in failed[:VERIFY_SHOWN]:
+        word = f"{item.status.value:<7}"
+        lines.append([("    ", ""), (word, STYLE[item.status]), (f" {_clip(f'{item.label}: {item.msg}')}", "")])
+    left = [f"{len(failed) - VERIFY_SHOWN} more failed check{'s' * (len(failed) - VERIFY_SHOWN != 1)}"
+            ] if len(failed) > VERIFY_SHOWN else []
+    passed = len(r.items) - len(failed)
+    left += [f"{passed} passed"] if passed else []
+    if left:
+        lines.append([("    ", ""), (f"{', '.join(left)}, not shown: -v shows them", "dim")])
+    lines.extend(_evidence_lines(r, False))
+    lines.extend(_node_notes(r))
+    return lines
+
+
+def _clip(text: str) -> str:
+    """One line of a terminal (-v shows it whole): cut at a word when one is near, with an ellipsis."""
+    text = " ".join(text.split())
+    if len(text) <= VERIFY_LINE:
+        return text
+    cut = text[:VERIFY_LINE - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space >= VERIFY_LINE // 2 else cut).rstrip(" ,;:") + "…"
 
 
 def next_lines(nxt: Any, indent: str) -> list[Line]:
@@ -84,7 +130,9 @@ def next_lines(nxt: Any, indent: str) -> list[Line]:
         why, commands = "", [nxt]
     else:
         why, commands = str(nxt.get("why") or ""), [str(c) for c in nxt.get("commands") or ()]
-    out: list[Line] = [[(indent, ""), ("next:", "bold"), *([(f" {why}", "")] if why else [])]]
+    if not why and not commands:
+        return []  # nothing to say: no bare `next:`
+    out: list[Line] = [[(indent, ""), ("next:", "bold"), (f" {why or 'run'}", "")]]
     out.extend([(indent + "  ", ""), (command, COMMAND)] for command in commands)
     return out
 

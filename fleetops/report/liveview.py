@@ -4,6 +4,7 @@ Reporter holds the rows and starts and stops the view; this module draws a frame
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +39,36 @@ class _Fresh:
 
 
 def new_live(build: Any, console: Console) -> Live:
-    """rich's Live (not started) redrawing build()'s frame; rich.live is imported only when a view is shown."""
+    """rich's Live (not started) drawing build()'s frame; rich.live is imported only when a view is shown. It
+    redraws under each printed line, and 4 times a second when the Reporter's Ticker says so (never on a thread
+    of its own)."""
     from rich.live import Live
 
-    return Live(_Fresh(build), console=console, refresh_per_second=4, transient=True)
+    return Live(_Fresh(build), console=console, auto_refresh=False, transient=True)
+
+
+class Ticker:
+    """Redraws the live view 4 times a second, holding the lock every print holds. rich's own refresh thread
+    does not: a print computes how far up to erase, then draws; a refresh landing between the two (a starved
+    CPU makes that window wide) left the top of a frame on the screen, or erased a printed line above it."""
+
+    def __init__(self, live: Live, lock: Any, per_second: float = 4) -> None:
+        self.live, self.lock, self.period = live, lock, 1 / per_second
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="fleetops-live", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(self.period):
+            with self.lock:
+                if not self.done.is_set():
+                    self.live.refresh()
+
+    def stop(self) -> None:
+        """No redraw after this returns (call it without the lock: the ticker may be waiting for it)."""
+        self.done.set()
+        if self.thread is not threading.current_thread():
+            self.thread.join()
 
 
 def frame(rows: dict[str, dict], started: float | None, tail: TailView) -> RenderableType:

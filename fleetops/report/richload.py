@@ -4,6 +4,8 @@ printed as written)."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -48,10 +50,48 @@ def escape(text: str) -> str:
     return rich().escape(shown(text))
 
 
+def program() -> str:
+    """The program the operator ran, as the commands printed for them to run next are spelt: `fleet`, or
+    Fabric's `fab` (`python -m fabric` too)."""
+    return "fleet" if sys.argv and os.path.basename(sys.argv[0]) == "fleet" else "fab"
+
+
+def as_run(command: str) -> str:
+    """A command to run next, in the program the operator ran (tasks write them as `fab ...`)."""
+    return f"{program()} {command[4:]}" if command.startswith("fab ") else command
+
+
 def markup(line: Line, label: str) -> str:
-    """Segments → rich markup, the label slot filled in (a command segment drawn bold)."""
-    return "".join(f"[{'bold' if style == COMMAND else style}]{escape(label if text == LABEL else text)}[/]"
+    """Segments → rich markup, the label slot filled in (a command segment drawn bold, in the program the
+    operator ran)."""
+    return "".join(f"[{'bold' if style == COMMAND else style}]"
+                   f"{escape(label if text == LABEL else as_run(text) if style == COMMAND else text)}[/]"
                    if style else escape(label if text == LABEL else text) for text, style in line)
+
+
+def print_line(console: Console, line: Line, label: str) -> None:
+    """A drawn line on the console. Piped, one line as drawn (what grep and logs read). On a terminal, what
+    fits is printed as is; a longer line of prose is wrapped by rich between words, its continuations indented as
+    its first line, never cut mid-word by the terminal; and a command is never broken by rich: alone on a line
+    of its own (the terminal wraps it there, and a copy of that line gives the command, whole)."""
+    whole = text(markup(line, label))
+    if not console.is_terminal or whole.cell_len <= console.width:
+        console.print(whole)
+        return
+    at = next((n for n, (_, style) in enumerate(line) if style == COMMAND), len(line))
+    prose, commands = line[:at], line[at:]
+    first = prose[0][0] if prose else (commands[0][0] if commands else "")
+    indent = 0 if first == LABEL else len(first) - len(first.lstrip(" "))
+    if prose:
+        body = text(markup(prose, label))[indent:]
+        body.rstrip()
+        for part in body.wrap(console, max(20, console.width - indent), overflow="fold"):
+            part.rstrip()
+            console.print(rich().Text(" " * indent) + part)
+    if commands:
+        command = text(markup(commands, label))
+        lead = len(command.plain) - len(command.plain.lstrip(" "))
+        console.print(rich().Text(" " * (indent + 2 if prose else indent)) + command[lead:])
 
 
 # emoji=False, here and in text(): rich would turn a node's `:warning:` into an emoji (escape() covers markup,

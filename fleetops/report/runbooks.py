@@ -30,11 +30,14 @@ def show_runbooks(root: str | Path | None, as_json: bool = False) -> int:
     if not books:
         print(f"no runbooks in {folder}")
         return 0
+    # The title names the folder, the file column each file's name, whole (a path folded mid-name cannot be
+    # copied); the prose columns wrap between words around it
     table = Table(title=f"Runbooks ({_where(folder, root)}/)", title_justify="left", show_lines=False)
-    for col in ("runbook", "when", "file"):
-        table.add_column(col, overflow="fold")
+    table.add_column("runbook", overflow="fold", ratio=1)
+    table.add_column("when", overflow="fold", ratio=2)
+    table.add_column("file", no_wrap=True)
     for b in books:
-        table.add_row(b.title, b.symptom, _where(b.path, root))
+        table.add_row(b.title, b.symptom, b.path.name)
     rich().Console(emoji=False).print(table)  # its closed pipe (`| head`) exits 141, as every report's
     return 0
 

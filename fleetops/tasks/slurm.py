@@ -154,7 +154,8 @@ def _nothing_to_do(host: str, name: str, answer: dict) -> Result:
 
 def _row(job: dict, r: dict, progress: str | None) -> list[str]:
     label = job["id"] + (f"[{r['task']}]" if int(job.get("shards") or 1) > 1 else "")
-    state = r["state"] + (f" ({r['reason']})" if r["state"] == "pending" and r.get("reason") else "")
+    reason = r.get("reason")  # squeue says `None` when it has no reason to give
+    state = r["state"] + (f" ({reason})" if r["state"] == "pending" and reason not in (None, "", "None") else "")
     return [label, f"{r.get('slurm_id') or '-'}", state, sv.exit_text(r), r.get("node") or "-",
             r.get("elapsed") or "-", progress or "-"]
 

@@ -25,15 +25,16 @@ def _plan_patch(req: dict, f: SetFile, site: SiteLock | None) -> None:
     sha = sha256_bytes(f.data)
     record = read_record(req.get("state_dir"), f.path)
     ours = bool(record) and record.get("patched_sha256") == sha
+    n_hunks = f"{len(hunks)} hunk{'s' * (len(hunks) != 1)}"
     if cls["overall"] == "patched":
-        f.noop(ALREADY_APPLIED, f"already applied{written_by(site, f.path, sha, 'patched')}: all {len(hunks)} hunks "
+        f.noop(ALREADY_APPLIED, f"already applied{written_by(site, f.path, sha, 'patched')}: all {n_hunks} "
                                 f"present; nothing to do")
         return
     if cls["overall"] == "pristine" and cls["both"] and (ours or written_by(site, f.path, sha, "patched")):
         # The patched form fits too (e.g. a line deleted from a run of equal lines, where the diff's context
         # cannot tell the two apart): the record that this is the very file fleetops wrote settles it.
         f.noop(ALREADY_APPLIED, f"already applied{written_by(site, f.path, sha, 'patched')}: this is the file "
-                                f"fleetops wrote (sha256 matches its record); the {len(hunks)} hunks alone cannot "
+                                f"fleetops wrote (sha256 matches its record); the {n_hunks} alone cannot "
                                 f"tell it from the original")
         return
     if cls["overall"] == "drifted":
@@ -43,7 +44,7 @@ def _plan_patch(req: dict, f: SetFile, site: SiteLock | None) -> None:
     new_text = apply_hunks(f.lines, hunks, cls)
     f.new = new_text.encode("utf-8")
     f.item["diff_text"] = unified(f.data.decode("utf-8"), new_text, f.path)
-    f.would_msg = f"would apply {len(hunks)} hunks"
+    f.would_msg = f"would apply {len(hunks)} hunk{'s' * (len(hunks) != 1)}"
 
 
 def plan_set(req: dict, op: str, site: SiteLock | None, forms: bool = False) -> list[SetFile]:

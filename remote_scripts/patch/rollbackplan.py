@@ -103,7 +103,8 @@ def _rollback_pristine(f: SetFile, site: SiteLock | None, sha: str, record: dict
         why = "already original (sha256 matches the saved original); nothing to do"
     else:
         proof = f"; sha256 {sha[:12]} is the wheel's, per {wheel_record}" if wheels else ""
-        why = f"not patched by fleetops; nothing to do (all {len(f.hunks)} hunks have their pristine form{proof})"
+        n = len(f.hunks)
+        why = f"not patched by fleetops; nothing to do (all {n} hunk{'s' * (n != 1)} have their pristine form{proof})"
     f.noop(ALREADY_ORIGINAL, why)
     if record and record.get("original_sha256") not in (sha, None):
         f.note(f"the saved backup from {record.get('created', '?')} (sha256 "

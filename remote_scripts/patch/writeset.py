@@ -44,7 +44,8 @@ def write_set(req: dict, op: str, files: list[SetFile], site: SiteLock) -> None:
                     record = save_backup(req["state_dir"], f.path, f.p["module"], f.data, f.new,
                                          req.get("playbook", "?"))
                     f.extra = {"original_sha256": record["original_sha256"]}
-                    f.done_msg = f"applied {f.p.get('what') or f'{len(f.hunks)} hunks'} (original saved, sha256 " \
+                    what = f.p.get("what") or f"{len(f.hunks)} hunk{'s' * (len(f.hunks) != 1)}"
+                    f.done_msg = f"applied {what} (original saved, sha256 " \
                                  f"{record['original_sha256'][:12]})"
                     if f.p.get("script"):  # the script's sha256 joins the backup record (scriptpatch.py)
                         from .scriptpatch import note_script
