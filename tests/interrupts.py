@@ -54,3 +54,18 @@ def sigint_at(argv: list[str], cwd: Path, delay: float, env: dict | None = None,
 
 def sweep(start: float, stop: float, steps: int) -> list[float]:
     return [round(start + (stop - start) * i / (steps - 1), 3) for i in range(steps)]
+
+
+def run_span(argv: list[str], cwd: Path, env: dict | None = None, timeout: float = 120) -> float:
+    """How long one uninterrupted run takes on this machine now: a sweep over a fixed window would fall wholly
+    inside Python's own start-up on a loaded machine and test nothing."""
+    started = time.monotonic()
+    subprocess.run(argv, cwd=cwd, capture_output=True, timeout=timeout,
+                   env={**os.environ, "FLEETOPS_NO_LIVE": "1", **(env or {})})
+    return time.monotonic() - started
+
+
+def sweep_over(span: float, steps: int) -> list[float]:
+    """Moments from the very start to just past the end of a run that takes `span` seconds."""
+    return sweep(min(0.05, span / 20), span * 1.05, steps)
+

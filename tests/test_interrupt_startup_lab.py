@@ -8,16 +8,17 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from interrupts import sigint_at, sweep
+from interrupts import run_span, sigint_at, sweep, sweep_over
 
 pytestmark = pytest.mark.lab
 FLEET = Path(sys.executable).parent / "fleet"
 
 
 def test_ctrl_c_at_a_sweep_of_moments_of_a_real_run_exits_130_without_a_traceback(lab):
+    argv, env = [str(FLEET), "-H", "lab01", "ping"], {"PYTHONPATH": str(REPO)}
     landed = 0
-    for delay in sweep(0.05, 1.5, 14):
-        moment = sigint_at([str(FLEET), "-H", "lab01", "ping"], lab.root, delay, env={"PYTHONPATH": str(REPO)})
+    for delay in sweep_over(run_span(argv, lab.root, env), 14):
+        moment = sigint_at(argv, lab.root, delay, env=env)
         if moment.finished_first:
             assert moment.code == 0, moment.describe()
             continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from interrupts import sigint_at, sweep
+from interrupts import run_span, sigint_at, sweep_over
 
 FLEET = Path(sys.executable).parent / "fleet"
 
@@ -16,9 +16,10 @@ def test_ctrl_c_at_any_moment_of_fleets_start_up_is_one_line_and_130(tmp_path):
     from fleetops.init import make_project
 
     make_project(tmp_path)
+    argv = [str(FLEET), "-H", "lab01", "ping"]
     ours = 0
-    for delay in sweep(0.05, 1.5, 12):
-        moment = sigint_at([str(FLEET), "-H", "lab01", "ping"], tmp_path, delay)
+    for delay in sweep_over(run_span(argv, tmp_path), 12):
+        moment = sigint_at(argv, tmp_path, delay)
         if moment.finished_first:
             assert moment.code == 2 and "Traceback" not in moment.stderr, moment.describe()
             continue
