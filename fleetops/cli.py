@@ -177,7 +177,7 @@ def _fleets(arg: Argument) -> Argument:
 
 
 def _version() -> str:
-    """The installed fleetops' version: from its git tag when it was built (setuptools-scm)."""
+    """The installed fleetops' version: pyproject.toml's when it was built."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -139,7 +139,9 @@ _MASKS = [
     (re.compile(r"\b[0-9a-f]{64}\b"), "<sha256>"),  # the agent's hash on the bootstrap's command line
     (re.compile(r"\b([\w.]+)-\d{8}T\d{6}-[0-9a-f]{4}\b"), r"\1-<id>"),  # a job id (name-UTC time-random)
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
-    (re.compile(r"\b(pids?|port|pid:) \d+(, \d+)*"), r"\1 <n>"),
+    (re.compile(r"\b(pids?|port|pid:|process group) \d+(, \d+)*"), r"\1 <n>"),
+    (re.compile(r"\btok/s=\d+(\.\d+)?|\b\d+(\.\d+)? tok/s\b(?!=)"), "<rate>"),  # a job's speed, run to run
+    (re.compile(r"\bETA \d+:\d\d\b"), "ETA <eta>"),
     (re.compile(r"\b\d+ (python3?|sleep)\b"), r"<pid> \1"),  # a GPU holder: pid, command
     (re.compile(r"(\d+MiB) \S+ (<dur>)"), r"\1 <user> \2"),  # ... memory, user, age
     (re.compile(r"/tmp\w+\.py"), "/<tmp>.py"),
@@ -247,7 +249,8 @@ class SampleLab:
         for node in self.lab.nodes():
             self.lab.start_node(node)
             self.lab.reset_packages(node)
-            for sub in ("backups", "lock.json", "failpoints.json", "jobs"):
+            # hidden-states: the lab job's output; a complete one would make the next sample's extract a no-op.
+            for sub in ("backups", "lock.json", "failpoints.json", "jobs", "hidden-states"):
                 target = node.state_dir / sub
                 if target.is_dir():
                     shutil.rmtree(target)

@@ -48,7 +48,7 @@ def the_wheel(scratch: Path) -> Path:
 
 def build_wheel(out: Path) -> Path:
     """sdist first, then the wheel from the unpacked sdist (python -m build), as a release is made: a file the
-    sdist leaves out is missing from the wheel too, and the version is the one setuptools-scm reads from git."""
+    sdist leaves out is missing from the wheel too, and the version is pyproject.toml's."""
     if out.exists():
         for old in out.iterdir():
             old.unlink()

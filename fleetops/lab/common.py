@@ -6,9 +6,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,3 +163,28 @@ def port_open(port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+def settle(find: Callable[[], list[int]], grace: float, timeout: float) -> list[int]:
+    """Wait up to `grace` for the processes `find` names to exit on their own (a session or a job step's child on
+    its way out takes seconds on a loaded machine), SIGKILL by pid those still there, then wait up to `timeout`
+    for the kernel to take them. Returns what `find` still names: what a teardown may then call a leftover.
+    `find` is asked again before each signal, so a pid that exited meanwhile is never signalled."""
+    left = _wait_gone(find, grace)
+    if left:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        left = _wait_gone(find, timeout)
+    return left
+
+
+def _wait_gone(find: Callable[[], list[int]], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    left = find()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = find()
+    return left

@@ -30,10 +30,10 @@ from pathlib import Path
 
 from remote_scripts.core.procfs import pid_alive, read
 
-from .common import REFUSE_LAB, LabError, base_dir, refuse_if_asked, say, site_packages
+from .common import REFUSE_LAB, LabError, base_dir, refuse_if_asked, say, settle, site_packages
 from .lab import Progress
 from .node import HostFiles
-from .sshd import SSHD, login_lines
+from .sshd import SSHD, exited, login_lines
 
 LISTEN_PER_SSHD = 16  # OpenSSH's MAX_LISTEN_SOCKS: more ListenAddress lines than this and sshd will not start
 PREFIX = "127.77"  # the hosts' addresses: PREFIX.<i // 250>.<i % 250 + 1>
@@ -222,10 +222,12 @@ class ScaleLab:
         """Stop this lab's sshd listeners (their sessions end with their clients); `purge`: its files too."""
         pids = self.pids()
         for pid in pids:
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        # A listener still there after the grace (a loaded machine) is killed by pid, not left behind.
+        settle(lambda: [p for p in self.pids() if p in pids and not exited(p)], grace=5, timeout=10)
         if purge:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.hosts_file.unlink(missing_ok=True)

@@ -26,9 +26,10 @@ from pathlib import Path
 
 from remote_scripts.core.procfs import pid_alive, pids, read, stat_fields
 
-from .common import LabError, free_port, port_open
+from .common import LabError, free_port, port_open, settle
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
+LEAVE_S = 30  # how long the cluster's other processes get to exit after the daemons before they are killed
 GPUS = 2
 
 
@@ -208,8 +209,9 @@ class SlurmLab:
         return proc.stdout.split() if proc.returncode == 0 else []
 
     def down(self, timeout: float = 60) -> list[str]:
-        """Cancel this cluster's jobs, then stop slurmd, slurmctld and munged (in that order). Returns the
-        daemons it stopped. Raises LabError if a daemon or a job step outlives `timeout`."""
+        """Cancel this cluster's jobs, then stop slurmd, slurmctld and munged (in that order); then wait up to
+        LEAVE_S for the cluster's other processes to exit and SIGKILL what is left. Returns the daemons it stopped.
+        Raises LabError if a process of the cluster outlives that SIGKILL by `timeout`."""
         if self.running("slurmctld") and self.running("munged"):
             self._run("scancel", "--full", "--partition=gpu", timeout=30)
             deadline = time.monotonic() + timeout
@@ -221,11 +223,13 @@ class SlurmLab:
             if pid is None:
                 continue
             if not _terminate(pid, timeout):
-                os.kill(pid, signal.SIGKILL)
+                _kill(pid)
             stopped.append(daemon)
-        left = self.leftovers()
+        # A job step's children and the login node's agent sessions (SLURM_CONF in their environment) leave
+        # after the daemons, later still on a busy machine: waited for, then killed by pid, before judging.
+        left = settle(self.leftovers, grace=min(timeout, LEAVE_S), timeout=timeout)
         if left:
-            raise LabError(f"Slurm lab: processes of this cluster outlived down(): {left}")
+            raise LabError(f"Slurm lab: processes of this cluster outlived down() and SIGKILL: {left}")
         return stopped
 
     def leftovers(self) -> list[int]:
@@ -245,9 +249,17 @@ class SlurmLab:
         return out
 
 
+def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
+    """A signal to a process that may have exited since it was found."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def _terminate(pid: int, timeout: float) -> bool:
     """SIGTERM, then up to `timeout` for the process to go: True when it went."""
-    os.kill(pid, signal.SIGTERM)
+    _kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.1)

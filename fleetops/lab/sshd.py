@@ -102,7 +102,7 @@ def start(node: Node) -> None:
     raise LabError(f"sshd for {node.name} did not come up on port {node.port}; see {node.dir / 'sshd.log'}")
 
 
-def _exited(pid: int) -> bool:
+def exited(pid: int) -> bool:
     """Gone, or a zombie: sshd daemonizes, so its exit is reaped by init, which may take a second or more, while
     the process itself (its port, its files) is already gone."""
     fields = stat_fields(pid)
@@ -117,6 +117,6 @@ def stop(node: Node, sig: int = signal.SIGTERM) -> bool:
         return False
     os.kill(pid, sig)
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not _exited(pid):
+    while time.monotonic() < deadline and not exited(pid):
         time.sleep(0.02)
     return True
