@@ -14,9 +14,9 @@ from ..plans.jobspec import (
     JobSpec,
     LogWatch,
     describe_end,
-    exit_code_of,
     is_failure,
 )
+from ..plans.jobverdict import of as verdict_of
 from ..plans.kernellog import OOM_ADVICE
 from ..plans.tables import bar
 from ..plans.timefmt import duration
@@ -216,14 +216,15 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                 last_progress = progress
             reporter.job_line(host, line, failed, progress)
         offset = answer["next_offset"]
-        if answer["state"] not in ("running", "starting") and not answer["data"]:
-            code = exit_code_of(answer)
+        verdict = verdict_of(answer)
+        if verdict.ended and not answer["data"]:
+            code = verdict.code
             end = end_text(answer)
-            reporter.job_ended(host, answer["state"])
+            reporter.job_ended(host, verdict.word)
             reporter.note(f"{host} | job {job_id} {end}")
             status = Status.OK if code == 0 else Status.FAILED
             return Result(host, "tail", status, f"job {job_id} {end}", code=code,
-                          data={"job_id": job_id, "exit": answer.get("exit"), "state": answer["state"],
+                          data={"job_id": job_id, "exit": answer.get("exit"), "state": verdict.word,
                                 "bytes": offset, "failures": watch.failures[:20], "reconnects": link.count,
                                 "cause": answer.get("cause"),
                                 "last_progress": last_progress and bar(last_progress)})
@@ -264,8 +265,10 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
             result.msg += f"; {drain_text(drain)}"
             result.data["drain"] = drain
         return result
+    verdict = verdict_of(answer)
+    answer = {**answer, "state": verdict.word} if verdict.word == "stopped" else answer
     row = _status_row(answer)
-    code = exit_code_of(answer) if answer["state"] not in ("running", "starting") else 0
+    code = verdict.code
     status = Status.OK if code == 0 else Status.FAILED
     state, items, oom = _how_it_ended(answer)
     msg = f"job {row[0]}: {state}, exit {row[2]}, runtime {row[3]}, last progress: {row[4]}"
@@ -301,6 +304,8 @@ def _how_it_ended(answer: dict) -> tuple[str, list[Item], dict | None]:
     from ..plans.kernellog import evidence_lines, oom_of_job, oom_text, sigkill_note
 
     state, ended, kernel = answer["state"], answer.get("exit") or {}, answer.get("kernel")
+    if state == "stopped":
+        return describe_end(answer), [], None
     if state not in ("killed", "lost"):
         return state, [], None
     kill = oom_of_job(kernel, {**answer["job"], "state": state, "exit": ended}) if isinstance(kernel, dict) else None
@@ -406,12 +411,13 @@ def run_jobs_list(run: RunState, plan: Plan, node: Connector) -> Result:
 
 
 def _listed(job: dict, now_ts: object) -> dict:
-    """A row of the node's list with its state: a Slurm job's read from its scheduler lines (slurmrecord)."""
-    if job.get("scheduler") != "slurm" or not isinstance(job.get("record"), dict):
-        return job
-    from .slurmrecord import read_state
+    """A row of the node's list with its state: a Slurm job's read from its scheduler lines (slurmrecord); the
+    word is the verdict every reader of a job shares (a job fleetops' `stop` ended is `stopped`)."""
+    if job.get("scheduler") == "slurm" and isinstance(job.get("record"), dict):
+        from .slurmrecord import read_state
 
-    return {**job, **read_state(job["record"], job.get("query"), job.get("exits"), now_ts)}
+        job = {**job, **read_state(job["record"], job.get("query"), job.get("exits"), now_ts)}
+    return {**job, "state": verdict_of(job).word}
 
 
 def interpret_jobs_list(host: str, plan: Plan, answer: dict) -> Result:

@@ -48,6 +48,10 @@ def step_main(job_dir: str) -> int:
     print(f"fleetops: slurm job {slurm_id} task {task} on {os.environ.get('SLURMD_NODENAME')}: "
           f"{shown(argv)[:4]}",
           flush=True)
+    try:  # a requeued task's earlier run recorded its end: this run's end is not known yet
+        os.unlink(os.path.join(job_dir, f"exit-{task}.json"))
+    except FileNotFoundError:
+        pass
     failpoint("slurm.step.start")  # a test swaps what the step would run from here
     got: list[int] = []
     child = subprocess.Popen(argv, env=env, cwd=job.get("cwd") or job_dir, stdin=subprocess.DEVNULL)
