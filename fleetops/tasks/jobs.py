@@ -65,12 +65,16 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     spec.env.update(dict(node.host.env))  # the inventory's values (tokens...) win over the playbook's
     spec.secret_env |= set(node.host.secret_env)
     request = preflight_request(plan.playbook, spec)
-    if spec.extract is not None and not plan.options.get("again"):
-        request["extract"] = spec.extract  # the node says whether its output already holds every sample
+    if spec.extract is not None:
+        # The node says whether its dataset can be read, and (without --again) whether its output already
+        # holds every sample.
+        request["extract"] = spec.extract
     answer, evidence = node.call("preflight", request, timeout=600)
     settled = _nothing_to_launch(run, host, spec, answer)
     if settled is not None:
         return settled
+    if answer.get("dataset"):  # --force does not override: the job could only fail on its first read
+        return _no_dataset(host, plan, spec, answer["dataset"])
     problems, failing, gate = _problems(node, spec, answer, plan.playbook.allow_prereleases)
     running = answer.get("running_job")
     notes = list(spec.notes)
@@ -113,6 +117,20 @@ def _nothing_to_launch(run: RunState, host: str, spec: JobSpec, answer: dict) ->
                       f"({done['done']}/{done['total']} samples, {done.get('runs', '?')} runs); nothing launched "
                       "(--again redoes it)", data={"complete": done, "job": None})
     return None
+
+
+def _no_dataset(host: str, plan: Plan, spec: JobSpec, dataset: dict) -> Result:
+    fab = f"fab -H {quote(host)}"
+    path = str(dataset.get("path"))
+    again = " --again" if plan.options.get("again") else ""
+    job = f" --job {quote(str(plan.options['job']))}" if plan.options.get("job") not in (None, "extract") else ""
+    book = f" --playbook {quote(str(plan.options['playbook']))}" if plan.options.get("playbook") else ""
+    return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: its dataset {path} cannot be read "
+                  f"on {host}: {dataset.get('error')}; nothing launched", code=EXIT_FAILED,
+                  data={"dataset": dataset, "next": Next(
+                      f"put the dataset at {path} on {host} (or point the playbook's dataset: at it), then launch "
+                      "again", [f"{fab} run {quote('ls -l ' + quote(path))}", f"{fab} extract{job}{book}{again}"])
+                  .to_data()})
 
 
 def _not_started(run: RunState, host: str, spec: JobSpec, started: dict, evidence: Evidence) -> Result:

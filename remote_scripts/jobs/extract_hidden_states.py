@@ -25,6 +25,7 @@ from ..core.failpoints import failpoint, load_failpoints
 from ..core.nodeio import now_iso
 from ..core.statetrust import read_json
 from .outputs import MANIFEST, identity, read_manifest, rows_of
+from .records import CAUSE
 
 
 def say(line: str) -> None:
@@ -143,6 +144,7 @@ def run(req: dict) -> int:
     started = time.monotonic()
     say(f"fleetops extract: backend={req['backend']} model={req['model']} layers={req['layer_ids']} "
         f"tp={req['tensor_parallel_size']} batch={req['batch_size']} at {now_iso()}")
+    failpoint("extract.start")  # a test takes the dataset away here, after the preflight found it
     rows, dataset_sha = rows_of(req)
     output = req["output"]
     os.makedirs(output, exist_ok=True)
@@ -197,4 +199,44 @@ def main(request_path: str) -> int:
         print(f"fleetops extract: {request_path} does not exist", file=sys.stderr)
         return 2
     sys.stdout.reconfigure(line_buffering=True)
-    return run(req)
+    try:
+        return run(req)
+    except OSError as exc:  # the job's cause in one line, for its log and for `status`, never a traceback
+        if exc.errno is None:
+            raise  # not the system's (a library's own OSError, e.g. a model it cannot find): its own account
+        cause = os_cause(exc, req)
+        record_cause(cause)
+        try:
+            say(f"fleetops extract: {cause}")
+        except OSError:
+            pass  # the log's own filesystem is full: the cause beside the exit record is what remains
+        return 1
+
+
+def os_cause(exc: OSError, req: dict) -> str:
+    """What a failed read or write means for the extraction, naming the file and the next step."""
+    import errno
+
+    path = exc.filename if isinstance(exc.filename, str) else None
+    reason = exc.strerror or str(exc)
+    if path is not None and path == req.get("dataset"):
+        return (f"cannot read the dataset '{path}': {reason}; put it there (or point the playbook's dataset: at "
+                "it), then extract again")
+    if exc.errno == errno.ENOSPC:
+        where = f" '{path}'" if path else f" in '{req.get('output')}'"
+        return (f"cannot write{where}: No space left on device; free space there, then extract again (it resumes "
+                "from the samples already written)")
+    where = f" '{path}'" if path else ""
+    return f"{reason}{where} (errno {exc.errno}); fix it, then extract again"
+
+
+def record_cause(cause: str) -> None:
+    """The cause, beside the job's exit record: the wrapper adds it to the record when the job ends."""
+    job_dir = os.environ.get("FLEETOPS_JOB_DIR")
+    if not job_dir:
+        return
+    try:
+        atomic_write(os.path.join(job_dir, CAUSE), (json.dumps({"cause": cause}) + "\n").encode(), mode=0o600,
+                     point="extract.cause", durable=False)
+    except OSError:
+        pass  # a full disk: the log's line (if it could be written) is all there is
