@@ -53,13 +53,22 @@ def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
         how = "main process" if main.pid == job.get("pid") else "process (one that died during its run)"
         return [Finding(CRITICAL, "oom", f"the kernel OOM killer killed job {job.get('id')}'s {how}: "
                         f"{oom_text(main)}; the job ended: {describe_end(job)}",
-                        [fab_cmd(host, "logs", "--job-id", str(job.get("id")))], 3,
+                        [fab_cmd(host, "logs", "--job-id", str(job.get("id"))), *rerun(host, job)], 3,
                         {**details, "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours]},
                         OOM_ADVICE)]
     if not verdict_of(job).ended and verdict_of(job).health == OK:
         msg = f"{facts}; last progress: {progress or '(none yet)'}"
         return [Finding(OK, "job", msg, [fab_cmd(host, "tail")], 80, details, "follow it")]
     return [_ended_finding(host, job, facts, details, tail, failures, kernel_ok)]
+
+
+def rerun(host: str, job: dict) -> list[str]:
+    """The run that redoes an `extract --again` that did not end well: --again too (a plain extract resumes only
+    what that run's manifest holds, or finds the earlier run's output complete)."""
+    if not job.get("again"):
+        return []
+    name = str(job.get("name") or "extract")
+    return [fab_cmd(host, "extract", *(("--job", name) if name != "extract" else ()), "--again")]
 
 
 def _ended_finding(host: str, job: dict, facts: str, details: dict, tail: list[str], failures: list[str],
@@ -71,7 +80,7 @@ def _ended_finding(host: str, job: dict, facts: str, details: dict, tail: list[s
     why = job.get("end") or describe_end(job)
     if (job.get("exit") or {}).get("signal") == 9 and job.get("scheduler") != "slurm":
         why += f" ({sigkill_note(kernel_ok)})"
-    logs = [fab_cmd(host, "logs", "--job-id", str(job.get("id")), "--lines", "200")]
+    logs = [fab_cmd(host, "logs", "--job-id", str(job.get("id")), "--lines", "200"), *rerun(host, job)]
     oom = next((ln for ln in reversed(tail) if GPU_OOM.search(ln)), None)
     if oom is not None:
         return Finding(WARN, "job", f"{facts}: {why}; out of GPU memory: {oom}", logs, 9,

@@ -70,11 +70,19 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
         # holds every sample.
         request["extract"] = spec.extract
     answer, evidence = node.call("preflight", request, timeout=600)
-    settled = _nothing_to_launch(run, host, spec, answer)
+    settled = _nothing_to_launch(run, host, plan, spec, answer)
     if settled is not None:
         return settled
     if answer.get("dataset"):  # --force does not override: the job could only fail on its first read
         return _no_dataset(host, plan, spec, answer["dataset"])
+    if answer.get("output_busy"):  # nor this: two runs into one output leave a manifest of one of them
+        busy = answer["output_busy"]
+        return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: its output is in use: "
+                      f"{busy.get('text')}; nothing launched", code=EXIT_FAILED,
+                      data={"output_busy": busy, "next": Next(
+                          "wait until that run has ended (a lock its run left is cleared by the host that took it, "
+                          "on its next extract there), then launch again",
+                          [_extract_cmd(host, plan.options)]).to_data()})
     problems, failing, gate = _problems(node, spec, answer, plan.playbook.allow_prereleases)
     running = answer.get("running_job")
     notes = list(spec.notes)
@@ -99,7 +107,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
                   items, data={"job": job, "forced": bool(problems)})
 
 
-def _nothing_to_launch(run: RunState, host: str, spec: JobSpec, answer: dict) -> Result | None:
+def _nothing_to_launch(run: RunState, host: str, plan: Plan, spec: JobSpec, answer: dict) -> Result | None:
     """extract's answer when it must not launch, whatever --force says: the node is drained, the same job is
     already running (then this run's `tail` attaches to it), or its output already holds every sample."""
     if answer.get("drain"):
@@ -112,6 +120,14 @@ def _nothing_to_launch(run: RunState, host: str, spec: JobSpec, answer: dict) ->
                       f"{job.get('started')}); nothing launched: `tail` attaches to it, `stop` ends it",
                       data={"job": job, "already_running": True})
     done = answer.get("complete")
+    if done and done.get("interrupted"):
+        late = done["interrupted"]
+        return Result(host, "extract", Status.FAILED, f"{spec.name}: its output {done['output']} holds every sample, "
+                      f"but the latest run on it, job {late['job']} (extract --again), ended {late['state']} "
+                      f"({late['how']}) before it redid any: nothing launched; extract --again redoes it",
+                      code=EXIT_FAILED, data={"complete": done, "job": None, "next": Next(
+                          "redo what that run was asked to redo",
+                          [_extract_cmd(host, plan.options, again=True)]).to_data()})
     if done:
         return Result(host, "extract", Status.OK, f"{spec.name}: its output {done['output']} is already complete "
                       f"({done['done']}/{done['total']} samples, {done.get('runs', '?')} runs); nothing launched "
@@ -119,17 +135,22 @@ def _nothing_to_launch(run: RunState, host: str, spec: JobSpec, answer: dict) ->
     return None
 
 
+def _extract_cmd(host: str, options: dict, again: bool | None = None) -> str:
+    """The same extract again (`options`: the command's), its --job, --playbook and --again kept."""
+    again = bool(options.get("again")) if again is None else again
+    job = f" --job {quote(str(options['job']))}" if options.get("job") not in (None, "extract") else ""
+    book = f" --playbook {quote(str(options['playbook']))}" if options.get("playbook") else ""
+    return f"fab -H {quote(host)} extract{job}{book}" + (" --again" if again else "")
+
+
 def _no_dataset(host: str, plan: Plan, spec: JobSpec, dataset: dict) -> Result:
     fab = f"fab -H {quote(host)}"
     path = str(dataset.get("path"))
-    again = " --again" if plan.options.get("again") else ""
-    job = f" --job {quote(str(plan.options['job']))}" if plan.options.get("job") not in (None, "extract") else ""
-    book = f" --playbook {quote(str(plan.options['playbook']))}" if plan.options.get("playbook") else ""
     return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: its dataset {path} cannot be read "
                   f"on {host}: {dataset.get('error')}; nothing launched", code=EXIT_FAILED,
                   data={"dataset": dataset, "next": Next(
                       f"put the dataset at {path} on {host} (or point the playbook's dataset: at it), then launch "
-                      "again", [f"{fab} run {quote('ls -l ' + quote(path))}", f"{fab} extract{job}{book}{again}"])
+                      "again", [f"{fab} run {quote('ls -l ' + quote(path))}", _extract_cmd(host, plan.options)])
                   .to_data()})
 
 
@@ -176,10 +197,10 @@ def _refused_next(host: str, plan: Plan, failing: list[dict], running: dict | No
     job on an unpatched node writes wrong hidden states, and one on busy GPUs fails after its model load."""
     fab = f"fab -H {quote(host)}"
     book = f" --playbook {quote(str(plan.options['playbook']))}" if plan.options.get("playbook") else ""
-    job = f" --job {quote(str(plan.options['job']))}" if plan.options.get("job") not in (None, "extract") else ""
+    again = _extract_cmd(host, plan.options)
     if running:
         return Next("a job runs there: follow it until it ends (or stop it), then launch again",
-                    [f"{fab} tail --job-id {quote(str(running['id']))}", f"{fab} extract{job}{book}"])
+                    [f"{fab} tail --job-id {quote(str(running['id']))}", again])
     why: list[str] = []
     commands: list[str] = []
     if any(c["kind"] == "requires" for c in failing):
@@ -193,7 +214,7 @@ def _refused_next(host: str, plan: Plan, failing: list[dict], running: dict | No
         if action is not None:
             why.append(action.why)
             commands.extend(action.commands)
-    return Next("; ".join(why) + ", then launch again", [*commands, f"{fab} extract{job}{book}"])
+    return Next("; ".join(why) + ", then launch again", [*commands, again])
 
 
 def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
@@ -302,6 +323,9 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
         nxt = Next(OOM_ADVICE, [f"fab -H {quote(host)} logs --job-id {job_id}"])
     elif status is Status.FAILED:
         nxt = Next("read why it ended", [f"fab -H {quote(host)} logs --job-id {job_id} --lines 200"])
+    if nxt is not None and answer["job"].get("again"):  # it was an extract --again: so is the run that redoes it
+        nxt.why += "; then the same extract --again (a plain extract resumes only what that run's manifest holds)"
+        nxt.commands.append(_extract_cmd(host, {**plan.options, "job": answer["job"].get("name")}, again=True))
     if answer.get("left"):
         nxt = nxt or Next("", [])
         nxt.why = "; ".join(x for x in (nxt.why, "stop what it left running") if x)

@@ -24,6 +24,7 @@ from ..core.atomicio import atomic_write
 from ..core.failpoints import failpoint, load_failpoints
 from ..core.nodeio import now_iso
 from ..core.statetrust import read_json
+from .outputlock import OutputBusy, acquire, release
 from .outputs import MANIFEST, identity, read_manifest, rows_of
 from .records import CAUSE
 
@@ -148,6 +149,20 @@ def run(req: dict) -> int:
     rows, dataset_sha = rows_of(req)
     output = req["output"]
     os.makedirs(output, exist_ok=True)
+    try:  # one run at a time writes an output, on whichever host (outputlock.py)
+        lock = acquire(output, os.environ.get("FLEETOPS_JOB_ID"))
+    except OutputBusy as busy:
+        cause = f"its output {output} is in use: {busy}; nothing written: extract again once that run has ended"
+        record_cause(cause)
+        say(f"fleetops extract: {cause}")
+        return 1
+    try:
+        return _run(req, started, rows, dataset_sha, output)
+    finally:
+        release(lock)
+
+
+def _run(req: dict, started: float, rows: list[dict], dataset_sha: str, output: str) -> int:
     manifest_path = os.path.join(output, MANIFEST)
     manifest = _start_manifest(req, output, identity(req, rows, dataset_sha))
     token_ids = tokenize(rows, req["model"], int(req["max_model_len"]) - 1)
