@@ -422,6 +422,15 @@ def _size(n: int | None) -> str:
     return str(n)
 
 
+def _output_text(row: dict) -> str:
+    """What of its output the job wrote (by the manifest: its own samples, not the directory every run on that
+    output shares)."""
+    if row.get("output_bytes") is None:
+        return "-"
+    samples = row.get("output_samples")
+    return _size(row["output_bytes"]) + (f" ({samples} samples)" if isinstance(samples, int) else "")
+
+
 def _exit_text(row: dict) -> str:
     ended = row.get("exit") or {}
     if not ended:
@@ -473,7 +482,7 @@ def interpret_jobs_list(host: str, plan: Plan, answer: dict) -> Result:
         return Result(host, "jobs", Status.OK, f"no jobs on this node (none under {where}); start one "
                       f"with: fab -H {host} extract", data={"jobs": [], "total": 0})
     rows = [[j["id"], j.get("name") or "-", j["state"], (j.get("started") or "-").replace("T", " ").rstrip("Z"),
-             duration(j.get("runtime_s")), _exit_text(j), _size(j.get("log_bytes")), _size(j.get("output_bytes"))]
+             duration(j.get("runtime_s")), _exit_text(j), _size(j.get("log_bytes")), _output_text(j)]
             for j in jobs]
     shown = "" if len(jobs) == answer["total"] else f" (the newest {len(jobs)} shown)"
     running = [j["id"] for j in jobs if j["state"] in ("running", "starting", "pending")]

@@ -53,15 +53,16 @@ def sample_path(output: str, index: int) -> str:
     return os.path.join(output, f"sample_{index:07d}.safetensors")
 
 
-def save_sample(output: str, index: int, input_ids: list[int], layer_ids: list[int], states: list) -> None:
+def save_sample(output: str, index: int, input_ids: list[int], layer_ids: list[int], states: list) -> int:
     import torch
     from safetensors.torch import save
 
     tensors = {"input_ids": torch.as_tensor(input_ids, dtype=torch.long)}
     for layer, tensor in zip(layer_ids, states):
         tensors[f"hidden_states.{layer}"] = tensor.detach().to("cpu").contiguous()
-    atomic_write(sample_path(output, index), save(tensors, metadata={"index": str(index)}), mode=0o644,
-                 point="extract.sample")
+    data = save(tensors, metadata={"index": str(index)})
+    atomic_write(sample_path(output, index), data, mode=0o644, point="extract.sample")
+    return len(data)
 
 
 def complete_sample(output: str, index: int, n_tokens: int, layer_ids: list[int]) -> bool:
@@ -190,9 +191,9 @@ def _run(req: dict, started: float, rows: list[dict], dataset_sha: str, output: 
     for n, batch in enumerate(batches, 1):
         states = backend.generate([token_ids[i] for i in batch])
         for i, layer_states in zip(batch, states):
-            save_sample(output, i, token_ids[i], req["layer_ids"], layer_states)
+            size = save_sample(output, i, token_ids[i], req["layer_ids"], layer_states)
             done[str(i)] = {"file": os.path.basename(sample_path(output, i)), "tokens": len(token_ids[i]),
-                            "run": run_index}
+                            "run": run_index, "bytes": size}
             tokens += len(token_ids[i])
         atomic_write(manifest_path, json.dumps(manifest, indent=1).encode(), mode=0o644, point="extract.manifest")
         elapsed = time.monotonic() - loaded
