@@ -99,6 +99,8 @@ def _row(task: int, st: sp.TaskState | None, ended: dict | None, notes: list[str
                    source="none", elapsed="")
     if ended and row["source"] == "squeue":  # squeue has no exit status: the job's own record, if it agrees
         _exit_from_file(row, ended)
+    if ended and isinstance(ended.get("job_cause"), str) and row["state"] in ("failed", "killed"):
+        row["cause"] = ended["job_cause"]  # the job's own one line (a dataset it could not read, a full disk)
     return row
 
 
@@ -169,6 +171,7 @@ def describe(rows: list[dict], job: dict | None = None) -> str:
         bad = [r for r in rows if r["state"] == "failed"]
         return "failed (" + "; ".join(f"task {r['task']}: {r['slurm_state'] or 'exit'} exit status "
                                       f"{'unknown' if r['exit_code'] is None else r['exit_code']}"
+                                      + (f": {r['cause']}" if r.get("cause") else "")
                                       for r in bad) + ")"
     if word == "pending":
         return _pending(rows)

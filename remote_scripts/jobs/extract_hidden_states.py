@@ -26,7 +26,7 @@ from ..core.nodeio import now_iso
 from ..core.statetrust import read_json
 from .outputlock import OutputBusy, acquire, release
 from .outputs import MANIFEST, identity, read_manifest, rows_of
-from .records import CAUSE
+from .records import cause_name
 
 
 def say(line: str) -> None:
@@ -158,6 +158,7 @@ def run(req: dict) -> int:
         say(f"fleetops extract: {cause}")
         return 1
     try:
+        failpoint("extract.locked")  # a test holds the run here, its output's lock taken
         return _run(req, started, rows, dataset_sha, output)
     finally:
         release(lock)
@@ -209,7 +210,12 @@ def _run(req: dict, started: float, rows: list[dict], dataset_sha: str, output: 
     return 0
 
 
+REQUEST = ""  # the request this run was started with (main)
+
+
 def main(request_path: str) -> int:
+    global REQUEST
+    REQUEST = request_path
     req = read_json(request_path)  # written by the agent in the job's dir: never through a link, ours alone
     if req is None:
         print(f"fleetops extract: {request_path} does not exist", file=sys.stderr)
@@ -247,12 +253,15 @@ def os_cause(exc: OSError, req: dict) -> str:
 
 
 def record_cause(cause: str) -> None:
-    """The cause, beside the job's exit record: the wrapper adds it to the record when the job ends."""
-    job_dir = os.environ.get("FLEETOPS_JOB_DIR")
-    if not job_dir:
+    """The cause, beside the job's request (its job dir): the wrapper, or a Slurm task's step, adds it to the
+    exit record when the job ends (request.json: cause.json; a Slurm task's request-N.json: cause-N.json)."""
+    if not REQUEST:
         return
+    name = os.path.basename(REQUEST)
+    task = name[len("request-"):-len(".json")] if name.startswith("request-") else ""
+    path = os.path.join(os.path.dirname(REQUEST), cause_name(task))
     try:
-        atomic_write(os.path.join(job_dir, CAUSE), (json.dumps({"cause": cause}) + "\n").encode(), mode=0o600,
-                     point="extract.cause", durable=False)
+        atomic_write(path, (json.dumps({"cause": cause}) + "\n").encode(), mode=0o600, point="extract.cause",
+                     durable=False)
     except OSError:
         pass  # a full disk: the log's line (if it could be written) is all there is

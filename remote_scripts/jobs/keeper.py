@@ -20,7 +20,7 @@ from ..core.nodeio import NodeError, now_iso
 from ..core.procfs import start_ticks
 from ..core.statetrust import read_json, trusted_stat
 from .liveness import disk_full
-from .records import CAUSE, LOG, SECRET_ENV, STOP_ASKED, drop_secrets
+from .records import LOG, SECRET_ENV, STOP_ASKED, cause_name, drop_secrets
 
 RESERVE = "exit.reserve"  # space for exit.json taken at launch, overwritten in place at the end
 RESERVE_BYTES = 8192
@@ -100,7 +100,7 @@ def end_record(code: int | None, job_dir: str, **extra: object) -> dict:
         if space:
             result["no_space"] = space
         try:
-            said = (read_json(os.path.join(job_dir, CAUSE)) or {}).get("cause")
+            said = (read_json(os.path.join(job_dir, cause_name())) or {}).get("cause")
         except (NodeError, OSError, AttributeError):
             said = None
         if isinstance(said, str) and said:
