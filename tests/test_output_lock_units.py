@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from remote_scripts.core.procfs import start_ticks
 from remote_scripts.jobs import outputlock as ol
 
 REPO = Path(__file__).resolve().parent.parent
@@ -83,7 +84,7 @@ def test_another_hosts_lock_is_refused_naming_it_and_never_judged_stale_here(tmp
 def test_a_lock_is_released_only_by_its_holder(tmp_path):
     path = ol.acquire(str(tmp_path), "mine-6")
     mine = (tmp_path / ol.LOCK).read_text()
-    theirs = {**json.loads(mine), "pid": os.getppid()}
+    theirs = {**json.loads(mine), "pid": os.getppid(), "pid_started": start_ticks(os.getppid())}
     (tmp_path / ol.LOCK).write_text(json.dumps(theirs))
     ol.release(path)  # not ours any more: left alone
     assert json.loads((tmp_path / ol.LOCK).read_text()) == theirs
