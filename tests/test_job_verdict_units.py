@@ -53,6 +53,7 @@ SSH = [
      "OK"),
     ("succeeded while stop asked", "succeeded", {"exit_code": 0, "signal": None}, "succeeded", 0, "OK"),
     ("lost", "lost", None, "lost", 1, "WARN"),
+    ("its own verdict read again", "stopped", {"exit_code": None, "signal": 15, "by": "stop"}, "stopped", 0, "OK"),
     ("a word no reader knows", "zombie", None, "unknown", 1, "UNKNOWN"),
 ]
 

@@ -42,7 +42,7 @@ def job_verdict(state: object, ended: dict | None = None, cancelled_by: object =
         return JobVerdict(word, False, 0, OK)
     if word == "succeeded":
         return JobVerdict(word, True, 0, OK)
-    if stopped_by_fleetops(word, ended, cancelled_by):
+    if word == "stopped" or stopped_by_fleetops(word, ended, cancelled_by):  # "stopped": a verdict read again
         return JobVerdict("stopped", True, 0, OK)
     if word == "unknown":
         return JobVerdict(word, False, 1, UNKNOWN)
