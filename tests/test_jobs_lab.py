@@ -201,7 +201,8 @@ def test_stop_kills_the_whole_group_and_confirms_gpu_memory_released(jobs):
     rc, procs = gpu_holders(jobs)  # asked again, separately from stop
     assert rc == 0 and procs == [], procs
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
-    assert doc["results"][0]["data"]["state"] == "killed" and "signal 15" in doc["results"][0]["msg"]
+    assert rc == 0 and doc["results"][0]["data"]["state"] == "stopped", doc["results"][0]
+    assert "stopped by fleetops' `stop` (signal 15)" in doc["results"][0]["msg"], doc["results"][0]["msg"]
     rc, doc = fab_json(jobs.root, "-H", "lab01", "stop")
     assert rc == 0 and doc["results"][0]["status"] == "ok" and "nothing to stop" in doc["results"][0]["msg"]
 
@@ -251,7 +252,7 @@ def test_stop_escalates_to_sigkill_when_the_job_ignores_sigterm(jobs):
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
     data = doc["results"][0]["data"]
     # Ended by fleetops' own stop: status is 0 (an expected end), the signal and who sent it in the data.
-    assert rc == 0 and data["state"] == "killed" and data["exit"]["signal"] == 9 and data["exit"]["by"] == "stop"
+    assert rc == 0 and data["state"] == "stopped" and data["exit"]["signal"] == 9 and data["exit"]["by"] == "stop"
 
 
 def test_a_job_whose_wrapper_and_group_are_sigkilled_reads_as_lost(jobs):
