@@ -70,7 +70,7 @@ SLURM = [
     ("cancelled outside fleetops", {"query": {"squeue": raw(text("squeue_cancelled.txt"))}, "exits": {}}, {},
      "cancelled", 1, "WARN"),
     ("cancelled by fleetops' stop", {"query": {"squeue": raw(text("squeue_cancelled.txt"))}, "exits": {}},
-     {"cancelled_by": STOP_BY}, "stopped", 0, "OK"),
+     {"cancelled_by": STOP_BY}, "cancelled", 0, "OK"),
     ("no trace left", {"query": {"squeue": GONE}, "exits": {}}, {}, "unknown", 1, "UNKNOWN"),
     ("controller down, nothing recorded", {"query": {"controller": PING_DOWN}, "exits": {}}, {}, "unknown", 1,
      "UNKNOWN"),

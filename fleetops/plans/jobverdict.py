@@ -43,7 +43,9 @@ def job_verdict(state: object, ended: dict | None = None, cancelled_by: object =
     if word == "succeeded":
         return JobVerdict(word, True, 0, OK)
     if word == "stopped" or stopped_by_fleetops(word, ended, cancelled_by):  # "stopped": a verdict read again
-        return JobVerdict("stopped", True, 0, OK)
+        # Slurm's own word stands for a job its scancel ended (`cancelled by fab stop at ...`); an SSH job is
+        # `stopped`. Either is an end fleetops was asked for: 0, and nothing for diagnose to look at.
+        return JobVerdict("cancelled" if word == "cancelled" else "stopped", True, 0, OK)
     if word == "unknown":
         return JobVerdict(word, False, 1, UNKNOWN)
     if word in ("failed", "killed", "cancelled", "lost"):
