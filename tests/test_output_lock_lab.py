@@ -13,12 +13,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import fab_json, run_fab
+from conftest import REPO, fab_json, run_fab
 from polling import wait_for
 from slurmlogin import login_node_cluster
 
 pytestmark = [pytest.mark.lab, pytest.mark.root("slurmd runs job steps as root")]
 DEADLINE = 600
+JOBS = str(REPO / "tests" / "playbooks" / "jobs.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +103,15 @@ def test_two_hosts_extract_again_at_once_one_writes_the_other_says_why(shared):
         assert "its output " in statuses[host]["msg"] and "is in use: job " in statuses[host]["msg"], statuses[host]
     manifest = json.loads((_output(node) / "manifest.json").read_text())
     assert len(manifest["runs"]) == runs_before + 1 and manifest["runs"][-1]["job"] == launched[won[0]], manifest
+
+
+def test_a_login_node_refuses_a_missing_dataset_before_sbatch(shared):
+    project, node = shared["project"], shared["node"]
+    dataset = node.state_dir / "lostdata" / "prompts.jsonl"
+    assert not dataset.exists()
+    before = _slurm_jobs(node)
+    rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "lostdata", "--playbook", JOBS)
+    r = doc["results"][0]
+    assert rc == 1 and r["status"] == "failed", r
+    assert f"its dataset {dataset} cannot be read on this login node: No such file or directory" in r["msg"], r
+    assert "nothing submitted" in r["msg"] and _slurm_jobs(node) == before, r["msg"]
