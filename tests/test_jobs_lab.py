@@ -4,6 +4,7 @@ link), status (every state, `lost` included), logs, stop (SIGTERM, SIGKILL escal
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -200,7 +201,8 @@ def test_stop_kills_the_whole_group_and_confirms_gpu_memory_released(jobs):
     rc, procs = gpu_holders(jobs)  # asked again, separately from stop
     assert rc == 0 and procs == [], procs
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
-    assert doc["results"][0]["data"]["state"] == "killed" and "signal 15" in doc["results"][0]["msg"]
+    assert rc == 0 and doc["results"][0]["data"]["state"] == "stopped", doc["results"][0]
+    assert "stopped by fleetops' `stop` (signal 15)" in doc["results"][0]["msg"], doc["results"][0]["msg"]
     rc, doc = fab_json(jobs.root, "-H", "lab01", "stop")
     assert rc == 0 and doc["results"][0]["status"] == "ok" and "nothing to stop" in doc["results"][0]["msg"]
 
@@ -250,7 +252,7 @@ def test_stop_escalates_to_sigkill_when_the_job_ignores_sigterm(jobs):
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
     data = doc["results"][0]["data"]
     # Ended by fleetops' own stop: status is 0 (an expected end), the signal and who sent it in the data.
-    assert rc == 0 and data["state"] == "killed" and data["exit"]["signal"] == 9 and data["exit"]["by"] == "stop"
+    assert rc == 0 and data["state"] == "stopped" and data["exit"]["signal"] == 9 and data["exit"]["by"] == "stop"
 
 
 def test_a_job_whose_wrapper_and_group_are_sigkilled_reads_as_lost(jobs):
@@ -389,3 +391,76 @@ def test_stop_cleans_up_children_a_killed_job_left_behind(jobs):
     assert proc_state(child) in GONE and live_members(job["pgid"]) == []
     rc, procs = gpu_holders(jobs)
     assert rc == 0 and procs == [], procs
+
+
+# ---------------------------------------------------------------- a job that cannot read or write
+def _job_dirs(node) -> list[str]:
+    jobs_root = node.state_dir / "jobs"
+    return sorted(p.name for p in jobs_root.iterdir()) if jobs_root.exists() else []
+
+
+def test_extract_refuses_a_missing_dataset_before_launching(jobs):
+    node = jobs.node("lab01")
+    dataset = node.state_dir / "lostdata" / "prompts.jsonl"
+    subprocess.run(["rm", "-rf", str(dataset.parent)], check=True)
+    before = _job_dirs(node)
+    # --force overrides checks and the GPU gate, never this: the job could only fail on its first read.
+    rc, doc = fab_json(jobs.root, "-H", "lab01", "extract", "--job", "lostdata", "--playbook", JOBS, "--force")
+    r = doc["results"][0]
+    assert rc == 1 and r["status"] == "failed", r
+    assert (f"refused to launch lostdata: its dataset {dataset} cannot be read on lab01: No such file or directory; "
+            "nothing launched") in r["msg"], r["msg"]
+    assert r["data"]["next"]["commands"][-1] == f"fab -H lab01 extract --job lostdata --playbook {JOBS}", r["data"]
+    assert _job_dirs(node) == before  # nothing launched: no job dir, no process
+
+
+def test_a_job_that_loses_its_dataset_ends_with_one_line_that_status_shows(jobs):
+    node = jobs.node("lab01")
+    dataset = node.state_dir / "lostdata" / "prompts.jsonl"
+    dataset.parent.mkdir(exist_ok=True)
+    dataset.write_bytes((node.state_dir / "lab-data" / "prompts.jsonl").read_bytes())
+    points = node.faults_dir / "failpoints.json"
+    hit = node.faults_dir / "failpoint-extract.start.hit"
+    points.write_text(json.dumps({"extract.start": {"action": "pause", "seconds": 120}}))
+    try:
+        job = start_job(jobs, "lostdata")  # the preflight found the dataset
+        wait_for(hit.exists, "the job at its first read", 120)
+        dataset.unlink()  # taken away after the launch
+        hit.unlink()
+    finally:
+        points.unlink()
+    wait_for(lambda: (Path(job["log"]).parent / "exit.json").exists(), "the job's exit record", 120)
+    log = Path(job["log"]).read_text()
+    assert "Traceback" not in log and "FileNotFoundError" not in log, log
+    said = (f"fleetops extract: cannot read the dataset '{dataset}': No such file or directory; put it there (or "
+            "point the playbook's dataset: at it), then extract again")
+    assert said in log.splitlines(), log
+    rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
+    r = doc["results"][0]
+    assert rc == 1 and r["data"]["state"] == "failed", r
+    assert said.removeprefix("fleetops extract: ") in r["msg"] and r["data"]["cause"].startswith("cannot read"), r
+
+
+@pytest.mark.root("mounting a tmpfs needs root")
+def test_a_job_on_a_full_disk_ends_with_one_line_that_status_shows(jobs):
+    node = jobs.node("lab01")
+    out = node.state_dir / "full-output"
+    out.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(out)], check=True)
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={out / 'filler'}", "bs=4096"], capture_output=True)
+        with pytest.raises(OSError) as full:
+            (out / "probe").write_bytes(b"x" * 4096)
+        assert full.value.errno == errno.ENOSPC
+        job = start_job(jobs, "fulldisk")
+        wait_for(lambda: (Path(job["log"]).parent / "exit.json").exists(), "the job's exit record", 300)
+        log = Path(job["log"]).read_text()
+        assert "Traceback" not in log and "OSError" not in log, log
+        line = next((ln for ln in log.splitlines() if ln.startswith("fleetops extract: cannot write")), None)
+        assert line is not None and str(out) in line and "No space left on device" in line, log
+        rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
+        r = doc["results"][0]
+        assert rc == 1 and r["data"]["state"] == "failed", r
+        assert line.removeprefix("fleetops extract: ") in r["msg"], r["msg"]
+    finally:
+        subprocess.run(["umount", str(out)], check=True)

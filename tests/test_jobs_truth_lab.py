@@ -224,6 +224,46 @@ def test_wrapper_and_keeper_sigkilled_stop_still_stops_the_running_job(lab):
     assert str(job_dir(job)) not in tag_index(lab.node("lab01").state_dir)
 
 
+def _job_finding(lab) -> tuple[int, dict, dict]:
+    rc, doc = fab_json(lab.root, "-H", "lab01", "diagnose")
+    result = doc["results"][0]
+    return rc, result, next(f for f in result["data"]["findings"] if f["area"] == "job")
+
+
+def test_a_job_ended_by_stop_is_stopped_everywhere_and_status_exits_0(lab):
+    job = start(lab, "sleeper")
+    wait_log(job, r"^started$", "the job's first line")
+    rc, doc = fab_json(lab.root, "-H", "lab01", "stop", "--grace", "30")
+    assert rc == 0 and doc["results"][0]["msg"].startswith(f"stopped job {job['id']} with SIGTERM"), doc
+    ended = json.loads((job_dir(job) / "exit.json").read_text())  # the node's own record of the end
+    assert ended["signal"] == signal.SIGTERM and ended["by"] == "stop", ended
+    rc, r = status(lab)
+    assert rc == 0 and r["status"] == "ok" and r["data"]["state"] == "stopped", r
+    assert "stopped by fleetops' `stop` (signal 15)" in r["msg"] and "killed" not in r["msg"], r["msg"]
+    assert r["data"]["next"] is None, r["data"]["next"]
+    rc, doc = fab_json(lab.root, "-H", "lab01", "tail", "--job-id", job["id"])
+    assert rc == 0 and "stopped by fleetops' `stop`" in doc["results"][0]["msg"], doc["results"][0]
+    rc, doc = fab_json(lab.root, "-H", "lab01", "jobs")
+    assert rc == 0 and doc["results"][0]["data"]["table"]["rows"][0][:3] == [job["id"], "sleeper", "stopped"], doc
+    _, _, found = _job_finding(lab)
+    assert found["verdict"] == "OK" and "stopped" in found["msg"], found
+
+
+def test_a_job_sigkilled_by_another_is_failed_in_status_and_in_diagnose_alike(lab):
+    job = start(lab, "sleeper")
+    wait_log(job, r"^started$", "the job's first line")
+    os.kill(job["pid"], signal.SIGKILL)  # not fleetops' stop: someone (or something) else
+    wait_for(lambda: (job_dir(job) / "exit.json").exists(), "the wrapper's exit record")
+    rc, r = status(lab)
+    assert rc == 1 and r["status"] == "failed" and r["data"]["state"] == "killed", r
+    rc, result, found = _job_finding(lab)
+    assert found["verdict"] == "WARN" and "killed by signal 9" in found["msg"], found
+    # The recap counts the host as its exit status says: failed, never "1 ok" beside exit 20.
+    assert rc >= 20 and result["status"] == "failed", (rc, result["status"], result["msg"])
+    plain = run_fab(lab.root, "-H", "lab01", "diagnose")
+    assert "1 host: 0 ok, 0 changed, 1 failed" in plain.stdout, plain.stdout
+
+
 def test_stop_leaves_no_tagged_process_a_setsid_child_included(lab):
     job = start(lab, "escaper")
     m = wait_log(job, r"^child (\d+) runaway (\d+)$", "the job's children")

@@ -155,6 +155,74 @@ def test_extract_on_a_complete_output_does_nothing_and_again_redoes_it(idle):
     assert runs[-1]["job"] == again and runs[-1]["already_done"] == 0, runs[-1]
 
 
+def test_a_killed_extract_again_has_a_way_out_every_next_keeps_again(idle):
+    lab = idle
+    node = lab.node("lab01")
+    jobs_dir = node.state_dir / "jobs"
+    output = node.state_dir / "hidden-states"
+    rc, doc = fab_json(lab.root, "-H", "lab01", "patch", "extract", "tail", timeout=900)
+    assert rc == 0, doc
+    first = {r["task"]: r for r in doc["results"]}["extract"]["data"]["job"]["id"]
+    # The GPU gate refuses an --again: its next: is the same extract, --again kept.
+    lab.set_gpu_state(node, "busy")
+    try:
+        rc, doc = fab_json(lab.root, "-H", "lab01", "extract", "--again")
+    finally:
+        lab.set_gpu_state(node, "idle")
+    r = doc["results"][0]
+    assert rc == 10 or rc == 1, r
+    assert r["status"] == "failed" and r["data"]["next"]["commands"][-1] == "fab -H lab01 extract --again", r
+    # The --again run is SIGKILLed (as the OOM killer does) at its start, before it redid a sample.
+    points = node.faults_dir / "failpoints.json"
+    points.write_text(json.dumps({"extract.start": {"action": "kill"}}))
+    try:
+        rc, doc = fab_json(lab.root, "-H", "lab01", "extract", "--again", "tail", timeout=900)
+    finally:
+        points.unlink()
+    killed = {r["task"]: r for r in doc["results"]}["extract"]["data"]["job"]["id"]
+    assert rc == 1 and killed != first, doc
+    rc, doc = fab_json(lab.root, "-H", "lab01", "status")
+    r = doc["results"][0]
+    assert rc == 1 and r["data"]["state"] == "killed", r
+    assert "fab -H lab01 extract --again" in r["data"]["next"]["commands"], r["data"]["next"]
+    rc, doc = fab_json(lab.root, "-H", "lab01", "diagnose")
+    found = next(f for f in doc["results"][0]["data"]["findings"] if f["area"] in ("job", "oom")
+                 and killed in f["msg"])
+    assert "fab -H lab01 extract --again" in found["next"], found
+    # The earlier run's complete output does not hide the killed one: a plain extract says so, and how out.
+    rc, doc = fab_json(lab.root, "-H", "lab01", "extract")
+    r = doc["results"][0]
+    assert rc == 1 and r["status"] == "failed", r
+    assert f"the latest run on it, job {killed} (extract --again), ended killed (signal 9)" in r["msg"], r["msg"]
+    assert "already complete" not in r["msg"] and r["data"]["next"]["commands"] == ["fab -H lab01 extract --again"]
+    assert sorted(p.name for p in jobs_dir.iterdir() if p.is_dir()) == sorted([first, killed])  # nothing launched
+    # The way out, as the next: says: the redo runs, and status is no longer failed.
+    rc, doc = fab_json(lab.root, "-H", "lab01", "extract", "--again", "tail", timeout=900)
+    assert rc == 0, doc
+    redo = {r["task"]: r for r in doc["results"]}["extract"]["data"]["job"]["id"]
+    rc, doc = fab_json(lab.root, "-H", "lab01", "status")
+    assert rc == 0 and doc["results"][0]["data"]["state"] == "succeeded", doc
+    # jobs: each job's own part of the output, by the manifest; never the directory's size on every row.
+    rc, doc = fab_json(lab.root, "-H", "lab01", "jobs")
+    rows = {row[0]: row for row in doc["results"][0]["data"]["table"]["rows"]}
+    manifest = json.loads((output / "manifest.json").read_text())
+    size = sum((output / s["file"]).stat().st_size for s in manifest["samples"].values())
+    assert all(s["run"] == len(manifest["runs"]) - 1 for s in manifest["samples"].values())
+    by_id = {j["id"]: j for j in doc["results"][0]["data"]["jobs"]}
+    assert by_id[redo]["output_bytes"] == size and by_id[redo]["output_samples"] == 64, by_id[redo]
+    assert by_id[killed]["output_samples"] == 0 and by_id[first]["output_samples"] == 0, (by_id[killed], by_id[first])
+    assert rows[redo][7].endswith("(64 samples)") and rows[killed][7] == "0 B (0 samples)", rows
+    # fetch: what belongs to the job asked for; the killed job never wrote a manifest.
+    dest = lab.root / "fetched-again"
+    rc, doc = fab_json(lab.root, "-H", "lab01", "fetch", "--job-id", killed, "--dest", str(dest))
+    assert rc == 0 and not (dest / "lab01" / killed / "manifest.json").exists(), doc
+    notes = [i["msg"] for i in doc["results"][0]["items"] if i["label"] == "note"]
+    assert any(n.startswith(f"no manifest of job {killed}: the one in {output} is of ") for n in notes), notes
+    rc, doc = fab_json(lab.root, "-H", "lab01", "fetch", "--job-id", redo, "--dest", str(dest))
+    got = json.loads((dest / "lab01" / redo / "manifest.json").read_text())
+    assert rc == 0 and got["runs"][-1]["job"] == redo, doc
+
+
 @pytest.fixture(scope="module")
 def lab4(lab_factory):
     return lab_factory.shared(4, __name__)

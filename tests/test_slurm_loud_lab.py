@@ -7,6 +7,7 @@ stops the cluster and leaves no process of it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -140,6 +141,31 @@ def test_controller_down_mid_job_status_and_stop_fail_naming_it_then_running_onc
     assert re.search(r"cancelled by fab stop at \S+ \(its task got signal 15\)", st["msg"]), st["msg"]
     rc, again, _ = fab(project, "stop")
     assert rc == 0 and again["status"] == "ok" and "is not in the queue (cancelled by fab stop" in again["msg"]
+
+
+def test_tail_with_the_controller_down_ends_as_the_jobs_exit_record_says(cluster):
+    project, slurm = cluster["project"], cluster["slurm"]
+    job, sid, _ = spawn(project, "finisher")
+    log = Path(job["logs"][0])
+    where = log.parent
+    assert (where / "batch.py").exists(), sorted(p.name for p in where.iterdir())  # the job's own dir
+    wait_for(lambda: "waiting for go" in (log.read_text() if log.exists() else ""), "the job running", DEADLINE)
+    assert slurm.stop_controller()
+    try:
+        follower = follow(project)
+        (where / "go").touch()  # the job ends, exit 0, while nobody can ask Slurm about it
+        out = follower.communicate(timeout=180)[0]
+        ended = json.loads((where / "exit-0.json").read_text())
+        assert ended["exit_code"] == 0 and not ended["signal"], ended
+        assert "done: 64/64 samples" in out, out
+        assert follower.returncode == 0 and "Traceback" not in out, out
+        last = out.strip().splitlines()
+        assert any(f"job {job['id']} succeeded (exit status 0)" in ln for ln in last[-8:]), out
+        assert "may still be running" not in "\n".join(last[-8:]), out
+        rc, st, _ = fab(project, "status")
+        assert rc == 0 and st["data"]["state"] == "succeeded", st
+    finally:
+        slurm.up()
 
 
 def test_a_job_cancelled_while_pending_says_cancelled_and_never_ran(cluster):

@@ -35,7 +35,8 @@ WAITER = {"id": "waiter-20261202T123934-0002", "shards": 1, "slurm_job_id": "2",
 
 def test_a_controller_that_cannot_be_reached_is_unknown_and_named_never_not_in_the_queue():
     ping = {"argv": ["scontrol", "ping"], "rc": 1, "stdout": text("scontrol_ping_down.txt"), "stderr": ""}
-    answer = {"job": REQUEUE, "query": {"controller": ping}, "exits": {"0": {"exit_code": 0, "signal": None}}}
+    # What a requeue leaves of the task's earlier run: its SIGTERM, forwarded to the job, recorded as its end.
+    answer = {"job": REQUEUE, "query": {"controller": ping}, "exits": {"0": {"exit_code": None, "signal": 15}}}
     rows = tasks_view(answer)
     # An exit file of an earlier run must not turn "cannot ask" into an answer.
     assert [(r["state"], r["source"]) for r in rows] == [("unknown", "none"), ("unknown", "none")]

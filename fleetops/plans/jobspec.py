@@ -12,6 +12,7 @@ from remote_scripts.core.protocol import CHECK_KINDS
 from ..redaction import MASK, register
 from .fields import reject_unknown
 from .gpugate import DEFAULT_THRESHOLD_MIB, Gate
+from .jobverdict import of as verdict_of
 from .marks import did_you_mean
 from .patterns import ENV_KEY, one_line
 from .patterns import JOB_PATH as PATH
@@ -268,24 +269,23 @@ class LogWatch:
 
 
 def exit_code_of(state: dict) -> int:
-    """What `status` and `tail` exit with for an ended job, SSH or Slurm alike (the README's table): 0 when it
-    succeeded or fleetops' own `stop` ended it, 1 for any other end. The job's own exit status (its code, or
-    the signal) is in the message and in --json, not in the process's status."""
-    ended = state.get("exit") or {}
-    if state.get("state") == "succeeded" or ended.get("by") == "stop":
-        return 0
-    if ended.get("signal") or state.get("state") == "lost":
-        return 1
-    return 0 if int(ended.get("exit_code") or 0) == 0 else 1
+    """What `status` and `tail` exit with for a job, SSH or Slurm alike (the README's table, through the one
+    verdict every reader shares: plans/jobverdict.py): 0 while it runs, when it succeeded or when fleetops' own
+    `stop` ended it, 1 for any other end. The job's own exit status (its code, or the signal) is in the message
+    and in --json, not in the process's status."""
+    return verdict_of(state).code
 
 
 def describe_end(state: dict) -> str:
     ended = state.get("exit") or {}
-    if state.get("state") == "succeeded":
+    word = verdict_of(state).word
+    if word == "succeeded":
         return "succeeded (exit status 0)"
+    if word == "stopped":
+        how = f"signal {ended['signal']}" if ended.get("signal") else f"exit status {ended.get('exit_code')}"
+        return f"stopped by fleetops' `stop` ({how})"
     if ended.get("signal"):
-        by = " by `stop`" if ended.get("by") == "stop" else ""
-        return f"killed by signal {ended['signal']}{by}"
+        return f"killed by signal {ended['signal']}"
     if state.get("state") == "lost":
         return "lost: its wrapper is gone and left no exit status (node rebooted, or the group was SIGKILLed)"
     return f"failed (exit status {ended.get('exit_code')})"

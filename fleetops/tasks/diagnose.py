@@ -364,7 +364,8 @@ def _result(host: str, findings: list[Finding], extra: dict) -> Result:
         msg += f" (+{others} more)"
     items = [Item(f.area, Status.OK if f.verdict == OK else Status.FAILED, f.msg,
                   {"verdict": f.verdict, "next": Next(f.why, f.next).to_data()}) for f in findings]
-    status = Status.OK if verdict in (OK, WARN) else Status.FAILED
+    # Counted as its exit status says (20-22 is a failed host in the recap too), as `gpu` counts its WARN.
+    status = Status.OK if verdict == OK else Status.FAILED
     # One row of a fleet summary (host, verdict, what, the worst finding, its first command), for report/.
     summary_row = [host, verdict, top.area if top else "-", top.msg if top else "-",
                    top.next[0] if top and top.next else "-"]

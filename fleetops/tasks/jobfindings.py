@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from ..plans.jobspec import describe_end
+from ..plans.jobverdict import of as verdict_of
 from .findings import CRITICAL, OK, UNKNOWN, WARN, Finding, fab_cmd, quoted, run_cmd
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
     if job.get("error"):
         return [Finding(UNKNOWN, "job", f"the latest job could not be read: {job['error']}", [fab_cmd(host, "status")],
                         45, why="the job's own account")]
-    state = job.get("state")
+    state = verdict_of(job).word  # the word `status` and `jobs` give it
     tail = job.get("log_tail") or []
     progress = next((ln for ln in reversed(tail) if progress_rx.search(ln)), None)
     failures = [ln for ln in tail if any(rx.search(ln) for rx in failure_rxs)][-5:]
@@ -52,13 +53,22 @@ def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
         how = "main process" if main.pid == job.get("pid") else "process (one that died during its run)"
         return [Finding(CRITICAL, "oom", f"the kernel OOM killer killed job {job.get('id')}'s {how}: "
                         f"{oom_text(main)}; the job ended: {describe_end(job)}",
-                        [fab_cmd(host, "logs", "--job-id", str(job.get("id")))], 3,
+                        [fab_cmd(host, "logs", "--job-id", str(job.get("id"))), *rerun(host, job)], 3,
                         {**details, "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours]},
                         OOM_ADVICE)]
-    if state in ("running", "starting", "pending"):
+    if not verdict_of(job).ended and verdict_of(job).health == OK:
         msg = f"{facts}; last progress: {progress or '(none yet)'}"
         return [Finding(OK, "job", msg, [fab_cmd(host, "tail")], 80, details, "follow it")]
     return [_ended_finding(host, job, facts, details, tail, failures, kernel_ok)]
+
+
+def rerun(host: str, job: dict) -> list[str]:
+    """The run that redoes an `extract --again` that did not end well: --again too (a plain extract resumes only
+    what that run's manifest holds, or finds the earlier run's output complete)."""
+    if not job.get("again"):
+        return []
+    name = str(job.get("name") or "extract")
+    return [fab_cmd(host, "extract", *(("--job", name) if name != "extract" else ()), "--again")]
 
 
 def _ended_finding(host: str, job: dict, facts: str, details: dict, tail: list[str], failures: list[str],
@@ -70,18 +80,19 @@ def _ended_finding(host: str, job: dict, facts: str, details: dict, tail: list[s
     why = job.get("end") or describe_end(job)
     if (job.get("exit") or {}).get("signal") == 9 and job.get("scheduler") != "slurm":
         why += f" ({sigkill_note(kernel_ok)})"
-    logs = [fab_cmd(host, "logs", "--job-id", str(job.get("id")), "--lines", "200")]
+    logs = [fab_cmd(host, "logs", "--job-id", str(job.get("id")), "--lines", "200"), *rerun(host, job)]
     oom = next((ln for ln in reversed(tail) if GPU_OOM.search(ln)), None)
     if oom is not None:
         return Finding(WARN, "job", f"{facts}: {why}; out of GPU memory: {oom}", logs, 9,
                        {**details, "gpu_oom_line": oom}, GPU_OOM_ADVICE)
-    if job.get("state") == "succeeded" and not failures:
+    verdict = verdict_of(job)
+    if verdict.ok and not failures:
         return Finding(OK, "job", f"{facts}: {why}", [fab_cmd(host, "logs")], 85, details, "its last lines")
-    if job.get("state") == "succeeded":
+    if verdict.ok:
         return Finding(WARN, "job", f"{facts}: {why}, but its log has {len(failures)} line(s) its failures: "
                        f"patterns match; last: {failures[-1]}", logs, 11, details, "read what went wrong")
     last = f"; last failure line: {failures[-1]}" if failures else (f"; last log line: {tail[-1]}" if tail else "")
-    return Finding(WARN, "job", f"{facts}: {why}{last}", logs, 10, details, "read why it ended")
+    return Finding(verdict.health, "job", f"{facts}: {why}{last}", logs, 10, details, "read why it ended")
 
 
 def process_findings(host: str, job: dict, procs: list) -> list[Finding]:

@@ -14,9 +14,9 @@ from ..plans.jobspec import (
     JobSpec,
     LogWatch,
     describe_end,
-    exit_code_of,
     is_failure,
 )
+from ..plans.jobverdict import of as verdict_of
 from ..plans.kernellog import OOM_ADVICE
 from ..plans.tables import bar
 from ..plans.timefmt import duration
@@ -75,14 +75,26 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     spec.env.update(dict(node.host.env))  # the inventory's values (tokens...) win over the playbook's
     spec.secret_env |= set(node.host.secret_env)
     request = preflight_request(plan.playbook, spec)
-    if spec.extract is not None and not plan.options.get("again"):
-        request["extract"] = spec.extract  # the node says whether its output already holds every sample
+    if spec.extract is not None:
+        # The node says whether its dataset can be read, and (without --again) whether its output already
+        # holds every sample.
+        request["extract"] = spec.extract
     answer, evidence = node.call("preflight", request, timeout=600)
     if answer.get("error"):  # refused before any check ran (an import path another user may change)
         return agent_error(host, "extract", answer, with_kind=True)
-    settled = _nothing_to_launch(run, host, spec, answer)
+    settled = _nothing_to_launch(run, host, plan, spec, answer)
     if settled is not None:
         return settled
+    if answer.get("dataset"):  # --force does not override: the job could only fail on its first read
+        return _no_dataset(host, plan, spec, answer["dataset"])
+    if answer.get("output_busy"):  # nor this: two runs into one output leave a manifest of one of them
+        busy = answer["output_busy"]
+        return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: its output is in use: "
+                      f"{busy.get('text')}; nothing launched", code=EXIT_FAILED,
+                      data={"output_busy": busy, "next": Next(
+                          "wait until that run has ended (a lock its run left is cleared by the host that took it, "
+                          "on its next extract there), then launch again",
+                          [_extract_cmd(host, plan.options)]).to_data()})
     problems, failing, gate = _problems(node, spec, answer, plan.playbook.allow_prereleases)
     running = answer.get("running_job")
     notes = list(spec.notes)
@@ -109,7 +121,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
                   items, data={"job": job, "forced": bool(problems)})
 
 
-def _nothing_to_launch(run: RunState, host: str, spec: JobSpec, answer: dict) -> Result | None:
+def _nothing_to_launch(run: RunState, host: str, plan: Plan, spec: JobSpec, answer: dict) -> Result | None:
     """extract's answer when it must not launch, whatever --force says: the node is drained, the same job is
     already running (then this run's `tail` attaches to it), or its output already holds every sample."""
     if answer.get("drain"):
@@ -122,11 +134,38 @@ def _nothing_to_launch(run: RunState, host: str, spec: JobSpec, answer: dict) ->
                       f"{job.get('started')}); nothing launched: `tail` attaches to it, `stop` ends it",
                       data={"job": job, "already_running": True})
     done = answer.get("complete")
+    if done and done.get("interrupted"):
+        late = done["interrupted"]
+        return Result(host, "extract", Status.FAILED, f"{spec.name}: its output {done['output']} holds every sample, "
+                      f"but the latest run on it, job {late['job']} (extract --again), ended {late['state']} "
+                      f"({late['how']}) before it redid any: nothing launched; extract --again redoes it",
+                      code=EXIT_FAILED, data={"complete": done, "job": None, "next": Next(
+                          "redo what that run was asked to redo",
+                          [_extract_cmd(host, plan.options, again=True)]).to_data()})
     if done:
         return Result(host, "extract", Status.OK, f"{spec.name}: its output {done['output']} is already complete "
                       f"({done['done']}/{done['total']} samples, {done.get('runs', '?')} runs); nothing launched "
                       "(--again redoes it)", data={"complete": done, "job": None})
     return None
+
+
+def _extract_cmd(host: str, options: dict, again: bool | None = None) -> str:
+    """The same extract again (`options`: the command's), its --job, --playbook and --again kept."""
+    again = bool(options.get("again")) if again is None else again
+    job = f" --job {quote(str(options['job']))}" if options.get("job") not in (None, "extract") else ""
+    book = f" --playbook {quote(str(options['playbook']))}" if options.get("playbook") else ""
+    return f"fab -H {quote(host)} extract{job}{book}" + (" --again" if again else "")
+
+
+def _no_dataset(host: str, plan: Plan, spec: JobSpec, dataset: dict) -> Result:
+    fab = f"fab -H {quote(host)}"
+    path = str(dataset.get("path"))
+    return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: its dataset {path} cannot be read "
+                  f"on {host}: {dataset.get('error')}; nothing launched", code=EXIT_FAILED,
+                  data={"dataset": dataset, "next": Next(
+                      f"put the dataset at {path} on {host} (or point the playbook's dataset: at it), then launch "
+                      "again", [f"{fab} run {quote('ls -l ' + quote(path))}", _extract_cmd(host, plan.options)])
+                  .to_data()})
 
 
 def _not_started(run: RunState, host: str, spec: JobSpec, started: dict, evidence: Evidence) -> Result:
@@ -172,10 +211,10 @@ def _refused_next(host: str, plan: Plan, failing: list[dict], running: dict | No
     job on an unpatched node writes wrong hidden states, and one on busy GPUs fails after its model load."""
     fab = f"fab -H {quote(host)}"
     book = f" --playbook {quote(str(plan.options['playbook']))}" if plan.options.get("playbook") else ""
-    job = f" --job {quote(str(plan.options['job']))}" if plan.options.get("job") not in (None, "extract") else ""
+    again = _extract_cmd(host, plan.options)
     if running:
         return Next("a job runs there: follow it until it ends (or stop it), then launch again",
-                    [f"{fab} tail --job-id {quote(str(running['id']))}", f"{fab} extract{job}{book}"])
+                    [f"{fab} tail --job-id {quote(str(running['id']))}", again])
     why: list[str] = []
     commands: list[str] = []
     if any(c["kind"] == "requires" for c in failing):
@@ -189,7 +228,7 @@ def _refused_next(host: str, plan: Plan, failing: list[dict], running: dict | No
         if action is not None:
             why.append(action.why)
             commands.extend(action.commands)
-    return Next("; ".join(why) + ", then launch again", [*commands, f"{fab} extract{job}{book}"])
+    return Next("; ".join(why) + ", then launch again", [*commands, again])
 
 
 def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
@@ -238,14 +277,15 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                 last_progress = progress
             reporter.job_line(host, line, failed, progress)
         offset = answer["next_offset"]
-        if answer["state"] not in ("running", "starting") and not answer["data"]:
-            code = exit_code_of(answer)
+        verdict = verdict_of(answer)
+        if verdict.ended and not answer["data"]:
+            code = verdict.code
             end = end_text(answer)
-            reporter.job_ended(host, answer["state"])
+            reporter.job_ended(host, verdict.word)
             reporter.note(f"{host} | job {job_id} {end}")
             status = Status.OK if code == 0 else Status.FAILED
             return Result(host, "tail", status, f"job {job_id} {end}", code=code,
-                          data={"job_id": job_id, "exit": answer.get("exit"), "state": answer["state"],
+                          data={"job_id": job_id, "exit": answer.get("exit"), "state": verdict.word,
                                 "bytes": offset, "failures": watch.failures[:20], "reconnects": link.count,
                                 "cause": answer.get("cause"),
                                 "last_progress": last_progress and bar(last_progress)})
@@ -289,8 +329,10 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     job = answer["job"] if isinstance(answer.get("job"), dict) else {}
     # loading the job's own playbook registers its secrets: the status line's last progress shows them masked
     own_playbook_secrets(run, node, {"playbook": job.get("playbook"), "job_name": job.get("name")})
+    verdict = verdict_of(answer)
+    answer = {**answer, "state": verdict.word} if verdict.word == "stopped" else answer
     row = _status_row(answer)
-    code = exit_code_of(answer) if answer["state"] not in ("running", "starting") else 0
+    code = verdict.code
     status = Status.OK if code == 0 else Status.FAILED
     state, items, oom = _how_it_ended(answer)
     msg = f"job {row[0]}: {state}, exit {row[2]}, runtime {row[3]}, last progress: {row[4]}"
@@ -306,6 +348,9 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
         nxt = Next(OOM_ADVICE, [f"fab -H {quote(host)} logs --job-id {job_id}"])
     elif status is Status.FAILED:
         nxt = Next("read why it ended", [f"fab -H {quote(host)} logs --job-id {job_id} --lines 200"])
+    if nxt is not None and answer["job"].get("again"):  # it was an extract --again: so is the run that redoes it
+        nxt.why += "; then the same extract --again (a plain extract resumes only what that run's manifest holds)"
+        nxt.commands.append(_extract_cmd(host, {**plan.options, "job": answer["job"].get("name")}, again=True))
     if answer.get("left"):
         nxt = nxt or Next("", [])
         nxt.why = "; ".join(x for x in (nxt.why, "stop what it left running") if x)
@@ -326,6 +371,8 @@ def _how_it_ended(answer: dict) -> tuple[str, list[Item], dict | None]:
     from ..plans.kernellog import evidence_lines, oom_of_job, oom_text, sigkill_note
 
     state, ended, kernel = answer["state"], answer.get("exit") or {}, answer.get("kernel")
+    if state == "stopped":
+        return describe_end(answer), [], None
     if state not in ("killed", "lost"):
         return state, [], None
     kill = oom_of_job(kernel, {**answer["job"], "state": state, "exit": ended}) if isinstance(kernel, dict) else None
@@ -404,6 +451,15 @@ def _size(n: int | None) -> str:
     return str(n)
 
 
+def _output_text(row: dict) -> str:
+    """What of its output the job wrote (by the manifest: its own samples, not the directory every run on that
+    output shares)."""
+    if row.get("output_bytes") is None:
+        return "-"
+    samples = row.get("output_samples")
+    return _size(row["output_bytes"]) + (f" ({samples} samples)" if isinstance(samples, int) else "")
+
+
 def _exit_text(row: dict) -> str:
     ended = row.get("exit") or {}
     if not ended:
@@ -435,12 +491,13 @@ def run_jobs_list(run: RunState, plan: Plan, node: Connector) -> Result:
 
 
 def _listed(job: dict, now_ts: object) -> dict:
-    """A row of the node's list with its state: a Slurm job's read from its scheduler lines (slurmrecord)."""
-    if job.get("scheduler") != "slurm" or not isinstance(job.get("record"), dict):
-        return job
-    from .slurmrecord import read_state
+    """A row of the node's list with its state: a Slurm job's read from its scheduler lines (slurmrecord); the
+    word is the verdict every reader of a job shares (a job fleetops' `stop` ended is `stopped`)."""
+    if job.get("scheduler") == "slurm" and isinstance(job.get("record"), dict):
+        from .slurmrecord import read_state
 
-    return {**job, **read_state(job["record"], job.get("query"), job.get("exits"), now_ts)}
+        job = {**job, **read_state(job["record"], job.get("query"), job.get("exits"), now_ts)}
+    return {**job, "state": verdict_of(job).word}
 
 
 def interpret_jobs_list(host: str, plan: Plan, answer: dict) -> Result:
@@ -454,7 +511,7 @@ def interpret_jobs_list(host: str, plan: Plan, answer: dict) -> Result:
         return Result(host, "jobs", Status.OK, f"no jobs on this node (none under {where}); start one "
                       f"with: fab -H {host} extract", data={"jobs": [], "total": 0})
     rows = [[j["id"], j.get("name") or "-", j["state"], (j.get("started") or "-").replace("T", " ").rstrip("Z"),
-             duration(j.get("runtime_s")), _exit_text(j), _size(j.get("log_bytes")), _size(j.get("output_bytes"))]
+             duration(j.get("runtime_s")), _exit_text(j), _size(j.get("log_bytes")), _output_text(j)]
             for j in jobs]
     shown = "" if len(jobs) == answer["total"] else f" (the newest {len(jobs)} shown)"
     running = [j["id"] for j in jobs if j["state"] in ("running", "starting", "pending")]

@@ -194,11 +194,11 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
 
 
 def _status_next(host: str, job: dict, rows: list[dict], word: str) -> Next | None:
-    if rows and rows[0].get("controller"):
+    if rows and rows[0].get("controller") and word in ("unknown", "running", "pending"):
         return Next("Slurm's controller does not answer: nothing about the job can be told (it may still run); "
                     "ask the cluster's admins, then look again", [f"fab -H {quote(host)} status --job-id "
                                                                   f"{quote(job['id'])}"])
-    if word in ("failed", "killed", "unknown") or word == "cancelled" and not job.get("cancelled_by"):
+    if not sv.verdict(rows, job).ok:
         return Next("read why it ended", [f"fab -H {quote(host)} logs --job-id {quote(job['id'])} --lines 200"])
     return None
 

@@ -34,4 +34,5 @@ def read_state(record: dict, query: object, exits: object, now_ts: object = None
         elif word == "running" and isinstance(now_ts, (int, float)):
             runtime = now_ts - started
     return {"state": word, "exit": ended, "runtime_s": round(runtime, 1) if runtime is not None else None,
-            "tasks": rows, "notes": rows[0]["notes"] if rows else [], "end": sv.describe(rows, record)}
+            "tasks": rows, "notes": rows[0]["notes"] if rows else [], "end": sv.describe(rows, record),
+            "cancelled_by": record.get("cancelled_by")}

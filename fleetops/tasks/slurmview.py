@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..plans import slurm as sp
-from ..results import EXIT_FAILED, EXIT_OK
+from ..plans.jobverdict import JobVerdict, job_verdict
 
 UNREACHABLE_WORDS = ("unable to contact slurm controller", "socket timed out", "connection refused",
                      "zero bytes were transmitted or received", "did not answer in")
@@ -87,7 +87,10 @@ def _row(task: int, st: sp.TaskState | None, ended: dict | None, notes: list[str
         row.update(state=st.word, slurm_state=st.state, slurm_id=st.job_id, reason=st.reason, node=st.nodes,
                    exit_code=st.exit_code, signal=st.signal, source=st.source, elapsed=st.elapsed,
                    restarts=restarts.get(st.job_id, 0))
-    elif ended and not problem:
+    elif ended and (not problem or _clean_end(ended)):
+        # The task's own exit record decides. While the controller cannot be asked, only a clean end does: a
+        # task's requeue (which Slurm alone would tell) ends its run with a signal, never with exit 0, and its
+        # next run removes the record when it starts (slurmstep.py).
         word = ("killed" if ended.get("signal") else "succeeded" if ended.get("exit_code") == 0 else "failed")
         row.update(state=word, slurm_state="", slurm_id="", reason="", node="", exit_code=ended.get("exit_code"),
                    signal=ended.get("signal"), source="exit-file", elapsed="")
@@ -96,7 +99,13 @@ def _row(task: int, st: sp.TaskState | None, ended: dict | None, notes: list[str
                    source="none", elapsed="")
     if ended and row["source"] == "squeue":  # squeue has no exit status: the job's own record, if it agrees
         _exit_from_file(row, ended)
+    if ended and isinstance(ended.get("job_cause"), str) and row["state"] in ("failed", "killed"):
+        row["cause"] = ended["job_cause"]  # the job's own one line (a dataset it could not read, a full disk)
     return row
+
+
+def _clean_end(ended: dict) -> bool:
+    return ended.get("exit_code") == 0 and not ended.get("signal")
 
 
 def _exit_from_file(row: dict, ended: dict) -> None:
@@ -131,13 +140,13 @@ def exit_text(row: dict) -> str:
 
 
 def code(rows: list[dict], job: dict | None = None) -> int:
-    """The exit status `status`/`tail` ask for: one of the README's table."""
-    word = sp.overall([r["state"] for r in rows])
-    if word in ("running", "pending", "succeeded"):
-        return EXIT_OK
-    if word == "cancelled" and (job or {}).get("cancelled_by"):
-        return EXIT_OK  # ended as fleetops' own `stop` asked
-    return EXIT_FAILED
+    """The exit status `status`/`tail` ask for: one of the README's table (the verdict every job reader
+    shares: plans/jobverdict.py)."""
+    return verdict(rows, job).code
+
+
+def verdict(rows: list[dict], job: dict | None = None) -> JobVerdict:
+    return job_verdict(sp.overall([r["state"] for r in rows]), None, (job or {}).get("cancelled_by"))
 
 
 def counts(rows: list[dict]) -> str:
@@ -162,6 +171,7 @@ def describe(rows: list[dict], job: dict | None = None) -> str:
         bad = [r for r in rows if r["state"] == "failed"]
         return "failed (" + "; ".join(f"task {r['task']}: {r['slurm_state'] or 'exit'} exit status "
                                       f"{'unknown' if r['exit_code'] is None else r['exit_code']}"
+                                      + (f": {r['cause']}" if r.get("cause") else "")
                                       for r in bad) + ")"
     if word == "pending":
         return _pending(rows)

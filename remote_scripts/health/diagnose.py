@@ -175,7 +175,7 @@ def latest_job(req: dict, state_dir: str) -> dict:
     logs = log_paths(job) or [os.path.join(job_dir, "output.log")]
     size, tail = _log_tail(logs)
     public = {k: job.get(k) for k in ("id", "name", "kind", "argv", "started", "started_ts", "pid", "pgid",
-                                      "wrapper_pid", "cwd", "slurm_job_id", "shards")}
+                                      "wrapper_pid", "cwd", "slurm_job_id", "shards", "again")}
     return {**public, "scheduler": job.get("scheduler") or "ssh", "log": logs[0], "logs": logs, "dir": job_dir,
             **st, "log_bytes": size, "log_tail": tail}
 

@@ -24,7 +24,9 @@ from ..core.atomicio import atomic_write
 from ..core.failpoints import failpoint, load_failpoints
 from ..core.nodeio import now_iso
 from ..core.statetrust import read_json
+from .outputlock import OutputBusy, acquire, release
 from .outputs import MANIFEST, identity, read_manifest, rows_of
+from .records import cause_name
 
 
 def say(line: str) -> None:
@@ -51,15 +53,16 @@ def sample_path(output: str, index: int) -> str:
     return os.path.join(output, f"sample_{index:07d}.safetensors")
 
 
-def save_sample(output: str, index: int, input_ids: list[int], layer_ids: list[int], states: list) -> None:
+def save_sample(output: str, index: int, input_ids: list[int], layer_ids: list[int], states: list) -> int:
     import torch
     from safetensors.torch import save
 
     tensors = {"input_ids": torch.as_tensor(input_ids, dtype=torch.long)}
     for layer, tensor in zip(layer_ids, states):
         tensors[f"hidden_states.{layer}"] = tensor.detach().to("cpu").contiguous()
-    atomic_write(sample_path(output, index), save(tensors, metadata={"index": str(index)}), mode=0o644,
-                 point="extract.sample")
+    data = save(tensors, metadata={"index": str(index)})
+    atomic_write(sample_path(output, index), data, mode=0o644, point="extract.sample")
+    return len(data)
 
 
 def complete_sample(output: str, index: int, n_tokens: int, layer_ids: list[int]) -> bool:
@@ -143,9 +146,25 @@ def run(req: dict) -> int:
     started = time.monotonic()
     say(f"fleetops extract: backend={req['backend']} model={req['model']} layers={req['layer_ids']} "
         f"tp={req['tensor_parallel_size']} batch={req['batch_size']} at {now_iso()}")
+    failpoint("extract.start")  # a test takes the dataset away here, after the preflight found it
     rows, dataset_sha = rows_of(req)
     output = req["output"]
     os.makedirs(output, exist_ok=True)
+    try:  # one run at a time writes an output, on whichever host (outputlock.py)
+        lock = acquire(output, os.environ.get("FLEETOPS_JOB_ID"))
+    except OutputBusy as busy:
+        cause = f"its output {output} is in use: {busy}; nothing written: extract again once that run has ended"
+        record_cause(cause)
+        say(f"fleetops extract: {cause}")
+        return 1
+    try:
+        failpoint("extract.locked")  # a test holds the run here, its output's lock taken
+        return _run(req, started, rows, dataset_sha, output)
+    finally:
+        release(lock)
+
+
+def _run(req: dict, started: float, rows: list[dict], dataset_sha: str, output: str) -> int:
     manifest_path = os.path.join(output, MANIFEST)
     manifest = _start_manifest(req, output, identity(req, rows, dataset_sha))
     token_ids = tokenize(rows, req["model"], int(req["max_model_len"]) - 1)
@@ -173,9 +192,9 @@ def run(req: dict) -> int:
     for n, batch in enumerate(batches, 1):
         states = backend.generate([token_ids[i] for i in batch])
         for i, layer_states in zip(batch, states):
-            save_sample(output, i, token_ids[i], req["layer_ids"], layer_states)
+            size = save_sample(output, i, token_ids[i], req["layer_ids"], layer_states)
             done[str(i)] = {"file": os.path.basename(sample_path(output, i)), "tokens": len(token_ids[i]),
-                            "run": run_index}
+                            "run": run_index, "bytes": size}
             tokens += len(token_ids[i])
         atomic_write(manifest_path, json.dumps(manifest, indent=1).encode(), mode=0o644, point="extract.manifest")
         elapsed = time.monotonic() - loaded
@@ -191,14 +210,66 @@ def run(req: dict) -> int:
     return 0
 
 
+REQUEST = ""  # the request this run was started with (main)
+
+
 def main(request_path: str) -> int:
+    global REQUEST
+    REQUEST = request_path
     req = read_json(request_path)  # written by the agent in the job's dir: never through a link, ours alone
     if req is None:
         print(f"fleetops extract: {request_path} does not exist", file=sys.stderr)
         return 2
     sys.stdout.reconfigure(line_buffering=True)
     refused = _import_path_refused()
-    return refused if refused is not None else run(req)
+    if refused is not None:
+        return refused
+    try:
+        return run(req)
+    except OSError as exc:  # the job's cause in one line, for its log and for `status`, never a traceback
+        if exc.errno is None:
+            raise  # not the system's (a library's own OSError, e.g. a model it cannot find): its own account
+        cause = os_cause(exc, req)
+        record_cause(cause)
+        try:
+            say(f"fleetops extract: {cause}")
+        except OSError:
+            pass  # the log's own filesystem is full: the cause beside the exit record is what remains
+        return 1
+
+
+def os_cause(exc: OSError, req: dict) -> str:
+    """What a failed read or write means for the extraction, naming the file and the next step."""
+    import errno
+
+    path = exc.filename if isinstance(exc.filename, str) else None
+    reason = exc.strerror or str(exc)
+    if path is not None and path == req.get("dataset"):
+        return (f"cannot read the dataset '{path}': {reason}; put it there (or point the playbook's dataset: at "
+                "it), then extract again")
+    if exc.errno == errno.ENOSPC:
+        where = f" '{path}'" if path else f" in '{req.get('output')}'"
+        return (f"cannot write{where}: No space left on device; free space there, then extract again (it resumes "
+                "from the samples already written)")
+    where = f" '{path}'" if path else ""
+    return f"{reason}{where} (errno {exc.errno}); fix it, then extract again"
+
+
+def record_cause(cause: str) -> None:
+    """The cause, beside the job's request (its job dir): the wrapper, or a Slurm task's step, adds it to the
+    exit record when the job ends (request.json: cause.json; a Slurm task's request-N.json: cause-N.json)."""
+    if not REQUEST:
+        return
+    name = os.path.basename(REQUEST)
+    task = name[len("request-"):-len(".json")] if name.startswith("request-") else ""
+    path = os.path.join(os.path.dirname(REQUEST), cause_name(task))
+    try:
+        atomic_write(path, (json.dumps({"cause": cause}) + "\n").encode(), mode=0o600, point="extract.cause",
+                     durable=False)
+    except OSError:
+        pass  # a full disk: the log's line (if it could be written) is all there is
+
+
 
 
 # What the driver imports, with what they import in turn (their site-packages is walked whole).

@@ -14,6 +14,7 @@ import os
 import stat
 
 from ..core.nodeio import NodeError
+from .outputs import read_manifest
 from .records import every_job, find_job, jobs_dir, log_paths, output_dir, record_dir, slurm_records_dir
 
 # typing.TYPE_CHECKING without importing typing: the agent's start-up imports only what it runs
@@ -102,6 +103,17 @@ def _check(requested: str, base: str, state_dir: str, roots: list[tuple[str, str
     return {"requested": requested, "path": real, "local": _local_name(real, state_dir, roots), **info}
 
 
+def _manifest_runs(output: str) -> list[str] | None:
+    """The job ids of the runs an output's manifest records (oldest first), or None when it cannot be read."""
+    try:
+        manifest = read_manifest(output)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    return [str(r.get("job")) for r in manifest.get("runs") or [] if isinstance(r, dict) and r.get("job")]
+
+
 def fetch_plan(req: dict) -> dict:
     """The files to fetch (each: requested, path, local, size, sha256) or, per file, why not."""
     state_dir = os.path.abspath(req["state_dir"])
@@ -123,7 +135,13 @@ def fetch_plan(req: dict) -> dict:
         wanted += [("log", log) for log in log_paths(job) or [os.path.join(job_dir, "output.log")]]
         out = output_dir(job_dir, job)
         if out and os.path.exists(os.path.join(out, "manifest.json")):
-            wanted.append(("manifest", os.path.join(out, "manifest.json")))
+            ran = _manifest_runs(out)
+            if ran is None or job["id"] in ran:
+                wanted.append(("manifest", os.path.join(out, "manifest.json")))
+            else:  # the output's manifest is another run's: this job was killed before it wrote its own
+                notes.append(f"no manifest of job {job['id']}: the one in {out} is of "
+                             f"{', '.join(ran[-3:]) or 'no recorded job'} (job {job['id']} ended before it wrote "
+                             "one)")
         elif out:
             notes.append(f"no manifest yet in {out} (the extraction has not written one)")
         else:

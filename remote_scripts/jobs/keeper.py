@@ -20,7 +20,7 @@ from ..core.nodeio import NodeError, now_iso
 from ..core.procfs import start_ticks
 from ..core.statetrust import read_json, trusted_stat
 from .liveness import disk_full
-from .records import LOG, SECRET_ENV, drop_secrets
+from .records import LOG, SECRET_ENV, STOP_ASKED, cause_name, drop_secrets
 
 RESERVE = "exit.reserve"  # space for exit.json taken at launch, overwritten in place at the end
 RESERVE_BYTES = 8192
@@ -99,7 +99,15 @@ def end_record(code: int | None, job_dir: str, **extra: object) -> dict:
             space = None
         if space:
             result["no_space"] = space
+        try:
+            said = (read_json(os.path.join(job_dir, cause_name())) or {}).get("cause")
+        except (NodeError, OSError, AttributeError):
+            said = None
+        if isinstance(said, str) and said:
+            result["job_cause"] = said[:500]
     result.update({k: v for k, v in extra.items() if v})
+    if code != 0 and os.path.exists(os.path.join(job_dir, STOP_ASKED)):
+        result["by"] = "stop"  # it ended because fleetops' `stop` asked it to, not on its own
     return result
 
 

@@ -35,10 +35,13 @@ def disk_full(path: str) -> dict | None:
 def _end_cause(ended: dict) -> str:
     """What went wrong around an ended job, from its exit record ("" if nothing did)."""
     causes = []
+    if isinstance(ended.get("job_cause"), str):  # the job's own words, one line (extract_hidden_states.py)
+        causes.append(ended["job_cause"])
     if ended.get("wrapper_error"):
         causes.append(ended["wrapper_error"])
     space = ended.get("no_space")
-    if isinstance(space, dict):  # the job's own ENOSPC, from its log's last lines (keeper.no_space)
+    # The job's own ENOSPC, from its log's last lines (keeper.no_space), unless the job said it in its own words.
+    if isinstance(space, dict) and not ended.get("job_cause"):
         where = f" writing {space['path']}" if space.get("path") else ""
         causes.append(f"no space left on device{where} (the log says: {space.get('line', '')!r}); free "
                       "space there and re-run")

@@ -74,3 +74,30 @@ def completion(req: dict) -> dict | None:
     if not all(str(i) in done for i in range(len(rows))):
         return None
     return {"output": output, "done": len(rows), "total": len(rows), "runs": len(manifest.get("runs") or [])}
+
+
+def written_by(output: str, job_id: str, manifest: dict | None = None) -> dict | None:
+    """What of `output` the job wrote, by its manifest: {samples, bytes} of the samples its run(s) wrote and the
+    manifest still names (a later --again replaces them), or None when no run of the manifest is the job's
+    (it never wrote one: killed before, or another extraction's output)."""
+    if manifest is None:
+        try:
+            manifest = read_manifest(output)
+        except (OSError, ValueError):
+            return None
+    if not isinstance(manifest, dict):
+        return None
+    runs = [i for i, r in enumerate(manifest.get("runs") or []) if isinstance(r, dict) and r.get("job") == job_id]
+    if not runs:
+        return None
+    samples = [s for s in (manifest.get("samples") or {}).values() if isinstance(s, dict) and s.get("run") in runs]
+    total = 0
+    for sample in samples:
+        size = sample.get("bytes")
+        if not isinstance(size, int):  # a manifest written before sizes were kept: the file's own
+            try:
+                size = os.lstat(os.path.join(output, os.path.basename(str(sample.get("file"))))).st_size
+            except OSError:
+                size = 0
+        total += size
+    return {"samples": len(samples), "bytes": total}

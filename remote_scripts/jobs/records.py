@@ -20,6 +20,15 @@ KNOWN_IDS_SHOWN = 10
 # Secret env values (the playbook's secret_env, the inventory's {secret: ...}) travel to the wrapper in this
 # 0600 file, never in job.json; the wrapper deletes it as soon as the job's process has them.
 SECRET_ENV = "secret-env.json"
+CAUSE = "cause.json"  # the job's own one-line cause of a failure (the extraction driver writes it)
+
+
+def cause_name(task: str = "") -> str:
+    """cause.json, or a Slurm task's cause-N.json."""
+    return f"cause-{task}.json" if task else CAUSE
+
+
+STOP_ASKED = "stop.json"  # written by `stop` before its first signal: the end that follows is fleetops' own
 JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
 
 

@@ -35,6 +35,7 @@ from ..core.atomicio import atomic_write, ensure_dir, write_json_atomic
 from ..core.drainmark import refuse_if_drained
 from ..core.nodeio import NodeError, now_iso
 from ..core.statetrust import open_state_file, read_json
+from .outputlock import describe, held
 from .outputs import completion
 from .records import expand, file_size, find_slurm_record, new_job_dir, newest_ids, public, set_current
 from .shards import write_rows
@@ -148,6 +149,33 @@ def _finished(spec: dict, shards: int, state_dir: str) -> tuple[list[dict] | Non
     return ([d for d in done if d] if all(done) else None), made
 
 
+def _dataset_unread(spec: dict, state_dir: str) -> dict | None:
+    """Why the extract job's dataset cannot be read here (the login node shares it with the compute nodes)."""
+    pre = expand(spec, {"state_dir": state_dir, "python": sys.executable})
+    path = str((pre.get("extract") or {}).get("dataset") or "")
+    if pre["kind"] != "extract" or not path or "{job_dir}" in path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        return {"path": path, "error": exc.strerror or str(exc)}
+    os.close(fd)
+    return None
+
+
+def _output_busy(spec: dict, shards: int, state_dir: str) -> dict | None:
+    """The first of the job's outputs another run writes now (outputlock.py), on any host sharing it."""
+    pre = expand(spec, {"state_dir": state_dir, "python": sys.executable})
+    output = str((pre.get("extract") or {}).get("output") or "")
+    if pre["kind"] != "extract" or not output or "{job_dir}" in output:
+        return None
+    for request in _requests(pre, shards, state_dir):
+        holder = held(str(request.get("output") or ""))
+        if holder:
+            return holder
+    return None
+
+
 def _submit(req: dict, state_dir: str) -> dict:
     spec = req["job"]
     opts = req.get("slurm") or {}
@@ -159,6 +187,15 @@ def _submit(req: dict, state_dir: str) -> dict:
     done, made_shard_dir = _finished(spec, shards, state_dir)
     if done is not None:
         return {"ok": True, "complete": done, "shards": shards, "job": None}
+    unread = _dataset_unread(spec, state_dir)
+    if unread:
+        raise NodeError(f"its dataset {unread['path']} cannot be read on this login node: {unread['error']}; nothing "
+                        "submitted: put it there (or point the playbook's dataset: at it), then extract again",
+                        kind="no_dataset", dataset=unread)
+    busy = _output_busy(spec, shards, state_dir)
+    if busy:
+        raise NodeError(f"its output is in use: {describe(busy)}; nothing submitted: extract again once that run "
+                        "has ended", kind="output_busy", holder=busy)
     job_id, job_dir = new_job_dir(slurm_dir(state_dir), spec["name"])
     spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
     for i, request in enumerate(_requests(spec, shards, state_dir)):

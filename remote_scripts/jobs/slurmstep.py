@@ -10,6 +10,7 @@ from ..core.atomicio import write_json_atomic
 from ..core.failpoints import failpoint
 from ..core.nodeio import NodeError, now_iso
 from ..core.statetrust import read_json
+from .records import cause_name
 
 # The batch script sbatch runs on the allocated node is the verifying bootstrap itself (bootstrap.py's text
 # under a `#!<python> -IS` line), with the words this agent was started with and `slurm-step <job_dir>`: the step
@@ -48,6 +49,10 @@ def step_main(job_dir: str) -> int:
     print(f"fleetops: slurm job {slurm_id} task {task} on {os.environ.get('SLURMD_NODENAME')}: "
           f"{shown(argv)[:4]}",
           flush=True)
+    try:  # a requeued task's earlier run recorded its end: this run's end is not known yet
+        os.unlink(os.path.join(job_dir, f"exit-{task}.json"))
+    except FileNotFoundError:
+        pass
     failpoint("slurm.step.start")  # a test swaps what the step would run from here
     got: list[int] = []
     child = subprocess.Popen(argv, env=env, cwd=job.get("cwd") or job_dir, stdin=subprocess.DEVNULL)
@@ -61,6 +66,13 @@ def step_main(job_dir: str) -> int:
             continue
     ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else (got[0] if got else None),
              "ended": now_iso(), "ended_ts": time.time(), "task": task}
+    if code:  # the job's own one-line cause, when it wrote one (extract_hidden_states.record_cause)
+        try:
+            said = (read_json(os.path.join(job_dir, cause_name(str(task)))) or {}).get("cause")
+        except (NodeError, OSError, AttributeError):
+            said = None
+        if isinstance(said, str) and said:
+            ended["job_cause"] = said[:500]
     write_json_atomic(os.path.join(job_dir, f"exit-{task}.json"), ended, point="slurm.exit")
     return code if code >= 0 else 128 - code
 

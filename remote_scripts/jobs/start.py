@@ -77,6 +77,9 @@ def _job_start(req: dict) -> dict:
            "log": os.path.join(job_dir, LOG), "started": now_iso(), "started_ts": time.time(),
            "operator": req.get("operator"), "prefix": sys.prefix, "pid": None, "pgid": None, "wrapper_pid": None,
            "keeper_pid": None, "playbook": spec.get("playbook")}
+    if spec["kind"] == "extract":  # what `jobs`, `fetch` and a later extract read of the run it is
+        job.update(output=os.path.abspath(str(spec["extract"].get("output") or job_dir)),
+                   again=bool(spec["extract"].get("again")))
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     set_current(jobs_dir(state_dir), job_id)
     failpoint("job.keeper.launch")  # a test swaps what the keeper would run from here

@@ -8,7 +8,9 @@ import time
 from ..core import drainmark
 from ..core.kernel import kernel_log
 from ..core.nodeio import NodeError
+from ..core.statetrust import read_json
 from .liveness import job_state
+from .outputs import read_manifest, written_by
 from .procscan import tag_index
 from .records import (
     every_job,
@@ -45,23 +47,33 @@ def job_status(req: dict) -> dict:
 
 
 
-def _tree_bytes(path: str, budget: int = 20000) -> int | None:
-    """Bytes of the regular files under path (symlinks not followed); None past `budget` entries."""
-    total = 0
-    seen = 0
-    for root, dirs, files in os.walk(path):
-        for name in files:
-            seen += 1
-            if seen > budget:
-                return None
+def _job_output(job_dir: str, job: dict, out: str | None, manifests: dict[str, dict | None]) -> dict:
+    """What of its output the job wrote (its samples the manifests still name, and their bytes): never the
+    directory's size, which every run on that output shares. A Slurm job's shards each have their own."""
+    if not out:
+        return {"output_bytes": None, "output_samples": None}
+    outputs = [out]
+    if is_slurm(job) and int(job.get("shards") or 1) > 1:
+        outputs = []
+        for task in range(int(job.get("shards") or 1)):
             try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
+                request = read_json(os.path.join(job_dir, f"request-{task}.json")) or {}
+            except NodeError:
                 continue
-            if not os.path.islink(os.path.join(root, name)):
-                total += st.st_size
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
-    return total
+            if isinstance(request.get("output"), str):
+                outputs.append(request["output"])
+    samples = size = 0
+    for path in outputs:
+        if path not in manifests:
+            try:
+                manifests[path] = read_manifest(path)
+            except (OSError, ValueError):
+                manifests[path] = None
+        part = written_by(path, job["id"], manifests[path])
+        if part is not None:
+            samples += part["samples"]
+            size += part["bytes"]
+    return {"output_bytes": size, "output_samples": samples}
 
 
 
@@ -91,6 +103,7 @@ def jobs_list(req: dict) -> dict:
     jobs = every_job(state_dir)
     index = tag_index()
     asked = [0]
+    manifests: dict[str, dict | None] = {}
     for job in jobs[:limit] if limit else jobs:
         job_dir = record_dir(state_dir, job)
         row = {"id": job["id"], "name": job.get("name"), "kind": job.get("kind"), "started": job.get("started"),
@@ -101,7 +114,7 @@ def jobs_list(req: dict) -> dict:
         else:
             row.update(**job_state(job_dir, job, index), log=job.get("log"), log_bytes=file_size(job.get("log") or ""))
         out = output_dir(job_dir, job)
-        row.update(output=out, output_bytes=_tree_bytes(out) if out and os.path.isdir(out) else None)
+        row.update(output=out, **_job_output(job_dir, job, out, manifests))
         rows.append(row)
     latest = None
     if jobs:

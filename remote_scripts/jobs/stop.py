@@ -3,17 +3,19 @@ that moment (its tag, or its group while its keeper lives), through a pidfd wher
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 
+from ..core.atomicio import atomic_write
 from ..core.nodeio import now_iso
 from ..core.procfs import start_ticks, stat_fields, uids
 from ..core.statetrust import read_json
 from .keeper import record_end
 from .liveness import job_state
 from .procscan import group_members, process_alive, tagged_pids
-from .records import load_job
+from .records import STOP_ASKED, load_job
 
 
 def _keeper_alive(job_dir: str, job: dict) -> bool:
@@ -99,6 +101,17 @@ def _signal_all(job_dir: str, job: dict, pids: list[int], sig: int) -> list[int]
     return sent
 
 
+def _note_stop_asked(job_dir: str) -> None:
+    """Say on the node, before the first signal, that fleetops' `stop` ends this job: its wrapper (or keeper)
+    records the end that follows as `by: stop`, so `status` reports it stopped, not killed. A write that fails
+    (a full disk) leaves the record as the signal made it; the stop goes on."""
+    try:
+        atomic_write(os.path.join(job_dir, STOP_ASKED), (json.dumps({"at": now_iso(), "ts": time.time()}) + "\n")
+                     .encode(), mode=0o600, point="job.stop")
+    except OSError:
+        pass
+
+
 def job_stop(req: dict) -> dict:
     """Stop the job: SIGTERM to each of its processes (its tagged ones, one that left the group with setsid
     included, and its group while the keeper lives), SIGKILL after the grace; then no process of the job may be
@@ -126,6 +139,7 @@ def job_stop(req: dict) -> dict:
     grace = float(req.get("grace_s", 10))
     first = _members(job_dir, job)
     outside = sorted(set(first) - group_before)
+    _note_stop_asked(job_dir)
     _signal_all(job_dir, job, first, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and _members(job_dir, job):
