@@ -18,16 +18,27 @@ def test_ctrl_c_at_any_moment_of_fleets_start_up_is_one_line_and_130(tmp_path):
     make_project(tmp_path)
     argv = [str(FLEET), "-H", "lab01", "ping"]
     ours = 0
-    for delay in sweep_over(run_span(argv, tmp_path), 12):
-        moment = sigint_at(argv, tmp_path, delay)
-        if moment.finished_first:
-            assert moment.code == 2 and "Traceback" not in moment.stderr, moment.describe()
-            continue
-        if moment.before_the_program:  # the interpreter's own site start-up: see interrupts.py
-            continue
-        assert "Traceback" not in moment.stderr, moment.describe()
-        assert moment.code == 130, moment.describe()
-        assert moment.stderr.strip().splitlines()[-1] == \
-            "interrupted (Ctrl-C) while starting: no host was contacted, nothing ran", moment.describe()
-        ours += 1
+    # Up to three sweeps, each over a run measured just before it: the machine's load changes how much of a run
+    # is Python's own start-up, where a signal tests nothing of fleet's.
+    for _ in range(3):
+        if ours >= 4:
+            break
+        for delay in sweep_over(run_span(argv, tmp_path), 12):
+            ours += _one_moment(argv, tmp_path, delay)
     assert ours >= 4, "too few SIGINTs landed while fleet ran: the sweep tested nothing"
+
+
+def _one_moment(argv: list[str], cwd, delay: float) -> int:
+    """1 when the SIGINT landed while fleet ran (and was answered as it must be), 0 when it came before or
+    after the program."""
+    moment = sigint_at(argv, cwd, delay)
+    if moment.finished_first:
+        assert moment.code == 2 and "Traceback" not in moment.stderr, moment.describe()
+        return 0
+    if moment.before_the_program:  # the interpreter's own site start-up: see interrupts.py
+        return 0
+    assert "Traceback" not in moment.stderr, moment.describe()
+    assert moment.code == 130, moment.describe()
+    assert moment.stderr.strip().splitlines()[-1] == \
+        "interrupted (Ctrl-C) while starting: no host was contacted, nothing ran", moment.describe()
+    return 1
