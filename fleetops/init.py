@@ -13,11 +13,12 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .locks import CLIENT_LOCK, client_lock
+
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 SHIPPED_PLAYBOOK = "speculators-0.3.0-vllm-0.16"
-CLIENT_LOCK = "requirements.lock"
 
 FABFILE = '''"""fleetops' tasks, for Fabric's `fab` (`fleet` needs no fabfile: it brings them along)."""
 
@@ -99,9 +100,8 @@ def project_files() -> dict[str, bytes]:
            "hosts/example.yaml": EXAMPLE_INVENTORY.encode(), ".gitignore": GITIGNORE.encode()}
     for rel, item in _walk(shipped_playbooks(), "playbooks"):
         out[rel] = item.read_bytes()
-    lock = files("fleetops").joinpath(CLIENT_LOCK)
-    if lock.is_file():  # the client's lock, where the package carries it: the versions fleetops was tested with
-        out[CLIENT_LOCK] = lock.read_bytes()
+    # the versions fleetops was tested with, for `pip install --require-hashes -r requirements.lock`
+    out[CLIENT_LOCK] = client_lock().encode()
     return out
 
 

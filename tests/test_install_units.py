@@ -83,3 +83,13 @@ def test_readmes_install_block_builds_the_wheel_from_the_clone_and_installs_only
     assert "ls dist/fleetops-*.whl" in build.read_text()  # the wheel the next line installs is where it said
     assert not any(re.match(r"pipx install\s+fleetops\b", line) for line in lines)
     assert [line.split()[:2] for line in lines[2:4]] == [["fleet", "init"], ["cd", "ops"]], lines
+
+
+def test_a_new_project_gets_the_lock_the_package_carries(tmp_path):
+    from fleetops.init import make_project
+    from fleetops.locks import client_lock
+
+    make_project(tmp_path)
+    written = (tmp_path / "requirements.lock").read_text()
+    assert written == client_lock() == (REPO / "fleetops" / "requirements.lock").read_text()
+    assert "--hash=sha256:" in written and "fabric==" in written
