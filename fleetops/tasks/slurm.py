@@ -19,7 +19,16 @@ from ..plans.versions import judged_checks
 from ..results import EXIT_FAILED, Item, Next, Result, Status
 from ..wire.connector import Connector
 from . import slurmview as sv
-from .plan import agent_error, drained, job_spec, preflight_request, skipped_note, tail_start
+from .plan import (
+    agent_error,
+    drained,
+    job_secrets,
+    job_spec,
+    own_playbook_secrets,
+    preflight_request,
+    skipped_note,
+    tail_start,
+)
 from .reconnect import TAIL_WAIT_S, Reconnect, tail_request
 from .slurmview import tasks_view
 
@@ -116,7 +125,9 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
             notes.append(f"--force: submitted despite: {reasons}")
     opts = {"partition": host.partition, "account": host.account, "gres": host.gres, "time_limit": host.time_limit,
             "shards": shards}
-    answer = _call(node, "submit", {**spec.start_request(), "slurm": opts}, timeout=300, run=run, task="extract")
+    request = spec.start_request()
+    request["job"]["playbook"] = str(plan.playbook.path)  # tail, logs and status mask its secrets, whatever -p
+    answer = _call(node, "submit", {**request, "slurm": opts}, timeout=300, run=run, task="extract")
     if answer.get("error_kind") == "drained":
         return drained(host.name, "extract", (answer.get("details") or {}).get("drain") or {}, f"submit {spec.name}")
     if not answer.get("ok"):
@@ -170,6 +181,7 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     if answer.get("error"):
         return agent_error(host, "status", answer, with_kind=True)
     job = answer["job"]
+    _own_secrets(run, node, job)  # loading the job's own playbook registers its secrets: its progress is masked
     rows = tasks_view(answer)
     word = sp.overall([r["state"] for r in rows])
     code = sv.code(rows, job)
@@ -216,6 +228,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
     if isinstance(start, Result):
         return start
     job_id, last_lines, from_start = start
+    secrets = job_secrets(spec, node.host)
     link = Reconnect(run.interrupted)  # Ctrl-C closes the link on purpose: not a lost connection
     last_progress: dict[int, dict] = {}
     seen_states: list[str] = []
@@ -227,7 +240,8 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             return Result(host, "tail", Status.OK, f"detached; job {job_id} still in Slurm", code=130,
                           data={"job_id": job_id, "offsets": offsets, "detached": True})
         position = {"job_id": job_id, "offsets": offsets}
-        answer = link.poll(partial(_call, node, "tail", tail_request(position, (last_lines, from_start)),
+        request = {**tail_request(position, (last_lines, from_start)), "mask": secrets}
+        answer = link.poll(partial(_call, node, "tail", request,
                                    timeout=TAIL_WAIT_S + 90, run=run, task="tail", quiet_s=TAIL_WAIT_S + QUIET_S),
                            node, reporter.note, position)
         if not isinstance(answer, dict):  # None: asked again after a wait; a Result: the tail's end
@@ -236,6 +250,10 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
             return answer
         job = answer["job"]
         job_id = job["id"]
+        more = [] if offsets is not None else [v for v in _own_secrets(run, node, job) if v not in secrets]
+        if more:  # the job's own playbook has secrets this run's does not: asked again, masked by the node
+            secrets += more
+            continue
         shards = int(job.get("shards") or 1)
         rows = tasks_view(answer)
         word = sp.overall([r["state"] for r in rows])
@@ -255,6 +273,11 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
                           data={"job_id": job_id, "state": word, "tasks": rows, "states_seen": seen_states,
                                 "bytes": offsets, "failures": watch.failures[:20],
                                 "last_progress": {t: bar(p) for t, p in last_progress.items()}})
+
+
+def _own_secrets(run: RunState, node: Connector, job: dict) -> list[str]:
+    """The secrets of the playbook the job was submitted from (its record names it), as an SSH job's."""
+    return own_playbook_secrets(run, node, {"playbook": job.get("playbook"), "job_name": job.get("name")})
 
 
 def _controller_gone(run: RunState, host: str, rows: list[dict], answer: dict, was: bool) -> bool:
@@ -300,10 +323,17 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
-    answer = _call(node, "logs", {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50)},
-                   run=run, task="logs")
+    request = {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50),
+               "mask": job_secrets(spec, node.host)}
+    answer = _call(node, "logs", request, run=run, task="logs")
     if answer.get("error"):
         return agent_error(host, "logs", answer)
+    more = [v for v in _own_secrets(run, node, answer["job"]) if v not in request["mask"]]
+    if more:  # the job's own playbook has secrets this run's does not: asked again, masked by the node
+        answer = _call(node, "logs", {**request, "job_id": answer["job"]["id"], "mask": request["mask"] + more},
+                       run=run, task="logs")
+        if answer.get("error"):
+            return agent_error(host, "logs", answer)
     job = answer["job"]
     shards = int(job.get("shards") or 1)
     for task, lines in enumerate(answer["lines"]):

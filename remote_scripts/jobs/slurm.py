@@ -52,7 +52,7 @@ from .slurmquery import (
     submit_time,
 )
 from .slurmstep import batch_script
-from .tail import attach_offset, last_match
+from .tail import Masker, attach_offset, last_match
 
 TAIL_CHUNK = 256 * 1024
 
@@ -218,7 +218,7 @@ def _submit(req: dict, state_dir: str) -> dict:
            "shown_env": spec.get("shown_env", {}), "logs": [os.path.join(job_dir, f"task-{i}.log")
                                                              for i in range(shards)],
            "started": now_iso(), "started_ts": time.time(), "operator": req.get("operator"), "slurm_job_id": None,
-           "slurm_user": login(), "slurm_submit": None}
+           "slurm_user": login(), "slurm_submit": None, "playbook": spec.get("playbook")}
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     env = {**{k: str(v) for k, v in (spec.get("env") or {}).items()}, **scheduler_env(req)}
     result = run(argv, env, timeout=COMMAND_TIMEOUT_S)
@@ -275,6 +275,7 @@ def tail(req: dict) -> dict:
         offsets = [int(x) for x in req["offsets"]][:shards]
     offsets += [0] * (shards - len(offsets))
     env = scheduler_env(req)
+    mask = Masker(req.get("mask"))  # whole lines only: no secret is cut before it is masked
     deadline = time.monotonic() + float(req.get("wait_s", 2))
     while True:
         exits = _exits(job_dir, shards)
@@ -291,7 +292,7 @@ def tail(req: dict) -> dict:
             data.append(chunk)
         if any(data) or time.monotonic() >= deadline:
             return {"ok": True, "job": public(job), "offsets": offsets, "skipped": skipped,
-                    "data": [d.decode("utf-8", "replace") for d in data],
+                    "data": [mask(d).decode("utf-8", "replace") for d in data],
                     "next_offsets": [o + len(d) for o, d in zip(offsets, data)],
                     "exits": exits, "query": query(job, env), "now_ts": time.time()}
         time.sleep(0.2)
@@ -300,14 +301,20 @@ def tail(req: dict) -> dict:
 def logs(req: dict) -> dict:
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     n = int(req.get("lines", 50))
+    mask = Masker(req.get("mask"))
     out = []
     for path in job["logs"]:
         try:
             with open(path, "rb") as f:
-                f.seek(max(0, file_size(path) - 1024 * 1024))
-                out.append(f.read().decode("utf-8", "replace").splitlines()[-n:])
+                start = max(0, file_size(path) - 1024 * 1024)
+                f.seek(start)
+                data = f.read()
         except OSError:
             out.append([])
+            continue
+        if start > 0:  # the window starts inside a line: left out whole, so no secret in it is shown in part
+            data = data.partition(b"\n")[2]
+        out.append(mask(data).decode("utf-8", "replace").splitlines()[-n:])
     return {"ok": True, "job": public(job), "lines": out, "exits": _exits(job_dir, int(job.get("shards") or 1)),
             "query": query(job, scheduler_env(req))}
 
