@@ -47,3 +47,36 @@ def test_history_at_80_columns_shows_every_job_id_whole_and_each_entry_as_one_bl
     for n, job in enumerate(ids):
         at = drawn.index(job)
         assert where[n] < at and (n + 1 == len(where) or at < where[n + 1]), drawn
+
+
+FINGERPRINT = "SHA256:" + "q" * 20 + "Zx9" * 7 + "w2"  # 43 base64 characters, as ssh-keygen -l prints one
+LOG = "/var/tmp/fleetops/jobs/extract-20261130T110509-3f2a/logs/shard-0.log"
+
+SAYS = f"""
+import sys
+sys.path.insert(0, {str(terminal.REPO)!r})
+from fleetops.report.console import Reporter
+
+rep = Reporter()
+rep.note("lab01 | trust | the node offers a new ed25519 key {FINGERPRINT}; compare it on the console")
+rep.note("lab01 | extract | the job writes its log to {LOG} while it runs")
+rep.job_started("lab01", "extract", "extract-20261130T110509-3f2a", "log {LOG}")
+rep.fold = True
+rep.job_started("lab01", "extract", "extract-20261130T110509-3f2a", "log {LOG}")
+rep.job_line("lab01", "shard 0 wrote its first batch; the full log of this shard is {LOG}", False, None)
+rep.error("lab01: host key does not match known_hosts: expected {FINGERPRINT}, got {FINGERPRINT[::-1]}")
+"""
+
+
+def test_notes_and_errors_never_split_a_fingerprint_or_a_log_path(term, tmp_path):
+    t, _ = term
+    script = tmp_path / "says.py"
+    script.write_text(SAYS)
+    rc, _ = t.run(f"python3 {script} 2>&1")
+    assert rc == 0
+    drawn = t.visible().splitlines()  # as the terminal drew them: a word cut across two lines is not whole
+    assert all(len(line) <= 80 for line in drawn), drawn
+    words = [w for line in drawn for w in line.split()]
+    assert sum(FINGERPRINT in w for w in words) == 2 and any(FINGERPRINT[::-1] in w for w in words), drawn
+    assert sum(LOG in w for w in words) == 3, drawn  # the unfolded job's own result line says it
+    assert any(line.startswith("error:") for line in drawn), drawn
