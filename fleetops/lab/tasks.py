@@ -80,8 +80,8 @@ def status(c):
         state = f"sshd pid {r['sshd_pid']}" if r["sshd_pid"] else "sshd stopped"
         listening = "listening" if r["listening"] else "not listening"
         which = f" (Python {r['python_version']}, no vLLM)" if r["interpreter"] else ""
-        say(f"{r['name']}: 127.0.0.1:{r['port']} {state}, {listening}; python {r['python']}{which}; "
-            f"GPUs: simulated {SIMULATED_GPUS}x H200 (replayed nvidia-smi recordings), state {r['gpus']}")
+        tell(f"{r['name']}: 127.0.0.1:{r['port']} {state}, {listening}; python {r['python']}{which}; "
+             f"GPUs: simulated {SIMULATED_GPUS}x H200 (replayed nvidia-smi recordings), state {r['gpus']}")
 
 
 @task(help={"purge": "also delete the lab's files (keys, node venvs, state, the Slurm cluster)"})
@@ -281,7 +281,7 @@ def rekey(c, node):
     """Reimage a lab node's SSH identity: a new host key, known_hosts keeps the old one (fab refuses it)."""
     lab = _lab(c)
     fingerprint = lab.rekey(_one(lab, node))
-    print(f"{node}: new host key {fingerprint} (what `ssh-keygen -lf` prints on the node's console)")
+    tell(f"{node}: new host key {fingerprint} (what `ssh-keygen -lf` prints on the node's console)")
 
 
 def _one(lab: Lab, name: str):
