@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import difflib
 import subprocess
+import sys
 from pathlib import Path
 
 from invoke import Collection, task
 from invoke.exceptions import Exit
 
+from ..report.fold import COMMAND
+from ..report.richload import print_line, stream_console
 from . import kernel_log
 from .common import NODE_PACKAGES, LabError, base_pins, ensure_base_for, parse_pins, say
 from .gpu import GPU_STATES, SIMULATED_GPUS
@@ -17,6 +20,14 @@ from .lab import Lab
 from .login import add_login_user, remove_login_user
 from .pythons import NODE_PYTHONS
 from .slurm import SlurmLab, login_inventory
+
+
+def tell(prose: str, command: str | None = None) -> None:
+    """A line for the operator, wrapped between words at the terminal's width (a path is never split by the
+    terminal), and the command to run next whole, on a line of its own when the line does not fit, in the
+    program the operator ran (written here as `fab ...`)."""
+    line = [(prose, "")] + ([(" ", ""), (command, COMMAND)] if command else [])
+    print_line(stream_console(sys.stdout), line, "")
 
 
 def _lab(c) -> Lab:
@@ -46,15 +57,16 @@ def up(c, nodes=None, python=None, login_user=None):
         raise SystemExit(f"lab.up failed: {exc}") from None
     for n in started:
         which = f" (Python {n.python_version} from {n.interpreter}; no vLLM)" if n.interpreter else ""
-        say(f"{n.name}: sshd on 127.0.0.1:{n.port} (pid {n.pid()}), python {n.python}{which}")
-    say(f"inventory: {lab.hosts_file}  (try: fab -H lab01 patch verify)")
+        tell(f"{n.name}: sshd on 127.0.0.1:{n.port} (pid {n.pid()}), python {n.python}{which}")
+    tell(f"inventory: {lab.hosts_file}")
+    tell("try:", "fab -H lab01 patch verify")
     if login_user:
         try:
             become = add_login_user(lab, login_user)
         except (LabError, subprocess.CalledProcessError) as exc:
             raise SystemExit(f"lab.up --login-user: {exc}") from None
-        say(f"login user {login_user}: sudo NOPASSWD for each node's python; inventory: {become}  "
-            f"(try: fab -H {(started or lab.nodes())[0].name}-become ping)")
+        tell(f"login user {login_user}: sudo NOPASSWD for each node's python; inventory: {become}")
+        tell("try:", f"fab -H {(started or lab.nodes())[0].name}-become ping")
 
 
 @task
@@ -68,8 +80,8 @@ def status(c):
         state = f"sshd pid {r['sshd_pid']}" if r["sshd_pid"] else "sshd stopped"
         listening = "listening" if r["listening"] else "not listening"
         which = f" (Python {r['python_version']}, no vLLM)" if r["interpreter"] else ""
-        say(f"{r['name']}: 127.0.0.1:{r['port']} {state}, {listening}; python {r['python']}{which}; "
-            f"GPUs: simulated {SIMULATED_GPUS}x H200 (replayed nvidia-smi recordings), state {r['gpus']}")
+        tell(f"{r['name']}: 127.0.0.1:{r['port']} {state}, {listening}; python {r['python']}{which}; "
+             f"GPUs: simulated {SIMULATED_GPUS}x H200 (replayed nvidia-smi recordings), state {r['gpus']}")
 
 
 @task(help={"purge": "also delete the lab's files (keys, node venvs, state, the Slurm cluster)"})
@@ -119,7 +131,8 @@ def slurm(c, action, node=None, login="login01"):
                                              known_hosts=lab.known_hosts))
             say(f"Slurm: slurmctld pid {cluster.running('slurmctld')}, slurmd pid {cluster.running('slurmd')}, "
                 f"node {cluster.node} {cluster.node_state()}; SLURM_CONF={cluster.conf}")
-            say(f"inventory: {hosts} ({login} on {target.name}'s sshd; try: fab -H {login} extract --shards 2)")
+            tell(f"inventory: {hosts} ({login} on {target.name}'s sshd)")
+            tell("try:", f"fab -H {login} extract --shards 2")
         elif action == "down":
             stopped = cluster.down() if cluster.conf.exists() else []
             say(f"Slurm stopped: {', '.join(stopped) or 'nothing running'} (its queue is kept for the next up)")
@@ -268,7 +281,7 @@ def rekey(c, node):
     """Reimage a lab node's SSH identity: a new host key, known_hosts keeps the old one (fab refuses it)."""
     lab = _lab(c)
     fingerprint = lab.rekey(_one(lab, node))
-    print(f"{node}: new host key {fingerprint} (what `ssh-keygen -lf` prints on the node's console)")
+    tell(f"{node}: new host key {fingerprint} (what `ssh-keygen -lf` prints on the node's console)")
 
 
 def _one(lab: Lab, name: str):

@@ -133,22 +133,23 @@ class Reporter:
                                              "(Ctrl-C again to exit now)")
 
     def error(self, message: str) -> None:
-        # One line whatever the terminal's width: operators grep for it and paste it into tickets.
+        # One line when piped (operators grep for it and paste it into tickets); on a terminal wrapped between
+        # words, so a fingerprint or a path is never cut in two by the terminal.
         with self.lock:
-            stream_console(sys.stderr).print(f"[bold red]error:[/] {escape(message)}")
+            print_line(stream_console(sys.stderr), [("error:", "bold red"), (" ", ""), (message, "")], "")
 
     def note(self, message: str) -> None:
         if not self.json_mode:
             with self.lock:
-                self.console.print(escape(message))
+                print_line(self.console, [(message, "")], "")
 
     def job_started(self, host: str, task: str, job_id: str, where: str) -> None:
         """A job was launched: folded output holds every result back until the end, so its id (what tail, status
         and stop name) is printed now; unfolded, the result's own line, printed now, says it."""
         if self.fold and not self.json_mode:
             with self.lock:
-                self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] {escape(task)} [dim]|[/] started job "
-                                   f"{escape(job_id)}; {escape(where)}")
+                print_line(self.console, [(host, "bold"), (" ", ""), ("|", "dim"), (f" {task} ", ""), ("|", "dim"),
+                                          (f" started job {job_id}; {where}", "")], "")
 
     def job_attached(self, host: str, job_id: str, state: str) -> None:
         """`tail` is streaming the host's job: its live row says so (never `queued`) and its bar appears."""
@@ -183,14 +184,14 @@ class Reporter:
             return
         with self.lock:
             if failure:
-                self.console.print(f"[bold]{escape(host)}[/] [bold red]| {escape(line)}[/]")
+                print_line(self.console, [(host, "bold"), (" ", ""), (f"| {line}", "bold red")], "")
             elif progress and "total" in progress and self.live is not None:
                 return  # the host's bar in the live view shows it, redrawn in place
             elif progress and "total" in progress:
                 self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] [cyan]{escape(bar(progress))}[/] "
                                    f"[dim]{escape(line)}[/]")
             else:
-                self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] {escape(line)}")
+                print_line(self.console, [(host, "bold"), (" ", ""), ("|", "dim"), (f" {line}", "")], "")
 
     def result(self, r: Result) -> None:
         row = self.rows.get(r.host)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -110,9 +111,10 @@ COLUMNS = [
 ]
 
 
-def fit(rows: list[list[str]], width: int) -> tuple[list[int], int]:
+def fit(rows: list[list[str]], width: int, need: int = 0) -> tuple[list[int], int]:
     """Which columns to show at `width` and how wide the message may be: every fixed column at its full
-    width (a cut host or time is useless), optional ones added while the message keeps MSG_MIN."""
+    width (a cut host or time is useless), optional ones added while the message keeps MSG_MIN, or `need`
+    (its longest word: a job id is never cut) when that is more."""
     natural = [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
     msg = len(COLUMNS) - 1
     shown = [i for i, c in enumerate(COLUMNS) if c.keep == 0]
@@ -121,38 +123,87 @@ def fit(rows: list[list[str]], width: int) -> tuple[list[int], int]:
         return width - sum(natural[i] for i in cols if i != msg) - (3 * len(cols) + 1)
 
     for i in sorted((i for i, c in enumerate(COLUMNS) if c.keep), key=lambda i: COLUMNS[i].keep):
-        if room(shown + [i]) >= min(MSG_MIN, natural[msg]):
+        if room(shown + [i]) >= max(min(MSG_MIN, natural[msg]), need):
             shown.append(i)
     shown.sort()
     return shown, max(room(shown), len(COLUMNS[msg].header))
 
 
 def truncate(text: str, width: int) -> str:
-    """`text` in `width` characters: cut at a word boundary when one is near the end (a half word reads
-    as a different word), with an ellipsis saying that more is in `history --json`."""
+    """`text` in `width` characters, cut between words (half a word, or half a job id, reads as another one),
+    with an ellipsis saying that more is in `history --json`; a text of one word only is cut where it must."""
     if len(text) <= width:
         return text
     cut = text[:max(width - 1, 0)]
     space = cut.rfind(" ")
-    if space >= (2 * len(cut)) // 3:
+    if space > 0 and text[len(cut)] != " ":
         cut = cut[:space]
     return cut.rstrip(" ,;:") + ELLIPSIS
 
 
-def table(records: list[dict[str, Any]], width: int) -> Table:
+MSG_LINES = 3  # a message longer than this many lines of its column is cut between words (all of it: --json)
+
+
+def table(records: list[dict[str, Any]], width: int) -> Table | Group:
+    """The entries as a table whose message column wraps between words; when the terminal is too narrow for
+    the longest word of a message beside the fixed columns, each entry as a block instead: its columns on one
+    line and its message under them, so a job id is whole on the screen, never cut by an ellipsis or the
+    terminal."""
     # Cleaned before the columns are fitted and the message cut: an entry holds what a node said (entries
     # written before the log cleaned them too), and a secret cut in half would no longer be masked.
     rows = [[cleaned(c.cell(r)) for c in COLUMNS] for r in records]
-    shown, msg_width = fit(rows, width)
+    msg = len(COLUMNS) - 1
+    longest = max((len(word) for r in rows for word in r[msg].split()), default=1)
+    shown, msg_width = fit(rows, width, longest)
+    if msg_width < longest:
+        return _blocks(rows, width)
     out = Table()
     for i in shown:
         col = COLUMNS[i]
-        out.add_column(col.header, justify="right" if col.right else "left", no_wrap=True,
-                       overflow="ellipsis", min_width=len(col.header) if col.key == "msg" else None)
+        wraps = col.key == "msg"
+        out.add_column(col.header, justify="right" if col.right else "left", no_wrap=not wraps,
+                       overflow="fold" if wraps else "ellipsis", width=msg_width if wraps else None)
     for row in rows:
         # Text, not markup: a message such as "token is [secret]" must print as written
-        out.add_row(*[Text(truncate(row[i], msg_width) if COLUMNS[i].key == "msg" else row[i]) for i in shown])
+        out.add_row(*[Text(truncate(row[i], MSG_LINES * msg_width) if i == msg else row[i]) for i in shown])
     return out
+
+
+def _blocks(rows: list[list[str]], width: int) -> Group:
+    """Each entry as a block: its columns on a line, aligned with the other entries', then its message wrapped
+    between words under them (indented)."""
+    msg = len(COLUMNS) - 1
+
+    def cell(i: int, row: list[str]) -> str:
+        return f"exit {row[i]}" if COLUMNS[i].key == "exit_status" else row[i]
+
+    natural = {i: max(len(cell(i, r)) for r in rows) for i in range(msg)}
+    shown = [i for i, c in enumerate(COLUMNS[:msg]) if c.keep == 0]
+    for i in sorted((i for i, c in enumerate(COLUMNS[:msg]) if c.keep), key=lambda i: COLUMNS[i].keep):
+        said = any(r[i] != NONE for r in rows)  # a column no entry has says nothing in a block
+        if said and sum(natural[j] + 2 for j in shown + [i]) - 2 <= width:
+            shown.append(i)
+    shown.sort()
+    parts: list[Any] = []
+    for row in rows:
+        head = "  ".join(cell(i, row).rjust(natural[i]) if COLUMNS[i].right else cell(i, row).ljust(natural[i])
+                         for i in shown)
+        parts.append(Text(head.rstrip(), style="bold", no_wrap=True, overflow="fold"))
+        body = truncate(row[msg], MSG_LINES * max(width - 4, 20))
+        parts.append(_Indented(body))
+    return Group(*parts)
+
+
+class _Indented:
+    """A message wrapped between words at draw time, for the console's width, each line indented."""
+
+    def __init__(self, body: str) -> None:
+        self.body = body
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        for line in Text(self.body).wrap(console, max(options.max_width - 4, 20), overflow="fold"):
+            line.rstrip()
+            yield Text("    ") + line
 
 
 def show_history(host: str | None, last: int | None, as_json: bool, root: Path | str | None = None) -> None:
@@ -175,4 +226,4 @@ def show_history(host: str | None, last: int | None, as_json: bool, root: Path |
     total = len(audit.read(host, None, project)) if last else len(records)
     shown = f"the last {len(records)} of {total} entries" if total > len(records) else f"{len(records)} entries"
     console.print(f"audit log {where}: {shown}{scope}", markup=False)
-    console.print(table(records, console.width))
+    console.print(table(records, console.width), soft_wrap=False)  # the message wraps between words

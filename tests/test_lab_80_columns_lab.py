@@ -1,0 +1,34 @@
+"""The lab's own commands at 80 columns, in a real terminal (tmux, 80x40): the command `lab.up` suggests is whole
+on the screen, in the program the operator ran, and runs when typed back exactly as printed."""
+
+from __future__ import annotations
+
+import pytest
+import terminal
+
+from fleetops.lab import Lab
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture
+def term(lab: Lab):
+    if not terminal.available():
+        pytest.skip("needs tmux (Debian's tmux package; scripts/setup installs it)")
+    with terminal.Terminal(lab.root) as t:
+        yield t
+
+
+@pytest.mark.parametrize("program", ["fab", "fleet"])
+def test_lab_up_suggests_its_next_command_whole_in_the_program_run(term, lab: Lab, program: str):
+    rc, _ = term.run(f"{program} lab.up")
+    assert rc == 0
+    drawn = term.visible().splitlines()  # as the terminal drew them: a command cut across two lines is not whole
+    suggested = f"{program} -H lab01 patch verify"
+    inventory = next(n for n, line in enumerate(drawn) if "inventory:" in line)
+    said = " ".join(line.strip() for line in drawn[inventory:])
+    assert str(lab.hosts_file) in said.split(), drawn  # the path, whole, as a word of its own
+    assert any(line.strip().endswith(suggested) and (line.strip() == suggested or len(line) < 80)
+               for line in drawn[inventory:]), drawn
+    rc, screen = term.run(suggested.replace("patch verify", "ping"))  # as printed, less the change it makes
+    assert rc == 0, screen
