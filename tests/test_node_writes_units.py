@@ -115,3 +115,27 @@ def test_the_bootstraps_refusal_of_a_shared_dir_suggests_a_private_state_dir(sha
         bootstrap.walk(shared, bootstrap.Rules(f"{shared}/fleetops"))
     msg = str(caught.value)
     assert f"chmod go-w {shared}" not in msg and "never chmod it" in msg and "state_dir:" in msg, msg
+
+
+def test_a_temp_file_swapped_for_a_link_before_the_rename_is_refused_and_nothing_put_in_place(home, tmp_path,
+                                                                                              monkeypatch):
+    # Under --allow-insecure-venv another user may write the directory: one who swaps the temp file for a link
+    # between its close and the rename must not have the link put in the target's place as "changed".
+    from remote_scripts.core import atomicio
+
+    victim = tmp_path / "victim"
+    victim.write_text("root only\n")
+    target = home / "pkg" / "mod.py"
+
+    def swap(name: str, path: str = "") -> None:
+        if name.endswith(".before_rename"):
+            [tmp] = _left(home / "pkg")
+            (home / "pkg" / tmp).unlink()
+            (home / "pkg" / tmp).symlink_to(victim)
+
+    monkeypatch.setattr(atomicio, "failpoint", swap)
+    with pytest.raises(UnsafeTarget) as caught:
+        atomic_write(str(target), b"new\n", like=str(target))
+    assert "was replaced before it was put in place" in str(caught.value), str(caught.value)
+    assert not target.is_symlink() and target.read_text() == "original\n" and victim.read_text() == "root only\n"
+    assert _left(home / "pkg") == []

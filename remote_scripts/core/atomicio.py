@@ -204,9 +204,11 @@ def _write_in(dir_fd: int, name: str, path: str, data: bytes, like: os.stat_resu
                 os.fchmod(fd, mode)
             if durable:
                 os.fsync(fd)
+            ours = os.fstat(fd)
         finally:
             os.close(fd)
         failpoint(f"{point}.before_rename", path)
+        _still_ours(dir_fd, tmp, ours, path)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException as exc:
         try:
@@ -219,6 +221,22 @@ def _write_in(dir_fd: int, name: str, path: str, data: bytes, like: os.stat_resu
     failpoint(f"{point}.after_rename", path)
     if durable:
         os.fsync(dir_fd)
+
+
+def _still_ours(dir_fd: int, tmp: str, ours: os.stat_result, path: str) -> None:
+    """The temp name still holds the file written here: in a directory another user may write (the operator's
+    --allow-insecure-venv) it could have been swapped for a link, which the rename would put in the target's
+    place."""
+    try:
+        now: os.stat_result | None = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        now = None
+    # the type, owner and link count too: a file system hands a freed inode number straight to the next file
+    if now is None or not stat.S_ISREG(now.st_mode) or now.st_nlink != 1 or \
+            (now.st_dev, now.st_ino, now.st_uid) != (ours.st_dev, ours.st_ino, ours.st_uid):
+        raise _refusal(path, os.path.join(os.path.dirname(path), tmp), "(the file written for it) was replaced "
+                       "before it was put in place", now,
+                       "make its directory writable by root and the login user only, then run again")
 
 
 def ensure_dir(path: str) -> None:
