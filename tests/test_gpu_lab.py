@@ -239,7 +239,7 @@ def test_facts_report_the_real_versions_and_highlight_exactly_the_rows_that_diff
         assert highlighted == (len(set(values)) > 1), (fact, values, highlighted)
     assert {f for f, (_, hl) in rows.items() if hl} & (SAME_FACTS | DIFFERENT_FACTS) == DIFFERENT_FACTS, rows
     column = {h: i for i, h in enumerate(hosts)}
-    assert rows["driver"][0][column["lab01"]] == "580.159.04" and rows["driver"][0][column["lab02"]] == "None"
+    assert rows["driver"][0][column["lab01"]] == "580.159.04" and rows["driver"][0][column["lab02"]] == "not found"
 
 
 def test_lab_status_names_the_simulation(gpus):

@@ -47,6 +47,8 @@ def add_login_user(lab: Lab, name: str) -> Path:
             raise LabError(f"--login-user {name}: {name} may not read {keys} (a folder above it is closed to other "
                            "users, e.g. /root): sshd reads it as the user logging in; make the lab's project in a "
                            "folder every user may enter (e.g. under /srv)")
+    for node in nodes:
+        _interpreter_in_reach(node.python, name)
     _write_sudoers(name, [str(node.python) for node in nodes])
     for node in nodes:
         lab.configure_sshd(node, users=(name,))
@@ -61,6 +63,30 @@ def add_login_user(lab: Lab, name: str) -> Path:
                   "    groups: [lab-become]"]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _interpreter_in_reach(python: Path, name: str) -> None:
+    """The client checks a become host's `python:` over SFTP as the login user, link by link, before sudo runs
+    it: a lab venv's python links to the base venv's, under /root, which no other user may enter. The node's
+    link then goes to the system's interpreter of the same version (/usr/bin/pythonX.Y: the venv still finds its
+    pyvenv.cfg and its packages beside the link), which every user may reach."""
+    real = Path(os.path.realpath(python))
+    if not _reaches(name, real):
+        version = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True).stdout.strip()
+        system = Path(f"/usr/bin/python{version}")
+        if not version or not system.is_file() or not _reaches(name, system):
+            raise LabError(f"--login-user {name}: {name} may not reach the node's interpreter {real} (a folder "
+                           f"above it is closed to other users, e.g. /root), and there is no {system} to use instead")
+        fresh = python.with_name(f".{python.name}.new")
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(system)
+        os.replace(fresh, python)
+
+
+def _reaches(name: str, path: Path) -> bool:
+    return subprocess.run(["setpriv", "--reuid", name, "--regid", name, "--init-groups", "test", "-x", str(path)],
+                          capture_output=True).returncode == 0
 
 
 def _write_sudoers(name: str, pythons: list[str]) -> None:
