@@ -13,6 +13,7 @@ from pathlib import Path
 # Frames of Python's own start-up, before the interpreter runs any line of the program: site processing the
 # checkout's editable-install .pth (an installed wheel has none). Nothing a program can catch there.
 _SITE = re.compile(r'File "<frozen site>"')
+_SCRIPT = re.compile(r'File "[^"]*/bin/(fleet|fab)", line \d+, in <module>')
 _PROGRAM_FRAME = re.compile(r'File "[^"]*/(fleetops|fabric|invoke|paramiko)/')
 
 
@@ -30,10 +31,14 @@ class Moment:
     def before_the_program(self) -> bool:
         """The signal came before the interpreter ran a line of the program: killed by it before Python set its
         handler (the shell says 130 all the same, and nothing is printed), or a KeyboardInterrupt inside the
-        interpreter's own start-up (site), with no frame of the program's."""
+        interpreter's own start-up (site) or the console script's own imports, with no frame of the program's."""
         if self.code == -signal.SIGINT and not self.stderr:
             return True
-        return bool(_SITE.search(self.stderr)) and not _PROGRAM_FRAME.search(self.stderr)
+        # site's start-up (a frame of it, or the interpreter's own fatal error when site could not be imported), or
+        # the console script pip wrote (`import re` before it imports the program)
+        interrupted = "KeyboardInterrupt" in self.stderr and (
+            _SITE.search(self.stderr) or _SCRIPT.search(self.stderr) or "init_import_site" in self.stderr)
+        return bool(interrupted) and not _PROGRAM_FRAME.search(self.stderr)
 
 
 def sigint_at(argv: list[str], cwd: Path, delay: float, env: dict | None = None, timeout: float = 60) -> Moment:

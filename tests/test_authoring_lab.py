@@ -85,8 +85,13 @@ def test_capture_of_the_patched_node_reproduces_the_shipped_files_on_a_fresh_nod
     assert rc == 0, doc
     result = doc["results"][0]
     assert result["status"] == "changed", result
-    for item in result["items"]:
+    captured = [item for item in result["items"] if not item["label"].startswith("pin ")]
+    assert len(captured) == 2, result["items"]
+    for item in captured:
         assert item["status"] == "changed" and "fleetops' saved original" in item["msg"], item
+    offers = {item["label"]: item["details"]["offer"] for item in result["items"] if item["label"].startswith("pin ")}
+    assert offers == {"pin speculators==0.3.0": "speculators>=0.3.0,<0.4", "pin vllm==0.16.0": "vllm>=0.16.0,<0.17"}, \
+        result["items"]
     book = lab.root / "playbooks/new.yaml"
     text = book.read_text()
     assert "speculators==0.3.0" in text and "vllm==0.16.0" in text

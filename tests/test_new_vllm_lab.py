@@ -111,7 +111,7 @@ def test_rebase_says_clean_only_when_the_calls_bind(lab):
 
 
 def test_every_evidence_list_counts_what_it_leaves_out_and_the_probe_names_its_vllm(lab):
-    proc = run_fab(lab.root, "-H", "lab02", "verify", "-p", OLD_YAML)  # pristine files on vLLM 0.17.0
+    proc = run_fab(lab.root, "-H", "lab02", "verify", "-v", "-p", OLD_YAML)  # pristine files on vLLM 0.17.0
     assert proc.returncode == 1
     assert "vllm-callsites [callsites]: 6 call sites do not match the installed packages" in proc.stdout
     assert "and 1 more (--json for all)" in proc.stdout, proc.stdout
