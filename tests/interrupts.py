@@ -36,8 +36,10 @@ class Moment:
             return True
         # site's start-up (a frame of it, or the interpreter's own fatal error when site could not be imported), or
         # the console script pip wrote (`import re` before it imports the program)
+        # ; or one CPython swallowed in its own import machinery ("Exception ignored in" a module lock's callback)
         interrupted = "KeyboardInterrupt" in self.stderr and (
-            _SITE.search(self.stderr) or _SCRIPT.search(self.stderr) or "init_import_site" in self.stderr)
+            _SITE.search(self.stderr) or _SCRIPT.search(self.stderr) or "init_import_site" in self.stderr
+            or "Exception ignored in: <function _get_module_lock" in self.stderr)
         return bool(interrupted) and not _PROGRAM_FRAME.search(self.stderr)
 
 
