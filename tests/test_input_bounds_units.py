@@ -204,7 +204,7 @@ def test_job_cwd_may_not_start_with_a_dash(tmp_path):
         load_playbook(book)
 
 
-# ---------------------------------------------------------------- item 8: secrets masked before serialization
+# ---------------------------------------------------------------- secrets masked before serialization
 @pytest.fixture
 def secret():
     redaction.register(SECRET)
@@ -302,7 +302,7 @@ def test_short_values_are_not_registered():
     assert redaction.redact("abc") == "abc"
 
 
-# ---------------------------------------------------------------- item 8: secret_from_env per host
+# ---------------------------------------------------------------- secret_from_env per host
 def test_unset_secret_from_env_fails_only_its_host(tmp_path, monkeypatch):
     # Quote: "one host's unset secret_from_env fails every host".
     monkeypatch.delenv("FLEETOPS_TEST_UNSET_TOKEN", raising=False)
