@@ -11,9 +11,13 @@ import sys
 if sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "fleet":
     # The `fleet` program is starting: the first of its code Python runs, so Ctrl-C from here on is one line and
     # exit 130, never a traceback from an import (startup.py). A library caller's process is left as it is.
-    from .startup import guard_interrupts
+    try:
+        from .startup import guard_interrupts
 
-    guard_interrupts()
+        guard_interrupts()
+    except KeyboardInterrupt:  # inside the very imports that set the guard: the same one line and exit status
+        sys.stderr.write("interrupted (Ctrl-C) while starting: no host was contacted, nothing ran\n")
+        raise SystemExit(130) from None
 
 from typing import TYPE_CHECKING, Any
 

@@ -96,28 +96,19 @@ def test_history_is_readable_at_80_columns(lab, tmp_path):
     assert proc.returncode == 0, proc.stderr
     logged = audit.read(last=3)
     lines = proc.stdout.splitlines()
-    drawn = [line for line in lines if line[:1] in "┏┃┡│└"]  # the table; the log's path above it may be long
-    assert len(drawn) == 7 and all(len(line) <= 80 for line in drawn), proc.stdout
+    # At 80 columns each entry is a block: its columns on one line, its message wrapped under it, so no id or
+    # path is cut (the wide table is below).
+    starts = [i for i, line in enumerate(lines) if re.match(r"[A-Z][a-z]{2} \d\d \d\d:\d\d  ", line)]
+    assert len(starts) == 3 and all(len(line) <= 80 for line in lines[starts[0]:]), proc.stdout
     for word in ("None", "False", "True", "2026-…"):
         assert word not in proc.stdout, (word, proc.stdout)
-    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
-    header = next([c.strip() for c in line.split("┃")[1:-1]] for line in lines if line.startswith("┃"))
-    assert {"time", "host", "task", "result", "exit", "msg"} <= set(header), proc.stdout
-    col = {name: header.index(name) for name in header}
-    assert [(r[col["host"]], r[col["task"]], r[col["result"]], r[col["exit"]]) for r in rows] == [
-        ("lab01", "verify", "failed", str(logged[0]["exit_status"])), ("lab01", "ping", "ok", "0"),
-        ("deadnode", "ping", "unreachable", "4")], proc.stdout
-    assert rows[0][col["exit"]] != "0"
-    # Local time, minutes, readable: "Nov 30 14:05".
-    assert all(re.fullmatch(r"[A-Z][a-z]{2} \d\d \d\d:\d\d", r[col["time"]]) for r in rows), proc.stdout
-    # No column collapsed to "…"; only a message is cut, once, at its end, and still says something.
-    assert not any(c.endswith("…") for r in rows for i, c in enumerate(r) if i != col["msg"]), proc.stdout
-    for row, rec in zip(rows, logged):
-        shown = row[col["msg"]]
-        assert shown == rec["msg"] or (shown.endswith("…") and rec["msg"].startswith(shown[:-1])
-                                       and len(shown) >= 12 and len(shown) < len(rec["msg"])), (shown, rec)
-    assert rows[2][col["msg"]].endswith("…"), proc.stdout  # the unreachable message is longer than 80 columns
-
+    assert logged[0]["exit_status"] != 0
+    for at, end, rec in zip(starts, starts[1:] + [len(lines)], logged):
+        fields = lines[at].split()
+        assert fields[4:7] == [rec["host"], rec["task"], rec["result"]], (fields, rec)
+        assert fields[fields.index("exit") + 1] == str(rec["exit_status"]), (fields, rec)
+        shown = "".join(line.strip() for line in lines[at + 1:end]).replace(" ", "")
+        assert shown == rec["msg"].replace(" ", ""), (shown, rec)  # whole: 3 lines hold these messages
     # Wide, every column shows, with dashes for what a ping has not (playbook) and yes/no for changed.
     wide = run_fab(lab.root, "history", "--host", "lab01", "--last", "1", env={"COLUMNS": "300"}).stdout
     header = next([c.strip() for c in line.split("┃")[1:-1]] for line in wide.splitlines() if line.startswith("┃"))

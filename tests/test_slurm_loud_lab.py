@@ -166,6 +166,9 @@ def test_tail_with_the_controller_down_ends_as_the_jobs_exit_record_says(cluster
         assert rc == 0 and st["data"]["state"] == "succeeded", st
     finally:
         slurm.up()
+        # The controller learns from slurmd that the job ended only once it is back: until then it still lists
+        # the job, and the next test's extract would be refused as one already in the queue.
+        wait_for(lambda: squeue(slurm, sid) == [], "Slurm no longer listing the finished job", 120)
 
 
 def test_a_job_cancelled_while_pending_says_cancelled_and_never_ran(cluster):
