@@ -342,9 +342,12 @@ def cancel(req: dict) -> dict:
     result = None
     if listed:
         argv = ["scancel", f"--user={job.get('slurm_user') or login()}", f"--name={job['name']}", sid]
+        # recorded before scancel: a tail polling meanwhile sees CANCELLED only with fleetops' record beside it
+        job["cancelled_by"] = {"operator": req.get("operator"), "at": now_iso(), "ts": time.time()}
+        write_json_atomic(os.path.join(job_dir, "job.json"), job)
         result = run(argv, env)
-        if result["rc"] == 0:
-            job["cancelled_by"] = {"operator": req.get("operator"), "at": now_iso(), "ts": time.time()}
+        if result["rc"] != 0:  # nothing was cancelled: the record is taken back
+            del job["cancelled_by"]
             write_json_atomic(os.path.join(job_dir, "job.json"), job)
         deadline = time.monotonic() + float(req.get("grace_s", 30)) + 30
         while result["rc"] == 0 and time.monotonic() < deadline:
