@@ -23,6 +23,7 @@ class Moment:
     code: int | None
     stderr: str
     finished_first: bool  # the program had ended before the signal was sent
+    stdout: str = ""
 
     def describe(self) -> str:
         return f"SIGINT at {self.delay:.2f}s: exit {self.code}; stderr: {self.stderr[-600:]!r}"
@@ -51,12 +52,12 @@ def sigint_at(argv: list[str], cwd: Path, delay: float, env: dict | None = None,
     if not finished_first:
         proc.send_signal(signal.SIGINT)
     try:
-        _, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
         raise AssertionError(f"still running {timeout}s after SIGINT at {delay}s: {err[-600:]}") from None
-    return Moment(delay, proc.returncode, err, finished_first)
+    return Moment(delay, proc.returncode, err, finished_first, out)
 
 
 def sweep(start: float, stop: float, steps: int) -> list[float]:

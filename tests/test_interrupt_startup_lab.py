@@ -47,7 +47,13 @@ def test_ctrl_c_while_a_local_task_runs_is_130_not_invokes_1(tmp_path):
     from conftest import make_project, run_fab
 
     codes = []
-    for i, delay in enumerate(sweep(0.3, 1.3, 6)):
+    # Over a run measured just before (a built node takes well under a second when the machine is quiet, several
+    # when it is loaded): a fixed window would fall after the end of the run and test nothing.
+    measured = make_project(tmp_path / "measured")
+    span = run_span([str(FLEET), "lab.up", "--nodes", "1"], measured, {"PYTHONPATH": str(REPO)}, timeout=300)
+    run_fab(measured, "lab.down", "--purge")
+    moments = sweep(0.2, max(0.3, span), 6)
+    for i, delay in enumerate(moments):
         project = make_project(tmp_path / f"p{i}")
         moment = sigint_at([str(FLEET), "lab.up", "--nodes", "1"], project, delay,
                            env={"PYTHONPATH": str(REPO)}, timeout=300)
@@ -56,7 +62,11 @@ def test_ctrl_c_while_a_local_task_runs_is_130_not_invokes_1(tmp_path):
         if moment.before_the_program:  # the interpreter's own site start-up (interrupts.py)
             continue
         assert "Traceback" not in moment.stderr, moment.describe()
-        assert moment.code == (0 if moment.finished_first else 130), moment.describe()
+        # The signal may come after the task's last line, as the interpreter exits: the work is done and said so
+        # (its closing `try:` line), and 0 is the truth.
+        done = moment.finished_first or "try: fleet -H lab01" in moment.stdout
+        assert moment.code == (0 if done else 130), moment.describe() + f"; stdout: {moment.stdout[-300:]!r}"
         if moment.code == 130:
             assert moment.stderr.strip().splitlines()[-1].startswith("interrupted (Ctrl-C)"), moment.describe()
-    print(f"\nlab.up interrupted at {sweep(0.3, 1.3, 6)}: exit statuses {codes}")
+    print(f"\nlab.up ({span:.2f}s) interrupted at {moments}: exit statuses {codes}")
+    assert sum(code == 130 for code, _ in codes) >= 2, f"too few SIGINTs landed while lab.up ran: {codes}"
