@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import terminal
 from hypothesis import settings as hypothesis_settings
 
 from remote_scripts.core import bootstrap, launch
@@ -284,6 +285,15 @@ def lab(lab_project, lab_factory: LabFactory, request: pytest.FixtureRequest) ->
             _remove(node.state_dir / sub)
         (node.faults_dir / "failpoints.json").unlink(missing_ok=True)  # armed only there (FLEETOPS_FAILPOINTS_DIR)
     return lab
+
+
+@pytest.fixture
+def term(lab: Lab) -> Iterator[terminal.Terminal]:
+    """A real 80x40 terminal (tmux) whose shell starts in the lab's project: what the operator sees and types."""
+    if not terminal.available():
+        pytest.skip("needs tmux (Debian's tmux package; scripts/setup installs it)")
+    with terminal.Terminal(lab.root) as t:
+        yield t
 
 
 @pytest.fixture(scope="session")
