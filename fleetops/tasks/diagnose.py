@@ -212,7 +212,7 @@ def drain_finding(host: str, marker: dict | None) -> Finding | None:
     if not marker:
         return None
     return Finding(WARN, "drain", f"drained by {marker.get('by', '?')} at {marker.get('at', '?')}: "
-                   f"{marker.get('reason') or '?'}; extract and patch refuse here", _fab(host, "undrain"), 3,
+                   f"{marker.get('reason') or '?'}; extract and patch refuse here", [_fab(host, "undrain")], 3,
                    {"drain": marker})
 
 
