@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-import terminal
 from hypothesis import settings as hypothesis_settings
 
 from remote_scripts.core import bootstrap, launch
 
 if TYPE_CHECKING:
+    import terminal
+
     from fleetops.lab import Lab
 
 # What the bootstrap hands in at every agent start: the node's writer (atomicio), run in-process by the tests,
@@ -290,6 +291,8 @@ def lab(lab_project, lab_factory: LabFactory, request: pytest.FixtureRequest) ->
 @pytest.fixture
 def term(lab: Lab) -> Iterator[terminal.Terminal]:
     """A real 80x40 terminal (tmux) whose shell starts in the lab's project: what the operator sees and types."""
+    import terminal  # here: the suite-tier tests copy this conftest alone into projects of their own
+
     if not terminal.available():
         pytest.skip("needs tmux (Debian's tmux package; scripts/setup installs it)")
     with terminal.Terminal(lab.root) as t:
