@@ -5,9 +5,11 @@ one warning names every directive it does not apply."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 
 import paramiko
@@ -30,6 +32,7 @@ _FALLBACK: paramiko.SSHConfig | None = None  # paramiko's reading, used only wit
 _FALLBACK_WARNING: str | None = None
 _RESOLVED: dict[tuple[str, tuple[tuple[str, str], ...]], dict] = {}  # this run's answers, per word and options
 _LOCAL: sshresolve.Local | None = None
+_HOME_CONFIG: tuple[str, str] | None = None  # ($HOME's ssh_config, the file that includes it for ssh)
 SSH_G_TIMEOUT = 10.0  # `ssh -G` reads files; a `Match exec` may run a command, never the network
 
 
@@ -116,9 +119,33 @@ def host_resolution(host: Host) -> dict:
     return resolve(host.address, host.user, host.port)
 
 
+def _home_config() -> str | None:
+    """None when ssh reads the same files fleetops names (~/.ssh/config, then /etc/ssh/ssh_config). ssh takes ~
+    from the password database, fleetops from $HOME; where they differ (a test's own HOME, `sudo -E`), a file
+    of this process's own that includes $HOME's file then the system's, in that order, so ssh reads those."""
+    global _HOME_CONFIG
+    try:
+        import pwd
+        own = pwd.getpwuid(os.getuid()).pw_dir
+    except (ImportError, KeyError):
+        return None
+    user = str(sshconfig.user_config())
+    if os.path.realpath(user) == os.path.realpath(os.path.join(own, ".ssh", "config")):
+        return None
+    with _LOCK:
+        if _HOME_CONFIG is None or _HOME_CONFIG[0] != user:
+            folder = tempfile.mkdtemp(prefix="fleetops-ssh-")  # 0700, this user's
+            path = os.path.join(folder, "config")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(f'Include "{user}"\nInclude "{sshconfig.SYSTEM_CONFIG}"\n')
+            atexit.register(shutil.rmtree, folder, True)
+            _HOME_CONFIG = (user, path)
+        return _HOME_CONFIG[1]
+
+
 def _ssh_g(binary: str, word: str, options: tuple[tuple[str, str], ...]) -> sshresolve.Resolved:
     named = sshconfig.chosen_path(_SSH_CONFIG_PATH)
-    argv = sshresolve.ssh_g_argv(binary, word, os.path.expanduser(named) if named else None, options)
+    argv = sshresolve.ssh_g_argv(binary, word, os.path.expanduser(named) if named else _home_config(), options)
     fix = "fix ssh_config, or name another file with -S"
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=SSH_G_TIMEOUT,
