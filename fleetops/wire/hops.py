@@ -57,18 +57,7 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
     if gateway is None and not host.jump:
         gateway = _proxy_command(settings)
     try:
-        if host.plain:
-            # ssh -G decided HostName, User, Port, IdentityFile, ProxyJump (a user or port typed in the -H word
-            # was passed to it, and wins over ssh_config's, as `ssh -l`/`-p` do).
-            keys = plain_keys()
-            passphrase = _plain_keys_passphrase(host, keys, passphrase)
-            if passphrase:
-                connect_kwargs["passphrase"] = passphrase
-            found = [*keys, *(settings.get("identityfile") or [])]
-            if found:
-                connect_kwargs["key_filename"] = found
-        elif not host.identity_file and settings.get("identityfile"):
-            connect_kwargs["key_filename"] = list(settings["identityfile"])
+        _key_kwargs(host, settings, connect_kwargs, passphrase)
         hostname = str(settings.get("hostname") or host.address)
         cxn = _Connection(hostname, user=str(settings["user"]),
                           port=int(settings["port"]), connect_timeout=host.connect_timeout,
@@ -85,6 +74,60 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
     cxn.fleetops_host = host  # a refused jump host's own known_hosts, for the error's next step (errors.py)
     _strict_gateways(cxn)
     return cxn
+
+
+def _key_kwargs(host: Host, settings: dict, connect_kwargs: dict, passphrase: str | None) -> None:
+    """The keys a connection offers besides the inventory's: -i and IdentityFile for a -H word outside the
+    inventory (ssh -G decided IdentityFile with the -H word's user and port, as `ssh -l`/`-p` do), IdentityFile
+    for an inventory host that names no key; a CertificateFile joined to the key it certifies."""
+    if host.plain:
+        keys = plain_keys()
+        passphrase = _plain_keys_passphrase(host, keys, passphrase)
+        if passphrase:
+            connect_kwargs["passphrase"] = passphrase
+        found = [*keys, *(settings.get("identityfile") or [])]
+        if found:
+            connect_kwargs["key_filename"] = found
+    elif not host.identity_file and settings.get("identityfile"):
+        connect_kwargs["key_filename"] = list(settings["identityfile"])
+    certified = _certified_key(host, settings, connect_kwargs.get("passphrase"))
+    if certified is not None:
+        connect_kwargs["pkey"] = certified
+
+
+def _certified_key(host: Host, settings: dict, passphrase: str | None) -> paramiko.PKey | None:
+    """ssh_config's CertificateFile joined to the identity key it certifies (the inventory's key, else
+    IdentityFile), as ssh offers it: None when no certificate file is there or none fits a key that opens.
+    A key of its own, so a certificate never sticks to the key cache other hosts share."""
+    certificates = [c for c in settings.get("certificatefile") or [] if os.path.isfile(c)]
+    if not certificates:
+        return None
+    identities = [host.identity_file] if host.identity_file and not host.plain else settings.get("identityfile") or []
+    for identity in identities:
+        path = os.path.expanduser(identity)
+        if not os.path.isfile(path):
+            continue
+        try:
+            key = paramiko.PKey.from_path(path, passphrase or typed_passphrase(path))
+        except (paramiko.SSHException, OSError, ValueError, TypeError):  # not opened: said where it is used
+            continue
+        for certificate in certificates:
+            try:
+                if _certifies(paramiko.PublicBlob.from_file(certificate), key):
+                    key.load_certificate(certificate)
+                    return key
+            except (paramiko.SSHException, OSError, ValueError):  # not a certificate ssh could use either
+                continue
+    return None
+
+
+def _certifies(blob: paramiko.PublicBlob, key: paramiko.PKey) -> bool:
+    """Whether the certificate is for this key: its key fields, after the type and nonce, are the public key's
+    after its type (paramiko only compares the key types)."""
+    cert, public = paramiko.Message(blob.key_blob), paramiko.Message(key.asbytes())
+    cert.get_text(), cert.get_binary(), public.get_text()
+    fields = public.get_remainder()
+    return bool(fields) and cert.get_remainder().startswith(fields)
 
 
 def _plain_keys_passphrase(host: Host, keys: tuple[str, ...], passphrase: str | None) -> str | None:
@@ -115,6 +158,8 @@ def _ssh_config_keys(cxn: Connection) -> None:
     if str(cxn.ssh_config.get("identitiesonly", "")).lower() != "yes":
         return
     cxn.connect_kwargs.update(allow_agent=False, look_for_keys=False)
+    if getattr(cxn.connect_kwargs.get("pkey"), "public_blob", None) is not None:
+        return  # a key with its CertificateFile: offered as it is
     for path in files:
         key = agent_key_for(os.path.expanduser(path))
         if key is not None:  # offered first, before paramiko opens the files themselves
