@@ -43,6 +43,8 @@ def test_ssh_defaults_mean_no_key_named_and_a_jump_list_is_kept_whole():
     assert r.identity_files == () and r.proxy_command is None and r.connect_timeout is None
     got = sshresolve.lookup_dict(r, LOCAL)
     assert "identityfile" not in got and got["proxyjump"] == "j1,ops@j2:2200" and "proxycommand" not in got
+    # ssh's default known_hosts pair, printed from the password database's home: fleetops' own default stands
+    assert r.known_hosts == () and "userknownhostsfile" not in got
 
 
 def test_every_documented_token_and_an_unknown_one():
