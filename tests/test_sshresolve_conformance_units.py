@@ -8,7 +8,8 @@ host word, the Connection fleetops builds (nothing opened) must have the HostNam
 list, ProxyJump hops and ProxyCommand that `ssh -G` gives for the same word typed on ssh's own command line
 (`ssh -G -F FILE -p PORT user@host`). `ssh -G` reads files only: no generated file is ever used to connect.
 
-FLEETOPS_SSHCONF_CONFIGS sets how many files (300: every construct appears in many combinations)."""
+FLEETOPS_SSHCONF_CONFIGS sets how many files; by default the hypothesis profile decides, as for the other generated
+tests: 300 under CI (every construct appears in many combinations), 60 for a developer's fast tier."""
 
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from fleetops.plans.inventory import plain_host
 from fleetops.wire import fabconfig, ssh
 from fleetops.wire.connector import TransportError
 
 SEED = 20261207
-CONFIGS = int(os.environ.get("FLEETOPS_SSHCONF_CONFIGS", "300"))
+CONFIGS = int(os.environ.get("FLEETOPS_SSHCONF_CONFIGS") or (300 if settings.default.max_examples >= 300 else 60))
 SSH = shutil.which("ssh")
 NAMES = ["web1", "Web2", "db1", "DB2", "gpu-a", "edge"]
 USERS = ["ops", "root", "deploy"]
