@@ -4,8 +4,8 @@ and runtime, read from squeue/sacct's lines and the exit files its tasks wrote t
 
 from __future__ import annotations
 
-from ..plans import slurm as sp
-from . import slurmview as sv
+from ....plans import slurm as sp
+from . import view as sv
 
 ENDED = ("succeeded", "failed", "killed", "cancelled")
 
