@@ -39,6 +39,8 @@ class JobBackend(ABC):
     # Whether the host hands the job GPUs of other nodes (a scheduler's allocation): then `gpu` and `diagnose`
     # look there, and the host's own kernel log says nothing about the job's processes.
     allocates: ClassVar[bool] = False
+    # The host in a message's words ("--shards all on a Slurm login node needs the number of shards").
+    host_words: ClassVar[str] = "an SSH node"
 
     def handles(self, host: Host) -> bool:
         """Whether this backend runs `host`'s jobs."""
@@ -69,6 +71,11 @@ class JobBackend(ABC):
         if result.failed:
             result.evidence = evidence
         return result
+
+    def running_job(self, node: Connector) -> dict | None:
+        """The job running (or starting) on the host now, as its record says, or None; a shard's extract leaves
+        its own running job alone. A backend that does not shard by host is never asked."""
+        return None
 
     def read_record(self, job: dict, now_ts: object) -> dict:
         """A job of the node's store with its state as `status` reads it (the node's own for an SSH job)."""

@@ -150,11 +150,10 @@ def run_extract(run: RunState, plan: Plan, node: Connector, backend: JobBackend)
     if complete:
         return Result(host, "extract", Status.OK, f"{where} already complete ({prep['done']}/{shard['samples']} in "
                       f"{prep['shard_output']}); nothing to do", data=data)
-    current, _ = node.call("job_status", {"job_id": None})
-    if not current.get("error") and current.get("state") in ("running", "starting") and \
-            current["job"]["id"] in shard["jobs"]:
-        return Result(host, "extract", Status.OK, f"{where}: still running as job {current['job']['id']} "
-                      f"({prep['done']}/{shard['samples']} done); left alone", data={**data, "job": current["job"]})
+    current = backend.running_job(node)
+    if current is not None and current["id"] in shard["jobs"]:
+        return Result(host, "extract", Status.OK, f"{where}: still running as job {current['id']} "
+                      f"({prep['done']}/{shard['samples']} done); left alone", data={**data, "job": current})
     extract = {"dataset": prep["shard_dataset"], "output": prep["shard_output"],
                "shard": {"index": i, "of": of, "start": shard["start"], "end": shard["end"],
                          "dataset": prep["dataset"], "hosts": fleet.doc["hosts"]}}
@@ -367,7 +366,7 @@ def launch(run: RunState, plan: Plan, node: Connector, backend: JobBackend) -> R
     raw = plan.options.get("shards")
     if not backend.shards_by_host and (raw is True or str(raw).lower() == "all"):
         given = "--shards" if raw is True else f"--shards {raw}"
-        return Result(node.host.name, "extract", Status.FAILED, f"{given} on a Slurm login node needs the number "
+        return Result(node.host.name, "extract", Status.FAILED, f"{given} on {backend.host_words} needs the number "
                       "of shards (the job array's size), e.g. --shards 4", code=EXIT_USAGE)
     if raw in (None, False, "") or not backend.shards_by_host:
         return backend.launch(run, plan, node)

@@ -434,5 +434,11 @@ class SshJobs(JobBackend):
     def stop(self, run: RunState, plan: Plan, node: Connector) -> Result:
         return run_stop(run, plan, node)
 
+    def running_job(self, node: Connector) -> dict | None:
+        current, _ = node.call("job_status", {"job_id": None})
+        if current.get("error") or current.get("state") not in ("running", "starting"):
+            return None
+        return current["job"]
+
 
 SSH = register(SshJobs())

@@ -460,6 +460,7 @@ class SlurmJobs(JobBackend):
     scheduler = "slurm"
     shards_by_host = False
     allocates = True
+    host_words = "a Slurm login node"
 
     def launch(self, run: RunState, plan: Plan, node: Connector) -> Result:
         return run_extract(run, plan, node)
