@@ -107,3 +107,18 @@ def test_a_registered_backend_is_asked_first_and_unregistering_restores_the_choi
     finally:
         unregister(extra)
     assert backend_for(_host("n1")) is SSH
+
+
+def test_shards_all_on_a_backend_that_shards_inside_its_host_is_refused_before_the_node_is_asked(tmp_path):
+    from types import SimpleNamespace
+
+    from fleetops.state import RunState
+    from fleetops.tasks.jobs import shards
+    from fleetops.tasks.plan import Plan
+
+    node = SimpleNamespace(host=_host("login01", "slurm"))  # no call(): the refusal asks the node nothing
+    for raw, given in ((True, "--shards"), ("all", "--shards all")):
+        result = shards.launch(RunState(tmp_path, {}), Plan("extract", {}, 60, None, options={"shards": raw}), node,
+                               backend_for(node.host))  # type: ignore[arg-type]
+        assert (result.code, result.msg) == (2, f"{given} on a Slurm login node needs the number of shards (the "
+                                                 "job array's size), e.g. --shards 4"), result
