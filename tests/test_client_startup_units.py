@@ -232,7 +232,8 @@ def _probe_json(code: str) -> object:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-OTHER_FAMILIES = ("fleetops.tasks.jobs", "fleetops.tasks.shards", "fleetops.tasks.slurm", "fleetops.tasks.diagnose",
+OTHER_FAMILIES = ("fleetops.tasks.jobs", "fleetops.tasks.jobs.shards", "fleetops.tasks.jobs.slurm",
+                  "fleetops.tasks.diagnose",
                   "fleetops.tasks.authoring", "fleetops.tasks.oncall", "fleetops.tasks.gpu", "fleetops.tasks.adhoc",
                   "fleetops.tasks.node", "fleetops.plans.rebase", "fleetops.plans.shards")
 
@@ -250,7 +251,7 @@ def test_a_run_imports_only_the_task_families_its_command_line_names():
         "extract = TASKS['extract']\n"
         "print(json.dumps([at_start, names, after_patch, 'fleetops.tasks.jobs' in sys.modules,"
         " extract.run.__module__]))")
-    assert seen == [[], ["patch", "verify"], [], True, "fleetops.tasks.shards"]
+    assert seen == [[], ["patch", "verify"], [], True, "fleetops.tasks.jobs"]
 
 
 def test_every_task_of_every_family_is_in_the_task_table():

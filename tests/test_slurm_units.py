@@ -13,7 +13,7 @@ import pytest
 from fleetops.plans import slurm as sp
 from fleetops.plans.inventory import load_inventory
 from fleetops.plans.yamlsrc import ConfigError
-from fleetops.tasks.slurmview import tasks_view
+from fleetops.tasks.jobs.slurm.view import tasks_view
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"
 
@@ -215,8 +215,8 @@ class _NodeOverFiles:
 
 def _client_tail(tmp_path: Path, options: dict, launched: str | None = None) -> tuple[list[str], list[dict], object]:
     from fleetops.state import RunState
+    from fleetops.tasks.jobs.slurm.jobs import run_tail
     from fleetops.tasks.plan import Plan
-    from fleetops.tasks.slurm import run_tail
 
     run = RunState(tmp_path / "project", {})
     shown: list[str] = []

@@ -27,12 +27,12 @@ from ..plans.versions import judged_checks, judged_patch
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_OK, Item, Next, Result, Status
 from ..wire.connector import Connector, TransportError
-from . import slurm
 from .findings import CRITICAL, OK, SEVERITY, UNKNOWN, WARN, Finding
 from .findings import fab_cmd as _fab
 from .findings import quoted as _q
 from .findings import run_cmd as _run_cmd
-from .jobfindings import job_findings, process_findings, with_state
+from .jobs.backend import backend_for
+from .jobs.findings import job_findings, process_findings, with_state
 from .plan import Plan, TaskSpec
 
 if TYPE_CHECKING:
@@ -417,8 +417,9 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
         result.evidence = evidence
         return result
     findings = assess_answer(host, answer, sent, received, plan.playbook)
-    if host.scheduler == "slurm":  # a login node: where our job's allocation is says more than its own GPUs
-        note = slurm.allocation_note(node)
+    backend = backend_for(host)
+    if backend.allocates:  # a login node: where our job's allocation is says more than its own GPUs
+        note = backend.allocation_note(node)
         # A controller that cannot be reached leaves the job's state unknown: never an OK line.
         blind = bool(note and note.details.get("controller"))
         findings.append(Finding(UNKNOWN if blind else OK, "slurm",

@@ -1,4 +1,4 @@
-"""A diagnose finding and the commands it names: what diagnose.py and jobfindings.py build their verdicts from."""
+"""A diagnose finding and the commands it names: what diagnose.py and jobs/findings.py build their verdicts from."""
 
 from __future__ import annotations
 

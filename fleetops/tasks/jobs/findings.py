@@ -8,12 +8,13 @@ import re
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from ..plans.jobspec import describe_end
-from ..plans.jobverdict import of as verdict_of
-from .findings import CRITICAL, OK, UNKNOWN, WARN, Finding, fab_cmd, quoted, run_cmd
+from ...plans.jobspec import describe_end
+from ...plans.jobverdict import of as verdict_of
+from ..findings import CRITICAL, OK, UNKNOWN, WARN, Finding, fab_cmd, quoted, run_cmd
+from .backend import backend_of_record
 
 if TYPE_CHECKING:
-    from ..plans.kernellog import OomKill
+    from ...plans.kernellog import OomKill
 
 
 # A CUDA out-of-memory in a job's log: PyTorch's words (RuntimeError or torch.OutOfMemoryError) and the CUDA
@@ -38,16 +39,18 @@ def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
     progress = next((ln for ln in reversed(tail) if progress_rx.search(ln)), None)
     failures = [ln for ln in tail if any(rx.search(ln) for rx in failure_rxs)][-5:]
     runtime = job.get("runtime_s")
-    who = f"Slurm job {job.get('slurm_job_id')}" if job.get("scheduler") == "slurm" else f"pid {job.get('pid')}"
+    backend = backend_of_record(job)
+    who = backend.who(job)
     facts = (f"job {job.get('id')} ({who}) {state}"
              + (f" after {runtime:.0f}s" if isinstance(runtime, (int, float)) else ""))
     details = {"job_id": job.get("id"), "state": state, "exit": job.get("exit"), "runtime_s": runtime,
                "last_progress": progress, "failure_lines": failures, "log": job.get("log"),
                "scheduler": job.get("scheduler") or "ssh"}
-    from ..plans.kernellog import OOM_ADVICE, match_oom, oom_text
+    from ...plans.kernellog import OOM_ADVICE, match_oom, oom_text
 
-    # The login node's kernel log says nothing of a Slurm job's compute node: no OOM kill is matched to it.
-    ours = match_oom(kills, job)[0] if job.get("scheduler") != "slurm" else []
+    # A login node's kernel log says nothing of the compute node its scheduler allocated: no OOM kill is
+    # matched to such a job.
+    ours = match_oom(kills, job)[0] if not backend.allocates else []
     if ours:
         main = next((k for k in ours if k.pid == job.get("pid")), ours[0])
         how = "main process" if main.pid == job.get("pid") else "process (one that died during its run)"
@@ -75,10 +78,10 @@ def _ended_finding(host: str, job: dict, facts: str, details: dict, tail: list[s
                    kernel_ok: bool) -> Finding:
     """An ended job: out of GPU memory (its log says so), failed or killed, succeeded with failure lines in its
     log (each WARN, the matched line shown), or succeeded cleanly (OK)."""
-    from ..plans.kernellog import sigkill_note
+    from ...plans.kernellog import sigkill_note
 
     why = job.get("end") or describe_end(job)
-    if (job.get("exit") or {}).get("signal") == 9 and job.get("scheduler") != "slurm":
+    if (job.get("exit") or {}).get("signal") == 9 and not backend_of_record(job).allocates:
         why += f" ({sigkill_note(kernel_ok)})"
     logs = [fab_cmd(host, "logs", "--job-id", str(job.get("id")), "--lines", "200"), *rerun(host, job)]
     oom = next((ln for ln in reversed(tail) if GPU_OOM.search(ln)), None)
@@ -119,10 +122,7 @@ def process_findings(host: str, job: dict, procs: list) -> list[Finding]:
 
 
 def with_state(job: dict, now_ts: object) -> dict:
-    """A Slurm job as the node sent it (its record, squeue/sacct's lines, its exit files) with its state read the
-    way `status` reads it; an SSH job's state is the node's own."""
-    if job.get("scheduler") != "slurm" or not isinstance(job.get("record"), dict):
-        return job
-    from .slurmrecord import read_state
-
-    return {**job, **read_state(job["record"], job.get("query"), job.get("exits"), now_ts)}
+    """The latest job as the node sent it, with its state read the way `status` reads it (by the backend that
+    made it: a Slurm job's from its record, squeue/sacct's lines and its exit files; an SSH job's is the
+    node's own)."""
+    return backend_of_record(job).read_record(job, now_ts)
