@@ -226,7 +226,8 @@ def test_a_message_to_stderr_while_the_live_view_is_up_goes_above_it_not_onto_it
 def test_the_live_view_leaves_the_last_columns_free_for_what_the_terminal_echoes():
     """A view line as wide as the terminal becomes two lines when the terminal echoes `^C` after it, and the view
     is erased by counting its lines: its top stayed behind."""
-    from fleetops.report.console import LIVE_MARGIN, _Fresh
+    from fleetops.report.console import LIVE_MARGIN
+    from fleetops.report.liveview import _Fresh
 
     rep, _ = reporter(["lab01", "lab02"], width=80, terminal=True)
     rep.live_start(["lab01", "lab02"])
