@@ -99,10 +99,10 @@ def main(find_op: FindOp, find_role: FindRole) -> int:
 
 
 def serve_and_exit(find_op: FindOp, find_role: FindRole) -> None:
-    """The serving agent's end (the bootstrap calls this). When main() returns, the client has closed the
-    session (or gone away): every answer is written (os.write, unbuffered), every op's files are closed and its
-    children waited for, and no thread of ours is left but the watchdog. Python's teardown would only free
-    memory: 3-5 ms of the node's CPU per host, measured, so it is skipped. The long-running roles
+    """The serving agent's end (the bootstrap calls it through the manifest). When main() returns, the client
+    has closed the session (or gone away): every answer is written (os.write, unbuffered), every op's files are
+    closed and its children waited for, and no thread of ours is left but the watchdog. Python's teardown would
+    only free memory: 3-5 ms of the node's CPU per host, measured, so it is skipped. The long-running roles
     (`wrap`, `extract`, where vLLM registers exit handlers) start from the zip's __main__ and exit normally."""
     code = main(find_op, find_role)
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
