@@ -21,12 +21,13 @@ PACKAGE = Path(fleetops.__file__).parent
 
 
 def finding_calls_with_bare_values(root: Path) -> list[str]:
-    """`Finding(...)` calls that pass a severity as a string or anything past `next` by position."""
+    """`Finding(...)` (and `HealthFinding(...)`) calls that pass a severity as a string, or anything past the
+    fourth field by position."""
     found = []
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             name = getattr(node, "func", None)
-            if not (isinstance(node, ast.Call) and getattr(name, "id", getattr(name, "attr", "")) == "Finding"):
+            if not (isinstance(node, ast.Call) and getattr(name, "id", getattr(name, "attr", "")).endswith("Finding")):
                 continue
             where = f"{path.relative_to(root)}:{node.lineno}"
             if len(node.args) > 4:
@@ -43,9 +44,11 @@ def test_no_finding_passes_a_bare_rank_or_severity():
 def test_the_check_sees_bare_values(tmp_path):
     (tmp_path / "a.py").write_text('Finding(WARN, "disk", "low", [], 42, {}, "why")\n'
                                    'f.Finding("CRITICAL", "gpu", "gone", [])\n'
-                                   'Finding(OK, "load", "fine", [], rank=98)\n')
+                                   'Finding(OK, "load", "fine", [], rank=98)\n'
+                                   'HealthFinding("WARN", gpu, "throttled", "look")\n')
     assert finding_calls_with_bare_values(tmp_path) == ["a.py:1 passes 42 by position",
-                                                        "a.py:2 passes the severity 'CRITICAL' as a literal"]
+                                                        "a.py:2 passes the severity 'CRITICAL' as a literal",
+                                                        "a.py:4 passes the severity 'WARN' as a literal"]
 
 
 def test_a_finding_refuses_an_unnamed_severity_or_a_positional_rank():

@@ -195,10 +195,10 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
             health = []
         for h in assess(health):
             label = f"gpu{h.gpu.index}" if h.gpu.index is not None else "gpu"
-            out.append(Finding(CRITICAL if h.severity == "CRITICAL" else WARN, label,
+            out.append(Finding(h.severity, label,
                                f"GPU {h.gpu.index} ({h.gpu.bus_id}): {h.what}: {h.action}",
                                [_run_cmd(host, f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,"
-                                               "ROW_REMAPPER,PERFORMANCE")], rank=9 if h.severity == "CRITICAL" else 45,
+                                               "ROW_REMAPPER,PERFORMANCE")], rank=9 if h.severity is CRITICAL else 45,
                                why="the GPU's ECC, retirement, remapping and throttle record"))
         if health and not any(f.area.startswith("gpu") and f.verdict != OK for f in out):
             vol = sum(h.ecc.get("volatile", {}).get("uncorrectable", 0) for h in health)
