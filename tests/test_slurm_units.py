@@ -129,15 +129,15 @@ def test_inventory_slurm_fields_and_refusals(tmp_path):
 
 def test_batch_script_is_the_bootstraps_fixed_text_that_compiles():
     from fleetops.wire.bundle import BOOTSTRAP
-    from remote_scripts.jobs import slurmquery as node_slurm
+    from remote_scripts.jobs import slurmquery as node_query
     from remote_scripts.jobs import slurmstep
 
     # the batch script is the verifying bootstrap itself under a `#!python -IS` line (its arguments name the
     # state dir, the agent, its sha256 and the step's role): no user data in its text
     compile(BOOTSTRAP, "batch.py", "exec")
     assert slurmstep.STEP == "slurm-step"
-    assert node_slurm.SQUEUE_FORMAT == sp.SQUEUE_FORMAT and node_slurm.SACCT_FORMAT == sp.SACCT_FORMAT
-    assert node_slurm.SQUEUE_FIELDS == sp.SQUEUE_FIELDS and node_slurm.ACTIVE == sp.RUNNING | sp.PENDING
+    assert node_query.SQUEUE_FORMAT == sp.SQUEUE_FORMAT and node_query.SACCT_FORMAT == sp.SACCT_FORMAT
+    assert node_query.SQUEUE_FIELDS == sp.SQUEUE_FIELDS and node_query.ACTIVE == sp.RUNNING | sp.PENDING
 
 
 def _slurm_job(state_dir: Path, lines: list[int], ended: bool = True) -> str:

@@ -29,11 +29,11 @@ def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
     """The latest job (SSH or Slurm): killed by the kernel's OOM killer, running, or ended; an ended job's log is
     read with the playbook's failures: patterns, whatever its exit status said."""
     if job.get("error_kind") == "no_job":
-        return [Finding(OK, "job", "no job has been started on this node", [fab_cmd(host, "extract")], 95,
+        return [Finding(OK, "job", "no job has been started on this node", [fab_cmd(host, "extract")], rank=95,
                         why="start one")]
     if job.get("error"):
         return [Finding(UNKNOWN, "job", f"the latest job could not be read: {job['error']}", [fab_cmd(host, "status")],
-                        45, why="the job's own account")]
+                        rank=45, why="the job's own account")]
     state = verdict_of(job).word  # the word `status` and `jobs` give it
     tail = job.get("log_tail") or []
     progress = next((ln for ln in reversed(tail) if progress_rx.search(ln)), None)
@@ -56,12 +56,12 @@ def job_findings(host: str, job: dict, kills: list[OomKill], kernel_ok: bool,
         how = "main process" if main.pid == job.get("pid") else "process (one that died during its run)"
         return [Finding(CRITICAL, "oom", f"the kernel OOM killer killed job {job.get('id')}'s {how}: "
                         f"{oom_text(main)}; the job ended: {describe_end(job)}",
-                        [fab_cmd(host, "logs", "--job-id", str(job.get("id"))), *rerun(host, job)], 3,
-                        {**details, "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours]},
-                        OOM_ADVICE)]
+                        [fab_cmd(host, "logs", "--job-id", str(job.get("id"))), *rerun(host, job)], rank=3,
+                        details={**details, "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours]},
+                        why=OOM_ADVICE)]
     if not verdict_of(job).ended and verdict_of(job).health == OK:
         msg = f"{facts}; last progress: {progress or '(none yet)'}"
-        return [Finding(OK, "job", msg, [fab_cmd(host, "tail")], 80, details, "follow it")]
+        return [Finding(OK, "job", msg, [fab_cmd(host, "tail")], rank=80, details=details, why="follow it")]
     return [_ended_finding(host, job, facts, details, tail, failures, kernel_ok)]
 
 
@@ -86,16 +86,19 @@ def _ended_finding(host: str, job: dict, facts: str, details: dict, tail: list[s
     logs = [fab_cmd(host, "logs", "--job-id", str(job.get("id")), "--lines", "200"), *rerun(host, job)]
     oom = next((ln for ln in reversed(tail) if GPU_OOM.search(ln)), None)
     if oom is not None:
-        return Finding(WARN, "job", f"{facts}: {why}; out of GPU memory: {oom}", logs, 9,
-                       {**details, "gpu_oom_line": oom}, GPU_OOM_ADVICE)
+        return Finding(WARN, "job", f"{facts}: {why}; out of GPU memory: {oom}", logs, rank=9,
+                       details={**details, "gpu_oom_line": oom}, why=GPU_OOM_ADVICE)
     verdict = verdict_of(job)
     if verdict.ok and not failures:
-        return Finding(OK, "job", f"{facts}: {why}", [fab_cmd(host, "logs")], 85, details, "its last lines")
+        return Finding(OK, "job", f"{facts}: {why}", [fab_cmd(host, "logs")], rank=85, details=details,
+                       why="its last lines")
     if verdict.ok:
         return Finding(WARN, "job", f"{facts}: {why}, but its log has {len(failures)} line(s) its failures: "
-                       f"patterns match; last: {failures[-1]}", logs, 11, details, "read what went wrong")
+                       f"patterns match; last: {failures[-1]}", logs, rank=11, details=details,
+                       why="read what went wrong")
     last = f"; last failure line: {failures[-1]}" if failures else (f"; last log line: {tail[-1]}" if tail else "")
-    return Finding(verdict.health, "job", f"{facts}: {why}{last}", logs, 10, details, "read why it ended")
+    return Finding(verdict.health, "job", f"{facts}: {why}{last}", logs, rank=10, details=details,
+                   why="read why it ended")
 
 
 def process_findings(host: str, job: dict, procs: list) -> list[Finding]:
@@ -113,12 +116,12 @@ def process_findings(host: str, job: dict, procs: list) -> list[Finding]:
     if ended and left:
         plural = "es" if len(left) != 1 else ""
         return [Finding(WARN, "processes", f"job {job.get('id')} ended ({job.get('state')}) but left "
-                        f"{len(left)} process{plural}: " + "; ".join(rows), [fab_cmd(host, "stop")], 15,
-                        {"processes": procs}, "stop what the ended job left behind")]
+                        f"{len(left)} process{plural}: " + "; ".join(rows), [fab_cmd(host, "stop")], rank=15,
+                        details={"processes": procs}, why="stop what the ended job left behind")]
     verdict = WARN if stuck else OK
     return [Finding(verdict, "processes", f"job {job.get('id')}'s processes: " + "; ".join(rows),
-                    [run_cmd(host, f"ps -o pid,stat,etime,rss,cmd -g {quoted(job.get('pgid'))}")], 48 if stuck else 92,
-                    {"processes": procs}, "the job's processes as ps sees them")]
+                    [run_cmd(host, f"ps -o pid,stat,etime,rss,cmd -g {quoted(job.get('pgid'))}")],
+                    rank=48 if stuck else 92, details={"processes": procs}, why="the job's processes as ps sees them")]
 
 
 def with_state(job: dict, now_ts: object) -> dict:

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ...plans import shards as sp
+from ...plans import shards as shardplan
 from ...plans.jobspec import JobSpec, parse_progress
 from ...results import EXIT_FAILED, Result, Status
 from ...wire.connector import Connector
@@ -37,7 +37,7 @@ class Fleet:
     def __init__(self, run: RunState, plan: Plan) -> None:
         self.lock = threading.Lock()
         self.job = plan.options.get("job") or "extract"
-        self.path = sp.manifest_path(run.root, self.job)
+        self.path = shardplan.manifest_path(run.root, self.job)
         self.doc: dict | None = None
         self.mode = ""
         self.error: str | None = None
@@ -59,9 +59,9 @@ class Fleet:
         nodes' own state is the truth and the next status writes the plan again."""
         assert self.doc is not None
         self.doc["updated"] = _now()
-        self.doc["complete"] = not sp.unfinished(self.doc)
+        self.doc["complete"] = not shardplan.unfinished(self.doc)
         try:
-            sp.save(self.path, self.doc)
+            shardplan.save(self.path, self.doc)
             self.save_error = None
         except OSError as exc:
             self.save_error = f"{self.path} not written: {exc.strerror or exc}"
@@ -96,14 +96,14 @@ def _decide(run: RunState, plan: Plan, fleet: Fleet) -> None:
             return
         hosts = _sharded_hosts(run)
         try:
-            sp.count(plan.options.get("shards"), len(hosts))
-            doc, mode = sp.decide(sp.load(fleet.path), fleet.job, hosts, _now(), fleet.path)
+            shardplan.count(plan.options.get("shards"), len(hosts))
+            doc, mode = shardplan.decide(shardplan.load(fleet.path), fleet.job, hosts, _now(), fleet.path)
             fleet.doc, fleet.mode = doc, mode
             fleet.save()
             if fleet.save_error:
                 fleet.doc, fleet.error = None, f"{fleet.save_error}: the shard plan must be on disk before any " \
                     "shard starts; nothing launched"
-        except sp.ShardError as exc:
+        except shardplan.ShardError as exc:
             fleet.error = str(exc)
 
 
@@ -221,11 +221,12 @@ def _claim_summary(run: RunState, fleet: Fleet, step: str) -> bool:
 
 
 def _summary(run: RunState, fleet: Fleet, result: Result | None) -> None:
-    agg = sp.aggregate(fleet.rows())
+    agg = shardplan.aggregate(fleet.rows())
     complete = sum(1 for s in (fleet.doc or {}).get("shards", []) if s.get("complete"))
     agg["complete_shards"] = complete
     saved = f" ({fleet.save_error})" if fleet.save_error else ""
-    run.reporter.note(f"fleet | {sp.line(agg)}; {complete}/{agg['shards']} shards complete; plan {fleet.path}{saved}")
+    run.reporter.note(f"fleet | {shardplan.line(agg)}; {complete}/{agg['shards']} shards complete; "
+                      f"plan {fleet.path}{saved}")
     if result is not None:  # None: this host's own step raised; its failed result is made by the registry
         result.data["fleet"] = {**agg, "plan": str(fleet.path)}
 
@@ -238,8 +239,8 @@ def _load_view(run: RunState, plan: Plan, node: Connector, backend: JobBackend) 
     with fleet.lock:
         if fleet.doc is None and fleet.error is None:
             try:
-                fleet.doc = sp.load(fleet.path)
-            except sp.ShardError as exc:
+                fleet.doc = shardplan.load(fleet.path)
+            except shardplan.ShardError as exc:
                 fleet.error = str(exc)
     if fleet.doc is None or fleet.shard(node.host.name) is None:
         return None
@@ -277,8 +278,8 @@ def _is_ours(fleet: Fleet, host: str, job: str | None) -> bool:
             return False
         if job not in shard["jobs"]:
             try:
-                disk = sp.load(fleet.path) or {}
-            except sp.ShardError:
+                disk = shardplan.load(fleet.path) or {}
+            except shardplan.ShardError:
                 disk = {}
             for saved in disk.get("shards", []):
                 if saved.get("host") == host and saved.get("index") == shard["index"]:
@@ -325,12 +326,12 @@ class _FleetFollower:
             if now - fleet.last_line < AGGREGATE_EVERY_S:
                 return
             fleet.last_line = now
-            agg = sp.aggregate(fleet.rows())
+            agg = shardplan.aggregate(fleet.rows())
             attach = not fleet.attached
             fleet.attached = True
         if attach:
             self._reporter.job_attached("fleet", f"{agg['shards']} shards", "running")
-        self._reporter.job_line("fleet", sp.line(agg), False, agg)
+        self._reporter.job_line("fleet", shardplan.line(agg), False, agg)
 
 
 def run_tail(run: RunState, plan: Plan, node: Connector, backend: JobBackend) -> Result:
