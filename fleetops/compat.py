@@ -19,6 +19,7 @@ from typing import Any
 
 import paramiko
 from invoke.config import Config
+from invoke.parser import Parser, ParserContext
 from invoke.program import Program
 from paramiko.auth_handler import AuthHandler
 
@@ -289,3 +290,27 @@ class RefuseWrites:
             raise RuntimeError(f"fleetops shares one Fabric config between connections; removing {key!r} from "
                                "it would race (a fleetops bug: please report it)")
         super()._remove(keypath, key)  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- the task parser (Invoke)
+class NamedTasksParser:
+    """Mixed into `fleet`'s Program: Invoke builds a parser context for every task of the collection, then
+    deep-copies them all (and formats their repr for a debug line) on every parse: ~10 ms of each run's
+    start-up for ~40 tasks. A parse only ever looks up the words typed, so contexts for the tasks the command
+    line names (or asks --help for) parse it the same, with the same errors. The program sets `named_words`
+    right before Invoke's parse_tasks; shell completion, which lists every task, gets Invoke's full parser (it
+    builds one outside parse_tasks), as does every parse with task_parser off."""
+
+    named_words: set[str] | None = None
+
+    def _make_parser(self) -> Parser:
+        named, self.named_words = self.named_words, None
+        collection = getattr(self, "collection", None)
+        if named is None or collection is None or not enabled("task_parser"):
+            return super()._make_parser()  # type: ignore[misc]
+        ignore = self.config.tasks.ignore_unknown_help  # type: ignore[attr-defined]
+        contexts = [ParserContext(name=primary, aliases=aliases,
+                                  args=collection[primary].get_arguments(ignore_unknown_help=ignore))
+                    for primary, aliases in collection.task_names.items()
+                    if primary in named or any(alias in named for alias in aliases)]
+        return Parser(initial=self.initial_context, contexts=contexts)  # type: ignore[attr-defined]

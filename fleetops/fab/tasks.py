@@ -46,7 +46,8 @@ HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
 HELP_JSON = "print one JSON document instead of the human view"
 HELP_DIFF = "show each file's diff also when applying"
 
-_usage.install()  # a typo in a task or flag exits 2 with the task's help hint, not Invoke's 1
+# `fab` reaches fleetops' code first here, while Invoke imports the fabfile (the module being imported)
+_usage.at_fabfile_load(getattr(sys.modules.get("fabfile"), "__file__", None))
 
 
 HELP_WHILE_RUNNING = ("write even while a job of this node runs from these files (it keeps the code it imported; "
