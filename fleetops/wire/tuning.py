@@ -64,19 +64,12 @@ class FleetTransport(paramiko.Transport):
         options.ciphers = (*first, *(c for c in options.ciphers if c not in first))
 
     def auth_publickey(self, username: str, key: paramiko.PKey, event: threading.Event | None = None) -> list[str]:
-        if not compat.enabled("pipelined_auth"):
-            return super().auth_publickey(username, key, event)
-        # paramiko's own body, with the handler that sends the request ahead (compat.PipelinedAuth)
-        if not self.active or not self.initial_kex_done:
-            raise paramiko.SSHException("No existing session")
-        my_event = event or threading.Event()
-        self.auth_handler = handler = compat.PipelinedAuth(self)
-        handler.auth_publickey(username, key, my_event)
-        if handler.sent_ahead and self.session_ahead:
+        pipelined = compat.auth_publickey_pipelined(self, username, key, event, self._after_request)
+        return super().auth_publickey(username, key, event) if pipelined is None else pipelined
+
+    def _after_request(self, sent_ahead: bool) -> None:
+        if sent_ahead and self.session_ahead:
             self.open_session_ahead()
-        if event is not None:
-            return []
-        return handler.wait_for_response(my_event)
 
     session_ahead = True  # a node's connection runs a session; a jump host's only forwards (JumpTransport)
 
