@@ -148,8 +148,10 @@ def test_command_timeout_flag_is_the_adhoc_commands_timeout(lab, args):
 
 
 # ---------------------------------------------------------------- core flags before or after the task
-@pytest.mark.parametrize("args", [["fleet", "--json", "-H", "lab01", "ping"], ["fab", "--json", "-H", "lab01", "ping"],
-                                  ["fab", "-H", "@lab", "--json", "--limit", "lab02", "ping"],
+# (before the task with `fleet`, whose core flags they are; after it with Fabric's own `fab` too)
+@pytest.mark.parametrize("args", [["fleet", "--json", "-H", "lab01", "ping"], ["fab", "-H", "lab01", "ping", "--json"],
+                                  ["fleet", "-H", "@lab", "--json", "--limit", "lab02", "ping"],
+                                  ["fab", "-H", "@lab", "ping", "--json", "--limit", "lab02"],
                                   ["fleet", "-H", "lab01", "ping", "--json"]])
 def test_json_before_or_after_the_task(lab, args):
     proc = run(args[0], lab.root, *args[1:])
