@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ FAST_PATHS: dict[str, tuple[tuple[str, ...], str]] = {
                         "Transport.auth_publickey's body"),
                        "the login request sent behind the service request: one round trip per connection"),
     "session_ahead": (("paramiko Transport._next_channel", "Transport._channels", "Transport._send_message",
-                       "Channel._set_transport", "Channel._set_window"),
+                       "Channel._set_transport", "Channel._set_window", "Transport.open_channel's wait, copied"),
                       "the session channel opened behind the login request: one round trip per connection "
                       "(only with pipelined_auth)"),
     "indexed_host_keys": (("paramiko HostKeys._entries", "the lookup's SubDict._hostkeys"),
@@ -230,6 +231,21 @@ def open_session_ahead(transport: paramiko.Transport, window: int, packet: int) 
     chan._set_window(window, packet)
     transport._send_message(m)  # the login request is still unanswered: no rekey can be under way
     return chan, event
+
+
+def confirmed_ahead(transport: paramiko.Transport, chan: paramiko.Channel, event: threading.Event,
+                    timeout: float) -> paramiko.Channel:
+    """The second half of paramiko's open_channel, its body copied, for a channel open_session_ahead sent: wait
+    for OPEN_CONFIRMATION (or failure, or the end)."""
+    deadline = time.monotonic() + timeout
+    while not event.wait(0.1):
+        if not transport.active:
+            break
+        if time.monotonic() > deadline:
+            raise paramiko.SSHException("Timeout opening channel.")
+    if event.is_set() and channel_mapped(transport, chan):  # a refused open is unmapped
+        return chan
+    raise transport.get_exception() or paramiko.SSHException("Unable to open channel.")
 
 
 def forget_channel(transport: paramiko.Transport, chan: paramiko.Channel) -> None:

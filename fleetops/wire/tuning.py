@@ -8,7 +8,6 @@ import functools
 import logging
 import os
 import threading
-import time
 from typing import Any
 
 import paramiko
@@ -100,22 +99,11 @@ class FleetTransport(paramiko.Transport):
         if ahead is not None:
             chan, event, login = ahead
             if login is self.auth_handler and login.is_authenticated():
-                return self._opened(chan, event, self.channel_timeout if timeout is None else timeout)
+                return compat.confirmed_ahead(self, chan, event,
+                                              self.channel_timeout if timeout is None else timeout)
             with self.lock:
                 compat.forget_channel(self, chan)  # opened behind a login sshd refused: it will never be confirmed
         return super().open_channel(kind, dest_addr, src_addr, window_size, max_packet_size, timeout)
-
-    def _opened(self, chan: paramiko.Channel, event: threading.Event, timeout: float) -> paramiko.Channel:
-        # the second half of paramiko's open_channel: wait for OPEN_CONFIRMATION (or failure, or the end)
-        deadline = time.monotonic() + timeout
-        while not event.wait(0.1):
-            if not self.active:
-                break
-            if time.monotonic() > deadline:
-                raise paramiko.SSHException("Timeout opening channel.")
-        if event.is_set() and compat.channel_mapped(self, chan):  # a refused open is unmapped
-            return chan
-        raise self.get_exception() or paramiko.SSHException("Unable to open channel.")
 
 
 class JumpTransport(FleetTransport):
