@@ -29,7 +29,7 @@ from .plans.hostrange import fold as fold_names
 from .plans.hostrange import is_range, natural_key, split_words
 from .report.fold import FOLD_MIN_HOSTS, identities
 from .report.rows import fleet_sections
-from .results import EXIT_AUDIT, EXIT_INTERRUPTED, Result, Status, exit_status
+from .results import EXIT_AUDIT, EXIT_FAILED, EXIT_INTERRUPTED, Result, Status, exit_status
 from .rollout import DEFAULT_FORKS, Step, run_fleet
 from .state import RunState
 from .tasks.plan import UsageError
@@ -88,13 +88,14 @@ def chain_options(tasks: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, di
 
 
 def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool = True, fold: bool | None = None,
-            odd: bool = False, command: list[str] | None = None) -> int:
+            odd: bool = False, command: list[str] | None = None, reports: dict[str, str] | None = None) -> int:
     """Run every host's chain and return the exit status. `view`: the live view and, at the end, the recap
     (or the JSON document), as `fab` shows them; the library (api.py) returns the results instead.
     `fold`: hosts that answered the same shown once (None: when FOLD_MIN_HOSTS or more hosts run; the
     environment's FLEETOPS_FOLD=0/1 decides before that); `odd`: each minority group as a diff against the
     majority. `command`: the command line as typed (argv); when given, a run with failures ends with the
-    command that re-runs only the failed hosts, also written to .fleetops/last-failed (`-H @failed`)."""
+    command that re-runs only the failed hosts, also written to .fleetops/last-failed (`-H @failed`).
+    `reports`: files to write the results to as well, by kind (`metrics`: Prometheus text, `junit`: JUnit XML)."""
     state = run.state
     reporter = state.reporter
     startup.release()  # planned: the program's start-up is over (startup.py)
@@ -120,6 +121,8 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
             code = EXIT_INTERRUPTED
             if view:
                 _say_what_was_done(state)
+        if reports and not _write_reports(state, reports) and code == 0:
+            code = EXIT_FAILED  # a timer's run whose file was not written must not look like a good one
         if view:
             tracing = bool(os.environ.get("FLEETOPS_TRACE"))
             extra = {"counters": COUNTERS.per_host} if tracing or reporter.json_mode else None
@@ -147,6 +150,29 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
         reporter.live_stop()
         state.close()
     return code
+
+
+def _write_reports(state: RunState, reports: dict[str, str]) -> bool:
+    """The run's results written to each report file asked for; False (said on stderr) if one could not be."""
+    import time
+
+    from .report.files import write_atomically
+    from .report.junit import junit_xml
+    from .report.metrics import exposition
+
+    written = True
+    for kind, name in reports.items():
+        if not name:
+            continue
+        path = Path(name).expanduser()
+        text = (exposition(state.results, now=time.time()) if kind == "metrics" else junit_xml(state.results))
+        try:
+            write_atomically(path, text)
+        except OSError as exc:
+            written = False
+            state.reporter.error(f"--{kind} {path}: not written ({exc.strerror or exc}); the results above stand. "
+                                 f"Check that {path.parent} exists and this user may write it")
+    return written
 
 
 @contextmanager

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetops.report.metrics import MAX_LABEL, exposition, label_value, write_atomically
+from fleetops.report.files import write_atomically
+from fleetops.report.metrics import MAX_LABEL, exposition, label_value
 from fleetops.results import Evidence, Item, Result, Status
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"

@@ -43,6 +43,9 @@ RUN_OPTIONS: dict[str, tuple[Any, str]] = {
                        "finding with its commands, the agent call (default: what failed and what to run next)"),
     "allow_insecure_venv": (False, "run on a node whose Python (its prefix, sys.path, site-packages, .pth files) "
                                    "another user may write, with a warning, instead of refusing it"),
+    "metrics": ("", "also write the results to FILE as Prometheus metrics (node_exporter's textfile collector "
+                    "reads it; replaced whole, by rename)"),
+    "junit": ("", "also write the results to FILE as JUnit XML (a test case per host and check), for CI"),
     "ask_become_pass": (False, "ask once for the sudo password of hosts with `become: sudo` (sent only to sudo's "
                                "prompt on the node; without it sudo runs with -n, never asking)"),
 }

@@ -166,7 +166,9 @@ class FleetExecutor(fabric.Executor):
         # --no-fold / --odd: task options (any task of the command), or core flags where the program has them
         no_fold = bool(run_opts.get("no_fold") or self._option("no-fold", ""))
         odd = bool(run_opts.get("odd") or self._option("odd", ""))
-        return execute(run, forks, serial, fold=False if no_fold else None, odd=odd, command=list(sys.argv))
+        reports = {kind: run_opts.get(kind) or self._option(kind, "") for kind in ("metrics", "junit")}
+        return execute(run, forks, serial, fold=False if no_fold else None, odd=odd, command=list(sys.argv),
+                       reports={kind: str(path) for kind, path in reports.items() if path})
 
     def _numbers(self, settings: dict, run_opts: dict[str, Any]) -> tuple[int, int]:
         """(forks, serial): the command line, else the environment (FLEETOPS_FORKS, FLEETOPS_SERIAL), else

@@ -7,16 +7,13 @@ answered goes into a label only when it has a known, bounded form (a GPU index),
 cannot invent series or smuggle text into an alerting pipeline. The scrape target's own `job` and `instance`
 labels are left to Prometheus: a job's name is `job_name`.
 
-Pure: results in, text out. The file is written by write_atomically, so a collector never reads half a file."""
+Pure: results in, text out. The file is written by report/files.py, so a collector never reads half a file."""
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..results import Result, Status
 
@@ -81,8 +78,9 @@ def _number(value: float) -> str:
     return repr(float(value)) if value != int(value) else str(int(value))
 
 
-def exposition(results: Iterable[Result], *, playbook: str | None, now: float) -> str:
-    """The metrics of one run: `playbook` labels the check series (the playbook the run verified)."""
+def exposition(results: Iterable[Result], *, now: float, playbook: str | None = None) -> str:
+    """The metrics of one run. A check series is labelled with the playbook its host was verified with (each host
+    of a playbook set may have its own); `playbook` stands in where a result does not name one."""
     out = Exposition()
     results = list(results)
     reached: dict[str, bool] = {}
@@ -91,7 +89,8 @@ def exposition(results: Iterable[Result], *, playbook: str | None, now: float) -
         if r.status is Status.UNREACHABLE:
             continue
         if r.task == "verify":
-            _verify(out, r, playbook or "")
+            named = r.data.get("playbook")
+            _verify(out, r, named if isinstance(named, str) and named else playbook or "")
         elif r.task in ("patch", "rollback"):
             _patch(out, r)
         elif r.task == "gpu":
@@ -145,20 +144,3 @@ def _job(out: Exposition, r: Result) -> None:
         name = "unknown"
     for word in JOB_STATES:
         out.add("fleetops_job_state", 1 if word == current else 0, host=r.host, job_name=name, state=word)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """`text` at `path`, whole or not at all: written to a temp file beside it, flushed to disk, then renamed over
-    it (a collector reading meanwhile sees the old file or the new one). Readable by all, as collectors need."""
-    path = Path(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
