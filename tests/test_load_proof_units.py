@@ -53,6 +53,9 @@ def test_a_red_module_is_recorded_as_failed_and_the_script_exits_1(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert [line.split("\t")[:2] for line in record] == [["1", "FAIL"], ["2", "FAIL"]], record
     assert "FAILED tests/test_load_proof_red_" in proc.stdout
+    assert "    E       assert (1 + 1) == 3" in proc.stdout  # why, without opening a log
+    kept = sorted(p.name for p in tmp_path.glob("record.tsv.*.log"))
+    assert kept == [f"record.tsv.{n}.{red.stem}.log" for n in (1, 2)], kept
     assert not any(alive(p) for p in pids)
 
 
