@@ -15,6 +15,10 @@ from pathlib import Path
 _SITE = re.compile(r'File "<frozen site>"')
 _SCRIPT = re.compile(r'File "[^"]*/bin/(fleet|fab)", line \d+, in <module>')
 _PROGRAM_FRAME = re.compile(r'File "[^"]*/(fleetops|fabric|invoke|paramiko)/')
+# CPython's own initialisation (creating sys.stdin/stdout/stderr, importing its core modules) cut short: it says
+# so in a fatal error with the runtime not yet initialised, and exits 1 before any line of the program ran.
+_CORE_INIT = re.compile(r"^Fatal Python error: init_\w+: .*\nPython runtime state: (core initialized|"
+                        r"preinitialized|initializing)$", re.M)
 
 
 @dataclass
@@ -40,7 +44,7 @@ class Moment:
         # ; or one CPython swallowed in its own import machinery ("Exception ignored in" a module lock's callback)
         interrupted = "KeyboardInterrupt" in self.stderr and (
             _SITE.search(self.stderr) or _SCRIPT.search(self.stderr) or "init_import_site" in self.stderr
-            or "Exception ignored in: <function _get_module_lock" in self.stderr)
+            or "Exception ignored in: <function _get_module_lock" in self.stderr or _CORE_INIT.search(self.stderr))
         return bool(interrupted) and not _PROGRAM_FRAME.search(self.stderr)
 
 

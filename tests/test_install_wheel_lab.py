@@ -1,7 +1,8 @@
 """fleetops as a team installs it: the wheel (built from an sdist, as a release), installed into a fresh venv
 outside the checkout with the locked dependencies (requirements.lock, hashes checked), `fleet init` in an empty
-folder outside the checkout, the lab brought up from there (it reuses the cached base venv) and the card's
-`patch verify` run against it, with no checkout on sys.path. Then Fabric's own `fab` in the same project."""
+folder outside the checkout, the lab brought up from there (it reuses the cached base venv) and the whole job,
+`patch verify extract tail`, run against it, with no checkout on sys.path. Then Fabric's own `fab` in the same
+project."""
 
 from __future__ import annotations
 
@@ -57,10 +58,14 @@ def test_the_wheel_installed_outside_the_checkout_inits_a_project_and_patches_a_
         up = sh(project, str(venv_bin / "fleet"), "lab.up", timeout=1200)
         assert up.returncode == 0, up.stdout + up.stderr
         assert (project / "hosts" / "lab.yaml").is_file()
-        card = sh(project, str(venv_bin / "fleet"), "-H", "lab01", "-v", "patch", "verify")  # -v: every check
+        # The whole job, -v: every check shown
+        card = sh(project, str(venv_bin / "fleet"), "-H", "lab01", "-v", "patch", "verify", "extract", "tail")
         assert card.returncode == 0, card.stdout[-4000:] + card.stderr[-4000:]
         assert "lab01 | patch | changed | 2 applied" in card.stdout, card.stdout[-4000:]
         assert "lab01 | verify | ok | 18/18 checks passed" in card.stdout, card.stdout[-4000:]
+        assert re.search(r"^lab01 \| tail \| ok \| job extract-\S+ succeeded \(exit status 0\); (\d+)/\1 samples, "
+                         r"\d+ tok/s$", card.stdout, re.M), card.stdout[-4000:]
+        assert "Traceback" not in card.stdout + card.stderr
         for kind in ("[probe]", "[callsites]", "[import]", "[grep]"):  # the deep checks too
             assert kind in card.stdout, kind
         assert str(REPO) not in card.stdout + card.stderr  # every path is the project's or the venv's

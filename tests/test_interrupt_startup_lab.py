@@ -62,10 +62,12 @@ def test_ctrl_c_while_a_local_task_runs_is_130_not_invokes_1(tmp_path):
         if moment.before_the_program:  # the interpreter's own site start-up (interrupts.py)
             continue
         assert "Traceback" not in moment.stderr, moment.describe()
-        # The signal may come after the task's last line, as the interpreter exits: the work is done and said so
-        # (its closing `try:` line), and 0 is the truth.
-        done = moment.finished_first or "try: fleet -H lab01" in moment.stdout
-        assert moment.code == (0 if done else 130), moment.describe() + f"; stdout: {moment.stdout[-300:]!r}"
+        # The signal may come after the task's last line: as the interpreter exits (the work is done and said so
+        # in its closing `try:` line, and 0 is the truth), or while the task is still returning (a later task of
+        # the command line would not run: 130 and the one line). Never Invoke's 1, never a traceback.
+        said_done = "try: fleet -H lab01" in moment.stdout
+        allowed = (0,) if moment.finished_first else (0, 130) if said_done else (130,)
+        assert moment.code in allowed, moment.describe() + f"; stdout: {moment.stdout[-300:]!r}"
         if moment.code == 130:
             assert moment.stderr.strip().splitlines()[-1].startswith("interrupted (Ctrl-C)"), moment.describe()
     print(f"\nlab.up ({span:.2f}s) interrupted at {moments}: exit statuses {codes}")

@@ -38,7 +38,9 @@ def test_readme_shows_the_whole_jobs_output_from_a_run_ending_with_the_jobs_summ
     body = [line for line in sample.body if line.strip()]
     assert any(re.search(r"lab01 \| extract \| ", line) for line in body), body
     assert body[-1].startswith("1 host: 0 ok, 1 changed, 0 failed"), body[-1]  # the run's closing line
-    assert re.fullmatch(r"lab01 \| tail \| ok \| job extract-\S+ succeeded \(exit status 0\)", body[-2]), body[-2]
-    # Right above tail's verdict, the job's own summary: its samples and its speed.
+    # tail's own verdict, the run's last task line, says what the job did: its samples and its speed.
+    assert re.fullmatch(r"lab01 \| tail \| ok \| job extract-\S+ succeeded \(exit status 0\); "
+                        r"(\d+)/\1 samples, \d+ tok/s", body[-2]), body[-2]
+    # Above it, the job's own last line, as the job wrote it.
     assert re.fullmatch(r"lab01 \| done: (\d+)/\1 samples, .* [0-9.]+ tok/s, output <checkout>/\S+", body[-4]), body[-4]
     assert "/root/" not in "\n".join(body) and "/tmp/" not in "\n".join(body), "no machine-specific path"

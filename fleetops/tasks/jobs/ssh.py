@@ -16,6 +16,7 @@ from ...plans.jobspec import (
     describe_end,
     is_failure,
 )
+from ...plans.jobsummary import job_summary
 from ...plans.jobverdict import of as verdict_of
 from ...plans.tables import bar
 from ...plans.versions import judged_checks
@@ -263,7 +264,8 @@ def run_tail(run: RunState, plan: Plan, node: Connector, follow: TailFollower | 
             reporter.job_ended(host, verdict.word)
             reporter.note(f"{host} | job {job_id} {end}")
             status = Status.OK if code == 0 else Status.FAILED
-            return Result(host, "tail", status, f"job {job_id} {end}", code=code,
+            summary = job_summary([last_progress])  # the closing line says what the job did, not only how it ended
+            return Result(host, "tail", status, f"job {job_id} {end}" + (f"; {summary}" if summary else ""), code=code,
                           data={"job_id": job_id, "exit": answer.get("exit"), "state": verdict.word,
                                 "bytes": offset, "failures": watch.failures[:20], "reconnects": link.count,
                                 "cause": answer.get("cause"),

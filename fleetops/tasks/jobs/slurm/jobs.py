@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ....plans import slurm as sp
 from ....plans.jobspec import LogWatch, is_failure, parse_progress
+from ....plans.jobsummary import job_summary
 from ....plans.tables import bar
 from ....plans.versions import judged_checks
 from ....results import EXIT_FAILED, Item, Next, Result, Status
@@ -275,7 +276,9 @@ def run_tail(run: RunState, plan: Plan, node: Connector, follow: TailFollower | 
             code = sv.code(rows, job)
             end = sv.describe(rows, job)
             reporter.note(f"{host} | job {job_id} {end}")
-            return Result(host, "tail", Status.OK if code == 0 else Status.FAILED, f"job {job_id} {end}", code=code,
+            summary = job_summary(last_progress.values())
+            return Result(host, "tail", Status.OK if code == 0 else Status.FAILED,
+                          f"job {job_id} {end}" + (f"; {summary}" if summary else ""), code=code,
                           data={"job_id": job_id, "state": word, "tasks": rows, "states_seen": seen_states,
                                 "bytes": offsets, "failures": watch.failures[:20],
                                 "last_progress": {t: bar(p) for t, p in last_progress.items()}})
