@@ -22,7 +22,7 @@ VALUES = {"forks": "3", "serial": "2", "port": "2222", "inventory": "hosts", "li
           "playbook": "playbooks/speculators-0.3.0-vllm-0.16.yaml", "search-root": ".", "ssh-config": "ssh_config",
           "connect-timeout": "7", "command-timeout": "9", "hosts": "node01", "identity": "id_test",
           "config": "extra.yaml", "list-depth": "1", "list-format": "nested", "print-completion-script": "bash",
-          "help": None, "list": None}
+          "metrics": "fleetops.prom", "junit": "report.xml", "help": None, "list": None}
 # Flags that print something and end the program: the same exit, before or after the task
 ENDS = {"help", "version", "list", "list-depth", "list-format", "complete", "print-completion-script",
         "list-agent-keys"}
