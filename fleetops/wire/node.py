@@ -44,6 +44,7 @@ class NodeConnection:
         self._sockets: list[socket.socket] = []
         self._aborted = False
         self._python_checked: Connection | None = None  # become: the connection `python:` was checked on
+        self._password_sent = False  # become: this run's one channel that may get the password has started
 
     # -- connecting
     def open(self) -> None:
@@ -180,33 +181,35 @@ class NodeConnection:
         shown = shlex.join([self.host.python, *PYTHON_FLAGS, "-c", "<fleetops bootstrap>", *words])
         if not self.host.become:
             return command, shown, None
-        sudo = become.Sudo(self._become_password())  # a fresh prompt for every channel
+        password = self._become_password()
+        sudo = become.Sudo(password, spent=self._password_sent)  # a fresh prompt for every channel
+        self._password_sent = self._password_sent or password is not None
         return sudo.argv(command), sudo.shown(shown), sudo
 
     def _become_password(self) -> str | None:
         return self.inventory.become_password if self.inventory is not None else None
 
     def upload_agent(self) -> None:
+        """Without become: the zip over SFTP, as the login user, into its own state dir (under become the
+        bootstrap run by root receives it on its stdin instead: _send_agent)."""
         bundle = agent_bundle()
-        path = f"{self.host.state_dir}/bin/{bundle.filename}"
-        if self.host.become:
-            self._install_as_root(path, bundle.data, bundle.sha256)
-        else:
-            self.upload(path, bundle.data)
+        self.upload(f"{self.host.state_dir}/bin/{bundle.filename}", bundle.data)
         COUNTERS.bump(self.host.name, "uploads")
 
-    def _install_as_root(self, path: str, data: bytes, sha256: str) -> None:
-        """become: the zip on stdin to the bootstrap run by root, which writes it into root's state dir only if
-        its bytes have this sha256 (nothing the login user wrote is ever run by root)."""
-        argv, shown, sudo = self._bootstrap_argv(become.install_words(self.host.state_dir, path, sha256))
-        assert sudo is not None
-        chan = self._open_channel(argv, shown)
+    def _send_agent(self, session: AgentSession) -> None:
+        """become: the bootstrap run by root asked for the agent on this channel (send_agent): the zip, then every
+        request in flight again. It writes the zip into root's state dir only if its bytes have the sha256 it was
+        started with (nothing the login user wrote is ever run by root), then runs it: one sudo per host."""
+        session.retried = True
         try:
-            become.install(chan, self.host, sudo, shown, data)
-        except TransportError as exc:
-            if exc.kind == "lost":
-                self.close()
-            raise
+            session.chan.sendall(become.frame(agent_bundle().data))
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the read that follows finds out why
+        COUNTERS.bump(self.host.name, "uploads")
+        tickets = list(session.queue)
+        session.queue.clear()
+        for ticket in tickets:
+            self._write(session, ticket, again=True)
 
     def upload(self, path: str, data: bytes) -> None:
         """Write path atomically over SFTP (temp name, then rename), making its missing folders 0700."""
@@ -396,8 +399,12 @@ class NodeConnection:
             return
         if answer.get("bootstrap") is True:  # nothing of ours ran; a next call starts afresh
             evidence = session.evidence(EXIT_BOOTSTRAP_REFUSED, head.sent)
+            if fresh and answer.get("error_kind") == "agent_missing" and answer.get("send_agent") is True \
+                    and self.host.become and not session.retried:
+                self._send_agent(session)
+                return
             self._end_session(session)
-            if fresh and answer.get("error_kind") == "agent_missing" and not session.retried:
+            if fresh and answer.get("error_kind") == "agent_missing" and not session.retried and not self.host.become:
                 self.upload_agent()  # first visit of this agent version; then every request in flight again
                 again = self._agent_session()
                 again.retried = True
