@@ -3,7 +3,8 @@ non-root login user with the sudoers entry docs/become.md shows, and a real atta
 group the venvs' writable parts belong to), all made here with useradd and removed afterwards:
 
 - a package directory of the venv writable by the team: `verify`'s import check would import the attacker's
-  `__init__.py` as root; it is refused, naming the path, and nothing of it runs;
+  `__init__.py` as root; it is refused, naming the path, and nothing of it runs; `ping` warns of it, importing
+  nothing;
 - only the package's `__pycache__/` writable by the team: a planted `.pyc` the import would take for the source;
   refused the same way;
 - the venv's `bin/` writable by the team: sudo would run the attacker's `python` (here a wrapper that logs who
@@ -169,6 +170,25 @@ def test_a_package_dir_another_group_may_write_is_never_imported_as_root(world, 
     warnings = doc["results"][0]["data"].get("node_warnings") or []
     assert any("--allow-insecure-venv: importing anyway" in w and str(spec) in w for w in warnings), both
     assert not out.exists()
+
+
+def test_ping_warns_of_a_package_dir_verify_would_refuse_and_imports_nothing(world, spec):
+    lab, top = world
+    out = top / "PWNED-ping"
+    subprocess.run(["chgrp", "-R", TEAM, str(spec)], check=True)
+    subprocess.run(["chmod", "-R", "g+w", str(spec)], check=True)
+    as_eve("/usr/bin/python3", "-c", PLANT_SOURCE, str(spec / "__init__.py"), str(out))
+    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "ping", timeout=300, env={"FLEETOPS_PLAYBOOK": BOOK})
+    assert not out.exists(), out.read_text()  # ping imported nothing
+    result = doc["results"][0]
+    warnings = result["data"].get("node_warnings") or []
+    assert rc == 0 and result["status"] == "ok", both
+    assert any("verify's importing checks would refuse" in w and f"{spec} is writable by its group" in w
+               and "drwxrwxr-x (0775)" in w and "owner uid 0" in w for w in warnings), both
+    subprocess.run(["chown", "-R", "root:root", str(spec)], check=True)  # the planted file was the attacker's
+    subprocess.run(["chmod", "-R", "g-w", str(spec)], check=True)
+    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "ping", timeout=300, env={"FLEETOPS_PLAYBOOK": BOOK})
+    assert rc == 0 and not doc["results"][0]["data"].get("node_warnings"), both  # writable by root alone: quiet
 
 
 def test_a_planted_pyc_in_a_pycache_another_group_may_write_is_never_imported_as_root(world, spec):

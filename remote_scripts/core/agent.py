@@ -46,7 +46,12 @@ IMPORTING_KINDS = ("import", "callsites")  # verify checks that import the node'
 
 
 def _ping(req: dict) -> dict:
-    return {"ok": True, "python": sys.executable, "version": sys.version.split()[0], "pid": os.getpid()}
+    answer = {"ok": True, "python": sys.executable, "version": sys.version.split()[0], "pid": os.getpid()}
+    if req.get("modules"):  # what verify would refuse to import, said without importing
+        from .importtrust import ping_warnings
+
+        answer["warnings"] = ping_warnings(req["modules"])
+    return answer
 
 
 def _op(name: str):
