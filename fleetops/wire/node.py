@@ -6,6 +6,7 @@ import errno
 import json
 import shlex
 import socket
+import stat
 import threading
 import time
 
@@ -16,6 +17,7 @@ from remote_scripts.core.protocol import PROTOCOL
 
 from ..identity import operator
 from ..plans.inventory import Host, Inventory
+from ..plans.pathtrust import Entry, judge_read
 from ..results import Evidence
 from . import become
 from .bundle import ALLOW_INSECURE_VENV, EXIT_BOOTSTRAP_REFUSED, PYTHON_FLAGS, agent_bundle, launch_words
@@ -45,6 +47,8 @@ class NodeConnection:
         self._aborted = False
         self._python_checked: Connection | None = None  # become: the connection `python:` was checked on
         self._password_sent = False  # become: this run's one channel that may get the password has started
+        self._login_uid: int | None = None  # become: the login user's uid, from its SFTP start directory
+        self._lstats: dict[str, Entry] = {}  # become: the directories of fetched paths, as lstat found them
 
     # -- connecting
     def open(self) -> None:
@@ -246,8 +250,47 @@ class NodeConnection:
         denied = (f" (under become: sudo the job's files are root's, and fleetops never reads files as root over "
                   f"SFTP; make them readable by {user}, e.g. chmod a+r on the node, then fetch again)"
                   if self.host.become else "")
+        if self.host.become:
+            self._check_read_path(remote)
         return copy_range(self._sftp, remote, local_path, offset, end, progress, self.host.name,
                           lambda: self.cxn is not None and self.cxn.is_connected, denied)
+
+    def _check_read_path(self, remote: str) -> None:
+        """become: the agent (root) listed the file by descriptor; the login user's SFTP read goes by path, so
+        it reads only through directories no one but root and the login user can change (pathtrust.judge_read),
+        else it is refused plainly, nothing read."""
+        sftp = self._sftp()
+        user = self.host.user or "the login user"
+        try:
+            if self._login_uid is None:
+                home = sftp.lstat(sftp.normalize("."))
+                if home.st_uid is None:
+                    raise OSError("the SFTP start directory says no owner")
+                self._login_uid = int(home.st_uid)
+            problem = judge_read(remote, lambda path: self._lstat(sftp, path),
+                                 lambda path: sftp.readlink(path) or "", frozenset({0, self._login_uid}))
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+            raise TransportError("remote", f"{self.host.name}: cannot check the path of {remote} as {user} before "
+                                           f"reading it ({reason}); nothing read") from None
+        if problem is not None:
+            raise TransportError("remote", f"{self.host.name}: refusing to read {remote} as {user}: "
+                                           f"{problem.describe()}; nothing read")
+
+    def _lstat(self, sftp: paramiko.SFTPClient, path: str) -> Entry | None:
+        """SFTP lstat, directories kept for the run (a directory of many files is asked once)."""
+        known = self._lstats.get(path)
+        if known is not None:
+            return known
+        try:
+            attrs = sftp.lstat(path)
+        except FileNotFoundError:
+            return None
+        entry = Entry(int(attrs.st_mode or 0), int(attrs.st_uid if attrs.st_uid is not None else -1),
+                      int(attrs.st_gid if attrs.st_gid is not None else -1))
+        if stat.S_ISDIR(entry.mode):
+            self._lstats[path] = entry
+        return entry
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
         """One request to this host's agent: the first call of the run starts it (one exec, through the
