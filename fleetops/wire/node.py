@@ -29,6 +29,12 @@ from .session import AgentSession, Overflow, Ticket, drain, session_refused
 from .sftp import copy_range, sftp_failed, write_atomically
 
 
+# What one answer line may hold: json.loads makes ~20 million small values a second and every parser of an
+# answer walks them, so a 32 MiB line of `0,0,0,...` would cost the client seconds of CPU. The largest real
+# answer (fetch's 50,000-file manifest, ~10 values a file) stays far below.
+MAX_ANSWER_VALUES = 2_000_000
+
+
 class NodeConnection:
     """One node, one SSH connection, many agent calls."""
 
@@ -429,6 +435,17 @@ class NodeConnection:
             return
         fresh = session.answered == 0
         session.answered += 1
+        values = line.count(b",")  # a bound on the values json.loads would make (commas in strings count too)
+        if values > MAX_ANSWER_VALUES:
+            self._end_session(session)
+            self._fail(session, TransportError("remote", f"{self.host.name}: the node agent's answer holds more than "
+                                                         f"{MAX_ANSWER_VALUES:,} values ({values:,} commas in "
+                                                         f"{len(line):,} bytes); refused unread, its session is "
+                                                         "dropped and the node's outcome is unknown (a fleetops "
+                                                         "agent never sends that many: check what "
+                                                         f"{self.host.python} runs on the node)",
+                                               session.evidence(None, head.sent)))
+            return
         try:
             answer = json.loads(line.decode("utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than Python can
