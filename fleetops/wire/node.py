@@ -28,7 +28,6 @@ from .pythonpath import check_interpreter
 from .session import AgentSession, Overflow, Ticket, drain, session_refused
 from .sftp import copy_range, sftp_failed, write_atomically
 
-
 # What one answer line may hold: json.loads makes ~20 million small values a second and every parser of an
 # answer walks them, so a 32 MiB line of `0,0,0,...` would cost the client seconds of CPU. The largest real
 # answer (fetch's 50,000-file manifest, ~10 values a file) stays far below.
