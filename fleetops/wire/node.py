@@ -434,26 +434,11 @@ class NodeConnection:
             return
         fresh = session.answered == 0
         session.answered += 1
-        values = line.count(b",")  # a bound on the values json.loads would make (commas in strings count too)
-        if values > MAX_ANSWER_VALUES:
+        answer, why = self._decode(line)
+        if answer is None:
             self._end_session(session)
-            self._fail(session, TransportError("remote", f"{self.host.name}: the node agent's answer holds more than "
-                                                         f"{MAX_ANSWER_VALUES:,} values ({values:,} commas in "
-                                                         f"{len(line):,} bytes); refused unread, its session is "
-                                                         "dropped and the node's outcome is unknown (a fleetops "
-                                                         "agent never sends that many: check what "
-                                                         f"{self.host.python} runs on the node)",
-                                               session.evidence(None, head.sent)))
-            return
-        try:
-            answer = json.loads(line.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than Python can
-            answer = None
-        if not isinstance(answer, dict):
-            self._end_session(session)
-            self._fail(session, TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer (or "
-                                                         "one nested too deeply to read); its session is dropped "
-                                                         "and the node's outcome is unknown",
+            self._fail(session, TransportError("remote", f"{self.host.name}: {why}; its session is dropped and the "
+                                                         "node's outcome is unknown",
                                                session.evidence(None, head.sent)))
             return
         if answer.get("bootstrap") is True:  # nothing of ours ran; a next call starts afresh
@@ -490,6 +475,22 @@ class NodeConnection:
         else:
             head.answer = answer
         COUNTERS.event(self.host.name, "answered", head.op)
+
+    def _decode(self, line: bytes) -> tuple[dict | None, str]:
+        """One answer line as a dict, or None and why not. Its values are counted before json.loads makes them
+        (a bound on the work of every parser after it)."""
+        values = line.count(b",")  # commas in strings count too: a bound, not the number
+        if values > MAX_ANSWER_VALUES:
+            return None, (f"the node agent's answer holds more than {MAX_ANSWER_VALUES:,} values ({values:,} commas "
+                          f"in {len(line):,} bytes), refused unread (a fleetops agent never sends that many: check "
+                          f"what {self.host.python} runs on the node)")
+        try:
+            answer = json.loads(line.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than Python can
+            answer = None
+        if not isinstance(answer, dict):
+            return None, "the node agent gave no JSON answer (or one nested too deeply to read)"
+        return answer, ""
 
     @staticmethod
     def _fail(session: AgentSession, error: TransportError) -> None:
