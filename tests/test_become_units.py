@@ -155,3 +155,14 @@ def test_check_mode_finds_the_first_path_the_user_cannot_write(top):
         said = f.read()
     assert said == str(roots)  # a missing path is judged by its nearest existing parent (mine: writable)
     assert unwritable([str(roots)]) is None  # root may
+
+
+def test_a_second_sudo_of_the_run_never_gets_the_password_and_is_refused_saying_why():
+    from fleetops.plans.inventory import Host
+
+    host = Host("gpu01", "10.9.9.9", user="ops", python="/opt/venv/bin/python", become="sudo")
+    again = become.Sudo("secret", spent=True)
+    assert again.password is None and again.nonce is None  # `sudo -n`: nothing to answer, nothing sent
+    assert "sudo -n --" in again.argv(["python"])[3] and "sudo -S" not in again.argv(["python"])[3]
+    text = str(become.refused(host, 1, b"sudo: a password is required\n", "x", 0.0, again))
+    assert "asked for the password again" in text and "once per host and run" in text, text
