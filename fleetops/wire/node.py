@@ -274,6 +274,8 @@ class NodeConnection:
                 self._login_uid = int(home.st_uid)
             problem = judge_read(remote, lambda path: self._lstat(sftp, path),
                                  lambda path: sftp.readlink(path) or "", frozenset({0, self._login_uid}))
+        except PermissionError:
+            return  # what the login user may not lstat it may not open either: the read says so plainly
         except (OSError, EOFError, paramiko.SSHException) as exc:
             reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
             raise TransportError("remote", f"{self.host.name}: cannot check the path of {remote} as {user} before "
