@@ -29,9 +29,10 @@ from .session import AgentSession, Overflow, Ticket, drain, session_refused
 from .sftp import copy_range, sftp_failed, write_atomically
 
 # What one answer line may hold: json.loads makes ~20 million small values a second and every parser of an
-# answer walks them, so a 32 MiB line of `0,0,0,...` would cost the client seconds of CPU. The largest real
-# answer (fetch's 50,000-file manifest, ~10 values a file) stays far below.
-MAX_ANSWER_VALUES = 2_000_000
+# answer walks them, so a 32 MiB line of `0,0,0,...` would cost the client seconds of CPU. Real answers stay
+# below: fetch's 50,000-file manifest (~10 values a file), `run`'s 2 MiB kept of each stream unless both are
+# little but commas (commas in strings count: the bound is a count of bytes, made before any parsing).
+MAX_ANSWER_VALUES = 4_000_000
 
 
 class NodeConnection:
