@@ -4,8 +4,8 @@ escapes in every string of every answer: tests/test_terminal_safety_lab.py), `st
 (hundreds of MB, size from the file `mb`), `nl` (error text whose line breaks would print other hosts' lines),
 `factsesc` (escapes and line breaks in every facts field, the drain reason and pip-check names), `pipbomb` (a facts
 answer whose Requires-Dist markers would cost the client seconds of CPU; size from `mb`), `deep` (nested JSON),
-`rebase`/`capture` (node-chosen names with `../` that become local paths), `types` (wrong types). Stdlib only; it
-runs on the node."""
+`wide` (millions of values in one answer), `rebase`/`capture` (node-chosen names with `../` that become local
+paths), `types` (wrong types). Stdlib only; it runs on the node."""
 
 import json
 import os
@@ -57,6 +57,10 @@ for line in sys.stdin.buffer:
     req = json.loads(line)
     rid = req.get("_id")
     op = req.get("op")
+    if mode == "wide":  # every op's answer: millions of values, under the 32 MiB line cap
+        out.write(b'{"_id": %d, "ok": true, "x": [' % rid + b"0," * 15_000_000 + b"0]}\n")
+        out.flush()
+        continue
     if mode == "deep":
         out.write(b'{"_id": %d, "ok": true, "x": ' % rid + b"[" * 200000 + b"]" * 200000 + b"}\n")
         out.flush()

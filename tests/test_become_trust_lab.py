@@ -3,12 +3,16 @@ non-root login user with the sudoers entry docs/become.md shows, and a real atta
 group the venvs' writable parts belong to), all made here with useradd and removed afterwards:
 
 - a package directory of the venv writable by the team: `verify`'s import check would import the attacker's
-  `__init__.py` as root; it is refused, naming the path, and nothing of it runs;
+  `__init__.py` as root; it is refused, naming the path, and nothing of it runs; `ping` warns of it, importing
+  nothing;
 - only the package's `__pycache__/` writable by the team: a planted `.pyc` the import would take for the source;
   refused the same way;
 - the venv's `bin/` writable by the team: sudo would run the attacker's `python` (here a wrapper that logs who
   ran it and execs the system's Python, so every check made by the interpreter itself passes); the client
-  checks the path over SFTP as the login user first and refuses before sudo runs anything."""
+  checks the path over SFTP as the login user first and refuses before sudo runs anything;
+- a directory the team may write, fetched under become while the attacker swaps a subdirectory for a symlink
+  to another directory (a real rename race): the login user's SFTP reads by path never go through it, and the
+  fetch is refused naming the path, its mode and owner."""
 
 from __future__ import annotations
 
@@ -171,6 +175,25 @@ def test_a_package_dir_another_group_may_write_is_never_imported_as_root(world, 
     assert not out.exists()
 
 
+def test_ping_warns_of_a_package_dir_verify_would_refuse_and_imports_nothing(world, spec):
+    lab, top = world
+    out = top / "PWNED-ping"
+    subprocess.run(["chgrp", "-R", TEAM, str(spec)], check=True)
+    subprocess.run(["chmod", "-R", "g+w", str(spec)], check=True)
+    as_eve("/usr/bin/python3", "-c", PLANT_SOURCE, str(spec / "__init__.py"), str(out))
+    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "ping", timeout=300, env={"FLEETOPS_PLAYBOOK": BOOK})
+    assert not out.exists(), out.read_text()  # ping imported nothing
+    result = doc["results"][0]
+    warnings = result["data"].get("node_warnings") or []
+    assert rc == 0 and result["status"] == "ok", both
+    assert any("verify's importing checks would refuse" in w and f"{spec} is writable by its group" in w
+               and "drwxrwxr-x (0775)" in w and "owner uid 0" in w for w in warnings), both
+    subprocess.run(["chown", "-R", "root:root", str(spec)], check=True)  # the planted file was the attacker's
+    subprocess.run(["chmod", "-R", "g-w", str(spec)], check=True)
+    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "ping", timeout=300, env={"FLEETOPS_PLAYBOOK": BOOK})
+    assert rc == 0 and not doc["results"][0]["data"].get("node_warnings"), both  # writable by root alone: quiet
+
+
 def test_a_planted_pyc_in_a_pycache_another_group_may_write_is_never_imported_as_root(world, spec):
     lab, top = world
     out = top / "PWNED-pyc"
@@ -205,3 +228,47 @@ def test_sudo_never_runs_a_python_from_a_bin_dir_another_group_may_write(world):
         f"interpreter) is writable by its group" in msg and "nothing ran as root" in msg, msg
     assert "drwxrwxr-x (0775)" in msg and "chmod go-w" in msg, msg
     assert os.stat(bindir / "python").st_uid != 0  # the attacker's file, still there, never run
+
+
+SWAP = """
+import os, sys, time
+d, target, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+sub, real, link = os.path.join(d, "sub"), os.path.join(d, ".subreal"), os.path.join(d, ".sublink")
+os.symlink(target, link)
+end = time.time() + secs
+while time.time() < end:
+    os.rename(sub, real); os.rename(link, sub)
+    os.rename(sub, link); os.rename(real, sub)
+"""
+
+
+def test_fetch_under_become_never_reads_through_a_directory_another_group_may_swap(world):
+    lab, top = world
+    shared, outside = top / "shared", top / "outside"
+    (shared / "sub").mkdir(parents=True)
+    outside.mkdir()
+    inside_text, secret = "inside-bytes-of-the-listed-file\n", "SECRET-bytes-outside-the-list-d\n"
+    assert len(inside_text) == len(secret)
+    (shared / "sub" / "file.txt").write_text(inside_text)
+    (outside / "file.txt").write_text(secret)  # the login user may read it: only the swap would fetch it
+    subprocess.run(["chmod", "-R", "a+rX", str(shared), str(outside)], check=True)
+    subprocess.run(["chgrp", TEAM, str(shared)], check=True)
+    shared.chmod(0o2775)
+    swapper = subprocess.Popen(["setpriv", "--reuid", EVE, "--regid", EVE, "--init-groups", "/usr/bin/python3", "-c",
+                                SWAP, str(shared), str(outside), "120"])
+    refused = 0
+    try:
+        for attempt in range(30):
+            dest = top / f"fetched-{attempt}"
+            rc, doc, both = fab(lab, "-H", "asroot", "fetch", "--path", str(shared), "--any-path", "--dest", str(dest))
+            assert "sha256 mismatch" not in both, f"attempt {attempt}: read another file than listed\n{both}"
+            assert not any(p.is_file() for p in dest.rglob("*")), f"attempt {attempt}: {both}"  # nothing read
+            says = f"refusing to read {shared}/"
+            if says in both:  # a file the node listed (others: links it refused itself)
+                refused += 1
+                assert f"{shared} (on the way to the file) is writable by its group" in both, both
+                assert "drwxrwsr-x (2775)" in both and "owner uid 0" in both, both
+    finally:
+        swapper.kill()
+        swapper.wait()
+    assert refused > 0  # the client's refusal, not only the node's, was reached

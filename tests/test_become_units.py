@@ -18,7 +18,7 @@ from fleetops.plans.host import BECOME_STATE_DIR, DEFAULT_STATE_DIR
 from fleetops.plans.inventory import load_inventory
 from fleetops.plans.yamlsrc import ConfigError
 from fleetops.wire import become
-from fleetops.wire.bundle import BOOTSTRAP, PYTHON_FLAGS
+from fleetops.wire.bundle import BOOTSTRAP, PYTHON_FLAGS, agent_bundle
 from remote_scripts.patch.access import unwritable
 
 NOBODY = 65534
@@ -84,14 +84,20 @@ def test_sudo_asking_again_after_sudo_v_took_the_password_is_refused_naming_why(
     assert "asked for it again" in text and "NOPASSWD" in text and "--ask-become-pass" not in text, text
 
 
-def _install(state: Path, data: bytes, want: str, uid: int | None = None) -> dict:
+def _install(state: Path, data: bytes, want: str, uid: int | None = None) -> dict | None:
+    """The bootstrap under become finds no agent, asks for it, and gets `data` on the same stdin behind the
+    request line the client had sent first: its answer after the zip (None: it said nothing more)."""
     pyz = f"{state}/bin/fleetops-agent-{want[:20]}.pyz"
-    argv = [sys.executable, *PYTHON_FLAGS, "-c", BOOTSTRAP, *become.install_words(str(state), pyz, want)]
-    proc = subprocess.run(argv, input=data, capture_output=True, timeout=60,
+    argv = [sys.executable, *PYTHON_FLAGS, "-c", BOOTSTRAP, *become.agent_words([str(state), pyz, want])]
+    proc = subprocess.run(argv, input=b'{"op": "ping"}\n' + become.frame(data), capture_output=True, timeout=60,
                           user=uid)  # type: ignore[call-overload]
     lines = proc.stdout.decode().splitlines()
     assert lines[0] == become.READY_LINE.decode(), proc
-    return json.loads(lines[1])
+    asked = json.loads(lines[1])
+    if asked["error_kind"] != "agent_missing":
+        return asked  # refused before it would ask
+    assert asked["send_agent"] is True, proc
+    return json.loads(lines[2]) if len(lines) > 2 else None
 
 
 @pytest.fixture
@@ -103,11 +109,12 @@ def top():
 
 
 def test_the_bootstrap_installs_the_agent_from_stdin_only_with_the_clients_sha256(top):
-    data = b"PK the agent's bytes"
+    data = agent_bundle().data
     want = hashlib.sha256(data).hexdigest()
-    assert _install(top / "state", b"PK other bytes", want)["error_kind"] == "agent_mismatch"
+    refused = _install(top / "state", b"PK other bytes", want)
+    assert refused is not None and refused["error_kind"] == "agent_mismatch", refused
     assert not (top / "state").exists()  # nothing made for bytes that are not the agent
-    assert _install(top / "state", data, want) == {"ok": True, "installed": True}
+    _install(top / "state", data, want)  # then it runs the agent, whose stdin ends at once
     pyz = top / "state" / "bin" / f"fleetops-agent-{want[:20]}.pyz"
     assert pyz.read_bytes() == data
     assert (top / "state").stat().st_mode & 0o777 == 0o700 and (top / "state" / "bin").stat().st_mode & 0o777 == 0o700
@@ -119,9 +126,10 @@ def test_the_bootstrap_never_installs_into_a_state_dir_another_user_owns(top):
     state = top / "state"
     (state / "bin").mkdir(parents=True)
     os.chown(state, NOBODY, NOBODY)
-    data = b"PK the agent's bytes"
+    data = agent_bundle().data
     answer = _install(state, data, hashlib.sha256(data).hexdigest())
-    assert answer["error_kind"] == "untrusted_state" and f"owned by uid {NOBODY}" in answer["error"], answer
+    assert answer is not None and answer["error_kind"] == "untrusted_state" and f"owned by uid {NOBODY}" in \
+        answer["error"], answer
     assert list((state / "bin").iterdir()) == []
 
 
@@ -147,3 +155,14 @@ def test_check_mode_finds_the_first_path_the_user_cannot_write(top):
         said = f.read()
     assert said == str(roots)  # a missing path is judged by its nearest existing parent (mine: writable)
     assert unwritable([str(roots)]) is None  # root may
+
+
+def test_a_second_sudo_of_the_run_never_gets_the_password_and_is_refused_saying_why():
+    from fleetops.plans.inventory import Host
+
+    host = Host("gpu01", "10.9.9.9", user="ops", python="/opt/venv/bin/python", become="sudo")
+    again = become.Sudo("secret", spent=True)
+    assert again.password is None and again.nonce is None  # `sudo -n`: nothing to answer, nothing sent
+    assert "sudo -n --" in again.argv(["python"])[3] and "sudo -S" not in again.argv(["python"])[3]
+    text = str(become.refused(host, 1, b"sudo: a password is required\n", "x", 0.0, again))
+    assert "asked for the password again" in text and "once per host and run" in text, text

@@ -151,3 +151,23 @@ def judge_interpreter(python: str, lstat: Lstat, readlink: Readlink,
         _, problem = resolve(conf, lstat, readlink, trusted)
         return problem
     return None
+
+
+def judge_read(path: str, lstat: Lstat, readlink: Readlink, trusted: frozenset[int]) -> Untrusted | None:
+    """become: whether the login user's read of `path` by name (SFTP opens by path, and can neither open by
+    descriptor nor refuse a symlink) reads what the node listed: every directory on the way may be changed by
+    root and the login user alone (sticky ones allowed), and nothing on the way is a symlink (the node listed
+    the real path). None when so."""
+    real, problem = resolve(path, lstat, readlink, trusted)
+    fix = ("fleetops reads a node's file by its path as the login user and never through a place another user "
+           "can change (a swap there could hand it another file): make the directories of the path writable by "
+           "root and the login user alone, or copy the file into the state dir first")
+    if problem is not None:
+        why = problem.why.replace("(on the way to the interpreter) ", "(on the way to the file) ")
+        if "does not exist" in why or "is not a directory" in why:
+            return Untrusted(problem.path, why + " (it changed since the node listed it)", "run fetch again",
+                             problem.entry)
+        return Untrusted(problem.path, why, fix, problem.entry)
+    if real != posixpath.normpath(path):
+        return Untrusted(path, f"is reached through a symlink (to {real}) since the node listed it", fix)
+    return None

@@ -13,7 +13,25 @@ if TYPE_CHECKING:
 
 
 def _ping_plan(run: RunState, kwargs: dict) -> Plan:
-    return Plan("ping", {}, 60, None)
+    return Plan("ping", {"modules": _imported_modules(run)}, 60, None)
+
+
+def _imported_modules(run: RunState) -> list[str]:
+    """The modules verify's importing checks name in the run's playbook: ping says (a warning) when verify
+    would refuse to import them. No playbook, or a set of them: none (ping needs no playbook)."""
+    from ..plans.yamlsrc import ConfigError
+
+    try:
+        checks = run.playbook().checks
+    except (ConfigError, OSError):
+        return []
+    names: list[str] = []
+    for check in checks:
+        if check.get("kind") == "import":
+            names.append(check.get("module"))
+        elif check.get("kind") in ("callsites", "probe"):
+            names += [*(check.get("modules") or []), *(check.get("packages") or [])]
+    return [n for n in names if isinstance(n, str)]
 
 
 def _interpret_ping(host: str, plan: Plan, answer: dict) -> Result:

@@ -11,24 +11,25 @@ refused and never answered. The password never appears in argv, the environment,
 The bootstrap's first line says the interpreter runs ({"ready": true}); until it comes, the client sends the
 agent nothing.
 
-The zip is not uploaded over SFTP (that would be the login user's file, run by root): it goes on stdin to
-`bootstrap --install-agent`, which writes it into root's state dir only if its sha256 is the client's."""
+The zip is not uploaded over SFTP (that would be the login user's file, run by root): when the bootstrap finds
+no agent it asks for it ("send_agent"), and the zip goes on the same channel's stdin (frame()); the bootstrap
+writes it into root's state dir only if its sha256 is the client's, then runs it. So one sudo per host and
+run, also on the first visit of an agent version: the password is sent once, and a later channel of the same
+run that needs it again (Sudo(spent=True)) is refused, never answered."""
 
 from __future__ import annotations
 
-import json
 import secrets
 import select
 import time
 
 import paramiko
 
-from remote_scripts.core.bootstrap import INSTALL, READY
+from remote_scripts.core.bootstrap import AGENT_FRAME, READY
 
 from ..plans.inventory import Host
 from ..results import Evidence
-from .connector import ExecResult, TransportError
-from .session import Overflow, drain
+from .connector import TransportError
 
 READY_LINE = b'{"ready": true}'
 MAX_HANDSHAKE_BYTES = 64 * 1024  # what sudo and the first line may take before the agent is ready
@@ -49,9 +50,11 @@ class Sudo:
     """How one channel runs its command through sudo: `sudo -n` (never asking) without a password; with one,
     VALIDATE and this channel's own random prompt (`nonce`)."""
 
-    def __init__(self, password: str | None) -> None:
-        self.password = password
-        self.nonce = f"[sudo password {secrets.token_hex(16)}]" if password is not None else None
+    def __init__(self, password: str | None, spent: bool = False) -> None:
+        """spent: this run already sent the password to this host; it is never sent again (`sudo -n`)."""
+        self.spent = spent
+        self.password = None if spent else password
+        self.nonce = f"[sudo password {secrets.token_hex(16)}]" if self.password is not None else None
 
     def argv(self, command: list[str]) -> list[str]:
         return ["exec", "/bin/sh", "-c", NO_PASSWORD if self.password is None else VALIDATE, "fleetops-become",
@@ -71,8 +74,9 @@ def agent_words(words: list[str]) -> list[str]:
     return [READY, *words]
 
 
-def install_words(state_dir: str, path: str, sha256: str) -> list[str]:
-    return [READY, INSTALL, state_dir, path, sha256]
+def frame(data: bytes) -> bytes:
+    """The zip as the bootstrap's receive() reads it, on the agent's stdin, after it asked (send_agent)."""
+    return AGENT_FRAME + b"%d\n" % len(data) + data
 
 
 def handshake(chan: paramiko.Channel, host: Host, sudo: Sudo, shown: str, timeout: float) -> bytes:
@@ -145,28 +149,6 @@ def _said(err: bytes | bytearray, sudo: Sudo) -> _Said:
     return _Said(before.count(sudo.nonce), bool(marker), sudo.nonce in after)
 
 
-def install(chan: paramiko.Channel, host: Host, sudo: Sudo, shown: str, data: bytes) -> None:
-    """The zip on stdin of `bootstrap --install-agent` run by root (chan: its channel, just started)."""
-    started = time.monotonic()
-    try:
-        handshake(chan, host, sudo, shown, host.connect_timeout + 50)
-        chan.sendall(data)
-        chan.shutdown_write()
-        out, err, code = drain(chan, started + 300)
-    except (OSError, EOFError, paramiko.SSHException, TimeoutError, Overflow) as exc:
-        raise TransportError("lost", f"{host.name}: installing the agent as root stopped ({exc or 'EOF'}); run "
-                                     "again", Evidence(shown, None, [], 0.0)) from None
-    evidence = ExecResult(shown, code, out, err, time.monotonic() - started).evidence()
-    try:
-        answer = json.loads(out.decode("utf-8").splitlines()[0])
-    except (ValueError, UnicodeDecodeError, IndexError):
-        answer = {}
-    if not isinstance(answer, dict) or answer.get("installed") is not True:
-        why = (answer.get("error") if isinstance(answer, dict) else None) or \
-            f"installing the agent as root failed (exit {code})"
-        raise TransportError("untrusted", f"{host.name}: {why}", evidence)
-
-
 def refused(host: Host, code: int, err: bytes | bytearray, shown: str, started: float,
             sudo: Sudo | None = None) -> TransportError:
     """sudo (or the node's shell) ended before the agent ran: its reason and the next step."""
@@ -179,6 +161,10 @@ def refused(host: Host, code: int, err: bytes | bytearray, shown: str, started: 
         step = "install sudo on the node, or leave out become: for this host"
     elif host.python in text and ("command not found" in text or "No such file" in text):
         step = f"the target python {host.python} was not found on the node: check this host's `python:`"
+    elif "password is required" in text and sudo is not None and sudo.spent:
+        step = (f"sudo asked for the password again, to start the agent a second time in this run; fleetops sends "
+                f"it once per host and run, never again: run again, or give {user} a sudoers entry with NOPASSWD "
+                f"for {host.python}")
     elif "password is required" in text and validated:
         # sudo -v took the password, then sudo asked for it again for the command: fleetops sends it once
         step = (f"sudo accepted the password but asked for it again to run {host.python} (its credential cache "

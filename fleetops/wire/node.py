@@ -6,6 +6,7 @@ import errno
 import json
 import shlex
 import socket
+import stat
 import threading
 import time
 
@@ -16,6 +17,7 @@ from remote_scripts.core.protocol import PROTOCOL
 
 from ..identity import operator
 from ..plans.inventory import Host, Inventory
+from ..plans.pathtrust import Entry, judge_read
 from ..results import Evidence
 from . import become
 from .bundle import ALLOW_INSECURE_VENV, EXIT_BOOTSTRAP_REFUSED, PYTHON_FLAGS, agent_bundle, launch_words
@@ -25,6 +27,12 @@ from .hops import close_quietly, fabric_connection, slow_idle_checks
 from .pythonpath import check_interpreter
 from .session import AgentSession, Overflow, Ticket, drain, session_refused
 from .sftp import copy_range, sftp_failed, write_atomically
+
+# What one answer line may hold: json.loads makes ~20 million small values a second and every parser of an
+# answer walks them, so a 32 MiB line of `0,0,0,...` would cost the client seconds of CPU. Real answers stay
+# below: fetch's 50,000-file manifest (~10 values a file), `run`'s 2 MiB kept of each stream unless both are
+# little but commas (commas in strings count: the bound is a count of bytes, made before any parsing).
+MAX_ANSWER_VALUES = 4_000_000
 
 
 class NodeConnection:
@@ -44,6 +52,9 @@ class NodeConnection:
         self._sockets: list[socket.socket] = []
         self._aborted = False
         self._python_checked: Connection | None = None  # become: the connection `python:` was checked on
+        self._password_sent = False  # become: this run's one channel that may get the password has started
+        self._login_uid: int | None = None  # become: the login user's uid, from its SFTP start directory
+        self._lstats: dict[str, Entry] = {}  # become: the directories of fetched paths, as lstat found them
 
     # -- connecting
     def open(self) -> None:
@@ -180,33 +191,35 @@ class NodeConnection:
         shown = shlex.join([self.host.python, *PYTHON_FLAGS, "-c", "<fleetops bootstrap>", *words])
         if not self.host.become:
             return command, shown, None
-        sudo = become.Sudo(self._become_password())  # a fresh prompt for every channel
+        password = self._become_password()
+        sudo = become.Sudo(password, spent=self._password_sent)  # a fresh prompt for every channel
+        self._password_sent = self._password_sent or password is not None
         return sudo.argv(command), sudo.shown(shown), sudo
 
     def _become_password(self) -> str | None:
         return self.inventory.become_password if self.inventory is not None else None
 
     def upload_agent(self) -> None:
+        """Without become: the zip over SFTP, as the login user, into its own state dir (under become the
+        bootstrap run by root receives it on its stdin instead: _send_agent)."""
         bundle = agent_bundle()
-        path = f"{self.host.state_dir}/bin/{bundle.filename}"
-        if self.host.become:
-            self._install_as_root(path, bundle.data, bundle.sha256)
-        else:
-            self.upload(path, bundle.data)
+        self.upload(f"{self.host.state_dir}/bin/{bundle.filename}", bundle.data)
         COUNTERS.bump(self.host.name, "uploads")
 
-    def _install_as_root(self, path: str, data: bytes, sha256: str) -> None:
-        """become: the zip on stdin to the bootstrap run by root, which writes it into root's state dir only if
-        its bytes have this sha256 (nothing the login user wrote is ever run by root)."""
-        argv, shown, sudo = self._bootstrap_argv(become.install_words(self.host.state_dir, path, sha256))
-        assert sudo is not None
-        chan = self._open_channel(argv, shown)
+    def _send_agent(self, session: AgentSession) -> None:
+        """become: the bootstrap run by root asked for the agent on this channel (send_agent): the zip, then every
+        request in flight again. It writes the zip into root's state dir only if its bytes have the sha256 it was
+        started with (nothing the login user wrote is ever run by root), then runs it: one sudo per host."""
+        session.retried = True
         try:
-            become.install(chan, self.host, sudo, shown, data)
-        except TransportError as exc:
-            if exc.kind == "lost":
-                self.close()
-            raise
+            session.chan.sendall(become.frame(agent_bundle().data))
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the read that follows finds out why
+        COUNTERS.bump(self.host.name, "uploads")
+        tickets = list(session.queue)
+        session.queue.clear()
+        for ticket in tickets:
+            self._write(session, ticket, again=True)
 
     def upload(self, path: str, data: bytes) -> None:
         """Write path atomically over SFTP (temp name, then rename), making its missing folders 0700."""
@@ -243,8 +256,49 @@ class NodeConnection:
         denied = (f" (under become: sudo the job's files are root's, and fleetops never reads files as root over "
                   f"SFTP; make them readable by {user}, e.g. chmod a+r on the node, then fetch again)"
                   if self.host.become else "")
+        if self.host.become:
+            self._check_read_path(remote)
         return copy_range(self._sftp, remote, local_path, offset, end, progress, self.host.name,
                           lambda: self.cxn is not None and self.cxn.is_connected, denied)
+
+    def _check_read_path(self, remote: str) -> None:
+        """become: the agent (root) listed the file by descriptor; the login user's SFTP read goes by path, so
+        it reads only through directories no one but root and the login user can change (pathtrust.judge_read),
+        else it is refused plainly, nothing read."""
+        sftp = self._sftp()
+        user = self.host.user or "the login user"
+        try:
+            if self._login_uid is None:
+                home = sftp.lstat(sftp.normalize("."))
+                if home.st_uid is None:
+                    raise OSError("the SFTP start directory says no owner")
+                self._login_uid = int(home.st_uid)
+            problem = judge_read(remote, lambda path: self._lstat(sftp, path),
+                                 lambda path: sftp.readlink(path) or "", frozenset({0, self._login_uid}))
+        except PermissionError:
+            return  # what the login user may not lstat it may not open either: the read says so plainly
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+            raise TransportError("remote", f"{self.host.name}: cannot check the path of {remote} as {user} before "
+                                           f"reading it ({reason}); nothing read") from None
+        if problem is not None:
+            raise TransportError("remote", f"{self.host.name}: refusing to read {remote} as {user}: "
+                                           f"{problem.describe()}; nothing read")
+
+    def _lstat(self, sftp: paramiko.SFTPClient, path: str) -> Entry | None:
+        """SFTP lstat, directories kept for the run (a directory of many files is asked once)."""
+        known = self._lstats.get(path)
+        if known is not None:
+            return known
+        try:
+            attrs = sftp.lstat(path)
+        except FileNotFoundError:
+            return None
+        entry = Entry(int(attrs.st_mode or 0), int(attrs.st_uid if attrs.st_uid is not None else -1),
+                      int(attrs.st_gid if attrs.st_gid is not None else -1))
+        if stat.S_ISDIR(entry.mode):
+            self._lstats[path] = entry
+        return entry
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
         """One request to this host's agent: the first call of the run starts it (one exec, through the
@@ -383,21 +437,21 @@ class NodeConnection:
             return
         fresh = session.answered == 0
         session.answered += 1
-        try:
-            answer = json.loads(line.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than Python can
-            answer = None
-        if not isinstance(answer, dict):
+        answer, why = self._decode(line)
+        if answer is None:
             self._end_session(session)
-            self._fail(session, TransportError("remote", f"{self.host.name}: the node agent gave no JSON answer (or "
-                                                         "one nested too deeply to read); its session is dropped "
-                                                         "and the node's outcome is unknown",
+            self._fail(session, TransportError("remote", f"{self.host.name}: {why}; its session is dropped and the "
+                                                         "node's outcome is unknown",
                                                session.evidence(None, head.sent)))
             return
         if answer.get("bootstrap") is True:  # nothing of ours ran; a next call starts afresh
             evidence = session.evidence(EXIT_BOOTSTRAP_REFUSED, head.sent)
+            if fresh and answer.get("error_kind") == "agent_missing" and answer.get("send_agent") is True \
+                    and self.host.become and not session.retried:
+                self._send_agent(session)
+                return
             self._end_session(session)
-            if fresh and answer.get("error_kind") == "agent_missing" and not session.retried:
+            if fresh and answer.get("error_kind") == "agent_missing" and not session.retried and not self.host.become:
                 self.upload_agent()  # first visit of this agent version; then every request in flight again
                 again = self._agent_session()
                 again.retried = True
@@ -424,6 +478,22 @@ class NodeConnection:
         else:
             head.answer = answer
         COUNTERS.event(self.host.name, "answered", head.op)
+
+    def _decode(self, line: bytes) -> tuple[dict | None, str]:
+        """One answer line as a dict, or None and why not. Its values are counted before json.loads makes them
+        (a bound on the work of every parser after it)."""
+        values = line.count(b",")  # commas in strings count too: a bound, not the number
+        if values > MAX_ANSWER_VALUES:
+            return None, (f"the node agent's answer holds more than {MAX_ANSWER_VALUES:,} values ({values:,} commas "
+                          f"in {len(line):,} bytes), refused unread (a fleetops agent never sends that many: check "
+                          f"what {self.host.python} runs on the node)")
+        try:
+            answer = json.loads(line.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than Python can
+            answer = None
+        if not isinstance(answer, dict):
+            return None, "the node agent gave no JSON answer (or one nested too deeply to read)"
+        return answer, ""
 
     @staticmethod
     def _fail(session: AgentSession, error: TransportError) -> None:

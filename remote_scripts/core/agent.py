@@ -39,7 +39,12 @@ EXIT_REFUSED = 3  # the state dir is not trusted: the same answer shape as the b
 
 
 def _ping(req: dict) -> dict:
-    return {"ok": True, "python": sys.executable, "version": sys.version.split()[0], "pid": os.getpid()}
+    answer = {"ok": True, "python": sys.executable, "version": sys.version.split()[0], "pid": os.getpid()}
+    if req.get("modules"):  # what verify would refuse to import, said without importing
+        from .importtrust import ping_warnings
+
+        answer["warnings"] = ping_warnings(req["modules"])
+    return answer
 
 
 PING = Op("ping", _ping, False, never)  # built in: it loads no op module

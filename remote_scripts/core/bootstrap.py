@@ -22,11 +22,13 @@ its path (`python <path>.pyz` would run whatever the path names when Python open
    site.main(), so -I suffices (no `-E -s`). `--allow-insecure-venv` turns an interpreter refusal into a
    warning.
 
-With become (the client runs this through sudo), two leading words: `--ready` makes the very first stdout line
+With become (the client runs this through sudo), a leading `--ready` makes the very first stdout line
 {"ready": true} (the client sends sudo's password only while sudo is still asking, and its requests only once
-this line says the interpreter runs), and `--install-agent STATE_DIR PYZ SHA256` reads the zip from stdin and
-writes it into the state dir, root's own, only if its bytes have that sha256 (install()): root never runs a
-file the login user could have written.
+this line says the interpreter runs). A missing agent is then not the end: the refusal line says
+"send_agent": true, and the zip comes on this same stdin (receive(): the line `fleetops-agent SIZE`, then SIZE
+bytes), written into the state dir, root's own, only if its bytes have the client's sha256 (install()), then
+run: root never runs a file the login user could have written, and sudo runs once per host and run, so its
+password (--ask-become-pass) is sent once.
 
 A refusal is one JSON line {"bootstrap": true, "error_kind": ..., "error": ...} and exit 3: agent_missing (the
 client uploads it), untrusted_state, untrusted_venv, agent_mismatch or python_too_old (older than
@@ -51,7 +53,7 @@ EXIT_REFUSED = 3
 OLDEST_PYTHON = (3, 9)  # the agent's code needs it (built-in generics, str.removesuffix); README: node Pythons
 ALLOW_INSECURE_VENV = "--allow-insecure-venv"
 READY = "--ready"
-INSTALL = "--install-agent"
+AGENT_FRAME = b"fleetops-agent "  # then the zip's size and a newline, then the zip (receive())
 MAX_AGENT_BYTES = 64 << 20
 PYTHON_FLAGS = ("-I", "-S")  # see the module docstring: isolated, and `site` only after the checks
 MAX_LINKS = 40  # as the kernel's own limit on symlinks in one path resolution
@@ -355,10 +357,38 @@ class Agent:
         return inflate(self.files[name][0]).decode("utf-8")
 
 
-def install(state_dir, pyz, want):
-    """The zip from stdin into STATE_DIR/bin (both made 0700 if missing), written under a temp name and renamed,
-    only if its bytes have the sha256 `want`; the state dir's path is walked as for a run first."""
-    data = sys.stdin.buffer.read(MAX_AGENT_BYTES + 1)
+def receive(state_dir, pyz, want, why):
+    """become: the agent is missing; ask for it on stdin, past the request lines sent before this answer (the
+    client sends them again after the zip; they stay in sys.stdin.buffer, which the agent reads on), and install
+    it. The client's requests are JSON lines, so no request line starts with AGENT_FRAME."""
+    import json
+
+    sys.stdout.write(json.dumps(dict(ok=False, bootstrap=True, error_kind="agent_missing", error=why,
+                                     send_agent=True)) + "\n")
+    sys.stdout.flush()
+    stdin, skipped = sys.stdin.buffer, 0
+    while True:
+        line = stdin.readline(MAX_AGENT_BYTES)
+        if not line:  # the client went away instead
+            sys.exit(EXIT_REFUSED)
+        if line.startswith(AGENT_FRAME):
+            break
+        skipped += len(line)
+        if skipped > MAX_AGENT_BYTES:
+            raise Refused("agent_mismatch", "refusing to install the agent: no agent came on stdin after %d bytes"
+                          % skipped)
+    size = line[len(AGENT_FRAME):].strip()
+    if not size.isdigit() or int(size) > MAX_AGENT_BYTES:
+        raise Refused("agent_mismatch", "refusing to install the agent: its size line was %r" % line[:80])
+    try:
+        install(state_dir, pyz, want, stdin.read(int(size)))
+    except OSError as exc:
+        raise Refused("untrusted_state", "cannot install the agent in %s: %s" % (state_dir, exc)) from None
+
+
+def install(state_dir, pyz, want, data):
+    """The zip's bytes into STATE_DIR/bin (both made 0700 if missing), written under a temp name and renamed,
+    only if they have the sha256 `want`; the state dir's path is walked as for a run first."""
     got = sha256(data).hexdigest()
     if got != want or os.path.dirname(pyz) != os.path.join(state_dir.rstrip("/") or "/", "bin"):
         raise Refused("agent_mismatch", "refusing to install the agent: the bytes received have sha256 %s, "
@@ -384,11 +414,11 @@ def install(state_dir, pyz, want):
         os.rename(tmp, os.path.basename(pyz), src_dir_fd=fd, dst_dir_fd=fd)
     finally:
         os.close(fd)
-    sys.stdout.write('{"ok": true, "installed": true}\n')
 
 
 def main(argv):
-    if argv[:1] == [READY]:  # through sudo: the interpreter runs, sudo asks for nothing more
+    becoming = argv[:1] == [READY]
+    if becoming:  # through sudo: the interpreter runs, sudo asks for nothing more
         argv = argv[1:]
         sys.stdout.write('{"ready": true}\n')
         sys.stdout.flush()
@@ -399,13 +429,6 @@ def main(argv):
                "newer (the venv whose packages fleetops patches and checks)"
                % ((version, sys.executable) + OLDEST_PYTHON + OLDEST_PYTHON), python=version,
                python_path=sys.executable)
-    if argv[:1] == [INSTALL] and len(argv) == 4:
-        try:
-            return install(*argv[1:])
-        except Refused as exc:
-            refuse(exc.kind, str(exc), **exc.extra)
-        except OSError as exc:
-            refuse("untrusted_state", "cannot install the agent in %s: %s" % (argv[1], exc))
     if len(argv) < 3:
         refuse("bad_request", "usage: python -I -S -c BOOTSTRAP STATE_DIR PYZ SHA256 [%s] [ROLE ...]"
                % ALLOW_INSECURE_VENV)
@@ -417,7 +440,14 @@ def main(argv):
     sys.path[:] = [p for p in sys.path if p not in ("", ".")]
     dirs = {}  # the directories the walks below passed, checked once
     try:
-        data, got = read_agent(state_dir, pyz, want, dirs)
+        try:
+            data, got = read_agent(state_dir, pyz, want, dirs)
+        except Refused as exc:
+            if exc.kind != "agent_missing" or not becoming:
+                raise
+            forget(dirs)
+            receive(state_dir, pyz, want, str(exc))
+            data, got = read_agent(state_dir, pyz, want, dirs)
     except Refused as exc:
         refuse(exc.kind, str(exc), **exc.extra)
     except OSError as exc:

@@ -153,7 +153,7 @@ def check_before_import(names: list[str], doing: str) -> list[str]:
     path, why, st = found
     mode = "%04o" % (st.st_mode & 0o7777)
     uid = os.geteuid()
-    reason = "%s %s [mode %s (%s), owner uid %d]" % (path, why, stat.filemode(st.st_mode), mode, st.st_uid)
+    reason = _reason(path, why, st)
     if _allowed():
         return ["--allow-insecure-venv: importing anyway, as asked: %s; code another user puts there runs as uid "
                 "%d" % (reason, uid)]
@@ -162,3 +162,32 @@ def check_before_import(names: list[str], doing: str) -> list[str]:
                     "owner alone (chmod -R go-w %s) and owned by root or the login user, or run again with "
                     "--allow-insecure-venv to go on with a warning" % (doing, uid, reason, uid, path),
                     kind="untrusted_venv", path=path, mode=mode, uid=st.st_uid)
+
+
+def _reason(path: str, why: str, st: os.stat_result) -> str:
+    return "%s %s [mode %s (%04o), owner uid %d]" % (path, why, stat.filemode(st.st_mode), st.st_mode & 0o7777,
+                                                    st.st_uid)
+
+
+def ping_warnings(names: object) -> list[str]:
+    """ping: what verify's importing checks would refuse, as a warning, importing nothing and refusing nothing.
+    Only the named modules' own paths and the directories they sit in are walked (ping stays quick); verify
+    walks the rest of those directories too."""
+    if not isinstance(names, list):
+        return []
+    trusted = trusted_uids()
+    try:
+        roots, found_in = import_roots([n for n in names if isinstance(n, str)][:64])
+        found = find_untrusted(roots, trusted)
+        for where in found_in:
+            if found is None:
+                st = os.lstat(where)
+                problem = writers_problem(st, trusted)
+                found = (where, problem, st) if problem else None
+    except (OSError, NodeError) as exc:
+        return ["cannot check what verify would import: %s" % exc]
+    if found is None:
+        return []
+    return ["verify's importing checks would refuse to import as uid %d: %s; whoever may write it can run code "
+            "in fleetops' agent (chmod -R go-w %s, owned by root or the login user)"
+            % (os.geteuid(), _reason(*found), found[0])]
