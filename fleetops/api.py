@@ -22,15 +22,18 @@ from .results import Result, Status
 from .rollout import DEFAULT_FORKS
 from .state import RunState
 from .tasks.plan import UsageError
+from .tasks.registry import declared_tasks
 
 __all__ = ["TASK_OPTIONS", "ConfigError", "Result", "Status", "UnknownHost", "UnknownOption", "UnknownTask",
            "UsageError", "run"]
 
 # Each host task and the options it takes: `fab TASK --help`'s, spelled as Python names (--job-id: job_id),
-# without the front end's --json and run options (run()'s own arguments). tests/test_api_units.py holds this
-# to the fab tasks' signatures, so an option added there and not here fails.
-TASK_OPTIONS: Mapping[str, frozenset[str]] = {name: frozenset(opts) for name, opts in {
-    "ping": (), "trust": ("fingerprint", "replace"), "gpu": ("gpus", "threshold", "wait"), "facts": (),
+# without the front end's --json and run options (run()'s own arguments). A declared task's are read from its
+# declaration (tasks/declare.py); the others' are listed here, and tests/test_api_units.py holds them to the fab
+# tasks' signatures, so an option added there and not here fails.
+TASK_OPTIONS: Mapping[str, frozenset[str]] = {
+    **{name: task.option_names() for name, task in declared_tasks().items()},
+    **{name: frozenset(opts) for name, opts in {
     "patch": ("check", "playbook", "diff", "while_running"),
     "rollback": ("check", "playbook", "diff", "force", "while_running"),
     "verify": ("playbook", "kinds"), "run": ("command", "timeout"),
@@ -39,9 +42,8 @@ TASK_OPTIONS: Mapping[str, frozenset[str]] = {name: frozenset(opts) for name, op
     "extract": ("force", "job", "playbook", "shards", "again"),
     "tail": ("job_id", "job", "playbook", "lines", "from_start"), "status": ("job_id", "job", "playbook"),
     "logs": ("lines", "job_id", "job", "playbook"), "stop": ("grace", "job_id"), "jobs": ("last",),
-    "drain": ("reason",),
-    "undrain": (),
-}.items()}
+    "drain": ("reason",), "undrain": (),
+    }.items()}}
 
 
 class UnknownTask(UsageError):

@@ -11,12 +11,15 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fabric
 from invoke import Argument
 
 from ..plans.options import RUN_NUMBERS, Range
+
+if TYPE_CHECKING:
+    from ..tasks.declare import HostTask
 
 # The one short-flag scheme (README "Flags"). Nothing else gets a short flag; -h stays Fabric's --help.
 SHORT_FLAGS = {"json": "j", "check": "c", "playbook": "p", "user": "u", "verbose": "v"}
@@ -126,6 +129,25 @@ def fleet_task(numbers: dict[str, Range] | None = None, **options: Any) -> Calla
         return explicit_task(numbers={**RUN_NUMBERS, **(numbers or {})}, help=helps, **options)(declared)
 
     return wrap
+
+
+def from_declaration(task: HostTask) -> Any:
+    """The fab task of a declared host task (tasks/declare.py): its signature, help, ranges and repeatable
+    options read from the declaration, its body a declaration like every fleet_task's."""
+
+    def body(c: Any, **kwargs: Any) -> None: ...
+
+    body.__name__ = body.__qualname__ = task.name
+    body.__doc__ = task.help
+    body.__module__ = task.plan.__module__
+    body.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        *(inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o.default)
+          for o in task.options)])
+    numbers = {o.name: o.numbers for o in task.options if o.numbers is not None}
+    return fleet_task(numbers=numbers, help={o.name: o.help for o in task.options},
+                      iterable=[o.name for o in task.options if o.iterable],
+                      optional=[o.name for o in task.options if o.optional])(body)
 
 
 def run_options_of(call: Any) -> list[str]:

@@ -34,16 +34,15 @@ import sys
 from invoke import Collection
 from invoke.exceptions import Exit
 
-from ..plans.gpugate import DEFAULT_THRESHOLD_MIB
+from ..tasks.declare import HELP_JSON, HELP_PLAYBOOK
+from ..tasks.registry import declared_tasks
 from . import usage as _usage
-from .decorators import explicit_task, fleet_task
+from .decorators import explicit_task, fleet_task, from_declaration
 from .loading import wants_lab
 
 # The local tasks' report modules are imported in their bodies, and the lab.* collection only for a command
 # line that may name it (fleetops/fab/loading.py): a host task's start-up loads neither.
 
-HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
-HELP_JSON = "print one JSON document instead of the human view"
 HELP_DIFF = "show each file's diff also when applying"
 
 # `fab` reaches fleetops' code first here, while Invoke imports the fabfile (the module being imported)
@@ -73,24 +72,6 @@ def rollback(c, check=False, playbook=None, json=False, diff=False, force=False,
 @fleet_task(help={"playbook": HELP_PLAYBOOK, "kinds": "only these check kinds, e.g. grep,compile", "json": HELP_JSON})
 def verify(c, playbook=None, kinds=None, json=False):
     """Run every check of the playbook on the node in one exec, with evidence."""
-
-
-@fleet_task(help={"json": HELP_JSON})
-def ping(c, json=False):
-    """Connect, run the node agent under the target python, report its version."""
-
-
-@fleet_task(numbers={"threshold": (0, None), "wait": (0, None)},
-            help={"gpus": "only these GPU indices, e.g. 0,1,2,3",
-                  "threshold": f"MiB above which a GPU is busy ({DEFAULT_THRESHOLD_MIB})",
-                  "wait": "poll up to this many seconds for the GPUs to be free", "json": HELP_JSON})
-def gpu(c, gpus=None, threshold=DEFAULT_THRESHOLD_MIB, wait=0, json=False):
-    """GPU preflight: every GPU there, healthy and free? Who holds the busy ones?"""
-
-
-@fleet_task(help={"json": HELP_JSON})
-def facts(c, json=False):
-    """OS, target python, vllm/speculators/torch/transformers versions, driver, CUDA, GPUs, free disk."""
 
 
 HELP_JOB = "the playbook's job (default: extract)"
@@ -146,13 +127,6 @@ def drain(c, reason=None, json=False):
 @fleet_task(help={"json": HELP_JSON})
 def undrain(c, json=False):
     """Put a drained node back in service (and its Slurm node, for a host with `slurm_node`)."""
-
-
-@fleet_task(help={"fingerprint": "the SHA256:... fingerprint you verified out of band",
-                  "replace": "the host's key changed (reimaged node): replace the old entry with the named one",
-                  "json": HELP_JSON})
-def trust(c, fingerprint=None, replace=False, json=False):
-    """Add a host's SSH key to known_hosts, only if it matches the fingerprint you name."""
 
 
 @fleet_task(numbers={"timeout": (1, None)},
@@ -256,8 +230,10 @@ def runbooks(c, json=False):
         raise Exit(code=code)
 
 
-ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, status, logs, stop, trust, history,
-                jobs, fetch, ssh_config, diagnose, runbooks, capture, rebase, drain, undrain)
+# The declared host tasks' fab tasks are read from their declarations (tasks/declare.py); the rest are above.
+ns = Collection(*(from_declaration(task) for task in declared_tasks().values()), patch, rollback, verify, run,
+                extract, tail, status, logs, stop, history, jobs, fetch, ssh_config, diagnose, runbooks, capture,
+                rebase, drain, undrain)
 if wants_lab(sys.argv):
     from .. import lab as _lab
 

@@ -11,8 +11,8 @@ from ..plans.tables import FACT_COLUMNS, GPU_COLUMNS, fact_row, gpu_rows
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_GPU_BUSY, Next, Result, Status
 from ..wire.connector import Connector
-from .jobs.backend import backend_for
-from .plan import Plan, TaskSpec, drain_text, unmet_warnings
+from .declare import JSON, HostTask, Option
+from .plan import Plan, drain_text, unmet_warnings
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -47,6 +47,8 @@ def _judge(host: str, plan: Plan, answer: dict) -> tuple[Result, Verdict]:
 
 def _run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
     """Poll (one exec each) until the selected GPUs are free or --wait runs out."""
+    from .jobs.backend import backend_for  # the jobs family only for gpu's run, not for the task table
+
     backend = backend_for(node.host)
     if backend.allocates:  # a login node: the GPUs are those of our job's allocation
         allocated = backend.allocation_gpus(run, plan, node)
@@ -114,5 +116,14 @@ def _facts_next(host: str) -> dict:
                 "inventory, then run it again", [f"fab -H {host} facts"]).to_data()
 
 
-TASKS = [TaskSpec("gpu", _gpu_plan, _interpret_gpu, _run_gpu),
-         TaskSpec("facts", _facts_plan, _interpret_facts)]
+TASKS = [
+    HostTask("gpu", _gpu_plan, _interpret_gpu, _run_gpu, op="gpu",
+             help="GPU preflight: every GPU there, healthy and free? Who holds the busy ones?",
+             options=(Option("gpus", "only these GPU indices, e.g. 0,1,2,3"),
+                      Option("threshold", f"MiB above which a GPU is busy ({DEFAULT_THRESHOLD_MIB})",
+                             DEFAULT_THRESHOLD_MIB, numbers=(0, None)),
+                      Option("wait", "poll up to this many seconds for the GPUs to be free", 0, numbers=(0, None)),
+                      JSON)),
+    HostTask("facts", _facts_plan, _interpret_facts, op="facts",
+             help="OS, target python, vllm/speculators/torch/transformers versions, driver, CUDA, GPUs, free disk."),
+]

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 from ..results import EXIT_FAILED, Result, Status
 from ..wire.connector import Connector
-from .plan import Plan, TaskSpec
+from .declare import JSON, HostTask, Option
+from .plan import Plan
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -53,5 +54,13 @@ def _run_trust(run: RunState, plan: Plan, node: Connector) -> Result:
     return Result(node.host.name, "trust", status, msg, code=EXIT_FAILED if status is Status.FAILED else 0)
 
 
-TASKS = [TaskSpec("ping", _ping_plan, _interpret_ping),
-         TaskSpec("trust", _trust_plan, run=_run_trust, dry=None)]
+TASKS = [
+    HostTask("ping", _ping_plan, _interpret_ping, op="ping",
+             help="Connect, run the node agent under the target python, report its version."),
+    HostTask("trust", _trust_plan, run=_run_trust, writes=True,
+             help="Add a host's SSH key to known_hosts, only if it matches the fingerprint you name.",
+             options=(Option("fingerprint", "the SHA256:... fingerprint you verified out of band"),
+                      Option("replace", "the host's key changed (reimaged node): replace the old entry with the "
+                                        "named one", False),
+                      JSON)),
+]

@@ -3,6 +3,7 @@ the agent call(s), then a Result, recorded. Node trouble never raises out of her
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 import time
@@ -16,18 +17,38 @@ from ..plans.playbookset import PlaybookSet
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
 from ..wire.connector import Connector, Pending, TransportError, discard_quietly
+from . import gpu, node
+from .declare import HostTask
 from .plan import Plan, TaskSpec, UsageError, agent_error
 
 if TYPE_CHECKING:
     from ..state import RunState
 
-# Each host task's family: the module of fleetops/tasks/ that defines it (its TASKS list; jobs' are built
-# below). A run imports only the families its command line names: `patch verify` has no use for the jobs,
-# Slurm, shards, diagnose or authoring modules and the plans behind them, ~20 ms of every start-up.
-FAMILIES = {"ping": "node", "trust": "node", "gpu": "gpu", "facts": "gpu", "patch": "patching",
-            "rollback": "patching", "verify": "checks", "run": "adhoc", "fetch": "oncall", "diagnose": "diagnose",
-            "capture": "authoring", "rebase": "authoring", "extract": "jobs", "tail": "jobs", "status": "jobs",
-            "logs": "jobs", "stop": "jobs", "jobs": "jobs", "drain": "drain", "undrain": "drain"}
+# The declared families: each of their tasks is one HostTask in the family's module (tasks/declare.py), and
+# everything else (fab's task, --help, the API's options) is read from it. Adding a task to one of these
+# modules is the whole of adding it.
+DECLARED_FAMILIES = (node, gpu)
+
+# The families not yet declared, by task name: the module of fleetops/tasks/ that defines each (its TASKS list;
+# jobs' are built below), with their fab task in fab/tasks.py and their options in api.py. A run imports only
+# the families of these its command line names: `patch verify` has no use for the jobs, Slurm, shards,
+# diagnose or authoring modules and the plans behind them, ~20 ms of every start-up.
+FAMILIES = {"patch": "patching", "rollback": "patching", "verify": "checks", "run": "adhoc", "fetch": "oncall",
+            "diagnose": "diagnose", "capture": "authoring", "rebase": "authoring", "extract": "jobs",
+            "tail": "jobs", "status": "jobs", "logs": "jobs", "stop": "jobs", "jobs": "jobs", "drain": "drain",
+            "undrain": "drain"}
+
+
+@functools.cache
+def declared_tasks() -> dict[str, HostTask]:
+    """Every declared host task by name, in their families' order."""
+    tasks: dict[str, HostTask] = {}
+    for family in DECLARED_FAMILIES:
+        for spec in family.TASKS:
+            if spec.name in tasks or spec.name in FAMILIES:
+                raise ValueError(f"host task {spec.name} is declared twice ({family.__name__})")
+            tasks[spec.name] = spec
+    return tasks
 
 
 def _jobs_specs() -> list[TaskSpec]:
@@ -53,6 +74,9 @@ class _Tasks(Mapping[str, TaskSpec]):
     def __getitem__(self, name: str) -> TaskSpec:
         spec = self._specs.get(name)
         if spec is None:
+            declared = declared_tasks().get(name)
+            if declared is not None:
+                return declared
             family = FAMILIES[name]  # KeyError for a name that is no task, as a dict says it
             with self._lock:
                 if name not in self._specs:  # another host's thread may have loaded it meanwhile
@@ -63,10 +87,10 @@ class _Tasks(Mapping[str, TaskSpec]):
         return spec
 
     def __iter__(self) -> Iterator[str]:
-        return iter(FAMILIES)
+        return iter([*declared_tasks(), *FAMILIES])
 
     def __len__(self) -> int:
-        return len(FAMILIES)
+        return len(declared_tasks()) + len(FAMILIES)
 
 
 TASKS: Mapping[str, TaskSpec] = _Tasks()

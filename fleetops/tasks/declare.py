@@ -1,0 +1,59 @@
+"""A host task stated once, in its family's module: its name, help, options (each with its help, default and
+range), whether it writes on the node, the agent op it calls, its result type, and how it plans, reads the
+answer or runs. The run's task table (tasks/registry.py), `fab`/`fleet` (fab/tasks.py: the Invoke task,
+its --help and --list line), and the API's option check (api.py) are all read from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plans.options import Range
+from ..results import Result
+from .plan import TaskSpec
+
+HELP_JSON = "print one JSON document instead of the human view"
+HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a task: `name` as Python spells it (--job-id is job_id), its help line, its default, and
+    for a whole number its range (least, greatest or None), checked before anything connects."""
+
+    name: str
+    help: str
+    default: Any = None
+    numbers: Range | None = None
+    iterable: bool = False  # repeatable: a list of every value given
+    optional: bool = False  # a flag that may come with or without its value (--shards / --shards 4)
+
+
+JSON = Option("json", HELP_JSON, False)
+
+
+@dataclass
+class HostTask(TaskSpec):
+    """A task run on every selected host. `writes`: it changes the node; with a `check` option that is its check
+    mode (--dry sets it), without one --dry refuses it. A task that does not write runs as is under --dry, and
+    its `op` must be one the agent counts as read-only (so its request may be sent ahead)."""
+
+    help: str = ""
+    options: tuple[Option, ...] = (JSON,)
+    writes: bool = False
+    op: str = ""  # the agent op its plan calls; "" for none (trust talks to SSH itself)
+    result: type = Result
+    dry: str | None = field(init=False, default="read-only")
+
+    def __post_init__(self) -> None:
+        names = [o.name for o in self.options]
+        if len(set(names)) != len(names):
+            raise ValueError(f"task {self.name}: an option is declared twice: {names}")
+        if not self.writes:
+            self.dry = "read-only"
+        else:
+            self.dry = "check" if "check" in names else None
+
+    def option_names(self) -> frozenset[str]:
+        """The options the task itself takes, as the API names them (the front end's --json is not one)."""
+        return frozenset(o.name for o in self.options if o.name != "json")
