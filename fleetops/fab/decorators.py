@@ -142,8 +142,8 @@ def from_declaration(task: HostTask) -> Any:
     body.__module__ = task.plan.__module__
     body.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-        *(inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o.default)
-          for o in task.options)])
+        *(inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                            default=inspect.Parameter.empty if o.required else o.default) for o in task.options)])
     numbers = {o.name: o.numbers for o in task.options if o.numbers is not None}
     return fleet_task(numbers=numbers, help={o.name: o.help for o in task.options},
                       iterable=[o.name for o in task.options if o.iterable],

@@ -27,6 +27,7 @@ class Option:
     numbers: Range | None = None
     iterable: bool = False  # repeatable: a list of every value given
     optional: bool = False  # a flag that may come with or without its value (--shards / --shards 4)
+    required: bool = False  # a positional argument with no default (run's command)
 
 
 JSON = Option("json", HELP_JSON, False)
@@ -43,6 +44,7 @@ class HostTask(TaskSpec):
     writes: bool = False
     op: str = ""  # the agent op its plan calls; "" for none (trust talks to SSH itself)
     result: type = Result
+    playbook_set: bool = False  # -p may name a set (a folder): each host runs the playbook its versions fit
     dry: str | None = field(init=False, default="read-only")
 
     def __post_init__(self) -> None:

@@ -107,7 +107,8 @@ def plan_for(run: RunState, name: str, kwargs: dict[str, Any], *, dry: bool = Fa
             raise UsageError(f"{name} has no check mode, so --dry cannot be honoured; nothing was run")
         if spec.dry == "check":
             kwargs = {**kwargs, "check": True}
-    book_set = run.playbook_set(kwargs.get("playbook")) if name in SET_TASKS else None
+    takes_set = name in SET_TASKS or getattr(spec, "playbook_set", False)
+    book_set = run.playbook_set(kwargs.get("playbook")) if takes_set else None
     return spec.plan(run, kwargs) if book_set is None else _set_plan(run, spec, kwargs, book_set)
 
 
