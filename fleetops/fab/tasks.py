@@ -43,35 +43,10 @@ from .loading import wants_lab
 # The local tasks' report modules are imported in their bodies, and the lab.* collection only for a command
 # line that may name it (fleetops/fab/loading.py): a host task's start-up loads neither.
 
-HELP_DIFF = "show each file's diff also when applying"
 
 # `fab` reaches fleetops' code first here, while Invoke imports the fabfile (the module being imported)
 _usage.at_fabfile_load(getattr(sys.modules.get("fabfile"), "__file__", None))
 
-
-HELP_WHILE_RUNNING = ("write even while a job of this node runs from these files (it keeps the code it imported; "
-                      "what it imports later is the new code)")
-
-
-@fleet_task(help={"check": "show the diff that would be applied; write nothing", "playbook": HELP_PLAYBOOK,
-            "json": HELP_JSON, "diff": HELP_DIFF, "while_running": HELP_WHILE_RUNNING})
-def patch(c, check=False, playbook=None, json=False, diff=False, while_running=False):
-    """Apply the playbook's patches (atomic, backed up, locked; already-applied is a no-op). Refused on a drained
-    node, and while a job of the node runs from the files (--while-running overrides)."""
-
-
-@fleet_task(help={"check": "show what would be restored; write nothing", "playbook": HELP_PLAYBOOK,
-                  "json": HELP_JSON, "diff": HELP_DIFF,
-                  "force": "a drifted file too: restore the saved original (proven by the wheel's RECORD), "
-                           "discarding every change in it", "while_running": HELP_WHILE_RUNNING})
-def rollback(c, check=False, playbook=None, json=False, diff=False, force=False, while_running=False):
-    """Reverse the patch (later edits elsewhere kept; the result checked against the wheel's RECORD). Refused while
-    a job of the node runs from the files (--while-running overrides)."""
-
-
-@fleet_task(help={"playbook": HELP_PLAYBOOK, "kinds": "only these check kinds, e.g. grep,compile", "json": HELP_JSON})
-def verify(c, playbook=None, kinds=None, json=False):
-    """Run every check of the playbook on the node in one exec, with evidence."""
 
 
 HELP_JOB = "the playbook's job (default: extract)"
@@ -116,25 +91,6 @@ def logs(c, lines=50, job_id=None, job=None, playbook=None, json=False):
                   "json": HELP_JSON})
 def stop(c, grace=10, job_id=None, json=False):
     """SIGTERM the job's whole process group, SIGKILL after the grace period, confirm GPU memory is free."""
-
-
-@fleet_task(help={"reason": "why, on one line (e.g. 'Xid 79 on GPU 3'): kept with who and when", "json": HELP_JSON})
-def drain(c, reason=None, json=False):
-    """Take the node out of service: extract and patch refuse there until `undrain` (facts, status and diagnose
-    say it is drained, by whom, when, why); a host with `slurm_node` is drained in Slurm too."""
-
-
-@fleet_task(help={"json": HELP_JSON})
-def undrain(c, json=False):
-    """Put a drained node back in service (and its Slurm node, for a host with `slurm_node`)."""
-
-
-@fleet_task(numbers={"timeout": (1, None)},
-            help={"command": "the shell command, as you would type it on the node (quote it)",
-                  "timeout": "seconds before the command is killed (default 300; -T N sets it for the run)",
-                  "json": HELP_JSON})
-def run(c, command, timeout=None, json=False):
-    """Run a shell command on every host (/bin/sh -c on the node), output prefixed by host, exit code each."""
 
 
 @explicit_task(numbers={"last": (0, None)},
@@ -231,9 +187,8 @@ def runbooks(c, json=False):
 
 
 # The declared host tasks' fab tasks are read from their declarations (tasks/declare.py); the rest are above.
-ns = Collection(*(from_declaration(task) for task in declared_tasks().values()), patch, rollback, verify, run,
-                extract, tail, status, logs, stop, history, jobs, fetch, ssh_config, diagnose, runbooks, capture,
-                rebase, drain, undrain)
+ns = Collection(*(from_declaration(task) for task in declared_tasks().values()), extract, tail, status, logs,
+                stop, history, jobs, fetch, ssh_config, diagnose, runbooks, capture, rebase)
 if wants_lab(sys.argv):
     from .. import lab as _lab
 

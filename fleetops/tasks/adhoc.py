@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..results import EXIT_FAILED, Result, Status
-from .plan import Plan, TaskSpec, UsageError, agent_error
+from .declare import JSON, HostTask, Option
+from .plan import Plan, UsageError, agent_error
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -58,4 +59,13 @@ def _interpret_run(host: str, plan: Plan, answer: dict) -> Result:
     return Result(host, "run", Status.OK, f"{command!r}: exit 0", data=data)
 
 
-TASKS = [TaskSpec("run", _run_plan, _interpret_run, dry=None)]  # a shell command has no check mode
+TASKS = [
+    HostTask("run", _run_plan, _interpret_run, writes=True, op="run",  # a shell command has no check mode
+             help="Run a shell command on every host (/bin/sh -c on the node), output prefixed by host, "
+                  "exit code each.",
+             options=(Option("command", "the shell command, as you would type it on the node (quote it)",
+                             required=True),
+                      Option("timeout", "seconds before the command is killed (default 300; -T N sets it for the "
+                                        "run)", numbers=(1, None)),
+                      JSON)),
+]

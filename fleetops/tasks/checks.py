@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from ..plans.versions import judged_checks
 from ..plans.yamlsrc import ConfigError
 from ..results import Item, Next, Result, Status
-from .plan import Plan, TaskSpec, agent_error, unmet_warnings
+from .declare import HELP_PLAYBOOK, JSON, HostTask, Option
+from .plan import Plan, agent_error, unmet_warnings
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -66,4 +67,9 @@ def _verify_next(host: str, plan: Plan, failing: list[dict]) -> Next:
                 [f"{fab} patch --check{book}", f"{fab} patch verify{book}"])
 
 
-TASKS = [TaskSpec("verify", _verify_plan, _interpret_verify)]
+TASKS = [
+    HostTask("verify", _verify_plan, _interpret_verify, op="verify", playbook_set=True,
+             help="Run every check of the playbook on the node in one exec, with evidence.",
+             options=(Option("playbook", HELP_PLAYBOOK), Option("kinds", "only these check kinds, e.g. grep,compile"),
+                      JSON)),
+]

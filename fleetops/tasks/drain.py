@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector
-from .plan import Plan, TaskSpec, UsageError, agent_error
+from .declare import JSON, HostTask, Option
+from .plan import Plan, UsageError, agent_error
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -85,4 +86,11 @@ def _with_slurm(result: Result, slurm: dict | None, plan: Plan) -> Result:
     return result
 
 
-TASKS = [TaskSpec("drain", _drain_plan, run=_run, dry=None), TaskSpec("undrain", _undrain_plan, run=_run, dry=None)]
+TASKS = [
+    HostTask("drain", _drain_plan, run=_run, writes=True, op="drain",
+             help="Take the node out of service: extract and patch refuse there until `undrain` (facts, status and "
+                  "diagnose\nsay it is drained, by whom, when, why); a host with `slurm_node` is drained in Slurm too.",
+             options=(Option("reason", "why, on one line (e.g. 'Xid 79 on GPU 3'): kept with who and when"), JSON)),
+    HostTask("undrain", _undrain_plan, run=_run, writes=True, op="undrain",
+             help="Put a drained node back in service (and its Slurm node, for a host with `slurm_node`)."),
+]

@@ -23,7 +23,8 @@ from ..plans.versions import judged_patch
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Item, Next, Result, Status, rollup
 from ..wire.connector import Connector, TransportError
-from .plan import Plan, TaskSpec, agent_error, drained
+from .declare import HELP_PLAYBOOK, JSON, HostTask, Option
+from .plan import Plan, agent_error, drained
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -242,5 +243,22 @@ def _failed_next(host: str, plan: Plan, words: set[str]) -> Next:
     return Next("see what the node says of each file, then run it again", [f"{fab} {plan.op} --check{book}"])
 
 
-TASKS = [TaskSpec("patch", _patch_plan("patch"), run=_run, dry="check"),
-         TaskSpec("rollback", _patch_plan("rollback"), run=_run, dry="check")]
+HELP_DIFF = "show each file's diff also when applying"
+WHILE_RUNNING = Option("while_running", "write even while a job of this node runs from these files (it keeps the code "
+                       "it imported; what it imports later is the new code)", False)
+
+TASKS = [
+    HostTask("patch", _patch_plan("patch"), run=_run, writes=True, op="patch", playbook_set=True,
+             help="Apply the playbook's patches (atomic, backed up, locked; already-applied is a no-op). Refused on a "
+                  "drained\nnode, and while a job of the node runs from the files (--while-running overrides).",
+             options=(Option("check", "show the diff that would be applied; write nothing", False),
+                      Option("playbook", HELP_PLAYBOOK), JSON, Option("diff", HELP_DIFF, False), WHILE_RUNNING)),
+    HostTask("rollback", _patch_plan("rollback"), run=_run, writes=True, op="rollback", playbook_set=True,
+             help="Reverse the patch (later edits elsewhere kept; the result checked against the wheel's RECORD). "
+                  "Refused while\na job of the node runs from the files (--while-running overrides).",
+             options=(Option("check", "show what would be restored; write nothing", False),
+                      Option("playbook", HELP_PLAYBOOK), JSON, Option("diff", HELP_DIFF, False),
+                      Option("force", "a drifted file too: restore the saved original (proven by the wheel's "
+                                      "RECORD), discarding every change in it", False),
+                      WHILE_RUNNING)),
+]
