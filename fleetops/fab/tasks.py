@@ -1,6 +1,7 @@
 """fleetops' tasks as one Fabric namespace (`ns`), which a project's fabfile.py imports in one line and
-`fleet` bundles. Thin: each @fleet_task declares a task's name, options and help; the executor
-(fleetops/fab/executor.py) runs fleetops.tasks' task of that name on every host.
+`fleet` bundles. Thin: a host task declared in its family's module (fleetops/tasks/declare.py) becomes its
+fab task here; the families not yet declared have their @fleet_task below (name, options, help). The
+executor (fleetops/fab/executor.py) runs fleetops.tasks' task of that name on every host.
 
     fab lab.up                     # a local lab node: real sshd, real vllm 0.16.0 + speculators 0.3.0
     fab -H lab01 patch verify      # patch the node's speculators, then prove it works
