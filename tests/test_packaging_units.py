@@ -32,10 +32,20 @@ def locked(name: str) -> dict[tuple[str, str], str]:
     return pins
 
 
-def test_every_package_folder_is_in_the_wheel():
-    found = sorted(str(p.parent.relative_to(REPO)).replace("/", ".")
-                   for top in ("fleetops", "remote_scripts") for p in (REPO / top).rglob("__init__.py"))
-    assert sorted(PYPROJECT["tool"]["setuptools"]["packages"]) == found
+def package_names(top: Path, name: str) -> set[str]:
+    """Every package (a folder with __init__.py) under `top`, named as `name` and its subpackages."""
+    return {".".join([name, *p.parent.relative_to(top).parts]) for p in top.rglob("__init__.py")
+            if "agent" not in p.relative_to(top).parts[:1] or top.name != "fleetops"}
+
+
+def test_every_package_folder_is_in_the_wheel_under_one_top_level_package():
+    # The node agent's folder, remote_scripts/, is fleetops.agent in the wheel: fleetops/agent links to it.
+    link = REPO / "fleetops" / "agent"
+    assert link.is_symlink() and link.resolve() == (REPO / "remote_scripts").resolve()
+    found = package_names(REPO / "fleetops", "fleetops") | package_names(REPO / "remote_scripts", "fleetops.agent")
+    packages = PYPROJECT["tool"]["setuptools"]["packages"]
+    assert sorted(packages) == sorted(found)
+    assert {name.split(".")[0] for name in packages} == {"fleetops"}
 
 
 def test_every_dependency_has_an_upper_bound():

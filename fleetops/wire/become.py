@@ -23,8 +23,7 @@ import time
 
 import paramiko
 
-from remote_scripts.core.bootstrap import INSTALL, READY
-
+from ..agent.core.bootstrap import INSTALL, READY
 from ..plans.inventory import Host
 from ..results import Evidence
 from .connector import ExecResult, TransportError
