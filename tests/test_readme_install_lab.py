@@ -55,7 +55,8 @@ def test_readmes_install_lines_in_a_clone_without_tags_give_fleet_and_only_fleet
     proc = subprocess.run(["bash", "-c", script], cwd=clone, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, f"{script}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     version = PYPROJECT["project"]["version"]
-    assert [p.name for p in (clone / "dist").iterdir()] == [f"fleetops-{version}-py3-none-any.whl"]
+    assert sorted(p.name for p in (clone / "dist").iterdir()) == [f"fleetops-{version}-py3-none-any.whl",
+                                                                  f"fleetops_lab-{version}-py3-none-any.whl"]
     assert sorted(p.name for p in bin_dir.iterdir()) == ["fleet"]  # not fab, inv, invoke, pygmentize ...
     project = clone / "ops"
     assert (project / "fabric.yaml").is_file() and (project / "fabfile.py").is_file()
