@@ -29,14 +29,13 @@ from fabric import Config
 from fabric.main import Fab
 from invoke import Argument, Collection
 from invoke.exceptions import Exit, ParseError
-from invoke.parser import Parser, ParserContext
 from invoke.program import Program
 
 from . import compat
 from .fab.decorators import COMMAND_LINE_WINS, RUN_OPTIONS, SHORT_FLAGS
 from .fab.executor import FleetExecutor
 from .fab.flags import UNUSED
-from .fab.usage import bad_number, install, usage_exit
+from .fab.usage import bad_number, checked_parse, project_file_exit, usage_exit
 from .plans.options import RUN_NUMBERS
 from .results import EXIT_USAGE, reader_gone
 
@@ -53,8 +52,18 @@ def find_project(start: Path) -> Path | None:
     return None
 
 
-class Fleet(Fab):
-    _named: set[str] | None = None  # the words of the command line while parse_tasks runs (_make_parser)
+class FleetConfig(Config):
+    """Fabric's config, with the project's fabric.yaml checked when Invoke is told where the project is, before
+    it merges the file: a broken or mistyped file is one line naming file:line and exit 2."""
+
+    def set_project_location(self, path: str | None) -> None:  # type: ignore[override]
+        refused = project_file_exit("fleet", path, self)
+        if refused is not None:
+            raise refused
+        super().set_project_location(path)
+
+
+class Fleet(compat.NamedTasksParser, Fab):
     project: Path | None = None
 
     def parse_collection(self) -> None:
@@ -90,9 +99,10 @@ class Fleet(Fab):
         if words[:1] == ["init"] and all(w.startswith("-") for w in words[1:]) and not {"-h", "--help"} & {*words}:
             words.append(".")  # `fleet init` alone: here (Invoke has no optional positional argument)
         help_for = self.args.help.value if "help" in self.args else None
-        self._named = {*words, *([help_for] if isinstance(help_for, str) else [])}
-        install()  # Invoke's parse_tasks, checked (fab/usage.py): usage errors exit 2, idle flags refused
-        super().parse_tasks()
+        self.named_words = {*words, *([help_for] if isinstance(help_for, str) else [])}
+        # Invoke's parse, checked (fab/usage.py): usage errors exit 2, idle flags refused
+        checked_parse(self, super().parse_tasks)
+        self.core.fleetops_checked = True  # the executor need not refuse it again
         if self.project is None and (self.core.remainder or any(c.name not in NEEDS_NO_PROJECT for c in self.tasks)):
             # Before any connection or name lookup: without a project there is no inventory, no host-key policy
             # of its own and no audit log to go through.
@@ -100,21 +110,11 @@ class Fleet(Fab):
                        f"a folder with fabfile.py): make one with `{self.binary} init DIR`, or name one with "
                        f"`{self.binary} -r PATH/TO/PROJECT ...`", code=EXIT_USAGE)
 
-    def _make_parser(self) -> Parser:
-        """Invoke builds a parser context for every task of the collection, then deep-copies them all (and
-        formats their repr for a debug line) on every parse: ~10 ms of each run's start-up for ~40 tasks. A
-        parse only ever looks up the words typed, so contexts for the tasks the command line names (or asks
-        --help for) parse it the same, with the same errors. Shell completion, which lists every task, gets
-        Invoke's full parser (it calls this outside parse_tasks)."""
-        named, self._named = self._named, None
-        if named is None or self.collection is None or not compat.enabled("task_parser"):
-            return super()._make_parser()
-        ignore = self.config.tasks.ignore_unknown_help
-        contexts = [ParserContext(name=primary, aliases=aliases,
-                                  args=self.collection[primary].get_arguments(ignore_unknown_help=ignore))
-                    for primary, aliases in self.collection.task_names.items()
-                    if primary in named or any(alias in named for alias in aliases)]
-        return Parser(initial=self.initial_context, contexts=contexts)
+    def parse_cleanup(self) -> None:
+        try:
+            super().parse_cleanup()
+        except BrokenPipeError:  # `fleet --list | head`: the reader has what it wanted
+            raise Exit(code=reader_gone(sys.stdout)) from None
 
     def core_args(self):  # type: ignore[override]
         # Invoke gives -r/--search-root only to a program that loads its tasks from disk; `fleet` finds the
@@ -187,7 +187,7 @@ def _version() -> str:
 
 
 # Bundled namespace: an empty one here, fleetops' tasks once parse_collection runs.
-program = Fleet(name="fleetops", namespace=Collection(), executor_class=FleetExecutor, config_class=Config,
+program = Fleet(name="fleetops", namespace=Collection(), executor_class=FleetExecutor, config_class=FleetConfig,
                 binary="fleet", binary_names=["fleet"])
 
 

@@ -7,18 +7,22 @@ path only saves time (docs/perf.md has what each one buys).
                                         paramiko or Invoke breaks one)
     FLEETOPS_PUBLIC_ONLY=name,name      only those off (names: FAST_PATHS)
 
-PyYAML needs no private name (plans/yamlload.py builds its C loader on the public yaml.CSafeLoader)."""
+PyYAML needs no private name (plans/yamlload.py builds its C loader on the public yaml.CSafeLoader).
+Fabric and Invoke are extended only through their public hooks (cli.py, fab/): the one private method, Invoke's
+Program._make_parser, is overridden here (NamedTasksParser)."""
 
 from __future__ import annotations
 
 import inspect
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import paramiko
 from invoke.config import Config
+from invoke.parser import Parser, ParserContext
 from invoke.program import Program
 from paramiko.auth_handler import AuthHandler
 
@@ -26,10 +30,11 @@ SWITCH = "FLEETOPS_PUBLIC_ONLY"
 
 # name -> (the private names it uses, what it buys)
 FAST_PATHS: dict[str, tuple[tuple[str, ...], str]] = {
-    "pipelined_auth": (("paramiko AuthHandler._request_auth", "AuthHandler._parse_service_accept"),
+    "pipelined_auth": (("paramiko AuthHandler._request_auth", "AuthHandler._parse_service_accept",
+                        "Transport.auth_publickey's body"),
                        "the login request sent behind the service request: one round trip per connection"),
     "session_ahead": (("paramiko Transport._next_channel", "Transport._channels", "Transport._send_message",
-                       "Channel._set_transport", "Channel._set_window"),
+                       "Channel._set_transport", "Channel._set_window", "Transport.open_channel's wait, copied"),
                       "the session channel opened behind the login request: one round trip per connection "
                       "(only with pipelined_auth)"),
     "indexed_host_keys": (("paramiko HostKeys._entries", "the lookup's SubDict._hostkeys"),
@@ -39,6 +44,10 @@ FAST_PATHS: dict[str, tuple[tuple[str, ...], str]] = {
     "shared_config": (("Invoke Config._modify", "Config._remove"),
                       "a write to the Fabric config all connections share fails at once instead of racing with "
                       "the connections reading it (a reader saw no keys at all, once in 1920 runs)"),
+    "quiet_prefetch": (("paramiko SFTPFile._prefetch_thread (its name, in a thread's traceback)",
+                        "threading.excepthook, for the whole process"),
+                       "an SFTP download read ahead by paramiko's prefetch thread (up to 64 requests in flight) "
+                       "instead of one request per chunk read, with that thread's death at a closed link unprinted"),
     "task_parser": (("Invoke Program._make_parser",),
                     "parser contexts built for the tasks the command line names, not for all of them"),
 }
@@ -84,7 +93,8 @@ def _check_client() -> str | None:
 
 CHECKS: dict[str, Callable[[], str | None]] = {
     "pipelined_auth": lambda: _first(_arity(AuthHandler, "_request_auth", 0),
-                                     _arity(AuthHandler, "_parse_service_accept", 1)),
+                                     _arity(AuthHandler, "_parse_service_accept", 1),
+                                     _arity(paramiko.Transport, "auth_publickey", 3)),
     "session_ahead": lambda: _first(_arity(paramiko.Transport, "_next_channel", 0),
                                     _arity(paramiko.Transport, "_send_message", 1),
                                     _arity(paramiko.Channel, "_set_transport", 1),
@@ -95,6 +105,8 @@ CHECKS: dict[str, Callable[[], str | None]] = {
     "indexed_host_keys": _check_host_keys,
     "shared_host_keys": _check_client,
     "shared_config": lambda: _first(_arity(Config, "_modify", 3), _arity(Config, "_remove", 2)),
+    "quiet_prefetch": lambda: None if callable(getattr(paramiko.SFTPFile, "_prefetch_thread", None))
+    else "paramiko.SFTPFile._prefetch_thread is missing",
     "task_parser": lambda: _arity(Program, "_make_parser", 0),
 }
 assert set(CHECKS) == set(FAST_PATHS)
@@ -171,6 +183,25 @@ class PipelinedAuth(AuthHandler):
         super()._parse_service_accept(m)
 
 
+def auth_publickey_pipelined(transport: paramiko.Transport, username: str, key: paramiko.PKey,
+                             event: threading.Event | None,
+                             after_request: Callable[[bool], None]) -> list[str] | None:
+    """paramiko's Transport.auth_publickey with the handler that sends the request ahead (PipelinedAuth), its
+    body copied (paramiko has no hook for the auth handler's class): None when pipelined_auth is off, and the
+    caller takes paramiko's own. after_request(sent_ahead) runs once the request is out."""
+    if not enabled("pipelined_auth"):
+        return None
+    if not transport.active or not transport.initial_kex_done:
+        raise paramiko.SSHException("No existing session")
+    my_event = event or threading.Event()
+    transport.auth_handler = handler = PipelinedAuth(transport)
+    handler.auth_publickey(username, key, my_event)
+    after_request(handler.sent_ahead)
+    if event is not None:
+        return []
+    return handler.wait_for_response(my_event)
+
+
 def _may_send_auth_ahead(transport: paramiko.Transport, key: Any) -> bool:
     key_type = getattr(getattr(key, "public_blob", None), "key_type", None) or key.get_name()
     return "OpenSSH" in (transport.remote_version or "") and "rsa" not in key_type
@@ -202,6 +233,21 @@ def open_session_ahead(transport: paramiko.Transport, window: int, packet: int) 
     return chan, event
 
 
+def confirmed_ahead(transport: paramiko.Transport, chan: paramiko.Channel, event: threading.Event,
+                    timeout: float) -> paramiko.Channel:
+    """The second half of paramiko's open_channel, its body copied, for a channel open_session_ahead sent: wait
+    for OPEN_CONFIRMATION (or failure, or the end)."""
+    deadline = time.monotonic() + timeout
+    while not event.wait(0.1):
+        if not transport.active:
+            break
+        if time.monotonic() > deadline:
+            raise paramiko.SSHException("Timeout opening channel.")
+    if event.is_set() and channel_mapped(transport, chan):  # a refused open is unmapped
+        return chan
+    raise transport.get_exception() or paramiko.SSHException("Unable to open channel.")
+
+
 def forget_channel(transport: paramiko.Transport, chan: paramiko.Channel) -> None:
     """A channel opened ahead that sshd never made (its login was refused): unmapped, nothing sent."""
     transport._channels.delete(chan.chanid)
@@ -211,6 +257,33 @@ def forget_channel(transport: paramiko.Transport, chan: paramiko.Channel) -> Non
 def channel_mapped(transport: paramiko.Transport, chan: paramiko.Channel) -> bool:
     """Whether the transport still maps this channel (a refused open is unmapped by paramiko)."""
     return transport._channels.get(chan.chanid) is chan
+
+
+# ---------------------------------------------------------------- SFTP read-ahead (paramiko)
+def quiet_prefetch_thread() -> bool:
+    """Whether a download may use paramiko's read-ahead (SFTPFile.prefetch): True once the hook is in place.
+    paramiko reads ahead in a thread of its own (SFTPFile._prefetch_thread); when the link closes under it
+    (Ctrl-C, a lost node) that thread dies with "Socket is closed", and Python prints its traceback. The copy's
+    own thread already reports the stop, so that one exception is not printed; any other thread's is. Off: no
+    read-ahead thread, so nothing to quiet (the download waits for each chunk)."""
+    if not enabled("quiet_prefetch"):
+        return False
+    previous = threading.excepthook
+    if getattr(previous, "_fleetops_prefetch", False):
+        return True
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        tb, names = args.exc_traceback, set()
+        while tb is not None:  # the thread's own frames (Thread.run has dropped its target by now)
+            names.add(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        if "_prefetch_thread" in names and isinstance(args.exc_value, (OSError, EOFError, paramiko.SSHException)):
+            return
+        previous(args)
+
+    hook._fleetops_prefetch = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+    return True
 
 
 # ---------------------------------------------------------------- known_hosts (paramiko)
@@ -289,3 +362,27 @@ class RefuseWrites:
             raise RuntimeError(f"fleetops shares one Fabric config between connections; removing {key!r} from "
                                "it would race (a fleetops bug: please report it)")
         super()._remove(keypath, key)  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- the task parser (Invoke)
+class NamedTasksParser:
+    """Mixed into `fleet`'s Program: Invoke builds a parser context for every task of the collection, then
+    deep-copies them all (and formats their repr for a debug line) on every parse: ~10 ms of each run's
+    start-up for ~40 tasks. A parse only ever looks up the words typed, so contexts for the tasks the command
+    line names (or asks --help for) parse it the same, with the same errors. The program sets `named_words`
+    right before Invoke's parse_tasks; shell completion, which lists every task, gets Invoke's full parser (it
+    builds one outside parse_tasks), as does every parse with task_parser off."""
+
+    named_words: set[str] | None = None
+
+    def _make_parser(self) -> Parser:
+        named, self.named_words = self.named_words, None
+        collection = getattr(self, "collection", None)
+        if named is None or collection is None or not enabled("task_parser"):
+            return super()._make_parser()  # type: ignore[misc]
+        ignore = self.config.tasks.ignore_unknown_help  # type: ignore[attr-defined]
+        contexts = [ParserContext(name=primary, aliases=aliases,
+                                  args=collection[primary].get_arguments(ignore_unknown_help=ignore))
+                    for primary, aliases in collection.task_names.items()
+                    if primary in named or any(alias in named for alias in aliases)]
+        return Parser(initial=self.initial_context, contexts=contexts)  # type: ignore[attr-defined]

@@ -10,9 +10,9 @@ from . import startup
 
 
 def import_program() -> ModuleType:
-    """cli.py, with Fabric imported as the program imports it (startup.unittest_mock_deferred says why)."""
-    with startup.unittest_mock_deferred():
-        from . import cli
+    """cli.py, whose `program` is the installed fleet's."""
+    from . import cli
+
     return cli
 
 

@@ -16,6 +16,57 @@ class Status(str, Enum):
     SKIPPED = "skipped"
 
 
+class Severity(str, Enum):
+    """A verdict of diagnose and of the gpu gate (Nagios' words), least to most severe: the one ordering every
+    reader sorts by. It serialises as its name ("CRITICAL"), in --json and anywhere it is written as text."""
+
+    OK = "OK"
+    WARN = "WARN"
+    UNKNOWN = "UNKNOWN"  # not checked, or the check could not be read: worse than a known warning
+    CRITICAL = "CRITICAL"
+
+    @property
+    def level(self) -> int:
+        return _SEVERITY_LEVEL[self]
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.level < other.level
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.level <= other.level
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.level > other.level
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.level >= other.level
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def named(cls, word: object) -> Severity | None:
+        """The severity a word (a verdict read back from --json or a table cell) names, else None."""
+        try:
+            return cls(word)
+        except (ValueError, TypeError):  # TypeError: a word that is not hashable (a list in a bad answer)
+            return None
+
+
+_SEVERITY_LEVEL = {member: level for level, member in enumerate(Severity)}
+
+
 # Exit statuses, documented in the README. A run exits with the most severe code among its results (exit_status).
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -15,20 +15,13 @@ the collector off keeps it off.
 Ctrl-C while the program starts (guard_interrupts) is one line and exit 130: nothing has been contacted before
 the run is planned, so there is nothing to wait for or put back. Python's own handling would print a
 KeyboardInterrupt traceback from whichever import it lands in, or let Invoke turn it into exit 1. From release()
-on, the run installs its own handler (run.py), and a local task has Python's.
-
-The program also imports Fabric without `unittest.mock` (unittest_mock_deferred, below)."""
+on, the run installs its own handler (run.py), and a local task has Python's."""
 
 from __future__ import annotations
 
 import gc
-import importlib
 import os
 import signal
-import sys
-import types
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 _held = False
 EXIT_INTERRUPTED = 130  # results.py's; this module sits below it and imports nothing of fleetops
@@ -77,41 +70,3 @@ def release() -> None:
         _held = False
         gc.freeze()
         gc.enable()
-
-
-@contextmanager
-def unittest_mock_deferred() -> Iterator[None]:
-    """Invoke's context module imports `unittest.mock` at its top for MockContext, a helper for testing code
-    that uses Invoke; that import pulls in unittest, asyncio and ssl: ~30 ms of every `fab`'s start-up
-    (measured) for a class no run uses. While the program imports Fabric, `unittest.mock` is a
-    stand-in: its Mock makes a real Mock (importing the real module then), and any other name loads the real
-    module and is taken from it. The stand-in leaves sys.modules when the block ends, so a fabfile or a test
-    importing unittest.mock afterwards gets the real one. Nothing is stood in for when it is already loaded.
-    What Invoke bound meanwhile stays bound: `invoke.context.Mock` is the stand-in's function, which MockContext
-    only calls (no code in Fabric, Invoke or paramiko uses it with isinstance)."""
-    if "unittest.mock" in sys.modules:
-        yield
-        return
-    stand_in = types.ModuleType("unittest.mock", "stand-in while fab starts (fleetops/startup.py)")
-
-    def real() -> types.ModuleType:
-        if sys.modules.get("unittest.mock") is stand_in:
-            del sys.modules["unittest.mock"]
-        return importlib.import_module("unittest.mock")
-
-    def mock(*args: object, **kwargs: object) -> object:
-        return real().Mock(*args, **kwargs)
-
-    def attribute(name: str) -> object:
-        if name.startswith("__"):  # the import system asks for __path__ and the like: a plain module has none
-            raise AttributeError(name)
-        return getattr(real(), name)
-
-    stand_in.Mock = mock  # type: ignore[attr-defined]
-    stand_in.__getattr__ = attribute  # type: ignore[method-assign]
-    sys.modules["unittest.mock"] = stand_in
-    try:
-        yield
-    finally:
-        if sys.modules.get("unittest.mock") is stand_in:
-            del sys.modules["unittest.mock"]

@@ -67,9 +67,11 @@ class RunState:
         """Fabric's -S file (else $FLEETOPS_SSH_CONFIG, else the files ssh reads), -i keys and the passphrase
         typed at --prompt-for-passphrase: the file's Host names become -H words for this run. Raises
         ConfigError when the file is missing or unparsable."""
-        from .wire.ssh import use_ssh_config
+        from .wire.ssh import fallback_warning, use_ssh_config
 
         self.inventory.ssh_aliases = use_ssh_config(path, identity_files, passphrase)
+        if fallback_warning():  # no `ssh` binary: what paramiko's reading leaves out, said once
+            self.reporter.note(f"warning: {fallback_warning()}")
 
     def key_passphrases(self, hosts: list[Host], ask: Callable[[str, list[str]], str]) -> None:
         """--prompt-for-passphrase: ask(path, host names) once for each key file of these hosts that needs a

@@ -45,6 +45,8 @@ import fleetops.agent.core.launch
 from remote_scripts.core import bootstrap, launch
 
 if TYPE_CHECKING:
+    import terminal
+
     from fleetops.lab import Lab
 
 # What the bootstrap hands in at every agent start: the node's writer (atomicio), run in-process by the tests,
@@ -295,6 +297,17 @@ def lab(lab_project, lab_factory: LabFactory, request: pytest.FixtureRequest) ->
             _remove(node.state_dir / sub)
         (node.faults_dir / "failpoints.json").unlink(missing_ok=True)  # armed only there (FLEETOPS_FAILPOINTS_DIR)
     return lab
+
+
+@pytest.fixture
+def term(lab: Lab) -> Iterator[terminal.Terminal]:
+    """A real 80x40 terminal (tmux) whose shell starts in the lab's project: what the operator sees and types."""
+    import terminal  # here: the suite-tier tests copy this conftest alone into projects of their own
+
+    if not terminal.available():
+        pytest.skip("needs tmux (Debian's tmux package; scripts/setup installs it)")
+    with terminal.Terminal(lab.root) as t:
+        yield t
 
 
 @pytest.fixture(scope="session")

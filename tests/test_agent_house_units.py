@@ -1,20 +1,23 @@
-"""The node agent's layout: every module lives in a subpackage named for what it does, no private name crosses a
-module boundary, every op and role the agent dispatches by name resolves, and the shipped zip carries every
-module, precompiled under its dotted name. No lab."""
+"""The node agent's layout: every module lives in a subpackage named for what it does (but the manifest), no
+private name crosses a module boundary, every op and role is declared by the module that implements it and
+reached through an import the contracts see, and the shipped zip carries every module, precompiled under its
+dotted name. No lab."""
 
 from __future__ import annotations
 
 import ast
-import importlib
 import io
 import zipfile
 from pathlib import Path
 
+import grimp
 import pytest
 
 import remote_scripts
 from fleetops.wire import bundle as bundle_mod
-from remote_scripts.core import agent
+from remote_scripts import ops
+from remote_scripts.core import registry
+from remote_scripts.core.protocol import OPS, READ_ONLY_OPS
 
 ROOT = Path(remote_scripts.__file__).parent
 SUBPACKAGES = ("core", "patch", "checks", "jobs", "health")
@@ -47,16 +50,80 @@ def test_the_check_sees_a_private_import(tmp_path):
 
 
 def test_every_module_sits_in_a_subpackage():
-    assert sorted(p.name for p in ROOT.glob("*.py")) == ["__init__.py", "__main__.py"]
+    assert sorted(p.name for p in ROOT.glob("*.py")) == ["__init__.py", "__main__.py", "ops.py"]
     assert sorted(p.name for p in ROOT.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(SUBPACKAGES)
     for name in SUBPACKAGES:
         assert (ROOT / name / "__init__.py").is_file(), name
 
 
-@pytest.mark.parametrize("table", ["OPS", "ROLES"])
-def test_every_op_and_role_resolves_to_a_function(table):
-    for name, (module, function) in getattr(agent, table).items():
-        assert callable(getattr(importlib.import_module(f"{agent.ROOT}.{module}"), function)), (name, module)
+def string_imports(root: Path) -> list[str]:
+    """Imports by a computed name (importlib.import_module, __import__): an edge the import contracts cannot see.
+    Only verify's checks import that way, and what they import is the node's packages, never ours."""
+    allowed = {"checks/checks.py", "checks/pyintrospect.py"}
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        where = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and where not in allowed:
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in ("import_module", "__import__"):
+                    found.append(f"{where}:{node.lineno} {name}")
+    return found
+
+
+def test_no_module_of_the_agent_imports_by_a_computed_name():
+    assert string_imports(ROOT) == []
+
+
+def test_the_check_sees_a_computed_import(tmp_path):
+    (tmp_path / "a.py").write_text("import importlib\nm = importlib.import_module(f'{__package__}.jobs')\n")
+    (tmp_path / "b.py").write_text("def f(name):\n    return __import__(name)\n")
+    assert string_imports(tmp_path) == ["a.py:2 import_module", "b.py:2 __import__"]
+
+
+@pytest.mark.parametrize("kind", ["op", "role"])
+def test_each_op_and_role_is_declared_by_the_module_the_manifest_imports(kind):
+    table, find, declared = ((ops.OP_MODULES, ops.find_op, registry.OPS) if kind == "op"
+                             else (ops.ROLE_MODULES, ops.find_role, registry.ROLES))
+    graph = grimp.build_graph("remote_scripts")
+    for name, load in table.items():
+        module = load()
+        found = find(name)
+        handler = found.handler if isinstance(found, registry.Op) else found
+        assert callable(handler) and handler.__module__ == module.__name__, (name, module)
+        # a plain import of that module in the manifest: the contracts (agent-layers) see the edge
+        assert graph.direct_import_exists(importer="remote_scripts.ops", imported=module.__name__), module
+    # nothing declared that the manifest does not reach: every loaded module's declarations are in the table
+    assert set(declared) == set(table)
+
+
+def test_the_ops_are_the_protocols_and_each_keeps_its_read_only_promise():
+    for load in set(ops.OP_MODULES.values()):
+        load()
+    assert {"ping", *registry.OPS} == set(OPS)
+    assert {name for name, op in registry.OPS.items() if not op.writes} | {"ping"} == READ_ONLY_OPS
+    assert ops.find_op("no_such_op") is None and ops.find_role("no_such_role") is None
+
+
+def test_a_declaration_the_protocol_does_not_know_is_refused():
+    with pytest.raises(ValueError, match="not in protocol.OPS"):
+        registry.node_op("no_such_op", writes=False)
+    with pytest.raises(ValueError, match="READ_ONLY_OPS"):
+        registry.node_op("verify", writes=True)  # the client pipelines verify: it must stay read-only
+    with pytest.raises(ValueError, match="READ_ONLY_OPS"):
+        registry.node_op("patch", writes=False)
+
+
+def test_an_op_declared_by_two_modules_is_refused():
+    ops.find_op("gpu")
+
+    def gpu(req: dict) -> dict:
+        return {}
+
+    with pytest.raises(ValueError, match="declared twice"):
+        registry.node_op("gpu", writes=False)(gpu)
+    assert registry.OPS["gpu"].handler.__module__ == "remote_scripts.health.gpu"
 
 
 def test_the_zip_carries_every_module_and_its_code_by_dotted_name():
@@ -72,7 +139,8 @@ def test_the_zip_carries_every_module_and_its_code_by_dotted_name():
     if not bundle_mod.PRECOMPILED:  # a client before 3.11 sends the sources alone (wire/bundle.py says why)
         assert codes == set()
         return
-    assert {"remote_scripts", "remote_scripts.core", "remote_scripts.core.agent", "remote_scripts.jobs.jobs",
+    assert {"remote_scripts", "remote_scripts.core", "remote_scripts.ops", "remote_scripts.core.agent",
+            "remote_scripts.jobs.jobs",
             "remote_scripts.health.preflight"} <= codes
     assert len(codes) == len(sources)
     assert bundle_mod._build(bundle_mod.agent_sources()) == data  # same code, same bytes, same name

@@ -34,10 +34,18 @@ def test_a_request_loads_no_writer_lock_or_module_lookup_it_does_not_use(tmp_pat
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     loaded = _modules_after("from remote_scripts.core import agent\n"
-                            f"agent._run(agent._op('ping'), {{'op': 'ping', 'state_dir': {str(state)!r}}})")
+                            f"agent._run(agent.PING.handler, {{'op': 'ping', 'state_dir': {str(state)!r}}})")
     assert {"remote_scripts.core.statetrust", "remote_scripts.core.failpoints"} <= loaded  # the state dir was checked
     assert not {"remote_scripts.core.atomicio", "remote_scripts.core.nodelock", "remote_scripts.core.sitemodules",
                 "remote_scripts.core.dists", "fcntl"} & loaded
+
+
+def test_the_manifest_loads_an_op_module_only_when_a_request_needs_it():
+    loaded = _modules_after("from remote_scripts import ops\nops.find_op('gpu')")
+    ours = {m for m in loaded if m.startswith("remote_scripts.")}
+    assert "remote_scripts.health.gpu" in ours
+    assert not {m for m in ours if m.split(".")[1] in ("jobs", "checks", "patch")} | (
+        ours & {"remote_scripts.health.guard", "remote_scripts.health.diagnose", "remote_scripts.health.drain"})
 
 
 def test_the_launcher_still_takes_the_same_lock():

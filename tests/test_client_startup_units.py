@@ -232,7 +232,8 @@ def _probe_json(code: str) -> object:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-OTHER_FAMILIES = ("fleetops.tasks.jobs", "fleetops.tasks.shards", "fleetops.tasks.slurm", "fleetops.tasks.diagnose",
+OTHER_FAMILIES = ("fleetops.tasks.jobs", "fleetops.tasks.jobs.shards", "fleetops.tasks.jobs.slurm",
+                  "fleetops.tasks.diagnose",
                   "fleetops.tasks.authoring", "fleetops.tasks.oncall", "fleetops.tasks.gpu", "fleetops.tasks.adhoc",
                   "fleetops.tasks.node", "fleetops.plans.rebase", "fleetops.plans.shards")
 
@@ -250,7 +251,7 @@ def test_a_run_imports_only_the_task_families_its_command_line_names():
         "extract = TASKS['extract']\n"
         "print(json.dumps([at_start, names, after_patch, 'fleetops.tasks.jobs' in sys.modules,"
         " extract.run.__module__]))")
-    assert seen == [[], ["patch", "verify"], [], True, "fleetops.tasks.shards"]
+    assert seen == [[], ["patch", "verify"], [], True, "fleetops.tasks.jobs"]
 
 
 def test_every_task_of_every_family_is_in_the_task_table():
@@ -274,48 +275,3 @@ def test_every_task_of_every_family_is_in_the_task_table():
     assert all(TASKS[name].name == name for name in TASKS)
     with pytest.raises(KeyError):
         TASKS["no-such-task"]
-
-
-def test_the_program_starts_without_unittest_asyncio_or_ssl():
-    # Invoke's context module imports unittest.mock for MockContext (a test helper), which pulls in
-    # unittest, asyncio and ssl: ~30 ms of every `fab`'s start-up, measured, for a class no run uses.
-    seen = _probe_json(
-        "import sys, json\n"
-        "sys.argv = ['fab', '-H', 'lab01', 'patch', 'verify']\n"
-        "from fleetops import entry\n"
-        "entry.import_program()\n"
-        "import fleetops.run\n"
-        "print(json.dumps(sorted(m for m in ('unittest', 'unittest.mock', 'asyncio', 'ssl') if m in sys.modules)))")
-    assert seen == []
-
-
-def test_unittest_mock_is_the_real_one_after_the_program_started():
-    """The stand-in lives only while Fabric is imported; Invoke's MockContext still makes real Mocks, and a
-    fabfile or test that imports unittest.mock afterwards (or during, for any other name) gets the real one."""
-    seen = _probe_json(
-        "import sys, json\n"
-        "from fleetops import startup\n"
-        "with startup.unittest_mock_deferred():\n"
-        "    import invoke\n"
-        "    from unittest.mock import sentinel\n"  # any other name: the real module, loaded there and then
-        "    during = type(sentinel).__module__\n"
-        "import unittest.mock\n"
-        "from invoke import MockContext, Result\n"
-        "mc = MockContext(run={'uname': Result('Linux\\n')})\n"
-        "out = mc.run('uname').stdout\n"
-        "mc.run.assert_called_once_with('uname')\n"
-        "print(json.dumps([during, hasattr(unittest.mock, 'MagicMock'), sys.modules['unittest.mock'] is unittest.mock,"
-        " out, isinstance(mc.run, unittest.mock.Mock)]))")
-    assert seen == ["unittest.mock", True, True, "Linux\n", True]
-
-
-def test_the_stand_in_is_not_used_when_unittest_mock_is_already_loaded():
-    seen = _probe_json(
-        "import sys, json, unittest.mock\n"
-        "real = sys.modules['unittest.mock']\n"
-        "from fleetops import startup\n"
-        "with startup.unittest_mock_deferred():\n"
-        "    same = sys.modules['unittest.mock'] is real\n"
-        "    import invoke.context\n"
-        "print(json.dumps([same, invoke.context.Mock is real.Mock, sys.modules['unittest.mock'] is real]))")
-    assert seen == [True, True, True]

@@ -41,7 +41,7 @@ def test_facts_with_no_driver_found_say_so_not_none():
 
 
 def test_a_pending_slurm_task_with_no_reason_says_pending_not_none():
-    from fleetops.tasks.slurm import _row
+    from fleetops.tasks.jobs.slurm.jobs import _row
 
     job = {"id": "extract-20260101T000000-abcd", "shards": 1}
     row = _row(job, {"state": "pending", "reason": "None", "slurm_id": "12"}, None)

@@ -65,7 +65,9 @@ def test_diagnose_drain_then_extract_and_patch_refuse_until_undrain(quiet):
     assert f"DRAINED by {operator()}" in status["msg"] and status["data"]["drain"]["reason"] == "Xid 79 on GPU 1"
     rc, diag = one(lab, "-H", "lab01", "diagnose")
     [mark] = [f for f in diag["data"]["findings"] if f["area"] == "drain"]
-    assert mark["verdict"] == "WARN" and "Xid 79 on GPU 1" in mark["msg"] and mark["next"] == "fab -H lab01 undrain"
+    assert mark["verdict"] == "WARN" and "Xid 79 on GPU 1" in mark["msg"] and mark["next"] == ["fab -H lab01 undrain"]
+    shown = run_fab(lab.root, "-H", "lab01", "diagnose")  # as the operator reads it: the command whole, on its line
+    assert re.search(r"\n\s+fab -H lab01 undrain\n", shown.stdout) and "\n    f\n" not in shown.stdout, shown.stdout
 
     for extra in ((), ("--force",)):  # --force overrides checks and the GPU gate, never a drain
         proc = run_fab(lab.root, "-H", "lab01", "extract", "--job", "numbers", "--playbook", JOBS, *extra)

@@ -46,12 +46,15 @@ def test_fabs_card_command_runs_fleetops_tasks_in_a_project_made_by_fleet_init(t
     assert card.returncode == 2, card.stdout + card.stderr
     assert "gpu01 is an example host" in card.stderr and "RECAP" not in card.stdout
     assert "Traceback" not in card.stderr
-    # The run options go before or after a task, with either program.
+    # The run options go after a task with either program, and before it with `fleet`, whose core flags they are.
     for program, args in ((FAB, ["-H", "gpu01", "patch", "--serial", "1", "--forks", "2", "verify"]),
-                          (FAB, ["--serial", "1", "--forks", "2", "-H", "gpu01", "patch", "verify"]),
+                          (FLEET, ["-H", "gpu01", "patch", "--serial", "1", "--forks", "2", "verify"]),
                           (FLEET, ["-H", "gpu01", "--serial", "1", "--forks", "2", "patch", "verify"])):
         proc = run(program, project, *args)
         assert proc.returncode == 2 and "example host" in proc.stderr, proc.stdout + proc.stderr
+    # Before the task, Fabric's own `fab` parses them as Fabric does: a word it does not know, Invoke's error.
+    proc = run(FAB, project, "--serial", "1", "-H", "gpu01", "patch")
+    assert proc.returncode == 1 and "No idea what '--serial' is!" in proc.stderr, proc.stdout + proc.stderr
 
 
 def test_fleet_outside_a_project_refuses_before_any_lookup(tmp_path):
@@ -120,3 +123,71 @@ def test_a_usage_error_names_the_command_the_operator_typed():
 
     assert "`fab --list`" in str(usage_exit(fabrics, ParseError("No idea what 'pach' is!")).message)
     assert "`fleet --list`" in str(usage_exit(program, ParseError("No idea what 'pach' is!")).message)
+
+
+# Every function a class of Fabric, Invoke or paramiko holds, by identity: what a monkeypatch would change.
+_SNAPSHOT = r"""
+import inspect, json, sys
+import fabric, fabric.main, invoke, invoke.program, invoke.config, invoke.parser, invoke.executor, paramiko
+def snapshot():
+    out = {}
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__name__", "") or ""
+        if name.split(".")[0] not in ("fabric", "invoke", "paramiko"):
+            continue
+        for cname, cls in list(vars(module).items()):
+            if inspect.isclass(cls) and cls.__module__ == name:
+                for attr, value in list(vars(cls).items()):
+                    out[f"{name}.{cname}.{attr}"] = id(value)
+    return out
+before = snapshot()
+"""
+
+
+def _changed_by_running(program: str, cwd: Path, argv: list[str]) -> dict:
+    code = _SNAPSHOT + (
+        f"sys.argv = {argv!r}\n"
+        + ("from fabric.main import program\n" if program == "fab" else
+           "from fleetops import entry\nprogram = entry.import_program().program\n")
+        + f"program.run({argv!r}, exit=False)\n"
+        "after = snapshot()\n"
+        "changed = sorted(k for k in before if k in after and before[k] != after[k])\n"
+        "import invoke.context, unittest.mock\n"
+        "real_mock = invoke.context.Mock is unittest.mock.Mock\n"
+        "sys.stdout.write('\\n' + json.dumps({'changed': changed, 'real_mock': real_mock}) + '\\n')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    import json
+
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_fab_with_the_fabfile_leaves_fabric_invoke_and_paramiko_as_they_are(tmp_path):
+    """The fabfile gives `fab` its tasks and fabric.yaml its executor; nothing of Fabric's program, Invoke's parser
+    or config, or paramiko is replaced for the process (a tool that imports fleetops gets them as shipped)."""
+    made = run(FLEET, tmp_path, "init", "ops")
+    assert made.returncode == 0, made.stdout + made.stderr
+    seen = _changed_by_running("fab", tmp_path / "ops", ["fab", "--list"])
+    assert seen["changed"] == [], seen
+    seen = _changed_by_running("fab", tmp_path / "ops", ["fab", "-H", "gpu01", "ping"])
+    assert seen["changed"] == [], seen
+
+
+def test_fleet_is_a_subclass_of_fabrics_program_that_replaces_nothing(tmp_path):
+    made = run(FLEET, tmp_path, "init", "ops")
+    assert made.returncode == 0, made.stdout + made.stderr
+    seen = _changed_by_running("fleet", tmp_path / "ops", ["fleet", "-H", "gpu01", "ping"])
+    assert seen == {"changed": [], "real_mock": True}, seen
+
+
+def test_the_installed_fleet_imports_fabric_with_the_real_unittest_mock(tmp_path):
+    # Invoke binds unittest.mock.Mock for its MockContext when it is imported: a stand-in module in its place
+    # while the program imported Fabric left Invoke's Mock a function of the stand-in's.
+    code = ("import sys, json\nfrom fleetops import entry\nentry.import_program()\n"
+            "import invoke.context, unittest.mock\n"
+            "print(json.dumps([invoke.context.Mock is unittest.mock.Mock]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[true]", proc.stdout

@@ -108,8 +108,9 @@ def test_identity_flag_replaces_the_inventory_key_of_an_inventory_host(lab, tmp_
 @pytest.mark.parametrize("args", [["fleet", "-u", "nosuchuser", "-H", "lab01", "ping"],
                                   ["fleet", "-H", "lab01", "ping", "--user", "nosuchuser"],
                                   ["fab", "-H", "lab01", "ping", "-u", "nosuchuser"],
-                                  ["fab", "--user", "nosuchuser", "-H", "lab01", "ping"]])
+                                  ["fab", "-H", "lab01", "ping", "--user", "nosuchuser"]])
 def test_user_flag_overrides_the_inventory_user(lab, args):
+    # (before the task with `fleet`; after it with Fabric's own `fab`, which reads what comes first as its own)
     (r,) = results(run(args[0], lab.root, *args[1:], "--json"))
     assert r["status"] == "unreachable" and "user 'nosuchuser'" in r["msg"], r
     (r,) = results(run(args[0], lab.root, *[lab.user if a == "nosuchuser" else a for a in args[1:]], "--json"))
@@ -119,10 +120,12 @@ def test_user_flag_overrides_the_inventory_user(lab, args):
 @pytest.mark.parametrize("program", sorted(PROGRAMS))
 def test_port_flag_overrides_the_inventory_port_and_a_port_in_the_host_word_wins_over_both(lab, program):
     port = closed_port()
-    (r,) = results(run(program, lab.root, "--port", str(port), "-H", "lab01", "ping", "--json"))
+    where = (lambda *words: ["--port", str(port), *words]) if program == "fleet" else \
+        (lambda *words: [*words, "--port", str(port)])  # Fabric's own `fab`: after the task
+    (r,) = results(run(program, lab.root, *where("-H", "lab01", "ping"), "--json"))
     assert r["status"] == "unreachable" and f"127.0.0.1:{port}" in r["msg"], r
     word = f"lab01:{lab.node('lab01').port}"  # the -H word names its own port: that one is used
-    (r,) = results(run(program, lab.root, "--port", str(port), "-H", word, "ping", "--json"))
+    (r,) = results(run(program, lab.root, *where("-H", word, "ping"), "--json"))
     assert r["status"] == "ok", r
 
 
@@ -148,8 +151,10 @@ def test_command_timeout_flag_is_the_adhoc_commands_timeout(lab, args):
 
 
 # ---------------------------------------------------------------- core flags before or after the task
-@pytest.mark.parametrize("args", [["fleet", "--json", "-H", "lab01", "ping"], ["fab", "--json", "-H", "lab01", "ping"],
-                                  ["fab", "-H", "@lab", "--json", "--limit", "lab02", "ping"],
+# (before the task with `fleet`, whose core flags they are; after it with Fabric's own `fab` too)
+@pytest.mark.parametrize("args", [["fleet", "--json", "-H", "lab01", "ping"], ["fab", "-H", "lab01", "ping", "--json"],
+                                  ["fleet", "-H", "@lab", "--json", "--limit", "lab02", "ping"],
+                                  ["fab", "-H", "@lab", "ping", "--json", "--limit", "lab02"],
                                   ["fleet", "-H", "lab01", "ping", "--json"]])
 def test_json_before_or_after_the_task(lab, args):
     proc = run(args[0], lab.root, *args[1:])

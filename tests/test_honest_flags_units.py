@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -118,9 +119,11 @@ def test_one_meaning_per_flag_diff_is_a_files_diff_odd_is_the_majority_view_no_f
         assert "fold" not in args, name  # `--fold` did nothing (folding is the default)
         if getattr(ns[name].body, "fleetops_task", None):
             assert {"odd", "no_fold"} <= args, name
-    for program in (FLEET, FAB):
-        for bad, instead in (("--diff", "--odd"), ("--fold", "--no-fold")):
-            usage_error(run(program, project, "-H", "node01", "ping", bad), bad, instead)
+    for bad, instead in (("--diff", "--odd"), ("--fold", "--no-fold")):
+        usage_error(run(FLEET, project, "-H", "node01", "ping", bad), bad, instead)
+        # Fabric's own `fab` answers a word its parser does not know as Invoke does, before any task runs.
+        proc = run(FAB, project, "-H", "node01", "ping", bad)
+        assert proc.returncode == 1 and f"No idea what '{bad}' is!" in proc.stderr, proc.stdout + proc.stderr
 
 
 # ---------------------------------------------------------------- bad values: exit 2, naming the option
@@ -167,12 +170,15 @@ def test_the_example_host_is_bad_input_naming_where_it_is_and_an_unknown_host_wh
 @pytest.mark.parametrize("args", [["fleet", "--json", "-H", "node01", "ping"],
                                   ["fleet", "-j", "-H", "node01", "ping"],
                                   ["fleet", "-H", "node01", "ping", "--json"],
-                                  ["fab", "--json", "-H", "node01", "ping"],
-                                  ["fab", "-H", "node01", "--json", "ping"],
+                                  ["fleet", "-H", "node01", "--json", "ping"],
                                   ["fab", "-H", "node01", "ping", "--json"],
-                                  ["fab", "--limit", "node01", "--json", "-H", "@local", "ping"],
-                                  ["fab", "--odd", "--no-fold", "-j", "-H", "node01", "ping"]])
+                                  ["fleet", "--limit", "node01", "--json", "-H", "@local", "ping"],
+                                  ["fab", "-H", "@local", "ping", "--limit", "node01", "--json"],
+                                  ["fleet", "--odd", "--no-fold", "-j", "-H", "node01", "ping"],
+                                  ["fab", "-H", "node01", "ping", "--odd", "--no-fold", "-j"]])
 def test_json_and_the_run_options_go_before_or_after_the_task(project, args):
+    """Before or after it with `fleet` (its core flags); after it with Fabric's own `fab`, which parses the words
+    before the task as Fabric's core flags."""
     proc = run(PROGRAMS[args[0]], project, *args[1:])
     assert proc.returncode == 4, proc.stdout + proc.stderr  # a JSON document for the unreachable node
     doc = json.loads(proc.stdout)
@@ -195,7 +201,10 @@ def test_a_closed_stdout_ends_the_program_quietly_with_141(project, args):
         proc = run(PROGRAMS[args[0]], project, *args[1:], stdout=write)
     finally:
         os.close(write)
-    assert proc.returncode == 141, proc.stderr
+    # Fabric's own `fab` prints its task list before any fleetops code could catch the closed pipe: it ends as
+    # `yes | head` ends, killed by SIGPIPE (the shell's $? is 141 all the same); everything else exits 141.
+    listing = args == ["fab", "--list"]
+    assert proc.returncode in ((141, -signal.SIGPIPE) if listing else (141,)), proc.stderr
     assert proc.stderr == "", proc.stderr
 
 

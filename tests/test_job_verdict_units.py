@@ -15,10 +15,10 @@ from fleetops.plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, describe_
 from fleetops.plans.jobverdict import job_verdict
 from fleetops.results import Status
 from fleetops.tasks import diagnose as dg
-from fleetops.tasks.jobfindings import job_findings
 from fleetops.tasks.jobs import interpret_jobs_list, jobs_list_plan
-from fleetops.tasks.slurmrecord import read_state
-from fleetops.tasks.slurmview import code, describe, tasks_view
+from fleetops.tasks.jobs.findings import job_findings
+from fleetops.tasks.jobs.slurm.record import read_state
+from fleetops.tasks.jobs.slurm.view import code, describe, tasks_view
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"
 STOP_BY = {"operator": "ops", "at": "2026-12-02T12:39:40Z"}

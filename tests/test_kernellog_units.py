@@ -22,6 +22,7 @@ from fleetops.plans.kernellog import (
     parse_xids,
     slurm_oom_events,
 )
+from fleetops.results import Severity
 from fleetops.tasks import diagnose as dg
 from remote_scripts.core.kernel import KERNEL_RELEVANT
 
@@ -276,9 +277,9 @@ def test_verdicts_order_and_exit_statuses_do_not_clash():
     assert dg.EXIT_FOR == {"OK": 0, "WARN": 20, "UNKNOWN": 21, "CRITICAL": 22}
     assert not (set(dg.EXIT_FOR.values()) - {0}) & taken
     # exit_status takes the largest code: the codes rise with the verdict's severity, so max = the worst.
-    assert sorted(dg.EXIT_FOR, key=dg.EXIT_FOR.__getitem__) == sorted(dg.SEVERITY, key=dg.SEVERITY.__getitem__)
-    fs = [dg.Finding("WARN", "disk", "low", ["x"]), dg.Finding("UNKNOWN", "gpu", "no smi", ["y"]),
-          dg.Finding("OK", "load", "fine", ["z"])]
+    assert sorted(dg.EXIT_FOR, key=dg.EXIT_FOR.__getitem__) == sorted(Severity)
+    fs = [dg.Finding(dg.WARN, "disk", "low", ["x"]), dg.Finding(dg.UNKNOWN, "gpu", "no smi", ["y"]),
+          dg.Finding(dg.OK, "load", "fine", ["z"])]
     assert dg.verdict_of(fs) == "UNKNOWN" and dg.verdict_of([]) == "OK"
     warn = dg._result("h1", fs[:1], {})
     unknown = dg._result("h2", fs, {})

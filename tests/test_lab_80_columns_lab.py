@@ -4,19 +4,11 @@ on the screen, in the program the operator ran, and runs when typed back exactly
 from __future__ import annotations
 
 import pytest
-import terminal
 
 from fleetops.lab import Lab
 
 pytestmark = pytest.mark.lab
 
-
-@pytest.fixture
-def term(lab: Lab):
-    if not terminal.available():
-        pytest.skip("needs tmux (Debian's tmux package; scripts/setup installs it)")
-    with terminal.Terminal(lab.root) as t:
-        yield t
 
 
 @pytest.mark.parametrize("program", ["fab", "fleet"])

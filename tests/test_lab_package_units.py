@@ -36,9 +36,14 @@ def paths_into_tests(source: str, filename: str) -> list[str]:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 docstrings.add(id(first.value))
+    # A bare "tests" is a path only where a path is built from it (`ROOT / "tests"`, `Path(root, "tests")`); as a
+    # key or an attribute's name (JUnit's `tests` count) it names no folder.
+    in_path = {id(operand) for node in ast.walk(tree) if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+               for operand in (node.left, node.right)}
+    in_path |= {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call) for arg in node.args}
     return [f"{filename}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-            and TESTS_PATH.search(node.value)]
+            and TESTS_PATH.search(node.value) and (node.value.strip("/") != "tests" or id(node) in in_path)]
 
 
 def test_the_check_sees_a_tests_path() -> None:
@@ -46,6 +51,8 @@ def test_the_check_sees_a_tests_path() -> None:
     old = 'def f():\n    "tests/ is fine in a docstring"\n    return ROOT / "tests" / "fixtures" / "nvidia-smi"\n'
     assert paths_into_tests(old, "old.py") == ["old.py:3: 'tests'"]
     assert paths_into_tests('P = f"{root}/tests/fixtures"\n', "f.py") == ["f.py:1: '/tests/fixtures'"]
+    assert paths_into_tests('P = Path(root, "tests")\n', "p.py") == ["p.py:1: 'tests'"]
+    assert paths_into_tests('counts = {"tests": 0}\nsuite.set("failures", "3")\n', "junit.py") == []
 
 
 def test_runtime_code_names_no_tests_path() -> None:

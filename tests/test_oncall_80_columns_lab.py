@@ -21,13 +21,6 @@ JOB_ID = re.compile(r"\b[a-z][a-z0-9_]*-\d{8}T\d{6}-[0-9a-f]{4}\b")
 HARMFUL = ("reboot", "--gpu-reset", "rollback --force")  # never typed by a test, whatever a screen says
 
 
-@pytest.fixture
-def term(lab: Lab):
-    if not terminal.available():
-        pytest.skip("needs tmux (Debian's tmux package; scripts/setup installs it)")
-    with terminal.Terminal(lab.root) as t:
-        yield t
-
 
 def commands_on(screen: str) -> list[str]:
     """Every line of the screen that holds a command and nothing else, in order, once each."""

@@ -77,19 +77,18 @@ def test_a_table_too_wide_for_the_terminal_wraps_between_words_never_inside_one(
 
 def oom_findings(host: str) -> list[diagnose.Finding]:
     job = IDS[0]
-    oom = diagnose.Finding("CRITICAL", "oom", f"the kernel OOM killer killed job {job}'s main process: pid 4242",
-                           [diagnose._fab(host, "logs", "--job-id", job)], 3,
+    oom = diagnose.Finding(diagnose.CRITICAL, "oom", f"the kernel OOM killer killed job {job}'s main process: pid 4242",
+                           [diagnose._fab(host, "logs", "--job-id", job)], rank=3,
                            why="read the end of the job's log; then give it less to hold in memory")
-    unpatched = diagnose.Finding("WARN", "patch", "not patched: 2 files as installed",
-                                 [diagnose._fab(host, "patch", "verify")], 30, why="patch the node, then prove it")
-    reach = diagnose.Finding("OK", "reach", "reached in 0.1s", [diagnose._fab(host, "ping")], 0, why="")
+    unpatched = diagnose.Finding(diagnose.WARN, "patch", "not patched: 2 files as installed",
+                                 [diagnose._fab(host, "patch", "verify")], rank=30, why="patch the node, then prove it")
+    reach = diagnose.Finding(diagnose.OK, "reach", "reached in 0.1s", [diagnose._fab(host, "ping")], rank=0, why="")
     return [oom, unpatched, reach]
 
 
 def test_diagnose_next_commands_are_whole_lines_with_the_real_host():
     rep, out = reporter(["lab01"])
-    r = diagnose._result("lab01", sorted(oom_findings("lab01"), key=lambda f: (-diagnose.SEVERITY[f.verdict],
-                                                                                 f.rank)), {})
+    r = diagnose._result("lab01", sorted(oom_findings("lab01"), key=lambda f: f.order), {})
     rep.result(r)
     text = out.getvalue()
     assert f"fab -H lab01 logs --job-id {IDS[0]}" in commands_in(text), text
@@ -227,7 +226,8 @@ def test_a_message_to_stderr_while_the_live_view_is_up_goes_above_it_not_onto_it
 def test_the_live_view_leaves_the_last_columns_free_for_what_the_terminal_echoes():
     """A view line as wide as the terminal becomes two lines when the terminal echoes `^C` after it, and the view
     is erased by counting its lines: its top stayed behind."""
-    from fleetops.report.console import LIVE_MARGIN, _Fresh
+    from fleetops.report.console import LIVE_MARGIN
+    from fleetops.report.liveview import _Fresh
 
     rep, _ = reporter(["lab01", "lab02"], width=80, terminal=True)
     rep.live_start(["lab01", "lab02"])

@@ -89,3 +89,37 @@ def test_a_lock_is_released_only_by_its_holder(tmp_path):
     ol.release(path)  # not ours any more: left alone
     assert json.loads((tmp_path / ol.LOCK).read_text()) == theirs
     assert ol.held(str(tmp_path))["judged"] == "live"
+
+
+def _take_and_give_back(output: str, rounds: int, stop) -> None:
+    for i in range(rounds):
+        if stop.is_set():
+            return
+        try:
+            ol.release(ol.acquire(output, f"job-{os.getpid()}-{i}"))
+        except ol.OutputBusy:
+            pass
+
+
+def test_a_lock_is_never_seen_without_its_holder(tmp_path):
+    """A reader that finds the lock finds who holds it: between a create and its write a racer would read an
+    empty lock and call a live run's lock damaged."""
+    ctx = multiprocessing.get_context("fork")
+    stop = ctx.Event()
+    takers = [ctx.Process(target=_take_and_give_back, args=(str(tmp_path), 400, stop)) for _ in range(2)]
+    for p in takers:
+        p.start()
+    seen = empty = 0
+    try:
+        while any(p.is_alive() for p in takers) and seen < 3000:
+            holder = ol._read(str(tmp_path / ol.LOCK))
+            if holder is not None:
+                seen += 1
+                empty += not holder
+    finally:
+        stop.set()
+        for p in takers:
+            p.join(timeout=30)
+    assert seen > 50, f"the lock was seen only {seen} times: the test looked at nothing"
+    assert empty == 0, f"{empty} of {seen} readings found the lock without a holder"
+    assert sorted(os.listdir(tmp_path)) in ([], [ol.TAKEOVER]), os.listdir(tmp_path)  # no temp file left

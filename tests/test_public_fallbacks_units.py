@@ -49,6 +49,7 @@ CALLED = [
     ("shared_config", InvokeConfig, "_modify"),
     ("shared_config", InvokeConfig, "_remove"),
     ("task_parser", Program, "_make_parser"),
+    ("quiet_prefetch", paramiko.SFTPFile, "_prefetch_thread"),
 ]
 
 
@@ -65,7 +66,11 @@ def test_a_missing_private_name_turns_its_fast_path_off(hide, fast, cls, name):
     assert [n for n in compat.FAST_PATHS if not compat.enabled(n)] == [fast]  # the others stay on
 
 
-@pytest.mark.parametrize(("fast", "cls", "name"), [c for c in CALLED if c[1] is not paramiko.transport.ChannelMap],
+# (the read-ahead's name is only looked for in a traceback: its arguments are not checked)
+TAKING = [c for c in CALLED if c[0] != "quiet_prefetch" and c[1] is not paramiko.transport.ChannelMap]
+
+
+@pytest.mark.parametrize(("fast", "cls", "name"), TAKING,
                          ids=lambda v: getattr(v, "__name__", v))
 def test_a_private_method_taking_other_arguments_turns_its_fast_path_off(hide, fast, cls, name):
     hide.setattr(cls, name, lambda self, a, b, c, d: None)
@@ -207,3 +212,13 @@ def test_the_program_name_in_usage_hints_comes_from_invokes_public_binary():
     unnamed.argv = ["/usr/lib/python3/site-packages/fabric/__main__.py"]  # python -m fabric
     assert "see `fab --list`" in usage_exit(unnamed, ParseError("No idea what 'x' is!")).message
     assert "see `fab --list`" in usage_exit(Program(), ParseError("No idea what 'x' is!")).message  # no argv yet
+
+
+def test_without_quiet_prefetch_a_download_reads_no_ahead_and_the_process_hook_is_left_alone(hide, monkeypatch):
+    import threading
+
+    monkeypatch.setenv(compat.SWITCH, "quiet_prefetch")
+    compat.recheck()
+    before = threading.excepthook
+    assert compat.quiet_prefetch_thread() is False
+    assert threading.excepthook is before

@@ -164,33 +164,33 @@ def test_sharded_run_killed_shard_resumes_and_union_equals_single_node(lab3):
 
 def test_plan_units(tmp_path):
     """The pure parts (fleetops/plans/shards.py): what --shards means, the split, the plan's decisions, the sums."""
-    from fleetops.plans import shards as sp
+    from fleetops.plans import shards as shardplan
 
-    assert [sp.count(x, 3) for x in (None, True, "", "all", "3")] == [3] * 5
+    assert [shardplan.count(x, 3) for x in (None, True, "", "all", "3")] == [3] * 5
     for bad in ("2", "4", "x"):
-        with pytest.raises(sp.ShardError, match="one shard per selected host"):
-            sp.count(bad, 3)
-    assert sp.order(["lab10", "lab2", "lab1"]) == ["lab1", "lab2", "lab10"]
+        with pytest.raises(shardplan.ShardError, match="one shard per selected host"):
+            shardplan.count(bad, 3)
+    assert shardplan.order(["lab10", "lab2", "lab1"]) == ["lab1", "lab2", "lab10"]
     for rows in (0, 1, 2, 64, 1001):
         for of in (1, 2, 3, 7):
-            spans = [sp.rows_of(i, of, rows) for i in range(of)]
+            spans = [shardplan.rows_of(i, of, rows) for i in range(of)]
             assert [r for a, b in spans for r in range(a, b)] == list(range(rows))
     path = tmp_path / "extract.json"
-    doc, how = sp.decide(None, "extract", ["b", "a"], "t0", path)
+    doc, how = shardplan.decide(None, "extract", ["b", "a"], "t0", path)
     assert how == "new" and doc["hosts"] == ["a", "b"] and [s["host"] for s in doc["shards"]] == ["a", "b"]
-    assert sp.decide(doc, "extract", ["a", "b"], "t1", path) == (doc, "resumed")
-    with pytest.raises(sp.ShardError, match=r"not finished.*added c; left out b.*fab -H a,b extract --shards"):
-        sp.decide(doc, "extract", ["a", "c"], "t1", path)
+    assert shardplan.decide(doc, "extract", ["a", "b"], "t1", path) == (doc, "resumed")
+    with pytest.raises(shardplan.ShardError, match=r"not finished.*added c; left out b.*fab -H a,b extract --shards"):
+        shardplan.decide(doc, "extract", ["a", "c"], "t1", path)
     for s in doc["shards"]:
         s["complete"] = True
-    assert sp.decide(doc, "extract", ["a", "c"], "t1", path)[1] == "replaced"
-    sp.save(path, doc)
-    assert sp.load(path) == json.loads(json.dumps(doc))
+    assert shardplan.decide(doc, "extract", ["a", "c"], "t1", path)[1] == "replaced"
+    shardplan.save(path, doc)
+    assert shardplan.load(path) == json.loads(json.dumps(doc))
     path.write_text("{not json")
-    with pytest.raises(sp.ShardError, match="not JSON"):
-        sp.load(path)
-    agg = sp.aggregate([{"host": "a", "done": 10, "total": 21, "tok_s": 100.0, "eta": 5.0, "state": "running"},
+    with pytest.raises(shardplan.ShardError, match="not JSON"):
+        shardplan.load(path)
+    agg = shardplan.aggregate([{"host": "a", "done": 10, "total": 21, "tok_s": 100.0, "eta": 5.0, "state": "running"},
                         {"host": "b", "done": 21, "total": 21, "tok_s": 80.0, "eta": 0.0, "state": "succeeded"},
                         {"host": "c", "done": 3, "total": 22, "tok_s": 50.5, "eta": 40.0, "state": "running"}])
     assert (agg["done"], agg["total"], agg["tok_s"], agg["eta"], agg["slowest"]) == (34, 64, 150.5, 40.0, "c")
-    assert sp.line(agg).startswith("fleet samples=34/64 tok/s=150.5 eta=40.0s")
+    assert shardplan.line(agg).startswith("fleet samples=34/64 tok/s=150.5 eta=40.0s")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleetops.plans import slurm as sp
-from fleetops.tasks.slurmview import code, describe, tasks_view
+from fleetops.tasks.jobs.slurm.view import code, describe, tasks_view
 from remote_scripts.jobs import slurmquery
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"

@@ -220,12 +220,12 @@ def test_stop_a_job_that_ignores_sigterm_and_a_pending_one(cluster):
 
 
 def test_gpu_looks_into_the_running_jobs_allocation(cluster):
-    """`fab -H login01 gpu` on a Slurm login node (tasks/gpu.py hands it to tasks/slurm.py:run_gpu): the agent's
-    own gpu op run inside the job with srun --overlap, on the allocation's node."""
+    """`fab -H login01 gpu` on a Slurm login node (tasks/gpu.py asks the host's job backend: the Slurm one's
+    run_gpu): the agent's own gpu op run inside the job with srun --overlap, on the allocation's node."""
     from fleetops.plans.gpugate import Gate
     from fleetops.state import RunState
+    from fleetops.tasks.jobs.slurm.jobs import run_gpu
     from fleetops.tasks.plan import Plan
-    from fleetops.tasks.slurm import run_gpu
 
     project, slurm = cluster["project"], cluster["slurm"]
     rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "spawner", "--playbook", JOBS)

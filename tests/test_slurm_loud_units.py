@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from fleetops.plans import slurm as sp
 from fleetops.results import EXIT_FAILED, EXIT_OK
-from fleetops.tasks.slurmview import code, controller_problem, counts, describe, tasks_view
+from fleetops.tasks.jobs.slurm.view import code, controller_problem, counts, describe, tasks_view
 from remote_scripts.jobs import slurmquery
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"
@@ -140,7 +140,7 @@ class _SlowNode:
 
 def test_a_slurm_call_that_waits_says_what_it_waits_for(tmp_path):
     from fleetops.state import RunState
-    from fleetops.tasks.slurm import _call
+    from fleetops.tasks.jobs.slurm.jobs import _call
 
     run = RunState(tmp_path / "project", {})
     said: list[tuple[str, str, str, float]] = []

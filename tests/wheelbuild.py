@@ -1,6 +1,6 @@
 """The wheel as a release would build it, and venvs that install it the way the README says: the locked
 dependencies (every file checked against its sha256), then the wheel without dependencies. Shared by
-test_install_wheel_lab.py and test_client_matrix.py."""
+test_install_wheel_lab.py and the client matrix (clientmatrix.py, tests/test_client_matrix_py3*.py)."""
 
 from __future__ import annotations
 

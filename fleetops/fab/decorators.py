@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import fabric
+from invoke import Argument
 
 from ..plans.options import RUN_NUMBERS, Range
 
@@ -47,6 +48,28 @@ RUN_OPTIONS: dict[str, tuple[Any, str]] = {
 }
 
 
+class NotWhole(str):
+    """A word given where a whole number goes (`--threshold lots`), kept as typed: refused, naming the option,
+    before the run (fab/flags.py), where Invoke's int() would have let a ValueError out of its parser."""
+
+
+class WholeArgument(Argument):
+    """A whole-number option whose value Invoke could not cast keeps the word (NotWhole) for the refusal."""
+
+    def set_value(self, value: Any, cast: bool = True) -> None:
+        try:
+            super().set_value(value, cast)
+        except ValueError:
+            super().set_value(NotWhole(value), cast=False)
+
+
+def whole_argument(arg: Argument) -> Argument:
+    if arg.kind is not int or isinstance(arg, WholeArgument):
+        return arg
+    return WholeArgument(names=arg.names, kind=int, default=arg.default, help=arg.help, positional=arg.positional,
+                         optional=arg.optional, incrementable=arg.incrementable, attr_name=arg.attr_name)
+
+
 class FleetTask(fabric.Task):
     """fabric.Task whose short flags come from SHORT_FLAGS only, and whose whole-number options (numbers_of)
     are cast by Invoke (a word that is not a number is a usage error naming the option) also when they have no
@@ -59,6 +82,9 @@ class FleetTask(fabric.Task):
         if name in numbers_of(self):
             opts["kind"] = int
         return opts
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
+        return [whole_argument(arg) for arg in super().get_arguments(ignore_unknown_help)]
 
 
 def numbers_of(task: Any) -> dict[str, Range]:

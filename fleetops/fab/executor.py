@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,25 @@ from invoke import Call
 from invoke.exceptions import Exit
 
 from .. import startup
-from ..results import EXIT_USAGE, reader_gone
-from . import keyprompt
+from ..results import EXIT_INTERRUPTED, EXIT_USAGE, reader_gone
+from . import keyprompt, usage
 from .become import ask_become_pass
 from .decorators import RUN_OPTIONS, fleet_task_name, run_options_of
-from .flags import is_fleetops_collection
+from .flags import is_fleetops_collection, refusal
 from .keyprompt import ask_key_passphrase
+
+
+@dataclass
+class ParsedCommand:
+    """The parsed command line as flags.refusal reads it from a program (`fleet`), here from what Fabric's
+    program hands its executor: the core flags, the tasks' parser contexts, the collection."""
+
+    args: Any
+    tasks: list
+    collection: Any
+    core: Any
+    binary: str
+
 
 # The run itself (fleetops.run: the tasks, the plans, the report with rich) is imported by execute() when a
 # command names a host task: `fab --list`, `fab --help` and the local tasks (lab.*, history) never load it.
@@ -34,14 +48,30 @@ from .keyprompt import ask_key_passphrase
 
 class FleetExecutor(fabric.Executor):
     def execute(self, *tasks):  # type: ignore[override]
-        if not is_fleetops_collection(self.collection):
-            # fabric.yaml names this executor, the fabfile declares no fleetops task: Fabric's ways.
-            startup.release()  # its tasks may run for hours: collect as Python normally does
-            return super().execute(*tasks)
+        usage.pipe_as_python_has_it()
+        # Invoke turns a KeyboardInterrupt into exit 1 with nothing said; README's status for Ctrl-C is 130. The
+        # run handles its own (run.py); this is a local task's (lab.up, history) and the moments around a run.
         try:
+            if not is_fleetops_collection(self.collection):
+                # fabric.yaml names this executor, the fabfile declares no fleetops task: Fabric's ways.
+                startup.release()  # its tasks may run for hours: collect as Python normally does
+                return super().execute(*tasks)
+            self._refuse(tasks)
             return self._execute(tasks)
         except BrokenPipeError:  # `fab ... | head`, from a print outside the report: the reader has what it wanted
             raise Exit(code=reader_gone(sys.stdout)) from None
+        except KeyboardInterrupt:
+            raise Exit("interrupted (Ctrl-C)", code=EXIT_INTERRUPTED) from None
+
+    def _refuse(self, tasks: tuple) -> None:
+        """What fleetops refuses on the command line (fab/flags.py), before anything is prompted for or contacted.
+        `fleet` has refused it while it parsed (usage.checked_parse); Fabric's `fab` comes here with it."""
+        if self.core is None or getattr(self.core, "fleetops_checked", False):
+            return
+        parsed = ParsedCommand(self.core[0].args, list(tasks), self.collection, self.core, "fab")
+        refused = refusal(parsed)
+        if refused is not None:
+            raise usage.refuse(parsed, *refused)
 
     def _execute(self, tasks: tuple) -> dict:
         calls = [c if isinstance(c, Call) else Call(task=c) for c in self.normalize(tasks)]

@@ -1,5 +1,6 @@
 """What a parsed command line may mean in fleetops, checked before anything is prompted for or contacted
-(usage.py runs it at the end of the program's parse, for `fab` and `fleet` alike).
+(`fleet` runs it at the end of its parse, usage.checked_parse; with Fabric's own `fab` the executor runs it
+before the run, executor.py).
 
 Fabric's `fab --help` lists its own core flags, and `fab` prints that list before any fabfile is read, so it
 cannot say what each does here. Each one either works in fleetops (-H, -i, -S, -t, -T for the ad-hoc command,

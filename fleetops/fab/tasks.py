@@ -18,7 +18,7 @@ Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     Every other option is long only (--job-id, --job, --diff, --kinds, --host, --last, ...); -h is --help.
     Run options, on any host task: --serial N, --forks N, --limit EXPR (names, globs, @group, !host),
     --inventory PATH (or FLEETOPS_INVENTORY), -u USER, --port N, --no-fold, --odd; before or after the task
-    (`fleet` has them as core flags, fab/usage.py moves them behind the task for `fab`). Whole-number options
+    (`fleet` has them as core flags too; Fabric's own `fab` takes them after the task). Whole-number options
     are declared with their ranges (numbers=) and checked before anything connects (fab/flags.py).
     Fabric's own -i is the SSH identity file, so the inventory is --inventory only. -i, -u, --port and -t win
     over the inventory, as ssh's do; -T is the ad-hoc command's timeout.
@@ -46,7 +46,8 @@ HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
 HELP_JSON = "print one JSON document instead of the human view"
 HELP_DIFF = "show each file's diff also when applying"
 
-_usage.install()  # a typo in a task or flag exits 2 with the task's help hint, not Invoke's 1
+# `fab` reaches fleetops' code first here, while Invoke imports the fabfile (the module being imported)
+_usage.at_fabfile_load(getattr(sys.modules.get("fabfile"), "__file__", None))
 
 
 HELP_WHILE_RUNNING = ("write even while a job of this node runs from these files (it keeps the code it imported; "

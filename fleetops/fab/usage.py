@@ -1,47 +1,36 @@
-"""Usage errors exit 2 (the documented status: nothing was contacted), with the task's help hint.
+"""Usage errors exit 2 (the documented status: nothing was contacted), with the task's help hint; what fleetops
+needs of the program while it parses and before it runs.
 
-Invoke turns every parse error into exit 1, the status of a failed task. Plain `fab` gives a project no
-hook between parsing and exiting, so the fabfile installs this one (`install()`): a ParseError while the
-tasks are parsed becomes Exit(2) with a hint, a value its option does not take names the option, and what the
-command line cannot mean in fleetops (flags.py) is refused, all before anything is prompted for or contacted.
-`fleet` (cli.py) gets the same through its own subclass, which also covers core-flag typos that `fab` parses
-before any fabfile is read.
+Only public hooks. `fleet` (cli.py) is a subclass of Fabric's program: its parse_tasks runs Invoke's parse through
+checked_parse (a ParseError becomes Exit(2) with a hint, a value its option does not take names the option, and
+what the command line cannot mean in fleetops, flags.py, is refused), its config_class checks the project's
+fabric.yaml before Invoke merges it, and a closed stdout under a listing ends it quietly (141).
 
-The same hook lets `fab` take the run options and --json before the task, where Fabric users put flags: Fabric
-parses its core flags first and leaves the rest, from the first word it does not know, for the tasks; the ones
-fleetops' first task takes are moved behind it (`fab --json -H lab01 ping` is `fab -H lab01 ping --json`).
-
-A closed stdout while Invoke prints a listing or help (`fab --list | head`) ends the program quietly, 141.
-
-The project's fabric.yaml is checked (plans/projectfile.py) when Invoke is told where the project is, before it
-merges the file into its config: a broken or mistyped file is one line naming file:line and exit 2, under `fab`
-(the hook is installed while Invoke imports the fabfile, just before it reads the file) as under `fleet`."""
+Fabric's own `fab` gives a project two hooks, and fleetops changes nothing of Fabric's beyond them: the fabfile
+(at_fabfile_load, below, runs while Invoke imports it) and the collection's configuration (fabric.yaml names
+fleetops' executor, which refuses what flags.py refuses before anything is prompted for or contacted). So with
+`fab` a word Invoke's parser does not know is Invoke's own error (exit 1), and the run options go after the task."""
 
 from __future__ import annotations
 
 import difflib
-import inspect
+import signal
 import sys
+from pathlib import Path
 from typing import Any
 
-from invoke.config import Config
 from invoke.exceptions import Exit, ParseError
-from invoke.program import Program
 
 from .. import startup
 from ..plans.marks import ConfigError
 from ..plans.projectfile import check_project_file
-from ..results import EXIT_INTERRUPTED, EXIT_USAGE, reader_gone
+from ..results import EXIT_USAGE
 from . import keyprompt
-from .decorators import RUN_OPTIONS, SHORT_FLAGS
 from .flags import PTY_IN_FAB, UNUSED, refusal, runs_fleetops
 
-_installed = False
 # Options that mean something else, or nothing, where they are typed: what to type instead
 MEANT = {"--diff": "--diff is the file diff of patch and rollback; the hosts unlike the majority: --odd",
          "--fold": "folding is the default; --no-fold turns it off"}
-# The options that may come before the task, moved behind it (every host task takes them)
-MOVABLE = {*RUN_OPTIONS, "json", "playbook"}
 
 
 def usage_exit(program: Any, exc: ParseError) -> Exit:
@@ -123,41 +112,9 @@ def _int_flags(program: Any) -> dict[str, str]:
     return out
 
 
-def options_first(program: Any) -> None:
-    """The run options and --json given before the first task, moved behind it when that task takes them."""
-    words = program.core.unparsed
-    names = {n for primary, aliases in program.collection.task_names.items() for n in (primary, *aliases)}
-    at = next((i for i, w in enumerate(words) if w in names), None)
-    body = program.collection[words[at]].body if at else None
-    if not getattr(body, "__module__", "").startswith("fleetops."):  # a fabfile's own task: Fabric's ways
-        return
-    params = inspect.signature(body).parameters
-    takes = {name: not isinstance(params[name].default, bool) for name in MOVABLE if name in params}
-    kept, moved, i = [], [], 0
-    while i < at:
-        flag, eq, _ = words[i].partition("=")
-        name = _param(flag)
-        if name in takes:
-            width = 2 if takes[name] and not eq else 1
-            moved += words[i:i + width]
-            i += width
-        else:
-            kept.append(words[i])
-            i += 1
-    program.core.unparsed[:] = [*kept, words[at], *moved, *words[at + 1:]]
-
-
-def _param(flag: str) -> str | None:
-    if flag.startswith("--"):
-        return flag[2:].replace("-", "_")
-    return next((name for name, short in SHORT_FLAGS.items() if flag == f"-{short}"), None)
-
-
 def checked_parse(program: Any, parse: Any) -> None:
     """Run Invoke's task parse (`parse`), its errors and what fleetops refuses as usage errors (exit 2)."""
     try:
-        if program.collection is not None:
-            options_first(program)
         parse()
     except ParseError as exc:
         args = program.args
@@ -205,45 +162,35 @@ def project_file_exit(binary: str, folder: str | None, config: Any) -> Exit | No
     return None
 
 
-def install() -> None:
-    """Make task parse errors exit 2 for this process, a closed stdout under a listing exit 141, a broken
-    fabric.yaml one line and exit 2, and Ctrl-C outside a run's own handling exit 130 (idempotent)."""
-    global _installed
-    if _installed:
+def at_fabfile_load(fabfile: str | None) -> None:
+    """What `fab` gets from the fabfile (Invoke imports it before it reads the project's fabric.yaml and before
+    it parses the tasks): from here Ctrl-C before the run starts is one line and exit 130 (startup.py), a closed
+    stdout under the task list ends the program as it ends `yes | head` (SIGPIPE: the shell says 141; the
+    executor gives Python's handling back before any task runs), and a broken or mistyped fabric.yaml next to
+    the fabfile is one line naming file:line and exit 2 instead of Invoke's traceback. Nothing is done for a
+    script or a test that imports the fabfile."""
+    if not fabfile or not _running_as_program():
         return
-    _installed = True
-    # `fab` reaches fleetops' code first here, while Invoke loads the fabfile: from now on Ctrl-C before the run
-    # starts is one line and exit 130 (startup.py), as with `fleet` from its first line.
-    if _running_as_program():
-        startup.guard_interrupts()
-    original, cleanup, tasks = Program.parse_tasks, Program.parse_cleanup, Program.execute
-    locate = Config.set_project_location
+    startup.guard_interrupts()
+    try:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    except (ValueError, AttributeError):  # not the main thread, or no SIGPIPE (Windows): Python's own handling
+        pass
+    from fabric import Config  # already imported by Fabric's program
 
-    def set_project_location(self: Config, path: Any) -> None:
-        # Invoke calls this with the fabfile's folder right before load_project() merges its fabric.yaml.
-        refused = project_file_exit(_program_name(), path, self)
-        if refused is not None:
-            raise refused
-        locate(self, path)
+    folder = Path(fabfile).resolve().parent
+    if Path(fabfile).name == "__init__.py":  # a fabfile package: the project is the folder above it
+        folder = folder.parent
+    refused = project_file_exit(_program_name(), str(folder), Config)
+    if refused is not None:
+        raise refused
 
-    def parse_tasks(self: Program) -> None:
-        checked_parse(self, lambda: original(self))
 
-    def execute(self: Program) -> None:
-        # Invoke turns a KeyboardInterrupt into exit 1 with nothing said; README's status for Ctrl-C is 130. The
-        # run handles its own (run.py); this is a local task's (lab.up, history) and the moments around a run.
-        try:
-            tasks(self)
-        except KeyboardInterrupt:
-            raise Exit("interrupted (Ctrl-C)", code=EXIT_INTERRUPTED) from None
-
-    def parse_cleanup(self: Program) -> None:
-        try:
-            cleanup(self)
-        except BrokenPipeError:  # `fab --list | head`: the reader has what it wanted
-            raise Exit(code=reader_gone(sys.stdout)) from None
-
-    Program.parse_tasks = parse_tasks  # type: ignore[method-assign]
-    Program.parse_cleanup = parse_cleanup  # type: ignore[method-assign]
-    Program.execute = execute  # type: ignore[method-assign]
-    Config.set_project_location = set_project_location  # type: ignore[method-assign]
+def pipe_as_python_has_it() -> None:
+    """SIGPIPE ignored again, as Python starts (a write to a closed stdout is BrokenPipeError): the run reports
+    a reader that left (results.reader_gone) and still writes its audit log."""
+    try:
+        if signal.getsignal(signal.SIGPIPE) == signal.SIG_DFL:
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    except (ValueError, AttributeError):
+        pass

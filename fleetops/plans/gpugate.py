@@ -13,13 +13,14 @@ from ..results import (
     EXIT_OK,
     Item,
     Next,
+    Severity,
     Status,
 )
 from .timefmt import duration
 
 DEFAULT_THRESHOLD_MIB = 1024
 # Nagios-style verdicts, as diagnose says them: each gate exit status stands for one (README, exit statuses).
-OK, WARN, CRITICAL, UNKNOWN = "OK", "WARN", "CRITICAL", "UNKNOWN"
+OK, WARN, CRITICAL, UNKNOWN = Severity.OK, Severity.WARN, Severity.CRITICAL, Severity.UNKNOWN
 VERDICT_FOR = {EXIT_OK: OK, EXIT_GPU_BUSY: WARN, EXIT_GPU_UNHEALTHY: CRITICAL, EXIT_NO_NVIDIA_SMI: UNKNOWN,
                EXIT_NVIDIA_SMI_FAILED: UNKNOWN}
 WAIT_HINT_S = 600  # the --wait the next action suggests for busy GPUs
@@ -42,7 +43,7 @@ class Verdict:
     missing: list[int] = field(default_factory=list)
 
     @property
-    def word(self) -> str:
+    def word(self) -> Severity:
         """OK (all selected GPUs free), WARN (busy), CRITICAL (missing or unhealthy), UNKNOWN (no answer)."""
         return VERDICT_FOR[self.code]
 

@@ -15,6 +15,8 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
+from ..results import Severity
+
 # Throttle reasons that mean the hardware is protecting itself (heat, power delivery), not a setting.
 SERIOUS_THROTTLE = {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"}
 _ABSENT = {"N/A", "[N/A]", "Not Supported", "[Not Supported]", ""}
@@ -129,7 +131,7 @@ def parse_health_xml(text: str) -> list[GpuHealth]:
 
 @dataclass
 class HealthFinding:
-    severity: str  # CRITICAL / WARN
+    severity: Severity  # CRITICAL or WARN
     gpu: GpuHealth
     what: str
     action: str
@@ -142,23 +144,23 @@ def assess(gpus: list[GpuHealth]) -> list[HealthFinding]:
     for g in gpus:
         vol, agg = g.ecc.get("volatile", {}), g.ecc.get("aggregate", {})
         if g.remap_failure:
-            out.append(HealthFinding("CRITICAL", g, "row remapping failed (no spare rows left)",
+            out.append(HealthFinding(Severity.CRITICAL, g, "row remapping failed (no spare rows left)",
                                      "drain the GPU and RMA it (NVIDIA: remapping failure)"))
         if vol.get("uncorrectable"):
-            out.append(HealthFinding("CRITICAL", g, f"{vol['uncorrectable']} uncorrectable ECC errors since the "
+            out.append(HealthFinding(Severity.CRITICAL, g, f"{vol['uncorrectable']} uncorrectable ECC errors since the "
                                      "driver loaded", "drain the GPU, reset it when idle; repeats: RMA"))
         if g.remap_pending or g.retirement_pending:
             what = "a row remap is pending" if g.remap_pending else "a page retirement is pending"
-            out.append(HealthFinding("WARN", g, what, "reset the GPU when it is idle to activate it"))
+            out.append(HealthFinding(Severity.WARN, g, what, "reset the GPU when it is idle to activate it"))
         if agg.get("uncorrectable") and not vol.get("uncorrectable"):
-            out.append(HealthFinding("WARN", g, f"{agg['uncorrectable']} uncorrectable ECC errors in the GPU's "
+            out.append(HealthFinding(Severity.WARN, g, f"{agg['uncorrectable']} uncorrectable ECC errors in the GPU's "
                                      "lifetime (none since the driver loaded)",
                                      "watch it; check retired pages / remapped rows"))
         if g.remapped.get("uncorrectable"):
-            out.append(HealthFinding("WARN", g, f"{g.remapped['uncorrectable']} rows remapped for uncorrectable "
+            out.append(HealthFinding(Severity.WARN, g, f"{g.remapped['uncorrectable']} rows remapped for uncorrectable "
                                      "errors", "watch it; NVIDIA's threshold for RMA is in the row remapper docs"))
         serious = sorted(SERIOUS_THROTTLE.intersection(g.throttle))
         if serious:
-            out.append(HealthFinding("WARN", g, "clocks throttled by " + ", ".join(serious),
+            out.append(HealthFinding(Severity.WARN, g, "clocks throttled by " + ", ".join(serious),
                                      "check cooling and power delivery (nvidia-smi -q -d PERFORMANCE,TEMPERATURE)"))
     return out

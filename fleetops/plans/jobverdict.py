@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..results import Severity
+
 LIVE = ("running", "starting", "pending")
-# diagnose's words (tasks/findings.py has the same): a job that cannot be read is UNKNOWN, one that ended badly
-# is something to look at (WARN); its CRITICAL (an OOM kill) comes from the kernel's log, not from here.
-OK, WARN, UNKNOWN = "OK", "WARN", "UNKNOWN"
+# diagnose's severities: a job that cannot be read is UNKNOWN, one that ended badly is something to look at
+# (WARN); its CRITICAL (an OOM kill) comes from the kernel's log, not from here.
+OK, WARN, UNKNOWN = Severity.OK, Severity.WARN, Severity.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -18,7 +20,7 @@ class JobVerdict:
     word: str  # running, starting, pending, succeeded, stopped, failed, killed, cancelled, lost, unknown
     ended: bool
     code: int  # what `status` and `tail` exit with
-    health: str  # diagnose's verdict for the job
+    health: Severity  # diagnose's verdict for the job
 
     @property
     def ok(self) -> bool:

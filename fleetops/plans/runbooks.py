@@ -53,11 +53,11 @@ class Runbook:
 def parse(text: str, path: Path) -> Runbook:
     lines = text.split("\n")
     if not lines or lines[0].strip() != "---":
-        raise ConfigError(f"{path}:1: a runbook starts with front matter between `---` lines (title, symptom, lab)")
+        raise ConfigError(path, 1, "a runbook starts with front matter between `---` lines (title, symptom, lab)")
     try:
         end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
     except StopIteration:
-        raise ConfigError(f"{path}:1: the front matter is not closed with a `---` line") from None
+        raise ConfigError(path, 1, "the front matter is not closed with a `---` line") from None
     # Line numbers in the front matter's errors: the YAML starts on the file's second line.
     meta = expect_mapping(load_text("\n" + "\n".join(lines[1:end]), path), str(path), 1, "runbook front matter")
     reject_unknown(meta, ("title", "symptom", "lab"), "runbook front matter")
@@ -94,10 +94,10 @@ def _steps(lines: list[str], start: int, path: Path) -> list[Step]:
             steps.append(Step(command.strip(), status, [], i + 1))
         elif stripped:
             if not steps or steps[-1].line < _block_start(lines, i):
-                raise ConfigError(f"{path}:{i + 1}: output before any `$ ` command in a `{RUNNABLE}` block")
+                raise ConfigError(path, i + 1, f"output before any `$ ` command in a `{RUNNABLE}` block")
             steps[-1].expect.append(lines[i].rstrip())
     if fence is not None:
-        raise ConfigError(f"{path}: a fenced block is not closed")
+        raise ConfigError(path, None, "a fenced block is not closed")
     return steps
 
 

@@ -4,7 +4,7 @@ manifest kept on the laptop (<project>/.fleetops/shards/<job>.json) and the one 
 `--shards` on SSH hosts is one shard per selected host: `--shards` with no number, `--shards all`, or the number
 of selected hosts; any other number is refused (a host runs one job at a time, so N shards on fewer hosts could
 not run, and more hosts than shards would leave hosts idle). On a Slurm login node `--shards N` is the size of
-the job array (fleetops/tasks/slurm.py). Shard i of N is the contiguous rows [i*n//N, (i+1)*n//N) of the
+the job array (fleetops/tasks/jobs/slurm/). Shard i of N is the contiguous rows [i*n//N, (i+1)*n//N) of the
 dataset's non-blank lines: the same split and the same files (<output>/shards/dataset-i-of-N.jsonl,
 <output>/shards/output-i-of-N/) as a Slurm job array, hosts taken in sorted name order."""
 

@@ -1,9 +1,10 @@
 """Which OpenSSH client configuration a run reads, as text with every `Include` spliced in.
 
-paramiko's SSHConfig (used by wire/ssh.py for the lookups) does not follow `Include`, and plans may not import
-paramiko; so the one thing done here is what `ssh` itself does before parsing: choose the files (a `-S`/`-F`
-file alone, else ~/.ssh/config then /etc/ssh/ssh_config) and inline Includes (globs, `~`, paths relative to
-~/.ssh or /etc/ssh, at most 16 deep). `host_aliases` reads the names a run may use as -H words from it."""
+A host's settings come from `ssh -G` (plans/sshresolve.py, wire/fabconfig.py); this text serves what ssh does
+not print: the names a run may use as -H words (`host_aliases`), and paramiko's reading when there is no `ssh`
+binary (paramiko does not follow `Include`). So the files are chosen as `ssh` chooses them (a `-S`/`-F` file
+alone, else ~/.ssh/config then /etc/ssh/ssh_config) and Includes inlined (globs, `~`, paths relative to ~/.ssh
+or /etc/ssh, at most 16 deep)."""
 
 from __future__ import annotations
 

@@ -22,25 +22,19 @@ from ..plans.tables import bar
 from ..redaction import shown
 from ..results import Result
 from . import closing, liveview
-from .closing import _group_title
-from .fittable import _FitTable, _share, render_table
+from .fittable import render_table
 from .fold import Identity, Line
-from .lines import EVIDENCE_SHOWN, SEP, STYLE, VERDICT_STYLE, _item_detail_lines, _node_notes, next_lines
+from .lines import EVIDENCE_SHOWN, SEP, STYLE, VERDICT_STYLE, next_lines
 from .lines import draw as draw_lines
-from .liveview import LIVE_MARGIN, LIVE_TABLE_MAX, SLOWEST, _Fresh
-from .richload import RICH_LOCK, escape, markup, print_line, rich, stream_console, text
+from .liveview import LIVE_MARGIN, LIVE_TABLE_MAX, SLOWEST
+from .richload import RICH_LOCK, escape, markup, print_line, rich, stream_console
 from .tailview import TailView
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-# Names from before the split, kept importable here.
-_console, _text, _RICH_LOCK = stream_console, text, RICH_LOCK
-
 __all__ = ["EVIDENCE_SHOWN", "LIVE_MARGIN", "LIVE_TABLE_MAX", "SEP", "SLOWEST", "STYLE", "VERDICT_STYLE", "Reporter",
-           "escape", "markup", "next_lines", "render_table", "rich",
-           "_FitTable", "_Fresh", "_RICH_LOCK", "_console", "_group_title", "_item_detail_lines", "_node_notes",
-           "_share", "_text"]
+           "escape", "markup", "next_lines", "render_table", "rich"]
 
 
 class Reporter:

@@ -9,7 +9,7 @@ from typing import Any
 from ..plans.hostrange import header, natural_key
 from ..plans.tables import FACT_COLUMNS
 from ..redaction import shown
-from ..results import Result
+from ..results import Result, Severity
 
 
 def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
@@ -32,8 +32,7 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
         if fold:
             rows = [[header(hosts), *row] for row, hosts in _same(rows, lambda row: tuple(row[1:])).items()]
         # Worst first, as diagnose's summary: a host not judged (unreachable, an error) is as unknown as UNKNOWN.
-        worst = {"CRITICAL": 0, "WARN": 2, "OK": 3}
-        rows.sort(key=lambda row: (worst.get(row[1], 1), natural_key(row[0])))
+        rows.sort(key=lambda row: (-(Severity.named(row[1]) or Severity.UNKNOWN).level, natural_key(row[0])))
         sections.append({"title": "GPU fleet summary", "columns": ["hosts" if fold else "host", "verdict", "GPUs"],
                          "rows": rows})
     facts = [r for r in results if r.task == "facts" and "fact_row" in r.data]
@@ -63,13 +62,18 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
             rows = [[header(hosts), *first[hosts[0]][1:]] if len(hosts) == 1 else
                     [header(hosts), *(str(c).replace(hosts[0], "{host}") for c in first[hosts[0]][1:])]
                     for hosts in groups.values()]
-        order = {"CRITICAL": 0, "UNKNOWN": 1, "WARN": 2, "OK": 3}
-        rows.sort(key=lambda row: (order.get(row[1], 9), natural_key(row[0])))
+        rows.sort(key=lambda row: (_worst_first(row[1]), natural_key(row[0])))
         # No command here: a table cell would wrap it; each host's block ends with its next commands, whole.
         sections.append({"title": "diagnose: fleet summary (worst first)",
                          "columns": ["hosts" if fold else "host", "verdict", "what", "worst finding"],
                          "rows": rows})
     return sections
+
+
+def _worst_first(word: object) -> int:
+    """Severities worst first; a word that names none (not a verdict) after them all."""
+    severity = Severity.named(word)
+    return -severity.level if severity is not None else 1
 
 
 def _same(entries: list, key: Callable[[Any], tuple]) -> dict[tuple, list[str]]:

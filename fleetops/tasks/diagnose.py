@@ -24,14 +24,14 @@ from ..agent.core.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
 from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, resolve
 from ..plans.versions import judged_checks, judged_patch
 from ..plans.yamlsrc import ConfigError
-from ..results import EXIT_OK, Item, Next, Result, Status
+from ..results import EXIT_OK, Item, Next, Result, Severity, Status
 from ..wire.connector import Connector, TransportError
-from . import slurm
-from .findings import CRITICAL, OK, SEVERITY, UNKNOWN, WARN, Finding
+from .findings import CRITICAL, OK, UNKNOWN, WARN, Finding
 from .findings import fab_cmd as _fab
 from .findings import quoted as _q
 from .findings import run_cmd as _run_cmd
-from .jobfindings import job_findings, process_findings, with_state
+from .jobs.backend import backend_for
+from .jobs.findings import job_findings, process_findings, with_state
 from .plan import Plan, TaskSpec
 
 if TYPE_CHECKING:
@@ -63,41 +63,42 @@ def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
     details["files"] = [{"module": f.get("module"), "status": f.get("status"), "msg": f.get("msg")} for f in files]
     if REFUSED in words or any(i["kind"] == "requires" for i in failed):
         why = next((f["msg"] for f in files if f.get("status") == REFUSED), None) or failed[0]["msg"]
-        return Finding(CRITICAL, "patch", f"wrong packages: {why}", [_fab(host, "facts")], 20, details,
-                       "see what is installed: a playbook is for the versions it pins (runbook new-version-landed)")
+        return Finding(CRITICAL, "patch", f"wrong packages: {why}", [_fab(host, "facts")], rank=20, details=details,
+                       why="see what is installed: a playbook is for the versions it pins (runbook new-version-landed)")
     if DRIFTED in words:
         which = ", ".join(str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == DRIFTED)
         return Finding(CRITICAL, "patch", f"drifted: {which} matches neither the original nor the patched form "
-                       f"({counts}{first_bad})", [_fab(host, "patch", "--check")], 25, details,
-                       "see the edited lines (runbook node-drifted)")
+                       f"({counts}{first_bad})", [_fab(host, "patch", "--check")], rank=25, details=details,
+                       why="see the edited lines (runbook node-drifted)")
     if files and all(w == ALREADY_APPLIED for w in words):
         if failed:
-            return Finding(CRITICAL, "patch", f"patched, but {counts}{first_bad}", [_fab(host, "verify")], 25,
-                           details, "see which checks fail, with their evidence")
-        return Finding(OK, "patch", f"patched ({len(files)} files; {counts})", [_fab(host, "verify")], 90, details,
-                       "the deep checks too (callsites, the probe)")
+            return Finding(CRITICAL, "patch", f"patched, but {counts}{first_bad}", [_fab(host, "verify")], rank=25,
+                           details=details, why="see which checks fail, with their evidence")
+        return Finding(OK, "patch", f"patched ({len(files)} files; {counts})", [_fab(host, "verify")], rank=90,
+                       details=details, why="the deep checks too (callsites, the probe)")
     if files and all(w == WOULD_APPLY for w in words):
         return Finding(WARN, "patch", f"not patched: {len(files)} files as installed ({counts})",
-                       [_fab(host, "patch", "verify")], 30, details, "patch the node, then prove it")
+                       [_fab(host, "patch", "verify")], rank=30, details=details, why="patch the node, then prove it")
     if files and set(words) <= {WOULD_APPLY, ALREADY_APPLIED}:
         done = ", ".join(str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == ALREADY_APPLIED)
         return Finding(CRITICAL, "patch", f"drifted: only partly patched ({done} patched, the rest not; {counts})",
-                       [_fab(host, "patch", "--check")], 25, details, "see which hunks are in and which not")
+                       [_fab(host, "patch", "--check")], rank=25, details=details,
+                       why="see which hunks are in and which not")
     if files:
         return Finding(UNKNOWN, "patch", f"the patch's check mode answered {sorted(set(map(str, words)))}: "
-                       f"{files[0].get('msg')}", [_fab(host, "patch", "--check")], 60, details,
-                       "see what the patch would do")
+                       f"{files[0].get('msg')}", [_fab(host, "patch", "--check")], rank=60, details=details,
+                       why="see what the patch would do")
     if (patch or {}).get("error"):
-        return Finding(UNKNOWN, "patch", f"not checked: {patch['error']}", [_fab(host, "patch", "--check")], 60,
-                       details, "see what the patch would do")
+        return Finding(UNKNOWN, "patch", f"not checked: {patch['error']}", [_fab(host, "patch", "--check")], rank=60,
+                       details=details, why="see what the patch would do")
     if checks.get("error"):
-        return Finding(UNKNOWN, "patch", f"not checked: {checks['error']}", [_fab(host, "verify")], 60, details,
-                       "run the checks on their own")
+        return Finding(UNKNOWN, "patch", f"not checked: {checks['error']}", [_fab(host, "verify")], rank=60,
+                       details=details, why="run the checks on their own")
     if failed:
-        return Finding(WARN, "patch", f"{counts}{first_bad}", [_fab(host, "verify")], 30, details,
-                       "see which checks fail, with their evidence")
-    return Finding(OK, "patch", f"the playbook has no patches; {counts}", [_fab(host, "verify")], 90, details,
-                   "the deep checks too")
+        return Finding(WARN, "patch", f"{counts}{first_bad}", [_fab(host, "verify")], rank=30, details=details,
+                       why="see which checks fail, with their evidence")
+    return Finding(OK, "patch", f"the playbook has no patches; {counts}", [_fab(host, "verify")], rank=90,
+                   details=details, why="the deep checks too")
 
 
 def _gpu_label(bus: str | None, index_by_bus: dict[str, int]) -> str:
@@ -135,9 +136,9 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
             why = "the GPU's ECC, retired pages and row remapping"
             nxt = [_run_cmd(host, f"nvidia-smi -q -i {_q(bus or last.pci)} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER")]
         rank = 5 if verdict == CRITICAL else 40
-        out.append(Finding(verdict, label, msg, nxt, rank,
-                           {"xid": code, "meaning": info.name, "bus_id": bus, "count": len(evs), "pid": last.pid,
-                            "process": last.process, "last_line": last.line.text}, why))
+        out.append(Finding(verdict, label, msg, nxt, rank=rank,
+                           details={"xid": code, "meaning": info.name, "bus_id": bus, "count": len(evs),
+                                    "pid": last.pid, "process": last.process, "last_line": last.line.text}, why=why))
     return out
 
 
@@ -149,12 +150,12 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
     index_by_bus: dict[str, int] = {}
     if snap.get("error_kind") == "no_nvidia_smi":
         out.append(Finding(UNKNOWN, "gpu", f"GPUs not checked: {snap['error']}",
-                           [_run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia")], 35,
+                           [_run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia")], rank=35,
                            why="look for the driver and nvidia-smi"))
         return out, index_by_bus
     if not snap.get("ok"):
         out.append(Finding(CRITICAL, "gpu", f"nvidia-smi fails: {snap.get('error')}", [_run_cmd(host, "nvidia-smi")],
-                           8, why="nvidia-smi's own words"))
+                           rank=8, why="nvidia-smi's own words"))
         return out, index_by_bus
     from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml  # xml.etree and the Xid table,
     from ..plans.kernellog import bus_key  # ~15 ms: only when a node's GPUs are there to be checked
@@ -166,43 +167,43 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
             index_by_bus[key] = int(g["index"])
     if expected is not None and len(gpus) < expected:
         out.append(Finding(CRITICAL, "gpu", f"{len(gpus)} of {expected} GPUs visible (inventory says {expected})",
-                           [_run_cmd(host, "nvidia-smi -L; lspci | grep -i nvidia")], 6,
+                           [_run_cmd(host, "nvidia-smi -L; lspci | grep -i nvidia")], rank=6,
                            why="which GPUs the driver and the PCI bus see"))
     for g in gpus:
         if g.get("problems"):
             out.append(Finding(CRITICAL, f"gpu{g.get('index')}", f"GPU {g.get('index')} ({g.get('bus_id')}) reads "
                                f"{'; '.join(g['problems'])}",
-                               [_run_cmd(host, f"nvidia-smi -q -i {_q(g.get('index'))}")], 7,
+                               [_run_cmd(host, f"nvidia-smi -q -i {_q(g.get('index'))}")], rank=7,
                                why="the GPU's full record"))
     foreign = [(g, p) for g in gpus for p in g.get("processes", []) if not p.get("job") and p["pid"] not in job_pids]
     held = ", ".join(f"GPU {g['index']}: pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, user "
                      f"{p.get('user') or '?'}" for g, p in foreign)
     if foreign:
         out.append(Finding(WARN, "gpu", f"GPUs held by processes that are not a fleetops job: {held}",
-                           [_fab(host, "gpu")], 50, {"foreign": [p for _, p in foreign]},
-                           "who holds them (pid, user, age): ask their owners"))
+                           [_fab(host, "gpu")], rank=50, details={"foreign": [p for _, p in foreign]},
+                           why="who holds them (pid, user, age): ask their owners"))
     if xml.get("error"):
         out.append(Finding(UNKNOWN, "gpu", f"ECC / retired pages / row remapping not read: {xml['error']}",
-                           [_run_cmd(host, "nvidia-smi -q -x | head")], 55, why="nvidia-smi's own words"))
+                           [_run_cmd(host, "nvidia-smi -q -x | head")], rank=55, why="nvidia-smi's own words"))
     elif xml.get("xml"):
         try:
             health = parse_health_xml(xml["xml"])
         except HealthParseError as exc:
             out.append(Finding(UNKNOWN, "gpu", f"nvidia-smi -q -x unreadable: {exc}",
-                               [_run_cmd(host, "nvidia-smi -q -x | head")], 55, why="nvidia-smi's own words"))
+                               [_run_cmd(host, "nvidia-smi -q -x | head")], rank=55, why="nvidia-smi's own words"))
             health = []
         for h in assess(health):
             label = f"gpu{h.gpu.index}" if h.gpu.index is not None else "gpu"
-            out.append(Finding(CRITICAL if h.severity == "CRITICAL" else WARN, label,
+            out.append(Finding(h.severity, label,
                                f"GPU {h.gpu.index} ({h.gpu.bus_id}): {h.what}: {h.action}",
                                [_run_cmd(host, f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,"
-                                               "ROW_REMAPPER,PERFORMANCE")], 9 if h.severity == "CRITICAL" else 45,
+                                               "ROW_REMAPPER,PERFORMANCE")], rank=9 if h.severity is CRITICAL else 45,
                                why="the GPU's ECC, retirement, remapping and throttle record"))
         if health and not any(f.area.startswith("gpu") and f.verdict != OK for f in out):
             vol = sum(h.ecc.get("volatile", {}).get("uncorrectable", 0) for h in health)
             out.append(Finding(OK, "gpu", f"{len(gpus)} GPUs ({', '.join(sorted({str(g.get('name')) for g in gpus}))})"
                                f", {vol} uncorrectable ECC errors, no pending remap or retirement, no hardware "
-                               "throttling", [_fab(host, "gpu")], 90, why="the GPUs and their processes"))
+                               "throttling", [_fab(host, "gpu")], rank=90, why="the GPUs and their processes"))
     return out, index_by_bus
 
 
@@ -211,8 +212,8 @@ def drain_finding(host: str, marker: dict | None) -> Finding | None:
     if not marker:
         return None
     return Finding(WARN, "drain", f"drained by {marker.get('by', '?')} at {marker.get('at', '?')}: "
-                   f"{marker.get('reason') or '?'}; extract and patch refuse here", _fab(host, "undrain"), 3,
-                   {"drain": marker})
+                   f"{marker.get('reason') or '?'}; extract and patch refuse here", [_fab(host, "undrain")], rank=3,
+                   details={"drain": marker})
 
 
 def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
@@ -227,27 +228,27 @@ def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
                 f"inodes {inode_pct:.0f}% free")
         nxt = [_run_cmd(host, f"df -h {_q(d['path'])}; df -i {_q(d['path'])}")]
         if free_pct < 1 or inode_pct < 1:
-            out.append(Finding(CRITICAL, "disk", text, nxt, 12, why="space and inodes where it is short"))
+            out.append(Finding(CRITICAL, "disk", text, nxt, rank=12, why="space and inodes where it is short"))
         elif free_pct < 5 or inode_pct < 5 or d["free_bytes"] < 2 * 2**30:
-            out.append(Finding(WARN, "disk", text, nxt, 42, why="space and inodes where it is short"))
+            out.append(Finding(WARN, "disk", text, nxt, rank=42, why="space and inodes where it is short"))
         else:
             fine.append(f"{d['label']} {d['free_bytes'] / 2**30:.1f} GiB ({free_pct:.0f}%, inodes {inode_pct:.0f}%)")
     if fine:  # the healthy ones on one line
-        out.append(Finding(OK, "disk", "free: " + ", ".join(fine), [_run_cmd(host, "df -h; df -i")], 97,
+        out.append(Finding(OK, "disk", "free: " + ", ".join(fine), [_run_cmd(host, "df -h; df -i")], rank=97,
                            why="every filesystem"))
     mem = (load.get("memory_kb") or {}) if isinstance(load, dict) else {}
     if mem.get("MemTotal"):
         pct = 100 * mem.get("MemAvailable", 0) / mem["MemTotal"]
         text = f"memory: {mem.get('MemAvailable', 0) / 2**20:.1f} of {mem['MemTotal'] / 2**20:.1f} GiB available"
         nxt = [_run_cmd(host, "free -m; ps aux --sort=-rss | head")]
-        out.append(Finding(WARN if pct < 5 else OK, "memory", text, nxt, 43 if pct < 5 else 98,
+        out.append(Finding(WARN if pct < 5 else OK, "memory", text, nxt, rank=43 if pct < 5 else 98,
                            why="memory and its largest users"))
     if isinstance(load, dict) and load.get("load") and load.get("cpus"):
         l1 = load["load"][0]
         text = f"load {' '.join(str(x) for x in load['load'])} on {load['cpus']} CPUs"
         busy = l1 > 2 * load["cpus"]
         out.append(Finding(WARN if busy else OK, "load", text, [_run_cmd(host, "top -bn1 | head -20")],
-                           44 if busy else 99, why="what keeps the CPUs busy"))
+                           rank=44 if busy else 99, why="what keeps the CPUs busy"))
     return out
 
 
@@ -257,19 +258,19 @@ def clock_finding(host: str, node_epoch: float | None, sent: float, received: fl
         return None
     if sent <= node_epoch <= received:
         return Finding(OK, "clock", f"in step with this machine (within the call's {received - sent:.1f}s)",
-                       [_run_cmd(host, "timedatectl")], 96, why="the node's clock and its sync")
+                       [_run_cmd(host, "timedatectl")], rank=96, why="the node's clock and its sync")
     skew = node_epoch - sent if node_epoch < sent else node_epoch - received
     verdict = WARN if abs(skew) > SKEW_WARN_S else OK
     side = "behind" if skew < 0 else "ahead of"
     return Finding(verdict, "clock", f"node clock {abs(skew):.1f}s {side} this machine",
-                   [_run_cmd(host, "timedatectl; chronyc tracking")], 41 if verdict == WARN else 96,
+                   [_run_cmd(host, "timedatectl; chronyc tracking")], rank=41 if verdict == WARN else 96,
                    why="the node's clock and its sync")
 
 
 def kernel_findings(host: str, kernel: dict, index_by_bus: dict[str, int]) -> tuple[list[Finding], list[OomKill]]:
     if kernel.get("error"):
         return [Finding(UNKNOWN, "kernel", f"Xid and OOM events not checked: {kernel['error']}",
-                        [_run_cmd(host, "sudo dmesg | grep -E 'NVRM: Xid|Killed process' | tail -20")], 36,
+                        [_run_cmd(host, "sudo dmesg | grep -E 'NVRM: Xid|Killed process' | tail -20")], rank=36,
                         why="read it as root (or add the login user to the adm / systemd-journal group)")], []
     from ..plans.kernellog import parse_ooms, parse_xids, slurm_oom_events
 
@@ -279,11 +280,11 @@ def kernel_findings(host: str, kernel: dict, index_by_bus: dict[str, int]) -> tu
     report = parse_ooms(lines, boot)
     if not out:
         out.append(Finding(OK, "kernel", f"no NVIDIA Xid in the kernel log ({kernel.get('source')}, "
-                           f"{kernel.get('total_lines')} lines)", [_run_cmd(host, "dmesg | tail -50")], 94,
+                           f"{kernel.get('total_lines')} lines)", [_run_cmd(host, "dmesg | tail -50")], rank=94,
                            why="the kernel log's end"))
     for count, step in slurm_oom_events(report.other):
         out.append(Finding(WARN, "oom", f"Slurm saw {count} OOM kill(s) in {step}",
-                           [_run_cmd(host, "dmesg | tail -50")], 22, why="the kernel log's end"))
+                           [_run_cmd(host, "dmesg | tail -50")], rank=22, why="the kernel log's end"))
     return out, report.kills
 
 
@@ -302,12 +303,12 @@ def oom_elsewhere(host: str, job: dict, kills: list[OomKill], earlier: object) -
             latest = f"; the latest job is {job.get('id')} ({job.get('state')})" if job.get("id") else ""
             out.append(Finding(WARN, "oom", f"the kernel OOM killer killed an earlier job of this node, "
                                f"{owner.get('id')}: {oom_text(k)}{latest}",
-                               [_fab(host, "logs", "--job-id", str(owner.get("id")))], 21,
-                               {**evidence, "job_id": owner.get("id")}, OOM_ADVICE))
+                               [_fab(host, "logs", "--job-id", str(owner.get("id")))], rank=21,
+                               details={**evidence, "job_id": owner.get("id")}, why=OOM_ADVICE))
         else:
             out.append(Finding(WARN, "oom", f"the OOM killer killed {oom_text(k)} (no fleetops job of this node)",
-                               [_run_cmd(host, "dmesg | grep -B5 -A20 'invoked oom-killer' | tail -60")], 21,
-                               evidence, "the kernel's account of the kill"))
+                               [_run_cmd(host, "dmesg | grep -B5 -A20 'invoked oom-killer' | tail -60")], rank=21,
+                               details=evidence, why="the kernel's account of the kill"))
     return out
 
 
@@ -345,11 +346,11 @@ def assess_answer(host: Host, answer: dict, sent: float, received: float, book: 
     findings += oom_elsewhere(name, job, kills, answer.get("earlier_jobs"))
     findings += process_findings(name, job, answer.get("processes") or [])
     findings += resource_findings(name, answer.get("disk") or [], answer.get("host") or {})
-    return sorted(findings, key=lambda x: (-SEVERITY[x.verdict], x.rank))
+    return sorted(findings, key=lambda x: x.order)
 
 
-def verdict_of(findings: list[Finding]) -> str:
-    return max((f.verdict for f in findings), key=SEVERITY.__getitem__, default=OK)
+def verdict_of(findings: list[Finding]) -> Severity:
+    return max((f.verdict for f in findings), default=OK)
 
 
 def _result(host: str, findings: list[Finding], extra: dict) -> Result:
@@ -402,7 +403,7 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
         received = time.time()
     except TransportError as exc:
         f = Finding(CRITICAL, "reach", f"not reached after {time.monotonic() - started:.1f}s: {exc}",
-                    [_fab(host.name, "ping")], 0, why="try the connection alone")
+                    [_fab(host.name, "ping")], rank=0, why="try the connection alone")
         result = _result(host.name, [f], {"error_kind": exc.kind, "reach": {
             "reached": False, "seconds": round(time.monotonic() - started, 3)}})
         result.status = Status.UNREACHABLE if exc.kind in UNREACHABLE_KINDS else Status.FAILED
@@ -411,26 +412,27 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
     total = time.monotonic() - started
     if answer.get("error"):
         f = Finding(UNKNOWN, "agent", f"the node agent could not diagnose: {answer['error']}",
-                    [_fab(host.name, "ping")], 1, why="the agent alone")
+                    [_fab(host.name, "ping")], rank=1, why="the agent alone")
         result = _result(host.name, [f], {"error_kind": answer.get("error_kind")})
         result.evidence = evidence
         return result
     findings = assess_answer(host, answer, sent, received, plan.playbook)
-    if host.scheduler == "slurm":  # a login node: where our job's allocation is says more than its own GPUs
-        note = slurm.allocation_note(node)
+    backend = backend_for(host)
+    if backend.allocates:  # a login node: where our job's allocation is says more than its own GPUs
+        note = backend.allocation_note(node)
         # A controller that cannot be reached leaves the job's state unknown: never an OK line.
         blind = bool(note and note.details.get("controller"))
         findings.append(Finding(UNKNOWN if blind else OK, "slurm",
                                 note.msg if note else "no job of fleetops queued or running here",
                                 [_fab(host.name, "status") if blind else _fab(host.name, "gpu") if note
-                                 else _fab(host.name, "extract")], 50,
-                                dict(note.details) if note else {},
-                                "ask again once slurmctld answers" if blind
+                                 else _fab(host.name, "extract")], rank=50,
+                                details=dict(note.details) if note else {},
+                                why="ask again once slurmctld answers" if blind
                                 else "the allocation's GPUs" if note else "start one"))
     on_node = answer.get("seconds")
     reach = f"reached in {connect_s:.2f}s, answered in {total:.1f}s" + (f" ({on_node}s on the node)" if on_node else "")
-    findings.insert(0, Finding(OK, "reach", reach, [_fab(host.name, "ping")], 0, why="the connection alone"))
-    findings.sort(key=lambda x: (-SEVERITY[x.verdict], x.rank))
+    findings.insert(0, Finding(OK, "reach", reach, [_fab(host.name, "ping")], rank=0, why="the connection alone"))
+    findings.sort(key=lambda x: x.order)
     extra = {"reach": {"reached": True, "connect_s": round(connect_s, 3), "total_s": round(total, 3),
                        "node_s": on_node},
              "kernel_source": (answer.get("kernel") or {}).get("source"),

@@ -1,23 +1,34 @@
-"""A diagnose finding and the commands it names: what diagnose.py and jobfindings.py build their verdicts from."""
+"""A diagnose finding and the commands it names: what diagnose.py and jobs/findings.py build their verdicts from."""
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
 
-OK, WARN, UNKNOWN, CRITICAL = "OK", "WARN", "UNKNOWN", "CRITICAL"
-SEVERITY = {OK: 0, WARN: 1, UNKNOWN: 2, CRITICAL: 3}
+from ..results import Severity
+
+OK, WARN, UNKNOWN, CRITICAL = Severity.OK, Severity.WARN, Severity.UNKNOWN, Severity.CRITICAL
 
 
 @dataclass
 class Finding:
-    verdict: str
+    verdict: Severity
     area: str  # reach, clock, patch, gpu, gpuN, kernel, job, oom, processes, disk, memory, load
     msg: str
     next: list[str]  # the commands to run next, each whole (report/ prints each on a line of its own)
-    rank: int = 50  # within a verdict: lower first (how likely it is the cause of trouble)
-    details: dict = field(default_factory=dict)
-    why: str = ""  # what the commands are for, in a few words
+    # Named at every call (keyword-only): a bare number there read like a severity.
+    rank: int = field(default=50, kw_only=True)  # within a verdict: lower first (how likely the cause of trouble)
+    details: dict = field(default_factory=dict, kw_only=True)
+    why: str = field(default="", kw_only=True)  # what the commands are for, in a few words
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.verdict, Severity):
+            raise TypeError(f"a finding's verdict is a Severity, not {self.verdict!r}")
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Worst first; within a verdict, the likelier cause first."""
+        return (-self.verdict.level, self.rank)
 
 
 def fab_cmd(host: str, *words: str) -> str:

@@ -11,7 +11,7 @@ from ..plans.tables import FACT_COLUMNS, GPU_COLUMNS, fact_row, gpu_rows
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_GPU_BUSY, Next, Result, Status
 from ..wire.connector import Connector
-from . import slurm
+from .jobs.backend import backend_for
 from .plan import Plan, TaskSpec, drain_text, unmet_warnings
 
 if TYPE_CHECKING:
@@ -47,8 +47,11 @@ def _judge(host: str, plan: Plan, answer: dict) -> tuple[Result, Verdict]:
 
 def _run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
     """Poll (one exec each) until the selected GPUs are free or --wait runs out."""
-    if node.host.scheduler == "slurm":  # a login node: the GPUs are those of our job's allocation
-        return slurm.run_gpu(run, plan, node)
+    backend = backend_for(node.host)
+    if backend.allocates:  # a login node: the GPUs are those of our job's allocation
+        allocated = backend.allocation_gpus(run, plan, node)
+        if allocated is not None:
+            return allocated
     gate = replace(plan.options["gate"], expected=node.host.gpus)
     plan = Plan(plan.op, plan.request, plan.timeout, None, options={**plan.options, "gate": gate})
     deadline = None

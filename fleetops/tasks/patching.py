@@ -204,6 +204,7 @@ def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:
             status = Status.FAILED
         details = {k: raw[k] for k in ("file", "sha256", "original_sha256", "drift", "diff_text", "notes",
                                        "requirements", "bytecode_removed") if k in raw}
+        details["state"] = word  # the node's word for the file (applied, already_applied, drifted...): --metrics
         # a forced restore over a drifted file says the diff shows what it discarded: it is shown, --diff or not
         forced = plan.op == "rollback" and plan.request.get("force") and "drift" in raw and status is Status.CHANGED
         details["show_diff"] = plan.check or plan.options.get("diff", False) or bool(forced)

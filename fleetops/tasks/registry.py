@@ -7,7 +7,6 @@ import importlib
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..agent.core.protocol import READ_ONLY_OPS
@@ -31,15 +30,13 @@ FAMILIES = {"ping": "node", "trust": "node", "gpu": "gpu", "facts": "gpu", "patc
 
 
 def _jobs_specs() -> list[TaskSpec]:
-    from . import jobs, shards
+    from . import jobs
 
     specs = {name: TaskSpec(name, jobs.job_plan(name, name == "extract"), run=runner,
                             dry=None if name in ("extract", "stop") else "read-only")
              for name, runner in (("extract", jobs.run_extract), ("tail", jobs.run_tail),
                                   ("status", jobs.run_status), ("logs", jobs.run_logs), ("stop", jobs.run_stop))}
     specs["jobs"] = TaskSpec("jobs", jobs.jobs_list_plan, jobs.interpret_jobs_list, run=jobs.run_jobs_list)
-    for name in ("extract", "status", "tail"):  # extract --shards across SSH hosts, and its fleet view
-        specs[name] = replace(specs[name], run=shards.wrap(name, specs[name].run))  # type: ignore[arg-type]
     return list(specs.values())
 
 
@@ -170,8 +167,10 @@ def ahead_request(name: str, plan: Plan, host: Host) -> dict | None:
     spec = TASKS[name]
     if spec.run is None:
         return plan.request
-    if name == "gpu" and not plan.options.get("wait") and host.scheduler != "slurm":
-        return {}
+    if name == "gpu" and not plan.options.get("wait"):
+        from .jobs import backend_for  # an allocating host answers gpu from its job's allocation instead
+
+        return None if backend_for(host).allocates else {}
     if name == "jobs" and not any(k.startswith("SLURM_") for k, _ in host.env_values):
         return plan.request  # as run_jobs_list sends it: no SLURM_* value to add
     return None

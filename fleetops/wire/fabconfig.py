@@ -1,16 +1,23 @@
-"""ssh_config and Fabric's Config: the file a run connects with (fab -S, -i), parsed once, and the
-process's one Fabric Config, shared read-only by every connection."""
+"""ssh_config and Fabric's Config: the file a run connects with (fab -S, -i), each host word resolved by
+OpenSSH itself (`ssh -G`, once per word and options per run), and the process's one Fabric Config, shared
+read-only by every connection. Without an `ssh` binary, paramiko's reading of the same files stands in, and
+one warning names every directive it does not apply."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import subprocess
+import tempfile
 import threading
 
 import paramiko
 from fabric import Config
 
 from .. import compat
-from ..plans import sshconfig
+from ..plans import sshconfig, sshresolve
+from ..plans.host import Host, split_target
 from ..plans.yamlsrc import ConfigError
 from .connector import TransportError
 
@@ -20,6 +27,13 @@ _SSH_CONFIG_PATH: str | None = None  # fab -S FILE, set by use_ssh_config()
 _PLAIN_KEYS: tuple[str, ...] = ()  # fab -i KEY: offered to hosts outside the inventory
 _TYPED_PASSPHRASE: str | None = None  # one passphrase for every encrypted key (use_ssh_config's, the library's)
 _KEY_PASSPHRASES: dict[str, str] = {}  # --prompt-for-passphrase: what was typed for each encrypted key
+_SSH_BINARY: str | None = None  # the `ssh` that resolves host words; None: paramiko's reading (the fallback)
+_FALLBACK: paramiko.SSHConfig | None = None  # paramiko's reading, used only without an `ssh` binary
+_FALLBACK_WARNING: str | None = None
+_RESOLVED: dict[tuple[str, tuple[tuple[str, str], ...]], dict] = {}  # this run's answers, per word and options
+_LOCAL: sshresolve.Local | None = None
+_HOME_CONFIG: tuple[str, str] | None = None  # ($HOME's ssh_config, the file that includes it for ssh)
+SSH_G_TIMEOUT = 10.0  # `ssh -G` reads files; a `Match exec` may run a command, never the network
 
 
 def use_ssh_config(path: str | None, identity_files: list[str] | tuple[str, ...] = (),
@@ -34,7 +48,8 @@ def use_ssh_config(path: str | None, identity_files: list[str] | tuple[str, ...]
     global _CONFIG, _SSH_CONFIG_PATH, _PLAIN_KEYS, _TYPED_PASSPHRASE
     config, text = _ssh_config(path)
     with _LOCK:
-        _SSH_CONFIG_PATH, _CONFIG = path, _SharedConfig(ssh_config=config)
+        _SSH_CONFIG_PATH, _CONFIG = path, _SharedConfig(ssh_config=paramiko.SSHConfig())
+        _use_resolver(config, text)
         _PLAIN_KEYS = tuple(os.path.expanduser(k) for k in identity_files)
         _TYPED_PASSPHRASE = passphrase or None
     # from the text: paramiko's public get_hostnames() fails on a config with a Match block
@@ -48,6 +63,107 @@ def _ssh_config(path: str | None) -> tuple[paramiko.SSHConfig, str]:
     except paramiko.ssh_exception.ConfigParseError as exc:
         raise ConfigError(sshconfig.chosen_path(path) or ", ".join(files) or "ssh_config", None,
                           f"cannot parse ssh_config: {exc}") from None
+
+
+def _use_resolver(config: paramiko.SSHConfig, text: str) -> None:
+    """Under _LOCK: `ssh` on PATH resolves from now on; without it, paramiko's reading, and the warning."""
+    global _SSH_BINARY, _FALLBACK, _FALLBACK_WARNING
+    _RESOLVED.clear()
+    _SSH_BINARY = shutil.which("ssh")
+    _FALLBACK, _FALLBACK_WARNING = config, None
+    if _SSH_BINARY is None:
+        skipped = sshresolve.not_applied(text)
+        if skipped:
+            _FALLBACK_WARNING = (f"no `ssh` on PATH: ssh_config read by paramiko, which does not apply "
+                                 f"{', '.join(skipped)}; install OpenSSH's client for ssh's own reading")
+
+
+def fallback_warning() -> str | None:
+    """The one line saying which ssh_config directives are not applied (only without an `ssh` binary)."""
+    return _FALLBACK_WARNING
+
+
+def resolve(word: str, user: str | None = None, port: int | None = None) -> dict:
+    """`word`'s settings as `ssh` would connect with them (HostName, User, Port, IdentityFile, CertificateFile,
+    ProxyJump, ProxyCommand, IdentitiesOnly, UserKnownHostsFile), in paramiko's lookup shape with every
+    token expanded; `user` and `port` (the inventory's or the command line's) are passed as `-o`, and win as
+    they do on ssh's command line. Asked once per word and values per run. Raises TransportError ("refused")
+    naming the word and ssh's own complaint when ssh rejects the configuration."""
+    global _LOCAL
+    options = tuple((k, str(v)) for k, v in (("User", user), ("Port", port)) if v)
+    key = (word, options)
+    fabric_config()  # reads the files once, if use_ssh_config() has not
+    with _LOCK:
+        found = _RESOLVED.get(key)
+        binary, fallback = _SSH_BINARY, _FALLBACK
+        if _LOCAL is None:
+            _LOCAL = sshresolve.local_side()
+        local = _LOCAL
+    if found is not None:
+        return found
+    if binary is None:
+        found = dict(fallback.lookup(word) if fallback is not None else {})
+        found.update({k.lower(): v for k, v in options})
+    else:
+        found = sshresolve.lookup_dict(_ssh_g(binary, word, options), local)
+    with _LOCK:
+        return _RESOLVED.setdefault(key, found)
+
+
+def host_resolution(host: Host) -> dict:
+    """resolve() for a host: a -H word outside the inventory with the user and port it names (`ssh user@name
+    -p port`), an inventory host's address with its user and port."""
+    if host.plain:
+        user, name, port = split_target(host.name)
+        return resolve(name, user, port)
+    return resolve(host.address, host.user, host.port)
+
+
+def _home_config() -> str | None:
+    """None when ssh reads the same files fleetops names (~/.ssh/config, then /etc/ssh/ssh_config). ssh takes ~
+    from the password database, fleetops from $HOME; where they differ (a test's own HOME, `sudo -E`), a file
+    of this process's own that includes $HOME's file then the system's, in that order, so ssh reads those."""
+    global _HOME_CONFIG
+    try:
+        import pwd
+        own = pwd.getpwuid(os.getuid()).pw_dir
+    except (ImportError, KeyError):
+        return None
+    user = str(sshconfig.user_config())
+    if os.path.realpath(user) == os.path.realpath(os.path.join(own, ".ssh", "config")):
+        return None
+    with _LOCK:
+        if _HOME_CONFIG is None or _HOME_CONFIG[0] != user:
+            folder = tempfile.mkdtemp(prefix="fleetops-ssh-")  # 0700, this user's
+            path = os.path.join(folder, "config")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(f'Include "{user}"\nInclude "{sshconfig.SYSTEM_CONFIG}"\n')
+            atexit.register(shutil.rmtree, folder, True)
+            _HOME_CONFIG = (user, path)
+        return _HOME_CONFIG[1]
+
+
+def _ssh_g(binary: str, word: str, options: tuple[tuple[str, str], ...]) -> sshresolve.Resolved:
+    named = sshconfig.chosen_path(_SSH_CONFIG_PATH)
+    argv = sshresolve.ssh_g_argv(binary, word, os.path.expanduser(named) if named else _home_config(), options)
+    fix = "fix ssh_config, or name another file with -S"
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=SSH_G_TIMEOUT,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise TransportError("refused", f"{word}: `ssh -G` did not answer within {SSH_G_TIMEOUT:g}s (a `Match "
+                                        f"exec` command that hangs?); {fix}") from None
+    except OSError as exc:
+        raise TransportError("refused", f"{word}: cannot run {binary} -G: {exc.strerror or exc}") from None
+    said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    if done.returncode != 0:
+        # ssh names the file and line first, then "terminating": both, at most three lines of it
+        why = " / ".join(said[:3]) if said else f"exit status {done.returncode}"
+        raise TransportError("refused", f"{word}: ssh rejects its ssh_config: {why}; {fix}")
+    try:
+        return sshresolve.parse(done.stdout.decode("utf-8", "replace"), word)
+    except sshresolve.ResolveError as exc:
+        raise TransportError("refused", f"{word}: {exc}; {fix}") from None
 
 
 class _SharedConfig(compat.RefuseWrites, Config):
@@ -69,9 +185,12 @@ def fabric_config() -> Config:
     with _LOCK:
         if _CONFIG is None:
             try:
-                _CONFIG = _SharedConfig(ssh_config=_ssh_config(_SSH_CONFIG_PATH)[0])
+                config, text = _ssh_config(_SSH_CONFIG_PATH)
             except ConfigError as exc:
                 raise TransportError("refused", f"{exc}; fix or name another file with -S") from None
+            # Empty: every host's settings come from resolve(), never from a second reading by Fabric.
+            _CONFIG = _SharedConfig(ssh_config=paramiko.SSHConfig())
+            _use_resolver(config, text)
         return _CONFIG
 
 

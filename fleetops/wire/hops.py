@@ -3,18 +3,19 @@ chains with loops refused, every hop with the strict host key check; walking the
 
 from __future__ import annotations
 
+import getpass
 import os
 import socket
 from collections.abc import Iterator
 from typing import Any
 
 import paramiko
-from fabric import Config, Connection
+from fabric import Connection
 
 from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
 from ..plans.jumphost import jump_of
 from .connector import TransportError
-from .fabconfig import fabric_config, plain_keys, typed_passphrase
+from .fabconfig import fabric_config, host_resolution, plain_keys, typed_passphrase
 from .hostkeys import StrictClient, known_hosts_files, strict_client
 from .keys import agent_key_for, login_key, missing_identity, unopenable
 from .tuning import FleetConnection, FleetTransport, JumpTransport
@@ -42,7 +43,7 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
             raise TransportError("refused", f"{host.name}: its jump host: {exc}") from None
         gateway = fabric_connection(jump, inventory, depth + 1)
     elif gateway is _OWN:
-        gateway = _ssh_config_jump(host, inventory, config, depth, trail)
+        gateway = _ssh_config_jump(host, inventory, depth, trail)
     connect_kwargs: dict = {"banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
                             "transport_factory": JumpTransport if depth else FleetTransport}
     passphrase = host.identity_passphrase or (typed_passphrase(host.identity_file) if host.identity_file else None)
@@ -52,27 +53,20 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
                               allow_agent=False)
     if passphrase:
         connect_kwargs["passphrase"] = passphrase
+    settings = _resolution(host)
+    if gateway is None and not host.jump:
+        gateway = _proxy_command(settings)
     try:
-        if host.plain:
-            # ssh_config decides HostName, IdentityFile, ProxyJump; a user or port typed in the -H word wins
-            # over its User/Port, as `ssh -l`/`-p` do.
-            user, _, port = split_target(host.name)
-            keys = plain_keys()
-            passphrase = _plain_keys_passphrase(host, keys, passphrase)
-            if passphrase:
-                connect_kwargs["passphrase"] = passphrase
-            if keys:
-                connect_kwargs["key_filename"] = list(keys)
-            cxn = FleetConnection(host.address, user=user, port=port, connect_timeout=host.connect_timeout,
-                              connect_kwargs=connect_kwargs, gateway=gateway, config=config)
-        else:
-            cxn = FleetConnection(host.address, user=host.user, port=host.port, connect_timeout=host.connect_timeout,
-                              connect_kwargs=connect_kwargs, gateway=gateway, config=config)
-    except (ValueError, TypeError, UnknownHost) as exc:  # e.g. a Port in ssh_config that is not a number
+        _key_kwargs(host, settings, connect_kwargs, passphrase)
+        hostname = str(settings.get("hostname") or host.address)
+        cxn = _Connection(hostname, user=str(settings["user"]),
+                          port=int(settings["port"]), connect_timeout=host.connect_timeout,
+                          connect_kwargs=connect_kwargs, gateway=gateway, config=config)
+    except (ValueError, TypeError, KeyError, UnknownHost) as exc:  # e.g. a Port in ssh_config that is not a number
         raise TransportError("refused", f"{host.name}: cannot use its ssh_config entry: {exc}") from None
-    except RecursionError:  # Fabric's own ProxyJump walk (a gateway it looks up itself); ours refuses loops first
-        raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump chain never ends (a loop); fix "
-                                        "ProxyJump in ssh_config") from None
+    cxn.ssh_config = settings
+    cxn.host = hostname  # as ssh -G gave it: Fabric's empty lookup would expand a literal `%h` in it again
+    cxn.original_host = split_target(host.name)[1] if host.plain else host.address
     if host.plain:
         _ssh_config_keys(cxn)
     cxn.client = strict_client(known_hosts_files(host, cxn))
@@ -80,6 +74,60 @@ def fabric_connection(host: Host, inventory: Inventory | None, depth: int = 0, g
     cxn.fleetops_host = host  # a refused jump host's own known_hosts, for the error's next step (errors.py)
     _strict_gateways(cxn)
     return cxn
+
+
+def _key_kwargs(host: Host, settings: dict, connect_kwargs: dict, passphrase: str | None) -> None:
+    """The keys a connection offers besides the inventory's: -i and IdentityFile for a -H word outside the
+    inventory (ssh -G decided IdentityFile with the -H word's user and port, as `ssh -l`/`-p` do), IdentityFile
+    for an inventory host that names no key; a CertificateFile joined to the key it certifies."""
+    if host.plain:
+        keys = plain_keys()
+        passphrase = _plain_keys_passphrase(host, keys, passphrase)
+        if passphrase:
+            connect_kwargs["passphrase"] = passphrase
+        found = [*keys, *(settings.get("identityfile") or [])]
+        if found:
+            connect_kwargs["key_filename"] = found
+    elif not host.identity_file and settings.get("identityfile"):
+        connect_kwargs["key_filename"] = list(settings["identityfile"])
+    certified = _certified_key(host, settings, connect_kwargs.get("passphrase"))
+    if certified is not None:
+        connect_kwargs["pkey"] = certified
+
+
+def _certified_key(host: Host, settings: dict, passphrase: str | None) -> paramiko.PKey | None:
+    """ssh_config's CertificateFile joined to the identity key it certifies (the inventory's key, else
+    IdentityFile), as ssh offers it: None when no certificate file is there or none fits a key that opens.
+    A key of its own, so a certificate never sticks to the key cache other hosts share."""
+    certificates = [c for c in settings.get("certificatefile") or [] if os.path.isfile(c)]
+    if not certificates:
+        return None
+    identities = [host.identity_file] if host.identity_file and not host.plain else settings.get("identityfile") or []
+    for identity in identities:
+        path = os.path.expanduser(identity)
+        if not os.path.isfile(path):
+            continue
+        try:
+            key = paramiko.PKey.from_path(path, passphrase or typed_passphrase(path))
+        except (paramiko.SSHException, OSError, ValueError, TypeError):  # not opened: said where it is used
+            continue
+        for certificate in certificates:
+            try:
+                if _certifies(paramiko.PublicBlob.from_file(certificate), key):
+                    key.load_certificate(certificate)
+                    return key
+            except (paramiko.SSHException, OSError, ValueError):  # not a certificate ssh could use either
+                continue
+    return None
+
+
+def _certifies(blob: paramiko.PublicBlob, key: paramiko.PKey) -> bool:
+    """Whether the certificate is for this key: its key fields, after the type and nonce, are the public key's
+    after its type (paramiko only compares the key types)."""
+    cert, public = paramiko.Message(blob.key_blob), paramiko.Message(key.asbytes())
+    cert.get_text(), cert.get_binary(), public.get_text()
+    fields = public.get_remainder()
+    return bool(fields) and cert.get_remainder().startswith(fields)
 
 
 def _plain_keys_passphrase(host: Host, keys: tuple[str, ...], passphrase: str | None) -> str | None:
@@ -110,6 +158,8 @@ def _ssh_config_keys(cxn: Connection) -> None:
     if str(cxn.ssh_config.get("identitiesonly", "")).lower() != "yes":
         return
     cxn.connect_kwargs.update(allow_agent=False, look_for_keys=False)
+    if getattr(cxn.connect_kwargs.get("pkey"), "public_blob", None) is not None:
+        return  # a key with its CertificateFile: offered as it is
     for path in files:
         key = agent_key_for(os.path.expanduser(path))
         if key is not None:  # offered first, before paramiko opens the files themselves
@@ -117,17 +167,43 @@ def _ssh_config_keys(cxn: Connection) -> None:
             return
 
 
-def _endpoint(name: str, user: str | None, port: int | None, config: Config) -> tuple[str, int, str]:
-    """(HostName, Port, User) that a connection to `name` would use, per ssh_config (a user or port given wins)."""
-    entry = config.base_ssh_config.lookup(name)
+def _resolution(host: Host) -> dict:
+    """The host's settings as `ssh -G` gives them (fabconfig.resolve), User and Port defaulted as ssh does."""
+    settings = dict(host_resolution(host))
+    settings.setdefault("user", getpass.getuser())
+    settings.setdefault("port", "22")
+    return settings
+
+
+def _proxy_command(settings: dict) -> str | None:
+    """ssh_config's ProxyCommand, when no ProxyJump came before it (ssh keeps the first of the two it reads)."""
+    if settings.get("proxyjump"):
+        return None
+    command = str(settings.get("proxycommand") or "").strip()
+    return command if command and command.lower() != "none" else None
+
+
+class _Connection(FleetConnection):
+    """A ProxyCommand gateway here is the command as ssh would run it, tokens already expanded from the host's
+    resolution: paramiko runs it as it is (Fabric's own reading would expand %p as 22)."""
+
+    def open_gateway(self) -> Any:
+        if isinstance(self.gateway, str):
+            return paramiko.ProxyCommand(self.gateway)
+        return super().open_gateway()
+
+
+def _endpoint(word: str) -> tuple[str, int, str]:
+    """(HostName, Port, User) that a connection to the -H-style word `user@name:port` would use."""
+    settings = _resolution(plain_host(word))
     try:
-        real_port = int(port or entry.get("port") or 22)
+        real_port = int(settings["port"])
     except ValueError:
         real_port = 22  # reported where the connection is made (a Port that is not a number)
-    return str(entry.get("hostname") or name), real_port, str(user or entry.get("user") or config.user)
+    return str(settings.get("hostname") or word), real_port, str(settings["user"])
 
 
-def _ssh_config_jump(host: Host, inventory: Inventory | None, config: Config, depth: int,
+def _ssh_config_jump(host: Host, inventory: Inventory | None, depth: int,
                      trail: tuple[tuple[str, int, str], ...]) -> Any:
     """The gateway ssh_config's ProxyJump gives a connection to `host`, built as OpenSSH builds it, or None when
     it names none (Fabric then applies a ProxyCommand, if any). For `ProxyJump h1,h2`: h1 is reached directly
@@ -135,16 +211,11 @@ def _ssh_config_jump(host: Host, inventory: Inventory | None, config: Config, de
     check. Refused, never silently dropped or recursed into: a hop that is the host itself or a connection
     being made through it (a loop: the same HostName, Port and User, as OpenSSH's "jumphost loop"), a chain
     of more than MAX_JUMPS hops, a hop that is not user@name:port."""
-    if host.plain:
-        user, _, port = split_target(host.name)
-    else:
-        user, port = host.user, host.port
-    raw = str(config.base_ssh_config.lookup(host.address).get("proxyjump") or "").strip()
-    if not raw:
+    settings = _resolution(host)
+    raw = str(settings.get("proxyjump") or "").strip()
+    if not raw or raw.lower() == "none":
         return None
-    if raw.lower() == "none":
-        return False  # not None: that would make Fabric look it up again, and take "none" for a host name
-    here = _endpoint(host.address, user, port, config)
+    here = str(settings.get("hostname") or host.address), int(settings["port"]), str(settings["user"])
     trail = (*trail, here)
     words = [w.strip() for w in raw.split(",") if w.strip()]
     if len(trail) + len(words) > MAX_JUMPS + 1:
@@ -156,8 +227,7 @@ def _ssh_config_jump(host: Host, inventory: Inventory | None, config: Config, de
             hop = plain_host(word)
         except UnknownHost as exc:
             raise TransportError("refused", f"{host.name}: its ssh_config ProxyJump {raw!r}: {exc}") from None
-        hop_user, _, hop_port = split_target(word)
-        end = _endpoint(hop.address, hop_user, hop_port, config)
+        end = _endpoint(word)
         if end in trail:
             path = " -> ".join(f"{u}@{h}:{p}" for h, p, u in (*trail, end))
             itself = "itself" if end == here else "a host that is reached through it"

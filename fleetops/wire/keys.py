@@ -13,7 +13,7 @@ import paramiko
 
 from ..plans.host import Host, MissingSecret
 from .connector import TransportError
-from .fabconfig import encrypted, fabric_config, plain_keys
+from .fabconfig import encrypted, host_resolution, plain_keys
 from .tuning import identity_key
 
 
@@ -108,7 +108,10 @@ def keys_to_ask(hosts: list[Host]) -> dict[str, list[str]]:
     wanted: dict[str, list[str]] = {}
     for host in hosts:
         if host.plain:
-            found = fabric_config().base_ssh_config.lookup(host.address).get("identityfile") or []
+            try:
+                found = host_resolution(host).get("identityfile") or []
+            except TransportError:  # ssh rejects its ssh_config: that host's own error says so
+                found = []
             paths = [*plain_keys(), *found]
         else:
             try:

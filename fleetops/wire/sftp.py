@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 
 import paramiko
 
+from .. import compat
 from ..plans.inventory import Host
 from .connector import TransportError
 
@@ -40,27 +40,6 @@ def write_atomically(sftp: paramiko.SFTPClient, path: str, data: bytes) -> None:
     sftp.posix_rename(tmp, path)
 
 
-def _quiet_prefetch_thread() -> None:
-    """paramiko reads ahead in a thread of its own (SFTPFile._prefetch_thread); when the link closes under it
-    (Ctrl-C, a lost node) that thread dies with "Socket is closed", and Python prints its traceback. The copy's
-    own thread already reports the stop, so that one exception is not printed; any other thread's is."""
-    previous = threading.excepthook
-    if getattr(previous, "_fleetops_prefetch", False):
-        return
-
-    def hook(args: threading.ExceptHookArgs) -> None:
-        tb, names = args.exc_traceback, set()
-        while tb is not None:  # the thread's own frames (Thread.run has dropped its target by now)
-            names.add(tb.tb_frame.f_code.co_name)
-            tb = tb.tb_next
-        if "_prefetch_thread" in names and isinstance(args.exc_value, (OSError, EOFError, paramiko.SSHException)):
-            return
-        previous(args)
-
-    hook._fleetops_prefetch = True  # type: ignore[attr-defined]
-    threading.excepthook = hook
-
-
 def copy_range(sftp: Callable[[], paramiko.SFTPClient], remote: str, local_path: str, offset: int, end: int,
                progress: object, name: str, connected: Callable[[], bool], denied: str = "") -> int:
     """Bytes [offset, end) of remote (over the SFTP session sftp() gives) into local_path at offset (truncated
@@ -69,14 +48,15 @@ def copy_range(sftp: Callable[[], paramiko.SFTPClient], remote: str, local_path:
     connection is gone). A file the login user may not read is said as such, with `denied` (why, and what to
     do), and no resume: running fetch again cannot change who reads it."""
     written = 0
-    _quiet_prefetch_thread()
+    read_ahead = compat.quiet_prefetch_thread()
     try:
         mode = "r+b" if os.path.exists(local_path) else "wb"
         with open(local_path, mode) as out, sftp().open(remote, "rb") as f:
             out.truncate(offset)
             out.seek(offset)
             f.seek(offset)
-            f.prefetch(end, max_concurrent_requests=64)
+            if read_ahead:  # else paramiko reads each chunk when asked: no thread of its own to die loudly
+                f.prefetch(end, max_concurrent_requests=64)
             while offset + written < end:
                 chunk = f.read(min(1 << 20, end - offset - written))
                 if not chunk:

@@ -15,7 +15,7 @@ from fabric import Connection
 from ..compat import IndexedHostKeys, PipelinedAuth
 from .connector import TransportError
 from .errors import connect_error
-from .fabconfig import use_key_passphrases, use_ssh_config
+from .fabconfig import fallback_warning, use_key_passphrases, use_ssh_config
 from .hops import IDLE_CHECK_SECONDS, MAX_JUMPS, each_hop, fabric_connection
 from .hostkeys import fingerprint_of, known_hosts_files, known_hosts_path
 from .keys import keys_to_ask
@@ -31,6 +31,6 @@ _IndexedHostKeys, _PipelinedAuth = IndexedHostKeys, PipelinedAuth
 __all__ = ["IDLE_CHECK_SECONDS", "MAX_JUMPS", "Connection", "FleetTransport", "IndexedHostKeys", "NodeConnection",
            "PipelinedAuth", "TransportError", "connect_error", "each_hop", "fabric_connection", "fingerprint_of",
            "identity_key", "known_hosts_files", "known_hosts_path", "trust_host",
-           "keys_to_ask", "use_key_passphrases", "use_ssh_config",
+           "fallback_warning", "keys_to_ask", "use_key_passphrases", "use_ssh_config",
            "_FleetTransport", "_IndexedHostKeys", "_PipelinedAuth", "_fabric_connection", "_hops", "_identity_key",
            "_known_hosts_files"]

@@ -8,7 +8,6 @@ import functools
 import logging
 import os
 import threading
-import time
 from typing import Any
 
 import paramiko
@@ -64,19 +63,12 @@ class FleetTransport(paramiko.Transport):
         options.ciphers = (*first, *(c for c in options.ciphers if c not in first))
 
     def auth_publickey(self, username: str, key: paramiko.PKey, event: threading.Event | None = None) -> list[str]:
-        if not compat.enabled("pipelined_auth"):
-            return super().auth_publickey(username, key, event)
-        # paramiko's own body, with the handler that sends the request ahead (compat.PipelinedAuth)
-        if not self.active or not self.initial_kex_done:
-            raise paramiko.SSHException("No existing session")
-        my_event = event or threading.Event()
-        self.auth_handler = handler = compat.PipelinedAuth(self)
-        handler.auth_publickey(username, key, my_event)
-        if handler.sent_ahead and self.session_ahead:
+        pipelined = compat.auth_publickey_pipelined(self, username, key, event, self._after_request)
+        return super().auth_publickey(username, key, event) if pipelined is None else pipelined
+
+    def _after_request(self, sent_ahead: bool) -> None:
+        if sent_ahead and self.session_ahead:
             self.open_session_ahead()
-        if event is not None:
-            return []
-        return handler.wait_for_response(my_event)
 
     session_ahead = True  # a node's connection runs a session; a jump host's only forwards (JumpTransport)
 
@@ -107,22 +99,11 @@ class FleetTransport(paramiko.Transport):
         if ahead is not None:
             chan, event, login = ahead
             if login is self.auth_handler and login.is_authenticated():
-                return self._opened(chan, event, self.channel_timeout if timeout is None else timeout)
+                return compat.confirmed_ahead(self, chan, event,
+                                              self.channel_timeout if timeout is None else timeout)
             with self.lock:
                 compat.forget_channel(self, chan)  # opened behind a login sshd refused: it will never be confirmed
         return super().open_channel(kind, dest_addr, src_addr, window_size, max_packet_size, timeout)
-
-    def _opened(self, chan: paramiko.Channel, event: threading.Event, timeout: float) -> paramiko.Channel:
-        # the second half of paramiko's open_channel: wait for OPEN_CONFIRMATION (or failure, or the end)
-        deadline = time.monotonic() + timeout
-        while not event.wait(0.1):
-            if not self.active:
-                break
-            if time.monotonic() > deadline:
-                raise paramiko.SSHException("Timeout opening channel.")
-        if event.is_set() and compat.channel_mapped(self, chan):  # a refused open is unmapped
-            return chan
-        raise self.get_exception() or paramiko.SSHException("Unable to open channel.")
 
 
 class JumpTransport(FleetTransport):

@@ -14,6 +14,7 @@ from ..core.atomicio import ensure_dir, write_json_atomic
 from ..core.dists import report_versions
 from ..core.nodeio import NodeError, sha256_bytes
 from ..core.protocol import ASCII_ALNUM, CHECK_KINDS
+from ..core.registry import node_op
 from ..core.sitemodules import module_file_in_site
 from ..core.statetrust import read_json, trusted_stat
 
@@ -384,6 +385,15 @@ def _import_path_trusted(checks: list[dict]) -> list[str]:
     return check_before_import(names, "import " + ", ".join(sorted({n.split(".")[0] for n in names})))
 
 
+IMPORTING_KINDS = ("import", "callsites")  # checks that import the node's packages in-process
+
+
+def imports_node_packages(req: dict) -> bool:
+    """The agent runs such a verify in a forked child: it never holds a module a later request may patch."""
+    return any(isinstance(c, dict) and c.get("kind") in IMPORTING_KINDS for c in req.get("checks") or ())
+
+
+@node_op("verify", writes=False, forks=imports_node_packages)
 def verify(req: dict) -> dict:
     if req.get("sources"):  # rebase: the candidate's text of each module, checked in place of the installed file
         import shutil

@@ -23,6 +23,8 @@ import tempfile
 import threading
 import time
 
+from ..core.registry import node_role
+
 POLL_S = 0.02  # how often the parent looks for the probe's end: a probe takes seconds, this adds at most 20 ms
 
 
@@ -82,6 +84,7 @@ def run_fresh(script: str, source: str, stdin_text: str, timeout: float) -> subp
     return subprocess.CompletedProcess([sys.executable, script], proc.returncode, proc.stdout, proc.stderr)
 
 
+@node_role("probe")
 def probe_main(fd: str, script: str) -> int:
     """The probe's own process (the bootstrap's role `probe`): its source from the descriptor the verify
     process passed, run as __main__."""

@@ -24,45 +24,29 @@ import sys
 import threading
 import time
 
-from .protocol import OPS as OP_NAMES
 from .protocol import PROTOCOL
+from .registry import Op, never
 
-# op → (module under remote_scripts, function): only the module an op needs is imported, once per session.
-OPS = {"patch": ("health.guard", "patch"), "rollback": ("health.guard", "rollback"),
-       "verify": ("checks.checks", "verify"), "gpu": ("health.gpu", "gpu"), "facts": ("health.gpu", "facts"),
-       "preflight": ("health.preflight", "preflight"), "job_start": ("jobs.start", "job_start"),
-       "job_status": ("jobs.status", "job_status"), "job_tail": ("jobs.tail", "job_tail"),
-       "job_logs": ("jobs.tail", "job_logs"), "job_stop": ("jobs.stop", "job_stop"), "run": ("jobs.adhoc", "run"),
-       "jobs_list": ("jobs.status", "jobs_list"), "fetch_plan": ("jobs.fetch", "fetch_plan"),
-       "diagnose": ("health.diagnose", "diagnose"), "capture": ("patch.capture", "capture"),
-       "slurm": ("jobs.slurm", "slurm"), "shards": ("jobs.shards", "shards"), "drain": ("health.drain", "drain"),
-       "undrain": ("health.drain", "undrain")}
-assert {"ping", *OPS} == set(OP_NAMES), "protocol.OPS and agent.OPS disagree"
-ROLES = {"wrap": ("jobs.keeper", "wrap_main"), "extract": ("jobs.extract_hidden_states", "main"),
-         "slurm-step": ("jobs.slurmstep", "step_main"), "probe": ("checks.probe_fork", "probe_main")}
-ROOT = __package__.rpartition(".")[0]  # the agent's package: the ops' modules are named under it
+# typing.TYPE_CHECKING without importing typing: the agent's start-up imports only what it runs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    FindOp = Callable[[str], "Op | None"]
+    FindRole = Callable[[str], "Callable[..., int] | None"]
+
 EXIT_REFUSED = 3  # the state dir is not trusted: the same answer shape as the bootstrap's refusals
-IMPORTING_KINDS = ("import", "callsites")  # verify checks that import the node's packages in-process
 
 
 def _ping(req: dict) -> dict:
     return {"ok": True, "python": sys.executable, "version": sys.version.split()[0], "pid": os.getpid()}
 
 
-def _op(name: str):
-    if name == "ping":
-        return _ping
-    if name not in OPS:
-        return None
-    import importlib
-
-    module, function = OPS[name]
-    return getattr(importlib.import_module(f"{ROOT}.{module}"), function)
+PING = Op("ping", _ping, False, never)  # built in: it loads no op module
 
 
-def _needs_imports(request: dict) -> bool:
-    return request.get("op") == "capture" or (request.get("op") == "verify" and any(
-        isinstance(c, dict) and c.get("kind") in IMPORTING_KINDS for c in request.get("checks") or ()))
+def _op(name: str, find: FindOp) -> Op | None:
+    return PING if name == "ping" else find(name)
 
 
 # ---------------------------------------------------------------- the client
@@ -88,14 +72,14 @@ def _watch_client(answer_fd: int) -> None:
     threading.Thread(target=watch, name="fleetops-client-watch", daemon=True).start()
 
 
-def main() -> int:
+def main(find_op: FindOp, find_role: FindRole) -> int:
+    """Serve the session, each op found by `find_op` (the manifest, remote_scripts/ops.py, which this layer
+    does not import); or run the role `python zip ROLE ARGS...` names."""
     # The other processes of the same verified bytes, each started through the bootstrap (bootstrap.relaunch):
     # the job keeper, the hidden-state extraction driver, the Slurm batch step, verify's probe.
-    if len(sys.argv) >= 3 and sys.argv[1] in ROLES:
-        import importlib
-
-        module, function = ROLES[sys.argv[1]]
-        return getattr(importlib.import_module(f"{ROOT}.{module}"), function)(*sys.argv[2:])
+    role = find_role(sys.argv[1]) if len(sys.argv) >= 3 else None
+    if role is not None:
+        return role(*sys.argv[2:])
     answer_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -108,26 +92,26 @@ def main() -> int:
                 return 0  # the client closed the session: the run is over
             if not line.strip():
                 continue
-            _answer(answer_fd, serve(line))
+            _answer(answer_fd, serve(line, find_op))
     except KeyboardInterrupt:
         print("fleetops agent: client went away (interrupted); stopped cleanly", file=sys.stderr)
         return 130
 
 
-def serve_and_exit() -> None:
-    """The serving agent's end (the bootstrap calls this). When main() returns, the client has closed the
-    session (or gone away): every answer is written (os.write, unbuffered), every op's files are closed and its
-    children waited for, and no thread of ours is left but the watchdog. Python's teardown would only free
-    memory: 3-5 ms of the node's CPU per host, measured, so it is skipped. The long-running roles
+def serve_and_exit(find_op: FindOp, find_role: FindRole) -> None:
+    """The serving agent's end (the bootstrap calls it through the manifest). When main() returns, the client
+    has closed the session (or gone away): every answer is written (os.write, unbuffered), every op's files are
+    closed and its children waited for, and no thread of ours is left but the watchdog. Python's teardown would
+    only free memory: 3-5 ms of the node's CPU per host, measured, so it is skipped. The long-running roles
     (`wrap`, `extract`, where vLLM registers exit handlers) start from the zip's __main__ and exit normally."""
-    code = main()
+    code = main(find_op, find_role)
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         if stream is not None:
             stream.flush()
     os._exit(code)
 
 
-def serve(line: bytes) -> dict:
+def serve(line: bytes, find_op: FindOp) -> dict:
     """One request line -> its answer. Never raises but for KeyboardInterrupt (the client is gone): a bug or
     an unexpected error in one request is that request's answer (agent_error), and the session goes on."""
     started = time.monotonic()
@@ -138,10 +122,10 @@ def serve(line: bytes) -> dict:
         if not isinstance(request, dict) or request.get("protocol") != PROTOCOL:
             got = request.get("protocol") if isinstance(request, dict) else None
             raise ValueError(f"protocol mismatch: client speaks {got}, node {PROTOCOL}")
-        op = _op(str(request.get("op")))
+        op = _op(str(request.get("op")), find_op)
         if op is None:
             raise ValueError(f"unknown op {request.get('op')!r}")
-        result = _forked(request) if _needs_imports(request) else _run(op, request)
+        result = _forked(op, request) if op.forks(request) else _run(op.handler, request)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # report, never die: the next request must still be served
@@ -157,7 +141,7 @@ def serve(line: bytes) -> dict:
     return result
 
 
-def _run(op, request: dict) -> dict:  # an op function
+def _run(op: Callable[[dict], dict], request: dict) -> dict:
     from .failpoints import load_failpoints, reset_failpoint_hits
     from .nodeio import NodeError, forget_resolved
     from .statetrust import QUARANTINED, check_state_dir, clean_stale_uploads
@@ -194,7 +178,7 @@ def _run(op, request: dict) -> dict:  # an op function
     return result
 
 
-def _forked(request: dict) -> dict:
+def _forked(op: Op, request: dict) -> dict:
     """Run a request that imports the node's packages in a child; the agent stays as clean as it started. The
     child's answer comes back over a pipe; if the client goes away meanwhile, the child is interrupted (SIGINT)
     like the agent itself would be."""
@@ -206,7 +190,7 @@ def _forked(request: dict) -> dict:
             os.close(read_fd)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             try:
-                result = _run(_op(str(request["op"])), request)
+                result = _run(op.handler, request)
             except KeyboardInterrupt:
                 code = 130
                 result = {"ok": False, "error": "interrupted", "error_kind": "interrupted"}

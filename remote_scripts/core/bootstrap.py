@@ -449,10 +449,10 @@ def main(argv):
     agent.warnings = interpreter.warnings
     sys.argv[:] = [pyz, *rest]
     if rest:  # a long-running role (wrap, extract, ...): vLLM's exit handlers run, so a normal exit
-        from remote_scripts.core.agent import main as agent_main
+        from remote_scripts.ops import main as agent_main
 
         sys.exit(agent_main())
-    from remote_scripts.core.agent import serve_and_exit
+    from remote_scripts.ops import serve_and_exit
 
     serve_and_exit()
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 # A request carries it; the agent refuses any other (see agent.main).
 PROTOCOL = 2
 
-# Every op the agent answers. ping is built in; the others name (module, function) in agent.OPS.
+# Every op the agent answers. ping is built in; each other is declared by its module (registry.node_op), which
+# the manifest (remote_scripts/ops.py) names.
 OPS = ("ping", "patch", "rollback", "verify", "gpu", "facts", "preflight", "job_start", "job_status", "job_tail",
        "job_logs", "job_stop", "run", "jobs_list", "fetch_plan", "diagnose", "capture", "slurm", "shards", "drain",
        "undrain")
@@ -14,7 +15,8 @@ OPS = ("ping", "patch", "rollback", "verify", "gpu", "facts", "preflight", "job_
 # Ops that change nothing on the node (they read files, /proc, nvidia-smi, a job's logs): the one list of
 # them. The client may send one before the previous request's answer is in (pipelining): if that
 # earlier step fails, the read-only one has run for nothing and its answer is dropped; nothing else happened.
-# Never add an op that writes (patch, rollback, job_start, job_stop, run, capture, fetch_plan, ...).
+# Never add an op that writes (patch, rollback, job_start, job_stop, run, capture, fetch_plan, ...): its module's
+# declaration (`writes=True`) is refused while this set names it.
 READ_ONLY_OPS = frozenset({"ping", "verify", "gpu", "facts", "job_status", "job_logs", "job_tail", "jobs_list",
                            "diagnose"})
 assert set(OPS) >= READ_ONLY_OPS

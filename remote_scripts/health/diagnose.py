@@ -16,6 +16,7 @@ import time
 from ..core import drainmark
 from ..core.kernel import kernel_log
 from ..core.procfs import pids, read, stat_fields, uptime
+from ..core.registry import node_op
 
 XML_MAX_BYTES = 4 * 1024 * 1024
 LOG_TAIL_BYTES = 64 * 1024
@@ -203,6 +204,7 @@ def earlier_jobs(state_dir: str, latest: str | None) -> list[dict]:
     return out
 
 
+@node_op("diagnose", writes=False)
 def diagnose(req: dict) -> dict:
     from ..checks import checks
     from . import gpu

@@ -9,6 +9,7 @@ import os
 
 from ..core import drainmark
 from ..core.nodeio import NodeError
+from ..core.registry import node_op
 from ..jobs.liveness import running_job
 from ..jobs.slurm import node_state
 
@@ -20,6 +21,7 @@ def _slurm(req: dict, drain: bool, reason: str) -> dict | None:
     return node_state(str(node), drain, reason, req.get("scheduler_env") or {})
 
 
+@node_op("drain", writes=True)
 def drain(req: dict) -> dict:
     reason = str(req.get("reason") or "").strip()
     if not reason or "\n" in reason:
@@ -31,6 +33,7 @@ def drain(req: dict) -> dict:
     return {"ok": True, "drain": marker, "running_job": job, "slurm": _slurm(req, True, reason)}
 
 
+@node_op("undrain", writes=True)
 def undrain(req: dict) -> dict:
     state_dir = os.path.abspath(req["state_dir"])
     old = drainmark.clear(state_dir)

@@ -15,6 +15,7 @@ import time
 
 from ..core import drainmark
 from ..core.procfs import read, stat_fields, uptime
+from ..core.registry import node_op
 from . import nvsmi
 
 SMI_TIMEOUT = 30
@@ -143,6 +144,7 @@ def snapshot(state_dir: str) -> dict:
             "apps_error": apps.stderr.strip()[:300] if apps.returncode else None, "time": time.time()}
 
 
+@node_op("gpu", writes=False)
 def gpu(req: dict) -> dict:
     return snapshot(req["state_dir"])
 
@@ -198,6 +200,7 @@ def _free_gib(path: str) -> float | None:
         return None
 
 
+@node_op("facts", writes=False)
 def facts(req: dict) -> dict:
     if req.get("packages_only"):  # the installed versions of what the pins name (dist-info names), nothing else
         from ..core.dists import report_versions

@@ -13,16 +13,19 @@ from collections.abc import Callable
 from ..core import drainmark
 from ..core.nodeio import NodeError
 from ..core.protocol import WOULD_WORDS
+from ..core.registry import node_op
 from ..jobs.launchlock import LaunchLock
 from ..jobs.liveness import running_job
 from ..jobs.records import jobs_dir
 from ..patch import patching
 
 
+@node_op("patch", writes=True)
 def patch(req: dict) -> dict:
     return _guarded(req, "patch", patching.patch)
 
 
+@node_op("rollback", writes=True)
 def rollback(req: dict) -> dict:
     return _guarded(req, "rollback", patching.rollback)
 

@@ -9,12 +9,14 @@ import sys
 
 from ..checks import checks
 from ..core import drainmark
+from ..core.registry import node_op
 from ..jobs.jobs import all_jobs, expand, job_state, jobs_dir, output_dir, running_job
 from ..jobs.outputlock import describe, held
 from ..jobs.outputs import completion
 from . import gpu
 
 
+@node_op("preflight", writes=True)
 def preflight(req: dict) -> dict:
     """What `extract` checks before launching, in the same exec: the playbook's fast checks and the GPUs."""
     verify = checks.verify(req) if req.get("checks") or req.get("requires") else {"ok": True, "items": []}

@@ -16,6 +16,8 @@ import subprocess
 import time
 from collections import deque
 
+from ..core.registry import node_op
+
 KEEP_BYTES = 1024 * 1024  # of each stream, both its head and its tail come back; what lies between is counted
 READ_BYTES = 64 * 1024
 
@@ -95,6 +97,7 @@ def _collect(proc: subprocess.Popen, deadline: float) -> tuple[_Kept, _Kept, boo
     return kept[proc.stdout], kept[proc.stderr], False
 
 
+@node_op("run", writes=True)
 def run(req: dict) -> dict:
     command = req.get("command")
     if not isinstance(command, str) or not command.strip():

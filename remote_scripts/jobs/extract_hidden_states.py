@@ -23,6 +23,7 @@ import time
 from ..core.atomicio import atomic_write
 from ..core.failpoints import failpoint, load_failpoints
 from ..core.nodeio import now_iso
+from ..core.registry import node_role
 from ..core.statetrust import read_json
 from .outputlock import OutputBusy, acquire, release
 from .outputs import MANIFEST, identity, read_manifest, rows_of
@@ -213,6 +214,7 @@ def _run(req: dict, started: float, rows: list[dict], dataset_sha: str, output: 
 REQUEST = ""  # the request this run was started with (main)
 
 
+@node_role("extract")
 def main(request_path: str) -> int:
     global REQUEST
     REQUEST = request_path

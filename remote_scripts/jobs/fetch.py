@@ -14,6 +14,7 @@ import os
 import stat
 
 from ..core.nodeio import NodeError
+from ..core.registry import node_op
 from .outputs import read_manifest
 from .records import every_job, find_job, jobs_dir, log_paths, output_dir, record_dir, slurm_records_dir
 
@@ -114,6 +115,7 @@ def _manifest_runs(output: str) -> list[str] | None:
     return [str(r.get("job")) for r in manifest.get("runs") or [] if isinstance(r, dict) and r.get("job")]
 
 
+@node_op("fetch_plan", writes=True)
 def fetch_plan(req: dict) -> dict:
     """The files to fetch (each: requested, path, local, size, sha256) or, per file, why not."""
     state_dir = os.path.abspath(req["state_dir"])

@@ -18,6 +18,7 @@ from ..core.failpoints import failpoint, load_failpoints
 from ..core.launch import relaunch
 from ..core.nodeio import NodeError, now_iso
 from ..core.procfs import start_ticks
+from ..core.registry import node_role
 from ..core.statetrust import read_json, trusted_stat
 from .liveness import disk_full
 from .records import LOG, SECRET_ENV, STOP_ASKED, cause_name, drop_secrets
@@ -136,6 +137,7 @@ def _reserve(job_dir: str) -> bool:
     return True
 
 
+@node_role("wrap")
 def wrap_main(job_dir: str) -> int:
     """The keeper: session leader and child subreaper. It reserves space for exit.json, forks the wrapper (the
     job's parent) and reaps whatever is re-parented to it. If the wrapper dies before recording the job's

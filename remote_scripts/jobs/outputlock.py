@@ -2,8 +2,8 @@
 host it runs on, hosts that share the filesystem (a Slurm login node and its compute nodes, two nodes on one
 NFS export) included.
 
-The lock is a file, `<output>/.fleetops-output.lock`, created with O_CREAT|O_EXCL (atomic on a local
-filesystem and on NFSv3 and later, where the server decides the create), holding who took it: the host's name,
+The lock is a file, `<output>/.fleetops-output.lock`, made by linking a file already written to that name (atomic
+on a local filesystem and on NFS, where the server decides the link), holding who took it: the host's name,
 its boot id and pid namespace, the pid and start time of the run's process, and the job's id. Whether a lock
 is stale (its run gone without removing it: SIGKILL, OOM, power loss) is judged only by the host that took it:
 only there do the pid and its start time name a process (a pid on another host means nothing here). A host
@@ -51,8 +51,8 @@ def me(job_id: str | None, pid: int | None = None) -> dict:
 
 
 def _read(path: str) -> dict | None:
-    """The holder a lock file names; {} when it names none (being written, or written by a run that died
-    mid-write); None when there is no lock."""
+    """The holder a lock file names; {} when it names none (a damaged file: acquire() links a lock whole);
+    None when there is no lock."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
@@ -94,8 +94,8 @@ def held(output: str) -> dict | None:
 
 def describe(holder: dict) -> str:
     if not holder.get("host"):
-        return (f"{holder.get('path')} exists but names no holder (a run died while writing it); remove it once "
-                "no run writes there")
+        return (f"{holder.get('path')} exists but names no holder (damaged, or left by an older fleetops); remove "
+                "it once no run writes there")
     where = "this host" if holder.get("judged") == "live" else f"host {holder.get('host')}"
     return (f"job {holder.get('job') or '(unknown)'} (pid {holder.get('pid')} on {where}, since {holder.get('at')}) "
             f"holds {holder.get('path')}")
@@ -109,28 +109,51 @@ class OutputBusy(Exception):
 
 def acquire(output: str, job_id: str | None) -> str:
     """Take the output's lock for this process; OutputBusy when another run (on any host) holds it. A stale lock
-    of this host is taken over. Returns the lock's path."""
+    of this host is taken over. Returns the lock's path.
+
+    The lock appears whole: its content is written to a file of this process's own first, which is then linked
+    to the lock's name (link fails if the name exists, atomically, on NFS too). A racer therefore never reads a
+    lock that is there but empty, as it would between an O_EXCL create and its write."""
     path = os.path.join(output, LOCK)
     mine = (json.dumps(me(job_id)) + "\n").encode()
-    for _ in range(3):
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        except FileExistsError:
+    folder = os.open(output, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for _ in range(3):
+            if _link_whole(folder, mine):
+                return path
             holder = _read(path)
             if holder is None:
                 continue  # released meanwhile
             if not holder or judge(holder) != "stale":
                 raise OutputBusy({**(holder or {}), "judged": judge(holder) if holder else "elsewhere",
-                                  "path": path}) from None
+                                  "path": path})
             _take_over(path, holder)
-            continue
+    finally:
+        os.close(folder)
+    raise OutputBusy({**(_read(path) or {}), "judged": "elsewhere", "path": path})
+
+
+def _link_whole(folder: int, content: bytes) -> bool:
+    """The lock named LOCK in `folder`, holding `content` from its first moment: True if this call made it."""
+    temp = f"{LOCK}.{socket.gethostname()}.{os.getpid()}.{os.urandom(4).hex()}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+    try:
         try:
-            os.write(fd, mine)
+            os.write(fd, content)
             os.fsync(fd)
         finally:
             os.close(fd)
-        return path
-    raise OutputBusy({**(_read(path) or {}), "judged": "elsewhere", "path": path})
+        try:
+            os.link(temp, LOCK, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+            return True
+        except FileExistsError:
+            return False
+        except OSError:
+            # NFS may report a failed link whose create the server did make (a lost reply): two names on our file
+            # mean it is ours.
+            return os.stat(temp, dir_fd=folder, follow_symlinks=False).st_nlink == 2
+    finally:
+        os.unlink(temp, dir_fd=folder)
 
 
 def _take_over(path: str, stale: dict) -> None:

@@ -16,6 +16,7 @@ import sys
 
 from ..core.atomicio import atomic_write, ensure_dir
 from ..core.nodeio import NodeError
+from ..core.registry import node_op
 
 
 def _paths(req: dict) -> tuple[str, str]:
@@ -102,6 +103,7 @@ def report(req: dict) -> dict:
     return {"ok": True, "shard_output": out, **_report(out, int(req.get("samples") or 0))}
 
 
+@node_op("shards", writes=True)
 def shards(req: dict) -> dict:
     action = req.get("action")
     if action == "prepare":

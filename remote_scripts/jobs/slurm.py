@@ -34,6 +34,7 @@ import time
 from ..core.atomicio import atomic_write, ensure_dir, write_json_atomic
 from ..core.drainmark import refuse_if_drained
 from ..core.nodeio import NodeError, now_iso
+from ..core.registry import node_op
 from ..core.statetrust import open_state_file, read_json
 from .outputlock import describe, held
 from .outputs import completion
@@ -419,6 +420,7 @@ def node_state(node: str, drain: bool, reason: str, slurm_env: dict) -> dict:
     return {"node": node, "command": done, "state": state, "reason": why, "sinfo": shown}
 
 
+@node_op("slurm", writes=True)
 def slurm(req: dict) -> dict:
     action = ACTIONS.get(str(req.get("action")))
     if action is None:

@@ -9,6 +9,7 @@ import time
 from ..core.atomicio import write_json_atomic
 from ..core.failpoints import failpoint
 from ..core.nodeio import NodeError, now_iso
+from ..core.registry import node_role
 from ..core.statetrust import read_json
 from .records import cause_name
 
@@ -20,6 +21,7 @@ from .records import cause_name
 STEP = "slurm-step"
 
 
+@node_role("slurm-step")
 def step_main(job_dir: str) -> int:
     """The batch step on the allocated node (started through the bootstrap by the batch script)."""
     import signal

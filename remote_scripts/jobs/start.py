@@ -17,6 +17,7 @@ from ..core.failpoints import failpoint
 from ..core.launch import relaunch
 from ..core.launch import shown as shown_argv
 from ..core.nodeio import NodeError, now_iso
+from ..core.registry import node_op
 from ..core.statetrust import read_json
 from .keeper import end_record, record_end
 from .launchlock import LaunchLock
@@ -35,6 +36,7 @@ def _leftovers(state_dir: str) -> tuple[str, list[int]] | None:
     return None
 
 
+@node_op("job_start", writes=True)
 def job_start(req: dict) -> dict:
     with LaunchLock(req["state_dir"]):
         return _job_start(req)

@@ -8,6 +8,7 @@ import time
 from ..core import drainmark
 from ..core.kernel import kernel_log
 from ..core.nodeio import NodeError
+from ..core.registry import node_op
 from ..core.statetrust import read_json
 from .liveness import job_state
 from .outputs import read_manifest, written_by
@@ -28,6 +29,7 @@ from .records import (
 from .tail import last_match
 
 
+@node_op("job_status", writes=False)
 def job_status(req: dict) -> dict:
     drain = drainmark.read(req["state_dir"])  # shown beside the job: a drained node runs nothing new
     try:
@@ -94,6 +96,7 @@ def _slurm_row(req: dict, job_dir: str, job: dict, asked: list[int]) -> dict:
             "log": logs[0] if logs else None, "log_bytes": sum(file_size(p) for p in logs), **view}
 
 
+@node_op("jobs_list", writes=False)
 def jobs_list(req: dict) -> dict:
     """Every job of the node's store (SSH and Slurm), newest first: id, name, state, started, runtime, exit,
     output sizes. A Slurm job's state is the client's to read (its row carries squeue/sacct's lines)."""

@@ -11,6 +11,7 @@ import time
 from ..core.atomicio import atomic_write
 from ..core.nodeio import now_iso
 from ..core.procfs import start_ticks, stat_fields, uids
+from ..core.registry import node_op
 from ..core.statetrust import read_json
 from .keeper import record_end
 from .liveness import job_state
@@ -112,6 +113,7 @@ def _note_stop_asked(job_dir: str) -> None:
         pass
 
 
+@node_op("job_stop", writes=True)
 def job_stop(req: dict) -> dict:
     """Stop the job: SIGTERM to each of its processes (its tagged ones, one that left the group with setsid
     included, and its group while the keeper lives), SIGKILL after the grace; then no process of the job may be

@@ -9,6 +9,7 @@ import os
 import re
 import time
 
+from ..core.registry import node_op
 from .liveness import job_state
 from .records import file_size, load_job
 
@@ -77,6 +78,7 @@ def last_match(path: str, pattern: str | None) -> str | None:
 
 
 
+@node_op("job_tail", writes=False)
 def job_tail(req: dict) -> dict:
     """Bytes of the log from `offset`, whole lines only (until the job has ended), waiting up to wait_s
     for something new: one exec per poll, no line split across two answers; a line over LONG_LINE comes cut
@@ -228,6 +230,7 @@ def _count_lines(path: str, upto: int) -> int:
     return count
 
 
+@node_op("job_logs", writes=False)
 def job_logs(req: dict) -> dict:
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     mask = Masker(req.get("mask"))

@@ -21,6 +21,7 @@ import zipfile
 
 from ..core.dists import installed_version
 from ..core.nodeio import NodeError
+from ..core.registry import always, node_op
 from ..core.sitemodules import module_file_in_site
 from .sitelock import site_root_of
 from .wheelrecord import record_sha256
@@ -159,6 +160,7 @@ def read_module(module: str, state_dir: str | None) -> dict:
     return {**item, "ok": True, "pristine": pristine, "pristine_source": source, "changed": True}
 
 
+@node_op("capture", writes=True, forks=always)
 def capture(req: dict) -> dict:
     """Per module the texts and their proof; the versions of the distributions and of the extra packages."""
     items = []

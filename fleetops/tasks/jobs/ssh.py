@@ -1,31 +1,27 @@
-"""Job tasks: extract (gate, then launch detached), tail (follow by byte offset, survive dropped links),
-status, logs, stop. Each poll or action is one agent exec on the host's one connection."""
+"""Jobs run by the node itself over SSH: extract (gate, then launch detached), tail (follow by byte offset,
+survive dropped links), status, logs, stop. Each poll or action is one agent exec on the host's one
+connection."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from shlex import quote
 from typing import TYPE_CHECKING
 
-from ..plans.gpugate import Verdict, evaluate, next_action
-from ..plans.jobspec import (
+from ...plans.gpugate import Verdict, evaluate, next_action
+from ...plans.jobspec import (
     JobSpec,
     LogWatch,
     describe_end,
     is_failure,
 )
-from ..plans.jobverdict import of as verdict_of
-from ..plans.kernellog import OOM_ADVICE
-from ..plans.tables import bar
-from ..plans.timefmt import duration
-from ..plans.versions import judged_checks
-from ..plans.yamlsrc import ConfigError
-from ..results import EXIT_FAILED, Evidence, Item, Next, Result, Status
-from ..wire.connector import Connector
-from . import slurm
-from .plan import (
+from ...plans.jobverdict import of as verdict_of
+from ...plans.tables import bar
+from ...plans.versions import judged_checks
+from ...results import EXIT_FAILED, Evidence, Item, Next, Result, Status
+from ...wire.connector import Connector
+from ..plan import (
     agent_error,
     drain_text,
     drained,
@@ -36,35 +32,16 @@ from .plan import (
     skipped_note,
     tail_start,
 )
-from .reconnect import TAIL_WAIT_S, Reconnect, tail_request
+from ..reconnect import TAIL_WAIT_S, Reconnect, tail_request
+from .backend import JobBackend, TailFollower, register
+from .listing import exit_text
 
 if TYPE_CHECKING:
-    from ..state import RunState
-    from .plan import Plan
-
-
-def job_plan(op: str, needs_job: bool) -> Callable[[RunState, dict], Plan]:
-    def plan(run: RunState, kwargs: dict) -> Plan:
-        from .plan import Plan
-
-        book = None
-        name = kwargs.get("job") or "extract"
-        try:
-            book = run.playbook(kwargs.get("playbook"))
-        except ConfigError:
-            if needs_job:
-                raise
-        if needs_job and name not in (book.jobs or {}):
-            known = ", ".join(sorted(book.jobs or {})) or "none"
-            raise ConfigError(book.path, None, f"playbook {book.name!r} has no job {name!r} (jobs: {known})")
-        return Plan(op, {}, 120, book, options={**kwargs, "job": name})
-
-    return plan
+    from ...state import RunState
+    from ..plan import Plan
 
 
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
-    if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
-        return slurm.run_extract(run, plan, node)
     host = node.host.name
     spec = job_spec(plan, node)
     assert spec is not None and plan.playbook is not None
@@ -231,9 +208,7 @@ def _refused_next(host: str, plan: Plan, failing: list[dict], running: dict | No
     return Next("; ".join(why) + ", then launch again", [*commands, again])
 
 
-def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
-    if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
-        return slurm.run_tail(run, plan, node)
+def run_tail(run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None) -> Result:
     host = node.host.name
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
@@ -271,11 +246,15 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
         if offset is None and answer.get("skipped_bytes"):
             reporter.note(skipped_note(host, job_id, answer))
         reporter.job_attached(host, job_id, answer["state"])
+        if follow is not None:
+            follow.attached(job_id)
         for line in answer["data"].splitlines():
             failed, progress = watch.read(line)
             if progress:
                 last_progress = progress
             reporter.job_line(host, line, failed, progress)
+            if follow is not None:
+                follow.line(progress)
         offset = answer["next_offset"]
         verdict = verdict_of(answer)
         if verdict.ended and not answer["data"]:
@@ -308,13 +287,11 @@ def end_text(answer: dict) -> str:
 def _status_row(answer: dict) -> list[str]:
     job = answer["job"]
     runtime = answer.get("runtime_s")
-    return [job["id"], answer["state"], _exit_text(answer), f"{runtime:.0f}s" if runtime is not None else "?",
+    return [job["id"], answer["state"], exit_text(answer), f"{runtime:.0f}s" if runtime is not None else "?",
             answer.get("last_progress") or "-", job["log"]]
 
 
 def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
-    if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
-        return slurm.run_status(run, plan, node)
     host = node.host.name
     spec = job_spec(plan, node)
     pattern = LogWatch.of(spec).progress.pattern
@@ -345,6 +322,8 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     job_id = quote(str(row[0]))
     nxt = None
     if oom is not None:
+        from ...plans.kernellog import OOM_ADVICE  # diagnose's parsers: loaded only for a job the kernel killed
+
         nxt = Next(OOM_ADVICE, [f"fab -H {quote(host)} logs --job-id {job_id}"])
     elif status is Status.FAILED:
         nxt = Next("read why it ended", [f"fab -H {quote(host)} logs --job-id {job_id} --lines 200"])
@@ -368,7 +347,7 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
 def _how_it_ended(answer: dict) -> tuple[str, list[Item], dict | None]:
     """The job's state in words; for a SIGKILL or a lost job, whether the kernel's OOM killer did it, with the
     kernel's own lines as the evidence (the node reads its kernel log for such a job: plans/kernellog.py)."""
-    from ..plans.kernellog import evidence_lines, oom_of_job, oom_text, sigkill_note
+    from ...plans.kernellog import evidence_lines, oom_of_job, oom_text, sigkill_note
 
     state, ended, kernel = answer["state"], answer.get("exit") or {}, answer.get("kernel")
     if state == "stopped":
@@ -391,8 +370,6 @@ def _how_it_ended(answer: dict) -> tuple[str, list[Item], dict | None]:
 
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
-    if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
-        return slurm.run_logs(run, plan, node)
     host = node.host.name
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
@@ -411,8 +388,6 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
 
 
 def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
-    if node.host.scheduler == "slurm":  # a Slurm login node: through the scheduler
-        return slurm.run_stop(run, plan, node)
     host = node.host.name
     answer, evidence = node.call("job_stop", {"job_id": plan.options.get("job_id"),
                                               "grace_s": float(plan.options.get("grace") or 10)}, timeout=120)
@@ -441,86 +416,29 @@ def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
                                                                            "left": answer.get("left")})
 
 
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+class SshJobs(JobBackend):
+    """A host with no scheduler: the node's agent launches, watches and stops the job itself."""
+
+    def launch(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return run_extract(run, plan, node)
+
+    def status(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return run_status(run, plan, node)
+
+    def tail(self, run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None) -> Result:
+        return run_tail(run, plan, node, follow)
+
+    def logs(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return run_logs(run, plan, node)
+
+    def stop(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return run_stop(run, plan, node)
+
+    def running_job(self, node: Connector) -> dict | None:
+        current, _ = node.call("job_status", {"job_id": None})
+        if current.get("error") or current.get("state") not in ("running", "starting"):
+            return None
+        return current["job"]
 
 
-def _output_text(row: dict) -> str:
-    """What of its output the job wrote (by the manifest: its own samples, not the directory every run on that
-    output shares)."""
-    if row.get("output_bytes") is None:
-        return "-"
-    samples = row.get("output_samples")
-    return _size(row["output_bytes"]) + (f" ({samples} samples)" if isinstance(samples, int) else "")
-
-
-def _exit_text(row: dict) -> str:
-    ended = row.get("exit") or {}
-    if not ended:
-        return "-"
-    return f"signal {ended['signal']}" if ended.get("signal") else str(ended.get("exit_code"))
-
-
-def jobs_list_plan(run: RunState, kwargs: dict) -> Plan:
-    from .plan import Plan, UsageError
-
-    try:
-        limit = int(kwargs.get("last") or 0)
-    except ValueError:
-        raise UsageError(f"jobs --last {kwargs.get('last')!r}: not a number of jobs") from None
-    if limit < 0:
-        raise UsageError(f"jobs --last {limit}: must be 0 (all) or more")
-    return Plan("jobs_list", {"limit": limit}, 120, None, options=dict(kwargs))
-
-
-def run_jobs_list(run: RunState, plan: Plan, node: Connector) -> Result:
-    """`jobs`: one call; a Slurm login node's SLURM_* values (SLURM_CONF) go with it, for squeue/sacct."""
-    env = {k: v for k, v in node.host.env_values if k.startswith("SLURM_")}
-    request = {**plan.request, "scheduler_env": env} if env else plan.request
-    answer, evidence = node.call(plan.op, request, timeout=plan.timeout)
-    result = interpret_jobs_list(node.host.name, plan, answer)
-    if result.failed:
-        result.evidence = evidence
-    return result
-
-
-def _listed(job: dict, now_ts: object) -> dict:
-    """A row of the node's list with its state: a Slurm job's read from its scheduler lines (slurmrecord); the
-    word is the verdict every reader of a job shares (a job fleetops' `stop` ended is `stopped`)."""
-    if job.get("scheduler") == "slurm" and isinstance(job.get("record"), dict):
-        from .slurmrecord import read_state
-
-        job = {**job, **read_state(job["record"], job.get("query"), job.get("exits"), now_ts)}
-    return {**job, "state": verdict_of(job).word}
-
-
-def interpret_jobs_list(host: str, plan: Plan, answer: dict) -> Result:
-    """The node's jobs (SSH and Slurm), newest first: id, job name, state, started, runtime, exit, log and
-    output sizes."""
-    if answer.get("error"):
-        return agent_error(host, "jobs", answer)
-    jobs = [_listed(j, answer.get("now_ts")) for j in answer["jobs"]]
-    if not jobs:
-        where = answer["jobs_dir"] + (f" or {answer['slurm_dir']}" if answer.get("slurm_dir") else "")
-        return Result(host, "jobs", Status.OK, f"no jobs on this node (none under {where}); start one "
-                      f"with: fab -H {host} extract", data={"jobs": [], "total": 0})
-    rows = [[j["id"], j.get("name") or "-", j["state"], (j.get("started") or "-").replace("T", " ").rstrip("Z"),
-             duration(j.get("runtime_s")), _exit_text(j), _size(j.get("log_bytes")), _output_text(j)]
-            for j in jobs]
-    shown = "" if len(jobs) == answer["total"] else f" (the newest {len(jobs)} shown)"
-    running = [j["id"] for j in jobs if j["state"] in ("running", "starting", "pending")]
-    msg = (f"{answer['total']} jobs{shown}, newest first; " + (f"running: {', '.join(running)}" if running else
-                                                               "none running"))
-    nxt = Next("one job's state, exit and last progress (the newest here; any id above the same way):",
-               [f"fab -H {quote(host)} status --job-id {quote(jobs[0]['id'])}"])
-    return Result(host, "jobs", Status.OK, msg,
-                  data={"jobs": jobs, "total": answer["total"], "latest": answer.get("latest"), "next": nxt.to_data(),
-                        "table": {"title": f"{host}: jobs (started in UTC)",
-                                  "columns": ["job", "name", "state", "started", "runtime", "exit", "log", "output"],
-                                  "rows": rows}})
+SSH = register(SshJobs())

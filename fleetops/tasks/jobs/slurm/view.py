@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..plans import slurm as sp
-from ..plans.jobverdict import JobVerdict, job_verdict
+from ....plans import slurm as sp
+from ....plans.jobverdict import JobVerdict, job_verdict
 
 UNREACHABLE_WORDS = ("unable to contact slurm controller", "socket timed out", "connection refused",
                      "zero bytes were transmitted or received", "did not answer in")

@@ -1,8 +1,9 @@
-"""Jobs on a Slurm login node (inventory `scheduler: slurm`): extract submits with sbatch (a job array of one
-task per shard with `--shards N`), status reads squeue/sacct, tail/logs read each task's output file, stop is
-scancel. Only fleetops' own job counts: a Slurm id that now names another job (reused) is said so, never read
-as ours (plans/slurm.py Identity). The same results and progress view as SSH jobs; the node agent's `slurm` op runs the
-commands (remote_scripts/jobs/slurm.py) and the answers are parsed here with fleetops/plans/slurm.py."""
+"""The Slurm backend: jobs on a Slurm login node (inventory `scheduler: slurm`). extract submits with sbatch
+(a job array of one task per shard with `--shards N`), status reads squeue/sacct, tail/logs read each task's
+output file, stop is scancel. Only fleetops' own job counts: a Slurm id that now names another job (reused) is
+said so, never read as ours (plans/slurm.py Identity). The same results and progress view as SSH jobs; the
+node agent's `slurm` op runs the commands (remote_scripts/jobs/slurm.py) and the answers are parsed here with
+fleetops/plans/slurm.py."""
 
 from __future__ import annotations
 
@@ -12,14 +13,13 @@ from functools import partial
 from shlex import quote
 from typing import TYPE_CHECKING
 
-from ..plans import slurm as sp
-from ..plans.jobspec import LogWatch, is_failure, parse_progress
-from ..plans.tables import bar
-from ..plans.versions import judged_checks
-from ..results import EXIT_FAILED, Item, Next, Result, Status
-from ..wire.connector import Connector
-from . import slurmview as sv
-from .plan import (
+from ....plans import slurm as sp
+from ....plans.jobspec import LogWatch, is_failure, parse_progress
+from ....plans.tables import bar
+from ....plans.versions import judged_checks
+from ....results import EXIT_FAILED, Item, Next, Result, Status
+from ....wire.connector import Connector
+from ...plan import (
     agent_error,
     drained,
     job_secrets,
@@ -29,12 +29,15 @@ from .plan import (
     skipped_note,
     tail_start,
 )
-from .reconnect import TAIL_WAIT_S, Reconnect, tail_request
-from .slurmview import tasks_view
+from ...reconnect import TAIL_WAIT_S, Reconnect, tail_request
+from ..backend import JobBackend, TailFollower, register
+from . import view as sv
+from .record import read_state
+from .view import tasks_view
 
 if TYPE_CHECKING:
-    from ..state import RunState
-    from .plan import Plan
+    from ....state import RunState
+    from ...plan import Plan
 
 SIGNALS = {15: "SIGTERM", 9: "SIGKILL", 2: "SIGINT"}
 
@@ -219,7 +222,7 @@ def _label(host: str, task: int, shards: int) -> str:
     return f"{host}[{task}]" if shards > 1 else host
 
 
-def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
+def run_tail(run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None) -> Result:
     host = node.host.name
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
@@ -260,7 +263,10 @@ def run_tail(run: RunState, plan: Plan, node: Connector) -> Result:
         if not seen_states or seen_states[-1] != word:
             seen_states.append(word)
             _note_state(run, host, job, rows, word)
-        _show_output(run, watch, host, job_id, shards, answer, attached=offsets is None, last_progress=last_progress)
+        if follow is not None:
+            follow.attached(job_id)
+        _show_output(run, watch, host, job_id, shards, answer, attached=offsets is None, last_progress=last_progress,
+                     follow=follow)
         offsets = answer["next_offsets"]
         blind = _controller_gone(run, host, rows, answer, blind)
         if blind:
@@ -305,7 +311,7 @@ def _note_state(run: RunState, host: str, job: dict, rows: list[dict], word: str
 
 
 def _show_output(run: RunState, watch: LogWatch, host: str, job_id: str, shards: int, answer: dict, *, attached: bool,
-                 last_progress: dict[int, dict]) -> None:
+                 last_progress: dict[int, dict], follow: TailFollower | None = None) -> None:
     """One tail answer's lines, per task; on attaching, the bytes each task skipped are said first."""
     if attached:
         for task, skip in enumerate(answer.get("skipped") or []):
@@ -317,6 +323,8 @@ def _show_output(run: RunState, watch: LogWatch, host: str, job_id: str, shards:
             if progress:
                 last_progress[task] = progress
             run.reporter.job_line(_label(host, task, shards), line, failed, progress)
+            if follow is not None:
+                follow.line(progress)
 
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
@@ -410,8 +418,8 @@ def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
     run inside the job (srun --overlap), judged by the same gate as `gpu` on an SSH node."""
     from dataclasses import replace
 
-    from ..plans.gpugate import evaluate
-    from ..plans.tables import GPU_COLUMNS, gpu_rows
+    from ....plans.gpugate import evaluate
+    from ....plans.tables import GPU_COLUMNS, gpu_rows
 
     host = node.host.name
     answer = _call(node, "gpu", {})
@@ -443,3 +451,45 @@ def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
                         "srun_argv": answer["srun"]["argv"], "gpus": inside.get("gpus", []), "verdict": verdict.word,
                         "table": {"title": f"{host}: GPUs of Slurm job {answer['task_job_id']} on {answer['node']}",
                                   "columns": GPU_COLUMNS, "rows": gpu_rows(verdict)}})
+
+
+class SlurmJobs(JobBackend):
+    """A Slurm login node (inventory `scheduler: slurm`): sbatch, squeue/sacct, the tasks' output files,
+    scancel; --shards N is a job array on the one host, and the job's GPUs are its allocation's."""
+
+    scheduler = "slurm"
+    shards_by_host = False
+    allocates = True
+    host_words = "a Slurm login node"
+
+    def launch(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return run_extract(run, plan, node)
+
+    def status(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return run_status(run, plan, node)
+
+    def tail(self, run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None) -> Result:
+        return run_tail(run, plan, node, follow)
+
+    def logs(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return run_logs(run, plan, node)
+
+    def stop(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return run_stop(run, plan, node)
+
+    def read_record(self, job: dict, now_ts: object) -> dict:
+        if not isinstance(job.get("record"), dict):
+            return job
+        return {**job, **read_state(job["record"], job.get("query"), job.get("exits"), now_ts)}
+
+    def who(self, job: dict) -> str:
+        return f"Slurm job {job.get('slurm_job_id')}"
+
+    def allocation_gpus(self, run: RunState, plan: Plan, node: Connector) -> Result | None:
+        return run_gpu(run, plan, node)
+
+    def allocation_note(self, node: Connector) -> Item | None:
+        return allocation_note(node)
+
+
+SLURM = register(SlurmJobs())

@@ -1,11 +1,11 @@
 """A Slurm job of the node's job store as the store's readers (`jobs`, `diagnose`) show it: its state, exit
 and runtime, read from squeue/sacct's lines and the exit files its tasks wrote the way `status` reads them
-(slurmview), so a Slurm job is listed and judged like an SSH job."""
+(view.py), so a Slurm job is listed and judged like an SSH job."""
 
 from __future__ import annotations
 
-from ..plans import slurm as sp
-from . import slurmview as sv
+from ....plans import slurm as sp
+from . import view as sv
 
 ENDED = ("succeeded", "failed", "killed", "cancelled")
 

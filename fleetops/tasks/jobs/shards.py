@@ -1,29 +1,28 @@
-"""`extract --shards` across SSH hosts: one shard of the playbook job's dataset per selected host (shard i of N
-to the i-th host in name order, fleetops/plans/shards.py), each launched by the ordinary job launch
-(tasks/jobs.py run_extract, given the shard's dataset and output folder) and resumed by it; the fleet manifest
+"""`extract --shards` across hosts: one shard of the playbook job's dataset per selected host whose backend
+shards by host (shard i of N to the i-th host in name order, fleetops/plans/shards.py), each launched by its
+backend's ordinary launch (given the shard's dataset and output folder) and resumed by it; the fleet manifest
 <project>/.fleetops/shards/<job>.json records which host has which rows, its jobs, its sample count and, once
 known, the sha256 of its manifest and samples. `status` and `tail` on a sharded job add one aggregated line
-(samples done/total, summed tok/s, ETA of the slowest shard) to the per-host lines. The runners here wrap the
-jobs family's runners (tasks/registry.py hands them in), so neither family imports the other."""
+(samples done/total, summed tok/s, ETA of the slowest shard) to the per-host lines. A backend that shards
+inside one host (a Slurm job array) is handed --shards N as it is."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..plans import shards as sp
-from ..plans.jobspec import JobSpec, parse_progress
-from ..results import EXIT_FAILED, Result, Status
-from ..wire.connector import Connector
-from .plan import Plan, agent_error, job_spec
+from ...plans import shards as shardplan
+from ...plans.jobspec import JobSpec, parse_progress
+from ...results import EXIT_FAILED, Result, Status
+from ...wire.connector import Connector
+from ..plan import Plan, agent_error, job_spec
+from .backend import JobBackend, backend_for
 
 if TYPE_CHECKING:
-    from ..state import RunState
+    from ...state import RunState
 
-Runner = Callable[["RunState", Plan, Connector], Result]
 EXIT_USAGE = 2
 AGGREGATE_EVERY_S = 1.0
 
@@ -38,7 +37,7 @@ class Fleet:
     def __init__(self, run: RunState, plan: Plan) -> None:
         self.lock = threading.Lock()
         self.job = plan.options.get("job") or "extract"
-        self.path = sp.manifest_path(run.root, self.job)
+        self.path = shardplan.manifest_path(run.root, self.job)
         self.doc: dict | None = None
         self.mode = ""
         self.error: str | None = None
@@ -60,9 +59,9 @@ class Fleet:
         nodes' own state is the truth and the next status writes the plan again."""
         assert self.doc is not None
         self.doc["updated"] = _now()
-        self.doc["complete"] = not sp.unfinished(self.doc)
+        self.doc["complete"] = not shardplan.unfinished(self.doc)
         try:
-            sp.save(self.path, self.doc)
+            shardplan.save(self.path, self.doc)
             self.save_error = None
         except OSError as exc:
             self.save_error = f"{self.path} not written: {exc.strerror or exc}"
@@ -85,8 +84,9 @@ def _fleet(run: RunState, plan: Plan) -> Fleet:
         return fleet
 
 
-def _ssh_hosts(run: RunState) -> list[str]:
-    return [n for n in run.selected if run.inventory.resolve(n).scheduler != "slurm"]
+def _sharded_hosts(run: RunState) -> list[str]:
+    """The selected hosts that take one shard each (a job array's host shards inside itself)."""
+    return [n for n in run.selected if backend_for(run.inventory.resolve(n)).shards_by_host]
 
 
 def _decide(run: RunState, plan: Plan, fleet: Fleet) -> None:
@@ -94,20 +94,20 @@ def _decide(run: RunState, plan: Plan, fleet: Fleet) -> None:
     with fleet.lock:
         if fleet.doc is not None or fleet.error is not None:
             return
-        hosts = _ssh_hosts(run)
+        hosts = _sharded_hosts(run)
         try:
-            sp.count(plan.options.get("shards"), len(hosts))
-            doc, mode = sp.decide(sp.load(fleet.path), fleet.job, hosts, _now(), fleet.path)
+            shardplan.count(plan.options.get("shards"), len(hosts))
+            doc, mode = shardplan.decide(shardplan.load(fleet.path), fleet.job, hosts, _now(), fleet.path)
             fleet.doc, fleet.mode = doc, mode
             fleet.save()
             if fleet.save_error:
                 fleet.doc, fleet.error = None, f"{fleet.save_error}: the shard plan must be on disk before any " \
                     "shard starts; nothing launched"
-        except sp.ShardError as exc:
+        except shardplan.ShardError as exc:
             fleet.error = str(exc)
 
 
-def run_extract(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Result:
+def run_extract(run: RunState, plan: Plan, node: Connector, backend: JobBackend) -> Result:
     host = node.host.name
     fleet = _fleet(run, plan)
     _decide(run, plan, fleet)
@@ -150,15 +150,14 @@ def run_extract(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Re
     if complete:
         return Result(host, "extract", Status.OK, f"{where} already complete ({prep['done']}/{shard['samples']} in "
                       f"{prep['shard_output']}); nothing to do", data=data)
-    current, _ = node.call("job_status", {"job_id": None})
-    if not current.get("error") and current.get("state") in ("running", "starting") and \
-            current["job"]["id"] in shard["jobs"]:
-        return Result(host, "extract", Status.OK, f"{where}: still running as job {current['job']['id']} "
-                      f"({prep['done']}/{shard['samples']} done); left alone", data={**data, "job": current["job"]})
+    current = backend.running_job(node)
+    if current is not None and current["id"] in shard["jobs"]:
+        return Result(host, "extract", Status.OK, f"{where}: still running as job {current['id']} "
+                      f"({prep['done']}/{shard['samples']} done); left alone", data={**data, "job": current})
     extract = {"dataset": prep["shard_dataset"], "output": prep["shard_output"],
                "shard": {"index": i, "of": of, "start": shard["start"], "end": shard["end"],
                          "dataset": prep["dataset"], "hosts": fleet.doc["hosts"]}}
-    result = inner(run, replace(plan, options={**plan.options, "shard_extract": extract}), node)
+    result = backend.launch(run, replace(plan, options={**plan.options, "shard_extract": extract}), node)
     job = result.data.get("job") or {}
     if result.status is Status.CHANGED and job.get("id"):
         with fleet.lock:
@@ -222,38 +221,39 @@ def _claim_summary(run: RunState, fleet: Fleet, step: str) -> bool:
 
 
 def _summary(run: RunState, fleet: Fleet, result: Result | None) -> None:
-    agg = sp.aggregate(fleet.rows())
+    agg = shardplan.aggregate(fleet.rows())
     complete = sum(1 for s in (fleet.doc or {}).get("shards", []) if s.get("complete"))
     agg["complete_shards"] = complete
     saved = f" ({fleet.save_error})" if fleet.save_error else ""
-    run.reporter.note(f"fleet | {sp.line(agg)}; {complete}/{agg['shards']} shards complete; plan {fleet.path}{saved}")
+    run.reporter.note(f"fleet | {shardplan.line(agg)}; {complete}/{agg['shards']} shards complete; "
+                      f"plan {fleet.path}{saved}")
     if result is not None:  # None: this host's own step raised; its failed result is made by the registry
         result.data["fleet"] = {**agg, "plan": str(fleet.path)}
 
 
-def _load_view(run: RunState, plan: Plan, node: Connector) -> Fleet | None:
+def _load_view(run: RunState, plan: Plan, node: Connector, backend: JobBackend) -> Fleet | None:
     """The shard plan when this host is part of one (and no --job-id picks another job), else None."""
-    if plan.options.get("job_id") or node.host.scheduler == "slurm":
+    if plan.options.get("job_id") or not backend.shards_by_host:
         return None
     fleet = _fleet(run, plan)
     with fleet.lock:
         if fleet.doc is None and fleet.error is None:
             try:
-                fleet.doc = sp.load(fleet.path)
-            except sp.ShardError as exc:
+                fleet.doc = shardplan.load(fleet.path)
+            except shardplan.ShardError as exc:
                 fleet.error = str(exc)
     if fleet.doc is None or fleet.shard(node.host.name) is None:
         return None
     return fleet
 
 
-def run_status(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Result:
-    fleet = _load_view(run, plan, node)
+def run_status(run: RunState, plan: Plan, node: Connector, backend: JobBackend) -> Result:
+    fleet = _load_view(run, plan, node, backend)
     if fleet is None:
-        return inner(run, plan, node)
+        return backend.status(run, plan, node)
     result: Result | None = None
     try:
-        result = inner(run, plan, node)
+        result = backend.status(run, plan, node)
         job = (result.data.get("job") or {}).get("id")
         if _is_ours(fleet, node.host.name, job):
             _shard_status(run, node, plan, fleet, result, job)
@@ -263,7 +263,7 @@ def run_status(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Res
             last = _claim_summary(run, fleet, "status")
         if last:
             _summary(run, fleet, result)
-    assert result is not None  # inner() returned (else its exception is on its way up)
+    assert result is not None  # the backend returned (else its exception is on its way up)
     return result
 
 
@@ -278,8 +278,8 @@ def _is_ours(fleet: Fleet, host: str, job: str | None) -> bool:
             return False
         if job not in shard["jobs"]:
             try:
-                disk = sp.load(fleet.path) or {}
-            except sp.ShardError:
+                disk = shardplan.load(fleet.path) or {}
+            except shardplan.ShardError:
                 disk = {}
             for saved in disk.get("shards", []):
                 if saved.get("host") == host and saved.get("index") == shard["index"]:
@@ -301,25 +301,21 @@ def _shard_status(run: RunState, node: Connector, plan: Plan, fleet: Fleet, resu
         result.data["shard"] = dict(shard)
 
 
-class _TailReporter:
-    """The run's reporter for one host's tail, which also feeds the fleet's aggregated line."""
+class _FleetFollower:
+    """Follows one host's tail for the fleet's aggregated line (TailFollower): which job it attached to, and
+    the progress of each of its lines."""
 
-    def __init__(self, real: Any, fleet: Fleet, host: str) -> None:
-        self._real, self._fleet, self._host = real, fleet, host
+    def __init__(self, run: RunState, fleet: Fleet, host: str) -> None:
+        self._reporter, self._fleet, self._host = run.reporter, fleet, host
         self.ours = False  # the job tail follows is the host's shard's (known once tail attaches)
         self._job: str | None = None
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-    def job_attached(self, host: str, job_id: str, state: str) -> None:
-        self._real.job_attached(host, job_id, state)
+    def attached(self, job_id: str) -> None:
         if job_id != self._job:  # once per job: every poll of the tail says it again
             self._job = job_id
             self.ours = _is_ours(self._fleet, self._host, job_id)
 
-    def job_line(self, host: str, line: str, failure: bool, progress: dict | None) -> None:
-        self._real.job_line(host, line, failure, progress)
+    def line(self, progress: dict | None) -> None:
         if not self.ours or not progress or "total" not in progress:
             return
         fleet = self._fleet
@@ -330,30 +326,22 @@ class _TailReporter:
             if now - fleet.last_line < AGGREGATE_EVERY_S:
                 return
             fleet.last_line = now
-            agg = sp.aggregate(fleet.rows())
+            agg = shardplan.aggregate(fleet.rows())
             attach = not fleet.attached
             fleet.attached = True
         if attach:
-            self._real.job_attached("fleet", f"{agg['shards']} shards", "running")
-        self._real.job_line("fleet", sp.line(agg), False, agg)
+            self._reporter.job_attached("fleet", f"{agg['shards']} shards", "running")
+        self._reporter.job_line("fleet", shardplan.line(agg), False, agg)
 
 
-class _TailRun:
-    def __init__(self, run: RunState, reporter: _TailReporter) -> None:
-        self._run, self.reporter = run, reporter
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._run, name)
-
-
-def run_tail(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Result:
-    fleet = _load_view(run, plan, node)
+def run_tail(run: RunState, plan: Plan, node: Connector, backend: JobBackend) -> Result:
+    fleet = _load_view(run, plan, node, backend)
     if fleet is None:
-        return inner(run, plan, node)
+        return backend.tail(run, plan, node)
     host = node.host.name
     result: Result | None = None
     try:
-        result = inner(_TailRun(run, _TailReporter(run.reporter, fleet, host)), plan, node)  # type: ignore[arg-type]
+        result = backend.tail(run, plan, node, _FleetFollower(run, fleet, host))
         if result.code != 130 and host in fleet.ours:  # its shard's job, not detached by Ctrl-C: it ended
             rep = _record(run, node, plan, fleet, result.data.get("state") or "unknown", result.data.get("job_id"),
                           {})
@@ -369,27 +357,18 @@ def run_tail(run: RunState, plan: Plan, node: Connector, inner: Runner) -> Resul
                 word = "succeeded" if done else "detached" if run.interrupted.is_set() else "unfinished"
                 run.reporter.job_ended("fleet", word)
             _summary(run, fleet, result)
-    assert result is not None  # inner() returned (else its exception is on its way up)
+    assert result is not None  # the backend returned (else its exception is on its way up)
     return result
 
 
-WRAPPERS: dict[str, Callable[[RunState, Plan, Connector, Runner], Result]] = {
-    "extract": run_extract, "status": run_status, "tail": run_tail}
-
-
-def wrap(name: str, inner: Runner) -> Runner:
-    """The jobs family's runner for `name`, sharded when asked (extract --shards on SSH hosts) or when the host
-    is part of a shard plan (status, tail); Slurm login nodes keep their own path."""
-    outer = WRAPPERS[name]
-
-    def runner(run: RunState, plan: Plan, node: Connector) -> Result:
-        raw = plan.options.get("shards")
-        if name == "extract" and node.host.scheduler == "slurm" and (raw is True or str(raw).lower() == "all"):
-            given = "--shards" if raw is True else f"--shards {raw}"
-            return Result(node.host.name, "extract", Status.FAILED, f"{given} on a Slurm login node needs the number "
-                          "of shards (the job array's size), e.g. --shards 4", code=EXIT_USAGE)
-        if name == "extract" and (raw in (None, False, "") or node.host.scheduler == "slurm"):
-            return inner(run, plan, node)
-        return outer(run, plan, node, inner)
-
-    return runner
+def launch(run: RunState, plan: Plan, node: Connector, backend: JobBackend) -> Result:
+    """`extract`, sharded across hosts when asked (--shards on a backend that shards by host); a backend that
+    shards inside the host is handed --shards N, which must then be a number."""
+    raw = plan.options.get("shards")
+    if not backend.shards_by_host and (raw is True or str(raw).lower() == "all"):
+        given = "--shards" if raw is True else f"--shards {raw}"
+        return Result(node.host.name, "extract", Status.FAILED, f"{given} on {backend.host_words} needs the number "
+                      "of shards (the job array's size), e.g. --shards 4", code=EXIT_USAGE)
+    if raw in (None, False, "") or not backend.shards_by_host:
+        return backend.launch(run, plan, node)
+    return run_extract(run, plan, node, backend)
