@@ -260,12 +260,15 @@ ns = Collection(ping, patch, rollback, verify, gpu, facts, run, extract, tail, s
                 jobs, fetch, ssh_config, diagnose, runbooks, capture, rebase, drain, undrain)
 if wants_lab(sys.argv):
     try:
-        from ..lab import collection as lab_collection
+        from ..lab import collection
     except ModuleNotFoundError as exc:  # the lab is a wheel of its own (fleetops-lab): say how to add it
         if exc.name != "fleetops.lab":
             raise
-        from .labhint import missing_lab as lab_collection
-    ns.add_collection(lab_collection(), name="lab")
+        from .labhint import missing_lab
+
+        ns.add_collection(missing_lab(), name="lab")
+    else:
+        ns.add_collection(collection(), name="lab")
 ns.add_collection(Collection("playbook", playbook_lint), name="playbook")
 
 
