@@ -5,7 +5,10 @@ for those who type `fab`. No file that exists is replaced unless asked (`force`)
 
 from __future__ import annotations
 
+import getpass
 import os
+import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -73,6 +76,47 @@ __pycache__/
 """
 
 
+# node_exporter's textfile collector folder on Debian and Ubuntu (prometheus-node-exporter's default).
+TEXTFILE = "/var/lib/prometheus/node-exporter/fleetops.prom"
+
+VERIFY_SERVICE = """\
+# Verification on a schedule, for Prometheus (docs/monitoring.md): `patch --check` (each file's state) then
+# `verify` (every check) on the hosts of @gpus, results written whole to node_exporter's textfile collector.
+# Install: sudo cp monitoring/fleetops-verify.* /etc/systemd/system/ && sudo systemctl enable --now
+# fleetops-verify.timer. {user} must be able to write the .prom file's folder and reach the hosts (its SSH keys).
+[Unit]
+Description=fleetops: verify the fleet's patches and checks, for Prometheus
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=oneshot
+User={user}
+WorkingDirectory={project}
+ExecStart={fleet} -H @gpus patch --check verify --metrics {textfile}
+"""
+
+VERIFY_TIMER = """\
+# Runs fleetops-verify.service every 15 minutes (the shipped alert rules assume it: monitoring/fleetops.rules.yml).
+[Unit]
+Description=fleetops: verify the fleet every 15 minutes
+
+[Timer]
+OnBootSec=5min
+OnUnitActiveSec=15min
+RandomizedDelaySec=60
+
+[Install]
+WantedBy=timers.target
+"""
+
+
+def _fleet_program() -> str:
+    """The `fleet` to run from a unit file: the one on PATH, else the one beside this interpreter."""
+    found = shutil.which("fleet")
+    return str(Path(found).absolute()) if found else str(Path(sys.executable).parent / "fleet")
+
+
 class InitRefused(Exception):
     """Files that exist and would be replaced; nothing was written."""
 
@@ -94,12 +138,18 @@ def shipped_playbooks() -> Traversable:
     return files("fleetops").joinpath("playbooks")
 
 
-def project_files() -> dict[str, bytes]:
-    """Every file a new project gets, by its path in the project."""
+def project_files(directory: Path | None = None) -> dict[str, bytes]:
+    """Every file a new project gets, by its path in the project (`directory`: where it will be, named in the
+    verification timer's unit)."""
     out = {"fabfile.py": FABFILE.encode(), "fabric.yaml": FABRIC_YAML.encode(),
            "hosts/example.yaml": EXAMPLE_INVENTORY.encode(), ".gitignore": GITIGNORE.encode()}
     for rel, item in _walk(shipped_playbooks(), "playbooks"):
         out[rel] = item.read_bytes()
+    out["monitoring/fleetops.rules.yml"] = files("fleetops").joinpath("monitoring", "fleetops.rules.yml").read_bytes()
+    where = (directory or Path.cwd()).absolute()
+    out["monitoring/fleetops-verify.service"] = VERIFY_SERVICE.format(
+        project=where, fleet=_fleet_program(), user=getpass.getuser(), textfile=TEXTFILE).encode()
+    out["monitoring/fleetops-verify.timer"] = VERIFY_TIMER.encode()
     # the versions fleetops was tested with, for `pip install --require-hashes -r requirements.lock`
     out[CLIENT_LOCK] = client_lock().encode()
     return out
@@ -121,7 +171,7 @@ def make_project(directory: Path, force: bool = False) -> Made:
     directory = directory.expanduser()
     if directory.exists() and not directory.is_dir():
         raise NotADirectoryError(f"{directory} is a file, not a folder")
-    content = project_files()
+    content = project_files(directory)
     existing = [rel for rel in content if os.path.lexists(directory / rel)]
     if existing and not force:
         raise InitRefused(directory, existing)

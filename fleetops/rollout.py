@@ -81,7 +81,10 @@ def _run_batch(run: RunState, batch: list[Host], steps: list[Step], forks: int, 
                 run.interrupted.set()
             if run.interrupted.is_set() and not links_closed:
                 run.reporter.interrupted()
-                wait(left, timeout=float(os.environ.get("FLEETOPS_INTERRUPT_GRACE_S") or INTERRUPT_GRACE_S))
+                try:
+                    wait(left, timeout=float(os.environ.get("FLEETOPS_INTERRUPT_GRACE_S") or INTERRUPT_GRACE_S))
+                except KeyboardInterrupt:  # a second one (no handler installed): the links close now
+                    pass
                 links_closed = True
             if links_closed:
                 # Running agent calls end now (each agent then stops cleanly on the node), and so does a

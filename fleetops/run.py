@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -109,7 +109,10 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
         reporter.live_start([h.name for h in run.hosts])
     running: dict[str, str] = {}  # host -> the step it runs now (rollout.py)
     try:
-        with _interrupts(state, running):
+        # The program's own Ctrl-C handling; a library caller's process keeps its handler (Python's raises
+        # KeyboardInterrupt, which rollout.py takes as the same stop), and never exits from under it.
+        reporter.owns_ctrl_c = view
+        with _interrupts(state, running) if view else nullcontext():
             run_fleet(state, run.hosts, run.steps, forks, serial, running)
         if state.interrupted.is_set():
             reporter.interrupted()
@@ -181,7 +184,7 @@ def _interrupts(state: RunState, running: dict[str, str] | None = None) -> Itera
     the links; each agent on a node then unwinds cleanly); the second exits at once, after an audit line for
     each step still running (`running`: host -> step)."""
     if threading.current_thread() is not threading.main_thread():
-        yield  # a library caller in a thread keeps its own signal handling
+        yield  # only the main thread can set a handler
         return
 
     def handler(signum: int, frame: object) -> None:

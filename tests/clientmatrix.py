@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import NO_SKIP, REPO
-from wheelbuild import clean_env, make_venv, the_wheel
+from wheelbuild import clean_env, make_venv, the_lab_wheel, the_wheel
 
 CLIENT_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # pyproject's requires-python and classifiers, the README
 # Left out here, run on the suite's own Python: pytest checking pytest, and the diff engine's fuzzer (pure string
@@ -36,7 +36,8 @@ def run_client_tests(version: str, tmp_path: Path) -> None:
         if NO_SKIP:
             pytest.fail(why, pytrace=False)
         pytest.skip(why)
-    venv_python = make_venv(python, tmp_path / "venv", the_wheel(tmp_path / "dist"), "requirements-dev.lock")
+    venv_python = make_venv(python, tmp_path / "venv", the_wheel(tmp_path / "dist"), "requirements-dev.lock",
+                            the_lab_wheel(tmp_path / "dist"))  # the tests bring up lab nodes
     # -I: not the working directory's (the checkout's) fleetops, the installed one.
     probe = subprocess.run([str(venv_python), "-I", "-c", "import sys, fleetops; print(fleetops.__file__); "
                             "print('%d.%d' % sys.version_info[:2])"], cwd=REPO, capture_output=True, text=True,

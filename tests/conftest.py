@@ -17,6 +17,7 @@ what was skipped and why), just above pytest's own closing line."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -33,6 +34,14 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+import fleetops.agent
+
+# The tests run the agent by the node's name. The checkout's remote_scripts/ is found when the working directory
+# or PYTHONPATH is the checkout; otherwise (an installed fleetops, a scratch directory) it is fleetops' own agent.
+if importlib.util.find_spec("remote_scripts") is None:
+    sys.modules["remote_scripts"] = fleetops.agent
+import fleetops.agent.core.bootstrap
+import fleetops.agent.core.launch
 from remote_scripts.core import bootstrap, launch
 
 if TYPE_CHECKING:
@@ -41,8 +50,10 @@ if TYPE_CHECKING:
     from fleetops.lab import Lab
 
 # What the bootstrap hands in at every agent start: the node's writer (atomicio), run in-process by the tests,
-# opens where it writes by the same walk as on a node.
+# opens where it writes by the same walk as on a node; the same for the client's copy (fleetops.agent: the
+# lab stops jobs with it).
 launch.PATHS = (bootstrap.walk, bootstrap.Rules)
+fleetops.agent.core.launch.PATHS = (fleetops.agent.core.bootstrap.walk, fleetops.agent.core.bootstrap.Rules)
 
 # CI sets CI=true; FLEETOPS_NO_SKIP=1 asks for the same strictness locally.
 _IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")

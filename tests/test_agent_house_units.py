@@ -130,7 +130,9 @@ def test_the_zip_carries_every_module_and_its_code_by_dotted_name():
     data = bundle_mod._build(bundle_mod.agent_sources())
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         names = set(zf.namelist())
-    sources = {p.relative_to(ROOT.parent).as_posix() for p in ROOT.rglob("*.py")
+    # named as the zip names them (the node's remote_scripts/), wherever the client's copy is (an installed
+    # fleetops holds it as fleetops/agent/)
+    sources = {f"remote_scripts/{p.relative_to(ROOT).as_posix()}" for p in ROOT.rglob("*.py")
                if p.name != "__main__.py" and "__pycache__" not in p.parts}
     assert sources <= names and "remote_scripts/jobs/jobs.py" in sources
     codes = {n[len(bundle_mod.CODE_PREFIX):] for n in names if n.startswith(bundle_mod.CODE_PREFIX)}

@@ -73,7 +73,7 @@ def test_each_alert_fires_when_it_should_with_the_command_to_run_next(tmp_path: 
          "alert_rule_test": [
              {"eval_time": "1m", "alertname": "FleetopsPatchDrifted", "exp_alerts": []},
              {"eval_time": "3m", "alertname": "FleetopsPatchDrifted", "exp_alerts": [
-                 annotated("FleetopsPatchDrifted", labels_of(drifted), "fleet -H lab02 patch --check --diff")]}]},
+                 annotated("FleetopsPatchDrifted", labels_of(drifted), "fleet -H lab02 patch --check")]}]},
         {"interval": "10m", "input_series": [{"series": patched, "values": "1x6 0x6"},
                                              {"series": original, "values": "0x6 1x6"}],
          "alert_rule_test": [
@@ -101,7 +101,7 @@ def test_each_alert_fires_when_it_should_with_the_command_to_run_next(tmp_path: 
     assert evaluated.returncode == 0, evaluated.stdout + evaluated.stderr
 
 
-@pytest.mark.parametrize("wrong", ["fleet -H lab02 verify", "fab -H lab02 patch --check --diff"])
+@pytest.mark.parametrize("wrong", ["fleet -H lab02 verify", "fab -H lab02 patch --check"])
 def test_a_wrong_next_command_is_caught_by_the_rule_engine(tmp_path: Path, wrong: str):
     """The evaluation above can fail: the same drift, the wrong command expected."""
     drifted = series_of("fleetops_patch_state", "patch", host="lab02", state="drifted")

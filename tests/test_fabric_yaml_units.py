@@ -117,6 +117,7 @@ def test_fuzz_what_the_check_passes_invoke_and_fleetops_read(tmp_path, doc, raw)
 
 
 @pytest.mark.parametrize("text", ["fleetops: {forks: yes}\n", "tasks: {executor_class: 5}\n", "fleetops:\n- a\n",
+                                  "tasks: {executor_class: yes}\n", "tasks:\n  executor_class: 2026-01-01\n",
                                   "run: {echo: {x: 1}}\n", "fleetops: {playbook: 2026-13-45}\n", "\t- x\n"])
 def test_more_shapes_never_a_traceback(tmp_path, text):
     proc = run("fleet", project(tmp_path, text), "-H", "lab01", "ping")

@@ -1,8 +1,8 @@
-"""fleetops as a team installs it: the wheel (built from an sdist, as a release), installed into a fresh venv
-outside the checkout with the locked dependencies (requirements.lock, hashes checked), `fleet init` in an empty
-folder outside the checkout, the lab brought up from there (it reuses the cached base venv) and the whole job,
-`patch verify extract tail`, run against it, with no checkout on sys.path. Then Fabric's own `fab` in the same
-project."""
+"""fleetops as a team installs it: the wheel (built from an sdist, as a release) and the lab's own wheel,
+installed into a fresh venv outside the checkout with the locked dependencies (requirements.lock, hashes
+checked), `fleet init` in an empty folder outside the checkout, the lab brought up from there (it reuses the
+cached base venv) and the whole job, `patch verify extract tail`, run against it, with no checkout on sys.path.
+Then Fabric's own `fab` in the same project."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from wheelbuild import clean_env, make_venv, the_wheel
+from wheelbuild import clean_env, make_venv, the_lab_wheel, the_wheel
 
 pytestmark = pytest.mark.lab
 
@@ -22,7 +22,8 @@ pytestmark = pytest.mark.lab
 def test_the_wheel_installed_outside_the_checkout_inits_a_project_and_patches_a_lab_node(lab_base, tmp_path):
     assert REPO not in tmp_path.parents
     wheel = the_wheel(tmp_path / "dist")
-    python = make_venv(Path(sys.executable).resolve(), tmp_path / "venv", wheel, "requirements.lock")
+    python = make_venv(Path(sys.executable).resolve(), tmp_path / "venv", wheel, "requirements.lock",
+                       the_lab_wheel(tmp_path / "dist"))
     venv_bin = python.parent
     env = clean_env()
 
@@ -33,12 +34,14 @@ def test_the_wheel_installed_outside_the_checkout_inits_a_project_and_patches_a_
     # editable install's .pth) leading back.
     work = tmp_path / "work"
     work.mkdir()
-    probe = sh(work, str(python), "-c", "import json, sys, fleetops, remote_scripts; print(json.dumps("
-                                        "[fleetops.__file__, remote_scripts.__file__, sys.path]))")
+    probe = sh(work, str(python), "-c", "import json, sys, importlib.util, fleetops.agent, fleetops.lab; "
+                                        "print(json.dumps([fleetops.agent.__file__, fleetops.lab.__file__, sys.path, "
+                                        "importlib.util.find_spec('remote_scripts') is None]))")
     assert probe.returncode == 0, probe.stderr
-    fleetops_file, agent_file, path = json.loads(probe.stdout)
+    agent_file, lab_file, path, no_top_level_agent = json.loads(probe.stdout)
     venv = tmp_path / "venv"
-    assert Path(fleetops_file).is_relative_to(venv) and Path(agent_file).is_relative_to(venv), probe.stdout
+    assert Path(agent_file).is_relative_to(venv) and Path(lab_file).is_relative_to(venv), probe.stdout
+    assert no_top_level_agent, "the wheel installs a top-level remote_scripts"
     assert not [p for p in path if p and Path(p).resolve().is_relative_to(REPO)], path
     pth = [f for f in venv.glob("lib/python*/site-packages/*.pth") if str(REPO) in f.read_text()]
     assert not pth, pth

@@ -63,7 +63,7 @@ def test_runtime_code_names_no_tests_path() -> None:
 
 
 def test_recordings_are_package_data() -> None:
-    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    config = tomllib.loads((REPO / "fleetops-lab" / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "fleetops.lab" in config["packages"]
     globs = config["package-data"]["fleetops.lab"]
     lab_dir = Path(fleetops.lab.__file__).parent  # the checkout's, or an installed wheel's

@@ -60,7 +60,7 @@ def test_a_hand_edit_of_a_patched_file_fires_the_drift_alert_with_what_to_run(la
                                                                    if a["state"] == "firing"])
         [alert] = firing
         assert alert["labels"]["host"] == "lab01" and alert["labels"]["severity"] == "page", alert
-        assert alert["annotations"]["next"] == "fleet -H lab01 patch --check --diff", alert
+        assert alert["annotations"]["next"] == "fleet -H lab01 patch --check", alert
         assert alert["labels"]["file"] == GENERATOR, alert  # the file edited, not the other of the set
         typed = run_fab(lab.root, *alert["annotations"]["next"].split()[1:])  # the command the alert says
         assert typed.returncode == 1 and "drifted" in typed.stdout, typed.stdout + typed.stderr

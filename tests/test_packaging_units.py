@@ -32,10 +32,36 @@ def locked(name: str) -> dict[tuple[str, str], str]:
     return pins
 
 
-def test_every_package_folder_is_in_the_wheel():
-    found = sorted(str(p.parent.relative_to(REPO)).replace("/", ".")
-                   for top in ("fleetops", "remote_scripts") for p in (REPO / top).rglob("__init__.py"))
-    assert sorted(PYPROJECT["tool"]["setuptools"]["packages"]) == found
+LAB_PYPROJECT = tomllib.loads((REPO / "fleetops-lab" / "pyproject.toml").read_text())
+
+
+def package_names(top: Path, name: str) -> set[str]:
+    """Every package (a folder with __init__.py) under `top`, named as `name` and its subpackages; under
+    fleetops/, the agent's link is left to the agent's own folder."""
+    return {".".join([name, *p.parent.relative_to(top).parts]) for p in top.rglob("__init__.py")
+            if top.name != "fleetops" or p.relative_to(top).parts[0] != "agent"}
+
+
+def test_every_package_folder_is_in_one_wheel_under_one_top_level_package():
+    # The node agent's folder, remote_scripts/, is fleetops.agent in the wheel: fleetops/agent links to it. The
+    # lab's folder is the fleetops-lab wheel's, whose project folder links to it.
+    for link, target in ((REPO / "fleetops" / "agent", REPO / "remote_scripts"),
+                         (REPO / "fleetops-lab" / "fleetops" / "lab", REPO / "fleetops" / "lab")):
+        assert link.is_symlink() and link.resolve() == target.resolve(), link
+    found = package_names(REPO / "fleetops", "fleetops") | package_names(REPO / "remote_scripts", "fleetops.agent")
+    main, lab = PYPROJECT["tool"]["setuptools"]["packages"], LAB_PYPROJECT["tool"]["setuptools"]["packages"]
+    assert sorted(main + lab) == sorted(found) and not set(main) & set(lab)
+    assert {name.split(".")[0] for name in main + lab} == {"fleetops"}
+    assert sorted(lab) == sorted(n for n in found if n.split(".")[:2] == ["fleetops", "lab"])
+
+
+def test_the_lab_wheel_is_fleetops_version_and_the_lab_extra_names_it():
+    version = PYPROJECT["project"]["version"]
+    assert LAB_PYPROJECT["project"]["version"] == version
+    assert LAB_PYPROJECT["project"]["dependencies"] == [f"fleetops=={version}"]
+    assert PYPROJECT["project"]["optional-dependencies"]["lab"] == [f"fleetops-lab=={version}"]
+    assert LAB_PYPROJECT["build-system"] == PYPROJECT["build-system"]
+    assert LAB_PYPROJECT["project"]["requires-python"] == PYPROJECT["project"]["requires-python"]
 
 
 def test_every_dependency_has_an_upper_bound():

@@ -82,7 +82,8 @@ def test_readmes_install_lines_in_a_clone_without_tags_install_only_fleet_and_ru
         assert (project / "hosts" / "lab.yaml").is_file()
 
         version = PYPROJECT["project"]["version"]
-        assert [p.name for p in (clone / "dist").iterdir()] == [f"fleetops-{version}-py3-none-any.whl"]
+        assert sorted(p.name for p in (clone / "dist").iterdir()) == [f"fleetops-{version}-py3-none-any.whl",
+                                                                      f"fleetops_lab-{version}-py3-none-any.whl"]
         assert sorted(p.name for p in bin_dir.iterdir()) == ["fleet"]  # not fab, inv, invoke, pygmentize ...
         assert (project / "fabric.yaml").is_file() and (project / "fabfile.py").is_file()
         assert shutil.which("fleet", path=env["PATH"]) == str(bin_dir / "fleet")

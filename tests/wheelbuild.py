@@ -35,38 +35,45 @@ def tree_key() -> str | None:
     return digest.hexdigest()[:16]
 
 
-def the_wheel(scratch: Path) -> Path:
-    """The checkout's wheel, built once for what the checkout holds now and shared by the tests (and pytest
-    workers) that install it; outside a git checkout, built into `scratch` each time."""
+def the_wheel(scratch: Path, project: str = "fleetops") -> Path:
+    """The checkout's wheel (`project`: "fleetops", or "fleetops-lab", the lab's own wheel), built once for what
+    the checkout holds now and shared by the tests (and pytest workers) that install it; outside a git checkout,
+    built into `scratch` each time."""
     key = tree_key()
-    out = Path(tempfile.gettempdir()) / "fleetops-wheels" / key if key else scratch
+    out = (Path(tempfile.gettempdir()) / "fleetops-wheels" / key if key else scratch) / project
     with open(BUILD_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two builds at once would share the checkout's fleetops.egg-info
-        wheels = sorted(out.glob("fleetops-*-py3-none-any.whl"))
-        return wheels[0] if len(wheels) == 1 else build_wheel(out)
+        wheels = sorted(out.glob(f"{project.replace('-', '_')}-*-py3-none-any.whl"))
+        return wheels[0] if len(wheels) == 1 else build_wheel(out, project)
 
 
-def build_wheel(out: Path) -> Path:
+def the_lab_wheel(scratch: Path) -> Path:
+    return the_wheel(scratch, "fleetops-lab")
+
+
+def build_wheel(out: Path, project: str = "fleetops") -> Path:
     """sdist first, then the wheel from the unpacked sdist (python -m build), as a release is made: a file the
-    sdist leaves out is missing from the wheel too, and the version is pyproject.toml's."""
+    sdist leaves out is missing from the wheel too, and the version is the project's pyproject.toml's."""
     if out.exists():
         for old in out.iterdir():
             old.unlink()
     out.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], capture_output=True,
+    folder = REPO if project == "fleetops" else REPO / project
+    proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(folder)], capture_output=True,
                           text=True, env=clean_env(), timeout=600)
     assert proc.returncode == 0, f"python -m build failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    wheels = sorted(out.glob("fleetops-*-py3-none-any.whl"))
+    wheels = sorted(out.glob(f"{project.replace('-', '_')}-*-py3-none-any.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
 
 
-def make_venv(python: str | Path, where: Path, wheel: Path, lock: str) -> Path:
-    """A venv at `where` made by `python`, with `lock`'s pins and then the wheel; its python's path."""
+def make_venv(python: str | Path, where: Path, wheel: Path, lock: str, *more: Path) -> Path:
+    """A venv at `where` made by `python`, with `lock`'s pins and then the wheel (and the wheels in `more`: the
+    lab's); its python's path."""
     subprocess.run([str(python), "-m", "venv", str(where)], check=True, capture_output=True, timeout=300)
     venv_python = where / "bin" / "python"
     pip = [str(venv_python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    for args in (["--require-hashes", "-r", str(REPO / lock)], ["--no-deps", str(wheel)]):
+    for args in (["--require-hashes", "-r", str(REPO / lock)], ["--no-deps", str(wheel), *map(str, more)]):
         proc = subprocess.run([*pip, *args], capture_output=True, text=True, env=clean_env(), timeout=600)
         assert proc.returncode == 0, f"pip install {' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return venv_python

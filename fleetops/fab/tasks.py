@@ -191,9 +191,16 @@ def runbooks(c, json=False):
 ns = Collection(*(from_declaration(task) for task in declared_tasks().values()), extract, tail, status, logs,
                 stop, history, jobs, fetch, ssh_config, diagnose, runbooks, capture, rebase)
 if wants_lab(sys.argv):
-    from .. import lab as _lab
+    try:
+        from ..lab import collection
+    except ModuleNotFoundError as exc:  # the lab is a wheel of its own (fleetops-lab): say how to add it
+        if exc.name != "fleetops.lab":
+            raise
+        from .labhint import missing_lab
 
-    ns.add_collection(_lab.collection(), name="lab")
+        ns.add_collection(missing_lab(), name="lab")
+    else:
+        ns.add_collection(collection(), name="lab")
 ns.add_collection(Collection("playbook", playbook_lint), name="playbook")
 
 

@@ -13,8 +13,7 @@ Everything tests, bench/ and fabfile.py use is importable from here.
 
 from __future__ import annotations
 
-from remote_scripts.core.procfs import pid_alive, stat_fields
-
+from ..agent.core.procfs import pid_alive, stat_fields
 from .common import (
     NODE_PACKAGES,
     OWN_PACKAGES,

@@ -14,8 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from remote_scripts.core.procfs import read, stat_fields
-
+from ..agent.core.procfs import read, stat_fields
 from . import kernel_log
 from .common import LabError
 from .node import Node

@@ -22,8 +22,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from remote_scripts.core.procfs import stat_fields, uptime
-
+from ..agent.core.procfs import stat_fields, uptime
 from .common import LabError
 from .node import Node
 

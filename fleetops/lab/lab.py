@@ -245,7 +245,7 @@ class Lab:
 
     def _stop_jobs(self, node: Node) -> None:
         """Every live job of the node (each tagged process, as `fab stop` does), then its GPU holders."""
-        from remote_scripts.jobs import jobs
+        from ..agent.jobs import jobs
 
         for job_id in jobs.live_job_ids(str(node.state_dir)):
             try:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from remote_scripts.core.procfs import pid_alive, read
-
+from ..agent.core.procfs import pid_alive, read
 from .common import site_packages
 
 

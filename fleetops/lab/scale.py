@@ -28,8 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from remote_scripts.core.procfs import pid_alive, read
-
+from ..agent.core.procfs import pid_alive, read
 from .common import REFUSE_LAB, LabError, base_dir, refuse_if_asked, say, settle, site_packages
 from .lab import Progress
 from .node import HostFiles

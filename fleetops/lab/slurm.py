@@ -24,8 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from remote_scripts.core.procfs import pid_alive, pids, read, stat_fields
-
+from ..agent.core.procfs import pid_alive, pids, read, stat_fields
 from .common import LabError, free_port, port_open, settle
 
 DAEMONS = ("munged", "slurmctld", "slurmd")

@@ -10,9 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from remote_scripts.core.failpoints import FAILPOINTS_ENV
-from remote_scripts.core.procfs import pid_alive, stat_fields
-
+from ..agent.core.failpoints import FAILPOINTS_ENV
+from ..agent.core.procfs import pid_alive, stat_fields
 from .common import LabError, port_open
 from .node import Node
 from .wheels import PIP_CACHE

@@ -7,8 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote_scripts.core.protocol import CHECK_KINDS
-
+from ..agent.core.protocol import CHECK_KINDS
 from ..redaction import MASK, register
 from .fields import reject_unknown
 from .gpugate import DEFAULT_THRESHOLD_MIB, Gate

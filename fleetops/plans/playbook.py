@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_scripts.core.protocol import CHECK_KINDS
-
+from ..agent.core.protocol import CHECK_KINDS
 from . import unidiff
 from .fields import expect_mapping, get_bool, get_int, get_str, get_str_list, reject_unknown
 from .versions import Pin, approvable, parse_pin

@@ -64,6 +64,12 @@ def check_project_file(folder: str | Path, defaults: AbcMapping[str, Any]) -> No
                           "quote the value it names") from None
     if isinstance(as_invoke_reads, dict):
         _check_section(path, data, as_invoke_reads.get("fleetops"))
+        tasks = as_invoke_reads.get("tasks")
+        executor = tasks.get("executor_class") if isinstance(tasks, dict) else None
+        if executor is not None and not isinstance(executor, str):  # `yes`, `on`, a date: not a class name there
+            raise ConfigError(path, _line(data.get("tasks"), "executor_class"), f"tasks.executor_class: Fabric "
+                              f"reads it with YAML 1.1 rules, as {_kind(executor)}: it must be a dotted class name, "
+                              "fleetops.fab.executor.FleetExecutor")
 
 
 def _check_section(path: Path, data: dict, section: Any) -> None:

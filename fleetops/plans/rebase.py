@@ -16,8 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from remote_scripts.patch.hunks import bare, split_lines
-
+from ..agent.patch.hunks import bare, split_lines
 from .unidiff import Hunk
 
 CLEAN, OFFSET, FUZZ, CONFLICT, UPSTREAM = "clean", "offset", "fuzz", "conflict", "already upstream"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from remote_scripts.core.protocol import REFUSED
+from ..agent.core.protocol import REFUSED
 
 
 @dataclass(frozen=True)

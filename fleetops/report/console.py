@@ -55,6 +55,7 @@ class Reporter:
         self._ticker: liveview.Ticker | None = None  # redraws it
         self._live_wanted = False  # live_start asked for it and it has not started yet
         self._interrupt_said = False
+        self.owns_ctrl_c = True  # the fab/fleet program's run; a library caller's (api.py) keeps its own handler
         self._waiting: dict[str, str] = {}  # host -> what it waits for, as last printed (a pipe: once per change)
 
     @property
@@ -123,8 +124,11 @@ class Reporter:
             if self._interrupt_said:
                 return
             self._interrupt_said = True
-            stream_console(sys.stderr).print("[bold]Ctrl-C:[/] starting nothing new, interrupting running steps "
-                                             "(Ctrl-C again to exit now)")
+            if not self.owns_ctrl_c and self.json_mode:
+                return  # a quiet library run prints nothing: its results say which steps were interrupted
+            again = " (Ctrl-C again to exit now)" if self.owns_ctrl_c else ""
+            stream_console(sys.stderr).print(f"[bold]Ctrl-C:[/] starting nothing new, interrupting running "
+                                             f"steps{again}")
 
     def error(self, message: str) -> None:
         # One line when piped (operators grep for it and paste it into tickets); on a terminal wrapped between

@@ -20,8 +20,7 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from remote_scripts.core.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
-
+from ..agent.core.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
 from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, resolve
 from ..plans.versions import judged_checks, judged_patch
 from ..plans.yamlsrc import ConfigError

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from shlex import quote
 from typing import TYPE_CHECKING
 
-from remote_scripts.core.protocol import CHANGED_WORDS, DRIFTED, NOOP_WORDS, NOT_WRITTEN, REFUSED, WOULD_WORDS
-
 from .. import audit
+from ..agent.core.protocol import CHANGED_WORDS, DRIFTED, NOOP_WORDS, NOT_WRITTEN, REFUSED, WOULD_WORDS
 from ..plans.versions import judged_patch
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Item, Next, Result, Status, rollup

@@ -10,8 +10,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from remote_scripts.core.protocol import READ_ONLY_OPS
-
+from ..agent.core.protocol import READ_ONLY_OPS
 from ..plans.host import Host, MissingSecret
 from ..plans.playbookset import PlaybookSet
 from ..plans.yamlsrc import ConfigError

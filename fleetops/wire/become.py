@@ -25,8 +25,7 @@ import time
 
 import paramiko
 
-from remote_scripts.core.bootstrap import AGENT_FRAME, READY
-
+from ..agent.core.bootstrap import AGENT_FRAME, READY
 from ..plans.inventory import Host
 from ..results import Evidence
 from .connector import TransportError

@@ -15,10 +15,11 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
-import remote_scripts
-from remote_scripts.core.bootstrap import ALLOW_INSECURE_VENV, EXIT_REFUSED, PYTHON_FLAGS
+from ..agent.core.bootstrap import ALLOW_INSECURE_VENV, EXIT_REFUSED, PYTHON_FLAGS
 
 __all__ = ["ALLOW_INSECURE_VENV", "BOOTSTRAP", "EXIT_BOOTSTRAP_REFUSED", "PYTHON_FLAGS", "Bundle", "agent_bundle"]
 
@@ -31,7 +32,11 @@ __all__ = ["ALLOW_INSECURE_VENV", "BOOTSTRAP", "EXIT_BOOTSTRAP_REFUSED", "PYTHON
 # verify's probe) through the same text, which it holds in the verified zip (bootstrap.relaunch). A refusal is
 # one JSON line {"bootstrap": true, "error_kind": ..., "error": ...}, exit 3: agent_missing (the client uploads
 # it), untrusted_state, untrusted_venv or agent_mismatch (the client reports it).
-BOOTSTRAP = (Path(remote_scripts.__file__).parent / "core" / "bootstrap.py").read_text(encoding="utf-8")
+# The agent's sources as the client holds them: fleetops.agent, which is remote_scripts/ in the checkout
+# (fleetops/agent links there) and a package of its own in the wheel; read as the package's resources, so either
+# layout (or a zipped install) gives the same text.
+AGENT = resources.files("fleetops.agent")
+BOOTSTRAP = AGENT.joinpath("core", "bootstrap.py").read_text(encoding="utf-8")
 EXIT_BOOTSTRAP_REFUSED = EXIT_REFUSED
 
 # How the client starts the bootstrap: `python -I -S -c LAUNCHER TAG CODE SOURCE <the bootstrap's words>`. The
@@ -129,9 +134,18 @@ def _agent_bundle() -> Bundle:
 def agent_sources() -> dict[str, bytes]:
     """Every module of the agent, by its path under remote_scripts/ ("core/agent.py"), its subpackages included;
     the package's own __main__ (`python remote_scripts`) stays out of the zip."""
-    root = Path(remote_scripts.__file__).parent
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.py"))
-            if p.name != "__main__.py" and "__pycache__" not in p.parts}
+    found: list[tuple[tuple[str, ...], bytes]] = []
+
+    def walk(folder: Traversable, parts: tuple[str, ...]) -> None:
+        for entry in folder.iterdir():
+            if entry.is_dir():
+                if entry.name != "__pycache__":
+                    walk(entry, (*parts, entry.name))
+            elif entry.name.endswith(".py") and entry.name != "__main__.py":
+                found.append(((*parts, entry.name), entry.read_bytes()))
+
+    walk(AGENT, ())
+    return {"/".join(parts): data for parts, data in sorted(found)}
 
 
 def _sources_of(data: bytes) -> dict[str, bytes]:

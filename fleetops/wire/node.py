@@ -13,8 +13,7 @@ import time
 import paramiko
 from fabric import Connection
 
-from remote_scripts.core.protocol import PROTOCOL
-
+from ..agent.core.protocol import PROTOCOL
 from ..identity import operator
 from ..plans.inventory import Host, Inventory
 from ..plans.pathtrust import Entry, judge_read
