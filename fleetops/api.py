@@ -34,7 +34,7 @@ __all__ = ["TASK_OPTIONS", "ConfigError", "Result", "Status", "UnknownHost", "Un
 TASK_OPTIONS: Mapping[str, frozenset[str]] = {
     **{name: task.option_names() for name, task in declared_tasks().items()},
     **{name: frozenset(opts) for name, opts in {
-    "fetch": ("path", "any_path", "job_id", "dest", "max_size"), "diagnose": ("playbook",),
+    "diagnose": ("playbook",),
     "capture": ("module", "playbook", "pin"), "rebase": ("playbook", "out", "fuzz"),
     "extract": ("force", "job", "playbook", "shards", "again"),
     "tail": ("job_id", "job", "playbook", "lines", "from_start"), "status": ("job_id", "job", "playbook"),

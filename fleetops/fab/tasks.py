@@ -35,7 +35,7 @@ import sys
 from invoke import Collection
 from invoke.exceptions import Exit
 
-from ..tasks.declare import HELP_JSON, HELP_PLAYBOOK
+from ..tasks.declare import HELP_JOB_ID, HELP_JSON, HELP_PLAYBOOK
 from ..tasks.registry import declared_tasks
 from . import usage as _usage
 from .decorators import explicit_task, fleet_task, from_declaration
@@ -49,9 +49,7 @@ from .loading import wants_lab
 _usage.at_fabfile_load(getattr(sys.modules.get("fabfile"), "__file__", None))
 
 
-
 HELP_JOB = "the playbook's job (default: extract)"
-HELP_JOB_ID = "a job id on the node (default: the node's latest job)"
 
 
 @fleet_task(help={"force": "launch even if checks or the GPU gate fail (and say so)", "job": HELP_JOB,
@@ -110,19 +108,6 @@ def history(c, host=None, last=50, json=False):
 @fleet_task(numbers={"last": (0, None)}, help={"last": "only the newest N jobs (default: all)", "json": HELP_JSON})
 def jobs(c, last=0, json=False):
     """The node's jobs, newest first: id, job name, state, started, runtime, exit, log and output size."""
-
-
-@fleet_task(help={"path": "a file or directory to fetch instead (repeatable; relative: to the node's state dir); "
-                          "it must be under the state dir or a job's output dir unless --any-path",
-                  "any_path": "allow --path outside the state and job directories (any file the login user reads)",
-                  "job_id": HELP_JOB_ID, "dest": "local folder (default ./fetched; files go to DEST/HOST/...)",
-                  "max_size": "largest file taken, e.g. 500M, 20G (default 1G): a bigger one is refused before any "
-                              "byte is copied",
-                  "json": HELP_JSON}, iterable=["path"])
-def fetch(c, path=None, any_path=False, job_id=None, dest=None, max_size=None, json=False):
-    """Download the latest job's log and manifest (or --path files or directories) to ./fetched/HOST/JOB-ID/
-    over SFTP: resumes a partial copy, sha256 checked on both ends, hosts in parallel; a directory's sha256s
-    go beside its copy (DIR.sha256). Ctrl-C prints the command that resumes."""
 
 
 @explicit_task(help={"host": "only these hosts: names, globs, @group, comma-separated (default: all)",
@@ -189,7 +174,7 @@ def runbooks(c, json=False):
 
 # The declared host tasks' fab tasks are read from their declarations (tasks/declare.py); the rest are above.
 ns = Collection(*(from_declaration(task) for task in declared_tasks().values()), extract, tail, status, logs,
-                stop, history, jobs, fetch, ssh_config, diagnose, runbooks, capture, rebase)
+                stop, history, jobs, ssh_config, diagnose, runbooks, capture, rebase)
 if wants_lab(sys.argv):
     try:
         from ..lab import collection

@@ -14,6 +14,7 @@ from .plan import TaskSpec
 
 HELP_JSON = "print one JSON document instead of the human view"
 HELP_PLAYBOOK = "playbook YAML (default: fleetops.playbook in fabric.yaml)"
+HELP_JOB_ID = "a job id on the node (default: the node's latest job)"
 
 
 @dataclass(frozen=True)

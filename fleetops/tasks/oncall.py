@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from ..plans.localpath import UnsafeName, safe_join_relative
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Item, Result, Status
 from ..wire.connector import Connector, TransportError
-from .plan import Plan, TaskSpec, UsageError, agent_error
+from .declare import HELP_JOB_ID, JSON, HostTask, Option
+from .plan import Plan, UsageError, agent_error
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -320,4 +321,20 @@ def _stopped(host: str, plan: Plan, stop: Stopped, files: list[dict], total: int
 
 
 # fetch writes only on the laptop and has no check mode: --dry is refused rather than silently copying.
-TASKS = [TaskSpec("fetch", _fetch_plan, run=run_fetch, dry=None)]
+TASKS = [
+    HostTask("fetch", _fetch_plan, run=run_fetch, writes=True, op="fetch_plan",
+             help="Download the latest job's log and manifest (or --path files or directories) to "
+                  "./fetched/HOST/JOB-ID/\nover SFTP: resumes a partial copy, sha256 checked on both ends, hosts in "
+                  "parallel; a directory's sha256s\ngo beside its copy (DIR.sha256). Ctrl-C prints the command that "
+                  "resumes.",
+             options=(Option("path", "a file or directory to fetch instead (repeatable; relative: to the node's "
+                                     "state dir); it must be under the state dir or a job's output dir unless "
+                                     "--any-path", iterable=True),
+                      Option("any_path", "allow --path outside the state and job directories (any file the login "
+                                         "user reads)", False),
+                      Option("job_id", HELP_JOB_ID),
+                      Option("dest", "local folder (default ./fetched; files go to DEST/HOST/...)"),
+                      Option("max_size", "largest file taken, e.g. 500M, 20G (default 1G): a bigger one is refused "
+                                         "before any byte is copied"),
+                      JSON)),
+]
