@@ -35,7 +35,6 @@ TASK_OPTIONS: Mapping[str, frozenset[str]] = {
     **{name: task.option_names() for name, task in declared_tasks().items()},
     **{name: frozenset(opts) for name, opts in {
     "diagnose": ("playbook",),
-    "capture": ("module", "playbook", "pin"), "rebase": ("playbook", "out", "fuzz"),
     "extract": ("force", "job", "playbook", "shards", "again"),
     "tail": ("job_id", "job", "playbook", "lines", "from_start"), "status": ("job_id", "job", "playbook"),
     "logs": ("lines", "job_id", "job", "playbook"), "stop": ("grace", "job_id"), "jobs": ("last",),

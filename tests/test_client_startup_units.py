@@ -234,8 +234,9 @@ def _probe_json(code: str) -> object:
 
 OTHER_FAMILIES = ("fleetops.tasks.jobs", "fleetops.tasks.jobs.shards", "fleetops.tasks.jobs.slurm",
                   "fleetops.tasks.diagnose",
-                  "fleetops.tasks.authoring", "fleetops.plans.rebase", "fleetops.plans.shards")
-# The declared families (tasks/declare.py: node, gpu, patching, checks, adhoc, drain, oncall; each well under a
+                  "fleetops.plans.rebase", "fleetops.plans.shards")
+# The declared families (tasks/declare.py: node, gpu, patching, checks, adhoc, drain, oncall,
+# authoring; each about a
 # millisecond) are the task table itself, loaded with it; what their tasks run on (gpu's Slurm allocation: the
 # jobs family) is not.
 

@@ -132,24 +132,6 @@ def diagnose(c, playbook=None, json=False):
     CRITICAL per host; exit 0 / 20 / 21 / 22 for the worst."""
 
 
-@fleet_task(help={"module": "a module you edited on the node (repeatable, or comma-separated)",
-                  "playbook": "the playbook to write: created, or its patches and requires updated",
-                  "pin": "also pin these packages to the node's versions, e.g. vllm (comma-separated)",
-                  "json": HELP_JSON}, iterable=["module"])
-def capture(c, module=None, playbook=None, pin=None, json=False):
-    """The node's edits as a playbook: a diff per module against the wheel's pristine file (proven by RECORD's
-    sha256), written beside the playbook, its patch entry and requires (pinned to the node's versions)."""
-
-
-@fleet_task(numbers={"fuzz": (0, None)},
-            help={"playbook": HELP_PLAYBOOK, "out": "the candidate playbook to write (default: named for the "
-                  "node's versions, beside the playbook)", "fuzz": "context lines a hunk may ignore (default 2)",
-                  "json": HELP_JSON})
-def rebase(c, playbook=None, out=None, fuzz=2, json=False):
-    """Try the playbook's hunks on the node's (newer) pristine files: clean / offset / fuzz / conflict per hunk;
-    a candidate playbook only when every hunk applied (then prove it with patch verify on a lab node)."""
-
-
 @explicit_task(name="lint", help={"playbook": HELP_PLAYBOOK, "json": HELP_JSON})
 def playbook_lint(c, playbook=None, json=False):
     """Check a playbook without a node: schema, file references, regexes, diffs (parse, match their module),
@@ -174,7 +156,7 @@ def runbooks(c, json=False):
 
 # The declared host tasks' fab tasks are read from their declarations (tasks/declare.py); the rest are above.
 ns = Collection(*(from_declaration(task) for task in declared_tasks().values()), extract, tail, status, logs,
-                stop, history, jobs, ssh_config, diagnose, runbooks, capture, rebase)
+                stop, history, jobs, ssh_config, diagnose, runbooks)
 if wants_lab(sys.argv):
     try:
         from ..lab import collection

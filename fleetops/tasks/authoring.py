@@ -20,15 +20,16 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from ..plans import rebase as authoring
 from ..plans.localpath import UnsafeName, safe_join, safe_join_relative
 from ..plans.playbook import MODULE, load_playbook
 from ..plans.yamlsrc import ConfigError, load_file
 from ..results import EXIT_FAILED, Item, Result, Status
 from ..wire.connector import Connector
-from .plan import Plan, TaskSpec, UsageError, agent_error
+from .declare import HELP_PLAYBOOK, JSON, HostTask, Option
+from .plan import Plan, UsageError, agent_error
 
 if TYPE_CHECKING:
+    from ..plans import rebase as authoring
     from ..state import RunState
 
 PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}")
@@ -137,6 +138,8 @@ def _diff_names(modules: list[str]) -> dict[str, str]:
 
 
 def _run_capture(run: RunState, plan: Plan, node: Connector) -> Result:
+    from ..plans import rebase as authoring  # its plans only when capture or rebase runs: not for the task table
+
     host = node.host.name
     other = _claim(plan, host)
     if other:
@@ -188,6 +191,8 @@ def _run_capture(run: RunState, plan: Plan, node: Connector) -> Result:
 def _pin_offers(requires: list[str], playbook: str) -> list[Item]:
     """For each exact pin the written playbook has, the range that would accept its point releases: the author
     chooses (capture and rebase keep the shape a pin has)."""
+    from ..plans import rebase as authoring
+
     offers = [(pin, authoring.series_pin(pin)) for pin in authoring.exact_pins(requires)]
     return [Item(f"pin {pin}", Status.OK, f"names one release: a node on a point release of it is refused; to "
                  f"accept those (verify's checks prove each node), write `{series}` in {playbook}'s requires "
@@ -197,6 +202,8 @@ def _pin_offers(requires: list[str], playbook: str) -> list[Item]:
 
 def _write_capture(path: Path, answered: list[dict], versions: dict[str, str], diffs: dict[str, str],
                    names: dict[str, str], pins: list[str], host: str) -> list[str]:
+    from ..plans import rebase as authoring
+
     dists = [i["dist"] for i in answered if i["module"] in diffs and i.get("dist")]
     entries: list[dict[str, str]] = []
     existing_requires: list[str] = []
@@ -258,6 +265,8 @@ def _rebase_plan(run: RunState, kwargs: dict) -> Plan:
 
 
 def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
+    from ..plans import rebase as authoring
+
     host = node.host.name
     book = plan.playbook
     assert book is not None
@@ -409,6 +418,8 @@ def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, d
     scripts, probe scripts), in the folder named for it, every path in it relative to it. All of it is first
     written to a staging folder beside it and loaded from there as `patch` would load it; only a candidate that
     loads is moved into place, the playbook file last. On any failure nothing is left behind."""
+    from ..plans import rebase as authoring
+
     names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
     requires = authoring.pin_requires(book.requires, versions, names)
     name = "-".join(f"{n}-{versions[n]}" for n in names if n in versions) or f"{book.name}-rebased"
@@ -476,6 +487,8 @@ _SCRIPT_LINE = re.compile(r"^(\s*(?:-\s+)?script:\s*)(\S.*?)(\s+#.*)?$")
 def _probe_scripts_moved(text: str, book, stem: str, copies: dict[Path, str], staged: dict[str, str]) -> str:
     """The old playbook's text with each probe check's `script:` naming the candidate's copy of it (the old path
     was relative to the old playbook's folder)."""
+    from ..plans import rebase as authoring
+
     doc = load_file(book.path)
     lines = text.splitlines(keepends=True)
     checks = doc.get("verify") if isinstance(doc, dict) else None
@@ -519,6 +532,8 @@ def _install_candidate(out: Path, text: str, staged: dict[str, str]) -> None:
 def _retexted(text: str, book, requires: list[str], versions: dict[str, str]) -> str:
     """The candidate's own words: requires_hint rewritten for the new pins (the old one advised for the old
     versions), the description marked for review while it names the old ones."""
+    from ..plans import rebase as authoring
+
     hint = (f"This playbook patches exactly {', '.join(requires)} (rebased from {book.name}, whose advice for "
             f"other versions is not carried over: say here what a node on other versions should do).")
     text = authoring.replace_top_block(text, "requires_hint", f"requires_hint: {json.dumps(hint)}\n",
@@ -531,5 +546,23 @@ def _retexted(text: str, book, requires: list[str], versions: dict[str, str]) ->
     return text
 
 
-TASKS = [TaskSpec("capture", _capture_plan, run=_run_capture, dry=None),
-         TaskSpec("rebase", _rebase_plan, run=_run_rebase, dry=None)]
+TASKS = [
+    HostTask("capture", _capture_plan, run=_run_capture, writes=True, op="capture",
+             help="The node's edits as a playbook: a diff per module against the wheel's pristine file (proven by "
+                  "RECORD's\nsha256), written beside the playbook, its patch entry and requires (pinned to the node's "
+                  "versions).",
+             options=(Option("module", "a module you edited on the node (repeatable, or comma-separated)",
+                             iterable=True),
+                      Option("playbook", "the playbook to write: created, or its patches and requires updated"),
+                      Option("pin", "also pin these packages to the node's versions, e.g. vllm (comma-separated)"),
+                      JSON)),
+    HostTask("rebase", _rebase_plan, run=_run_rebase, writes=True, op="capture",
+             help="Try the playbook's hunks on the node's (newer) pristine files: clean / offset / fuzz / conflict "
+                  "per hunk;\na candidate playbook only when every hunk applied (then prove it with patch verify on "
+                  "a lab node).",
+             options=(Option("playbook", HELP_PLAYBOOK),
+                      Option("out", "the candidate playbook to write (default: named for the node's versions, beside "
+                                    "the playbook)"),
+                      Option("fuzz", "context lines a hunk may ignore (default 2)", 2, numbers=(0, None)),
+                      JSON)),
+]

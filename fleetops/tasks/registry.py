@@ -16,7 +16,7 @@ from ..plans.playbookset import PlaybookSet
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
 from ..wire.connector import Connector, Pending, TransportError, discard_quietly
-from . import adhoc, checks, drain, gpu, node, oncall, patching
+from . import adhoc, authoring, checks, drain, gpu, node, oncall, patching
 from .declare import HostTask
 from .plan import Plan, TaskSpec, UsageError, agent_error
 
@@ -26,14 +26,14 @@ if TYPE_CHECKING:
 # The declared families: each of their tasks is one HostTask in the family's module (tasks/declare.py), and
 # everything else (fab's task, --help, the API's options) is read from it. Adding a task to one of these
 # modules is the whole of adding it.
-DECLARED_FAMILIES = (node, gpu, patching, checks, adhoc, drain, oncall)
+DECLARED_FAMILIES = (node, gpu, patching, checks, adhoc, drain, oncall, authoring)
 
 # The families not yet declared, by task name: the module of fleetops/tasks/ that defines each (its TASKS list;
 # jobs' are built below), with their fab task in fab/tasks.py and their options in api.py. A run imports only
 # the families of these its command line names: `patch verify` has no use for the jobs, Slurm, shards,
-# diagnose or authoring modules and the plans behind them, ~20 ms of every start-up.
-FAMILIES = {"diagnose": "diagnose", "capture": "authoring", "rebase": "authoring",
-            "extract": "jobs", "tail": "jobs", "status": "jobs", "logs": "jobs", "stop": "jobs", "jobs": "jobs"}
+# diagnose modules and the plans behind them (nor the authoring plans), ~20 ms of every start-up.
+FAMILIES = {"diagnose": "diagnose", "extract": "jobs", "tail": "jobs", "status": "jobs", "logs": "jobs", "stop": "jobs",
+            "jobs": "jobs"}
 
 
 @functools.cache
