@@ -12,8 +12,8 @@ from .fold import COMMAND, LABEL, Line, Segment
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
-VERDICT_STYLE = {Severity.CRITICAL: "bold red", Severity.UNKNOWN: "bold magenta", Severity.WARN: "yellow",
-                 Severity.OK: "green"}  # diagnose
+VERDICT_STYLE: dict[str | None, str] = {Severity.CRITICAL: "bold red", Severity.UNKNOWN: "bold magenta",
+                                        Severity.WARN: "yellow", Severity.OK: "green"}  # diagnose
 SEP: list[Segment] = [(" ", ""), ("|", "dim"), (" ", "")]
 EVIDENCE_SHOWN = 5  # per check in the human view; what is left is counted, never dropped silently
 VERIFY_SHOWN = 10  # failed checks a failing verify lists without -v (each on one line), the rest counted

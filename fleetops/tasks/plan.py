@@ -96,9 +96,10 @@ def job_spec(plan: Plan, node: Connector) -> JobSpec | None:
     playbook has no such job (status, logs and tail then read with the default patterns)."""
     book = plan.playbook
     name = plan.options.get("job") or "extract"
-    if book is None or name not in (book.jobs or {}):
+    jobs = book.jobs if book is not None else None
+    if not jobs or name not in jobs:
         return None
-    return resolve(name, book.jobs[name], node.host.groups)
+    return resolve(name, jobs[name], node.host.groups)
 
 
 def job_secrets(spec: JobSpec | None, host: Host) -> list[str]:
@@ -124,9 +125,10 @@ def own_playbook_secrets(run: RunState, node: Connector, answer: dict) -> list[s
         book = run.playbook(path)
     except (ConfigError, OSError):
         return []
-    if name not in (book.jobs or {}):
+    jobs = book.jobs or {}
+    if name not in jobs:
         return []
-    return job_secrets(resolve(name, book.jobs[name], node.host.groups), node.host)
+    return job_secrets(resolve(name, jobs[name], node.host.groups), node.host)
 
 
 def preflight_request(playbook: Playbook, spec: JobSpec) -> dict:
