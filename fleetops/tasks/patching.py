@@ -180,7 +180,8 @@ def _refused(host: str, plan: Plan, answer: dict) -> Result:
                       f"tail --job-id {jid}), stop it (fab -H {quote(host)} stop --job-id {jid}), or {plan.op} "
                       "--while-running", code=EXIT_FAILED,
                       data={"error_kind": "job_running", "job": job,
-                            "next": f"fab -H {quote(host)} tail --job-id {jid}"})
+                            "next": Next("follow the job until it ends, then run it again",
+                                         [f"fab -H {quote(host)} tail --job-id {jid}"]).to_data()})
     return agent_error(host, plan.op, answer, with_kind=True)
 
 

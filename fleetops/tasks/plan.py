@@ -12,7 +12,7 @@ from ..plans.host import Host
 from ..plans.jobspec import JobSpec, resolve
 from ..plans.playbook import Playbook
 from ..plans.playbookset import PlaybookSet
-from ..results import EXIT_FAILED, Result, Status
+from ..results import EXIT_FAILED, Next, Result, Status
 from ..wire.connector import Connector
 
 if TYPE_CHECKING:
@@ -62,7 +62,9 @@ def drained(host: str, task: str, marker: dict, doing: str) -> Result:
     why = marker.get("reason") or "no reason given"
     return Result(host, task, Status.FAILED, f"refused to {doing}: {host} is drained (by {marker.get('by', '?')} at "
                   f"{marker.get('at', '?')}: {why}); undrain it once it is fixed", code=EXIT_FAILED,
-                  data={"error_kind": "drained", "drain": marker, "next": f"fab -H {quote(host)} undrain"})
+                  data={"error_kind": "drained", "drain": marker,
+                        "next": Next("put it back in service once it is fixed",
+                                     [f"fab -H {quote(host)} undrain"]).to_data()})
 
 
 def drain_text(marker: dict | None) -> str:
