@@ -121,8 +121,9 @@ def job_stop(req: dict) -> dict:
     pid that now names someone else's process is never touched."""
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     st = job_state(job_dir, job)
-    pgid = _group(job_dir, job)
-    group_before = set(group_members(pgid)) if pgid else set()
+    pgid = int(job["pgid"]) if job.get("pgid") else None
+    group = _group(job_dir, job)  # the recorded pgid, while the keeper that leads it lives
+    group_before = set(group_members(group)) if group else set()
     if st["state"] not in ("running", "starting"):
         left = _members(job_dir, job)
         if left:  # the job ended but left processes behind (e.g. its main process was SIGKILLed)
