@@ -64,6 +64,8 @@ class FleetConfig(Config):
 
 
 class Fleet(compat.NamedTasksParser, Fab):
+    namespace: Collection | None
+    collection: Collection
     project: Path | None = None
 
     def parse_collection(self) -> None:

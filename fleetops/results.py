@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -102,6 +103,11 @@ class Next:
 
     def to_data(self) -> dict[str, Any]:
         return {"why": self.why, "commands": list(self.commands)}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Next:
+        """A Next back from its data (a result's `next`, an item's, as --json writes them)."""
+        return cls(str(data.get("why") or ""), [str(c) for c in data.get("commands") or ()])
 
 
 @dataclass

@@ -128,7 +128,7 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
             code = EXIT_FAILED  # a timer's run whose file was not written must not look like a good one
         if view:
             tracing = bool(os.environ.get("FLEETOPS_TRACE"))
-            extra = {"counters": COUNTERS.per_host} if tracing or reporter.json_mode else None
+            extra: dict[str, Any] | None = {"counters": COUNTERS.per_host} if tracing or reporter.json_mode else None
             if state.audit_errors:
                 extra = {**(extra or {}), "audit_errors": state.audit_errors}
             again, not_run = rerun_hosts(state.results)

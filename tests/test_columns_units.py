@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fleetops.report.fold import LABEL
 from fleetops.report.lines import draw
-from fleetops.results import Evidence, Result, Status
+from fleetops.results import Evidence, Next, Result, Status
 
 
 def said(r: Result, verbose: bool = False) -> str:
@@ -56,10 +56,10 @@ def test_next_is_never_said_bare():
     def text(lines):
         return ["".join(t for t, _ in line) for line in lines]
 
-    assert text(next_lines({"why": "", "commands": []}, "    ")) == []
-    said = text(next_lines({"why": "", "commands": ["fab -H lab01 verify"]}, "    "))
+    assert text(next_lines(Next("", []), "    ")) == []
+    said = text(next_lines(Next("", ["fab -H lab01 verify"]), "    "))
     assert said[0].strip() != "next:" and said[1] == "      fab -H lab01 verify", said
-    assert text(next_lines("fab -H lab01 verify", "")) == ["next: run", "  fab -H lab01 verify"]
+    assert text(next_lines(Next("", ["fab -H lab01 verify"]), "")) == ["next: run", "  fab -H lab01 verify"]
 
 
 def test_a_table_with_no_rows_is_not_drawn():

@@ -22,7 +22,7 @@ from fleetops.report import fold, history
 from fleetops.report.console import Reporter
 from fleetops.report.oncall import TransferBoard
 from fleetops.report.rows import fleet_sections
-from fleetops.results import Evidence, Item, Result, Status
+from fleetops.results import Evidence, Item, Next, Result, Status
 from fleetops.tasks import diagnose
 
 E = "\x1b"
@@ -63,7 +63,7 @@ def evil_result(host: str = "lab01") -> Result:
                   data={"output": True, "stdout": f"{EVIL}\nsecond {EVIL}\n", "stderr": EVIL,
                         "table": {"title": f"{host}: {EVIL}", "columns": ["a", "b"], "rows": [[EVIL, "x"]]},
                         "quarantined": [{"path": EVIL, "why": EVIL, "moved_to": EVIL}],
-                        "removed_temp_files": [EVIL], "next": f"fab -H {host} {EVIL}"})
+                        "removed_temp_files": [EVIL], "next": Next(f"why {EVIL}", [f"fab -H {host} {EVIL}"]).to_data()})
 
 
 # ---------------------------------------------------------------- the sanitiser
@@ -157,8 +157,8 @@ def test_a_line_that_starts_with_a_host_name_is_always_one_fleetops_wrote(capsys
     rep.fold = True
     hosts = ["evil01", "evil02", "lab01"]
     rep.who = fold.identities((h, "10.0.0.%d" % i, 22) for i, h in enumerate(hosts, 1))
-    results = [Result(h, "patch", Status.FAILED, f"node error: {FORGE}", data={"next": f"fab -H {h} {FORGE}"})
-               for h in hosts]
+    results = [Result(h, "patch", Status.FAILED, f"node error: {FORGE}",
+                      data={"next": Next(FORGE, [f"fab -H {h} {FORGE}"]).to_data()}) for h in hosts]
     results += [Result(h, "facts", Status.OK, FORGE, data={"fact_row": [FORGE] * 11,
                                                            "node_warnings": [f"pip check: {FORGE} 1.0 requires x"]})
                 for h in hosts]

@@ -98,14 +98,14 @@ class FleetExecutor(fabric.Executor):
         host task with its own options; the ad-hoc command (`-- CMD`) is the `run` task. `fleet`'s core --json,
         -p and -T go to the steps that take them."""
         run_opts: dict[str, Any] = {}
-        steps = []
+        steps: list[tuple[str, dict[str, Any]]] = []
         for c in host_calls:
             kwargs = dict(c.kwargs)
             for name in run_options_of(c):
                 value = kwargs.pop(name, None)
                 if value is not None and value != RUN_OPTIONS[name][0]:  # given
                     run_opts[name] = value
-            steps.append((fleet_task_name(c), kwargs))
+            steps.append((fleet_task_name(c) or c.name, kwargs))  # a host call names a fleet task
         for name, (default, _) in RUN_OPTIONS.items():  # `fleet`'s core flags: the same options before the task
             value = self._option(name.replace("_", "-"), "")
             if name not in run_opts and value is not None and value != default:
@@ -142,7 +142,7 @@ class FleetExecutor(fabric.Executor):
         state.reporter.json_mode = state.reporter.json_mode or json_mode
         state.reporter.verbose = bool(run_opts.get("verbose") or self._option("verbose", ""))
         host_str = self.core[0].args.hosts.value if self.core else None
-        if not split_words(host_str or ""):  # none given, or `-H ,`
+        if not host_str or not split_words(host_str):  # none given, or `-H ,`
             named = f"-H {host_str!r} names no host" if host_str else f"{names} needs hosts"
             state.reporter.error(f"{named}: use -H lab01 (inventory names, @group, globs, or user@host:port for a "
                                  "host outside the inventory whose key is in known_hosts), comma-separated")

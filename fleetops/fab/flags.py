@@ -88,9 +88,9 @@ def refusal(program: Any) -> tuple[str, str | None] | None:
         if name in args and args[name].value:
             pty_in_fab = name == "pty" and "playbook" not in args
             return why + (PTY_IN_FAB if pty_in_fab else ""), None
-    why = _unheard(program)
-    if why:
-        return why, None
+    unheard = _unheard(program)
+    if unheard:
+        return unheard, None
     try:
         _check_values(program)
     except BadValue as exc:

@@ -171,4 +171,4 @@ def inject_oom(node: Node, timeout: float = 30.0) -> dict:
 def _alive(pid: int) -> bool:
     """Running (a zombie its parent has not reaped yet counts as gone)."""
     fields = stat_fields(pid)
-    return bool(fields) and fields[0] not in "ZX"
+    return fields is not None and bool(fields) and fields[0] not in "ZX"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, overload
 
 from .marks import ConfigError, Mapping, did_you_mean
 
@@ -25,6 +25,16 @@ def reject_unknown(mapping: Mapping, allowed: Iterable[str], what: str) -> None:
                                      f"(allowed: {', '.join(sorted(allowed))})")
 
 
+# A required key, or one with a default, always gives a value: the overloads let callers rely on it.
+@overload
+def get_str(mapping: Mapping, key: str, *, required: Literal[True], default: str | None = None,
+            pattern: re.Pattern[str] | None = None, describe: str = "") -> str: ...
+@overload
+def get_str(mapping: Mapping, key: str, *, required: bool = False, default: str,
+            pattern: re.Pattern[str] | None = None, describe: str = "") -> str: ...
+@overload
+def get_str(mapping: Mapping, key: str, *, required: bool = False, default: str | None = None,
+            pattern: re.Pattern[str] | None = None, describe: str = "") -> str | None: ...
 def get_str(mapping: Mapping, key: str, *, required: bool = False, default: str | None = None,
             pattern: re.Pattern[str] | None = None, describe: str = "") -> str | None:
     if key not in mapping:
@@ -40,6 +50,11 @@ def get_str(mapping: Mapping, key: str, *, required: bool = False, default: str 
     return value
 
 
+@overload
+def get_int(mapping: Mapping, key: str, *, default: int, minimum: int = 0, maximum: int = 2**31) -> int: ...
+@overload
+def get_int(mapping: Mapping, key: str, *, default: None = None, minimum: int = 0,
+            maximum: int = 2**31) -> int | None: ...
 def get_int(mapping: Mapping, key: str, *, default: int | None = None, minimum: int = 0,
             maximum: int = 2**31) -> int | None:
     if key not in mapping:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..results import (
     EXIT_GPU_BUSY,
@@ -38,7 +39,8 @@ class Verdict:
     code: int
     msg: str
     items: list[Item]
-    gpus: list[tuple[dict, str]]  # each selected GPU of the snapshot, with its state (free / busy / unhealthy)
+    # each selected GPU of the snapshot, with its state (free / busy / unhealthy)
+    gpus: list[tuple[dict[str, Any], str]]
     holders: list[str]
     missing: list[int] = field(default_factory=list)
 
@@ -82,14 +84,14 @@ def parse_selection(text: str | None) -> tuple[int, ...] | None:
         raise ValueError(f"--gpus takes GPU indices like 0,1,2 (got {text!r})") from None
 
 
-def describe_process(p: dict) -> str:
+def describe_process(p: dict[str, Any]) -> str:
     owner = f"job {p['job']}" if p.get("job") else "foreign"
     who = p.get("user") or "?"
     cmd = " ".join((p.get("command") or p.get("name") or "?").split())[:100]
     return f"pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, {who}, {duration(p.get('age_s'))}, {owner}: {cmd}"
 
 
-def evaluate(snap: dict, gate: Gate) -> Verdict:
+def evaluate(snap: dict[str, Any], gate: Gate) -> Verdict:
     if not snap.get("ok"):
         code = EXIT_NO_NVIDIA_SMI if snap.get("error_kind") == "no_nvidia_smi" else EXIT_NVIDIA_SMI_FAILED
         return Verdict(code, snap.get("error", "nvidia-smi failed"), [], [], [])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..results import Severity
 
@@ -38,7 +39,7 @@ class GpuHealth:
     throttle: list[str] = field(default_factory=list)  # active reasons, e.g. ["gpu_idle"]
     memory_used_mib: int | None = None
     memory_total_mib: int | None = None
-    processes: list[dict] = field(default_factory=list)  # pid, name, used_mib
+    processes: list[dict[str, Any]] = field(default_factory=list)  # pid, name, used_mib
 
 
 class HealthParseError(ValueError):

@@ -158,7 +158,9 @@ def _contiguous(numbers: list[str]) -> list[str]:
 def split_words(text: str) -> list[str]:
     """Split a -H / --limit value on the commas that are not inside brackets: `lab[01-03,07],gpu01`
     → [`lab[01-03,07]`, `gpu01`]."""
-    words, depth, current = [], 0, []
+    words: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
@@ -173,7 +175,7 @@ def split_words(text: str) -> list[str]:
     return [w.strip() for w in words if w.strip()]
 
 
-def natural_key(name: str) -> tuple:
+def natural_key(name: str) -> tuple[int | str, ...]:
     """lab2 before lab10."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"([0-9]+)", name))
 
@@ -197,7 +199,7 @@ def fold(names: Iterable[str]) -> str:
             padded = n.startswith("0") and len(n) > 1
             width = len(n) if padded else max([w for w in widths if w <= len(n)], default=0)
             groups.setdefault((prefix, suffix, width), []).append(int(n))
-    parts: list[tuple[tuple, str]] = []
+    parts: list[tuple[tuple[int | str, ...], str]] = []
     for (prefix, suffix, width), numbers in groups.items():
         numbers = sorted(set(numbers))
         if len(numbers) == 1:
@@ -206,13 +208,13 @@ def fold(names: Iterable[str]) -> str:
             continue
         runs: list[str] = []
         start = prev = numbers[0]
-        for n in [*numbers[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
+        for number in [*numbers[1:], None]:
+            if number is not None and number == prev + 1:
+                prev = number
                 continue
             runs.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
-            if n is not None:
-                start = prev = n
+            if number is not None:
+                start = prev = number
         text = f"{prefix}[{','.join(runs)}]{suffix}"
         parts.append((natural_key(f"{prefix}{numbers[0]:0{width}d}{suffix}"), text))
     parts.extend((natural_key(p), p) for p in plain)

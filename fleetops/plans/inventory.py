@@ -124,8 +124,10 @@ class Inventory:
                 out.extend(self.command_line.apply(h, "") for h in self._glob(word))
             else:
                 out.append(self.command_line.apply(self.resolve(word), word))
-        seen: set[str] = set()
-        return [h for h in out if not (h.name in seen or seen.add(h.name))]
+        unique: dict[str, Host] = {}
+        for h in out:
+            unique.setdefault(h.name, h)
+        return list(unique.values())
 
     def targets(self, hosts: list[Host]) -> list[Host]:
         """`hosts`, refused (UnknownHost, before anything connects) when one comes from an example inventory:

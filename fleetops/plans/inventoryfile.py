@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from .fields import expect_mapping, get_bool, get_int, get_str, get_str_list, reject_unknown
 from .host import (
@@ -102,7 +103,7 @@ def _secret_or_plain(m: Mapping, key: str, value: object, what: str) -> tuple[st
     return str(value), False
 
 
-def _unset(where: Mapping, key: str, what: str, value: dict) -> str:
+def _unset(where: Mapping, key: str, what: str, value: dict[str, Any]) -> str:
     err = where.error(key, f"{what}: environment variable {value['secret_from_env']} (secret_from_env) is not set "
                            "in this shell; set it and run again (only tasks that need it fail)")
     return str(err)

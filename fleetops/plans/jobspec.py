@@ -46,7 +46,7 @@ class JobSpec:
     source: str = ""
     notes: list[str] = field(default_factory=list)
 
-    def start_request(self) -> dict:
+    def start_request(self) -> dict[str, Any]:
         _register_secrets(self.env, self.secret_env)  # an inventory's plain value for a key the playbook keeps
         shown = {k: (MASK if k in self.secret_env else v) for k, v in self.env.items()}
         return {"job": {"name": self.name, "kind": self.kind, "extract": self.extract, "argv": self.argv,
@@ -57,7 +57,7 @@ def _err(m: Mapping, key: str, msg: str) -> ConfigError:
     return m.error(key, msg)
 
 
-def _validate(name: str, spec: dict, where: Mapping) -> None:
+def _validate(name: str, spec: dict[str, Any], where: Mapping) -> None:
     """Check one fully merged job definition; errors point at the job's line in the playbook."""
     kind = spec.get("kind", "extract")
     if kind not in ("extract", "command"):
@@ -84,7 +84,7 @@ def _validate(name: str, spec: dict, where: Mapping) -> None:
                                            f"{did_you_mean(kind, CHECK_KINDS)} (kinds: {', '.join(CHECK_KINDS)})")
 
 
-def _validate_gate(name: str, spec: dict, where: Mapping) -> None:
+def _validate_gate(name: str, spec: dict[str, Any], where: Mapping) -> None:
     """gpu_gate: false (no gate), true or a mapping of GATE_KEYS; a misspelled key is refused, never ignored."""
     gate = spec.get("gpu_gate")
     if gate is None or isinstance(gate, bool):
@@ -113,7 +113,7 @@ def _gpu_list(value: object) -> tuple[int, ...] | None:
     return out if out and all(i >= 0 for i in out) and not any(isinstance(w, bool) for w in words) else None
 
 
-def _validate_extract(name: str, spec: dict, where: Mapping) -> None:
+def _validate_extract(name: str, spec: dict[str, Any], where: Mapping) -> None:
     """An extraction job's backend, paths, layers and sizes."""
     for key in ("backend", "model", "dataset", "output", "layer_ids"):
         if key not in spec:
@@ -132,7 +132,7 @@ def _validate_extract(name: str, spec: dict, where: Mapping) -> None:
             raise _err(where, key, f"job {name!r}: {key!r} must be a positive integer")
 
 
-def _validate_env(name: str, spec: dict, where: Mapping) -> None:
+def _validate_env(name: str, spec: dict[str, Any], where: Mapping) -> None:
     env = spec.get("env", {}) or {}
     if not isinstance(env, dict):
         raise _err(where, "env", f"job {name!r}: env must be a mapping")
@@ -143,7 +143,7 @@ def _validate_env(name: str, spec: dict, where: Mapping) -> None:
             raise _err(where, "env", f"job {name!r}: value of {k} must be one line of text")
 
 
-def _validate_patterns(name: str, spec: dict, where: Mapping) -> None:
+def _validate_patterns(name: str, spec: dict[str, Any], where: Mapping) -> None:
     """The progress and failure regexes compile."""
     for key in ("progress",):
         if key in spec:
@@ -158,7 +158,7 @@ def _validate_patterns(name: str, spec: dict, where: Mapping) -> None:
             raise _err(where, "failures", f"job {name!r}: bad regex {pattern!r}: {exc}") from None
 
 
-def _register_secrets(env: dict, keys: object) -> None:
+def _register_secrets(env: dict[str, Any], keys: object) -> None:
     for key in keys if isinstance(keys, (list, tuple, set, frozenset)) else ():
         if key in env and isinstance(env[key], (str, int, float)):
             register(str(env[key]))
@@ -190,7 +190,7 @@ def parse_jobs(jobs: Mapping) -> dict[str, Mapping]:
     return dict(jobs)
 
 
-def _merged(spec: Mapping, over: Mapping | None) -> dict:
+def _merged(spec: Mapping, over: Mapping | None) -> dict[str, Any]:
     out = {k: v for k, v in spec.items() if k != "overrides"}
     if over:
         out.update(over)
@@ -228,7 +228,7 @@ def resolve(name: str, spec: Mapping, groups: tuple[str, ...]) -> JobSpec:
                    description=str(merged.get("description", "")), source=f"{spec.path}:{spec.line}", notes=notes)
 
 
-def parse_progress(line: str, rx: re.Pattern[str]) -> dict | None:
+def parse_progress(line: str, rx: re.Pattern[str]) -> dict[str, Any] | None:
     m = rx.search(line)
     if not m:
         return None
@@ -259,7 +259,7 @@ class LogWatch:
             return cls(spec.progress, spec.failures)
         return cls(re.compile(DEFAULT_PROGRESS), [re.compile(p) for p in DEFAULT_FAILURES])
 
-    def read(self, line: str) -> tuple[bool, dict | None]:
+    def read(self, line: str) -> tuple[bool, dict[str, Any] | None]:
         """(a failure line?, its progress): a failure line is kept in `failures`."""
         failed = is_failure(line, self.failure)
         if failed:
@@ -267,7 +267,7 @@ class LogWatch:
         return failed, parse_progress(line, self.progress)
 
 
-def exit_code_of(state: dict) -> int:
+def exit_code_of(state: dict[str, Any]) -> int:
     """What `status` and `tail` exit with for a job, SSH or Slurm alike (the README's table, through the one
     verdict every reader shares: plans/jobverdict.py): 0 while it runs, when it succeeded or when fleetops' own
     `stop` ended it, 1 for any other end. The job's own exit status (its code, or the signal) is in the message
@@ -275,7 +275,7 @@ def exit_code_of(state: dict) -> int:
     return verdict_of(state).code
 
 
-def describe_end(state: dict) -> str:
+def describe_end(state: dict[str, Any]) -> str:
     ended = state.get("exit") or {}
     word = verdict_of(state).word
     if word == "succeeded":

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from .jobspec import parse_progress
 
 
-def job_summary(reports: Iterable[dict | None]) -> str:
+def job_summary(reports: Iterable[dict[str, Any] | None]) -> str:
     """Samples done/total and tok/s from the job's last progress report (one per task of a Slurm array,
     summed), e.g. `64/64 samples, 5563 tok/s`; "" when it reported none (no log line matched the pattern), so
     no line says `0/0 samples`."""

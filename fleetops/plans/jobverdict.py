@@ -6,6 +6,7 @@ succeeded or when fleetops' own `stop` ended it; 1 for any other end or one that
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..results import Severity
 
@@ -27,7 +28,7 @@ class JobVerdict:
         return self.code == 0
 
 
-def stopped_by_fleetops(state: str, ended: dict | None, cancelled_by: object = None) -> bool:
+def stopped_by_fleetops(state: str, ended: dict[str, Any] | None, cancelled_by: object = None) -> bool:
     """fleetops' own `stop` ended it: an SSH job whose exit record says so (the node wrote `by: stop` when
     `stop` asked it to end), or a Slurm job cancelled by `stop` (job.json's `cancelled_by`)."""
     if state == "cancelled":
@@ -35,7 +36,7 @@ def stopped_by_fleetops(state: str, ended: dict | None, cancelled_by: object = N
     return state in ("killed", "failed", "cancelled") and (ended or {}).get("by") == "stop"
 
 
-def job_verdict(state: object, ended: dict | None = None, cancelled_by: object = None) -> JobVerdict:
+def job_verdict(state: object, ended: dict[str, Any] | None = None, cancelled_by: object = None) -> JobVerdict:
     """The verdict on a job whose state word (the node's, or Slurm's overall word) is `state` and whose exit
     record is `ended`."""
     word = state if isinstance(state, str) and state else "unknown"
@@ -55,7 +56,7 @@ def job_verdict(state: object, ended: dict | None = None, cancelled_by: object =
     return JobVerdict("unknown", False, 1, UNKNOWN)  # a word no reader knows: never taken for a good end
 
 
-def of(job: dict) -> JobVerdict:
+def of(job: dict[str, Any]) -> JobVerdict:
     """The verdict on a job as `status`, `jobs` and `diagnose` hold it (state, exit, and a Slurm job's
     cancelled_by)."""
     return job_verdict(job.get("state"), job.get("exit"), job.get("cancelled_by"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 # ---------------------------------------------------------------- the Xid catalog (the common codes)
 CRITICAL = "CRITICAL"
@@ -323,12 +324,14 @@ def when(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def job_pids(job: dict) -> set[int]:
+def job_pids(job: dict[str, Any]) -> set[int]:
     """The pids a job record names: its main process and its wrapper."""
     return {int(p) for p in (job.get("pid"), job.get("wrapper_pid")) if p}
 
 
-def match_oom(kills: list[OomKill], job: dict, pids: set[int] | None = None) -> tuple[list[OomKill], list[OomKill]]:
+def match_oom(
+    kills: list[OomKill], job: dict[str, Any], pids: set[int] | None = None
+) -> tuple[list[OomKill], list[OomKill]]:
     """(kills of the job's processes, other kills). A kill names the job when its pid is the job's main
     process or one of its live processes (`pids`; the record's own when None), or when it happened during the
     job's run (a worker the job started: its pid is not recorded) and the job ended by SIGKILL."""
@@ -365,7 +368,7 @@ def sigkill_note(kernel_read: bool) -> str:
     return "the kernel log could not be read, so an OOM kill cannot be ruled out"
 
 
-def oom_of_job(kernel: dict, job: dict) -> OomKill | None:
+def oom_of_job(kernel: dict[str, Any], job: dict[str, Any]) -> OomKill | None:
     """The kill among the kernel log's lines (an answer of the agent's kernel reader, with its boot_time) that
     took this job: its main process's when there is one, else the first of its run."""
     if kernel.get("error") or not kernel.get("lines"):

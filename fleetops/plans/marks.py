@@ -43,13 +43,13 @@ def did_you_mean(word: Any, choices: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-class Mapping(dict):
+class Mapping(dict[str, Any]):
     """A YAML mapping that knows its own line and column and those of each key."""
 
     path: str = "?"
     line: int | None = None
     column: int | None = None
-    key_lines: dict[Any, int]
+    key_lines: dict[Any, int | None]
     key_cols: dict[Any, int]
 
     def line_of(self, key: Any) -> int | None:
@@ -64,7 +64,7 @@ class Mapping(dict):
         return ConfigError(self.path, self.line_of(key), message, self.column_of(key))
 
 
-class Sequence(list):
+class Sequence(list[Any]):
     path: str = "?"
     line: int | None = None
     column: int | None = None

@@ -96,9 +96,9 @@ def resolve(path: str, lstat: Lstat, readlink: Readlink, trusted: frozenset[int]
             return full, Untrusted(full, "does not exist on the node", "check this host's `python:`")
         if stat.S_ISLNK(entry.mode):
             links += 1
-            target, problem = _link(full, entry, links, readlink, trusted)
-            if problem is not None:
-                return full, problem
+            target, refusal = _link(full, entry, links, readlink, trusted)
+            if refusal is not None:
+                return full, refusal
             if target.startswith("/"):
                 here = "/"
             todo.extend(n for n in target.split("/")[::-1] if n not in ("", "."))

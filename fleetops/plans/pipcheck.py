@@ -50,7 +50,7 @@ def unmet(answer: dict[str, Any]) -> list[str]:
     return list(_MEMO[key])
 
 
-def _bounded(answer: dict[str, Any]) -> list[dict]:
+def _bounded(answer: dict[str, Any]) -> list[dict[str, Any]]:
     """The answer's distributions, each bound checked on the raw text before anything parses it; Refused."""
     raw = answer.get("dists")
     dists = [d for d in raw if isinstance(d, dict) and d.get("name")] if isinstance(raw, list) else []
@@ -90,9 +90,9 @@ def _check_marker_shape(text: str) -> None:
         raise Refused(f"a requirement nested {deepest} parentheses deep (at most {MAX_DEPTH} are read)")
 
 
-def _unmet(answer: dict[str, Any], dists: list[dict]) -> list[str]:
+def _unmet(answer: dict[str, Any], dists: list[dict[str, Any]]) -> list[str]:
     env = {str(k): str(v) for k, v in (answer.get("environment") or {}).items()}
-    installed = {canonicalize_name(str(d["name"])): str(d.get("version") or "") for d in dists}
+    installed: dict[str, str] = {canonicalize_name(str(d["name"])): str(d.get("version") or "") for d in dists}
     out: list[str] = []
     deadline = time.thread_time() + MAX_CPU_S  # this thread's: other hosts' threads share the process
     for dist in sorted(dists, key=lambda d: canonicalize_name(str(d["name"]))):

@@ -38,7 +38,7 @@ class Patch:
     hunks: list[unidiff.Hunk]
     script: str = ""  # a script patch's source: defines transform(text: str) -> str, run on the node
 
-    def to_request(self) -> dict:
+    def to_request(self) -> dict[str, Any]:
         if self.script:
             return {"module": self.module, "diff_name": self.diff_path.name, "hunks": [], "script": self.script,
                     "script_name": self.diff_path.name,
@@ -57,11 +57,11 @@ class Playbook:
     pins: list[Pin] = field(default_factory=list)  # requires, parsed (PEP 508 / PEP 440)
     allow_prereleases: bool = False  # a pre-release or nightly may satisfy requires (plans/versions.py)
     patches: list[Patch] = field(default_factory=list)
-    checks: list[dict] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
     jobs: dict[str, Mapping] | None = None
     sha256: str = ""
 
-    def patch_request(self, check: bool = False) -> dict:
+    def patch_request(self, check: bool = False) -> dict[str, Any]:
         """`versions_approved`: per package, the versions judged here in advance that the node may patch on
         (versions.approvable); any other installed version is reported back and judged first."""
         approved: dict[str, list[str]] = {}
@@ -73,7 +73,7 @@ class Playbook:
                 "versions_approved": {name: v for name, v in approved.items() if v},
                 "patches": [p.to_request() for p in self.patches]}
 
-    def verify_request(self, kinds: set[str] | None = None) -> dict:
+    def verify_request(self, kinds: set[str] | None = None) -> dict[str, Any]:
         checks = [c for c in self.checks if kinds is None or c["kind"] in kinds]
         return {"requires": [p.to_request() for p in self.pins], "playbook": self.name, "checks": checks}
 
@@ -140,7 +140,7 @@ def _script_patch(spec: Mapping, module: str, path: Path, digest: Any) -> Patch:
     return Patch(module, script_path, [], script=source)
 
 
-def _list(doc: Mapping, key: str) -> list:
+def _list(doc: Mapping, key: str) -> list[Any]:
     value = doc.get(key, [])
     if not isinstance(value, list):
         raise doc.error(key, f"{key!r} must be a list")
@@ -175,7 +175,7 @@ def _relative_file(spec: Mapping, key: str, playbook_path: Path) -> Path:
     return target
 
 
-def _parse_check(spec: Mapping, path: Path, digest: Any) -> dict:
+def _parse_check(spec: Mapping, path: Path, digest: Any) -> dict[str, Any]:
     kind = get_str(spec, "kind", required=True)
     if kind not in CHECK_KEYS:
         raise spec.error("kind", f"unknown check kind {kind!r} (known: {', '.join(sorted(CHECK_KEYS))})")
@@ -220,7 +220,7 @@ def _parse_check(spec: Mapping, path: Path, digest: Any) -> dict:
     return check
 
 
-def _receivers(spec: Mapping) -> list[dict]:
+def _receivers(spec: Mapping) -> list[dict[str, Any]]:
     out = []
     for item in spec.get("receivers", []) or []:
         if not isinstance(item, Mapping):

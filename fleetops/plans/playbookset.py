@@ -47,7 +47,7 @@ class PlaybookSet:
 
     def nearest(self, installed: dict[str, str | None]) -> Playbook:
         """The playbook closest to fitting: the most requirements met, then the nearest pinned release."""
-        def score(book: Playbook) -> tuple:
+        def score(book: Playbook) -> tuple[int, int, str]:
             met = sum(_fits(book, r, installed) for r in book.requires)
             return (-met, sum(_distance(r, installed.get(package_of(r))) for r in book.requires), book.name)
 

@@ -72,7 +72,7 @@ def check_project_file(folder: str | Path, defaults: AbcMapping[str, Any]) -> No
                               "fleetops.fab.executor.FleetExecutor")
 
 
-def _check_section(path: Path, data: dict, section: Any) -> None:
+def _check_section(path: Path, data: dict[str, Any], section: Any) -> None:
     if section is None:
         return
     if not isinstance(section, dict):
@@ -95,7 +95,7 @@ def _check_section(path: Path, data: dict, section: Any) -> None:
                               f"{_kind(value)}: {what}")
 
 
-def _check_shapes(path: Path, data: dict, defaults: AbcMapping[str, Any], prefix: str) -> None:
+def _check_shapes(path: Path, data: dict[str, Any], defaults: AbcMapping[str, Any], prefix: str) -> None:
     """Invoke merges a mapping only into a mapping and a value only into a value (else AmbiguousMergeError):
     each key of the file whose default is one and whose value is the other is named."""
     for key, value in data.items():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..agent.patch.hunks import bare, split_lines
@@ -235,7 +236,7 @@ def replace_scalar(text: str, key: str, value: str) -> str:
     return f"{key}: {_scalar(value)}\n" + text
 
 
-def pin_requires(existing: list[str], versions: dict[str, str | None], names: list[str]) -> list[str]:
+def pin_requires(existing: list[str], versions: Mapping[str, str | None], names: list[str]) -> list[str]:
     """Each of `names` pinned to the node's version, in the shape its existing pin has (pin_for); others kept."""
     def norm(name: str) -> str:
         return re.sub(r"[-_.]+", "_", name).lower()
@@ -310,7 +311,7 @@ def new_playbook_text(name: str, description: str, header: list[str], requires: 
 
 
 # ---------------------------------------------------------------- text written for the old versions
-def stale_versions(old_requires: list[str], versions: dict[str, str | None]) -> list[str]:
+def stale_versions(old_requires: list[str], versions: Mapping[str, str | None]) -> list[str]:
     """The release numbers the old pins name (`vllm==0.16.*` -> "0.16") whose package the node now has at
     another version: a comment or description naming them describes the old versions."""
     out = []

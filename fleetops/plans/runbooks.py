@@ -61,8 +61,7 @@ def parse(text: str, path: Path) -> Runbook:
     # Line numbers in the front matter's errors: the YAML starts on the file's second line.
     meta = expect_mapping(load_text("\n" + "\n".join(lines[1:end]), path), str(path), 1, "runbook front matter")
     reject_unknown(meta, ("title", "symptom", "lab"), "runbook front matter")
-    lab = meta.get("lab") or {}
-    lab = expect_mapping(lab, str(path), 1, "lab") if lab else lab
+    lab = expect_mapping(meta["lab"], str(path), 1, "lab") if meta.get("lab") else None
     if lab:
         reject_unknown(lab, ("nodes", "setup"), "lab")
     book = Runbook(path, get_str(meta, "title", required=True) or "", get_str(meta, "symptom", required=True) or "",

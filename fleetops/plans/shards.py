@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from .hostrange import natural_key
 
@@ -55,7 +56,7 @@ def manifest_path(root: Path, job: str) -> Path:
     return root / FOLDER / f"{job}.json"
 
 
-def load(path: Path) -> dict | None:
+def load(path: Path) -> dict[str, Any] | None:
     """The fleet manifest, None when there is none; ShardError naming the file when it is not readable."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -74,7 +75,7 @@ def load(path: Path) -> dict | None:
     return doc
 
 
-def save(path: Path, doc: dict) -> None:
+def save(path: Path, doc: dict[str, Any]) -> None:
     """Written atomically (a temp file renamed in), so a reader never sees half a plan."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -82,11 +83,11 @@ def save(path: Path, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def unfinished(doc: dict) -> list[dict]:
+def unfinished(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in doc["shards"] if not s.get("complete")]
 
 
-def new_plan(job: str, hosts: list[str], now: str) -> dict:
+def new_plan(job: str, hosts: list[str], now: str) -> dict[str, Any]:
     names = order(hosts)
     return {"version": VERSION, "job": job, "hosts": names, "of": len(names), "created": now, "updated": now,
             "dataset": None, "complete": False,
@@ -94,7 +95,7 @@ def new_plan(job: str, hosts: list[str], now: str) -> dict:
                         "done": 0, "complete": False, "jobs": []} for i, h in enumerate(names)]}
 
 
-def decide(doc: dict | None, job: str, hosts: list[str], now: str, path: Path) -> tuple[dict, str]:
+def decide(doc: dict[str, Any] | None, job: str, hosts: list[str], now: str, path: Path) -> tuple[dict[str, Any], str]:
     """The plan a sharded `extract` on `hosts` follows, and how it came about: 'new', 'resumed' (the same hosts:
     each shard keeps its host and rows) or 'replaced' (a finished plan gives way to a new one). ShardError when
     the host set changed while shards are unfinished."""
@@ -118,7 +119,7 @@ def decide(doc: dict | None, job: str, hosts: list[str], now: str, path: Path) -
     return new_plan(job, names, now), "replaced"
 
 
-def aggregate(rows: list[dict]) -> dict:
+def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One line for the fleet from each shard's last progress ({done, total, tok_s, eta, state}): samples
     done/total summed, tok/s summed over the shards still running, ETA of the slowest running shard."""
     done = sum(int(r.get("done") or 0) for r in rows)
@@ -127,7 +128,7 @@ def aggregate(rows: list[dict]) -> dict:
     tok_s = sum(float(r.get("tok_s") or 0.0) for r in running)
     etas = [(float(r["eta"]), r.get("host", "?")) for r in running if r.get("eta") is not None]
     slowest = max(etas) if etas else None
-    out: dict = {"done": done, "total": total, "tok_s": round(tok_s, 1), "running": len(running),
+    out: dict[str, Any] = {"done": done, "total": total, "tok_s": round(tok_s, 1), "running": len(running),
                  "shards": len(rows)}
     if slowest is not None:
         out["eta"], out["slowest"] = slowest
@@ -136,7 +137,7 @@ def aggregate(rows: list[dict]) -> dict:
     return out
 
 
-def line(agg: dict) -> str:
+def line(agg: dict[str, Any]) -> str:
     """The aggregated line, in the extraction's own progress format (so the same progress regex reads it)."""
     eta = f" eta={agg['eta']:.1f}s" if agg.get("eta") is not None else ""
     slowest = f" (slowest: {agg['slowest']})" if agg.get("slowest") else ""

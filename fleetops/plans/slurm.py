@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 # The squeue format the agent asks for; the field names below follow it, in order. The name is last: it is
 # the only field a user chooses freely, so it may hold `|` (each line is split into at most len(FIELDS) parts).
@@ -87,7 +88,7 @@ class Identity:
                 and (not self.submit or not st.submit or st.submit == self.submit or moved))
 
     @classmethod
-    def of(cls, job: dict) -> Identity:
+    def of(cls, job: dict[str, Any]) -> Identity:
         return cls(str(job.get("slurm_user") or ""), str(job.get("name") or ""), str(job.get("slurm_submit") or ""))
 
 
@@ -95,7 +96,8 @@ def split_owned(rows: list[TaskState], identity: Identity,
                 restarts: dict[str, int] | None = None) -> tuple[list[TaskState], list[TaskState]]:
     """(fleetops' own lines, lines of another job that now has the same id). With no user recorded (a job
     submitted by an older fleetops), the name alone decides."""
-    ours, others = [], []
+    ours: list[TaskState] = []
+    others: list[TaskState] = []
     for st in rows:
         mine = identity.owns(st, restarts) if identity.user else st.name == identity.name
         (ours if mine else others).append(st)

@@ -62,7 +62,7 @@ def _expand(path: Path, *, user: bool, depth: int, files: list[str]) -> str:
         keyword = match.group(1).lower() if match and not line.lstrip().startswith("#") else ""
         if keyword in ("host", "match"):
             block = line.strip()
-        if keyword != "include":
+        if match is None or keyword != "include":
             out.append(line)
             continue
         try:

@@ -53,11 +53,15 @@ _SPELLING = {"hostname": "HostName", "port": "Port", "user": "User", "identityfi
              "stricthostkeychecking": "StrictHostKeyChecking", "connecttimeout": "ConnectTimeout"}
 
 
+# A jump's ssh settings, sorted: jumps with the same settings share one Host block.
+JumpKey = tuple[tuple[str, str], ...]
+
+
 def _settings(host: Host, params: dict[str, str]) -> list[str]:
     return [f"    {_SPELLING[key]} {_value(host, _SPELLING[key], params[key])}" for key in _ORDER if key in params]
 
 
-def _jump_alias(jump: Host, inventory: Inventory, jumps: dict[tuple, tuple[str, Host]]) -> str | None:
+def _jump_alias(jump: Host, inventory: Inventory, jumps: dict[JumpKey, tuple[str, Host]]) -> str | None:
     """The Host block a keyed jump is printed as (its own name, so no other ssh to that address takes its
     keys); None for a jump ssh_config decides (an alias, or no key in the inventory): ProxyJump names it as is."""
     if jump.plain or inventory.hosts.get(jump.name) is jump:
@@ -83,7 +87,7 @@ def render(inventory: Inventory, hosts: list[Host] | None = None, origin: str = 
            "# (ssh -F <(fab ssh-config) cannot work: ssh closes inherited descriptors before reading -F.)",
            "# Strict host keys: trust a new node with `fab -H HOST trust --fingerprint SHA256:...` first."]
     skipped = [h.name for h in chosen if h.example]
-    jumps: dict[tuple, tuple[str, Host]] = {}  # a keyed jump's settings -> its block's name and host
+    jumps: dict[JumpKey, tuple[str, Host]] = {}  # a keyed jump's settings -> its block's name and host
     for host in chosen:
         if host.example:
             continue

@@ -3,6 +3,8 @@ report/ draws (stdlib only, so scripts/gpu-smoke.py can use them without rich)."
 
 from __future__ import annotations
 
+from typing import Any
+
 from .gpugate import Verdict
 from .timefmt import clock, duration
 
@@ -12,7 +14,7 @@ FACT_COLUMNS = ["os", "python", "vllm", "speculators", "torch", "transformers", 
                 "venv free GiB", "state free GiB"]
 
 
-def bar(progress: dict, width: int = 24) -> str:
+def bar(progress: dict[str, Any], width: int = 24) -> str:
     done, total = progress.get("done", 0), progress.get("total", 0)
     frac = done / total if total else 0.0
     filled = int(round(frac * width))
@@ -22,7 +24,7 @@ def bar(progress: dict, width: int = 24) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {int(done)}/{int(total)} {frac:.0%}{rate}{eta_text}"
 
 
-def fact_row(answer: dict) -> list[str]:
+def fact_row(answer: dict[str, Any]) -> list[str]:
     pk = answer.get("packages", {})
     disk = answer.get("disk_free_gib", {})
     count = answer.get("gpu_count")
@@ -35,7 +37,7 @@ def fact_row(answer: dict) -> list[str]:
     return [missing if v is None else str(v) for missing, v in cells]
 
 
-def short_process(p: dict) -> str:
+def short_process(p: dict[str, Any]) -> str:
     owner = f"job {p['job']}" if p.get("job") else "foreign"
     age = duration(p.get("age_s"))
     return f"{p['pid']} {p.get('name')} {p.get('used_mib')}MiB {p.get('user') or '?'} {age} {owner}"

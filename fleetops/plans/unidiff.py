@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from .yamlsrc import ConfigError
 
@@ -35,7 +36,7 @@ class Hunk:
         suf = next(i for i, tag in enumerate(reversed(tags)) if tag != " ")
         return pre, suf
 
-    def to_request(self, index: int) -> dict:
+    def to_request(self, index: int) -> dict[str, Any]:
         return {"index": index, "header": self.header, "old_start": self.old_start, "new_start": self.new_start,
                 "context": list(self.context), "old": self.old, "new": self.new}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -24,7 +25,7 @@ class Pin:
     package: str
     specifier: SpecifierSet
 
-    def to_request(self) -> dict:
+    def to_request(self) -> dict[str, Any]:
         return {"requirement": self.text, "package": self.package}
 
 
@@ -99,7 +100,7 @@ def approvable(pin: Pin, allow_prereleases: bool) -> list[str]:
     return sorted((v for v in forms if verdict(pin, v, allow_prereleases)[0]), key=_order)
 
 
-def _order(text: str) -> tuple:
+def _order(text: str) -> tuple[int, Version, str] | tuple[int, str]:
     try:
         return (0, Version(text), text)  # 0.16 before 0.16.0: equal versions, ordered by their text
     except InvalidVersion:
@@ -112,7 +113,7 @@ MAX_REPORTED_PINS = 64
 MAX_PIN_CHARS = 1024
 
 
-def judge(reported: list[dict], allow_prereleases: bool) -> list[dict]:
+def judge(reported: list[dict[str, Any]], allow_prereleases: bool) -> list[dict[str, Any]]:
     """The node's report ([{"requirement", "package", "found"}]) with "ok" and "why" for each pin; a row past
     the bounds, or one no pin could be read from, is not met and says why, unparsed."""
     out = []
@@ -131,21 +132,21 @@ def judge(reported: list[dict], allow_prereleases: bool) -> list[dict]:
     return out
 
 
-def shown(rows: list[dict]) -> list[str]:
+def shown(rows: list[dict[str, Any]]) -> list[str]:
     """One evidence line per judged pin: `vllm 0.16.0 (ok)`, `vllm 0.16.0rc1 (want vllm==0.16.0; ...)`."""
     return [f"{r['package']} {r['found'] or 'not installed'} ("
             + ("ok" if r["ok"] else f"want {r['requirement']}" + (f"; {r['why']}" if r["why"] else "")) + ")"
             for r in rows]
 
 
-def refusal(rows: list[dict], hint: str = "") -> str:
+def refusal(rows: list[dict[str, Any]], hint: str = "") -> str:
     """The message of a patch refused on its pins."""
     wanted = ", ".join(r["requirement"] + (f" ({r['why']})" if r["why"] else "") for r in rows if not r["ok"])
     found = ", ".join(f"{r['package']} {r['found'] or 'not installed'}" for r in rows)
     return f"requirements not met: need {wanted}; found {found}" + (f". {hint}" if hint else "")
 
 
-def judged_checks(answer: dict, allow_prereleases: bool) -> dict:
+def judged_checks(answer: dict[str, Any], allow_prereleases: bool) -> dict[str, Any]:
     """A verify answer (`verify`, preflight's, diagnose's) with its requires item judged here: ok, msg and
     evidence set from the versions the node reported, and the answer's own ok again."""
     items = answer.get("items")
@@ -161,7 +162,7 @@ def judged_checks(answer: dict, allow_prereleases: bool) -> dict:
     return answer
 
 
-def judged_patch(answer: dict, allow_prereleases: bool, hint: str = "") -> dict:
+def judged_patch(answer: dict[str, Any], allow_prereleases: bool, hint: str = "") -> dict[str, Any]:
     """A patch answer that reports the installed versions (check mode, or a patch sent before they were
     judged), judged here: a set whose pins are not met is refused, as one item saying which and why."""
     reported = answer.get("requirements")

@@ -96,7 +96,7 @@ StrictCLoader: type | None = None
 if yaml.__with_libyaml__:
 
     @_core_schema
-    class _StrictCLoader(yaml.composer.Composer, yaml.CSafeLoader):  # type: ignore[misc,name-defined]
+    class _StrictCLoader(yaml.composer.Composer, yaml.CSafeLoader):
         """StrictLoader reading events from libyaml's C scanner and parser (PyYAML's public CSafeLoader). Only
         the events come from C: PyYAML's Python Composer stands before CSafeLoader in the MRO, so
         `BoundedComposer.compose_node` still sees every event (aliases and depth stay bounded, at the same
@@ -104,12 +104,14 @@ if yaml.__with_libyaml__:
         PyYAML's parser are made up for or refused here."""
 
         def __init__(self, stream: str) -> None:
-            yaml.CSafeLoader.__init__(self, stream)  # type: ignore[attr-defined]
+            yaml.CSafeLoader.__init__(self, stream)
             yaml.composer.Composer.__init__(self)
             self._flow_depth = 0
 
         def compose_scalar_node(self, anchor: Any) -> yaml.ScalarNode:
             event = self.peek_event()
+            if not isinstance(event, yaml.ScalarEvent):  # the composer calls this at a scalar only
+                return super().compose_scalar_node(anchor)
             if event.tag == "!":
                 # PyYAML's parser marks a `!`-tagged scalar plain-implicit; libyaml does not for an empty one
                 # (`key: !`), which would make it '' instead of null.
@@ -121,7 +123,7 @@ if yaml.__with_libyaml__:
             return super().compose_scalar_node(anchor)
 
         def compose_sequence_node(self, anchor: Any) -> yaml.SequenceNode:
-            flow = bool(self.peek_event().flow_style)
+            flow = bool(getattr(self.peek_event(), "flow_style", None))
             self._flow_depth += flow
             try:
                 return super().compose_sequence_node(anchor)
@@ -129,7 +131,7 @@ if yaml.__with_libyaml__:
                 self._flow_depth -= flow
 
         def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
-            flow = bool(self.peek_event().flow_style)
+            flow = bool(getattr(self.peek_event(), "flow_style", None))
             self._flow_depth += flow
             try:
                 return super().compose_mapping_node(anchor)
@@ -188,7 +190,7 @@ class BoundedComposer:
             state["depth"] -= 1
             state["open"].discard(event.anchor)
 
-    def _count_alias(self, state: dict, event: AliasEvent) -> None:
+    def _count_alias(self, state: dict[str, Any], event: AliasEvent) -> None:
         target = self.anchors.get(event.anchor)  # type: ignore[attr-defined]
         if target is None:  # an undefined alias: PyYAML's own error, with its mark
             return
@@ -309,7 +311,8 @@ def make_loader(path: str, base: type = StrictLoader) -> type[yaml.SafeLoader]:
     """A loader class for one file: `base` (StrictLoader, or StrictCLoader for libyaml's events) with the bounds,
     the marks and the marked mapping and sequence constructors."""
 
-    class Loader(BoundedComposer, MarkedConstructor, base):  # type: ignore[valid-type,misc]
+    # `base` is a class chosen at run time (StrictLoader or StrictCLoader): mypy cannot take a variable as a base.
+    class Loader(BoundedComposer, MarkedConstructor, base):  # type: ignore[misc]
         yaml_path = path
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)

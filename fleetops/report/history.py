@@ -64,6 +64,8 @@ def _exit(rec: dict[str, Any]) -> str:
 
 def _seconds(rec: dict[str, Any]) -> str:
     value = rec.get("duration_s")
+    if value is None:
+        return NONE
     try:
         return f"{float(value):.1f}s"
     except (TypeError, ValueError):

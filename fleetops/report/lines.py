@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..redaction import shown
-from ..results import Result, Severity, Status
+from ..results import Next, Result, Severity, Status
 from .fold import COMMAND, LABEL, Line, Segment
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
          Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan"}
-VERDICT_STYLE = {Severity.CRITICAL: "bold red", Severity.UNKNOWN: "bold magenta", Severity.WARN: "yellow",
-                 Severity.OK: "green"}  # diagnose
+VERDICT_STYLE: dict[str | None, str] = {Severity.CRITICAL: "bold red", Severity.UNKNOWN: "bold magenta",
+                                        Severity.WARN: "yellow", Severity.OK: "green"}  # diagnose
 SEP: list[Segment] = [(" ", ""), ("|", "dim"), (" ", "")]
 EVIDENCE_SHOWN = 5  # per check in the human view; what is left is counted, never dropped silently
 VERIFY_SHOWN = 10  # failed checks a failing verify lists without -v (each on one line), the rest counted
@@ -64,7 +64,7 @@ def _draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
         scopes_shown.add(item.details.get("proves", ""))
         lines.extend([("            ", ""), (x, "dim")] for x in _item_detail_lines(details, verbose))
         if item.details.get("next") and (item.status is not Status.OK or verbose):
-            lines.extend(next_lines(item.details["next"], "            "))
+            lines.extend(next_lines(Next.from_data(item.details["next"]), "            "))
     if hidden and r.status is not Status.OK:  # an ok result's own line says it all
         done = "passed" if r.task == "verify" else "ok"
         lines.append([("    ", ""), (f"{hidden} {done}, not shown: -v shows them", "dim")])
@@ -73,7 +73,7 @@ def _draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
     if r.data.get("chosen_playbook"):  # from a playbook set, by the host's versions (tasks/registry.py)
         lines.append([("    ", ""), ("playbook:", "dim"), (f" {r.data['chosen_playbook']}", "")])
     if r.data.get("next"):  # what to do next: once per result, so once per folded group; always last
-        lines.extend(next_lines(r.data["next"], "    "))
+        lines.extend(next_lines(Next.from_data(r.data["next"]), "    "))
     return lines, table
 
 
@@ -98,7 +98,7 @@ def _short_verify(lines: list[Line], r: Result) -> list[Line]:
     VERIFY_SHOWN of them; what is left out (the rest, each check's evidence and what it proves) is counted and
     -v shows it. A dozen failed checks with their evidence was 140 lines with its `next:` at the bottom."""
     if r.data.get("next"):
-        lines.extend(next_lines(r.data["next"], "    "))
+        lines.extend(next_lines(Next.from_data(r.data["next"]), "    "))
     failed = [i for i in r.items if i.status is not Status.OK]
     for item in failed[:VERIFY_SHOWN]:
         word = f"{item.status.value:<7}"
@@ -124,17 +124,13 @@ def _clip(text: str) -> str:
     return (cut[:space] if space >= VERIFY_LINE // 2 else cut).rstrip(" ,;:") + "…"
 
 
-def next_lines(nxt: Any, indent: str) -> list[Line]:
+def next_lines(nxt: Next, indent: str) -> list[Line]:
     """`next: why`, then each command alone on its line (what a triple-click copies, whole at any width: the
-    terminal wraps it, nothing cuts it). A plain string is one command."""
-    if isinstance(nxt, str):
-        why, commands = "", [nxt]
-    else:
-        why, commands = str(nxt.get("why") or ""), [str(c) for c in nxt.get("commands") or ()]
-    if not why and not commands:
+    terminal wraps it, nothing cuts it)."""
+    if not nxt.why and not nxt.commands:
         return []  # nothing to say: no bare `next:`
-    out: list[Line] = [[(indent, ""), ("next:", "bold"), (f" {why or 'run'}", "")]]
-    out.extend([(indent + "  ", ""), (command, COMMAND)] for command in commands)
+    out: list[Line] = [[(indent, ""), ("next:", "bold"), (f" {nxt.why or 'run'}", "")]]
+    out.extend([(indent + "  ", ""), (command, COMMAND)] for command in nxt.commands)
     return out
 
 

@@ -20,7 +20,7 @@ from .richload import escape
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import Progress, TaskID
 
 BAR_MIN_BYTES = 8 * 1024 * 1024  # smaller files come and go too fast for a bar
 PLAIN_STEPS = 4  # plain output: a line at 25%, 50%, 75%
@@ -74,7 +74,7 @@ class TransferBoard:
 
 
 class Transfer:
-    def __init__(self, board: TransferBoard, label: str, total: int, already: int, task: object) -> None:
+    def __init__(self, board: TransferBoard, label: str, total: int, already: int, task: TaskID | None) -> None:
         self.board, self.label, self.total, self.already, self.task = board, label, total, already, task
         self.next_step = already * PLAIN_STEPS // total + 1 if total else PLAIN_STEPS
         self.started = time.monotonic()

@@ -17,7 +17,7 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
     (GPU summary) or the same column (facts), headed by their host range, so 800 hosts stay a few lines.
     Cells hold what nodes said: cleaned (redaction.shown) before rows are compared, folded or cut, so a secret
     that holds its host's own name is masked whole before the name becomes {host}."""
-    sections = []
+    sections: list[dict[str, Any]] = []
     gpu = [r for r in results if r.task == "gpu"]
     if len(gpu) > 1:
         rows = []

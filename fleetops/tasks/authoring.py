@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from ..plans.localpath import UnsafeName, safe_join, safe_join_relative
 from ..plans.playbook import MODULE, load_playbook
-from ..plans.yamlsrc import ConfigError, load_file
-from ..results import EXIT_FAILED, Item, Result, Status
+from ..plans.yamlsrc import ConfigError, Mapping, load_file
+from ..results import EXIT_FAILED, Evidence, Item, Result, Status
 from ..wire.connector import Connector
 from .declare import HELP_PLAYBOOK, JSON, HostTask, Option
 from .plan import Plan, UsageError, agent_error
@@ -355,7 +355,7 @@ class _Verdict:
         self.data: list[dict] = []
         self.calls: list[str] = []
         self.problems: list[str] = []
-        self.evidence = None
+        self.evidence: Evidence | None = None
 
     @property
     def clean(self) -> bool:
@@ -495,7 +495,7 @@ def _probe_scripts_moved(text: str, book, stem: str, copies: dict[Path, str], st
     for spec in checks if isinstance(checks, list) else []:
         if not isinstance(spec, dict) or spec.get("kind") != "probe" or not isinstance(spec.get("script"), str):
             continue
-        line = spec.line_of("script")
+        line = spec.line_of("script") if isinstance(spec, Mapping) else None
         if line is None or not 0 < line <= len(lines):
             raise ConfigError(book.path, None, "a probe check's script line could not be found to rewrite")
         source = (book.path.parent / spec["script"]).resolve()

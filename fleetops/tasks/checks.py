@@ -36,7 +36,7 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
     answer = judged_checks(answer, bool(plan.playbook and plan.playbook.allow_prereleases))
     items = []
     for raw in answer["items"]:
-        keys = ("evidence", "matches", "proves", "cannot", "file", "details", "seconds")
+        keys: tuple[str, ...] = ("evidence", "matches", "proves", "cannot", "file", "details", "seconds")
         keys += () if raw["ok"] else ("stderr_tail",)
         details = {k: raw[k] for k in keys if raw.get(k)}
         label = f"{raw['name']} [{raw['kind']}]"

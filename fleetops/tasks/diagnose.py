@@ -88,7 +88,7 @@ def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
         return Finding(UNKNOWN, "patch", f"the patch's check mode answered {sorted(set(map(str, words)))}: "
                        f"{files[0].get('msg')}", [_fab(host, "patch", "--check")], rank=60, details=details,
                        why="see what the patch would do")
-    if (patch or {}).get("error"):
+    if patch and patch.get("error"):
         return Finding(UNKNOWN, "patch", f"not checked: {patch['error']}", [_fab(host, "patch", "--check")], rank=60,
                        details=details, why="see what the patch would do")
     if checks.get("error"):
@@ -336,9 +336,10 @@ def assess_answer(host: Host, answer: dict, sent: float, received: float, book: 
     findings += kern_f
     job = with_state(answer.get("job") or {}, (answer.get("clock") or {}).get("epoch"))
     progress_rx, failure_rxs = re.compile(DEFAULT_PROGRESS), [re.compile(p) for p in DEFAULT_FAILURES]
-    if book is not None and job.get("name") in (book.jobs or {}):
+    jobs = (book.jobs if book is not None else None) or {}
+    if job.get("name") in jobs:
         try:
-            spec = resolve(job["name"], book.jobs[job["name"]], host.groups)
+            spec = resolve(job["name"], jobs[job["name"]], host.groups)
             progress_rx, failure_rxs = spec.progress, spec.failures
         except ConfigError:
             pass

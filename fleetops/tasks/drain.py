@@ -7,7 +7,7 @@ from __future__ import annotations
 from shlex import quote
 from typing import TYPE_CHECKING
 
-from ..results import EXIT_FAILED, Item, Result, Status
+from ..results import EXIT_FAILED, Item, Next, Result, Status
 from ..wire.connector import Connector
 from .declare import JSON, HostTask, Option
 from .plan import Plan, UsageError, agent_error
@@ -82,7 +82,8 @@ def _with_slurm(result: Result, slurm: dict | None, plan: Plan) -> Result:
     why = (done.get("stderr") or "").strip().splitlines()[-1:] or [f"exit {done.get('rc')}"]
     result.status, result.code = Status.FAILED, EXIT_FAILED
     result.msg += f"; but Slurm refused to {plan.op} node {node}: {why[0]}"
-    result.data["next"] = by_hand
+    result.data["next"] = Next("run Slurm's side by hand as its administrator (fleetops' own mark stands)",
+                               [by_hand]).to_data()
     return result
 
 

@@ -29,7 +29,7 @@ def _imported_modules(run: RunState) -> list[str]:
     names: list[str] = []
     for check in checks:
         if check.get("kind") == "import":
-            names.append(check.get("module"))
+            names.append(str(check.get("module")))
         elif check.get("kind") in ("callsites", "probe"):
             names += [*(check.get("modules") or []), *(check.get("packages") or [])]
     return [n for n in names if isinstance(n, str)]

@@ -14,7 +14,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from shlex import quote
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import audit
 from ..agent.core.protocol import CHANGED_WORDS, DRIFTED, NOOP_WORDS, NOT_WRITTEN, REFUSED, WOULD_WORDS
@@ -127,7 +127,8 @@ def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: Transp
     """Ctrl-C cut the link while the node worked on the set: ask it (a connection of its own: the run's links
     stay closed) what each file is now, and how the set with this request's token ended."""
     host = node.host
-    interrupted = {"code": EXIT_INTERRUPTED, "data": {"error_kind": "interrupted"}, "evidence": lost.evidence}
+    interrupted: dict[str, Any] = {"code": EXIT_INTERRUPTED, "data": {"error_kind": "interrupted"},
+                                   "evidence": lost.evidence}
     pool = run.connections()
     asker = pool.factory(host, pool.inventory)
     timer = threading.Timer(SETTLE_S, asker.close)  # closing it ends a connect or a read in progress
@@ -179,7 +180,8 @@ def _refused(host: str, plan: Plan, answer: dict) -> Result:
                       f"tail --job-id {jid}), stop it (fab -H {quote(host)} stop --job-id {jid}), or {plan.op} "
                       "--while-running", code=EXIT_FAILED,
                       data={"error_kind": "job_running", "job": job,
-                            "next": f"fab -H {quote(host)} tail --job-id {jid}"})
+                            "next": Next("follow the job until it ends, then run it again",
+                                         [f"fab -H {quote(host)} tail --job-id {jid}"]).to_data()})
     return agent_error(host, plan.op, answer, with_kind=True)
 
 
@@ -219,7 +221,7 @@ def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:
         msg += " (nothing written: a set is all-or-nothing)"
     if plan.check:
         msg += " (check mode: nothing written)"
-    data = {"check_mode": plan.check, "playbook": plan.playbook.name if plan.playbook else None}
+    data: dict[str, Any] = {"check_mode": plan.check, "playbook": plan.playbook.name if plan.playbook else None}
     if status is Status.FAILED:
         data["next"] = _failed_next(host, plan, {raw["status"] for raw in answer["items"]}).to_data()
     return Result(host, plan.op, status, msg, items, code=EXIT_FAILED if status is Status.FAILED else 0, data=data)

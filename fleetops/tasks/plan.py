@@ -12,7 +12,7 @@ from ..plans.host import Host
 from ..plans.jobspec import JobSpec, resolve
 from ..plans.playbook import Playbook
 from ..plans.playbookset import PlaybookSet
-from ..results import EXIT_FAILED, Result, Status
+from ..results import EXIT_FAILED, Next, Result, Status
 from ..wire.connector import Connector
 
 if TYPE_CHECKING:
@@ -62,7 +62,9 @@ def drained(host: str, task: str, marker: dict, doing: str) -> Result:
     why = marker.get("reason") or "no reason given"
     return Result(host, task, Status.FAILED, f"refused to {doing}: {host} is drained (by {marker.get('by', '?')} at "
                   f"{marker.get('at', '?')}: {why}); undrain it once it is fixed", code=EXIT_FAILED,
-                  data={"error_kind": "drained", "drain": marker, "next": f"fab -H {quote(host)} undrain"})
+                  data={"error_kind": "drained", "drain": marker,
+                        "next": Next("put it back in service once it is fixed",
+                                     [f"fab -H {quote(host)} undrain"]).to_data()})
 
 
 def drain_text(marker: dict | None) -> str:
@@ -96,9 +98,10 @@ def job_spec(plan: Plan, node: Connector) -> JobSpec | None:
     playbook has no such job (status, logs and tail then read with the default patterns)."""
     book = plan.playbook
     name = plan.options.get("job") or "extract"
-    if book is None or name not in (book.jobs or {}):
+    jobs = book.jobs if book is not None else None
+    if not jobs or name not in jobs:
         return None
-    return resolve(name, book.jobs[name], node.host.groups)
+    return resolve(name, jobs[name], node.host.groups)
 
 
 def job_secrets(spec: JobSpec | None, host: Host) -> list[str]:
@@ -124,9 +127,10 @@ def own_playbook_secrets(run: RunState, node: Connector, answer: dict) -> list[s
         book = run.playbook(path)
     except (ConfigError, OSError):
         return []
-    if name not in (book.jobs or {}):
+    jobs = book.jobs or {}
+    if name not in jobs:
         return []
-    return job_secrets(resolve(name, book.jobs[name], node.host.groups), node.host)
+    return job_secrets(resolve(name, jobs[name], node.host.groups), node.host)
 
 
 def preflight_request(playbook: Playbook, spec: JobSpec) -> dict:

@@ -219,7 +219,7 @@ class _SentAhead:
     """The host's connector as a task's own run() sees it when its one request was sent ahead: that call
     returns the answer already on its way; any other call goes to the connector as usual."""
 
-    def __init__(self, node: Connector, op: str, request: dict, pending: Pending) -> None:
+    def __init__(self, node: Connector, op: str, request: dict, pending: Pending | None) -> None:
         self._node, self._op, self._request, self._pending = node, op, request, pending
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
@@ -330,6 +330,7 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
             answer, evidence = (pending.result() if pending is not None
                                 else node.call(plan.op, plan.request, timeout=plan.timeout))
             notes.seen(answer)
+            assert spec.interpret is not None, f"{name}: a task declares run or interpret"
             result = spec.interpret(host, plan, answer)
             if result.failed:
                 result.evidence = evidence

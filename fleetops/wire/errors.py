@@ -57,14 +57,15 @@ def _key_or_login_refused(exc: BaseException, host: Host, cxn: Connection, trans
             f"{who}: no key to log in with (none given, no ssh-agent, no ~/.ssh/id_* key); name one: identity_file "
             "in the inventory, IdentityFile in ssh_config, or fab -i KEY"))
     if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in text:
-        key = transport.get_remote_server_key() if transport is not None else None
-        if key is None:
+        server_key = transport.get_remote_server_key() if transport is not None else None
+        if server_key is None:
             return TransportError("hostkey", f"{who}: unknown host key; refusing to connect. Check it out of band, "
                                              f"then run: fab -H {host.name} trust --fingerprint <SHA256:...>")
-        offered = fingerprint_of(key)
+        offered = fingerprint_of(server_key)
         return TransportError("hostkey", (
-            f"{who}: unknown host key {offered} ({key.get_name()}); refusing to connect. "
-            + verify_then_trust(host.name, offered, key.get_name(), known_hosts=known_hosts_files(host, cxn)[0])))
+            f"{who}: unknown host key {offered} ({server_key.get_name()}); refusing to connect. "
+            + verify_then_trust(host.name, offered, server_key.get_name(),
+                                known_hosts=known_hosts_files(host, cxn)[0])))
     return None
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import paramiko
 from fabric import Connection
+from paramiko.pkey import PublicBlob  # paramiko exports it at the top too; its stubs do not
 
 from ..plans.inventory import Host, Inventory, UnknownHost, plain_host, split_target
 from ..plans.jumphost import jump_of
@@ -108,12 +109,13 @@ def _certified_key(host: Host, settings: dict, passphrase: str | None) -> parami
         if not os.path.isfile(path):
             continue
         try:
-            key = paramiko.PKey.from_path(path, passphrase or typed_passphrase(path))
+            # from_path's password is a str (paramiko's own signature); types-paramiko says bytes.
+            key = paramiko.PKey.from_path(path, passphrase or typed_passphrase(path))  # type: ignore[arg-type]
         except (paramiko.SSHException, OSError, ValueError, TypeError):  # not opened: said where it is used
             continue
         for certificate in certificates:
             try:
-                if _certifies(paramiko.PublicBlob.from_file(certificate), key):
+                if _certifies(PublicBlob.from_file(certificate), key):
                     key.load_certificate(certificate)
                     return key
             except (paramiko.SSHException, OSError, ValueError):  # not a certificate ssh could use either
@@ -121,7 +123,7 @@ def _certified_key(host: Host, settings: dict, passphrase: str | None) -> parami
     return None
 
 
-def _certifies(blob: paramiko.PublicBlob, key: paramiko.PKey) -> bool:
+def _certifies(blob: PublicBlob, key: paramiko.PKey) -> bool:
     """Whether the certificate is for this key: its key fields, after the type and nonce, are the public key's
     after its type (paramiko only compares the key types)."""
     cert, public = paramiko.Message(blob.key_blob), paramiko.Message(key.asbytes())

@@ -98,9 +98,10 @@ class FleetTransport(paramiko.Transport):
                 ahead, self._ahead = self._ahead, None
         if ahead is not None:
             chan, event, login = ahead
-            if login is self.auth_handler and login.is_authenticated():
-                return compat.confirmed_ahead(self, chan, event,
-                                              self.channel_timeout if timeout is None else timeout)
+            if login is self.auth_handler and login is not None and login.is_authenticated():
+                # Transport.channel_timeout (paramiko >= 3.2, public): types-paramiko does not list it yet.
+                waited = self.channel_timeout if timeout is None else timeout  # type: ignore[attr-defined]
+                return compat.confirmed_ahead(self, chan, event, waited)
             with self.lock:
                 compat.forget_channel(self, chan)  # opened behind a login sshd refused: it will never be confirmed
         return super().open_channel(kind, dest_addr, src_addr, window_size, max_packet_size, timeout)
@@ -130,7 +131,8 @@ class FleetConnection(Connection):
     def __setattr__(self, key: str, value: Any) -> None:
         # invoke's DataProxy decides "real attribute or config key" with `key in dir(self)` on every write,
         # ~17 writes per Connection (about 0.3 ms of client CPU per host): the same test, dir() taken once.
-        if key in self.__dict__ or key in _class_attributes(type(self)):
+        # Fabric ships no types: to mypy this class derives from Any, whose type it cannot prove hashable.
+        if key in self.__dict__ or key in _class_attributes(type(self)):  # type: ignore[arg-type]
             object.__setattr__(self, key, value)
         else:
             super().__setattr__(key, value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from typing import cast
 
 _GUARD_EXCEPTIONS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"}
 
@@ -99,7 +100,7 @@ class _ScopeCollector:
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             self.scope.shadowed.add(stmt.name)
         elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            self._try(stmt, guarded)
+            self._try(cast(ast.Try, stmt), guarded)  # TryStar (Python 3.11+) has Try's fields
         elif isinstance(stmt, ast.If):
             self.visit(stmt.body, guarded or _is_type_checking(stmt.test))
             self.visit(stmt.orelse, guarded)
@@ -270,7 +271,7 @@ class ModuleReader(ast.NodeVisitor):
         for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
             self.visit(default)
         scope = _Scope("function", getattr(node, "name", "<lambda>"))
-        body = node.body if isinstance(node.body, list) else [ast.Expr(node.body)]
+        body: list[ast.stmt] = node.body if isinstance(node.body, list) else [ast.Expr(node.body)]
         self._collect_scope(scope, body, node.args)
         self.stack.append(scope)
         for stmt in body:

@@ -186,9 +186,10 @@ def run_grep(check: dict) -> dict:
     path = module_file_in_site(check["module"])
     with open(path, encoding="utf-8", errors="replace") as f:
         source = f.read()
-    raw = source.splitlines()
+    raw: list[str] = source.splitlines()
     mode = check.get("search", "code")
     note = ""
+    lines: tuple[str, ...] | list[str]
     if mode == "code":
         lines, note = _stored_code_lines(source, check["module"], _STATE_DIR["path"])
     else:

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
+from collections.abc import Callable
 
 _MISSING = object()
 _REGISTER_CALLS = {"setattr", "register_buffer", "register_parameter", "add_module", "register_module"}
@@ -78,7 +79,7 @@ class Resolver:
 
 
 # ---------------------------------------------------------------- binding
-def signature(obj: object) -> inspect.Signature:
+def signature(obj: Callable[..., object]) -> inspect.Signature:
     return inspect.signature(obj)
 
 
@@ -153,9 +154,9 @@ def _assigned_names(tree: ast.AST) -> set[str]:
                 func.attr if isinstance(func, ast.Attribute) else ""
             if fname in _REGISTER_CALLS:
                 idx = 1 if fname == "setattr" else 0
-                if len(node.args) > idx and isinstance(node.args[idx], ast.Constant) and \
-                        isinstance(node.args[idx].value, str):
-                    names.add(node.args[idx].value)
+                arg = node.args[idx] if len(node.args) > idx else None
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    names.add(arg.value)
     return names
 
 

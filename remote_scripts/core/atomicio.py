@@ -29,7 +29,7 @@ def clean_stale_temps(path: str, dir_fd: int | None = None) -> list[str]:
     the directory the writer opened)."""
     directory, base = os.path.split(path)
     prefix = f".{base}{TMP_MARK}"
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(dir_fd if dir_fd is not None else directory or ".")
     except OSError:

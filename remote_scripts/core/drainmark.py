@@ -39,7 +39,7 @@ def describe(marker: dict) -> str:
 def mark(state_dir: str, operator: str, reason: str, host: str) -> dict:
     """Drain the node: the marker written atomically (a second drain replaces the first, keeping its time)."""
     old = read(state_dir)
-    marker = {"by": operator, "at": now_iso(), "reason": reason, "host": host}
+    marker: dict[str, object] = {"by": operator, "at": now_iso(), "reason": reason, "host": host}
     if old and old.get("at") not in (None, "?"):
         marker.update(first_at=old.get("first_at") or old["at"], first_by=old.get("first_by") or old.get("by"))
     write_json_atomic(path_of(state_dir), marker, point="drain.write")

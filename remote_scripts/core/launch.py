@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 VENV_FIX = ("a .pth file or module put there by another user would run as uid %d in every Python start: make it "
             "writable by its owner alone (chmod go-w {path}; reinstall the venv if you cannot tell what changed "
@@ -118,7 +119,7 @@ def warn(line: str) -> None:
         warnings.append(line)
 
 
-def _agent_loader() -> object:
+def _agent_loader() -> Any:
     # The loader of the running agent's package: the bootstrap's Agent (it runs as __main__, so it is known by
     # what it holds, not by its class).
     return getattr(getattr(sys.modules.get("remote_scripts"), "__spec__", None), "loader", None)

@@ -103,11 +103,11 @@ def check_state_dir(state_dir: str) -> None:
         path = os.path.join(state_dir, name)
         if name in QUARANTINABLE:  # only names the lock holder: a broken one is moved aside, not fatal forever
             try:
-                st = os.lstat(path)
+                found = os.lstat(path)
             except FileNotFoundError:
                 continue
-            if not stat.S_ISREG(st.st_mode):
-                quarantine(path, f"a symlink to {os.readlink(path)}" if stat.S_ISLNK(st.st_mode)
+            if not stat.S_ISREG(found.st_mode):
+                quarantine(path, f"a symlink to {os.readlink(path)}" if stat.S_ISLNK(found.st_mode)
                            else "not a regular file")
                 continue
             trusted_stat(path, want_dir=False)

@@ -152,7 +152,7 @@ def join_processes(gpus: list[dict], apps: list[dict]) -> list[dict]:
     by_uuid = {g.get("uuid"): g for g in gpus}
     for g in gpus:
         g["processes"] = []
-    orphans = []
+    orphans: list[dict] = []
     for app in apps:
         gpu = by_uuid.get(app["gpu_uuid"])
         (gpu["processes"] if gpu is not None else orphans).append(app)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from typing import Any
 
 from ..checks import checks
 from ..core import drainmark
@@ -22,9 +23,9 @@ def preflight(req: dict) -> dict:
     verify = checks.verify(req) if req.get("checks") or req.get("requires") else {"ok": True, "items": []}
     running = running_job(req["state_dir"])
     public = {k: v for k, v in running.items() if k != "env"} if running else None
-    answer = {"ok": True, "verify": verify, "gpu": gpu.snapshot(req["state_dir"]), "running_job": public,
-              "drain": drainmark.read(req["state_dir"]), "complete": _complete(req), "dataset": _dataset(req),
-              "output_busy": _busy(req)}
+    answer: dict[str, Any] = {"ok": True, "verify": verify, "gpu": gpu.snapshot(req["state_dir"]),
+                              "running_job": public, "drain": drainmark.read(req["state_dir"]),
+                              "complete": _complete(req), "dataset": _dataset(req), "output_busy": _busy(req)}
     if verify.get("warnings"):  # an import path let pass (--allow-insecure-venv): the answer's own, as every op's
         answer["warnings"] = verify.pop("warnings")
     return answer

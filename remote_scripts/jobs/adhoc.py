@@ -80,21 +80,23 @@ def _text(data: bytes) -> str:
 
 def _collect(proc: subprocess.Popen, deadline: float) -> tuple[_Kept, _Kept, bool]:
     """Read both pipes to their end (or the deadline), keeping head and tail of each; (stdout, stderr, timed out)."""
-    kept = {proc.stdout: _Kept(), proc.stderr: _Kept()}
+    assert proc.stdout is not None and proc.stderr is not None  # started with both pipes
+    out, err = _Kept(), _Kept()
+    kept = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
     with selectors.DefaultSelector() as sel:
-        for pipe in kept:
-            sel.register(pipe, selectors.EVENT_READ)
+        for fd in kept:
+            sel.register(fd, selectors.EVENT_READ)
         while sel.get_map():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return kept[proc.stdout], kept[proc.stderr], True
+                return out, err, True
             for key, _ in sel.select(min(remaining, 1.0)):
                 chunk = os.read(key.fd, READ_BYTES)
                 if chunk:
-                    kept[key.fileobj].add(chunk)
+                    kept[key.fd].add(chunk)
                 else:
                     sel.unregister(key.fileobj)
-    return kept[proc.stdout], kept[proc.stderr], False
+    return out, err, False
 
 
 @node_op("run", writes=True)

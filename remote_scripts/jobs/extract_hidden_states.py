@@ -15,10 +15,12 @@ imported when the job runs.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
 import time
+from typing import Any
 
 from ..core.atomicio import atomic_write
 from ..core.failpoints import failpoint, load_failpoints
@@ -93,7 +95,7 @@ class TransformersBackend:
         for lid in self.layer_ids:
             if not 0 <= lid < len(layers):
                 raise SystemExit(f"layer {lid} out of range: the model has {len(layers)} layers")
-        self.captured: dict[int, object] = {}
+        self.captured: dict[int, Any] = {}  # torch tensors (torch is the node venv's, untyped here)
         for lid in self.layer_ids:
             layers[lid].register_forward_hook(self._hook(lid))
 
@@ -125,7 +127,8 @@ class VllmBackend:
         return [r["hidden_states"] for r in self.gen.generate(batch)]
 
 
-BACKENDS = {"transformers": TransformersBackend, "vllm": VllmBackend}
+BACKENDS: dict[str, type[TransformersBackend] | type[VllmBackend]] = {"transformers": TransformersBackend,
+                                                                     "vllm": VllmBackend}
 
 
 def _start_manifest(req: dict, output: str, ident: dict) -> dict:
@@ -222,7 +225,8 @@ def main(request_path: str) -> int:
     if req is None:
         print(f"fleetops extract: {request_path} does not exist", file=sys.stderr)
         return 2
-    sys.stdout.reconfigure(line_buffering=True)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     refused = _import_path_refused()
     if refused is not None:
         return refused

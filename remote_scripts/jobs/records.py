@@ -9,6 +9,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from typing import Any, overload
 
 from ..core.atomicio import ensure_dir, write_json_atomic
 from ..core.nodeio import NodeError
@@ -57,6 +58,15 @@ def log_paths(job: dict) -> list[str]:
     return [str(job["log"])] if job.get("log") else []
 
 
+# A job spec stays a dict, its text stays text: the overloads let callers index what they passed in.
+@overload
+def expand(value: str, mapping: dict[str, str]) -> str: ...
+@overload
+def expand(value: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]: ...
+@overload
+def expand(value: list[Any], mapping: dict[str, str]) -> list[Any]: ...
+@overload
+def expand(value: object, mapping: dict[str, str]) -> object: ...
 def expand(value: object, mapping: dict[str, str]) -> object:
     """Fill {state_dir}, {job_dir} and {python} in job values (plain text substitution; nothing is evaluated)."""
     if isinstance(value, str):

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Any
 
 from ..core.atomicio import atomic_write, ensure_dir, write_json_atomic
 from ..core.drainmark import refuse_if_drained
@@ -303,7 +304,7 @@ def logs(req: dict) -> dict:
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     n = int(req.get("lines", 50))
     mask = Masker(req.get("mask"))
-    out = []
+    out: list[list[str]] = []
     for path in job["logs"]:
         try:
             with open(path, "rb") as f:
@@ -389,7 +390,8 @@ def gpu(req: dict) -> dict:
     try:
         proc = subprocess.run(argv, input=request, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
                               env={**os.environ, **env})
-        result = {"argv": shown(argv), "rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+        result: dict[str, Any] = {"argv": shown(argv), "rc": proc.returncode, "stdout": proc.stdout,
+                                  "stderr": proc.stderr}
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
         result = {"argv": shown(argv), "rc": 127, "stdout": "", "stderr": f"srun: {exc}"}
     inside = None

@@ -79,7 +79,8 @@ def ours(job: dict, stdout: str, restarts: str = "") -> tuple[list[dict], list[d
     (`restarts`: RESTARTS_FORMAT's output)."""
     user, name, submit = job.get("slurm_user"), job.get("name"), job.get("slurm_submit")
     counts = restart_counts(restarts)
-    mine, others = [], []
+    mine: list[dict] = []
+    others: list[dict] = []
     for row in rows(stdout):
         same_submit = not submit or row["submit"] == submit or (counts.get(row["id"], 0) > 0
                                                                  and row["submit"] > str(submit))

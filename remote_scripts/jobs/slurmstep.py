@@ -58,8 +58,12 @@ def step_main(job_dir: str) -> int:
     failpoint("slurm.step.start")  # a test swaps what the step would run from here
     got: list[int] = []
     child = subprocess.Popen(argv, env=env, cwd=job.get("cwd") or job_dir, stdin=subprocess.DEVNULL)
+    def forward(s: int, frame: object) -> None:
+        got.append(s)
+        child.send_signal(s)
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        signal.signal(sig, lambda s, frame: (got.append(s), child.send_signal(s)))
+        signal.signal(sig, forward)
     while True:
         try:
             code = child.wait()

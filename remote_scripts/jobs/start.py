@@ -89,6 +89,7 @@ def _job_start(req: dict) -> dict:
     # there. Nothing else of the keeper or the job writes to it (the job writes to its log).
     keeper = subprocess.Popen(keeper_argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, cwd=job_dir, close_fds=True)
+    assert keeper.stdout is not None  # started with stdout=PIPE
     deadline = time.monotonic() + 10
     try:
         while time.monotonic() < deadline:
@@ -111,6 +112,7 @@ def _job_start(req: dict) -> dict:
 def _refused_keeper(job_id: str, job_dir: str, keeper: subprocess.Popen) -> NodeError:
     """The keeper's bootstrap refused to run (the interpreter, the state dir or the agent's bytes changed since
     this agent started): its one-line answer, as the job's start failure."""
+    assert keeper.stdout is not None  # started with stdout=PIPE
     try:
         answer = json.loads(keeper.stdout.read(65536) or b"{}")
     except ValueError:

@@ -122,7 +122,8 @@ def job_stop(req: dict) -> dict:
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     st = job_state(job_dir, job)
     pgid = int(job["pgid"]) if job.get("pgid") else None
-    group_before = set(group_members(pgid)) if _group(job_dir, job) else set()
+    group = _group(job_dir, job)  # the recorded pgid, while the keeper that leads it lives
+    group_before = set(group_members(group)) if group else set()
     if st["state"] not in ("running", "starting"):
         left = _members(job_dir, job)
         if left:  # the job ended but left processes behind (e.g. its main process was SIGKILLed)

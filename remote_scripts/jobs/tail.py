@@ -188,7 +188,7 @@ def _long_line(f: io.BufferedReader, offset: int, size: int, ended: bool, mask: 
     return _cut_line(head, mask, length=end - offset, end=tail, goes_on=goes_on), next_offset
 
 
-def attach_offset(job: dict, last_lines: object, from_start: bool) -> dict:
+def attach_offset(job: dict, last_lines: int | str | None, from_start: bool) -> dict:
     """Where a tail attaching to the job starts: the last N whole lines (default 20), or byte 0 with from_start
     (an explicit --from-start, or the client's own `extract tail` that launched the job and has shown nothing of
     it yet). Says what it skipped."""

@@ -22,6 +22,7 @@ which is what reports a partially patched file as such.
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import Any
 
 Shape = tuple[int, int, int, int]  # (old index, new index, leading context, trailing context), 0-based
 
@@ -127,7 +128,7 @@ class _Text:
                 if self.matches(block, r):
                     return r
                 right += 1
-            else:
+            elif le is not None:
                 if self.matches(block, le):
                     return le
                 left -= 1
@@ -200,6 +201,7 @@ def classify(lines: list[str], hunks: list[dict]) -> dict:
         overall = "pristine"
     elif rev_ok:
         overall = "patched"
+    per: list[dict[str, Any]]
     if overall is not None:
         per = [{"state": overall, "at_old": a if overall == "pristine" else None,
                 "at_new": b if overall == "patched" else None} for a, b in zip(fwd, rev)]

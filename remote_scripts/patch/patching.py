@@ -85,7 +85,7 @@ def _run_set(req: dict, op: str) -> dict:
                 answer = _answer(files)
     if lock.took_over:
         pid = lock.took_over.get("pid")
-        fate = ("now belongs to another process" if str(pid).isdigit() and pid_alive(int(pid)) else "is gone")
+        fate = ("now belongs to another process" if str(pid).isdigit() and pid_alive(int(str(pid))) else "is gone")
         note = (f"took over a stale lock from {lock.took_over.get('operator')} (pid {pid} {fate}; its lock was "
                 f"free, so it no longer held it)")
         for item in answer["items"]:

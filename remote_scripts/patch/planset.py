@@ -24,7 +24,7 @@ def _plan_patch(req: dict, f: SetFile, site: SiteLock | None) -> None:
     cls = classify(f.lines, hunks)
     sha = sha256_bytes(f.data)
     record = read_record(req.get("state_dir"), f.path)
-    ours = bool(record) and record.get("patched_sha256") == sha
+    ours = bool(record and record.get("patched_sha256") == sha)
     n_hunks = f"{len(hunks)} hunk{'s' * (len(hunks) != 1)}"
     if cls["overall"] == "patched":
         f.noop(ALREADY_APPLIED, f"already applied{written_by(site, f.path, sha, 'patched')}: all {n_hunks} "

@@ -21,7 +21,7 @@ def plan_rollback(req: dict, f: SetFile, site: SiteLock | None) -> None:
     record = read_record(req.get("state_dir"), f.path)
     _, orig_path = backup_paths(req["state_dir"], f.path) if req.get("state_dir") else ("", "")
     wheel_sha, wheel_record = record_sha256(site_root_of(f.path), f.path)
-    wrote_patched = (bool(record) and record.get("patched_sha256") == sha) or bool(written_by(site, f.path, sha,
+    wrote_patched = bool(record and record.get("patched_sha256") == sha) or bool(written_by(site, f.path, sha,
                                                                                               "patched"))
     overall = cls["overall"]
     if overall == "pristine" and cls["both"] and wrote_patched:

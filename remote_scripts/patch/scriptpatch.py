@@ -151,9 +151,9 @@ def _plan_rollback(req: dict, f) -> None:
         f.refuse(DRIFTED, f"{f.path} is not the wheel's file and this node saved no original for it (a transform "
                           f"cannot be reversed); nothing written. Reinstall the package to get its files back")
         return
-    proof = wheel_sha or record.get("original_sha256")
+    expected = wheel_sha or record.get("original_sha256")
     backup = read_backup(orig_path, record)
-    bad = bad_backup(backup, orig_path, proof, wheel_record)
+    bad = bad_backup(backup, orig_path, expected, wheel_record)
     if bad or backup is None:
         f.refuse(FAILED, (bad or f"no saved original at {orig_path}") + f"; {f.path} is unchanged")
         return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from ..core.atomicio import atomic_write, os_error_message
 from ..core.nodeio import now_iso, sha256_bytes
@@ -108,8 +109,16 @@ def _end_interrupted(op: str, todo: list[SetFile], paths: list[str], site: SiteL
         site.record_outcome(token, {"outcome": "half-written", "op": op, "at": now_iso(), "files": now})
         site.save()
 
+if TYPE_CHECKING:  # the node's Python may be 3.9: the alias is for the checker only
+    from collections.abc import Callable
+    from types import FrameType
+    from typing import Any
 
-def _hold_interrupts() -> object:
+    # What signal.signal() returns and takes: the previous handler (None: none was held).
+    _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+
+def _hold_interrupts() -> _Handler:
     """No second interrupt while the set is put back (the client's watchdog sends one; this is belt and braces
     against any other). Only the main thread may change it: elsewhere nothing is held."""
     try:
@@ -118,7 +127,7 @@ def _hold_interrupts() -> object:
         return None
 
 
-def _release_interrupts(held: object) -> None:
+def _release_interrupts(held: _Handler) -> None:
     if held is not None:
         try:
             signal.signal(signal.SIGINT, held)

@@ -34,6 +34,7 @@ import tempfile
 import time
 import traceback
 import types
+from typing import Any
 
 GEN = "speculators.data_generation.vllm_hidden_states_generator"
 WORKER = "speculators.data_generation.custom_worker"
@@ -67,7 +68,12 @@ def emit(verdict: dict) -> None:
 
 
 # ------------------------------------------------------------------ setup
-def load_module(dotted: str, path: str | None) -> types.ModuleType:
+# A module of the node's vLLM or speculators: what it has is what the probe finds out, so the type checker
+# (which never sees the node's venv) takes it as it comes.
+NodeModule = Any
+
+
+def load_module(dotted: str, path: str | None) -> NodeModule:
     """Load `dotted` from exactly `path` (its parent package imported normally, for relative imports)."""
     if not path:
         return importlib.import_module(dotted)
@@ -96,7 +102,7 @@ def installed_version(dist: str) -> str:
 
 def make_tiny_model(root: str) -> dict:
     """A Llama-shaped config.json plus a word-level tokenizer, built locally (nothing is downloaded)."""
-    cfg = {
+    cfg: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
         "intermediate_size": 512, "num_hidden_layers": 8, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1024, "max_position_embeddings": 8192,
@@ -263,7 +269,7 @@ class StandInExecutor:
 
 
 # ------------------------------------------------------------------ bridges for hard API breaks
-def install_bridges(gen_mod: types.ModuleType) -> None:
+def install_bridges(gen_mod: NodeModule) -> None:
     import vllm.config as vcfg
     import vllm.v1.core.kv_cache_utils as kvu
     import vllm.v1.core.sched.scheduler as vsched
@@ -342,7 +348,7 @@ def watch_scheduler(sched, vllm_config) -> None:
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
     real_add = sched.add_request
-    hasher = []
+    hasher: list[bool] = []
 
     def add_request(request, *a, **k):
         prompt = tuple(request.prompt_token_ids or ())
@@ -366,7 +372,7 @@ def watch_scheduler(sched, vllm_config) -> None:
 
 
 # ------------------------------------------------------------------ the worker side
-def check_worker(worker_mod: types.ModuleType) -> tuple[bool, list[str]]:
+def check_worker(worker_mod: NodeModule) -> tuple[bool, list[str]]:
     """Run the worker's _patched_forward on stand-ins exposing exactly the embedding API of the installed
     vLLM's LlamaModel / DeepseekV2Model (no weights: embeddings and layers are trivial tensors ops)."""
     import torch
@@ -399,7 +405,7 @@ def check_worker(worker_mod: types.ModuleType) -> tuple[bool, list[str]]:
         fake.layers = [Layer() for _ in range(4)]
         fake.start_layer, fake.end_layer = 0, 4
         fake.norm = lambda h, r: (h + r, None)
-        store = []
+        store: list[Any] = []
         fake._extension = types.SimpleNamespace(_layer_ids=frozenset({1, 2}),
                                                 _store_captured_states=store.append)
         api = "/".join(sorted(attrs)) or "no embedding method"
@@ -425,7 +431,8 @@ def make_prompts(n_tokens_budget: int, max_model_len: int, shared: int, overshoo
     longest = max_model_len - 1  # the generator truncates to max_model_len - 1
     base = max(shared + 8, int(longest * 0.85))
     prefix = [rng.randrange(3, vocab) for _ in range(shared)]
-    prompts, total = [], 0
+    prompts: list[list[int]] = []
+    total = 0
     while total < n_tokens_budget * overshoot:
         length = max(shared + 8, min(longest, base - 7 * len(prompts)))
         p = prefix + [rng.randrange(3, vocab) for _ in range(length - shared)]
@@ -585,7 +592,7 @@ def run(req: dict) -> dict:
         gen_mod = load_module(GEN, paths.get(GEN))
         details["generator_file"] = getattr(gen_mod, "__file__", None)
         log(f"loaded {GEN} from {gen_mod.__file__} ({time.monotonic() - t0:.1f}s)")
-        worker_ok, worker_notes = True, []
+        worker_ok, worker_notes = True, list[str]()
         if WORKER in paths:
             worker_mod = load_module(WORKER, paths[WORKER])
             worker_ok, worker_notes = check_worker(worker_mod)

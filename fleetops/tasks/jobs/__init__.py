@@ -42,7 +42,7 @@ def job_plan(op: str, needs_job: bool) -> Callable[[RunState, dict], Plan]:
         except ConfigError:
             if needs_job:
                 raise
-        if needs_job and name not in (book.jobs or {}):
+        if needs_job and book is not None and name not in (book.jobs or {}):
             known = ", ".join(sorted(book.jobs or {})) or "none"
             raise ConfigError(book.path, None, f"playbook {book.name!r} has no job {name!r} (jobs: {known})")
         return Plan(op, {}, 120, book, options={**kwargs, "job": name})

@@ -255,7 +255,7 @@ def run_status(run: RunState, plan: Plan, node: Connector, backend: JobBackend) 
     try:
         result = backend.status(run, plan, node)
         job = (result.data.get("job") or {}).get("id")
-        if _is_ours(fleet, node.host.name, job):
+        if job is not None and _is_ours(fleet, node.host.name, job):
             _shard_status(run, node, plan, fleet, result, job)
     finally:
         with fleet.lock:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 from shlex import quote
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...plans.gpugate import Verdict, evaluate, next_action
 from ...plans.jobspec import (
@@ -375,7 +375,7 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
-    request = {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50),
+    request: dict[str, Any] = {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50),
                "mask": job_secrets(spec, node.host)}
     answer, _ = node.call("job_logs", request)
     more = [v for v in own_playbook_secrets(run, node, answer) if v not in request["mask"]]

@@ -11,7 +11,7 @@ import threading
 import time
 from functools import partial
 from shlex import quote
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ....plans import slurm as sp
 from ....plans.jobspec import LogWatch, is_failure, parse_progress
@@ -104,7 +104,7 @@ def _shards(plan: Plan) -> int:
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host
     spec = job_spec(plan, node)
-    assert spec is not None
+    assert spec is not None and plan.playbook is not None  # extract's plan found the job in the playbook
     shards = _shards(plan)
     if shards < 1:
         return Result(host.name, "extract", Status.FAILED, f"--shards {plan.options.get('shards')!r}: give a number "
@@ -334,7 +334,7 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
-    request = {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50),
+    request: dict[str, Any] = {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50),
                "mask": job_secrets(spec, node.host)}
     answer = _call(node, "logs", request, run=run, task="logs")
     if answer.get("error"):
