@@ -42,7 +42,7 @@ def test_a_broken_runbook_fails_with_its_file_and_line(rlab, tmp_path):
                     "lab01 | ping | ok | the agent sang a song\n```\n")
     book = parse(path.read_text(), path)
     problems = check(book, rlab)
-    assert len(problems) == 1 and problems[0].startswith(f"{path}:7: `fab -H lab01 verify --kindz grep` exited 2"), \
+    assert len(problems) == 1 and problems[0].startswith(f"{path}:7: `fab -H lab01 verify --kindz grep` exited 1"), \
         problems
     book.steps = book.steps[1:]
     problems = check(book, rlab)

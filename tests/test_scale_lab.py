@@ -81,7 +81,7 @@ def screen_rows(text: str) -> int:
 
 
 def test_256_hosts_under_256_open_files_all_answer_with_bounded_files_threads_and_memory(scale_project):
-    rc, out, err, peak = fab_limited(scale_project, "-H", "@scale", "--forks", str(HOSTS), "ping")
+    rc, out, err, peak = fab_limited(scale_project, "-H", "@scale", "ping", "--forks", str(HOSTS))
     both = out + err
     assert rc == 0, both
     assert "Traceback" not in both and "Too many open files" not in both, both

@@ -302,7 +302,8 @@ def test_a_new_agent_version_is_uploaded_once_and_used(lab, tmp_path):
     node = lab.node("lab01")
     code = tmp_path / "v2"
     for name in ("fleetops", "remote_scripts"):
-        shutil.copytree(REPO / name, code / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / name, code / name, symlinks=True,  # fleetops/agent stays the link to remote_scripts/
+                        ignore=shutil.ignore_patterns("__pycache__"))
     agent = code / "remote_scripts" / "core" / "agent.py"
     old_text = '"version": sys.version.split()[0]'
     assert old_text in agent.read_text()

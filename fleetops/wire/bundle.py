@@ -16,10 +16,13 @@ import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..agent.core.bootstrap import ALLOW_INSECURE_VENV, EXIT_REFUSED, PYTHON_FLAGS
+
+if TYPE_CHECKING:  # importlib.resources.abc is Python 3.11's; the client runs on 3.10 too
+    from importlib.resources.abc import Traversable
 
 __all__ = ["ALLOW_INSECURE_VENV", "BOOTSTRAP", "EXIT_BOOTSTRAP_REFUSED", "PYTHON_FLAGS", "Bundle", "agent_bundle"]
 
