@@ -32,9 +32,10 @@ MAX_EXEC_BYTES = 64 * 1024 * 1024  # stdout + stderr of one raw exec
 # File descriptors on the client for one host at work: its TCP socket, and at most one more while it opens
 # (the connect's socket before paramiko takes it) or reads a local file for it (an upload's source); the
 # agent session's channel and paramiko's transport thread need none. What the process keeps for itself:
-# the terminal, the audit log, the imports' files, the inventory and known_hosts while they are read.
+# the terminal, the audit log, the imports' files, the inventory and known_hosts while they are read, and the
+# `ssh -G`s resolving hosts (fabconfig.SSH_G_AT_ONCE at a time, 6 each while they start).
 FDS_PER_HOST = 3
-FDS_KEPT = 48
+FDS_KEPT = 48 + 8 * 6
 MAC_OPEN_MAX = 10240  # macOS refuses a soft limit above OPEN_MAX even when the hard limit is "unlimited"
 
 

@@ -143,13 +143,20 @@ def _home_config() -> str | None:
         return _HOME_CONFIG[1]
 
 
+# `ssh -G`s running at once: each holds up to 6 of the client's file descriptors while it starts (its pipes and
+# the exec's error pipe), counted in connector.FDS_KEPT; it is CPU-bound, so more at once would not be faster.
+SSH_G_AT_ONCE = 8
+_SSH_G_SLOTS = threading.BoundedSemaphore(SSH_G_AT_ONCE)
+
+
 def _ssh_g(binary: str, word: str, options: tuple[tuple[str, str], ...]) -> sshresolve.Resolved:
     named = sshconfig.chosen_path(_SSH_CONFIG_PATH)
     argv = sshresolve.ssh_g_argv(binary, word, os.path.expanduser(named) if named else _home_config(), options)
     fix = "fix ssh_config, or name another file with -S"
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=SSH_G_TIMEOUT,
-                              check=False)
+        with _SSH_G_SLOTS:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=SSH_G_TIMEOUT,
+                                  check=False)
     except subprocess.TimeoutExpired:
         raise TransportError("refused", f"{word}: `ssh -G` did not answer within {SSH_G_TIMEOUT:g}s (a `Match "
                                         f"exec` command that hangs?); {fix}") from None
