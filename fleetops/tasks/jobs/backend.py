@@ -110,10 +110,20 @@ def unregister(backend: JobBackend) -> None:
         _BACKENDS[:] = [b for b in _BACKENDS if b is not backend]
 
 
+def _registered() -> list[JobBackend]:
+    """The backends registered so far, the shipped ones certainly among them. Hosts are worked on in threads: one
+    may ask while another is still running this package's __init__ (which imports the backends' modules, and so
+    registers them); importing the package here waits for that thread to finish it, so no thread sees the list
+    before they are in it."""
+    from .. import jobs  # noqa: F401
+
+    with _LOCK:
+        return list(_BACKENDS)
+
+
 def backend_for(host: Host) -> JobBackend:
     """The one place a host's backend is chosen: the newest registered backend that handles it."""
-    with _LOCK:
-        known = list(_BACKENDS)
+    known = _registered()
     for backend in known:
         if backend.handles(host):
             return backend
@@ -135,8 +145,7 @@ def interpret_jobs_list(host: str, plan: Plan, answer: dict) -> Result:
 def backend_of_record(job: dict) -> JobBackend:
     """The backend that made a job of the node's store (its `scheduler`), else the plain SSH one: a record
     whose kind no backend knows is shown as the node wrote it."""
-    with _LOCK:
-        known = list(_BACKENDS)
+    known = _registered()
     kind = job.get("scheduler")
     for backend in known:
         if backend.scheduler == kind:
