@@ -16,6 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
+    from typing import Any
 
 
 def _guard() -> ModuleType:
@@ -146,24 +147,25 @@ ROLE_MODULES: dict[str, Callable[[], ModuleType]] = {
 }
 
 
-def find_op(name: str) -> Op | None:
-    load = OP_MODULES.get(name)
+def _declared(name: str, modules: dict[str, Callable[[], ModuleType]], declared: dict, kind: str) -> Any:
+    """What the module named for `name` declares under that name, once it is imported; None for an unknown name."""
+    load = modules.get(name)
     if load is None:
         return None
     module = load()
-    if name not in OPS:
-        raise RuntimeError(f"{module.__name__} does not declare the op {name!r}")
-    return OPS[name]
+    if name not in declared:
+        raise RuntimeError(f"{module.__name__} does not declare the {kind} {name!r}")
+    return declared[name]
+
+
+def find_op(name: str) -> Op | None:
+    op: Op | None = _declared(name, OP_MODULES, OPS, "op")
+    return op
 
 
 def find_role(name: str) -> Callable[..., int] | None:
-    load = ROLE_MODULES.get(name)
-    if load is None:
-        return None
-    module = load()
-    if name not in ROLES:
-        raise RuntimeError(f"{module.__name__} does not declare the role {name!r}")
-    return ROLES[name]
+    role: Callable[..., int] | None = _declared(name, ROLE_MODULES, ROLES, "role")
+    return role
 
 
 def main() -> int:

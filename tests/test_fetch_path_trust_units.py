@@ -10,20 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_become_trust_units import TRUSTED, lstat  # the SFTP lstat, fed from os.lstat
 
-from fleetops.plans.pathtrust import Entry, judge_read
+from fleetops.plans.pathtrust import judge_read
 from remote_scripts.core import importtrust
-
-LOGIN = 4242
-TRUSTED = frozenset({0, LOGIN})
-
-
-def lstat(path: str) -> Entry | None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    return Entry(st.st_mode, st.st_uid, st.st_gid)
 
 
 @pytest.fixture
