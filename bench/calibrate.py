@@ -1,5 +1,5 @@
-"""The delay proxy (bench/delay_proxy.py) as the bench drives it: started in front of the nodes' sshd, stopped,
-and calibrated (an echo server behind it, then `ssh true` direct and through it).
+"""The delay proxy (bench/delay_proxy.py) as the bench drives it: started in front of the nodes'
+sshd, stopped, and calibrated (an echo server behind it, then `ssh true` direct and through it).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def stop_proc(proc: subprocess.Popen | None) -> None:
 
 
 def calibrate(rtt_ms: float, env: Env, reps: int = 5) -> dict:
-    """An echo server (speaks first: one byte) behind a proxy of this RTT: connect, first byte, echo turns.
-    Then `ssh true` to bench01 direct and through the proxy."""
+    """An echo server (speaks first: one byte) behind a proxy of this RTT: connect, first byte, echo
+    turns. Then `ssh true` to bench01 direct and through the proxy."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(64)
@@ -101,7 +101,10 @@ def calibrate(rtt_ms: float, env: Env, reps: int = 5) -> dict:
     proxy, mapping = start_proxy(rtt_ms, [node.port])
     kh = WORK / "calib_known_hosts"
     keytype, key = node.host_key.with_suffix(".pub").read_text().split()[:2]
-    kh.write_text(f"[127.0.0.1]:{node.port} {keytype} {key}\n[127.0.0.1]:{mapping[node.port]} {keytype} {key}\n")
+    kh.write_text(
+        f"[127.0.0.1]:{node.port} {keytype} {key}\n"
+        f"[127.0.0.1]:{mapping[node.port]} {keytype} {key}\n"
+    )
 
     def ssh_true(p: int) -> float:
         t0 = time.perf_counter()

@@ -1,6 +1,7 @@
-"""CPU and memory of the processes a run involves: /proc readings, the child-subreaper reaping of Ansible's
-ssh masters, the client tree's memory sampler, and CPU accounting by cgroup (CpuCgroups) with the per-process
-method as its fallback. `spawn` starts a process in its role's cgroup when the bench measures by cgroup.
+"""CPU and memory of the processes a run involves: /proc readings, the child-subreaper reaping of
+Ansible's ssh masters, the client tree's memory sampler, and CPU accounting by cgroup (CpuCgroups)
+with the per-process method as its fallback. `spawn` starts a process in its role's cgroup when the
+bench measures by cgroup.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from benchpaths import CLK, say
 
 
 def set_child_subreaper() -> None:
-    """Orphans of our children (Ansible's backgrounded ssh ControlPersist masters) become our children,
-    so their CPU and memory can be collected with wait4 instead of vanishing into init."""
+    """Orphans of our children (Ansible's backgrounded ssh ControlPersist masters) become our
+    children, so their CPU and memory can be collected with wait4 instead of vanishing into init."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
         say("warning: PR_SET_CHILD_SUBREAPER failed; Ansible's ssh masters will not be counted")
@@ -28,7 +29,9 @@ def proc_cpu(pid: int, children: bool = True) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    ticks = int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if children else 0)
+    ticks = (
+        int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if children else 0)
+    )
     return ticks / CLK
 
 
@@ -38,7 +41,8 @@ def busy_cpu() -> float:
 
 
 def live_tree_cpu(roots: list[int], exclude: set[int] = frozenset()) -> float:
-    """CPU of the live descendants of `roots` (each with its own reaped children), not of the roots."""
+    """CPU of the live descendants of `roots` (each with its own reaped children), not of the
+    roots."""
     parent = _parents()
     total, frontier = 0.0, set(roots)
     while frontier:
@@ -52,7 +56,9 @@ def _parents() -> dict[int, int]:
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                parent[int(entry.name)] = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                parent[int(entry.name)] = int(
+                    Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                )
             except (OSError, ValueError, IndexError):
                 pass
     return parent
@@ -104,7 +110,9 @@ class TreeSampler(threading.Thread):
             self.stop.wait(self.period)
 
 
-def reap_adopted(exclude: set[int], timeout: float = 3.0, expect: int = 0) -> tuple[float, int, int]:
+def reap_adopted(
+    exclude: set[int], timeout: float = 3.0, expect: int = 0
+) -> tuple[float, int, int]:
     """wait4 the orphans we adopted (never the pids in `exclude`): (cpu s, max rss KiB, count)."""
     cpu, rss, count = 0.0, 0, 0
     deadline = time.monotonic() + timeout
@@ -125,15 +133,17 @@ def reap_adopted(exclude: set[int], timeout: float = 3.0, expect: int = 0) -> tu
 
 
 class CpuCgroups:
-    """CPU accounting by cgroup: the kernel charges every process in a cgroup, however short-lived, however
-    it was reparented (double-forked, reaped by init or by nobody yet). The per-process method (the listeners'
-    reaped children, /proc/PID/stat) missed most of the nodes' CPU: a re-measurement with cgroup v1 cpuacct
-    found 4.7-6.2 CPU-s of node CPU for fleetops at N = 32 where it had counted 1.82 s.
+    """CPU accounting by cgroup: the kernel charges every process in a cgroup, however short-lived,
+    however it was reparented (double-forked, reaped by init or by nobody yet). The per-process
+    method (the listeners' reaped children, /proc/PID/stat) missed most of the nodes' CPU: a
+    re-measurement with cgroup v1 cpuacct found 4.7-6.2 CPU-s of node CPU for fleetops at N = 32
+    where it had counted 1.82 s.
 
-    One cgroup per role (bench-nodes: the lab's sshd listeners, their sessions inherit it; bench-client: the
-    measured tool, started in it; bench-proxy: the delay proxy). cgroup v1 cpuacct (cpuacct.usage, ns) if
-    mounted, else cgroup v2 (cpu.stat usage_usec, present in every v2 cgroup). None where neither is writable
-    (not root, no cgroupfs): the bench then falls back to the per-process method and says so."""
+    One cgroup per role (bench-nodes: the lab's sshd listeners, their sessions inherit it;
+    bench-client: the measured tool, started in it; bench-proxy: the delay proxy). cgroup v1 cpuacct
+    (cpuacct.usage, ns) if mounted, else cgroup v2 (cpu.stat usage_usec, present in every v2
+    cgroup). None where neither is writable (not root, no cgroupfs): the bench then falls back to
+    the per-process method and says so."""
 
     ROLES = ("nodes", "client", "proxy")
 
@@ -143,7 +153,10 @@ class CpuCgroups:
 
     @property
     def method(self) -> str:
-        return f"cgroup v{self.version} ({'cpuacct.usage' if self.version == 1 else 'cpu.stat usage_usec'})"
+        return (
+            f"cgroup v{self.version} "
+            f"({'cpuacct.usage' if self.version == 1 else 'cpu.stat usage_usec'})"
+        )
 
     @classmethod
     def make(cls) -> CpuCgroups | None:
@@ -172,7 +185,9 @@ class CpuCgroups:
                 (root / "cgroup.procs").write_text(str(os.getpid()))
                 return cg
             except OSError as exc:
-                say(f"bench: cgroup v{version} at {root} not usable ({exc}); trying the next method")
+                say(
+                    f"bench: cgroup v{version} at {root} not usable ({exc}); trying the next method"
+                )
                 cg.remove()
         return None
 
@@ -196,8 +211,8 @@ class CpuCgroups:
             return set()
 
     def preexec(self, role: str):
-        """For Popen(preexec_fn=...): the child joins the cgroup before it execs (its descendants inherit).
-        The file is opened here, in the parent: the child only does one write(2)."""
+        """For Popen(preexec_fn=...): the child joins the cgroup before it execs (its descendants
+        inherit). The file is opened here, in the parent: the child only does one write(2)."""
         fd = os.open(self.dirs[role] / "cgroup.procs", os.O_WRONLY)
 
         def join() -> None:
@@ -207,8 +222,8 @@ class CpuCgroups:
         return join
 
     def settle(self, role: str, keep: set[int], timeout: float = 20.0) -> bool:
-        """Wait until only `keep` (the listeners) are left in the cgroup: the nodes' sessions finish after the
-        client exits (sshd tears a session down once its channel closed)."""
+        """Wait until only `keep` (the listeners) are left in the cgroup: the nodes' sessions finish
+        after the client exits (sshd tears a session down once its channel closed)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not (self.procs(role) - keep):
@@ -246,4 +261,3 @@ def spawn(cmd: list[str], role: str, **kw) -> subprocess.Popen:
     finally:
         if join:
             os.close(join.fd)
-

@@ -1,15 +1,17 @@
 """A userspace TCP delay proxy for the benchmark (this kernel has no netem), loopback only.
 
     python3 bench/delay_proxy.py --rtt-ms 50 UPSTREAM_PORT [UPSTREAM_PORT ...]
-    python3 bench/delay_proxy.py --rtt-ms 50 127.77.0.1:PORT 127.77.0.2:PORT ...   # the large lab's hosts
+    # the large lab's hosts:
+    python3 bench/delay_proxy.py --rtt-ms 50 127.77.0.1:PORT 127.77.0.2:PORT ...
 
-For each upstream port (an sshd on 127.0.0.1, or ADDRESS:PORT on another loopback address) it listens
-on a fresh 127.0.0.1 port, prints one JSON line
-{"listen": {"<upstream as given>": <proxy port>, ...}, "pid": ...} once every listener is up, then serves until
-SIGTERM/SIGINT. Each chunk read from either side is written to the other side RTT/2 after it was read
-(order kept per direction), so a request/answer turn costs one RTT. A new connection starts one RTT late
-(the TCP handshake): the proxy accepts at once, waits one RTT, then connects upstream; what the client sent
-meanwhile counts as sent when the handshake would have finished, and then takes its RTT/2 like any chunk.
+For each upstream port (an sshd on 127.0.0.1, or ADDRESS:PORT on another loopback address) it
+listens on a fresh 127.0.0.1 port, prints one JSON line {"listen": {"<upstream as given>": <proxy
+port>, ...}, "pid": ...} once every listener is up, then serves until SIGTERM/SIGINT. Each chunk
+read from either side is written to the other side RTT/2 after it was read (order kept per
+direction), so a request/answer turn costs one RTT. A new connection starts one RTT late (the TCP
+handshake): the proxy accepts at once, waits one RTT, then connects upstream; what the client sent
+meanwhile counts as sent when the handshake would have finished, and then takes its RTT/2 like any
+chunk.
 
 Only 127.0.0.0/8 is ever listened on or connected to: anything else is refused at start.
 """
@@ -39,10 +41,11 @@ class Proxy:
         self.rtt = rtt
         self.upstream = (loopback(upstream_host), upstream_port)
         self.connections = 0
-        # Every task of every connection, held until it is done: asyncio keeps only weak references to tasks,
-        # and the stream protocol drops its reference to a connection's task when the client resets it (Python
-        # 3.11), so a task still waiting out its delay was collected ("Task was destroyed but it is pending!",
-        # then "cannot reuse already awaited coroutine"), hundreds of times in an N = 128 run.
+        # Every task of every connection, held until it is done: asyncio keeps only weak references
+        # to tasks, and the stream protocol drops its reference to a connection's task when the
+        # client resets it (Python 3.11), so a task still waiting out its delay was collected ("Task
+        # was destroyed but it is pending!", then "cannot reuse already awaited coroutine"),
+        # hundreds of times in an N = 128 run.
         self.live: set[asyncio.Future] = set()
 
     def _hold(self, task: asyncio.Future) -> asyncio.Future:
@@ -57,27 +60,36 @@ class Proxy:
         established = loop.time() + self.rtt  # when the client's handshake would have completed
         to_server: asyncio.Queue = asyncio.Queue()
         to_client: asyncio.Queue = asyncio.Queue()
-        # Read from the client right away (the bytes sit "on the wire"), stamped no earlier than the handshake.
+        # Read from the client right away (the bytes sit "on the wire"), stamped no earlier than the
+        # handshake.
         tasks = [self._hold(asyncio.ensure_future(self._read(client_r, to_server, established)))]
         server_w = None
         try:
             if self.rtt:
                 await asyncio.sleep(max(0.0, established - loop.time()))
             server_r, server_w = await asyncio.open_connection(*self.upstream)
-            tasks += [self._hold(asyncio.ensure_future(work)) for work in (
-                self._read(server_r, to_client, 0.0), self._write(to_server, server_w),
-                self._write(to_client, client_w))]
+            tasks += [
+                self._hold(asyncio.ensure_future(work))
+                for work in (
+                    self._read(server_r, to_client, 0.0),
+                    self._write(to_server, server_w),
+                    self._write(to_client, client_w),
+                )
+            ]
             await asyncio.gather(*tasks)
         except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass  # a reset, or the proxy shutting down
         finally:
-            for task in tasks:  # whatever is still running of this connection (a no-op for the finished)
+            # whatever is still running of this connection (a no-op for the finished)
+            for task in tasks:
                 task.cancel()
             for w in (client_w, server_w):
                 if w is not None:
                     w.close()
 
-    async def _read(self, reader: asyncio.StreamReader, queue: asyncio.Queue, not_before: float) -> None:
+    async def _read(
+        self, reader: asyncio.StreamReader, queue: asyncio.Queue, not_before: float
+    ) -> None:
         loop = asyncio.get_running_loop()
         try:
             while True:
@@ -114,13 +126,16 @@ def upstream(spec: str, host: str) -> tuple[str, int]:
 
 
 def raise_open_files(needed: int) -> None:
-    """A thousand listeners and two sockets per connection: the soft open-file limit raised to fit, if it can."""
+    """A thousand listeners and two sockets per connection: the soft open-file limit raised to fit,
+    if it can."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (needed if hard == resource.RLIM_INFINITY else min(needed, hard),
-                                                    hard))
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE,
+            (needed if hard == resource.RLIM_INFINITY else min(needed, hard), hard),
+        )
 
 
 async def serve(rtt: float, ports: list[str], host: str) -> None:
@@ -145,7 +160,9 @@ async def serve(rtt: float, ports: list[str], host: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rtt-ms", type=float, required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("ports", nargs="+", help="upstream ports on --host, or ADDRESS:PORT (loopback)")

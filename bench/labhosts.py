@@ -1,5 +1,6 @@
-"""The bench's lab and the hosts every tool is pointed at: the throwaway project, the peers' own venv, the work
-spec the peers run, known_hosts, and each tool's inventory (fleetops hosts/bench.yaml, Ansible, pyinfra, Fabric).
+"""The bench's lab and the hosts every tool is pointed at: the throwaway project, the peers' own
+venv, the work spec the peers run, known_hosts, and each tool's inventory (fleetops
+hosts/bench.yaml, Ansible, pyinfra, Fabric).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def make_project(root: Path) -> Path:
     for name in ("fabfile.py", "fabric.yaml", "playbooks", "tests"):
         (root / name).symlink_to(SNAPSHOT / name)
     (root / "hosts").mkdir()
-    tiny = REPO / ".lab" / "tiny"  # the lab's tiny model (unused here); reuse the repo's if made already
+    # the lab's tiny model (unused here); reuse the repo's if made already
+    tiny = REPO / ".lab" / "tiny"
     if (tiny / "lab-data" / "prompts.jsonl").exists():
         shutil.copytree(tiny, root / ".lab" / "tiny")
     return root
@@ -85,7 +87,9 @@ def ensure_peers(need_peers: bool = True) -> Path:
     `need_peers` (no Ansible or pyinfra row asked for) only what is there already is used."""
     venv = WORK / "peers"
     pip = [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"]
-    if need_peers and (not (venv / "bin" / "ansible-playbook").exists() or not (venv / "bin" / "pyinfra").exists()):
+    if need_peers and (
+        not (venv / "bin" / "ansible-playbook").exists() or not (venv / "bin" / "pyinfra").exists()
+    ):
         say(f"bench: installing {', '.join(PEER_PACKAGES)} into {venv} (benchmark-only, own venv)")
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run(pip + [pin(p) for p in PEER_PACKAGES], check=True)
@@ -107,7 +111,12 @@ def write_spec(path: Path) -> dict:
     spec = {
         "diffs": [p.diff_path.name for p in book.patches],
         "greps": [
-            {"name": c["name"], "file": rel[c["module"]], "pattern": c["pattern"], "expect": c["expect"]}
+            {
+                "name": c["name"],
+                "file": rel[c["module"]],
+                "pattern": c["pattern"],
+                "expect": c["expect"],
+            }
             for c in book.checks
             if c["kind"] == "grep"
         ],
@@ -129,7 +138,8 @@ def write_known_hosts(env: Env, rtt: float, size: int | None = None) -> None:
 
 
 def write_inventories(env: Env, hosts: list[BenchHost], work: Path) -> dict:
-    """fleetops hosts/bench.yaml, Ansible inventory + playbook + cfg, pyinfra inventory, Fabric hosts.json."""
+    """fleetops hosts/bench.yaml, Ansible inventory + playbook + cfg, pyinfra inventory, Fabric
+    hosts.json."""
     from peer_work import commands, load_spec
 
     n = len(hosts)
@@ -155,7 +165,8 @@ def write_inventories(env: Env, hosts: list[BenchHost], work: Path) -> dict:
 
     work.mkdir(parents=True, exist_ok=True)
     common = (
-        f"-o UserKnownHostsFile={env.known_hosts} -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=10"
+        f"-o UserKnownHostsFile={env.known_hosts} -o StrictHostKeyChecking=yes -o BatchMode=yes "
+        "-o ConnectTimeout=10"
     )
     inventory = {
         "bench": {
@@ -184,7 +195,12 @@ def write_inventories(env: Env, hosts: list[BenchHost], work: Path) -> dict:
         for name, cmd in commands(spec, "{{ node_python }}", "{{ node_site }}", "{{ node_diffs }}")
     ]
     play = [
-        {"name": "bench: same checks as fleetops patch verify", "hosts": "bench", "gather_facts": False, "tasks": tasks}
+        {
+            "name": "bench: same checks as fleetops patch verify",
+            "hosts": "bench",
+            "gather_facts": False,
+            "tasks": tasks,
+        }
     ]
     (work / "ansible_playbook.yml").write_text(json.dumps(play, indent=1) + "\n")
     (work / "ansible.cfg").write_text(
@@ -238,4 +254,3 @@ def write_inventories(env: Env, hosts: list[BenchHost], work: Path) -> dict:
     ]
     (work / "fabric_hosts.json").write_text(json.dumps(fab_hosts, indent=1) + "\n")
     return {"work": work}
-

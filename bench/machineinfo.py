@@ -1,4 +1,5 @@
-"""The machine a bench run ran on, and what it measured (versions of every tool, the snapshot's git commit)."""
+"""The machine a bench run ran on, and what it measured (versions of every tool, the snapshot's git
+commit)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""One measured run of one tool: the command line, the quiet gate and the noisy re-runs, and what is read
-around it (wall time, peak RSS, client / node / proxy CPU, machine-wide busy CPU, and per host the SSH
-connections, execs, sftp sessions and bytes from the nodes' sshd logs); and the helpers that read a list of
-runs back (medians, per-host ranges, the rows of one scenario).
+"""One measured run of one tool: the command line, the quiet gate and the noisy re-runs, and what is
+read around it (wall time, peak RSS, client / node / proxy CPU, machine-wide busy CPU, and per host
+the SSH connections, execs, sftp sessions and bytes from the nodes' sshd logs); and the helpers that
+read a list of runs back (medians, per-host ranges, the rows of one scenario).
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ class Run:
 
     @property
     def others_cpu(self) -> float:
-        """Machine-wide busy CPU (/proc/stat) less client, nodes and proxy over the same span: the cross-check
-        (the kernel's loopback networking outside any process, this bench process, other users)."""
+        """Machine-wide busy CPU (/proc/stat) less client, nodes and proxy over the same span: the
+        cross-check (the kernel's loopback networking outside any process, this bench process, other
+        users)."""
         return self.busy_cpu - self.client_cpu - self.node_cpu - self.proxy_cpu
 
     @property
@@ -67,7 +68,8 @@ class Run:
 
     @property
     def foreign_cpu(self) -> float:
-        """CPU used on this machine during the run by anything but the tool, the nodes and the proxy."""
+        """CPU used on this machine during the run by anything but the tool, the nodes and the
+        proxy."""
         return max(0.0, self.busy_cpu - self.window_cpu)
 
 
@@ -84,11 +86,19 @@ class Runner:
         retries: int = 3,
     ) -> None:
         self.env, self.peers, self.logs, self.timeout = env, peers, logs, timeout
-        self.quiet_cores, self.noisy_cores, self.max_wait, self.retries = quiet_cores, noisy_cores, max_wait, retries
+        self.quiet_cores, self.noisy_cores, self.max_wait, self.retries = (
+            quiet_cores,
+            noisy_cores,
+            max_wait,
+            retries,
+        )
         self.waited = 0.0
         self.counter = 0
-        self.listeners_all = [node.pid() for node in env.nodes]  # every lab sshd (bench-nodes holds them all)
-        self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEETOPS_", "ANSIBLE_"))}
+        # every lab sshd (bench-nodes holds them all)
+        self.listeners_all = [node.pid() for node in env.nodes]
+        self.base_env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("FLEETOPS_", "ANSIBLE_"))
+        }
         self.base_env["PYTHONPATH"] = os.pathsep.join(
             [str(SNAPSHOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
         )
@@ -104,8 +114,8 @@ class Runner:
         )
 
     def quiet(self) -> float:
-        """Wait (up to max_wait s) until this machine is idle apart from us: others' test runs share its
-        cores. Returns the load (cores busy) seen last."""
+        """Wait (up to max_wait s) until this machine is idle apart from us: others' test runs share
+        its cores. Returns the load (cores busy) seen last."""
         deadline = time.monotonic() + self.max_wait
         while True:
             b0 = busy_cpu()
@@ -113,13 +123,17 @@ class Runner:
             load = (busy_cpu() - b0) / 0.5
             if load <= self.quiet_cores or time.monotonic() > deadline:
                 if load > self.quiet_cores:
-                    say(f"  (machine still busy: {load:.2f} cores after {self.max_wait:.0f} s; going on)")
+                    say(
+                        f"  (machine still busy: {load:.2f} cores "
+                        f"after {self.max_wait:.0f} s; going on)"
+                    )
                 return load
             self.waited += 0.5
 
     def measured(self, tool: str, hosts: list, rtt: float, work: Path, kind: str) -> list:
-        """One run after a quiet gate; repeated (up to `retries` times) while others' load during it was over
-        noisy_cores. Returns every attempt; the last is the one that counts, earlier ones are kind 'noisy'."""
+        """One run after a quiet gate; repeated (up to `retries` times) while others' load during it
+        was over noisy_cores. Returns every attempt; the last is the one that counts, earlier ones
+        are kind 'noisy'."""
         attempts = []
         for attempt in range(self.retries + 1):
             self.quiet()
@@ -191,7 +205,8 @@ class Runner:
         probe = kind == "probe"
         cmd, env, cwd = self.command(tool, n, work, traced=probe)
         control_dir = None
-        if tool == "ansible":  # a fresh ControlPath dir per run: every run starts cold, as the others do
+        # a fresh ControlPath dir per run: every run starts cold, as the others do
+        if tool == "ansible":
             control_dir = tempfile.mkdtemp(prefix="fob-cp-", dir="/tmp")
             env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = control_dir
         self.counter += 1
@@ -208,7 +223,13 @@ class Runner:
         with open(out_path, "wb") as out, open(out_path.with_suffix(".err"), "wb") as err:
             started = time.perf_counter()
             proc = spawn(
-                cmd, "client", cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                cmd,
+                "client",
+                cwd=cwd,
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
             sampler = None
@@ -217,7 +238,8 @@ class Runner:
                 sampler = TreeSampler(proc.pid, os.getpid(), exclude)
                 sampler.start()
             timer = threading.Timer(self.timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
-            timer.daemon = True  # an interrupted bench must not wait out a pending kill timer at exit
+            # an interrupted bench must not wait out a pending kill timer at exit
+            timer.daemon = True
             timer.start()
             try:
                 _, status, ru = os.wait4(proc.pid, 0)
@@ -239,7 +261,9 @@ class Runner:
             socks = [p for p in Path(control_dir).iterdir()]
             for sock in socks:
                 subprocess.run(
-                    ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "bench-master"], capture_output=True, timeout=10
+                    ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "bench-master"],
+                    capture_output=True,
+                    timeout=10,
                 )
             exclude = {self.env.proxy.pid} if self.env.proxy else set()
             cpu, rss, _ = reap_adopted(exclude, expect=len(socks))
@@ -249,23 +273,37 @@ class Runner:
         if sampler:
             sampler.stop.set()
             sampler.join()
-        # Let the sshd listeners reap their session processes: the node CPU of a session (an agent that exits
-        # when its client closes, the commands) reaches the listener only once the session is reaped, which on
-        # a loaded machine takes far longer than a fixed 0.15 s: a fixed wait undercounted it.
+        # Let the sshd listeners reap their session processes: the node CPU of a session (an agent
+        # that exits when its client closes, the commands) reaches the listener only once the
+        # session is reaped, which on a loaded machine takes far longer than a fixed 0.15 s: a fixed
+        # wait undercounted it.
         if cg:
-            # Every process of the lab is in bench-nodes (the sessions inherit the listeners' cgroup), so the
-            # nodes are done when only the listeners are left; the tool's stragglers are in bench-client.
-            settled = cg.settle("nodes", set(self.listeners_all)) & cg.settle("client", set(), timeout=5)
+            # Every process of the lab is in bench-nodes (the sessions inherit the listeners'
+            # cgroup), so the nodes are done when only the listeners are left; the tool's stragglers
+            # are in bench-client.
+            settled = cg.settle("nodes", set(self.listeners_all)) & cg.settle(
+                "client", set(), timeout=5
+            )
             used = {role: cg.usage(role) - cg0[role] for role in cg.ROLES}
             busy_all = busy_cpu() - busy0
             span = time.perf_counter() - started
             r = Run(
-                tool, n, rtt, kind, proc.returncode, wall, maxrss, used["client"], used["nodes"],
-                used["proxy"] if proxy_pid else 0.0, busy_all, log=str(out_path),
+                tool,
+                n,
+                rtt,
+                kind,
+                proc.returncode,
+                wall,
+                maxrss,
+                used["client"],
+                used["nodes"],
+                used["proxy"] if proxy_pid else 0.0,
+                busy_all,
+                log=str(out_path),
             )
             r.method, r.span, r.settled = cg.method, span, settled
-            # Others' load: what neither the tool, the nodes, the proxy nor this process (the probe's sampler,
-            # the settle polling) used.
+            # Others' load: what neither the tool, the nodes, the proxy nor this process (the
+            # probe's sampler, the settle polling) used.
             r.window_cpu = sum(used.values()) + (sum(os.times()[:2]) - own0)
         else:
             settle = time.monotonic() + 20
@@ -274,7 +312,17 @@ class Runner:
             node_cpu = sum(proc_cpu(p) for p in listeners) - node0
             proxy_cpu = (proc_cpu(proxy_pid, False) - proxy0) if proxy_pid else 0.0
             r = Run(
-                tool, n, rtt, kind, proc.returncode, wall, maxrss, client_cpu, node_cpu, proxy_cpu, busy,
+                tool,
+                n,
+                rtt,
+                kind,
+                proc.returncode,
+                wall,
+                maxrss,
+                client_cpu,
+                node_cpu,
+                proxy_cpu,
+                busy,
                 log=str(out_path),
             )
             r.window_cpu = tool_cpu + node_mid + proxy_mid
@@ -290,7 +338,11 @@ class Runner:
             r.transferred.append(len(moved))
             r.bytes.append(sum(int(a) + int(b) for a, b in moved))
         if sampler:
-            r.tree_rss_kb, r.tree_pss_kb, r.tree_procs = sampler.peak_rss, sampler.peak_pss, sampler.peak_procs
+            r.tree_rss_kb, r.tree_pss_kb, r.tree_procs = (
+                sampler.peak_rss,
+                sampler.peak_pss,
+                sampler.peak_procs,
+            )
         if probe and tool.startswith("fo_"):
             try:
                 r.trace = json.loads(out_path.read_text())
@@ -323,7 +375,9 @@ def cpu_methods(runs: list[Run]) -> str:
     """How these runs' CPU was measured, for the text (one method per bench run, in practice)."""
     methods = sorted({r.method for r in runs if r.kind in ("rep", "probe")}) or ["per-process"]
     return " and ".join(
-        m if m.startswith("cgroup") else "per process (the listeners' reaped children in /proc: an undercount)"
+        m
+        if m.startswith("cgroup")
+        else "per process (the listeners' reaped children in /proc: an undercount)"
         for m in methods
     )
 

@@ -1,11 +1,13 @@
-"""The hand-written Fabric peer: one ThreadingGroup, three `group.run(...)` calls (bench/peer_work.py).
+"""The hand-written Fabric peer: one ThreadingGroup, three `group.run(...)` calls
+(bench/peer_work.py).
 
     python3 bench/peer_fabric.py HOSTS.json SPEC.json [--show]
 
-HOSTS.json: [{"name", "address", "port", "user", "identity_file", "known_hosts", "python", "site", "diffs"}].
-Strict host keys as fleetops does them (known_hosts loaded, RejectPolicy). The per-host paths reach the
-commands through each connection's environment (Fabric inlines `export VAR=... &&`), so the three commands
-are the same string on every host, as a group.run wants. Exit 0 only if every command passed on every host.
+HOSTS.json: [{"name", "address", "port", "user", "identity_file", "known_hosts", "python", "site",
+"diffs"}]. Strict host keys as fleetops does them (known_hosts loaded, RejectPolicy). The per-host
+paths reach the commands through each connection's environment (Fabric inlines `export VAR=... &&`),
+so the three commands are the same string on every host, as a group.run wants. Exit 0 only if every
+command passed on every host.
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ def main() -> int:
     conns = []
     for h in hosts:
         config = Config(
-            overrides={"run": {"env": {"BENCH_PY": h["python"], "BENCH_SITE": h["site"], "BENCH_DIFFS": h["diffs"]}}}
+            overrides={
+                "run": {
+                    "env": {
+                        "BENCH_PY": h["python"],
+                        "BENCH_SITE": h["site"],
+                        "BENCH_DIFFS": h["diffs"],
+                    }
+                }
+            }
         )
         cxn = Connection(
             h["address"],
@@ -43,7 +53,11 @@ def main() -> int:
             port=h["port"],
             config=config,
             connect_timeout=10,
-            connect_kwargs={"key_filename": h["identity_file"], "look_for_keys": False, "allow_agent": False},
+            connect_kwargs={
+                "key_filename": h["identity_file"],
+                "look_for_keys": False,
+                "allow_agent": False,
+            },
         )
         cxn.client = strict_client(h["known_hosts"])
         conns.append(cxn)
@@ -54,11 +68,18 @@ def main() -> int:
             results = group.run(cmd, hide=True, warn=True)
             if "--show" in sys.argv:
                 for cxn, res in results.items():
-                    print(f"--- {cxn.host}:{cxn.port} {name} (exit {res.exited})\n{res.stdout}", end="")
+                    print(
+                        f"--- {cxn.host}:{cxn.port} {name} (exit {res.exited})\n{res.stdout}",
+                        end="",
+                    )
             for cxn, res in results.items():
                 if res.exited != 0:
                     failed += 1
-                    print(f"{cxn.host}:{cxn.port} {name}: exit {res.exited}\n{res.stdout}{res.stderr}", file=sys.stderr)
+                    print(
+                        f"{cxn.host}:{cxn.port} {name}: exit {res.exited}\n"
+                        f"{res.stdout}{res.stderr}",
+                        file=sys.stderr,
+                    )
     except GroupException as exc:
         for cxn, res in exc.result.items():
             print(f"{cxn.host}:{cxn.port}: {res!r}", file=sys.stderr)

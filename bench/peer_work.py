@@ -1,16 +1,18 @@
-"""The work every peer does on each host: the same checks as fleetops' steady-state `patch verify --kinds
-grep,compile`, as three shell commands (one source of truth for the Ansible, pyinfra and Fabric peers).
+"""The work every peer does on each host: the same checks as fleetops' steady-state `patch verify
+--kinds grep,compile`, as three shell commands (one source of truth for the Ansible, pyinfra and
+Fabric peers).
 
-Stdlib only: pyinfra imports it from its own venv. `spec` is the JSON that bench/run.py writes from the
-playbook (the diffs and the grep checks, with each file relative to site-packages).
+Stdlib only: pyinfra imports it from its own venv. `spec` is the JSON that bench/run.py writes from
+the playbook (the diffs and the grep checks, with each file relative to site-packages).
 
-    1. patch state: `patch --forward --dry-run` of each diff (already on the node under <state>/bench-diffs);
-       "Reversed (or previously applied) patch detected" means already applied.
+    1. patch state: `patch --forward --dry-run` of each diff (already on the node under
+       <state>/bench-diffs); "Reversed (or previously applied) patch detected" means already
+       applied.
     2. the grep checks, all in one shell command.
     3. `<venv python> -m py_compile` of both files.
 
-`py`, `site` and `diffs` are substituted as given: real paths (pyinfra), Jinja expressions (Ansible) or
-"$VAR" references (Fabric, whose per-host values come from the connection's environment).
+`py`, `site` and `diffs` are substituted as given: real paths (pyinfra), Jinja expressions (Ansible)
+or "$VAR" references (Fabric, whose per-host values come from the connection's environment).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def commands(spec: dict, py: str, site: str, diffs: str) -> list[tuple[str, str]
     patch_lines = []
     for diff in spec["diffs"]:
         patch_lines.append(
-            f"out=$(patch --forward --dry-run --batch -p1 -d {site} -i {diffs}/{shlex.quote(diff)} 2>&1); rc=$?; "
+            f"out=$(patch --forward --dry-run --batch -p1 -d {site} -i "
+            f"{diffs}/{shlex.quote(diff)} 2>&1); rc=$?; "
             f"if [ $rc -eq 0 ]; then echo {shlex.quote(diff)}': would apply'; "
             f"elif printf '%s' \"$out\" | grep -q {shlex.quote(APPLIED)}; "
             f"then echo {shlex.quote(diff)}': already applied'; "
@@ -59,5 +62,7 @@ def commands(spec: dict, py: str, site: str, diffs: str) -> list[tuple[str, str]
     compile_cmd = f"{py} -m py_compile {files} && echo compiled"
     out = [("patch-state", patch_cmd), ("grep-checks", grep_cmd), ("py-compile", compile_cmd)]
     for _, cmd in out:  # the Ansible peer puts these through Jinja
-        assert "{%" not in cmd and "{#" not in cmd and ("{{" not in cmd or "{{" in py + site + diffs), cmd
+        assert (
+            "{%" not in cmd and "{#" not in cmd and ("{{" not in cmd or "{{" in py + site + diffs)
+        ), cmd
     return out

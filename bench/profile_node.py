@@ -1,10 +1,10 @@
-"""The node side of fleetops' cost, on one lab node over one paramiko connection from this process: node CPU of
-one SSH connection, of an exec of `true`, of each agent call, the agent's imports as the node runs them, and
-locally the node python's start-up and the login shell's rc files.
+"""The node side of fleetops' cost, on one lab node over one paramiko connection from this process:
+node CPU of one SSH connection, of an exec of `true`, of each agent call, the agent's imports as the
+node runs them, and locally the node python's start-up and the login shell's rc files.
 
-Node CPU is the nodes' cgroup usage when bench/run.py measures by cgroup (it charges every session process
-however it ends); without it, the listener's process tree from /proc (undercounts what leaves the tree or is
-reaped after the reading).
+Node CPU is the nodes' cgroup usage when bench/run.py measures by cgroup (it charges every session
+process however it ends); without it, the listener's process tree from /proc (undercounts what
+leaves the tree or is reaped after the reading).
 """
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ class NodeProbe:
     """One lab node: its node CPU, a strict paramiko client to it, and one exec over a client."""
 
     def __init__(self, node, client_key: str, known_hosts: str, cgroups=None) -> None:
-        self.node, self.client_key, self.known_hosts, self.cgroups = node, client_key, known_hosts, cgroups
+        self.node, self.client_key, self.known_hosts, self.cgroups = (
+            node,
+            client_key,
+            known_hosts,
+            cgroups,
+        )
         self.pid = node.pid()
         self.clk = os.sysconf("SC_CLK_TCK")
 
@@ -38,7 +43,8 @@ class NodeProbe:
         return sum(int(x) for x in f[11:15]) / self.clk
 
     def node_cpu(self) -> float:
-        """The listener and everything under it, live (sessions on our open connection) or reaped."""
+        """The listener and everything under it, live (sessions on our open connection) or
+        reaped."""
         if self.cgroups:
             return self.cgroups.usage("nodes")
         parent = {}
@@ -57,8 +63,9 @@ class NodeProbe:
         return total
 
     def settle(self, before: set[int], fallback: float) -> None:
-        """Until the step's sshd session processes have ended (only those alive before it remain): a fixed
-        sleep read the node CPU before a loaded machine had finished tearing the session down."""
+        """Until the step's sshd session processes have ended (only those alive before it remain): a
+        fixed sleep read the node CPU before a loaded machine had finished tearing the session
+        down."""
         if self.cgroups:
             self.cgroups.settle("nodes", before, timeout=10)
         else:
@@ -124,8 +131,11 @@ def _agent_seconds(data: bytes) -> float | None:
         return None
 
 
-def _exec_cost(probe: NodeProbe, c, cmd: str, stdin: bytes, reps: int) -> tuple[float, float, float | None]:
-    """One exec, `reps` times on one connection: (median wall, mean node CPU, median agent-reported time)."""
+def _exec_cost(
+    probe: NodeProbe, c, cmd: str, stdin: bytes, reps: int
+) -> tuple[float, float, float | None]:
+    """One exec, `reps` times on one connection: (median wall, mean node CPU, median agent-reported
+    time)."""
     walls, cpus, inside = [], [], []
     for _ in range(reps):
         before = probe.procs()
@@ -137,12 +147,17 @@ def _exec_cost(probe: NodeProbe, c, cmd: str, stdin: bytes, reps: int) -> tuple[
         seconds = _agent_seconds(data) if stdin else None
         if seconds is not None:
             inside.append(seconds)
-    return statistics.median(walls), statistics.mean(cpus), statistics.median(inside) if inside else None
+    return (
+        statistics.median(walls),
+        statistics.mean(cpus),
+        statistics.median(inside) if inside else None,
+    )
 
 
 def _local_costs(python: str, reps: int) -> dict:
-    """The node python's own start-up, and the login shell's rc files, which sshd's `bash -c` runs for every
-    exec (bash sources ~/.bashrc when started by sshd): the same shell locally, with and without them."""
+    """The node python's own start-up, and the login shell's rc files, which sshd's `bash -c` runs
+    for every exec (bash sources ~/.bashrc when started by sshd): the same shell locally, with and
+    without them."""
     out: dict = {}
     t = time.perf_counter()
     for _ in range(reps):
@@ -159,8 +174,9 @@ def _local_costs(python: str, reps: int) -> dict:
 
 
 def node_costs(node, client_key: str, known_hosts: str, reps: int = 10, cgroups=None) -> dict:
-    """Node CPU of one connection, one exec of `true`, and each agent call; all over paramiko from this
-    process. `cgroups`: bench/cpuacct.py's CpuCgroups (the node's listener in its bench-nodes), or None."""
+    """Node CPU of one connection, one exec of `true`, and each agent call; all over paramiko from
+    this process. `cgroups`: bench/cpuacct.py's CpuCgroups (the node's listener in its bench-nodes),
+    or None."""
     from fleetops.plans.playbook import load_playbook
     from fleetops.wire.bundle import BOOTSTRAP, PYTHON_FLAGS, agent_bundle
     from remote_scripts.core.protocol import PROTOCOL
@@ -170,9 +186,17 @@ def node_costs(node, client_key: str, known_hosts: str, reps: int = 10, cgroups=
     book = load_playbook(src_root() / "playbooks" / "speculators-0.3.0-vllm-0.16.yaml")
     bundle = agent_bundle()
     # As fleetops runs it: through the verifying bootstrap (the zip refuses to run by its path).
-    words = ["-c", BOOTSTRAP, str(node.state_dir), f"{node.state_dir}/bin/{bundle.filename}", bundle.sha256]
+    words = [
+        "-c",
+        BOOTSTRAP,
+        str(node.state_dir),
+        f"{node.state_dir}/bin/{bundle.filename}",
+        bundle.sha256,
+    ]
     agent = shlex.join([str(node.python), *PYTHON_FLAGS, *words])
-    agent_importtime = shlex.join([str(node.python), *PYTHON_FLAGS, "-X", "importtime", *words]) + " 2>&1"
+    agent_importtime = (
+        shlex.join([str(node.python), *PYTHON_FLAGS, "-X", "importtime", *words]) + " 2>&1"
+    )
     base = {"protocol": PROTOCOL, "state_dir": str(node.state_dir), "operator": "bench@profile"}
     patch = {**base, "op": "patch", **book.patch_request(False)}
     verify = {**base, "op": "verify", **book.verify_request({"grep", "compile"})}
@@ -186,7 +210,8 @@ def node_costs(node, client_key: str, known_hosts: str, reps: int = 10, cgroups=
     try:
         for label, cmd, stdin in cases:
             out[label] = _exec_cost(probe, c, cmd, stdin, reps)
-        # The agent's imports as the node runs them (over SSH: the node's environment, its bytecode cache).
+        # The agent's imports as the node runs them (over SSH: the node's environment, its bytecode
+        # cache).
         for op, req in (("ping", {**base, "op": "ping"}), ("verify", verify)):
             _, data = probe.run(c, agent_importtime, json.dumps(req).encode())
             text = data.decode(errors="replace")

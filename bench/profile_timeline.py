@@ -1,7 +1,7 @@
-"""The timeline of one `fab` run, taken inside its process: fleetops.wire.ssh.NodeConnection's connect, agent
-session and answers, and the executor, wrapped from outside (nothing in fleetops is changed); how often the
-agent zip is built and known_hosts parsed. `timeline()` runs bench/profile_fleetops.py --timeline and reads
-the phases back.
+"""The timeline of one `fab` run, taken inside its process: fleetops.wire.ssh.NodeConnection's
+connect, agent session and answers, and the executor, wrapped from outside (nothing in fleetops is
+changed); how often the agent zip is built and known_hosts parsed. `timeline()` runs
+bench/profile_fleetops.py --timeline and reads the phases back.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from pathlib import Path
 from benchpaths import PATCH_VERIFY
 from profile_tools import timed_run
 
-T0 = time.perf_counter()  # the wrapper's events are seconds from here (the script's start, give or take its imports)
+# the wrapper's events are seconds from here (the script's start, give or take its imports)
+T0 = time.perf_counter()
 
 
 def wrap_timeline(out: str, argv: list[str]) -> int:
-    """Run `fab ARGV` in this process with NodeConnection and the executor wrapped; the events go to `out`."""
+    """Run `fab ARGV` in this process with NodeConnection and the executor wrapped; the events go to
+    `out`."""
     from fleetops import startup
 
     startup.hold()  # as the installed fab does (fleetops/entry.py), before Fabric is imported
@@ -30,12 +32,19 @@ def wrap_timeline(out: str, argv: list[str]) -> int:
 
     def ev(kind: str, host: str = "", **kw) -> None:
         events.append(
-            {"t": time.perf_counter() - T0, "kind": kind, "host": host, "thread": threading.current_thread().name, **kw}
+            {
+                "t": time.perf_counter() - T0,
+                "kind": kind,
+                "host": host,
+                "thread": threading.current_thread().name,
+                **kw,
+            }
         )
 
     from fleetops import entry
 
-    program = entry.import_program().program  # the installed fleet's program, imported as fleet imports it
+    # the installed fleet's program, imported as fleet imports it
+    program = entry.import_program().program
     import paramiko.hostkeys as hostkeys
 
     import fleetops.fab.executor as fabexec
@@ -52,7 +61,8 @@ def wrap_timeline(out: str, argv: list[str]) -> int:
     orig_execute = fabexec.FleetExecutor.execute
     build, load = bundle._agent_bundle.__wrapped__, hostkeys.HostKeys.load
 
-    def counted_build():  # the same lru_cache(maxsize=1) as fleetops', counting how often it really builds
+    # the same lru_cache(maxsize=1) as fleetops', counting how often it really builds
+    def counted_build():
         t = time.thread_time()
         try:
             return build()
@@ -68,7 +78,8 @@ def wrap_timeline(out: str, argv: list[str]) -> int:
             counters["hostkeys_loads"] += 1
             counters["hostkeys_cpu"] += time.thread_time() - t
 
-    bundle._agent_bundle = functools.lru_cache(maxsize=1)(counted_build)  # agent_bundle() calls it under its lock
+    # agent_bundle() calls it under its lock
+    bundle._agent_bundle = functools.lru_cache(maxsize=1)(counted_build)
     hostkeys.HostKeys.load = counted_load
 
     def open_(self):
@@ -129,11 +140,13 @@ def timeline_stats(events: list[dict], wall: float) -> dict:
         if e["kind"] == "connect_start":
             starts[(key, e["kind"])] = e["t"]
         elif e["kind"] == "exec_start":
-            starts[(e["host"], e["kind"])] = e["t"]  # answers may be read on another thread than the start
+            # answers may be read on another thread than the start
+            starts[(e["host"], e["kind"])] = e["t"]
         elif e["kind"] == "connect_end":
             connects.append(e["t"] - starts.pop((key, "connect_start"), e["t"]))
         elif e["kind"] == "exec_end" and (e["host"], "exec_start") in starts:
-            exec_ends[e["host"]] = e["t"] - starts[(e["host"], "exec_start")]  # the last answer ends it
+            # the last answer ends it
+            exec_ends[e["host"]] = e["t"] - starts[(e["host"], "exec_start")]
     execs = list(exec_ends.values())
     node = {}
     for e in by("call_done"):

@@ -1,4 +1,5 @@
-"""What the profile's parts share: where the measured fleetops lives, a timed subprocess, `-X importtime`."""
+"""What the profile's parts share: where the measured fleetops lives, a timed subprocess, `-X
+importtime`."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def importtime(text: str) -> tuple[float, dict[str, float]]:
 
 
 def module_times(text: str, pattern: str) -> dict[str, float]:
-    """Self time (s) of each module whose name matches `pattern` (a regex) in -X importtime output."""
+    """Self time (s) of each module whose name matches `pattern` (a regex) in -X importtime
+    output."""
     mods = {}
     for line in text.splitlines():
         m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|(\s*)(" + pattern + ")", line)
@@ -58,4 +60,7 @@ def module_times(text: str, pattern: str) -> dict[str, float]:
 
 def fmt_pkgs(per: dict[str, float], total: float, k: int = 8) -> str:
     top = sorted(per.items(), key=lambda kv: -kv[1])[:k]
-    return ", ".join(f"{name} {sec * 1e3:.0f} ms" for name, sec in top) + f" (all imports {total * 1e3:.0f} ms)"
+    return (
+        ", ".join(f"{name} {sec * 1e3:.0f} ms" for name, sec in top)
+        + f" (all imports {total * 1e3:.0f} ms)"
+    )

@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""The scale section: fleetops driving 256 and 1,000 hosts from one process, pyinfra and the Fabric script
-beside it at 256, every host behind the delay proxy.
+"""The scale section: fleetops driving 256 and 1,000 hosts from one process, pyinfra and the Fabric
+script beside it at 256, every host behind the delay proxy.
 
     .venv/bin/python bench/scale.py [--sizes 256,1000] [--rtt-ms 50] [--peers-at 256] [--ulimit 256]
     .venv/bin/python bench/run.py --scale ...          # the same, from the bench's entry point
 
-The hosts are the large lab's (fleetops/lab/scale.py: one venv and state dir per host on its own loopback
-address, sshd processes shared), patched once directly (steady state), then reached only through
-bench/delay_proxy.py (one listener per host). Each fleetops row runs `fleet` with the open-file limit
-lowered to --ulimit (soft and hard, as `ulimit -n 256` does: a Mac's default) and COLUMNS=80; the peers run
-with the machine's limit (pyinfra's --parallel N needs a socket per host at once), stated in the table.
+The hosts are the large lab's (fleetops/lab/scale.py: one venv and state dir per host on its own
+loopback address, sshd processes shared), patched once directly (steady state), then reached only
+through bench/delay_proxy.py (one listener per host). Each fleetops row runs `fleet` with the
+open-file limit lowered to --ulimit (soft and hard, as `ulimit -n 256` does: a Mac's default) and
+COLUMNS=80; the peers run with the machine's limit (pyinfra's --parallel N needs a socket per host
+at once), stated in the table.
 
-Per run: wall, client CPU (the tool's process and everything it reaped: os.wait4), peak RSS (ru_maxrss), and
-the peak open files and threads of the tool's process tree (sampled from /proc every 20 ms), hosts that
-answered (fleetops' closing summary line; a peer's exit status), and for fleetops the rows its printed report
-takes on an 80-column screen. One run per row: the machine is shared, the figures are noisy (said so).
+Per run: wall, client CPU (the tool's process and everything it reaped: os.wait4), peak RSS
+(ru_maxrss), and the peak open files and threads of the tool's process tree (sampled from /proc
+every 20 ms), hosts that answered (fleetops' closing summary line; a peer's exit status), and for
+fleetops the rows its printed report takes on an 80-column screen. One run per row: the machine is
+shared, the figures are noisy (said so).
 """
 
 from __future__ import annotations
@@ -37,8 +39,12 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 
 from benchpaths import FAB, SNAPSHOT, WORK, need_project_venv, say, take_snapshot
 
-COMMANDS = [("ping", ["ping"]), ("run true", ["run", "true"]), ("patch --check", ["patch", "--check"]),
-            ("verify --kinds grep", ["verify", "--kinds", "grep"])]
+COMMANDS = [
+    ("ping", ["ping"]),
+    ("run true", ["run", "true"]),
+    ("patch --check", ["patch", "--check"]),
+    ("verify --kinds grep", ["verify", "--kinds", "grep"]),
+]
 SUMMARY = re.compile(r"^(\d+) hosts: (\d+) ok, (\d+) changed, (\d+) failed, (\d+) unreachable")
 
 
@@ -89,8 +95,17 @@ def sample(pid: int) -> tuple[int, int]:
     return fds, threads
 
 
-def measure(tool: str, what: str, n: int, argv: list[str], cwd: Path, env: dict, log: Path,
-            nofile: int | None, timeout: float) -> Row:
+def measure(
+    tool: str,
+    what: str,
+    n: int,
+    argv: list[str],
+    cwd: Path,
+    env: dict,
+    log: Path,
+    nofile: int | None,
+    timeout: float,
+) -> Row:
     def limit() -> None:
         if nofile:
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
@@ -98,7 +113,9 @@ def measure(tool: str, what: str, n: int, argv: list[str], cwd: Path, env: dict,
     peak = [0, 0]
     t0 = time.perf_counter()
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit)
+        proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit
+        )
         done = threading.Event()
 
         def watch() -> None:
@@ -125,13 +142,34 @@ def measure(tool: str, what: str, n: int, argv: list[str], cwd: Path, env: dict,
     rc = os.waitstatus_to_exitcode(status)
     answered = int(m.group(2)) + int(m.group(3)) + int(m.group(4)) if m else (n if rc == 0 else 0)
     rows = sum(max(1, -(-len(x) // 80)) for x in text.splitlines()) if tool == "fleetops" else 0
-    return Row(tool, what, n, rc, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, peak[0], peak[1],
-               answered, rows, str(nofile) if nofile else "machine's")
+    return Row(
+        tool,
+        what,
+        n,
+        rc,
+        wall,
+        usage.ru_utime + usage.ru_stime,
+        usage.ru_maxrss / 1024,
+        peak[0],
+        peak[1],
+        answered,
+        rows,
+        str(nofile) if nofile else "machine's",
+    )
 
 
 def start_proxy(rtt_ms: float, specs: list[str]) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("delay_proxy.py")), "--rtt-ms",
-                             str(rtt_ms), *specs], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("delay_proxy.py")),
+            "--rtt-ms",
+            str(rtt_ms),
+            *specs,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline() if proc.stdout else ""
     if not line:
         raise SystemExit("bench/scale.py: the delay proxy did not start")
@@ -139,28 +177,39 @@ def start_proxy(rtt_ms: float, specs: list[str]) -> tuple[subprocess.Popen, dict
 
 
 def render(rows: list[Row], rtt_ms: float, setup: dict) -> str:
-    out = [f"### Scale: {', '.join(str(n) for n in sorted({r.n for r in rows}))} hosts from one process "
-           f"(RTT {rtt_ms:g} ms, delay proxy)", "",
-           f"Large lab up in {setup['up_s']:.1f} s ({setup['hosts']} hosts, {setup['sshds']} sshd processes); "
-           f"one run per row on a shared 2-core machine (others' tests ran meanwhile: noisy).", "",
-           *floor_lines(setup.get("floor")),
-           "| tool | command | N | open-file limit | hosts answered | wall s | client CPU s | CPU ms/host "
-           "| peak RSS MB | peak open files | peak threads | report rows at 80 col |",
-           "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        f"### Scale: {', '.join(str(n) for n in sorted({r.n for r in rows}))} hosts from one "
+        f"process (RTT {rtt_ms:g} ms, delay proxy)",
+        "",
+        f"Large lab up in {setup['up_s']:.1f} s ({setup['hosts']} hosts, {setup['sshds']} sshd "
+        "processes); one run per row on a shared 2-core "
+        "machine (others' tests ran meanwhile: noisy).",
+        "",
+        *floor_lines(setup.get("floor")),
+        "| tool | command | N | open-file limit | hosts answered | wall s | client CPU s | CPU "
+        "ms/host | peak RSS MB | peak open files | peak threads | report rows at 80 col |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        out.append(f"| {r.tool} | `{r.what}` | {r.n} | {r.limit} | {r.answered}/{r.n} | {r.wall:.1f} | {r.cpu:.2f} | "
-                   f"{r.ms_per_host:.1f} | {r.rss_mb:.0f} | {r.fds} | {r.threads} | "
-                   f"{r.screen_rows if r.tool == 'fleetops' else '-'} |")
+        out.append(
+            f"| {r.tool} | `{r.what}` | {r.n} | {r.limit} | {r.answered}/{r.n} | {r.wall:.1f} | "
+            f"{r.cpu:.2f} | {r.ms_per_host:.1f} | {r.rss_mb:.0f} | {r.fds} | {r.threads} | "
+            f"{r.screen_rows if r.tool == 'fleetops' else '-'} |"
+        )
     return "\n".join(out) + "\n"
 
 
 def floor_lines(floor: dict | None) -> list[str]:
     if not floor:
         return []
-    return [f"Per-host client CPU floor (bench/scale_floor.py, one host after another, no proxy): reading the "
-            f"inventory {floor['inventory_ms_per_host']} ms/host ({floor['hosts_in_inventory']} hosts); one SSH "
-            f"connection through fleetops' wire running `true` {floor['ssh_exec_ms_per_host']} ms/host "
-            f"({floor['hosts_connected']} hosts).", ""]
+    return [
+        "Per-host client CPU floor (bench/scale_floor.py, one host after another, no proxy): "
+        f"reading the inventory {floor['inventory_ms_per_host']} ms/host "
+        f"({floor['hosts_in_inventory']} hosts); one SSH connection through fleetops' wire "
+        f"running `true` {floor['ssh_exec_ms_per_host']} "
+        f"ms/host ({floor['hosts_connected']} hosts).",
+        "",
+    ]
 
 
 def bench_hosts(lab_hosts: list, mapping: dict) -> list:
@@ -169,14 +218,34 @@ def bench_hosts(lab_hosts: list, mapping: dict) -> list:
     out = []
     for h in lab_hosts:
         site = next((h.venv / "lib").glob("python3*/site-packages"))
-        # Named as the lab names them: a host's paths hold its lab name, and folding masks a host's own name
-        out.append(BenchHost(h.name, h.name, h.port, mapping[f"{h.address}:{h.port}"], str(h.python),
-                             str(site), str(h.state_dir), f"{h.state_dir}/bench-diffs", Path("/dev/null"), 0))
+        # Named as the lab names them: a host's paths hold its lab name, and folding masks a host's
+        # own name
+        out.append(
+            BenchHost(
+                h.name,
+                h.name,
+                h.port,
+                mapping[f"{h.address}:{h.port}"],
+                str(h.python),
+                str(site),
+                str(h.state_dir),
+                f"{h.state_dir}/bench-diffs",
+                Path("/dev/null"),
+                0,
+            )
+        )
     return out
 
 
-def run_scale(sizes: list[int], rtt_ms: float, peers_at: int, nofile: int, timeout: float, out: Path,
-              tools: tuple[str, ...] = ("fleetops", "pyinfra", "fabric", "floor")) -> str:
+def run_scale(
+    sizes: list[int],
+    rtt_ms: float,
+    peers_at: int,
+    nofile: int,
+    timeout: float,
+    out: Path,
+    tools: tuple[str, ...] = ("fleetops", "pyinfra", "fabric", "floor"),
+) -> str:
     from labhosts import Env, ensure_peers, make_project, write_inventories, write_spec
 
     from fleetops.lab.scale import ScaleLab
@@ -193,20 +262,45 @@ def run_scale(sizes: list[int], rtt_ms: float, peers_at: int, nofile: int, timeo
     logs.mkdir(parents=True, exist_ok=True)
     try:
         say(f"bench: patching {len(lab_hosts)} hosts once, directly (steady state)")
-        subprocess.run([FAB, "-H", "@scale", "patch"], cwd=project, env=env, stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            [FAB, "-H", "@scale", "patch"],
+            cwd=project,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            check=True,
+        )
         book = SNAPSHOT / "playbooks" / "speculators-0.3.0-vllm-0.16"
         for h in lab_hosts:  # the peers' diffs, already on the node (no tool pays an upload)
-            shutil.copytree(book, h.state_dir / "bench-diffs", ignore=shutil.ignore_patterns("*.py"))
-        say("bench: the per-host floor (inventory, one SSH connection + exec), one host after another, directly")
-        floor = subprocess.run([sys.executable, str(Path(__file__).with_name("scale_floor.py")), str(project),
-                                str(min(200, len(lab_hosts)))], env=env, capture_output=True, text=True, check=True)
+            shutil.copytree(
+                book, h.state_dir / "bench-diffs", ignore=shutil.ignore_patterns("*.py")
+            )
+        say(
+            "bench: the per-host floor (inventory, one SSH connection + exec), one host "
+            "after another, directly"
+        )
+        floor = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("scale_floor.py")),
+                str(project),
+                str(min(200, len(lab_hosts))),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         setup["floor"] = json.loads(floor.stdout.strip().splitlines()[-1])
         lab.hosts_file.unlink()
         proxy, mapping = start_proxy(rtt_ms, [f"{h.address}:{h.port}" for h in lab_hosts])
         known = project / ".lab-scale" / "known_hosts.proxy"
         key = lab.host_key.with_suffix(".pub").read_text().split()[:2]
-        known.write_text("".join(f"[127.0.0.1]:{mapping[f'{h.address}:{h.port}']} {key[0]} {key[1]}\n"
-                                 for h in lab_hosts))
+        known.write_text(
+            "".join(
+                f"[127.0.0.1]:{mapping[f'{h.address}:{h.port}']} {key[0]} {key[1]}\n"
+                for h in lab_hosts
+            )
+        )
         spec_file = WORK / "scale-spec.json"
         write_spec(spec_file)
         bench = Env(project, None, str(lab.client_key), known, spec_file)  # type: ignore[arg-type]
@@ -221,8 +315,19 @@ def run_scale(sizes: list[int], rtt_ms: float, peers_at: int, nofile: int, timeo
             names = f"{lab.name}[0001-{n:04d}]"
             for what, words in COMMANDS:
                 say(f"bench: fleetops {what} at N = {n}")
-                rows.append(measure("fleetops", what, n, [FAB, "-H", names, *words], project, env,
-                                    logs / f"fleetops-{what.split()[0]}-{n}.log", nofile, timeout))
+                rows.append(
+                    measure(
+                        "fleetops",
+                        what,
+                        n,
+                        [FAB, "-H", names, *words],
+                        project,
+                        env,
+                        logs / f"fleetops-{what.split()[0]}-{n}.log",
+                        nofile,
+                        timeout,
+                    )
+                )
         if peers_at in sizes:  # last: their inventories name only the first peers_at hosts
             rows += peers(peers_at, hosts, bench, work, env, logs, timeout, tools, ensure_peers)
         text = render(rows, rtt_ms, setup)
@@ -235,8 +340,17 @@ def run_scale(sizes: list[int], rtt_ms: float, peers_at: int, nofile: int, timeo
         lab.down()
 
 
-def peers(n: int, hosts: list, bench: object, work: Path, env: dict, logs: Path, timeout: float,
-          tools: tuple[str, ...], ensure_peers) -> list[Row]:
+def peers(
+    n: int,
+    hosts: list,
+    bench: object,
+    work: Path,
+    env: dict,
+    logs: Path,
+    timeout: float,
+    tools: tuple[str, ...],
+    ensure_peers,
+) -> list[Row]:
     from labhosts import write_inventories
 
     write_inventories(bench, hosts[:n], work)  # type: ignore[arg-type]
@@ -246,36 +360,89 @@ def peers(n: int, hosts: list, bench: object, work: Path, env: dict, logs: Path,
     spec = str(bench.spec_file)  # type: ignore[attr-defined]
     if "pyinfra" in tools:
         say(f"bench: pyinfra at N = {n}")
-        rows.append(measure("pyinfra", "deploy: 3 server.shell", n,
-                            [str(venv / "bin" / "pyinfra"), "--parallel", str(n), "-y",
-                             str(work / "pyinfra_inventory.py"), str(here / "peer_pyinfra_deploy.py")],
-                            work, {**env, "BENCH_SPEC": spec}, logs / f"pyinfra-{n}.log", None, timeout))
+        rows.append(
+            measure(
+                "pyinfra",
+                "deploy: 3 server.shell",
+                n,
+                [
+                    str(venv / "bin" / "pyinfra"),
+                    "--parallel",
+                    str(n),
+                    "-y",
+                    str(work / "pyinfra_inventory.py"),
+                    str(here / "peer_pyinfra_deploy.py"),
+                ],
+                work,
+                {**env, "BENCH_SPEC": spec},
+                logs / f"pyinfra-{n}.log",
+                None,
+                timeout,
+            )
+        )
     if "fabric" in tools:
         say(f"bench: Fabric script at N = {n}")
-        rows.append(measure("Fabric script", "ThreadingGroup: 3 group.run", n,
-                            [sys.executable, str(Path(__file__).with_name("peer_fabric.py")),
-                             str(work / "fabric_hosts.json"), spec], work, env, logs / f"fabric-{n}.log", None,
-                            timeout))
+        rows.append(
+            measure(
+                "Fabric script",
+                "ThreadingGroup: 3 group.run",
+                n,
+                [
+                    sys.executable,
+                    str(Path(__file__).with_name("peer_fabric.py")),
+                    str(work / "fabric_hosts.json"),
+                    spec,
+                ],
+                work,
+                env,
+                logs / f"fabric-{n}.log",
+                None,
+                timeout,
+            )
+        )
     if "floor" in tools:  # not a peer: the least a paramiko client pays per host (bench/floor.py)
         say(f"bench: the paramiko floor at N = {n}")
-        rows.append(measure("floor.py (stock paramiko)", "connect + 1 exec, a thread per host", n,
-                            [sys.executable, str(here / "floor.py"), str(work / "fabric_hosts.json")],
-                            work, env, logs / f"floor-{n}.log", None, timeout))
+        rows.append(
+            measure(
+                "floor.py (stock paramiko)",
+                "connect + 1 exec, a thread per host",
+                n,
+                [sys.executable, str(here / "floor.py"), str(work / "fabric_hosts.json")],
+                work,
+                env,
+                logs / f"floor-{n}.log",
+                None,
+                timeout,
+            )
+        )
     return rows
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="256,1000")
     ap.add_argument("--rtt-ms", type=float, default=50)
-    ap.add_argument("--peers-at", type=int, default=256, help="the fleet size the peers run at (0: none)")
-    ap.add_argument("--ulimit", type=int, default=256, help="fleetops' open-file limit (0: the machine's)")
+    ap.add_argument(
+        "--peers-at", type=int, default=256, help="the fleet size the peers run at (0: none)"
+    )
+    ap.add_argument(
+        "--ulimit", type=int, default=256, help="fleetops' open-file limit (0: the machine's)"
+    )
     ap.add_argument("--tools", default="fleetops,pyinfra,fabric,floor")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", default=str(WORK / "scale.md"))
     args = ap.parse_args(argv)
-    text = run_scale([int(x) for x in args.sizes.split(",")], args.rtt_ms, args.peers_at, args.ulimit,
-                     args.timeout, Path(args.out), tuple(args.tools.split(",")))
+    text = run_scale(
+        [int(x) for x in args.sizes.split(",")],
+        args.rtt_ms,
+        args.peers_at,
+        args.ulimit,
+        args.timeout,
+        Path(args.out),
+        tuple(args.tools.split(",")),
+    )
     print(text)
 
 

@@ -1,13 +1,15 @@
-"""The per-host client CPU floor under fleetops at scale: what a run pays per host before any task's work, one
-host after another in one thread (no fan-out, no contention), against the large lab's hosts directly.
+"""The per-host client CPU floor under fleetops at scale: what a run pays per host before any task's
+work, one host after another in one thread (no fan-out, no contention), against the large lab's
+hosts directly.
 
     .venv/bin/python bench/scale_floor.py PROJECT [N]
 
 PROJECT holds hosts/*.yaml naming N or more hosts. Printed, per host, in ms of this process's CPU
-(time.process_time): reading the inventory (YAML to Host), and one SSH connection through fleetops' own wire
-(wire/node.py: tuned paramiko transport, the login key loaded once, strict known_hosts) that runs `true` and
-closes: connect, key exchange, host-key check, login, one session channel. What a `ping` costs per host beyond
-these two is fleetops' own: the agent's request and answer, the result, the report, the audit line.
+(time.process_time): reading the inventory (YAML to Host), and one SSH connection through fleetops'
+own wire (wire/node.py: tuned paramiko transport, the login key loaded once, strict known_hosts)
+that runs `true` and closes: connect, key exchange, host-key check, login, one session channel. What
+a `ping` costs per host beyond these two is fleetops' own: the agent's request and answer, the
+result, the report, the audit line.
 """
 
 from __future__ import annotations
@@ -43,8 +45,16 @@ def main() -> None:
         if result.exit_code != 0:
             raise SystemExit(f"{host.name}: `true` exited {result.exit_code}")
     ssh_ms = (time.process_time() - c0) * 1000 / len(hosts)
-    print(json.dumps({"hosts_in_inventory": len(inventory.hosts), "inventory_ms_per_host": round(inv_ms, 2),
-                      "hosts_connected": len(hosts), "ssh_exec_ms_per_host": round(ssh_ms, 2)}))
+    print(
+        json.dumps(
+            {
+                "hosts_in_inventory": len(inventory.hosts),
+                "inventory_ms_per_host": round(inv_ms, 2),
+                "hosts_connected": len(hosts),
+                "ssh_exec_ms_per_host": round(ssh_ms, 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

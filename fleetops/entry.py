@@ -1,9 +1,12 @@
 """The installed `fleet` script (pyproject.toml [project.scripts]): the program of cli.py, with the
-garbage collector held off while it starts (startup.py says why). A separate module because the hold must
-come before cli.py imports Fabric, and importing cli.py (tests, `python -m fleetops.cli`) must not hold it."""
+garbage collector held off while it starts (startup.py says why). A separate module because the hold
+must come before cli.py imports Fabric, and importing cli.py (tests, `python -m fleetops.cli`) must
+not hold it."""
 
 from __future__ import annotations
 
+import os
+import sys
 from types import ModuleType
 
 from . import startup
@@ -17,6 +20,10 @@ def import_program() -> ModuleType:
 
 
 def main() -> None:
-    startup.guard_interrupts()  # before anything else is imported: Ctrl-C there is one line and exit 130
+    # before anything else is imported: Ctrl-C there is one line and exit 130
+    startup.guard_interrupts()
+    # answered without importing Invoke (startup.py says why)
+    if startup.asks_only_version(sys.argv[1:]):
+        os._exit(startup.print_versions())
     startup.hold()
     import_program().main()

@@ -1,7 +1,8 @@
 """Who runs fleetops: "user@machine", written into every agent request and every audit line.
 
-The user is the login of the process's real uid in the password database, never $USER or $LOGNAME: those are
-whatever the environment says (sudo keeps them, a script can set them), and an audit line must name who ran."""
+The user is the login of the process's real uid in the password database, never $USER or $LOGNAME:
+those are whatever the environment says (sudo keeps them, a script can set them), and an audit line
+must name who ran."""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
 """The one way a run is made and carried out, for `fab`, `fleet` (fab/executor.py) and the library
 (api.py) alike:
 
-    run = assemble(RunState(root, settings), ["@lab"], [("patch", {}), ("verify", {})])  # connects nothing
-    code = execute(run, forks=32, serial=0)                                                # walks the fleet
+    # connects nothing:
+    run = assemble(RunState(root, settings), ["@lab"], [("patch", {}), ("verify", {})])
+    # walks the fleet:
+    code = execute(run, forks=32, serial=0)
 
-assemble() checks the hosts and builds each task's plan exactly once, before any connection; execute() runs
-every host's chain (rollout.py), each step a direct call of tasks.registry.run_task.
+assemble() checks the hosts and builds each task's plan exactly once, before any connection;
+execute() runs every host's chain (rollout.py), each step a direct call of tasks.registry.run_task.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from .wire.connector import COUNTERS
 
 __all__ = ["Run", "UsageError", "assemble", "execute", "rerun_command", "rerun_hosts"]
 
-LAST_FAILED = Path(".fleetops") / "last-failed"  # in the project: the failed hosts of the last run, for @failed
+# in the project: the failed hosts of the last run, for @failed
+LAST_FAILED = Path(".fleetops") / "last-failed"
 
 
 @dataclass
@@ -48,54 +51,79 @@ class Run:
     steps: list[Step] = field(default_factory=list)
 
 
-def assemble(state: RunState, hosts: list[str], tasks: list[tuple[str, dict[str, Any]]], *, limit: str = "",
-             dry: bool = False) -> Run:
-    """Hosts expanded (names, @groups, user@host, ranges such as lab[01-12], @failed: the hosts the last
-    failed run named in .fleetops/last-failed), every task planned once, --limit applied; `dry`: every
-    task in its check mode, or UsageError for one that has none.
-    Raises ConfigError, UnknownHost or UsageError: then nothing has connected anywhere."""
+def assemble(
+    state: RunState,
+    hosts: list[str],
+    tasks: list[tuple[str, dict[str, Any]]],
+    *,
+    limit: str = "",
+    dry: bool = False,
+) -> Run:
+    """Hosts expanded (names, @groups, user@host, ranges such as lab[01-12], @failed: the hosts the
+    last failed run named in .fleetops/last-failed), every task planned once, --limit applied;
+    `dry`: every task in its check mode, or UsageError for one that has none. Raises ConfigError,
+    UnknownHost or UsageError: then nothing has connected anywhere."""
     hosts = _with_failed(state.root, [w for chunk in hosts for w in split_words(chunk)])
     limit = ",".join(_with_failed(state.root, split_words(limit)))
     selected = state.inventory.expand(hosts)
-    plans = [(name, plan_for(state, name, kwargs, dry=dry)) for name, kwargs in chain_options(tasks)]
-    steps = [Step(name, partial(run_task, state, name, plan), ahead=partial(send_ahead, state, name, plan))
-             for name, plan in plans]
+    plans = [
+        (name, plan_for(state, name, kwargs, dry=dry)) for name, kwargs in chain_options(tasks)
+    ]
+    steps = [
+        Step(
+            name, partial(run_task, state, name, plan), ahead=partial(send_ahead, state, name, plan)
+        )
+        for name, plan in plans
+    ]
     if limit:  # names, globs, @group, !host (plans/inventory.py); UnknownHost when nothing is left
         selected = state.inventory.limit(selected, limit)
     state.selected = [h.name for h in selected]
     return Run(state, selected, steps)
 
 
-# Options that name what the whole chain works on: given to any task of the command, every task uses it
-# (`patch verify -p NEW.yaml` patches and verifies with NEW; Invoke parses an option into the task it follows).
+# Options that name what the whole chain works on: given to any task of the command, every task uses
+# it (`patch verify -p NEW.yaml` patches and verifies with NEW; Invoke parses an option into the
+# task it follows).
 CHAIN_OPTIONS = ("playbook",)
 
 
 def chain_options(tasks: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
-    """`tasks` with each CHAIN_OPTIONS value given to one task given to all; UsageError when two tasks give
-    different values (which one would the chain use?)."""
+    """`tasks` with each CHAIN_OPTIONS value given to one task given to all; UsageError when two
+    tasks give different values (which one would the chain use?)."""
     out = [(name, dict(kwargs)) for name, kwargs in tasks]
     for option in CHAIN_OPTIONS:
         given = list(dict.fromkeys(str(kw[option]) for _, kw in out if kw.get(option)))
         if len(given) > 1:
             flag = "--" + option.replace("_", "-")
-            raise UsageError(f"{flag} given with different values ({', '.join(given)}): give it once, it applies "
-                             f"to every task of the command")
+            raise UsageError(
+                f"{flag} given with different values ({', '.join(given)}): give it once, it "
+                "applies to every task of the command"
+            )
         for _, kw in out:
             if given and not kw.get(option):
                 kw[option] = given[0]
     return out
 
 
-def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool = True, fold: bool | None = None,
-            odd: bool = False, command: list[str] | None = None, reports: dict[str, str] | None = None) -> int:
-    """Run every host's chain and return the exit status. `view`: the live view and, at the end, the recap
-    (or the JSON document), as `fab` shows them; the library (api.py) returns the results instead.
-    `fold`: hosts that answered the same shown once (None: when FOLD_MIN_HOSTS or more hosts run; the
-    environment's FLEETOPS_FOLD=0/1 decides before that); `odd`: each minority group as a diff against the
-    majority. `command`: the command line as typed (argv); when given, a run with failures ends with the
-    command that re-runs only the failed hosts, also written to .fleetops/last-failed (`-H @failed`).
-    `reports`: files to write the results to as well, by kind (`metrics`: Prometheus text, `junit`: JUnit XML)."""
+def execute(
+    run: Run,
+    forks: int = DEFAULT_FORKS,
+    serial: int = 0,
+    *,
+    view: bool = True,
+    fold: bool | None = None,
+    odd: bool = False,
+    command: list[str] | None = None,
+    reports: dict[str, str] | None = None,
+) -> int:
+    """Run every host's chain and return the exit status. `view`: the live view and, at the end, the
+    recap (or the JSON document), as `fab` shows them; the library (api.py) returns the results
+    instead. `fold`: hosts that answered the same shown once (None: when FOLD_MIN_HOSTS or more
+    hosts run; the environment's FLEETOPS_FOLD=0/1 decides before that); `odd`: each minority group
+    as a diff against the majority. `command`: the command line as typed (argv); when given, a run
+    with failures ends with the command that re-runs only the failed hosts, also written to
+    .fleetops/last-failed (`-H @failed`). `reports`: files to write the results to as well, by kind
+    (`metrics`: Prometheus text, `junit`: JUnit XML)."""
     state = run.state
     reporter = state.reporter
     startup.release()  # planned: the program's start-up is over (startup.py)
@@ -109,8 +137,9 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
         reporter.live_start([h.name for h in run.hosts])
     running: dict[str, str] = {}  # host -> the step it runs now (rollout.py)
     try:
-        # The program's own Ctrl-C handling; a library caller's process keeps its handler (Python's raises
-        # KeyboardInterrupt, which rollout.py takes as the same stop), and never exits from under it.
+        # The program's own Ctrl-C handling; a library caller's process keeps its handler (Python's
+        # raises KeyboardInterrupt, which rollout.py takes as the same stop), and never exits from
+        # under it.
         reporter.owns_ctrl_c = view
         with _interrupts(state, running) if view else nullcontext():
             run_fleet(state, run.hosts, run.steps, forks, serial, running)
@@ -125,10 +154,13 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
             if view:
                 _say_what_was_done(state)
         if reports and not _write_reports(state, reports) and code == 0:
-            code = EXIT_FAILED  # a timer's run whose file was not written must not look like a good one
+            # a timer's run whose file was not written must not look like a good one
+            code = EXIT_FAILED
         if view:
             tracing = bool(os.environ.get("FLEETOPS_TRACE"))
-            extra: dict[str, Any] | None = {"counters": COUNTERS.per_host} if tracing or reporter.json_mode else None
+            extra: dict[str, Any] | None = (
+                {"counters": COUNTERS.per_host} if tracing or reporter.json_mode else None
+            )
             if state.audit_errors:
                 extra = {**(extra or {}), "audit_errors": state.audit_errors}
             again, not_run = rerun_hosts(state.results)
@@ -137,18 +169,31 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
             rerun = rerun_command(command, again) if command and again else None
             if command is not None:
                 _write_last_failed(state.root, again, rerun, code, [h.name for h in run.hosts])
-            reporter.finish(state.results, code, extra, fleet_sections(state.results, fold=reporter.fold),
-                            rerun=rerun, rerun_label="re-run the failed and not-run hosts" if not_run else None)
+            reporter.finish(
+                state.results,
+                code,
+                extra,
+                fleet_sections(state.results, fold=reporter.fold),
+                rerun=rerun,
+                rerun_label="re-run the failed and not-run hosts" if not_run else None,
+            )
             if tracing and not reporter.json_mode:
                 for name, row in COUNTERS.per_host.items():
-                    reporter.note(f"trace {name}: {row['connections']} connections, {row['execs']} execs, "
-                                  f"{row['uploads']} uploads")
+                    reporter.note(
+                        f"trace {name}: {row['connections']} connections, {row['execs']} execs, "
+                        f"{row['uploads']} uploads"
+                    )
             if state.audit_errors:
                 n, total = len(state.audit_errors), len(state.results)
-                then = (f"the run keeps exit status {code} ({audit.OPTIONAL_ENV}=1)" if audit.optional() else
-                        f"exit status {code}; {audit.OPTIONAL_ENV}=1 runs on without the log")
-                reporter.error(f"{n} of {total} results not recorded in the audit log {audit.log_path(state.root)}"
-                               f": {then}")
+                then = (
+                    f"the run keeps exit status {code} ({audit.OPTIONAL_ENV}=1)"
+                    if audit.optional()
+                    else f"exit status {code}; {audit.OPTIONAL_ENV}=1 runs on without the log"
+                )
+                reporter.error(
+                    f"{n} of {total} results not recorded in the audit log "
+                    f"{audit.log_path(state.root)}: {then}"
+                )
     finally:
         reporter.live_stop()
         state.close()
@@ -156,7 +201,8 @@ def execute(run: Run, forks: int = DEFAULT_FORKS, serial: int = 0, *, view: bool
 
 
 def _write_reports(state: RunState, reports: dict[str, str]) -> bool:
-    """The run's results written to each report file asked for; False (said on stderr) if one could not be."""
+    """The run's results written to each report file asked for; False (said on stderr) if one could
+    not be."""
     import time
 
     from .report.files import write_atomically
@@ -168,33 +214,43 @@ def _write_reports(state: RunState, reports: dict[str, str]) -> bool:
         if not name:
             continue
         path = Path(name).expanduser()
-        text = (exposition(state.results, now=time.time()) if kind == "metrics" else junit_xml(state.results))
+        text = (
+            exposition(state.results, now=time.time())
+            if kind == "metrics"
+            else junit_xml(state.results)
+        )
         try:
             write_atomically(path, text)
         except OSError as exc:
             written = False
-            state.reporter.error(f"--{kind} {path}: not written ({exc.strerror or exc}); the results above stand. "
-                                 f"Check that {path.parent} exists and this user may write it")
+            state.reporter.error(
+                f"--{kind} {path}: not written ({exc.strerror or exc}); the results above stand. "
+                f"Check that {path.parent} exists and this user may write it"
+            )
     return written
 
 
 @contextmanager
 def _interrupts(state: RunState, running: dict[str, str] | None = None) -> Iterator[None]:
-    """Ctrl-C: the first stops starting new work and interrupts the running agent calls (rollout.py closes
-    the links; each agent on a node then unwinds cleanly); the second exits at once, after an audit line for
-    each step still running (`running`: host -> step)."""
+    """Ctrl-C: the first stops starting new work and interrupts the running agent calls (rollout.py
+    closes the links; each agent on a node then unwinds cleanly); the second exits at once, after an
+    audit line for each step still running (`running`: host -> step)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread can set a handler
         return
 
     def handler(signum: int, frame: object) -> None:
         if state.interrupted.is_set():
-            os.write(2, b"\nsecond Ctrl-C: exiting now, without waiting for the nodes; each node's agent stops its "
-                        b"step on its own (one in the middle of a patch set puts back what it wrote); the audit "
-                        b"log has a line for each step left running\n")
+            os.write(
+                2,
+                b"\nsecond Ctrl-C: exiting now, without waiting for the nodes; each node's agent "
+                b"stops its step on its own (one in the middle of a patch set puts back what it "
+                b"wrote); the audit log has a line for each step left running\n",
+            )
             _audit_left_running(state, dict(running or {}))
             os._exit(EXIT_INTERRUPTED)
-        state.interrupted.set()  # the main thread says so (rollout.py), through the report's console
+        # the main thread says so (rollout.py), through the report's console
+        state.interrupted.set()
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
@@ -204,50 +260,77 @@ def _interrupts(state: RunState, running: dict[str, str] | None = None) -> Itera
 
 
 def _audit_left_running(state: RunState, running: dict[str, str]) -> None:
-    """The second Ctrl-C's audit lines: the client leaves without the steps' results, and says so."""
+    """The second Ctrl-C's audit lines: the client leaves without the steps' results, and says
+    so."""
     for host, task in sorted(running.items()):
         node = state.pool.nodes.get(host) if state.pool is not None else None
-        see = (f"its agent puts back a set it had half-written; fab -H {host} {task} --check shows each file"
-               if task in ("patch", "rollback") else "its agent stops the step where the interrupt finds it")
-        result = Result(host, task, Status.FAILED, f"second Ctrl-C: the client exited while {task} ran on {host}, "
-                        f"without its result; {see}", code=EXIT_INTERRUPTED, data={"error_kind": "interrupted"})
+        see = (
+            (
+                "its agent puts back a set it had half-written; "
+                f"fab -H {host} {task} --check shows each file"
+            )
+            if task in ("patch", "rollback")
+            else "its agent stops the step where the interrupt finds it"
+        )
+        result = Result(
+            host,
+            task,
+            Status.FAILED,
+            f"second Ctrl-C: the client exited while {task} ran on {host}, "
+            f"without its result; {see}",
+            code=EXIT_INTERRUPTED,
+            data={"error_kind": "interrupted"},
+        )
         try:
-            audit.append(audit.entry(result, None, None, getattr(node, "host", None), state.root), state.root)
+            audit.append(
+                audit.entry(result, None, None, getattr(node, "host", None), state.root), state.root
+            )
         except OSError:
             pass  # exiting now: the intent line (patch, rollback) is already in the log
 
 
 def _say_what_was_done(state: RunState) -> None:
-    done = [r for r in state.results if r.data.get("error_kind") != "interrupted" and r.status is not Status.SKIPPED]
+    done = [
+        r
+        for r in state.results
+        if r.data.get("error_kind") != "interrupted" and r.status is not Status.SKIPPED
+    ]
     cut = [r for r in state.results if r.data.get("error_kind") == "interrupted"]
     never = [r for r in state.results if r.status is Status.SKIPPED]
 
     def names(rs: list) -> str:
         return ", ".join(f"{r.host}:{r.task}" for r in rs) or "none"
 
-    print(f"interrupted (Ctrl-C): done: {names(done)}; interrupted while running: {names(cut)}; "
-          f"not started: {names(never)}", file=sys.stderr)
+    print(
+        f"interrupted (Ctrl-C): done: {names(done)}; interrupted while running: {names(cut)}; "
+        f"not started: {names(never)}",
+        file=sys.stderr,
+    )
 
 
 # ---------------------------------------------------------------- re-running the failed hosts
 def rerun_hosts(results: list[Result]) -> tuple[list[str], list[str]]:
-    """The hosts a re-run must cover: those that failed, and those with a step never run (a roll-out stopped by
-    a failing batch, Ctrl-C), so following the re-run line leaves no host behind; and the latter alone."""
+    """The hosts a re-run must cover: those that failed, and those with a step never run (a roll-out
+    stopped by a failing batch, Ctrl-C), so following the re-run line leaves no host behind; and the
+    latter alone."""
     failed = {r.host for r in results if r.failed}
     not_run = {r.host for r in results if r.data.get("not_run")} - failed
     return sorted(failed | not_run, key=natural_key), sorted(not_run, key=natural_key)
 
 
 _HOST_FLAGS = ("-H", "--hosts")
-_DROPPED_FLAGS = ("--limit",)  # the failed hosts are named exactly; an old --limit would only narrow them
+# the failed hosts are named exactly; an old --limit would only narrow them
+_DROPPED_FLAGS = ("--limit",)
 
 
 def rerun_command(argv: list[str], failed: list[str]) -> str:
-    """The command line `argv` (program name first) with its hosts replaced by the failed ones, as one range
-    (`fab -H 'lab[07,19]' patch verify`), and its --limit dropped: pasted into a shell it re-runs every task
-    of the command on those hosts only. Options and the ad-hoc `-- command` stay as they were."""
+    """The command line `argv` (program name first) with its hosts replaced by the failed ones, as
+    one range (`fab -H 'lab[07,19]' patch verify`), and its --limit dropped: pasted into a shell it
+    re-runs every task of the command on those hosts only. Options and the ad-hoc `-- command` stay
+    as they were."""
     hosts = fold_names(failed)
-    out = ["fleet" if argv and Path(argv[0]).name == "fleet" else "fab"]  # `python -m fabric` is fab too
+    # `python -m fabric` is fab too
+    out = ["fleet" if argv and Path(argv[0]).name == "fleet" else "fab"]
     args = list(argv[1:])
     replaced = False
     i = 0
@@ -272,11 +355,14 @@ def rerun_command(argv: list[str], failed: list[str]) -> str:
     return shlex.join(out)
 
 
-def _write_last_failed(root: Path, failed: list[str], rerun: str | None, code: int, ran: list[str]) -> None:
-    """.fleetops/last-failed: the hosts of the last run that had failures (and those it left not run), as one
-    range on the first line (what `-H @failed` reads), its re-run command as a comment. A run without failures
-    takes the hosts it ran on out of the file (all of them gone: the file goes), so `fab -H @failed patch verify`
-    that now succeeds empties it, and an unrelated run on other hosts leaves it as it was."""
+def _write_last_failed(
+    root: Path, failed: list[str], rerun: str | None, code: int, ran: list[str]
+) -> None:
+    """.fleetops/last-failed: the hosts of the last run that had failures (and those it left not
+    run), as one range on the first line (what `-H @failed` reads), its re-run command as a comment.
+    A run without failures takes the hosts it ran on out of the file (all of them gone: the file
+    goes), so `fab -H @failed patch verify` that now succeeds empties it, and an unrelated run on
+    other hosts leaves it as it was."""
     path = root / LAST_FAILED
     try:
         if not failed:
@@ -289,13 +375,19 @@ def _write_last_failed(root: Path, failed: list[str], rerun: str | None, code: i
             if not left:
                 path.unlink(missing_ok=True)
             elif len(left) < len(old):
-                path.write_text(f"{fold_names(left)}\n# still failed in an earlier run (the others succeeded since)\n")
+                path.write_text(
+                    f"{fold_names(left)}\n# still failed in an "
+                    "earlier run (the others succeeded since)\n"
+                )
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{fold_names(failed)}\n# exit status {code}; re-run: {rerun or ''}\n")
-    except OSError as exc:  # the run's own outcome stands; the operator learns why @failed will not work
-        print(f"note: {path} not written ({exc}); -H @failed will not name this run's failed hosts",
-              file=sys.stderr)
+    # the run's own outcome stands; the operator learns why @failed will not work
+    except OSError as exc:
+        print(
+            f"note: {path} not written ({exc}); -H @failed will not name this run's failed hosts",
+            file=sys.stderr,
+        )
 
 
 def _with_failed(root: Path, words: list[str]) -> list[str]:
@@ -310,10 +402,14 @@ def _with_failed(root: Path, words: list[str]) -> list[str]:
         try:
             lines = [x.strip() for x in path.read_text().splitlines()]
         except FileNotFoundError:
-            raise UnknownHost(f"@failed: {path} does not exist: the last run in this project had no failed "
-                              "hosts (or none has run yet); name the hosts with -H") from None
+            raise UnknownHost(
+                f"@failed: {path} does not exist: the last run in this project had no failed "
+                "hosts (or none has run yet); name the hosts with -H"
+            ) from None
         except OSError as exc:
-            raise UnknownHost(f"@failed: cannot read {path} ({exc}); name the hosts with -H") from None
+            raise UnknownHost(
+                f"@failed: cannot read {path} ({exc}); name the hosts with -H"
+            ) from None
         first = next((x for x in lines if x and not x.startswith("#")), "")
         if not first:
             raise UnknownHost(f"@failed: {path} names no hosts; name the hosts with -H")

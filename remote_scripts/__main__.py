@@ -12,6 +12,7 @@ else:  # `python -m remote_scripts`, or the installed package's `python -m fleet
     from .core import bootstrap, launch
     from .ops import main
 
-launch.PATHS = (bootstrap.walk, bootstrap.Rules)  # as the bootstrap hands them in: the writer walks with them
+# as the bootstrap hands them in: the writer walks with them
+launch.PATHS = (bootstrap.walk, bootstrap.Rules)
 
 sys.exit(main())

@@ -1,10 +1,11 @@
-"""The node agent's entry and its manifest: which module implements each op and each role. The bootstrap
-(core/bootstrap.py) starts the agent here; core/agent.py serves the session.
+"""The node agent's entry and its manifest: which module implements each op and each role. The
+bootstrap (core/bootstrap.py) starts the agent here; core/agent.py serves the session.
 
 Each module declares its own ops and roles (core/registry.py: `@node_op(name, writes=...)`,
-`@node_role(name)`); this module only says where each lives, with plain imports the import contracts see
-(pyproject.toml, agent-layers: this manifest is the top floor, core the bottom one). A module is imported
-the first time a request needs it, once per session, so an agent start loads only what it serves."""
+`@node_role(name)`); this module only says where each lives, with plain imports the import contracts
+see (pyproject.toml, agent-layers: this manifest is the top floor, core the bottom one). A module is
+imported the first time a request needs it, once per session, so an agent start loads only what it
+serves."""
 
 from __future__ import annotations
 
@@ -127,6 +128,12 @@ def _slurm_step() -> ModuleType:
     return slurmstep
 
 
+def _schedule() -> ModuleType:
+    from .health import schedule
+
+    return schedule
+
+
 def _probe() -> ModuleType:
     from .checks import probe_fork
 
@@ -135,20 +142,45 @@ def _probe() -> ModuleType:
 
 # op -> the module that declares it (ping is built into core/agent.py)
 OP_MODULES: dict[str, Callable[[], ModuleType]] = {
-    "patch": _guard, "rollback": _guard, "verify": _verify, "gpu": _gpu, "facts": _gpu, "preflight": _preflight,
-    "job_start": _start, "job_status": _status, "jobs_list": _status, "job_tail": _tail, "job_logs": _tail,
-    "job_stop": _stop, "run": _adhoc, "fetch_plan": _fetch, "diagnose": _diagnose, "capture": _capture,
-    "slurm": _slurm, "shards": _shards, "drain": _drain, "undrain": _drain,
+    "patch": _guard,
+    "rollback": _guard,
+    "verify": _verify,
+    "gpu": _gpu,
+    "facts": _gpu,
+    "preflight": _preflight,
+    "job_start": _start,
+    "job_status": _status,
+    "jobs_list": _status,
+    "job_tail": _tail,
+    "job_logs": _tail,
+    "job_stop": _stop,
+    "run": _adhoc,
+    "fetch_plan": _fetch,
+    "diagnose": _diagnose,
+    "capture": _capture,
+    "slurm": _slurm,
+    "shards": _shards,
+    "drain": _drain,
+    "undrain": _drain,
+    "schedule": _schedule,
 }
-# role -> the module that declares it: the job keeper, the hidden-state extraction driver, the Slurm batch
-# step, verify's probe (each a process of the same verified bytes, started through the bootstrap)
+# role -> the module that declares it: the job keeper, the hidden-state extraction driver, the Slurm
+# batch step, verify's probe, a scheduled verification (each a process of the same verified bytes,
+# started through the bootstrap)
 ROLE_MODULES: dict[str, Callable[[], ModuleType]] = {
-    "wrap": _keeper, "extract": _extract, "slurm-step": _slurm_step, "probe": _probe,
+    "wrap": _keeper,
+    "extract": _extract,
+    "slurm-step": _slurm_step,
+    "probe": _probe,
+    "scheduled": _schedule,
 }
 
 
-def _declared(name: str, modules: dict[str, Callable[[], ModuleType]], declared: dict, kind: str) -> Any:
-    """What the module named for `name` declares under that name, once it is imported; None for an unknown name."""
+def _declared(
+    name: str, modules: dict[str, Callable[[], ModuleType]], declared: dict, kind: str
+) -> Any:
+    """What the module named for `name` declares under that name, once it is imported; None for an
+    unknown name."""
     load = modules.get(name)
     if load is None:
         return None

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Real-GPU smoke test of the `gpu` node operation (not run by CI: it needs NVIDIA GPUs and torch).
 
-Runs the node agent exactly as `fab -H node gpu` does over SSH (JSON request on stdin, JSON answer on
-stdout), but locally against the real nvidia-smi:
+Runs the node agent exactly as `fab -H node gpu` does over SSH (JSON request on stdin, JSON answer
+on stdout), but locally against the real nvidia-smi:
   1. idle: every GPU free;
   2. a process allocates 20 GiB on GPU 0: that GPU busy, the process listed with its pid and MiB;
   3. that process stopped: GPU 0 free again.
@@ -21,20 +21,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fleetops.plans.gpugate import Gate, evaluate  # noqa: E402  (stdlib-only modules: no fabric needed here)
+# (stdlib-only modules: no fabric needed here)
+from fleetops.plans.gpugate import Gate, evaluate  # noqa: E402
 from fleetops.plans.tables import gpu_rows  # noqa: E402
 
 HOLD_GIB = 20
-HOLDER = ("import time, torch\n"
-          f"x = torch.empty({HOLD_GIB} * 2**30, dtype=torch.uint8, device='cuda:0')\n"
-          "x.fill_(1); torch.cuda.synchronize(); print('held', flush=True); time.sleep(600)\n")
+HOLDER = (
+    "import time, torch\n"
+    f"x = torch.empty({HOLD_GIB} * 2**30, dtype=torch.uint8, device='cuda:0')\n"
+    "x.fill_(1); torch.cuda.synchronize(); print('held', flush=True); time.sleep(600)\n"
+)
 
 
 def snapshot(state_dir: str) -> dict:
     req = json.dumps({"protocol": 1, "op": "gpu", "state_dir": state_dir})
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(ROOT / "remote_scripts")], input=req, capture_output=True,
-                          text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "remote_scripts")],
+        input=req,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     if proc.returncode != 0:
         sys.exit(f"agent failed ({proc.returncode}): {proc.stderr}")
     answer = json.loads(proc.stdout)
@@ -71,9 +79,14 @@ def main() -> int:
         if v.code != 10:
             failures.append(f"expected busy (exit 10), got {v.code}")
         if holder.pid not in procs:
-            failures.append(f"holder pid {holder.pid} not listed on GPU 0 (listed: {sorted(procs)})")
+            failures.append(
+                f"holder pid {holder.pid} not listed on GPU 0 (listed: {sorted(procs)})"
+            )
         elif (procs[holder.pid]["used_mib"] or 0) < HOLD_GIB * 1024:
-            failures.append(f"holder listed with {procs[holder.pid]['used_mib']} MiB, expected >= {HOLD_GIB * 1024}")
+            failures.append(
+                f"holder listed with {procs[holder.pid]['used_mib']} "
+                f"MiB, expected >= {HOLD_GIB * 1024}"
+            )
         holder.terminate()
         holder.wait(timeout=60)
         deadline = time.monotonic() + 30

@@ -1,13 +1,15 @@
-"""What the client's SSH logins send and receive, in order, recorded in-process by wrapping paramiko's message
-methods for one test (monkeypatch): which messages a login pipelines ahead of which answers."""
+"""What the client's SSH logins send and receive, in order, recorded in-process by wrapping
+paramiko's message methods for one test (monkeypatch): which messages a login pipelines ahead of
+which answers."""
 
 from __future__ import annotations
 
 
 def login_order(monkeypatch, transport: type, auth: type) -> list[str]:
-    """The order, filled in as the test's logins run: 'sent service-request', 'sent userauth-request',
-    'sent channel-open', 'got service-accept', 'got userauth-success'. `transport` and `auth`: the classes
-    whose methods send and parse (paramiko's own, or the subclasses fleetops logs in with)."""
+    """The order, filled in as the test's logins run: 'sent service-request', 'sent
+    userauth-request', 'sent channel-open', 'got service-accept', 'got userauth-success'.
+    `transport` and `auth`: the classes whose methods send and parse (paramiko's own, or the
+    subclasses fleetops logs in with)."""
     from paramiko.common import MSG_NAMES
 
     order: list[str] = []

@@ -1,5 +1,6 @@
-"""Waiting on evidence instead of fixed sleeps: the tests share 2 loaded CPU cores, so a step may take seconds.
-Every wait has a generous deadline and says what it was waiting for when it runs out."""
+"""Waiting on evidence instead of fixed sleeps: the tests share 2 loaded CPU cores, so a step may
+take seconds. Every wait has a generous deadline and says what it was waiting for when it runs
+out."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ T = TypeVar("T")
 DEADLINE_S = 60.0
 
 
-def wait_for(probe: Callable[[], T], what: str, timeout: float = DEADLINE_S, every: float = 0.05) -> T:
-    """Call probe until it returns something true; that value, or an AssertionError naming `what`."""
+def wait_for(
+    probe: Callable[[], T], what: str, timeout: float = DEADLINE_S, every: float = 0.05
+) -> T:
+    """Call probe until it returns something true; that value, or an AssertionError naming
+    `what`."""
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
@@ -30,18 +34,28 @@ def wait_for(probe: Callable[[], T], what: str, timeout: float = DEADLINE_S, eve
 
 
 class Follower:
-    """A `fab` command run in the background whose stdout is read line by line as it comes, so a test can wait
-    for a line (evidence that the command reached some point) before it acts."""
+    """A `fab` command run in the background whose stdout is read line by line as it comes, so a
+    test can wait for a line (evidence that the command reached some point) before it acts."""
 
     def __init__(self, cwd: Path, args: list[str], env: dict[str, str]) -> None:
         self.lines: list[str] = []
         self.errors: list[str] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "fabric", *args], cwd=cwd, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout, self.lines), daemon=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fabric", *args],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+        self._reader = threading.Thread(
+            target=self._read, args=(self.proc.stdout, self.lines), daemon=True
+        )
         self._reader.start()
         # stderr drained too, so a chatty command never blocks on a full pipe
-        self._err_reader = threading.Thread(target=self._read, args=(self.proc.stderr, self.errors), daemon=True)
+        self._err_reader = threading.Thread(
+            target=self._read, args=(self.proc.stderr, self.errors), daemon=True
+        )
         self._err_reader.start()
 
     @staticmethod
@@ -53,7 +67,8 @@ class Follower:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        # A test that failed half-way: end the command now instead of waiting for it to finish on its own.
+        # A test that failed half-way: end the command now instead of waiting for it to finish on
+        # its own.
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=60)
@@ -67,7 +82,9 @@ class Follower:
         def seen() -> str | None:
             hit = next((ln for ln in list(self.lines) if rx.search(ln)), None)
             if hit is None and self.proc.poll() is not None and not self._reader.is_alive():
-                raise AssertionError(f"fab exited {self.proc.returncode} before {what}:\n{self.text()[-3000:]}")
+                raise AssertionError(
+                    f"fab exited {self.proc.returncode} before {what}:\n{self.text()[-3000:]}"
+                )
             return hit
 
         try:
@@ -82,7 +99,9 @@ class Follower:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"fab did not end within {timeout:.0f}s:\n{self.text()[-3000:]}") from None
+            raise AssertionError(
+                f"fab did not end within {timeout:.0f}s:\n{self.text()[-3000:]}"
+            ) from None
         self._reader.join(timeout=30)
         self._err_reader.join(timeout=30)
         return self.proc.returncode, self.text(), "\n".join(self.errors)

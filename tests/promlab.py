@@ -1,6 +1,7 @@
-"""A real Prometheus and node_exporter for tests (Debian's packages), on loopback only: node_exporter's textfile
-collector reads a folder the test writes fleetops' metrics into, Prometheus scrapes it every second and evaluates
-the shipped alert rules every second. Both are stopped by pid when the block ends.
+"""A real Prometheus and node_exporter for tests (Debian's packages), on loopback only:
+node_exporter's textfile collector reads a folder the test writes fleetops' metrics into, Prometheus
+scrapes it every second and evaluates the shipped alert rules every second. Both are stopped by pid
+when the block ends.
 
     with Monitoring(tmp_path, rules) as mon:
         mon.wait_for('fleetops_check_ok{host="lab01"}')
@@ -66,29 +67,50 @@ class Monitoring:
 
     def _spawn(self, argv: list[str], log: str) -> subprocess.Popen:
         out = open(self.dir / log, "wb")  # noqa: SIM115 - the process writes it until it is stopped
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True
+        )
         out.close()
         self.procs.append(proc)
         return proc
 
     def _start_exporter(self) -> None:
         self.exporter_port = free_port()
-        self._spawn(["prometheus-node-exporter", f"--web.listen-address={LOOPBACK}:{self.exporter_port}",
-                     "--collector.disable-defaults", "--collector.textfile",
-                     f"--collector.textfile.directory={self.textfiles}"], "node_exporter.log")
+        self._spawn(
+            [
+                "prometheus-node-exporter",
+                f"--web.listen-address={LOOPBACK}:{self.exporter_port}",
+                "--collector.disable-defaults",
+                "--collector.textfile",
+                f"--collector.textfile.directory={self.textfiles}",
+            ],
+            "node_exporter.log",
+        )
         self._wait_http(f"http://{LOOPBACK}:{self.exporter_port}/metrics", "node_exporter.log")
 
     def _start_prometheus(self) -> None:
         self.prometheus_port = free_port()
         shutil.copy(self.rules, self.dir / "rules.yml")
-        config = {"global": {"scrape_interval": self.interval, "evaluation_interval": self.interval},
-                  "rule_files": ["rules.yml"],
-                  "scrape_configs": [{"job_name": "node", "static_configs": [
-                      {"targets": [f"{LOOPBACK}:{self.exporter_port}"]}]}]}
+        config = {
+            "global": {"scrape_interval": self.interval, "evaluation_interval": self.interval},
+            "rule_files": ["rules.yml"],
+            "scrape_configs": [
+                {
+                    "job_name": "node",
+                    "static_configs": [{"targets": [f"{LOOPBACK}:{self.exporter_port}"]}],
+                }
+            ],
+        }
         (self.dir / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-        self._spawn(["prometheus", f"--config.file={self.dir / 'prometheus.yml'}",
-                     f"--storage.tsdb.path={self.dir / 'data'}",
-                     f"--web.listen-address={LOOPBACK}:{self.prometheus_port}"], "prometheus.log")
+        self._spawn(
+            [
+                "prometheus",
+                f"--config.file={self.dir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address={LOOPBACK}:{self.prometheus_port}",
+            ],
+            "prometheus.log",
+        )
         self._wait_http(f"http://{LOOPBACK}:{self.prometheus_port}/-/ready", "prometheus.log")
 
     def _wait_http(self, url: str, log: str, timeout: float = 60) -> None:
@@ -102,7 +124,9 @@ class Monitoring:
                         return
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError(f"{url} not ready after {timeout}s:\n{(self.dir / log).read_text()[-2000:]}")
+        raise RuntimeError(
+            f"{url} not ready after {timeout}s:\n{(self.dir / log).read_text()[-2000:]}"
+        )
 
     def api(self, path: str, **params: str) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
@@ -119,7 +143,8 @@ class Monitoring:
         return self.api("alerts")["alerts"]
 
     def wait_until(self, what: str, check: Any, timeout: float = 60) -> Any:
-        """Polls `check()` until it returns something truthy (then returns it), at most `timeout` seconds."""
+        """Polls `check()` until it returns something truthy (then returns it), at most `timeout`
+        seconds."""
         deadline = time.monotonic() + timeout
         while True:
             got = check()
@@ -130,7 +155,8 @@ class Monitoring:
             time.sleep(0.5)
 
     def put(self, name: str, source: Path) -> None:
-        """A metrics file into the collector's folder, as a timer would leave it (renamed into place)."""
+        """A metrics file into the collector's folder, as a timer would leave it (renamed into
+        place)."""
         temp = self.textfiles / f".{name}.tmp"
         shutil.copy(source, temp)
         os.replace(temp, self.textfiles / name)

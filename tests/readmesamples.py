@@ -1,17 +1,19 @@
-"""README samples kept honest: parse the sample blocks README.md marks with the command that produced them,
-run each command on a throwaway lab, compare, and (scripts/readme-samples) write the live output back.
+"""README samples kept honest: parse the sample blocks README.md marks with the command that
+produced them, run each command on a throwaway lab, compare, and (scripts/readme-samples) write the
+live output back.
 
 The convention, in README.md: an HTML comment right before a fenced block without a language tag,
 
     <!-- sample: fab -H lab01 gpu | after: fab lab.gpu --state busy | exit: 10 -->
 
-`sample:` the command as a user types it (run in the project, lab01 reset to pristine files, no backups, no
-lock, idle GPUs); `after:` commands run first, output discarded, `;` between them; `exit:` the status the
-command returns. In the block, a line that is only `…` stands for any number of lines left out, and a line
-ending in `…` was cut there (its start must match). Paths of the project become `<checkout>` and the home
-directory `~`, so no sample names the machine that produced it. Volatile parts (timings, pids, ports,
-timestamps, the agent bundle's hash, the lab user, table border widths) are masked only for the comparison:
-the README shows the real values of the run that produced it.
+`sample:` the command as a user types it (run in the project, lab01 reset to pristine files, no
+backups, no lock, idle GPUs); `after:` commands run first, output discarded, `;` between them;
+`exit:` the status the command returns. In the block, a line that is only `…` stands for any number
+of lines left out, and a line ending in `…` was cut there (its start must match). Paths of the
+project become `<checkout>` and the home directory `~`, so no sample names the machine that produced
+it. Volatile parts (timings, pids, ports, timestamps, the agent bundle's hash, the lab user, table
+border widths) are masked only for the comparison: the README shows the real values of the run that
+produced it.
 
 Run as a script (scripts/readme-samples), it rewrites the marked blocks from a live run."""
 
@@ -83,19 +85,23 @@ def parse_samples(text: str) -> list[Sample]:
             elif key.strip() == "exit" and value.strip().isdigit():
                 status = int(value)
             else:
-                raise SampleError(f"README.md:{i + 1}: unknown sample field {part!r} (known: after:, exit:)")
+                raise SampleError(
+                    f"README.md:{i + 1}: unknown sample field {part!r} (known: after:, exit:)"
+                )
         j = i + 1
         while j < len(lines) and not lines[j].strip():
             j += 1
         if j >= len(lines) or lines[j].strip() != "```":
-            raise SampleError(f"README.md:{i + 1}: a sample marker must stand right before a fenced block "
-                              "without a language tag")
+            raise SampleError(
+                f"README.md:{i + 1}: a sample marker must stand right before a fenced block "
+                "without a language tag"
+            )
         end = j + 1
         while end < len(lines) and lines[end].strip() != "```":
             end += 1
         if end >= len(lines):
             raise SampleError(f"README.md:{j + 1}: the sample's block is not closed")
-        samples.append(Sample(command, after, status, i, j + 1, end, lines[j + 1:end]))
+        samples.append(Sample(command, after, status, i, j + 1, end, lines[j + 1 : end]))
     return samples
 
 
@@ -109,11 +115,14 @@ def argv_of(command: str) -> list[str]:
 
 # ---------------------------------------------------------------- normalising and comparing
 def normalise(text: str, project: Path) -> list[str]:
-    """Live output as the README shows it: the project's path as <checkout>, the home directory as ~."""
+    """Live output as the README shows it: the project's path as <checkout>, the home directory as
+    ~."""
     roots = {str(project), str(project.resolve())}
     for root in sorted(roots, key=len, reverse=True):
         # A unified diff's header names the file as a/<path without its leading slash>.
-        text = re.sub(r"(?m)^(\s*(?:---|\+\+\+) [ab])" + re.escape(root), r"\1/" + PLACEHOLDER, text)
+        text = re.sub(
+            r"(?m)^(\s*(?:---|\+\+\+) [ab])" + re.escape(root), r"\1/" + PLACEHOLDER, text
+        )
         text = text.replace(root, PLACEHOLDER)
     home = str(Path.home())
     if home not in ("/", ""):
@@ -136,11 +145,14 @@ _MASKS = [
     (re.compile(r"\bin \d+(\.\d+)? s\b"), "in <dur>"),  # the closing summary line
     (re.compile(r"\b\d+(\.\d+)?(ms|s|m|h)\b"), "<dur>"),
     (re.compile(r"fleetops-agent-[0-9a-f]+\.pyz"), "fleetops-agent-<sha>.pyz"),
-    (re.compile(r"\b[0-9a-f]{64}\b"), "<sha256>"),  # the agent's hash on the bootstrap's command line
-    (re.compile(r"\b([\w.]+)-\d{8}T\d{6}-[0-9a-f]{4}\b"), r"\1-<id>"),  # a job id (name-UTC time-random)
+    # the agent's hash on the bootstrap's command line
+    (re.compile(r"\b[0-9a-f]{64}\b"), "<sha256>"),
+    # a job id (name-UTC time-random)
+    (re.compile(r"\b([\w.]+)-\d{8}T\d{6}-[0-9a-f]{4}\b"), r"\1-<id>"),
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
     (re.compile(r"\b(pids?|port|pid:|process group) \d+(, \d+)*"), r"\1 <n>"),
-    (re.compile(r"\btok/s=\d+(\.\d+)?|\b\d+(\.\d+)? tok/s\b(?!=)"), "<rate>"),  # a job's speed, run to run
+    # a job's speed, run to run
+    (re.compile(r"\btok/s=\d+(\.\d+)?|\b\d+(\.\d+)? tok/s\b(?!=)"), "<rate>"),
     (re.compile(r"\bETA \d+:\d\d\b"), "ETA <eta>"),
     (re.compile(r"\b\d+ (python3?|sleep)\b"), r"<pid> \1"),  # a GPU holder: pid, command
     (re.compile(r"(\d+MiB) \S+ (<dur>)"), r"\1 <user> \2"),  # ... memory, user, age
@@ -172,8 +184,8 @@ def is_gap(line: str) -> bool:
 
 
 def align(block: list[str], live: list[str]) -> list[int | None] | None:
-    """For each block line, the live line it stands for (None for a `…` gap), or None when they differ.
-    A gap takes as few lines as it can, so the lines after it pin what it stands for."""
+    """For each block line, the live line it stands for (None for a `…` gap), or None when they
+    differ. A gap takes as few lines as it can, so the lines after it pin what it stands for."""
     memo: dict[tuple[int, int], list[int | None] | None] = {}
 
     def go(i: int, j: int) -> list[int | None] | None:
@@ -206,7 +218,9 @@ def first_difference(block: list[str], live: list[str]) -> str:
     while n > 0 and align(block[:n] + [TRIM], live) is None:
         n -= 1
     nxt = block[n] if n < len(block) else "(the block ends here, the live output goes on)"
-    return f"the block matches up to its line {n}; its next line does not match what follows: {nxt!r}"
+    return (
+        f"the block matches up to its line {n}; its next line does not match what follows: {nxt!r}"
+    )
 
 
 def cut(line: str) -> str:
@@ -214,8 +228,8 @@ def cut(line: str) -> str:
 
 
 def regenerate(block: list[str], live: list[str]) -> tuple[list[str], bool]:
-    """The block rewritten from live output: the block's `…` gaps kept where it still matches, else the
-    whole output (second value False: trim it by hand with `…` lines)."""
+    """The block rewritten from live output: the block's `…` gaps kept where it still matches, else
+    the whole output (second value False: trim it by hand with `…` lines)."""
     mapping = align(block, live)
     if mapping is None:
         return [cut(line) for line in live], False
@@ -227,8 +241,9 @@ def regenerate(block: list[str], live: list[str]) -> tuple[list[str], bool]:
 
 # ---------------------------------------------------------------- running samples on a lab
 class SampleLab:
-    """A throwaway lab project of NODES nodes (enough for a folded sample: fab folds from 4 hosts); each sample
-    starts from the same state (every node pristine, idle GPUs, a quiet kernel log, no jobs)."""
+    """A throwaway lab project of NODES nodes (enough for a folded sample: fab folds from 4 hosts);
+    each sample starts from the same state (every node pristine, idle GPUs, a quiet kernel log, no
+    jobs)."""
 
     def __init__(self, project: Path) -> None:
         from fleetops.lab import Lab
@@ -249,7 +264,8 @@ class SampleLab:
         for node in self.lab.nodes():
             self.lab.start_node(node)
             self.lab.reset_packages(node)
-            # hidden-states: the lab job's output; a complete one would make the next sample's extract a no-op.
+            # hidden-states: the lab job's output; a complete one would make the next sample's
+            # extract a no-op.
             for sub in ("backups", "lock.json", "failpoints.json", "jobs", "hidden-states"):
                 target = node.state_dir / sub
                 if target.is_dir():
@@ -262,31 +278,53 @@ class SampleLab:
         shutil.rmtree(self.project / "fetched", ignore_errors=True)
 
     def fab(self, command: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": COLUMNS, "FLEETOPS_AUDIT_LOG": str(self.audit)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "COLUMNS": COLUMNS,
+            "FLEETOPS_AUDIT_LOG": str(self.audit),
+        }
         env.pop("FLEETOPS_TRACE", None)
-        return subprocess.run([sys.executable, "-m", "fabric", *argv_of(command)], cwd=self.project,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                              timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "fabric", *argv_of(command)],
+            cwd=self.project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
 
     def run(self, sample: Sample) -> tuple[int, list[str]]:
         self.reset()
         for command in sample.after:
             proc = self.fab(command)
             if proc.returncode != 0:
-                raise SampleError(f"`{command}` (before the sample `{sample.command}`) exited "
-                                  f"{proc.returncode}:\n{proc.stdout[-3000:]}")
+                raise SampleError(
+                    f"`{command}` (before the sample `{sample.command}`) exited "
+                    f"{proc.returncode}:\n{proc.stdout[-3000:]}"
+                )
         proc = self.fab(sample.command)
         return proc.returncode, normalise(proc.stdout, self.project)
 
 
 # ---------------------------------------------------------------- the script
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="scripts/readme-samples", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="compare only; write nothing; exit 1 on a difference")
+    ap = argparse.ArgumentParser(
+        prog="scripts/readme-samples",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--check", action="store_true", help="compare only; write nothing; exit 1 on a difference"
+    )
     ap.add_argument("--only", default="", help="only the samples whose command contains this text")
-    ap.add_argument("--lab", default="", help="a directory for the throwaway lab project, kept afterwards "
-                    "(default: a temp directory, removed)")
+    ap.add_argument(
+        "--lab",
+        default="",
+        help="a directory for the throwaway lab project, kept afterwards "
+        "(default: a temp directory, removed)",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO / "tests"))
     from conftest import make_project
@@ -314,13 +352,16 @@ def main(argv: list[str] | None = None) -> int:
     differ = hand = 0
     try:
         lab.up()
-        # From the bottom up, so the line numbers of the blocks above stay right while blocks change length.
+        # From the bottom up, so the line numbers of the blocks above stay right while blocks change
+        # length.
         for sample in sorted(chosen, key=lambda s: -s.marker_line):
             started = time.monotonic()
             status, live = lab.run(sample)
             matches = align(sample.body, live) is not None and sample.exit in (None, status)
-            print(f"{'same ' if matches else 'DIFF '} {sample.command}  (exit {status}, "
-                  f"{time.monotonic() - started:.0f}s)")
+            print(
+                f"{'same ' if matches else 'DIFF '} {sample.command}  (exit {status}, "
+                f"{time.monotonic() - started:.0f}s)"
+            )
             if matches and args.check:
                 continue
             if args.check:
@@ -330,9 +371,11 @@ def main(argv: list[str] | None = None) -> int:
             body, kept = regenerate(sample.body, live)
             if not kept:
                 hand += 1
-                print(f"    the output changed shape: the whole output is in the block now; trim it by hand "
-                      f"(a line `{TRIM}` stands for lines left out)")
-            lines[sample.start:sample.end] = body
+                print(
+                    "    the output changed shape: the whole output is in the block now; trim "
+                    f"it by hand (a line `{TRIM}` stands for lines left out)"
+                )
+            lines[sample.start : sample.end] = body
             lines[sample.marker_line] = sample.marker(status)
     finally:
         if temp is not None:
@@ -341,12 +384,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         return 1 if differ else 0
     README.write_text("\n".join(lines))
-    print(f"README.md: {len(chosen)} sample(s) written" + (f"; {hand} to trim by hand" if hand else ""))
+    print(
+        f"README.md: {len(chosen)} sample(s) written"
+        + (f"; {hand} to trim by hand" if hand else "")
+    )
     return 0
 
 
-__all__ = ["Sample", "SampleError", "SampleLab", "align", "argv_of", "first_difference", "mask",
-           "normalise", "parse_samples", "regenerate", "same"]
+__all__ = [
+    "Sample",
+    "SampleError",
+    "SampleLab",
+    "align",
+    "argv_of",
+    "first_difference",
+    "mask",
+    "normalise",
+    "parse_samples",
+    "regenerate",
+    "same",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,7 @@
-"""Runs a runbook (docs/runbooks/*.md, parsed by fleetops.plans.runbooks) against a lab: the lab set up as its
-front matter says, every `console lab` command run as typed (bash, in the project, the venv's `fleet` and
-Fabric's `fab` first on PATH), its exit status and its shown output lines checked. A failure names the
-runbook's file and line."""
+"""Runs a runbook (docs/runbooks/*.md, parsed by fleetops.plans.runbooks) against a lab: the lab set
+up as its front matter says, every `console lab` command run as typed (bash, in the project, the
+venv's `fleet` and Fabric's `fab` first on PATH), its exit status and its shown output lines
+checked. A failure names the runbook's file and line."""
 
 from __future__ import annotations
 
@@ -34,12 +34,13 @@ class RunbookLab:
         self.lab.down(purge=True)
 
     def reset(self) -> None:
-        """Every node as `lab.up` left it: running, on the default base with pristine packages, no state, idle
-        GPUs, a quiet kernel log, known_hosts with the current host keys; the project without fetched files or a
-        re-run list."""
+        """Every node as `lab.up` left it: running, on the default base with pristine packages, no
+        state, idle GPUs, a quiet kernel log, known_hosts with the current host keys; the project
+        without fetched files or a re-run list."""
         for node in self.lab.nodes():
             self.lab.start_node(node)
-            self.lab.use_base(node, base_dir())  # a runbook may have moved it to another vLLM (lab.install --vllm)
+            # a runbook may have moved it to another vLLM (lab.install --vllm)
+            self.lab.use_base(node, base_dir())
             for sub in ("backups", "lock.json", "jobs"):
                 target = node.state_dir / sub
                 if target.is_dir():
@@ -53,27 +54,40 @@ class RunbookLab:
             shutil.rmtree(self.project / leftover, ignore_errors=True)
 
     def sh(self, command: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": COLUMNS, "FLEETOPS_AUDIT_LOG": str(self.audit),
-               "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "COLUMNS": COLUMNS,
+            "FLEETOPS_AUDIT_LOG": str(self.audit),
+            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        }
         env.pop("FLEETOPS_TRACE", None)
-        return subprocess.run(["bash", "-c", command], cwd=self.project, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=env, timeout=timeout)
+        return subprocess.run(
+            ["bash", "-c", command],
+            cwd=self.project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
 
 
 def _where(book: Runbook, step: Step) -> str:
-    return f"{book.path.relative_to(REPO) if book.path.is_relative_to(REPO) else book.path}:{step.line}"
+    path = book.path.relative_to(REPO) if book.path.is_relative_to(REPO) else book.path
+    return f"{path}:{step.line}"
 
 
 def fits(shown: str, live: str) -> bool:
-    """A runbook's line against a real one, both masked as README samples are (timings, ports, pids, …);
-    each `…` in the shown line stands for any text."""
+    """A runbook's line against a real one, both masked as README samples are (timings, ports, pids,
+    …); each `…` in the shown line stands for any text."""
     pattern = ".*".join(re.escape(part) for part in mask(shown).split(TRIM))
     return re.fullmatch(pattern, mask(live)) is not None
 
 
 def missing_line(expect: list[str], live: list[str]) -> str | None:
-    """The first shown line that no line of the live output fits (None when all fit). Any order: hosts
-    answer in the order they finish."""
+    """The first shown line that no line of the live output fits (None when all fit). Any order:
+    hosts answer in the order they finish."""
     free = list(live)
     for want in expect:
         hit = next((i for i, line in enumerate(free) if fits(want, line)), None)
@@ -89,7 +103,10 @@ def check(book: Runbook, lab: RunbookLab) -> list[str]:
     for command in book.setup:
         proc = lab.sh(command)
         if proc.returncode != 0:
-            return [f"{book.path.name}: lab setup `{command}` exited {proc.returncode}:\n{proc.stdout[-2000:]}"]
+            return [
+                f"{book.path.name}: lab setup `{command}` exited {proc.returncode}:\n"
+                f"{proc.stdout[-2000:]}"
+            ]
     problems = []
     for step in book.steps:
         proc = lab.sh(step.command)
@@ -97,11 +114,15 @@ def check(book: Runbook, lab: RunbookLab) -> list[str]:
         cut = live if len(live) <= 60 else [*live[:30], f"… ({len(live) - 60} lines)", *live[-30:]]
         shown = "\n".join("    | " + line for line in cut)
         if proc.returncode != step.exit:
-            problems.append(f"{_where(book, step)}: `{step.command}` exited {proc.returncode}, the runbook says "
-                            f"{step.exit}; its output:\n{shown}")
+            problems.append(
+                f"{_where(book, step)}: `{step.command}` exited {proc.returncode}, the runbook "
+                f"says {step.exit}; its output:\n{shown}"
+            )
             break  # later steps build on this one
         gone = missing_line(step.expect, live)
         if gone is not None:
-            problems.append(f"{_where(book, step)}: `{step.command}`: the runbook shows {gone.strip()!r}, which is "
-                            f"not in the real output; its output:\n{shown}")
+            problems.append(
+                f"{_where(book, step)}: `{step.command}`: the runbook shows {gone.strip()!r}, "
+                f"which is not in the real output; its output:\n{shown}"
+            )
     return problems

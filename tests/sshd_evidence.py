@@ -1,17 +1,17 @@
-"""What a lab node itself recorded about a run: connections, exec sessions and agent uploads, read from the
-node's sshd log (LogLevel VERBOSE, written by `sshd -E <node>/sshd.log`) and sftp-server log (<node>/sftp.log,
-level INFO), counting only what was written after `mark()`.
+"""What a lab node itself recorded about a run: connections, exec sessions and agent uploads, read
+from the node's sshd log (LogLevel VERBOSE, written by `sshd -E <node>/sshd.log`) and sftp-server
+log (<node>/sftp.log, level INFO), counting only what was written after `mark()`.
 
-This is the independent side of every "one connection per host" / "uploads once" claim: the tool's own
-counters (FLEETOPS_TRACE, `counters` in --json) are compared with it, never trusted alone.
+This is the independent side of every "one connection per host" / "uploads once" claim: the tool's
+own counters (FLEETOPS_TRACE, `counters` in --json) are compared with it, never trusted alone.
 
 What sshd 9.x logs at VERBOSE, one line per event (no timestamps with -E):
     Accepted publickey for USER from 127.0.0.1 port P ssh2: ED25519 SHA256:...
     Starting session: command for USER from 127.0.0.1 port P id N        (an exec channel)
     Starting session: subsystem 'sftp' for USER from 127.0.0.1 port P id N
     Close session: user USER from 127.0.0.1 port P id N
-The exec'd command text is not logged at VERBOSE (nor at DEBUG1); fleetops execs nothing but its agent, so
-every exec session is an agent call. sftp-server logs each file operation:
+The exec'd command text is not logged at VERBOSE (nor at DEBUG1); fleetops execs nothing but its
+agent, so every exec session is an agent call. sftp-server logs each file operation:
     open "PATH" flags WRITE,CREATE,TRUNCATE mode 0666
     close "PATH" bytes read 0 written N
     posix-rename old "TMP" new "FINAL"
@@ -30,7 +30,9 @@ from conftest import run_fab
 ACCEPTED = re.compile(r"^Accepted publickey for \S+ from \S+ port (\d+) ")
 CONNECTION_FROM = re.compile(r"^Connection from \S+ port (\d+) on ")
 EXEC = re.compile(r"^Starting session: command for \S+ from \S+ port (\d+) id (\d+)$")
-SUBSYSTEM = re.compile(r"^Starting session: subsystem '([^']+)' for \S+ from \S+ port (\d+) id (\d+)$")
+SUBSYSTEM = re.compile(
+    r"^Starting session: subsystem '([^']+)' for \S+ from \S+ port (\d+) id (\d+)$"
+)
 CLOSE = re.compile(r"^Close session: user \S+ from \S+ port (\d+) id (\d+)$")
 SFTP_CLOSE = re.compile(r'^close "(.*)" bytes read (\d+) written (\d+)$')
 SFTP_RENAME = re.compile(r'^(?:posix-)?rename old "(.*)" new "(.*)"$')
@@ -43,9 +45,12 @@ TRACE_LINE = re.compile(r"^trace (\S+): (\d+) connections, (\d+) execs, (\d+) up
 class Wire:
     """One node's record of a run."""
 
-    accepted: list[int] = field(default_factory=list)  # client port of each accepted (authenticated) connection
-    tcp: list[int] = field(default_factory=list)  # client port of each TCP connection sshd saw, authenticated or not
-    execs: dict[int, int] = field(default_factory=dict)  # client port -> exec sessions on that connection
+    # client port of each accepted (authenticated) connection
+    accepted: list[int] = field(default_factory=list)
+    # client port of each TCP connection sshd saw, authenticated or not
+    tcp: list[int] = field(default_factory=list)
+    # client port -> exec sessions on that connection
+    execs: dict[int, int] = field(default_factory=dict)
     sftp_sessions: int = 0
     sessions_started: int = 0
     sessions_closed: int = 0
@@ -55,12 +60,19 @@ class Wire:
 
     def counts(self) -> dict[str, int]:
         """Same shape as the tool's counters, so the two can be compared with ==."""
-        return {"connections": len(self.accepted), "execs": sum(self.execs.values()), "uploads": len(self.uploads)}
+        return {
+            "connections": len(self.accepted),
+            "execs": sum(self.execs.values()),
+            "uploads": len(self.uploads),
+        }
 
     def describe(self) -> str:
-        return (f"sshd log: {len(self.accepted)} accepted connection(s) (client ports {self.accepted}), exec sessions "
-                f"per connection {self.execs}, {self.sftp_sessions} sftp session(s); sftp log: {len(self.uploads)} "
-                f"agent upload(s) {self.uploads} ({self.upload_bytes} bytes)")
+        return (
+            f"sshd log: {len(self.accepted)} accepted connection(s) (client ports "
+            f"{self.accepted}), exec sessions per connection {self.execs}, {self.sftp_sessions} "
+            f"sftp session(s); sftp log: {len(self.uploads)} agent upload(s) {self.uploads} "
+            f"({self.upload_bytes} bytes)"
+        )
 
 
 def _size(path: Path) -> int:
@@ -118,8 +130,8 @@ class NodeLogs:
         return wire
 
     def settled(self, timeout: float = 60) -> Wire:
-        """read() once every session the run started has also closed in the log (sshd writes the close after
-        the client may already have exited), polling up to `timeout` seconds."""
+        """read() once every session the run started has also closed in the log (sshd writes the
+        close after the client may already have exited), polling up to `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while True:
             wire = self.read()
@@ -129,19 +141,23 @@ class NodeLogs:
 
 
 def logs_for(lab, names: list[str]) -> dict[str, NodeLogs]:  # fleetops.lab.Lab
-    """Mark the named nodes' logs now. Fails loudly when the lab's sshd cannot write the sftp log."""
+    """Mark the named nodes' logs now. Fails loudly when the lab's sshd cannot write the sftp
+    log."""
     out = {}
     for name in names:
         node = lab.node(name)
         wanted = lab._sshd_config(node)
         if Path(node.config).read_text() != wanted:
-            # A lab kept from before (FLEETOPS_TEST_LAB) runs an older config: bring this node's sshd up to date.
+            # A lab kept from before (FLEETOPS_TEST_LAB) runs an older config: bring this node's
+            # sshd up to date.
             Path(node.config).write_text(wanted)
             lab.stop_node(node)
             lab.start_node(node)
         assert "sftp-server -e -l INFO" in wanted, (
-            f"{name}'s sshd cannot log sftp operations ({node.config}: no OpenSSH sftp-server binary, or a lab "
-            "path that needs quoting); upload counts need it")
+            f"{name}'s sshd cannot log sftp operations "
+            f"({node.config}: no OpenSSH sftp-server binary, or a lab "
+            "path that needs quoting); upload counts need it"
+        )
         out[name] = NodeLogs(node)
     return out
 
@@ -163,22 +179,30 @@ def clear_agent_cache(node) -> list[str]:  # fleetops.lab.Node
 
 
 def agent_zips(node) -> dict[str, tuple[int, int]]:  # fleetops.lab.Node
-    """Agent zips on the node: name -> (inode, mtime_ns). A new upload is a new inode (rename over)."""
+    """Agent zips on the node: name -> (inode, mtime_ns). A new upload is a new inode (rename
+    over)."""
     bin_dir = Path(node.state_dir) / "bin"
     if not bin_dir.is_dir():
         return {}
-    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in bin_dir.glob("fleetops-agent-*.pyz")}
+    return {
+        p.name: (p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in bin_dir.glob("fleetops-agent-*.pyz")
+    }
 
 
 def trace_counts(output: str) -> dict[str, dict[str, int]]:
     """The FLEETOPS_TRACE lines of a run's output, by host: its connections, execs and uploads."""
-    return {m[1]: {"connections": int(m[2]), "execs": int(m[3]), "uploads": int(m[4])}
-            for m in TRACE_LINE.finditer(output)}
+    return {
+        m[1]: {"connections": int(m[2]), "execs": int(m[3]), "uploads": int(m[4])}
+        for m in TRACE_LINE.finditer(output)
+    }
 
 
-def traced_run(project: Path, hosts: list[str], *args: str) -> tuple[dict[str, dict[str, int]], str]:
-    """`fab -H HOSTS ARGS` with FLEETOPS_TRACE=1, which must pass with a trace line for each host: the counts by
-    host (trace_counts), and the run's whole output."""
+def traced_run(
+    project: Path, hosts: list[str], *args: str
+) -> tuple[dict[str, dict[str, int]], str]:
+    """`fab -H HOSTS ARGS` with FLEETOPS_TRACE=1, which must pass with a trace line for each host:
+    the counts by host (trace_counts), and the run's whole output."""
     proc = run_fab(project, "-H", ",".join(hosts), *args, env={"FLEETOPS_TRACE": "1"})
     both = proc.stdout + proc.stderr
     assert proc.returncode == 0, both

@@ -1,6 +1,6 @@
-"""docs/api.md's examples, each run against a fresh lab as the page says (from the project directory): each
-prints exactly the output the page shows after it, and one the page shows no output for prints nothing
-(quiet=True, the default, prints nothing)."""
+"""docs/api.md's examples, each run against a fresh lab as the page says (from the project
+directory): each prints exactly the output the page shows after it, and one the page shows no output
+for prints nothing (quiet=True, the default, prints nothing)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ PAGE = REPO / "docs" / "api.md"
 
 
 def examples() -> list[tuple[str, str]]:
-    """Each python block with the text block shown after it, before the next python block ("" when none)."""
+    """Each python block with the text block shown after it, before the next python block ("" when
+    none)."""
     found = re.findall(r"```(python|text)\n(.*?)```", PAGE.read_text(), re.S)
     pairs: list[tuple[str, str]] = []
     for lang, body in found:
@@ -43,8 +44,14 @@ def test_each_example_prints_the_output_the_page_shows(lab, index):
         lab.reset_packages(node)
         shutil.rmtree(node.state_dir / "backups", ignore_errors=True)
     code, shown = examples()[index]
-    proc = subprocess.run([sys.executable, "-c", code], cwd=lab.root, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=lab.root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1"},
+    )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     print(proc.stdout)
     assert proc.stdout == shown, proc.stdout

@@ -1,6 +1,7 @@
-"""The Python API refuses what it cannot do before anything connects, with fleetops' own errors (exported from
-fleetops.api and fleetops): an unknown task or option named with a "did you mean", never a bare KeyError or
-a misspelled option silently dropped. Its option table is the fab tasks' own; it ships py.typed."""
+"""The Python API refuses what it cannot do before anything connects, with fleetops' own errors
+(exported from fleetops.api and fleetops): an unknown task or option named with a "did you mean",
+never a bare KeyError or a misspelled option silently dropped. Its option table is the fab tasks'
+own; it ships py.typed."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ except ModuleNotFoundError:  # Python 3.10
 
 def test_an_unknown_task_is_fleetops_own_error_with_did_you_mean(tmp_path):
     with pytest.raises(fleetops.UnknownTask) as caught:
-        api.run(tmp_path, "lab01", [("pnig", {})])  # tmp_path: no inventory, so nothing could connect
+        # tmp_path: no inventory, so nothing could connect
+        api.run(tmp_path, "lab01", [("pnig", {})])
     assert not isinstance(caught.value, KeyError)
-    assert isinstance(caught.value, fleetops.UsageError) and isinstance(caught.value, api.UsageError)
+    assert isinstance(caught.value, fleetops.UsageError) and isinstance(
+        caught.value, api.UsageError
+    )
     assert "unknown task 'pnig'; did you mean 'ping'?" in str(caught.value), caught.value
 
 
@@ -34,7 +38,8 @@ def test_a_misspelled_option_is_refused_not_ignored(tmp_path):
         api.run(tmp_path, "lab01", [("ping", {}), ("verify", {"kind": "grep"})])
     msg = str(caught.value)
     assert "verify takes no option 'kind'; did you mean 'kinds'?" in msg and "playbook" in msg, msg
-    with pytest.raises(api.UnknownOption, match="ping takes no option 'json'"):  # the front end's, not the API's
+    # the front end's, not the API's
+    with pytest.raises(api.UnknownOption, match="ping takes no option 'json'"):
         api.run(tmp_path, "lab01", [("ping", {"json": True})])
 
 
@@ -51,7 +56,11 @@ def test_errors_are_exported_from_fleetops_and_the_api_alike():
 
     for name in fleetops.__all__:
         assert getattr(fleetops, name) is getattr(api, name), name
-    assert (fleetops.ConfigError, fleetops.UnknownHost, fleetops.UsageError) == (ConfigError, UnknownHost, UsageError)
+    assert (fleetops.ConfigError, fleetops.UnknownHost, fleetops.UsageError) == (
+        ConfigError,
+        UnknownHost,
+        UsageError,
+    )
     assert set(fleetops.__all__) <= set(api.__all__)
     with pytest.raises(AttributeError):
         fleetops.no_such_name  # noqa: B018  (the lazy loader must not answer for every name)
@@ -64,10 +73,14 @@ def test_the_option_table_is_the_fab_tasks_own():
         task = fab_tasks.ns[name]
         params = inspect.signature(task.body).parameters
         declared = {p for p in params if p not in ("c", "json") and p not in RUN_OPTIONS}
-        assert accepted == declared, f"api.TASK_OPTIONS[{name!r}] = {sorted(accepted)}; fab's: {sorted(declared)}"
+        assert accepted == declared, (
+            f"api.TASK_OPTIONS[{name!r}] = {sorted(accepted)}; fab's: {sorted(declared)}"
+        )
 
 
 def test_py_typed_ships_as_package_data():
     assert (REPO / "fleetops" / "py.typed").is_file()
-    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]
     assert "py.typed" in data["fleetops"]

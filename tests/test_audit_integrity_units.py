@@ -1,8 +1,9 @@
-"""The audit log cannot lie, without the lab: whole lines or none (a short write is cut back, a torn last line
-gets its newline first, a glued pair is read back), and a log file that is a symlink, a FIFO, another user's,
-writable by everyone or hard-linked elsewhere is refused with the reason. A short write is made real with
-RLIMIT_FSIZE in a child process (the kernel writes up to the limit and fails the rest, as a full disk does);
-test_audit_integrity_lab.py fills a real tmpfs and checks the run's exit status."""
+"""The audit log cannot lie, without the lab: whole lines or none (a short write is cut back, a torn
+last line gets its newline first, a glued pair is read back), and a log file that is a symlink, a
+FIFO, another user's, writable by everyone or hard-linked elsewhere is refused with the reason. A
+short write is made real with RLIMIT_FSIZE in a child process (the kernel writes up to the limit and
+fails the rest, as a full disk does); test_audit_integrity_lab.py fills a real tmpfs and checks the
+run's exit status."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def record(host: str = "lab01", msg: str = "pong") -> dict:
 
 
 def lines_parse(path: Path) -> list[dict]:
-    """Every line of the file, each parsed on its own (json.loads raises on a torn or glued line)."""
+    """Every line of the file, each parsed on its own (json.loads raises on a torn or glued
+    line)."""
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
@@ -51,8 +53,12 @@ except audit.AuditError as exc:
     print("refused:", exc)
     sys.exit(7)
 """
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
-                          env={**os.environ, "FLEETOPS_AUDIT_LOG": str(log)})
+    proc = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "FLEETOPS_AUDIT_LOG": str(log)},
+    )
     assert proc.returncode == 7, proc.stdout + proc.stderr  # before: a torn line, no error, exit 0
     assert "not written" in proc.stdout and str(log) in proc.stdout, proc.stdout
     assert log.read_bytes() == before  # cut back: the earlier lines are exactly as they were
@@ -65,14 +71,20 @@ def test_a_torn_last_line_does_not_swallow_the_next_record(log):
         f.write('{"host": "lab02", "msg": "torn by a crash')  # no newline: a writer died mid-line
     audit.append(record("lab03"))
     text = log.read_text(encoding="utf-8")
-    assert text.endswith("\n") and text.splitlines()[-1].startswith("{") and json.loads(text.splitlines()[-1])
+    assert (
+        text.endswith("\n")
+        and text.splitlines()[-1].startswith("{")
+        and json.loads(text.splitlines()[-1])
+    )
     assert [r["host"] for r in audit.read()] == ["lab01", "lab03"]
 
 
 def test_a_record_an_older_writer_glued_onto_a_torn_line_is_read_back(log):
     good = json.dumps(record("lab02"), sort_keys=True)
-    log.write_text(json.dumps(record("lab01"), sort_keys=True) + '\n{"host": "torn", "msg": "ha' + good + "\n",
-                   encoding="utf-8")
+    log.write_text(
+        json.dumps(record("lab01"), sort_keys=True) + '\n{"host": "torn", "msg": "ha' + good + "\n",
+        encoding="utf-8",
+    )
     assert [r["host"] for r in audit.read()] == ["lab01", "lab02"]
 
 

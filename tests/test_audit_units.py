@@ -1,5 +1,5 @@
-"""The audit log's place and the `history` table, without the lab: where a project's log lives, and how the
-table fits a terminal (the lab tests in test_audit_lab.py run the real commands)."""
+"""The audit log's place and the `history` table, without the lab: where a project's log lives, and
+how the table fits a terminal (the lab tests in test_audit_lab.py run the real commands)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from fleetops.report import history
 
 @pytest.fixture
 def own_log(monkeypatch, tmp_path):
-    """As an operator runs it: no FLEETOPS_AUDIT_LOG (conftest sets one for the session), a temp state dir."""
+    """As an operator runs it: no FLEETOPS_AUDIT_LOG (conftest sets one for the session), a temp
+    state dir."""
     monkeypatch.delenv("FLEETOPS_AUDIT_LOG", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     return tmp_path / "state"
@@ -29,7 +30,8 @@ def test_two_projects_two_logs_named_after_them(own_log, tmp_path):
     assert audit.log_path(a).parent.parent == own_log / "fleetops" / "projects"
     assert audit.log_path(a).parent.name.startswith("fleet-")
     (a / "sub").mkdir()
-    assert audit.project_root(a / "sub") == a.resolve()  # found from a subdirectory, as Fabric finds the fabfile
+    # found from a subdirectory, as Fabric finds the fabfile
+    assert audit.project_root(a / "sub") == a.resolve()
 
 
 def test_relative_xdg_state_home_is_ignored(monkeypatch, tmp_path):
@@ -57,22 +59,40 @@ def test_message_is_cut_at_a_word_with_one_ellipsis():
 def test_time_is_local_and_short():
     now = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc).astimezone()
     this_year = {"time": "2026-11-30T11:05:09+00:00"}
-    expected = dt.datetime(2026, 11, 30, 11, 5, 9, tzinfo=dt.timezone.utc).astimezone().strftime("%b %d %H:%M")
+    expected = (
+        dt.datetime(2026, 11, 30, 11, 5, 9, tzinfo=dt.timezone.utc)
+        .astimezone()
+        .strftime("%b %d %H:%M")
+    )
     assert history.when(this_year, now) == expected
     assert history.when({"time": "2024-01-02T03:04:05+00:00"}, now).startswith("2024-01-0")
     assert history.when({}, now) == "-"
 
 
 def test_80_columns_keep_every_required_column_whole():
-    rec = {"time": "2026-11-30T11:05:09+00:00", "operator": "someone@laptop", "host": "gpu-node-017",
-           "task": "rollback", "playbook": "speculators-0.3.0-vllm-0.16", "result": "unreachable", "changed": False,
-           "exit_status": 4, "duration_s": 10.2, "address": "root@10.0.0.17:22", "msg": "m " * 100}
+    rec = {
+        "time": "2026-11-30T11:05:09+00:00",
+        "operator": "someone@laptop",
+        "host": "gpu-node-017",
+        "task": "rollback",
+        "playbook": "speculators-0.3.0-vllm-0.16",
+        "result": "unreachable",
+        "changed": False,
+        "exit_status": 4,
+        "duration_s": 10.2,
+        "address": "root@10.0.0.17:22",
+        "msg": "m " * 100,
+    }
     rows = [[c.cell(rec) for c in history.COLUMNS]]
     shown, msg_width = history.fit(rows, 80)
     names = [history.COLUMNS[i].key for i in shown]
     assert names == ["time", "host", "task", "result", "exit_status", "msg"]
-    fixed = sum(len(rows[0][i]) if len(rows[0][i]) > len(history.COLUMNS[i].header)
-                else len(history.COLUMNS[i].header) for i in shown[:-1])
+    fixed = sum(
+        len(rows[0][i])
+        if len(rows[0][i]) > len(history.COLUMNS[i].header)
+        else len(history.COLUMNS[i].header)
+        for i in shown[:-1]
+    )
     assert fixed + msg_width + 3 * len(shown) + 1 == 80 and msg_width >= 12
     wide, _ = history.fit(rows, 300)
     assert len(wide) == len(history.COLUMNS)

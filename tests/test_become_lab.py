@@ -1,10 +1,12 @@
-"""The login-user model against a real lab node: a non-root login user (made here, with sshd letting it in and a
-sudoers entry made here, all removed afterwards) and a root-owned venv it may read but not write.
+"""The login-user model against a real lab node: a non-root login user (made here, with sshd letting
+it in and a sudoers entry made here, all removed afterwards) and a root-owned venv it may read but
+not write.
 
-Without become its `patch --check` says it cannot write (not "would apply"), and `facts` fails loudly when it
-cannot read a package; with `become: sudo` the agent runs as root through `sudo -n` (the zip reaches root's
-state dir on stdin, checked by sha256) and patches and rolls back the venv; with --ask-become-pass the password
-goes only to sudo's prompt. An sftp-server that does not start is named as such."""
+Without become its `patch --check` says it cannot write (not "would apply"), and `facts` fails
+loudly when it cannot read a package; with `become: sudo` the agent runs as root through `sudo -n`
+(the zip reaches root's state dir on stdin, checked by sha256) and patches and rolls back the venv;
+with --ask-become-pass the password goes only to sudo's prompt. An sftp-server that does not start
+is named as such."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import GENERATOR, REPO, copy_playbooks, fab_json_output
+from conftest import GENERATOR, REPO, copy_playbooks, disconnect_all, fab_json_output, on_openssh
 
 from fleetops.lab import site_packages
 from fleetops.plans.tables import FACT_COLUMNS
@@ -38,8 +40,11 @@ def _sha(path: Path) -> str:
 @pytest.fixture(scope="module")
 def world(lab_factory, root_user):
     if shutil.which("sudo") is None:
-        pytest.fail("sudo is not installed on this machine (apt-get install sudo): the become tests need a real one",
-                    pytrace=False)
+        pytest.fail(
+            "sudo is not installed on this machine (apt-get "
+            "install sudo): the become tests need a real one",
+            pytrace=False,
+        )
     with lab_factory.own("become", 1, reachable=True) as lab:
         node = lab.node("lab01")
         top = Path(tempfile.mkdtemp(prefix="fleetops-become-", dir="/tmp"))
@@ -47,36 +52,72 @@ def world(lab_factory, root_user):
         home = top / "home"
         try:
             subprocess.run(["userdel", USER], capture_output=True)  # left by a run that was killed
-            subprocess.run(["useradd", "--home-dir", str(home), "--create-home", "--shell", "/bin/sh", USER],
-                           check=True)
+            subprocess.run(
+                ["useradd", "--home-dir", str(home), "--create-home", "--shell", "/bin/sh", USER],
+                check=True,
+            )
             subprocess.run(["chpasswd"], input=f"{USER}:{PASSWORD}\n", text=True, check=True)
-            # The node's venv: root's, readable by all, writable by root only (the system Python: the lab's
-            # interpreters live under /root, which no other user may enter).
+            # The node's venv: root's, readable by all, writable by root only (the system Python:
+            # the lab's interpreters live under /root, which no other user may enter).
             venv = top / "venv"
-            subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+            subprocess.run(
+                ["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True
+            )
             src = site_packages(node.venv)
             for entry in [src / "speculators", *src.glob("speculators-*.dist-info")]:
-                shutil.copytree(entry, site_packages(venv) / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(
+                    entry,
+                    site_packages(venv) / entry.name,
+                    ignore=shutil.ignore_patterns("__pycache__"),
+                )
             subprocess.run(["chmod", "-R", "a+rX,go-w", str(venv)], check=True)
             python = venv / "bin" / "python"
             hostile = _hostile_python(top)
-            SUDOERS.write_text(f"{USER} ALL=(root) NOPASSWD: {python}, {hostile}\n"
-                               f"{USER} ALL=(root) PASSWD: /usr/bin/python3\n")
+            SUDOERS.write_text(
+                f"{USER} ALL=(root) NOPASSWD: {python}, {hostile}\n"
+                f"{USER} ALL=(root) PASSWD: /usr/bin/python3\n"
+            )
             SUDOERS.chmod(0o440)
             subprocess.run(["visudo", "-c", "-f", str(SUDOERS)], check=True, capture_output=True)
             lab.configure_sshd(node, users=(USER,))
-            base = ["    address: 127.0.0.1", f"    port: {node.port}", f"    user: {USER}",
-                    f"    identity_file: {lab.client_key}", f"    known_hosts: {lab.known_hosts}"]
-            hosts = {"asuser": [f"    python: {python}", f"    state_dir: {home}/.fleetops"],
-                     "asroot": [f"    python: {python}", "    become: sudo", f"    state_dir: {top}/rootstate"],
-                     "nopass": ["    python: /usr/bin/python3", "    become: sudo",
-                                f"    state_dir: {top}/rootstate"],
-                     "hostile": [f"    python: {hostile}", "    become: sudo", f"    state_dir: {top}/rootstate"]}
-            (lab.root / "hosts" / "become.yaml").write_text("hosts:\n" + "".join(
-                f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()))
-            copy_playbooks(lab.root)  # a real copy: the playbook below is this module's, not the checkout's
-            (lab.root / BOOK).write_text("name: become-test\npatches:\n  - module: " + GENERATOR +
-                                         "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n")
+            base = [
+                "    address: 127.0.0.1",
+                f"    port: {node.port}",
+                f"    user: {USER}",
+                f"    identity_file: {lab.client_key}",
+                f"    known_hosts: {lab.known_hosts}",
+            ]
+            hosts = {
+                "asuser": [f"    python: {python}", f"    state_dir: {home}/.fleetops"],
+                "asroot": [
+                    f"    python: {python}",
+                    "    become: sudo",
+                    f"    state_dir: {top}/rootstate",
+                ],
+                "nopass": [
+                    "    python: /usr/bin/python3",
+                    "    become: sudo",
+                    f"    state_dir: {top}/rootstate",
+                ],
+                "hostile": [
+                    f"    python: {hostile}",
+                    "    become: sudo",
+                    f"    state_dir: {top}/rootstate",
+                ],
+            }
+            (lab.root / "hosts" / "become.yaml").write_text(
+                "hosts:\n"
+                + "".join(
+                    f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()
+                )
+            )
+            # a real copy: the playbook below is this module's, not the checkout's
+            copy_playbooks(lab.root)
+            (lab.root / BOOK).write_text(
+                "name: become-test\npatches:\n  - module: "
+                + GENERATOR
+                + "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n"
+            )
             target = site_packages(venv).joinpath(*GENERATOR.split(".")).with_suffix(".py")
             yield lab, node, top, target
         finally:
@@ -87,9 +128,10 @@ def world(lab_factory, root_user):
 
 
 def _hostile_python(top: Path) -> Path:
-    """A node's python (root's file, sudo NOPASSWD for it) that asks for sudo's password itself: it prints every
-    prompt it can know of (fleetops' old fixed one, and any SUDO_PROMPT of the processes above it, which it may
-    read as root), waits 3 s for a line on stdin and keeps whatever came in `got`."""
+    """A node's python (root's file, sudo NOPASSWD for it) that asks for sudo's password itself: it
+    prints every prompt it can know of (fleetops' old fixed one, and any SUDO_PROMPT of the
+    processes above it, which it may read as root), waits 3 s for a line on stdin and keeps whatever
+    came in `got`."""
     bindir = top / "hostile" / "bin"
     bindir.mkdir(parents=True)
     (top / "hostile").chmod(0o755)
@@ -115,12 +157,20 @@ def fab(lab, *args: str, stdin: str | None = None) -> tuple[int, dict, str]:
 
 
 def run_json(lab, program: str, *args: str, stdin: str | None = None) -> tuple[int, dict, str]:
-    """`fab` (python -m fabric) or the installed `fleet`, with --json; no traceback in the output."""
+    """`fab` (python -m fabric) or the installed `fleet`, with --json; no traceback in the
+    output."""
     if program == "fab":
         return fab(lab, *args, stdin=stdin)
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
-    proc = subprocess.run([str(Path(sys.executable).parent / "fleet"), *args, "--json"], cwd=lab.root, input=stdin,
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "fleet"), *args, "--json"],
+        cwd=lab.root,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     both = proc.stdout + proc.stderr
     assert "Traceback" not in both, both
     try:
@@ -151,7 +201,8 @@ def test_become_sudo_patches_and_rolls_back_a_root_owned_venv(world):
     assert os.stat(target).st_uid == 0  # written by root, not by the login user
     agent = next((top / "rootstate" / "bin").glob("fleetops-agent-*.pyz"))
     st = os.stat(agent)
-    assert st.st_uid == 0 and not st.st_mode & 0o022  # root's copy, checked by sha256 when installed
+    # root's copy, checked by sha256 when installed
+    assert st.st_uid == 0 and not st.st_mode & 0o022
     assert os.stat(top / "rootstate").st_uid == 0
     evidence = json.dumps(doc)
     assert "sudo -n --" in evidence or rc == 0
@@ -161,8 +212,9 @@ def test_become_sudo_patches_and_rolls_back_a_root_owned_venv(world):
 
 
 def test_a_login_user_the_agent_file_of_is_never_run_by_root(world):
-    """The zip in root's state dir came on stdin; a copy the login user writes in its own state dir is not
-    what root runs (root's state dir is walked and the zip's sha256 checked at every start)."""
+    """The zip in root's state dir came on stdin; a copy the login user writes in its own state dir
+    is not what root runs (root's state dir is walked and the zip's sha256 checked at every
+    start)."""
     lab, _, top, _ = world
     rc, doc, both = fab(lab, "-H", "asroot", "ping")
     assert rc == 0, both
@@ -190,9 +242,10 @@ def test_facts_fail_loudly_when_the_login_user_cannot_read_a_package(world):
     assert f"cannot read {dist} as {USER}" in result["msg"], result["msg"]
     row = dict(zip(FACT_COLUMNS, result["data"]["fact_row"]))
     assert row["speculators"] == f"ERROR: cannot read {dist} as {USER}", row
-    assert row["os"] not in ("None", "-") and row["python"].startswith("3."), row  # the readers that could read
-    # The lab's simulated nvidia-smi lives in the lab user's own files: this login user may not run it either,
-    # and that too is an error in its cell, not a GPU count of None.
+    # the readers that could read
+    assert row["os"] not in ("None", "-") and row["python"].startswith("3."), row
+    # The lab's simulated nvidia-smi lives in the lab user's own files: this login user may not run
+    # it either, and that too is an error in its cell, not a GPU count of None.
     assert row["gpus"].startswith("ERROR: cannot run") and f"as {USER}" in row["gpus"], row
 
 
@@ -200,7 +253,9 @@ def test_sudo_that_wants_a_password_is_named_with_the_next_step(world):
     lab, _, _, _ = world
     rc, doc, both = fab(lab, "-H", "nopass", "facts")
     msg = doc["results"][0]["msg"]
-    assert rc != 0 and "sudo would not run the agent as root" in msg and "--ask-become-pass" in msg, msg
+    assert (
+        rc != 0 and "sudo would not run the agent as root" in msg and "--ask-become-pass" in msg
+    ), msg
 
 
 def test_ask_become_pass_sends_the_password_only_to_sudo(world):
@@ -220,8 +275,15 @@ def test_ask_become_pass_asks_nothing_when_no_host_of_the_run_becomes(world):
     lab, _, _, _ = world
     # stdin holds no password line: asking would read an empty line and refuse (exit 2)
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
-    proc = subprocess.run([sys.executable, "-m", "fabric", "-H", "asuser", "ping", "--ask-become-pass"],
-                          cwd=lab.root, input="", capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fabric", "-H", "asuser", "ping", "--ask-become-pass"],
+        cwd=lab.root,
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     both = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "asuser | ping | ok" in proc.stdout, both
     assert "no host of this run has `become: sudo`; no password asked" in both, both
@@ -229,27 +291,38 @@ def test_ask_become_pass_asks_nothing_when_no_host_of_the_run_becomes(world):
 
 def test_an_sftp_server_that_does_not_start_is_named(world):
     lab, node, top, _ = world
-    shutil.rmtree(top / "home" / ".fleetops", ignore_errors=True)  # no agent yet: it must be uploaded
+    # no agent yet: it must be uploaded
+    shutil.rmtree(top / "home" / ".fleetops", ignore_errors=True)
     lab.configure_sshd(node, users=(USER,), sftp="/nonexistent/sftp-server")
+    if on_openssh():
+        disconnect_all()  # a master's connection keeps the sshd config it was made under
     try:
         rc, doc, both = fab(lab, "-H", "asuser", "ping")
     finally:
         lab.configure_sshd(node, users=(USER,))
+        if on_openssh():
+            disconnect_all()
     msg = doc["results"][0]["msg"]
-    assert rc != 0 and "the node's sftp-server did not start" in msg and "Subsystem sftp" in msg, msg
+    assert rc != 0 and "the node's sftp-server did not start" in msg and "Subsystem sftp" in msg, (
+        msg
+    )
     rc, doc, both = fab(lab, "-H", "asuser", "ping")
     assert rc == 0, both
 
 
 @pytest.mark.parametrize("program", ["fab", "fleet"])
 def test_a_python_that_prints_a_password_prompt_itself_never_gets_the_password(world, program):
-    """A NOPASSWD host whose python asks for the password on stderr, as sudo would: the password goes only to
-    `sudo -v`'s own random prompt, before the command starts; the python reads nothing, and the run goes on."""
+    """A NOPASSWD host whose python asks for the password on stderr, as sudo would: the password
+    goes only to `sudo -v`'s own random prompt, before the command starts; the python reads nothing,
+    and the run goes on."""
     lab, _, top, _ = world
     got = top / "hostile" / "got"
     got.unlink(missing_ok=True)
-    args = ["--ask-become-pass", "-H", "hostile", "ping"] if program == "fleet" else \
-        ["-H", "hostile", "ping", "--ask-become-pass"]
+    args = (
+        ["--ask-become-pass", "-H", "hostile", "ping"]
+        if program == "fleet"
+        else ["-H", "hostile", "ping", "--ask-become-pass"]
+    )
     rc, doc, both = run_json(lab, program, *args, stdin=PASSWORD + "\n")
     assert got.read_text() == "got: \n", got.read_text()  # the wrapper ran as root and read no line
     assert rc == 0 and doc["results"][0]["status"] == "ok", both
@@ -257,9 +330,9 @@ def test_a_python_that_prints_a_password_prompt_itself_never_gets_the_password(w
 
 
 def test_nvidia_smi_is_found_under_sudo_on_the_login_users_path_and_said_where(world):
-    """sudo's secure_path hides the node's nvidia-smi (the lab's is on the login PATH sshd sets): the agent
-    finds it on the login user's PATH (a root-owned file), says where, and facts reads the driver; a `facts`
-    that found none under sudo fails instead of saying ok with driver=None."""
+    """sudo's secure_path hides the node's nvidia-smi (the lab's is on the login PATH sshd sets):
+    the agent finds it on the login user's PATH (a root-owned file), says where, and facts reads the
+    driver; a `facts` that found none under sudo fails instead of saying ok with driver=None."""
     lab, _, _, _ = world
     rc, doc, both = fab(lab, "-H", "asroot", "facts")
     facts = doc["results"][0]["data"]["facts"]
@@ -277,5 +350,10 @@ def test_fetch_under_become_says_plainly_it_cannot_read_a_file_of_roots_and_offe
     pyz = next((top / "rootstate" / "bin").glob("fleetops-agent-*.pyz"))
     rc, doc, both = fab(lab, "-H", "asroot", "fetch", "--path", str(pyz), "--any-path")
     msg = doc["results"][0]["msg"]
-    assert rc != 0 and f"cannot read {pyz}" in msg and "become: sudo" in msg and f"readable by {USER}" in msg, msg
+    assert (
+        rc != 0
+        and f"cannot read {pyz}" in msg
+        and "become: sudo" in msg
+        and f"readable by {USER}" in msg
+    ), msg
     assert "resume" not in both, both

@@ -1,18 +1,20 @@
-"""Under `become: sudo`, nothing runs as root from a path another user can change. A real lab node, a real
-non-root login user with the sudoers entry docs/become.md shows, and a real attacker (another user, in a team
-group the venvs' writable parts belong to), all made here with useradd and removed afterwards:
+"""Under `become: sudo`, nothing runs as root from a path another user can change. A real lab node,
+a real non-root login user with the sudoers entry docs/become.md shows, and a real attacker (another
+user, in a team group the venvs' writable parts belong to), all made here with useradd and removed
+afterwards:
 
-- a package directory of the venv writable by the team: `verify`'s import check would import the attacker's
-  `__init__.py` as root; it is refused, naming the path, and nothing of it runs; `ping` warns of it, importing
-  nothing;
-- only the package's `__pycache__/` writable by the team: a planted `.pyc` the import would take for the source;
-  refused the same way;
-- the venv's `bin/` writable by the team: sudo would run the attacker's `python` (here a wrapper that logs who
-  ran it and execs the system's Python, so every check made by the interpreter itself passes); the client
-  checks the path over SFTP as the login user first and refuses before sudo runs anything;
-- a directory the team may write, fetched under become while the attacker swaps a subdirectory for a symlink
-  to another directory (a real rename race): the login user's SFTP reads by path never go through it, and the
-  fetch is refused naming the path, its mode and owner."""
+- a package directory of the venv writable by the team: `verify`'s import check would import the
+  attacker's `__init__.py` as root; it is refused, naming the path, and nothing of it runs; `ping`
+  warns of it, importing nothing;
+- only the package's `__pycache__/` writable by the team: a planted `.pyc` the import would take for
+  the source; refused the same way;
+- the venv's `bin/` writable by the team: sudo would run the attacker's `python` (here a wrapper
+  that logs who ran it and execs the system's Python, so every check made by the interpreter itself
+  passes); the client checks the path over SFTP as the login user first and refuses before sudo runs
+  anything;
+- a directory the team may write, fetched under become while the attacker swaps a subdirectory for a
+  symlink to another directory (a real rename race): the login user's SFTP reads by path never go
+  through it, and the fetch is refused naming the path, its mode and owner."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, copy_playbooks, fab_json_output
+from faultkit import SUBDIR_SWAPPER
 
 from fleetops.lab import site_packages
 
@@ -35,7 +38,8 @@ TEAM = "fleetops-btteam"
 SUDOERS = Path("/etc/sudoers.d/fleetops-become-trust-test")
 BOOK = "playbooks/become-trust.yaml"
 
-# What the attacker adds in front of the package's __init__.py: a line in OUT naming the uid that ran it.
+# What the attacker adds in front of the package's __init__.py: a line in OUT naming the uid that
+# ran it.
 PLANT_SOURCE = """
 import sys
 init, out = sys.argv[1], sys.argv[2]
@@ -46,16 +50,21 @@ open(tmp, 'w').write(line + code)
 import os
 os.rename(tmp, init)
 """
-# The .pyc variant: bytecode whose header carries the source's mtime and size, so Python takes it for the source.
+# The .pyc variant: bytecode whose header carries the source's mtime and size, so Python takes it
+# for the source.
 PLANT_PYC = """
 import importlib.util, marshal, os, sys
 pkg, out = sys.argv[1], sys.argv[2]
 src = os.path.join(pkg, '__init__.py')
 st = os.stat(src)
-code = "import os as _o\\nopen(%r, 'a').write('pyc ran as euid %%d\\\\n' %% _o.geteuid())\\n" % out + open(src).read()
-data = (importlib.util.MAGIC_NUMBER + (0).to_bytes(4, 'little') + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, 'little')
-        + (st.st_size & 0xFFFFFFFF).to_bytes(4, 'little') + marshal.dumps(compile(code, src, 'exec')))
-with open(os.path.join(pkg, '__pycache__', '__init__.%s.pyc' % sys.implementation.cache_tag), 'wb') as f:
+code = "import os as _o\\nopen(%r, 'a').write('pyc ran as euid %%d\\\\n' %% _o.geteuid())\\n" % \
+out + open(src).read()
+data = (importlib.util.MAGIC_NUMBER + (0).to_bytes(4, 'little') + (int(st.st_mtime) & \
+0xFFFFFFFF).to_bytes(4, 'little')
+        + (st.st_size & 0xFFFFFFFF).to_bytes(4, 'little') + marshal.dumps(compile(code, src, \
+'exec')))
+with open(os.path.join(pkg, '__pycache__', '__init__.%s.pyc' % sys.implementation.cache_tag), \
+'wb') as f:
     f.write(data)
 """
 REPLACE = """
@@ -66,38 +75,62 @@ with open(path + '.new', 'w') as f:
 os.chmod(path + '.new', 0o755)
 os.rename(path + '.new', path)
 """
-WRAPPER = "#!/bin/sh\necho \"wrapper ran as: $(id)\" >> {out}\nexec /usr/bin/python3 \"$@\"\n"
+WRAPPER = '#!/bin/sh\necho "wrapper ran as: $(id)" >> {out}\nexec /usr/bin/python3 "$@"\n'
 
 
 def as_eve(*argv: str) -> None:
-    subprocess.run(["setpriv", "--reuid", EVE, "--regid", EVE, "--init-groups", *argv], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        ["setpriv", "--reuid", EVE, "--regid", EVE, "--init-groups", *argv],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
 
 
 def make_venv(path: Path, src: Path) -> None:
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(path)], check=True)
     for entry in [src / "speculators", *src.glob("speculators-*.dist-info")]:
-        shutil.copytree(entry, site_packages(path) / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            entry, site_packages(path) / entry.name, ignore=shutil.ignore_patterns("__pycache__")
+        )
     subprocess.run(["chmod", "-R", "a+rX,go-w", str(path)], check=True)
 
 
 @pytest.fixture(scope="module")
 def world(lab_factory, root_user):
     if shutil.which("sudo") is None or shutil.which("setpriv") is None:
-        pytest.fail("sudo and setpriv must be installed on this machine: these tests need real ones", pytrace=False)
+        pytest.fail(
+            "sudo and setpriv must be installed on this machine: these tests need real ones",
+            pytrace=False,
+        )
     with lab_factory.own("becometrust", 1, reachable=True) as lab:
         node = lab.node("lab01")
         top = Path(tempfile.mkdtemp(prefix="fleetops-become-trust-", dir="/tmp"))
         top.chmod(0o755)
         try:
             for user in (USER, EVE):
-                subprocess.run(["userdel", user], capture_output=True)  # left by a run that was killed
+                # left by a run that was killed
+                subprocess.run(["userdel", user], capture_output=True)
             subprocess.run(["groupadd", "-f", TEAM], check=True)
-            subprocess.run(["useradd", "--home-dir", str(top / "home"), "--create-home", "--shell", "/bin/sh",
-                            USER], check=True)
+            subprocess.run(
+                [
+                    "useradd",
+                    "--home-dir",
+                    str(top / "home"),
+                    "--create-home",
+                    "--shell",
+                    "/bin/sh",
+                    USER,
+                ],
+                check=True,
+            )
             # a password sshd sees as set (a locked account may not log in), never used: keys only
-            subprocess.run(["chpasswd"], input=f"{USER}:{os.urandom(12).hex()}\n", text=True, check=True)
-            subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", "-G", TEAM, EVE], check=True)
+            subprocess.run(
+                ["chpasswd"], input=f"{USER}:{os.urandom(12).hex()}\n", text=True, check=True
+            )
+            subprocess.run(
+                ["useradd", "--no-create-home", "--shell", "/bin/sh", "-G", TEAM, EVE], check=True
+            )
             src = site_packages(node.venv)
             make_venv(top / "venv", src)  # its speculators/ is the team's to change, per test
             make_venv(top / "venv2", src)  # its bin/ is the team's
@@ -108,17 +141,31 @@ def world(lab_factory, root_user):
             SUDOERS.chmod(0o440)
             subprocess.run(["visudo", "-c", "-f", str(SUDOERS)], check=True, capture_output=True)
             lab.configure_sshd(node, users=(USER,))
-            base = ["    address: 127.0.0.1", f"    port: {node.port}", f"    user: {USER}",
-                    f"    identity_file: {lab.client_key}", f"    known_hosts: {lab.known_hosts}", "    become: sudo"]
-            hosts = {"asroot": [f"    python: {pythons[0]}", f"    state_dir: {top}/rootstate"],
-                     "asroot2": [f"    python: {pythons[1]}", f"    state_dir: {top}/rootstate2"]}
-            (lab.root / "hosts" / "become.yaml").write_text("hosts:\n" + "".join(
-                f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()))
+            base = [
+                "    address: 127.0.0.1",
+                f"    port: {node.port}",
+                f"    user: {USER}",
+                f"    identity_file: {lab.client_key}",
+                f"    known_hosts: {lab.known_hosts}",
+                "    become: sudo",
+            ]
+            hosts = {
+                "asroot": [f"    python: {pythons[0]}", f"    state_dir: {top}/rootstate"],
+                "asroot2": [f"    python: {pythons[1]}", f"    state_dir: {top}/rootstate2"],
+            }
+            (lab.root / "hosts" / "become.yaml").write_text(
+                "hosts:\n"
+                + "".join(
+                    f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()
+                )
+            )
             copy_playbooks(lab.root)
             (lab.root / BOOK).write_text(
-                "name: become-trust\npatches:\n  - module: " + GENERATOR +
-                "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n"
-                "verify:\n  - name: spec-imports\n    kind: import\n    module: speculators\n")
+                "name: become-trust\npatches:\n  - module: "
+                + GENERATOR
+                + "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n"
+                "verify:\n  - name: spec-imports\n    kind: import\n    module: speculators\n"
+            )
             yield lab, top
         finally:
             SUDOERS.unlink(missing_ok=True)
@@ -150,8 +197,11 @@ def test_a_clean_root_venv_is_verified_as_root_without_a_refusal(world, spec):
     lab, _ = world
     rc, doc, both = fab(lab, "-H", "asroot", "verify", "-p", BOOK)
     result = doc["results"][0]
-    assert result["status"] != "unreachable" and result["items"], both  # the import check ran, as root
-    assert "refusing" not in both and doc["results"][0]["data"].get("error_kind") != "untrusted_venv", both
+    # the import check ran, as root
+    assert result["status"] != "unreachable" and result["items"], both
+    assert (
+        "refusing" not in both and doc["results"][0]["data"].get("error_kind") != "untrusted_venv"
+    ), both
 
 
 def test_a_package_dir_another_group_may_write_is_never_imported_as_root(world, spec):
@@ -163,7 +213,11 @@ def test_a_package_dir_another_group_may_write_is_never_imported_as_root(world, 
     rc, doc, both = fab(lab, "-H", "asroot", "verify", "-p", BOOK)
     assert not out.exists(), out.read_text()  # the attacker's lines never ran, as root or anyone
     result = doc["results"][0]
-    assert rc == 1 and result["status"] == "failed" and result["data"]["error_kind"] == "untrusted_venv", both
+    assert (
+        rc == 1
+        and result["status"] == "failed"
+        and result["data"]["error_kind"] == "untrusted_venv"
+    ), both
     msg = result["msg"]
     assert f"{spec} is writable by its group" in msg and "drwxrwxr-x (0775)" in msg, msg
     assert "owner uid 0" in msg and "--allow-insecure-venv" in msg, msg
@@ -171,7 +225,9 @@ def test_a_package_dir_another_group_may_write_is_never_imported_as_root(world, 
     (spec / "__init__.py").write_bytes((spec / "__init__.py").read_bytes().split(b"\n", 2)[2])
     rc, doc, both = fab(lab, "-H", "asroot", "verify", "-p", BOOK, "--allow-insecure-venv")
     warnings = doc["results"][0]["data"].get("node_warnings") or []
-    assert any("--allow-insecure-venv: importing anyway" in w and str(spec) in w for w in warnings), both
+    assert any(
+        "--allow-insecure-venv: importing anyway" in w and str(spec) in w for w in warnings
+    ), both
     assert not out.exists()
 
 
@@ -181,17 +237,28 @@ def test_ping_warns_of_a_package_dir_verify_would_refuse_and_imports_nothing(wor
     subprocess.run(["chgrp", "-R", TEAM, str(spec)], check=True)
     subprocess.run(["chmod", "-R", "g+w", str(spec)], check=True)
     as_eve("/usr/bin/python3", "-c", PLANT_SOURCE, str(spec / "__init__.py"), str(out))
-    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "ping", timeout=300, env={"FLEETOPS_PLAYBOOK": BOOK})
+    rc, doc, both = fab_json_output(
+        lab.root, "-H", "asroot", "ping", timeout=300, env={"FLEETOPS_PLAYBOOK": BOOK}
+    )
     assert not out.exists(), out.read_text()  # ping imported nothing
     result = doc["results"][0]
     warnings = result["data"].get("node_warnings") or []
     assert rc == 0 and result["status"] == "ok", both
-    assert any("verify's importing checks would refuse" in w and f"{spec} is writable by its group" in w
-               and "drwxrwxr-x (0775)" in w and "owner uid 0" in w for w in warnings), both
-    subprocess.run(["chown", "-R", "root:root", str(spec)], check=True)  # the planted file was the attacker's
+    assert any(
+        "verify's importing checks would refuse" in w
+        and f"{spec} is writable by its group" in w
+        and "drwxrwxr-x (0775)" in w
+        and "owner uid 0" in w
+        for w in warnings
+    ), both
+    # the planted file was the attacker's
+    subprocess.run(["chown", "-R", "root:root", str(spec)], check=True)
     subprocess.run(["chmod", "-R", "g-w", str(spec)], check=True)
-    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "ping", timeout=300, env={"FLEETOPS_PLAYBOOK": BOOK})
-    assert rc == 0 and not doc["results"][0]["data"].get("node_warnings"), both  # writable by root alone: quiet
+    rc, doc, both = fab_json_output(
+        lab.root, "-H", "asroot", "ping", timeout=300, env={"FLEETOPS_PLAYBOOK": BOOK}
+    )
+    # writable by root alone: quiet
+    assert rc == 0 and not doc["results"][0]["data"].get("node_warnings"), both
 
 
 def test_a_planted_pyc_in_a_pycache_another_group_may_write_is_never_imported_as_root(world, spec):
@@ -222,24 +289,17 @@ def test_sudo_never_runs_a_python_from_a_bin_dir_another_group_may_write(world):
     rc, doc, both = fab(lab, "-H", "asroot2", "ping")
     assert out.read_text() == "", out.read_text()  # sudo never ran it: no `uid=0(root)` line
     result = doc["results"][0]
-    assert rc == 1 and result["status"] == "failed" and result["data"]["error_kind"] == "untrusted", both
+    assert (
+        rc == 1 and result["status"] == "failed" and result["data"]["error_kind"] == "untrusted"
+    ), both
     msg = result["msg"]
-    assert f"refusing to run {bindir}/python through sudo" in msg and f"{bindir} (on the way to the " \
-        f"interpreter) is writable by its group" in msg and "nothing ran as root" in msg, msg
+    assert (
+        f"refusing to run {bindir}/python through sudo" in msg
+        and f"{bindir} (on the way to the interpreter) is writable by its group" in msg
+        and "nothing ran as root" in msg
+    ), msg
     assert "drwxrwxr-x (0775)" in msg and "chmod go-w" in msg, msg
     assert os.stat(bindir / "python").st_uid != 0  # the attacker's file, still there, never run
-
-
-SWAP = """
-import os, sys, time
-d, target, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
-sub, real, link = os.path.join(d, "sub"), os.path.join(d, ".subreal"), os.path.join(d, ".sublink")
-os.symlink(target, link)
-end = time.time() + secs
-while time.time() < end:
-    os.rename(sub, real); os.rename(link, sub)
-    os.rename(sub, link); os.rename(real, sub)
-"""
 
 
 def test_fetch_under_become_never_reads_through_a_directory_another_group_may_swap(world):
@@ -250,19 +310,47 @@ def test_fetch_under_become_never_reads_through_a_directory_another_group_may_sw
     inside_text, secret = "inside-bytes-of-the-listed-file\n", "SECRET-bytes-outside-the-list-d\n"
     assert len(inside_text) == len(secret)
     (shared / "sub" / "file.txt").write_text(inside_text)
-    (outside / "file.txt").write_text(secret)  # the login user may read it: only the swap would fetch it
+    # the login user may read it: only the swap would fetch it
+    (outside / "file.txt").write_text(secret)
     subprocess.run(["chmod", "-R", "a+rX", str(shared), str(outside)], check=True)
     subprocess.run(["chgrp", TEAM, str(shared)], check=True)
     shared.chmod(0o2775)
-    swapper = subprocess.Popen(["setpriv", "--reuid", EVE, "--regid", EVE, "--init-groups", "/usr/bin/python3", "-c",
-                                SWAP, str(shared), str(outside), "120"])
+    swapper = subprocess.Popen(
+        [
+            "setpriv",
+            "--reuid",
+            EVE,
+            "--regid",
+            EVE,
+            "--init-groups",
+            "/usr/bin/python3",
+            "-c",
+            SUBDIR_SWAPPER,
+            str(shared),
+            str(outside),
+            "120",
+        ]
+    )
     refused = 0
     try:
         for attempt in range(30):
             dest = top / f"fetched-{attempt}"
-            rc, doc, both = fab(lab, "-H", "asroot", "fetch", "--path", str(shared), "--any-path", "--dest", str(dest))
-            assert "sha256 mismatch" not in both, f"attempt {attempt}: read another file than listed\n{both}"
-            assert not any(p.is_file() for p in dest.rglob("*")), f"attempt {attempt}: {both}"  # nothing read
+            rc, doc, both = fab(
+                lab,
+                "-H",
+                "asroot",
+                "fetch",
+                "--path",
+                str(shared),
+                "--any-path",
+                "--dest",
+                str(dest),
+            )
+            assert "sha256 mismatch" not in both, (
+                f"attempt {attempt}: read another file than listed\n{both}"
+            )
+            # nothing read
+            assert not any(p.is_file() for p in dest.rglob("*")), f"attempt {attempt}: {both}"
             says = f"refusing to read {shared}/"
             if says in both:  # a file the node listed (others: links it refused itself)
                 refused += 1

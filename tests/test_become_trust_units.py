@@ -1,8 +1,9 @@
-"""What sudo and the agent would run, judged without a lab, on real files and directories of this machine (made
-here, owned and moded with chown/chmod; the tests run as root like the rest of the suite):
+"""What sudo and the agent would run, judged without a lab, on real files and directories of this
+machine (made here, owned and moded with chown/chmod; the tests run as root like the rest of the
+suite):
 
-- the client's judgement of a `become` host's `python:` from lstat answers (plans/pathtrust.py), fed here by
-  os.lstat and os.readlink as the node's SFTP server feeds it;
+- the client's judgement of a `become` host's `python:` from lstat answers (plans/pathtrust.py), fed
+  here by os.lstat and os.readlink as the node's SFTP server feeds it;
 - the agent's walk of what an importing check would import (remote_scripts/core/importtrust.py)."""
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def judge(python: Path):
 
 @pytest.fixture
 def venv(tmp_path: Path) -> Path:
-    """A venv-shaped tree, root's and writable by root alone, its python a symlink to the system's."""
+    """A venv-shaped tree, root's and writable by root alone, its python a symlink to the
+    system's."""
     tmp_path.chmod(0o755)
     top = tmp_path / "venv"
     (top / "bin").mkdir(parents=True)
@@ -55,12 +57,14 @@ def venv(tmp_path: Path) -> Path:
 def test_a_group_writable_bin_is_refused_even_when_its_python_execs_the_system_one(venv):
     bindir = venv / "bin"
     (bindir / "python").unlink()
-    (bindir / "python").write_text("#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n")
+    (bindir / "python").write_text('#!/bin/sh\nexec /usr/bin/python3 "$@"\n')
     (bindir / "python").chmod(0o755)
     bindir.chmod(0o775)
     problem = judge(bindir / "python")
     assert problem is not None and problem.path == str(bindir), problem
-    assert "writable by its group" in problem.describe() and "drwxrwxr-x (0775)" in problem.describe()
+    assert (
+        "writable by its group" in problem.describe() and "drwxrwxr-x (0775)" in problem.describe()
+    )
     assert "chmod go-w " + str(bindir) in problem.describe()
 
 
@@ -89,7 +93,9 @@ def test_a_symlink_is_followed_and_its_target_and_the_targets_directories_judged
     (venv / "bin" / "python").unlink()
     os.symlink(team / "python3", venv / "bin" / "python")
     problem = judge(venv / "bin" / "python")
-    assert problem is not None and problem.path == str(team) and "on the way" in problem.why, problem
+    assert problem is not None and problem.path == str(team) and "on the way" in problem.why, (
+        problem
+    )
     team.chmod(0o755)
     assert judge(venv / "bin" / "python") is None
     # one relative step up and into it: resolved component by component, as the kernel does
@@ -112,7 +118,11 @@ def test_a_sticky_directory_on_the_way_passes_but_a_link_another_user_owns_there
     assert judge(link) is None
     os.lchown(link, NOBODY, NOBODY)
     problem = judge(link)
-    assert problem is not None and problem.path == str(link) and f"symlink owned by uid {NOBODY}" in problem.why
+    assert (
+        problem is not None
+        and problem.path == str(link)
+        and f"symlink owned by uid {NOBODY}" in problem.why
+    )
 
 
 def test_pyvenv_cfg_that_others_may_write_is_refused_and_a_relative_python_is_never_guessed(venv):
@@ -127,21 +137,31 @@ def test_pyvenv_cfg_that_others_may_write_is_refused_and_a_relative_python_is_ne
 
 def test_writers_problem_reads_owner_and_mode_bits():
     dir_mode = stat.S_IFDIR
-    assert writers_problem("/x", Entry(dir_mode | 0o755, 0, 0), TRUSTED, on_way=True, sticky_ok=True) == ""
-    assert writers_problem("/x", Entry(dir_mode | 0o1777, 0, 0), TRUSTED, on_way=True, sticky_ok=True) == ""
-    assert "others" in writers_problem("/x", Entry(dir_mode | 0o1777, 0, 0), TRUSTED, on_way=False,
-                                       sticky_ok=False)
-    assert "group (gid 7)" in writers_problem("/x", Entry(stat.S_IFREG | 0o775, LOGIN, 7), TRUSTED, on_way=False,
-                                              sticky_ok=False)
-    assert "uid 1001" in writers_problem("/x", Entry(stat.S_IFREG | 0o755, 1001, 0), TRUSTED, on_way=False,
-                                         sticky_ok=False)
+    assert (
+        writers_problem("/x", Entry(dir_mode | 0o755, 0, 0), TRUSTED, on_way=True, sticky_ok=True)
+        == ""
+    )
+    assert (
+        writers_problem("/x", Entry(dir_mode | 0o1777, 0, 0), TRUSTED, on_way=True, sticky_ok=True)
+        == ""
+    )
+    assert "others" in writers_problem(
+        "/x", Entry(dir_mode | 0o1777, 0, 0), TRUSTED, on_way=False, sticky_ok=False
+    )
+    assert "group (gid 7)" in writers_problem(
+        "/x", Entry(stat.S_IFREG | 0o775, LOGIN, 7), TRUSTED, on_way=False, sticky_ok=False
+    )
+    assert "uid 1001" in writers_problem(
+        "/x", Entry(stat.S_IFREG | 0o755, 1001, 0), TRUSTED, on_way=False, sticky_ok=False
+    )
 
 
-# ---------------------------------------------------------------- the agent: what an import would read
+# ---------------------------------------------------------------- the agent: what an import would
+# read
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch) -> Path:
-    """A site-packages directory on sys.path with a package `fleetopsdemo` (a subpackage, bytecode) and a
-    single-module `fleetopsone`, every part root's and writable by root alone."""
+    """A site-packages directory on sys.path with a package `fleetopsdemo` (a subpackage, bytecode)
+    and a single-module `fleetopsone`, every part root's and writable by root alone."""
     tmp_path.chmod(0o755)
     site = tmp_path / "site-packages"
     pkg = site / "fleetopsdemo"
@@ -159,23 +179,33 @@ def site(tmp_path: Path, monkeypatch) -> Path:
     return site
 
 
-@pytest.mark.parametrize("where", ["fleetopsdemo", "fleetopsdemo/sub/__pycache__",
-                                   "fleetopsdemo/sub/__pycache__/__init__.cpython-311.pyc",
-                                   "fleetopsdemo/__init__.py", "__pycache__/fleetopsone.cpython-311.pyc",
-                                   "fleetopsone.py"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "fleetopsdemo",
+        "fleetopsdemo/sub/__pycache__",
+        "fleetopsdemo/sub/__pycache__/__init__.cpython-311.pyc",
+        "fleetopsdemo/__init__.py",
+        "__pycache__/fleetopsone.cpython-311.pyc",
+        "fleetopsone.py",
+    ],
+)
 def test_a_group_writable_part_of_the_import_path_is_refused_with_path_mode_and_owner(site, where):
     path = site / where
     path.chmod(0o775 if path.is_dir() else 0o664)
     with pytest.raises(NodeError) as refused:
         importtrust.check_before_import(["fleetopsdemo.sub.x", "fleetopsone"], "import them")
     msg = str(refused.value)
-    assert refused.value.kind == "untrusted_venv" and refused.value.details["path"] == str(path), msg
+    assert refused.value.kind == "untrusted_venv" and refused.value.details["path"] == str(path), (
+        msg
+    )
     assert f"{path} is writable by its group" in msg and ("(0775)" in msg or "(0664)" in msg), msg
     assert "owner uid 0" in msg and "--allow-insecure-venv" in msg, msg
 
 
 def test_a_file_another_user_owns_anywhere_in_the_site_dir_is_refused(site):
-    """What the named modules import in turn sits beside them: the whole site dir they were found in."""
+    """What the named modules import in turn sits beside them: the whole site dir they were found
+    in."""
     other = site / "otherlib"
     other.mkdir(mode=0o755)
     (other / "__init__.py").write_text("")
@@ -218,7 +248,9 @@ def test_the_walk_of_a_site_dir_of_a_thousand_files_takes_milliseconds(site):
     assert took < 0.5, took
 
 
-def test_the_extraction_driver_refuses_before_importing_from_a_package_others_may_write(site, capsys):
+def test_the_extraction_driver_refuses_before_importing_from_a_package_others_may_write(
+    site, capsys
+):
     from remote_scripts.jobs import extract_hidden_states
 
     spec = site / "speculators"

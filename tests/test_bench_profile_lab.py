@@ -1,5 +1,6 @@
-"""The bench's profile measures the node side as fleetops runs it: bench/profile_node.py starts the agent through
-the verifying bootstrap (the zip refuses to run by its path) and reads the agent's own time from every answer."""
+"""The bench's profile measures the node side as fleetops runs it: bench/profile_node.py starts the
+agent through the verifying bootstrap (the zip refuses to run by its path) and reads the agent's own
+time from every answer."""
 
 from __future__ import annotations
 
@@ -24,4 +25,6 @@ def test_node_costs_run_the_agent_as_fleetops_does(lab):
         wall, node_cpu, own = costs[step]
         assert own is not None and 0 < own < wall, (step, costs[step])
     total, _, modules = costs["agent_imports_verify"]
-    assert total > 0 and any(m.startswith("remote_scripts.") for m in modules), costs["agent_imports_verify"]
+    assert total > 0 and any(m.startswith("remote_scripts.") for m in modules), costs[
+        "agent_imports_verify"
+    ]

@@ -1,6 +1,7 @@
-"""The bootstrap's path walk (remote_scripts/core/bootstrap.py: walk), on real directories, without a lab: a path is
-checked as written, component by component, like OpenSSH's StrictModes, and a symlink on the way is followed
-only where no other user can replace it. Ownership by another user needs root (chown)."""
+"""The bootstrap's path walk (remote_scripts/core/bootstrap.py: walk), on real directories, without
+a lab: a path is checked as written, component by component, like OpenSSH's StrictModes, and a
+symlink on the way is followed only where no other user can replace it. Ownership by another user
+needs root (chown)."""
 
 from __future__ import annotations
 
@@ -58,20 +59,27 @@ def test_an_others_writable_dir_on_the_way_is_refused_unless_sticky_and_the_last
     (top / "open" / "state").mkdir(parents=True)
     (top / "open").chmod(0o777)
     msg = refusal(top / "open" / "state")
-    assert f"{top / 'open'} (on the way to {top / 'open' / 'state'}) is writable by group or others and not sticky" \
-        in msg and "(0777)" in msg
+    assert (
+        f"{top / 'open'} (on the way to {top / 'open' / 'state'}) is writable by group or "
+        "others and not sticky"
+    ) in msg and "(0777)" in msg
     (top / "open").chmod(0o1777)  # like /tmp
     assert walked(top / "open" / "state") is not None
-    assert "is writable by group or others [" in refusal(top / "open")  # the last component: sticky is no excuse
+    # the last component: sticky is no excuse
+    assert "is writable by group or others [" in refusal(top / "open")
 
 
 def test_a_symlink_in_an_others_writable_dir_is_refused_where_it_sits_however_it_is_reached(top):
-    """sym01: the state dir reached through `link`, which sits in a 0777 directory: refused like direct01."""
+    """sym01: the state dir reached through `link`, which sits in a 0777 directory: refused like
+    direct01."""
     (top / "real" / "state").mkdir(parents=True)
     (top / "shared").mkdir(mode=0o777)
     (top / "shared").chmod(0o777)
     (top / "shared" / "link").symlink_to(top / "real")
-    for path in (top / "shared" / "link" / "state", top / "real" / ".." / "shared" / "link" / "state"):
+    for path in (
+        top / "shared" / "link" / "state",
+        top / "real" / ".." / "shared" / "link" / "state",
+    ):
         assert f"{top / 'shared'} (on the way to" in refusal(path)
 
 
@@ -81,8 +89,11 @@ def test_symlinks_in_trusted_dirs_are_followed_relative_absolute_and_dotdot(top)
     (top / "safe" / "abs").symlink_to(top / "real")
     (top / "safe" / "rel").symlink_to("../real")
     want = os.stat(top / "real" / "state").st_ino
-    for path in (top / "safe" / "abs" / "state", top / "safe" / "rel" / "state", top / "safe" / ".." / "real" /
-                 "state"):
+    for path in (
+        top / "safe" / "abs" / "state",
+        top / "safe" / "rel" / "state",
+        top / "safe" / ".." / "real" / "state",
+    ):
         assert walked(path).st_ino == want, path
     (top / "safe" / "loop").symlink_to("loop")
     assert "symlink too many" in refusal(top / "safe" / "loop" / "x")
@@ -105,7 +116,10 @@ def test_another_users_symlink_in_a_sticky_dir_is_refused_roots_is_followed(top)
     os.lchown(top / "sticky" / "theirs", NOBODY, NOBODY)
     assert walked(top / "sticky" / "mine" / "state") is not None
     msg = refusal(top / "sticky" / "theirs" / "state")
-    assert f"{top / 'sticky' / 'theirs'} (a symlink on the way to" in msg and f"owned by uid {NOBODY}" in msg
+    assert (
+        f"{top / 'sticky' / 'theirs'} (a symlink on the way to" in msg
+        and f"owned by uid {NOBODY}" in msg
+    )
 
 
 @pytest.mark.root("chown to another user")
@@ -113,4 +127,7 @@ def test_a_dir_on_the_way_owned_by_another_user_is_refused(top):
     (top / "theirs" / "state").mkdir(parents=True)
     os.chown(top / "theirs", NOBODY, NOBODY)
     msg = refusal(top / "theirs" / "state")
-    assert f"{top / 'theirs'} (on the way to {top / 'theirs' / 'state'}) is owned by uid {NOBODY}" in msg
+    assert (
+        f"{top / 'theirs'} (on the way to {top / 'theirs' / 'state'}) is owned by uid {NOBODY}"
+        in msg
+    )

@@ -1,12 +1,13 @@
-"""The `callsites` check (remote_scripts/checks/callsites.py), run the way a node runs it: under a venv's python,
-against files in that venv's site-packages.
+"""The `callsites` check (remote_scripts/checks/callsites.py), run the way a node runs it: under a
+venv's python, against files in that venv's site-packages.
 
-The repo's pytest python has no vLLM, so every check runs in a subprocess under a throwaway venv whose
-base.pth points at the lab base venv (real vllm 0.16.0, torch, speculators 0.3.0); speculators is
-copied into the throwaway venv so the scratch copies can be edited without touching the base.
+The repo's pytest python has no vLLM, so every check runs in a subprocess under a throwaway venv
+whose base.pth points at the lab base venv (real vllm 0.16.0, torch, speculators 0.3.0); speculators
+is copied into the throwaway venv so the scratch copies can be edited without touching the base.
 
-The base venv's path is asked from the lab (conftest's `base_python` fixture: fleetops.lab.ensure_base), so
-these tests run for any user and any Python; when it cannot be made they fail, they never skip."""
+The base venv's path is asked from the lab (conftest's `base_python` fixture:
+fleetops.lab.ensure_base), so these tests run for any user and any Python; when it cannot be made
+they fail, they never skip."""
 
 from __future__ import annotations
 
@@ -27,17 +28,29 @@ WORKER = "speculators.data_generation.custom_worker"
 pytestmark = pytest.mark.base_venv
 
 SPECULATORS_CHECK = {
-    "kind": "callsites", "name": "speculators-vllm-calls",
+    "kind": "callsites",
+    "name": "speculators-vllm-calls",
     "modules": [GENERATOR, WORKER],
     "packages": ["vllm"],
     "receivers": [
-        {"expr": "self.executor", "scope": "VllmHiddenStatesGenerator",
-         "type": "vllm.v1.executor.multiproc_executor.MultiprocExecutor"},
-        {"expr": "self.scheduler", "scope": "VllmHiddenStatesGenerator",
-         "type": "vllm.v1.core.sched.scheduler.Scheduler"},
-        {"expr": "self", "scope": "_patched_forward",
-         "type": ["vllm.model_executor.models.llama.LlamaModel",
-                  "vllm.model_executor.models.deepseek_v2.DeepseekV2Model"]},
+        {
+            "expr": "self.executor",
+            "scope": "VllmHiddenStatesGenerator",
+            "type": "vllm.v1.executor.multiproc_executor.MultiprocExecutor",
+        },
+        {
+            "expr": "self.scheduler",
+            "scope": "VllmHiddenStatesGenerator",
+            "type": "vllm.v1.core.sched.scheduler.Scheduler",
+        },
+        {
+            "expr": "self",
+            "scope": "_patched_forward",
+            "type": [
+                "vllm.model_executor.models.llama.LlamaModel",
+                "vllm.model_executor.models.deepseek_v2.DeepseekV2Model",
+            ],
+        },
     ],
     "attributes": ["vllm.model_executor.models.llama.LlamaModel.embed_input_ids"],
 }
@@ -59,30 +72,48 @@ RUNNER = textwrap.dedent("""
 
 
 def purelib(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip())
 
 
 def make_venv(base_py: Path, root: Path, with_speculators: bool = True) -> tuple[Path, Path]:
-    """A venv layered on the base one: base.pth makes vllm & co. importable, speculators is a local copy."""
+    """A venv layered on the base one: base.pth makes vllm & co. importable, speculators is a local
+    copy."""
     subprocess.run([str(base_py), "-m", "venv", "--without-pip", str(root / "venv")], check=True)
     py = root / "venv" / "bin" / "python"
     site = purelib(py)
     base_site = purelib(base_py)
     (site / "base.pth").write_text(f"{base_site}\n")
     if with_speculators:
-        shutil.copytree(base_site / "speculators", site / "speculators",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copytree(base_site / "speculators-0.3.0.dist-info", site / "speculators-0.3.0.dist-info")
+        shutil.copytree(
+            base_site / "speculators",
+            site / "speculators",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        shutil.copytree(
+            base_site / "speculators-0.3.0.dist-info", site / "speculators-0.3.0.dist-info"
+        )
     return py, site
 
 
 def run_check(py: Path, check: dict, tmp: Path) -> dict:
     answer = tmp / f"answer-{os.getpid()}-{id(check)}.json"
-    proc = subprocess.run([str(py), "-c", RUNNER, str(REPO), str(answer)], input=json.dumps(check),
-                          capture_output=True, text=True, timeout=600, cwd=str(tmp))
-    assert proc.returncode == 0, f"checker exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    proc = subprocess.run(
+        [str(py), "-c", RUNNER, str(REPO), str(answer)],
+        input=json.dumps(check),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(tmp),
+    )
+    assert proc.returncode == 0, (
+        f"checker exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return json.loads(answer.read_text())
 
 
@@ -93,7 +124,10 @@ def edit(path: Path, old: str, new: str) -> None:
 
 
 def summary(outcome: dict) -> set[tuple[str, str, str]]:
-    return {(Path(f["file"]).name if f["file"] else "", f["callee"], f["error"]) for f in outcome["failures"]}
+    return {
+        (Path(f["file"]).name if f["file"] else "", f["callee"], f["error"])
+        for f in outcome["failures"]
+    }
 
 
 # ---------------------------------------------------------------- the real files
@@ -109,25 +143,42 @@ def test_pristine_speculators_reports_every_known_vllm_016_break(pristine):
     gen, worker = "vllm_hidden_states_generator.py", "custom_worker.py"
     expected = {
         (gen, "vllm.config.SchedulerConfig", "missing a required argument: 'is_encoder_decoder'"),
-        (gen, "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups",
-         "got an unexpected keyword argument 'kv_cache_specs'"),
-        (gen, "vllm.v1.core.sched.scheduler.Scheduler", "missing a required argument: 'block_size'"),
-        (worker, "vllm.model_executor.models.llama.LlamaModel.get_input_embeddings",
-         "LlamaModel has no attribute 'get_input_embeddings'"),
-        (worker, "vllm.model_executor.models.deepseek_v2.DeepseekV2Model.get_input_embeddings",
-         "DeepseekV2Model has no attribute 'get_input_embeddings'"),
+        (
+            gen,
+            "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups",
+            "got an unexpected keyword argument 'kv_cache_specs'",
+        ),
+        (
+            gen,
+            "vllm.v1.core.sched.scheduler.Scheduler",
+            "missing a required argument: 'block_size'",
+        ),
+        (
+            worker,
+            "vllm.model_executor.models.llama.LlamaModel.get_input_embeddings",
+            "LlamaModel has no attribute 'get_input_embeddings'",
+        ),
+        (
+            worker,
+            "vllm.model_executor.models.deepseek_v2.DeepseekV2Model.get_input_embeddings",
+            "DeepseekV2Model has no attribute 'get_input_embeddings'",
+        ),
     }
     assert expected <= got, pristine["failures"]
     # and nothing else: the other calls in these files do bind in vLLM 0.16
     assert got == expected, pristine["failures"]
-    lines = {(Path(f["file"]).name, f["callee"].rsplit(".", 1)[-1]): f["line"] for f in pristine["failures"]}
+    lines = {
+        (Path(f["file"]).name, f["callee"].rsplit(".", 1)[-1]): f["line"]
+        for f in pristine["failures"]
+    }
     assert lines[(gen, "SchedulerConfig")] == 194
     assert lines[(gen, "get_kv_cache_config_from_groups")] == 136
     assert lines[(gen, "Scheduler")] == 148
     assert lines[(worker, "get_input_embeddings")] == 30
     assert pristine["calls_checked"] >= 25  # 15 imported callables + 10 receiver method calls
     assert pristine["attributes_checked"] >= 1
-    # self.norm(...) is an nn.Module submodule: found in LlamaModel's source, not bindable from the class
+    # self.norm(...) is an nn.Module submodule: found in LlamaModel's source, not bindable from the
+    # class
     assert any(p["callee"].endswith("LlamaModel.norm") for p in pristine["partial"])
     # the same failures come out of the verify runner the agent uses
     item = pristine["verify"]["items"][0]
@@ -139,13 +190,19 @@ def test_hand_fixed_speculators_binds_cleanly(tmp_path, base_python):
     py, site = make_venv(base_python, tmp_path)
     gen = site / "speculators" / "data_generation" / "vllm_hidden_states_generator.py"
     worker = site / "speculators" / "data_generation" / "custom_worker.py"
-    edit(gen, "                max_num_batched_tokens=max_num_batched_tokens,\n            ),",
-         "                max_num_batched_tokens=max_num_batched_tokens,\n"
-         "                is_encoder_decoder=False,\n            ),")
+    edit(
+        gen,
+        "                max_num_batched_tokens=max_num_batched_tokens,\n            ),",
+        "                max_num_batched_tokens=max_num_batched_tokens,\n"
+        "                is_encoder_decoder=False,\n            ),",
+    )
     edit(gen, "            kv_cache_specs=kv_cache_spec,\n", "")
-    edit(gen, "            structured_output_manager=structured_output_manager,\n        )",
-         "            structured_output_manager=structured_output_manager,\n"
-         "            block_size=VLLM_BLOCK_SIZE,\n        )")
+    edit(
+        gen,
+        "            structured_output_manager=structured_output_manager,\n        )",
+        "            structured_output_manager=structured_output_manager,\n"
+        "            block_size=VLLM_BLOCK_SIZE,\n        )",
+    )
     edit(worker, "self.get_input_embeddings(input_ids)", "self.embed_input_ids(input_ids)")
     outcome = run_check(py, SPECULATORS_CHECK, tmp_path)
     assert outcome["failures"] == []
@@ -156,23 +213,36 @@ def test_hand_fixed_speculators_binds_cleanly(tmp_path, base_python):
 
 
 def test_official_playbook_diffs_fix_every_known_break(tmp_path, pristine, base_python):
-    # The shipped diffs applied by GNU patch (not by fleetops' own hunk code) must leave no call site broken:
-    # a regression in a diff is a failure here, never a skip.
+    # The shipped diffs applied by GNU patch (not by fleetops' own hunk code) must leave no call
+    # site broken: a regression in a diff is a failure here, never a skip.
     diffs = sorted(PLAYBOOK_DIFFS.glob("*.diff"))
-    assert len(diffs) == 2, f"expected the generator and worker diffs in {PLAYBOOK_DIFFS}, found {diffs}"
+    assert len(diffs) == 2, (
+        f"expected the generator and worker diffs in {PLAYBOOK_DIFFS}, found {diffs}"
+    )
     if not shutil.which("patch"):
-        pytest.fail("GNU patch(1) is missing: a set-up error (bash scripts/setup installs Debian's `patch`)",
-                    pytrace=False)
+        pytest.fail(
+            "GNU patch(1) is missing: a set-up error "
+            "(bash scripts/setup installs Debian's `patch`)",
+            pytrace=False,
+        )
     py, site = make_venv(base_python, tmp_path)
     for diff in diffs:
-        proc = subprocess.run(["patch", "-p1", "--batch", "--forward", "-d", str(site), "-i", str(diff)],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, f"{diff.name} does not apply to pristine speculators 0.3.0:\n{proc.stdout}"
-        assert "offset" not in proc.stdout and "fuzz" not in proc.stdout, f"{diff.name} applies only loosely:\n" \
-                                                                           f"{proc.stdout}"
+        proc = subprocess.run(
+            ["patch", "-p1", "--batch", "--forward", "-d", str(site), "-i", str(diff)],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, (
+            f"{diff.name} does not apply to pristine speculators 0.3.0:\n{proc.stdout}"
+        )
+        assert "offset" not in proc.stdout and "fuzz" not in proc.stdout, (
+            f"{diff.name} applies only loosely:\n{proc.stdout}"
+        )
     outcome = run_check(py, SPECULATORS_CHECK, tmp_path)
     remaining = summary(outcome)
-    assert remaining <= summary(pristine), f"the diffs introduced new failures: {outcome['failures']}"
+    assert remaining <= summary(pristine), (
+        f"the diffs introduced new failures: {outcome['failures']}"
+    )
     assert remaining == set(), f"the shipped diffs leave call sites broken: {sorted(remaining)}"
     assert outcome["calls_checked"] >= 25  # the checker really read the patched files
     item = outcome["verify"]["items"][0]
@@ -180,7 +250,7 @@ def test_official_playbook_diffs_fix_every_known_break(tmp_path, pristine, base_
 
 
 # ---------------------------------------------------------------- synthetic modules
-API = '''
+API = """
 import dataclasses
 
 def f(a, b, *, c, d=1):
@@ -227,9 +297,9 @@ class Partial:
 class Cfg:
     required: int
     opt: int = 0
-'''
+"""
 
-CALLER = '''
+CALLER = """
 raise SystemExit("the checker must never execute this module")
 
 import os
@@ -322,17 +392,18 @@ class Elsewhere:
 def patched(self):
     self.run(1)  # OK: both types have run
     self.other()  # BAD:two-types
-'''
+"""
 
-INNER = '''
+INNER = """
 from .api import g
 
 def h():
     g(1, 2, 3)  # BAD:relative
-'''
+"""
 
 SYNTH_CHECK = {
-    "kind": "callsites", "name": "synthetic",
+    "kind": "callsites",
+    "name": "synthetic",
     "modules": ["mycaller", "mypkg.inner"],
     "packages": ["mypkg"],
     "receivers": [
@@ -357,7 +428,8 @@ def synthetic(tmp_path_factory, base_python) -> tuple[dict, dict]:
     tmp = tmp_path_factory.mktemp("synthetic")
     py, site = make_venv(base_python, tmp, with_speculators=False)
     (site / "mypkg").mkdir()
-    (site / "mypkg" / "__init__.py").write_text("")  # does not import api: resolving must import submodules
+    # does not import api: resolving must import submodules
+    (site / "mypkg" / "__init__.py").write_text("")
     (site / "mypkg" / "api.py").write_text(API)
     (site / "mypkg" / "inner.py").write_text(INNER)
     (site / "mycaller.py").write_text(CALLER)
@@ -376,34 +448,55 @@ def failure_at(by_line: dict, tag: str, source: str = CALLER, file: str = "mycal
     return found[0]
 
 
-@pytest.mark.parametrize("tag, callee, error", [
-    ("f-missing-b", "mypkg.api.f", "missing a required argument: 'b'"),
-    ("f-too-many", "mypkg.api.f", "too many positional arguments"),
-    ("f-unexpected-e", "mypkg.api.f", "got an unexpected keyword argument 'e'"),
-    ("f-multiple-b", "mypkg.api.f", "multiple values for argument 'b'"),
-    ("gg-missing-x", "mypkg.api.g", "missing a required argument: 'x'"),
-    ("api-g-too-many", "mypkg.api.g", "too many positional arguments"),
-    ("alias-G-unexpected-z", "mypkg.api.g", "got an unexpected keyword argument 'z'"),
-    ("thing-missing-size", "mypkg.api.Thing", "missing a required argument: 'size'"),
-    ("cfg-missing-required", "mypkg.api.Cfg", "missing a required argument: 'required'"),
-    ("star-missing-kwonly-c", "mypkg.api.f", "missing a required argument: 'c'"),
-    ("star-too-many", "mypkg.api.f", "too many positional arguments"),
-    ("star-unexpected-e", "mypkg.api.f", "got an unexpected keyword argument 'e'"),
-    ("call-missing-module", "mypkg.gone.vanished", "ModuleNotFoundError: No module named 'mypkg.gone'"),
-    ("import-missing-module", "mypkg.gone.vanished", "ModuleNotFoundError: No module named 'mypkg.gone'"),
-    ("import-missing-name", "mypkg.api.nosuch", "AttributeError: module 'mypkg.api' has no attribute 'nosuch'"),
-    ("run-missing-n", "mypkg.api.Thing.run", "missing a required argument: 'n'"),
-    ("run-too-many", "mypkg.api.Thing.run", "too many positional arguments"),
-    ("smeth-too-many", "mypkg.api.Thing.smeth", "too many positional arguments"),
-    ("cmeth-missing-a", "mypkg.api.Thing.cmeth", "missing a required argument: 'a'"),
-    ("nothere", "mypkg.api.Thing.nothere", "Thing has no attribute 'nothere'"),
-    ("missing-attr", "mypkg.api.Thing.missing_attr", "Thing has no attribute 'missing_attr'"),
-    ("two-types", "mypkg.api.Other.other", "Other has no attribute 'other'"),
-    ("compat-else-still-checked", "mypkg.api.Thing.run", "missing a required argument: 'n'"),
-    ("compat-and-body-checked", "mypkg.api.Thing.run", "too many positional arguments"),
-    ("ghost-type", "mypkg.api.Ghost",
-     "type of receiver self.ghost: AttributeError: module 'mypkg.api' has no attribute 'Ghost'"),
-])
+@pytest.mark.parametrize(
+    "tag, callee, error",
+    [
+        ("f-missing-b", "mypkg.api.f", "missing a required argument: 'b'"),
+        ("f-too-many", "mypkg.api.f", "too many positional arguments"),
+        ("f-unexpected-e", "mypkg.api.f", "got an unexpected keyword argument 'e'"),
+        ("f-multiple-b", "mypkg.api.f", "multiple values for argument 'b'"),
+        ("gg-missing-x", "mypkg.api.g", "missing a required argument: 'x'"),
+        ("api-g-too-many", "mypkg.api.g", "too many positional arguments"),
+        ("alias-G-unexpected-z", "mypkg.api.g", "got an unexpected keyword argument 'z'"),
+        ("thing-missing-size", "mypkg.api.Thing", "missing a required argument: 'size'"),
+        ("cfg-missing-required", "mypkg.api.Cfg", "missing a required argument: 'required'"),
+        ("star-missing-kwonly-c", "mypkg.api.f", "missing a required argument: 'c'"),
+        ("star-too-many", "mypkg.api.f", "too many positional arguments"),
+        ("star-unexpected-e", "mypkg.api.f", "got an unexpected keyword argument 'e'"),
+        (
+            "call-missing-module",
+            "mypkg.gone.vanished",
+            "ModuleNotFoundError: No module named 'mypkg.gone'",
+        ),
+        (
+            "import-missing-module",
+            "mypkg.gone.vanished",
+            "ModuleNotFoundError: No module named 'mypkg.gone'",
+        ),
+        (
+            "import-missing-name",
+            "mypkg.api.nosuch",
+            "AttributeError: module 'mypkg.api' has no attribute 'nosuch'",
+        ),
+        ("run-missing-n", "mypkg.api.Thing.run", "missing a required argument: 'n'"),
+        ("run-too-many", "mypkg.api.Thing.run", "too many positional arguments"),
+        ("smeth-too-many", "mypkg.api.Thing.smeth", "too many positional arguments"),
+        ("cmeth-missing-a", "mypkg.api.Thing.cmeth", "missing a required argument: 'a'"),
+        ("nothere", "mypkg.api.Thing.nothere", "Thing has no attribute 'nothere'"),
+        ("missing-attr", "mypkg.api.Thing.missing_attr", "Thing has no attribute 'missing_attr'"),
+        ("two-types", "mypkg.api.Other.other", "Other has no attribute 'other'"),
+        ("compat-else-still-checked", "mypkg.api.Thing.run", "missing a required argument: 'n'"),
+        ("compat-and-body-checked", "mypkg.api.Thing.run", "too many positional arguments"),
+        (
+            "ghost-type",
+            "mypkg.api.Ghost",
+            (
+                "type of receiver self.ghost: AttributeError: "
+                "module 'mypkg.api' has no attribute 'Ghost'"
+            ),
+        ),
+    ],
+)
 def test_synthetic_failure(synthetic, tag, callee, error):
     _outcome, by_line = synthetic
     failure = failure_at(by_line, tag)
@@ -415,22 +508,31 @@ def test_synthetic_failure(synthetic, tag, callee, error):
 def test_synthetic_flags_nothing_else(synthetic):
     outcome, by_line = synthetic
     bad = set(marker_lines(CALLER, "BAD").values())
-    stray = [f for f in outcome["failures"] if f["file"] and f["file"].endswith("mycaller.py")
-             and f["line"] not in bad]
+    stray = [
+        f
+        for f in outcome["failures"]
+        if f["file"] and f["file"].endswith("mycaller.py") and f["line"] not in bad
+    ]
     assert stray == []
-    # the files really are in site-packages and were read, not run (mycaller raises SystemExit at import)
+    # the files really are in site-packages and were read, not run (mycaller raises SystemExit at
+    # import)
     assert outcome["verify"]["items"][0]["ok"] is False
 
 
 def test_synthetic_version_compat_branches_are_not_flagged(synthetic):
     outcome, _ = synthetic
-    dead = {p["callee"].rsplit(".", 1)[-1]: p["reason"] for p in outcome["partial"]
-            if p["reason"].startswith("not reached")}
-    assert dead == {"old_run": "not reached with the installed Thing: hasattr(self.thing, 'run') is True",
-                    "new_api": "not reached with the installed Thing: hasattr(self.thing, 'new_api') is False",
-                    "gone": "not reached with the installed Thing: hasattr(self.thing, 'smeth') is True",
-                    "legacy": "not reached with the installed Thing: hasattr(self.thing, 'run') is True",
-                    "maybe": "not reached with the installed Thing: hasattr(self.thing, 'maybe') is False"}
+    dead = {
+        p["callee"].rsplit(".", 1)[-1]: p["reason"]
+        for p in outcome["partial"]
+        if p["reason"].startswith("not reached")
+    }
+    assert dead == {
+        "old_run": "not reached with the installed Thing: hasattr(self.thing, 'run') is True",
+        "new_api": "not reached with the installed Thing: hasattr(self.thing, 'new_api') is False",
+        "gone": "not reached with the installed Thing: hasattr(self.thing, 'smeth') is True",
+        "legacy": "not reached with the installed Thing: hasattr(self.thing, 'run') is True",
+        "maybe": "not reached with the installed Thing: hasattr(self.thing, 'maybe') is False",
+    }
 
 
 def test_synthetic_relative_import(synthetic):
@@ -442,10 +544,13 @@ def test_synthetic_relative_import(synthetic):
 
 def test_synthetic_partial_call_sites(synthetic):
     outcome, _ = synthetic
-    partial = {p["line"]: p for p in outcome["partial"] if p["file"] and p["file"].endswith("mycaller.py")}
+    partial = {
+        p["line"]: p for p in outcome["partial"] if p["file"] and p["file"].endswith("mycaller.py")
+    }
     marks = marker_lines(CALLER, "PARTIAL")
-    assert partial[marks["star"]]["reason"] == ("partially checked: the call site uses *args, so missing "
-                                                "arguments are not checked")
+    assert partial[marks["star"]]["reason"] == (
+        "partially checked: the call site uses *args, so missing arguments are not checked"
+    )
     assert "**kwargs" in partial[marks["dstar"]]["reason"]
     assert "guarded import" in partial[marks["guarded"]]["reason"]
     assert "guarded import" in partial[marks["guarded-call"]]["reason"]
@@ -472,12 +577,25 @@ def test_synthetic_counts(synthetic):
 
 def test_missing_module_is_a_failure_not_a_crash(tmp_path, base_python):
     py, _site = make_venv(base_python, tmp_path, with_speculators=False)
-    check = {"kind": "callsites", "name": "missing", "modules": ["no_such_module_anywhere"],
-             "packages": ["json"], "receivers": [], "attributes": ["json.dumps", "json.nope"]}
+    check = {
+        "kind": "callsites",
+        "name": "missing",
+        "modules": ["no_such_module_anywhere"],
+        "packages": ["json"],
+        "receivers": [],
+        "attributes": ["json.dumps", "json.nope"],
+    }
     outcome = run_check(py, check, tmp_path)
     by_callee = {f["callee"]: f for f in outcome["failures"]}
     assert set(by_callee) == {"no_such_module_anywhere", "json.nope"}
-    assert "module 'no_such_module_anywhere' not found" in by_callee["no_such_module_anywhere"]["error"]
-    assert by_callee["json.nope"] == {"file": None, "line": None, "callee": "json.nope",
-                                      "error": "AttributeError: module 'json' has no attribute 'nope'"}
+    assert (
+        "module 'no_such_module_anywhere' not found"
+        in by_callee["no_such_module_anywhere"]["error"]
+    )
+    assert by_callee["json.nope"] == {
+        "file": None,
+        "line": None,
+        "callee": "json.nope",
+        "error": "AttributeError: module 'json' has no attribute 'nope'",
+    }
     assert outcome["attributes_checked"] == 2

@@ -1,6 +1,7 @@
-"""`-p` names the playbook of the whole command: given once, to any task of the chain, every task that takes a
-playbook plans with it (Invoke hands an option only to the task it follows, so `patch verify -p NEW.yaml` used
-to patch with fabric.yaml's playbook and verify with NEW). Planned without a node: assemble() connects nothing."""
+"""`-p` names the playbook of the whole command: given once, to any task of the chain, every task
+that takes a playbook plans with it (Invoke hands an option only to the task it follows, so `patch
+verify -p NEW.yaml` used to patch with fabric.yaml's playbook and verify with NEW). Planned without
+a node: assemble() connects nothing."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def project(tmp_path: Path) -> Path:
     new = tmp_path / "playbooks" / "NEW.yaml"
     new.write_text(old.read_text().replace("name: speculators-0.3.0-vllm-0.16", "name: NEW", 1))
     (tmp_path / "hosts").mkdir()
-    (tmp_path / "hosts" / "lab.yaml").write_text("defaults:\n  address: 127.0.0.1\nhosts:\n  lab02:\n    port: 2222\n")
+    (tmp_path / "hosts" / "lab.yaml").write_text(
+        "defaults:\n  address: 127.0.0.1\nhosts:\n  lab02:\n    port: 2222\n"
+    )
     return tmp_path
 
 
@@ -34,7 +37,10 @@ def planned(project: Path, tasks: list[tuple[str, dict]]) -> list[str | None]:
 
 def test_p_after_the_last_task_applies_to_every_task_of_the_chain(project: Path):
     new = str(project / "playbooks" / "NEW.yaml")
-    assert planned(project, [("patch", {"playbook": None}), ("verify", {"playbook": new})]) == ["NEW", "NEW"]
+    assert planned(project, [("patch", {"playbook": None}), ("verify", {"playbook": new})]) == [
+        "NEW",
+        "NEW",
+    ]
     assert planned(project, [("patch", {"playbook": new}), ("verify", {})]) == ["NEW", "NEW"]
     assert planned(project, [("patch", {}), ("verify", {})]) == ["speculators-0.3.0-vllm-0.16"] * 2
 

@@ -19,8 +19,10 @@ def _known_hosts(tmp_path: Path, hosts: int) -> tuple[Path, list[paramiko.PKey]]
         key = keys[i % 3]
         lines.append(f"[127.0.0.1]:{40000 + i} {key.get_name()} {key.get_base64()}")
     hashed = paramiko.HostKeys.hash_host("[127.0.0.1]:40007")
-    lines.insert(3, f"{hashed} {keys[2].get_name()} {keys[2].get_base64()}")  # hashed, before the plain one
-    lines.append(f"gpu01,10.0.0.1 {keys[1].get_name()} {keys[1].get_base64()}")  # one entry, two names
+    # hashed, before the plain one
+    lines.insert(3, f"{hashed} {keys[2].get_name()} {keys[2].get_base64()}")
+    # one entry, two names
+    lines.append(f"gpu01,10.0.0.1 {keys[1].get_name()} {keys[1].get_base64()}")
     path = tmp_path / "known_hosts"
     path.write_text("\n".join(lines) + "\n")
     return path, keys
@@ -33,11 +35,20 @@ def _key(tmp_path: Path, i: int) -> Path:
     return path
 
 
-def test_indexed_known_hosts_answer_as_paramiko_does_without_scanning_every_entry(tmp_path, monkeypatch):
+def test_indexed_known_hosts_answer_as_paramiko_does_without_scanning_every_entry(
+    tmp_path, monkeypatch
+):
     path, _ = _known_hosts(tmp_path, 300)
     plain, indexed = paramiko.HostKeys(str(path)), ssh._IndexedHostKeys(str(path))
-    names = ["[127.0.0.1]:40000", "[127.0.0.1]:40007", "[127.0.0.1]:40299", "gpu01", "10.0.0.1", "nobody",
-             "[127.0.0.1]:49999"]
+    names = [
+        "[127.0.0.1]:40000",
+        "[127.0.0.1]:40007",
+        "[127.0.0.1]:40299",
+        "gpu01",
+        "10.0.0.1",
+        "nobody",
+        "[127.0.0.1]:49999",
+    ]
     for name in names:
         want, got = plain.lookup(name), indexed.lookup(name)
         assert (want is None) == (got is None), name
@@ -46,10 +57,14 @@ def test_indexed_known_hosts_answer_as_paramiko_does_without_scanning_every_entr
             assert all(want[k] == got[k] for k in want), name
     checked: list[str] = []
     original = paramiko.HostKeys._hostname_matches
-    monkeypatch.setattr(paramiko.HostKeys, "_hostname_matches",
-                        lambda self, host, entry: checked.append(host) or original(self, host, entry))
+    monkeypatch.setattr(
+        paramiko.HostKeys,
+        "_hostname_matches",
+        lambda self, host, entry: checked.append(host) or original(self, host, entry),
+    )
     indexed.lookup("[127.0.0.1]:40150")
-    assert len(checked) <= 3, len(checked)  # its own entry and the hashed one, not all 302 (paramiko's scan)
+    # its own entry and the hashed one, not all 302 (paramiko's scan)
+    assert len(checked) <= 3, len(checked)
 
 
 def test_a_key_added_after_the_index_was_built_is_found(tmp_path):
@@ -65,7 +80,8 @@ def test_the_identity_key_is_loaded_once_per_file_version(tmp_path):
     first = ssh._identity_key(str(key), None)
     assert isinstance(first, paramiko.PKey)
     assert ssh._identity_key(str(key), None) is first  # the same object: loaded once
-    assert ssh._identity_key(str(tmp_path / "missing"), None) is None  # paramiko then reports it, as before
+    # paramiko then reports it, as before
+    assert ssh._identity_key(str(tmp_path / "missing"), None) is None
     (tmp_path / "garbage").write_text("not a key\n")
     assert ssh._identity_key(str(tmp_path / "garbage"), None) is None
 
@@ -110,8 +126,9 @@ def _loaded_counting(path: Path) -> tuple[ssh._IndexedHostKeys, _CountingEntries
 
 
 def test_loading_a_fleet_sized_known_hosts_indexes_each_entry_once(tmp_path):
-    """Found at 800 hosts: paramiko's load() looks every line up before adding it, and each lookup rebuilt the
-    whole index (one more entry each time): O(n²), 0.49 s of start-up for an 800-host known_hosts."""
+    """Found at 800 hosts: paramiko's load() looks every line up before adding it, and each lookup
+    rebuilt the whole index (one more entry each time): O(n²), 0.49 s of start-up for an 800-host
+    known_hosts."""
     path, _ = _known_hosts(tmp_path, 400)
     indexed, entries = _loaded_counting(path)
     assert len(entries) == 402
@@ -120,21 +137,27 @@ def test_loading_a_fleet_sized_known_hosts_indexes_each_entry_once(tmp_path):
 
 
 def test_every_connection_looking_up_at_once_indexes_new_entries_once(tmp_path):
-    """Found by profiling N=128: 32 connections starting together each built the index (129 builds per run).
-    Keys added after loading are indexed by one lookup while the others wait, however many look up at once
-    (each entry's walk is slowed down here, so that every thread arrives while the first is indexing)."""
+    """Found by profiling N=128: 32 connections starting together each built the index (129 builds
+    per run). Keys added after loading are indexed by one lookup while the others wait, however many
+    look up at once (each entry's walk is slowed down here, so that every thread arrives while the
+    first is indexing)."""
     import threading
 
     path, keys = _known_hosts(tmp_path, 200)
     indexed, entries = _loaded_counting(path)
-    assert indexed.lookup("gpu01") is not None  # indexes the file's last line: load() adds it after its last lookup
+    # indexes the file's last line: load() adds it after its last lookup
+    assert indexed.lookup("gpu01") is not None
     for i in range(50):
         indexed.add(f"[127.0.0.1]:{50000 + i}", keys[0].get_name(), keys[0])
     entries.touched, entries.delay = 0, 0.002
-    threads = [threading.Thread(target=indexed.lookup, args=(f"[127.0.0.1]:{50000 + i}",)) for i in range(16)]
+    threads = [
+        threading.Thread(target=indexed.lookup, args=(f"[127.0.0.1]:{50000 + i}",))
+        for i in range(16)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert entries.touched == 50, entries.touched  # the 50 new ones, once; not the whole file, not per thread
+    # the 50 new ones, once; not the whole file, not per thread
+    assert entries.touched == 50, entries.touched
     assert indexed.lookup("[127.0.0.1]:50049")[keys[0].get_name()] == keys[0]

@@ -1,4 +1,5 @@
-"""The client's tests that need no lab on Python 3.12, from the wheel and the lock (tests/clientmatrix.py)."""
+"""The client's tests that need no lab on Python 3.12, from the wheel and the lock
+(tests/clientmatrix.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Pure parsers and planners: YAML with lines, inventory, playbooks, unified diffs, versions, hunks."""
+"""Pure parsers and planners: YAML with lines, inventory, playbooks, unified diffs, versions,
+hunks."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from fleetops.plans import unidiff
 from fleetops.plans.inventory import Inventory, UnknownHost, load_inventory
 from fleetops.plans.playbook import load_playbook
 from fleetops.plans.yamlsrc import ConfigError, load_text
-from fleetops.results import EXIT_FAILED, EXIT_UNREACHABLE, Item, Result, Status, exit_status, rollup
+from fleetops.results import (
+    EXIT_FAILED,
+    EXIT_UNREACHABLE,
+    Item,
+    Result,
+    Status,
+    exit_status,
+    rollup,
+)
 from remote_scripts.patch import hunks as diff_engine
 
 PLAYBOOK = REPO / "playbooks" / "speculators-0.3.0-vllm-0.16.yaml"
@@ -37,16 +46,33 @@ def test_duplicate_keys_are_errors_with_line():
         load_text("a: 1\nb: 2\na: 3\n", "x.yaml")
 
 
-TAGS = ["!!seq", "!!map", "!!set", "!!omap", "!!pairs", "!!str", "!!int", "!!float", "!!bool", "!!null",
-        "!!binary", "!!timestamp", "!!merge", "!!value", "!!python/object", "!local"]
+TAGS = [
+    "!!seq",
+    "!!map",
+    "!!set",
+    "!!omap",
+    "!!pairs",
+    "!!str",
+    "!!int",
+    "!!float",
+    "!!bool",
+    "!!null",
+    "!!binary",
+    "!!timestamp",
+    "!!merge",
+    "!!value",
+    "!!python/object",
+    "!local",
+]
 SHAPES = ["x", "[1, 2]", "{a: 1}", "''", "[]", "{}"]
 
 
 @pytest.mark.parametrize("tag", TAGS)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_an_explicit_tag_on_any_node_reads_or_gives_a_config_error(tag, shape):
-    """Found by a helper: `q: !!seq x` escaped load_text as AttributeError ('str' object has no attribute
-    'tag'): a traceback for a typo in an inventory. Every tag on every shape either reads or names file:line."""
+    """Found by a helper: `q: !!seq x` escaped load_text as AttributeError ('str' object has no
+    attribute 'tag'): a traceback for a typo in an inventory. Every tag on every shape either reads
+    or names file:line."""
     try:
         load_text(f"a: 1\nq: {tag} {shape}\n", "x.yaml")
     except ConfigError as err:
@@ -59,27 +85,35 @@ def test_a_sequence_tag_on_a_scalar_names_the_tag_and_the_line():
 
 
 def test_keys_written_beside_a_merge_override_the_merged_ones():
-    """Found by a helper: `<<: *d` then the same key was refused as a duplicate. In YAML the mapping's own keys
-    override merged ones (that is what `<<` is for: defaults, then the host's values); earlier merge sources
-    win over later ones. A key written twice by hand is still a duplicate."""
-    text = ("base: &d {user: ops, port: 22}\nmore: &m {port: 2222, python: /v/bin/python}\n"
-            "one:\n  <<: *d\n  port: 2200\n"
-            "two:\n  <<: [*m, *d]\n"
-            "three:\n  port: 1\n  <<: *d\n")
+    """Found by a helper: `<<: *d` then the same key was refused as a duplicate. In YAML the
+    mapping's own keys override merged ones (that is what `<<` is for: defaults, then the host's
+    values); earlier merge sources win over later ones. A key written twice by hand is still a
+    duplicate."""
+    text = (
+        "base: &d {user: ops, port: 22}\nmore: &m {port: 2222, python: /v/bin/python}\n"
+        "one:\n  <<: *d\n  port: 2200\n"
+        "two:\n  <<: [*m, *d]\n"
+        "three:\n  port: 1\n  <<: *d\n"
+    )
     data = load_text(text, "x.yaml")
     assert data["one"] == {"user": "ops", "port": 2200}
     assert data["one"].line_of("port") == 5
     assert data["two"] == {"user": "ops", "port": 2222, "python": "/v/bin/python"}
-    assert data["three"] == {"user": "ops", "port": 1}  # the own key wins wherever the merge is written
+    # the own key wins wherever the merge is written
+    assert data["three"] == {"user": "ops", "port": 1}
     with pytest.raises(ConfigError, match=r"x.yaml:2:24: duplicate key 'port'"):
         load_text("base: &d {port: 22}\none: {<<: *d, port: 1, port: 2}\n", "x.yaml")
 
 
 # ---------------------------------------------------------------- inventory
 def test_inventory_resolves_names_groups_and_plain_ssh_hosts(tmp_path):
-    write(tmp_path, "fleet.yaml", "defaults:\n  user: ops\nhosts:\n  gpu01:\n    address: 10.0.0.1\n"
-                                  "    python: /opt/venv/bin/python\n    groups: [gpus]\n"
-                                  "  gpu02:\n    address: 10.0.0.2\n    groups: [gpus]\n")
+    write(
+        tmp_path,
+        "fleet.yaml",
+        "defaults:\n  user: ops\nhosts:\n  gpu01:\n    address: 10.0.0.1\n"
+        "    python: /opt/venv/bin/python\n    groups: [gpus]\n"
+        "  gpu02:\n    address: 10.0.0.2\n    groups: [gpus]\n",
+    )
     inv = load_inventory(tmp_path)
     assert inv.resolve("gpu01").python == "/opt/venv/bin/python"
     assert inv.resolve("gpu02").user == "ops"
@@ -92,13 +126,23 @@ def test_inventory_resolves_names_groups_and_plain_ssh_hosts(tmp_path):
         inv.expand(["@cpus"])
 
 
-@pytest.mark.parametrize("key,value,line", [
-    ("port", "99999", 4), ("user", "'root; rm -rf /'", 4), ("python", "'/x/python $(id)'", 4),
-    ("python", "relative/python", 4), ("state_dir", "'/a/../etc'", 4), ("address", "'10.0.0.1 -oProxyCommand=x'", 4),
-    ("colour", "blue", 4), ("groups", "['a b']", 4),
-])
+@pytest.mark.parametrize(
+    "key,value,line",
+    [
+        ("port", "99999", 4),
+        ("user", "'root; rm -rf /'", 4),
+        ("python", "'/x/python $(id)'", 4),
+        ("python", "relative/python", 4),
+        ("state_dir", "'/a/../etc'", 4),
+        ("address", "'10.0.0.1 -oProxyCommand=x'", 4),
+        ("colour", "blue", 4),
+        ("groups", "['a b']", 4),
+    ],
+)
 def test_inventory_schema_errors_name_file_and_line(tmp_path, key, value, line):
-    path = write(tmp_path, "bad.yaml", f"hosts:\n  gpu01:\n    address: 10.0.0.1\n    {key}: {value}\n")
+    path = write(
+        tmp_path, "bad.yaml", f"hosts:\n  gpu01:\n    address: 10.0.0.1\n    {key}: {value}\n"
+    )
     if key == "address":
         path.write_text(f"hosts:\n  gpu01:\n    port: 22\n    address: {value}\n")
     with pytest.raises(ConfigError) as err:
@@ -124,14 +168,25 @@ def test_shipped_playbook_loads():
     assert len(book.sha256) == 64
 
 
-@pytest.mark.parametrize("body,line,fragment", [
-    ("name: x\nbogus: 1\n", 2, "unknown key 'bogus'"),
-    ("name: x\npatches:\n  - module: a.b\n    diff: missing.diff\n", 4, "file not found: missing.diff"),
-    ("name: x\nverify:\n  - kind: grep\n    module: a.b\n    pattern: '[a-'\n", 5, "bad regex"),
-    ("name: x\nverify:\n  - kind: teleport\n", 3, "unknown check kind 'teleport'"),
-    ("name: x\nrequires: ['vllm=>0.16']\n", 2, "is not a list of PEP 440 version clauses"),
-    ("name: x\npatches:\n  - module: 'os; rm -rf /'\n    diff: a.diff\n", 3, "dotted module name"),
-])
+@pytest.mark.parametrize(
+    "body,line,fragment",
+    [
+        ("name: x\nbogus: 1\n", 2, "unknown key 'bogus'"),
+        (
+            "name: x\npatches:\n  - module: a.b\n    diff: missing.diff\n",
+            4,
+            "file not found: missing.diff",
+        ),
+        ("name: x\nverify:\n  - kind: grep\n    module: a.b\n    pattern: '[a-'\n", 5, "bad regex"),
+        ("name: x\nverify:\n  - kind: teleport\n", 3, "unknown check kind 'teleport'"),
+        ("name: x\nrequires: ['vllm=>0.16']\n", 2, "is not a list of PEP 440 version clauses"),
+        (
+            "name: x\npatches:\n  - module: 'os; rm -rf /'\n    diff: a.diff\n",
+            3,
+            "dotted module name",
+        ),
+    ],
+)
 def test_playbook_errors_name_file_and_line(tmp_path, body, line, fragment):
     path = write(tmp_path, "pb.yaml", body)
     with pytest.raises(ConfigError) as err:
@@ -140,7 +195,9 @@ def test_playbook_errors_name_file_and_line(tmp_path, body, line, fragment):
 
 
 def test_unidiff_parses_hunks_and_rejects_wrong_counts(tmp_path):
-    text = (REPO / "playbooks/speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff").read_text()
+    text = (
+        REPO / "playbooks/speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff"
+    ).read_text()
     files = unidiff.parse(text, "gen.diff")
     assert len(files) == 1 and files[0].hunks
     assert all(h.old != h.new for h in files[0].hunks)
@@ -151,9 +208,22 @@ def test_unidiff_parses_hunks_and_rejects_wrong_counts(tmp_path):
 
 
 # ---------------------------------------------------------------- hunks on the node side
-HUNKS = [{"index": 0, "header": "@@ -2,3 +2,3 @@", "old_start": 2, "old": ["b", "c", "d"], "new": ["b", "C", "d"]},
-         {"index": 1, "header": "@@ -8,4 +8,5 @@", "old_start": 8, "old": ["h", "i", "j", "k"],
-          "new": ["h", "i", "added", "j", "k"]}]
+HUNKS = [
+    {
+        "index": 0,
+        "header": "@@ -2,3 +2,3 @@",
+        "old_start": 2,
+        "old": ["b", "c", "d"],
+        "new": ["b", "C", "d"],
+    },
+    {
+        "index": 1,
+        "header": "@@ -8,4 +8,5 @@",
+        "old_start": 8,
+        "old": ["h", "i", "j", "k"],
+        "new": ["h", "i", "added", "j", "k"],
+    },
+]
 PRISTINE = "".join(f"{x}\n" for x in "abcdefghijk")
 
 
@@ -177,7 +247,10 @@ def test_offset_hunks_still_apply_and_partial_patch_is_drift():
     cls = diff_engine.classify(half, HUNKS)
     assert cls["overall"] == "drifted"
     report = diff_engine.drift_report(half, HUNKS, cls)
-    assert report[0]["state"] == "partial" and "hunks [1] applied, hunks [2] not" in report[0]["message"]
+    assert (
+        report[0]["state"] == "partial"
+        and "hunks [1] applied, hunks [2] not" in report[0]["message"]
+    )
 
 
 def test_drift_report_shows_first_difference():

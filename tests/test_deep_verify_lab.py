@@ -1,5 +1,6 @@
-"""Deep verification on a lab node with real vllm 0.16.0: what an import test misses, callsites and the probe
-catch; the real playbook fixes it; known wrong fixes are caught; wrong versions are refused untouched."""
+"""Deep verification on a lab node with real vllm 0.16.0: what an import test misses, callsites and
+the probe catch; the real playbook fixes it; known wrong fixes are caught; wrong versions are
+refused untouched."""
 
 from __future__ import annotations
 
@@ -28,12 +29,18 @@ def verdicts(doc: dict) -> list[tuple[str, str]]:
 
 def assert_unpatched_picture(doc: dict) -> None:
     kinds = by_kind(doc)
-    assert all(i["status"] == "ok" for i in kinds["import"]), kinds["import"]  # the import test is fooled
+    # the import test is fooled
+    assert all(i["status"] == "ok" for i in kinds["import"]), kinds["import"]
     callsites = kinds["callsites"][0]
     assert callsites["status"] == "failed"
-    errors = {(e["callee"].rsplit(".", 1)[-1], e["error"]) for e in callsites["details"]["evidence"]}
+    errors = {
+        (e["callee"].rsplit(".", 1)[-1], e["error"]) for e in callsites["details"]["evidence"]
+    }
     assert ("SchedulerConfig", "missing a required argument: 'is_encoder_decoder'") in errors
-    assert ("get_kv_cache_config_from_groups", "got an unexpected keyword argument 'kv_cache_specs'") in errors
+    assert (
+        "get_kv_cache_config_from_groups",
+        "got an unexpected keyword argument 'kv_cache_specs'",
+    ) in errors
     assert ("Scheduler", "missing a required argument: 'block_size'") in errors
     assert any(c == "get_input_embeddings" and "has no attribute" in e for c, e in errors)
     for e in callsites["details"]["evidence"]:
@@ -68,7 +75,17 @@ def test_patched_passes_everything_and_rollback_fails_again_exactly_as_before(la
 
 def test_known_wrong_fixes_pass_grep_and_import_but_not_the_probe(lab):
     # Task flags belong to the task they follow (Invoke's rule): each task names the playbook.
-    rc, doc = fab_json(lab.root, "-H", "lab01", "patch", "--playbook", WRONG_FIXES, "verify", "--playbook", WRONG_FIXES)
+    rc, doc = fab_json(
+        lab.root,
+        "-H",
+        "lab01",
+        "patch",
+        "--playbook",
+        WRONG_FIXES,
+        "verify",
+        "--playbook",
+        WRONG_FIXES,
+    )
     assert rc == 1
     patch = [r for r in doc["results"] if r["task"] == "patch"][0]
     assert patch["status"] == "changed"
@@ -86,7 +103,8 @@ def test_known_wrong_fixes_pass_grep_and_import_but_not_the_probe(lab):
 
 @pytest.fixture(scope="module")
 def other_versions(lab_factory):
-    """lab03 has real vllm 0.11.0, lab04 real speculators 0.4.0 (installed without deps, shadowing)."""
+    """lab03 has real vllm 0.11.0, lab04 real speculators 0.4.0 (installed without deps,
+    shadowing)."""
     lab = lab_factory.shared(4, __name__)
     for name, req in (("lab03", "vllm==0.11.0"), ("lab04", "speculators==0.4.0")):
         node = lab.node(name)

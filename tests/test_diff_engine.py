@@ -1,12 +1,14 @@
-"""The diff engine (remote_scripts/patch/hunks.py, as the node agent plans patch and rollback with it) on real code.
+"""The diff engine (remote_scripts/patch/hunks.py, as the node agent plans patch and rollback with
+it) on real code.
 
-The property test edits real Python sources that are already on disk (the lab base venv's vLLM and speculators
-when it is installed, else the standard library of the Python running the tests), turns each edit into a
-unified diff with 3 lines of context (difflib, parsed by fleetops.plans.unidiff like a playbook's diff) and checks:
-classify(original) is pristine, apply gives the target exactly, classify(target) is patched, reversing gives
-the original exactly, and on the original shifted by unrelated lines the engine does what GNU patch -F0 does
-(the same file, or both refuse). Cases use a fixed seed plus a rotating one (the date, or FLEETOPS_DIFF_SEED);
-both are printed so that a failure can be replayed.
+The property test edits real Python sources that are already on disk (the lab base venv's vLLM and
+speculators when it is installed, else the standard library of the Python running the tests), turns
+each edit into a unified diff with 3 lines of context (difflib, parsed by fleetops.plans.unidiff
+like a playbook's diff) and checks: classify(original) is pristine, apply gives the target exactly,
+classify(target) is patched, reversing gives the original exactly, and on the original shifted by
+unrelated lines the engine does what GNU patch -F0 does (the same file, or both refuse). Cases use a
+fixed seed plus a rotating one (the date, or FLEETOPS_DIFF_SEED); both are printed so that a failure
+can be replayed.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def rotating_seed() -> int:
 # ---------------------------------------------------------------- the corpus
 @lru_cache(maxsize=1)
 def corpus() -> tuple[str, tuple[Path, ...]]:
-    """(what it is, the .py files). Real code no one here wrote; never a silent skip when the lab is absent."""
+    """(what it is, the .py files). Real code no one here wrote; never a silent skip when the lab is
+    absent."""
     base = lab.base_dir()
     if (base / ".fleetops-complete").exists():
         site = lab.site_packages(base)
@@ -62,8 +65,8 @@ def corpus() -> tuple[str, tuple[Path, ...]]:
     return f"standard library of {sys.executable} ({stdlib})", tuple(files)
 
 
-# str.splitlines also breaks at these; diff(1) and patch(1) do not. Files with them are left out of the
-# old-vs-new comparison (the old engine split there) and covered by a unit test below instead.
+# str.splitlines also breaks at these; diff(1) and patch(1) do not. Files with them are left out of
+# the old-vs-new comparison (the old engine split there) and covered by a unit test below instead.
 _OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
@@ -81,8 +84,9 @@ def source_lines(path: Path) -> tuple[str, ...] | None:
 
 # ---------------------------------------------------------------- random edits
 def _new_line(rng: random.Random, lines: list[str], at: int) -> str:
-    if rng.random() < 0.5:  # a copy of a line from the file: repeated code is where engines go wrong
-        near = lines[max(0, at - 12): at + 12] or lines
+    # a copy of a line from the file: repeated code is where engines go wrong
+    if rng.random() < 0.5:
+        near = lines[max(0, at - 12) : at + 12] or lines
         return rng.choice(near)
     indent = lines[min(at, len(lines) - 1)]
     indent = indent[: len(indent) - len(indent.lstrip())].rstrip("\n")
@@ -116,10 +120,12 @@ def random_edit(rng: random.Random, original: list[str]) -> tuple[list[str], lis
             at += where == "end" and rng.random() < 0.5  # also after the last line
             lines[at:at] = [_new_line(rng, lines, at) for _ in range(size)]
         elif kind == "delete" and len(lines) > size + 4:
-            del lines[at: at + size]
+            del lines[at : at + size]
         else:
             kind = "replace"
-            lines[at: at + size] = [_new_line(rng, lines, at) for _ in range(rng.choice((1, 1, 2, 3)))]
+            lines[at : at + size] = [
+                _new_line(rng, lines, at) for _ in range(rng.choice((1, 1, 2, 3)))
+            ]
         made.append(f"{kind}@{where}")
     return lines, made
 
@@ -131,9 +137,9 @@ def make_hunks(original: list[str], target: list[str]) -> tuple[str, list[dict]]
 
 
 def shift(rng: random.Random, original: list[str], hunks: list[dict]) -> list[str]:
-    """The original changed away from every hunk, as upstream might: unrelated lines added or removed (hunks
-    then sit before or after their headers' lines), or a copy of a hunk's old block added (repeated code: the
-    nearest copy in patch(1)'s search order is the one to patch)."""
+    """The original changed away from every hunk, as upstream might: unrelated lines added or
+    removed (hunks then sit before or after their headers' lines), or a copy of a hunk's old block
+    added (repeated code: the nearest copy in patch(1)'s search order is the one to patch)."""
     lines = list(original)
     for _ in range(rng.choice((1, 1, 2))):
         spans = [(h["old_start"] - 1, h["old_start"] - 1 + len(h["old"])) for h in hunks]
@@ -144,7 +150,7 @@ def shift(rng: random.Random, original: list[str], hunks: list[dict]) -> list[st
         if what == "remove" and far:
             size = rng.randint(1, 6)
             if at + size <= len(lines) and set(range(at, at + size + 1)) <= set(far):
-                del lines[at: at + size]
+                del lines[at : at + size]
                 hunks = _moved(hunks, at, -size)
                 continue
         block = [x + "\n" for x in rng.choice(hunks)["old"]] if what == "copy" else []
@@ -155,30 +161,65 @@ def shift(rng: random.Random, original: list[str], hunks: list[dict]) -> list[st
 
 
 def _moved(hunks: list[dict], at: int, by: int) -> list[dict]:
-    """Where the hunks' old blocks are after `by` lines were added (or removed) at `at`: for the next change."""
-    return [{**h, "old_start": h["old_start"] + (by if h["old_start"] - 1 >= at else 0)} for h in hunks]
+    """Where the hunks' old blocks are after `by` lines were added (or removed) at `at`: for the
+    next change."""
+    return [
+        {**h, "old_start": h["old_start"] + (by if h["old_start"] - 1 >= at else 0)} for h in hunks
+    ]
 
 
 def gnu_patch(original: list[str], diff: str, workdir: Path) -> str | None:
-    """What GNU patch -F0 (no fuzz, no reversed-patch guessing) makes of `original`; None if it refuses."""
+    """What GNU patch -F0 (no fuzz, no reversed-patch guessing) makes of `original`; None if it
+    refuses."""
     src, out, dfile = workdir / "in.py", workdir / "out.py", workdir / "case.diff"
     src.write_text("".join(original))
     dfile.write_text(diff)
     out.unlink(missing_ok=True)
-    proc = subprocess.run([GNU_PATCH, "-F0", "-f", "-s", "--no-backup-if-mismatch", "-r", "-", "-o", str(out),
-                           str(src), str(dfile)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            GNU_PATCH,
+            "-F0",
+            "-f",
+            "-s",
+            "--no-backup-if-mismatch",
+            "-r",
+            "-",
+            "-o",
+            str(out),
+            str(src),
+            str(dfile),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return out.read_text() if proc.returncode == 0 else None
 
 
 def gnu_reapplies_in_place(target: list[str], diff: str, workdir: Path) -> bool:
-    """GNU patch -F0 would apply the diff to its own result again, every hunk where its header says: the
-    patched file also *is* a pristine one for this diff (a line added to or deleted from a run of equal lines,
-    past what 3 lines of context show). No engine can tell those apart from the diff alone."""
+    """GNU patch -F0 would apply the diff to its own result again, every hunk where its header says:
+    the patched file also *is* a pristine one for this diff (a line added to or deleted from a run
+    of equal lines, past what 3 lines of context show). No engine can tell those apart from the diff
+    alone."""
     src, dfile = workdir / "again.py", workdir / "case.diff"
     src.write_text("".join(target))
     dfile.write_text(diff)
-    proc = subprocess.run([GNU_PATCH, "-F0", "-f", "--dry-run", "--no-backup-if-mismatch", "-r", "-", str(src),
-                           str(dfile)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            GNU_PATCH,
+            "-F0",
+            "-f",
+            "--dry-run",
+            "--no-backup-if-mismatch",
+            "-r",
+            "-",
+            str(src),
+            str(dfile),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return proc.returncode == 0 and "offset" not in proc.stdout
 
 
@@ -209,19 +250,30 @@ class Tally:
             self.failures.append(f"{what}: seed {self.seed} {where}")
 
     def line(self) -> str:
-        return (f"seed {self.seed}: {self.cases} cases ({self.hunks} hunks, {self.multi_hunk} multi-hunk diffs, "
-                f"{self.old_block_left} with an old block left in the patched file, {self.sub_block} with one "
-                f"block inside the other), "
-                f"applied {self.applied}, refused on own original {self.refused_own_original}, misreported after "
-                f"patching {self.misreported_after_patching} (+{self.indistinguishable} indistinguishable: GNU "
-                f"patch re-applies in place), wrong apply {self.wrong_apply}, wrong reverse {self.wrong_reverse}, "
-                f"GNU patch compared {self.gnu_compared} (both applied {self.gnu_both_applied}, both refused "
-                f"{self.gnu_both_refused}), disagreements with GNU patch {self.gnu_disagreements}")
+        return (
+            f"seed {self.seed}: {self.cases} cases ({self.hunks} hunks, {self.multi_hunk} "
+            f"multi-hunk diffs, {self.old_block_left} with an old block left in the patched "
+            f"file, {self.sub_block} with one block inside the other), applied {self.applied}, "
+            f"refused on own original {self.refused_own_original}, misreported after patching "
+            f"{self.misreported_after_patching} (+{self.indistinguishable} indistinguishable: "
+            f"GNU patch re-applies in place), wrong apply {self.wrong_apply}, wrong reverse "
+            f"{self.wrong_reverse}, GNU patch compared {self.gnu_compared} (both applied "
+            f"{self.gnu_both_applied}, both refused {self.gnu_both_refused}), disagreements with "
+            f"GNU patch {self.gnu_disagreements}"
+        )
 
 
-def check_case(engine: ModuleType, original: list[str], target: list[str], rng: random.Random, workdir: Path,
-               tally: Tally, where: str = "") -> None:
-    """One case through `engine` (anything with split_lines, classify, apply_hunks), counted in `tally`."""
+def check_case(
+    engine: ModuleType,
+    original: list[str],
+    target: list[str],
+    rng: random.Random,
+    workdir: Path,
+    tally: Tally,
+    where: str = "",
+) -> None:
+    """One case through `engine` (anything with split_lines, classify, apply_hunks), counted in
+    `tally`."""
     diff, hunks = make_hunks(original, target)
     tally.cases += 1
     tally.hunks += len(hunks)
@@ -265,8 +317,11 @@ def check_case(engine: ModuleType, original: list[str], target: list[str], rng: 
         tally.gnu_compared += 1
         if ours != theirs:
             tally.gnu_disagreements += 1
-            tally.fail(f"GNU patch {'refused' if theirs is None else 'applied'}, fleetops "
-                       f"{'refused' if ours is None else 'applied differently'}", where)
+            tally.fail(
+                f"GNU patch {'refused' if theirs is None else 'applied'}, fleetops "
+                f"{'refused' if ours is None else 'applied differently'}",
+                where,
+            )
         elif ours is None:
             tally.gnu_both_refused += 1
         else:
@@ -274,7 +329,9 @@ def check_case(engine: ModuleType, original: list[str], target: list[str], rng: 
 
 
 def _occurs(lines: list[str], block: list[str]) -> bool:
-    return bool(block) and any(lines[i: i + len(block)] == block for i in range(len(lines) - len(block) + 1))
+    return bool(block) and any(
+        lines[i : i + len(block)] == block for i in range(len(lines) - len(block) + 1)
+    )
 
 
 def _sub_block(old: list[str], new: list[str]) -> bool:
@@ -298,14 +355,25 @@ def run_cases(engine: ModuleType, seed: int, count: int) -> Tally:
             if target == original:
                 continue
             tally.edits.update(made)
-            check_case(engine, original, target, rng, Path(tmp), tally, f"case {tally.cases} {path} edits {made}")
+            check_case(
+                engine,
+                original,
+                target,
+                rng,
+                Path(tmp),
+                tally,
+                f"case {tally.cases} {path} edits {made}",
+            )
     return tally
 
 
 @pytest.fixture(scope="module")
 def gnu() -> str:
     if not GNU_PATCH:
-        pytest.fail("GNU patch is missing (bash scripts/setup installs it): it is the reference here", pytrace=False)
+        pytest.fail(
+            "GNU patch is missing (bash scripts/setup installs it): it is the reference here",
+            pytrace=False,
+        )
     return GNU_PATCH
 
 
@@ -314,17 +382,33 @@ def test_random_edits_of_real_code_roundtrip_and_agree_with_gnu_patch(gnu, seed)
     what, files = corpus()
     started = time.monotonic()
     tally = run_cases(diff_engine, seed, CASES_PER_SEED)
-    summary = f"{tally.line()}; corpus: {len(files)} files of the {what}; {time.monotonic() - started:.0f} s"
-    print(f"\n{summary}\nedits: {dict(sorted(tally.edits.items()))}\nreplay: FLEETOPS_DIFF_SEED={seed}")
+    summary = (
+        f"{tally.line()}; corpus: {len(files)} files of the {what}; "
+        f"{time.monotonic() - started:.0f} s"
+    )
+    print(
+        f"\n{summary}\nedits: {dict(sorted(tally.edits.items()))}\nreplay: "
+        f"FLEETOPS_DIFF_SEED={seed}"
+    )
     assert tally.cases == CASES_PER_SEED and tally.gnu_compared == CASES_PER_SEED
     # The generator really produces the cases the issue is about.
-    kinds = [f"{k}@{w}" for k in ("insert", "delete", "replace") for w in ("start", "middle", "end", "repeated")]
+    kinds = [
+        f"{k}@{w}"
+        for k in ("insert", "delete", "replace")
+        for w in ("start", "middle", "end", "repeated")
+    ]
     assert tally.multi_hunk and tally.old_block_left and tally.sub_block, summary
     assert all(tally.edits[k] > 0 for k in kinds), summary
-    bad = (tally.refused_own_original + tally.misreported_after_patching + tally.wrong_apply + tally.wrong_reverse
-           + tally.gnu_disagreements)
+    bad = (
+        tally.refused_own_original
+        + tally.misreported_after_patching
+        + tally.wrong_apply
+        + tally.wrong_reverse
+        + tally.gnu_disagreements
+    )
     assert bad == 0, summary + "\n" + "\n".join(tally.failures)
-    # Files patched and original at once are rare, and fleetops' own record settles them (a unit test below).
+    # Files patched and original at once are rare, and fleetops' own record settles them (a unit
+    # test below).
     assert tally.indistinguishable <= tally.cases // 100, summary
 
 
@@ -346,13 +430,15 @@ def test_hypothesis_edits_roundtrip(gnu, rnd):
     assert not tally.failures, tally.failures
 
 
-# ---------------------------------------------------------------- edge cases: ends of files, repeats, line endings
+# ---------------------------------------------------------------- edge cases: ends of files,
+# repeats, line endings
 def lines_of(text: str) -> list[str]:
     return re.findall(r"[^\n]*\n|[^\n]+$", text)  # as diff(1) reads lines: only "\n" ends one
 
 
 def roundtrip(original: str, target: str) -> tuple[list[dict], dict]:
-    """Diff original → target; assert the four round-trip properties; the hunks and the patched verdict."""
+    """Diff original → target; assert the four round-trip properties; the hunks and the patched
+    verdict."""
     _, hunks = make_hunks(lines_of(original), lines_of(target))
     lines = diff_engine.split_lines(original)
     cls = diff_engine.classify(lines, hunks)
@@ -372,13 +458,17 @@ def test_deleting_the_first_line_of_a_file(gnu, tmp_path):
     original = "import os\n" + BODY
     hunks, _ = roundtrip(original, BODY)
     assert hunks[0]["context"] == [0, 3]  # no leading context: patch(1) anchors the hunk to line 1
-    # Moved down by an upstream change above it, the hunk no longer fits: patch(1) refuses, and so do we,
-    # with a report that says why (not "already applied" because [line_1, line_2, line_3] is found).
+    # Moved down by an upstream change above it, the hunk no longer fits: patch(1) refuses, and so
+    # do we, with a report that says why (not "already applied" because [line_1, line_2, line_3] is
+    # found).
     moved = "# upstream header\n" + original
     lines = diff_engine.split_lines(moved)
     cls = diff_engine.classify(lines, hunks)
     assert cls["overall"] == "drifted"
-    assert gnu_patch(lines_of(moved), make_hunks(lines_of(original), lines_of(BODY))[0], tmp_path) is None
+    assert (
+        gnu_patch(lines_of(moved), make_hunks(lines_of(original), lines_of(BODY))[0], tmp_path)
+        is None
+    )
     [item] = diff_engine.drift_report(lines, hunks, cls)
     assert item["near_line"] == 2 and "only applies it at the top of the file" in item["message"]
 
@@ -387,13 +477,14 @@ def test_deleting_the_last_line_of_a_file_and_of_a_hunk_with_short_context():
     original = BODY + "del line_1\n"
     hunks, tcls = roundtrip(original, BODY)
     assert hunks[0]["context"] == [3, 0]
-    assert tcls["hunks"][0]["at_new"] == 17  # the new block is the old one minus its last line: judged at the end
+    # the new block is the old one minus its last line: judged at the end
+    assert tcls["hunks"][0]["at_new"] == 17
     # A line equal to its neighbours: the new block is inside the old one at two places.
     roundtrip(BODY + "pass\npass\npass\n", BODY + "pass\npass\n")
     roundtrip("pass\npass\npass\n" + BODY, "pass\npass\n" + BODY)
 
 
-CALL_SITES = '''def load(path):
+CALL_SITES = """def load(path):
     try:
         value = parse(read(path))
     except ValueError:
@@ -417,13 +508,14 @@ def reload(path):
 
 
 __all__ = ["load", "load_all", "reload"]
-'''
+"""
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["first-site", "second-site"])
 def test_old_block_repeated_elsewhere_is_patched_after_apply_and_rolls_back(which):
-    """Two `except ValueError` blocks with the same 7 lines around them: patching one leaves the old block in
-    the file (the other site). The file must still read as patched, and reverse at the site that changed."""
+    """Two `except ValueError` blocks with the same 7 lines around them: patching one leaves the old
+    block in the file (the other site). The file must still read as patched, and reverse at the site
+    that changed."""
     sites = [i for i, line in enumerate(lines_of(CALL_SITES)) if line == "        return None\n"]
     target_lines = lines_of(CALL_SITES)
     target_lines[sites[which]] = "        raise LoadError(path) from None\n"
@@ -431,12 +523,14 @@ def test_old_block_repeated_elsewhere_is_patched_after_apply_and_rolls_back(whic
     hunks, tcls = roundtrip(CALL_SITES, target)
     tlines = diff_engine.split_lines(target)
     old = hunks[0]["old"]
-    assert sum(tlines[i: i + len(old)] == [x + "\n" for x in old] for i in range(len(tlines))) == 1
+    assert sum(tlines[i : i + len(old)] == [x + "\n" for x in old] for i in range(len(tlines))) == 1
     assert tcls["hunks"][0]["at_new"] == hunks[0]["new_start"] - 1
 
 
 def test_two_similar_call_sites_both_changed_by_one_diff():
-    target = CALL_SITES.replace("        return None\n", "        raise LoadError(path) from None\n")
+    target = CALL_SITES.replace(
+        "        return None\n", "        raise LoadError(path) from None\n"
+    )
     hunks, tcls = roundtrip(CALL_SITES, target)
     assert len(hunks) == 2 and [h["old"] for h in hunks][0] == [h["old"] for h in hunks][1]
     assert [s["at_new"] for s in tcls["hunks"]] == [h["new_start"] - 1 for h in hunks]
@@ -444,11 +538,13 @@ def test_two_similar_call_sites_both_changed_by_one_diff():
 
 def test_partial_application_is_still_reported_as_partial():
     original = CALL_SITES + BODY
-    target = original.replace("    return out\n", "    return tuple(out)\n").replace("line_20 = 20\n",
-                                                                                      "line_20 = 'twenty'\n")
+    target = original.replace("    return out\n", "    return tuple(out)\n").replace(
+        "line_20 = 20\n", "line_20 = 'twenty'\n"
+    )
     _, hunks = make_hunks(lines_of(original), lines_of(target))
     assert len(hunks) == 2
-    half = original.replace("    return out\n", "    return tuple(out)\n")  # hunk 1 applied, hunk 2 not
+    # hunk 1 applied, hunk 2 not
+    half = original.replace("    return out\n", "    return tuple(out)\n")
     lines = diff_engine.split_lines(half)
     cls = diff_engine.classify(lines, hunks)
     assert cls["overall"] == "drifted"
@@ -465,15 +561,21 @@ def test_a_hunk_that_no_longer_matches_is_reported_with_its_first_difference():
     cls = diff_engine.classify(lines, hunks)
     assert cls["overall"] == "drifted" and cls["hunks"][0]["state"] == "missing"
     [item] = diff_engine.drift_report(lines, hunks, cls)
-    assert item["first_difference"] == {"line": 11, "expected": "    for path in paths:",
-                                        "found": "    for path in sorted(paths):"}
+    assert item["first_difference"] == {
+        "line": 11,
+        "expected": "    for path in paths:",
+        "found": "    for path in sorted(paths):",
+    }
 
 
 def test_uneven_context_in_the_middle_is_anchored_like_gnu_patch(gnu, tmp_path):
-    """A hand-written hunk with 2 lines of leading and 1 of trailing context: patch(1) only applies it at the end
-    of the file (at fuzz 0). We do the same, and say so instead of applying it where patch(1) would not."""
-    diff = ("--- a/x.py\n+++ b/x.py\n@@ -4,4 +4,4 @@\n line_4 = 4\n line_5 = 5\n-line_6 = 6\n+line_6 = 'six'\n"
-            " line_7 = 7\n")
+    """A hand-written hunk with 2 lines of leading and 1 of trailing context: patch(1) only applies
+    it at the end of the file (at fuzz 0). We do the same, and say so instead of applying it where
+    patch(1) would not."""
+    diff = (
+        "--- a/x.py\n+++ b/x.py\n@@ -4,4 +4,4 @@\n line_4 = 4\n line_5 = 5\n-line_6 = 6\n+line_6 "
+        "= 'six'\n line_7 = 7\n"
+    )
     [file_diff] = unidiff.parse(diff, "x.diff")
     hunks = [h.to_request(i) for i, h in enumerate(file_diff.hunks)]
     lines = diff_engine.split_lines(BODY)
@@ -487,7 +589,9 @@ def test_uneven_context_in_the_middle_is_anchored_like_gnu_patch(gnu, tmp_path):
     tail_lines = diff_engine.split_lines(tail)
     cls = diff_engine.classify(tail_lines, hunks)
     assert cls["overall"] == "pristine"
-    assert diff_engine.apply_hunks(tail_lines, hunks, cls) == gnu_patch(lines_of(tail), diff, tmp_path)
+    assert diff_engine.apply_hunks(tail_lines, hunks, cls) == gnu_patch(
+        lines_of(tail), diff, tmp_path
+    )
 
 
 def test_crlf_file_keeps_its_line_endings():
@@ -507,24 +611,28 @@ def test_crlf_file_keeps_its_line_endings():
 
 def test_file_without_final_newline():
     original = BODY + "last = True"
-    diff = ("--- a/x.py\n+++ b/x.py\n@@ -19,3 +19,3 @@\n line_19 = 19\n-line_20 = 20\n+line_20 = 'twenty'\n"
-            " last = True\n\\ No newline at end of file\n")
+    diff = (
+        "--- a/x.py\n+++ b/x.py\n@@ -19,3 +19,3 @@\n line_19 = 19\n-line_20 = 20\n+line_20 = "
+        "'twenty'\n last = True\n\\ No newline at end of file\n"
+    )
     [file_diff] = unidiff.parse(diff, "x.diff")
     hunks = [h.to_request(i) for i, h in enumerate(file_diff.hunks)]
     lines = diff_engine.split_lines(original)
     cls = diff_engine.classify(lines, hunks)
     patched = diff_engine.apply_hunks(lines, hunks, cls)
     assert patched == original.replace("line_20 = 20\n", "line_20 = 'twenty'\n")
-    diff_last = ("--- a/x.py\n+++ b/x.py\n@@ -20,2 +20,2 @@\n line_20 = 20\n-last = True\n\\ No newline at end of "
-                 "file\n+last = False\n\\ No newline at end of file\n")
+    diff_last = (
+        "--- a/x.py\n+++ b/x.py\n@@ -20,2 +20,2 @@\n line_20 = 20\n-last = True\n\\ No newline "
+        "at end of file\n+last = False\n\\ No newline at end of file\n"
+    )
     hunks = [h.to_request(i) for i, h in enumerate(unidiff.parse(diff_last, "x.diff")[0].hunks)]
     cls = diff_engine.classify(lines, hunks)
     assert diff_engine.apply_hunks(lines, hunks, cls) == BODY + "last = False"
 
 
 def test_only_newline_ends_a_line():
-    """A form feed inside a line (real sources have them) is part of the line, for the parser and the engine
-    alike, as for diff(1) and patch(1)."""
+    """A form feed inside a line (real sources have them) is part of the line, for the parser and
+    the engine alike, as for diff(1) and patch(1)."""
     original = BODY.replace("line_10 = 10\n", "\x0c\nline_10 = 10  # \x0c page\n")
     target = original.replace("line_11 = 11\n", "line_11 = 'eleven'\n")
     hunks, _ = roundtrip(original, target)
@@ -536,31 +644,51 @@ def test_insert_into_an_empty_file_and_delete_everything():
     roundtrip(BODY, "")
 
 
-# ---------------------------------------------------------------- the node's patch and rollback, run twice
+# ---------------------------------------------------------------- the node's patch and rollback,
+# run twice
 @pytest.fixture
 def node_python(tmp_path) -> tuple[Path, Path]:
-    """A real venv (no pip) standing in for a node's: the agent's patching module run by its python, on a
-    module installed in its site-packages."""
+    """A real venv (no pip) standing in for a node's: the agent's patching module run by its python,
+    on a module installed in its site-packages."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     return venv / "bin" / "python", lab.site_packages(venv)
 
 
 def node_op(python: Path, op: str, request: dict) -> dict:
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from remote_scripts.patch import patching; "
-            "from remote_scripts.core import bootstrap, launch; launch.PATHS = (bootstrap.walk, bootstrap.Rules); "
-            "print(json.dumps(getattr(patching, sys.argv[2])(json.loads(sys.argv[3]))))")
-    proc = subprocess.run([str(python), "-c", code, str(REPO), op, json.dumps(request)], capture_output=True,
-                          text=True, timeout=120)
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from remote_scripts.patch import "
+        "patching; from remote_scripts.core import bootstrap, launch; launch.PATHS = "
+        "(bootstrap.walk, bootstrap.Rules); print(json.dumps(getattr(patching, "
+        "sys.argv[2])(json.loads(sys.argv[3]))))"
+    )
+    proc = subprocess.run(
+        [str(python), "-c", code, str(REPO), op, json.dumps(request)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
 def patch_request(state_dir: Path, module: str, diff: str) -> dict:
     [file_diff] = unidiff.parse(diff, f"{module}.diff")
-    return {"requires": [], "playbook": "issue-19", "state_dir": str(state_dir), "operator": "test",
-            "patches": [{"module": module, "diff_name": f"{module}.diff",
-                         "hunks": [h.to_request(i) for i, h in enumerate(file_diff.hunks)]}]}
+    return {
+        "requires": [],
+        "playbook": "issue-19",
+        "state_dir": str(state_dir),
+        "operator": "test",
+        "patches": [
+            {
+                "module": module,
+                "diff_name": f"{module}.diff",
+                "hunks": [h.to_request(i) for i, h in enumerate(file_diff.hunks)],
+            }
+        ],
+    }
 
 
 def statuses(python: Path, op: str, request: dict) -> str:
@@ -569,14 +697,19 @@ def statuses(python: Path, op: str, request: dict) -> str:
 
 
 def test_repeated_code_run_twice_then_rollback_twice(node_python, tmp_path):
-    """The issue's "run it twice: changed, then ok" on a file with two identical except-blocks, then rollback."""
+    """The issue's "run it twice: changed, then ok" on a file with two identical except-blocks, then
+    rollback."""
     python, site = node_python
     module = site / "fleetops_issue19_sites.py"
     module.write_text(CALL_SITES)
-    target = CALL_SITES.replace("    except ValueError:\n        return None\n    return value\n\n\n__all__",
-                                "    except ValueError:\n        raise LoadError(path) from None\n    return value\n"
-                                "\n\n__all__")
-    diff = "".join(difflib.unified_diff(lines_of(CALL_SITES), lines_of(target), "a/m.py", "b/m.py", n=3))
+    target = CALL_SITES.replace(
+        "    except ValueError:\n        return None\n    return value\n\n\n__all__",
+        "    except ValueError:\n        raise LoadError(path) from None\n    return value\n"
+        "\n\n__all__",
+    )
+    diff = "".join(
+        difflib.unified_diff(lines_of(CALL_SITES), lines_of(target), "a/m.py", "b/m.py", n=3)
+    )
     req = patch_request(tmp_path / "state", "fleetops_issue19_sites", diff)
     assert statuses(python, "patch", req) == "applied"
     assert module.read_text() == target
@@ -591,19 +724,23 @@ def test_repeated_code_run_twice_then_rollback_twice(node_python, tmp_path):
     assert module.read_text() == CALL_SITES
 
 
-# Deleting the *first* of five equal lines, with 3 lines of context: the result still contains the old block
-# where the header says (four equal lines follow the same three), so the diff alone cannot tell the patched
-# file from a pristine one, and patch(1) would apply it again. The node's record of what it wrote settles it.
+# Deleting the *first* of five equal lines, with 3 lines of context: the result still contains the
+# old block where the header says (four equal lines follow the same three), so the diff alone cannot
+# tell the patched file from a pristine one, and patch(1) would apply it again. The node's record of
+# what it wrote settles it.
 RUN = "a1\na2\na3\n" + "e\n" * 5 + "b1\nb2\nb3\n"
 RUN_DIFF = "--- a/m.py\n+++ b/m.py\n@@ -1,7 +1,6 @@\n a1\n a2\n a3\n-e\n e\n e\n e\n"
 
 
-def test_a_patch_the_diff_cannot_tell_from_pristine_is_settled_by_the_record(gnu, node_python, tmp_path):
+def test_a_patch_the_diff_cannot_tell_from_pristine_is_settled_by_the_record(
+    gnu, node_python, tmp_path
+):
     python, site = node_python
     module = site / "fleetops_issue19_run.py"
     module.write_text(RUN)
     once = RUN.replace("e\n" * 5, "e\n" * 4)
-    assert gnu_patch(lines_of(once), RUN_DIFF, tmp_path) is not None  # patch(1) would delete a second line
+    # patch(1) would delete a second line
+    assert gnu_patch(lines_of(once), RUN_DIFF, tmp_path) is not None
     req = patch_request(tmp_path / "state", "fleetops_issue19_run", RUN_DIFF)
     assert statuses(python, "patch", req) == "applied"
     assert module.read_text() == once
@@ -615,13 +752,18 @@ def test_a_patch_the_diff_cannot_tell_from_pristine_is_settled_by_the_record(gnu
 
 
 def test_a_hunk_is_never_looked_for_before_the_hunk_before_it(gnu, tmp_path):
-    """Hunk 2's old block also occurs above hunk 1 (nearer its expected line than the real one, which 60
-    unrelated lines pushed down): patch(1) never searches above what hunk 1 changed, nor do we."""
+    """Hunk 2's old block also occurs above hunk 1 (nearer its expected line than the real one,
+    which 60 unrelated lines pushed down): patch(1) never searches above what hunk 1 changed, nor do
+    we."""
     block = "".join(f"shared_{i} = {i}\n" for i in range(7))
     above, below = BODY.replace("line", "above"), BODY.replace("line", "below")
     original = block + above + block + below
-    target = (block + above.replace("above_10 = 10\n", "above_10 = 'ten'\n")
-              + block.replace("shared_3 = 3\n", "shared_3 = 'three'\n") + below)
+    target = (
+        block
+        + above.replace("above_10 = 10\n", "above_10 = 'ten'\n")
+        + block.replace("shared_3 = 3\n", "shared_3 = 'three'\n")
+        + below
+    )
     diff, hunks = make_hunks(lines_of(original), lines_of(target))
     assert len(hunks) == 2 and hunks[1]["old"] == block.splitlines()
     moved = lines_of(original)

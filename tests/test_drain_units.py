@@ -1,7 +1,7 @@
-"""The drain mark and the re-run list, without a lab: the node's marker (who, when, why) written and removed
-atomically, a damaged marker still counting as drained, a drained node refusing a launch and a patch before
-anything is written, `drain` without a reason a usage error, and the re-run list naming the hosts a stopped
-roll-out never ran."""
+"""The drain mark and the re-run list, without a lab: the node's marker (who, when, why) written and
+removed atomically, a damaged marker still counting as drained, a drained node refusing a launch and
+a patch before anything is written, `drain` without a reason a usage error, and the re-run list
+naming the hosts a stopped roll-out never ran."""
 
 from __future__ import annotations
 
@@ -31,12 +31,18 @@ def state(tmp_path: Path) -> Path:
 def test_mark_read_clear(state):
     assert drainmark.read(str(state)) is None and drainmark.clear(str(state)) is None
     marker = drainmark.mark(str(state), "ops@laptop", "Xid 79 on GPU 1", "lab01")
-    assert marker["by"] == "ops@laptop" and marker["reason"] == "Xid 79 on GPU 1" and marker["host"] == "lab01"
+    assert (
+        marker["by"] == "ops@laptop"
+        and marker["reason"] == "Xid 79 on GPU 1"
+        and marker["host"] == "lab01"
+    )
     assert (state / "drain.json").stat().st_mode & 0o777 == 0o600
     again = drainmark.mark(str(state), "other@laptop", "still bad", "lab01")
     assert again["first_at"] == marker["at"] and again["first_by"] == "ops@laptop"
     assert drainmark.read(str(state))["reason"] == "still bad"
-    assert drainmark.clear(str(state))["reason"] == "still bad" and not (state / "drain.json").exists()
+    assert (
+        drainmark.clear(str(state))["reason"] == "still bad" and not (state / "drain.json").exists()
+    )
 
 
 def test_a_damaged_marker_still_counts_as_drained(state):
@@ -65,16 +71,29 @@ def test_drain_needs_a_reason_on_one_line():
     for kwargs in ({}, {"reason": "  "}, {"reason": "two\nlines"}):
         with pytest.raises(UsageError):
             _drain_plan(None, kwargs)  # type: ignore[arg-type]
-    assert _drain_plan(None, {"reason": " Xid 79 "}).request == {"reason": "Xid 79"}  # type: ignore[arg-type]
+    plan = _drain_plan(None, {"reason": " Xid 79 "})  # type: ignore[arg-type]
+    assert plan.request == {"reason": "Xid 79"}
 
 
 def test_rerun_hosts_names_the_failed_and_the_not_run():
-    results = [Result("lab01", "patch", Status.FAILED, "drifted"),
-               Result("lab02", "patch", Status.SKIPPED, "skipped: roll-out stopped after batch 1 had failures",
-                      data=dict(NOT_RUN)),
-               Result("lab03", "patch", Status.OK, "done"),
-               Result("lab01", "verify", Status.SKIPPED, "skipped: patch failed on this host"),
-               Result("lab10", "patch", Status.SKIPPED, "skipped: not started (interrupted by Ctrl-C)",
-                      data=dict(NOT_RUN))]
+    results = [
+        Result("lab01", "patch", Status.FAILED, "drifted"),
+        Result(
+            "lab02",
+            "patch",
+            Status.SKIPPED,
+            "skipped: roll-out stopped after batch 1 had failures",
+            data=dict(NOT_RUN),
+        ),
+        Result("lab03", "patch", Status.OK, "done"),
+        Result("lab01", "verify", Status.SKIPPED, "skipped: patch failed on this host"),
+        Result(
+            "lab10",
+            "patch",
+            Status.SKIPPED,
+            "skipped: not started (interrupted by Ctrl-C)",
+            data=dict(NOT_RUN),
+        ),
+    ]
     assert rerun_hosts(results) == (["lab01", "lab02", "lab10"], ["lab02", "lab10"])
     assert rerun_hosts(results[2:3]) == ([], [])

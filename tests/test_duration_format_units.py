@@ -1,5 +1,5 @@
-"""One way to write a length of time across the client: a GPU process's age, a job's runtime and the bars'
-ETA agree (125 s is 2m05s wherever it is shown, and an ETA is a clock). No lab."""
+"""One way to write a length of time across the client: a GPU process's age, a job's runtime and the
+bars' ETA agree (125 s is 2m05s wherever it is shown, and an ETA is a clock). No lab."""
 
 from __future__ import annotations
 
@@ -12,24 +12,47 @@ from fleetops.tasks.jobs import interpret_jobs_list
 from fleetops.tasks.plan import Plan
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(None, "?"), (0, "0s"), (59.9, "59s"), (119, "119s"), (120, "2m00s"),
-                                               (125, "2m05s"), (7199, "119m59s"), (7200, "2h00m"),
-                                               (7325, "2h02m"), (-3, "0s")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "?"),
+        (0, "0s"),
+        (59.9, "59s"),
+        (119, "119s"),
+        (120, "2m00s"),
+        (125, "2m05s"),
+        (7199, "119m59s"),
+        (7200, "2h00m"),
+        (7325, "2h02m"),
+        (-3, "0s"),
+    ],
+)
 def test_duration(seconds, text):
     assert duration(seconds) == text
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(None, "-"), (5, "0:05"), (125, "2:05"), (3725, "1:02:05")])
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(None, "-"), (5, "0:05"), (125, "2:05"), (3725, "1:02:05")]
+)
 def test_clock(seconds, text):
     assert clock(seconds) == text
 
 
 def test_every_place_that_shows_125_seconds_says_2m05s():
-    process = {"pid": 7, "name": "python", "used_mib": 10, "user": "alice", "age_s": 125, "command": "python x"}
+    process = {
+        "pid": 7,
+        "name": "python",
+        "used_mib": 10,
+        "user": "alice",
+        "age_s": 125,
+        "command": "python x",
+    }
     assert "2m05s" in short_process(process).split()
     assert ", 2m05s," in describe_process(process)
     job = {"id": "j1", "state": "running", "runtime_s": 125, "started": "2026-01-01T00:00:00Z"}
-    result = interpret_jobs_list("h", Plan("jobs_list", {}, 1, None), {"jobs": [job], "total": 1, "jobs_dir": "/x"})
+    result = interpret_jobs_list(
+        "h", Plan("jobs_list", {}, 1, None), {"jobs": [job], "total": 1, "jobs_dir": "/x"}
+    )
     assert result.data["table"]["rows"][0][4] == "2m05s", result.data
 
 

@@ -1,6 +1,6 @@
-"""`fetch` of a directory, without a network: the node's plan (every file under it with its sha256, symlinks
-that lead out refused, FIFOs and linked directories skipped), the resume command the client prints, and the
-quiet death of paramiko's read-ahead thread."""
+"""`fetch` of a directory, without a network: the node's plan (every file under it with its sha256,
+symlinks that lead out refused, FIFOs and linked directories skipped), the resume command the client
+prints, and the quiet death of paramiko's read-ahead thread."""
 
 from __future__ import annotations
 
@@ -32,7 +32,12 @@ def test_a_directory_is_every_file_under_it_each_with_its_own_sha256(tmp_path):
     out = _tree(tmp_path)
     plan = fetch_plan({"state_dir": str(tmp_path), "paths": ["out"]})
     files = plan["files"]
-    assert [f["rel"] for f in files] == ["a.safetensors", "empty.txt", "sub/b.bin", "sub/deeper/c.json"]
+    assert [f["rel"] for f in files] == [
+        "a.safetensors",
+        "empty.txt",
+        "sub/b.bin",
+        "sub/deeper/c.json",
+    ]
     for f in files:
         data = (out / f["rel"]).read_bytes()
         assert f["sha256"] == hashlib.sha256(data).hexdigest() and f["size"] == len(data)
@@ -52,7 +57,10 @@ def test_a_symlink_leading_out_of_the_directory_is_refused_one_inside_is_copied(
     by = {f["rel"]: f for f in plan["files"]}
     assert by["escape"]["error_kind"] == "refused" and "leads outside out" in by["escape"]["error"]
     assert "sha256" not in by["escape"]
-    assert by["inside"]["path"] == str(out / "sub" / "b.bin") and by["inside"]["local"] == "state/out/inside"
+    assert (
+        by["inside"]["path"] == str(out / "sub" / "b.bin")
+        and by["inside"]["local"] == "state/out/inside"
+    )
     assert "loop" not in by and "pipe" not in by  # skipped, and said so
     assert any("out/loop: a symlink to a directory; skipped" in n for n in plan["notes"])
     assert any("out/pipe: not a regular file; skipped" in n for n in plan["notes"])
@@ -66,8 +74,10 @@ def test_a_directory_outside_the_state_dir_is_still_refused_without_any_path(tmp
     state = tmp_path / "state"
     state.mkdir()
     plan = fetch_plan({"state_dir": str(state), "paths": [str(other)]})
-    assert plan["files"][0]["error_kind"] == "refused" and "outside the state and job directories" in \
-        plan["files"][0]["error"]
+    assert (
+        plan["files"][0]["error_kind"] == "refused"
+        and "outside the state and job directories" in plan["files"][0]["error"]
+    )
     plan = fetch_plan({"state_dir": str(state), "paths": [str(other)], "any_path": True})
     assert [f["local"] for f in plan["files"]] == [f"other{other}/x"]
 
@@ -75,17 +85,45 @@ def test_a_directory_outside_the_state_dir_is_still_refused_without_any_path(tmp
 def test_an_empty_directory_says_so(tmp_path):
     (tmp_path / "nothing").mkdir()
     plan = fetch_plan({"state_dir": str(tmp_path), "paths": ["nothing"]})
-    assert plan["files"] == [] and plan["notes"] == ["nothing: an empty directory; nothing to fetch"]
+    assert plan["files"] == [] and plan["notes"] == [
+        "nothing: an empty directory; nothing to fetch"
+    ]
 
 
 def test_the_resume_command_repeats_every_option_as_given_quoted(tmp_path):
-    plan = _fetch_plan(None, {"path": ["out dir", "x.log"], "any_path": True, "job_id": "j1", "max_size": "5G",
-                              "dest": str(tmp_path / "my dest")})  # type: ignore[arg-type]
+    plan = _fetch_plan(
+        None,
+        {
+            "path": ["out dir", "x.log"],
+            "any_path": True,
+            "job_id": "j1",
+            "max_size": "5G",
+            "dest": str(tmp_path / "my dest"),
+        },
+    )  # type: ignore[arg-type]
     words = shlex.split(resume_command("lab01", plan))
-    assert words == ["fab", "-H", "lab01", "fetch", "--path", "out dir", "--path", "x.log", "--job-id", "j1",
-                     "--any-path", "--max-size", "5G", "--dest", str(tmp_path / "my dest")]
+    assert words == [
+        "fab",
+        "-H",
+        "lab01",
+        "fetch",
+        "--path",
+        "out dir",
+        "--path",
+        "x.log",
+        "--job-id",
+        "j1",
+        "--any-path",
+        "--max-size",
+        "5G",
+        "--dest",
+        str(tmp_path / "my dest"),
+    ]
     plan = _fetch_plan(None, {"dest": "rel"})  # type: ignore[arg-type]
-    assert resume_command("lab01", plan) == f"fab -H lab01 fetch --dest {shlex.quote(str(Path('rel').absolute()))}"
+    assert (
+        resume_command("lab01", plan)
+        == f"fab -H lab01 fetch --dest {shlex.quote(str(Path('rel').absolute()))}"
+    )
 
 
 def test_the_read_ahead_threads_socket_closed_is_not_printed_other_threads_are():
@@ -124,9 +162,10 @@ while time.time() < end:
 
 
 def test_a_subdirectory_swapped_for_a_symlink_mid_walk_never_fetches_the_outside(tmp_path):
-    # A real race, as an attacker who may write the fetched directory runs it: a tight loop swaps sub/ for a
-    # link to a directory outside while fetch plans the directory again and again. Walked by path (os.walk),
-    # the plan listed outside/secret.txt at plan 219, 592 and 795 of three runs; by descriptor never.
+    # A real race, as an attacker who may write the fetched directory runs it: a tight loop swaps
+    # sub/ for a link to a directory outside while fetch plans the directory again and again. Walked
+    # by path (os.walk), the plan listed outside/secret.txt at plan 219, 592 and 795 of three runs;
+    # by descriptor never.
     out = tmp_path / "out"
     (out / "sub").mkdir(parents=True)
     (out / "sub" / "secret.txt").write_text("inside, the directory's own\n")
@@ -134,8 +173,11 @@ def test_a_subdirectory_swapped_for_a_symlink_mid_walk_never_fetches_the_outside
     outside.mkdir()
     (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
     outside_sha = hashlib.sha256(b"OUTSIDE-SECRET\n").hexdigest()
-    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(out), str(outside), "30"], stdout=subprocess.PIPE,
-                               text=True)
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(out), str(outside), "30"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert swapper.stdout is not None and swapper.stdout.readline() == "swapping\n"
         leaked, plans, end = [], 0, time.monotonic() + 20

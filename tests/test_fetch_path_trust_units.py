@@ -1,7 +1,8 @@
 """The client's judgement, under become, of a node file it is about to read by path over SFTP
-(plans/pathtrust.judge_read), fed by os.lstat and os.readlink on real files and directories made here, as the
-node's SFTP server feeds it: read only through directories root and the login user alone may change, with no
-symlink on the way; the ping warning the agent gives from the same walk verify makes (importtrust)."""
+(plans/pathtrust.judge_read), fed by os.lstat and os.readlink on real files and directories made
+here, as the node's SFTP server feeds it: read only through directories root and the login user
+alone may change, with no symlink on the way; the ping warning the agent gives from the same walk
+verify makes (importtrust)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def test_a_directory_a_group_may_write_on_the_way_is_refused_naming_path_mode_an
     problem = judge_read(str(tree / "out" / "sub" / "file.txt"), lstat, os.readlink, TRUSTED)
     assert problem is not None and problem.path == str(tree / "out")
     text = problem.describe()
-    assert "(on the way to the file) is writable by its group" in text and "drwxrwxr-x (0775)" in text, text
+    assert (
+        "(on the way to the file) is writable by its group" in text and "drwxrwxr-x (0775)" in text
+    ), text
 
 
 def test_a_symlink_on_the_way_is_refused_though_root_made_it(tree):
@@ -49,7 +52,9 @@ def test_a_path_gone_since_the_node_listed_it_says_so(tree):
     assert problem is not None and "changed since the node listed it" in problem.describe(), problem
 
 
-def test_ping_warns_of_a_package_another_group_may_write_without_importing_it(tmp_path, monkeypatch):
+def test_ping_warns_of_a_package_another_group_may_write_without_importing_it(
+    tmp_path, monkeypatch
+):
     pkg = tmp_path / "pingtrustpkg"
     pkg.mkdir()
     tmp_path.chmod(0o755)
@@ -58,5 +63,7 @@ def test_ping_warns_of_a_package_another_group_may_write_without_importing_it(tm
     assert importtrust.ping_warnings(["pingtrustpkg.sub"]) == []
     pkg.chmod(0o775)
     said = importtrust.ping_warnings(["pingtrustpkg.sub"])
-    assert len(said) == 1 and f"{pkg} is writable by its group" in said[0] and "(0775)" in said[0], said
+    assert (
+        len(said) == 1 and f"{pkg} is writable by its group" in said[0] and "(0775)" in said[0]
+    ), said
     assert "pingtrustpkg" not in sys.modules

@@ -1,6 +1,6 @@
-"""`gpu`'s verdicts: each host's verdict word (OK / WARN / CRITICAL / UNKNOWN), the exit status of the
-worst verdict across hosts, and the finding's next action printed once per host result. No sshd: the gate runs on
-nvidia-smi output recorded on a 2×H200 machine (tests/fixtures/nvidia-smi)."""
+"""`gpu`'s verdicts: each host's verdict word (OK / WARN / CRITICAL / UNKNOWN), the exit status of
+the worst verdict across hosts, and the finding's next action printed once per host result. No sshd:
+the gate runs on nvidia-smi output recorded on a 2×H200 machine (tests/fixtures/nvidia-smi)."""
 
 from __future__ import annotations
 
@@ -35,12 +35,24 @@ PLAN = Plan("gpu", {}, 60, None, options={"gate": Gate(expected=2), "wait": 0.0}
 
 
 def snapshot(state: str, job: str | None = None) -> dict:
-    """What the agent answers in each simulated state (the lab's states, built from the recordings)."""
+    """What the agent answers in each simulated state (the lab's states, built from the
+    recordings)."""
     if state == "absent":
-        return {"ok": False, "error_kind": "no_nvidia_smi", "error": "nvidia-smi not found on the node (PATH=/usr/bin)"}
+        return {
+            "ok": False,
+            "error_kind": "no_nvidia_smi",
+            "error": "nvidia-smi not found on the node (PATH=/usr/bin)",
+        }
     if state == "driver_error":
-        return {"ok": False, "error_kind": "nvidia_smi_failed", "exit_code": 18,
-                "error": "nvidia-smi failed (exit 18): Failed to initialize NVML: Driver/library version mismatch"}
+        return {
+            "ok": False,
+            "error_kind": "nvidia_smi_failed",
+            "exit_code": 18,
+            "error": (
+                "nvidia-smi failed (exit 18): Failed to "
+                "initialize NVML: Driver/library version mismatch"
+            ),
+        }
     kind = "busy" if state == "busy" else "idle"
     gpus = nvsmi.parse_query((FIX / f"{kind}_query.csv").read_text())
     nvsmi.join_processes(gpus, nvsmi.parse_apps((FIX / f"{kind}_apps.csv").read_text()))
@@ -62,14 +74,18 @@ def drawn(r: Result) -> list[str]:
     return [plain(line, r.host) for line in lines]
 
 
-@pytest.mark.parametrize("state, word, code, status", [
-    ("idle", "OK", EXIT_OK, Status.OK),
-    ("busy", "WARN", EXIT_GPU_BUSY, Status.FAILED),  # still fails the step: a chain `gpu extract` stops
-    ("missing", "CRITICAL", EXIT_GPU_UNHEALTHY, Status.FAILED),
-    ("ecc", "CRITICAL", EXIT_GPU_UNHEALTHY, Status.FAILED),
-    ("absent", "UNKNOWN", EXIT_NO_NVIDIA_SMI, Status.FAILED),
-    ("driver_error", "UNKNOWN", EXIT_NVIDIA_SMI_FAILED, Status.FAILED),
-])
+@pytest.mark.parametrize(
+    "state, word, code, status",
+    [
+        ("idle", "OK", EXIT_OK, Status.OK),
+        # still fails the step: a chain `gpu extract` stops
+        ("busy", "WARN", EXIT_GPU_BUSY, Status.FAILED),
+        ("missing", "CRITICAL", EXIT_GPU_UNHEALTHY, Status.FAILED),
+        ("ecc", "CRITICAL", EXIT_GPU_UNHEALTHY, Status.FAILED),
+        ("absent", "UNKNOWN", EXIT_NO_NVIDIA_SMI, Status.FAILED),
+        ("driver_error", "UNKNOWN", EXIT_NVIDIA_SMI_FAILED, Status.FAILED),
+    ],
+)
 def test_each_state_has_its_verdict_word_exit_status_and_step_status(state, word, code, status):
     r = gpu_result("lab01", state)
     assert (r.data["verdict"], r.code, r.status) == (word, code, status)
@@ -78,28 +94,36 @@ def test_each_state_has_its_verdict_word_exit_status_and_step_status(state, word
 
 
 def test_the_result_line_says_the_verdict():
-    assert drawn(gpu_result("lab01", "busy"))[0] == "lab01 | gpu | failed | WARN: 0/2 selected GPUs free; 2 busy"
+    assert (
+        drawn(gpu_result("lab01", "busy"))[0]
+        == "lab01 | gpu | failed | WARN: 0/2 selected GPUs free; 2 busy"
+    )
     assert drawn(gpu_result("lab01", "idle"))[0] == "lab01 | gpu | ok | OK: 2/2 selected GPUs free"
 
 
-@pytest.mark.parametrize("state, command", [
-    ("busy", "fab -H lab01 gpu --wait 600"),
-    ("missing", "fab -H lab01 diagnose"),
-    ("ecc", "fab -H lab01 diagnose"),
-    ("absent", "fab -H lab01 run 'command -v nvidia-smi'"),
-    ("driver_error", "fab -H lab01 diagnose"),
-])
+@pytest.mark.parametrize(
+    "state, command",
+    [
+        ("busy", "fab -H lab01 gpu --wait 600"),
+        ("missing", "fab -H lab01 diagnose"),
+        ("ecc", "fab -H lab01 diagnose"),
+        ("absent", "fab -H lab01 run 'command -v nvidia-smi'"),
+        ("driver_error", "fab -H lab01 diagnose"),
+    ],
+)
 def test_each_finding_prints_its_next_action_once_per_host_not_per_gpu(state, command):
     lines = drawn(gpu_result("lab01", state))
     nexts = [n for n, ln in enumerate(lines) if ln.strip().startswith("next:")]
     assert len(nexts) == 1, lines
-    assert [ln.strip() for ln in lines[nexts[0] + 1:]] == [command], lines  # whole, alone, the last thing read
+    # whole, alone, the last thing read
+    assert [ln.strip() for ln in lines[nexts[0] + 1 :]] == [command], lines
 
 
 def test_busy_gpus_held_by_our_own_job_point_at_stop():
     r = gpu_result("lab01", "busy", job="20261130-170000-abcd")
     assert r.data["next"]["commands"] == ["fab -H lab01 jobs", "fab -H lab01 stop"], r.data["next"]
-    assert not any("stop" in c for c in gpu_result("lab01", "busy").data["next"]["commands"])  # someone else's
+    # someone else's
+    assert not any("stop" in c for c in gpu_result("lab01", "busy").data["next"]["commands"])
 
 
 def test_ok_has_no_next_action():
@@ -108,24 +132,33 @@ def test_ok_has_no_next_action():
 
 
 def test_a_host_name_that_needs_quoting_is_quoted_in_the_command():
-    assert gpu_result("odd name", "missing").data["next"]["commands"] == ["fab -H 'odd name' diagnose"]
+    assert gpu_result("odd name", "missing").data["next"]["commands"] == [
+        "fab -H 'odd name' diagnose"
+    ]
 
 
-# ---------------------------------------------------------------- the exit status: the worst verdict wins
+# ---------------------------------------------------------------- the exit status: the worst
+# verdict wins
 def run_of(*codes: int) -> list[Result]:
-    return [Result(f"h{i}", "gpu", Status.OK if c == EXIT_OK else Status.FAILED, "", code=c)
-            for i, c in enumerate(codes)]
+    return [
+        Result(f"h{i}", "gpu", Status.OK if c == EXIT_OK else Status.FAILED, "", code=c)
+        for i, c in enumerate(codes)
+    ]
 
 
-@pytest.mark.parametrize("codes, expected", [
-    ((EXIT_GPU_BUSY, EXIT_GPU_UNHEALTHY, EXIT_NO_NVIDIA_SMI), EXIT_GPU_UNHEALTHY),  # CRITICAL beats UNKNOWN
-    ((EXIT_GPU_UNHEALTHY, EXIT_NVIDIA_SMI_FAILED), EXIT_GPU_UNHEALTHY),
-    ((EXIT_GPU_BUSY, EXIT_NO_NVIDIA_SMI), EXIT_NO_NVIDIA_SMI),  # UNKNOWN beats WARN
-    ((EXIT_NVIDIA_SMI_FAILED, EXIT_GPU_BUSY), EXIT_NVIDIA_SMI_FAILED),
-    ((EXIT_OK, EXIT_GPU_BUSY, EXIT_OK), EXIT_GPU_BUSY),
-    ((EXIT_OK, EXIT_OK), EXIT_OK),
-    ((EXIT_GPU_BUSY, EXIT_FAILED), EXIT_GPU_BUSY),
-])
+@pytest.mark.parametrize(
+    "codes, expected",
+    [
+        # CRITICAL beats UNKNOWN
+        ((EXIT_GPU_BUSY, EXIT_GPU_UNHEALTHY, EXIT_NO_NVIDIA_SMI), EXIT_GPU_UNHEALTHY),
+        ((EXIT_GPU_UNHEALTHY, EXIT_NVIDIA_SMI_FAILED), EXIT_GPU_UNHEALTHY),
+        ((EXIT_GPU_BUSY, EXIT_NO_NVIDIA_SMI), EXIT_NO_NVIDIA_SMI),  # UNKNOWN beats WARN
+        ((EXIT_NVIDIA_SMI_FAILED, EXIT_GPU_BUSY), EXIT_NVIDIA_SMI_FAILED),
+        ((EXIT_OK, EXIT_GPU_BUSY, EXIT_OK), EXIT_GPU_BUSY),
+        ((EXIT_OK, EXIT_OK), EXIT_OK),
+        ((EXIT_GPU_BUSY, EXIT_FAILED), EXIT_GPU_BUSY),
+    ],
+)
 def test_exit_status_follows_the_worst_gpu_verdict(codes, expected):
     assert exit_status(run_of(*codes)) == expected
     assert exit_status(run_of(*reversed(codes))) == expected  # whatever order the hosts finished in
@@ -139,23 +172,39 @@ def test_other_exit_statuses_keep_their_order():
     def diag(code: int) -> Result:
         return Result("d", "diagnose", Status.FAILED if code == 22 else Status.OK, "", code=code)
 
-    for codes, expected in (((20, 21), 21), ((22, 21, 20), 22), ((20,), 20)):  # diagnose's, unchanged
+    # diagnose's, unchanged
+    for codes, expected in (((20, 21), 21), ((22, 21, 20), 22), ((20,), 20)):
         assert exit_status([diag(c) for c in codes]) == expected
-    assert exit_status([diag(20), *run_of(EXIT_GPU_UNHEALTHY)]) == 20  # numbers across tasks, as before
-    assert exit_status([Result("t", "tail", Status.OK, "", code=130), *run_of(EXIT_GPU_UNHEALTHY)]) == 130
+    # numbers across tasks, as before
+    assert exit_status([diag(20), *run_of(EXIT_GPU_UNHEALTHY)]) == 20
+    assert (
+        exit_status([Result("t", "tail", Status.OK, "", code=130), *run_of(EXIT_GPU_UNHEALTHY)])
+        == 130
+    )
 
 
 # ---------------------------------------------------------------- the fleet summary
 def test_gpu_fleet_summary_shows_the_verdict_word():
-    results = [gpu_result("lab01", "idle"), gpu_result("lab02", "busy"), gpu_result("lab03", "absent"),
-               Result("lab04", "gpu", Status.UNREACHABLE, "connection refused", code=EXIT_UNREACHABLE)]
+    results = [
+        gpu_result("lab01", "idle"),
+        gpu_result("lab02", "busy"),
+        gpu_result("lab03", "absent"),
+        Result("lab04", "gpu", Status.UNREACHABLE, "connection refused", code=EXIT_UNREACHABLE),
+    ]
     [section] = [s for s in fleet_sections(results) if s["title"] == "GPU fleet summary"]
     assert section["columns"] == ["host", "verdict", "GPUs"]
     # worst first: a host the gate could not judge ranks with UNKNOWN
-    assert [row[:2] for row in section["rows"]] == [["lab03", "UNKNOWN"], ["lab04", "unreachable"], ["lab02", "WARN"],
-                                                    ["lab01", "OK"]]
-    folded = [s for s in fleet_sections(results + [gpu_result("lab05", "idle")], fold=True)
-              if s["title"] == "GPU fleet summary"][0]
+    assert [row[:2] for row in section["rows"]] == [
+        ["lab03", "UNKNOWN"],
+        ["lab04", "unreachable"],
+        ["lab02", "WARN"],
+        ["lab01", "OK"],
+    ]
+    folded = [
+        s
+        for s in fleet_sections(results + [gpu_result("lab05", "idle")], fold=True)
+        if s["title"] == "GPU fleet summary"
+    ][0]
     assert folded["columns"] == ["hosts", "verdict", "GPUs"]
     assert folded["rows"][-1] == ["lab[01,05] (2)", "OK", "2 free"], folded["rows"]
 
@@ -165,5 +214,7 @@ def test_the_printed_result_line_says_critical_for_a_missing_gpu():
     rep = Reporter(console=Console(file=out, width=200, highlight=False, soft_wrap=True))
     r = gpu_result("lab01", "missing")
     rep.result(r)
-    assert "lab01 | gpu | failed | CRITICAL: 1/1 selected GPUs free; expected 2 GPUs, saw 1: missing GPU 1" in \
-        out.getvalue()
+    assert (
+        "lab01 | gpu | failed | CRITICAL: 1/1 selected "
+        "GPUs free; expected 2 GPUs, saw 1: missing GPU 1"
+    ) in out.getvalue()

@@ -1,6 +1,7 @@
-"""Grep checks judge code, not text. No lab: remote_scripts/checks/checks.py's code view and verdict,
-on small sources and on the real speculators files of the base venv (where the shipped playbook's greps must
-give the same verdicts in code mode as they did on raw text, pristine and patched)."""
+"""Grep checks judge code, not text. No lab: remote_scripts/checks/checks.py's code view and
+verdict, on small sources and on the real speculators files of the base venv (where the shipped
+playbook's greps must give the same verdicts in code mode as they did on raw text, pristine and
+patched)."""
 
 from __future__ import annotations
 
@@ -74,23 +75,33 @@ def test_a_file_that_does_not_tokenize_is_searched_as_text_and_says_so():
 
 def test_disagreement_is_named_only_when_every_behaviour_check_passed():
     def items(probe_ok: bool) -> list[dict]:
-        return [{"kind": "grep", "name": "no-x", "ok": False, "msg": "/x/ must not match"},
-                {"kind": "grep", "name": "has-y", "ok": True, "msg": "ok"},
-                {"kind": "callsites", "name": "vllm-callsites", "ok": True, "msg": "ok"},
-                {"kind": "probe", "name": "probe", "ok": probe_ok, "msg": "ok"}]
+        return [
+            {"kind": "grep", "name": "no-x", "ok": False, "msg": "/x/ must not match"},
+            {"kind": "grep", "name": "has-y", "ok": True, "msg": "ok"},
+            {"kind": "callsites", "name": "vllm-callsites", "ok": True, "msg": "ok"},
+            {"kind": "probe", "name": "probe", "ok": probe_ok, "msg": "ok"},
+        ]
 
     agreed = items(True)
     note = disagreement(agreed)
-    assert note.startswith(DISAGREE) and "no-x failed" in note and "vllm-callsites, probe passed" in note
+    assert (
+        note.startswith(DISAGREE)
+        and "no-x failed" in note
+        and "vllm-callsites, probe passed" in note
+    )
     assert DISAGREE in agreed[0]["msg"] and DISAGREE not in agreed[1]["msg"]
     assert disagreement(items(False)) == ""  # the probe failed too: nothing disagrees
-    assert disagreement([i for i in items(True) if i["kind"] == "grep"]) == ""  # no behaviour check ran
+    # no behaviour check ran
+    assert disagreement([i for i in items(True) if i["kind"] == "grep"]) == ""
 
 
 def test_playbook_takes_search_text_or_code_and_refuses_others(tmp_path):
     def book(extra: str) -> Path:
         path = tmp_path / "p.yaml"
-        path.write_text("name: t\nverify:\n  - name: g\n    kind: grep\n    module: a.b\n    pattern: x\n" + extra)
+        path.write_text(
+            "name: t\nverify:\n  - name: g\n    kind: grep\n    module: a.b\n    pattern: x\n"
+            + extra
+        )
         return path
 
     assert load_playbook(book("")).checks[0]["search"] == "code"
@@ -108,12 +119,18 @@ def test_shipped_greps_agree_in_code_and_text_mode_on_real_files(lab_base, tmp_p
     for patch in book.patches:
         pristine = site / (patch.module.replace(".", "/") + ".py")
         out = tmp_path / pristine.name
-        subprocess.run(["patch", "-F0", "-s", "-o", str(out), str(pristine), str(patch.diff_path)], check=True)
+        subprocess.run(
+            ["patch", "-F0", "-s", "-o", str(out), str(pristine), str(patch.diff_path)], check=True
+        )
         for text in (pristine.read_text(), out.read_text()):
             code, note = code_lines(text)
             assert note == ""
-            for check in (c for c in book.checks if c["kind"] == "grep" and c["module"] == patch.module):
+            for check in (
+                c for c in book.checks if c["kind"] == "grep" and c["module"] == patch.module
+            ):
                 rx = re.compile(check["pattern"])
-                assert any(rx.search(x) for x in text.splitlines()) == any(rx.search(x) for x in code), check
+                assert any(rx.search(x) for x in text.splitlines()) == any(
+                    rx.search(x) for x in code
+                ), check
                 compared += 1
     assert compared == 2 * 11

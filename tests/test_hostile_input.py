@@ -1,5 +1,6 @@
-"""Hostile values in inventories and playbooks are refused with file:line (never run, never followed), and
-the YAML loaders give a result or a clean error for any input (fuzzed with hypothesis)."""
+"""Hostile values in inventories and playbooks are refused with file:line (never run, never
+followed), and the YAML loaders give a result or a clean error for any input (fuzzed with
+hypothesis)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,24 @@ from fleetops.plans.inventory import load_inventory
 from fleetops.plans.playbook import load_playbook
 from fleetops.plans.yamlsrc import ConfigError, load_text
 
-HOSTILE = ["x; rm -rf /", "$(touch /tmp/pwned)", "`id`", "a'b", 'a"b', "line1\nline2", "../../etc", "/a/../../etc",
-           "x" * 5000, "a b", "a\tb", "a|b", "a&b", "a>b", "~root", "-oProxyCommand=sh"]
+HOSTILE = [
+    "x; rm -rf /",
+    "$(touch /tmp/pwned)",
+    "`id`",
+    "a'b",
+    'a"b',
+    "line1\nline2",
+    "../../etc",
+    "/a/../../etc",
+    "x" * 5000,
+    "a b",
+    "a\tb",
+    "a|b",
+    "a&b",
+    "a>b",
+    "~root",
+    "-oProxyCommand=sh",
+]
 HOST_FIELDS = ["address", "user", "python", "state_dir", "jump", "groups"]
 
 
@@ -44,8 +61,22 @@ def test_hostile_module_and_job_values_are_refused(tmp_path, value):
     with pytest.raises(ConfigError) as err:
         load_playbook(book)
     assert err.value.line is not None and "module" in err.value.message
-    book.write_text(yaml.safe_dump({"name": "x", "jobs": {"j": {"backend": "vllm", "model": value, "dataset": "/d",
-                                                                "output": "/o", "layer_ids": [1]}}}))
+    book.write_text(
+        yaml.safe_dump(
+            {
+                "name": "x",
+                "jobs": {
+                    "j": {
+                        "backend": "vllm",
+                        "model": value,
+                        "dataset": "/d",
+                        "output": "/o",
+                        "layer_ids": [1],
+                    }
+                },
+            }
+        )
+    )
     if value in ("~root", "-oProxyCommand=sh"):
         return  # plain (odd) path names: passed as argv/env values, never interpreted
     with pytest.raises(ConfigError):
@@ -68,24 +99,32 @@ def test_patch_and_probe_files_outside_the_project_are_refused(tmp_path):
 
 
 def test_env_values_with_newlines_are_refused(tmp_path):
-    (tmp_path / "h.yaml").write_text('hosts:\n  g:\n    address: 10.0.0.1\n    env:\n      A: "x\\ny"\n')
+    (tmp_path / "h.yaml").write_text(
+        'hosts:\n  g:\n    address: 10.0.0.1\n    env:\n      A: "x\\ny"\n'
+    )
     with pytest.raises(ConfigError, match="must be one line"):
         load_inventory(tmp_path)
 
 
 # ---------------------------------------------------------------- fuzzing the loaders
 yaml_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=30),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
-    max_leaves=20)
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=30),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=20,
+)
 
 
 def _loads_cleanly(tmp_path: Path, text: str) -> None:
     inv_dir = tmp_path / "inv"
     inv_dir.mkdir(exist_ok=True)
     (inv_dir / "fuzz.yaml").write_text(text, encoding="utf-8")
-    for load in (lambda: load_inventory(inv_dir), lambda: load_playbook(inv_dir / "fuzz.yaml"),
-                 lambda: load_text(text, "fuzz.yaml")):
+    for load in (
+        lambda: load_inventory(inv_dir),
+        lambda: load_playbook(inv_dir / "fuzz.yaml"),
+        lambda: load_text(text, "fuzz.yaml"),
+    ):
         try:
             load()
         except ConfigError:
@@ -99,22 +138,66 @@ def test_fuzz_raw_text_gives_a_result_or_a_clean_error(tmp_path, text):
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.dictionaries(st.sampled_from(["hosts", "defaults", "example", "name", "patches", "verify", "requires",
-                                        "jobs", "x"]), yaml_values, max_size=5))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["hosts", "defaults", "example", "name", "patches", "verify", "requires", "jobs", "x"]
+        ),
+        yaml_values,
+        max_size=5,
+    )
+)
 def test_fuzz_structured_documents_give_a_result_or_a_clean_error(tmp_path, doc):
     _loads_cleanly(tmp_path, yaml.safe_dump(doc, allow_unicode=True))
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.dictionaries(st.sampled_from(["address", "port", "user", "python", "state_dir", "groups", "gpus", "env",
-                                        "jump", "identity_passphrase", "lab"]), yaml_values, max_size=6))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "address",
+                "port",
+                "user",
+                "python",
+                "state_dir",
+                "groups",
+                "gpus",
+                "env",
+                "jump",
+                "identity_passphrase",
+                "lab",
+            ]
+        ),
+        yaml_values,
+        max_size=6,
+    )
+)
 def test_fuzz_host_entries(tmp_path, host):
     _loads_cleanly(tmp_path, yaml.safe_dump({"hosts": {"gpu01": host}}, allow_unicode=True))
 
 
 @settings(deadline=None)
-@given(st.lists(st.sampled_from(["--- a/x", "+++ b/x", "@@ -1,2 +1,2 @@", "@@ -1 +1 @@", " ctx", "-old", "+new",
-                                 "\\ No newline at end of file", "garbage", "@@ bad @@", ""]), max_size=12))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "--- a/x",
+                "+++ b/x",
+                "@@ -1,2 +1,2 @@",
+                "@@ -1 +1 @@",
+                " ctx",
+                "-old",
+                "+new",
+                "\\ No newline at end of file",
+                "garbage",
+                "@@ bad @@",
+                "",
+            ]
+        ),
+        max_size=12,
+    )
+)
 def test_fuzz_unified_diffs(lines):
     try:
         unidiff.parse("\n".join(lines) + "\n", "fuzz.diff")

@@ -1,6 +1,7 @@
-"""Ctrl-C while `fleet` starts (imports, parsing, reading the project, planning): one line, exit 130, never a
-traceback, whatever the moment. No node: the command's only host is the example inventory's, refused (exit 2)
-once planned, so every moment of the sweep falls in start-up or after the program ended."""
+"""Ctrl-C while `fleet` starts (imports, parsing, reading the project, planning): one line, exit
+130, never a traceback, whatever the moment. No node: the command's only host is the example
+inventory's, refused (exit 2) once planned, so every moment of the sweep falls in start-up or after
+the program ended."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ def test_ctrl_c_at_any_moment_of_fleets_start_up_is_one_line_and_130(tmp_path):
     make_project(tmp_path)
     argv = [str(FLEET), "-H", "lab01", "ping"]
     ours = 0
-    # Up to three sweeps, each over a run measured just before it: the machine's load changes how much of a run
-    # is Python's own start-up, where a signal tests nothing of fleet's.
+    # Up to three sweeps, each over a run measured just before it: the machine's load changes how
+    # much of a run is Python's own start-up, where a signal tests nothing of fleet's.
     for _ in range(3):
         if ours >= 4:
             break
@@ -29,8 +30,8 @@ def test_ctrl_c_at_any_moment_of_fleets_start_up_is_one_line_and_130(tmp_path):
 
 
 def _one_moment(argv: list[str], cwd, delay: float) -> int:
-    """1 when the SIGINT landed while fleet ran (and was answered as it must be), 0 when it came before or
-    after the program."""
+    """1 when the SIGINT landed while fleet ran (and was answered as it must be), 0 when it came
+    before or after the program."""
     moment = sigint_at(argv, cwd, delay)
     if moment.before_the_program:  # the interpreter's own site start-up: see interrupts.py
         return 0
@@ -40,6 +41,8 @@ def _one_moment(argv: list[str], cwd, delay: float) -> int:
         assert moment.code == 2, moment.describe()
         return 0
     assert moment.code == 130, moment.describe()
-    assert moment.stderr.strip().splitlines()[-1] == \
-        "interrupted (Ctrl-C) while starting: no host was contacted, nothing ran", moment.describe()
+    assert (
+        moment.stderr.strip().splitlines()[-1]
+        == "interrupted (Ctrl-C) while starting: no host was contacted, nothing ran"
+    ), moment.describe()
     return 1

@@ -1,8 +1,9 @@
-"""An inventory `jump:` against the lab's sshd nodes, with a HOME of the test's own that holds no key, no agent
-and no known_hosts: `jump: user@127.0.0.1:PORT` is reached with the inventory's identity_file and known_hosts
-(the jump's sshd logs the login); an unknown jump host key is refused with a next step that names the
-inventory's known_hosts file, and trusting the jump (with the bare hash, as copied from `ssh-keygen -lf`) writes
-that file, never ~/.ssh/known_hosts; `jump:` as a mapping takes a known_hosts of its own."""
+"""An inventory `jump:` against the lab's sshd nodes, with a HOME of the test's own that holds no
+key, no agent and no known_hosts: `jump: user@127.0.0.1:PORT` is reached with the inventory's
+identity_file and known_hosts (the jump's sshd logs the login); an unknown jump host key is refused
+with a next step that names the inventory's known_hosts file, and trusting the jump (with the bare
+hash, as copied from `ssh-keygen -lf`) writes that file, never ~/.ssh/known_hosts; `jump:` as a
+mapping takes a known_hosts of its own."""
 
 from __future__ import annotations
 
@@ -25,21 +26,30 @@ def bare_env(tmp_path: Path) -> dict[str, str]:
 def write_host(lab, tmp_path: Path, name: str, known_hosts: Path, jump: str) -> Path:
     target = lab.node("lab01")
     path = lab.root / "hosts" / f"{name}.yaml"
-    path.write_text(f"defaults:\n  identity_file: {lab.client_key}\n  known_hosts: {known_hosts}\n"
-                    f"hosts:\n  {name}:\n    address: 127.0.0.1\n    port: {target.port}\n    user: {lab.user}\n"
-                    f"    python: {target.python}\n    state_dir: {target.state_dir}\n    jump: {jump}\n")
+    path.write_text(
+        f"defaults:\n  identity_file: {lab.client_key}\n  known_hosts: {known_hosts}\nhosts:\n  "
+        f"{name}:\n    address: 127.0.0.1\n    port: {target.port}\n    user: {lab.user}\n    "
+        f"python: {target.python}\n    state_dir: {target.state_dir}\n    jump: {jump}\n"
+    )
     return path
 
 
 def host_behind_mapping(lab, tmp_path: Path, jump) -> tuple[Path, Path]:
-    """`viamap` (lab01) behind `jump` written as a mapping with a known_hosts of its own: the target's file holds
-    the target's line only, the jump's file the jump's. Returns the inventory file and the jump's known_hosts."""
+    """`viamap` (lab01) behind `jump` written as a mapping with a known_hosts of its own: the
+    target's file holds the target's line only, the jump's file the jump's. Returns the inventory
+    file and the jump's known_hosts."""
     hosts_only = tmp_path / "targets_known_hosts"
     jump_known = tmp_path / "jump_known_hosts"
     lines = lab.known_hosts.read_text().splitlines()
-    hosts_only.write_text("".join(f"{ln}\n" for ln in lines if not ln.startswith(f"[127.0.0.1]:{jump.port} ")))
-    jump_known.write_text("".join(f"{ln}\n" for ln in lines if ln.startswith(f"[127.0.0.1]:{jump.port} ")))
-    mapping = f"{{address: 127.0.0.1, port: {jump.port}, user: {lab.user}, known_hosts: {jump_known}}}"
+    hosts_only.write_text(
+        "".join(f"{ln}\n" for ln in lines if not ln.startswith(f"[127.0.0.1]:{jump.port} "))
+    )
+    jump_known.write_text(
+        "".join(f"{ln}\n" for ln in lines if ln.startswith(f"[127.0.0.1]:{jump.port} "))
+    )
+    mapping = (
+        f"{{address: 127.0.0.1, port: {jump.port}, user: {lab.user}, known_hosts: {jump_known}}}"
+    )
     return write_host(lab, tmp_path, "viamap", hosts_only, mapping), jump_known
 
 
@@ -59,7 +69,9 @@ def logged_since(log: Path, size: int) -> str:
 def test_a_user_host_port_jump_takes_the_inventorys_key_and_known_hosts(lab, tmp_path):
     jump = lab.node("lab02")
     env = bare_env(tmp_path)
-    path = write_host(lab, tmp_path, "viajump", lab.known_hosts, f"{lab.user}@127.0.0.1:{jump.port}")
+    path = write_host(
+        lab, tmp_path, "viajump", lab.known_hosts, f"{lab.user}@127.0.0.1:{jump.port}"
+    )
     log = jump.dir / "sshd.log"
     before = log.stat().st_size
     try:
@@ -67,7 +79,8 @@ def test_a_user_host_port_jump_takes_the_inventorys_key_and_known_hosts(lab, tmp
     finally:
         path.unlink()
     assert rc == 0 and msg.startswith("agent answers"), msg
-    assert f"Accepted publickey for {lab.user} from 127.0.0.1" in logged_since(log, before)  # the jump's own sshd
+    # the jump's own sshd
+    assert f"Accepted publickey for {lab.user} from 127.0.0.1" in logged_since(log, before)
     assert not (Path(env["HOME"]) / ".ssh" / "known_hosts").exists()
 
 
@@ -75,19 +88,34 @@ def test_an_unknown_jump_key_names_the_inventorys_known_hosts_and_trust_writes_i
     jump = lab.node("lab02")
     env = bare_env(tmp_path)
     known = tmp_path / "fleet_known_hosts"  # the lab's, without the jump's line
-    known.write_text("".join(line + "\n" for line in lab.known_hosts.read_text().splitlines()
-                             if not line.startswith(f"[127.0.0.1]:{jump.port} ")))
+    known.write_text(
+        "".join(
+            line + "\n"
+            for line in lab.known_hosts.read_text().splitlines()
+            if not line.startswith(f"[127.0.0.1]:{jump.port} ")
+        )
+    )
     word = f"{lab.user}@127.0.0.1:{jump.port}"
     path = write_host(lab, tmp_path, "viajump", known, word)
-    offered = subprocess.run(["ssh-keygen", "-lf", str(jump.host_key.with_suffix(".pub"))], capture_output=True,
-                             text=True, check=True).stdout.split()[1]
+    offered = subprocess.run(
+        ["ssh-keygen", "-lf", str(jump.host_key.with_suffix(".pub"))],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[1]
     try:
         rc, msg = ping(lab, "viajump", env)
-        assert rc == 4 and f"its jump host {word}" in msg and f"unknown host key {offered}" in msg, msg
-        assert f"fab -H {word} trust --fingerprint SHA256:" in msg and f"(it writes {known})" in msg, msg
+        assert (
+            rc == 4 and f"its jump host {word}" in msg and f"unknown host key {offered}" in msg
+        ), msg
+        assert (
+            f"fab -H {word} trust --fingerprint SHA256:" in msg and f"(it writes {known})" in msg
+        ), msg
         assert "~/.ssh/known_hosts" not in msg and str(Path(env["HOME"])) not in msg, msg
         bare = offered.removeprefix("SHA256:")
-        proc = run_fab(lab.root, "-H", word, "trust", "--fingerprint", bare, "--json", env=env, timeout=300)
+        proc = run_fab(
+            lab.root, "-H", word, "trust", "--fingerprint", bare, "--json", env=env, timeout=300
+        )
         result = json.loads(proc.stdout)["results"][0]
         assert proc.returncode == 0 and result["status"] == "changed", result
         assert f"added {offered} for [127.0.0.1]:{jump.port} to {known}" == result["msg"], result
@@ -113,22 +141,39 @@ def test_a_jump_mapping_takes_a_known_hosts_of_its_own(lab, tmp_path):
 
 
 def test_trust_takes_the_bare_hash_with_or_without_its_prefix(lab, tmp_path):
-    """A direct host: the hash as copied from `ssh-keygen -lf` without `SHA256:` is the same key, not a mismatch."""
+    """A direct host: the hash as copied from `ssh-keygen -lf` without `SHA256:` is the same key,
+    not a mismatch."""
     node = lab.node("lab01")
     known = tmp_path / "known_hosts"
     known.write_text("")
     path = lab.root / "hosts" / "barehash.yaml"
-    path.write_text(f"hosts:\n  barehash:\n    address: 127.0.0.1\n    port: {node.port}\n    user: {lab.user}\n"
-                    f"    identity_file: {lab.client_key}\n    known_hosts: {known}\n    python: {node.python}\n"
-                    f"    state_dir: {node.state_dir}\n")
-    offered = subprocess.run(["ssh-keygen", "-lf", str(node.host_key.with_suffix(".pub"))], capture_output=True,
-                             text=True, check=True).stdout.split()[1]
+    path.write_text(
+        f"hosts:\n  barehash:\n    address: 127.0.0.1\n    port: {node.port}\n    user: "
+        f"{lab.user}\n    identity_file: {lab.client_key}\n    known_hosts: {known}\n    python: "
+        f"{node.python}\n    state_dir: {node.state_dir}\n"
+    )
+    offered = subprocess.run(
+        ["ssh-keygen", "-lf", str(node.host_key.with_suffix(".pub"))],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[1]
     try:
-        proc = run_fab(lab.root, "-H", "barehash", "trust", "--fingerprint", offered.removeprefix("SHA256:"),
-                       "--json", timeout=300)
+        proc = run_fab(
+            lab.root,
+            "-H",
+            "barehash",
+            "trust",
+            "--fingerprint",
+            offered.removeprefix("SHA256:"),
+            "--json",
+            timeout=300,
+        )
         first = json.loads(proc.stdout)["results"][0]
         known.write_text("")
-        proc2 = run_fab(lab.root, "-H", "barehash", "trust", "--fingerprint", offered, "--json", timeout=300)
+        proc2 = run_fab(
+            lab.root, "-H", "barehash", "trust", "--fingerprint", offered, "--json", timeout=300
+        )
         second = json.loads(proc2.stdout)["results"][0]
     finally:
         path.unlink()
@@ -138,8 +183,9 @@ def test_trust_takes_the_bare_hash_with_or_without_its_prefix(lab, tmp_path):
 
 
 def test_openssh_reaches_a_host_behind_a_jump_mapping_with_the_printed_config(lab, tmp_path):
-    """`fab ssh-config` prints the mapping's jump as a block of its own, with the keys fleetops uses: real ssh,
-    with a HOME that holds no key or known_hosts, logs in through it with strict host keys."""
+    """`fab ssh-config` prints the mapping's jump as a block of its own, with the keys fleetops
+    uses: real ssh, with a HOME that holds no key or known_hosts, logs in through it with strict
+    host keys."""
     jump = lab.node("lab02")
     env = bare_env(tmp_path)
     path, _ = host_behind_mapping(lab, tmp_path, jump)
@@ -149,12 +195,20 @@ def test_openssh_reaches_a_host_behind_a_jump_mapping_with_the_printed_config(la
         path.unlink()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     alias = f"jump-127.0.0.1-{jump.port}"
-    assert f"    ProxyJump {alias}\n" in proc.stdout and f"Host {alias}\n" in proc.stdout, proc.stdout
+    assert f"    ProxyJump {alias}\n" in proc.stdout and f"Host {alias}\n" in proc.stdout, (
+        proc.stdout
+    )
     conf = tmp_path / "ssh_config"
     conf.write_text(proc.stdout)
     log = jump.dir / "sshd.log"
     before = log.stat().st_size
-    ssh = subprocess.run(["ssh", "-F", str(conf), "-o", "BatchMode=yes", "viamap", "echo", "reached"],
-                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **env})
+    ssh = subprocess.run(
+        ["ssh", "-F", str(conf), "-o", "BatchMode=yes", "viamap", "echo", "reached"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", **env},
+    )
     assert ssh.returncode == 0 and ssh.stdout.strip() == "reached", ssh.stderr
-    assert f"Accepted publickey for {lab.user} from 127.0.0.1" in logged_since(log, before)  # through the jump
+    # through the jump
+    assert f"Accepted publickey for {lab.user} from 127.0.0.1" in logged_since(log, before)

@@ -1,8 +1,9 @@
-"""An inventory `jump:` is reached with the inventory's keys: `user@host:port` and `jump:` as a mapping take the
-naming host's identity_file and known_hosts (as written in its file, not a -i of the command line) unless the
-mapping names its own; an inventory name keeps that host's settings; an ssh_config alias keeps ssh_config's. A
--H word that is such a jump resolves to the same keyed host, so `trust` writes the inventory's known_hosts.
-Nothing is opened here; tests/test_jump_keys_lab.py connects through one."""
+"""An inventory `jump:` is reached with the inventory's keys: `user@host:port` and `jump:` as a
+mapping take the naming host's identity_file and known_hosts (as written in its file, not a -i of
+the command line) unless the mapping names its own; an inventory name keeps that host's settings; an
+ssh_config alias keeps ssh_config's. A -H word that is such a jump resolves to the same keyed host,
+so `trust` writes the inventory's known_hosts. Nothing is opened here; tests/test_jump_keys_lab.py
+connects through one."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def inventory(tmp_path: Path, jump: str, aliases: frozenset[str] = frozenset()):
     (tmp_path / "hosts.yaml").write_text(
         f"defaults:\n  identity_file: {KEY}\n  known_hosts: {KNOWN}\n"
         f"hosts:\n  gpu01:\n    address: 10.9.0.1\n    user: ops\n    jump: {jump}\n"
-        "  bastion:\n    address: 10.9.0.254\n    user: jumper\n    identity_file: /keys/bastion\n")
+        "  bastion:\n    address: 10.9.0.254\n    user: jumper\n    identity_file: /keys/bastion\n"
+    )
     return load_inventory(tmp_path / "hosts.yaml", ssh_aliases=aliases)
 
 
@@ -33,20 +35,29 @@ def test_a_user_host_port_jump_takes_the_inventorys_identity_file_and_known_host
     # -H naming that jump word (the trust hint's command) is the same host, with the same keys
     named = inv.resolve("root@127.0.0.1:2222")
     assert (named.plain, named.identity_file, named.known_hosts) == (False, KEY, KNOWN)
-    assert inv.resolve("root@127.0.0.1:2223").plain  # another address: ssh_config decides, as before
+    # another address: ssh_config decides, as before
+    assert inv.resolve("root@127.0.0.1:2223").plain
 
 
 def test_a_jump_mapping_takes_the_same_keys_as_a_host(tmp_path):
-    inv = inventory(tmp_path, "{address: 127.0.0.1, port: 2222, user: root, known_hosts: /keys/jump_known}")
+    inv = inventory(
+        tmp_path, "{address: 127.0.0.1, port: 2222, user: root, known_hosts: /keys/jump_known}"
+    )
     gpu = inv.hosts["gpu01"]
     assert gpu.jump == "root@127.0.0.1:2222"  # what ssh-config output and messages show
     jump = jump_of(gpu, inv)
     assert (jump.address, jump.port, jump.user, jump.plain) == ("127.0.0.1", 2222, "root", False)
-    assert (jump.identity_file, jump.known_hosts) == (KEY, "/keys/jump_known")  # its own wins, else the file's
+    # its own wins, else the file's
+    assert (jump.identity_file, jump.known_hosts) == (KEY, "/keys/jump_known")
     assert inv.resolve("root@127.0.0.1:2222").known_hosts == "/keys/jump_known"
     inv = inventory(tmp_path, "{address: 127.0.0.1, identity_file: /keys/other}")
     jump = jump_of(inv.hosts["gpu01"], inv)
-    assert (jump.name, jump.port, jump.user, jump.identity_file) == ("127.0.0.1", 22, None, "/keys/other")
+    assert (jump.name, jump.port, jump.user, jump.identity_file) == (
+        "127.0.0.1",
+        22,
+        None,
+        "/keys/other",
+    )
 
 
 def test_an_inventory_name_keeps_that_hosts_own_settings(tmp_path):
@@ -68,8 +79,11 @@ def test_an_ssh_config_alias_keeps_ssh_configs_settings(tmp_path):
 
 
 def test_a_bad_jump_is_refused_at_its_line(tmp_path):
-    with pytest.raises(ConfigError, match=r"hosts.yaml:8:.*unknown key 'identity' in 'jump'; did you mean "
-                                          r"'identity_file'\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"hosts.yaml:8:.*unknown key 'identity' in 'jump'; did you mean "
+        r"'identity_file'\?",
+    ):
         inventory(tmp_path, "{address: 127.0.0.1, identity: /keys/x}")
     with pytest.raises(ConfigError, match="missing required key 'address'"):
         inventory(tmp_path, "{port: 2222}")
@@ -78,8 +92,14 @@ def test_a_bad_jump_is_refused_at_its_line(tmp_path):
         jump_of(inv.hosts["gpu01"], inv)
 
 
-@pytest.mark.parametrize("jump", ["root@127.0.0.1:2222", "{address: 127.0.0.1, port: 2222, user: root, "
-                                  "identity_file: /keys/jump_key, known_hosts: /keys/jump_known}"])
+@pytest.mark.parametrize(
+    "jump",
+    [
+        "root@127.0.0.1:2222",
+        "{address: 127.0.0.1, port: 2222, user: root, "
+        "identity_file: /keys/jump_key, known_hosts: /keys/jump_known}",
+    ],
+)
 def test_ssh_config_reaches_the_jump_with_the_keys_fleetops_uses(tmp_path, jump):
     import paramiko
 
@@ -90,7 +110,10 @@ def test_ssh_config_reaches_the_jump_with_the_keys_fleetops_uses(tmp_path, jump)
     hop = config.lookup(config.lookup("gpu01")["proxyjump"])
     want = jump_of(inv.hosts["gpu01"], inv)
     assert (hop["hostname"], int(hop["port"]), hop["user"]) == (want.address, want.port, want.user)
-    assert (hop["identityfile"], hop["userknownhostsfile"]) == ([want.identity_file], want.known_hosts)
+    assert (hop["identityfile"], hop["userknownhostsfile"]) == (
+        [want.identity_file],
+        want.known_hosts,
+    )
     assert hop["identitiesonly"] == "yes" and hop["stricthostkeychecking"] == "yes"
 
 
@@ -98,5 +121,7 @@ def test_ssh_config_leaves_an_inventory_name_or_an_ssh_config_alias_as_named(tmp
     from fleetops.plans.sshconfig_out import render
 
     assert "    ProxyJump bastion\n" in render(inventory(tmp_path, "bastion"))
-    text = render(inventory(tmp_path, "root@bastion.example:2222", aliases=frozenset({"bastion.example"})))
+    text = render(
+        inventory(tmp_path, "root@bastion.example:2222", aliases=frozenset({"bastion.example"}))
+    )
     assert "    ProxyJump root@bastion.example:2222\n" in text and text.count("Host ") == 2

@@ -1,5 +1,5 @@
-"""--junit: a run's results as JUnit XML, read back by a real JUnit reader (junitparser, as CI plugins read it),
-from results recorded off real lab runs (tests/fixtures/runs/)."""
+"""--junit: a run's results as JUnit XML, read back by a real JUnit reader (junitparser, as CI
+plugins read it), from results recorded off real lab runs (tests/fixtures/runs/)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,14 @@ def test_each_host_and_check_is_a_case_and_failures_carry_the_hosts_message(tmp_
     cases = {(c.classname, c.name): c for c in suite}
     wanted = {(r.host, i.label): i for r in results for i in r.items}
     assert set(cases) == set(wanted)
-    failed = {key for key, case in cases.items() if any(isinstance(x, junitparser.Failure) for x in case.result)}
-    assert failed == {key for key, item in wanted.items() if item.status is Status.FAILED} and failed
+    failed = {
+        key
+        for key, case in cases.items()
+        if any(isinstance(x, junitparser.Failure) for x in case.result)
+    }
+    assert (
+        failed == {key for key, item in wanted.items() if item.status is Status.FAILED} and failed
+    )
     for key in failed:
         [failure] = cases[key].result
         assert failure.message == wanted[key].msg
@@ -42,16 +48,27 @@ def test_an_unreachable_host_is_an_error_and_the_others_still_count(tmp_path):
 
 
 def test_one_suite_per_task_in_a_run_of_several(tmp_path):
-    doc = read(junit_xml([*recorded("patch"), *recorded("gpu-busy"), *recorded("status")]), tmp_path)
+    doc = read(
+        junit_xml([*recorded("patch"), *recorded("gpu-busy"), *recorded("status")]), tmp_path
+    )
     assert [s.name for s in doc] == ["patch", "gpu", "status"]
     status = next(s for s in doc if s.name == "status")
-    assert status.tests == 2 and status.failures == 1  # lab02 had never run a job: status says failed
+    # lab02 had never run a job: status says failed
+    assert status.tests == 2 and status.failures == 1
 
 
-@pytest.mark.parametrize("evil", ["\x1b[2J\x00\x07boom", "]]></failure><testcase name='forged'/>", "x" * 100_000])
+@pytest.mark.parametrize(
+    "evil", ["\x1b[2J\x00\x07boom", "]]></failure><testcase name='forged'/>", "x" * 100_000]
+)
 def test_node_text_cannot_break_the_document_or_grow_it(evil: str, tmp_path):
-    r = Result("lab01", "verify", Status.FAILED, evil, [Item("check [grep]", Status.FAILED, evil)],
-               Evidence(evil, 3, [evil] * 50))
+    r = Result(
+        "lab01",
+        "verify",
+        Status.FAILED,
+        evil,
+        [Item("check [grep]", Status.FAILED, evil)],
+        Evidence(evil, 3, [evil] * 50),
+    )
     text = junit_xml([r])
     doc = read(text, tmp_path)
     [suite] = list(doc)

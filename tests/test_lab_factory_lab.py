@@ -1,7 +1,8 @@
-"""The suite's lab factory (tests/conftest.py, LabFactory) and what it rests on (fleetops.lab.Lab.restore,
-reset_packages): a lab of a given size is built once per run and handed from module to module; what one user
-did to its nodes and its project, the next does not see; the restore puts files back, it reinstalls nothing
-(a file that was not touched keeps its inode), and it is quick."""
+"""The suite's lab factory (tests/conftest.py, LabFactory) and what it rests on
+(fleetops.lab.Lab.restore, reset_packages): a lab of a given size is built once per run and handed
+from module to module; what one user did to its nodes and its project, the next does not see; the
+restore puts files back, it reinstalls nothing (a file that was not touched keeps its inode), and it
+is quick."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ def tree(root: Path) -> dict[str, tuple[str, int]]:
     out = {}
     for path in sorted(root.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
-            out[str(path.relative_to(root))] = (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mode)
+            out[str(path.relative_to(root))] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                path.stat().st_mode,
+            )
     return out
 
 
@@ -42,9 +46,9 @@ def test_a_size_is_built_once_and_the_next_user_sees_nothing_the_last_one_did(la
     untouched = n2.module_file(WORKER)
     inode = untouched.stat().st_ino
 
-    # The first user: a patch with its backups and bytecode, a hand edit, another version beside the package,
-    # a failpoint armed, busy GPUs, an Xid in the kernel log, a stopped sshd, extra project files, playbooks/
-    # replaced by a copy, an extra inventory.
+    # The first user: a patch with its backups and bytecode, a hand edit, another version beside the
+    # package, a failpoint armed, busy GPUs, an Xid in the kernel log, a stopped sshd, extra project
+    # files, playbooks/ replaced by a copy, an extra inventory.
     assert fab_json(lab.root, "-H", "lab01", "patch")[0] == 0
     n2.module_file(GENERATOR).write_text("# edited by hand\n")
     (site_packages(n2.venv) / "speculators-0.4.0.dist-info").mkdir()
@@ -65,17 +69,22 @@ def test_a_size_is_built_once_and_the_next_user_sees_nothing_the_last_one_did(la
     assert again is lab
     for node in (n1, n2):
         assert {k: v for k, v in pristine(node).items() if k.startswith("speculators/")} == {
-            f"speculators/{k}": v for k, v in want.items()}, node.name
+            f"speculators/{k}": v for k, v in want.items()
+        }, node.name
         assert sorted(p.name for p in site_packages(node.venv).iterdir()) == [
-            "_fleetops_lab_base.pth", "speculators", "speculators-0.3.0.dist-info"]
+            "_fleetops_lab_base.pth",
+            "speculators",
+            "speculators-0.3.0.dist-info",
+        ]
         assert sorted(p.name for p in node.state_dir.iterdir()) == ["lab-data", "lab-model"]
         assert not list(node.faults_dir.iterdir())
         assert lab.gpu_state(node)["state"] == "idle" and not lab.gpu_state(node)["holder_pids"]
         assert (node.dir / "kernel.log").read_text() == ""
         assert node.running()
     assert untouched.stat().st_ino == inode, "a file nobody touched was copied again"
-    assert sorted(p.name for p in lab.root.iterdir()) == sorted([".lab", "fabfile.py", "fabric.yaml", "hosts",
-                                                                 "playbooks", "tests"])
+    assert sorted(p.name for p in lab.root.iterdir()) == sorted(
+        [".lab", "fabfile.py", "fabric.yaml", "hosts", "playbooks", "tests"]
+    )
     assert os.readlink(lab.root / "playbooks") == str(REPO / "playbooks")
     assert [p.name for p in (lab.root / "hosts").iterdir()] == ["lab.yaml"]
     # What the second user runs works on the restored lab as on a new one.

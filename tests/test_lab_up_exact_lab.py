@@ -1,6 +1,6 @@
-"""`fab lab.up --nodes N` leaves exactly N lab nodes: on a lab of 4, `--nodes 3` stops and removes lab04 (its
-sshd gone, its port closed, out of the inventory); `lab.up` without --nodes keeps the lab's size; a --nodes that
-is not a number of nodes is a usage error."""
+"""`fab lab.up --nodes N` leaves exactly N lab nodes: on a lab of 4, `--nodes 3` stops and removes
+lab04 (its sshd gone, its port closed, out of the inventory); `lab.up` without --nodes keeps the
+lab's size; a --nodes that is not a number of nodes is a usage error."""
 
 from __future__ import annotations
 
@@ -18,13 +18,20 @@ pytestmark = pytest.mark.lab
 
 @pytest.fixture(scope="module")
 def lab4(lab_factory):
-    with lab_factory.own("up-exact", 4) as lab:  # shrinks: a restore of the shared 4-node lab would regrow it
+    # shrinks: a restore of the shared 4-node lab would regrow it
+    with lab_factory.own("up-exact", 4) as lab:
         yield lab
 
 
 def lab_task(lab, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fabric", *args], cwd=lab.root, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "fabric", *args],
+        cwd=lab.root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=300,
+    )
 
 
 def test_lab_up_nodes_3_on_a_lab_of_4_leaves_3(lab4):
@@ -43,5 +50,7 @@ def test_lab_up_nodes_3_on_a_lab_of_4_leaves_3(lab4):
     assert [n.name for n in lab.nodes()] == ["lab01", "lab02", "lab03"]
 
     bad = lab_task(lab, "lab.up", "--nodes", "abc")
-    assert bad.returncode == 2 and "lab.up --nodes 'abc'" in bad.stderr + bad.stdout, bad.stdout + bad.stderr
+    assert bad.returncode == 2 and "lab.up --nodes 'abc'" in bad.stderr + bad.stdout, (
+        bad.stdout + bad.stderr
+    )
     assert "Traceback" not in bad.stdout + bad.stderr

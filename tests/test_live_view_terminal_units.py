@@ -1,5 +1,6 @@
-"""The live view on a real terminal (tmux, 80x40): whatever a worker prints while the view redraws itself lands
-whole, once, above the view, and the view leaves nothing behind, however slowly a starved CPU draws a frame."""
+"""The live view on a real terminal (tmux, 80x40): whatever a worker prints while the view redraws
+itself lands whole, once, above the view, and the view leaves nothing behind, however slowly a
+starved CPU draws a frame."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ drawn = liveview.frame
 
 
 def starved(*args):
-    time.sleep(0.03)  # a frame drawn on a CPU shared with busier processes: the refresh lands mid-print
+    time.sleep(0.03)  # a frame drawn on a CPU shared with busier processes: the refresh lands \
+mid-print
     return drawn(*args)
 
 
@@ -33,7 +35,8 @@ rep.prepare()
 rep.task_started("lab01", "gpu")
 for n in range({LINES}):
     # the host's row changes height as its text grows and shrinks, as a countdown's fold does
-    rep.waiting("lab01", "gpu", "0/8 selected GPUs free; 8 busy" + " held" * (8 * (n % 2)), {LINES} - n)
+    rep.waiting("lab01", "gpu", "0/8 selected GPUs free; 8 busy" + " held" * (8 * (n % 2)), \
+{LINES} - n)
     rep.note(f"line {{n:03d}} printed")
     time.sleep(0.01)
 rep.live_stop()
@@ -50,12 +53,14 @@ def term(tmp_path: Path):
 
 
 def test_lines_printed_while_the_live_view_redraws_are_all_there_and_no_frame_row_is_left(
-        tmp_path: Path, term: terminal.Terminal):
+    tmp_path: Path, term: terminal.Terminal
+):
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     rc, screen = term.run(f"{sys.executable} {script}", timeout=120)
     assert rc == 0, screen
     printed = re.findall(r"^line (\d{3}) printed$", screen, re.M)
-    assert printed == [f"{n:03d}" for n in range(LINES)], screen  # none erased by a redraw, none twice
+    # none erased by a redraw, none twice
+    assert printed == [f"{n:03d}" for n in range(LINES)], screen
     assert "waiting" not in screen and "│" not in screen and "current task" not in screen, screen
     assert screen.rstrip().endswith("done"), screen

@@ -1,5 +1,6 @@
-"""scripts/load-proof runs test modules with a CPU hog beside them and records each one's pass or fail; the hog
-(busy loops, one per core unless --hogs) is gone when it ends, whatever the verdict."""
+"""scripts/load-proof runs test modules with a CPU hog beside them and records each one's pass or
+fail; the hog (busy loops, one per core unless --hogs) is gone when it ends, whatever the
+verdict."""
 
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ SCRIPT = REPO / "scripts" / "load-proof"
 
 def run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str], list[int]]:
     out = tmp_path / "record.tsv"
-    proc = subprocess.run([str(SCRIPT), "--hogs", "1", "--out", str(out), *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [str(SCRIPT), "--hogs", "1", "--out", str(out), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     said = re.search(r"\(pids ([\d ]+)\)", proc.stdout)
     assert said, proc.stdout + proc.stderr
     pids = [int(p) for p in said.group(1).split()]
@@ -64,12 +70,19 @@ def test_the_default_set_is_the_lab_modules_that_went_red_under_load():
     default = re.search(r"modules=\((tests/.*?)\)", text, re.S)
     assert default, text
     modules = shlex.split(default.group(1))
-    assert "tests/test_oncall_80_columns_lab.py" in modules and "tests/test_interrupt_startup_lab.py" in modules
+    assert (
+        "tests/test_oncall_80_columns_lab.py" in modules
+        and "tests/test_interrupt_startup_lab.py" in modules
+    )
     assert "tests/test_slurm_lab.py" in modules
     assert all((REPO / m).is_file() and m.endswith("_lab.py") for m in modules), modules
 
 
 def test_options_are_checked_before_any_hog_starts(tmp_path):
     for args in (["--runs", "x"], ["--bogus"], ["tests/no_such_module.py"]):
-        proc = subprocess.run([str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2 and "load-proof: " in proc.stderr and "pids" not in proc.stdout, args
+        proc = subprocess.run(
+            [str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert (
+            proc.returncode == 2 and "load-proof: " in proc.stderr and "pids" not in proc.stdout
+        ), args

@@ -1,7 +1,7 @@
 """What the agent does less of per host, without changing any answer. No lab: remote_scripts' checks
-keep a file's code lines and a successful compile in the state dir, keyed by the file's bytes (so a changed
-file is never judged by a stale entry, and an untrusted entry is refused like any state file); installed
-versions are read with one sys.path scan per request."""
+keep a file's code lines and a successful compile in the state dir, keyed by the file's bytes (so a
+changed file is never judged by a stale entry, and an untrusted entry is refused like any state
+file); installed versions are read with one sys.path scan per request."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ GOOD = "def f(x):\n    # uses_old_api(x)\n    return new_api(x)\n"
 
 @pytest.fixture
 def node(tmp_path, monkeypatch):
-    """A module file and a state dir; module_file_in_site answers that file (it needs a real site dir)."""
+    """A module file and a state dir; module_file_in_site answers that file (it needs a real site
+    dir)."""
     module = tmp_path / "site" / "mod.py"
     module.parent.mkdir()
     module.write_text(GOOD)
@@ -35,9 +36,19 @@ def node(tmp_path, monkeypatch):
 
 def _verify(state, expect="absent", pattern=r"uses_old_api\(") -> dict:
     checks.forget_code_lines()  # a new agent: only the state dir carries over
-    req = {"state_dir": str(state), "checks": [
-        {"kind": "grep", "name": "g", "module": "pkg.mod", "pattern": pattern, "expect": expect},
-        {"kind": "compile", "name": "c", "module": "pkg.mod"}]}
+    req = {
+        "state_dir": str(state),
+        "checks": [
+            {
+                "kind": "grep",
+                "name": "g",
+                "module": "pkg.mod",
+                "pattern": pattern,
+                "expect": expect,
+            },
+            {"kind": "compile", "name": "c", "module": "pkg.mod"},
+        ],
+    }
     answer = checks.verify(req)
     for item in answer["items"]:
         item.pop("seconds", None)
@@ -66,7 +77,8 @@ def test_a_changed_file_is_judged_afresh_never_by_a_stale_entry(node):
     module.write_text(GOOD.replace("# uses_old_api(x)", "uses_old_api(x)"))
     answer = _verify(state)
     assert [i["ok"] for i in answer["items"]] == [False, True]
-    module.write_text(GOOD + "def broken(:\n")  # same module, bytes that do not compile: never a kept success
+    # same module, bytes that do not compile: never a kept success
+    module.write_text(GOOD + "def broken(:\n")
     answer = _verify(state)
     assert answer["items"][1]["ok"] is False and "SyntaxError" in answer["items"][1]["msg"]
 
@@ -78,7 +90,8 @@ def test_an_entry_for_other_bytes_or_a_forged_one_is_not_believed(node):
     forged = entry.read_text().replace("return new_api", "return uses_old_api(")
     entry.write_text(forged.replace('"key": "', '"key": "0'))  # forged lines, wrong key: ignored
     assert _verify(state)["ok"]
-    (state / "cache" / "compiles.pkg.mod.json").write_text("not json")  # corrupt: quarantined, recomputed
+    # corrupt: quarantined, recomputed
+    (state / "cache" / "compiles.pkg.mod.json").write_text("not json")
     module.write_text(GOOD + "def broken(:\n")
     assert _verify(state)["items"][1]["ok"] is False
 
@@ -99,8 +112,19 @@ def test_an_untrusted_cache_entry_is_refused_like_any_state_file(node, tmp_path)
 def test_without_a_state_dir_nothing_is_kept(node):
     module, state = node
     checks.forget_code_lines()
-    answer = checks.verify({"checks": [{"kind": "grep", "name": "g", "module": "pkg.mod",
-                                        "pattern": "new_api", "expect": "match"}]})
+    answer = checks.verify(
+        {
+            "checks": [
+                {
+                    "kind": "grep",
+                    "name": "g",
+                    "module": "pkg.mod",
+                    "pattern": "new_api",
+                    "expect": "match",
+                }
+            ]
+        }
+    )
     assert answer["ok"] and not (state / "cache").exists()
 
 
@@ -136,6 +160,8 @@ def test_site_roots_are_found_once_per_request(tmp_path, monkeypatch):
     nodeio.forget_resolved()
 
 
-@pytest.mark.parametrize("name", ["Foo_Bar", "foo..bar", "a-_.-b", "x__y", "A.B-C_d", "-lead", "trail.", "zz"])
+@pytest.mark.parametrize(
+    "name", ["Foo_Bar", "foo..bar", "a-_.-b", "x__y", "A.B-C_d", "-lead", "trail.", "zz"]
+)
 def test_normalize_is_pep_503(name):
     assert dists.normalize_dist_name(name) == re.sub(r"[-_.]+", "_", name).lower()

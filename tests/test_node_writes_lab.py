@@ -1,12 +1,14 @@
-"""Writes by descriptor, into directories only root and the login user may change, against a real lab node with
-a real non-root login user (sudoers entry as docs/become.md recommends), a real attacker in a team group that
-may write one package directory of the venv, and the attacker's real race: an inotify watcher that, the moment
-fleetops' temp file appears beside the target, moves it aside and puts a symlink to a victim in its place.
+"""Writes by descriptor, into directories only root and the login user may change, against a real
+lab node with a real non-root login user (sudoers entry as docs/become.md recommends), a real
+attacker in a team group that may write one package directory of the venv, and the attacker's real
+race: an inotify watcher that, the moment fleetops' temp file appears beside the target, moves it
+aside and puts a symlink to a victim in its place.
 
-Written by path (chmod/chown of the temp file after it was closed), root chowned a root-only file to the
-attacker (`become: sudo`) and the login user's ~/.bashrc became 0666 (no become). Now `patch` refuses the
-target's directory, naming its path, mode and owner, before anything is written; the race never gets a temp
-file to swap. `fetch` of a directory while a subdirectory is swapped for a link never fetches the outside."""
+Written by path (chmod/chown of the temp file after it was closed), root chowned a root-only file to
+the attacker (`become: sudo`) and the login user's ~/.bashrc became 0666 (no become). Now `patch`
+refuses the target's directory, naming its path, mode and owner, before anything is written; the
+race never gets a temp file to swap. `fetch` of a directory while a subdirectory is swapped for a
+link never fetches the outside."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, copy_playbooks, fab_json, fab_json_output
+from faultkit import SUBDIR_SWAPPER
 
 from fleetops.lab import site_packages
 
@@ -33,8 +36,8 @@ SUDOERS = Path("/etc/sudoers.d/fleetops-writes-test")
 BOOK = "playbooks/writes-test.yaml"
 ATTEMPTS = 3  # written by path, the watcher won every round it was given (4 of 4 on each host)
 
-# The attacker's watcher: the moment a fleetops temp file appears in DIR, move it aside and put a symlink to
-# VICTIM under its name; print what happened. Run as the attacker with the system Python.
+# The attacker's watcher: the moment a fleetops temp file appears in DIR, move it aside and put a
+# symlink to VICTIM under its name; print what happened. Run as the attacker with the system Python.
 RACE = r"""
 import ctypes, os, select, struct, sys, time
 d, victim, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
@@ -76,7 +79,9 @@ def _venv(top: Path, name: str, src: Path) -> Path:
     venv = top / name
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
     for entry in [src / "speculators", *src.glob("speculators-*.dist-info")]:
-        shutil.copytree(entry, site_packages(venv) / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            entry, site_packages(venv) / entry.name, ignore=shutil.ignore_patterns("__pycache__")
+        )
     subprocess.run(["chmod", "-R", "a+rX,go-w", str(venv)], check=True)
     return venv
 
@@ -91,7 +96,10 @@ def _users_gone() -> None:
 def world(lab_factory, root_user):
     for tool in ("sudo", "setpriv"):
         if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is not installed on this machine: these tests need a real one", pytrace=False)
+            pytest.fail(
+                f"{tool} is not installed on this machine: these tests need a real one",
+                pytrace=False,
+            )
     with lab_factory.own("writes", 1, reachable=True) as lab:
         node = lab.node("lab01")
         top = Path(tempfile.mkdtemp(prefix="fleetops-writes-", dir="/tmp"))
@@ -99,15 +107,32 @@ def world(lab_factory, root_user):
         try:
             _users_gone()  # left by a run that was killed
             subprocess.run(["groupadd", TEAM], check=True)
-            subprocess.run(["useradd", "--home-dir", str(top / "home"), "--create-home", "--shell", "/bin/sh",
-                            LOGIN], check=True)
-            # sshd without PAM lets no one in whose password is locked (useradd's default): give it one
-            subprocess.run(["chpasswd"], input=f"{LOGIN}:{os.urandom(12).hex()}\n", text=True, check=True)
-            subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", "-G", TEAM, ATTACKER], check=True)
+            subprocess.run(
+                [
+                    "useradd",
+                    "--home-dir",
+                    str(top / "home"),
+                    "--create-home",
+                    "--shell",
+                    "/bin/sh",
+                    LOGIN,
+                ],
+                check=True,
+            )
+            # sshd without PAM lets no one in whose password is locked (useradd's default): give it
+            # one
+            subprocess.run(
+                ["chpasswd"], input=f"{LOGIN}:{os.urandom(12).hex()}\n", text=True, check=True
+            )
+            subprocess.run(
+                ["useradd", "--no-create-home", "--shell", "/bin/sh", "-G", TEAM, ATTACKER],
+                check=True,
+            )
             src = site_packages(node.venv)
             root_venv, own_venv = _venv(top, "venv", src), _venv(top, "venv3", src)
             subprocess.run(["chown", "-R", f"{LOGIN}:{LOGIN}", str(own_venv)], check=True)
-            for venv in (root_venv, own_venv):  # "the team may update it": one package, group-writable
+            # "the team may update it": one package, group-writable
+            for venv in (root_venv, own_venv):
                 spec = site_packages(venv) / "speculators"
                 subprocess.run(["chgrp", "-R", TEAM, str(spec)], check=True)
                 subprocess.run(["chmod", "-R", "g+w", str(spec)], check=True)
@@ -115,22 +140,47 @@ def world(lab_factory, root_user):
             SUDOERS.chmod(0o440)
             subprocess.run(["visudo", "-c", "-f", str(SUDOERS)], check=True, capture_output=True)
             lab.configure_sshd(node, users=(LOGIN,))
-            base = ["    address: 127.0.0.1", f"    port: {node.port}", f"    user: {LOGIN}",
-                    f"    identity_file: {lab.client_key}", f"    known_hosts: {lab.known_hosts}"]
-            hosts = {"asroot": [f"    python: {root_venv}/bin/python", "    become: sudo",
-                                f"    state_dir: {top}/rootstate"],
-                     "asuser": [f"    python: {own_venv}/bin/python", f"    state_dir: {top}/home/.fleetops"]}
-            (lab.root / "hosts" / "writes.yaml").write_text("hosts:\n" + "".join(
-                f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()))
+            base = [
+                "    address: 127.0.0.1",
+                f"    port: {node.port}",
+                f"    user: {LOGIN}",
+                f"    identity_file: {lab.client_key}",
+                f"    known_hosts: {lab.known_hosts}",
+            ]
+            hosts = {
+                "asroot": [
+                    f"    python: {root_venv}/bin/python",
+                    "    become: sudo",
+                    f"    state_dir: {top}/rootstate",
+                ],
+                "asuser": [
+                    f"    python: {own_venv}/bin/python",
+                    f"    state_dir: {top}/home/.fleetops",
+                ],
+            }
+            (lab.root / "hosts" / "writes.yaml").write_text(
+                "hosts:\n"
+                + "".join(
+                    f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()
+                )
+            )
             copy_playbooks(lab.root)
-            (lab.root / BOOK).write_text("name: writes-test\npatches:\n  - module: " + GENERATOR +
-                                         "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n")
+            (lab.root / BOOK).write_text(
+                "name: writes-test\npatches:\n  - module: "
+                + GENERATOR
+                + "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n"
+            )
             rel = Path(*GENERATOR.split(".")).with_suffix(".py")
             pristine = top / "pristine.py"
             shutil.copy(site_packages(root_venv) / rel, pristine)
             pristine.chmod(0o644)
-            yield {"lab": lab, "top": top, "pristine": pristine,
-                   "asroot": site_packages(root_venv) / rel, "asuser": site_packages(own_venv) / rel}
+            yield {
+                "lab": lab,
+                "top": top,
+                "pristine": pristine,
+                "asroot": site_packages(root_venv) / rel,
+                "asuser": site_packages(own_venv) / rel,
+            }
         finally:
             SUDOERS.unlink(missing_ok=True)
             lab.configure_sshd(node)
@@ -139,42 +189,65 @@ def world(lab_factory, root_user):
 
 
 def race(world: dict, host: str, victim: Path) -> list[dict]:
-    """ATTEMPTS rounds of the attack: the attacker puts her own copy (0666) of the pristine module in place of
-    the target, watches its directory, and `patch` runs. What each round saw."""
+    """ATTEMPTS rounds of the attack: the attacker puts her own copy (0666) of the pristine module
+    in place of the target, watches its directory, and `patch` runs. What each round saw."""
     lab, target = world["lab"], world[host]
     directory = target.parent
     rounds = []
     for attempt in range(1, ATTEMPTS + 1):
         for stale in directory.glob("stolen*"):
             stale.unlink()
-        subprocess.run(as_attacker("sh", "-c", f"umask 0; cp {world['pristine']} {directory}/.g && "
-                                   f"chmod 666 {directory}/.g && mv -f {directory}/.g {target}"), check=True)
-        watcher = subprocess.Popen(as_attacker("/usr/bin/python3", "-c", RACE, str(directory), str(victim), "60"),
-                                   stdout=subprocess.PIPE, text=True)
+        subprocess.run(
+            as_attacker(
+                "sh",
+                "-c",
+                f"umask 0; cp {world['pristine']} {directory}/.g && "
+                f"chmod 666 {directory}/.g && mv -f {directory}/.g {target}",
+            ),
+            check=True,
+        )
+        watcher = subprocess.Popen(
+            as_attacker("/usr/bin/python3", "-c", RACE, str(directory), str(victim), "60"),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert watcher.stdout is not None and watcher.stdout.readline() == "watching\n"
-        rc, doc, both = fab_json_output(lab.root, "-H", host, "patch", "--playbook",
-                                        BOOK, timeout=300)
+        rc, doc, both = fab_json_output(
+            lab.root, "-H", host, "patch", "--playbook", BOOK, timeout=300
+        )
         time.sleep(0.5)
         watcher.kill()
         said = watcher.communicate()[0]
         st = os.lstat(victim)
-        rounds.append({"attempt": attempt, "rc": rc, "result": doc["results"][0], "watcher": said,
-                       "victim": (st.st_uid, stat.S_IMODE(st.st_mode)), "target_sha": _sha(target)
-                       if not target.is_symlink() else "symlink", "temps": sorted(
-                           p.name for p in directory.iterdir() if ".fleetops-tmp-" in p.name)})
+        rounds.append(
+            {
+                "attempt": attempt,
+                "rc": rc,
+                "result": doc["results"][0],
+                "watcher": said,
+                "victim": (st.st_uid, stat.S_IMODE(st.st_mode)),
+                "target_sha": _sha(target) if not target.is_symlink() else "symlink",
+                "temps": sorted(p.name for p in directory.iterdir() if ".fleetops-tmp-" in p.name),
+            }
+        )
     return rounds
 
 
 def _refused_as_untrusted(rounds: list[dict], world: dict, host: str, owner: int) -> None:
-    directory = world[host].parents[1]  # speculators/: the first directory on the way the team may write
+    # speculators/: the first directory on the way the team may write
+    directory = world[host].parents[1]
     for r in rounds:
         msg = json.dumps(r["result"])
         assert r["rc"] != 0 and r["result"]["status"] == "failed", r
-        assert f"refusing to write {world[host]}: {directory} (on the way to the file) is writable by group or " \
-               "others" in msg, msg
+        assert (
+            f"refusing to write {world[host]}: {directory} "
+            "(on the way to the file) is writable by group or "
+            "others" in msg
+        ), msg
         assert f"(0775), owner uid {owner}" in msg and f"chmod go-w {directory}" in msg, msg
         assert "swapped" not in r["watcher"] and r["temps"] == [], r  # nothing was written to swap
-        assert r["target_sha"] == _sha(world["pristine"]), r  # the target unchanged: nothing written
+        # the target unchanged: nothing written
+        assert r["target_sha"] == _sha(world["pristine"]), r
 
 
 def test_become_sudo_patch_never_chowns_what_a_team_writable_package_dir_points_at(world):
@@ -192,7 +265,9 @@ def test_login_user_patch_never_chmods_its_own_bashrc_through_a_team_writable_di
     victim.write_text("# the login user's bashrc\n")
     shutil.chown(victim, LOGIN, LOGIN)
     victim.chmod(0o644)
-    uid = int(subprocess.run(["id", "-u", LOGIN], capture_output=True, text=True, check=True).stdout)
+    uid = int(
+        subprocess.run(["id", "-u", LOGIN], capture_output=True, text=True, check=True).stdout
+    )
     rounds = race(world, "asuser", victim)
     assert [r["victim"] for r in rounds] == [(uid, 0o644)] * ATTEMPTS, rounds
     _refused_as_untrusted(rounds, world, "asuser", uid)
@@ -201,10 +276,14 @@ def test_login_user_patch_never_chmods_its_own_bashrc_through_a_team_writable_di
 def test_check_mode_names_the_refusal_a_real_run_would_meet(world):
     lab, target = world["lab"], world["asroot"]
     before = _sha(target)
-    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "patch", "--check", "--playbook", BOOK, timeout=300)
+    rc, doc, both = fab_json_output(
+        lab.root, "-H", "asroot", "patch", "--check", "--playbook", BOOK, timeout=300
+    )
     msg = json.dumps(doc["results"][0])
     assert rc != 0 and "would apply" not in msg, both
-    assert f"{target.parents[1]} (on the way to the file) is writable by group or others" in msg, msg
+    assert f"{target.parents[1]} (on the way to the file) is writable by group or others" in msg, (
+        msg
+    )
     assert "check mode: nothing written" in msg and _sha(target) == before, msg
 
 
@@ -212,30 +291,31 @@ def test_allow_insecure_venv_writes_anyway_by_descriptor_with_the_warning(world)
     lab, target = world["lab"], world["asroot"]
     target.unlink()  # root's own pristine file again (the races above left the attacker's copy)
     shutil.copy(world["pristine"], target)
-    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "patch", "--playbook",
-                                    BOOK, "--allow-insecure-venv", timeout=300)
+    rc, doc, both = fab_json_output(
+        lab.root, "-H", "asroot", "patch", "--playbook", BOOK, "--allow-insecure-venv", timeout=300
+    )
     assert rc == 0 and doc["results"][0]["status"] == "changed", both
-    assert f"--allow-insecure-venv: writing anyway, as asked: {target.parents[1]} (on the way to the file) is " \
-           "writable by group or others" in both, both
+    assert (
+        "--allow-insecure-venv: writing anyway, as asked: "
+        f"{target.parents[1]} (on the way to the file) is "
+        "writable by group or others" in both
+    ), both
     assert _sha(target) != _sha(world["pristine"]) and os.lstat(target).st_uid == 0
-    rc, doc, both = fab_json_output(lab.root, "-H", "asroot", "rollback", "--playbook",
-                                    BOOK, "--allow-insecure-venv", timeout=300)
+    rc, doc, both = fab_json_output(
+        lab.root,
+        "-H",
+        "asroot",
+        "rollback",
+        "--playbook",
+        BOOK,
+        "--allow-insecure-venv",
+        timeout=300,
+    )
     assert rc == 0 and _sha(target) == _sha(world["pristine"]), both
 
 
-# The attacker's swap loop (she may write the fetched directory): sub/ is the real directory, then a symlink to a
-# directory outside, then the real one again, as fast as rename(2) goes.
-SWAPPER = """
-import os, sys, time
-d, target, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
-sub, real, link = os.path.join(d, "sub"), os.path.join(d, ".subreal"), os.path.join(d, ".sublink")
-os.symlink(target, link)
-end = time.time() + secs
-while time.time() < end:
-    os.rename(sub, real); os.rename(link, sub)
-    os.rename(sub, link); os.rename(real, sub)
-"""
-FETCHES = 40  # each walks the directory five times; on the old code the outside bytes came at fetch 15
+# each walks the directory five times; on the old code the outside bytes came at fetch 15
+FETCHES = 40
 SPELLINGS = ("swapped", "swapped/", "./swapped", "swapped/.", "swapped//")
 
 
@@ -248,7 +328,9 @@ def test_fetch_of_a_directory_never_follows_a_subdirectory_swapped_for_a_link(wo
     outside.mkdir()
     (outside / "secret.txt").write_text("OUTSIDE-SECRET\n")
     outside_sha = hashlib.sha256(b"OUTSIDE-SECRET\n").hexdigest()
-    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(top), str(outside), "600"])
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SUBDIR_SWAPPER, str(top), str(outside), "600"]
+    )
     got: list[str] = []
     fetches, end = 0, time.monotonic() + 300
     try:
@@ -258,8 +340,13 @@ def test_fetch_of_a_directory_never_follows_a_subdirectory_swapped_for_a_link(wo
             paths = [word for spelling in SPELLINGS for word in ("--path", spelling)]
             _, doc = fab_json(lab.root, "-H", "lab01", "fetch", *paths, "--dest", str(dest))
             said = json.dumps(doc)
-            got = [str(p) for p in dest.rglob("*") if p.is_file() and b"OUTSIDE-SECRET" in p.read_bytes()]
-            got += ["its sha256 in the answer"] if outside_sha in said else []  # planned: hashed on the node
+            got = [
+                str(p)
+                for p in dest.rglob("*")
+                if p.is_file() and b"OUTSIDE-SECRET" in p.read_bytes()
+            ]
+            # planned: hashed on the node
+            got += ["its sha256 in the answer"] if outside_sha in said else []
     finally:
         swapper.kill()
         swapper.wait()

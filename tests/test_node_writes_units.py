@@ -1,7 +1,8 @@
-"""The node's one writer (atomicio.atomic_write), in-process on a real directory: a target that is a symlink, or
-whose directory (or one on its path) a user other than root and the login user may change, is refused with the
-path, its mode and owner, and nothing is written; mode and owner of a replaced file are set on the open file.
-Refusal hints never tell the operator to chmod a directory every user shares (/tmp)."""
+"""The node's one writer (atomicio.atomic_write), in-process on a real directory: a target that is a
+symlink, or whose directory (or one on its path) a user other than root and the login user may
+change, is refused with the path, its mode and owner, and nothing is written; mode and owner of a
+replaced file are set on the open file. Refusal hints never tell the operator to chmod a directory
+every user shares (/tmp)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ OTHER_UID = 4242  # no user of this machine: another user's files, without makin
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     if os.geteuid() != 0:
-        pytest.fail("these tests chown files to another uid: run them as root (the lab's tests run as root)",
-                    pytrace=False)
+        pytest.fail(
+            "these tests chown files to another uid: run "
+            "them as root (the lab's tests run as root)",
+            pytrace=False,
+        )
     top = tmp_path / "venv"
     (top / "pkg").mkdir(parents=True)
     top.chmod(0o755)
@@ -44,7 +48,10 @@ def test_a_symlink_target_is_refused_and_its_file_untouched(home, tmp_path):
     with pytest.raises(UnsafeTarget) as caught:
         atomic_write(str(link), b"new\n", like=str(link))
     msg = str(caught.value)
-    assert f"refusing to write {link}: {link} is a symlink (to {victim})" in msg and "owner uid 0" in msg, msg
+    assert (
+        f"refusing to write {link}: {link} is a symlink (to {victim})" in msg
+        and "owner uid 0" in msg
+    ), msg
     assert link.is_symlink() and victim.read_text() == "root only\n"
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600 and _left(home / "pkg") == []
 
@@ -60,7 +67,9 @@ def test_a_group_writable_directory_on_the_way_is_refused_naming_path_mode_owner
     assert f"{loose} " in msg and "is writable by group or others" in msg, msg
     assert "drwxrwxr-x (0775), owner uid 0" in msg and f"chmod go-w {loose}" in msg, msg
     assert caught.value.details == {"path": str(loose), "mode": "0775", "uid": 0}
-    assert os_error_message(caught.value, f"cannot patch {target}") == f"cannot patch {target}: {msg}"
+    assert (
+        os_error_message(caught.value, f"cannot patch {target}") == f"cannot patch {target}: {msg}"
+    )
     assert target.read_text() == "original\n" and _left(home / "pkg") == []
 
 
@@ -103,24 +112,31 @@ def test_a_file_directly_in_a_shared_sticky_directory_is_refused_without_a_chmod
     with pytest.raises(UnsafeTarget) as caught:
         atomic_write(str(shared / "x.json"), b"{}\n", mode=0o600)
     msg = str(caught.value)
-    assert "never chmod it" in msg and "chmod go-w" not in msg and not (shared / "x.json").exists(), msg
+    assert (
+        "never chmod it" in msg and "chmod go-w" not in msg and not (shared / "x.json").exists()
+    ), msg
 
 
 @pytest.mark.parametrize("shared", ["/tmp", "/var/tmp", "/dev/shm"])
 def test_the_bootstraps_refusal_of_a_shared_dir_suggests_a_private_state_dir(shared):
-    # install() walks the state dir's parent strictly: a state dir directly under /tmp is refused there
+    # install() walks the state dir's parent strictly: a state dir directly under /tmp is refused
+    # there
     if not os.path.isdir(shared):
         pytest.fail(f"{shared} is missing on this machine", pytrace=False)
     with pytest.raises(bootstrap.Refused) as caught:
         bootstrap.walk(shared, bootstrap.Rules(f"{shared}/fleetops"))
     msg = str(caught.value)
-    assert f"chmod go-w {shared}" not in msg and "never chmod it" in msg and "state_dir:" in msg, msg
+    assert f"chmod go-w {shared}" not in msg and "never chmod it" in msg and "state_dir:" in msg, (
+        msg
+    )
 
 
-def test_a_temp_file_swapped_for_a_link_before_the_rename_is_refused_and_nothing_put_in_place(home, tmp_path,
-                                                                                              monkeypatch):
-    # Under --allow-insecure-venv another user may write the directory: one who swaps the temp file for a link
-    # between its close and the rename must not have the link put in the target's place as "changed".
+def test_a_temp_file_swapped_for_a_link_before_the_rename_is_refused_and_nothing_put_in_place(
+    home, tmp_path, monkeypatch
+):
+    # Under --allow-insecure-venv another user may write the directory: one who swaps the temp file
+    # for a link between its close and the rename must not have the link put in the target's place
+    # as "changed".
     from remote_scripts.core import atomicio
 
     victim = tmp_path / "victim"
@@ -137,5 +153,9 @@ def test_a_temp_file_swapped_for_a_link_before_the_rename_is_refused_and_nothing
     with pytest.raises(UnsafeTarget) as caught:
         atomic_write(str(target), b"new\n", like=str(target))
     assert "was replaced before it was put in place" in str(caught.value), str(caught.value)
-    assert not target.is_symlink() and target.read_text() == "original\n" and victim.read_text() == "root only\n"
+    assert (
+        not target.is_symlink()
+        and target.read_text() == "original\n"
+        and victim.read_text() == "root only\n"
+    )
     assert _left(home / "pkg") == []

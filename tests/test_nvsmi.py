@@ -1,4 +1,5 @@
-"""nvidia-smi parsers and GPU gates, on real output recorded from a 2×H200 machine (tests/fixtures/nvidia-smi)."""
+"""nvidia-smi parsers and GPU gates, on real output recorded from a 2×H200 machine
+(tests/fixtures/nvidia-smi)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from fleetops.plans.gpugate import Gate, evaluate
-from fleetops.results import EXIT_GPU_BUSY, EXIT_GPU_UNHEALTHY, EXIT_NO_NVIDIA_SMI, EXIT_NVIDIA_SMI_FAILED
+from fleetops.results import (
+    EXIT_GPU_BUSY,
+    EXIT_GPU_UNHEALTHY,
+    EXIT_NO_NVIDIA_SMI,
+    EXIT_NVIDIA_SMI_FAILED,
+)
 from remote_scripts.health import nvsmi
 
 FIX = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200x2"
@@ -19,8 +25,16 @@ def read(name: str) -> str:
     return (FIX / name).read_text()
 
 
-@pytest.mark.parametrize("name", ["idle_query.csv", "idle_query_nounits.csv", "busy_query.csv",
-                                  "busy_query_nounits.csv", "after_query.csv"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "idle_query.csv",
+        "idle_query_nounits.csv",
+        "busy_query.csv",
+        "busy_query_nounits.csv",
+        "after_query.csv",
+    ],
+)
 def test_every_query_file_parses_to_two_h200s(name):
     gpus = nvsmi.parse_query(read(name))
     assert [g["index"] for g in gpus] == [0, 1]
@@ -34,7 +48,11 @@ def test_every_query_file_parses_to_two_h200s(name):
 
 def test_free_is_not_total_minus_used():
     g = nvsmi.parse_query(read("idle_query.csv"))[0]
-    assert (g["memory_total_mib"], g["memory_used_mib"], g["memory_free_mib"]) == (143771, 0, 143156)
+    assert (g["memory_total_mib"], g["memory_used_mib"], g["memory_free_mib"]) == (
+        143771,
+        0,
+        143156,
+    )
     assert g["memory_free_mib"] != g["memory_total_mib"] - g["memory_used_mib"]
 
 
@@ -43,7 +61,10 @@ def test_renamed_throttle_field_is_understood_from_the_header():
     assert "clocks_event_reasons.active" in header and "clocks_throttle_reasons" not in header
     g = nvsmi.parse_query(read("idle_query.csv"))[0]
     assert g["throttle_reasons"] == "0x0000000000000001"
-    assert nvsmi.parse_query(read("idle_query_nounits.csv"))[0]["throttle_reasons"] == "0x0000000000000001"
+    assert (
+        nvsmi.parse_query(read("idle_query_nounits.csv"))[0]["throttle_reasons"]
+        == "0x0000000000000001"
+    )
 
 
 def test_units_and_leading_spaces_are_stripped():
@@ -74,18 +95,25 @@ def test_idle_apps_is_a_header_alone_and_means_no_process():
     assert nvsmi.parse_apps("") == []  # the noheader form of the same answer
 
 
-@pytest.mark.parametrize("name,used", [("idle_table.txt", []), ("busy_table.txt", [(0, 580, 21090), (1, 581, 22114)])])
+@pytest.mark.parametrize(
+    "name,used", [("idle_table.txt", []), ("busy_table.txt", [(0, 580, 21090), (1, 581, 22114)])]
+)
 def test_plain_table(name, used):
     text = read(name)
     assert nvsmi.parse_table_header(text) == {"driver": "580.159.04", "cuda": "13.0"}
-    assert [(p["gpu_index"], p["pid"], p["used_mib"]) for p in nvsmi.parse_table_processes(text)] == used
+    assert [
+        (p["gpu_index"], p["pid"], p["used_mib"]) for p in nvsmi.parse_table_processes(text)
+    ] == used
 
 
 def test_xml():
     doc = nvsmi.parse_xml(read("busy_q.xml"))
     assert doc["driver"] == "580.159.04" and doc["cuda"] == "13.0" and doc["attached_gpus"] == 2
     assert [g["uuid"] for g in doc["gpus"]] == [UUID0, UUID1]
-    assert [(p["pid"], p["used_mib"]) for g in doc["gpus"] for p in g["processes"]] == [(580, 21090), (581, 22114)]
+    assert [(p["pid"], p["used_mib"]) for g in doc["gpus"] for p in g["processes"]] == [
+        (580, 21090),
+        (581, 22114),
+    ]
 
 
 def test_env_capture_names_the_holders_seen_in_busy_output():
@@ -146,7 +174,16 @@ def test_gate_ecc_errors_are_unhealthy():
 
 
 def test_gate_nvidia_smi_errors_have_their_own_codes():
-    assert evaluate({"ok": False, "error_kind": "no_nvidia_smi", "error": "x"}, Gate()).code == EXIT_NO_NVIDIA_SMI
-    v = evaluate({"ok": False, "error_kind": "nvidia_smi_failed",
-                  "error": "Failed to initialize NVML: Driver/library version mismatch"}, Gate())
+    assert (
+        evaluate({"ok": False, "error_kind": "no_nvidia_smi", "error": "x"}, Gate()).code
+        == EXIT_NO_NVIDIA_SMI
+    )
+    v = evaluate(
+        {
+            "ok": False,
+            "error_kind": "nvidia_smi_failed",
+            "error": "Failed to initialize NVML: Driver/library version mismatch",
+        },
+        Gate(),
+    )
     assert v.code == EXIT_NVIDIA_SMI_FAILED and "Driver/library version mismatch" in v.msg

@@ -1,6 +1,7 @@
 """On call at 80 columns, in a real terminal (tmux, 80x40) on real sshd lab nodes: `jobs`, `status`,
-`diagnose` and `verify` read off the screen, and every job id and next command they print copied back into the
-shell, exactly as printed: each runs. lab01 ran a job the OOM killer took; lab02 is not patched."""
+`diagnose` and `verify` read off the screen, and every job id and next command they print copied
+back into the shell, exactly as printed: each runs. lab01 ran a job the OOM killer took; lab02 is
+not patched."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from fleetops.lab import Lab
 
 pytestmark = pytest.mark.lab
 JOB_ID = re.compile(r"\b[a-z][a-z0-9_]*-\d{8}T\d{6}-[0-9a-f]{4}\b")
-HARMFUL = ("reboot", "--gpu-reset", "rollback --force")  # never typed by a test, whatever a screen says
-
+# never typed by a test, whatever a screen says
+HARMFUL = ("reboot", "--gpu-reset", "rollback --force")
 
 
 def commands_on(screen: str) -> list[str]:
@@ -42,7 +43,9 @@ def runs_as_printed(term: terminal.Terminal, command: str, timeout: float = 300)
     return rc, screen
 
 
-def test_ids_and_next_commands_copied_off_an_80_column_screen_run_as_printed(lab: Lab, term: terminal.Terminal):
+def test_ids_and_next_commands_copied_off_an_80_column_screen_run_as_printed(
+    lab: Lab, term: terminal.Terminal
+):
     run_fab(lab.root, "-H", "lab01", "patch", check=True)
     job_id, _pid = start_spawner(lab)
     oom_kill(lab, "lab01", job_id)
@@ -96,14 +99,20 @@ def test_ids_and_next_commands_copied_off_an_80_column_screen_run_as_printed(lab
 
 
 def cut_by_the_terminal(screen: str, width: int = 80) -> list[str]:
-    """The lines the terminal wrapped (tmux joins them back): each must be a command alone on its line, which a
-    copy gives back whole; prose, paths and ids are wrapped by fleetops between words, or fit."""
-    return [line for line in screen.splitlines() if len(line) > width and not line.strip().startswith("fab ")]
+    """The lines the terminal wrapped (tmux joins them back): each must be a command alone on its
+    line, which a copy gives back whole; prose, paths and ids are wrapped by fleetops between words,
+    or fit."""
+    return [
+        line
+        for line in screen.splitlines()
+        if len(line) > width and not line.strip().startswith("fab ")
+    ]
 
 
 def test_only_commands_are_wrapped_by_the_terminal(lab: Lab, term: terminal.Terminal):
     node = lab.node("lab01")
-    lab.set_gpu_state(node, "busy")  # a long verdict: each holder's pid, owner and command line (a path)
+    # a long verdict: each holder's pid, owner and command line (a path)
+    lab.set_gpu_state(node, "busy")
     try:
         rc, screen = term.run("fab -H lab01 gpu")
         assert rc == 10, screen
@@ -112,22 +121,30 @@ def test_only_commands_are_wrapped_by_the_terminal(lab: Lab, term: terminal.Term
         assert "fab -H lab01 gpu --wait 600" in commands_on(screen), screen
     finally:
         lab.set_gpu_state(node, "idle")
-    rc, screen = term.run("fab -H lab02 verify --kinds grep")  # unpatched: failures, their evidence, next
+    # unpatched: failures, their evidence, next
+    rc, screen = term.run("fab -H lab02 verify --kinds grep")
     assert rc == 1, screen
     assert cut_by_the_terminal(screen) == [], screen
     assert "fab -H lab02 patch --check" in commands_on(screen), screen
 
 
-def test_a_failing_verify_fits_a_screen_with_what_to_run_next_first(lab: Lab, term: terminal.Terminal):
+def test_a_failing_verify_fits_a_screen_with_what_to_run_next_first(
+    lab: Lab, term: terminal.Terminal
+):
     rc, screen = term.run("fab -H lab02 verify")  # lab02 is not patched: most checks fail
     assert rc == 1, screen
     lines = [line for line in screen.splitlines() if line.strip()]
     assert len(lines) <= 25, f"{len(lines)} lines:\n{screen}"
     first_failure = next(n for n, line in enumerate(lines) if line.lstrip().startswith("failed "))
-    assert lines.index(next(line for line in lines if line.lstrip().startswith("next:"))) < first_failure, screen
+    assert (
+        lines.index(next(line for line in lines if line.lstrip().startswith("next:")))
+        < first_failure
+    ), screen
     assert "fab -H lab02 patch --check" in commands_on(screen), screen
     # what is not shown is counted
-    assert re.search(r"\d+ more failed checks?, \d+ passed, not shown: -v shows them", screen), screen
+    assert re.search(r"\d+ more failed checks?, \d+ passed, not shown: -v shows them", screen), (
+        screen
+    )
     rc, everything = term.run("fab -H lab02 verify -v")
     assert rc == 1 and len(everything.splitlines()) > len(screen.splitlines()), everything
 
@@ -135,7 +152,9 @@ def test_a_failing_verify_fits_a_screen_with_what_to_run_next_first(lab: Lab, te
 def test_next_commands_name_the_program_the_operator_ran(lab: Lab, term: terminal.Terminal):
     rc, screen = term.run("fleet -H lab02 verify --kinds grep")
     assert rc == 1, screen
-    said = [line.strip() for line in screen.splitlines() if line.strip().startswith(("fab ", "fleet "))]
+    said = [
+        line.strip() for line in screen.splitlines() if line.strip().startswith(("fab ", "fleet "))
+    ]
     assert "fleet -H lab02 patch --check" in said, screen
     assert not [line for line in said if line.startswith("fab ")], screen
     assert not re.search(r"\bfab -H\b", screen), screen  # nor inside a line of prose
@@ -144,12 +163,17 @@ def test_next_commands_name_the_program_the_operator_ran(lab: Lab, term: termina
 def test_rollback_force_shows_the_changes_it_says_it_discards(lab: Lab):
     run_fab(lab.root, "-H", "lab01", "patch", check=True)
     target = lab.node("lab01").module_file("speculators.data_generation.custom_worker")
-    target.write_text(target.read_text().replace("hidden_states = self.embed_input_ids(input_ids)",
-                                                 "hidden_states = self.embed_input_ids(input_ids)  # a local edit"))
+    target.write_text(
+        target.read_text().replace(
+            "hidden_states = self.embed_input_ids(input_ids)",
+            "hidden_states = self.embed_input_ids(input_ids)  # a local edit",
+        )
+    )
     proc = run_fab(lab.root, "-H", "lab01", "rollback", "--force")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "the diff shows them" not in proc.stdout or re.search(r"^\s*-.*# a local edit$", proc.stdout, re.M), \
-        proc.stdout  # said, then shown: the discarded edit is a removed line of the diff printed
+    assert "the diff shows them" not in proc.stdout or re.search(
+        r"^\s*-.*# a local edit$", proc.stdout, re.M
+    ), proc.stdout  # said, then shown: the discarded edit is a removed line of the diff printed
 
 
 def test_counts_in_words_are_plural_only_when_more_than_one(lab: Lab):
@@ -161,11 +185,14 @@ def test_counts_in_words_are_plural_only_when_more_than_one(lab: Lab):
 
 
 def test_ctrl_c_leaves_no_live_table_behind(lab: Lab, term: terminal.Terminal):
-    """Ctrl-C in a `tail` on two hosts: the live table goes, the interrupt is said, nothing is glued to it."""
+    """Ctrl-C in a `tail` on two hosts: the live table goes, the interrupt is said, nothing is glued
+    to it."""
     jobs = [start_spawner(lab, host)[0] for host in ("lab01", "lab02")]
     try:
         term.clear()
-        term.type(f"fab -H lab01,lab02 tail --playbook {JOBS} --job spawner; echo {terminal.RC_MARK}$?")
+        term.type(
+            f"fab -H lab01,lab02 tail --playbook {JOBS} --job spawner; echo {terminal.RC_MARK}$?"
+        )
         term.keys("Enter")
         shown = ""
         for _ in range(300):
@@ -177,7 +204,8 @@ def test_ctrl_c_leaves_no_live_table_behind(lab: Lab, term: terminal.Terminal):
         term.keys("C-c")
         rc, screen = term.wait_rc(120)
         assert rc == 130, screen
-        assert "current task" not in screen and "┃ job" not in screen, screen  # the live view is gone, whole
+        # the live view is gone, whole
+        assert "current task" not in screen and "┃ job" not in screen, screen
         assert "Ctrl-C: starting nothing new" in screen, screen
         for job_id in jobs:
             assert f"detached: job {job_id} is still running" in screen, screen
@@ -198,9 +226,9 @@ def test_gpu_wait_on_a_terminal_is_one_live_line(lab: Lab, term: terminal.Termin
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             shown = term.visible().splitlines()
-            # the view's row (`lab01 │ gpu waiting 5s more: …`) or a piped line (`lab01 | gpu | waiting …`); the
-            # result's own line (`… still busy after waiting 6s`), printed above the view just before it goes,
-            # is neither
+            # the view's row (`lab01 │ gpu waiting 5s more: …`) or a piped line (`lab01 | gpu |
+            # waiting …`); the result's own line (`… still busy after waiting 6s`), printed above
+            # the view just before it goes, is neither
             seen.append([ln for ln in shown if "gpu waiting" in ln or "| gpu | waiting" in ln])
             if len(seen[-1]) > 1:
                 doubled.append("\n".join(shown))

@@ -1,7 +1,8 @@
-"""Every failed or refused result says its cause and ends with a `next:` that is right for it, on real sshd lab
-nodes: a failed verify, a drifted `patch --check` (pointing at the line that was edited), a refused `extract`
-(never `--force`: the runbooks forbid it), a job the OOM killer took (`status` names it with the kernel's line,
-`diagnose` knows an earlier job of the node as the node's own), Ctrl-C in `tail` (an interrupt, not a lost link)."""
+"""Every failed or refused result says its cause and ends with a `next:` that is right for it, on
+real sshd lab nodes: a failed verify, a drifted `patch --check` (pointing at the line that was
+edited), a refused `extract` (never `--force`: the runbooks forbid it), a job the OOM killer took
+(`status` names it with the kernel's line, `diagnose` knows an earlier job of the node as the node's
+own), Ctrl-C in `tail` (an interrupt, not a lost link)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def block(stdout: str, head: str) -> list[str]:
     lines = stdout.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith(head))
     out = [lines[start]]
-    for ln in lines[start + 1:]:
+    for ln in lines[start + 1 :]:
         if not ln.startswith(" "):
             break
         out.append(ln)
@@ -34,9 +35,10 @@ def block(stdout: str, head: str) -> list[str]:
 
 
 def next_commands(lines: list[str]) -> list[str]:
-    """The commands of the block's `next:`: the lines after it holding a command and nothing else."""
+    """The commands of the block's `next:`: the lines after it holding a command and nothing
+    else."""
     at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("next:"))
-    return [ln.strip() for ln in lines[at + 1:] if ln.strip().startswith("fab ")]
+    return [ln.strip() for ln in lines[at + 1 :] if ln.strip().startswith("fab ")]
 
 
 def ends_with_next(lines: list[str]) -> list[str]:
@@ -51,12 +53,14 @@ def test_a_failed_verify_says_first_what_to_run_next(lab: Lab):
     proc = run_fab(lab.root, "-H", "lab01", "verify", "--kinds", "grep")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = block(proc.stdout, "lab01 | verify | failed")
-    assert lines[1].strip().startswith("next:"), lines  # right under the result's line, above the failed checks
+    # right under the result's line, above the failed checks
+    assert lines[1].strip().startswith("next:"), lines
     commands = next_commands(lines)
     assert commands == ["fab -H lab01 patch --check", "fab -H lab01 patch verify"], proc.stdout
     assert [ln.strip() for ln in lines[2:4]] == commands, lines
     again = run_fab(lab.root, *commands[0].split()[1:])
-    assert again.returncode == 0 and "would apply" in again.stdout, again.stdout  # the command runs as printed
+    # the command runs as printed
+    assert again.returncode == 0 and "would apply" in again.stdout, again.stdout
 
 
 def test_a_drifted_patch_check_points_at_the_edited_line_and_says_what_next(lab: Lab):
@@ -73,7 +77,9 @@ def test_a_drifted_patch_check_points_at_the_edited_line_and_says_what_next(lab:
     assert "line 172: expected '            enable_prefix_caching=False,'" in text, text
     assert "line 169" not in text, text
     commands = ends_with_next(mine)
-    assert "fab history --host lab01" in commands and "fab -H lab01 rollback --force" in commands, commands
+    assert "fab history --host lab01" in commands and "fab -H lab01 rollback --force" in commands, (
+        commands
+    )
     assert commands[-1] == "fab -H lab01 patch verify", commands
     history = run_fab(lab.root, "history", "--host", "lab01")
     assert history.returncode == 0, history.stdout + history.stderr
@@ -125,7 +131,9 @@ def test_status_after_an_oom_kill_names_the_oom_killer_with_the_kernels_line(lab
         assert "killed by signal 9," not in mine[0], text
         commands = ends_with_next(mine)
         assert commands[0] == f"fab -H lab01 logs --job-id {job_id}", commands
-        rc, doc = fab_json(lab.root, "-H", "lab01", "status", "--job-id", job_id, "--playbook", JOBS)
+        rc, doc = fab_json(
+            lab.root, "-H", "lab01", "status", "--job-id", job_id, "--playbook", JOBS
+        )
         cause = doc["results"][0]["data"]["oom"]
         assert cause["pid"] == pid and cause["lines"], cause
     finally:
@@ -151,10 +159,31 @@ def test_diagnose_knows_an_oom_kill_of_an_earlier_job_as_this_nodes_own(lab: Lab
 def test_ctrl_c_in_tail_is_reported_as_an_interrupt_not_a_lost_connection(lab: Lab):
     job_id, _ = start_spawner(lab)
     try:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "FLEETOPS_INTERRUPT_GRACE_S": "0"}
-        proc = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "tail", "--job-id", job_id,
-                                 "--playbook", JOBS], cwd=lab.root, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "COLUMNS": "200",
+            "FLEETOPS_INTERRUPT_GRACE_S": "0",
+        }
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fabric",
+                "-H",
+                "lab01",
+                "tail",
+                "--job-id",
+                job_id,
+                "--playbook",
+                JOBS,
+            ],
+            cwd=lab.root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         seen = []
         deadline = time.monotonic() + 120
         assert proc.stdout is not None
@@ -170,6 +199,8 @@ def test_ctrl_c_in_tail_is_reported_as_an_interrupt_not_a_lost_connection(lab: L
         assert proc.returncode == 130, out
         assert "connection lost" not in out and "reconnecting" not in out, out
         assert f"detached: job {job_id} is still running" in out, out
-        assert f"fab -H lab01 tail --job-id {job_id}" in [ln.strip() for ln in out.splitlines()], out
+        assert f"fab -H lab01 tail --job-id {job_id}" in [ln.strip() for ln in out.splitlines()], (
+            out
+        )
     finally:
         run_fab(lab.root, "-H", "lab01", "stop", "--job-id", job_id)

@@ -23,9 +23,12 @@ def inventory(tmp_path: Path, body: str):
 
 
 def test_render_quotes_blanks_and_paramiko_reads_every_value_back(tmp_path):
-    inv = inventory(tmp_path, "hosts:\n  gpu01:\n    address: 10.0.0.5\n    port: 2222\n    user: ops\n"
-                              "    identity_file: /keys/my key\n    known_hosts: /kh/known hosts\n    jump: bastion\n"
-                              "    groups: [gpu]\n  bastion:\n    address: 10.0.0.1\n")
+    inv = inventory(
+        tmp_path,
+        "hosts:\n  gpu01:\n    address: 10.0.0.5\n    port: 2222\n    user: ops\n"
+        "    identity_file: /keys/my key\n    known_hosts: /kh/known hosts\n    jump: bastion\n"
+        "    groups: [gpu]\n  bastion:\n    address: 10.0.0.1\n",
+    )
     text = render(inv)
     assert '    IdentityFile "/keys/my key"' in text and "# groups: gpu\nHost gpu01" in text
     config = paramiko.SSHConfig.from_text(text)
@@ -38,7 +41,9 @@ def test_render_quotes_blanks_and_paramiko_reads_every_value_back(tmp_path):
 
 @pytest.mark.parametrize("bad", ['/keys/a"b', "/keys/%h"])
 def test_render_refuses_values_openssh_would_read_differently(tmp_path, bad):
-    inv = inventory(tmp_path, f"hosts:\n  gpu01:\n    address: 10.0.0.5\n    identity_file: '{bad}'\n")
+    inv = inventory(
+        tmp_path, f"hosts:\n  gpu01:\n    address: 10.0.0.5\n    identity_file: '{bad}'\n"
+    )
     with pytest.raises(ConfigError, match=r"hosts.yaml:\d+.*gpu01: IdentityFile"):
         render(inv)
 
@@ -46,7 +51,9 @@ def test_render_refuses_values_openssh_would_read_differently(tmp_path, bad):
 def test_example_hosts_are_left_out(tmp_path):
     inv = inventory(tmp_path, "example: true\nhosts:\n  gpu01:\n    address: 10.0.0.5\n")
     text = render(inv)
-    assert "Host gpu01" not in text and "left out (example inventory, never contacted): gpu01" in text
+    assert (
+        "Host gpu01" not in text and "left out (example inventory, never contacted): gpu01" in text
+    )
 
 
 @pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a/../../b", "", "a//b", "./a"])
@@ -77,20 +84,23 @@ def test_terminal_gets_one_shared_bar_display_for_large_files_only():
     small = board.start("lab01 small", 1 << 20, 0)
     assert board.progress is None  # a 1 MiB file comes and goes too fast for a bar
     first, second = board.start("lab01 big", 100 << 20, 0), board.start("lab02 big", 100 << 20, 0)
-    assert board.progress is not None and len(board.progress.tasks) == 2  # parallel hosts share one display
+    # parallel hosts share one display
+    assert board.progress is not None and len(board.progress.tasks) == 2
     first(50 << 20)
     assert board.progress.tasks[0].completed == 50 << 20
     for transfer in (small, first, second):
         transfer.finish()
     assert board.progress is None and "lab02 big" in out.getvalue()
-    quiet = TransferBoard(Console(file=io.StringIO(), force_terminal=True), quiet=True)  # --json: nothing drawn
+    # --json: nothing drawn
+    quiet = TransferBoard(Console(file=io.StringIO(), force_terminal=True), quiet=True)
     quiet.start("lab01 big", 100 << 20, 0)(60 << 20)
     assert quiet.progress is None and quiet.console.file.getvalue() == ""
 
 
 def test_a_zombie_of_an_ended_job_is_not_a_process_it_left_behind():
-    # Seen right after an OOM kill: the job ended, its exited wrapper not yet reaped (state Z). diagnose said
-    # "ended (killed) but left 1 process ... Z" and sent the operator to `stop`, which can do nothing about it.
+    # Seen right after an OOM kill: the job ended, its exited wrapper not yet reaped (state Z).
+    # diagnose said "ended (killed) but left 1 process ... Z" and sent the operator to `stop`, which
+    # can do nothing about it.
     from fleetops.tasks.diagnose import process_findings
 
     job = {"id": "j1", "state": "killed", "wrapper_pid": 10, "pgid": 10}
@@ -98,6 +108,9 @@ def test_a_zombie_of_an_ended_job_is_not_a_process_it_left_behind():
     assert process_findings("lab01", job, [zombie]) == []
     live = {**zombie, "pid": 12, "state": "S"}
     found = process_findings("lab01", job, [zombie, live])
-    assert len(found) == 1 and found[0].verdict == "WARN" and "left 1 process: 12 S" in found[0].msg, found
+    assert (
+        len(found) == 1 and found[0].verdict == "WARN" and "left 1 process: 12 S" in found[0].msg
+    ), found
     running = process_findings("lab01", {**job, "state": "running"}, [zombie])
-    assert running and running[0].verdict == "WARN"  # a zombie in a running job is still worth a look
+    # a zombie in a running job is still worth a look
+    assert running and running[0].verdict == "WARN"

@@ -10,7 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import GENERATOR, REPO, fab_json, record_sha256, run_fab, sha256
+from conftest import (
+    GENERATOR,
+    REPO,
+    disconnect_all,
+    fab_json,
+    on_openssh,
+    record_sha256,
+    run_fab,
+    sha256,
+)
 from sshd_evidence import agent_zips, clear_agent_cache, logs_for
 
 from fleetops.lab import site_packages
@@ -53,9 +62,15 @@ def test_patch_twice_then_rollback_twice_restores_the_installed_bytes(lab):
 def test_patch_leaves_other_node_untouched_and_removes_stale_bytecode(lab):
     n1, n2 = lab.node("lab01"), lab.node("lab02")
     before = sha256(n2.module_file(GENERATOR))
-    tag = subprocess.run([str(n1.python), "-c", "import sys; print(sys.implementation.cache_tag)"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    pyc = n1.module_file(GENERATOR).parent / "__pycache__" / f"vllm_hidden_states_generator.{tag}.pyc"
+    tag = subprocess.run(
+        [str(n1.python), "-c", "import sys; print(sys.implementation.cache_tag)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    pyc = (
+        n1.module_file(GENERATOR).parent / "__pycache__" / f"vllm_hidden_states_generator.{tag}.pyc"
+    )
     pyc.parent.mkdir(exist_ok=True)
     pyc.write_bytes(b"stale")
     rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
@@ -78,8 +93,10 @@ def test_check_mode_prints_the_diff_and_writes_nothing(lab):
 
 def test_drifted_file_is_refused_with_expected_and_found_lines(lab):
     target = lab.node("lab01").module_file(GENERATOR)
-    text = target.read_text().replace("            kv_cache_groups=kv_cache_groups,\n",
-                                      "            kv_cache_groups=groups,  # local edit\n")
+    text = target.read_text().replace(
+        "            kv_cache_groups=kv_cache_groups,\n",
+        "            kv_cache_groups=groups,  # local edit\n",
+    )
     target.write_text(text)
     before = sha256(target)
     rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
@@ -109,27 +126,36 @@ def test_verify_fails_on_unpatched_and_passes_after_patch(lab):
 
 
 def test_patch_verify_uses_one_connection_and_uploads_the_agent_once(lab):
-    """Counted by the nodes (sshd and sftp-server logs, the agent file's inode), compared with the tool's own
-    counters. The agent cache is emptied first, so the first run must upload, and the second must not."""
+    """Counted by the nodes (sshd and sftp-server logs, the agent file's inode), compared with the
+    tool's own counters. The agent cache is emptied first, so the first run must upload, and the
+    second must not."""
     bundle = agent_bundle()
     for name in BOTH:
         assert clear_agent_cache(lab.node(name)) is not None
         assert agent_zips(lab.node(name)) == {}
+    openssh = on_openssh()
+    if openssh:
+        disconnect_all()  # the first run logs in afresh on either transport
     logs = logs_for(lab, BOTH)
+    both_runs = logs_for(lab, BOTH)
     env = {"FLEETOPS_TRACE": "1"}
     rc, doc = fab_json(lab.root, "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep", env=env)
     assert rc == 0, doc
     shipped = {}
     for name in BOTH:
         node, wire = lab.node(name), logs[name].settled()
-        # 1 connection; the first exec finds no agent (the bootstrap refuses, nothing runs), one upload, then
-        # the one agent of the run answers patch and verify: 2 execs, all on it.
+        # 1 connection; the first exec finds no agent (the bootstrap refuses, nothing runs), one
+        # upload, then the one agent of the run answers patch and verify: 2 execs, all on it.
         assert wire.counts() == {"connections": 1, "execs": 2, "uploads": 1}, wire.describe()
         assert list(wire.execs) == wire.accepted, wire.describe()
         assert wire.uploads == [f"{node.state_dir}/bin/{bundle.filename}"], wire.describe()
         assert wire.upload_bytes == [len(bundle.data)], wire.describe()
-        assert doc["counters"][name] == wire.counts(), f"tool counters {doc['counters'][name]}; {wire.describe()}"
-        print(f"first run, {name}: node logs {wire.counts()}, tool counters {doc['counters'][name]}")
+        assert doc["counters"][name] == wire.counts(), (
+            f"tool counters {doc['counters'][name]}; {wire.describe()}"
+        )
+        print(
+            f"first run, {name}: node logs {wire.counts()}, tool counters {doc['counters'][name]}"
+        )
         shipped[name] = agent_zips(node)
         assert list(shipped[name]) == [bundle.filename]
         assert sha256(node.state_dir / "bin" / bundle.filename) == bundle.sha256
@@ -140,26 +166,45 @@ def test_patch_verify_uses_one_connection_and_uploads_the_agent_once(lab):
     assert rc == 0, doc
     for name in BOTH:
         wire = logs[name].settled()
-        assert wire.counts() == {"connections": 1, "execs": 1, "uploads": 0}, wire.describe()  # one agent
+        # one agent; paramiko: on a connection of its own, openssh: on the first run's master (no
+        # new login)
+        assert wire.counts() == {"connections": 0 if openssh else 1, "execs": 1, "uploads": 0}, (
+            wire.describe()
+        )
+        if openssh:
+            assert len(both_runs[name].settled().accepted) == 1, (
+                both_runs[name].settled().describe()
+            )
         assert wire.sftp_sessions == 0, wire.describe()
-        assert doc["counters"][name] == wire.counts(), f"tool counters {doc['counters'][name]}; {wire.describe()}"
-        assert agent_zips(lab.node(name)) == shipped[name]  # same inode and mtime: not written again
-        print(f"second run, {name}: node logs {wire.counts()}, tool counters {doc['counters'][name]}")
+        assert doc["counters"][name] == wire.counts(), (
+            f"tool counters {doc['counters'][name]}; {wire.describe()}"
+        )
+        # same inode and mtime: not written again
+        assert agent_zips(lab.node(name)) == shipped[name]
+        print(
+            f"second run, {name}: node logs {wire.counts()}, tool counters {doc['counters'][name]}"
+        )
 
 
 def test_two_patch_runs_at_once_one_is_refused_by_the_lock(lab):
     node = lab.node("lab01")
     target = node.module_file(GENERATOR)
-    # Hold the first run inside its locked section until the second has been refused: the node's failpoint
-    # pauses the agent until this test deletes its .hit file (which names the holding agent's pid), so there
-    # is no timing window however slow a fab start-up is on a loaded machine.
+    # Hold the first run inside its locked section until the second has been refused: the node's
+    # failpoint pauses the agent until this test deletes its .hit file (which names the holding
+    # agent's pid), so there is no timing window however slow a fab start-up is on a loaded machine.
     hit = node.faults_dir / "failpoint-lock.acquired.hit"
     hit.unlink(missing_ok=True)
-    (node.faults_dir / "failpoints.json").write_text(json.dumps({"lock.acquired": {"action": "pause",
-                                                                                  "seconds": 300}}))
-    first = subprocess.Popen([sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"], cwd=lab.root,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    (node.faults_dir / "failpoints.json").write_text(
+        json.dumps({"lock.acquired": {"action": "pause", "seconds": 300}})
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"],
+        cwd=lab.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     deadline = time.monotonic() + 60
     while not hit.exists():
         assert time.monotonic() < deadline, "first run never took the lock"
@@ -168,7 +213,9 @@ def test_two_patch_runs_at_once_one_is_refused_by_the_lock(lab):
     holder = int(hit.read_text())
     try:
         rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
-        assert Path(f"/proc/{holder}").exists(), "the first run's agent left the lock before the second arrived"
+        assert Path(f"/proc/{holder}").exists(), (
+            "the first run's agent left the lock before the second arrived"
+        )
     finally:
         hit.unlink(missing_ok=True)  # release the first run
     assert rc == 1
@@ -184,8 +231,16 @@ def test_two_patch_runs_at_once_one_is_refused_by_the_lock(lab):
 
 def test_stale_lock_of_a_dead_holder_is_taken_over(lab):
     node = lab.node("lab01")
-    (node.state_dir / "lock.json").write_text(json.dumps({"operator": "ghost@gone", "op": "patch", "pid": 999999,
-                                                          "since": "2026-01-01T00:00:00Z"}))
+    (node.state_dir / "lock.json").write_text(
+        json.dumps(
+            {
+                "operator": "ghost@gone",
+                "op": "patch",
+                "pid": 999999,
+                "since": "2026-01-01T00:00:00Z",
+            }
+        )
+    )
     rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
     assert rc == 0
     notes = items(doc, "patch")[0]["details"]["notes"]
@@ -208,7 +263,9 @@ def test_malformed_playbook_names_file_and_line_and_connects_nowhere(lab, tmp_pa
     proc = run_fab(lab.root, "-H", "lab01", "patch", "--playbook", str(book))
     assert proc.returncode == 2
     assert f"{book}:5" in proc.stderr or f"{book}:4" in proc.stderr
-    book.write_text("name: bad\nverify:\n  - kind: grep\n    module: a.b\n    pattern: '(unclosed'\n")
+    book.write_text(
+        "name: bad\nverify:\n  - kind: grep\n    module: a.b\n    pattern: '(unclosed'\n"
+    )
     proc = run_fab(lab.root, "-H", "lab01", "verify", "--playbook", str(book))
     assert proc.returncode == 2 and f"{book}:5:5: bad regex" in proc.stderr
     book.write_text("name: bad\nverify:\n  - kind: grep\n    module: a.b\n    patern: x\n")
@@ -224,8 +281,10 @@ def test_unknown_host_lists_known_names(lab):
 
 def test_closed_port_fails_fast_and_other_hosts_still_run(lab):
     extra = lab.root / "hosts" / "extra.yaml"
-    extra.write_text(f"hosts:\n  deadnode:\n    address: 127.0.0.1\n    port: 1\n    connect_timeout: 3\n"
-                     f"    identity_file: {lab.client_key}\n    known_hosts: {lab.known_hosts}\n")
+    extra.write_text(
+        f"hosts:\n  deadnode:\n    address: 127.0.0.1\n    port: 1\n    connect_timeout: 3\n"
+        f"    identity_file: {lab.client_key}\n    known_hosts: {lab.known_hosts}\n"
+    )
     try:
         started = time.monotonic()
         rc, doc = fab_json(lab.root, "-H", "deadnode,lab01", "patch", "verify", "--kinds", "grep")
@@ -237,7 +296,9 @@ def test_closed_port_fails_fast_and_other_hosts_still_run(lab):
     assert by[("deadnode", "patch")]["status"] == "unreachable"
     assert "connection refused" in by[("deadnode", "patch")]["msg"]
     assert by[("deadnode", "verify")]["status"] == "skipped"
-    assert by[("lab01", "patch")]["status"] == "changed" and by[("lab01", "verify")]["status"] == "ok"
+    assert (
+        by[("lab01", "patch")]["status"] == "changed" and by[("lab01", "verify")]["status"] == "ok"
+    )
     assert doc["failed_hosts"] == ["deadnode"]
     assert took < 60
 
@@ -250,19 +311,25 @@ def test_host_key_mismatch_is_refused_with_both_fingerprints(lab, tmp_path):
     wrong = tmp_path / "known_hosts"
     wrong.write_text(f"[127.0.0.1]:{node.port} {keytype} {key}\n")
     extra = lab.root / "hosts" / "spoof.yaml"
-    extra.write_text(f"hosts:\n  spoofed:\n    address: 127.0.0.1\n    port: {node.port}\n"
-                     f"    identity_file: {lab.client_key}\n    known_hosts: {wrong}\n"
-                     f"    python: {node.python}\n    state_dir: {node.state_dir}\n")
+    extra.write_text(
+        f"hosts:\n  spoofed:\n    address: 127.0.0.1\n    port: {node.port}\n"
+        f"    identity_file: {lab.client_key}\n    known_hosts: {wrong}\n"
+        f"    python: {node.python}\n    state_dir: {node.state_dir}\n"
+    )
     try:
         rc, doc = fab_json(lab.root, "-H", "spoofed", "patch")
     finally:
         extra.unlink()
     assert rc == 4
     msg = doc["results"][0]["msg"]
-    # Both fingerprints, computed from the key files themselves: the one known_hosts expects and the node's.
-    expected, offered = (subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True,
-                                        check=True).stdout.split()[1]
-                         for pub in (other.with_suffix(".pub"), node.host_key.with_suffix(".pub")))
+    # Both fingerprints, computed from the key files themselves: the one known_hosts expects and the
+    # node's.
+    expected, offered = (
+        subprocess.run(
+            ["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True, check=True
+        ).stdout.split()[1]
+        for pub in (other.with_suffix(".pub"), node.host_key.with_suffix(".pub"))
+    )
     assert "does not match known_hosts" in msg and expected in msg and offered in msg, msg
     assert "kv_cache_specs=kv_cache_spec" in node.module_file(GENERATOR).read_text()
 
@@ -270,8 +337,9 @@ def test_host_key_mismatch_is_refused_with_both_fingerprints(lab, tmp_path):
 def test_shell_metacharacters_in_inventory_are_refused_never_run(lab, tmp_path):
     canary = tmp_path / "pwned"
     extra = lab.root / "hosts" / "evil.yaml"
-    extra.write_text("hosts:\n  evil:\n    address: 127.0.0.1\n"
-                     f"    python: \"/usr/bin/python3; touch {canary}\"\n")
+    extra.write_text(
+        f'hosts:\n  evil:\n    address: 127.0.0.1\n    python: "/usr/bin/python3; touch {canary}"\n'
+    )
     try:
         proc = run_fab(lab.root, "-H", "lab01", "patch")
     finally:

@@ -1,6 +1,7 @@
-"""A playbook set (a directory of playbooks), without a node: which playbook a host's installed versions fit, the
-refusal that names the versions and the nearest playbook's pins, and how a run plans with a set named by -p or by
-fabric.yaml. The lab side (a mixed fleet green in one command) is tests/test_new_vllm_lab.py."""
+"""A playbook set (a directory of playbooks), without a node: which playbook a host's installed
+versions fit, the refusal that names the versions and the nearest playbook's pins, and how a run
+plans with a set named by -p or by fabric.yaml. The lab side (a mixed fleet green in one command) is
+tests/test_new_vllm_lab.py."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ OLD, NEW = "speculators-0.3.0-vllm-0.16", "speculators-0.3.0-vllm-0.17"
 def project(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "playbooks", tmp_path / "playbooks")
     (tmp_path / "hosts").mkdir()
-    (tmp_path / "hosts" / "lab.yaml").write_text("defaults:\n  address: 127.0.0.1\nhosts:\n  lab01:\n    port: 2222\n")
+    (tmp_path / "hosts" / "lab.yaml").write_text(
+        "defaults:\n  address: 127.0.0.1\nhosts:\n  lab01:\n    port: 2222\n"
+    )
     return tmp_path
 
 
@@ -40,10 +43,13 @@ def test_each_version_pair_fits_its_own_playbook_of_the_shipped_set():
 def test_a_host_no_playbook_fits_is_told_its_versions_and_the_nearest_pins():
     books = load_set(REPO / "playbooks")
     text = books.refusal("gpu07", {"speculators": "0.3.0", "vllm": "0.18.0"})
-    assert text.startswith(f"no playbook in playbooks/ fits gpu07: it has speculators 0.3.0, vllm 0.18.0; the nearest, "
-                           f"{NEW}, requires speculators==0.3.0, vllm==0.17.*."), text
+    assert text.startswith(
+        "no playbook in playbooks/ fits gpu07: it has speculators 0.3.0, vllm 0.18.0; the "
+        f"nearest, {NEW}, requires speculators==0.3.0, vllm==0.17.*."
+    ), text
     assert books.nearest({"speculators": "0.3.0", "vllm": "0.15.1"}).name == OLD
-    assert books.nearest({"speculators": "0.4.0", "vllm": "0.17.0"}).name == NEW  # one of two pins met
+    # one of two pins met
+    assert books.nearest({"speculators": "0.4.0", "vllm": "0.17.0"}).name == NEW
 
 
 def test_a_set_needs_playbooks_of_distinct_names(tmp_path: Path):
@@ -57,15 +63,24 @@ def test_a_set_needs_playbooks_of_distinct_names(tmp_path: Path):
 
 @pytest.mark.parametrize("where", ["-p", "fabric.yaml"])
 def test_a_run_plans_each_task_once_per_playbook_of_the_set(project: Path, where: str):
-    settings = {"playbook": "playbooks"} if where == "fabric.yaml" else {"playbook": f"playbooks/{OLD}.yaml"}
+    settings = (
+        {"playbook": "playbooks"}
+        if where == "fabric.yaml"
+        else {"playbook": f"playbooks/{OLD}.yaml"}
+    )
     given = {"playbook": str(project / "playbooks")} if where == "-p" else {}
     run = assemble(RunState(project, settings), ["lab01"], [("patch", dict(given)), ("verify", {})])
     for step in run.steps:
         plan = step.run.args[2]
-        assert plan.playbook is None and sorted(plan.by_playbook) == [OLD, NEW]  # chosen per host when it runs
+        # chosen per host when it runs
+        assert plan.playbook is None and sorted(plan.by_playbook) == [OLD, NEW]
         assert plan.by_playbook[NEW].playbook.name == NEW
 
 
 def test_tasks_that_read_one_playbook_file_refuse_a_set(project: Path):
-    with pytest.raises(ConfigError, match=r"a playbook set \(a directory\); this task reads one playbook"):
-        assemble(RunState(project, {}), ["lab01"], [("rebase", {"playbook": str(project / "playbooks")})])
+    with pytest.raises(
+        ConfigError, match=r"a playbook set \(a directory\); this task reads one playbook"
+    ):
+        assemble(
+            RunState(project, {}), ["lab01"], [("rebase", {"playbook": str(project / "playbooks")})]
+        )

@@ -1,6 +1,6 @@
-"""The node agent's one way of reading /proc (remote_scripts/core/procfs.py), on this machine's real processes:
-the pid list, the uptime its start times count on, a process's raw files, and nothing (not an exception) for a
-process that is gone. No lab."""
+"""The node agent's one way of reading /proc (remote_scripts/core/procfs.py), on this machine's real
+processes: the pid list, the uptime its start times count on, a process's raw files, and nothing
+(not an exception) for a process that is gone. No lab."""
 
 from __future__ import annotations
 

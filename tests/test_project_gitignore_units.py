@@ -1,6 +1,6 @@
-"""What fleetops writes into the checkout (the failed hosts and shard plans in .fleetops/, fetched files, the
-ssh_config the first-day runbook exports, the lab's keys and inventory) is ignored by the checkout's git: its
-.gitignore, judged by git itself in a repository of its own."""
+"""What fleetops writes into the checkout (the failed hosts and shard plans in .fleetops/, fetched
+files, the ssh_config the first-day runbook exports, the lab's keys and inventory) is ignored by the
+checkout's git: its .gitignore, judged by git itself in a repository of its own."""
 
 from __future__ import annotations
 
@@ -10,12 +10,19 @@ import subprocess
 import pytest
 from conftest import REPO
 
-WRITTEN = [".fleetops/last-failed", ".fleetops/shards/extract.json", "fetched/lab01/extract-1/output.log",
-           "fleet.ssh_config", ".lab/id_ed25519", "hosts/lab.yaml"]
+WRITTEN = [
+    ".fleetops/last-failed",
+    ".fleetops/shards/extract.json",
+    "fetched/lab01/extract-1/output.log",
+    "fleet.ssh_config",
+    ".lab/id_ed25519",
+    "hosts/lab.yaml",
+]
 
 
 def ignored(tmp_path, path: str) -> bool:
-    """git's own verdict on `path` under the checkout's .gitignore, in a repository of the test's own."""
+    """git's own verdict on `path` under the checkout's .gitignore, in a repository of the test's
+    own."""
     if not (tmp_path / ".git").exists():
         shutil.copy(REPO / ".gitignore", tmp_path / ".gitignore")
         subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)

@@ -1,7 +1,7 @@
-"""`rebase --out` anywhere: run from a folder that is not the playbook's, writing the candidate into a third
-folder outside the project, against a real lab node. The candidate is whole in itself (its diffs and a copy of
-each script it names, every path relative to it) and loads as `patch -p` loads it; a candidate that cannot be
-put in place leaves nothing behind, not even its staging folder."""
+"""`rebase --out` anywhere: run from a folder that is not the playbook's, writing the candidate into
+a third folder outside the project, against a real lab node. The candidate is whole in itself (its
+diffs and a copy of each script it names, every path relative to it) and loads as `patch -p` loads
+it; a candidate that cannot be put in place leaves nothing behind, not even its staging folder."""
 
 from __future__ import annotations
 
@@ -20,9 +20,27 @@ SHIPPED = "speculators-0.3.0-vllm-0.16.yaml"
 
 
 def rebase(lab, cwd: Path, out: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fabric", "-r", str(lab.root), "-H", "lab01", "rebase",
-                           "-p", str(lab.root / "playbooks" / SHIPPED), "--out", out], cwd=cwd, capture_output=True,
-                          text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fabric",
+            "-r",
+            str(lab.root),
+            "-H",
+            "lab01",
+            "rebase",
+            "-p",
+            str(lab.root / "playbooks" / SHIPPED),
+            "--out",
+            out,
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+    )
 
 
 def test_rebase_out_in_another_folder_writes_a_candidate_that_loads(lab, tmp_path):
@@ -34,10 +52,13 @@ def test_rebase_out_in_another_folder_writes_a_candidate_that_loads(lab, tmp_pat
     assert candidate.is_file(), both
     book = load_playbook(candidate)
     probes = [c for c in book.checks if c["kind"] == "probe"]
-    assert probes and all(Path(c["script"]).parent == tmp_path / "elsewhere" / "cand" for c in probes), probes
+    assert probes and all(
+        Path(c["script"]).parent == tmp_path / "elsewhere" / "cand" for c in probes
+    ), probes
     assert {p.diff_path.parent for p in book.patches} == {tmp_path / "elsewhere" / "cand"}
     assert "script: cand/probe_scheduler.py" in candidate.read_text()
-    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["cand", "cand.yaml"]  # no staging left
+    # no staging left
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["cand", "cand.yaml"]
 
 
 def test_a_candidate_that_cannot_be_put_in_place_leaves_nothing(lab, tmp_path):

@@ -1,7 +1,8 @@
-"""Rebase, the pure part (fleetops/plans/rebase.py): the shipped hunks tried against changed pristine
-files, judged against GNU patch (an independent implementation) on the real speculators 0.3.0 sources of the
-base venv: clean, offset, fuzz (with the differing context shown), conflict (with the upstream text), already
-upstream; and the candidate diffs made afresh apply with `patch -F0`."""
+"""Rebase, the pure part (fleetops/plans/rebase.py): the shipped hunks tried against changed
+pristine files, judged against GNU patch (an independent implementation) on the real speculators
+0.3.0 sources of the base venv: clean, offset, fuzz (with the differing context shown), conflict
+(with the upstream text), already upstream; and the candidate diffs made afresh apply with `patch
+-F0`."""
 
 from __future__ import annotations
 
@@ -25,15 +26,20 @@ def gnu_patch(tmp: Path, text: str, diff: Path | str, fuzz: int = 0) -> str | No
     if isinstance(diff, str):
         (tmp / "d.diff").write_text(diff)
         diff = tmp / "d.diff"
-    proc = subprocess.run(["patch", f"-F{fuzz}", "-s", "-o", str(out), str(src), str(diff)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        ["patch", f"-F{fuzz}", "-s", "-o", str(out), str(src), str(diff)],
+        capture_output=True,
+        text=True,
+    )
     return out.read_text() if proc.returncode == 0 else None
 
 
 @pytest.fixture(scope="module")
 def sources(lab_base):
     site = next(Path(lab_base).glob("lib/python3*/site-packages"))
-    return {p.module: (site / (p.module.replace(".", "/") + ".py")).read_text() for p in BOOK.patches}
+    return {
+        p.module: (site / (p.module.replace(".", "/") + ".py")).read_text() for p in BOOK.patches
+    }
 
 
 @pytest.mark.parametrize("patch", BOOK.patches, ids=lambda p: p.diff_path.name)
@@ -44,7 +50,9 @@ def test_the_pristine_file_rebases_clean_and_equals_gnu_patch(patch, sources, tm
 
 
 @pytest.mark.parametrize("patch", BOOK.patches, ids=lambda p: p.diff_path.name)
-def test_lines_added_above_give_offset_and_the_fresh_diff_applies_at_fuzz_0(patch, sources, tmp_path):
+def test_lines_added_above_give_offset_and_the_fresh_diff_applies_at_fuzz_0(
+    patch, sources, tmp_path
+):
     shifted = "".join(f"# added upstream {i}\n" for i in range(9)) + sources[patch.module]
     out = rebase_file(shifted, patch.hunks)
     assert [(h.state, h.offset) for h in out.hunks] == [(OFFSET, 9)] * len(patch.hunks)
@@ -72,8 +80,12 @@ def test_a_changed_context_line_applies_with_fuzz_and_is_shown(sources, tmp_path
 
 def test_a_changed_removed_line_is_a_conflict_shown_with_the_upstream_text(sources):
     patch = next(p for p in BOOK.patches if p.diff_path.name == "custom_worker.diff")
-    removed = next(text for tag, text in patch.hunks[0].lines if tag == "-" and "get_input_embeddings" in text)
-    changed = sources[patch.module].replace(removed, removed.replace("get_input_embeddings", "embed_tokens"))
+    removed = next(
+        text for tag, text in patch.hunks[0].lines if tag == "-" and "get_input_embeddings" in text
+    )
+    changed = sources[patch.module].replace(
+        removed, removed.replace("get_input_embeddings", "embed_tokens")
+    )
     out = rebase_file(changed, patch.hunks)
     assert out.text is None and out.hunks[0].state == CONFLICT
     shown = "\n".join(out.hunks[0].shown)

@@ -1,5 +1,6 @@
-"""Resource faults on a real lab node (tiny tmpfs mounts, so root only): the disk full while the backup or the
-temp file is written, and a read-only package directory. Each gives a clear error and leaves the original."""
+"""Resource faults on a real lab node (tiny tmpfs mounts, so root only): the disk full while the
+backup or the temp file is written, and a read-only package directory. Each gives a clear error and
+leaves the original."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ def sha(path) -> str:
 
 
 def mount_tmpfs(path, size: str, ro: bool = False, mode: str = "0755") -> None:
-    # A tmpfs root is 1777 unless told: a state dir (backups/) on it would be refused as writable by others.
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode}", "tmpfs", str(path)], check=True)
+    # A tmpfs root is 1777 unless told: a state dir (backups/) on it would be refused as writable by
+    # others.
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode}", "tmpfs", str(path)], check=True
+    )
     if ro:
         subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
 
@@ -35,17 +39,22 @@ def test_disk_full_while_writing_the_backup(lab):
     before = sha(target)
     backups = node.state_dir / "backups"
     backups.mkdir(exist_ok=True)
-    mount_tmpfs(backups, "4k", mode="0700")  # smaller than the original file that must be saved first
+    # smaller than the original file that must be saved first
+    mount_tmpfs(backups, "4k", mode="0700")
     try:
         rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
-        leftovers = [n for n in os.listdir(backups) if ".fleetops-tmp-" in n]  # the failed write's own temp
+        # the failed write's own temp
+        leftovers = [n for n in os.listdir(backups) if ".fleetops-tmp-" in n]
     finally:
         umount(backups)
     assert rc == 1
     msg = doc["results"][0]["items"][0]["msg"]
     # The set is checked whole before any write: the backup's file system is too small, so nothing
-    # is written at all. A write that fails anyway puts back what was written (test_patch_integrity_lab.py).
-    assert "not enough free space" in msg and "state/backups" in msg and "nothing written" in msg, msg
+    # is written at all. A write that fails anyway puts back what was written
+    # (test_patch_integrity_lab.py).
+    assert "not enough free space" in msg and "state/backups" in msg and "nothing written" in msg, (
+        msg
+    )
     assert sha(target) == before and leftovers == []
     rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
     assert rc == 0 and doc["results"][0]["status"] == "changed"
@@ -71,7 +80,9 @@ def test_disk_full_while_writing_the_temp_file(lab):
     pkg, saved = _package_dir_on_tmpfs(target, "200k")
     try:
         filler = pkg / "filler"
-        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k", "count=1000"], capture_output=True)
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={filler}", "bs=4k", "count=1000"], capture_output=True
+        )
         rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
         after = sha(target)
         leftovers = [n for n in os.listdir(pkg) if ".fleetops-tmp-" in n]

@@ -1,7 +1,8 @@
-"""Re-runs that are safe, on real lab nodes: a roll-out stopped by --serial names the hosts it never ran in its
-re-run line and in @failed; patch and rollback refuse while a job of the node runs from the files they would
-change (`--while-running` overrides); `extract` on a finished output does nothing (`--again` redoes it);
-`extract tail` while the job runs attaches to it; a folded run shows each job's id the moment it starts."""
+"""Re-runs that are safe, on real lab nodes: a roll-out stopped by --serial names the hosts it never
+ran in its re-run line and in @failed; patch and rollback refuse while a job of the node runs from
+the files they would change (`--while-running` overrides); `extract` on a finished output does
+nothing (`--again` redoes it); `extract tail` while the job runs attaches to it; a folded run shows
+each job's id the moment it starts."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ UNPATCHED = "kv_cache_specs=kv_cache_spec,"
 
 def drift(lab, name: str) -> None:
     target = lab.node(name).module_file(GENERATOR)
-    target.write_text(target.read_text().replace("kv_cache_groups=kv_cache_groups,", "kv_cache_groups=mine,"))
+    target.write_text(
+        target.read_text().replace("kv_cache_groups=kv_cache_groups,", "kv_cache_groups=mine,")
+    )
 
 
 def rerun_line(stdout: str) -> str:
@@ -35,7 +38,8 @@ def rerun_line(stdout: str) -> str:
 
 @pytest.fixture
 def idle(lab):
-    """Both nodes with no job and no extraction output; whatever a test starts is stopped after it."""
+    """Both nodes with no job and no extraction output; whatever a test starts is stopped after
+    it."""
     for node in lab.nodes():
         for sub in ("hidden-states", "jobs"):
             subprocess.run(["rm", "-rf", str(node.state_dir / sub)], check=True)
@@ -74,7 +78,10 @@ def test_at_failed_names_the_hosts_a_stopped_rollout_never_ran(lab):
     lab.reset_packages(lab.node("lab01"))
     proc = run_fab(lab.root, "-H", "@failed", "patch", "--no-fold")  # a line per host
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(re.findall(r"^(lab0\d) \| patch \| changed", proc.stdout, re.M)) == ["lab01", "lab02"], proc.stdout
+    assert sorted(re.findall(r"^(lab0\d) \| patch \| changed", proc.stdout, re.M)) == [
+        "lab01",
+        "lab02",
+    ], proc.stdout
 
 
 def test_patch_and_rollback_refuse_while_a_job_runs_from_the_files(idle):
@@ -93,7 +100,8 @@ def test_patch_and_rollback_refuse_while_a_job_runs_from_the_files(idle):
     forced = run_fab(lab.root, "-H", "lab01", "patch", "--while-running")
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert UNPATCHED not in target.read_text()
-    same = run_fab(lab.root, "-H", "lab01", "patch")  # already applied: nothing to write, nothing refused
+    # already applied: nothing to write, nothing refused
+    same = run_fab(lab.root, "-H", "lab01", "patch")
     assert same.returncode == 0, same.stdout + same.stderr
 
     patched = target.read_bytes()
@@ -112,16 +120,22 @@ def test_extract_tail_while_the_job_runs_attaches_to_it(idle):
     job = start(lab, "lab01", "gated")
     log = Path(job["log"])
     wait_for(lambda: log.exists() and "line 59" in log.read_text(), "the job at its gate")
-    with Follower(lab.root, ["-H", "lab01", "extract", "--job", "gated", "--playbook", JOBS, "tail"], ENV) as f:
-        wait_for(lambda: any("already running" in x for x in f.lines) or f.proc.poll() is not None,
-                 "extract to find the running job")
+    with Follower(
+        lab.root, ["-H", "lab01", "extract", "--job", "gated", "--playbook", JOBS, "tail"], ENV
+    ) as f:
+        wait_for(
+            lambda: any("already running" in x for x in f.lines) or f.proc.poll() is not None,
+            "extract to find the running job",
+        )
         (Path(job["log"]).parent / "go").touch()
         rc = f.proc.wait(timeout=120)
         time.sleep(0.2)
         out = "\n".join(f.lines + f.errors)
     assert rc == 0, out
     assert re.search(rf"lab01 \| extract \| ok \| .*{job['id']}.* already running", out), out
-    assert "line 119" in out and re.search(r"lab01 \| tail \| ok \| job gated-\S+ succeeded", out), out
+    assert "line 119" in out and re.search(
+        r"lab01 \| tail \| ok \| job gated-\S+ succeeded", out
+    ), out
     jobs = sorted(p.name for p in (lab.node("lab01").state_dir / "jobs").iterdir() if p.is_dir())
     assert jobs == [job["id"]], jobs  # no second job was launched
 
@@ -139,9 +153,12 @@ def test_extract_on_a_complete_output_does_nothing_and_again_redoes_it(idle):
     proc = run_fab(lab.root, "-H", "lab01", "extract")
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.search(r"lab01 \| extract \| ok \| .*already complete \(64/64 samples", proc.stdout), proc.stdout
+    assert re.search(
+        r"lab01 \| extract \| ok \| .*already complete \(64/64 samples", proc.stdout
+    ), proc.stdout
     assert "--again" in proc.stdout
-    assert sorted(p.name for p in jobs_dir.iterdir() if p.is_dir()) == [first]  # no job, no model loaded
+    # no job, no model loaded
+    assert sorted(p.name for p in jobs_dir.iterdir() if p.is_dir()) == [first]
     assert took < 60, took
 
     rc, doc = fab_json(lab.root, "-H", "lab01", "extract", "--again", "tail", timeout=900)
@@ -171,7 +188,10 @@ def test_a_killed_extract_again_has_a_way_out_every_next_keeps_again(idle):
         lab.set_gpu_state(node, "idle")
     r = doc["results"][0]
     assert rc == 10 or rc == 1, r
-    assert r["status"] == "failed" and r["data"]["next"]["commands"][-1] == "fab -H lab01 extract --again", r
+    assert (
+        r["status"] == "failed"
+        and r["data"]["next"]["commands"][-1] == "fab -H lab01 extract --again"
+    ), r
     # The --again run is SIGKILLed (as the OOM killer does) at its start, before it redid a sample.
     points = node.faults_dir / "failpoints.json"
     points.write_text(json.dumps({"extract.start": {"action": "kill"}}))
@@ -186,23 +206,33 @@ def test_a_killed_extract_again_has_a_way_out_every_next_keeps_again(idle):
     assert rc == 1 and r["data"]["state"] == "killed", r
     assert "fab -H lab01 extract --again" in r["data"]["next"]["commands"], r["data"]["next"]
     rc, doc = fab_json(lab.root, "-H", "lab01", "diagnose")
-    found = next(f for f in doc["results"][0]["data"]["findings"] if f["area"] in ("job", "oom")
-                 and killed in f["msg"])
+    found = next(
+        f
+        for f in doc["results"][0]["data"]["findings"]
+        if f["area"] in ("job", "oom") and killed in f["msg"]
+    )
     assert "fab -H lab01 extract --again" in found["next"], found
-    # The earlier run's complete output does not hide the killed one: a plain extract says so, and how out.
+    # The earlier run's complete output does not hide the killed one: a plain extract says so, and
+    # how out.
     rc, doc = fab_json(lab.root, "-H", "lab01", "extract")
     r = doc["results"][0]
     assert rc == 1 and r["status"] == "failed", r
-    assert f"the latest run on it, job {killed} (extract --again), ended killed (signal 9)" in r["msg"], r["msg"]
-    assert "already complete" not in r["msg"] and r["data"]["next"]["commands"] == ["fab -H lab01 extract --again"]
-    assert sorted(p.name for p in jobs_dir.iterdir() if p.is_dir()) == sorted([first, killed])  # nothing launched
+    assert (
+        f"the latest run on it, job {killed} (extract --again), ended killed (signal 9)" in r["msg"]
+    ), r["msg"]
+    assert "already complete" not in r["msg"] and r["data"]["next"]["commands"] == [
+        "fab -H lab01 extract --again"
+    ]
+    # nothing launched
+    assert sorted(p.name for p in jobs_dir.iterdir() if p.is_dir()) == sorted([first, killed])
     # The way out, as the next: says: the redo runs, and status is no longer failed.
     rc, doc = fab_json(lab.root, "-H", "lab01", "extract", "--again", "tail", timeout=900)
     assert rc == 0, doc
     redo = {r["task"]: r for r in doc["results"]}["extract"]["data"]["job"]["id"]
     rc, doc = fab_json(lab.root, "-H", "lab01", "status")
     assert rc == 0 and doc["results"][0]["data"]["state"] == "succeeded", doc
-    # jobs: each job's own part of the output, by the manifest; never the directory's size on every row.
+    # jobs: each job's own part of the output, by the manifest; never the directory's size on every
+    # row.
     rc, doc = fab_json(lab.root, "-H", "lab01", "jobs")
     rows = {row[0]: row for row in doc["results"][0]["data"]["table"]["rows"]}
     manifest = json.loads((output / "manifest.json").read_text())
@@ -210,14 +240,19 @@ def test_a_killed_extract_again_has_a_way_out_every_next_keeps_again(idle):
     assert all(s["run"] == len(manifest["runs"]) - 1 for s in manifest["samples"].values())
     by_id = {j["id"]: j for j in doc["results"][0]["data"]["jobs"]}
     assert by_id[redo]["output_bytes"] == size and by_id[redo]["output_samples"] == 64, by_id[redo]
-    assert by_id[killed]["output_samples"] == 0 and by_id[first]["output_samples"] == 0, (by_id[killed], by_id[first])
+    assert by_id[killed]["output_samples"] == 0 and by_id[first]["output_samples"] == 0, (
+        by_id[killed],
+        by_id[first],
+    )
     assert rows[redo][7].endswith("(64 samples)") and rows[killed][7] == "0 B (0 samples)", rows
     # fetch: what belongs to the job asked for; the killed job never wrote a manifest.
     dest = lab.root / "fetched-again"
     rc, doc = fab_json(lab.root, "-H", "lab01", "fetch", "--job-id", killed, "--dest", str(dest))
     assert rc == 0 and not (dest / "lab01" / killed / "manifest.json").exists(), doc
     notes = [i["msg"] for i in doc["results"][0]["items"] if i["label"] == "note"]
-    assert any(n.startswith(f"no manifest of job {killed}: the one in {output} is of ") for n in notes), notes
+    assert any(
+        n.startswith(f"no manifest of job {killed}: the one in {output} is of ") for n in notes
+    ), notes
     rc, doc = fab_json(lab.root, "-H", "lab01", "fetch", "--job-id", redo, "--dest", str(dest))
     got = json.loads((dest / "lab01" / redo / "manifest.json").read_text())
     assert rc == 0 and got["runs"][-1]["job"] == redo, doc
@@ -235,6 +270,7 @@ def test_a_folded_extract_tail_shows_each_job_id_when_its_job_starts(lab4):
     args = ["-H", "lab[01-04]", "extract", "--job", "gated", "--playbook", JOBS, "tail"]
     try:
         with Follower(lab.root, args, ENV) as f:
+
             def ids() -> dict[str, str]:
                 found = {}
                 for line in list(f.lines):
@@ -243,8 +279,8 @@ def test_a_folded_extract_tail_shows_each_job_id_when_its_job_starts(lab4):
                         found[m.group(1)] = m.group(2)
                 return found if set(found) == set(hosts) else {}
 
-            # Every job waits at line 60 for a file in its own job dir: with no id on screen yet, tail cannot
-            # end, so the ids have to be shown while the jobs run.
+            # Every job waits at line 60 for a file in its own job dir: with no id on screen yet,
+            # tail cannot end, so the ids have to be shown while the jobs run.
             seen = wait_for(ids, "every host's job id while the jobs run", timeout=120)
             assert f.proc.poll() is None
             for host, job_id in seen.items():

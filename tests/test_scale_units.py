@@ -1,6 +1,7 @@
-"""A thousand hosts from one process, pure parts: the folded `verify` report of 1,003 hosts fits one screen,
-the fan-out respects the open-file limit (and says so when it lowers it), the large lab's host venvs hold what
-the playbook reads. No sshd: the limits are tried in a child process (a lowered hard limit cannot be raised)."""
+"""A thousand hosts from one process, pure parts: the folded `verify` report of 1,003 hosts fits one
+screen, the fan-out respects the open-file limit (and says so when it lowers it), the large lab's
+host venvs hold what the playbook reads. No sshd: the limits are tried in a child process (a lowered
+hard limit cannot be raised)."""
 
 from __future__ import annotations
 
@@ -24,20 +25,40 @@ CHECKS = [f"marker-{n}" for n in range(11)]
 def verify(host: str, odd: str = "") -> Result:
     """A grep-only `verify` answer, with the host's own path in each message (as a real one has)."""
     if odd == "down":
-        return Result(host, "verify", Status.UNREACHABLE, f"{host}: connection refused; is sshd running?",
-                      evidence=Evidence(f"ssh {host}", None, ["Connection refused"], 0.01))
-    items = [Item(name, Status.FAILED if odd == "drift" and n == 3 else Status.OK,
-                  "not found" if odd == "drift" and n == 3 else f"found at line {100 + n} of /srv/{host}/gen.py",
-                  {"proves": "the text is there", "cannot": "runtime behaviour"}) for n, name in enumerate(CHECKS)]
+        return Result(
+            host,
+            "verify",
+            Status.UNREACHABLE,
+            f"{host}: connection refused; is sshd running?",
+            evidence=Evidence(f"ssh {host}", None, ["Connection refused"], 0.01),
+        )
+    items = [
+        Item(
+            name,
+            Status.FAILED if odd == "drift" and n == 3 else Status.OK,
+            "not found"
+            if odd == "drift" and n == 3
+            else f"found at line {100 + n} of /srv/{host}/gen.py",
+            {"proves": "the text is there", "cannot": "runtime behaviour"},
+        )
+        for n, name in enumerate(CHECKS)
+    ]
     failed = odd == "drift"
-    return Result(host, "verify", Status.FAILED if failed else Status.OK,
-                  f"{len(items)} checks on {host}: {'1 failed' if failed else 'all passed'}", items=items)
+    return Result(
+        host,
+        "verify",
+        Status.FAILED if failed else Status.OK,
+        f"{len(items)} checks on {host}: {'1 failed' if failed else 'all passed'}",
+        items=items,
+    )
 
 
 def render(results: list[Result], width: int = 80) -> str:
     out = io.StringIO()
     rep = Reporter(console=Console(file=out, width=width, highlight=False, soft_wrap=True))
-    rep.who = identities((r.host, f"10.1.{i // 250}.{i % 250 + 1}", 22) for i, r in enumerate(results))
+    rep.who = identities(
+        (r.host, f"10.1.{i // 250}.{i % 250 + 1}", 22) for i, r in enumerate(results)
+    )
     rep.fold = True
     rep.live_start([r.host for r in results])
     for r in results:
@@ -64,27 +85,38 @@ def test_a_thousand_identical_hosts_and_three_odd_ones_fit_one_screen():
 def test_the_folded_report_does_not_grow_with_the_fleet():
     small = render([verify(f"gpu{i:04d}", "drift" if i == 7 else "") for i in range(1, 11)])
     large = render([verify(f"gpu{i:04d}", "drift" if i == 7 else "") for i in range(1, 1001)])
-    assert screen_rows(large, 80) <= screen_rows(small, 80) + 3  # a longer range wraps once more, at most
+    # a longer range wraps once more, at most
+    assert screen_rows(large, 80) <= screen_rows(small, 80) + 3
 
 
 def limited(code: str, soft: int, hard: int) -> dict:
     """`code` run in a child whose open-file limit is (soft, hard); it prints one JSON value."""
-    prog = f"import json, resource\nresource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard}))\n{code}"
-    proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=REPO, timeout=60)
+    prog = (
+        "import json, resource\nresource.setrlimit(resource.RLIMIT_NOFILE, "
+        f"({soft}, {hard}))\n{code}"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", prog], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
-BOUND = ("from fleetops.wire.connector import FDS_KEPT, FDS_PER_HOST, fork_bound, open_fds\n"
-         "n, why = fork_bound({wanted})\n"
-         "print(json.dumps({{'n': n, 'why': why, 'soft': resource.getrlimit(resource.RLIMIT_NOFILE)[0], "
-         "'fit': open_fds() + FDS_KEPT + n * FDS_PER_HOST}}))")
+BOUND = (
+    "from fleetops.wire.connector import FDS_KEPT, FDS_PER_HOST, fork_bound, open_fds\n"
+    "n, why = fork_bound({wanted})\n"
+    "print(json.dumps({{'n': n, 'why': why, 'soft': resource.getrlimit(resource.RLIMIT_NOFILE)[0], "
+    "'fit': open_fds() + FDS_KEPT + n * FDS_PER_HOST}}))"
+)
 
 
 def test_the_fan_out_is_lowered_to_fit_256_open_files_and_says_so():
     got = limited(BOUND.format(wanted=1000), 256, 256)
     assert 1 <= got["n"] < 1000 and got["fit"] <= 256
-    assert got["why"].startswith(f"forks lowered from 1000 to {got['n']}: ") and "ulimit -n" in got["why"]
+    assert (
+        got["why"].startswith(f"forks lowered from 1000 to {got['n']}: ")
+        and "ulimit -n" in got["why"]
+    )
 
 
 def test_a_fan_out_that_fits_is_left_alone():
@@ -94,7 +126,12 @@ def test_a_fan_out_that_fits_is_left_alone():
 
 def test_the_soft_limit_is_raised_towards_the_hard_one_first():
     got = limited(BOUND.format(wanted=1000), 256, 8192)
-    assert got["n"] == 1000 and got["why"] is None and 256 < got["soft"] <= 8192 and got["fit"] <= got["soft"]
+    assert (
+        got["n"] == 1000
+        and got["why"] is None
+        and 256 < got["soft"] <= 8192
+        and got["fit"] <= got["soft"]
+    )
 
 
 def test_each_sshd_listens_on_at_most_openssh_s_limit_and_addresses_are_distinct_loopback():

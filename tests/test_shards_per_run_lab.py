@@ -1,7 +1,7 @@
-"""Shard state belongs to the sharded run, on real lab nodes with the tiny model: after `extract --shards all` on
-two nodes, a later plain `extract` on one of them is that node's own job; its `status` and `tail` say nothing of
-the shard plan (no "shard i of N", no fleet line), while the other node, whose latest job is still its shard's,
-keeps the shard view."""
+"""Shard state belongs to the sharded run, on real lab nodes with the tiny model: after `extract
+--shards all` on two nodes, a later plain `extract` on one of them is that node's own job; its
+`status` and `tail` say nothing of the shard plan (no "shard i of N", no fleet line), while the
+other node, whose latest job is still its shard's, keeps the shard view."""
 
 from __future__ import annotations
 
@@ -16,22 +16,31 @@ pytestmark = pytest.mark.lab
 @pytest.fixture
 def fresh(lab):
     for node in lab.nodes():
-        subprocess.run(["rm", "-rf", str(node.state_dir / "hidden-states"), str(node.state_dir / "jobs")], check=True)
+        subprocess.run(
+            ["rm", "-rf", str(node.state_dir / "hidden-states"), str(node.state_dir / "jobs")],
+            check=True,
+        )
     yield lab
     run_fab(lab.root, "-H", "lab01,lab02", "stop", "--grace", "1")
 
 
 def test_a_later_plain_extract_is_not_reported_as_a_shard(fresh):
     lab = fresh
-    sharded = run_fab(lab.root, "-H", "lab01,lab02", "patch", "extract", "--shards", "all", "tail", timeout=900)
+    sharded = run_fab(
+        lab.root, "-H", "lab01,lab02", "patch", "extract", "--shards", "all", "tail", timeout=900
+    )
     assert sharded.returncode == 0, sharded.stdout[-3000:] + sharded.stderr
     assert "2/2 shards complete" in sharded.stdout, sharded.stdout[-3000:]
     rc, doc = fab_json(lab.root, "-H", "lab01", "status")
-    assert rc == 0 and doc["results"][0]["msg"].startswith("shard 0 of 2 (32/32 samples, complete)"), doc
+    assert rc == 0 and doc["results"][0]["msg"].startswith(
+        "shard 0 of 2 (32/32 samples, complete)"
+    ), doc
 
-    later = run_fab(lab.root, "-H", "lab01", "extract", "tail", timeout=900)  # the whole dataset, on lab01 alone
+    # the whole dataset, on lab01 alone
+    later = run_fab(lab.root, "-H", "lab01", "extract", "tail", timeout=900)
     assert later.returncode == 0, later.stdout[-3000:] + later.stderr
-    assert "fleet |" not in later.stdout, later.stdout[-3000:]  # its tail: this job's lines, no shard aggregate
+    # its tail: this job's lines, no shard aggregate
+    assert "fleet |" not in later.stdout, later.stdout[-3000:]
     rc, doc = fab_json(lab.root, "-H", "lab01", "status")
     res = doc["results"][0]
     assert rc == 0 and res["msg"].startswith("job extract-") and "shard" not in res["msg"], res

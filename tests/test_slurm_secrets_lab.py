@@ -1,6 +1,6 @@
-"""A Slurm job's secrets in `tail`, `logs` and `status` on the login node, against a real Slurm: the job's
-own playbook (named in its record) is loaded when the run names another, and the node masks the values before
-anything is sent, as for an SSH job (tests/test_node_text_lab.py)."""
+"""A Slurm job's secrets in `tail`, `logs` and `status` on the login node, against a real Slurm: the
+job's own playbook (named in its record) is loaded when the run names another, and the node masks
+the values before anything is sent, as for an SSH job (tests/test_node_text_lab.py)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,19 @@ def cluster(lab_factory, slurm_tools, root_user, tmp_path_factory):
 def test_a_slurm_jobs_secret_is_masked_whatever_playbook_the_run_names(cluster):
     project = cluster["project"]
     book = ("--playbook", SECRET_CUT)
-    submitted = run_fab(project, "-H", "login01", "extract", "--job", "leak", *book, "tail", timeout=600)
-    assert submitted.returncode == 0 and "done" in submitted.stdout, submitted.stdout + submitted.stderr
-    runs = {"extract tail": submitted,
-            "tail": run_fab(project, "-H", "login01", "tail", "--from-start", timeout=300),
-            "logs": run_fab(project, "-H", "login01", "logs"),
-            "logs --json": run_fab(project, "-H", "login01", "logs", "--json"),
-            "status": run_fab(project, "-H", "login01", "status", "--json")}
+    submitted = run_fab(
+        project, "-H", "login01", "extract", "--job", "leak", *book, "tail", timeout=600
+    )
+    assert submitted.returncode == 0 and "done" in submitted.stdout, (
+        submitted.stdout + submitted.stderr
+    )
+    runs = {
+        "extract tail": submitted,
+        "tail": run_fab(project, "-H", "login01", "tail", "--from-start", timeout=300),
+        "logs": run_fab(project, "-H", "login01", "logs"),
+        "logs --json": run_fab(project, "-H", "login01", "logs", "--json"),
+        "status": run_fab(project, "-H", "login01", "status", "--json"),
+    }
     for name, proc in runs.items():
         out = proc.stdout + proc.stderr
         assert "Traceback" not in out, f"{name}: {out[-2000:]}"

@@ -1,8 +1,9 @@
-"""The Slurm lab's teardown (fleetops/lab/slurm.py, down()) on a busy machine: processes of the cluster that are
-still on their way out when the daemons stop (an agent session on the login node, a job step's child) are waited
-for, within a bound, and what is left then is killed by pid before down() judges, so a loaded machine does not
-turn a green module red at its teardown. A real one-node Slurm; the stragglers are real processes that carry the
-cluster's SLURM_CONF, as the login node's agent does."""
+"""The Slurm lab's teardown (fleetops/lab/slurm.py, down()) on a busy machine: processes of the
+cluster that are still on their way out when the daemons stop (an agent session on the login node, a
+job step's child) are waited for, within a bound, and what is left then is killed by pid before
+down() judges, so a loaded machine does not turn a green module red at its teardown. A real one-node
+Slurm; the stragglers are real processes that carry the cluster's SLURM_CONF, as the login node's
+agent does."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.lab
 SLOW_EXIT = """
 import os, signal, sys, time
 def leave(*_):
-    # On its way out until after the last daemon (munged) is gone, and %s s more: the moment down() judges.
+    # On its way out until after the last daemon (munged) is gone, and %s s more: the moment \
+down() judges.
     munged = int(open(sys.argv[2]).read().split()[0])
     while os.path.exists("/proc/%%d" %% munged):
         time.sleep(0.05)
@@ -45,16 +47,23 @@ def cluster(slurm_tools, root_user, tmp_path) -> SlurmLab:
         os.kill(pid, signal.SIGKILL)
 
 
-def straggler(slurm: SlurmLab, tmp_path: Path, exit_s: float, ignore_term: bool = False) -> subprocess.Popen:
-    """A process of the cluster (SLURM_CONF in its environment, its own session, as the login node's agent),
-    told to go when the teardown begins; it exits `exit_s` after the last daemon, or never with `ignore_term`."""
+def straggler(
+    slurm: SlurmLab, tmp_path: Path, exit_s: float, ignore_term: bool = False
+) -> subprocess.Popen:
+    """A process of the cluster (SLURM_CONF in its environment, its own session, as the login node's
+    agent), told to go when the teardown begins; it exits `exit_s` after the last daemon, or never
+    with `ignore_term`."""
     ready = tmp_path / f"ready-{time.monotonic_ns()}"
     code = SLOW_EXIT % (exit_s, exit_s)
     if ignore_term:
-        code = code.replace("signal.signal(signal.SIGTERM, leave)", "signal.signal(signal.SIGTERM, signal.SIG_IGN)")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(ready), str(slurm.pid_file("munged"))],
-                            env={**os.environ, **slurm.env},
-                            start_new_session=True)
+        code = code.replace(
+            "signal.signal(signal.SIGTERM, leave)", "signal.signal(signal.SIGTERM, signal.SIG_IGN)"
+        )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(ready), str(slurm.pid_file("munged"))],
+        env={**os.environ, **slurm.env},
+        start_new_session=True,
+    )
     wait_for(ready.exists, "the straggler started", 60)
     return proc
 

@@ -1,6 +1,7 @@
 """Slurm's output parsed (fleetops/plans/slurm.py) on output recorded from a real Slurm 22.05.8
-(tests/fixtures/slurm/, how each was made is in its README), the inventory's Slurm fields, and the batch
-script the node writes (remote_scripts/jobs/slurm.py). No daemons here: tests/test_slurm_lab.py runs the real ones."""
+(tests/fixtures/slurm/, how each was made is in its README), the inventory's Slurm fields, and the
+batch script the node writes (remote_scripts/jobs/slurm.py). No daemons here:
+tests/test_slurm_lab.py runs the real ones."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ FIX = Path(__file__).parent / "fixtures" / "slurm"
 
 
 def text(name: str) -> str:
-    """A capture; the trailing `rc=N` line some of them carry was added by the capture, not the tool."""
+    """A capture; the trailing `rc=N` line some of them carry was added by the capture, not the
+    tool."""
     return "\n".join(ln for ln in (FIX / name).read_text().splitlines() if not ln.startswith("rc="))
 
 
@@ -35,17 +37,27 @@ def test_squeue_pending_array_tasks_each_on_their_own_line_with_reason():
     rows = sp.parse_squeue(text("squeue_pending.txt"))
     by_id = {r.job_id: r for r in rows}
     assert set(by_id) == {"2_0", "2_1"}
-    assert [(by_id["2_0"].task, by_id["2_0"].word, by_id["2_0"].reason) for _ in [0]] == [(0, "pending", "Resources")]
+    assert [(by_id["2_0"].task, by_id["2_0"].word, by_id["2_0"].reason) for _ in [0]] == [
+        (0, "pending", "Resources")
+    ]
     assert by_id["2_1"].task == 1 and by_id["2_1"].extra["gres"] == "gres:gpu:1"
-    assert (by_id["2_1"].user, by_id["2_1"].name, by_id["2_1"].submit) == ("root", "extract-x", "2026-12-02T04:48:57")
+    assert (by_id["2_1"].user, by_id["2_1"].name, by_id["2_1"].submit) == (
+        "root",
+        "extract-x",
+        "2026-12-02T04:48:57",
+    )
 
 
 def test_squeue_running_and_after_one_task_cancelled():
     running = {r.job_id: r for r in sp.parse_squeue(text("squeue_running.txt"))}
-    assert [(r.word, r.nodes) for _, r in sorted(running.items())] == [("running", "vm"), ("running", "vm")]
+    assert [(r.word, r.nodes) for _, r in sorted(running.items())] == [
+        ("running", "vm"),
+        ("running", "vm"),
+    ]
     assert running["2_0"].extra["job_id"] == "3"  # task 0 got its own job id when it started
     after = {r.job_id: r.word for r in sp.parse_squeue(text("squeue_after_cancel_one.txt"))}
-    assert after == {"2_0": "running", "2_1": "cancelled"}  # --states=all: the cancelled task is still listed
+    # --states=all: the cancelled task is still listed
+    assert after == {"2_0": "running", "2_1": "cancelled"}
 
 
 def test_squeue_bad_line_is_an_error_not_a_guess():
@@ -57,26 +69,58 @@ def test_squeue_cancelled_and_failed_jobs_keep_their_final_state():
     cancelled = {r.task: r for r in sp.parse_squeue(text("squeue_cancelled.txt"))}
     assert cancelled[0].word == cancelled[1].word == "cancelled"
     (failed,) = sp.parse_squeue(text("squeue_failed_injected.txt"))
-    assert (failed.word, failed.reason, failed.nodes, failed.exit_code) == ("failed", "NonZeroExitCode", "vm", None)
+    assert (failed.word, failed.reason, failed.nodes, failed.exit_code) == (
+        "failed",
+        "NonZeroExitCode",
+        "vm",
+        None,
+    )
 
 
 def test_sacct_disabled_is_recognised_and_sacct_lines_parse():
     assert sp.sacct_disabled(text("sacct_disabled.txt"), "")
     # Not recorded here (this cluster has no accounting): the field layout of --parsable2 with
     # SACCT_FORMAT, in the shape sacct prints (steps on their own lines, "CANCELLED by UID").
-    out = ("12_0|COMPLETED|0:0|gpu01|00:01:02|2026-11-30T10:00:00|2026-11-30T10:01:02|ops|2026-11-30T09:59:00|extract\n"
-           "12_0.batch|COMPLETED|0:0|gpu01|00:01:02|2026-11-30T10:00:00|2026-11-30T10:01:02||2026-11-30T09:59:00|batch\n"
-           "12_1|CANCELLED by 0|0:15|gpu02|00:00:30|2026-11-30T10:00:00|2026-11-30T10:00:30|ops|2026-11-30T09:59:00|"
-           "extract\n")
+    out = (
+        "12_0|COMPLETED|0:0|gpu01|00:01:02|2026-11-30T10:00:00|2026-11-30T10:01:02|ops|"
+        "2026-11-30T09:59:00|extract\n"
+        "12_0.batch|COMPLETED|0:0|gpu01|00:01:02|2026-11-30T10:00:00|2026-11-30T10:01:02||"
+        "2026-11-30T09:59:00|batch\n12_1|CANCELLED by "
+        "0|0:15|gpu02|00:00:30|2026-11-30T10:00:00|2026-11-30T10:00:30|ops|2026-11-30T09:59:00|"
+        "extract\n"
+    )
     rows = sp.parse_sacct(out)
-    assert [(r.task, r.word, r.nodes, r.user) for r in rows] == [(0, "succeeded", "gpu01", "ops"),
-                                                                (1, "cancelled", "gpu02", "ops")]
+    assert [(r.task, r.word, r.nodes, r.user) for r in rows] == [
+        (0, "succeeded", "gpu01", "ops"),
+        (1, "cancelled", "gpu02", "ops"),
+    ]
 
 
 def test_state_words_and_the_jobs_overall_word():
-    assert [sp.state_word(s) for s in ("PENDING", "CONFIGURING", "COMPLETING", "COMPLETED", "CANCELLED+",
-                                       "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "WHATEVER")] == \
-        ["pending", "running", "running", "succeeded", "cancelled", "failed", "failed", "failed", "unknown"]
+    assert [
+        sp.state_word(s)
+        for s in (
+            "PENDING",
+            "CONFIGURING",
+            "COMPLETING",
+            "COMPLETED",
+            "CANCELLED+",
+            "TIMEOUT",
+            "OUT_OF_MEMORY",
+            "NODE_FAIL",
+            "WHATEVER",
+        )
+    ] == [
+        "pending",
+        "running",
+        "running",
+        "succeeded",
+        "cancelled",
+        "failed",
+        "failed",
+        "failed",
+        "unknown",
+    ]
     assert sp.overall(["succeeded", "running"]) == "running"
     assert sp.overall(["succeeded", "pending"]) == "pending"
     assert sp.overall(["succeeded", "cancelled"]) == "cancelled"
@@ -89,41 +133,77 @@ def raw(stdout: str = "", rc: int = 0, stderr: str = "") -> dict:
 
 
 def test_tasks_view_prefers_squeue_then_the_exit_file():
-    job = {"id": "extract-1", "shards": 2, "slurm_job_id": "2", "name": "extract-x", "slurm_user": "root",
-           "slurm_submit": "2026-12-02T04:48:57"}
-    answer = {"job": job, "query": {"squeue": raw(text("squeue_after_cancel_one.txt")),
-                                    "sacct": raw(text("sacct_disabled.txt"), 1)}, "exits": {}}
+    job = {
+        "id": "extract-1",
+        "shards": 2,
+        "slurm_job_id": "2",
+        "name": "extract-x",
+        "slurm_user": "root",
+        "slurm_submit": "2026-12-02T04:48:57",
+    }
+    answer = {
+        "job": job,
+        "query": {
+            "squeue": raw(text("squeue_after_cancel_one.txt")),
+            "sacct": raw(text("sacct_disabled.txt"), 1),
+        },
+        "exits": {},
+    }
     rows = tasks_view(answer)
-    assert [(r["task"], r["state"], r["source"]) for r in rows] == [(0, "running", "squeue"),
-                                                                    (1, "cancelled", "squeue")]
+    assert [(r["task"], r["state"], r["source"]) for r in rows] == [
+        (0, "running", "squeue"),
+        (1, "cancelled", "squeue"),
+    ]
     assert rows[1]["signal"] is None  # squeue says CANCELLED, not which signal: none is made up
     assert any("accounting storage is disabled" in n for n in rows[0]["notes"])
     # Past MinJobAge with no accounting: only the batch script's exit file knows.
-    gone = {"job": job, "query": {"squeue": raw("", 1, text("squeue_unknown.txt")),
-                                  "sacct": raw(text("sacct_disabled.txt"), 1)},
-            "exits": {"0": {"exit_code": 0, "signal": None}}}
+    gone = {
+        "job": job,
+        "query": {
+            "squeue": raw("", 1, text("squeue_unknown.txt")),
+            "sacct": raw(text("sacct_disabled.txt"), 1),
+        },
+        "exits": {"0": {"exit_code": 0, "signal": None}},
+    }
     rows = tasks_view(gone)
-    assert [(r["state"], r["source"]) for r in rows] == [("succeeded", "exit-file"), ("unknown", "none")]
+    assert [(r["state"], r["source"]) for r in rows] == [
+        ("succeeded", "exit-file"),
+        ("unknown", "none"),
+    ]
 
 
 def test_inventory_slurm_fields_and_refusals(tmp_path):
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text("hosts:\n  login01:\n    address: 127.0.0.1\n    scheduler: slurm\n    partition: gpu\n"
-                     "    account: proj-42\n    gres: gpu:h200:8\n    time_limit: 1-00:00:00\n  plain:\n"
-                     "    address: 127.0.0.2\n")
+    hosts.write_text(
+        "hosts:\n  login01:\n    address: 127.0.0.1\n    scheduler: slurm\n    partition: gpu\n"
+        "    account: proj-42\n    gres: gpu:h200:8\n    time_limit: 1-00:00:00\n  plain:\n"
+        "    address: 127.0.0.2\n"
+    )
     inv = load_inventory(hosts)
     login = inv.hosts["login01"]
-    assert (login.scheduler, login.partition, login.account, login.gres, login.time_limit) == \
-        ("slurm", "gpu", "proj-42", "gpu:h200:8", "1-00:00:00")
+    assert (login.scheduler, login.partition, login.account, login.gres, login.time_limit) == (
+        "slurm",
+        "gpu",
+        "proj-42",
+        "gpu:h200:8",
+        "1-00:00:00",
+    )
     assert inv.hosts["plain"].scheduler is None
-    for key, value in (("scheduler", "pbs"), ("partition", "gpu;rm -rf"), ("gres", "gpu:$(id)"),
-                       ("time_limit", "1 day"), ("account", "--uid=0")):
-        hosts.write_text(f"hosts:\n  login01:\n    address: 127.0.0.1\n    {key}: \"{value}\"\n")
+    for key, value in (
+        ("scheduler", "pbs"),
+        ("partition", "gpu;rm -rf"),
+        ("gres", "gpu:$(id)"),
+        ("time_limit", "1 day"),
+        ("account", "--uid=0"),
+    ):
+        hosts.write_text(f'hosts:\n  login01:\n    address: 127.0.0.1\n    {key}: "{value}"\n')
         with pytest.raises(ConfigError) as err:
             load_inventory(hosts)
         assert f"{hosts}:4" in str(err.value) and key in str(err.value)
     hosts.write_text("hosts:\n  plain:\n    address: 127.0.0.1\n    gres: gpu:8\n")
-    with pytest.raises(ConfigError, match=r"hosts.yaml:4.*'gres' is a Slurm setting; add 'scheduler: slurm'"):
+    with pytest.raises(
+        ConfigError, match=r"hosts.yaml:4.*'gres' is a Slurm setting; add 'scheduler: slurm'"
+    ):
         load_inventory(hosts)
 
 
@@ -132,17 +212,23 @@ def test_batch_script_is_the_bootstraps_fixed_text_that_compiles():
     from remote_scripts.jobs import slurmquery as node_query
     from remote_scripts.jobs import slurmstep
 
-    # the batch script is the verifying bootstrap itself under a `#!python -IS` line (its arguments name the
-    # state dir, the agent, its sha256 and the step's role): no user data in its text
+    # the batch script is the verifying bootstrap itself under a `#!python -IS` line (its arguments
+    # name the state dir, the agent, its sha256 and the step's role): no user data in its text
     compile(BOOTSTRAP, "batch.py", "exec")
     assert slurmstep.STEP == "slurm-step"
-    assert node_query.SQUEUE_FORMAT == sp.SQUEUE_FORMAT and node_query.SACCT_FORMAT == sp.SACCT_FORMAT
-    assert node_query.SQUEUE_FIELDS == sp.SQUEUE_FIELDS and node_query.ACTIVE == sp.RUNNING | sp.PENDING
+    assert (
+        node_query.SQUEUE_FORMAT == sp.SQUEUE_FORMAT and node_query.SACCT_FORMAT == sp.SACCT_FORMAT
+    )
+    assert (
+        node_query.SQUEUE_FIELDS == sp.SQUEUE_FIELDS
+        and node_query.ACTIVE == sp.RUNNING | sp.PENDING
+    )
 
 
 def _slurm_job(state_dir: Path, lines: list[int], ended: bool = True) -> str:
-    """A job as remote_scripts/jobs/slurm.py lays it out, one task per entry of `lines` (task i wrote lines[i] lines),
-    never submitted (no Slurm id: no scheduler queried), each task's exit file written when `ended`."""
+    """A job as remote_scripts/jobs/slurm.py lays it out, one task per entry of `lines` (task i
+    wrote lines[i] lines), never submitted (no Slurm id: no scheduler queried), each task's exit
+    file written when `ended`."""
     job_id = "numbers-20261130T000000-abcd"
     job_dir = state_dir / "slurm" / job_id
     job_dir.mkdir(parents=True)
@@ -152,9 +238,21 @@ def _slurm_job(state_dir: Path, lines: list[int], ended: bool = True) -> str:
         log.write_text("".join(f"task {task} line {i}\n" for i in range(n)))
         logs.append(str(log))
         if ended:
-            (job_dir / f"exit-{task}.json").write_text(json.dumps({"exit_code": 0, "signal": None, "task": task}))
-    (job_dir / "job.json").write_text(json.dumps({"id": job_id, "name": "numbers", "kind": "command",
-                                                  "shards": len(lines), "logs": logs, "slurm_job_id": None}))
+            (job_dir / f"exit-{task}.json").write_text(
+                json.dumps({"exit_code": 0, "signal": None, "task": task})
+            )
+    (job_dir / "job.json").write_text(
+        json.dumps(
+            {
+                "id": job_id,
+                "name": "numbers",
+                "kind": "command",
+                "shards": len(lines),
+                "logs": logs,
+                "slurm_job_id": None,
+            }
+        )
+    )
     (state_dir / "slurm" / "current.json").write_text(json.dumps({"id": job_id}))
     return job_id
 
@@ -167,12 +265,15 @@ def _node_tail(state_dir: Path, **req) -> dict:
 
 def test_node_tail_attach_starts_each_task_at_its_last_lines_and_says_what_it_skipped(tmp_path):
     _slurm_job(tmp_path, [30, 5])
-    first = _node_tail(tmp_path, offsets=None)  # attaching, no line count: the last 20 whole lines of each task
+    # attaching, no line count: the last 20 whole lines of each task
+    first = _node_tail(tmp_path, offsets=None)
     assert first["data"][0].splitlines() == [f"task 0 line {i}" for i in range(10, 30)]
     assert first["data"][1].splitlines() == [f"task 1 line {i}" for i in range(5)]
     skipped_bytes = len("".join(f"task 0 line {i}\n" for i in range(10)))
-    assert first["skipped"] == [{"offset": skipped_bytes, "skipped_bytes": skipped_bytes, "skipped_lines": 10},
-                                {"offset": 0, "skipped_bytes": 0, "skipped_lines": 0}]
+    assert first["skipped"] == [
+        {"offset": skipped_bytes, "skipped_bytes": skipped_bytes, "skipped_lines": 10},
+        {"offset": 0, "skipped_bytes": 0, "skipped_lines": 0},
+    ]
     assert first["offsets"] == [skipped_bytes, 0]
     three = _node_tail(tmp_path, offsets=None, last_lines=3)
     assert [d.splitlines()[0] for d in three["data"]] == ["task 0 line 27", "task 1 line 2"]
@@ -196,7 +297,8 @@ def test_node_tail_attach_to_a_running_task_counts_whole_lines_only(tmp_path):
 
 
 class _NodeOverFiles:
-    """A connector whose `slurm` op is the node's own code on a local state dir (no SSH, no Slurm)."""
+    """A connector whose `slurm` op is the node's own code on a local state dir (no SSH, no
+    Slurm)."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir, self.requests = state_dir, []
@@ -213,7 +315,9 @@ class _NodeOverFiles:
         pass
 
 
-def _client_tail(tmp_path: Path, options: dict, launched: str | None = None) -> tuple[list[str], list[dict], object]:
+def _client_tail(
+    tmp_path: Path, options: dict, launched: str | None = None
+) -> tuple[list[str], list[dict], object]:
     from fleetops.state import RunState
     from fleetops.tasks.jobs.slurm.jobs import run_tail
     from fleetops.tasks.plan import Plan
@@ -229,29 +333,45 @@ def _client_tail(tmp_path: Path, options: dict, launched: str | None = None) -> 
     return shown, node.requests, result
 
 
-def test_client_tail_reattach_shows_last_lines_per_task_with_a_note_and_extract_tail_replays(tmp_path):
+def test_client_tail_reattach_shows_last_lines_per_task_with_a_note_and_extract_tail_replays(
+    tmp_path,
+):
     job_id = _slurm_job(tmp_path, [30, 22])
     shown, requests, result = _client_tail(tmp_path, {})
-    assert requests[0]["offsets"] is None and requests[0]["last_lines"] is None and not requests[0]["from_start"]
-    assert [ln for ln in shown if ln.startswith("login01[0] | task")] == \
-        [f"login01[0] | task 0 line {i}" for i in range(10, 30)]
-    assert [ln for ln in shown if ln.startswith("login01[1] | task")] == \
-        [f"login01[1] | task 1 line {i}" for i in range(2, 22)]
+    assert (
+        requests[0]["offsets"] is None
+        and requests[0]["last_lines"] is None
+        and not requests[0]["from_start"]
+    )
+    assert [ln for ln in shown if ln.startswith("login01[0] | task")] == [
+        f"login01[0] | task 0 line {i}" for i in range(10, 30)
+    ]
+    assert [ln for ln in shown if ln.startswith("login01[1] | task")] == [
+        f"login01[1] | task 1 line {i}" for i in range(2, 22)
+    ]
     notes = [ln for ln in shown if "earlier lines not shown" in ln]
-    assert len(notes) == 2 and notes[0].startswith(f"login01[0] | job {job_id}: 10 earlier lines not shown (")
+    assert len(notes) == 2 and notes[0].startswith(
+        f"login01[0] | job {job_id}: 10 earlier lines not shown ("
+    )
     assert notes[1].startswith(f"login01[1] | job {job_id}: 2 earlier lines not shown (")
     assert notes[0].endswith("bytes); --from-start replays them") and result.code == 0
-    # `extract tail` in one command: this run submitted the job, so its tail starts at the first line.
+    # `extract tail` in one command: this run submitted the job, so its tail starts at the first
+    # line.
     shown, requests, _ = _client_tail(tmp_path, {}, launched=job_id)
     assert requests[0]["from_start"] is True and requests[0]["job_id"] == job_id
     assert not any("earlier lines not shown" in ln for ln in shown)
     assert shown.count("login01[0] | task 0 line 0") == 1 and "login01[1] | task 1 line 0" in shown
-    # --lines wins over the run's own launch; --from-start replays a job launched by an earlier command.
+    # --lines wins over the run's own launch; --from-start replays a job launched by an earlier
+    # command.
     shown, requests, _ = _client_tail(tmp_path, {"lines": "2"}, launched=job_id)
     assert requests[0]["last_lines"] == 2 and not requests[0]["from_start"]
-    assert [ln for ln in shown if "| task 0" in ln] == ["login01[0] | task 0 line 28", "login01[0] | task 0 line 29"]
+    assert [ln for ln in shown if "| task 0" in ln] == [
+        "login01[0] | task 0 line 28",
+        "login01[0] | task 0 line 29",
+    ]
     shown, requests, _ = _client_tail(tmp_path, {"from_start": True})
     assert requests[0]["from_start"] is True and "login01[0] | task 0 line 0" in shown
-    assert len(requests) >= 2 and all("last_lines" not in r for r in requests[1:])  # following: offsets only
+    # following: offsets only
+    assert len(requests) >= 2 and all("last_lines" not in r for r in requests[1:])
     _, _, bad = _client_tail(tmp_path, {"lines": "many"})
     assert bad.code == 2 and "not a number of lines" in bad.msg

@@ -1,12 +1,14 @@
-"""The `fleet` program does not run Python's garbage collector while it starts (about 90 collections,
-20-25 ms of client CPU before the first connection of `fleet -H lab01 patch verify`, each walking the modules and
-plans just built) and collects as usual from the moment the run is planned (fleetops/startup.py).
+"""The `fleet` program does not run Python's garbage collector while it starts (about 90
+collections, 20-25 ms of client CPU before the first connection of `fleet -H lab01 patch verify`,
+each walking the modules and plans just built) and collects as usual from the moment the run is
+planned (fleetops/startup.py).
 
-The lab test runs the installed entry point (fleetops.entry:main, what .venv/bin/fleet calls) against a real
-lab sshd and watches the collector from inside the process: gc.callbacks count collections, and the audit hook
-marks the run's first socket.connect (the SSH connection to the node). The same run imports no task family it
-does not name (client start-up). Invoke's own import of unittest.mock (and the asyncio and ssl it pulls in) is
-Invoke's: fleetops stands in for no module (docs/perf.md has what it costs)."""
+The lab test runs the installed entry point (fleetops.entry:main, what .venv/bin/fleet calls)
+against a real lab sshd and watches the collector from inside the process: gc.callbacks count
+collections, and the audit hook marks the run's first socket.connect (the SSH connection to the
+node). The same run imports no task family it does not name (client start-up). Invoke's own import
+of unittest.mock (and the asyncio and ssl it pulls in) is Invoke's: fleetops stands in for no module
+(docs/perf.md has what it costs)."""
 
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ WATCH = textwrap.dedent("""
             json.dump(seen, f)
     def on_gc(phase, info):
         if phase == "stop" and program:
-            # nothing is frozen until startup.release(): a collection before it is one of the start-up's
+            # nothing is frozen until startup.release(): a collection before it is one of the \
+start-up's
             seen["running" if gc.get_freeze_count() else "starting"] += 1
             save()
     def on_audit(event, args):
@@ -53,30 +56,45 @@ WATCH = textwrap.dedent("""
 
 
 def _watched(project: Path, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    proc = subprocess.run([sys.executable, "-c", WATCH, str(out), *args], cwd=project, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-c", WATCH, str(out), *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     return proc, json.loads(out.read_text())
 
 
 def test_fab_collects_nothing_while_it_starts_and_collects_again_once_planned(lab, tmp_path):
-    proc, seen = _watched(lab.root, tmp_path / "gc.json", "-H", "lab01", "patch", "verify", "--kinds",
-                          "grep,compile")
+    proc, seen = _watched(
+        lab.root, tmp_path / "gc.json", "-H", "lab01", "patch", "verify", "--kinds", "grep,compile"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert seen["connected"] is not None, "the run never connected"
     assert seen["starting"] == 0, f"{seen['starting']} collections while the program started"
     assert seen["connected"]["enabled"], "the collector was still off when the run connected"
-    # what start-up built is out of every later collection's way (gc.freeze), not just left uncollected
+    # what start-up built is out of every later collection's way (gc.freeze), not just left
+    # uncollected
     assert seen["connected"]["frozen"] > 50_000, seen
     assert seen["running"] > 0, "nothing was collected once the run was under way"
-    # nor, start to end, a task family the run does not name that is not declared in the task table itself (the
-    # declared families are the table: docs/architecture.md): the jobs family and diagnose load on first use
-    assert "fleetops.tasks.patching" in seen["modules"] and "fleetops.tasks.checks" in seen["modules"], seen
-    assert not [m for m in seen["modules"] if m.startswith(("fleetops.tasks.jobs", "fleetops.tasks.diagnose"))], \
-        seen["modules"]
+    # nor, start to end, a task family the run does not name that is not declared in the task table
+    # itself (the declared families are the table: docs/architecture.md): the jobs family and
+    # diagnose load on first use
+    assert (
+        "fleetops.tasks.patching" in seen["modules"] and "fleetops.tasks.checks" in seen["modules"]
+    ), seen
+    assert not [
+        m
+        for m in seen["modules"]
+        if m.startswith(("fleetops.tasks.jobs", "fleetops.tasks.diagnose"))
+    ], seen["modules"]
 
 
 def test_a_failing_run_still_turns_the_collector_back_on(lab, tmp_path):
-    """An unreachable host: the run is planned, connects (and fails); the collector is on by then."""
+    """An unreachable host: the run is planned, connects (and fails); the collector is on by
+    then."""
     lab.stop_node(lab.nodes()[1])
     try:
         proc, seen = _watched(lab.root, tmp_path / "gc.json", "-H", "lab02", "ping")
@@ -88,8 +106,13 @@ def test_a_failing_run_still_turns_the_collector_back_on(lab, tmp_path):
 
 def _probe(body: str) -> dict:
     code = "import gc, json\nfrom fleetops import startup\n" + textwrap.dedent(body)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -1,6 +1,7 @@
-"""On a real lab node: corrupt state files are quarantined (renamed aside, reported), never
-fatal forever. The job records (jobs/current.json, jobs/<id>/job.json) are moved aside like lock.json, and
-whatever the node quarantined or tidied on the way is shown under any task's result, not only patch's."""
+"""On a real lab node: corrupt state files are quarantined (renamed aside, reported), never fatal
+forever. The job records (jobs/current.json, jobs/<id>/job.json) are moved aside like lock.json, and
+whatever the node quarantined or tidied on the way is shown under any task's result, not only
+patch's."""
 
 from __future__ import annotations
 
@@ -22,9 +23,17 @@ EXIT_FAILED = 1
 
 
 def fab(lab, *args: str, as_json: bool = True) -> tuple[int, dict, str]:
-    """`fab -H lab01 ...`: (exit status, the --json document or {}, stdout+stderr); never a traceback."""
-    proc = run_fab(lab.root, "-H", "lab01", *args, *(["--json"] if as_json else []), env={"COLUMNS": "300"},
-                   timeout=600)
+    """`fab -H lab01 ...`: (exit status, the --json document or {}, stdout+stderr); never a
+    traceback."""
+    proc = run_fab(
+        lab.root,
+        "-H",
+        "lab01",
+        *args,
+        *(["--json"] if as_json else []),
+        env={"COLUMNS": "300"},
+        timeout=600,
+    )
     both = proc.stdout + proc.stderr
     assert "Traceback" not in both, both
     return proc.returncode, json.loads(proc.stdout) if as_json else {}, both
@@ -52,8 +61,11 @@ def launch(lab, node) -> dict:
     rc, doc, both = fab(lab, "extract", "--job", "envecho", "--playbook", JOBS)
     assert rc == 0, both
     job = only(doc)["data"]["job"]
-    wait_for(lambda: (node.state_dir / "jobs" / job["id"] / "exit.json").exists(), f"job {job['id']}'s end",
-             timeout=120)
+    wait_for(
+        lambda: (node.state_dir / "jobs" / job["id"] / "exit.json").exists(),
+        f"job {job['id']}'s end",
+        timeout=120,
+    )
     return job
 
 
@@ -71,7 +83,11 @@ def test_a_corrupt_lock_json_is_shown_under_a_successful_ping(lab, node):
     rc, doc, both = fab(lab, "ping")
     assert rc == 0, both
     (moved,) = only(doc)["data"]["quarantined"]
-    assert moved["path"] == str(info) and "not JSON" in moved["why"] and Path(moved["moved_to"]).exists()
+    assert (
+        moved["path"] == str(info)
+        and "not JSON" in moved["why"]
+        and Path(moved["moved_to"]).exists()
+    )
     assert not info.exists()
 
 
@@ -101,12 +117,18 @@ def test_a_corrupt_current_json_is_quarantined_and_the_newest_job_answers(lab, n
     result = only(doc)
     assert result["data"]["job"]["id"] == newest["id"], result
     (moved,) = result["data"]["quarantined"]
-    assert moved["path"] == str(current) and Path(moved["moved_to"]).name.startswith("current.json.corrupt-")
+    assert moved["path"] == str(current) and Path(moved["moved_to"]).name.startswith(
+        "current.json.corrupt-"
+    )
     assert not current.exists()
     again = launch(lab, node)  # a new extract works, and is the latest again
     assert json.loads(current.read_text()) == {"id": again["id"]}
     rc, doc, both = fab(lab, "status")
-    assert rc == 0 and only(doc)["data"]["job"]["id"] == again["id"] and "quarantined" not in only(doc)["data"]
+    assert (
+        rc == 0
+        and only(doc)["data"]["job"]["id"] == again["id"]
+        and "quarantined" not in only(doc)["data"]
+    )
 
 
 def test_a_corrupt_job_json_fails_that_job_clearly_and_later_runs_work(lab, node):
@@ -131,6 +153,7 @@ def test_a_corrupt_job_json_fails_that_job_clearly_and_later_runs_work(lab, node
     (node.state_dir / "jobs" / older["id"] / "job.json").write_text("{")
     rc, doc, both = fab(lab, "jobs")
     assert rc == 0 and only(doc)["data"]["jobs"] == [], both
-    assert [m["path"] for m in only(doc)["data"]["quarantined"]] == [str(node.state_dir / "jobs" / older["id"] /
-                                                                       "job.json")]
+    assert [m["path"] for m in only(doc)["data"]["quarantined"]] == [
+        str(node.state_dir / "jobs" / older["id"] / "job.json")
+    ]
     assert launch(lab, node)["id"]  # and a new job starts

@@ -1,5 +1,5 @@
-"""Typos and wrong values against the real lab: a node name that is not the lab's names the lab's nodes; a
-job id pasted with a blank after it is the job id."""
+"""Typos and wrong values against the real lab: a node name that is not the lab's names the lab's
+nodes; a job id pasted with a blank after it is the job id."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-"""The YAML fast path without the lab (docs/perf.md has its figures). Inventories and playbooks are scanned
-and parsed by libyaml's C parser when PyYAML has it, while composing (the alias and depth bounds), resolving
-(YAML 1.2 core schema) and constructing (Mapping and Sequence with line/column per key and item) stay Python.
+"""The YAML fast path without the lab (docs/perf.md has its figures). Inventories and playbooks are
+scanned and parsed by libyaml's C parser when PyYAML has it, while composing (the alias and depth
+bounds), resolving (YAML 1.2 core schema) and constructing (Mapping and Sequence with line/column
+per key and item) stay Python.
 
-What is pinned here: the C parser really is used; it gives the same values and the same line/column maps as
-the pure-Python loader for every YAML file in the repository and a set of tricky documents; the bounds still
-fire on the C path, from the Python composer; and any failure on the C path is answered by the Python loader,
-so error messages are word for word those of before."""
+What is pinned here: the C parser really is used; it gives the same values and the same line/column
+maps as the pure-Python loader for every YAML file in the repository and a set of tricky documents;
+the bounds still fire on the C path, from the Python composer; and any failure on the C path is
+answered by the Python loader, so error messages are word for word those of before."""
 
 from __future__ import annotations
 
@@ -19,20 +20,43 @@ import yaml
 from conftest import REPO
 
 from fleetops.plans import yamlload
-from fleetops.plans.yamlsrc import MAX_ALIAS_NODES, MAX_DEPTH, ConfigError, Mapping, Sequence, load_text
+from fleetops.plans.yamlsrc import (
+    MAX_ALIAS_NODES,
+    MAX_DEPTH,
+    ConfigError,
+    Mapping,
+    Sequence,
+    load_text,
+)
 
 needs_libyaml = pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
 
 
 def _inventory(hosts: int) -> str:
     """An inventory shaped like the one `fab lab.up` writes (hosts/lab.yaml)."""
-    lines = ["# Written by `fab lab.up`: the local lab (real sshd on 127.0.0.1). Regenerated on every lab.up.",
-             "defaults:", "  address: 127.0.0.1", "  user: root", "  identity_file: /tmp/x/.lab/id_ed25519",
-             "  known_hosts: /tmp/x/.lab/known_hosts", "  lab: true", "  connect_timeout: 5", "hosts:"]
+    lines = [
+        (
+            "# Written by `fab lab.up`: the local lab (real "
+            "sshd on 127.0.0.1). Regenerated on every lab.up."
+        ),
+        "defaults:",
+        "  address: 127.0.0.1",
+        "  user: root",
+        "  identity_file: /tmp/x/.lab/id_ed25519",
+        "  known_hosts: /tmp/x/.lab/known_hosts",
+        "  lab: true",
+        "  connect_timeout: 5",
+        "hosts:",
+    ]
     for i in range(1, hosts + 1):
-        lines += [f"  lab{i:02d}:", f"    port: {40000 + i}",
-                  f"    python: /tmp/x/.lab/nodes/lab{i:02d}/venv/bin/python",
-                  f"    state_dir: /tmp/x/.lab/nodes/lab{i:02d}/state", "    gpus: 2", "    groups: [lab]"]
+        lines += [
+            f"  lab{i:02d}:",
+            f"    port: {40000 + i}",
+            f"    python: /tmp/x/.lab/nodes/lab{i:02d}/venv/bin/python",
+            f"    state_dir: /tmp/x/.lab/nodes/lab{i:02d}/state",
+            "    gpus: 2",
+            "    groups: [lab]",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -52,30 +76,32 @@ TRICKY = {
           list: &l [1, 2, {k: v}]
           again: *l
         """,
-    "flow collections": "a: [1, [2, 3], {x: y, z: [ ]}, {}]\nb: {k: [a, b], 'q k': \"v\", ? e : f}\n"
-                        "c: [\n  one,\n  two ,\n  {  three: 3 }\n]\n",
-    "block scalars": "lit: |\n  line one\n    indented\n  last\n\nfold: >-\n  folded\n  text\n\n  para\n"
-                     "keep: |+\n  kept\n\nstrip: |-\n  stripped\nind: |2\n    two more\nafter: 1\n",
-    "quoted strings with escapes": "a: \"tab\\there \\\"q\\\" \\\\ \\x41 \\u00e9 \\U0001F600 \\n\"\n"
-                                   "b: 'it''s \\n raw'\n"
-                                   "c: \"multi\n  line\\\n  joined\"\nd: ''\ne: \"\"\n",
+    "flow collections": "a: [1, [2, 3], {x: y, z: [ ]}, {}]\nb: {k: [a, b], 'q k': \"v\", ? e : "
+    "f}\nc: [\n  one,\n  two ,\n  {  three: 3 }\n]\n",
+    "block scalars": "lit: |\n  line one\n    indented\n  last\n\nfold: >-\n  folded\n  text\n\n"
+    "  para\nkeep: |+\n  kept\n\nstrip: |-\n  "
+    "stripped\nind: |2\n    two more\nafter: 1\n",
+    "quoted strings with escapes": 'a: "tab\\there \\"q\\" \\\\ \\x41 \\u00e9 \\U0001F600 \\n"\n'
+    "b: 'it''s \\n raw'\n"
+    'c: "multi\n  line\\\n  joined"\nd: \'\'\ne: ""\n',
     "unicode": "naïve: Tök\"en\nключ: значение\n日本: [語, 🙂]\n'🙂': emoji key\n",
-    "YAML 1.2 core schema": "port: 022\noct: 0o17\nhex: 0x1f\nneg: -7\nplus: +3\ninf: .inf\nninf: -.inf\n"
-                            "nan: .nan\nf: 1.5e3\ng: .5\ntilde: ~\nnul: null\nNUL: NULL\nempty:\nt: true\nF: False\n"
-                            "no: no\nyes: yes\non: off\ntime: 1:30\ndate: 2026-01-01\nstamp: 2026-01-01T10:00:00Z\n"
-                            "under: 1_000\nbin: 0b101\nsix: 0o\n",
-    "explicit tags": "s: !!str 022\nb: !!bool true\ni: !!int 7\nf: !!float 1.0\nn: !!null ''\nm: !!map {a: 1}\n"
-                     "q: !!seq [1]\nv: !<tag:yaml.org,2002:str> 5\nbang: ! 12\nset: !!set\n  ? a\n  ? b\n"
-                     "omap: !!omap [{a: 1}, {b: 2}]\n",
+    "YAML 1.2 core schema": "port: 022\noct: 0o17\nhex: 0x1f\nneg: -7\nplus: +3\ninf: .inf\n"
+    "ninf: -.inf\nnan: .nan\nf: 1.5e3\ng: .5\ntilde: ~\nnul: null\nNUL: "
+    "NULL\nempty:\nt: true\nF: False\nno: no\nyes: yes\non: off\ntime: "
+    "1:30\ndate: 2026-01-01\nstamp: 2026-01-01T10:00:00Z\nunder: 1_000\n"
+    "bin: 0b101\nsix: 0o\n",
+    "explicit tags": "s: !!str 022\nb: !!bool true\ni: !!int 7\nf: !!float 1.0\nn: !!null ''\nm: "
+    "!!map {a: 1}\nq: !!seq [1]\nv: !<tag:yaml.org,2002:str> 5\nbang: ! 12\n"
+    "set: !!set\n  ? a\n  ? b\nomap: !!omap [{a: 1}, {b: 2}]\n",
     "empty values": "a:\nb: \nc: []\nd: {}\ne:\n  -\n  - \n  - ''\nf: ~\n? g\n",
-    "comments": "# head\na: 1 # trailing\n# between\nb:   # before a block\n  - x  # item\n  # inner\n  - y\n"
-                "c: 'not # a comment'\nd: x#y\n# tail\n",
-    "multi-line plain scalars": "a: this is\n  one long\n\n  plain scalar\nb:\n  - item that\n    goes on\n"
-                                "c: ends here\n",
-    "nested blocks and indentation": "top:\n- a\n- b:\n    c:\n    - d\n    -   e: 1\n        f: 2\n"
-                                     "-\n  - deep\n  -\n    - deeper\n",
-    "complex keys": "? |\n  block key\n: v\n\"quoted key\": 1\n'single': 2\n3: int key\n? >-\n  folded\n: w\n"
-                    "? x\n? y\n: z\n",
+    "comments": "# head\na: 1 # trailing\n# between\nb:   # before a block\n  - x  # item\n  # "
+    "inner\n  - y\nc: 'not # a comment'\nd: x#y\n# tail\n",
+    ("multi-line plain scalars"): "a: this is\n  one long\n\n  plain scalar\nb:\n  - item that\n"
+    "    goes on\nc: ends here\n",
+    ("nested blocks and indentation"): "top:\n- a\n- b:\n    c:\n    - d\n    -   e: 1\n        f: "
+    "2\n-\n  - deep\n  -\n    - deeper\n",
+    "complex keys": "? |\n  block key\n: v\n\"quoted key\": 1\n'single': 2\n3: int key\n? >-\n  "
+    "folded\n: w\n? x\n? y\n: z\n",
     "documents markers": "%YAML 1.1\n---\na: 1\n...\n",
     "tag directive": "%TAG !e! tag:yaml.org,2002:\n---\na: !e!int 5\nb: !e!str 6\n",
     "CRLF line ends": "a: 1\r\nb:\r\n  - x\r\n  - y\r\nc: |\r\n  l1\r\n  l2\r\n",
@@ -92,7 +118,11 @@ TRICKY = {
 
 
 def _repo_yaml() -> list[Path]:
-    found = [p for folder in ("playbooks", "hosts", "tests") for p in sorted((REPO / folder).rglob("*.y*ml"))]
+    found = [
+        p
+        for folder in ("playbooks", "hosts", "tests")
+        for p in sorted((REPO / folder).rglob("*.y*ml"))
+    ]
     return [p for p in found if p.suffix in (".yaml", ".yml")]
 
 
@@ -106,7 +136,8 @@ def _c(text: str, path: str = "t.yaml") -> Any:
 
 
 def assert_same(a: Any, b: Any, where: str = "$") -> None:
-    """Equal values of equal types, and for Mapping/Sequence equal file, line and column maps, recursively."""
+    """Equal values of equal types, and for Mapping/Sequence equal file, line and column maps,
+    recursively."""
     assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
     if isinstance(a, float) and math.isnan(a):
         assert math.isnan(b), where
@@ -147,6 +178,7 @@ def _spy_loaders(monkeypatch: pytest.MonkeyPatch) -> list[type]:
 
 # ---------------------------------------------------------------- the C parser is used
 
+
 @needs_libyaml
 def test_load_text_uses_libyaml_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     used = _spy_loaders(monkeypatch)
@@ -156,7 +188,11 @@ def test_load_text_uses_libyaml_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     assert issubclass(used[0], yaml.CSafeLoader)
     # ...but composed by PyYAML's Python composer with the bounds mixed in, not by CParser's own.
     mro = used[0].__mro__
-    assert mro.index(yamlload.BoundedComposer) < mro.index(yaml.composer.Composer) < mro.index(yaml.CSafeLoader)
+    assert (
+        mro.index(yamlload.BoundedComposer)
+        < mro.index(yaml.composer.Composer)
+        < mro.index(yaml.CSafeLoader)
+    )
 
 
 def test_without_libyaml_the_python_loader_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,6 +205,7 @@ def test_without_libyaml_the_python_loader_alone(monkeypatch: pytest.MonkeyPatch
 
 # ---------------------------------------------------------------- same values, same marks
 
+
 @needs_libyaml
 @pytest.mark.parametrize("path", _repo_yaml(), ids=lambda p: str(p.relative_to(REPO)))
 def test_repository_yaml_same_on_both_paths(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,7 +213,9 @@ def test_repository_yaml_same_on_both_paths(path: Path, monkeypatch: pytest.Monk
     assert_same(_c(text, str(path)), _python(text, str(path)))
     used = _spy_loaders(monkeypatch)
     loaded = load_text(text, str(path))
-    assert [issubclass(L, yaml.CSafeLoader) for L in used] == [True], "the project's own files take the C path"
+    assert [issubclass(L, yaml.CSafeLoader) for L in used] == [True], (
+        "the project's own files take the C path"
+    )
     assert_same(loaded, _python(text, str(path)))
 
 
@@ -198,9 +237,23 @@ def test_core_schema_on_the_c_path() -> None:
     data = _c(TRICKY["YAML 1.2 core schema"])
     assert data["port"] == 22 and data["oct"] == 15 and data["hex"] == 31
     assert data["no"] == "no" and data["yes"] == "yes" and data["on"] == "off"
-    assert data["time"] == "1:30" and data["date"] == "2026-01-01" and data["stamp"] == "2026-01-01T10:00:00Z"
-    assert data["inf"] == math.inf and data["tilde"] is None and data["empty"] is None and data["F"] is False
-    assert data["nul"] is None and data["NUL"] is None and data["t"] is True and math.isnan(data["nan"])
+    assert (
+        data["time"] == "1:30"
+        and data["date"] == "2026-01-01"
+        and data["stamp"] == "2026-01-01T10:00:00Z"
+    )
+    assert (
+        data["inf"] == math.inf
+        and data["tilde"] is None
+        and data["empty"] is None
+        and data["F"] is False
+    )
+    assert (
+        data["nul"] is None
+        and data["NUL"] is None
+        and data["t"] is True
+        and math.isnan(data["nan"])
+    )
     assert data["under"] == "1_000" and data["bin"] == "0b101"
     assert _c("groups: [lab, no]\n")["groups"] == ["lab", "no"]
 
@@ -216,6 +269,7 @@ def test_merged_keys_keep_their_own_marks_on_the_c_path() -> None:
 
 
 # ---------------------------------------------------------------- the bounds fire on the C path
+
 
 def _bound_docs() -> dict[str, str]:
     laughs = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
@@ -275,7 +329,9 @@ def _python_only(monkeypatch: pytest.MonkeyPatch, text: str) -> str:
 
 @needs_libyaml
 @pytest.mark.parametrize("name", list(BROKEN))
-def test_errors_are_word_for_word_the_python_loaders(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_errors_are_word_for_word_the_python_loaders(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = BROKEN[name]
     expected = _python_only(monkeypatch, text)
     used = _spy_loaders(monkeypatch)
@@ -287,10 +343,16 @@ def test_errors_are_word_for_word_the_python_loaders(name: str, monkeypatch: pyt
 
 
 @needs_libyaml
-@pytest.mark.parametrize("text, value", [
-    ("%YAML 1.3\n---\na: 1\n", {"a": 1}),  # libyaml refuses a YAML version PyYAML's parser reads
-    ('a: "\\ud800"\n', {"a": "\ud800"}),  # libyaml refuses a lone surrogate escape
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        (
+            "%YAML 1.3\n---\na: 1\n",
+            {"a": 1},
+        ),  # libyaml refuses a YAML version PyYAML's parser reads
+        ('a: "\\ud800"\n', {"a": "\ud800"}),  # libyaml refuses a lone surrogate escape
+    ],
+)
 def test_a_document_only_libyaml_refuses_loads_as_before(text: str, value: Any) -> None:
     with pytest.raises(yaml.YAMLError):
         _c(text)
@@ -299,11 +361,13 @@ def test_a_document_only_libyaml_refuses_loads_as_before(text: str, value: Any) 
     assert_same(loaded, _python(text))
 
 
-# ---------------------------------------------------------------- where libyaml reads more than PyYAML
+# ---------------------------------------------------------------- where libyaml reads more than
+# PyYAML
 
-# Found by differential fuzzing (PyYAML 6.0, libyaml 0.2.5): documents PyYAML's Python scanner refuses, or reads
-# with other marks, that libyaml would accept. The text ones never reach the C parser; the event ones are
-# noticed by the C loader's composer and read again by the Python loader; `key: !` is made up for.
+# Found by differential fuzzing (PyYAML 6.0, libyaml 0.2.5): documents PyYAML's Python scanner
+# refuses, or reads with other marks, that libyaml would accept. The text ones never reach the C
+# parser; the event ones are noticed by the C loader's composer and read again by the Python loader;
+# `key: !` is made up for.
 LENIENT_TEXT = {
     "tab in a plain scalar": "a: x\ty\n",
     "tab as a separator": "d:\t1\n",
@@ -324,7 +388,9 @@ LENIENT_EVENTS = {
 
 @needs_libyaml
 @pytest.mark.parametrize("name", list(LENIENT_TEXT))
-def test_texts_libyaml_is_lenient_about_go_to_python(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_texts_libyaml_is_lenient_about_go_to_python(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = LENIENT_TEXT[name]
     expected = _python_only_outcome(monkeypatch, text)
     used = _spy_loaders(monkeypatch)
@@ -334,7 +400,9 @@ def test_texts_libyaml_is_lenient_about_go_to_python(name: str, monkeypatch: pyt
 
 @needs_libyaml
 @pytest.mark.parametrize("name", list(LENIENT_EVENTS))
-def test_events_libyaml_reads_otherwise_go_to_python(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_events_libyaml_reads_otherwise_go_to_python(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = LENIENT_EVENTS[name]
     expected = _python_only_outcome(monkeypatch, text)
     used = _spy_loaders(monkeypatch)

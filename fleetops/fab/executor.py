@@ -5,8 +5,8 @@ This runs host-major: every host runs its own chain t1 → t2 on one shared conn
 concurrently, a failure stops only that host's chain, and one recap and exit status close the run.
 The run itself is made and carried out by fleetops.run (assemble, execute), as for the library.
 
-Fabric's ad-hoc form (`fleet -H lab01 -- uname -a`, or `fab ... -- cmd` after tasks) becomes the `run`
-task: the same inventory, host keys, example guard and audit log as every other task.
+Fabric's ad-hoc form (`fleet -H lab01 -- uname -a`, or `fab ... -- cmd` after tasks) becomes the
+`run` task: the same inventory, host keys, example guard and audit log as every other task.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fabric
-from invoke import Call
+from invoke import Call, Executor
 from invoke.exceptions import Exit
 
 from .. import startup
@@ -32,8 +31,9 @@ from .keyprompt import ask_key_passphrase
 
 @dataclass
 class ParsedCommand:
-    """The parsed command line as flags.refusal reads it from a program (`fleet`), here from what Fabric's
-    program hands its executor: the core flags, the tasks' parser contexts, the collection."""
+    """The parsed command line as flags.refusal reads it from a program (`fleet`), here from what
+    Fabric's program hands its executor: the core flags, the tasks' parser contexts, the
+    collection."""
 
     args: Any
     tasks: list
@@ -42,30 +42,40 @@ class ParsedCommand:
     binary: str
 
 
-# The run itself (fleetops.run: the tasks, the plans, the report with rich) is imported by execute() when a
-# command names a host task: `fab --list`, `fab --help` and the local tasks (lab.*, history) never load it.
+# The run itself (fleetops.run: the tasks, the plans, the report with rich) is imported by execute()
+# when a command names a host task: `fab --list`, `fab --help` and the local tasks (lab.*, history)
+# never load it.
 
 
-class FleetExecutor(fabric.Executor):
+class FleetExecutor(Executor):
+    """Invoke's Executor: `fleet` and a fabfile of fleetops' tasks run each host's chain here,
+    without Fabric's connection code (imported by the wire once a host is connected to). A fabfile
+    of Fabric's own tasks, in a project whose fabric.yaml names this executor, gets Fabric's
+    executor, as if it were named."""
+
     def execute(self, *tasks):  # type: ignore[override]
         usage.pipe_as_python_has_it()
-        # Invoke turns a KeyboardInterrupt into exit 1 with nothing said; README's status for Ctrl-C is 130. The
-        # run handles its own (run.py); this is a local task's (lab.up, history) and the moments around a run.
+        # Invoke turns a KeyboardInterrupt into exit 1 with nothing said; README's status for Ctrl-C
+        # is 130. The run handles its own (run.py); this is a local task's (lab.up, history) and the
+        # moments around a run.
         try:
             if not is_fleetops_collection(self.collection):
-                # fabric.yaml names this executor, the fabfile declares no fleetops task: Fabric's ways.
+                # fabric.yaml names this executor, the fabfile declares no fleetops task: Fabric's
+                # ways.
                 startup.release()  # its tasks may run for hours: collect as Python normally does
-                return super().execute(*tasks)
+                return _fabrics(self).execute(*tasks)
             self._refuse(tasks)
             return self._execute(tasks)
-        except BrokenPipeError:  # `fab ... | head`, from a print outside the report: the reader has what it wanted
+        # `fab ... | head`, from a print outside the report: the reader has what it wanted
+        except BrokenPipeError:
             raise Exit(code=reader_gone(sys.stdout)) from None
         except KeyboardInterrupt:
             raise Exit("interrupted (Ctrl-C)", code=EXIT_INTERRUPTED) from None
 
     def _refuse(self, tasks: tuple) -> None:
-        """What fleetops refuses on the command line (fab/flags.py), before anything is prompted for or contacted.
-        `fleet` has refused it while it parsed (usage.checked_parse); Fabric's `fab` comes here with it."""
+        """What fleetops refuses on the command line (fab/flags.py), before anything is prompted for
+        or contacted. `fleet` has refused it while it parsed (usage.checked_parse); Fabric's `fab`
+        comes here with it."""
         if self.core is None or getattr(self.core, "fleetops_checked", False):
             return
         parsed = ParsedCommand(self.core[0].args, list(tasks), self.collection, self.core, "fab")
@@ -79,7 +89,8 @@ class FleetExecutor(fabric.Executor):
         settings = dict(self.config.get("fleetops", {}) or {})
         root = Path(loaded_from) if loaded_from else Path.cwd()
         # Local tasks (lab.*) find the project through the config, not through a module global.
-        self.config["fleetops"] = {**settings, "root": str(root)}
+        # typed str by Invoke
+        self.config["fleetops"] = {**settings, "root": str(root)}  # type: ignore[assignment]
         host_calls = [c for c in calls if fleet_task_name(c)]
         for call in calls:
             if call not in host_calls:
@@ -93,10 +104,12 @@ class FleetExecutor(fabric.Executor):
             raise Exit(code=code)
         return {}
 
-    def _steps(self, host_calls: list[Call]) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-        """The run options given to any task of the command (plain `fab` has no other place for them), and each
-        host task with its own options; the ad-hoc command (`-- CMD`) is the `run` task. `fleet`'s core --json,
-        -p and -T go to the steps that take them."""
+    def _steps(
+        self, host_calls: list[Call]
+    ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+        """The run options given to any task of the command (plain `fab` has no other place for
+        them), and each host task with its own options; the ad-hoc command (`-- CMD`) is the `run`
+        task. `fleet`'s core --json, -p and -T go to the steps that take them."""
         run_opts: dict[str, Any] = {}
         steps: list[tuple[str, dict[str, Any]]] = []
         for c in host_calls:
@@ -106,7 +119,8 @@ class FleetExecutor(fabric.Executor):
                 if value is not None and value != RUN_OPTIONS[name][0]:  # given
                     run_opts[name] = value
             steps.append((fleet_task_name(c) or c.name, kwargs))  # a host call names a fleet task
-        for name, (default, _) in RUN_OPTIONS.items():  # `fleet`'s core flags: the same options before the task
+        # `fleet`'s core flags: the same options before the task
+        for name, (default, _) in RUN_OPTIONS.items():
             value = self._option(name.replace("_", "-"), "")
             if name not in run_opts and value is not None and value != default:
                 run_opts[name] = value
@@ -144,35 +158,52 @@ class FleetExecutor(fabric.Executor):
         host_str = self.core[0].args.hosts.value if self.core else None
         if not host_str or not split_words(host_str):  # none given, or `-H ,`
             named = f"-H {host_str!r} names no host" if host_str else f"{names} needs hosts"
-            state.reporter.error(f"{named}: use -H lab01 (inventory names, @group, globs, or user@host:port for a "
-                                 "host outside the inventory whose key is in known_hosts), comma-separated")
+            state.reporter.error(
+                f"{named}: use -H lab01 (inventory names, @group, globs, or user@host:port for a "
+                "host outside the inventory whose key is in known_hosts), comma-separated"
+            )
             raise Exit(code=EXIT_USAGE)
         try:
             _job_ids(steps)
             forks, serial = self._numbers(settings, run_opts)
             self._connect_settings(state, run_opts)
             run = assemble(state, [host_str], steps, limit=self._limit(run_opts), dry=self._dry())
-            state.inventory.targets(run.hosts)  # an example inventory's host: bad input, before any connection
-            if keyprompt.requested():  # before the become password: both may come from stdin, in this order
+            # an example inventory's host: bad input, before any connection
+            state.inventory.targets(run.hosts)
+            # before the become password: both may come from stdin, in this order
+            if keyprompt.requested():
                 state.key_passphrases(run.hosts, ask_key_passphrase)
             if run_opts.get("ask_become_pass"):
                 self._become_password(state, run.hosts)
-        except (ConfigError, UnknownHost, RangeError) as exc:  # a file or a host name: the message names it
+        # a file or a host name: the message names it
+        except (ConfigError, UnknownHost, RangeError) as exc:
             state.reporter.error(str(exc))
             raise Exit(code=EXIT_USAGE) from None
-        except (UsageError, ValueError) as exc:  # the command line itself: point at the task's options
+        # the command line itself: point at the task's options
+        except (UsageError, ValueError) as exc:
             state.reporter.error(f"{exc}; see `{self._binary()} --help {names.split(', ')[0]}`")
             raise Exit(code=EXIT_USAGE) from None
-        # --no-fold / --odd: task options (any task of the command), or core flags where the program has them
+        # --no-fold / --odd: task options (any task of the command), or core flags where the program
+        # has them
         no_fold = bool(run_opts.get("no_fold") or self._option("no-fold", ""))
         odd = bool(run_opts.get("odd") or self._option("odd", ""))
-        reports = {kind: run_opts.get(kind) or self._option(kind, "") for kind in ("metrics", "junit")}
-        return execute(run, forks, serial, fold=False if no_fold else None, odd=odd, command=list(sys.argv),
-                       reports={kind: str(path) for kind, path in reports.items() if path})
+        reports = {
+            kind: run_opts.get(kind) or self._option(kind, "") for kind in ("metrics", "junit")
+        }
+        return execute(
+            run,
+            forks,
+            serial,
+            fold=False if no_fold else None,
+            odd=odd,
+            command=list(sys.argv),
+            reports={kind: str(path) for kind, path in reports.items() if path},
+        )
 
     def _numbers(self, settings: dict, run_opts: dict[str, Any]) -> tuple[int, int]:
-        """(forks, serial): the command line, else the environment (FLEETOPS_FORKS, FLEETOPS_SERIAL), else
-        fabric.yaml's fleetops.forks; each checked (BadValue names where a bad one came from)."""
+        """(forks, serial): the command line, else the environment (FLEETOPS_FORKS,
+        FLEETOPS_SERIAL), else fabric.yaml's fleetops.forks; each checked (BadValue names where a
+        bad one came from)."""
         from ..plans.options import RUN_NUMBERS, from_environment, whole
         from ..rollout import DEFAULT_FORKS
 
@@ -184,28 +215,44 @@ class FleetExecutor(fabric.Executor):
         return int(forks or DEFAULT_FORKS), int(serial)
 
     def _connect_settings(self, state: Any, run_opts: dict[str, Any]) -> None:
-        """ssh_config (-S), and what the command line says for every host of the run: -u/--user, --port, -i,
-        -t/--connect-timeout (plans/host.py CommandLine: it wins over the inventory, as with ssh)."""
+        """ssh_config (-S), and what the command line says for every host of the run: -u/--user,
+        --port, -i, -t/--connect-timeout (plans/host.py CommandLine: it wins over the inventory, as
+        with ssh)."""
         from ..plans.host import CommandLine
+        from ..run import UsageError
+        from ..wire.transports import TRANSPORTS
 
         keys = self.config.connect_kwargs.get("key_filename") or []
-        state.use_ssh_config(self._option("ssh-config", ""), [keys] if isinstance(keys, str) else list(keys),
-                             self.config.connect_kwargs.get("passphrase"))  # --prompt-for-passphrase
+        state.transport = run_opts.get("transport") or None
+        if state.transport is not None and state.transport not in TRANSPORTS:
+            raise UsageError(
+                f"--transport {state.transport!r}: choose one of {', '.join(TRANSPORTS)}"
+            )
+        state.use_ssh_config(
+            self._option("ssh-config", ""),
+            [keys] if isinstance(keys, str) else list(keys),
+            # --prompt-for-passphrase
+            self.config.connect_kwargs.get("passphrase"),
+        )
         state.inventory.allow_insecure_venv = bool(run_opts.get("allow_insecure_venv"))
         state.inventory.command_line = CommandLine(
             user=self._option("user", "") or run_opts.get("user"),
             port=self._option("port", "") or run_opts.get("port"),
             identity_files=tuple(str(k) for k in self._option("identity", "") or []),
-            connect_timeout=self._option("connect-timeout", ""))
+            connect_timeout=self._option("connect-timeout", ""),
+        )
 
     @staticmethod
     def _become_password(state: Any, hosts: list) -> None:
-        """--ask-become-pass: asked once, only when a host of this run logs in with `become:`; a password no
-        host would use is not asked for (a script piping one in would hang or lose its stdin otherwise)."""
+        """--ask-become-pass: asked once, only when a host of this run logs in with `become:`; a
+        password no host would use is not asked for (a script piping one in would hang or lose its
+        stdin otherwise)."""
         if any(getattr(h, "become", None) for h in hosts):
             state.inventory.become_password = ask_become_pass()
         else:
-            state.reporter.note("--ask-become-pass: no host of this run has `become: sudo`; no password asked")
+            state.reporter.note(
+                "--ask-become-pass: no host of this run has `become: sudo`; no password asked"
+            )
 
     def _limit(self, run_opts: dict[str, Any]) -> str:
         return str(self._option("limit", "FLEETOPS_LIMIT") or run_opts.get("limit") or "")
@@ -217,18 +264,23 @@ class FleetExecutor(fabric.Executor):
         return "fleet" if sys.argv and Path(sys.argv[0]).name == "fleet" else "fab"
 
     def _choose_inventory(self, root: Path, settings: dict, run_opts: dict[str, Any]) -> None:
-        """--inventory (a task option, or `fleet --inventory`), else FLEETOPS_INVENTORY, else fabric.yaml.
-        The resolved path replaces the setting RunState loads it from (an absolute path stays itself)."""
+        """--inventory (a task option, or `fleet --inventory`), else FLEETOPS_INVENTORY, else
+        fabric.yaml. The resolved path replaces the setting RunState loads it from (an absolute path
+        stays itself)."""
         from ..plans.inventory import find_inventory
 
         override = str(self._option("inventory", "") or run_opts.get("inventory") or "") or None
-        settings["inventory"] = str(find_inventory(root, override, settings.get("inventory", "hosts")))
+        settings["inventory"] = str(
+            find_inventory(root, override, settings.get("inventory", "hosts"))
+        )
 
     def _option(self, name: str, env: str) -> Any:
-        """A core flag if the program has it and it was given, else the environment (so plain `fab` can use it)."""
+        """A core flag if the program has it and it was given, else the environment (so plain `fab`
+        can use it)."""
         try:
             args = self.core[0].args if self.core else {}
-            value = args[name].value if name in args else None  # `in` and [] know the aliases (-t), get() not
+            # `in` and [] know the aliases (-t), get() not
+            value = args[name].value if name in args else None
         except (AttributeError, IndexError):
             value = None
         return value or (os.environ.get(env) if env else None)
@@ -237,14 +289,25 @@ class FleetExecutor(fabric.Executor):
         self.config.load_collection(self.collection.configuration(call.called_as))
         self.config.load_shell_env()
         kwargs = dict(call.kwargs)
+        # -H for connections, disconnect
+        self.config.fleetops["cli_hosts"] = self._option("hosts", "") or ""
         for name in ("json", "playbook"):  # `fleet --json history`: a core flag the task takes
             if name in kwargs and not kwargs[name] and self._option(name, ""):
                 kwargs[name] = self._option(name, "")
         call.task(call.make_context(self.config), *call.args, **kwargs)
 
 
+def _fabrics(executor: Executor) -> Executor:
+    """Fabric's own executor for the same collection, config and parsed command line (Fabric's
+    program builds it from these three, as Invoke's does)."""
+    import fabric
+
+    return fabric.Executor(executor.collection, executor.config, executor.core)
+
+
 def _job_ids(steps: list[tuple[str, dict[str, Any]]]) -> None:
-    """--job-id as typed, blanks around it dropped; one the node would refuse is refused before connecting."""
+    """--job-id as typed, blanks around it dropped; one the node would refuse is refused before
+    connecting."""
     from ..plans.options import job_id
 
     for _, kwargs in steps:

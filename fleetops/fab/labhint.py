@@ -9,18 +9,33 @@ from invoke.exceptions import Exit
 
 from ..results import EXIT_USAGE
 
-# The lab's tasks, as fleetops/lab/tasks.py's collection() names them (tests/test_wheel_contents_lab.py
-# holds the two to the same names).
-LAB_TASKS = ("up", "status", "down", "reset", "gpu", "install", "build-base", "kernel", "stop", "start",
-             "rekey", "slurm")
-HOW = ("the lab is not installed with this fleetops: it is a wheel of its own (fleetops-lab), for "
-       "trying fleetops on local nodes. In a clone of fleetops, scripts/build makes it beside "
-       "fleetops' wheel; then `pipx inject fleetops dist/fleetops_lab-*.whl` (or `pip install "
-       "dist/fleetops_lab-*.whl` in fleetops' venv)")
+# The lab's tasks, as fleetops/lab/tasks.py's collection() names them
+# (tests/test_wheel_contents_lab.py holds the two to the same names).
+LAB_TASKS = (
+    "up",
+    "status",
+    "down",
+    "reset",
+    "gpu",
+    "install",
+    "build-base",
+    "kernel",
+    "stop",
+    "start",
+    "rekey",
+    "slurm",
+)
+HOW = (
+    "the lab is not installed with this fleetops: it is a wheel of its own (fleetops-lab), for "
+    "trying fleetops on local nodes. In a clone of fleetops, scripts/build makes it beside "
+    "fleetops' wheel; then `pipx inject fleetops dist/fleetops_lab-*.whl` (or `pip install "
+    "dist/fleetops_lab-*.whl` in fleetops' venv)"
+)
 
 
 def missing_lab() -> Collection:
     """A `lab` collection whose every task says how to install the lab, and exits 2."""
+
     def stand_in(c: object) -> None:
         raise Exit(HOW, code=EXIT_USAGE)
 

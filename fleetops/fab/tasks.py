@@ -1,33 +1,37 @@
-"""fleetops' tasks as one Fabric namespace (`ns`), which a project's fabfile.py imports in one line and
-`fleet` bundles. Thin: a host task declared in its family's module (fleetops/tasks/declare.py) becomes its
-fab task here; the families not yet declared have their @fleet_task below (name, options, help). The
-executor (fleetops/fab/executor.py) runs fleetops.tasks' task of that name on every host.
+"""fleetops' tasks as one Fabric namespace (`ns`), which a project's fabfile.py imports in one line
+and `fleet` bundles. Thin: a host task declared in its family's module (fleetops/tasks/declare.py)
+becomes its fab task here; the local tasks (history, ssh-config, lint, runbooks) are defined below.
+The executor (fleetops/fab/executor.py) runs fleetops.tasks' task of that name on every host.
 
-    fab lab.up                     # a local lab node: real sshd, real vllm 0.16.0 + speculators 0.3.0
+    fab lab.up                     # a local lab node: sshd, vllm 0.16.0 + speculators 0.3.0
     fab -H lab01 patch verify      # patch the node's speculators, then prove it works
     fab -H lab01 patch --check     # show the diff, change nothing
     fab -H lab01 rollback
     fab -H @lab run "nvidia-smi --query-gpu=memory.used --format=csv"   # an ad-hoc command
-    fleet -H lab01,lab02 -- uname -a     # Fabric's ad-hoc form, through the inventory: `fleet` only (Fabric's
-                                         # own `fab` reads no project for a command without a task)
+    fleet -H lab01,lab02 -- uname -a     # Fabric's ad-hoc form, through the inventory: `fleet`
+                                         # only (Fabric's own `fab` reads no project for a
+                                         # command without a task)
 
 Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     -j  --json       one JSON document instead of the human view (every task, history too)
     -c  --check      patch/rollback: show what would change, write nothing
     -p  --playbook   the playbook YAML
     -u  --user       the login user for every host of the run
-    Every other option is long only (--job-id, --job, --diff, --kinds, --host, --last, ...); -h is --help.
-    Run options, on any host task: --serial N, --forks N, --limit EXPR (names, globs, @group, !host),
-    --inventory PATH (or FLEETOPS_INVENTORY), -u USER, --port N, --no-fold, --odd; before or after the task
-    (`fleet` has them as core flags too; Fabric's own `fab` takes them after the task). Whole-number options
-    are declared with their ranges (numbers=) and checked before anything connects (fab/flags.py).
-    Fabric's own -i is the SSH identity file, so the inventory is --inventory only. -i, -u, --port and -t win
-    over the inventory, as ssh's do; -T is the ad-hoc command's timeout.
-    --dry (Fabric's core -R/--dry): check mode for patch/rollback; read-only tasks run as they are; a task
-    that changes things and has no check mode (run, extract, stop, trust) is refused with exit 2.
+    Every other option is long only (--job-id, --job, --diff, --kinds, --host, --last, ...); -h is
+    --help.
+    Run options, on any host task: --serial N, --forks N, --limit EXPR (names, globs, @group,
+    !host), --inventory PATH (or FLEETOPS_INVENTORY), -u USER, --port N, --no-fold, --odd; before or
+    after the task (`fleet` has them as core flags too; Fabric's own `fab` takes them after the
+    task). Whole-number options are declared with their ranges (numbers=) and checked before
+    anything connects (fab/flags.py).
+    Fabric's own -i is the SSH identity file, so the inventory is --inventory only. -i, -u, --port
+    and -t win over the inventory, as ssh's do; -T is the ad-hoc command's timeout.
+    --dry (Fabric's core -R/--dry): check mode for patch/rollback; read-only tasks run as they are;
+    a task that changes things and has no check mode (run, extract, stop, trust) is refused with
+    exit 2.
     Fabric's -w, -e, --hide, --pty and password prompts do nothing here: refused, with the reason.
-Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate, 20-22 diagnose,
-130 Ctrl-C, 141 stdout closed by its reader.
+Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate,
+20-22 diagnose, 130 Ctrl-C, 141 stdout closed by its reader.
 """
 
 import sys
@@ -35,107 +39,71 @@ import sys
 from invoke import Collection
 from invoke.exceptions import Exit
 
-from ..tasks.declare import HELP_JOB_ID, HELP_JSON, HELP_PLAYBOOK
+from ..tasks.declare import HELP_JSON, HELP_PLAYBOOK
 from ..tasks.registry import declared_tasks
 from . import usage as _usage
-from .decorators import explicit_task, fleet_task, from_declaration
+from .decorators import explicit_task, from_declaration
 from .loading import wants_lab
 
-# The local tasks' report modules are imported in their bodies, and the lab.* collection only for a command
-# line that may name it (fleetops/fab/loading.py): a host task's start-up loads neither.
+# The local tasks' report modules are imported in their bodies, and the lab.* collection only for a
+# command line that may name it (fleetops/fab/loading.py): a host task's start-up loads neither.
 
 
-# `fab` reaches fleetops' code first here, while Invoke imports the fabfile (the module being imported)
+# `fab` reaches fleetops' code first here, while Invoke imports the fabfile (the module being
+# imported)
 _usage.at_fabfile_load(getattr(sys.modules.get("fabfile"), "__file__", None))
 
 
-HELP_JOB = "the playbook's job (default: extract)"
-
-
-@fleet_task(help={"force": "launch even if checks or the GPU gate fail (and say so)", "job": HELP_JOB,
-                  "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
-                  "again": "redo every sample of an output that is already complete (else: nothing to do)",
-                  "shards": "split the dataset into shards: on SSH hosts one per selected host (--shards alone, "
-                            "'all', or the number of hosts; shard i of N to the i-th host by name, plan in "
-                            ".fleetops/shards/<job>.json); on a Slurm login node N job array tasks"},
-             optional=["shards"])
-def extract(c, force=False, job=None, playbook=None, json=False, shards=None, again=False):
-    """Run the fast checks and the GPU gate, then launch the playbook's job detached on the node. Nothing is
-    launched on a drained node, while the same job runs (`tail` attaches to it), or when its output is complete."""
-
-
-@fleet_task(numbers={"lines": (0, None)},
-            help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON,
-                  "lines": "start at the last N lines (default 20; right after this command's own extract: the "
-                           "first line)",
-                  "from_start": "replay the whole log from its first line"})
-def tail(c, job_id=None, job=None, playbook=None, json=False, lines=None, from_start=False):
-    """Follow the job's log (progress bar, failures highlighted) until it ends; exit with its status."""
-
-
-@fleet_task(help={"job_id": HELP_JOB_ID, "job": HELP_JOB, "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
-def status(c, job_id=None, job=None, playbook=None, json=False):
-    """The job's state (running / succeeded / failed / killed), exit status, runtime, last progress, log."""
-
-
-@fleet_task(numbers={"lines": (1, None)},
-            help={"lines": "how many lines (default 50)", "job_id": HELP_JOB_ID, "job": HELP_JOB,
-                  "playbook": HELP_PLAYBOOK, "json": HELP_JSON})
-def logs(c, lines=50, job_id=None, job=None, playbook=None, json=False):
-    """The last lines of the job's log (no follow)."""
-
-
-@fleet_task(numbers={"grace": (0, None)},
-            help={"grace": "seconds between SIGTERM and SIGKILL (default 10)", "job_id": HELP_JOB_ID,
-                  "json": HELP_JSON})
-def stop(c, grace=10, job_id=None, json=False):
-    """SIGTERM the job's whole process group, SIGKILL after the grace period, confirm GPU memory is free."""
-
-
-@explicit_task(numbers={"last": (0, None)},
-               help={"host": "only this host (inventory name)", "last": "only the last N entries (default 50)",
-                     "json": HELP_JSON})
+@explicit_task(
+    numbers={"last": (0, None)},
+    help={
+        "host": "only this host (inventory name)",
+        "last": "only the last N entries (default 50)",
+        "json": HELP_JSON,
+    },
+)
 def history(c, host=None, last=50, json=False):
-    """This project's audit log: every task run, who ran it, on which host (address, inventory file), with what
-    result and exit status. One log per project, outside the checkout (its path is the table's title);
-    FLEETOPS_AUDIT_LOG=FILE uses FILE instead."""
+    """This project's audit log: every task run, who ran it, on which host (address, inventory
+    file), with what result and exit status. One log per project, outside the checkout (its path is
+    the table's title); FLEETOPS_AUDIT_LOG=FILE uses FILE instead."""
     from ..report.history import show_history
 
-    show_history(host=host, last=int(last) if last else None, as_json=json,
-                 root=(c.config.get("fleetops") or {}).get("root"))
+    show_history(
+        host=host,
+        last=int(last) if last else None,
+        as_json=json,
+        root=(c.config.get("fleetops") or {}).get("root"),
+    )
 
 
-@fleet_task(numbers={"last": (0, None)}, help={"last": "only the newest N jobs (default: all)", "json": HELP_JSON})
-def jobs(c, last=0, json=False):
-    """The node's jobs, newest first: id, job name, state, started, runtime, exit, log and output size."""
-
-
-@explicit_task(help={"host": "only these hosts: names, globs, @group, comma-separated (default: all)",
-                     "inventory": "inventory directory or .yaml file (default: fabric.yaml's fleetops.inventory)"})
+@explicit_task(
+    help={
+        "host": "only these hosts: names, globs, @group, comma-separated (default: all)",
+        "inventory": (
+            "inventory directory or .yaml file (default: fabric.yaml's fleetops.inventory)"
+        ),
+    }
+)
 def ssh_config(c, host=None, inventory=None):
-    """Print an OpenSSH config block for the inventory (HostName, Port, User, IdentityFile, ProxyJump,
-    UserKnownHostsFile, StrictHostKeyChecking yes). Save it (fab ssh-config > ~/.ssh/fleetops.conf), then
-    ssh -F ~/.ssh/fleetops.conf lab01, or `Include fleetops.conf` at the top of ~/.ssh/config."""
+    """Print an OpenSSH config block for the inventory (HostName, Port, User, IdentityFile,
+    ProxyJump, UserKnownHostsFile, StrictHostKeyChecking yes). Save it (fab ssh-config >
+    ~/.ssh/fleetops.conf), then ssh -F ~/.ssh/fleetops.conf lab01, or `Include fleetops.conf` at the
+    top of ~/.ssh/config."""
     from ..report.oncall import show_ssh_config
 
     settings = c.config.get("fleetops") or {}
-    code = show_ssh_config(settings.get("root"), inventory, settings.get("inventory", "hosts"), host)
+    code = show_ssh_config(
+        settings.get("root"), inventory, settings.get("inventory", "hosts"), host
+    )
     if code:
         raise SystemExit(code)
 
 
-@fleet_task(help={"playbook": HELP_PLAYBOOK + "; its fast checks tell patched / not patched / drifted",
-                  "json": HELP_JSON})
-def diagnose(c, playbook=None, json=False):
-    """What is wrong with this node? One exec: reach, clock, patch state, GPUs (ECC, remapping, Xid from the
-    kernel log), the latest job (OOM kills), its processes, disk, memory, load. Verdict OK / WARN / UNKNOWN /
-    CRITICAL per host; exit 0 / 20 / 21 / 22 for the worst."""
-
-
 @explicit_task(name="lint", help={"playbook": HELP_PLAYBOOK, "json": HELP_JSON})
 def playbook_lint(c, playbook=None, json=False):
-    """Check a playbook without a node: schema, file references, regexes, diffs (parse, match their module),
-    scripts (compile, patch scripts define transform). Each problem as file:line; exit 1 if any."""
+    """Check a playbook without a node: schema, file references, regexes, diffs (parse, match their
+    module), scripts (compile, patch scripts define transform). Each problem as file:line; exit 1 if
+    any."""
     from ..report.lint import show_lint
 
     settings = c.config.get("fleetops") or {}
@@ -146,7 +114,8 @@ def playbook_lint(c, playbook=None, json=False):
 
 @explicit_task(help={"json": HELP_JSON})
 def runbooks(c, json=False):
-    """The operator runbooks (docs/runbooks/): the incident each one is for; every command in them runs in CI."""
+    """The operator runbooks (docs/runbooks/): the incident each one is for; every command in them
+    runs in CI."""
     from ..report.runbooks import show_runbooks
 
     code = show_runbooks((c.config.get("fleetops") or {}).get("root"), as_json=json)
@@ -154,13 +123,16 @@ def runbooks(c, json=False):
         raise Exit(code=code)
 
 
-# The declared host tasks' fab tasks are read from their declarations (tasks/declare.py); the rest are above.
-ns = Collection(*(from_declaration(task) for task in declared_tasks().values()), extract, tail, status, logs,
-                stop, history, jobs, ssh_config, diagnose, runbooks)
+# The host tasks' fab tasks are read from their declarations (tasks/declare.py); the local ones are
+# above.
+ns = Collection(
+    *(from_declaration(task) for task in declared_tasks().values()), history, ssh_config, runbooks
+)
 if wants_lab(sys.argv):
     try:
         from ..lab import collection
-    except ModuleNotFoundError as exc:  # the lab is a wheel of its own (fleetops-lab): say how to add it
+    # the lab is a wheel of its own (fleetops-lab): say how to add it
+    except ModuleNotFoundError as exc:
         if exc.name != "fleetops.lab":
             raise
         from .labhint import missing_lab
@@ -171,13 +143,58 @@ if wants_lab(sys.argv):
 ns.add_collection(Collection("playbook", playbook_lint), name="playbook")
 
 
-@explicit_task(positional=["directory"],
-               help={"directory": "the project's folder (`fleet init` alone: the working directory); made if missing",
-                     "force": "replace the project files that exist (the rest of the folder is left alone)"})
+@explicit_task(help={"json": HELP_JSON})
+def connections(c, json=False):
+    """The live ssh master connections (OpenSSH transport): host, user, port, jump, age, idle, pid,
+    RSS; a master fleetops has no record of by its socket's name; stale sockets said. With -H: only
+    those hosts'."""
+    from ..report.masters import show_connections
+    from ..wire.masters import survey
+
+    code = show_connections(survey(_host_words(c)), as_json=json)
+    if code:
+        raise Exit(code=code)
+
+
+@explicit_task(help={"json": HELP_JSON})
+def disconnect(c, json=False):
+    """Close the ssh master connections (`ssh -O exit`) of the -H hosts, every one without -H; a
+    stale socket (its master gone) is removed. Says what it closed."""
+    from ..report.masters import show_disconnect
+    from ..wire.masters import disconnect as close_masters
+
+    code = show_disconnect(close_masters(_host_words(c)), as_json=json)
+    if code:
+        raise Exit(code=code)
+
+
+def _host_words(c) -> list[str] | None:
+    """The -H words (the executor hands them to local tasks), None without -H."""
+    words = [
+        w
+        for w in str((c.config.get("fleetops") or {}).get("cli_hosts") or "").split(",")
+        if w.strip()
+    ]
+    return words or None
+
+
+ns.add_task(connections)
+ns.add_task(disconnect)
+
+
+@explicit_task(
+    positional=["directory"],
+    help={
+        "directory": (
+            "the project's folder (`fleet init` alone: the working directory); made if missing"
+        ),
+        "force": "replace the project files that exist (the rest of the folder is left alone)",
+    },
+)
 def init(c, directory, force=False):
-    """Make a project here or in DIRECTORY: hosts/ (an example inventory), playbooks/ (the shipped playbook as a
-    worked example), fabric.yaml and a one-line fabfile.py for Fabric's `fab`. Refuses to replace a file (exit 2)
-    unless --force."""
+    """Make a project here or in DIRECTORY: hosts/ (an example inventory), playbooks/ (the shipped
+    playbook as a worked example), fabric.yaml and a one-line fabfile.py for Fabric's `fab`. Refuses
+    to replace a file (exit 2) unless --force."""
     from ..report.init import show_init
 
     code = show_init(directory, force=force)
@@ -186,7 +203,8 @@ def init(c, directory, force=False):
 
 
 def fleet_namespace() -> Collection:
-    """`fleet`'s namespace: the project's tasks (`ns`) and `init`, which makes a project (no fabfile has it)."""
+    """`fleet`'s namespace: the project's tasks (`ns`) and `init`, which makes a project (no fabfile
+    has it)."""
     out = Collection(init, *ns.tasks.values())
     for name, sub in ns.collections.items():
         out.add_collection(sub, name=name)

@@ -1,15 +1,17 @@
-"""Usage errors exit 2 (the documented status: nothing was contacted), with the task's help hint; what fleetops
-needs of the program while it parses and before it runs.
+"""Usage errors exit 2 (the documented status: nothing was contacted), with the task's help hint;
+what fleetops needs of the program while it parses and before it runs.
 
-Only public hooks. `fleet` (cli.py) is a subclass of Fabric's program: its parse_tasks runs Invoke's parse through
-checked_parse (a ParseError becomes Exit(2) with a hint, a value its option does not take names the option, and
-what the command line cannot mean in fleetops, flags.py, is refused), its config_class checks the project's
-fabric.yaml before Invoke merges it, and a closed stdout under a listing ends it quietly (141).
+Only public hooks. `fleet` (cli.py) is a subclass of Fabric's program: its parse_tasks runs Invoke's
+parse through checked_parse (a ParseError becomes Exit(2) with a hint, a value its option does not
+take names the option, and what the command line cannot mean in fleetops, flags.py, is refused), its
+config_class checks the project's fabric.yaml before Invoke merges it, and a closed stdout under a
+listing ends it quietly (141).
 
-Fabric's own `fab` gives a project two hooks, and fleetops changes nothing of Fabric's beyond them: the fabfile
-(at_fabfile_load, below, runs while Invoke imports it) and the collection's configuration (fabric.yaml names
-fleetops' executor, which refuses what flags.py refuses before anything is prompted for or contacted). So with
-`fab` a word Invoke's parser does not know is Invoke's own error (exit 1), and the run options go after the task."""
+Fabric's own `fab` gives a project two hooks, and fleetops changes nothing of Fabric's beyond them:
+the fabfile (at_fabfile_load, below, runs while Invoke imports it) and the collection's
+configuration (fabric.yaml names fleetops' executor, which refuses what flags.py refuses before
+anything is prompted for or contacted). So with `fab` a word Invoke's parser does not know is
+Invoke's own error (exit 1), and the run options go after the task."""
 
 from __future__ import annotations
 
@@ -29,8 +31,10 @@ from . import keyprompt
 from .flags import PTY_IN_FAB, UNUSED, refusal, runs_fleetops
 
 # Options that mean something else, or nothing, where they are typed: what to type instead
-MEANT = {"--diff": "--diff is the file diff of patch and rollback; the hosts unlike the majority: --odd",
-         "--fold": "folding is the default; --no-fold turns it off"}
+MEANT = {
+    "--diff": "--diff is the file diff of patch and rollback; the hosts unlike the majority: --odd",
+    "--fold": "folding is the default; --no-fold turns it off",
+}
 
 
 def usage_exit(program: Any, exc: ParseError) -> Exit:
@@ -39,15 +43,22 @@ def usage_exit(program: Any, exc: ParseError) -> Exit:
 
 
 def refuse(program: Any, message: str, task: str | None = None, context: Any = None) -> Exit:
-    # argv[0] may be __main__.py (python -m fabric): name the command the operator knows.
-    # The installed `fab` and `fleet` are one class with two names: the name it was built with, else `fab`.
+    # argv[0] may be __main__.py (python -m fabric): name the command the operator knows. The
+    # installed `fab` and `fleet` are one class with two names: the name it was built with, else
+    # `fab`.
     binary = _binary_of(program)
     word = _unknown_word(message)
     flag = word.startswith("-")
-    if word:  # Invoke's "No idea what 'x' is!": said as what the word is not, with the nearest it could be
-        message = f"{word!r} is not {f'an option of {task}' if task else 'a core option'}" if flag else \
-            f"{word!r} is not a task"
-        close = difflib.get_close_matches(word, _flags(program, context) if flag else _tasks(program), n=1)
+    # Invoke's "No idea what 'x' is!": said as what the word is not, with the nearest it could be
+    if word:
+        message = (
+            f"{word!r} is not {f'an option of {task}' if task else 'a core option'}"
+            if flag
+            else f"{word!r} is not a task"
+        )
+        close = difflib.get_close_matches(
+            word, _flags(program, context) if flag else _tasks(program), n=1
+        )
         if close:
             message += f" (did you mean `{close[0]}`?)"
     if word in MEANT:
@@ -61,18 +72,25 @@ def refuse(program: Any, message: str, task: str | None = None, context: Any = N
 
 def _unknown_word(message: str) -> str:
     head, tail = "No idea what '", "' is!"
-    return message[len(head):-len(tail)] if message.startswith(head) and message.endswith(tail) else ""
+    return (
+        message[len(head) : -len(tail)]
+        if message.startswith(head) and message.endswith(tail)
+        else ""
+    )
 
 
 def _tasks(program: Any) -> list[str]:
     collection = getattr(program, "collection", None)
     if collection is None:
         return []
-    return [name for primary, aliases in collection.task_names.items() for name in (primary, *aliases)]
+    return [
+        name for primary, aliases in collection.task_names.items() for name in (primary, *aliases)
+    ]
 
 
 def _flags(program: Any, context: Any) -> list[str]:
-    """The flags the word could have meant: the task's (`--nodes`), else the program's core flags."""
+    """The flags the word could have meant: the task's (`--nodes`), else the program's core
+    flags."""
     context = context or getattr(program, "initial_context", None)
     if context is None:
         return []
@@ -80,7 +98,8 @@ def _flags(program: Any, context: Any) -> list[str]:
 
 
 def bad_number(program: Any, exc: ValueError) -> Exit:
-    """Invoke's int() of an option's value failed (`--threshold lots`): the option and the value, named."""
+    """Invoke's int() of an option's value failed (`--threshold lots`): the option and the value,
+    named."""
     words = list(getattr(program, "argv", None) or [])[1:]
     kinds = _int_flags(program)
     tasks = set(getattr(getattr(program, "parser", None), "contexts", {}))
@@ -99,7 +118,8 @@ def bad_number(program: Any, exc: ValueError) -> Exit:
 
 
 def _int_flags(program: Any) -> dict[str, str]:
-    """Every whole-number flag the parse knew, as typed (`--lines`, `-t`) → its names (`-t/--connect-timeout`)."""
+    """Every whole-number flag the parse knew, as typed (`--lines`, `-t`) → its names
+    (`-t/--connect-timeout`)."""
     contexts = [getattr(program, "initial_context", None)]
     parser = getattr(program, "parser", None)
     contexts += list(getattr(parser, "contexts", {}).values()) if parser is not None else []
@@ -113,12 +133,14 @@ def _int_flags(program: Any) -> dict[str, str]:
 
 
 def checked_parse(program: Any, parse: Any) -> None:
-    """Run Invoke's task parse (`parse`), its errors and what fleetops refuses as usage errors (exit 2)."""
+    """Run Invoke's task parse (`parse`), its errors and what fleetops refuses as usage errors (exit
+    2)."""
     try:
         parse()
     except ParseError as exc:
         args = program.args
-        if "pty" in args and args.pty.value and "playbook" not in args:  # `fab -p PLAYBOOK ...`: -p was --pty
+        # `fab -p PLAYBOOK ...`: -p was --pty
+        if "pty" in args and args.pty.value and "playbook" not in args:
             raise refuse(program, UNUSED["pty"] + PTY_IN_FAB) from None
         raise usage_exit(program, exc) from None
     except ValueError as exc:  # Invoke casts `--serial abc` with int() and lets the ValueError out
@@ -141,8 +163,8 @@ def _program_name() -> str:
 
 
 def _binary_of(program: Any) -> str:
-    """Invoke's public `binary`: the name the program was built with, else argv[0]'s, which is no command's
-    name under `python -m fabric`."""
+    """Invoke's public `binary`: the name the program was built with, else argv[0]'s, which is no
+    command's name under `python -m fabric`."""
     try:
         name = program.binary
     except (AttributeError, TypeError, IndexError):  # no argv to read a name from
@@ -151,8 +173,8 @@ def _binary_of(program: Any) -> str:
 
 
 def project_file_exit(binary: str, folder: str | None, config: Any) -> Exit | None:
-    """The Exit (status 2, one line) for the project's fabric.yaml in `folder` that Invoke could not merge into
-    `config` or fleetops could not read; None when it is sound."""
+    """The Exit (status 2, one line) for the project's fabric.yaml in `folder` that Invoke could not
+    merge into `config` or fleetops could not read; None when it is sound."""
     if not folder:
         return None
     try:
@@ -163,18 +185,20 @@ def project_file_exit(binary: str, folder: str | None, config: Any) -> Exit | No
 
 
 def at_fabfile_load(fabfile: str | None) -> None:
-    """What `fab` gets from the fabfile (Invoke imports it before it reads the project's fabric.yaml and before
-    it parses the tasks): from here Ctrl-C before the run starts is one line and exit 130 (startup.py), a closed
-    stdout under the task list ends the program as it ends `yes | head` (SIGPIPE: the shell says 141; the
-    executor gives Python's handling back before any task runs), and a broken or mistyped fabric.yaml next to
-    the fabfile is one line naming file:line and exit 2 instead of Invoke's traceback. Nothing is done for a
-    script or a test that imports the fabfile."""
+    """What `fab` gets from the fabfile (Invoke imports it before it reads the project's fabric.yaml
+    and before it parses the tasks): from here Ctrl-C before the run starts is one line and exit 130
+    (startup.py), a closed stdout under the task list ends the program as it ends `yes | head`
+    (SIGPIPE: the shell says 141; the executor gives Python's handling back before any task runs),
+    and a broken or mistyped fabric.yaml next to the fabfile is one line naming file:line and exit 2
+    instead of Invoke's traceback. Nothing is done for a script or a test that imports the
+    fabfile."""
     if not fabfile or not _running_as_program():
         return
     startup.guard_interrupts()
     try:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    except (ValueError, AttributeError):  # not the main thread, or no SIGPIPE (Windows): Python's own handling
+    # not the main thread, or no SIGPIPE (Windows): Python's own handling
+    except (ValueError, AttributeError):
         pass
     from fabric import Config  # already imported by Fabric's program
 
@@ -187,8 +211,8 @@ def at_fabfile_load(fabfile: str | None) -> None:
 
 
 def pipe_as_python_has_it() -> None:
-    """SIGPIPE ignored again, as Python starts (a write to a closed stdout is BrokenPipeError): the run reports
-    a reader that left (results.reader_gone) and still writes its audit log."""
+    """SIGPIPE ignored again, as Python starts (a write to a closed stdout is BrokenPipeError): the
+    run reports a reader that left (results.reader_gone) and still writes its audit log."""
     try:
         if signal.getsignal(signal.SIGPIPE) == signal.SIG_DFL:
             signal.signal(signal.SIGPIPE, signal.SIG_IGN)

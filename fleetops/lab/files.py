@@ -1,5 +1,6 @@
-"""The lab's file operations on its own directories: removing a path of any kind, a directory emptied to what it
-should keep, a directory made a copy of another by rewriting only what differs."""
+"""The lab's file operations on its own directories: removing a path of any kind, a directory
+emptied to what it should keep, a directory made a copy of another by rewriting only what
+differs."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ def remove(path: Path) -> None:
 
 
 def remove_settled(path: Path) -> None:
-    """rmtree, once a stopped node's last sshd process is done with it: a connection's sshd process outlives
-    the listener by a moment and may still create its log (it re-executes sshd, which opens `-E LOG` again)."""
+    """rmtree, once a stopped node's last sshd process is done with it: a connection's sshd process
+    outlives the listener by a moment and may still create its log (it re-executes sshd, which opens
+    `-E LOG` again)."""
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -52,14 +54,19 @@ def _same_file(src: os.DirEntry, dst: Path) -> bool:
     except FileNotFoundError:
         return False
     want = src.stat(follow_symlinks=False)
-    if (not stat.S_ISREG(have.st_mode) or have.st_mode != want.st_mode or have.st_size != want.st_size
-            or (have.st_uid, have.st_gid) != (os.getuid(), os.getgid())):
+    if (
+        not stat.S_ISREG(have.st_mode)
+        or have.st_mode != want.st_mode
+        or have.st_size != want.st_size
+        or (have.st_uid, have.st_gid) != (os.getuid(), os.getgid())
+    ):
         return False
     return Path(src.path).read_bytes() == dst.read_bytes()
 
 
 def mirror(src: Path, dst: Path) -> None:
-    """`dst` made a copy of the directory `src` (bytecode left out), rewriting only the files that differ."""
+    """`dst` made a copy of the directory `src` (bytecode left out), rewriting only the files that
+    differ."""
     if dst.is_symlink() or (dst.exists() and not dst.is_dir()):
         dst.unlink()
     dst.mkdir(exist_ok=True)

@@ -1,9 +1,9 @@
-"""A lab node's simulated GPUs: the state in <node>/gpu.json, the nvidia-smi stand-in (nvidia_smi.py) in
-<node>/bin, and the real processes that hold the GPUs in the busy state.
+"""A lab node's simulated GPUs: the state in <node>/gpu.json, the nvidia-smi stand-in
+(nvidia_smi.py) in <node>/bin, and the real processes that hold the GPUs in the busy state.
 
 The stand-in replays nvidia-smi output recorded on a 2×H200 machine, shipped with this package in
-recordings/h200x2/ (copies of the files it reads from tests/fixtures/nvidia-smi/h200x2, so an installed
-fleetops needs no checkout)."""
+recordings/h200x2/ (copies of the files it reads from tests/fixtures/nvidia-smi/h200x2, so an
+installed fleetops needs no checkout)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from .common import LabError
 from .node import Node
 
 GPU_STATES = ("idle", "busy", "missing", "driver_error", "absent")
-HOLDER_MARK = "fleetops-lab-gpu-holder"  # lab/nvidia_smi.py (run standalone on the node) holds a copy
+# lab/nvidia_smi.py (run standalone on the node) holds a copy
+HOLDER_MARK = "fleetops-lab-gpu-holder"
 SIMULATED_GPUS = 2  # the recordings come from a 2×H200 machine
 RECORDINGS = Path(__file__).resolve().parent / "recordings" / "h200x2"
 
@@ -53,12 +54,20 @@ def set_gpu_state(node: Node, state: str) -> dict:
     holders = []
     if state == "busy":
         for _ in range(SIMULATED_GPUS):
-            proc = subprocess.Popen([str(node.python), "-c", f"import time  # {HOLDER_MARK}\ntime.sleep(86400)"],
-                                    start_new_session=True, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [str(node.python), "-c", f"import time  # {HOLDER_MARK}\ntime.sleep(86400)"],
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             holders.append(proc.pid)
-    config = {"state": state, "fixtures": str(gpu_fixtures()), "holder_pids": holders,
-              "state_dir": str(node.state_dir)}
+    config = {
+        "state": state,
+        "fixtures": str(gpu_fixtures()),
+        "holder_pids": holders,
+        "state_dir": str(node.state_dir),
+    }
     (node.dir / "gpu.json").write_text(json.dumps(config) + "\n")
     return config
 
@@ -72,8 +81,8 @@ def stop_holders(node: Node) -> None:
                 killed.append(pid)
         except OSError:
             pass
-    # The simulated GPU frees a holder's memory only once the process is really gone (dead or a zombie), as
-    # a driver does; wait for that so a state switch is complete when this returns.
+    # The simulated GPU frees a holder's memory only once the process is really gone (dead or a
+    # zombie), as a driver does; wait for that so a state switch is complete when this returns.
     deadline = time.monotonic() + 30
     for pid in killed:
         try:

@@ -1,15 +1,19 @@
-"""A lab node's simulated kernel log, so `diagnose` can be tried and tested end to end: <node>/kernel.log holds
-the node's "ring buffer" (dmesg's own format, `[seconds since boot] message`), and stand-ins for `dmesg` and
-`journalctl` in <node>/bin (first on the node's PATH, as the simulated nvidia-smi is) print it.
+"""A lab node's simulated kernel log, so `diagnose` can be tried and tested end to end:
+<node>/kernel.log holds the node's "ring buffer" (dmesg's own format, `[seconds since boot]
+message`), and stand-ins for `dmesg` and `journalctl` in <node>/bin (first on the node's PATH, as
+the simulated nvidia-smi is) print it.
 
 What can be put in it (`fab lab.kernel`):
-  --xid 79 --gpu 1   an NVIDIA Xid line for a simulated GPU, with that GPU's real recorded PCI bus id
-  --oom              the OOM killer takes the node's running fleetops job: its main process is really SIGKILLed
-                     and the kernel's three lines (invoker, oom-kill context, "Out of memory: Killed process")
-                     are appended, naming its pid, command and memory as /proc showed them just before
+  --xid 79 --gpu 1   an NVIDIA Xid line for a simulated GPU, with that GPU's real recorded PCI bus
+                     id
+  --oom              the OOM killer takes the node's running fleetops job: its main process is
+                     really SIGKILLed and the kernel's three lines (invoker, oom-kill context, "Out
+                     of memory: Killed process") are appended, naming its pid, command and memory as
+                     /proc showed them just before
   --readable dmesg|journal|denied
                      dmesg readable (the default); dmesg refused as with kernel.dmesg_restrict=1 but
-                     `journalctl -k` readable; both refused (diagnose then says UNKNOWN for the kernel log)
+                     `journalctl -k` readable; both refused (diagnose then says UNKNOWN for the
+                     kernel log)
   --clear            an empty log
 """
 
@@ -28,16 +32,24 @@ from .node import Node
 
 READABLE = ("dmesg", "journal", "denied")
 RECORDED_XML = Path(__file__).resolve().parent / "recordings" / "h200x2" / "busy_q.xml"
-# What the driver prints after the Xid code, for the codes the lab injects (texts as in the public examples).
-XID_TEXT = {79: "GPU has fallen off the bus.", 13: "Graphics Exception: ESR 0x52e7b0=0x101000e 0x52e7b4=0x4",
-            31: "Ch 00000010, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f_00000000.",
-            48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer.",
-            63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
-            94: "Contained: CE User Channel (0x9). RST: No, D-RST: No", 95: "Uncontained: FBHUB. RST: Yes, D-RST: No"}
+# What the driver prints after the Xid code, for the codes the lab injects (texts as in the public
+# examples).
+XID_TEXT = {
+    79: "GPU has fallen off the bus.",
+    13: "Graphics Exception: ESR 0x52e7b0=0x101000e 0x52e7b4=0x4",
+    31: (
+        "Ch 00000010, intr 10000000. MMU Fault: ENGINE "
+        "GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f_00000000."
+    ),
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer.",
+    63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    94: "Contained: CE User Channel (0x9). RST: No, D-RST: No",
+    95: "Uncontained: FBHUB. RST: Yes, D-RST: No",
+}
 
-# The stand-ins, copied to <node>/bin and run by the node's own python. Standalone: they read kernel.json and
-# kernel.log next to bin/ and import nothing of fleetops.
-_DMESG = '''
+# The stand-ins, copied to <node>/bin and run by the node's own python. Standalone: they read
+# kernel.json and kernel.log next to bin/ and import nothing of fleetops.
+_DMESG = """
 import json, sys
 from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
@@ -46,15 +58,16 @@ if mode != "dmesg":
     sys.stderr.write("dmesg: read kernel buffer failed: Operation not permitted\\n")
     sys.exit(1)
 sys.stdout.write((HERE / "kernel.log").read_text())
-'''
-_JOURNALCTL = '''
+"""
+_JOURNALCTL = """
 import json, socket, sys, time
 from datetime import datetime, timezone
 from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 mode = json.loads((HERE / "kernel.json").read_text()).get("readable", "dmesg")
 if mode == "denied":
-    sys.stderr.write("Hint: You are currently not seeing messages from other users and the system.\\n"
+    sys.stderr.write("Hint: You are currently not seeing messages from other users and the \
+system.\\n"
                      "      Users in groups 'adm', 'systemd-journal' can see all messages.\\n"
                      "      Pass -q to turn off this notice.\\n")
     print("-- No entries --")
@@ -64,9 +77,10 @@ host = socket.gethostname()
 for line in (HERE / "kernel.log").read_text().splitlines():
     if line.startswith("[") and "]" in line:
         mono, msg = line[1:].split("]", 1)
-        stamp = datetime.fromtimestamp(boot + float(mono), timezone.utc).strftime("%Y-%m-%dT%H:%M:%S+0000")
+        stamp = datetime.fromtimestamp(boot + float(mono), \
+timezone.utc).strftime("%Y-%m-%dT%H:%M:%S+0000")
         print(f"{stamp} {host} kernel:{msg}")
-'''
+"""
 
 
 def install(node: Node) -> None:
@@ -75,7 +89,9 @@ def install(node: Node) -> None:
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name, source in (("dmesg", _DMESG), ("journalctl", _JOURNALCTL)):
         path = bin_dir / name
-        path.write_text(f"#!{node.python}\n# fleetops lab: simulated {name} (reads ../kernel.log)\n{source}")
+        path.write_text(
+            f"#!{node.python}\n# fleetops lab: simulated {name} (reads ../kernel.log)\n{source}"
+        )
         path.chmod(0o755)
     if not (node.dir / "kernel.log").exists():
         (node.dir / "kernel.log").write_text("")
@@ -105,7 +121,8 @@ def append(node: Node, messages: list[str]) -> list[str]:
 
 
 def gpu_bus_ids() -> dict[int, str]:
-    """The simulated GPUs' PCI bus ids, from the recorded `nvidia-smi -q -x` (index → "00000000:00:07.0")."""
+    """The simulated GPUs' PCI bus ids, from the recorded `nvidia-smi -q -x` (index →
+    "00000000:00:07.0")."""
     root = ET.parse(RECORDED_XML).getroot()
     return {int(g.findtext("minor_number", "-1")): str(g.get("id")) for g in root.findall("gpu")}
 
@@ -133,32 +150,43 @@ def _kb(status: dict[str, str], key: str) -> int:
 
 
 def inject_oom(node: Node, timeout: float = 30.0) -> dict:
-    """The OOM killer takes the node's running job: SIGKILL its main process, log the kernel's lines."""
+    """The OOM killer takes the node's running job: SIGKILL its main process, log the kernel's
+    lines."""
     try:
         current = json.loads((node.state_dir / "jobs" / "current.json").read_text())
         job = json.loads((node.state_dir / "jobs" / current["id"] / "job.json").read_text())
         pid = int(job["pid"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise LabError(f"{node.name}: no running job to OOM-kill ({exc}); start one with `fab -H {node.name} "
-                       "extract`") from None
+        raise LabError(
+            f"{node.name}: no running job to OOM-kill ({exc}); start one with `fab -H {node.name} "
+            "extract`"
+        ) from None
     try:
         status = _status(pid)
         comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         raise LabError(f"{node.name}: job {current['id']}'s process {pid} is not running") from None
     uid = int(status["Uid"].split()[0])
-    lines = append(node, [
-        f"{comm} invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
-        f"oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,"
-        f"task_memcg=/user.slice/user-{uid}.slice,task={comm},pid={pid},uid={uid}",
-        f"Out of memory: Killed process {pid} ({comm}) total-vm:{_kb(status, 'VmSize')}kB, "
-        f"anon-rss:{_kb(status, 'RssAnon')}kB, file-rss:{_kb(status, 'RssFile')}kB, "
-        f"shmem-rss:{_kb(status, 'RssShmem')}kB, UID:{uid} pgtables:{_kb(status, 'VmPTE')}kB oom_score_adj:0",
-    ])
+    lines = append(
+        node,
+        [
+            (
+                f"{comm} invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), "
+                "order=0, oom_score_adj=0"
+            ),
+            "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,"
+            f"global_oom,task_memcg=/user.slice/user-{uid}.slice,task={comm},pid={pid},uid={uid}",
+            f"Out of memory: Killed process {pid} ({comm}) total-vm:{_kb(status, 'VmSize')}kB, "
+            f"anon-rss:{_kb(status, 'RssAnon')}kB, file-rss:{_kb(status, 'RssFile')}kB, "
+            f"shmem-rss:{_kb(status, 'RssShmem')}kB, UID:{uid} "
+            f"pgtables:{_kb(status, 'VmPTE')}kB oom_score_adj:0",
+        ],
+    )
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout
-    # As an operator finds it after a real OOM kill: the job's end recorded and its wrapper and keeper gone
-    # (right after the kill they may still be exiting, and what diagnose shows would depend on the timing).
+    # As an operator finds it after a real OOM kill: the job's end recorded and its wrapper and
+    # keeper gone (right after the kill they may still be exiting, and what diagnose shows would
+    # depend on the timing).
     exit_record = node.state_dir / "jobs" / current["id"] / "exit.json"
     for waited in (pid, job.get("wrapper_pid"), job.get("keeper_pid")):
         while isinstance(waited, int) and _alive(waited) and time.monotonic() < deadline:

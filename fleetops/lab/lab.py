@@ -1,10 +1,12 @@
-"""The lab: real OpenSSH sshd nodes on 127.0.0.1, each with its own host key, state directory and venv
-(heavy packages shared from the base venv, speculators files per node), and the inventory that names them.
+"""The lab: real OpenSSH sshd nodes on 127.0.0.1, each with its own host key, state directory and
+venv (heavy packages shared from the base venv, speculators files per node), and the inventory that
+names them.
 
-`Lab` holds the lab's state (.lab/lab.json) and brings nodes up, restores, stops and removes them; the parts
-it puts together: sshd.py (a node's sshd config, start, stop), keys.py (ssh keys, known_hosts), inventory.py
-(hosts/lab.yaml, .gitignore), packages.py (a node's venv and packages), tiny_model.py (the extract model),
-files.py (removing, emptying, mirroring the lab's directories), pythons.py (a node's interpreter)."""
+`Lab` holds the lab's state (.lab/lab.json) and brings nodes up, restores, stops and removes them;
+the parts it puts together: sshd.py (a node's sshd config, start, stop), keys.py (ssh keys,
+known_hosts), inventory.py (hosts/lab.yaml, .gitignore), packages.py (a node's venv and packages),
+tiny_model.py (the extract model), files.py (removing, emptying, mirroring the lab's directories),
+pythons.py (a node's interpreter)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ from .pythons import interpreters
 from .sshd import SSHD
 from .tiny_model import MODEL_PARTS, give_model
 
-# Callers import these from here (tasks.py, scale.py, fleetops.lab); the parts' own modules define them.
+# Callers import these from here (tasks.py, scale.py, fleetops.lab); the parts' own modules define
+# them.
 __all__ = ["BASE_PTH", "GIT_IGNORED", "MODEL_PARTS", "SSHD", "Lab", "Progress"]
 
 
@@ -45,6 +48,8 @@ class Lab:
         self.dir = self.root / ".lab"
         self.state_file = self.dir / "lab.json"
         self.client_key = self.dir / "id_ed25519"
+        # the CA whose user certificates every node's sshd trusts
+        self.user_ca = self.dir / "user_ca"
         self.known_hosts = self.dir / "known_hosts"
         self.hosts_file = self.root / "hosts" / "lab.yaml"
         self.user = getpass.getuser()
@@ -60,8 +65,16 @@ class Lab:
             data = json.loads(self.state_file.read_text())
         except (OSError, ValueError):
             return []
-        return [Node(n["name"], n["port"], Path(n["dir"]), n.get("interpreter", ""), n.get("python_version", ""))
-                for n in data.get("nodes", [])]
+        return [
+            Node(
+                n["name"],
+                n["port"],
+                Path(n["dir"]),
+                n.get("interpreter", ""),
+                n.get("python_version", ""),
+            )
+            for n in data.get("nodes", [])
+        ]
 
     def node(self, name: str) -> Node:
         for n in self.nodes():
@@ -71,31 +84,51 @@ class Lab:
 
     def _save(self, nodes: list[Node]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        data = {"nodes": [{"name": n.name, "port": n.port, "dir": str(n.dir),
-                           **({"interpreter": n.interpreter, "python_version": n.python_version}
-                              if n.interpreter else {})} for n in nodes]}
+        data = {
+            "nodes": [
+                {
+                    "name": n.name,
+                    "port": n.port,
+                    "dir": str(n.dir),
+                    **(
+                        {"interpreter": n.interpreter, "python_version": n.python_version}
+                        if n.interpreter
+                        else {}
+                    ),
+                }
+                for n in nodes
+            ]
+        }
         self.state_file.write_text(json.dumps(data, indent=1) + "\n")
 
     # -- bring up
-    def up(self, count: int | None = None, progress: Progress = say, pythons: list[str] | None = None) -> list[Node]:
-        """Exactly `count` nodes running (None: as many as the lab has, at least one; the lab's first ones, built
-        where missing); nodes beyond it are stopped and removed, as restore(count) does. `pythons`: the node
-        venvs' Python, one for every node or one per node in order (a version such as 3.9, or an interpreter's
-        path): such a node's venv is made from that interpreter, without the base venv's packages (no vLLM), and
-        a node built with another Python gets its venv made again. Without it, nodes keep the Python they have
-        (new ones: the base venv's, with vLLM)."""
+    def up(
+        self, count: int | None = None, progress: Progress = say, pythons: list[str] | None = None
+    ) -> list[Node]:
+        """Exactly `count` nodes running (None: as many as the lab has, at least one; the lab's
+        first ones, built where missing); nodes beyond it are stopped and removed, as restore(count)
+        does. `pythons`: the node venvs' Python, one for every node or one per node in order (a
+        version such as 3.9, or an interpreter's path): such a node's venv is made from that
+        interpreter, without the base venv's packages (no vLLM), and a node built with another
+        Python gets its venv made again. Without it, nodes keep the Python they have (new ones: the
+        base venv's, with vLLM)."""
         refuse_if_asked(REFUSE_LAB, "a lab", "lab")
         if count is None:  # one node per Python named, else the lab's size
             count = len(pythons) if pythons and len(pythons) > 1 else max(1, len(self.nodes()))
         wanted = interpreters(pythons, count)
         if not Path(SSHD).exists():
-            raise LabError("sshd not found: install Debian's openssh-server (apt-get install openssh-server)")
+            raise LabError(
+                "sshd not found: install Debian's openssh-server (apt-get install openssh-server)"
+            )
         base = ensure_base(progress)
         self.dir.mkdir(parents=True, exist_ok=True)
         if not self.client_key.exists():
             keys.keygen(self.client_key, "fleetops-lab-client")
+        if not self.user_ca.exists():
+            keys.keygen(self.user_ca, "fleetops-lab-user-ca")
         if os.geteuid() == 0:
-            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+            # sshd's privilege-separation directory
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         nodes = self._exactly(count, progress)
         for i, node in enumerate(nodes):
             if wanted and (node.interpreter, node.python_version) != wanted[i]:
@@ -123,8 +156,10 @@ class Lab:
 
     def _repython(self, node: Node, wanted: tuple[str, str], progress: Progress) -> None:
         if node.venv.exists():
-            progress(f"lab: node {node.name}: a venv of Python {wanted[1]} instead of "
-                     f"{node.python_version or 'the base venv'}'s")
+            progress(
+                f"lab: node {node.name}: a venv of Python {wanted[1]} instead of "
+                f"{node.python_version or 'the base venv'}'s"
+            )
             remove(node.venv)
         node.interpreter, node.python_version = wanted
 
@@ -145,7 +180,8 @@ class Lab:
                 except LabError:
                     if attempt == 2:
                         raise
-                    # Its port was taken between picking and binding: pick another, rewrite the config.
+                    # Its port was taken between picking and binding: pick another, rewrite the
+                    # config.
                     node.port = free_port()
                     node.config.write_text(self._sshd_config(node))
 
@@ -153,24 +189,29 @@ class Lab:
         node.dir.mkdir(parents=True, exist_ok=True)
         node.state_dir.mkdir(parents=True, exist_ok=True)
         packages.make_venv(node, base, self._wheels)
-        if (node.host_key.exists() and node.config.exists()
-                and (node.dir / "authorized_keys").exists()):  # only its venv was made again
+        if (
+            node.host_key.exists()
+            and node.config.exists()
+            and (node.dir / "authorized_keys").exists()
+        ):  # only its venv was made again
             return
         keys.keygen(node.host_key, f"fleetops-lab-{node.name}")
         (node.dir / "authorized_keys").write_text(self.client_key.with_suffix(".pub").read_text())
         node.config.write_text(self._sshd_config(node))
 
     def reset_packages(self, node: Node, base: Path | None = None) -> None:
-        """Give the node pristine copies of its own packages (as installed from PyPI), by putting back only what
-        differs from the base venv's copy (packages.reset_packages), and their wheels in its pip cache."""
+        """Give the node pristine copies of its own packages (as installed from PyPI), by putting
+        back only what differs from the base venv's copy (packages.reset_packages), and their wheels
+        in its pip cache."""
         packages.reset_packages(node, base or base_dir(), self._wheels)
 
     def restore(self, count: int | None = None) -> list[Node]:
-        """Every node as `up` left it, by putting files back (nothing is reinstalled or rebuilt): no job or GPU
-        holder left, sshd running, its own packages pristine and nothing else in its site-packages, a state dir
-        holding only the extract model, no failpoint armed, idle GPUs, an empty readable kernel log; known_hosts
-        and the inventory as `up` writes them. Nodes beyond `count` are stopped and removed. For a lab shared by
-        one user after another (the test suite's): what a user did to a node's files, the next does not see."""
+        """Every node as `up` left it, by putting files back (nothing is reinstalled or rebuilt): no
+        job or GPU holder left, sshd running, its own packages pristine and nothing else in its
+        site-packages, a state dir holding only the extract model, no failpoint armed, idle GPUs, an
+        empty readable kernel log; known_hosts and the inventory as `up` writes them. Nodes beyond
+        `count` are stopped and removed. For a lab shared by one user after another (the test
+        suite's): what a user did to a node's files, the next does not see."""
         nodes = self.nodes()
         extra, nodes = (nodes[count:], nodes[:count]) if count is not None else ([], nodes)
         for node in [*nodes, *extra]:
@@ -197,32 +238,55 @@ class Lab:
         return nodes
 
     def install_package(self, node: Node, requirement: str) -> None:
-        """Give one node a different real package version (e.g. vllm==0.11.0), shadowing the shared one.
+        """Give one node a different real package version (e.g. vllm==0.11.0), shadowing the shared
+        one.
 
-        Installed without its dependencies: enough for version checks and file-level patching, which is
-        what such nodes are for (showing how fleetops refuses a node it must not patch)."""
+        Installed without its dependencies: enough for version checks and file-level patching, which
+        is what such nodes are for (showing how fleetops refuses a node it must not patch)."""
         packages.install_package(node, requirement)
 
     def node_base(self, node: Node) -> Path:
-        """The base venv whose packages the node runs on (its .pth file names that base's site-packages)."""
+        """The base venv whose packages the node runs on (its .pth file names that base's
+        site-packages)."""
         return packages.node_base(node)
 
     def use_base(self, node: Node, base: Path) -> None:
-        """Put a node on another base venv (lab.install --vllm): its .pth names that base's site-packages, and
-        its own packages become that base's pristine copies. Nothing is installed into the node: the base holds
-        the packages with their real dependencies."""
+        """Put a node on another base venv (lab.install --vllm): its .pth names that base's
+        site-packages, and its own packages become that base's pristine copies. Nothing is installed
+        into the node: the base holds the packages with their real dependencies."""
         packages.use_base(node, base, self._wheels)
 
     # -- sshd (sshd.py) and what clients trust and read (keys.py, inventory.py)
-    def configure_sshd(self, node: Node, users: tuple[str, ...] = (), sftp: str | None = None) -> None:
-        """Restart the node's sshd letting these users log in too (a test's non-root login user) and with this
-        sftp Subsystem command (a broken one, for a test); no arguments: the config lab.up writes."""
+    def configure_sshd(
+        self, node: Node, users: tuple[str, ...] = (), sftp: str | None = None
+    ) -> None:
+        """Restart the node's sshd letting these users log in too (a test's non-root login user) and
+        with this sftp Subsystem command (a broken one, for a test); no arguments: the config lab.up
+        writes."""
         node.config.write_text(sshd.allowing(self._sshd_config(node), self.user, users, sftp))
         self.stop_node(node)
         self.start_node(node)
 
     def _sshd_config(self, node: Node) -> str:
-        return sshd.config(node, self.user)
+        ca = self.user_ca.with_suffix(".pub")
+        return sshd.config(node, self.user, ca if ca.exists() else None)
+
+    def certify(
+        self,
+        public_key: Path,
+        out: Path,
+        identity: str,
+        principals: list[str] | None = None,
+        validity: str = "-5m:+1h",
+    ) -> Path:
+        """An OpenSSH user certificate for `public_key`, signed by the lab's CA (which every node
+        trusts), for `principals` (default: the lab's user) over `validity` (ssh-keygen -V), written
+        to `out`."""
+        if not self.user_ca.exists():
+            keys.keygen(self.user_ca, "fleetops-lab-user-ca")
+        return keys.certify(
+            self.user_ca, public_key, out, identity, principals or [self.user], validity
+        )
 
     def _start_sshd(self, node: Node) -> None:
         sshd.start(node)
@@ -244,7 +308,8 @@ class Lab:
         gpu.stop_holders(node)
 
     def _stop_jobs(self, node: Node) -> None:
-        """Every live job of the node (each tagged process, as `fab stop` does), then its GPU holders."""
+        """Every live job of the node (each tagged process, as `fab stop` does), then its GPU
+        holders."""
         from ..agent.jobs import jobs
 
         for job_id in jobs.live_job_ids(str(node.state_dir)):
@@ -263,8 +328,9 @@ class Lab:
             self._start_sshd(node)
 
     def rekey(self, node: Node) -> str:
-        """A reimaged node: a new host key (sshd restarted with it), known_hosts left with the old one.
-        Returns the new key's SHA256 fingerprint, which an operator would read on the node's console."""
+        """A reimaged node: a new host key (sshd restarted with it), known_hosts left with the old
+        one. Returns the new key's SHA256 fingerprint, which an operator would read on the node's
+        console."""
         for old in (node.host_key, node.host_key.with_suffix(".pub")):
             old.unlink(missing_ok=True)
         keys.keygen(node.host_key, f"fleetops-lab-{node.name}")
@@ -273,13 +339,47 @@ class Lab:
         return keys.fingerprint(node.host_key.with_suffix(".pub"))
 
     def retrust(self) -> None:
-        """known_hosts as `lab.up` writes it: every node's current host key (undoes a `rekey`'s refusal)."""
+        """known_hosts as `lab.up` writes it: every node's current host key (undoes a `rekey`'s
+        refusal)."""
         self._write_known_hosts(self.nodes())
 
+    def close_masters(self) -> list[str]:
+        """Close the ssh master connections to the lab's nodes (those whose record names 127.0.0.1
+        or localhost and a node's port): a master outlives its node's sshd, whose stop ends only the
+        listener. Returns one line per master closed (or stale socket removed, or master that would
+        not close)."""
+        from ..wire import controldir, masters
+
+        try:
+            directory = controldir.control_dir(create=False)
+        except controldir.ControlDirError:
+            return []  # none made (no master ever ran) or unsafe: the lab started none there
+        ports = {n.port for n in self.nodes()}
+        ours = [
+            m
+            for m in masters.masters(directory)
+            if m.record is not None
+            and m.record.port in ports
+            and m.record.hostname in ("127.0.0.1", "localhost", "::1")
+        ]
+        return [
+            f"{c.host}: "
+            + {
+                "closed": f"ssh master closed ({c.detail})",
+                "stale": "stale ssh master socket removed",
+            }.get(c.outcome, f"not closed: {c.detail}")
+            for c in masters.close_all(directory, ours)
+        ]
+
     def down(self, purge: bool = False) -> list[str]:
-        for n in self.nodes():  # the nodes' jobs first (every tagged process, as `fab stop` does), then sshd
+        # `fab lab.down` has closed (and said) them already; a caller in code has not
+        self.close_masters()
+        # the nodes' jobs first (every tagged process, as `fab stop` does), then sshd
+        for n in self.nodes():
             self._stop_jobs(n)
         stopped = [n.name for n in self.nodes() if self.stop_node(n)]
+        # and an sshd of a node the state does not hold yet (lab.up interrupted as it started it)
+        sshd.stop_strays(self.dir)
         if purge and self.dir.exists():
             remove_settled(self.dir)
             if self.hosts_file.exists():
@@ -290,8 +390,17 @@ class Lab:
         rows = []
         for node in self.nodes():
             pid = node.pid()
-            rows.append({"name": node.name, "port": node.port, "sshd_pid": pid if node.running() else None,
-                         "listening": port_open(node.port), "python": str(node.python),
-                         "python_version": node.python_version, "interpreter": node.interpreter,
-                         "state_dir": str(node.state_dir), "gpus": self.gpu_state(node)["state"]})
+            rows.append(
+                {
+                    "name": node.name,
+                    "port": node.port,
+                    "sshd_pid": pid if node.running() else None,
+                    "listening": port_open(node.port),
+                    "python": str(node.python),
+                    "python_version": node.python_version,
+                    "interpreter": node.interpreter,
+                    "state_dir": str(node.state_dir),
+                    "gpus": self.gpu_state(node)["state"],
+                }
+            )
         return rows

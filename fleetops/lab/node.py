@@ -1,4 +1,5 @@
-"""One lab node: where its files are (venv, state directory, sshd config, keys) and whether its sshd runs."""
+"""One lab node: where its files are (venv, state directory, sshd config, keys) and whether its sshd
+runs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from .common import site_packages
 
 
 class HostFiles:
-    """Where a lab host's venv, its interpreter and its state directory are, under its own `dir` (shared by a
-    lab node and a scale-lab host)."""
+    """Where a lab host's venv, its interpreter and its state directory are, under its own `dir`
+    (shared by a lab node and a scale-lab host)."""
 
     dir: Path
 
@@ -33,16 +34,17 @@ class Node(HostFiles):
     name: str
     port: int
     dir: Path
-    # The interpreter its venv was made from, and that interpreter's X.Y; "" for the base venv's (the client's
-    # Python), whose vLLM and other packages the node then reads through a .pth. A node of another Python has
-    # no vLLM: only its own packages (speculators).
+    # The interpreter its venv was made from, and that interpreter's X.Y; "" for the base venv's
+    # (the client's Python), whose vLLM and other packages the node then reads through a .pth. A
+    # node of another Python has no vLLM: only its own packages (speculators).
     interpreter: str = ""
     python_version: str = ""
 
     @property
     def faults_dir(self) -> Path:
-        """Where tests arm failpoints: the node's sshd hands the agent this path (FLEETOPS_FAILPOINTS_DIR), and
-        it is outside the state dir, so nothing an attacker plants there can arm one."""
+        """Where tests arm failpoints: the node's sshd hands the agent this path
+        (FLEETOPS_FAILPOINTS_DIR), and it is outside the state dir, so nothing an attacker plants
+        there can arm one."""
         return self.dir / "faults"
 
     @property
@@ -66,7 +68,8 @@ class Node(HostFiles):
     def ours(self, pid: int) -> bool:
         """Only stop an sshd we started: its command line names this node's config."""
         cmdline = read(pid, "cmdline")
-        # sshd rewrites its title ("sshd: /usr/sbin/sshd -f CONFIG ... [listener]"), so match the bytes.
+        # sshd rewrites its title ("sshd: /usr/sbin/sshd -f CONFIG ... [listener]"), so match the
+        # bytes.
         return cmdline is not None and str(self.config).encode() in cmdline
 
     def running(self) -> bool:

@@ -1,18 +1,22 @@
-"""A stand-in `nvidia-smi` for lab nodes, clearly simulated: it replays real output recorded on a 2×H200
-machine (fleetops/lab/recordings/h200x2, named in gpu.json) according to the node's gpu.json state:
+"""A stand-in `nvidia-smi` for lab nodes, clearly simulated: it replays real output recorded on a
+2×H200 machine (fleetops/lab/recordings/h200x2, named in gpu.json) according to the node's gpu.json
+state:
 
   idle          both GPUs free
-  busy          a real process started by `fab lab.gpu --state busy` holds each GPU (its pid replaces the
-                recorded pid, so the node's process table has user, age and command for it)
+  busy          a real process started by `fab lab.gpu --state busy` holds each GPU (its pid
+                replaces the recorded pid, so the node's process table has user, age and command for
+                it)
   missing       GPU 1 is gone from every answer
   driver_error  nvidia-smi fails the way a driver/library mismatch makes it fail
-While a fleetops job's processes are alive on the node (and the state is idle), GPU 0 answers as the recorded
-busy GPU 0, held by the job's process, so `gpu`, `extract`'s gate and `stop` see a job on the GPU as they would.
+While a fleetops job's processes are alive on the node (and the state is idle), GPU 0 answers as the
+recorded busy GPU 0, held by the job's process, so `gpu`, `extract`'s gate and `stop` see a job on
+the GPU as they would.
 
-Memory is held by LIVE processes only, decided from /proc on every call, never from a job's bookkeeping: a
-GPU is busy exactly as long as its holder (a lab holder, or a process of the job's process group or session
-other than the wrapper) exists and is not a zombie. So "released" is only ever seen once the processes are
-really gone, as on a real GPU where the driver frees memory when the last process using it exits.
+Memory is held by LIVE processes only, decided from /proc on every call, never from a job's
+bookkeeping: a GPU is busy exactly as long as its holder (a lab holder, or a process of the job's
+process group or session other than the wrapper) exists and is not a zombie. So "released" is only
+ever seen once the processes are really gone, as on a real GPU where the driver frees memory when
+the last process using it exits.
 
 Installed by the lab as <node>/bin/nvidia-smi; never used outside the lab.
 """
@@ -27,7 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent  # <node>/bin
 RECORDED_PIDS = ("580", "581")  # the pids in the busy recordings, GPU 0 and GPU 1
 GPU_UUIDS = ("GPU-65d02187", "GPU-96672edd")
-HOLDER_MARK = "fleetops-lab-gpu-holder"  # same text as fleetops.lab.HOLDER_MARK (this file runs standalone)
+# same text as fleetops.lab.HOLDER_MARK (this file runs standalone)
+HOLDER_MARK = "fleetops-lab-gpu-holder"
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -44,9 +49,10 @@ def live(pid: int) -> bool:
 
 
 def job_holder(state_dir: str | None) -> int | None:
-    """The process that holds GPU 0 for the node's current job: its main process while alive, otherwise any
-    other live process of its group or session (a worker it left behind keeps the memory, as on a real GPU).
-    The wrapper is the session leader but never touches the GPU, so it holds nothing."""
+    """The process that holds GPU 0 for the node's current job: its main process while alive,
+    otherwise any other live process of its group or session (a worker it left behind keeps the
+    memory, as on a real GPU). The wrapper is the session leader but never touches the GPU, so it
+    holds nothing."""
     if not state_dir:
         return None
     try:
@@ -78,14 +84,21 @@ def lab_holder(pid: int) -> bool:
 
 
 def _recorded(fixtures: Path, name: str) -> list[str]:
-    return [ln for ln in (fixtures / name).read_text().splitlines() if ln.strip() and not ln.startswith("rc=")]
+    return [
+        ln
+        for ln in (fixtures / name).read_text().splitlines()
+        if ln.strip() and not ln.startswith("rc=")
+    ]
 
 
 def main(argv: list[str]) -> int:
     config = json.loads((HERE.parent / "gpu.json").read_text())
     state, fixtures = config["state"], Path(config["fixtures"])
     if state == "driver_error":
-        print("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.159")
+        print(
+            "Failed to initialize NVML: Driver/library "
+            "version mismatch\nNVML library version: 580.159"
+        )
         return 18
     present = (0,) if state == "missing" else (0, 1)
     holders: dict[int, int] = {}
@@ -103,10 +116,14 @@ def main(argv: list[str]) -> int:
     out: list[str] = []
     if "--query-gpu" in args:
         suffix = "_nounits" if nounits else ""
-        busy, idle = _recorded(fixtures, f"busy_query{suffix}.csv"), _recorded(fixtures, f"idle_query{suffix}.csv")
+        busy, idle = (
+            _recorded(fixtures, f"busy_query{suffix}.csv"),
+            _recorded(fixtures, f"idle_query{suffix}.csv"),
+        )
         if idle[0].startswith("index") and not noheader:
             out.append(idle[0])
-        for gpu in present:  # each GPU answers from the busy recording only while a live process holds it
+        # each GPU answers from the busy recording only while a live process holds it
+        for gpu in present:
             source = busy if gpu in holders else idle
             out += [ln for ln in source if ln.startswith(f"{gpu},")]
     elif "--query-compute-apps" in args:
@@ -114,9 +131,13 @@ def main(argv: list[str]) -> int:
             out.append(_recorded(fixtures, "busy_apps.csv")[0])
         rows = _recorded(fixtures, f"busy_apps{'_nounits' if nounits else ''}.csv")
         for gpu, pid in sorted(holders.items()):
-            row = next(ln for ln in rows if GPU_UUIDS[gpu] in ln and ln.startswith(RECORDED_PIDS[gpu]))
+            row = next(
+                ln for ln in rows if GPU_UUIDS[gpu] in ln and ln.startswith(RECORDED_PIDS[gpu])
+            )
             out.append(f"{pid}," + row.split(",", 1)[1])
-    else:  # -q, or the plain table (the busy recording whenever any GPU is held; only its header is parsed)
+    # -q, or the plain table (the busy recording whenever any GPU is held; only its header is
+    # parsed)
+    else:
         name = "busy_q.xml" if "-q" in argv else f"{'busy' if holders else 'idle'}_table.txt"
         out = [ln for ln in (fixtures / name).read_text().splitlines() if not ln.startswith("rc=")]
     sys.stdout.write("\n".join(out) + "\n")

@@ -1,4 +1,5 @@
-"""GPU gates: is every selected GPU there, healthy and free? Pure functions over the node's snapshot."""
+"""GPU gates: is every selected GPU there, healthy and free? Pure functions over the node's
+snapshot."""
 
 from __future__ import annotations
 
@@ -20,10 +21,16 @@ from ..results import (
 from .timefmt import duration
 
 DEFAULT_THRESHOLD_MIB = 1024
-# Nagios-style verdicts, as diagnose says them: each gate exit status stands for one (README, exit statuses).
+# Nagios-style verdicts, as diagnose says them: each gate exit status stands for one (README, exit
+# statuses).
 OK, WARN, CRITICAL, UNKNOWN = Severity.OK, Severity.WARN, Severity.CRITICAL, Severity.UNKNOWN
-VERDICT_FOR = {EXIT_OK: OK, EXIT_GPU_BUSY: WARN, EXIT_GPU_UNHEALTHY: CRITICAL, EXIT_NO_NVIDIA_SMI: UNKNOWN,
-               EXIT_NVIDIA_SMI_FAILED: UNKNOWN}
+VERDICT_FOR = {
+    EXIT_OK: OK,
+    EXIT_GPU_BUSY: WARN,
+    EXIT_GPU_UNHEALTHY: CRITICAL,
+    EXIT_NO_NVIDIA_SMI: UNKNOWN,
+    EXIT_NVIDIA_SMI_FAILED: UNKNOWN,
+}
 WAIT_HINT_S = 600  # the --wait the next action suggests for busy GPUs
 
 
@@ -46,32 +53,52 @@ class Verdict:
 
     @property
     def word(self) -> Severity:
-        """OK (all selected GPUs free), WARN (busy), CRITICAL (missing or unhealthy), UNKNOWN (no answer)."""
+        """OK (all selected GPUs free), WARN (busy), CRITICAL (missing or unhealthy), UNKNOWN (no
+        answer)."""
         return VERDICT_FOR[self.code]
 
     @property
     def ours(self) -> bool:
-        """A fleetops job holds one of the busy GPUs (`fab stop` can end it; it cannot end anyone else's)."""
-        return any(p.get("job") for g, state in self.gpus if state == "busy" for p in g.get("processes") or [])
+        """A fleetops job holds one of the busy GPUs (`fab stop` can end it; it cannot end anyone
+        else's)."""
+        return any(
+            p.get("job")
+            for g, state in self.gpus
+            if state == "busy"
+            for p in g.get("processes") or []
+        )
 
 
 def next_action(host: str, verdict: Verdict) -> Next | None:
-    """What to run next for this host's finding, or None when all is well. It names the host the way the
-    operator types it, so hosts that differ only by their name fold into one group with one next action."""
+    """What to run next for this host's finding, or None when all is well. It names the host the way
+    the operator types it, so hosts that differ only by their name fold into one group with one next
+    action."""
     fab = f"fab -H {shlex.quote(host)}"
     if verdict.code == EXIT_GPU_BUSY and verdict.ours:
-        return Next("a fleetops job holds them: see it, and stop it if it should not run",
-                    [f"{fab} jobs", f"{fab} stop"])
+        return Next(
+            "a fleetops job holds them: see it, and stop it if it should not run",
+            [f"{fab} jobs", f"{fab} stop"],
+        )
     if verdict.code == EXIT_GPU_BUSY:
-        return Next("wait for the holders (not fleetops jobs: ask their owners; extract --force would share the "
-                    "GPUs with them)", [f"{fab} gpu --wait {WAIT_HINT_S}"])
+        return Next(
+            "wait for the holders (not fleetops jobs: ask their owners; extract --force would "
+            "share the GPUs with them)",
+            [f"{fab} gpu --wait {WAIT_HINT_S}"],
+        )
     if verdict.code == EXIT_GPU_UNHEALTHY:
-        return Next("Xid events, ECC, row remapping; keep work off the node until it is fixed", [f"{fab} diagnose"])
+        return Next(
+            "Xid events, ECC, row remapping; keep work off the node until it is fixed",
+            [f"{fab} diagnose"],
+        )
     if verdict.code == EXIT_NO_NVIDIA_SMI:
-        return Next("is the NVIDIA driver installed, nvidia-smi on the login PATH?",
-                    [f"{fab} run 'command -v nvidia-smi'"])
+        return Next(
+            "is the NVIDIA driver installed, nvidia-smi on the login PATH?",
+            [f"{fab} run 'command -v nvidia-smi'"],
+        )
     if verdict.code == EXIT_NVIDIA_SMI_FAILED:
-        return Next("nvidia-smi fails: driver/library mismatch, NVML, Xid events", [f"{fab} diagnose"])
+        return Next(
+            "nvidia-smi fails: driver/library mismatch, NVML, Xid events", [f"{fab} diagnose"]
+        )
     return None
 
 
@@ -88,12 +115,19 @@ def describe_process(p: dict[str, Any]) -> str:
     owner = f"job {p['job']}" if p.get("job") else "foreign"
     who = p.get("user") or "?"
     cmd = " ".join((p.get("command") or p.get("name") or "?").split())[:100]
-    return f"pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, {who}, {duration(p.get('age_s'))}, {owner}: {cmd}"
+    return (
+        f"pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, {who}, "
+        f"{duration(p.get('age_s'))}, {owner}: {cmd}"
+    )
 
 
 def evaluate(snap: dict[str, Any], gate: Gate) -> Verdict:
     if not snap.get("ok"):
-        code = EXIT_NO_NVIDIA_SMI if snap.get("error_kind") == "no_nvidia_smi" else EXIT_NVIDIA_SMI_FAILED
+        code = (
+            EXIT_NO_NVIDIA_SMI
+            if snap.get("error_kind") == "no_nvidia_smi"
+            else EXIT_NVIDIA_SMI_FAILED
+        )
         return Verdict(code, snap.get("error", "nvidia-smi failed"), [], [], [])
     gpus = sorted(snap["gpus"], key=lambda g: g.get("index") or 0)
     seen = {g["index"] for g in gpus}
@@ -118,22 +152,45 @@ def evaluate(snap: dict[str, Any], gate: Gate) -> Verdict:
         elif used > gate.threshold_mib or procs:
             state, status = "busy", Status.FAILED
             busy += 1
-            why = f"{used} MiB used (threshold {gate.threshold_mib})" + (f", {len(procs)} processes" if procs else "")
-            holders += [f"GPU {g['index']}: {describe_process(p)}" for p in procs] or \
-                [f"GPU {g['index']}: {used} MiB held by no listed process"]
+            why = f"{used} MiB used (threshold {gate.threshold_mib})" + (
+                f", {len(procs)} processes" if procs else ""
+            )
+            holders += [f"GPU {g['index']}: {describe_process(p)}" for p in procs] or [
+                f"GPU {g['index']}: {used} MiB held by no listed process"
+            ]
         else:
             state, status, why = "free", Status.OK, f"{used} MiB used"
-        items.append(Item(f"GPU {g['index']} {g.get('name')}", status, f"{state}: {why}",
-                          {"uuid": g.get("uuid"), "state": state, "processes": procs,
-                           "memory_used_mib": used, "memory_total_mib": g.get("memory_total_mib"),
-                           "memory_free_mib": g.get("memory_free_mib")}))
+        items.append(
+            Item(
+                f"GPU {g['index']} {g.get('name')}",
+                status,
+                f"{state}: {why}",
+                {
+                    "uuid": g.get("uuid"),
+                    "state": state,
+                    "processes": procs,
+                    "memory_used_mib": used,
+                    "memory_total_mib": g.get("memory_total_mib"),
+                    "memory_free_mib": g.get("memory_free_mib"),
+                },
+            )
+        )
         states.append((g, state))
     for index in sorted(missing):
-        items.append(Item(f"GPU {index}", Status.FAILED, "missing: not reported by nvidia-smi", {"state": "missing"}))
+        items.append(
+            Item(
+                f"GPU {index}",
+                Status.FAILED,
+                "missing: not reported by nvidia-smi",
+                {"state": "missing"},
+            )
+        )
     parts = []
     if missing:
-        parts.append(f"expected {gate.expected if gate.expected is not None else len(gpus)} GPUs, saw {len(gpus)}: "
-                     f"missing {', '.join(f'GPU {i}' for i in sorted(missing))}")
+        parts.append(
+            f"expected {gate.expected if gate.expected is not None else len(gpus)} GPUs, saw "
+            f"{len(gpus)}: missing {', '.join(f'GPU {i}' for i in sorted(missing))}"
+        )
     if unhealthy:
         parts.append(f"{unhealthy} unhealthy")
     if busy:

@@ -1,12 +1,13 @@
-"""GPU health from `nvidia-smi -q -x`: ECC error counts (volatile: since the driver loaded; aggregate: the
-GPU's lifetime), retired and pending pages, row remapping, and the active clock throttle ("event") reasons.
-Pure: the XML text in, dicts out (xml.etree from the standard library; nothing here reaches a node).
+"""GPU health from `nvidia-smi -q -x`: ECC error counts (volatile: since the driver loaded;
+aggregate: the GPU's lifetime), retired and pending pages, row remapping, and the active clock
+throttle ("event") reasons. Pure: the XML text in, dicts out (xml.etree from the standard library;
+nothing here reaches a node).
 
-The node sends the XML as nvidia-smi printed it (remote_scripts/health/diagnose.py); tested on a real H200 capture
-(tests/fixtures/nvidia-smi/h200x2/busy_q.xml). Field names moved between drivers, both spellings are read:
-ECC counters are `volatile/dram_uncorrectable` etc. on Hopper (driver 5xx) and
-`volatile/double_bit/total` on older GPUs; throttle reasons are `clocks_event_reasons` since driver 535 and
-`clocks_throttle_reasons` before.
+The node sends the XML as nvidia-smi printed it (remote_scripts/health/diagnose.py); tested on a
+real H200 capture (tests/fixtures/nvidia-smi/h200x2/busy_q.xml). Field names moved between drivers,
+both spellings are read: ECC counters are `volatile/dram_uncorrectable` etc. on Hopper (driver 5xx)
+and `volatile/double_bit/total` on older GPUs; throttle reasons are `clocks_event_reasons` since
+driver 535 and `clocks_throttle_reasons` before.
 """
 
 from __future__ import annotations
@@ -18,8 +19,14 @@ from typing import Any
 
 from ..results import Severity
 
-# Throttle reasons that mean the hardware is protecting itself (heat, power delivery), not a setting.
-SERIOUS_THROTTLE = {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"}
+# Throttle reasons that mean the hardware is protecting itself (heat, power delivery), not a
+# setting.
+SERIOUS_THROTTLE = {
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sw_thermal_slowdown",
+}
 _ABSENT = {"N/A", "[N/A]", "Not Supported", "[Not Supported]", ""}
 
 
@@ -30,7 +37,8 @@ class GpuHealth:
     uuid: str | None
     name: str | None
     ecc_mode: str | None
-    ecc: dict[str, dict[str, int]] = field(default_factory=dict)  # volatile/aggregate → {correctable, uncorrectable}
+    # volatile/aggregate → {correctable, uncorrectable}
+    ecc: dict[str, dict[str, int]] = field(default_factory=dict)
     retired: dict[str, int | None] = field(default_factory=dict)  # single_bit, double_bit (counts)
     retirement_pending: bool | None = None
     remapped: dict[str, int | None] = field(default_factory=dict)  # correctable, uncorrectable
@@ -60,7 +68,8 @@ def _yes(text: str | None) -> bool | None:
 
 
 def _ecc_counts(node: ET.Element | None) -> dict[str, int]:
-    """Correctable and uncorrectable totals of one <volatile> or <aggregate> block, either layout."""
+    """Correctable and uncorrectable totals of one <volatile> or <aggregate> block, either
+    layout."""
     if node is None:
         return {}
     corr = unc = 0
@@ -97,13 +106,17 @@ def parse_health_xml(text: str) -> list[GpuHealth]:
         raise HealthParseError(f"expected <nvidia_smi_log>, got <{root.tag}>")
     out = []
     for g in root.findall("gpu"):
-        ecc = {kind: _ecc_counts(g.find(f"ecc_errors/{kind}")) for kind in ("volatile", "aggregate")}
+        ecc = {
+            kind: _ecc_counts(g.find(f"ecc_errors/{kind}")) for kind in ("volatile", "aggregate")
+        }
         rp = g.find("retired_pages")
         retired = {}
         pending = None
         if rp is not None:
-            retired = {"single_bit": _int(rp.findtext("multiple_single_bit_retirement/retired_count")),
-                       "double_bit": _int(rp.findtext("double_bit_retirement/retired_count"))}
+            retired = {
+                "single_bit": _int(rp.findtext("multiple_single_bit_retirement/retired_count")),
+                "double_bit": _int(rp.findtext("double_bit_retirement/retired_count")),
+            }
             pending = _yes(rp.findtext("pending_retirement"))
         rr = g.find("remapped_rows")
         throttle_node = g.find("clocks_event_reasons")
@@ -114,19 +127,37 @@ def parse_health_xml(text: str) -> list[GpuHealth]:
             if _yes(child.text):
                 throttle.append(re.sub(r"^clocks_(?:event|throttle)_reason_", "", child.tag))
         fb = g.find("fb_memory_usage")
-        out.append(GpuHealth(
-            index=_int(g.findtext("minor_number")), bus_id=g.get("id"), uuid=g.findtext("uuid"),
-            name=g.findtext("product_name"), ecc_mode=g.findtext("ecc_mode/current_ecc"),
-            ecc={k: v for k, v in ecc.items() if v}, retired=retired, retirement_pending=pending,
-            remapped={"correctable": _int(rr.findtext("remapped_row_corr")),
-                      "uncorrectable": _int(rr.findtext("remapped_row_unc"))} if rr is not None else {},
-            remap_pending=_yes(rr.findtext("remapped_row_pending")) if rr is not None else None,
-            remap_failure=_yes(rr.findtext("remapped_row_failure")) if rr is not None else None,
-            throttle=throttle,
-            memory_used_mib=_int(fb.findtext("used")) if fb is not None else None,
-            memory_total_mib=_int(fb.findtext("total")) if fb is not None else None,
-            processes=[{"pid": _int(p.findtext("pid")), "name": p.findtext("process_name"),
-                        "used_mib": _int(p.findtext("used_memory"))} for p in g.findall("processes/process_info")]))
+        out.append(
+            GpuHealth(
+                index=_int(g.findtext("minor_number")),
+                bus_id=g.get("id"),
+                uuid=g.findtext("uuid"),
+                name=g.findtext("product_name"),
+                ecc_mode=g.findtext("ecc_mode/current_ecc"),
+                ecc={k: v for k, v in ecc.items() if v},
+                retired=retired,
+                retirement_pending=pending,
+                remapped={
+                    "correctable": _int(rr.findtext("remapped_row_corr")),
+                    "uncorrectable": _int(rr.findtext("remapped_row_unc")),
+                }
+                if rr is not None
+                else {},
+                remap_pending=_yes(rr.findtext("remapped_row_pending")) if rr is not None else None,
+                remap_failure=_yes(rr.findtext("remapped_row_failure")) if rr is not None else None,
+                throttle=throttle,
+                memory_used_mib=_int(fb.findtext("used")) if fb is not None else None,
+                memory_total_mib=_int(fb.findtext("total")) if fb is not None else None,
+                processes=[
+                    {
+                        "pid": _int(p.findtext("pid")),
+                        "name": p.findtext("process_name"),
+                        "used_mib": _int(p.findtext("used_memory")),
+                    }
+                    for p in g.findall("processes/process_info")
+                ],
+            )
+        )
     return out
 
 
@@ -139,29 +170,64 @@ class HealthFinding:
 
 
 def assess(gpus: list[GpuHealth]) -> list[HealthFinding]:
-    """What in the counters needs a person. Uncorrectable errors since the driver loaded, a failed or pending
-    remap, pending retirement: CRITICAL or WARN with NVIDIA's documented action; lifetime counts only WARN."""
+    """What in the counters needs a person. Uncorrectable errors since the driver loaded, a failed
+    or pending remap, pending retirement: CRITICAL or WARN with NVIDIA's documented action; lifetime
+    counts only WARN."""
     out = []
     for g in gpus:
         vol, agg = g.ecc.get("volatile", {}), g.ecc.get("aggregate", {})
         if g.remap_failure:
-            out.append(HealthFinding(Severity.CRITICAL, g, "row remapping failed (no spare rows left)",
-                                     "drain the GPU and RMA it (NVIDIA: remapping failure)"))
+            out.append(
+                HealthFinding(
+                    Severity.CRITICAL,
+                    g,
+                    "row remapping failed (no spare rows left)",
+                    "drain the GPU and RMA it (NVIDIA: remapping failure)",
+                )
+            )
         if vol.get("uncorrectable"):
-            out.append(HealthFinding(Severity.CRITICAL, g, f"{vol['uncorrectable']} uncorrectable ECC errors since the "
-                                     "driver loaded", "drain the GPU, reset it when idle; repeats: RMA"))
+            out.append(
+                HealthFinding(
+                    Severity.CRITICAL,
+                    g,
+                    f"{vol['uncorrectable']} uncorrectable ECC errors since the driver loaded",
+                    "drain the GPU, reset it when idle; repeats: RMA",
+                )
+            )
         if g.remap_pending or g.retirement_pending:
             what = "a row remap is pending" if g.remap_pending else "a page retirement is pending"
-            out.append(HealthFinding(Severity.WARN, g, what, "reset the GPU when it is idle to activate it"))
+            out.append(
+                HealthFinding(
+                    Severity.WARN, g, what, "reset the GPU when it is idle to activate it"
+                )
+            )
         if agg.get("uncorrectable") and not vol.get("uncorrectable"):
-            out.append(HealthFinding(Severity.WARN, g, f"{agg['uncorrectable']} uncorrectable ECC errors in the GPU's "
-                                     "lifetime (none since the driver loaded)",
-                                     "watch it; check retired pages / remapped rows"))
+            out.append(
+                HealthFinding(
+                    Severity.WARN,
+                    g,
+                    f"{agg['uncorrectable']} uncorrectable ECC errors in the GPU's "
+                    "lifetime (none since the driver loaded)",
+                    "watch it; check retired pages / remapped rows",
+                )
+            )
         if g.remapped.get("uncorrectable"):
-            out.append(HealthFinding(Severity.WARN, g, f"{g.remapped['uncorrectable']} rows remapped for uncorrectable "
-                                     "errors", "watch it; NVIDIA's threshold for RMA is in the row remapper docs"))
+            out.append(
+                HealthFinding(
+                    Severity.WARN,
+                    g,
+                    f"{g.remapped['uncorrectable']} rows remapped for uncorrectable errors",
+                    "watch it; NVIDIA's threshold for RMA is in the row remapper docs",
+                )
+            )
         serious = sorted(SERIOUS_THROTTLE.intersection(g.throttle))
         if serious:
-            out.append(HealthFinding(Severity.WARN, g, "clocks throttled by " + ", ".join(serious),
-                                     "check cooling and power delivery (nvidia-smi -q -d PERFORMANCE,TEMPERATURE)"))
+            out.append(
+                HealthFinding(
+                    Severity.WARN,
+                    g,
+                    "clocks throttled by " + ", ".join(serious),
+                    "check cooling and power delivery (nvidia-smi -q -d PERFORMANCE,TEMPERATURE)",
+                )
+            )
     return out

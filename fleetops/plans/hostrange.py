@@ -1,13 +1,14 @@
-"""Host ranges, the compact notation ClusterShell and pdsh use: `gpu[01-32]`, `lab[01-03,07]`, `node[3-16/2]`,
-`r[1-2]n[1-4]`.
+"""Host ranges, the compact notation ClusterShell and pdsh use: `gpu[01-32]`, `lab[01-03,07]`,
+`node[3-16/2]`, `r[1-2]n[1-4]`.
 
-`fold()` writes a list of names that way (the headers of folded output, the recap, the re-run line) and
-`expand()` reads it back (`-H 'gpu[01-32]'`, `--limit 'gpu[01-08]'`), so what fleetops prints can be pasted
-back as it is. A word is read as ClusterShell's NodeSet reads it (tests/test_hostrange_nodeset_units.py compares
-the two): several brackets give every combination, `/N` steps, digits written beside a bracket belong to its
-numbers, a padded bound needs a bound of the same width, and whatever NodeSet refuses is refused (RangeError),
-never read as a filename wildcard that would select other hosts. Two readings are fleetops' own: a bracket of
-digits alone (`gpu[12]`) stays the fnmatch glob it always was (gpu1 or gpu2), and negative numbers name no host.
+`fold()` writes a list of names that way (the headers of folded output, the recap, the re-run line)
+and `expand()` reads it back (`-H 'gpu[01-32]'`, `--limit 'gpu[01-08]'`), so what fleetops prints
+can be pasted back as it is. A word is read as ClusterShell's NodeSet reads it
+(tests/test_hostrange_nodeset_units.py compares the two): several brackets give every combination,
+`/N` steps, digits written beside a bracket belong to its numbers, a padded bound needs a bound of
+the same width, and whatever NodeSet refuses is refused (RangeError), never read as a filename
+wildcard that would select other hosts. Two readings are fleetops' own: a bracket of digits alone
+(`gpu[12]`) stays the fnmatch glob it always was (gpu1 or gpu2), and negative numbers name no host.
 Pure functions, no inventory.
 """
 
@@ -19,7 +20,8 @@ from collections.abc import Iterable
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 _RANGE_BODY = re.compile(r"[0-9,/\s-]*")
-_LEFT_OPEN = re.compile(r"\[[0-9,/\s-]*[-,/][0-9,/\s-]*$")  # `n[1-3`: a range whose bracket was not closed
+# `n[1-3`: a range whose bracket was not closed
+_LEFT_OPEN = re.compile(r"\[[0-9,/\s-]*[-,/][0-9,/\s-]*$")
 _TAIL_NUMBER = re.compile(r"^(?P<prefix>.*?)(?P<num>[0-9]+)(?P<suffix>[^0-9]*)$")
 _DIGITS = "0123456789"
 MAX_EXPANSION = 100_000  # a typo such as gpu[1-99999999] is refused, not expanded
@@ -31,8 +33,9 @@ class RangeError(ValueError):
 
 
 def is_range(word: str) -> bool:
-    """`gpu[01-32]`, `lab[01,07]`, `node[3-16/2]`, `n[]`: a bracket of numbers with `-`, `,` or `/` (or nothing)
-    makes the word range notation, to expand or refuse; `gpu[12]` and `lab[a-c]` are globs."""
+    """`gpu[01-32]`, `lab[01,07]`, `node[3-16/2]`, `n[]`: a bracket of numbers with `-`, `,` or `/`
+    (or nothing) makes the word range notation, to expand or refuse; `gpu[12]` and `lab[a-c]` are
+    globs."""
     for body in _BRACKET.findall(word):
         if _RANGE_BODY.fullmatch(body) and (not body.strip() or any(c in body for c in "-,/")):
             return True
@@ -40,66 +43,81 @@ def is_range(word: str) -> bool:
 
 
 def expand(word: str) -> list[str]:
-    """`lab[01-03,07]` → lab01 lab02 lab03 lab07 (zero padding as written: `[1-10]` gives lab1..lab10,
-    `[01-10]` gives lab01..lab10); `r[1-2]n[1-2]` → r1n1 r1n2 r2n1 r2n2. A word without range notation is
-    returned as it is. Raises RangeError, one line naming the word, for what NodeSet refuses (an empty number, a
-    bound of another width than a padded one, a step without a range, a bracket left open...), for negative
-    numbers, and for more than MAX_EXPANSION names."""
+    """`lab[01-03,07]` → lab01 lab02 lab03 lab07 (zero padding as written: `[1-10]` gives
+    lab1..lab10, `[01-10]` gives lab01..lab10); `r[1-2]n[1-2]` → r1n1 r1n2 r2n1 r2n2. A word without
+    range notation is returned as it is. Raises RangeError, one line naming the word, for what
+    NodeSet refuses (an empty number, a bound of another width than a padded one, a step without a
+    range, a bracket left open...), for negative numbers, and for more than MAX_EXPANSION names."""
     if not is_range(word):
         return [word]
     texts, bodies = _split(word)
     numbers: list[list[str]] = []
     total = 1
     for i, body in enumerate(bodies):
-        # NodeSet's order: digits after the bracket join its numbers first, then the digits before it.
+        # NodeSet's order: digits after the bracket join its numbers first, then the digits before
+        # it.
         after = texts[i + 1].lstrip(_DIGITS)
-        trailing = texts[i + 1][:len(texts[i + 1]) - len(after)]
+        trailing = texts[i + 1][: len(texts[i + 1]) - len(after)]
         if trailing:
             body = _with_trailing(word, body, trailing)
         if i + 1 < len(bodies) and not after:
-            raise RangeError(f"host range {word!r}: a bracket follows another with no letter between them; "
-                             f"{NOTATION}")
+            raise RangeError(
+                f"host range {word!r}: a bracket follows another with no letter between them; "
+                f"{NOTATION}"
+            )
         texts[i + 1] = after
         before = texts[i].rstrip(_DIGITS)
-        leading = texts[i][len(before):]
+        leading = texts[i][len(before) :]
         if leading:
-            body = ",".join("-".join(leading + bound for bound in run.split("-"))
-                            for run in _contiguous(_numbers(word, body)))
+            body = ",".join(
+                "-".join(leading + bound for bound in run.split("-"))
+                for run in _contiguous(_numbers(word, body))
+            )
         texts[i] = before
         found = list(dict.fromkeys(_numbers(word, body)))
         total *= len(found)
         if total > MAX_EXPANSION:
             raise RangeError(f"host range {word!r} names more than {MAX_EXPANSION} hosts")
         numbers.append(found)
-    out = ["".join(itertools.chain.from_iterable(zip(texts, (*combo, "")))) for combo in itertools.product(*numbers)]
+    out = [
+        "".join(itertools.chain.from_iterable(zip(texts, (*combo, ""))))
+        for combo in itertools.product(*numbers)
+    ]
     return list(dict.fromkeys(out))
 
 
 def _split(word: str) -> tuple[list[str], list[str]]:
-    """`r[1-2]n[3]x` → texts [r, n, x], bodies [1-2, 3]; RangeError for a bracket left open, closed twice or
-    opened inside another."""
+    """`r[1-2]n[3]x` → texts [r, n, x], bodies [1-2, 3]; RangeError for a bracket left open, closed
+    twice or opened inside another."""
     texts, bodies, rest = [], [], word
     while "[" in rest:
         before, rest = rest.split("[", 1)
         body, closed, after = rest.partition("]")
         if "]" in before or not closed or "[" in body:
-            raise RangeError(f"host range {word!r}: a bracket is not closed where it should be; {NOTATION}")
+            raise RangeError(
+                f"host range {word!r}: a bracket is not closed where it should be; {NOTATION}"
+            )
         texts.append(before)
         bodies.append(body)
         rest = after
     if "]" in rest:
-        raise RangeError(f"host range {word!r}: a bracket is closed that was not opened; {NOTATION}")
+        raise RangeError(
+            f"host range {word!r}: a bracket is closed that was not opened; {NOTATION}"
+        )
     texts.append(rest)
     return texts, bodies
 
 
 def _with_trailing(word: str, body: str, digits: str) -> str:
-    """`n[1-2]0`: digits after the bracket end each number, so a range of them steps by 10 (n10, n20)."""
+    """`n[1-2]0`: digits after the bracket end each number, so a range of them steps by 10 (n10,
+    n20)."""
     if "/" in body:
         raise RangeError(f"host range {word!r}: digits after a range with a step; {NOTATION}")
     shift = "/1" + "0" * len(digits)
-    return ",".join("-".join(bound + digits for bound in element.split("-")) + (shift if "-" in element else "")
-                    for element in body.split(","))
+    return ",".join(
+        "-".join(bound + digits for bound in element.split("-")) + (shift if "-" in element else "")
+        for element in body.split(",")
+    )
 
 
 def _numbers(word: str, body: str) -> list[str]:
@@ -108,29 +126,46 @@ def _numbers(word: str, body: str) -> list[str]:
     for element in body.split(","):
         element = element.strip()
         if not element:
-            raise RangeError(f"host range {word!r}: an empty number between brackets or commas; {NOTATION}")
+            raise RangeError(
+                f"host range {word!r}: an empty number between brackets or commas; {NOTATION}"
+            )
         base, slash, step_text = element.partition("/")
         if base.strip().startswith("-") or base.count("-") > 1:
-            raise RangeError(f"host range {word!r}: {element!r} is a negative number, which names no host; "
-                             f"{NOTATION}")
+            raise RangeError(
+                f"host range {word!r}: {element!r} is a negative number, which names no host; "
+                f"{NOTATION}"
+            )
         low, dash, high = (part.strip() for part in base.partition("-"))
         high = high if dash else low
         step_text = step_text.strip()
-        if not all(part.isascii() and part.isdigit() for part in (low, high, *([step_text] if slash else []))):
-            raise RangeError(f"host range {word!r}: {element!r} is not a number or a range of numbers; {NOTATION}")
+        if not all(
+            part.isascii() and part.isdigit()
+            for part in (low, high, *([step_text] if slash else []))
+        ):
+            raise RangeError(
+                f"host range {word!r}: {element!r} is not "
+                f"a number or a range of numbers; {NOTATION}"
+            )
         step = int(step_text) if slash else 1
         if step != 1 and not dash:
-            raise RangeError(f"host range {word!r}: {element!r} has a step but no range; write [1-16/2]")
+            raise RangeError(
+                f"host range {word!r}: {element!r} has a step but no range; write [1-16/2]"
+            )
         if step < 1:
             raise RangeError(f"host range {word!r}: {element!r} has a step below 1")
-        # NodeSet's rule: a high bound of zeros only (`[0-00]`) is not padded; a low one (`[00-10]`) is.
+        # NodeSet's rule: a high bound of zeros only (`[0-00]`) is not padded; a low one (`[00-10]`)
+        # is.
         padded = (len(low) > 1 and low.startswith("0")) or (int(high) != 0 and high.startswith("0"))
         if padded and len(low) != len(high):
-            raise RangeError(f"host range {word!r}: {element!r} pads one bound and not the other (padding "
-                             f"length mismatch): write both with the same width, [{low.zfill(len(high))}-"
-                             f"{high.zfill(len(low))}]")
+            raise RangeError(
+                f"host range {word!r}: {element!r} pads one bound and not the other (padding "
+                f"length mismatch): write both with the same width, [{low.zfill(len(high))}-"
+                f"{high.zfill(len(low))}]"
+            )
         if int(high) < int(low):
-            raise RangeError(f"host range {word!r}: {element!r} goes downwards; write [{high}-{low}]")
+            raise RangeError(
+                f"host range {word!r}: {element!r} goes downwards; write [{high}-{low}]"
+            )
         if len(out) + (int(high) - int(low)) // step + 1 > MAX_EXPANSION:
             raise RangeError(f"host range {word!r} names more than {MAX_EXPANSION} hosts")
         width = len(low) if len(low) > 1 and low.startswith("0") else 0
@@ -139,8 +174,9 @@ def _numbers(word: str, body: str) -> list[str]:
 
 
 def _contiguous(numbers: list[str]) -> list[str]:
-    """Numbers as NodeSet folds them before it puts the digits written before a bracket in front: sorted by width
-    then value, runs of consecutive numbers that keep their padding (`8,9,10` → 8-10; `08,09,10` → 08-10)."""
+    """Numbers as NodeSet folds them before it puts the digits written before a bracket in front:
+    sorted by width then value, runs of consecutive numbers that keep their padding (`8,9,10` →
+    8-10; `08,09,10` → 08-10)."""
     runs: list[list[str]] = []
     for number in sorted(set(numbers), key=lambda n: (len(n), n)):
         padded = len(number) > 1 and number.startswith("0")
@@ -181,8 +217,9 @@ def natural_key(name: str) -> tuple[int | str, ...]:
 
 
 def fold(names: Iterable[str]) -> str:
-    """Names → the shortest range notation, comma separated: lab01 lab02 lab03 lab07 → `lab[01-03,07]`;
-    names without a number, or alone with their prefix, stay as they are. Sorted naturally; each once."""
+    """Names → the shortest range notation, comma separated: lab01 lab02 lab03 lab07 →
+    `lab[01-03,07]`; names without a number, or alone with their prefix, stay as they are. Sorted
+    naturally; each once."""
     found: dict[tuple[str, str], list[str]] = {}
     plain: list[str] = []
     for name in dict.fromkeys(names):
@@ -191,7 +228,8 @@ def fold(names: Iterable[str]) -> str:
             plain.append(name)
             continue
         found.setdefault((match["prefix"], match["suffix"]), []).append(match["num"])
-    # lab08 and lab10 belong together: a number without a leading zero fits any padding up to its length.
+    # lab08 and lab10 belong together: a number without a leading zero fits any padding up to its
+    # length.
     groups: dict[tuple[str, str, int], list[int]] = {}
     for (prefix, suffix), nums in found.items():
         widths = sorted({len(n) for n in nums if n.startswith("0") and len(n) > 1})
@@ -212,7 +250,9 @@ def fold(names: Iterable[str]) -> str:
             if number is not None and number == prev + 1:
                 prev = number
                 continue
-            runs.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
+            runs.append(
+                f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}"
+            )
             if number is not None:
                 start = prev = number
         text = f"{prefix}[{','.join(runs)}]{suffix}"

@@ -1,6 +1,6 @@
-"""What a job did, in a few words for `tail`'s closing line: samples done/total and tok/s, read from the job's
-own progress reports (the playbook's `progress:` pattern), SSH job or Slurm array alike. Pure: lines in, text
-out."""
+"""What a job did, in a few words for `tail`'s closing line: samples done/total and tok/s, read from
+the job's own progress reports (the playbook's `progress:` pattern), SSH job or Slurm array alike.
+Pure: lines in, text out."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from .jobspec import parse_progress
 
 
 def job_summary(reports: Iterable[dict[str, Any] | None]) -> str:
-    """Samples done/total and tok/s from the job's last progress report (one per task of a Slurm array,
-    summed), e.g. `64/64 samples, 5563 tok/s`; "" when it reported none (no log line matched the pattern), so
-    no line says `0/0 samples`."""
+    """Samples done/total and tok/s from the job's last progress report (one per task of a Slurm
+    array, summed), e.g. `64/64 samples, 5563 tok/s`; "" when it reported none (no log line matched
+    the pattern), so no line says `0/0 samples`."""
     got = [r for r in reports if r and r.get("total") is not None and r.get("done") is not None]
     if not got:
         return ""

@@ -1,7 +1,8 @@
-"""The one way a local path is built from what a node said (a file name, a module name, a version, a path it
-proposes): `safe_join`. A node is not trusted to stay inside the folder the operator chose, so every name is
-one path component and must be a plain one: no `..` or `.`, nothing absolute, no separator, no NUL or other
-control character. Pure: nothing is read or written here; the caller writes inside the folder it named."""
+"""The one way a local path is built from what a node said (a file name, a module name, a version, a
+path it proposes): `safe_join`. A node is not trusted to stay inside the folder the operator chose,
+so every name is one path component and must be a plain one: no `..` or `.`, nothing absolute, no
+separator, no NUL or other control character. Pure: nothing is read or written here; the caller
+writes inside the folder it named."""
 
 from __future__ import annotations
 
@@ -32,16 +33,17 @@ def check_name(name: object, what: str = "name") -> str:
 
 
 def safe_join(base: P, *names: object, what: str = "name") -> P:
-    """base / names…, each name checked by check_name: the result is always inside base (as written; the
-    caller opens it without following a symlink it did not make, or checks what is there)."""
+    """base / names…, each name checked by check_name: the result is always inside base (as written;
+    the caller opens it without following a symlink it did not make, or checks what is there)."""
     if not names:
         raise UnsafeName(f"no {what} given")
     return base.joinpath(*(check_name(n, what) for n in names))
 
 
 def safe_join_relative(base: P, rel: object, what: str = "path") -> P:
-    """base / rel, where rel is a relative path with '/' between its names ("job-1/output/manifest.json"),
-    every name checked: an absolute path, a `..` anywhere, an empty or `.` name are refused."""
+    """base / rel, where rel is a relative path with '/' between its names
+    ("job-1/output/manifest.json"), every name checked: an absolute path, a `..` anywhere, an empty
+    or `.` name are refused."""
     if not isinstance(rel, str):
         raise UnsafeName(f"{what} {rel!r} is not text")
     if rel.startswith("/"):

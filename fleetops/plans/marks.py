@@ -1,6 +1,6 @@
-"""Where a value of an operator's file came from, and the error that names it: ConfigError (`file:line:column:
-message`), and the mappings and lists the YAML loader builds, which know the line and column of each key
-and item."""
+"""Where a value of an operator's file came from, and the error that names it: ConfigError
+(`file:line:column: message`), and the mappings and lists the YAML loader builds, which know the
+line and column of each key and item."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ def one_line_text(text: str) -> str:
 
 
 class ConfigError(Exception):
-    """A problem in a file the operator wrote; always names the file and, when known, line and column,
-    as `file:line:column: message` on one line (the form editors and terminals jump to)."""
+    """A problem in a file the operator wrote; always names the file and, when known, line and
+    column, as `file:line:column: message` on one line (the form editors and terminals jump to)."""
 
-    def __init__(self, path: str | Path, line: int | None, message: str, column: int | None = None) -> None:
+    def __init__(
+        self, path: str | Path, line: int | None, message: str, column: int | None = None
+    ) -> None:
         self.path = str(path)
         self.line = line
         self.column = column
@@ -56,9 +58,14 @@ class Mapping(dict[str, Any]):
         return getattr(self, "key_lines", {}).get(key, self.line)
 
     def column_of(self, key: Any) -> int | None:
-        # A key whose line is known but column is not (a merged mapping) gets no column, never a wrong one.
+        # A key whose line is known but column is not (a merged mapping) gets no column, never a
+        # wrong one.
         cols = getattr(self, "key_cols", {})
-        return cols[key] if key in cols else (None if key in getattr(self, "key_lines", {}) else self.column)
+        return (
+            cols[key]
+            if key in cols
+            else (None if key in getattr(self, "key_lines", {}) else self.column)
+        )
 
     def error(self, key: Any, message: str) -> ConfigError:
         return ConfigError(self.path, self.line_of(key), message, self.column_of(key))

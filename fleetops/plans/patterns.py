@@ -1,5 +1,5 @@
-"""Patterns for values that later travel to a node as argv words or environment entries: one definition
-for the inventory and the playbook's jobs, so both refuse the same things."""
+"""Patterns for values that later travel to a node as argv words or environment entries: one
+definition for the inventory and the playbook's jobs, so both refuse the same things."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""A playbook set: a directory of playbooks, one per combination of versions (speculators 0.3.0 on vLLM 0.16, on
-vLLM 0.17, ...). Each host gets the one whose `requires` its installed versions satisfy; a host that no playbook
-fits is refused with the versions it has and the pins of the nearest playbook. Pure: the versions come from the
-node (the run asks for them on the host's connection), nothing here connects or prints."""
+"""A playbook set: a directory of playbooks, one per combination of versions (speculators 0.3.0 on
+vLLM 0.16, on vLLM 0.17, ...). Each host gets the one whose `requires` its installed versions
+satisfy; a host that no playbook fits is refused with the versions it has and the pins of the
+nearest playbook. Pure: the versions come from the node (the run asks for them on the host's
+connection), nothing here connects or prints."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ SUFFIXES = (".yaml", ".yml")
 
 
 def satisfied(requirement: str, version: str | None, allow_prereleases: bool = False) -> bool:
-    """Whether an installed version (None: not installed) meets one `requires:` entry, by PEP 440: the same
-    judgement as the `requires` check's (plans/versions.py)."""
+    """Whether an installed version (None: not installed) meets one `requires:` entry, by PEP 440:
+    the same judgement as the `requires` check's (plans/versions.py)."""
     return verdict(parse_pin(requirement), version, allow_prereleases)[0]
 
 
@@ -34,7 +35,8 @@ def package_of(requirement: str) -> str:
 class PlaybookSet:
     path: Path
     books: list[Playbook]
-    # host -> its installed versions of `packages`, asked once per run (every task of the chain uses them)
+    # host -> its installed versions of `packages`, asked once per run (every task of the chain uses
+    # them)
     installed: dict[str, dict[str, str | None]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -46,19 +48,28 @@ class PlaybookSet:
         return [b for b in self.books if all(_fits(b, r, installed) for r in b.requires)]
 
     def nearest(self, installed: dict[str, str | None]) -> Playbook:
-        """The playbook closest to fitting: the most requirements met, then the nearest pinned release."""
+        """The playbook closest to fitting: the most requirements met, then the nearest pinned
+        release."""
+
         def score(book: Playbook) -> tuple[int, int, str]:
             met = sum(_fits(book, r, installed) for r in book.requires)
-            return (-met, sum(_distance(r, installed.get(package_of(r))) for r in book.requires), book.name)
+            return (
+                -met,
+                sum(_distance(r, installed.get(package_of(r))) for r in book.requires),
+                book.name,
+            )
 
         return min(self.books, key=score)
 
     def refusal(self, host: str, installed: dict[str, str | None]) -> str:
         have = ", ".join(f"{p} {v or 'not installed'}" for p, v in installed.items())
         near = self.nearest(installed)
-        return (f"no playbook in {self.path.name}/ fits {host}: it has {have}; the nearest, {near.name}, requires "
-                f"{', '.join(near.requires)}. Next: author one for these versions (docs/runbooks/new-version-landed.md"
-                f": rebase, then capture), or put {host} on versions a playbook supports")
+        return (
+            f"no playbook in {self.path.name}/ fits {host}: it has {have}; the nearest, "
+            f"{near.name}, requires {', '.join(near.requires)}. Next: author one for these "
+            "versions (docs/runbooks/new-version-landed.md: rebase, then capture), or put "
+            f"{host} on versions a playbook supports"
+        )
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -71,7 +82,8 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 def _distance(requirement: str, version: str | None) -> int:
-    """How far an installed version is from a requirement's first pinned release (0 when met or not pinned)."""
+    """How far an installed version is from a requirement's first pinned release (0 when met or not
+    pinned)."""
     if version is None:
         return 1 << 20
     if satisfied(requirement, version):
@@ -85,8 +97,8 @@ def _distance(requirement: str, version: str | None) -> int:
 
 
 def load_set(path: Path) -> PlaybookSet:
-    """Every playbook file directly in `path` (a ConfigError names the first that does not load); two playbooks
-    of one name, or none at all, are refused."""
+    """Every playbook file directly in `path` (a ConfigError names the first that does not load);
+    two playbooks of one name, or none at all, are refused."""
     files = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
     if not files:
         raise ConfigError(path, None, "a playbook set with no playbook in it (*.yaml)")
@@ -94,7 +106,11 @@ def load_set(path: Path) -> PlaybookSet:
     seen: dict[str, Path] = {}
     for book in books:
         if book.name in seen:
-            raise ConfigError(book.path, None, f"playbook name {book.name!r} is also {seen[book.name].name}'s: "
-                                               "each playbook of a set needs its own name")
+            raise ConfigError(
+                book.path,
+                None,
+                f"playbook name {book.name!r} is also {seen[book.name].name}'s: "
+                "each playbook of a set needs its own name",
+            )
         seen[book.name] = book.path
     return PlaybookSet(path, books)

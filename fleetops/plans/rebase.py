@@ -1,12 +1,14 @@
-"""Playbook authoring, pure (text in, text out): a diff made from a pristine and an edited file (`capture`),
-a playbook's hunks tried against a newer pristine file (`rebase`), and the playbook YAML those write.
+"""Playbook authoring, pure (text in, text out): a diff made from a pristine and an edited file
+(`capture`), a playbook's hunks tried against a newer pristine file (`rebase`), and the playbook
+YAML those write.
 
-Hunk placement here is the client's own, independent of the node's engine (remote_scripts/patch/hunks.py, which
-never fuzzes): like patch(1) it looks for a hunk's old block at its header's line plus the offset of the
-hunks before it, then one line after, one before, ...; and, where that fails, with up to `max_fuzz` context
-lines dropped at each end (patch(1)'s fuzz). A rebased hunk that needed fuzz is *shown*, never hidden: the
-context the new upstream file has instead is part of the report. The candidate diffs are then made afresh
-from the new pristine file and the result, so the playbook they go into applies at fuzz 0.
+Hunk placement here is the client's own, independent of the node's engine
+(remote_scripts/patch/hunks.py, which never fuzzes): like patch(1) it looks for a hunk's old block
+at its header's line plus the offset of the hunks before it, then one line after, one before, ...;
+and, where that fails, with up to `max_fuzz` context lines dropped at each end (patch(1)'s fuzz). A
+rebased hunk that needed fuzz is *shown*, never hidden: the context the new upstream file has
+instead is part of the report. The candidate diffs are then made afresh from the new pristine file
+and the result, so the playbook they go into applies at fuzz 0.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ APPLIED_STATES = (CLEAN, OFFSET, FUZZ, UPSTREAM)
 
 
 def unified_diff(pristine: str, edited: str, rel: str, context: int = 3) -> str:
-    """The diff a playbook ships: `a/<rel>` → `b/<rel>`, rel being the file's path inside site-packages."""
+    """The diff a playbook ships: `a/<rel>` → `b/<rel>`, rel being the file's path inside
+    site-packages."""
     a, b = split_lines(pristine), split_lines(edited)
     out = []
     for line in difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}", n=context):
@@ -42,7 +45,8 @@ class HunkOutcome:
     line: int | None = None  # 1-based line of the hunk's first changed line in the new file
     offset: int = 0
     fuzz: int = 0
-    shown: list[str] = field(default_factory=list)  # what an operator must read: fuzzed context, upstream text
+    # what an operator must read: fuzzed context, upstream text
+    shown: list[str] = field(default_factory=list)
 
     @property
     def applied(self) -> bool:
@@ -54,10 +58,14 @@ class HunkOutcome:
         if self.state == OFFSET:
             return f"applies with offset {self.offset:+d} lines (at line {self.line})"
         if self.state == FUZZ:
-            return (f"applies with fuzz {self.fuzz} (context lines ignored), offset {self.offset:+d} lines (at line "
-                    f"{self.line}): check the context shown")
+            return (
+                f"applies with fuzz {self.fuzz} (context lines ignored), offset {self.offset:+d} "
+                f"lines (at line {self.line}): check the context shown"
+            )
         if self.state == UPSTREAM:
-            return f"already upstream: the new file has the hunk's result at line {self.line}; dropped"
+            return (
+                f"already upstream: the new file has the hunk's result at line {self.line}; dropped"
+            )
         return "conflict: the old lines are not in the new file (the new upstream text is shown)"
 
 
@@ -83,7 +91,7 @@ def _find(lines: list[str], block: list[str], guess: int, lo: int) -> int | None
     hi = n - m
     guess = max(min(guess, hi), lo)
     for d in range(0, max(hi - lo, 0) + 1 + abs(guess)):
-        for at in ((guess + d,) if d == 0 else (guess + d, guess - d)):
+        for at in (guess + d,) if d == 0 else (guess + d, guess - d):
             if lo <= at <= hi and all(lines[at + k] == block[k] for k in range(m)):
                 return at
         if guess + d > hi and guess - d < lo:
@@ -97,7 +105,8 @@ def rebase_file(new_pristine: str, hunks: list[Hunk], max_fuzz: int = 2) -> File
     lines = [bare(x) for x in raw]
     newline = "\r\n" if raw and raw[0].endswith("\r\n") else "\n"
     outcomes: list[HunkOutcome] = []
-    edits: list[tuple[int, int, list[str]]] = []  # (start, end) in the new file's lines → replacement
+    # (start, end) in the new file's lines → replacement
+    edits: list[tuple[int, int, list[str]]] = []
     offset = 0
     frozen = 0
     for i, h in enumerate(hunks):
@@ -109,19 +118,27 @@ def rebase_file(new_pristine: str, hunks: list[Hunk], max_fuzz: int = 2) -> File
             top, bottom = min(fuzz, pre), min(fuzz, suf)
             if fuzz and top == 0 and bottom == 0:
                 break  # no context left to drop
-            block = old[top: len(old) - bottom]
+            block = old[top : len(old) - bottom]
             at = _find(lines, block, header_at + offset + top, frozen)
             if at is not None:
                 placed = (at - top, fuzz, top, bottom)
                 break
         if placed is None:
-            at_new = _find(lines, new, h.new_start - (1 if new else 0) + offset, frozen) if new else None
+            at_new = (
+                _find(lines, new, h.new_start - (1 if new else 0) + offset, frozen) if new else None
+            )
             if at_new is not None:
                 offset = at_new - (h.new_start - (1 if new else 0))
                 frozen = at_new + len(new) - suf
-                outcomes.append(HunkOutcome(i, h.header, UPSTREAM, line=at_new + pre + 1, offset=offset))
+                outcomes.append(
+                    HunkOutcome(i, h.header, UPSTREAM, line=at_new + pre + 1, offset=offset)
+                )
                 continue
-            outcomes.append(HunkOutcome(i, h.header, CONFLICT, shown=_conflict_view(lines, h, header_at + offset)))
+            outcomes.append(
+                HunkOutcome(
+                    i, h.header, CONFLICT, shown=_conflict_view(lines, h, header_at + offset)
+                )
+            )
             continue
         start, fuzz, top, bottom = placed
         offset = start - header_at
@@ -133,11 +150,14 @@ def rebase_file(new_pristine: str, hunks: list[Hunk], max_fuzz: int = 2) -> File
                     shown.append(f"line {start + k + 1}: diff's context {old[k]!r}")
                     shown.append(f"{' ' * len(str(start + k + 1))}       new upstream   {found!r}")
         change_from, change_to = start + pre, start + len(old) - suf
-        edits.append((change_from, change_to, [x + newline for x in new[pre: len(new) - suf]]))
+        edits.append((change_from, change_to, [x + newline for x in new[pre : len(new) - suf]]))
         frozen = change_to
         state = FUZZ if fuzz else (OFFSET if offset else CLEAN)
-        outcomes.append(HunkOutcome(i, h.header, state, line=change_from + 1, offset=offset, fuzz=fuzz,
-                                    shown=shown))
+        outcomes.append(
+            HunkOutcome(
+                i, h.header, state, line=change_from + 1, offset=offset, fuzz=fuzz, shown=shown
+            )
+        )
     if any(not o.applied for o in outcomes):
         return FileRebase(outcomes, None)
     out: list[str] = []
@@ -166,8 +186,13 @@ def _conflict_view(lines: list[str], h: Hunk, expected: int) -> list[str]:
     shown += [f"  - {x}" if tag == "-" else f"    {x}" for tag, x in h.lines if tag in " -"]
     lo, hi = max(best - 1, 0), min(best + n + 1, len(lines))
     shown.append(f"new upstream, lines {lo + 1}-{hi} ({score} of {n} lines equal):")
-    shown += [f"  {k + 1:>5} {'=' if k - best in range(n) and lines[k] == block[k - best] else '|'} {lines[k]}"
-              for k in range(lo, hi)]
+    shown += [
+        (
+            f"  {k + 1:>5} "
+            f"{'=' if k - best in range(n) and lines[k] == block[k - best] else '|'} {lines[k]}"
+        )
+        for k in range(lo, hi)
+    ]
     shown.append("the diff wanted there (new lines):")
     shown += [f"  + {x}" if tag == "+" else f"    {x}" for tag, x in h.lines if tag in " +"]
     return shown
@@ -178,12 +203,16 @@ TOP_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):")
 
 
 def _scalar(value: str) -> str:
-    return value if re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_./=*<>!~,-]*", value) and not value.endswith(":") \
+    return (
+        value
+        if re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_./=*<>!~,-]*", value) and not value.endswith(":")
         else json.dumps(value)
+    )
 
 
 def scalar(value: str) -> str:
-    """`value` as a YAML scalar: plain where that reads back as the same text, else double-quoted."""
+    """`value` as a YAML scalar: plain where that reads back as the same text, else
+    double-quoted."""
     return _scalar(value)
 
 
@@ -202,8 +231,8 @@ def render_patches(entries: list[dict[str, str]]) -> str:
 
 
 def replace_top_block(text: str, key: str, block: str, after: str | None = None) -> str:
-    """`text` with the top-level `key:` block replaced by `block` (comments elsewhere kept). A missing key is
-    added after the block of `after` (or at the end)."""
+    """`text` with the top-level `key:` block replaced by `block` (comments elsewhere kept). A
+    missing key is added after the block of `after` (or at the end)."""
     lines = text.splitlines(keepends=True)
     starts = [i for i, x in enumerate(lines) if TOP_KEY.match(x)]
 
@@ -211,7 +240,9 @@ def replace_top_block(text: str, key: str, block: str, after: str | None = None)
         for n, i in enumerate(starts):
             if TOP_KEY.match(lines[i]).group(1) == name:  # type: ignore[union-attr]
                 end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-                while end > i + 1 and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
+                while end > i + 1 and (
+                    not lines[end - 1].strip() or lines[end - 1].startswith("#")
+                ):
                     end -= 1  # comments just above the next key belong to it
                 return i, end
         return None
@@ -223,7 +254,7 @@ def replace_top_block(text: str, key: str, block: str, after: str | None = None)
         if at == len(lines) and lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
         return "".join(lines[:at] + [block] + lines[at:])
-    return "".join(lines[: where[0]] + [block] + lines[where[1]:])
+    return "".join(lines[: where[0]] + [block] + lines[where[1] :])
 
 
 def replace_scalar(text: str, key: str, value: str) -> str:
@@ -236,8 +267,12 @@ def replace_scalar(text: str, key: str, value: str) -> str:
     return f"{key}: {_scalar(value)}\n" + text
 
 
-def pin_requires(existing: list[str], versions: Mapping[str, str | None], names: list[str]) -> list[str]:
-    """Each of `names` pinned to the node's version, in the shape its existing pin has (pin_for); others kept."""
+def pin_requires(
+    existing: list[str], versions: Mapping[str, str | None], names: list[str]
+) -> list[str]:
+    """Each of `names` pinned to the node's version, in the shape its existing pin has (pin_for);
+    others kept."""
+
     def norm(name: str) -> str:
         return re.sub(r"[-_.]+", "_", name).lower()
 
@@ -258,19 +293,23 @@ _RELEASE = re.compile(r"(\d+(?:\.\d+)*)")
 
 
 def pin_for(old: str | None, name: str, version: str) -> str:
-    """`name` pinned to `version` in the shape the playbook's author chose for its old pin, so a playbook that
-    accepted a release series keeps accepting one (the point releases its checks prove on each node):
-    `==0.16.*` becomes `==0.17.*`, `>=0.16.0,<0.17` becomes `>=0.17.0,<0.18`, `~=0.16.0` becomes `~=0.17.0`;
-    an exact pin, or none, stays exact (`==0.17.0`)."""
+    """`name` pinned to `version` in the shape the playbook's author chose for its old pin, so a
+    playbook that accepted a release series keeps accepting one (the point releases its checks prove
+    on each node): `==0.16.*` becomes `==0.17.*`, `>=0.16.0,<0.17` becomes `>=0.17.0,<0.18`,
+    `~=0.16.0` becomes `~=0.17.0`; an exact pin, or none, stays exact (`==0.17.0`)."""
     release = _RELEASE.match(version)
-    spec = re.sub(r"\s+", "", (old or "")[len(name):]) if old and old.strip().startswith(name) else ""
+    spec = (
+        re.sub(r"\s+", "", (old or "")[len(name) :]) if old and old.strip().startswith(name) else ""
+    )
     if release is None or not spec:
         return f"{name}=={version}"
     parts = release.group(1).split(".")
     m = re.fullmatch(r"==(\d+(?:\.\d+)*)\.\*", spec)
     if m:
         width = len(m.group(1).split("."))
-        return f"{name}=={'.'.join(parts[:width])}.*" if len(parts) >= width else f"{name}=={version}"
+        return (
+            f"{name}=={'.'.join(parts[:width])}.*" if len(parts) >= width else f"{name}=={version}"
+        )
     m = re.fullmatch(r"~=(\d+(?:\.\d+)+)", spec)
     if m:
         width = len(m.group(1).split("."))
@@ -279,19 +318,24 @@ def pin_for(old: str | None, name: str, version: str) -> str:
     if m:
         width = len(m.group(1).split("."))
         if len(parts) >= width:
-            upper = [*parts[:width - 1], str(int(parts[width - 1]) + 1)]
+            upper = [*parts[: width - 1], str(int(parts[width - 1]) + 1)]
             return f"{name}>={release.group(1)},<{'.'.join(upper)}"
     return f"{name}=={version}"
 
 
 def exact_pins(requires: list[str]) -> list[str]:
-    """The pins of `requires` that name one exact release (`vllm==0.17.0`): each refuses every point release."""
-    return [r for r in requires if re.fullmatch(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*===?\s*[0-9][0-9.]*\s*", r)]
+    """The pins of `requires` that name one exact release (`vllm==0.17.0`): each refuses every point
+    release."""
+    return [
+        r
+        for r in requires
+        if re.fullmatch(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*===?\s*[0-9][0-9.]*\s*", r)
+    ]
 
 
 def series_pin(req: str) -> str | None:
-    """The range an exact pin could be instead, accepting the release's point releases (`vllm==0.17.0` ->
-    `vllm>=0.17.0,<0.18`); None when it names fewer than two release numbers."""
+    """The range an exact pin could be instead, accepting the release's point releases
+    (`vllm==0.17.0` -> `vllm>=0.17.0,<0.18`); None when it names fewer than two release numbers."""
     m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\d+)\.(\d+)((?:\.\d+)*)\s*", req)
     if not m:
         return None
@@ -299,21 +343,35 @@ def series_pin(req: str) -> str | None:
     return f"{name}>={major}.{minor}{rest or '.0'},<{major}.{int(minor) + 1}"
 
 
-def new_playbook_text(name: str, description: str, header: list[str], requires: list[str],
-                      patches: list[dict[str, str]], modules: list[str]) -> str:
-    """A fresh playbook: requires, patches, and one compile check per module (verify has something to run;
-    add grep/callsites/probe checks that prove the fix)."""
-    checks = "".join(f"  - name: {m.rsplit('.', 1)[-1]}-compiles\n    kind: compile\n    module: {m}\n"
-                     for m in modules)
-    return ("".join(f"# {x}\n" for x in header) + f"name: {_scalar(name)}\n"
-            + f"description: {json.dumps(description)}\n"
-            + render_requires(requires) + render_patches(patches) + "verify:\n" + checks)
+def new_playbook_text(
+    name: str,
+    description: str,
+    header: list[str],
+    requires: list[str],
+    patches: list[dict[str, str]],
+    modules: list[str],
+) -> str:
+    """A fresh playbook: requires, patches, and one compile check per module (verify has something
+    to run; add grep/callsites/probe checks that prove the fix)."""
+    checks = "".join(
+        f"  - name: {m.rsplit('.', 1)[-1]}-compiles\n    kind: compile\n    module: {m}\n"
+        for m in modules
+    )
+    return (
+        "".join(f"# {x}\n" for x in header)
+        + f"name: {_scalar(name)}\n"
+        + f"description: {json.dumps(description)}\n"
+        + render_requires(requires)
+        + render_patches(patches)
+        + "verify:\n"
+        + checks
+    )
 
 
 # ---------------------------------------------------------------- text written for the old versions
 def stale_versions(old_requires: list[str], versions: Mapping[str, str | None]) -> list[str]:
-    """The release numbers the old pins name (`vllm==0.16.*` -> "0.16") whose package the node now has at
-    another version: a comment or description naming them describes the old versions."""
+    """The release numbers the old pins name (`vllm==0.16.*` -> "0.16") whose package the node now
+    has at another version: a comment or description naming them describes the old versions."""
     out = []
     for req in old_requires:
         m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([0-9][0-9.]*?)(?:\.\*)?\s*$", req)
@@ -325,9 +383,17 @@ def stale_versions(old_requires: list[str], versions: Mapping[str, str | None]) 
 
 
 def stale_lines(text: str, releases: list[str], first_line: int = 1) -> list[str]:
-    """"line N: ..." for each line of a playbook's text that names one of `releases` as a version (not inside a
-    path or a name such as speculators-0.3.0-vllm-0.16/)."""
+    """ "line N: ..." for each line of a playbook's text that names one of `releases` as a version
+    (not inside a path or a name such as speculators-0.3.0-vllm-0.16/)."""
     if not releases:
         return []
-    rx = re.compile(r"(?<![\w./])(?<![A-Za-z]-)(?:" + "|".join(re.escape(r) for r in releases) + r")(?![\w/]|\.\d)")
-    return [f"line {n}: {line.strip()}" for n, line in enumerate(text.splitlines(), first_line) if rx.search(line)]
+    rx = re.compile(
+        r"(?<![\w./])(?<![A-Za-z]-)(?:"
+        + "|".join(re.escape(r) for r in releases)
+        + r")(?![\w/]|\.\d)"
+    )
+    return [
+        f"line {n}: {line.strip()}"
+        for n, line in enumerate(text.splitlines(), first_line)
+        if rx.search(line)
+    ]

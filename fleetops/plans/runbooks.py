@@ -1,4 +1,5 @@
-"""Operator runbooks (docs/runbooks/*.md) read as data: front matter, and the command blocks that CI runs.
+"""Operator runbooks (docs/runbooks/*.md) read as data: front matter, and the command blocks that CI
+runs.
 
 A runbook is Markdown with YAML front matter between `---` lines:
 
@@ -8,12 +9,13 @@ A runbook is Markdown with YAML front matter between `---` lines:
     lab: {nodes: 2, setup: ["fab -H lab01 patch", "fab -H lab01 run \\"...\\""]}
     ---
 
-Runnable blocks are fenced with the info string `console lab`. In them a line starting with `$ ` is a
-command as the operator types it, with an optional trailing `# exit N` (default 0); the lines after it, up to
-the next command, are output lines that must appear in the command's real output, in any order (hosts
-answer as they finish; the runbook shows the key lines, not everything). Each `…` in a line stands for any
-text. Fences with another info string (`console`, `sh`) are shown, not run: out-of-band steps only.
-Pure: no network, no printing; tests/test_runbooks_lab.py runs the blocks against the lab."""
+Runnable blocks are fenced with the info string `console lab`. In them a line starting with `$ ` is
+a command as the operator types it, with an optional trailing `# exit N` (default 0); the lines
+after it, up to the next command, are output lines that must appear in the command's real output, in
+any order (hosts answer as they finish; the runbook shows the key lines, not everything). Each `…`
+in a line stands for any text. Fences with another info string (`console`, `sh`) are shown, not run:
+out-of-band steps only. Pure: no network, no printing; tests/test_runbooks_lab.py runs the blocks
+against the lab."""
 
 from __future__ import annotations
 
@@ -53,20 +55,28 @@ class Runbook:
 def parse(text: str, path: Path) -> Runbook:
     lines = text.split("\n")
     if not lines or lines[0].strip() != "---":
-        raise ConfigError(path, 1, "a runbook starts with front matter between `---` lines (title, symptom, lab)")
+        raise ConfigError(
+            path, 1, "a runbook starts with front matter between `---` lines (title, symptom, lab)"
+        )
     try:
         end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
     except StopIteration:
         raise ConfigError(path, 1, "the front matter is not closed with a `---` line") from None
     # Line numbers in the front matter's errors: the YAML starts on the file's second line.
-    meta = expect_mapping(load_text("\n" + "\n".join(lines[1:end]), path), str(path), 1, "runbook front matter")
+    meta = expect_mapping(
+        load_text("\n" + "\n".join(lines[1:end]), path), str(path), 1, "runbook front matter"
+    )
     reject_unknown(meta, ("title", "symptom", "lab"), "runbook front matter")
     lab = expect_mapping(meta["lab"], str(path), 1, "lab") if meta.get("lab") else None
     if lab:
         reject_unknown(lab, ("nodes", "setup"), "lab")
-    book = Runbook(path, get_str(meta, "title", required=True) or "", get_str(meta, "symptom", required=True) or "",
-                   get_int(lab, "nodes", default=1, minimum=1) if lab else 1,
-                   get_str_list(lab, "setup") if lab else [])
+    book = Runbook(
+        path,
+        get_str(meta, "title", required=True) or "",
+        get_str(meta, "symptom", required=True) or "",
+        get_int(lab, "nodes", default=1, minimum=1) if lab else 1,
+        get_str_list(lab, "setup") if lab else [],
+    )
     book.steps = _steps(lines, end + 1, path)
     return book
 
@@ -93,7 +103,9 @@ def _steps(lines: list[str], start: int, path: Path) -> list[Step]:
             steps.append(Step(command.strip(), status, [], i + 1))
         elif stripped:
             if not steps or steps[-1].line < _block_start(lines, i):
-                raise ConfigError(path, i + 1, f"output before any `$ ` command in a `{RUNNABLE}` block")
+                raise ConfigError(
+                    path, i + 1, f"output before any `$ ` command in a `{RUNNABLE}` block"
+                )
             steps[-1].expect.append(lines[i].rstrip())
     if fence is not None:
         raise ConfigError(path, None, "a fenced block is not closed")

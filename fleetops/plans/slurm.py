@@ -1,21 +1,22 @@
-"""Slurm's answers, parsed (pure functions, no network): `sbatch --parsable`, `squeue --states=all --array
---format=...` and `sacct --parsable2 --duplicates`, how their job states map onto fleetops' job words, and
-whose job a line is.
+"""Slurm's answers, parsed (pure functions, no network): `sbatch --parsable`, `squeue --states=all
+--array --format=...` and `sacct --parsable2 --duplicates`, how their job states map onto fleetops'
+job words, and whose job a line is.
 
-Only explicit formats are read: squeue's and sacct's own field lists, `|` between fields and the one free-text
-field (the job's name) last, so a name with `|` in it cannot shift a field. `scontrol -o show job` is never
-read: its `Key=Value` words include free text (the name first, the Comment later) that can carry any other
-key, so no reading of it can tell the real JobState from one a job wrote into its own Comment. (`squeue
---json` would be the safe one, but Slurm 22.05 ignores every filter with it: each poll would list the whole
-cluster.)
+Only explicit formats are read: squeue's and sacct's own field lists, `|` between fields and the one
+free-text field (the job's name) last, so a name with `|` in it cannot shift a field. `scontrol -o
+show job` is never read: its `Key=Value` words include free text (the name first, the Comment later)
+that can carry any other key, so no reading of it can tell the real JobState from one a job wrote
+into its own Comment. (`squeue --json` would be the safe one, but Slurm 22.05 ignores every filter
+with it: each poll would list the whole cluster.)
 
-A job id is fleetops' job only while the line's user, name and submit time are the ones job.json recorded at
-submission: after slurmctld forgot the job (a restart without its state, ids wrapping at MaxJobId) the same
-id names another job, maybe another user's, and that line is never taken for ours (`Identity`).
+A job id is fleetops' job only while the line's user, name and submit time are the ones job.json
+recorded at submission: after slurmctld forgot the job (a restart without its state, ids wrapping at
+MaxJobId) the same id names another job, maybe another user's, and that line is never taken for ours
+(`Identity`).
 
-The node agent (remote_scripts/jobs/slurm.py) runs the commands with fixed argv lists and hands back their raw
-stdout/stderr/exit status; everything is decided here, on the client, so the parsers are tested on output
-recorded from a real Slurm (tests/fixtures/slurm/).
+The node agent (remote_scripts/jobs/slurm.py) runs the commands with fixed argv lists and hands back
+their raw stdout/stderr/exit status; everything is decided here, on the client, so the parsers are
+tested on output recorded from a real Slurm (tests/fixtures/slurm/).
 """
 
 from __future__ import annotations
@@ -24,24 +25,56 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-# The squeue format the agent asks for; the field names below follow it, in order. The name is last: it is
-# the only field a user chooses freely, so it may hold `|` (each line is split into at most len(FIELDS) parts).
+# The squeue format the agent asks for; the field names below follow it, in order. The name is last:
+# it is the only field a user chooses freely, so it may hold `|` (each line is split into at most
+# len(FIELDS) parts).
 SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"
-SQUEUE_FIELDS = ("id", "job_id", "array_job_id", "array_task", "state", "reason", "nodes", "elapsed",
-                 "time_limit", "gres", "partition", "user", "submit", "name")
-SACCT_FORMAT = "JobID,State,ExitCode,NodeList,Elapsed,Start,End,User,Submit,JobName"  # JobName last, as above
+SQUEUE_FIELDS = (
+    "id",
+    "job_id",
+    "array_job_id",
+    "array_task",
+    "state",
+    "reason",
+    "nodes",
+    "elapsed",
+    "time_limit",
+    "gres",
+    "partition",
+    "user",
+    "submit",
+    "name",
+)
+# JobName last, as above
+SACCT_FORMAT = "JobID,State,ExitCode,NodeList,Elapsed,Start,End,User,Submit,JobName"
 
 PARTITION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ACCOUNT = PARTITION
-GRES = re.compile(r"[A-Za-z0-9_]+(?::[A-Za-z0-9_.-]+)*:[0-9]{1,4}|[A-Za-z0-9_]+")  # gpu:1, gpu:h200:8, gpu
+# gpu:1, gpu:h200:8, gpu
+GRES = re.compile(r"[A-Za-z0-9_]+(?::[A-Za-z0-9_.-]+)*:[0-9]{1,4}|[A-Za-z0-9_]+")
 RESTARTS_FORMAT = "JobArrayID:64,RestartCnt:12"  # parse_restarts
 # Slurm's --time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS; or UNLIMITED.
-TIME_LIMIT = re.compile(r"[0-9]{1,6}(?::[0-9]{1,2}){0,2}|[0-9]{1,4}-[0-9]{1,2}(?::[0-9]{1,2}){0,2}|UNLIMITED")
+TIME_LIMIT = re.compile(
+    r"[0-9]{1,6}(?::[0-9]{1,2}){0,2}|[0-9]{1,4}-[0-9]{1,2}(?::[0-9]{1,2}){0,2}|UNLIMITED"
+)
 
 RUNNING = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"})
-PENDING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"})
-FAILED = frozenset({"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
-                    "REVOKED", "SPECIAL_EXIT"})
+PENDING = frozenset(
+    {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"}
+)
+FAILED = frozenset(
+    {
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
 
 
 class SlurmParseError(ValueError):
@@ -73,29 +106,38 @@ class TaskState:
 
 @dataclass(frozen=True)
 class Identity:
-    """What job.json recorded of fleetops' own job at submission: the login user, the job name, and the submit
-    time squeue printed for it (empty when it could not be read then: user and name must still match)."""
+    """What job.json recorded of fleetops' own job at submission: the login user, the job name, and
+    the submit time squeue printed for it (empty when it could not be read then: user and name must
+    still match)."""
 
     user: str
     name: str
     submit: str = ""
 
     def owns(self, st: TaskState, restarts: dict[str, int] | None = None) -> bool:
-        """A requeue gives the job a later submit time: a line whose submit moved is ours only when Slurm counts a
-        restart for it (`restarts`, parse_restarts)."""
+        """A requeue gives the job a later submit time: a line whose submit moved is ours only when
+        Slurm counts a restart for it (`restarts`, parse_restarts)."""
         moved = bool((restarts or {}).get(st.job_id)) and st.submit > self.submit
-        return (st.user == self.user and st.name == self.name
-                and (not self.submit or not st.submit or st.submit == self.submit or moved))
+        return (
+            st.user == self.user
+            and st.name == self.name
+            and (not self.submit or not st.submit or st.submit == self.submit or moved)
+        )
 
     @classmethod
     def of(cls, job: dict[str, Any]) -> Identity:
-        return cls(str(job.get("slurm_user") or ""), str(job.get("name") or ""), str(job.get("slurm_submit") or ""))
+        return cls(
+            str(job.get("slurm_user") or ""),
+            str(job.get("name") or ""),
+            str(job.get("slurm_submit") or ""),
+        )
 
 
-def split_owned(rows: list[TaskState], identity: Identity,
-                restarts: dict[str, int] | None = None) -> tuple[list[TaskState], list[TaskState]]:
-    """(fleetops' own lines, lines of another job that now has the same id). With no user recorded (a job
-    submitted by an older fleetops), the name alone decides."""
+def split_owned(
+    rows: list[TaskState], identity: Identity, restarts: dict[str, int] | None = None
+) -> tuple[list[TaskState], list[TaskState]]:
+    """(fleetops' own lines, lines of another job that now has the same id). With no user recorded
+    (a job submitted by an older fleetops), the name alone decides."""
     ours: list[TaskState] = []
     others: list[TaskState] = []
     for st in rows:
@@ -130,28 +172,44 @@ def parse_sbatch(stdout: str) -> str:
 
 
 def parse_squeue(stdout: str) -> list[TaskState]:
-    """Lines of `squeue --noheader --states=all --array --format=SQUEUE_FORMAT`; each array task on its own
-    line; jobs that ended within MinJobAge are listed with their final state."""
+    """Lines of `squeue --noheader --states=all --array --format=SQUEUE_FORMAT`; each array task on
+    its own line; jobs that ended within MinJobAge are listed with their final state."""
     out = []
     for n, line in enumerate(stdout.splitlines(), 1):
         if not line.strip():
             continue
         parts = line.split("|", len(SQUEUE_FIELDS) - 1)
         if len(parts) != len(SQUEUE_FIELDS):
-            raise SlurmParseError(f"squeue line {n} has {len(parts)} fields, expected {len(SQUEUE_FIELDS)}: "
-                                  f"{line[:200]!r}")
+            raise SlurmParseError(
+                f"squeue line {n} has {len(parts)} fields, expected {len(SQUEUE_FIELDS)}: "
+                f"{line[:200]!r}"
+            )
         row = dict(zip(SQUEUE_FIELDS, parts))
         task = int(row["array_task"]) if row["array_task"].isdigit() else 0
-        out.append(TaskState(task=task, state=row["state"], job_id=row["id"], reason=row["reason"],
-                             nodes=row["nodes"], elapsed=row["elapsed"], source="squeue", user=row["user"],
-                             name=row["name"], submit=row["submit"],
-                             extra={k: row[k] for k in ("job_id", "array_job_id", "time_limit", "gres", "partition")}))
+        out.append(
+            TaskState(
+                task=task,
+                state=row["state"],
+                job_id=row["id"],
+                reason=row["reason"],
+                nodes=row["nodes"],
+                elapsed=row["elapsed"],
+                source="squeue",
+                user=row["user"],
+                name=row["name"],
+                submit=row["submit"],
+                extra={
+                    k: row[k] for k in ("job_id", "array_job_id", "time_limit", "gres", "partition")
+                },
+            )
+        )
     return out
 
 
 def parse_restarts(stdout: str) -> dict[str, int]:
-    """`squeue --noheader --array --Format=JobArrayID:64,RestartCnt:12`: each job's (or array task's) id and how
-    many times Slurm requeued it. Both columns are free of blanks, so a line splits on them."""
+    """`squeue --noheader --array --Format=JobArrayID:64,RestartCnt:12`: each job's (or array
+    task's) id and how many times Slurm requeued it. Both columns are free of blanks, so a line
+    splits on them."""
     out: dict[str, int] = {}
     for line in stdout.splitlines():
         parts = line.split()
@@ -170,7 +228,8 @@ def _exit(text: str) -> tuple[int | None, int | None]:
 
 
 def _tasks_of(array_task: str) -> list[int]:
-    """An array task list as sacct prints a pending one: `3`, or a range `0-1`, `0-7%2`, `1,3,5-6`."""
+    """An array task list as sacct prints a pending one: `3`, or a range `0-1`, `0-7%2`,
+    `1,3,5-6`."""
     out: list[int] = []
     for part in array_task.split("%")[0].split(","):
         if "-" in part:
@@ -186,9 +245,10 @@ def sacct_disabled(stdout: str, stderr: str) -> bool:
 
 
 def parse_sacct(stdout: str) -> list[TaskState]:
-    """`sacct --parsable2 --noheader --duplicates --format=SACCT_FORMAT`: the job's (or each array task's) own
-    line; step lines (`ID.batch`, `ID.extern`, `ID.0`) are skipped. State may read `CANCELLED by 1000`. With
-    --duplicates every job that ever had the id is listed: Identity picks fleetops' own."""
+    """`sacct --parsable2 --noheader --duplicates --format=SACCT_FORMAT`: the job's (or each array
+    task's) own line; step lines (`ID.batch`, `ID.extern`, `ID.0`) are skipped. State may read
+    `CANCELLED by 1000`. With --duplicates every job that ever had the id is listed: Identity picks
+    fleetops' own."""
     out = []
     names = SACCT_FORMAT.split(",")
     for n, line in enumerate(stdout.splitlines(), 1):
@@ -196,7 +256,9 @@ def parse_sacct(stdout: str) -> list[TaskState]:
             continue
         parts = line.split("|", len(names) - 1)
         if len(parts) != len(names):
-            raise SlurmParseError(f"sacct line {n} has {len(parts)} fields, expected {len(names)}: {line[:200]!r}")
+            raise SlurmParseError(
+                f"sacct line {n} has {len(parts)} fields, expected {len(names)}: {line[:200]!r}"
+            )
         row = dict(zip(names, parts))
         if "." in row["JobID"]:
             continue
@@ -207,15 +269,27 @@ def parse_sacct(stdout: str) -> list[TaskState]:
         task = m.group(2)
         tasks = _tasks_of(task.strip("[]")) if task else [0]
         for t in tasks:
-            out.append(TaskState(task=t, state=row["State"].split()[0], job_id=row["JobID"], nodes=row["NodeList"],
-                                 exit_code=code, signal=sig, elapsed=row["Elapsed"], source="sacct",
-                                 user=row["User"], name=row["JobName"], submit=row["Submit"]))
+            out.append(
+                TaskState(
+                    task=t,
+                    state=row["State"].split()[0],
+                    job_id=row["JobID"],
+                    nodes=row["NodeList"],
+                    exit_code=code,
+                    signal=sig,
+                    elapsed=row["Elapsed"],
+                    source="sacct",
+                    user=row["User"],
+                    name=row["JobName"],
+                    submit=row["Submit"],
+                )
+            )
     return out
 
 
 def merge(*sources: list[TaskState], tasks: int) -> dict[int, TaskState | None]:
-    """Each task's state from the first source that knows it (callers pass squeue, then sacct: the controller's
-    view of live and recently ended jobs first, then accounting)."""
+    """Each task's state from the first source that knows it (callers pass squeue, then sacct: the
+    controller's view of live and recently ended jobs first, then accounting)."""
     out: dict[int, TaskState | None] = {t: None for t in range(tasks)}
     for source in sources:
         for st in source:
@@ -225,8 +299,8 @@ def merge(*sources: list[TaskState], tasks: int) -> dict[int, TaskState | None]:
 
 
 def overall(words: list[str]) -> str:
-    """The job's word from its tasks': running if any runs, then pending, unknown, cancelled, killed (a signal
-    the job's own exit file records), failed, else succeeded."""
+    """The job's word from its tasks': running if any runs, then pending, unknown, cancelled, killed
+    (a signal the job's own exit file records), failed, else succeeded."""
     for word in ("running", "pending", "unknown", "cancelled", "killed", "failed"):
         if word in words:
             return word

@@ -1,10 +1,10 @@
 """Which OpenSSH client configuration a run reads, as text with every `Include` spliced in.
 
-A host's settings come from `ssh -G` (plans/sshresolve.py, wire/fabconfig.py); this text serves what ssh does
-not print: the names a run may use as -H words (`host_aliases`), and paramiko's reading when there is no `ssh`
-binary (paramiko does not follow `Include`). So the files are chosen as `ssh` chooses them (a `-S`/`-F` file
-alone, else ~/.ssh/config then /etc/ssh/ssh_config) and Includes inlined (globs, `~`, paths relative to ~/.ssh
-or /etc/ssh, at most 16 deep)."""
+A host's settings come from `ssh -G` (plans/sshresolve.py, wire/fabconfig.py); this text serves what
+ssh does not print: the names a run may use as -H words (`host_aliases`), and paramiko's reading
+when there is no `ssh` binary (paramiko does not follow `Include`). So the files are chosen as `ssh`
+chooses them (a `-S`/`-F` file alone, else ~/.ssh/config then /etc/ssh/ssh_config) and Includes
+inlined (globs, `~`, paths relative to ~/.ssh or /etc/ssh, at most 16 deep)."""
 
 from __future__ import annotations
 
@@ -27,36 +27,48 @@ def user_config() -> Path:
 
 
 def chosen_path(path: str | None, environ: Mapping[str, str] | None = None) -> str | None:
-    """The ssh_config file named for this run (fab -S, or $FLEETOPS_SSH_CONFIG), or None for the defaults."""
+    """The ssh_config file named for this run (fab -S, or $FLEETOPS_SSH_CONFIG), or None for the
+    defaults."""
     env = os.environ if environ is None else environ
     return path or env.get("FLEETOPS_SSH_CONFIG") or None
 
 
-def config_text(path: str | None = None, environ: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
-    """(the configuration as one text, the files it came from). A named file is read alone, as `ssh -F`
-    does; a named file that does not exist is an error (a typo must not silently mean "no config")."""
+def config_text(
+    path: str | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[str, list[str]]:
+    """(the configuration as one text, the files it came from). A named file is read alone, as `ssh
+    -F` does; a named file that does not exist is an error (a typo must not silently mean "no
+    config")."""
     named = chosen_path(path, environ)
     files: list[str] = []
     if named:
         file = Path(named).expanduser()
         if not file.is_file():
-            raise ConfigError(named, None, "ssh_config file not found (given with -S or FLEETOPS_SSH_CONFIG)")
+            raise ConfigError(
+                named, None, "ssh_config file not found (given with -S or FLEETOPS_SSH_CONFIG)"
+            )
         return _expand(file, user=True, depth=0, files=files), files
-    parts = [_expand(p, user=(p != SYSTEM_CONFIG), depth=0, files=files)
-             for p in (user_config(), SYSTEM_CONFIG) if p.is_file()]
+    parts = [
+        _expand(p, user=(p != SYSTEM_CONFIG), depth=0, files=files)
+        for p in (user_config(), SYSTEM_CONFIG)
+        if p.is_file()
+    ]
     return "\n".join(parts), files
 
 
 def _expand(path: Path, *, user: bool, depth: int, files: list[str]) -> str:
     if depth > MAX_INCLUDE_DEPTH:
-        raise ConfigError(path, None, f"ssh_config Include nested deeper than {MAX_INCLUDE_DEPTH} (a loop?)")
+        raise ConfigError(
+            path, None, f"ssh_config Include nested deeper than {MAX_INCLUDE_DEPTH} (a loop?)"
+        )
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise ConfigError(path, None, f"cannot read ssh_config: {exc.strerror or exc}") from None
     files.append(str(path))
     out: list[str] = []
-    block = ""  # the Host/Match line in force: restored after an included file, whose own blocks end there
+    # the Host/Match line in force: restored after an included file, whose own blocks end there
+    block = ""
     for number, line in enumerate(text.splitlines(), 1):
         match = _KEYWORD.match(line)
         keyword = match.group(1).lower() if match and not line.lstrip().startswith("#") else ""
@@ -73,7 +85,8 @@ def _expand(path: Path, *, user: bool, depth: int, files: list[str]) -> str:
         for pattern in patterns:
             full = os.path.expanduser(pattern)
             full = full if os.path.isabs(full) else str(base / full)
-            for included in sorted(glob.glob(full)):  # a pattern matching nothing is fine, as in ssh
+            # a pattern matching nothing is fine, as in ssh
+            for included in sorted(glob.glob(full)):
                 out.append(_expand(Path(included), user=user, depth=depth + 1, files=files))
         if block:
             out.append(block)
@@ -81,9 +94,9 @@ def _expand(path: Path, *, user: bool, depth: int, files: list[str]) -> str:
 
 
 def host_aliases(text: str) -> set[str]:
-    """Names the configuration defines explicitly: `Host` patterns and `Match host`/`originalhost` values
-    without wildcards or negation. Only these may be -H words that are neither inventory names nor
-    addresses, so a typo is an error and never a DNS lookup."""
+    """Names the configuration defines explicitly: `Host` patterns and `Match host`/`originalhost`
+    values without wildcards or negation. Only these may be -H words that are neither inventory
+    names nor addresses, so a typo is an error and never a DNS lookup."""
     names: set[str] = set()
     for line in text.splitlines():
         match = _KEYWORD.match(line)

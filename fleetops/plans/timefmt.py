@@ -1,11 +1,12 @@
-"""How the client writes a length of time, in one place: a duration (a process's age, a job's runtime) and a
-countdown clock (an ETA)."""
+"""How the client writes a length of time, in one place: a duration (a process's age, a job's
+runtime) and a countdown clock (an ETA)."""
 
 from __future__ import annotations
 
 
 def duration(seconds: float | None) -> str:
-    """59s, 2m05s, 1h02m: seconds while they count, minutes with their seconds below two hours, then hours."""
+    """59s, 2m05s, 1h02m: seconds while they count, minutes with their seconds below two hours, then
+    hours."""
     if seconds is None:
         return "?"
     s = max(int(seconds), 0)
@@ -21,4 +22,6 @@ def clock(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     s = max(int(seconds), 0)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    return (
+        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )

@@ -29,16 +29,23 @@ class Hunk:
 
     @property
     def context(self) -> tuple[int, int]:
-        """Unchanged lines before the first change and after the last: patch(1) anchors a hunk whose two
-        differ to the top or the end of the file, so the node needs them."""
+        """Unchanged lines before the first change and after the last: patch(1) anchors a hunk whose
+        two differ to the top or the end of the file, so the node needs them."""
         tags = [tag for tag, _ in self.lines]
         pre = next(i for i, tag in enumerate(tags) if tag != " ")
         suf = next(i for i, tag in enumerate(reversed(tags)) if tag != " ")
         return pre, suf
 
     def to_request(self, index: int) -> dict[str, Any]:
-        return {"index": index, "header": self.header, "old_start": self.old_start, "new_start": self.new_start,
-                "context": list(self.context), "old": self.old, "new": self.new}
+        return {
+            "index": index,
+            "header": self.header,
+            "old_start": self.old_start,
+            "new_start": self.new_start,
+            "context": list(self.context),
+            "old": self.old,
+            "new": self.new,
+        }
 
 
 @dataclass
@@ -50,8 +57,9 @@ class FileDiff:
 
 def parse(text: str, path: str) -> list[FileDiff]:
     files: list[FileDiff] = []
-    # Only "\n" ends a line (as for diff(1), patch(1) and the node's view of the file): str.splitlines would
-    # also split at the form feeds and other separators real sources contain. A CRLF diff's "\r" goes too.
+    # Only "\n" ends a line (as for diff(1), patch(1) and the node's view of the file):
+    # str.splitlines would also split at the form feeds and other separators real sources contain. A
+    # CRLF diff's "\r" goes too.
     lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
     if lines and lines[-1] == "":
         lines.pop()
@@ -108,8 +116,12 @@ def _parse_hunk(lines: list[str], i: int, path: str) -> tuple[Hunk, int]:
     while i < len(lines) and lines[i].startswith("\\"):
         i += 1
     if seen_old != old_count or seen_new != new_count:
-        raise ConfigError(path, header_line, f"hunk counts do not match its header {lines[header_line - 1]!r} "
-                                             f"(found -{seen_old} +{seen_new})")
+        raise ConfigError(
+            path,
+            header_line,
+            f"hunk counts do not match its header {lines[header_line - 1]!r} "
+            f"(found -{seen_old} +{seen_new})",
+        )
     if not any(tag != " " for tag, _ in body):
         raise ConfigError(path, header_line, "hunk changes nothing")
     return Hunk(old_start, new_start, body, lines[header_line - 1], header_line), i

@@ -1,5 +1,6 @@
-"""The closing part of a run: folded groups (when folding), odd ones out (--odd), the fleet tables, the RECAP
-table, the failed hosts, the one-line summary and the re-run command; or, with --json, one JSON document."""
+"""The closing part of a run: folded groups (when folding), odd ones out (--odd), the fleet tables,
+the RECAP table, the failed hosts, the one-line summary and the re-run command; or, with --json, one
+JSON document."""
 
 from __future__ import annotations
 
@@ -26,9 +27,13 @@ Draw = Callable[[Result], tuple[list[Line], dict | None]]
 
 
 def write_json(results: list[Result], code: int, extra: dict[str, Any] | None) -> None:
-    doc = {"exit_status": code, "recap": recap(results),
-           "failed_hosts": sorted({r.host for r in results if r.failed}),
-           "results": [r.to_json() for r in results], **(extra or {})}
+    doc = {
+        "exit_status": code,
+        "recap": recap(results),
+        "failed_hosts": sorted({r.host for r in results if r.failed}),
+        "results": [r.to_json() for r in results],
+        **(extra or {}),
+    }
     sys.stdout.write(dumps(doc, indent=1, default=str) + "\n")  # secrets masked as values
     sys.stdout.flush()
 
@@ -38,16 +43,35 @@ def recap_table(counts: dict[str, dict[str, int]], folded: bool) -> Table:
     table.add_column("hosts" if folded else "host", style="bold")
     for s in Status:
         table.add_column(s.value, justify="right")
-    rows = fold.recap_groups(counts) if folded else sorted(counts.items(), key=lambda kv: natural_key(kv[0]))
+    rows = (
+        fold.recap_groups(counts)
+        if folded
+        else sorted(counts.items(), key=lambda kv: natural_key(kv[0]))
+    )
     for host, row in rows:
-        table.add_row(escape(host), *[f"[{STYLE[s]}]{row[s.value]}[/]" if row[s.value] else "0" for s in Status])
+        table.add_row(
+            escape(host),
+            *[f"[{STYLE[s]}]{row[s.value]}[/]" if row[s.value] else "0" for s in Status],
+        )
     return table
 
 
-def print_closing(console: Console, results: list[Result], code: int, *, folded: bool, odd: bool, draw: Draw,
-                  who: dict[str, Identity], sections: list[dict] | None, started: float | None,
-                  rerun: str | None, rerun_label: str | None) -> None:
-    """Everything after the per-host lines, in order; `rerun` (made by run.py) when something failed."""
+def print_closing(
+    console: Console,
+    results: list[Result],
+    code: int,
+    *,
+    folded: bool,
+    odd: bool,
+    draw: Draw,
+    who: dict[str, Identity],
+    sections: list[dict] | None,
+    started: float | None,
+    rerun: str | None,
+    rerun_label: str | None,
+) -> None:
+    """Everything after the per-host lines, in order; `rerun` (made by run.py) when something
+    failed."""
     counts = recap(results)
     table = recap_table(counts, folded)
     groups = print_folded(console, results, draw, who) if folded else None
@@ -66,15 +90,24 @@ def print_closing(console: Console, results: list[Result], code: int, *, folded:
     seconds = time.monotonic() - started if started is not None else None
     console.print(escape(fold.summary_line(results, seconds)))
     if rerun:
-        print_line(console, [(f"{rerun_label or 're-run the failed hosts'}:", "bold"), (" ", ""), (rerun, COMMAND)], "")
+        print_line(
+            console,
+            [(f"{rerun_label or 're-run the failed hosts'}:", "bold"), (" ", ""), (rerun, COMMAND)],
+            "",
+        )
 
 
-def print_folded(console: Console, results: list[Result], draw: Draw, who: dict[str, Identity]) -> list[Group]:
+def print_folded(
+    console: Console, results: list[Result], draw: Draw, who: dict[str, Identity]
+) -> list[Group]:
     groups = fold.group(fold.draw_all(results, draw, who))
     for g in groups:
         if g.drawn.table:
-            table = g.drawn.table if len(g.hosts) == 1 else {**g.drawn.table, "rows": g.drawn.folded_rows,
-                                                              "title": _group_title(g)}
+            table = (
+                g.drawn.table
+                if len(g.hosts) == 1
+                else {**g.drawn.table, "rows": g.drawn.folded_rows, "title": _group_title(g)}
+            )
             console.print(render_table(table))
         for line in g.lines():
             print_line(console, line, g.header)
@@ -86,12 +119,22 @@ def print_odd_ones_out(console: Console, groups: list[Group]) -> None:
     console.print("[bold]odd ones out[/] [dim](each minority group against its task's majority)[/]")
     for _task, _minority, diff in fold.odd_ones_out(groups):
         for text in diff:
-            style = ("bold" if text.startswith(("---", "+++")) else "red" if text.startswith("-")
-                     else "green" if text.startswith("+") else "cyan" if text.startswith("@@") else "")
+            style = (
+                "bold"
+                if text.startswith(("---", "+++"))
+                else "red"
+                if text.startswith("-")
+                else "green"
+                if text.startswith("+")
+                else "cyan"
+                if text.startswith("@@")
+                else ""
+            )
             console.print(f"[{style}]{escape(text)}[/]" if style else escape(text))
 
 
 def _group_title(g: Group) -> str | None:
-    """A folded group's table is titled for the group, not for whichever host's answer stands for it."""
+    """A folded group's table is titled for the group, not for whichever host's answer stands for
+    it."""
     title, who = g.drawn.table.get("title") if g.drawn.table else None, g.drawn.result.host
-    return f"{g.header}{title[len(who):]}" if title and title.startswith(who) else title
+    return f"{g.header}{title[len(who) :]}" if title and title.startswith(who) else title

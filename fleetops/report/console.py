@@ -1,14 +1,16 @@
-"""Turn results into what the operator reads: per-host lines as they happen, a recap, or one JSON document.
+"""Turn results into what the operator reads: per-host lines as they happen, a recap, or one JSON
+document.
 
-The Reporter is what the run holds: it takes each event (a task started, a job's line, a result) and prints it
-or updates the live view. Its parts, one job each: richload (rich loaded at the first draw; escape, markup),
-lines (a result as styled lines), fittable (render_table), liveview (the live view's frame), closing (the
-recap, the summary, the JSON document).
+The Reporter is what the run holds: it takes each event (a task started, a job's line, a result) and
+prints it or updates the live view. Its parts, one job each: richload (rich loaded at the first
+draw; escape, markup), lines (a result as styled lines), fittable (render_table), liveview (the live
+view's frame), closing (the recap, the summary, the JSON document).
 
-Everything a node or a job said reaches the terminal through redaction.shown() (secrets masked, terminal
-controls made visible) before any layout: draw() cleans a result's lines and table, so folding, `--odd` and
-rich's cell cutting only ever see masked, inert text; escape() (every string put into rich markup) cleans
-again, which costs nothing on clean text. `--json` writes the raw text, which JSON escapes."""
+Everything a node or a job said reaches the terminal through redaction.shown() (secrets masked,
+terminal controls made visible) before any layout: draw() cleans a result's lines and table, so
+folding, `--odd` and rich's cell cutting only ever see masked, inert text; escape() (every string
+put into rich markup) cleans again, which costs nothing on clean text. `--json` writes the raw text,
+which JSON escapes."""
 
 from __future__ import annotations
 
@@ -33,19 +35,35 @@ from .tailview import TailView
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-__all__ = ["EVIDENCE_SHOWN", "LIVE_MARGIN", "LIVE_TABLE_MAX", "SEP", "SLOWEST", "STYLE", "VERDICT_STYLE", "Reporter",
-           "escape", "markup", "next_lines", "render_table", "rich"]
+__all__ = [
+    "EVIDENCE_SHOWN",
+    "LIVE_MARGIN",
+    "LIVE_TABLE_MAX",
+    "SEP",
+    "SLOWEST",
+    "STYLE",
+    "VERDICT_STYLE",
+    "Reporter",
+    "escape",
+    "markup",
+    "next_lines",
+    "render_table",
+    "rich",
+]
 
 
 class Reporter:
-    def __init__(self, json_mode: bool = False, verbose: bool = False, console: Console | None = None) -> None:
+    def __init__(
+        self, json_mode: bool = False, verbose: bool = False, console: Console | None = None
+    ) -> None:
         self.json_mode = json_mode
         self.verbose = verbose
         self._console = console
-        # Every print and every redraw of the live view holds it (liveview.Ticker says why); reentrant: an
-        # error said while a result is printed
+        # Every print and every redraw of the live view holds it (liveview.Ticker says why);
+        # reentrant: an error said while a result is printed
         self.lock = threading.RLock()
-        self.fold = False  # hosts that answered the same printed once, at the end (run.execute decides)
+        # hosts that answered the same printed once, at the end (run.execute decides)
+        self.fold = False
         self.odd = False  # --odd: each minority group as a diff against the majority
         self.who: dict[str, Identity] = {}  # each host's own name and address, for folding
         self.started: float | None = None
@@ -55,8 +73,10 @@ class Reporter:
         self._ticker: liveview.Ticker | None = None  # redraws it
         self._live_wanted = False  # live_start asked for it and it has not started yet
         self._interrupt_said = False
-        self.owns_ctrl_c = True  # the fab/fleet program's run; a library caller's (api.py) keeps its own handler
-        self._waiting: dict[str, str] = {}  # host -> what it waits for, as last printed (a pipe: once per change)
+        # the fab/fleet program's run; a library caller's (api.py) keeps its own handler
+        self.owns_ctrl_c = True
+        # host -> what it waits for, as last printed (a pipe: once per change)
+        self._waiting: dict[str, str] = {}
 
     @property
     def console(self) -> Console:
@@ -67,11 +87,13 @@ class Reporter:
         return self._console
 
     def prepare(self) -> None:
-        """Load what drawing needs (rich, the console) now, and start the live view live_start asked for: the
-        main thread calls this while the first connections are in their handshakes (rollout.py)."""
+        """Load what drawing needs (rich, the console) now, and start the live view live_start asked
+        for: the main thread calls this while the first connections are in their handshakes
+        (rollout.py)."""
         if not self.json_mode:
             with self.lock:
-                self.console  # noqa: B018 - loads rich now, live view or not (a piped run prints results too)
+                # - loads rich now, live view or not (a piped run prints results too)
+                self.console  # noqa: B018
                 self._start_live()
 
     # -- the live view: one row per host (current task, state, elapsed), only on a terminal
@@ -96,7 +118,8 @@ class Reporter:
         return liveview.frame(self.rows, self.started, self.tail)
 
     def _live_counts(self) -> RenderableType:
-        """The live view at scale: how many hosts are in each state, the slowest running ones, who failed."""
+        """The live view at scale: how many hosts are in each state, the slowest running ones, who
+        failed."""
         return liveview.state_counts(self.rows, self.started)
 
     def task_started(self, host: str, task: str) -> None:
@@ -118,23 +141,27 @@ class Reporter:
                 self.live = None
 
     def interrupted(self) -> None:
-        """The first Ctrl-C, said once, by the main thread through the console: the live view stays whole
-        (a write straight to the terminal left it behind, glued to the message)."""
+        """The first Ctrl-C, said once, by the main thread through the console: the live view stays
+        whole (a write straight to the terminal left it behind, glued to the message)."""
         with self.lock:
             if self._interrupt_said:
                 return
             self._interrupt_said = True
             if not self.owns_ctrl_c and self.json_mode:
-                return  # a quiet library run prints nothing: its results say which steps were interrupted
+                # a quiet library run prints nothing: its results say which steps were interrupted
+                return
             again = " (Ctrl-C again to exit now)" if self.owns_ctrl_c else ""
-            stream_console(sys.stderr).print(f"[bold]Ctrl-C:[/] starting nothing new, interrupting running "
-                                             f"steps{again}")
+            stream_console(sys.stderr).print(
+                f"[bold]Ctrl-C:[/] starting nothing new, interrupting running steps{again}"
+            )
 
     def error(self, message: str) -> None:
-        # One line when piped (operators grep for it and paste it into tickets); on a terminal wrapped between
-        # words, so a fingerprint or a path is never cut in two by the terminal.
+        # One line when piped (operators grep for it and paste it into tickets); on a terminal
+        # wrapped between words, so a fingerprint or a path is never cut in two by the terminal.
         with self.lock:
-            print_line(stream_console(sys.stderr), [("error:", "bold red"), (" ", ""), (message, "")], "")
+            print_line(
+                stream_console(sys.stderr), [("error:", "bold red"), (" ", ""), (message, "")], ""
+            )
 
     def note(self, message: str) -> None:
         if not self.json_mode:
@@ -142,23 +169,38 @@ class Reporter:
                 print_line(self.console, [(message, "")], "")
 
     def job_started(self, host: str, task: str, job_id: str, where: str) -> None:
-        """A job was launched: folded output holds every result back until the end, so its id (what tail, status
-        and stop name) is printed now; unfolded, the result's own line, printed now, says it."""
+        """A job was launched: folded output holds every result back until the end, so its id (what
+        tail, status and stop name) is printed now; unfolded, the result's own line, printed now,
+        says it."""
         if self.fold and not self.json_mode:
             with self.lock:
-                print_line(self.console, [(host, "bold"), (" ", ""), ("|", "dim"), (f" {task} ", ""), ("|", "dim"),
-                                          (f" started job {job_id}; {where}", "")], "")
+                print_line(
+                    self.console,
+                    [
+                        (host, "bold"),
+                        (" ", ""),
+                        ("|", "dim"),
+                        (f" {task} ", ""),
+                        ("|", "dim"),
+                        (f" started job {job_id}; {where}", ""),
+                    ],
+                    "",
+                )
 
     def job_attached(self, host: str, job_id: str, state: str) -> None:
-        """`tail` is streaming the host's job: its live row says so (never `queued`) and its bar appears."""
+        """`tail` is streaming the host's job: its live row says so (never `queued`) and its bar
+        appears."""
         self.tail.attach(host, shown(job_id), shown(state))
         row = self.rows.get(host)
         if row is not None and row["state"] not in ("failed", "unreachable"):
-            row.update(state="running", task=f"tail {job_id}", started=row["started"] or time.monotonic())
+            row.update(
+                state="running", task=f"tail {job_id}", started=row["started"] or time.monotonic()
+            )
 
     def waiting(self, host: str, task: str, what: str, left_s: float) -> None:
-        """A host polling until something changes (`gpu --wait`): on a terminal its one live row says what it
-        waits for and how long is left; piped, a line when that changes, not one a poll."""
+        """A host polling until something changes (`gpu --wait`): on a terminal its one live row
+        says what it waits for and how long is left; piped, a line when that changes, not one a
+        poll."""
         row = self.rows.get(host)
         if self.live is not None and row is not None:
             row["task"] = f"{task} waiting {left_s:.0f}s more: {shown(what)}"
@@ -167,16 +209,18 @@ class Reporter:
             return
         first = host not in self._waiting
         self._waiting[host] = what
-        self.note(f"{host} | {task} | waiting{f' up to {left_s:.0f}s' if first else ''}: {what}"
-                  + ("" if first else f" ({left_s:.0f}s left)"))
+        self.note(
+            f"{host} | {task} | waiting{f' up to {left_s:.0f}s' if first else ''}: {what}"
+            + ("" if first else f" ({left_s:.0f}s left)")
+        )
 
     def job_ended(self, host: str, state: str) -> None:
         self.tail.end(host, shown(state))
 
     def job_line(self, host: str, line: str, failure: bool, progress: dict | None) -> None:
-        """One line of a job's log, prefixed with its host; failures stand out the moment they appear. Progress
-        goes to the host's bar: redrawn in place in the live view on a terminal, else one plain line carrying
-        the bar for each progress report."""
+        """One line of a job's log, prefixed with its host; failures stand out the moment they
+        appear. Progress goes to the host's bar: redrawn in place in the live view on a terminal,
+        else one plain line carrying the bar for each progress report."""
         self.tail.line(host, line, failure, progress)
         if self.json_mode:
             return
@@ -186,19 +230,25 @@ class Reporter:
             elif progress and "total" in progress and self.live is not None:
                 return  # the host's bar in the live view shows it, redrawn in place
             elif progress and "total" in progress:
-                self.console.print(f"[bold]{escape(host)}[/] [dim]|[/] [cyan]{escape(bar(progress))}[/] "
-                                   f"[dim]{escape(line)}[/]")
+                self.console.print(
+                    f"[bold]{escape(host)}[/] [dim]|[/] [cyan]{escape(bar(progress))}[/] "
+                    f"[dim]{escape(line)}[/]"
+                )
             else:
-                print_line(self.console, [(host, "bold"), (" ", ""), ("|", "dim"), (f" {line}", "")], "")
+                print_line(
+                    self.console, [(host, "bold"), (" ", ""), ("|", "dim"), (f" {line}", "")], ""
+                )
 
     def result(self, r: Result) -> None:
         row = self.rows.get(r.host)
         if row is not None:
-            worst = row["state"] in ("failed", "unreachable")  # a later skipped step keeps the failure shown
+            # a later skipped step keeps the failure shown
+            worst = row["state"] in ("failed", "unreachable")
             row.update(state=row["state"] if worst else r.status.value, done=row["done"] + 1)
             if row["task"].startswith(f"{r.task} waiting "):
                 row["task"] = r.task  # the wait is over: its countdown stays on no failed row
-        if self.json_mode or self.fold:  # folded output is drawn once every host has answered (finish)
+        # folded output is drawn once every host has answered (finish)
+        if self.json_mode or self.fold:
             return
         lines, table = self.draw(r)
         with self.lock:
@@ -208,19 +258,37 @@ class Reporter:
                 print_line(self.console, line, r.host)
 
     def draw(self, r: Result) -> tuple[list[Line], dict | None]:
-        """A result as lines of (text, style) segments, the host's name left as the LABEL slot; and the table
-        it prints first, if any. Both cleaned (redaction.shown): what folding and layout get is what may show."""
+        """A result as lines of (text, style) segments, the host's name left as the LABEL slot; and
+        the table it prints first, if any. Both cleaned (redaction.shown): what folding and layout
+        get is what may show."""
         return draw_lines(r, self.verbose)
 
-    def finish(self, results: list[Result], code: int, extra: dict[str, Any] | None = None,
-               sections: list[dict] | None = None, rerun: str | None = None, rerun_label: str | None = None) -> None:
-        """The closing part: folded groups (when folding), odd ones out (--odd), the fleet tables, the recap,
-        the failed hosts, the one-line summary and, when something failed, the command that re-runs just
-        those hosts (`rerun`, made by run.py)."""
+    def finish(
+        self,
+        results: list[Result],
+        code: int,
+        extra: dict[str, Any] | None = None,
+        sections: list[dict] | None = None,
+        rerun: str | None = None,
+        rerun_label: str | None = None,
+    ) -> None:
+        """The closing part: folded groups (when folding), odd ones out (--odd), the fleet tables,
+        the recap, the failed hosts, the one-line summary and, when something failed, the command
+        that re-runs just those hosts (`rerun`, made by run.py)."""
         if self.json_mode:
             closing.write_json(results, code, extra)
             return
         with self.lock:
-            closing.print_closing(self.console, results, code, folded=self.fold, odd=self.odd, draw=self.draw,
-                                  who=self.who, sections=sections, started=self.started, rerun=rerun,
-                                  rerun_label=rerun_label)
+            closing.print_closing(
+                self.console,
+                results,
+                code,
+                folded=self.fold,
+                odd=self.odd,
+                draw=self.draw,
+                who=self.who,
+                sections=sections,
+                started=self.started,
+                rerun=rerun,
+                rerun_label=rerun_label,
+            )

@@ -1,4 +1,5 @@
-"""Report files a run writes beside its terminal output (--metrics, --junit): whole or not at all."""
+"""Report files a run writes beside its terminal output (--metrics, --junit): whole or not at
+all."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """`text` at `path`, whole or not at all: written to a temp file beside it, flushed to disk, then renamed over
-    it (a collector reading meanwhile sees the old file or the new one). Readable by all, as collectors need."""
+    """`text` at `path`, whole or not at all: written to a temp file beside it, flushed to disk,
+    then renamed over it (a collector reading meanwhile sees the old file or the new one). Readable
+    by all, as collectors need."""
     path = Path(path)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

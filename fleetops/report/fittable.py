@@ -1,5 +1,5 @@
-"""render_table(): a table of plain cells drawn for the terminal's width, never cutting a word: columns wrap
-between words, else each row becomes a block of `column: value` pairs."""
+"""render_table(): a table of plain cells drawn for the terminal's width, never cutting a word:
+columns wrap between words, else each row becomes a block of `column: value` pairs."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ if TYPE_CHECKING:
 
 
 def render_table(spec: dict) -> RenderableType:
-    """A table of plain cells that never cuts a word (an id, a path, a pid): columns wrap between words, the
-    widest first; when even that does not fit the terminal, each row is printed as a block instead, its first
-    cell on a line of its own and then `column: value` pairs (report/ decides at draw time, for its width)."""
+    """A table of plain cells that never cuts a word (an id, a path, a pid): columns wrap between
+    words, the widest first; when even that does not fit the terminal, each row is printed as a
+    block instead, its first cell on a line of its own and then `column: value` pairs (report/
+    decides at draw time, for its width)."""
     return _FitTable(spec)
 
 
@@ -31,14 +32,19 @@ class _FitTable:
         from rich.cells import cell_len
 
         def longest(cells: list[str], words: bool) -> int:
-            parts = [p for c in cells for ln in c.split("\n") for p in (ln.split() if words else [ln])]
+            parts = [
+                p for c in cells for ln in c.split("\n") for p in (ln.split() if words else [ln])
+            ]
             return max((cell_len(p) for p in parts), default=1) or 1
 
-        cells = [[name, *(row[i] if i < len(row) else "" for row in self.rows)] for i, name in
-                 enumerate(self.columns)]
+        cells = [
+            [name, *(row[i] if i < len(row) else "" for row in self.rows)]
+            for i, name in enumerate(self.columns)
+        ]
         least = [longest(c, True) for c in cells]
         most = [longest(c, False) for c in cells]
-        chrome = 3 * len(self.columns) + 1  # rich's default box: an edge each side, a rule and padding per column
+        # rich's default box: an edge each side, a rule and padding per column
+        chrome = 3 * len(self.columns) + 1
         room = options.max_width - chrome
         if sum(most) <= room:
             yield self._table(None)
@@ -53,7 +59,9 @@ class _FitTable:
         for n, column in enumerate(self.columns):
             table.add_column(column, width=widths[n] if widths else None, overflow="fold")
         for n, row in enumerate(self.rows):
-            table.add_row(*[escape(v) for v in row], style="bold yellow" if n in self.highlight else None)
+            table.add_row(
+                *[escape(v) for v in row], style="bold yellow" if n in self.highlight else None
+            )
         return table
 
     def _blocks(self, width: int) -> Any:
@@ -65,7 +73,8 @@ class _FitTable:
         for n, row in enumerate(self.rows):
             style = "bold yellow" if n in self.highlight else "bold"
             yield text(f"[{style}]{escape(row[0])}[/]" if row else "")
-            line: list[tuple[str, str]] = []  # (plain, markup) of the pairs on the line being filled
+            # (plain, markup) of the pairs on the line being filled
+            line: list[tuple[str, str]] = []
             for name, value in zip(self.columns[1:], row[1:]):
                 values = value.split("\n")
                 pair = (f"{name}: {values[0]}", f"[dim]{escape(name)}:[/] {escape(values[0])}")
@@ -74,7 +83,8 @@ class _FitTable:
                     yield text("    " + "  ".join(m for _, m in line))
                     line = []
                 line.append(pair)
-                for more in values[1:]:  # a cell of several lines (a GPU's processes): one under the other
+                # a cell of several lines (a GPU's processes): one under the other
+                for more in values[1:]:
                     yield text("    " + "  ".join(m for _, m in line))
                     line = [(f"  {more}", f"  {escape(more)}")]
             if line:
@@ -82,8 +92,9 @@ class _FitTable:
 
 
 def _share(least: list[int], most: list[int], room: int) -> list[int]:
-    """Column widths between each one's longest word and its longest line, summing to at most `room`: the
-    space left over after every longest word goes to the columns that would wrap most, in turn."""
+    """Column widths between each one's longest word and its longest line, summing to at most
+    `room`: the space left over after every longest word goes to the columns that would wrap most,
+    in turn."""
     widths = list(least)
     spare = room - sum(widths)
     while spare > 0:

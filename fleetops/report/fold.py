@@ -1,10 +1,12 @@
-"""Folding: hosts that answered the same are shown once, under a host-range header (`lab[01-03,07] (4)`).
+"""Folding: hosts that answered the same are shown once, under a host-range header (`lab[01-03,07]
+(4)`).
 
 A result is drawn as lines of (text, style) segments with a label slot where the host's name goes
-(richload.markup fills it in). Two results fold when their drawn text is the same once each host's own name and
-address are replaced by a placeholder, and their status and exit code match: what the operator would read is
-then identical but for who said it. `odd_ones_out()` diffs each minority group against the majority.
-Stdlib only (the benchmark and the unit tests use it without a terminal).
+(richload.markup fills it in). Two results fold when their drawn text is the same once each host's
+own name and address are replaced by a placeholder, and their status and exit code match: what the
+operator would read is then identical but for who said it. `odd_ones_out()` diffs each minority
+group against the majority. Stdlib only (the benchmark and the unit tests use it without a
+terminal).
 """
 
 from __future__ import annotations
@@ -19,25 +21,29 @@ from dataclasses import dataclass, field
 from ..plans.hostrange import fold as fold_names
 from ..plans.hostrange import header, natural_key
 from ..results import Result, Status
+from ..results.adhoc import CommandOutput
 
 Segment = tuple[str, str]  # (text, rich style or "")
 Line = list[Segment]
 LABEL = "\0host\0"  # the label slot: richload.markup writes the host name or the group header there
 PLACEHOLDER = "{host}"  # stands for each host's own name inside folded text
 ADDRESS_PLACEHOLDER = "{addr}"  # and for its own address (address:port)
-FOLD_MIN_HOSTS = 2  # folding is on by default from this many hosts: two that answered alike print once
-# The style of a segment that is a command to copy (a `next:` command): richload.markup draws it bold. In a
-# folded group its `-H {host}` becomes the group's own hosts (`-H 'lab[01-03]'`), so it runs as printed.
+# folding is on by default from this many hosts: two that answered alike print once
+FOLD_MIN_HOSTS = 2
+# The style of a segment that is a command to copy (a `next:` command): richload.markup draws it
+# bold. In a folded group its `-H {host}` becomes the group's own hosts (`-H 'lab[01-03]'`), so it
+# runs as printed.
 COMMAND = "command"
-# A duration inside a message ("import ... ok (1.59s; ...)"): it differs on every host and run, so hosts
-# fold without it and a folded group shows the range its members took (0.04-1.59s).
+# A duration inside a message ("import ... ok (1.59s; ...)"): it differs on every host and run, so
+# hosts fold without it and a folded group shows the range its members took (0.04-1.59s).
 DURATION = re.compile(r"(?<![\w.])([0-9]+(?:\.[0-9]+)?)s(?![\w])")
 
 
 @dataclass
 class Identity:
-    """What counts as a host's own name in its text: its inventory name, its address:port, and its address
-    when no other host of the run shares it (127.0.0.1 for every lab node is nobody's own)."""
+    """What counts as a host's own name in its text: its inventory name, its address:port, and its
+    address when no other host of the run shares it (127.0.0.1 for every lab node is nobody's
+    own)."""
 
     name: str
     address: str = ""
@@ -46,7 +52,8 @@ class Identity:
     _words: list[str] | None = field(default=None, repr=False, compare=False)
 
     def words(self) -> list[str]:
-        """The host's own words, longest first (a longer word wins where two start at the same place)."""
+        """The host's own words, longest first (a longer word wins where two start at the same
+        place)."""
         if self._words is not None:
             return self._words
         words = [self.name]
@@ -58,10 +65,11 @@ class Identity:
         return self._words
 
     def replace(self, text: str) -> str:
-        """Each of the host's words that stands alone in text (not part of a longer name, address or file
-        name: `lab1` is not in `lab10`, `x.lab1` or `lab1.yaml`) → its placeholder; leftmost first, then
-        longest, as a regex alternation would. Plain string search: a compiled pattern per host cost ~0.25 ms
-        of client CPU per host at N=128, and most text never names its host at all."""
+        """Each of the host's words that stands alone in text (not part of a longer name, address or
+        file name: `lab1` is not in `lab10`, `x.lab1` or `lab1.yaml`) → its placeholder; leftmost
+        first, then longest, as a regex alternation would. Plain string search: a compiled pattern
+        per host cost ~0.25 ms of client CPU per host at N=128, and most text never names its host
+        at all."""
         for word in self.words():
             if word in text:
                 break
@@ -77,8 +85,8 @@ class Identity:
         return "".join(out) + text[done:] if out else text
 
     def replace_in_command(self, text: str) -> str:
-        """A command's `-H <this host>` → `-H {host}`; any other mention of the host stays as it is, so two
-        hosts fold only when their commands differ by the -H word alone."""
+        """A command's `-H <this host>` → `-H {host}`; any other mention of the host stays as it is,
+        so two hosts fold only when their commands differ by the -H word alone."""
         word = f"-H {shlex.quote(self.name)}"
         start = text.find(word)
         while start != -1:
@@ -104,15 +112,20 @@ _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 
 
 def _stands_alone(text: str, start: int, end: int) -> bool:
-    """Not preceded by a name character or a dot; not followed by a name character, nor by a dot that goes
-    on into one (a sentence's full stop still ends the word)."""
+    """Not preceded by a name character or a dot; not followed by a name character, nor by a dot
+    that goes on into one (a sentence's full stop still ends the word)."""
     if start > 0 and (text[start - 1] in _NAME_CHARS or text[start - 1] == "."):
         return False
     if end < len(text):
         after = text[end]
         if after in _NAME_CHARS:
             return False
-        if after == "." and end + 1 < len(text) and text[end + 1] in _NAME_CHARS and text[end + 1] not in "_-":
+        if (
+            after == "."
+            and end + 1 < len(text)
+            and text[end + 1] in _NAME_CHARS
+            and text[end + 1] not in "_-"
+        ):
             return False
     return True
 
@@ -123,12 +136,16 @@ def identities(hosts: Iterable[tuple[str, str, int]]) -> dict[str, Identity]:
     counts: dict[str, int] = {}
     for _, address, _ in hosts:
         counts[address] = counts.get(address, 0) + 1
-    return {name: Identity(name, address, port, counts.get(address, 0) == 1) for name, address, port in hosts}
+    return {
+        name: Identity(name, address, port, counts.get(address, 0) == 1)
+        for name, address, port in hosts
+    }
 
 
 @dataclass
 class Drawn:
-    """One result drawn: its lines (label slot unfilled), the table it prints first, its fold key."""
+    """One result drawn: its lines (label slot unfilled), the table it prints first, its fold
+    key."""
 
     result: Result
     lines: list[Line]
@@ -153,27 +170,50 @@ class Group:
         return header(self.hosts)
 
     def lines(self) -> list[Line]:
-        """The group's lines: the host's own text when alone; when folded, the placeholder text with each
-        duration as the range the members took."""
+        """The group's lines: the host's own text when alone; when folded, the placeholder text with
+        each duration as the range the members took."""
         if len(self.hosts) == 1:
             return self.drawn.lines
-        spans = iter([_span(values) for values in self.durations] + ["?s"] * 1000)  # never short, whatever the text
+        # never short, whatever the text
+        spans = iter([_span(values) for values in self.durations] + ["?s"] * 1000)
         hosts = shlex.quote(fold_names(self.hosts))
-        return [[(text.replace(f"-H {PLACEHOLDER}", f"-H {hosts}") if style == COMMAND else
-                  text if text == LABEL else DURATION.sub(lambda _m: next(spans), text), style)
-                 for text, style in line] for line in self.drawn.folded_lines]
+        return [
+            [
+                (
+                    text.replace(f"-H {PLACEHOLDER}", f"-H {hosts}")
+                    if style == COMMAND
+                    else text
+                    if text == LABEL
+                    else DURATION.sub(lambda _m: next(spans), text),
+                    style,
+                )
+                for text, style in line
+            ]
+            for line in self.drawn.folded_lines
+        ]
 
     def plain(self) -> list[str]:
-        """The group's text with the placeholders, for diffs: two groups differ in what they said, never
-        in who said it."""
-        hosts = shlex.quote(fold_names(self.hosts))  # a command is the group's own, even in a diff: it runs
-        text = ["".join(PLACEHOLDER if seg == LABEL else seg.replace(f"-H {PLACEHOLDER}", f"-H {hosts}")
-                        if style == COMMAND else DURATION.sub("{t}s", seg) for seg, style in line)
-                for line in self.drawn.folded_lines]
+        """The group's text with the placeholders, for diffs: two groups differ in what they said,
+        never in who said it."""
+        # a command is the group's own, even in a diff: it runs
+        hosts = shlex.quote(fold_names(self.hosts))
+        text = [
+            "".join(
+                PLACEHOLDER
+                if seg == LABEL
+                else seg.replace(f"-H {PLACEHOLDER}", f"-H {hosts}")
+                if style == COMMAND
+                else DURATION.sub("{t}s", seg)
+                for seg, style in line
+            )
+            for line in self.drawn.folded_lines
+        ]
         table = self.drawn.table
         if table:
-            text += [" | ".join(str(c) for c in table["columns"]),
-                     *(" | ".join(str(v) for v in row) for row in self.drawn.folded_rows)]
+            text += [
+                " | ".join(str(c) for c in table["columns"]),
+                *(" | ".join(str(v) for v in row) for row in self.drawn.folded_rows),
+            ]
         return text
 
 
@@ -187,12 +227,27 @@ def substitute(lines: list[Line], identity: Identity | None) -> list[Line]:
     whole = "\0".join(text for line in lines for text, _ in line)
     if not any(word in whole for word in identity.words()):
         return lines  # most results never name their host: one search instead of one per segment
-    return [[(text if text == LABEL else identity.replace_in_command(text) if style == COMMAND else
-              identity.replace(text), style) for text, style in line] for line in lines]
+    return [
+        [
+            (
+                text
+                if text == LABEL
+                else identity.replace_in_command(text)
+                if style == COMMAND
+                else identity.replace(text),
+                style,
+            )
+            for text, style in line
+        ]
+        for line in lines
+    ]
 
 
-def draw_all(results: list[Result], draw: Callable[[Result], tuple[list[Line], dict | None]],
-             who: dict[str, Identity]) -> list[Drawn]:
+def draw_all(
+    results: list[Result],
+    draw: Callable[[Result], tuple[list[Line], dict | None]],
+    who: dict[str, Identity],
+) -> list[Drawn]:
     out = []
     for r in results:
         lines, table = draw(r)
@@ -201,27 +256,42 @@ def draw_all(results: list[Result], draw: Callable[[Result], tuple[list[Line], d
         table_key: tuple = ()
         if table:
             table_key = tuple(tuple(ident.replace(str(v)) for v in row) for row in table["rows"])
-        durations = [float(m[1]) for line in folded for seg, style in line if seg != LABEL and style != COMMAND
-                     for m in DURATION.finditer(seg)]
-        # A command is compared as written: `sleep 5s` and `sleep 6s` are two commands, not one duration.
-        text = tuple("".join(seg if style == COMMAND else DURATION.sub("{t}s", seg) for seg, style in line
-                             if seg != LABEL) for line in folded)
-        key = (r.task, r.status.value, r.data.get("exit_code"), text, table_key)
+        durations = [
+            float(m[1])
+            for line in folded
+            for seg, style in line
+            if seg != LABEL and style != COMMAND
+            for m in DURATION.finditer(seg)
+        ]
+        # A command is compared as written: `sleep 5s` and `sleep 6s` are two commands, not one
+        # duration.
+        text = tuple(
+            "".join(
+                seg if style == COMMAND else DURATION.sub("{t}s", seg)
+                for seg, style in line
+                if seg != LABEL
+            )
+            for line in folded
+        )
+        # `run`: same exit, one group
+        code = r.payload.exit_code if isinstance(r.payload, CommandOutput) else None
+        key = (r.task, r.status.value, code, text, table_key)
         out.append(Drawn(r, lines, table, folded, key, table_key, durations))
     return out
 
 
 def group(drawn: list[Drawn]) -> list[Group]:
-    """Groups per task (tasks in the order they first answered), the largest group of a task first, then by
-    the first host's name. A group's hosts are in natural order."""
+    """Groups per task (tasks in the order they first answered), the largest group of a task first,
+    then by the first host's name. A group's hosts are in natural order."""
     by_key: dict[tuple, Group] = {}
     task_order: dict[str, int] = {}
     for d in drawn:
         task_order.setdefault(d.result.task, len(task_order))
         g = by_key.get(d.key)
         if g is None:
-            by_key[d.key] = Group(d.result.task, [d.result.host], d.result.status, d,
-                                  [[v] for v in d.durations])
+            by_key[d.key] = Group(
+                d.result.task, [d.result.host], d.result.status, d, [[v] for v in d.durations]
+            )
         elif d.result.host not in g.hosts:
             g.hosts.append(d.result.host)
             for values, v in zip(g.durations, d.durations):
@@ -239,9 +309,9 @@ def _span(values: list[float]) -> str:
 
 
 def odd_ones_out(groups: list[Group]) -> list[tuple[str, Group | None, list[str]]]:
-    """Per task with more than one group: (task, the majority group, unified diff lines) for each minority
-    group, majority text as `---`, the minority's as `+++`. A task whose hosts all agree gives one entry
-    (task, None, [a sentence]) so the operator sees that it was looked at."""
+    """Per task with more than one group: (task, the majority group, unified diff lines) for each
+    minority group, majority text as `---`, the minority's as `+++`. A task whose hosts all agree
+    gives one entry (task, None, [a sentence]) so the operator sees that it was looked at."""
     out: list[tuple[str, Group | None, list[str]]] = []
     tasks: dict[str, list[Group]] = {}
     for g in groups:
@@ -252,15 +322,22 @@ def odd_ones_out(groups: list[Group]) -> list[tuple[str, Group | None, list[str]
             out.append((task, None, [f"{task}: all {len(majority.hosts)} hosts answered the same"]))
             continue
         for minority in members[1:]:
-            diff = list(difflib.unified_diff(majority.plain(), minority.plain(), fromfile=majority.header,
-                                             tofile=minority.header, lineterm=""))
+            diff = list(
+                difflib.unified_diff(
+                    majority.plain(),
+                    minority.plain(),
+                    fromfile=majority.header,
+                    tofile=minority.header,
+                    lineterm="",
+                )
+            )
             out.append((task, minority, diff))
     return out
 
 
 def host_outcome(statuses: Iterable[Status]) -> Status:
-    """A host's outcome over its results: unreachable, else failed, else changed, else ok; skipped only when
-    every step was skipped."""
+    """A host's outcome over its results: unreachable, else failed, else changed, else ok; skipped
+    only when every step was skipped."""
     seen = set(statuses)
     for status in (Status.UNREACHABLE, Status.FAILED, Status.CHANGED, Status.OK):
         if status in seen:
@@ -276,12 +353,16 @@ def outcomes(results: list[Result]) -> dict[str, Status]:
 
 
 def summary_line(results: list[Result], seconds: float | None) -> str:
-    """`32 hosts: 29 ok, 2 changed, 1 failed, 0 unreachable in 4.1 s` (skipped named only when some were)."""
+    """`32 hosts: 29 ok, 2 changed, 1 failed, 0 unreachable in 4.1 s` (skipped named only when some
+    were)."""
     counts = {s: 0 for s in Status}
     for status in outcomes(results).values():
         counts[status] += 1
     n = sum(counts.values())
-    parts = [f"{counts[s]} {s.value}" for s in (Status.OK, Status.CHANGED, Status.FAILED, Status.UNREACHABLE)]
+    parts = [
+        f"{counts[s]} {s.value}"
+        for s in (Status.OK, Status.CHANGED, Status.FAILED, Status.UNREACHABLE)
+    ]
     if counts[Status.SKIPPED]:
         parts.append(f"{counts[Status.SKIPPED]} skipped")
     took = f" in {seconds:.1f} s" if seconds is not None else ""

@@ -1,4 +1,5 @@
-"""`fab history`: this project's audit log as a table that fits the terminal, or as one JSON document."""
+"""`fab history`: this project's audit log as a table that fits the terminal, or as one JSON
+document."""
 
 from __future__ import annotations
 
@@ -37,12 +38,13 @@ def _text(key: str) -> Callable[[dict[str, Any]], str]:
     def cell(rec: dict[str, Any]) -> str:
         value = rec.get(key)
         return NONE if value is None or value == "" else str(value)
+
     return cell
 
 
 def when(rec: dict[str, Any], now: dt.datetime | None = None) -> str:
-    """The entry's time in the operator's local zone, as `ls -l` shows it: "Nov 30 14:05" this year, the
-    date alone for older entries. The log keeps UTC with seconds (history --json)."""
+    """The entry's time in the operator's local zone, as `ls -l` shows it: "Nov 30 14:05" this year,
+    the date alone for older entries. The log keeps UTC with seconds (history --json)."""
     raw = rec.get("time")
     try:
         stamp = dt.datetime.fromisoformat(str(raw)).astimezone()
@@ -80,20 +82,26 @@ def _inventory(rec: dict[str, Any]) -> str:
     path = Path(str(value))
     project = rec.get("project")
     if project:
-        for candidate in (path, path.resolve()):  # the project is logged resolved; the file as Fabric found it
+        # the project is logged resolved; the file as Fabric found it
+        for candidate in (path, path.resolve()):
             if candidate.is_relative_to(project):
                 return str(candidate.relative_to(project))
     return _home(str(path))
 
 
 def _msg(rec: dict[str, Any]) -> str:
-    text = " ".join(str(rec.get("msg") or "").split())  # one line: a multi-line message would break the row
+    # one line: a multi-line message would break the row
+    text = " ".join(str(rec.get("msg") or "").split())
     return text or NONE
 
 
 def _home(path: str) -> str:
     home = str(Path.home())
-    return "~" + path[len(home):] if home != "/" and (path == home or path.startswith(home + "/")) else path
+    return (
+        "~" + path[len(home) :]
+        if home != "/" and (path == home or path.startswith(home + "/"))
+        else path
+    )
 
 
 # Shown in this order; `keep` says which go first when the terminal is narrow.
@@ -114,14 +122,15 @@ COLUMNS = [
 
 
 def fit(rows: list[list[str]], width: int, need: int = 0) -> tuple[list[int], int]:
-    """Which columns to show at `width` and how wide the message may be: every fixed column at its full
-    width (a cut host or time is useless), optional ones added while the message keeps MSG_MIN, or `need`
-    (its longest word: a job id is never cut) when that is more."""
+    """Which columns to show at `width` and how wide the message may be: every fixed column at its
+    full width (a cut host or time is useless), optional ones added while the message keeps MSG_MIN,
+    or `need` (its longest word: a job id is never cut) when that is more."""
     natural = [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
     msg = len(COLUMNS) - 1
     shown = [i for i, c in enumerate(COLUMNS) if c.keep == 0]
 
-    def room(cols: list[int]) -> int:  # rich's default box: a rule before each column and one after, padding 1+1
+    # rich's default box: a rule before each column and one after, padding 1+1
+    def room(cols: list[int]) -> int:
         return width - sum(natural[i] for i in cols if i != msg) - (3 * len(cols) + 1)
 
     for i in sorted((i for i, c in enumerate(COLUMNS) if c.keep), key=lambda i: COLUMNS[i].keep):
@@ -132,27 +141,30 @@ def fit(rows: list[list[str]], width: int, need: int = 0) -> tuple[list[int], in
 
 
 def truncate(text: str, width: int) -> str:
-    """`text` in `width` characters, cut between words (half a word, or half a job id, reads as another one),
-    with an ellipsis saying that more is in `history --json`; a text of one word only is cut where it must."""
+    """`text` in `width` characters, cut between words (half a word, or half a job id, reads as
+    another one), with an ellipsis saying that more is in `history --json`; a text of one word only
+    is cut where it must."""
     if len(text) <= width:
         return text
-    cut = text[:max(width - 1, 0)]
+    cut = text[: max(width - 1, 0)]
     space = cut.rfind(" ")
     if space > 0 and text[len(cut)] != " ":
         cut = cut[:space]
     return cut.rstrip(" ,;:") + ELLIPSIS
 
 
-MSG_LINES = 3  # a message longer than this many lines of its column is cut between words (all of it: --json)
+# a message longer than this many lines of its column is cut between words (all of it: --json)
+MSG_LINES = 3
 
 
 def table(records: list[dict[str, Any]], width: int) -> Table | Group:
-    """The entries as a table whose message column wraps between words; when the terminal is too narrow for
-    the longest word of a message beside the fixed columns, each entry as a block instead: its columns on one
-    line and its message under them, so a job id is whole on the screen, never cut by an ellipsis or the
-    terminal."""
-    # Cleaned before the columns are fitted and the message cut: an entry holds what a node said (entries
-    # written before the log cleaned them too), and a secret cut in half would no longer be masked.
+    """The entries as a table whose message column wraps between words; when the terminal is too
+    narrow for the longest word of a message beside the fixed columns, each entry as a block
+    instead: its columns on one line and its message under them, so a job id is whole on the screen,
+    never cut by an ellipsis or the terminal."""
+    # Cleaned before the columns are fitted and the message cut: an entry holds what a node said
+    # (entries written before the log cleaned them too), and a secret cut in half would no longer be
+    # masked.
     rows = [[cleaned(c.cell(r)) for c in COLUMNS] for r in records]
     msg = len(COLUMNS) - 1
     longest = max((len(word) for r in rows for word in r[msg].split()), default=1)
@@ -163,17 +175,24 @@ def table(records: list[dict[str, Any]], width: int) -> Table | Group:
     for i in shown:
         col = COLUMNS[i]
         wraps = col.key == "msg"
-        out.add_column(col.header, justify="right" if col.right else "left", no_wrap=not wraps,
-                       overflow="fold" if wraps else "ellipsis", width=msg_width if wraps else None)
+        out.add_column(
+            col.header,
+            justify="right" if col.right else "left",
+            no_wrap=not wraps,
+            overflow="fold" if wraps else "ellipsis",
+            width=msg_width if wraps else None,
+        )
     for row in rows:
         # Text, not markup: a message such as "token is [secret]" must print as written
-        out.add_row(*[Text(truncate(row[i], MSG_LINES * msg_width) if i == msg else row[i]) for i in shown])
+        out.add_row(
+            *[Text(truncate(row[i], MSG_LINES * msg_width) if i == msg else row[i]) for i in shown]
+        )
     return out
 
 
 def _blocks(rows: list[list[str]], width: int) -> Group:
-    """Each entry as a block: its columns on a line, aligned with the other entries', then its message wrapped
-    between words under them (indented)."""
+    """Each entry as a block: its columns on a line, aligned with the other entries', then its
+    message wrapped between words under them (indented)."""
     msg = len(COLUMNS) - 1
 
     def cell(i: int, row: list[str]) -> str:
@@ -181,15 +200,19 @@ def _blocks(rows: list[list[str]], width: int) -> Group:
 
     natural = {i: max(len(cell(i, r)) for r in rows) for i in range(msg)}
     shown = [i for i, c in enumerate(COLUMNS[:msg]) if c.keep == 0]
-    for i in sorted((i for i, c in enumerate(COLUMNS[:msg]) if c.keep), key=lambda i: COLUMNS[i].keep):
+    for i in sorted(
+        (i for i, c in enumerate(COLUMNS[:msg]) if c.keep), key=lambda i: COLUMNS[i].keep
+    ):
         said = any(r[i] != NONE for r in rows)  # a column no entry has says nothing in a block
         if said and sum(natural[j] + 2 for j in shown + [i]) - 2 <= width:
             shown.append(i)
     shown.sort()
     parts: list[Any] = []
     for row in rows:
-        head = "  ".join(cell(i, row).rjust(natural[i]) if COLUMNS[i].right else cell(i, row).ljust(natural[i])
-                         for i in shown)
+        head = "  ".join(
+            cell(i, row).rjust(natural[i]) if COLUMNS[i].right else cell(i, row).ljust(natural[i])
+            for i in shown
+        )
         parts.append(Text(head.rstrip(), style="bold", no_wrap=True, overflow="fold"))
         body = truncate(row[msg], MSG_LINES * max(width - 4, 20))
         parts.append(_Indented(body))
@@ -208,8 +231,11 @@ class _Indented:
             yield Text("    ") + line
 
 
-def show_history(host: str | None, last: int | None, as_json: bool, root: Path | str | None = None) -> None:
-    """`root`: the project (Fabric's collection directory); found from the working directory when None."""
+def show_history(
+    host: str | None, last: int | None, as_json: bool, root: Path | str | None = None
+) -> None:
+    """`root`: the project (Fabric's collection directory); found from the working directory when
+    None."""
     project = Path(root) if root else None
     records = audit.read(host, last, project)
     if as_json:
@@ -222,10 +248,18 @@ def show_history(host: str | None, last: int | None, as_json: bool, root: Path |
         console.print(f"audit log {where}: no entries{scope}", markup=False)
         old = audit.legacy_log()
         if not os.environ.get("FLEETOPS_AUDIT_LOG") and old.exists():
-            console.print(f"runs from before the log was per project are in {_home(str(old))} (every checkout's "
-                          "runs in one file; `FLEETOPS_AUDIT_LOG=that-file fab history` shows them)", markup=False)
+            console.print(
+                "runs from before the log was per project "
+                f"are in {_home(str(old))} (every checkout's "
+                "runs in one file; `FLEETOPS_AUDIT_LOG=that-file fab history` shows them)",
+                markup=False,
+            )
         return
     total = len(audit.read(host, None, project)) if last else len(records)
-    shown = f"the last {len(records)} of {total} entries" if total > len(records) else f"{len(records)} entries"
+    shown = (
+        f"the last {len(records)} of {total} entries"
+        if total > len(records)
+        else f"{len(records)} entries"
+    )
     console.print(f"audit log {where}: {shown}{scope}", markup=False)
     console.print(table(records, console.width), soft_wrap=False)  # the message wraps between words

@@ -1,11 +1,12 @@
-"""A run's results as JUnit XML, the report CI systems gate a pipeline on (GitLab, Jenkins, GitHub's test
-reporters): one test suite per task, one test case per host and item (a check of `verify`, a file of `patch`,
-a GPU of `gpu`), or per host where a task has no items. A failed item is a <failure> with the host's message; an
-unreachable host is an <error>; a skipped one <skipped>. The evidence (command, exit code, stderr tail) goes in
-the failure's text, where CI shows it.
+"""A run's results as JUnit XML, the report CI systems gate a pipeline on (GitLab, Jenkins, GitHub's
+test reporters): one test suite per task, one test case per host and item (a check of `verify`, a
+file of `patch`, a GPU of `gpu`), or per host where a task has no items. A failed item is a
+<failure> with the host's message; an unreachable host is an <error>; a skipped one <skipped>. The
+evidence (command, exit code, stderr tail) goes in the failure's text, where CI shows it.
 
-Node text is data: characters XML 1.0 cannot carry (control characters a node printed) become `?`, and every
-text is bounded, so the file always parses and never grows with what a node chose to print."""
+Node text is data: characters XML 1.0 cannot carry (control characters a node printed) become `?`,
+and every text is bounded, so the file always parses and never grows with what a node chose to
+print."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 def xml_text(text: object, limit: int = MAX_TEXT) -> str:
     value = _NOT_XML.sub("?", str(text))
-    return value if len(value) <= limit else value[:limit - 3] + "..."
+    return value if len(value) <= limit else value[: limit - 3] + "..."
 
 
 def junit_xml(results: Iterable[Result], *, name: str = "fleetops") -> str:
@@ -38,8 +39,13 @@ def junit_xml(results: Iterable[Result], *, name: str = "fleetops") -> str:
         for r in task_results:
             seconds += r.seconds
             for case_name, status, msg, time_s in _cases(r):
-                case = ET.SubElement(suite, "testcase", classname=xml_text(r.host, 200),
-                                     name=xml_text(case_name, 500), time=f"{time_s:.3f}")
+                case = ET.SubElement(
+                    suite,
+                    "testcase",
+                    classname=xml_text(r.host, 200),
+                    name=xml_text(case_name, 500),
+                    time=f"{time_s:.3f}",
+                )
                 counts["tests"] += 1
                 if status is Status.UNREACHABLE:
                     counts["errors"] += 1
@@ -71,7 +77,11 @@ def _cases(r: Result) -> list[tuple[str, Status, str, float]]:
     out = []
     for item in r.items:
         seconds = item.details.get("seconds")
-        time_s = float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else 0.0
+        time_s = (
+            float(seconds)
+            if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+            else 0.0
+        )
         out.append((item.label, item.status, item.msg, max(time_s, 0.0)))
     return out
 

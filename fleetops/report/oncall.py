@@ -1,6 +1,7 @@
-"""What the on-call tasks draw. `fetch`: one rich progress bar per large file on a terminal, shared by every
-host of the run (hosts download in parallel), drawn under the fleet's live view (rich nests them); plain lines
-at 25/50/75% when the output is piped; nothing with --json. `ssh-config`: the inventory as OpenSSH config."""
+"""What the on-call tasks draw. `fetch`: one rich progress bar per large file on a terminal, shared
+by every host of the run (hosts download in parallel), drawn under the fleet's live view (rich nests
+them); plain lines at 25/50/75% when the output is piped; nothing with --json. `ssh-config`: the
+inventory as OpenSSH config."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ PLAIN_STEPS = 4  # plain output: a line at 25%, 50%, 75%
 
 
 class TransferBoard:
-    """One per console. `start` returns a callback taking the bytes done so far; `finish` ends that file."""
+    """One per console. `start` returns a callback taking the bytes done so far; `finish` ends that
+    file."""
 
     def __init__(self, console: Console, quiet: bool) -> None:
         self.console = console
@@ -37,14 +39,15 @@ class TransferBoard:
         self.active = 0
 
     def start(self, label: str, total: int, already: int) -> Transfer:
-        label = shown(label)  # a node's file name: drawn by rich's progress bar, not through escape()
+        # a node's file name: drawn by rich's progress bar, not through escape()
+        label = shown(label)
         bar = not self.quiet and self.console.is_terminal and total - already >= BAR_MIN_BYTES
         task = None
         if bar:
             with self.lock:
                 if self.progress is None:
-                    # rich.progress (with rich.live and the spinners) only when a bar is drawn, not whenever
-                    # `fetch` runs (client start-up)
+                    # rich.progress (with rich.live and the spinners) only when a bar is drawn, not
+                    # whenever `fetch` runs (client start-up)
                     from rich.progress import (
                         BarColumn,
                         DownloadColumn,
@@ -54,10 +57,17 @@ class TransferBoard:
                         TransferSpeedColumn,
                     )
 
-                    # markup=False: the label is a host and a remote path, shown as it is (no markup, no emoji)
-                    self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
-                                             DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-                                             console=self.console, transient=True)
+                    # markup=False: the label is a host and a remote path, shown as it is (no
+                    # markup, no emoji)
+                    self.progress = Progress(
+                        TextColumn("{task.description}", markup=False),
+                        BarColumn(),
+                        DownloadColumn(),
+                        TransferSpeedColumn(),
+                        TimeRemainingColumn(),
+                        console=self.console,
+                        transient=True,
+                    )
                     self.progress.start()
                 self.active += 1
                 task = self.progress.add_task(label, total=total, completed=already)
@@ -74,8 +84,16 @@ class TransferBoard:
 
 
 class Transfer:
-    def __init__(self, board: TransferBoard, label: str, total: int, already: int, task: TaskID | None) -> None:
-        self.board, self.label, self.total, self.already, self.task = board, label, total, already, task
+    def __init__(
+        self, board: TransferBoard, label: str, total: int, already: int, task: TaskID | None
+    ) -> None:
+        self.board, self.label, self.total, self.already, self.task = (
+            board,
+            label,
+            total,
+            already,
+            task,
+        )
         self.next_step = already * PLAIN_STEPS // total + 1 if total else PLAIN_STEPS
         self.started = time.monotonic()
 
@@ -89,8 +107,12 @@ class Transfer:
             return
         while self.next_step < PLAIN_STEPS and done * PLAIN_STEPS >= self.total * self.next_step:
             with board.lock:
-                board.console.print(escape(f"{self.label}: {100 * self.next_step // PLAIN_STEPS}% ({done} of "
-                                           f"{self.total} bytes)"))
+                board.console.print(
+                    escape(
+                        f"{self.label}: {100 * self.next_step // PLAIN_STEPS}% ({done} of "
+                        f"{self.total} bytes)"
+                    )
+                )
             self.next_step += 1
 
     def finish(self) -> None:
@@ -110,9 +132,12 @@ def board_for(console: Console, quiet: bool) -> TransferBoard:
         return board
 
 
-def show_ssh_config(root: Path | str | None, inventory: str | None, default: str, hosts: str | None) -> int:
-    """Print the OpenSSH config block for the inventory (or the hosts named: names, globs, @group, commas).
-    Returns the exit status: 0, or 2 with one error line for a bad inventory or host word."""
+def show_ssh_config(
+    root: Path | str | None, inventory: str | None, default: str, hosts: str | None
+) -> int:
+    """Print the OpenSSH config block for the inventory (or the hosts named: names, globs, @group,
+    commas). Returns the exit status: 0, or 2 with one error line for a bad inventory or host
+    word."""
     project = Path(root) if root else Path.cwd()
     try:
         where = find_inventory(project, inventory or None, default)

@@ -1,6 +1,6 @@
-"""rich, loaded at the first draw, and the ways data becomes rich markup: escape() (secrets masked, controls
-made visible, markup escaped), markup() (a drawn line's segments), stream_console() and text() (emoji codes
-printed as written)."""
+"""rich, loaded at the first draw, and the ways data becomes rich markup: escape() (secrets masked,
+controls made visible, markup escaped), markup() (a drawn line's segments), stream_console() and
+text() (emoji codes printed as written)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ RICH_LOCK = threading.RLock()  # the Reporter's console property holds it while 
 
 def rich() -> SimpleNamespace:
     """The parts of rich the report draws with, imported at the first draw, not with the module:
-    importing rich is ~30 ms of a run's start-up, and a run imports this module before it connects anywhere;
-    run.execute has the main thread load it while the first connections are in their handshakes."""
+    importing rich is ~30 ms of a run's start-up, and a run imports this module before it connects
+    anywhere; run.execute has the main thread load it while the first connections are in their
+    handshakes."""
     global _RICH
     if _RICH is None:
         with RICH_LOCK:
@@ -37,22 +38,26 @@ def rich() -> SimpleNamespace:
 
                 class PipedConsole(Console):
                     def on_broken_pipe(self) -> None:
-                        # rich's hook for a closed pipe (`| head`); its own exits 1, a failed run's status
+                        # rich's hook for a closed pipe (`| head`); its own exits 1, a failed run's
+                        # status
                         self.quiet = True
                         raise SystemExit(reader_gone(self.file))
 
-                _RICH = SimpleNamespace(Console=PipedConsole, Group=Group, escape=escape, Table=Table, Text=Text)
+                _RICH = SimpleNamespace(
+                    Console=PipedConsole, Group=Group, escape=escape, Table=Table, Text=Text
+                )
     return _RICH
 
 
 def escape(text: str) -> str:
-    """Data → rich markup that prints it as written: secrets masked, controls visible, markup escaped."""
+    """Data → rich markup that prints it as written: secrets masked, controls visible, markup
+    escaped."""
     return rich().escape(shown(text))
 
 
 def program() -> str:
-    """The program the operator ran, as the commands printed for them to run next are spelt: `fleet`, or
-    Fabric's `fab` (`python -m fabric` too)."""
+    """The program the operator ran, as the commands printed for them to run next are spelt:
+    `fleet`, or Fabric's `fab` (`python -m fabric` too)."""
     return "fleet" if sys.argv and os.path.basename(sys.argv[0]) == "fleet" else "fab"
 
 
@@ -62,18 +67,23 @@ def as_run(command: str) -> str:
 
 
 def markup(line: Line, label: str) -> str:
-    """Segments → rich markup, the label slot filled in (a command segment drawn bold, in the program the
-    operator ran)."""
-    return "".join(f"[{'bold' if style == COMMAND else style}]"
-                   f"{escape(label if text == LABEL else as_run(text) if style == COMMAND else text)}[/]"
-                   if style else escape(label if text == LABEL else text) for text, style in line)
+    """Segments → rich markup, the label slot filled in (a command segment drawn bold, in the
+    program the operator ran)."""
+    return "".join(
+        f"[{'bold' if style == COMMAND else style}]"
+        f"{escape(label if text == LABEL else as_run(text) if style == COMMAND else text)}[/]"
+        if style
+        else escape(label if text == LABEL else text)
+        for text, style in line
+    )
 
 
 def print_line(console: Console, line: Line, label: str) -> None:
-    """A drawn line on the console. Piped, one line as drawn (what grep and logs read). On a terminal, what
-    fits is printed as is; a longer line of prose is wrapped by rich between words, its continuations indented as
-    its first line, never cut mid-word by the terminal; and a command is never broken by rich: alone on a line
-    of its own (the terminal wraps it there, and a copy of that line gives the command, whole)."""
+    """A drawn line on the console. Piped, one line as drawn (what grep and logs read). On a
+    terminal, what fits is printed as is; a longer line of prose is wrapped by rich between words,
+    its continuations indented as its first line, never cut mid-word by the terminal; and a command
+    is never broken by rich: alone on a line of its own (the terminal wraps it there, and a copy of
+    that line gives the command, whole)."""
     whole = text(markup(line, label))
     if not console.is_terminal or whole.cell_len <= console.width:
         console.print(whole)
@@ -94,10 +104,12 @@ def print_line(console: Console, line: Line, label: str) -> None:
         console.print(rich().Text(" " * (indent + 2 if prose else indent)) + command[lead:])
 
 
-# emoji=False, here and in text(): rich would turn a node's `:warning:` into an emoji (escape() covers markup,
-# not emoji codes)
+# emoji=False, here and in text(): rich would turn a node's `:warning:` into an emoji (escape()
+# covers markup, not emoji codes)
 def stream_console(stream: Any) -> Console:
-    return rich().Console(file=RedactingStream(stream), highlight=False, soft_wrap=True, emoji=False)
+    return rich().Console(
+        file=RedactingStream(stream), highlight=False, soft_wrap=True, emoji=False
+    )
 
 
 def text(markup_text: str) -> Text:

@@ -1,5 +1,5 @@
-"""The fleet tables shown after the per-host lines, built from results: plain data; closing.py draws them.
-(Rows of one host's answer are plans/tables.py's: tasks build them.)"""
+"""The fleet tables shown after the per-host lines, built from results: plain data; closing.py draws
+them. (Rows of one host's answer are plans/tables.py's: tasks build them.)"""
 
 from __future__ import annotations
 
@@ -9,64 +9,123 @@ from typing import Any
 from ..plans.hostrange import header, natural_key
 from ..plans.tables import FACT_COLUMNS
 from ..redaction import shown
-from ..results import Result, Severity
+from ..results import Result, Severity, shape_of
+from ..results.diagnose import Diagnosis
+from ..results.gpu import AllocationGpus, Facts, GpuGate
 
 
 def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
-    """Tables that compare hosts, shown after the per-host lines. `fold`: hosts with the same row share it
-    (GPU summary) or the same column (facts), headed by their host range, so 800 hosts stay a few lines.
-    Cells hold what nodes said: cleaned (redaction.shown) before rows are compared, folded or cut, so a secret
-    that holds its host's own name is masked whole before the name becomes {host}."""
+    """Tables that compare hosts, shown after the per-host lines. `fold`: hosts with the same row
+    share it (GPU summary) or the same column (facts), headed by their host range, so 800 hosts stay
+    a few lines. Cells hold what nodes said: cleaned (redaction.shown) before rows are compared,
+    folded or cut, so a secret that holds its host's own name is masked whole before the name
+    becomes {host}. Each table takes the results of its payload type (a host that never answered:
+    the type its task declares)."""
     sections: list[dict[str, Any]] = []
-    gpu = [r for r in results if r.task == "gpu"]
+    gpu = [r for r in results if shape_of(r) in (GpuGate, AllocationGpus)]
     if len(gpu) > 1:
         rows = []
         for r in gpu:
             states: dict[str, int] = {}
             for item in r.items:
-                states[item.details.get("state", "?")] = states.get(item.details.get("state", "?"), 0) + 1
-            # The verdict word (OK / WARN / CRITICAL / UNKNOWN); a host the gate never judged says its status.
-            word = r.data.get("verdict") or r.status.value
-            rows.append([r.host, shown(word), shown(", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-                                                   or r.msg.removeprefix(f"{word}: "))])
+                states[item.details.get("state", "?")] = (
+                    states.get(item.details.get("state", "?"), 0) + 1
+                )
+            # The verdict word (OK / WARN / CRITICAL / UNKNOWN); a host the gate never judged says
+            # its status.
+            verdict = (
+                r.payload.verdict if isinstance(r.payload, (GpuGate, AllocationGpus)) else None
+            )
+            word = verdict or r.status.value
+            rows.append(
+                [
+                    r.host,
+                    shown(word),
+                    shown(
+                        ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+                        or r.msg.removeprefix(f"{word}: ")
+                    ),
+                ]
+            )
         if fold:
-            rows = [[header(hosts), *row] for row, hosts in _same(rows, lambda row: tuple(row[1:])).items()]
-        # Worst first, as diagnose's summary: a host not judged (unreachable, an error) is as unknown as UNKNOWN.
-        rows.sort(key=lambda row: (-(Severity.named(row[1]) or Severity.UNKNOWN).level, natural_key(row[0])))
-        sections.append({"title": "GPU fleet summary", "columns": ["hosts" if fold else "host", "verdict", "GPUs"],
-                         "rows": rows})
-    facts = [r for r in results if r.task == "facts" and "fact_row" in r.data]
+            rows = [
+                [header(hosts), *row]
+                for row, hosts in _same(rows, lambda row: tuple(row[1:])).items()
+            ]
+        # Worst first, as diagnose's summary: a host not judged (unreachable, an error) is as
+        # unknown as UNKNOWN.
+        rows.sort(
+            key=lambda row: (
+                -(Severity.named(row[1]) or Severity.UNKNOWN).level,
+                natural_key(row[0]),
+            )
+        )
+        sections.append(
+            {
+                "title": "GPU fleet summary",
+                "columns": ["hosts" if fold else "host", "verdict", "GPUs"],
+                "rows": rows,
+            }
+        )
+    facts = [(r.host, r.payload) for r in results if isinstance(r.payload, Facts)]
     if facts:
-        # One row per fact, one column per host (per group of hosts with the same facts, when folding).
-        columns = [(r.host, [shown(str(v)) for v in r.data["fact_row"]])
-                   for r in sorted(facts, key=lambda r: natural_key(r.host))]
+        # One row per fact, one column per host (per group of hosts with the same facts, when
+        # folding).
+        columns = [
+            (host, [shown(str(v)) for v in payload.fact_row])
+            for host, payload in sorted(facts, key=lambda hp: natural_key(hp[0]))
+        ]
         if fold:
-            columns = [(header(hosts), list(row))
-                       for row, hosts in _same(columns, lambda col: tuple(col[1])).items()]
+            columns = [
+                (header(hosts), list(row))
+                for row, hosts in _same(columns, lambda col: tuple(col[1])).items()
+            ]
         rows, differ = [], []
         for i, name in enumerate(FACT_COLUMNS):
             values = [col[i] for _, col in columns]
             rows.append([name, *values])
             if len(set(values)) > 1:
                 differ.append(len(rows) - 1)
-        sections.append({"title": "facts (rows that differ between hosts are highlighted)",
-                         "columns": ["fact", *[name for name, _ in columns]], "rows": rows, "highlight_rows": differ,
-                         "whole": True})
-    diag = [r for r in results if r.task == "diagnose" and r.data.get("summary_row")]
+        sections.append(
+            {
+                "title": "facts (rows that differ between hosts are highlighted)",
+                "columns": ["fact", *[name for name, _ in columns]],
+                "rows": rows,
+                "highlight_rows": differ,
+                "whole": True,
+            }
+        )
+    diag = [(r.host, r.payload.summary_row) for r in results if isinstance(r.payload, Diagnosis)]
     if len(diag) > 1:
-        # One row per host (per group of hosts with the same worst finding, when folding), worst first.
-        rows = [[r.host, *(shown(str(c)) for c in r.data["summary_row"][1:4])] for r in diag]
+        # One row per host (per group of hosts with the same worst finding, when folding), worst
+        # first.
+        rows = [
+            [host, *(shown(str(c)) for c in (row.verdict, row.area, row.msg))] for host, row in diag
+        ]
         if fold:  # the same finding on many hosts (their own name as {host} to compare) is one row
-            groups = _same(rows, lambda row: tuple(str(c).replace(row[0], "{host}") for c in row[1:]))
+            groups = _same(
+                rows, lambda row: tuple(str(c).replace(row[0], "{host}") for c in row[1:])
+            )
             first = {row[0]: row for row in rows}
-            rows = [[header(hosts), *first[hosts[0]][1:]] if len(hosts) == 1 else
-                    [header(hosts), *(str(c).replace(hosts[0], "{host}") for c in first[hosts[0]][1:])]
-                    for hosts in groups.values()]
+            rows = [
+                [header(hosts), *first[hosts[0]][1:]]
+                if len(hosts) == 1
+                else [
+                    header(hosts),
+                    *(str(c).replace(hosts[0], "{host}") for c in first[hosts[0]][1:]),
+                ]
+                for hosts in groups.values()
+            ]
         rows.sort(key=lambda row: (_worst_first(row[1]), natural_key(row[0])))
-        # No command here: a table cell would wrap it; each host's block ends with its next commands, whole.
-        sections.append({"title": "diagnose: fleet summary (worst first)",
-                         "columns": ["hosts" if fold else "host", "verdict", "what", "worst finding"],
-                         "rows": rows})
+        # No command here: a table cell would wrap it; each host's block ends with its next
+        # commands, whole.
+        sections.append(
+            {
+                "title": "diagnose: fleet summary (worst first)",
+                "columns": ["hosts" if fold else "host", "verdict", "what", "worst finding"],
+                "rows": rows,
+            }
+        )
     return sections
 
 
@@ -82,4 +141,3 @@ def _same(entries: list, key: Callable[[Any], tuple]) -> dict[tuple, list[str]]:
     for entry in entries:
         out.setdefault(key(entry), []).append(entry[0])
     return dict(sorted(out.items(), key=lambda kv: -len(kv[1])))
-

@@ -1,8 +1,9 @@
-"""What `tail` shows beside the log lines: one progress bar per followed host (samples done/total, tok/s, ETA).
+"""What `tail` shows beside the log lines: one progress bar per followed host (samples done/total,
+tok/s, ETA).
 
-On a terminal the bars live in the run's live view and are redrawn in place (rich's Live); piped, nothing is
-redrawn and each progress report of the job comes out as one plain line carrying the bar (console.py's
-job_line), so a log file or CI output reads top to bottom."""
+On a terminal the bars live in the run's live view and are redrawn in place (rich's Live); piped,
+nothing is redrawn and each progress report of the job comes out as one plain line carrying the bar
+(console.py's job_line), so a log file or CI output reads top to bottom."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class HostProgress:
 
 
 class TailView:
-    """Per-host progress of the jobs being followed, for the live view (terminal) and plain lines (piped)."""
+    """Per-host progress of the jobs being followed, for the live view (terminal) and plain lines
+    (piped)."""
 
     def __init__(self) -> None:
         self.hosts: dict[str, HostProgress] = {}
@@ -68,30 +70,52 @@ class TailView:
         row = self.hosts.get(host)
         if row is None or row.total is None:
             return ""
-        return bar({"done": row.done, "total": row.total, **({"tok_s": row.tok_s} if row.tok_s is not None else {}),
-                    **({"eta": row.eta} if row.eta is not None else {})})
+        return bar(
+            {
+                "done": row.done,
+                "total": row.total,
+                **({"tok_s": row.tok_s} if row.tok_s is not None else {}),
+                **({"eta": row.eta} if row.eta is not None else {}),
+            }
+        )
 
     def renderable(self) -> RenderableType | None:
-        """A table of one progress bar per host (for the live view), or None when no host reports progress."""
+        """A table of one progress bar per host (for the live view), or None when no host reports
+        progress."""
         with self.lock:
             rows = list(self.hosts.items())
         if not rows:
             return None
-        from rich.markup import escape  # the live view only: a run without a terminal never loads rich for it
+        # the live view only: a run without a terminal never loads rich for it
+        from rich.markup import escape
         from rich.progress_bar import ProgressBar
         from rich.table import Table
 
-        # No job id here: the fleet table beside it says `tail <id>` whole, and this one must fit 80 columns.
+        # No job id here: the fleet table beside it says `tail <id>` whole, and this one must fit 80
+        # columns.
         table = Table(title="jobs", title_justify="left", show_edge=False)
         for column in ("host", "state", "progress", "samples", "tok/s", "ETA", "failures"):
             table.add_column(column)
         for host, row in rows:
-            style = {"running": "cyan", "succeeded": "green", "failed": "bold red", "killed": "bold red",
-                     "lost": "bold magenta"}.get(row.state, "")
-            progress: RenderableType = ProgressBar(total=row.total or 100.0, completed=row.done, width=20) \
-                if row.total else "-"
-            table.add_row(escape(host), f"[{style}]{escape(row.state)}[/]" if style else escape(row.state), progress,
-                          f"{int(row.done)}/{int(row.total)}" if row.total else "-",
-                          f"{row.tok_s:.0f}" if row.tok_s is not None else "-", clock(row.eta),
-                          f"[bold red]{row.failures}[/]" if row.failures else "0")
+            style = {
+                "running": "cyan",
+                "succeeded": "green",
+                "failed": "bold red",
+                "killed": "bold red",
+                "lost": "bold magenta",
+            }.get(row.state, "")
+            progress: RenderableType = (
+                ProgressBar(total=row.total or 100.0, completed=row.done, width=20)
+                if row.total
+                else "-"
+            )
+            table.add_row(
+                escape(host),
+                f"[{style}]{escape(row.state)}[/]" if style else escape(row.state),
+                progress,
+                f"{int(row.done)}/{int(row.total)}" if row.total else "-",
+                f"{row.tok_s:.0f}" if row.tok_s is not None else "-",
+                clock(row.eta),
+                f"[bold red]{row.failures}[/]" if row.failures else "0",
+            )
         return table

@@ -1,11 +1,13 @@
-"""capture and rebase: write playbooks from what a node has (the agent's `capture` op reads each module's current
-text and its pristine text, proven against the wheel's RECORD sha256; remote_scripts/patch/capture.py).
+"""capture and rebase: write playbooks from what a node has (the agent's `capture` op reads each
+module's current text and its pristine text, proven against the wheel's RECORD sha256;
+remote_scripts/patch/capture.py).
 
-capture: the diff pristine → current of each module, written beside the playbook (`<dir>/<stem>/<file>.diff`,
-paths `a/<path in site-packages>`), its patch entry added or updated, `requires:` pinned to the node's versions.
-rebase: a playbook's hunks tried against the node's (newer) pristine files; per hunk clean / offset / fuzz /
-conflict / already upstream; a candidate playbook only when every hunk applied (fleetops/plans/rebase.py).
-Both write local files only; the node is only read."""
+capture: the diff pristine → current of each module, written beside the playbook
+(`<dir>/<stem>/<file>.diff`, paths `a/<path in site-packages>`), its patch entry added or updated,
+`requires:` pinned to the node's versions. rebase: a playbook's hunks tried against the node's
+(newer) pristine files; per hunk clean / offset / fuzz / conflict / already upstream; a candidate
+playbook only when every hunk applied (fleetops/plans/rebase.py). Both write local files only; the
+node is only read."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import shlex
 import shutil
 import tempfile
 import threading
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -24,6 +27,7 @@ from ..plans.localpath import UnsafeName, safe_join, safe_join_relative
 from ..plans.playbook import MODULE, load_playbook
 from ..plans.yamlsrc import ConfigError, Mapping, load_file
 from ..results import EXIT_FAILED, Evidence, Item, Result, Status
+from ..results.authoring import Captured, Rebased
 from ..wire.connector import Connector
 from .declare import HELP_PLAYBOOK, JSON, HostTask, Option
 from .plan import Plan, UsageError, agent_error
@@ -33,7 +37,8 @@ if TYPE_CHECKING:
     from ..state import RunState
 
 PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}")
-VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}")  # PEP 440's characters: it names files and pins
+# PEP 440's characters: it names files and pins
+VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}")
 
 
 class BadAnswer(Exception):
@@ -41,8 +46,9 @@ class BadAnswer(Exception):
 
 
 def _checked_answer(answer: dict, asked: list[str]) -> tuple[list[dict], dict[str, str]]:
-    """The answer's items (one per module asked, each asked module at most once) and its versions, checked
-    before any of it names a local file or goes into a playbook; BadAnswer says what is wrong."""
+    """The answer's items (one per module asked, each asked module at most once) and its versions,
+    checked before any of it names a local file or goes into a playbook; BadAnswer says what is
+    wrong."""
     items = answer.get("items")
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise BadAnswer(f"its items are {type(items).__name__}, not a list of modules")
@@ -50,7 +56,10 @@ def _checked_answer(answer: dict, asked: list[str]) -> tuple[list[dict], dict[st
     for it in items:
         module = it.get("module")
         if module not in asked or module in seen:
-            raise BadAnswer(f"it answers for module {module!r}, which was not asked for (asked: {', '.join(asked)})")
+            raise BadAnswer(
+                f"it answers for module {module!r}, which was "
+                f"not asked for (asked: {', '.join(asked)})"
+            )
         seen.add(module)
         if not isinstance(it.get("ok"), bool):
             raise BadAnswer(f"module {module}: 'ok' is {it.get('ok')!r}")
@@ -60,7 +69,9 @@ def _checked_answer(answer: dict, asked: list[str]) -> tuple[list[dict], dict[st
             continue
         for key, kind in (("pristine", str), ("current", str), ("rel", str), ("changed", bool)):
             if not isinstance(it.get(key), kind):
-                raise BadAnswer(f"module {module}: {key!r} is {type(it.get(key)).__name__}, not {kind.__name__}")
+                raise BadAnswer(
+                    f"module {module}: {key!r} is {type(it.get(key)).__name__}, not {kind.__name__}"
+                )
         try:
             safe_join_relative(PurePosixPath(), it["rel"], what="file")
         except UnsafeName as exc:
@@ -77,8 +88,12 @@ def _checked_answer(answer: dict, asked: list[str]) -> tuple[list[dict], dict[st
 
 
 def _bad_answer(host: str, task: str, exc: BadAnswer) -> Result:
-    return _failed(host, task, f"the node's capture answer is malformed ({exc}); nothing written. Is {host} "
-                               "running the fleetops agent? Check the host's python in the inventory")
+    return _failed(
+        host,
+        task,
+        f"the node's capture answer is malformed ({exc}); nothing written. Is {host} "
+        "running the fleetops agent? Check the host's python in the inventory",
+    )
 
 
 def _words(value: object) -> list[str]:
@@ -96,7 +111,8 @@ def _local_path(run: RunState, rel: str) -> Path:
 
 
 def _claim(plan: Plan, host: str) -> str | None:
-    """One node writes one playbook: a second host of the same run is refused (which node's text would win?)."""
+    """One node writes one playbook: a second host of the same run is refused (which node's text
+    would win?)."""
     with plan.options["lock"]:
         first = plan.options.setdefault("writer", host)
     return None if first == host else first
@@ -110,12 +126,16 @@ def _failed(host: str, task: str, msg: str, items: list[Item] | None = None) -> 
 def _capture_plan(run: RunState, kwargs: dict) -> Plan:
     modules = _words(kwargs.get("module"))
     if not modules:
-        raise UsageError("capture needs --module NAME (repeatable, or comma-separated): the module(s) you edited")
+        raise UsageError(
+            "capture needs --module NAME (repeatable, or comma-separated): the module(s) you edited"
+        )
     for m in modules:
         if not MODULE.fullmatch(m):
             raise UsageError(f"capture --module {m!r}: not a dotted module name")
     if not kwargs.get("playbook"):
-        raise UsageError("capture needs --playbook FILE: the playbook to write (created, or updated in place)")
+        raise UsageError(
+            "capture needs --playbook FILE: the playbook to write (created, or updated in place)"
+        )
     pins = _words(kwargs.get("pin"))
     for p in pins:
         if not PACKAGE.fullmatch(p):
@@ -123,28 +143,42 @@ def _capture_plan(run: RunState, kwargs: dict) -> Plan:
     path = _local_path(run, str(kwargs["playbook"]))
     existing_requires: list[str] = []
     if path.exists():
-        book = load_playbook(path)  # a broken playbook stops here (file:line), before any node is read
+        # a broken playbook stops here (file:line), before any node is read
+        book = load_playbook(path)
         existing_requires = book.requires
     elif path.suffix not in (".yaml", ".yml"):
         raise UsageError(f"capture --playbook {path}: name a .yaml file")
     names = pins + [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in existing_requires]
     request = {"modules": list(dict.fromkeys(modules)), "packages": list(dict.fromkeys(names))}
-    return Plan("capture", request, 180, None, options={"path": path, "pins": pins, "lock": threading.Lock()})
+    return Plan(
+        "capture",
+        request,
+        180,
+        None,
+        options={"path": path, "pins": pins, "lock": threading.Lock()},
+    )
 
 
 def _diff_names(modules: list[str]) -> dict[str, str]:
     last = [m.rsplit(".", 1)[-1] for m in modules]
-    return {m: (short if last.count(short) == 1 else m) + ".diff" for m, short in zip(modules, last)}
+    return {
+        m: (short if last.count(short) == 1 else m) + ".diff" for m, short in zip(modules, last)
+    }
 
 
 def _run_capture(run: RunState, plan: Plan, node: Connector) -> Result:
-    from ..plans import rebase as authoring  # its plans only when capture or rebase runs: not for the task table
+    # its plans only when capture or rebase runs: not for the task table
+    from ..plans import rebase as authoring
 
     host = node.host.name
     other = _claim(plan, host)
     if other:
-        return _failed(host, "capture", f"not captured: {other} writes {plan.options['path'].name} in this run; "
-                                        f"capture from one node (-H {other})")
+        return _failed(
+            host,
+            "capture",
+            f"not captured: {other} writes {plan.options['path'].name} in this run; "
+            f"capture from one node (-H {other})",
+        )
     answer, evidence = node.call("capture", plan.request, timeout=plan.timeout)
     if answer.get("error"):
         return agent_error(host, "capture", answer)
@@ -162,46 +196,87 @@ def _run_capture(run: RunState, plan: Plan, node: Connector) -> Result:
             items.append(Item(it["module"], Status.FAILED, it["msg"], {"file": it.get("file")}))
             continue
         if not it["changed"]:
-            items.append(Item(it["module"], Status.OK, f"nothing to capture: {it['rel']} is unchanged "
-                                                       f"({it['pristine_source']})", {"file": it["file"]}))
+            items.append(
+                Item(
+                    it["module"],
+                    Status.OK,
+                    f"nothing to capture: {it['rel']} is unchanged ({it['pristine_source']})",
+                    {"file": it["file"]},
+                )
+            )
             continue
         text = authoring.unified_diff(it["pristine"], it["current"], it["rel"])
         diffs[it["module"]] = text
         hunks = text.count("\n@@ ")
-        items.append(Item(it["module"], Status.CHANGED,
-                          f"{hunks} hunks → {stem}/{names[it['module']]} (pristine: {it['pristine_source']})",
-                          {"file": it["file"]}))
+        items.append(
+            Item(
+                it["module"],
+                Status.CHANGED,
+                f"{hunks} hunks → {stem}/{names[it['module']]} (pristine: {it['pristine_source']})",
+                {"file": it["file"]},
+            )
+        )
     if any(i.status is Status.FAILED for i in items):
-        result = _failed(host, "capture", "nothing written: a module has no proven pristine bytes (see its line)",
-                         items)
+        result = _failed(
+            host,
+            "capture",
+            "nothing written: a module has no proven pristine bytes (see its line)",
+            items,
+        )
         result.evidence = evidence
         return result
     if not diffs:
-        return Result(host, "capture", Status.OK, "nothing written: every module is the wheel's own file", items)
+        return Result(
+            host,
+            "capture",
+            Status.OK,
+            "nothing written: every module is the wheel's own file",
+            items,
+        )
     try:
         written = _write_capture(path, answered, versions, diffs, names, plan.options["pins"], host)
     except UnsafeName as exc:
-        return _failed(host, "capture", f"nothing written: the node's answer names a file outside "
-                                        f"{path.parent}/{stem}/ ({exc})")
+        return _failed(
+            host,
+            "capture",
+            f"nothing written: the node's answer names a file outside "
+            f"{path.parent}/{stem}/ ({exc})",
+        )
     msg = f"wrote {path.name} and {len(diffs)} diffs in {stem}/ (requires: {', '.join(written)})"
     items += _pin_offers(written, path.name)
-    return Result(host, "capture", Status.CHANGED, msg, items, data={"playbook_path": str(path), "requires": written})
+    return Result(host, "capture", Status.CHANGED, msg, items, payload=Captured(str(path), written))
 
 
 def _pin_offers(requires: list[str], playbook: str) -> list[Item]:
-    """For each exact pin the written playbook has, the range that would accept its point releases: the author
-    chooses (capture and rebase keep the shape a pin has)."""
+    """For each exact pin the written playbook has, the range that would accept its point releases:
+    the author chooses (capture and rebase keep the shape a pin has)."""
     from ..plans import rebase as authoring
 
     offers = [(pin, authoring.series_pin(pin)) for pin in authoring.exact_pins(requires)]
-    return [Item(f"pin {pin}", Status.OK, f"names one release: a node on a point release of it is refused; to "
-                 f"accept those (verify's checks prove each node), write `{series}` in {playbook}'s requires "
-                 "(capture and rebase keep that shape)", {"offer": series})
-            for pin, series in offers if series]
+    return [
+        Item(
+            f"pin {pin}",
+            Status.OK,
+            f"names one release: a node on a point release of it is refused; to "
+            "accept those (verify's checks prove each node), "
+            f"write `{series}` in {playbook}'s requires "
+            "(capture and rebase keep that shape)",
+            {"offer": series},
+        )
+        for pin, series in offers
+        if series
+    ]
 
 
-def _write_capture(path: Path, answered: list[dict], versions: dict[str, str], diffs: dict[str, str],
-                   names: dict[str, str], pins: list[str], host: str) -> list[str]:
+def _write_capture(
+    path: Path,
+    answered: list[dict],
+    versions: dict[str, str],
+    diffs: dict[str, str],
+    names: dict[str, str],
+    pins: list[str],
+    host: str,
+) -> list[str]:
     from ..plans import rebase as authoring
 
     dists = [i["dist"] for i in answered if i["module"] in diffs and i.get("dist")]
@@ -212,10 +287,16 @@ def _write_capture(path: Path, answered: list[dict], versions: dict[str, str], d
         existing_requires = [str(r) for r in doc.get("requires", []) or []]
         for spec in doc.get("patches", []) or []:
             entries.append({str(k): str(v) for k, v in spec.items()})
-    pin_names = list(dict.fromkeys(dists + pins + [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0]
-                                                   for r in existing_requires]))
+    pin_names = list(
+        dict.fromkeys(
+            dists
+            + pins
+            + [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in existing_requires]
+        )
+    )
     requires = authoring.pin_requires(existing_requires, versions, pin_names)
-    targets = {m: safe_join(path.parent, path.stem, names[m], what="diff name") for m in diffs}  # all, before any write
+    # all, before any write
+    targets = {m: safe_join(path.parent, path.stem, names[m], what="diff name") for m in diffs}
     (path.parent / path.stem).mkdir(parents=True, exist_ok=True)
     for module, text in diffs.items():
         rel = f"{path.stem}/{names[module]}"
@@ -229,16 +310,28 @@ def _write_capture(path: Path, answered: list[dict], versions: dict[str, str], d
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     if path.exists():
         text = path.read_text(encoding="utf-8")
-        text = authoring.replace_top_block(text, "requires", authoring.render_requires(requires), after="description")
-        text = authoring.replace_top_block(text, "patches", authoring.render_patches(entries), after="requires")
+        text = authoring.replace_top_block(
+            text, "requires", authoring.render_requires(requires), after="description"
+        )
+        text = authoring.replace_top_block(
+            text, "patches", authoring.render_patches(entries), after="requires"
+        )
     else:
-        header = [f"Captured by `fab -H {host} capture` on {stamp}: each diff is the wheel's pristine file (sha256 "
-                  f"checked against RECORD) against {host}'s edited file.",
-                  "Add checks that prove the fix (grep, callsites, probe), then: fab -H <lab node> patch verify -p "
-                  f"{path.name}"]
-        text = authoring.new_playbook_text(path.stem if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", path.stem) else
-                                           "captured", f"Captured from {host}: {', '.join(diffs)}", header,
-                                           requires, entries, [e["module"] for e in entries])
+        header = [
+            f"Captured by `fab -H {host} capture` on {stamp}: each diff is the wheel's pristine "
+            f"file (sha256 checked against RECORD) against {host}'s edited file.",
+            "Add checks that prove the fix (grep, callsites, "
+            "probe), then: fab -H <lab node> patch verify -p "
+            f"{path.name}",
+        ]
+        text = authoring.new_playbook_text(
+            path.stem if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", path.stem) else "captured",
+            f"Captured from {host}: {', '.join(diffs)}",
+            header,
+            requires,
+            entries,
+            [e["module"] for e in entries],
+        )
     _atomic(path, text)
     load_playbook(path)  # what we wrote loads (a ConfigError here is a bug worth its file:line)
     return requires
@@ -261,7 +354,9 @@ def _rebase_plan(run: RunState, kwargs: dict) -> Plan:
     names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
     request = {"modules": [p.module for p in book.patches], "packages": names}
     out = _local_path(run, str(kwargs["out"])) if kwargs.get("out") else None
-    return Plan("capture", request, 180, book, options={"fuzz": fuzz, "out": out, "lock": threading.Lock()})
+    return Plan(
+        "capture", request, 180, book, options={"fuzz": fuzz, "out": out, "lock": threading.Lock()}
+    )
 
 
 def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
@@ -282,73 +377,149 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
     except BadAnswer as exc:
         return _bad_answer(host, "rebase", exc)
     items: list[Item] = []
-    files: dict[str, tuple[str, str, authoring.FileRebase]] = {}  # module → (diff name, rel, outcome)
+    # module → (diff name, rel, outcome)
+    files: dict[str, tuple[str, str, authoring.FileRebase]] = {}
     counts: dict[str, int] = {}
     scripts: list[tuple[str, Path]] = []
     for patch in book.patches:
         it = by_module[patch.module]
-        if patch.script:  # a transform is not tied to line numbers: it goes to the candidate as it is
+        # a transform is not tied to line numbers: it goes to the candidate as it is
+        if patch.script:
             scripts.append((patch.module, patch.diff_path))
-            items.append(Item(patch.diff_path.name, Status.OK, "script patch: nothing to rebase; `patch --check` on "
-                                                               "this node shows what its transform does here"))
+            items.append(
+                Item(
+                    patch.diff_path.name,
+                    Status.OK,
+                    "script patch: nothing to rebase; `patch --check` on "
+                    "this node shows what its transform does here",
+                )
+            )
             continue
         if not it["ok"]:
-            items.append(Item(f"{patch.diff_path.name}", Status.FAILED, it["msg"], {"file": it.get("file")}))
+            items.append(
+                Item(f"{patch.diff_path.name}", Status.FAILED, it["msg"], {"file": it.get("file")})
+            )
             counts["refused"] = counts.get("refused", 0) + 1
             continue
         outcome = authoring.rebase_file(it["pristine"], patch.hunks, max_fuzz=plan.options["fuzz"])
         files[patch.module] = (patch.diff_path.name, it["rel"], outcome)
         for h in outcome.hunks:
             counts[h.state] = counts.get(h.state, 0) + 1
-            status = {authoring.CLEAN: Status.OK, authoring.CONFLICT: Status.FAILED}.get(h.state, Status.CHANGED)
-            items.append(Item(f"{patch.diff_path.name} hunk {h.index + 1} {h.header.split(' @@')[0]} @@", status,
-                              h.describe(), {"notes": h.shown} if h.shown else {}))
+            status = {authoring.CLEAN: Status.OK, authoring.CONFLICT: Status.FAILED}.get(
+                h.state, Status.CHANGED
+            )
+            items.append(
+                Item(
+                    f"{patch.diff_path.name} hunk {h.index + 1} {h.header.split(' @@')[0]} @@",
+                    status,
+                    h.describe(),
+                    {"notes": h.shown} if h.shown else {},
+                )
+            )
     onto = ", ".join(f"{k} {v}" for k, v in versions.items())
     summary = ", ".join(f"{n} {state}" for state, n in counts.items())
-    data = {"versions": versions, "counts": counts,
-            "hunks": [{"diff": f, "hunk": h.index + 1, "state": h.state, "line": h.line, "offset": h.offset,
-                       "fuzz": h.fuzz, "shown": h.shown} for f, _, o in files.values() for h in o.hunks]}
+    data = Rebased(
+        versions,
+        counts,
+        [
+            {
+                "diff": f,
+                "hunk": h.index + 1,
+                "state": h.state,
+                "line": h.line,
+                "offset": h.offset,
+                "fuzz": h.fuzz,
+                "shown": h.shown,
+            }
+            for f, _, o in files.values()
+            for h in o.hunks
+        ],
+    )
     if any(i.status is Status.FAILED for i in items):
-        result = Result(host, "rebase", Status.FAILED, f"{book.name} onto {onto}: {summary}; no candidate written "
-                        f"(every hunk must apply; resolve the conflicts shown by hand, then capture)", items,
-                        code=EXIT_FAILED, data=data)
+        result = Result(
+            host,
+            "rebase",
+            Status.FAILED,
+            f"{book.name} onto {onto}: {summary}; no candidate written "
+            f"(every hunk must apply; resolve the conflicts shown by hand, then capture)",
+            items,
+            code=EXIT_FAILED,
+            payload=data,
+        )
         result.evidence = evidence
         return result
     verdict = _candidate_checks(book, files, node)
     items += verdict.items
-    data["checks"] = verdict.data
+    data = replace(data, checks=verdict.data)
     try:
         with plan.options["lock"]:
-            out, review = _write_candidate(book, plan.options["out"], files, by_module, host, versions, scripts)
+            out, review = _write_candidate(
+                book, plan.options["out"], files, by_module, host, versions, scripts
+            )
     except UnsafeName as exc:
-        return Result(host, "rebase", Status.FAILED, f"{book.name}: no candidate written: the node's answer names a "
-                      f"file outside {book.path.parent}/ ({exc}); pass --out FILE to name it yourself", items,
-                      code=EXIT_FAILED, data=data)
+        return Result(
+            host,
+            "rebase",
+            Status.FAILED,
+            f"{book.name}: no candidate written: the node's answer names a "
+            f"file outside {book.path.parent}/ ({exc}); pass --out FILE to name it yourself",
+            items,
+            code=EXIT_FAILED,
+            payload=data,
+        )
     except (ConfigError, OSError) as exc:
-        return Result(host, "rebase", Status.FAILED, f"{book.name}: no candidate written: {exc}", items,
-                      code=EXIT_FAILED, data=data)
-    data["candidate"] = str(out)
-    data["review"] = review
+        return Result(
+            host,
+            "rebase",
+            Status.FAILED,
+            f"{book.name}: no candidate written: {exc}",
+            items,
+            code=EXIT_FAILED,
+            payload=data,
+        )
+    data = replace(data, candidate=str(out), review=review)
     items += _pin_offers(load_playbook(out).requires, out.name)
     if review:
-        items.append(Item("text to review", Status.CHANGED, f"{len(review)} places in {out.name} still describe "
-                          f"{', '.join(book.requires)}: rewrite them for {onto}", {"evidence": review}))
+        items.append(
+            Item(
+                "text to review",
+                Status.CHANGED,
+                f"{len(review)} places in {out.name} still describe "
+                f"{', '.join(book.requires)}: rewrite them for {onto}",
+                {"evidence": review},
+            )
+        )
     rel = shlex.quote(os.path.relpath(out))
     prove = f"fab -H {shlex.quote(host)} patch verify -p {rel}"
     if verdict.clean:
-        return Result(host, "rebase", Status.CHANGED, f"{book.name} onto {onto}: {summary}, {verdict.summary}; clean;"
-                      f" candidate {out.name} written: prove it with {prove}", items, data=data)
-    result = Result(host, "rebase", Status.FAILED, f"{book.name} onto {onto}: {summary}; hunks clean, "
-                    f"{verdict.summary}; candidate {out.name} written, not clean: on a lab node with these versions "
-                    f"patch with it (fab -H {shlex.quote(host)} patch -p {rel}), fix those calls in the node's files, "
-                    f"capture them (fab -H {shlex.quote(host)} capture --module M -p {rel}), then {prove}", items,
-                    code=EXIT_FAILED, data=data)
+        return Result(
+            host,
+            "rebase",
+            Status.CHANGED,
+            f"{book.name} onto {onto}: {summary}, {verdict.summary}; clean;"
+            f" candidate {out.name} written: prove it with {prove}",
+            items,
+            payload=data,
+        )
+    result = Result(
+        host,
+        "rebase",
+        Status.FAILED,
+        f"{book.name} onto {onto}: {summary}; hunks clean, {verdict.summary}; candidate "
+        f"{out.name} written, not clean: on a lab node with these versions patch with it (fab -H "
+        f"{shlex.quote(host)} patch -p {rel}), fix those calls in the node's files, capture them "
+        f"(fab -H {shlex.quote(host)} capture --module M -p {rel}), then {prove}",
+        items,
+        code=EXIT_FAILED,
+        payload=data,
+    )
     result.evidence = verdict.evidence
     return result
 
 
 class _Verdict:
-    """What the candidate's callsites and probe checks said on the node, against its installed packages."""
+    """What the candidate's callsites and probe checks said on the node, against its installed
+    packages."""
 
     def __init__(self) -> None:
         self.items: list[Item] = []
@@ -368,64 +539,93 @@ class _Verdict:
         parts = []
         if self.calls:
             n = len(self.calls)
-            parts.append(f"{n} call{'s' if n != 1 else ''} no longer bind{'s' if n == 1 else ''}: "
-                         + "; ".join(self.calls))
+            parts.append(
+                f"{n} call{'s' if n != 1 else ''} no longer bind{'s' if n == 1 else ''}: "
+                + "; ".join(self.calls)
+            )
         parts += self.problems
         names = ", ".join(d["name"] for d in self.data)
         return "; ".join(parts) if parts else f"the candidate's {names} pass on the node's packages"
 
 
 def _candidate_checks(book, files: dict, node: Connector) -> _Verdict:
-    """The playbook's callsites and probe checks run on the node against the candidate's text of each module
-    (the node's installed packages, the candidate's files): do the calls still bind on the new versions?"""
+    """The playbook's callsites and probe checks run on the node against the candidate's text of
+    each module (the node's installed packages, the candidate's files): do the calls still bind on
+    the new versions?"""
     verdict = _Verdict()
     checks = [c for c in book.checks if c["kind"] in ("callsites", "probe")]
     if not checks:
         return verdict
     sources = {module: outcome.text for module, (_, _, outcome) in files.items()}
-    answer, evidence = node.call("verify", {"requires": [], "checks": checks, "sources": sources}, timeout=900)
+    answer, evidence = node.call(
+        "verify", {"requires": [], "checks": checks, "sources": sources}, timeout=900
+    )
     if answer.get("error"):
         verdict.problems.append(f"the candidate's checks could not run: {answer['error']}")
         verdict.evidence = evidence
         return verdict
     for raw in answer.get("items") or []:
         verdict.data.append({k: raw.get(k) for k in ("name", "kind", "ok", "msg", "evidence")})
-        shown = ("evidence",) if raw["kind"] == "callsites" else ("evidence", "stderr_tail")  # import noise
+        # import noise
+        shown = ("evidence",) if raw["kind"] == "callsites" else ("evidence", "stderr_tail")
         details = {k: raw[k] for k in shown if raw.get(k) and not raw.get("ok")}
-        verdict.items.append(Item(f"candidate {raw['name']} [{raw['kind']}]",
-                                  Status.OK if raw.get("ok") else Status.FAILED, raw.get("msg", ""), details))
+        verdict.items.append(
+            Item(
+                f"candidate {raw['name']} [{raw['kind']}]",
+                Status.OK if raw.get("ok") else Status.FAILED,
+                raw.get("msg", ""),
+                details,
+            )
+        )
         if raw.get("ok"):
             continue
         if raw["kind"] == "callsites":
             verdict.calls += [_call(e) for e in raw.get("evidence") or []]
         else:
-            verdict.problems.append(f"the {raw['kind']} {raw['name']} fails (its line below says how)")
+            verdict.problems.append(
+                f"the {raw['kind']} {raw['name']} fails (its line below says how)"
+            )
     return verdict
 
 
 def _call(entry: object) -> str:
     if isinstance(entry, dict) and {"file", "line", "callee", "error"} <= set(entry):
-        return f"{str(entry['file']).rsplit('/', 1)[-1]}:{entry['line']} {entry['callee']}: {entry['error']}"
+        return (
+            f"{str(entry['file']).rsplit('/', 1)[-1]}:{entry['line']} "
+            f"{entry['callee']}: {entry['error']}"
+        )
     return str(entry)
 
 
-def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, dict], host: str,
-                     versions: dict[str, str], scripts: list[tuple[str, Path]]) -> tuple[Path, list[str]]:
-    """The candidate playbook and its diffs written; returns its path and the lines of it that still describe the
-    old versions (to review).
+def _write_candidate(
+    book,
+    out: Path | None,
+    files: dict,
+    by_module: dict[str, dict],
+    host: str,
+    versions: dict[str, str],
+    scripts: list[tuple[str, Path]],
+) -> tuple[Path, list[str]]:
+    """The candidate playbook and its diffs written; returns its path and the lines of it that still
+    describe the old versions (to review).
 
-    The candidate is whole in itself, wherever --out puts it: its diffs, and a copy of every script it names (patch
-    scripts, probe scripts), in the folder named for it, every path in it relative to it. All of it is first
-    written to a staging folder beside it and loaded from there as `patch` would load it; only a candidate that
-    loads is moved into place, the playbook file last. On any failure nothing is left behind."""
+    The candidate is whole in itself, wherever --out puts it: its diffs, and a copy of every script
+    it names (patch scripts, probe scripts), in the folder named for it, every path in it relative
+    to it. All of it is first written to a staging folder beside it and loaded from there as `patch`
+    would load it; only a candidate that loads is moved into place, the playbook file last. On any
+    failure nothing is left behind."""
     from ..plans import rebase as authoring
 
     names = [re.split(r"[\s=<>!~]", r.strip(), maxsplit=1)[0] for r in book.requires]
     requires = authoring.pin_requires(book.requires, versions, names)
     name = "-".join(f"{n}-{versions[n]}" for n in names if n in versions) or f"{book.name}-rebased"
-    out = (out or safe_join(book.path.parent, f"{name}.yaml", what="candidate playbook name")).absolute()
+    out = (
+        out or safe_join(book.path.parent, f"{name}.yaml", what="candidate playbook name")
+    ).absolute()
     if out.resolve() == book.path.resolve():
-        raise ConfigError(book.path, None, "rebase would overwrite the playbook it reads; pass --out")
+        raise ConfigError(
+            book.path, None, "rebase would overwrite the playbook it reads; pass --out"
+        )
     subdir = safe_join(out.parent, out.stem, what="diff folder")
     staged: dict[str, str] = {}  # path inside the candidate's folder -> text
     entries: list[dict[str, str]] = []
@@ -438,37 +638,48 @@ def _write_candidate(book, out: Path | None, files: dict, by_module: dict[str, d
         safe_join(subdir, diff_name, what="diff name")
         staged[diff_name] = authoring.unified_diff(pristine, outcome.text, rel)
         entries.append({"module": module, "diff": f"{out.stem}/{diff_name}"})
-    copies: dict[Path, str] = {}  # a script the old playbook names -> its name in the candidate's folder
+    # a script the old playbook names -> its name in the candidate's folder
+    copies: dict[Path, str] = {}
     for module, path in scripts:
         entries.append({"module": module, "script": f"{out.stem}/{_copied(path, copies, staged)}"})
     text = book.path.read_text(encoding="utf-8")
     text = _probe_scripts_moved(text, book, out.stem, copies, staged)
-    text = authoring.replace_scalar(text, "name", out.stem if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", out.stem)
-                                    else name)
-    text = authoring.replace_top_block(text, "requires", authoring.render_requires(requires), after="description")
+    text = authoring.replace_scalar(
+        text, "name", out.stem if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", out.stem) else name
+    )
+    text = authoring.replace_top_block(
+        text, "requires", authoring.render_requires(requires), after="description"
+    )
     if entries:
-        text = authoring.replace_top_block(text, "patches", authoring.render_patches(entries), after="requires")
+        text = authoring.replace_top_block(
+            text, "patches", authoring.render_patches(entries), after="requires"
+        )
     else:
         text = authoring.replace_top_block(text, "patches", "patches: []\n", after="requires")
     text = _retexted(text, book, requires, versions)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    header = (f"# Candidate made by `fab -H {host} rebase -p {book.path.name}` on {stamp}: {book.name}'s hunks "
-              f"re-applied to the pristine files of {', '.join(f'{k} {v}' for k, v in versions.items())}.\n"
-              f"# Not proven yet: run fab -H <lab node with these versions> patch verify -p {out.name}\n")
+    header = (
+        f"# Candidate made by `fab -H {host} rebase -p {book.path.name}` on {stamp}: "
+        f"{book.name}'s hunks re-applied to the pristine files of "
+        f"{', '.join(f'{k} {v}' for k, v in versions.items())}.\n# Not proven yet: run fab -H "
+        f"<lab node with these versions> patch verify -p {out.name}\n"
+    )
     if dropped:
         header += f"# Already upstream (no patch needed): {', '.join(dropped)}\n"
     stale = authoring.stale_versions(book.requires, versions)
     review = authoring.stale_lines(text, stale)
     if review:
-        header += (f"# REVIEW: {len(review)} lines below still describe {', '.join(book.requires)} (`rebase` lists "
-                   f"them); rewrite them for these versions, then delete this line.\n")
+        header += (
+            f"# REVIEW: {len(review)} lines below still describe {', '.join(book.requires)} "
+            "(`rebase` lists them); rewrite them for these versions, then delete this line.\n"
+        )
     _install_candidate(out, header + text, staged)
     return out, authoring.stale_lines(text, stale, first_line=header.count("\n") + 1)
 
 
 def _copied(path: Path, copies: dict[Path, str], staged: dict[str, str]) -> str:
-    """`path` (a script the old playbook names) staged into the candidate's folder under its own name (made
-    unique); its name there."""
+    """`path` (a script the old playbook names) staged into the candidate's folder under its own
+    name (made unique); its name there."""
     path = path.resolve()
     if path not in copies:
         stem, suffix = path.stem, path.suffix
@@ -484,34 +695,47 @@ def _copied(path: Path, copies: dict[Path, str], staged: dict[str, str]) -> str:
 _SCRIPT_LINE = re.compile(r"^(\s*(?:-\s+)?script:\s*)(\S.*?)(\s+#.*)?$")
 
 
-def _probe_scripts_moved(text: str, book, stem: str, copies: dict[Path, str], staged: dict[str, str]) -> str:
-    """The old playbook's text with each probe check's `script:` naming the candidate's copy of it (the old path
-    was relative to the old playbook's folder)."""
+def _probe_scripts_moved(
+    text: str, book, stem: str, copies: dict[Path, str], staged: dict[str, str]
+) -> str:
+    """The old playbook's text with each probe check's `script:` naming the candidate's copy of it
+    (the old path was relative to the old playbook's folder)."""
     from ..plans import rebase as authoring
 
     doc = load_file(book.path)
     lines = text.splitlines(keepends=True)
     checks = doc.get("verify") if isinstance(doc, dict) else None
     for spec in checks if isinstance(checks, list) else []:
-        if not isinstance(spec, dict) or spec.get("kind") != "probe" or not isinstance(spec.get("script"), str):
+        if (
+            not isinstance(spec, dict)
+            or spec.get("kind") != "probe"
+            or not isinstance(spec.get("script"), str)
+        ):
             continue
         line = spec.line_of("script") if isinstance(spec, Mapping) else None
         if line is None or not 0 < line <= len(lines):
-            raise ConfigError(book.path, None, "a probe check's script line could not be found to rewrite")
+            raise ConfigError(
+                book.path, None, "a probe check's script line could not be found to rewrite"
+            )
         source = (book.path.parent / spec["script"]).resolve()
         m = _SCRIPT_LINE.match(lines[line - 1].rstrip("\r\n"))
         if m is None:
-            raise ConfigError(book.path, line, "a probe check's `script:` is not on its own line: the candidate "
-                              "cannot name its copy; write it as `script: FILE.py`")
-        ending = lines[line - 1][len(lines[line - 1].rstrip("\r\n")):]
+            raise ConfigError(
+                book.path,
+                line,
+                "a probe check's `script:` is not on its own line: the candidate "
+                "cannot name its copy; write it as `script: FILE.py`",
+            )
+        ending = lines[line - 1][len(lines[line - 1].rstrip("\r\n")) :]
         moved = authoring.scalar(f"{stem}/{_copied(source, copies, staged)}")
         lines[line - 1] = f"{m.group(1)}{moved}{m.group(3) or ''}{ending}"
     return "".join(lines)
 
 
 def _install_candidate(out: Path, text: str, staged: dict[str, str]) -> None:
-    """Write the candidate `out` and its folder's files (`staged`: name -> text) through a staging folder beside
-    it, loaded there first; then each file moved into place, the playbook file last."""
+    """Write the candidate `out` and its folder's files (`staged`: name -> text) through a staging
+    folder beside it, loaded there first; then each file moved into place, the playbook file
+    last."""
     stage = Path(tempfile.mkdtemp(prefix=f".{out.stem}.rebase-", dir=out.parent))
     try:
         folder = stage / out.stem
@@ -519,7 +743,8 @@ def _install_candidate(out: Path, text: str, staged: dict[str, str]) -> None:
         for rel, body in staged.items():
             (folder / rel).write_text(body, encoding="utf-8")
         (stage / out.name).write_text(text, encoding="utf-8")
-        load_playbook(stage / out.name)  # the candidate as `patch -p` reads it: refused here, nothing written
+        # the candidate as `patch -p` reads it: refused here, nothing written
+        load_playbook(stage / out.name)
         final = out.parent / out.stem
         final.mkdir(exist_ok=True)
         for rel in staged:
@@ -530,39 +755,72 @@ def _install_candidate(out: Path, text: str, staged: dict[str, str]) -> None:
 
 
 def _retexted(text: str, book, requires: list[str], versions: dict[str, str]) -> str:
-    """The candidate's own words: requires_hint rewritten for the new pins (the old one advised for the old
-    versions), the description marked for review while it names the old ones."""
+    """The candidate's own words: requires_hint rewritten for the new pins (the old one advised for
+    the old versions), the description marked for review while it names the old ones."""
     from ..plans import rebase as authoring
 
-    hint = (f"This playbook patches exactly {', '.join(requires)} (rebased from {book.name}, whose advice for "
-            f"other versions is not carried over: say here what a node on other versions should do).")
-    text = authoring.replace_top_block(text, "requires_hint", f"requires_hint: {json.dumps(hint)}\n",
-                                       after="requires")
+    hint = (
+        f"This playbook patches exactly {', '.join(requires)} (rebased from {book.name}, whose "
+        "advice for other versions is not carried over: "
+        "say here what a node on other versions should do)."
+    )
+    text = authoring.replace_top_block(
+        text, "requires_hint", f"requires_hint: {json.dumps(hint)}\n", after="requires"
+    )
     stale = authoring.stale_versions(book.requires, versions)
     if book.description and authoring.stale_lines(book.description, stale):
         described = f"REVIEW (written for {', '.join(book.requires)}): {book.description}"
-        text = authoring.replace_top_block(text, "description", f"description: {json.dumps(described)}\n",
-                                           after="name")
+        text = authoring.replace_top_block(
+            text, "description", f"description: {json.dumps(described)}\n", after="name"
+        )
     return text
 
 
 TASKS = [
-    HostTask("capture", _capture_plan, run=_run_capture, writes=True, op="capture",
-             help="The node's edits as a playbook: a diff per module against the wheel's pristine file (proven by "
-                  "RECORD's\nsha256), written beside the playbook, its patch entry and requires (pinned to the node's "
-                  "versions).",
-             options=(Option("module", "a module you edited on the node (repeatable, or comma-separated)",
-                             iterable=True),
-                      Option("playbook", "the playbook to write: created, or its patches and requires updated"),
-                      Option("pin", "also pin these packages to the node's versions, e.g. vllm (comma-separated)"),
-                      JSON)),
-    HostTask("rebase", _rebase_plan, run=_run_rebase, writes=True, op="capture",
-             help="Try the playbook's hunks on the node's (newer) pristine files: clean / offset / fuzz / conflict "
-                  "per hunk;\na candidate playbook only when every hunk applied (then prove it with patch verify on "
-                  "a lab node).",
-             options=(Option("playbook", HELP_PLAYBOOK),
-                      Option("out", "the candidate playbook to write (default: named for the node's versions, beside "
-                                    "the playbook)"),
-                      Option("fuzz", "context lines a hunk may ignore (default 2)", 2, numbers=(0, None)),
-                      JSON)),
+    HostTask(
+        "capture",
+        _capture_plan,
+        run=_run_capture,
+        writes=True,
+        op="capture",
+        result=Captured,
+        help="The node's edits as a playbook: a diff per module against the wheel's pristine "
+        "file (proven by RECORD's\nsha256), written beside the playbook, its patch entry "
+        "and requires (pinned to the node's versions).",
+        options=(
+            Option(
+                "module",
+                "a module you edited on the node (repeatable, or comma-separated)",
+                iterable=True,
+            ),
+            Option(
+                "playbook", "the playbook to write: created, or its patches and requires updated"
+            ),
+            Option(
+                "pin", "also pin these packages to the node's versions, e.g. vllm (comma-separated)"
+            ),
+            JSON,
+        ),
+    ),
+    HostTask(
+        "rebase",
+        _rebase_plan,
+        run=_run_rebase,
+        writes=True,
+        op="capture",
+        result=Rebased,
+        help="Try the playbook's hunks on the node's (newer) pristine files: clean / offset / "
+        "fuzz / conflict per hunk;\na candidate playbook only when every hunk applied (then "
+        "prove it with patch verify on a lab node).",
+        options=(
+            Option("playbook", HELP_PLAYBOOK),
+            Option(
+                "out",
+                "the candidate playbook to write (default: named for the node's versions, beside "
+                "the playbook)",
+            ),
+            Option("fuzz", "context lines a hunk may ignore (default 2)", 2, numbers=(0, None)),
+            JSON,
+        ),
+    ),
 ]

@@ -1,7 +1,8 @@
-"""A host task stated once, in its family's module: its name, help, options (each with its help, default and
-range), whether it writes on the node, the agent op it calls, its result type, and how it plans, reads the
-answer or runs. The run's task table (tasks/registry.py), `fab`/`fleet` (fab/tasks.py: the Invoke task,
-its --help and --list line), and the API's option check (api.py) are all read from it."""
+"""A host task stated once, in its family's module: its name, help, options (each with its help,
+default and range), whether it writes on the node, the agent op it calls, its result type, and how
+it plans, reads the answer or runs. The run's task table (tasks/registry.py), `fab`/`fleet`
+(fab/tasks.py: the Invoke task, its --help and --list line), and the API's option check (api.py) are
+all read from it."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ HELP_JOB_ID = "a job id on the node (default: the node's latest job)"
 
 @dataclass(frozen=True)
 class Option:
-    """One option of a task: `name` as Python spells it (--job-id is job_id), its help line, its default, and
-    for a whole number its range (least, greatest or None), checked before anything connects."""
+    """One option of a task: `name` as Python spells it (--job-id is job_id), its help line, its
+    default, and for a whole number its range (least, greatest or None), checked before anything
+    connects."""
 
     name: str
     help: str
@@ -29,6 +31,7 @@ class Option:
     iterable: bool = False  # repeatable: a list of every value given
     optional: bool = False  # a flag that may come with or without its value (--shards / --shards 4)
     required: bool = False  # a positional argument with no default (run's command)
+    positional: bool = False  # a positional argument with a default (schedule's `verify`)
 
 
 JSON = Option("json", HELP_JSON, False)
@@ -36,16 +39,18 @@ JSON = Option("json", HELP_JSON, False)
 
 @dataclass
 class HostTask(TaskSpec):
-    """A task run on every selected host. `writes`: it changes the node; with a `check` option that is its check
-    mode (--dry sets it), without one --dry refuses it. A task that does not write runs as is under --dry, and
-    its `op` must be one the agent counts as read-only (so its request may be sent ahead)."""
+    """A task run on every selected host. `writes`: it changes the node; with a `check` option that
+    is its check mode (--dry sets it), without one --dry refuses it. A task that does not write runs
+    as is under --dry, and its `op` must be one the agent counts as read-only (so its request may be
+    sent ahead)."""
 
     help: str = ""
     options: tuple[Option, ...] = (JSON,)
     writes: bool = False
     op: str = ""  # the agent op its plan calls; "" for none (trust talks to SSH itself)
     result: type = Result
-    playbook_set: bool = False  # -p may name a set (a folder): each host runs the playbook its versions fit
+    # -p may name a set (a folder): each host runs the playbook its versions fit
+    playbook_set: bool = False
     dry: str | None = field(init=False, default="read-only")
 
     def __post_init__(self) -> None:
@@ -58,5 +63,6 @@ class HostTask(TaskSpec):
             self.dry = "check" if "check" in names else None
 
     def option_names(self) -> frozenset[str]:
-        """The options the task itself takes, as the API names them (the front end's --json is not one)."""
+        """The options the task itself takes, as the API names them (the front end's --json is not
+        one)."""
         return frozenset(o.name for o in self.options if o.name != "json")

@@ -1,23 +1,25 @@
-"""diagnose: "what is wrong with this node?" in one agent exec, answered as findings ordered by likelihood,
-each with a verdict (OK / WARN / CRITICAL / UNKNOWN) and the next command to run.
+"""diagnose: "what is wrong with this node?" in one agent exec, answered as findings ordered by
+likelihood, each with a verdict (OK / WARN / CRITICAL / UNKNOWN) and the next command to run.
 
-The node sends what it read (remote_scripts/health/diagnose.py: kernel-log lines, `nvidia-smi -q -x`, the latest
-job, its processes, disk, memory, load); the reading of it is here and in plans/ (kernellog, gpuhealth), pure.
+The node sends what it read (remote_scripts/health/diagnose.py: kernel-log lines, `nvidia-smi -q
+-x`, the latest job, its processes, disk, memory, load); the reading of it is here and in plans/
+(kernellog, gpuhealth), pure.
 
-Verdicts and exit statuses (a run exits with the worst across hosts; exit codes chosen not to clash with
-results.py's 0/1/2/4/10-13/130):
+Verdicts and exit statuses (a run exits with the worst across hosts; exit codes chosen not to clash
+with results.py's 0/1/2/4/10-13/130):
     OK        0    nothing found
-    WARN      20   something to look at; the node can run work (a failed job, low disk, an app-level Xid)
-    UNKNOWN   21   a part could not be read (no nvidia-smi, an unreadable kernel log, no playbook checks)
-    CRITICAL  22   the node needs a person before it runs work (Xid 79/48/..., OOM-killed job, missing GPU,
-                   uncorrectable ECC, wrong packages, drifted patch, unreachable)
+    WARN      20   something to look at; the node can run work (a failed job, low disk, an app-level
+                   Xid)
+    UNKNOWN   21   a part could not be read (no nvidia-smi, an unreadable kernel log, no playbook
+                   checks)
+    CRITICAL  22   the node needs a person before it runs work (Xid 79/48/..., OOM-killed job,
+                   missing GPU, uncorrectable ECC, wrong packages, drifted patch, unreachable)
 """
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from ..agent.core.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
@@ -25,6 +27,7 @@ from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, resolve
 from ..plans.versions import judged_checks, judged_patch
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_OK, Item, Next, Result, Severity, Status
+from ..results.diagnose import Diagnosis, NodeDiagnosis, RefusedDiagnosis, SummaryRow
 from ..wire.connector import Connector, TransportError
 from .findings import CRITICAL, OK, UNKNOWN, WARN, Finding
 from .findings import fab_cmd as _fab
@@ -32,7 +35,7 @@ from .findings import quoted as _q
 from .findings import run_cmd as _run_cmd
 from .jobs.backend import backend_for
 from .jobs.findings import job_findings, process_findings, with_state
-from .plan import Plan, TaskSpec
+from .plan import Plan
 
 if TYPE_CHECKING:
     from ..plans.host import Host
@@ -43,62 +46,163 @@ if TYPE_CHECKING:
 EXIT_DIAG_WARN = 20
 EXIT_DIAG_UNKNOWN = 21
 EXIT_DIAG_CRITICAL = 22
-EXIT_FOR = {OK: EXIT_OK, WARN: EXIT_DIAG_WARN, UNKNOWN: EXIT_DIAG_UNKNOWN, CRITICAL: EXIT_DIAG_CRITICAL}
+EXIT_FOR = {
+    OK: EXIT_OK,
+    WARN: EXIT_DIAG_WARN,
+    UNKNOWN: EXIT_DIAG_UNKNOWN,
+    CRITICAL: EXIT_DIAG_CRITICAL,
+}
 FAST_KINDS = {"requires", "grep", "compile"}
 SKEW_WARN_S = 5.0
-UNREACHABLE_KINDS = ("unreachable", "hostkey", "auth", "refused")  # as tasks/registry.py counts them
+# as tasks/registry.py counts them
+UNREACHABLE_KINDS = ("unreachable", "hostkey", "auth", "refused")
 
 
 # ---------------------------------------------------------------- the pieces, each pure
 def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
-    """One line: patched / not patched / drifted (the patch's own check mode, per file), and whether the
-    playbook's fast checks (requires, grep, compile) agree."""
+    """One line: patched / not patched / drifted (the patch's own check mode, per file), and whether
+    the playbook's fast checks (requires, grep, compile) agree."""
     items = checks.get("items", []) if not checks.get("error") else []
     failed = [i for i in items if not i["ok"]]
-    counts = f"{len(items) - len(failed)}/{len(items)} fast checks pass" if items else "no fast checks"
-    details: dict = {"checks": [{"name": i["name"], "kind": i["kind"], "ok": i["ok"], "msg": i["msg"]} for i in items]}
+    counts = (
+        f"{len(items) - len(failed)}/{len(items)} fast checks pass" if items else "no fast checks"
+    )
+    details: dict = {
+        "checks": [
+            {"name": i["name"], "kind": i["kind"], "ok": i["ok"], "msg": i["msg"]} for i in items
+        ]
+    }
     first_bad = f"; first failing: {failed[0]['name']}: {failed[0]['msg']}" if failed else ""
     files = (patch or {}).get("items") or []
     words = [f.get("status") for f in files]
-    details["files"] = [{"module": f.get("module"), "status": f.get("status"), "msg": f.get("msg")} for f in files]
+    details["files"] = [
+        {"module": f.get("module"), "status": f.get("status"), "msg": f.get("msg")} for f in files
+    ]
     if REFUSED in words or any(i["kind"] == "requires" for i in failed):
-        why = next((f["msg"] for f in files if f.get("status") == REFUSED), None) or failed[0]["msg"]
-        return Finding(CRITICAL, "patch", f"wrong packages: {why}", [_fab(host, "facts")], rank=20, details=details,
-                       why="see what is installed: a playbook is for the versions it pins (runbook new-version-landed)")
+        why = (
+            next((f["msg"] for f in files if f.get("status") == REFUSED), None) or failed[0]["msg"]
+        )
+        return Finding(
+            CRITICAL,
+            "patch",
+            f"wrong packages: {why}",
+            [_fab(host, "facts")],
+            rank=20,
+            details=details,
+            why=(
+                "see what is installed: a playbook is for the "
+                "versions it pins (runbook new-version-landed)"
+            ),
+        )
     if DRIFTED in words:
-        which = ", ".join(str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == DRIFTED)
-        return Finding(CRITICAL, "patch", f"drifted: {which} matches neither the original nor the patched form "
-                       f"({counts}{first_bad})", [_fab(host, "patch", "--check")], rank=25, details=details,
-                       why="see the edited lines (runbook node-drifted)")
+        which = ", ".join(
+            str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == DRIFTED
+        )
+        return Finding(
+            CRITICAL,
+            "patch",
+            f"drifted: {which} matches neither the original nor the patched form "
+            f"({counts}{first_bad})",
+            [_fab(host, "patch", "--check")],
+            rank=25,
+            details=details,
+            why="see the edited lines (runbook node-drifted)",
+        )
     if files and all(w == ALREADY_APPLIED for w in words):
         if failed:
-            return Finding(CRITICAL, "patch", f"patched, but {counts}{first_bad}", [_fab(host, "verify")], rank=25,
-                           details=details, why="see which checks fail, with their evidence")
-        return Finding(OK, "patch", f"patched ({len(files)} files; {counts})", [_fab(host, "verify")], rank=90,
-                       details=details, why="the deep checks too (callsites, the probe)")
+            return Finding(
+                CRITICAL,
+                "patch",
+                f"patched, but {counts}{first_bad}",
+                [_fab(host, "verify")],
+                rank=25,
+                details=details,
+                why="see which checks fail, with their evidence",
+            )
+        return Finding(
+            OK,
+            "patch",
+            f"patched ({len(files)} files; {counts})",
+            [_fab(host, "verify")],
+            rank=90,
+            details=details,
+            why="the deep checks too (callsites, the probe)",
+        )
     if files and all(w == WOULD_APPLY for w in words):
-        return Finding(WARN, "patch", f"not patched: {len(files)} files as installed ({counts})",
-                       [_fab(host, "patch", "verify")], rank=30, details=details, why="patch the node, then prove it")
+        return Finding(
+            WARN,
+            "patch",
+            f"not patched: {len(files)} files as installed ({counts})",
+            [_fab(host, "patch", "verify")],
+            rank=30,
+            details=details,
+            why="patch the node, then prove it",
+        )
     if files and set(words) <= {WOULD_APPLY, ALREADY_APPLIED}:
-        done = ", ".join(str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == ALREADY_APPLIED)
-        return Finding(CRITICAL, "patch", f"drifted: only partly patched ({done} patched, the rest not; {counts})",
-                       [_fab(host, "patch", "--check")], rank=25, details=details,
-                       why="see which hunks are in and which not")
+        done = ", ".join(
+            str(f.get("module")).rsplit(".", 1)[-1]
+            for f in files
+            if f.get("status") == ALREADY_APPLIED
+        )
+        return Finding(
+            CRITICAL,
+            "patch",
+            f"drifted: only partly patched ({done} patched, the rest not; {counts})",
+            [_fab(host, "patch", "--check")],
+            rank=25,
+            details=details,
+            why="see which hunks are in and which not",
+        )
     if files:
-        return Finding(UNKNOWN, "patch", f"the patch's check mode answered {sorted(set(map(str, words)))}: "
-                       f"{files[0].get('msg')}", [_fab(host, "patch", "--check")], rank=60, details=details,
-                       why="see what the patch would do")
+        return Finding(
+            UNKNOWN,
+            "patch",
+            f"the patch's check mode answered {sorted(set(map(str, words)))}: "
+            f"{files[0].get('msg')}",
+            [_fab(host, "patch", "--check")],
+            rank=60,
+            details=details,
+            why="see what the patch would do",
+        )
     if patch and patch.get("error"):
-        return Finding(UNKNOWN, "patch", f"not checked: {patch['error']}", [_fab(host, "patch", "--check")], rank=60,
-                       details=details, why="see what the patch would do")
+        return Finding(
+            UNKNOWN,
+            "patch",
+            f"not checked: {patch['error']}",
+            [_fab(host, "patch", "--check")],
+            rank=60,
+            details=details,
+            why="see what the patch would do",
+        )
     if checks.get("error"):
-        return Finding(UNKNOWN, "patch", f"not checked: {checks['error']}", [_fab(host, "verify")], rank=60,
-                       details=details, why="run the checks on their own")
+        return Finding(
+            UNKNOWN,
+            "patch",
+            f"not checked: {checks['error']}",
+            [_fab(host, "verify")],
+            rank=60,
+            details=details,
+            why="run the checks on their own",
+        )
     if failed:
-        return Finding(WARN, "patch", f"{counts}{first_bad}", [_fab(host, "verify")], rank=30, details=details,
-                       why="see which checks fail, with their evidence")
-    return Finding(OK, "patch", f"the playbook has no patches; {counts}", [_fab(host, "verify")], rank=90,
-                   details=details, why="the deep checks too")
+        return Finding(
+            WARN,
+            "patch",
+            f"{counts}{first_bad}",
+            [_fab(host, "verify")],
+            rank=30,
+            details=details,
+            why="see which checks fail, with their evidence",
+        )
+    return Finding(
+        OK,
+        "patch",
+        f"the playbook has no patches; {counts}",
+        [_fab(host, "verify")],
+        rank=90,
+        details=details,
+        why="the deep checks too",
+    )
 
 
 def _gpu_label(bus: str | None, index_by_bus: dict[str, int]) -> str:
@@ -123,41 +227,90 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
         when = kernel_when(last.line.epoch) or last.line.stamp or "since boot"
         who = f", process {last.process} (pid {last.pid})" if last.pid else ""
         times = f"{len(evs)} times, last {when}" if len(evs) > 1 else when
-        msg = (f"Xid {code} on {where}(PCI {bus or last.pci}): {info.name}{who} [{times}]: {info.action}")
+        msg = (
+            f"Xid {code} on {where}(PCI {bus or last.pci}): "
+            f"{info.name}{who} [{times}]: {info.action}"
+        )
         if code == 79:
-            why = ("drain the node (so nothing launches there), stop its job, reboot it; after the reboot diagnose it, "
-                   "then undrain it")
-            nxt = [_fab(host, "drain", "--reason", f"Xid 79 on {where.strip()}"), _fab(host, "stop"),
-                   _run_cmd(host, "sudo reboot"), _fab(host, "diagnose"), _fab(host, "undrain")]
+            why = (
+                "drain the node (so nothing launches there), stop its job, reboot it; after the "
+                "reboot diagnose it, then undrain it"
+            )
+            nxt = [
+                _fab(host, "drain", "--reason", f"Xid 79 on {where.strip()}"),
+                _fab(host, "stop"),
+                _run_cmd(host, "sudo reboot"),
+                _fab(host, "diagnose"),
+                _fab(host, "undrain"),
+            ]
         elif info.reset:
             why = "reset the GPU once it is idle"
             nxt = [_run_cmd(host, f"sudo nvidia-smi --gpu-reset -i {_q(bus or last.pci)}")]
         else:
             why = "the GPU's ECC, retired pages and row remapping"
-            nxt = [_run_cmd(host, f"nvidia-smi -q -i {_q(bus or last.pci)} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER")]
+            nxt = [
+                _run_cmd(
+                    host,
+                    f"nvidia-smi -q -i {_q(bus or last.pci)} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER",
+                )
+            ]
         rank = 5 if verdict == CRITICAL else 40
-        out.append(Finding(verdict, label, msg, nxt, rank=rank,
-                           details={"xid": code, "meaning": info.name, "bus_id": bus, "count": len(evs),
-                                    "pid": last.pid, "process": last.process, "last_line": last.line.text}, why=why))
+        out.append(
+            Finding(
+                verdict,
+                label,
+                msg,
+                nxt,
+                rank=rank,
+                details={
+                    "xid": code,
+                    "meaning": info.name,
+                    "bus_id": bus,
+                    "count": len(evs),
+                    "pid": last.pid,
+                    "process": last.process,
+                    "last_line": last.line.text,
+                },
+                why=why,
+            )
+        )
     return out
 
 
-def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
-                 job_pids: frozenset[int] = frozenset()) -> tuple[list[Finding], dict[str, int]]:
-    """GPU count against the inventory, values nvidia-smi could not read, foreign holders (the job's own
-    processes, even those an ended job left behind, are the processes finding's), ECC/remap/throttle."""
+def gpu_findings(
+    host: str, expected: int | None, snap: dict, xml: dict, job_pids: frozenset[int] = frozenset()
+) -> tuple[list[Finding], dict[str, int]]:
+    """GPU count against the inventory, values nvidia-smi could not read, foreign holders (the job's
+    own processes, even those an ended job left behind, are the processes finding's),
+    ECC/remap/throttle."""
     out: list[Finding] = []
     index_by_bus: dict[str, int] = {}
     if snap.get("error_kind") == "no_nvidia_smi":
-        out.append(Finding(UNKNOWN, "gpu", f"GPUs not checked: {snap['error']}",
-                           [_run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia")], rank=35,
-                           why="look for the driver and nvidia-smi"))
+        out.append(
+            Finding(
+                UNKNOWN,
+                "gpu",
+                f"GPUs not checked: {snap['error']}",
+                [_run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia")],
+                rank=35,
+                why="look for the driver and nvidia-smi",
+            )
+        )
         return out, index_by_bus
     if not snap.get("ok"):
-        out.append(Finding(CRITICAL, "gpu", f"nvidia-smi fails: {snap.get('error')}", [_run_cmd(host, "nvidia-smi")],
-                           rank=8, why="nvidia-smi's own words"))
+        out.append(
+            Finding(
+                CRITICAL,
+                "gpu",
+                f"nvidia-smi fails: {snap.get('error')}",
+                [_run_cmd(host, "nvidia-smi")],
+                rank=8,
+                why="nvidia-smi's own words",
+            )
+        )
         return out, index_by_bus
-    from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml  # xml.etree and the Xid table,
+    # xml.etree and the Xid table,
+    from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml
     from ..plans.kernellog import bus_key  # ~15 ms: only when a node's GPUs are there to be checked
 
     gpus = snap.get("gpus", [])
@@ -166,54 +319,127 @@ def gpu_findings(host: str, expected: int | None, snap: dict, xml: dict,
         if key and g.get("index") is not None:
             index_by_bus[key] = int(g["index"])
     if expected is not None and len(gpus) < expected:
-        out.append(Finding(CRITICAL, "gpu", f"{len(gpus)} of {expected} GPUs visible (inventory says {expected})",
-                           [_run_cmd(host, "nvidia-smi -L; lspci | grep -i nvidia")], rank=6,
-                           why="which GPUs the driver and the PCI bus see"))
+        out.append(
+            Finding(
+                CRITICAL,
+                "gpu",
+                f"{len(gpus)} of {expected} GPUs visible (inventory says {expected})",
+                [_run_cmd(host, "nvidia-smi -L; lspci | grep -i nvidia")],
+                rank=6,
+                why="which GPUs the driver and the PCI bus see",
+            )
+        )
     for g in gpus:
         if g.get("problems"):
-            out.append(Finding(CRITICAL, f"gpu{g.get('index')}", f"GPU {g.get('index')} ({g.get('bus_id')}) reads "
-                               f"{'; '.join(g['problems'])}",
-                               [_run_cmd(host, f"nvidia-smi -q -i {_q(g.get('index'))}")], rank=7,
-                               why="the GPU's full record"))
-    foreign = [(g, p) for g in gpus for p in g.get("processes", []) if not p.get("job") and p["pid"] not in job_pids]
-    held = ", ".join(f"GPU {g['index']}: pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, user "
-                     f"{p.get('user') or '?'}" for g, p in foreign)
+            out.append(
+                Finding(
+                    CRITICAL,
+                    f"gpu{g.get('index')}",
+                    f"GPU {g.get('index')} ({g.get('bus_id')}) reads {'; '.join(g['problems'])}",
+                    [_run_cmd(host, f"nvidia-smi -q -i {_q(g.get('index'))}")],
+                    rank=7,
+                    why="the GPU's full record",
+                )
+            )
+    foreign = [
+        (g, p)
+        for g in gpus
+        for p in g.get("processes", [])
+        if not p.get("job") and p["pid"] not in job_pids
+    ]
+    held = ", ".join(
+        f"GPU {g['index']}: pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, user "
+        f"{p.get('user') or '?'}"
+        for g, p in foreign
+    )
     if foreign:
-        out.append(Finding(WARN, "gpu", f"GPUs held by processes that are not a fleetops job: {held}",
-                           [_fab(host, "gpu")], rank=50, details={"foreign": [p for _, p in foreign]},
-                           why="who holds them (pid, user, age): ask their owners"))
+        out.append(
+            Finding(
+                WARN,
+                "gpu",
+                f"GPUs held by processes that are not a fleetops job: {held}",
+                [_fab(host, "gpu")],
+                rank=50,
+                details={"foreign": [p for _, p in foreign]},
+                why="who holds them (pid, user, age): ask their owners",
+            )
+        )
     if xml.get("error"):
-        out.append(Finding(UNKNOWN, "gpu", f"ECC / retired pages / row remapping not read: {xml['error']}",
-                           [_run_cmd(host, "nvidia-smi -q -x | head")], rank=55, why="nvidia-smi's own words"))
+        out.append(
+            Finding(
+                UNKNOWN,
+                "gpu",
+                f"ECC / retired pages / row remapping not read: {xml['error']}",
+                [_run_cmd(host, "nvidia-smi -q -x | head")],
+                rank=55,
+                why="nvidia-smi's own words",
+            )
+        )
     elif xml.get("xml"):
         try:
             health = parse_health_xml(xml["xml"])
         except HealthParseError as exc:
-            out.append(Finding(UNKNOWN, "gpu", f"nvidia-smi -q -x unreadable: {exc}",
-                               [_run_cmd(host, "nvidia-smi -q -x | head")], rank=55, why="nvidia-smi's own words"))
+            out.append(
+                Finding(
+                    UNKNOWN,
+                    "gpu",
+                    f"nvidia-smi -q -x unreadable: {exc}",
+                    [_run_cmd(host, "nvidia-smi -q -x | head")],
+                    rank=55,
+                    why="nvidia-smi's own words",
+                )
+            )
             health = []
         for h in assess(health):
             label = f"gpu{h.gpu.index}" if h.gpu.index is not None else "gpu"
-            out.append(Finding(h.severity, label,
-                               f"GPU {h.gpu.index} ({h.gpu.bus_id}): {h.what}: {h.action}",
-                               [_run_cmd(host, f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,"
-                                               "ROW_REMAPPER,PERFORMANCE")], rank=9 if h.severity is CRITICAL else 45,
-                               why="the GPU's ECC, retirement, remapping and throttle record"))
+            out.append(
+                Finding(
+                    h.severity,
+                    label,
+                    f"GPU {h.gpu.index} ({h.gpu.bus_id}): {h.what}: {h.action}",
+                    [
+                        _run_cmd(
+                            host,
+                            f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,"
+                            "ROW_REMAPPER,PERFORMANCE",
+                        )
+                    ],
+                    rank=9 if h.severity is CRITICAL else 45,
+                    why="the GPU's ECC, retirement, remapping and throttle record",
+                )
+            )
         if health and not any(f.area.startswith("gpu") and f.verdict != OK for f in out):
             vol = sum(h.ecc.get("volatile", {}).get("uncorrectable", 0) for h in health)
-            out.append(Finding(OK, "gpu", f"{len(gpus)} GPUs ({', '.join(sorted({str(g.get('name')) for g in gpus}))})"
-                               f", {vol} uncorrectable ECC errors, no pending remap or retirement, no hardware "
-                               "throttling", [_fab(host, "gpu")], rank=90, why="the GPUs and their processes"))
+            out.append(
+                Finding(
+                    OK,
+                    "gpu",
+                    f"{len(gpus)} GPUs ({', '.join(sorted({str(g.get('name')) for g in gpus}))})"
+                    f", {vol} uncorrectable ECC errors, no "
+                    "pending remap or retirement, no hardware "
+                    "throttling",
+                    [_fab(host, "gpu")],
+                    rank=90,
+                    why="the GPUs and their processes",
+                )
+            )
     return out, index_by_bus
 
 
 def drain_finding(host: str, marker: dict | None) -> Finding | None:
-    """A node marked drained: nothing new runs there (extract and patch refuse) until it is undrained."""
+    """A node marked drained: nothing new runs there (extract and patch refuse) until it is
+    undrained."""
     if not marker:
         return None
-    return Finding(WARN, "drain", f"drained by {marker.get('by', '?')} at {marker.get('at', '?')}: "
-                   f"{marker.get('reason') or '?'}; extract and patch refuse here", [_fab(host, "undrain")], rank=3,
-                   details={"drain": marker})
+    return Finding(
+        WARN,
+        "drain",
+        f"drained by {marker.get('by', '?')} at {marker.get('at', '?')}: "
+        f"{marker.get('reason') or '?'}; extract and patch refuse here",
+        [_fab(host, "undrain")],
+        rank=3,
+        details={"drain": marker},
+    )
 
 
 def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
@@ -224,54 +450,114 @@ def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
             continue
         free_pct = 100 * d["free_bytes"] / d["total_bytes"]
         inode_pct = 100 * d["inodes_free"] / d["inodes_total"] if d.get("inodes_total") else 100.0
-        text = (f"{d['label']} {d['path']}: {d['free_bytes'] / 2**30:.1f} GiB free ({free_pct:.0f}%), "
-                f"inodes {inode_pct:.0f}% free")
+        text = (
+            f"{d['label']} {d['path']}: {d['free_bytes'] / 2**30:.1f} GiB free ({free_pct:.0f}%), "
+            f"inodes {inode_pct:.0f}% free"
+        )
         nxt = [_run_cmd(host, f"df -h {_q(d['path'])}; df -i {_q(d['path'])}")]
         if free_pct < 1 or inode_pct < 1:
-            out.append(Finding(CRITICAL, "disk", text, nxt, rank=12, why="space and inodes where it is short"))
+            out.append(
+                Finding(
+                    CRITICAL, "disk", text, nxt, rank=12, why="space and inodes where it is short"
+                )
+            )
         elif free_pct < 5 or inode_pct < 5 or d["free_bytes"] < 2 * 2**30:
-            out.append(Finding(WARN, "disk", text, nxt, rank=42, why="space and inodes where it is short"))
+            out.append(
+                Finding(WARN, "disk", text, nxt, rank=42, why="space and inodes where it is short")
+            )
         else:
-            fine.append(f"{d['label']} {d['free_bytes'] / 2**30:.1f} GiB ({free_pct:.0f}%, inodes {inode_pct:.0f}%)")
+            fine.append(
+                f"{d['label']} {d['free_bytes'] / 2**30:.1f} "
+                f"GiB ({free_pct:.0f}%, inodes {inode_pct:.0f}%)"
+            )
     if fine:  # the healthy ones on one line
-        out.append(Finding(OK, "disk", "free: " + ", ".join(fine), [_run_cmd(host, "df -h; df -i")], rank=97,
-                           why="every filesystem"))
+        out.append(
+            Finding(
+                OK,
+                "disk",
+                "free: " + ", ".join(fine),
+                [_run_cmd(host, "df -h; df -i")],
+                rank=97,
+                why="every filesystem",
+            )
+        )
     mem = (load.get("memory_kb") or {}) if isinstance(load, dict) else {}
     if mem.get("MemTotal"):
         pct = 100 * mem.get("MemAvailable", 0) / mem["MemTotal"]
-        text = f"memory: {mem.get('MemAvailable', 0) / 2**20:.1f} of {mem['MemTotal'] / 2**20:.1f} GiB available"
+        text = (
+            f"memory: {mem.get('MemAvailable', 0) / 2**20:.1f} "
+            f"of {mem['MemTotal'] / 2**20:.1f} GiB available"
+        )
         nxt = [_run_cmd(host, "free -m; ps aux --sort=-rss | head")]
-        out.append(Finding(WARN if pct < 5 else OK, "memory", text, nxt, rank=43 if pct < 5 else 98,
-                           why="memory and its largest users"))
+        out.append(
+            Finding(
+                WARN if pct < 5 else OK,
+                "memory",
+                text,
+                nxt,
+                rank=43 if pct < 5 else 98,
+                why="memory and its largest users",
+            )
+        )
     if isinstance(load, dict) and load.get("load") and load.get("cpus"):
         l1 = load["load"][0]
         text = f"load {' '.join(str(x) for x in load['load'])} on {load['cpus']} CPUs"
         busy = l1 > 2 * load["cpus"]
-        out.append(Finding(WARN if busy else OK, "load", text, [_run_cmd(host, "top -bn1 | head -20")],
-                           rank=44 if busy else 99, why="what keeps the CPUs busy"))
+        out.append(
+            Finding(
+                WARN if busy else OK,
+                "load",
+                text,
+                [_run_cmd(host, "top -bn1 | head -20")],
+                rank=44 if busy else 99,
+                why="what keeps the CPUs busy",
+            )
+        )
     return out
 
 
-def clock_finding(host: str, node_epoch: float | None, sent: float, received: float) -> Finding | None:
+def clock_finding(
+    host: str, node_epoch: float | None, sent: float, received: float
+) -> Finding | None:
     """The node's clock against this machine's, within the call's round trip."""
     if node_epoch is None:
         return None
     if sent <= node_epoch <= received:
-        return Finding(OK, "clock", f"in step with this machine (within the call's {received - sent:.1f}s)",
-                       [_run_cmd(host, "timedatectl")], rank=96, why="the node's clock and its sync")
+        return Finding(
+            OK,
+            "clock",
+            f"in step with this machine (within the call's {received - sent:.1f}s)",
+            [_run_cmd(host, "timedatectl")],
+            rank=96,
+            why="the node's clock and its sync",
+        )
     skew = node_epoch - sent if node_epoch < sent else node_epoch - received
     verdict = WARN if abs(skew) > SKEW_WARN_S else OK
     side = "behind" if skew < 0 else "ahead of"
-    return Finding(verdict, "clock", f"node clock {abs(skew):.1f}s {side} this machine",
-                   [_run_cmd(host, "timedatectl; chronyc tracking")], rank=41 if verdict == WARN else 96,
-                   why="the node's clock and its sync")
+    return Finding(
+        verdict,
+        "clock",
+        f"node clock {abs(skew):.1f}s {side} this machine",
+        [_run_cmd(host, "timedatectl; chronyc tracking")],
+        rank=41 if verdict == WARN else 96,
+        why="the node's clock and its sync",
+    )
 
 
-def kernel_findings(host: str, kernel: dict, index_by_bus: dict[str, int]) -> tuple[list[Finding], list[OomKill]]:
+def kernel_findings(
+    host: str, kernel: dict, index_by_bus: dict[str, int]
+) -> tuple[list[Finding], list[OomKill]]:
     if kernel.get("error"):
-        return [Finding(UNKNOWN, "kernel", f"Xid and OOM events not checked: {kernel['error']}",
-                        [_run_cmd(host, "sudo dmesg | grep -E 'NVRM: Xid|Killed process' | tail -20")], rank=36,
-                        why="read it as root (or add the login user to the adm / systemd-journal group)")], []
+        return [
+            Finding(
+                UNKNOWN,
+                "kernel",
+                f"Xid and OOM events not checked: {kernel['error']}",
+                [_run_cmd(host, "sudo dmesg | grep -E 'NVRM: Xid|Killed process' | tail -20")],
+                rank=36,
+                why="read it as root (or add the login user to the adm / systemd-journal group)",
+            )
+        ], []
     from ..plans.kernellog import parse_ooms, parse_xids, slurm_oom_events
 
     boot = kernel.get("boot_time")
@@ -279,18 +565,35 @@ def kernel_findings(host: str, kernel: dict, index_by_bus: dict[str, int]) -> tu
     out = xid_findings(host, parse_xids(lines, boot), index_by_bus)
     report = parse_ooms(lines, boot)
     if not out:
-        out.append(Finding(OK, "kernel", f"no NVIDIA Xid in the kernel log ({kernel.get('source')}, "
-                           f"{kernel.get('total_lines')} lines)", [_run_cmd(host, "dmesg | tail -50")], rank=94,
-                           why="the kernel log's end"))
+        out.append(
+            Finding(
+                OK,
+                "kernel",
+                f"no NVIDIA Xid in the kernel log ({kernel.get('source')}, "
+                f"{kernel.get('total_lines')} lines)",
+                [_run_cmd(host, "dmesg | tail -50")],
+                rank=94,
+                why="the kernel log's end",
+            )
+        )
     for count, step in slurm_oom_events(report.other):
-        out.append(Finding(WARN, "oom", f"Slurm saw {count} OOM kill(s) in {step}",
-                           [_run_cmd(host, "dmesg | tail -50")], rank=22, why="the kernel log's end"))
+        out.append(
+            Finding(
+                WARN,
+                "oom",
+                f"Slurm saw {count} OOM kill(s) in {step}",
+                [_run_cmd(host, "dmesg | tail -50")],
+                rank=22,
+                why="the kernel log's end",
+            )
+        )
     return out, report.kills
 
 
 def oom_elsewhere(host: str, job: dict, kills: list[OomKill], earlier: object) -> list[Finding]:
-    """OOM kills that are not the latest job's: an earlier job of this node (its record names the pid, or it
-    was SIGKILLed while the kill happened), else a process that is no fleetops job of this node."""
+    """OOM kills that are not the latest job's: an earlier job of this node (its record names the
+    pid, or it was SIGKILLed while the kill happened), else a process that is no fleetops job of
+    this node."""
     from ..plans.kernellog import OOM_ADVICE, evidence_lines, match_oom, oom_text
 
     others = match_oom(kills, job)[1] if not job.get("error") else kills
@@ -300,19 +603,39 @@ def oom_elsewhere(host: str, job: dict, kills: list[OomKill], earlier: object) -
         owner = next((e for e in records if match_oom([k], e)[0]), None)
         evidence = {"lines": evidence_lines(k)}
         if owner is not None:
-            latest = f"; the latest job is {job.get('id')} ({job.get('state')})" if job.get("id") else ""
-            out.append(Finding(WARN, "oom", f"the kernel OOM killer killed an earlier job of this node, "
-                               f"{owner.get('id')}: {oom_text(k)}{latest}",
-                               [_fab(host, "logs", "--job-id", str(owner.get("id")))], rank=21,
-                               details={**evidence, "job_id": owner.get("id")}, why=OOM_ADVICE))
+            latest = (
+                f"; the latest job is {job.get('id')} ({job.get('state')})" if job.get("id") else ""
+            )
+            out.append(
+                Finding(
+                    WARN,
+                    "oom",
+                    f"the kernel OOM killer killed an earlier job of this node, "
+                    f"{owner.get('id')}: {oom_text(k)}{latest}",
+                    [_fab(host, "logs", "--job-id", str(owner.get("id")))],
+                    rank=21,
+                    details={**evidence, "job_id": owner.get("id")},
+                    why=OOM_ADVICE,
+                )
+            )
         else:
-            out.append(Finding(WARN, "oom", f"the OOM killer killed {oom_text(k)} (no fleetops job of this node)",
-                               [_run_cmd(host, "dmesg | grep -B5 -A20 'invoked oom-killer' | tail -60")], rank=21,
-                               details=evidence, why="the kernel's account of the kill"))
+            out.append(
+                Finding(
+                    WARN,
+                    "oom",
+                    f"the OOM killer killed {oom_text(k)} (no fleetops job of this node)",
+                    [_run_cmd(host, "dmesg | grep -B5 -A20 'invoked oom-killer' | tail -60")],
+                    rank=21,
+                    details=evidence,
+                    why="the kernel's account of the kill",
+                )
+            )
     return out
 
 
-def assess_answer(host: Host, answer: dict, sent: float, received: float, book: Playbook | None) -> list[Finding]:
+def assess_answer(
+    host: Host, answer: dict, sent: float, received: float, book: Playbook | None
+) -> list[Finding]:
     name = host.name
     findings: list[Finding] = []
     clock = answer.get("clock") or {}
@@ -327,15 +650,21 @@ def assess_answer(host: Host, answer: dict, sent: float, received: float, book: 
     drained = drain_finding(name, answer.get("drain"))
     if drained:
         findings.append(drained)
-    job_pids = frozenset(int(p["pid"]) for p in answer.get("processes") or [] if isinstance(p, dict))
-    gpu_f, index_by_bus = gpu_findings(name, host.gpus, answer.get("gpu") or {}, answer.get("smi_xml") or {},
-                                       job_pids)
+    job_pids = frozenset(
+        int(p["pid"]) for p in answer.get("processes") or [] if isinstance(p, dict)
+    )
+    gpu_f, index_by_bus = gpu_findings(
+        name, host.gpus, answer.get("gpu") or {}, answer.get("smi_xml") or {}, job_pids
+    )
     findings += gpu_f
     kernel = {**(answer.get("kernel") or {}), "boot_time": clock.get("boot_time")}
     kern_f, kills = kernel_findings(name, kernel, index_by_bus)
     findings += kern_f
     job = with_state(answer.get("job") or {}, (answer.get("clock") or {}).get("epoch"))
-    progress_rx, failure_rxs = re.compile(DEFAULT_PROGRESS), [re.compile(p) for p in DEFAULT_FAILURES]
+    progress_rx, failure_rxs = (
+        re.compile(DEFAULT_PROGRESS),
+        [re.compile(p) for p in DEFAULT_FAILURES],
+    )
     jobs = (book.jobs if book is not None else None) or {}
     if job.get("name") in jobs:
         try:
@@ -354,42 +683,75 @@ def verdict_of(findings: list[Finding]) -> Severity:
     return max((f.verdict for f in findings), default=OK)
 
 
-def _result(host: str, findings: list[Finding], extra: dict) -> Result:
-    """Each finding an item (its verdict word, what was found, its next commands); report/ shows the ones that
-    are not OK, and -v all of them."""
+def _result(
+    host: str,
+    findings: list[Finding],
+    error_kind: str | None = None,
+    reach: dict | None = None,
+    node: dict | None = None,
+    refused: bool = False,
+) -> Result:
+    """Each finding an item (its verdict word, what was found, its next commands); report/ shows the
+    ones that are not OK, and -v all of them."""
     verdict = verdict_of(findings)
     top = next((f for f in findings if f.verdict == verdict), None)
     others = sum(1 for f in findings if f.verdict != OK) - (1 if top and top.verdict != OK else 0)
     msg = f"{verdict}: {top.msg if top and verdict != OK else 'nothing wrong found'}"
     if others > 0:
         msg += f" (+{others} more)"
-    items = [Item(f.area, Status.OK if f.verdict == OK else Status.FAILED, f.msg,
-                  {"verdict": f.verdict, "next": Next(f.why, f.next).to_data()}) for f in findings]
-    # Counted as its exit status says (20-22 is a failed host in the recap too), as `gpu` counts its WARN.
+    items = [
+        Item(
+            f.area,
+            Status.OK if f.verdict == OK else Status.FAILED,
+            f.msg,
+            {"verdict": f.verdict, "next": Next(f.why, f.next)},
+        )
+        for f in findings
+    ]
+    # Counted as its exit status says (20-22 is a failed host in the recap too), as `gpu` counts its
+    # WARN.
     status = Status.OK if verdict == OK else Status.FAILED
-    # One row of a fleet summary (host, verdict, what, the worst finding, its first command), for report/.
-    summary_row = [host, verdict, top.area if top else "-", top.msg if top else "-",
-                   top.next[0] if top and top.next else "-"]
-    return Result(host, "diagnose", status, msg, items, code=EXIT_FOR[verdict],
-                  data={"verdict": verdict, "findings": [asdict(f) for f in findings], "summary_row": summary_row,
-                        **extra})
+    # One row of a fleet summary (host, verdict, what, the worst finding, its first command), for
+    # report/.
+    summary_row = SummaryRow(
+        host,
+        verdict,
+        top.area if top else "-",
+        top.msg if top else "-",
+        top.next[0] if top and top.next else "-",
+    )
+    payload: Diagnosis
+    if node is not None:
+        payload = NodeDiagnosis(verdict, list(findings), summary_row, reach=reach, **node)
+    elif refused:
+        payload = RefusedDiagnosis(verdict, list(findings), summary_row, error_kind=error_kind)
+    else:
+        payload = Diagnosis(
+            verdict, list(findings), summary_row, error_kind=error_kind, reach=reach
+        )
+    return Result(host, "diagnose", status, msg, items, code=EXIT_FOR[verdict], payload=payload)
 
 
 # ---------------------------------------------------------------- the task
-def _plan(run: RunState, kwargs: dict) -> Plan:
+def plan(run: RunState, kwargs: dict) -> Plan:
+    """diagnose's plan (declared in deferred.py): the playbook's fast checks and its patch check,
+    when it has them; a playbook named on the command line that cannot be read is a usage error,
+    before anything connects."""
     book = None
     try:
         book = run.playbook(kwargs.get("playbook"))
     except ConfigError:
         if kwargs.get("playbook"):
             raise  # named on the command line: a bad one is a usage error, before anything connects
-    request = book.verify_request(FAST_KINDS) if book is not None else {"requires": [], "checks": []}
+    request = (
+        book.verify_request(FAST_KINDS) if book is not None else {"requires": [], "checks": []}
+    )
     if book is not None and book.patches:
         request["patch"] = book.patch_request(check=True)
     return Plan("diagnose", request, 300, book)
 
 
-def _run(run: RunState, plan: Plan, node: Connector) -> Result:
+def run_diagnose(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host
     started = time.monotonic()
     opener = getattr(node, "open", None)
@@ -398,23 +760,43 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
             opener()
         connect_s = time.monotonic() - started
         sent = time.time()
-        env = {k: v for k, v in host.env_values if k.startswith("SLURM_")}  # squeue/sacct for a Slurm job
-        answer, evidence = node.call("diagnose", {**plan.request, "scheduler_env": env} if env else plan.request,
-                                     timeout=plan.timeout)
+        # squeue/sacct for a Slurm job
+        env = {k: v for k, v in host.env_values if k.startswith("SLURM_")}
+        answer, evidence = node.call(
+            "diagnose",
+            {**plan.request, "scheduler_env": env} if env else plan.request,
+            timeout=plan.timeout,
+        )
         received = time.time()
     except TransportError as exc:
-        f = Finding(CRITICAL, "reach", f"not reached after {time.monotonic() - started:.1f}s: {exc}",
-                    [_fab(host.name, "ping")], rank=0, why="try the connection alone")
-        result = _result(host.name, [f], {"error_kind": exc.kind, "reach": {
-            "reached": False, "seconds": round(time.monotonic() - started, 3)}})
+        f = Finding(
+            CRITICAL,
+            "reach",
+            f"not reached after {time.monotonic() - started:.1f}s: {exc}",
+            [_fab(host.name, "ping")],
+            rank=0,
+            why="try the connection alone",
+        )
+        result = _result(
+            host.name,
+            [f],
+            exc.kind,
+            {"reached": False, "seconds": round(time.monotonic() - started, 3)},
+        )
         result.status = Status.UNREACHABLE if exc.kind in UNREACHABLE_KINDS else Status.FAILED
         result.evidence = exc.evidence
         return result
     total = time.monotonic() - started
     if answer.get("error"):
-        f = Finding(UNKNOWN, "agent", f"the node agent could not diagnose: {answer['error']}",
-                    [_fab(host.name, "ping")], rank=1, why="the agent alone")
-        result = _result(host.name, [f], {"error_kind": answer.get("error_kind")})
+        f = Finding(
+            UNKNOWN,
+            "agent",
+            f"the node agent could not diagnose: {answer['error']}",
+            [_fab(host.name, "ping")],
+            rank=1,
+            why="the agent alone",
+        )
+        result = _result(host.name, [f], answer.get("error_kind"), refused=True)
         result.evidence = evidence
         return result
     findings = assess_answer(host, answer, sent, received, plan.playbook)
@@ -423,25 +805,51 @@ def _run(run: RunState, plan: Plan, node: Connector) -> Result:
         note = backend.allocation_note(node)
         # A controller that cannot be reached leaves the job's state unknown: never an OK line.
         blind = bool(note and note.details.get("controller"))
-        findings.append(Finding(UNKNOWN if blind else OK, "slurm",
-                                note.msg if note else "no job of fleetops queued or running here",
-                                [_fab(host.name, "status") if blind else _fab(host.name, "gpu") if note
-                                 else _fab(host.name, "extract")], rank=50,
-                                details=dict(note.details) if note else {},
-                                why="ask again once slurmctld answers" if blind
-                                else "the allocation's GPUs" if note else "start one"))
+        findings.append(
+            Finding(
+                UNKNOWN if blind else OK,
+                "slurm",
+                note.msg if note else "no job of fleetops queued or running here",
+                [
+                    _fab(host.name, "status")
+                    if blind
+                    else _fab(host.name, "gpu")
+                    if note
+                    else _fab(host.name, "extract")
+                ],
+                rank=50,
+                details=dict(note.details) if note else {},
+                why="ask again once slurmctld answers"
+                if blind
+                else "the allocation's GPUs"
+                if note
+                else "start one",
+            )
+        )
     on_node = answer.get("seconds")
-    reach = f"reached in {connect_s:.2f}s, answered in {total:.1f}s" + (f" ({on_node}s on the node)" if on_node else "")
-    findings.insert(0, Finding(OK, "reach", reach, [_fab(host.name, "ping")], rank=0, why="the connection alone"))
+    reach = f"reached in {connect_s:.2f}s, answered in {total:.1f}s" + (
+        f" ({on_node}s on the node)" if on_node else ""
+    )
+    findings.insert(
+        0,
+        Finding(OK, "reach", reach, [_fab(host.name, "ping")], rank=0, why="the connection alone"),
+    )
     findings.sort(key=lambda x: x.order)
-    extra = {"reach": {"reached": True, "connect_s": round(connect_s, 3), "total_s": round(total, 3),
-                       "node_s": on_node},
-             "kernel_source": (answer.get("kernel") or {}).get("source"),
-             "simulated": bool(host.lab)}
-    result = _result(host.name, findings, extra)
+    result = _result(
+        host.name,
+        findings,
+        reach={
+            "reached": True,
+            "connect_s": round(connect_s, 3),
+            "total_s": round(total, 3),
+            "node_s": on_node,
+        },
+        node={
+            "kernel_source": (answer.get("kernel") or {}).get("source"),
+            "simulated": bool(host.lab),
+        },
+    )
     if host.lab:
         result.msg += " (lab: simulated GPUs and kernel log)"
-    return result  # no evidence block: the findings are the evidence, the agent itself answered fine
-
-
-TASKS = [TaskSpec("diagnose", _plan, run=_run)]
+    # no evidence block: the findings are the evidence, the agent itself answered fine
+    return result

@@ -1,11 +1,10 @@
-"""Every host task by name, and the one way a task runs on a host: plan (no network, once per run), then
-the agent call(s), then a Result, recorded. Node trouble never raises out of here: it becomes a result."""
+"""Every host task by name, and the one way a task runs on a host: plan (no network, once per run),
+then the agent call(s), then a Result, recorded. Node trouble never raises out of here: it becomes a
+result."""
 
 from __future__ import annotations
 
 import functools
-import importlib
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -16,24 +15,30 @@ from ..plans.playbookset import PlaybookSet
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Evidence, Result, Status
 from ..wire.connector import Connector, Pending, TransportError, discard_quietly
-from . import adhoc, authoring, checks, drain, gpu, node, oncall, patching
+from . import adhoc, authoring, checks, deferred, drain, gpu, node, oncall, patching, schedule
 from .declare import HostTask
 from .plan import Plan, TaskSpec, UsageError, agent_error
 
 if TYPE_CHECKING:
     from ..state import RunState
 
-# The declared families: each of their tasks is one HostTask in the family's module (tasks/declare.py), and
-# everything else (fab's task, --help, the API's options) is read from it. Adding a task to one of these
-# modules is the whole of adding it.
-DECLARED_FAMILIES = (node, gpu, patching, checks, adhoc, drain, oncall, authoring)
-
-# The families not yet declared, by task name: the module of fleetops/tasks/ that defines each (its TASKS list;
-# jobs' are built below), with their fab task in fab/tasks.py and their options in api.py. A run imports only
-# the families of these its command line names: `patch verify` has no use for the jobs, Slurm, shards,
-# diagnose modules and the plans behind them (nor the authoring plans), ~20 ms of every start-up.
-FAMILIES = {"diagnose": "diagnose", "extract": "jobs", "tail": "jobs", "status": "jobs", "logs": "jobs", "stop": "jobs",
-            "jobs": "jobs"}
+# The task families: each of their tasks is one HostTask in the family's module (tasks/declare.py),
+# and everything else (fab's task, --help, the API's options) is read from it. Adding a task to one
+# of these modules is the whole of adding it. The jobs and diagnose are declared in deferred.py,
+# which imports what they run on only when one of them runs: `patch verify` has no use for the jobs,
+# Slurm, shards, diagnose modules and the plans behind them, ~20 ms of every start-up.
+DECLARED_FAMILIES = (
+    node,
+    gpu,
+    patching,
+    checks,
+    adhoc,
+    drain,
+    oncall,
+    authoring,
+    schedule,
+    deferred,
+)
 
 
 @functools.cache
@@ -42,52 +47,23 @@ def declared_tasks() -> dict[str, HostTask]:
     tasks: dict[str, HostTask] = {}
     for family in DECLARED_FAMILIES:
         for spec in family.TASKS:
-            if spec.name in tasks or spec.name in FAMILIES:
+            if spec.name in tasks:
                 raise ValueError(f"host task {spec.name} is declared twice ({family.__name__})")
             tasks[spec.name] = spec
     return tasks
 
 
-def _jobs_specs() -> list[TaskSpec]:
-    from . import jobs
-
-    specs = {name: TaskSpec(name, jobs.job_plan(name, name == "extract"), run=runner,
-                            dry=None if name in ("extract", "stop") else "read-only")
-             for name, runner in (("extract", jobs.run_extract), ("tail", jobs.run_tail),
-                                  ("status", jobs.run_status), ("logs", jobs.run_logs), ("stop", jobs.run_stop))}
-    specs["jobs"] = TaskSpec("jobs", jobs.jobs_list_plan, jobs.interpret_jobs_list, run=jobs.run_jobs_list)
-    return list(specs.values())
-
-
 class _Tasks(Mapping[str, TaskSpec]):
-    """Every host task by name, as a read-only mapping whose families are imported on first use."""
-
-    def __init__(self) -> None:
-        self._specs: dict[str, TaskSpec] = {}
-        # Hosts' threads look tasks up too. Re-entrant, so that a family importing the registry and looking a
-        # task up while it loads (families must not) fails with an error instead of hanging.
-        self._lock = threading.RLock()
+    """Every host task by name, as a read-only mapping (the declarations, read on first use)."""
 
     def __getitem__(self, name: str) -> TaskSpec:
-        spec = self._specs.get(name)
-        if spec is None:
-            declared = declared_tasks().get(name)
-            if declared is not None:
-                return declared
-            family = FAMILIES[name]  # KeyError for a name that is no task, as a dict says it
-            with self._lock:
-                if name not in self._specs:  # another host's thread may have loaded it meanwhile
-                    specs = (_jobs_specs() if family == "jobs"
-                             else importlib.import_module(f"{__package__}.{family}").TASKS)
-                    self._specs.update({s.name: s for s in specs})
-            spec = self._specs[name]
-        return spec
+        return declared_tasks()[name]  # KeyError for a name that is no task, as a dict says it
 
     def __iter__(self) -> Iterator[str]:
-        return iter([*declared_tasks(), *FAMILIES])
+        return iter(declared_tasks())
 
     def __len__(self) -> int:
-        return len(declared_tasks()) + len(FAMILIES)
+        return len(declared_tasks())
 
 
 TASKS: Mapping[str, TaskSpec] = _Tasks()
@@ -96,12 +72,14 @@ UNREACHABLE_KINDS = ("unreachable", "hostkey", "auth", "refused")
 
 
 def plan_for(run: RunState, name: str, kwargs: dict[str, Any], *, dry: bool = False) -> Plan:
-    """Raises ConfigError for a bad playbook or option, UsageError for --dry on a task without a check
-    mode: before anything connects."""
+    """Raises ConfigError for a bad playbook or option, UsageError for --dry on a task without a
+    check mode: before anything connects."""
     spec = TASKS[name]
     if dry:
         if spec.dry is None:
-            raise UsageError(f"{name} has no check mode, so --dry cannot be honoured; nothing was run")
+            raise UsageError(
+                f"{name} has no check mode, so --dry cannot be honoured; nothing was run"
+            )
         if spec.dry == "check":
             kwargs = {**kwargs, "check": True}
     takes_set = name in SET_TASKS or getattr(spec, "playbook_set", False)
@@ -109,12 +87,14 @@ def plan_for(run: RunState, name: str, kwargs: dict[str, Any], *, dry: bool = Fa
     return spec.plan(run, kwargs) if book_set is None else _set_plan(run, spec, kwargs, book_set)
 
 
-# The tasks that take a playbook set (-p DIR): each host runs them with the playbook its versions fit.
+# The tasks that take a playbook set (-p DIR): each host runs them with the playbook its versions
+# fit.
 SET_TASKS = frozenset({"diagnose", "extract", "tail", "status"})
 
 
 def _set_plan(run: RunState, spec: TaskSpec, kwargs: dict[str, Any], book_set: PlaybookSet) -> Plan:
-    """The task planned once per playbook of the set (a playbook it cannot run keeps the reason instead)."""
+    """The task planned once per playbook of the set (a playbook it cannot run keeps the reason
+    instead)."""
     by: dict[str, Plan | str] = {}
     for book in book_set.books:
         try:
@@ -123,35 +103,61 @@ def _set_plan(run: RunState, spec: TaskSpec, kwargs: dict[str, Any], book_set: P
             by[book.name] = str(exc)
     plans = [p for p in by.values() if isinstance(p, Plan)]
     if not plans:
-        raise ConfigError(book_set.path, None, f"no playbook of this set can {spec.name}: "
-                          + "; ".join(str(why) for why in by.values()))
+        raise ConfigError(
+            book_set.path,
+            None,
+            f"no playbook of this set can {spec.name}: "
+            + "; ".join(str(why) for why in by.values()),
+        )
     first = plans[0]
     return Plan(first.op, {}, first.timeout, None, first.check, book_set=book_set, by_playbook=by)
 
 
 def _choice(name: str, plan: Plan, host: str, installed: dict[str, str | None]) -> Plan | Result:
-    """The plan of the one playbook whose requires the host's versions fit, or the host's refusal."""
+    """The plan of the one playbook whose requires the host's versions fit, or the host's
+    refusal."""
     book_set = plan.book_set
     assert book_set is not None
     fits = book_set.fitting(installed)
     have = ", ".join(f"{p} {v or 'not installed'}" for p, v in installed.items())
     data = {"error_kind": "no_playbook", "installed": installed}
     if not fits:
-        return Result(host, name, Status.FAILED, book_set.refusal(host, installed), code=EXIT_FAILED, data=data)
+        return Result(
+            host,
+            name,
+            Status.FAILED,
+            book_set.refusal(host, installed),
+            code=EXIT_FAILED,
+            data=data,
+        )
     if len(fits) > 1:
-        return Result(host, name, Status.FAILED, f"{len(fits)} playbooks in {book_set.path.name}/ fit {host} ({have}):"
-                      f" {', '.join(b.name for b in fits)}; their requires overlap: narrow them so that one fits",
-                      code=EXIT_FAILED, data=data)
+        return Result(
+            host,
+            name,
+            Status.FAILED,
+            f"{len(fits)} playbooks in {book_set.path.name}/ fit {host} ({have}): "
+            f"{', '.join(b.name for b in fits)}; their "
+            "requires overlap: narrow them so that one fits",
+            code=EXIT_FAILED,
+            data=data,
+        )
     chosen = plan.by_playbook[fits[0].name]
     if isinstance(chosen, str):
-        return Result(host, name, Status.FAILED, f"{fits[0].name} fits {host} ({have}) but cannot {name}: {chosen}",
-                      code=EXIT_FAILED, data=data)
+        return Result(
+            host,
+            name,
+            Status.FAILED,
+            f"{fits[0].name} fits {host} ({have}) but cannot {name}: {chosen}",
+            code=EXIT_FAILED,
+            data=data,
+        )
     return chosen
 
 
 def for_host(run: RunState, name: str, plan: Plan, node: Connector) -> Plan | Result:
-    """A playbook set's plan made this host's: its installed versions asked once per run on its connection (the
-    `facts` op, versions only), then the playbook they fit. Any other plan is its own."""
+    """A playbook set's plan made this host's: its installed versions asked once per run on its
+    connection (the `facts` op, versions only), then the playbook they fit. Any other plan is its
+    own."""
     book_set = plan.book_set
     if book_set is None:
         return plan
@@ -163,15 +169,23 @@ def for_host(run: RunState, name: str, plan: Plan, node: Connector) -> Plan | Re
         answer, _ = node.call("facts", {"packages_only": True, "requires": asked}, timeout=60)
         if answer.get("error"):
             return agent_error(host, name, answer)
-        found = {r.get("package"): r.get("found") for r in answer.get("requirements") or [] if isinstance(r, dict)}
-        installed = {p: str(found[p])[:64] if isinstance(found.get(p), str) else None for p in book_set.packages}
+        found = {
+            r.get("package"): r.get("found")
+            for r in answer.get("requirements") or []
+            if isinstance(r, dict)
+        }
+        installed = {
+            p: str(found[p])[:64] if isinstance(found.get(p), str) else None
+            for p in book_set.packages
+        }
         with book_set.lock:
             book_set.installed[host] = installed
     return _choice(name, plan, host, installed)
 
 
 def _known(name: str, plan: Plan, host: Host) -> Plan | None:
-    """for_host without asking the node: the plan when this host's choice is already known (or there is none)."""
+    """for_host without asking the node: the plan when this host's choice is already known (or there
+    is none)."""
     if plan.book_set is None:
         return plan
     with plan.book_set.lock:
@@ -181,17 +195,19 @@ def _known(name: str, plan: Plan, host: Host) -> Plan | None:
 
 
 def ahead_request(name: str, plan: Plan, host: Host) -> dict | None:
-    """The request this step may send before the previous step's answer is in, or None: its op changes
-    nothing on the node (protocol.READ_ONLY_OPS: if the step before fails, it ran for nothing and its answer is
-    dropped), and the step is that one request, fixed at plan time (no polling loop, no request built from
-    an earlier answer). gpu runs its own loop: one call of {} unless --wait polls or Slurm answers instead."""
+    """The request this step may send before the previous step's answer is in, or None: its op
+    changes nothing on the node (protocol.READ_ONLY_OPS: if the step before fails, it ran for
+    nothing and its answer is dropped), and the step is that one request, fixed at plan time (no
+    polling loop, no request built from an earlier answer). gpu runs its own loop: one call of {}
+    unless --wait polls or Slurm answers instead."""
     if plan.op not in READ_ONLY_OPS:
         return None
     spec = TASKS[name]
     if spec.run is None:
         return plan.request
     if name == "gpu" and not plan.options.get("wait"):
-        from .jobs import backend_for  # an allocating host answers gpu from its job's allocation instead
+        # an allocating host answers gpu from its job's allocation instead
+        from .jobs import backend_for
 
         return None if backend_for(host).allocates else {}
     if name == "jobs" and not any(k.startswith("SLURM_") for k, _ in host.env_values):
@@ -201,23 +217,25 @@ def ahead_request(name: str, plan: Plan, host: Host) -> dict | None:
 
 def send_ahead(run: RunState, name: str, plan: Plan, host: Host) -> Pending | None:
     """Hand this step's request to the host's connector ahead of time (pipelining), when the step
-    allows it (ahead_request); run_task(..., pending=) then reads its answer. Never raises: a step that
-    cannot go ahead simply runs in its turn."""
-    known = _known(name, plan, host)  # a playbook set's step goes ahead once the host's playbook is known
+    allows it (ahead_request); run_task(..., pending=) then reads its answer. Never raises: a step
+    that cannot go ahead simply runs in its turn."""
+    # a playbook set's step goes ahead once the host's playbook is known
+    known = _known(name, plan, host)
     request = ahead_request(name, known, host) if known is not None else None
     if request is None:
         return None
     try:
         node = run.connections().get(host)
-        submit = getattr(node, "submit", None)  # a connector without pipelining: every step in its turn
+        # a connector without pipelining: every step in its turn
+        submit = getattr(node, "submit", None)
         return submit(plan.op, request, timeout=plan.timeout) if submit is not None else None
     except Exception:  # the step then runs in its turn and reports whatever fails
         return None
 
 
 class _SentAhead:
-    """The host's connector as a task's own run() sees it when its one request was sent ahead: that call
-    returns the answer already on its way; any other call goes to the connector as usual."""
+    """The host's connector as a task's own run() sees it when its one request was sent ahead: that
+    call returns the answer already on its way; any other call goes to the connector as usual."""
 
     def __init__(self, node: Connector, op: str, request: dict, pending: Pending | None) -> None:
         self._node, self._op, self._request, self._pending = node, op, request, pending
@@ -235,15 +253,17 @@ class _SentAhead:
 
 
 class _NodeNotes:
-    """What the node tidied on the way, kept from every answer a task receives: the agent adds `quarantined`
-    (corrupt state files moved aside) and `removed_temp_files` (dead uploads' temp files) to any answer,
-    whatever the op (remote_scripts/core/agent.py), so no task has to copy them itself."""
+    """What the node tidied on the way, kept from every answer a task receives: the agent adds
+    `quarantined` (corrupt state files moved aside) and `removed_temp_files` (dead uploads' temp
+    files) to any answer, whatever the op (remote_scripts/core/agent.py), so no task has to copy
+    them itself."""
 
     def __init__(self) -> None:
         self.quarantined: list[dict] = []
         self.removed_temp_files: list[str] = []
         self.answers = 0
-        self.warnings: list[str] = []  # what the node let pass because the operator said so (--allow-insecure-venv)
+        # what the node let pass because the operator said so (--allow-insecure-venv)
+        self.warnings: list[str] = []
 
     def seen(self, answer: object) -> None:
         self.answers += 1
@@ -282,8 +302,8 @@ class _ObservedPending:
 
 
 class _Observed:
-    """The host's connector as a task's run() sees it: calls and submits go through, their answers pass by
-    _NodeNotes on the way back."""
+    """The host's connector as a task's run() sees it: calls and submits go through, their answers
+    pass by _NodeNotes on the way back."""
 
     def __init__(self, node: Connector, notes: _NodeNotes) -> None:
         self._node, self._notes = node, notes
@@ -294,7 +314,8 @@ class _Observed:
         return answer, evidence
 
     def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._node, name)  # a connector without submit stays without it (getattr(node, "submit"))
+        # a connector without submit stays without it (getattr(node, "submit"))
+        attr = getattr(self._node, name)
         if name != "submit":
             return attr
 
@@ -304,9 +325,11 @@ class _Observed:
         return submit
 
 
-def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: Pending | None = None) -> Result:
-    """One task on one host; never raises for node trouble: it becomes a failed/unreachable Result. `pending`:
-    its request, already sent ahead (send_ahead)."""
+def run_on_host(
+    run: RunState, name: str, plan: Plan, node: Connector, pending: Pending | None = None
+) -> Result:
+    """One task on one host; never raises for node trouble: it becomes a failed/unreachable Result.
+    `pending`: its request, already sent ahead (send_ahead)."""
     started = time.monotonic()
     host = node.host.name
     spec = TASKS[name]
@@ -327,8 +350,11 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
                 pending.discard()
             result = spec.run(run, plan, _Observed(node, notes))  # type: ignore[arg-type]
         else:
-            answer, evidence = (pending.result() if pending is not None
-                                else node.call(plan.op, plan.request, timeout=plan.timeout))
+            answer, evidence = (
+                pending.result()
+                if pending is not None
+                else node.call(plan.op, plan.request, timeout=plan.timeout)
+            )
             notes.seen(answer)
             assert spec.interpret is not None, f"{name}: a task declares run or interpret"
             result = spec.interpret(host, plan, answer)
@@ -341,41 +367,84 @@ def run_on_host(run: RunState, name: str, plan: Plan, node: Connector, pending: 
     if plan.playbook is not None:
         result.data.setdefault("playbook", plan.playbook.name)
         result.data.setdefault("playbook_sha256", plan.playbook.sha256)
-    if book_set is not None and plan.playbook is not None:  # chosen by the host's versions: the report says which
+    # chosen by the host's versions: the report says which
+    if book_set is not None and plan.playbook is not None:
         have = ", ".join(f"{p} {v}" for p, v in book_set.installed.get(host, {}).items())
-        result.data["chosen_playbook"] = f"{plan.playbook.name} (from {book_set.path.name}/, for {have})"
+        result.data["chosen_playbook"] = (
+            f"{plan.playbook.name} (from {book_set.path.name}/, for {have})"
+        )
     return result
 
 
 def _failure(run: RunState, host: str, name: str, exc: Exception, answered: bool = False) -> Result:
-    """`answered`: the node had answered when exc was raised (an answer the task could not read: the node's
-    python is not running the fleetops agent, or a fleetops bug)."""
+    """`answered`: the node had answered when exc was raised (an answer the task could not read: the
+    node's python is not running the fleetops agent, or a fleetops bug)."""
     if run.interrupted.is_set() and isinstance(exc, TransportError) and exc.kind == "interrupted":
-        return Result(host, name, Status.FAILED, "interrupted (Ctrl-C) while connecting to it: nothing ran there",
-                      code=EXIT_INTERRUPTED, data={"error_kind": "interrupted", "connected": False})
-    if run.interrupted.is_set():  # our own Ctrl-C closed the link under the call: say so, not "lost"
-        return Result(host, name, Status.FAILED, "interrupted (Ctrl-C) while running: the node's agent stops the "
-                      "step where the interrupt finds it and releases its lock (a job it had launched keeps "
-                      "running)", evidence=getattr(exc, "evidence", None), code=EXIT_INTERRUPTED,
-                      data={"error_kind": "interrupted"})
+        return Result(
+            host,
+            name,
+            Status.FAILED,
+            "interrupted (Ctrl-C) while connecting to it: nothing ran there",
+            code=EXIT_INTERRUPTED,
+            data={"error_kind": "interrupted", "connected": False},
+        )
+    # our own Ctrl-C closed the link under the call: say so, not "lost"
+    if run.interrupted.is_set():
+        return Result(
+            host,
+            name,
+            Status.FAILED,
+            "interrupted (Ctrl-C) while running: the node's agent stops the "
+            "step where the interrupt finds it and releases its lock (a job it had launched keeps "
+            "running)",
+            evidence=getattr(exc, "evidence", None),
+            code=EXIT_INTERRUPTED,
+            data={"error_kind": "interrupted"},
+        )
     if isinstance(exc, TransportError):
         status = Status.UNREACHABLE if exc.kind in UNREACHABLE_KINDS else Status.FAILED
-        return Result(host, name, status, str(exc), evidence=exc.evidence, code=EXIT_FAILED,
-                      data={"error_kind": exc.kind})
-    if isinstance(exc, MissingSecret):  # this host's secret_from_env is unset: only its tasks that need it fail
-        return Result(host, name, Status.FAILED, str(exc), code=EXIT_FAILED, data={"error_kind": "secret"})
+        return Result(
+            host,
+            name,
+            status,
+            str(exc),
+            evidence=exc.evidence,
+            code=EXIT_FAILED,
+            data={"error_kind": exc.kind},
+        )
+    # this host's secret_from_env is unset: only its tasks that need it fail
+    if isinstance(exc, MissingSecret):
+        return Result(
+            host, name, Status.FAILED, str(exc), code=EXIT_FAILED, data={"error_kind": "secret"}
+        )
     if answered and isinstance(exc, (KeyError, TypeError, ValueError, AttributeError, IndexError)):
-        return Result(host, name, Status.FAILED, f"{host}'s answer to {name} is malformed ({type(exc).__name__}: "
-                      f"{exc}); is the fleetops agent what runs there? Check the host's python in the inventory "
-                      "(if it is, this is a fleetops bug: please report it)",
-                      evidence=Evidence("(client)", None, []), code=EXIT_FAILED, data={"error_kind": "malformed"})
-    return Result(host, name, Status.FAILED, f"internal error: {type(exc).__name__}: {exc}",
-                  evidence=Evidence("(client)", None, []), code=EXIT_FAILED)
+        return Result(
+            host,
+            name,
+            Status.FAILED,
+            f"{host}'s answer to {name} is malformed ({type(exc).__name__}: "
+            f"{exc}); is the fleetops agent what runs there? "
+            "Check the host's python in the inventory "
+            "(if it is, this is a fleetops bug: please report it)",
+            evidence=Evidence("(client)", None, []),
+            code=EXIT_FAILED,
+            data={"error_kind": "malformed"},
+        )
+    return Result(
+        host,
+        name,
+        Status.FAILED,
+        f"internal error: {type(exc).__name__}: {exc}",
+        evidence=Evidence("(client)", None, []),
+        code=EXIT_FAILED,
+    )
 
 
-def run_task(run: RunState, name: str, plan: Plan, host: Host, pending: Pending | None = None) -> Result:
-    """The step of a host chain: the host's one connection, the task, the result recorded (and shown).
-    `pending`: its request, sent ahead by send_ahead while the step before it ran."""
+def run_task(
+    run: RunState, name: str, plan: Plan, host: Host, pending: Pending | None = None
+) -> Result:
+    """The step of a host chain: the host's one connection, the task, the result recorded (and
+    shown). `pending`: its request, sent ahead by send_ahead while the step before it ran."""
     try:
         node = run.connections().get(host)
     except Exception as exc:  # e.g. a bad ssh_config for this host: its result, not a crash

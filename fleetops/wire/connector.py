@@ -1,11 +1,12 @@
-"""What the rest of fleetops knows about reaching a node: the Connector protocol (call / submit / exec / upload /
-download), the errors a connector raises, and the per-run pool of connectors. No SSH here: wire/ssh.py is
-one Connector; a second one (local, for tests) plugs in through RunState(connector=...) and nothing above the
-wire changes."""
+"""What the rest of fleetops knows about reaching a node: the Connector protocol (call / submit /
+exec / upload / download), the errors a connector raises, and the per-run pool of connectors. No SSH
+here: wire/ssh.py is one Connector; a second one (local, for tests) plugs in through
+RunState(connector=...) and nothing above the wire changes."""
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -17,26 +18,30 @@ from ..plans.inventory import Host, Inventory
 from ..results import Evidence
 
 STDERR_TAIL_LINES = 20
-EVIDENCE_LINE_CHARS = 1000  # a node's stderr line longer than this is cut in the evidence (a flood has no newlines)
+# a node's stderr line longer than this is cut in the evidence (a flood has no newlines)
+EVIDENCE_LINE_CHARS = 1000
 
-# What one host's session may hold on the client. A node is not trusted to be brief: one answer line, the agent's
-# stderr between two answers and a raw exec's output are each capped, and a session over its cap is dropped
-# with one line naming the host (the other hosts go on). The largest honest answer is `run`'s head and tail of
-# two streams (remote_scripts/jobs/adhoc.py: 4 MiB of text, up to 6x that as JSON escapes).
+# What one host's session may hold on the client. A node is not trusted to be brief: one answer
+# line, the agent's stderr between two answers and a raw exec's output are each capped, and a
+# session over its cap is dropped with one line naming the host (the other hosts go on). The largest
+# honest answer is `run`'s head and tail of two streams (remote_scripts/jobs/adhoc.py: 4 MiB of
+# text, up to 6x that as JSON escapes).
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 MAX_STDERR_BYTES = 16 * 1024 * 1024  # written by the agent while serving one request
 STDERR_KEPT_BYTES = 64 * 1024  # of that, the end is kept as evidence
 MAX_EXEC_BYTES = 64 * 1024 * 1024  # stdout + stderr of one raw exec
 
 
-# File descriptors on the client for one host at work: its TCP socket, and at most one more while it opens
-# (the connect's socket before paramiko takes it) or reads a local file for it (an upload's source); the
-# agent session's channel and paramiko's transport thread need none. What the process keeps for itself:
-# the terminal, the audit log, the imports' files, the inventory and known_hosts while they are read, and the
-# `ssh -G`s resolving hosts (fabconfig.SSH_G_AT_ONCE at a time, 6 each while they start).
+# File descriptors on the client for one host at work: its TCP socket, and at most one more while it
+# opens (the connect's socket before paramiko takes it) or reads a local file for it (an upload's
+# source); the agent session's channel and paramiko's transport thread need none. What the process
+# keeps for itself: the terminal, the audit log, the imports' files, the inventory and known_hosts
+# while they are read, and the `ssh -G`s resolving hosts (fabconfig.SSH_G_AT_ONCE at a time, 6 each
+# while they start).
 FDS_PER_HOST = 3
 FDS_KEPT = 48 + 8 * 6
-MAC_OPEN_MAX = 10240  # macOS refuses a soft limit above OPEN_MAX even when the hard limit is "unlimited"
+# macOS refuses a soft limit above OPEN_MAX even when the hard limit is "unlimited"
+MAC_OPEN_MAX = 10240
 
 
 def open_fds() -> int:
@@ -50,9 +55,10 @@ def open_fds() -> int:
 
 
 def fork_bound(wanted: int) -> tuple[int, str | None]:
-    """How many hosts may be at work at once within this process's open-file limit: `wanted`, or fewer with
-    the line that says so. The soft limit is first raised towards the hard one (as OpenSSH's client and most
-    servers do): a Mac's default soft limit, 256, sits under a far higher hard limit."""
+    """How many hosts may be at work at once within this process's open-file limit: `wanted`, or
+    fewer with the line that says so. The soft limit is first raised towards the hard one (as
+    OpenSSH's client and most servers do): a Mac's default soft limit, 256, sits under a far higher
+    hard limit."""
     try:
         import resource
     except ImportError:  # no POSIX limits here: nothing to respect
@@ -62,7 +68,9 @@ def fork_bound(wanted: int) -> tuple[int, str | None]:
     in_use = open_fds()
     need = in_use + FDS_KEPT + wanted * FDS_PER_HOST
     if soft != infinity and soft < need:
-        for target in dict.fromkeys((need if hard == infinity else min(need, hard), min(need, MAC_OPEN_MAX))):
+        for target in dict.fromkeys(
+            (need if hard == infinity else min(need, hard), min(need, MAC_OPEN_MAX))
+        ):
             try:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
                 soft = target
@@ -72,9 +80,18 @@ def fork_bound(wanted: int) -> tuple[int, str | None]:
     if soft == infinity or soft >= need:
         return wanted, None
     room = max(1, (soft - in_use - FDS_KEPT) // FDS_PER_HOST)
-    return room, (f"forks lowered from {wanted} to {room}: this process may open {soft} files (ulimit -n) and each "
-                  f"host at work holds up to {FDS_PER_HOST}; `ulimit -n {need}` before the command works on "
-                  f"{wanted} hosts at once")
+    return room, (
+        f"forks lowered from {wanted} to {room}: this process may open {soft} files (ulimit -n) "
+        f"and each host at work holds up to {FDS_PER_HOST}; `ulimit -n {need}` before the "
+        f"command works on {wanted} hosts at once"
+    )
+
+
+def link_errors() -> tuple[type[BaseException], ...]:
+    """What a broken link raises under any transport: OS errors and EOF, and paramiko's own errors
+    when a paramiko connection is in use (when paramiko is not loaded, nothing can raise them)."""
+    paramiko = sys.modules.get("paramiko")
+    return (OSError, EOFError) if paramiko is None else (OSError, EOFError, paramiko.SSHException)
 
 
 def mib(n: int) -> str:
@@ -82,8 +99,8 @@ def mib(n: int) -> str:
 
 
 class TransportError(Exception):
-    """The node could not be reached or the link broke. `kind` is unreachable / hostkey / auth / lost /
-    timeout / remote (the agent itself failed)."""
+    """The node could not be reached or the link broke. `kind` is unreachable / hostkey / auth /
+    lost / timeout / remote (the agent itself failed)."""
 
     def __init__(self, kind: str, message: str, evidence: Evidence | None = None) -> None:
         super().__init__(message)
@@ -100,20 +117,27 @@ class ExecResult:
     seconds: float
 
     def evidence(self) -> Evidence:
-        tail = [_cut(line) for line in self.stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:]]
+        tail = [
+            _cut(line)
+            for line in self.stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:]
+        ]
         return Evidence(self.command, self.exit_code, tail, round(self.seconds, 3))
 
 
 def _cut(line: str) -> str:
     if len(line) <= EVIDENCE_LINE_CHARS:
         return line
-    return f"{line[:EVIDENCE_LINE_CHARS]} … [{len(line) - EVIDENCE_LINE_CHARS:,} more characters not shown]"
+    return (
+        f"{line[:EVIDENCE_LINE_CHARS]} … "
+        f"[{len(line) - EVIDENCE_LINE_CHARS:,} more characters not shown]"
+    )
 
 
 class Counters:
-    """Connections, execs and uploads made by this process, for --trace and the benchmark; requests sent
-    ahead (before the previous answer arrived) and the agent sessions' sends, answers and closes, in order,
-    for the tests that prove pipelining and early closing (a bounded log: a long run keeps the last ones)."""
+    """Connections, execs and uploads made by this process, for --trace and the benchmark; requests
+    sent ahead (before the previous answer arrived) and the agent sessions' sends, answers and
+    closes, in order, for the tests that prove pipelining and early closing (a bounded log: a long
+    run keeps the last ones)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -127,7 +151,8 @@ class Counters:
             row[what] += n
 
     def event(self, host: str, what: str, op: str = "") -> None:
-        """what: sent / sent_ahead / answered (an agent request), closed (the host's agent session)."""
+        """what: sent / sent_ahead / answered (an agent request), closed (the host's agent
+        session)."""
         with self.lock:
             if what == "sent_ahead":
                 self.ahead[host] = self.ahead.get(host, 0) + 1
@@ -141,15 +166,17 @@ class Pending(Protocol):
     """A request handed to a connector ahead of time (Connector.submit)."""
 
     def result(self) -> tuple[dict, Evidence]:
-        """Its answer, as call() would give it (waiting for it if need be); raises what call() raises."""
+        """Its answer, as call() would give it (waiting for it if need be); raises what call()
+        raises."""
 
     def discard(self) -> None:
-        """Its answer is not wanted (the step before it failed): not sent if it is still held, else its
-        answer is read and dropped in its turn."""
+        """Its answer is not wanted (the step before it failed): not sent if it is still held, else
+        its answer is read and dropped in its turn."""
 
 
 def discard_quietly(pending: Pending | None) -> None:
-    """Drop an answer that is no longer wanted; a failure to drop it must not turn a skip into a crash."""
+    """Drop an answer that is no longer wanted; a failure to drop it must not turn a skip into a
+    crash."""
     if pending is not None:
         try:
             pending.discard()
@@ -158,39 +185,48 @@ def discard_quietly(pending: Pending | None) -> None:
 
 
 class Connector(Protocol):
-    """One node, one link, many calls. Raises TransportError for anything that is the link's fault."""
+    """One node, one link, many calls. Raises TransportError for anything that is the link's
+    fault."""
 
     host: Host
 
     def call(self, op: str, request: dict, timeout: float = 300) -> tuple[dict, Evidence]:
-        """One agent op (remote_scripts/core/protocol.py OPS): request in, the agent's JSON answer out."""
+        """One agent op (remote_scripts/core/protocol.py OPS): request in, the agent's JSON answer
+        out."""
 
     def submit(self, op: str, request: dict, timeout: float = 300) -> Pending:
-        """call(), pipelined: the request goes out behind the requests in flight, or right behind the next
-        request sent, without waiting for the answers before it. Only for ops that change nothing on the node
-        (protocol.READ_ONLY_OPS): the step before it may still fail, and then its answer is dropped."""
+        """call(), pipelined: the request goes out behind the requests in flight, or right behind
+        the next request sent, without waiting for the answers before it. Only for ops that change
+        nothing on the node (protocol.READ_ONLY_OPS): the step before it may still fail, and then
+        its answer is dropped."""
 
     def exec(self, argv: list[str], stdin: bytes = b"", timeout: float = 300) -> ExecResult:
         """Run argv on the node (no shell), collect stdout, stderr, exit status."""
 
     def upload(self, path: str, data: bytes) -> None:
-        """Write data to path on the node atomically (a reader sees the old file or the whole new one)."""
+        """Write data to path on the node atomically (a reader sees the old file or the whole new
+        one)."""
 
     def download(self, path: str) -> bytes:
         """The bytes of path on the node."""
 
-    def download_to(self, remote: str, local_path: str, offset: int, end: int, progress: object = None) -> int:
-        """Bytes [offset, end) of remote into local_path at offset (a partial copy resumes); progress(n)
-        is called with the bytes written so far. Returns them."""
+    def download_to(
+        self, remote: str, local_path: str, offset: int, end: int, progress: object = None
+    ) -> int:
+        """Bytes [offset, end) of remote into local_path at offset (a partial copy resumes);
+        progress(n) is called with the bytes written so far. Returns them."""
 
     def close(self) -> None:
         """Drop the link; the next call opens a new one."""
 
 
 class Pool:
-    """One connector per host name for the life of a run; `factory` makes them (ssh.NodeConnection, or another)."""
+    """One connector per host name for the life of a run; `factory` makes them (ssh.NodeConnection,
+    or another)."""
 
-    def __init__(self, inventory: Inventory | None, factory: Callable[[Host, Inventory | None], Connector]) -> None:
+    def __init__(
+        self, inventory: Inventory | None, factory: Callable[[Host, Inventory | None], Connector]
+    ) -> None:
         self.inventory = inventory
         self.factory = factory
         self.nodes: dict[str, Connector] = {}
@@ -204,9 +240,10 @@ class Pool:
             return node
 
     def release(self, name: str) -> None:
-        """This host is done for this run: its agent and connection end now, not with the whole run (a large
-        run does not hold every finished host's agent and sshd session until its slowest host ends). The
-        connector stays in the pool (a later use reconnects; the audit log still reads its host)."""
+        """This host is done for this run: its agent and connection end now, not with the whole run
+        (a large run does not hold every finished host's agent and sshd session until its slowest
+        host ends). The connector stays in the pool (a later use reconnects; the audit log still
+        reads its host)."""
         with self.lock:
             node = self.nodes.get(name)
         if node is not None:

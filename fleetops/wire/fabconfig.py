@@ -1,7 +1,10 @@
-"""ssh_config and Fabric's Config: the file a run connects with (fab -S, -i), each host word resolved by
-OpenSSH itself (`ssh -G`, once per word and options per run), and the process's one Fabric Config, shared
-read-only by every connection. Without an `ssh` binary, paramiko's reading of the same files stands in, and
-one warning names every directive it does not apply."""
+"""ssh_config and Fabric's Config: the file a run connects with (fab -S, -i), each host word
+resolved by OpenSSH itself (`ssh -G`, once per word and options per run), and the process's one
+Fabric Config, shared read-only by every connection. Without an `ssh` binary, paramiko's reading of
+the same files stands in, and one warning names every directive it does not apply. paramiko and
+Fabric are imported only when a paramiko connection needs them: a run whose hosts all use the system
+`ssh` (wire/openssh.py) reads the files as text alone (their names for -H words; ssh itself reads
+the rest)."""
 
 from __future__ import annotations
 
@@ -11,45 +14,65 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from typing import TYPE_CHECKING, Any
 
-import paramiko
-from fabric import Config
-
-from .. import compat
 from ..plans import sshconfig, sshresolve
 from ..plans.host import Host, split_target
 from ..plans.yamlsrc import ConfigError
 from .connector import TransportError
 
+if TYPE_CHECKING:
+    import paramiko
+    from fabric import Config
+
 _LOCK = threading.Lock()
-_CONFIG: Config | None = None
+_CONFIG: Any = None  # the _SharedConfig, made on first use by a paramiko connection
 _SSH_CONFIG_PATH: str | None = None  # fab -S FILE, set by use_ssh_config()
 _PLAIN_KEYS: tuple[str, ...] = ()  # fab -i KEY: offered to hosts outside the inventory
-_TYPED_PASSPHRASE: str | None = None  # one passphrase for every encrypted key (use_ssh_config's, the library's)
-_KEY_PASSPHRASES: dict[str, str] = {}  # --prompt-for-passphrase: what was typed for each encrypted key
-_SSH_BINARY: str | None = None  # the `ssh` that resolves host words; None: paramiko's reading (the fallback)
+# one passphrase for every encrypted key (use_ssh_config's, the library's)
+_TYPED_PASSPHRASE: str | None = None
+# --prompt-for-passphrase: what was typed for each encrypted key
+_KEY_PASSPHRASES: dict[str, str] = {}
+# the `ssh` that resolves host words; None: paramiko's reading (the fallback)
+_SSH_BINARY: str | None = None
 _FALLBACK: paramiko.SSHConfig | None = None  # paramiko's reading, used only without an `ssh` binary
 _FALLBACK_WARNING: str | None = None
-_RESOLVED: dict[tuple[str, tuple[tuple[str, str], ...]], dict] = {}  # this run's answers, per word and options
+# this run's answers, per word and options
+_RESOLVED: dict[tuple[str, tuple[tuple[str, str], ...]], dict] = {}
 _LOCAL: sshresolve.Local | None = None
-_HOME_CONFIG: tuple[str, str] | None = None  # ($HOME's ssh_config, the file that includes it for ssh)
+# ($HOME's ssh_config, the file that includes it for ssh)
+_HOME_CONFIG: tuple[str, str] | None = None
 SSH_G_TIMEOUT = 10.0  # `ssh -G` reads files; a `Match exec` may run a command, never the network
 
 
-def use_ssh_config(path: str | None, identity_files: list[str] | tuple[str, ...] = (),
-                   passphrase: str | None = None) -> frozenset[str]:
+def use_ssh_config(
+    path: str | None,
+    identity_files: list[str] | tuple[str, ...] = (),
+    passphrase: str | None = None,
+    paramiko_reads: bool = True,
+) -> frozenset[str]:
     """Connect with this ssh_config file from now on (Fabric's -S; None: $FLEETOPS_SSH_CONFIG, else
-    ~/.ssh/config and /etc/ssh/ssh_config), Includes followed; `identity_files` (Fabric's -i) are offered
-    to hosts outside the inventory, before ssh_config's IdentityFile (an inventory host uses its own key).
-    Returns the names the file defines, for `load_inventory(..., ssh_aliases=...)`, so those names are -H
-    words. `passphrase` (Fabric's --prompt-for-passphrase) opens encrypted identity files that have no
-    identity_passphrase of their own. Raises ConfigError (usage, exit 2) when the file is missing or
-    unparsable."""
+    ~/.ssh/config and /etc/ssh/ssh_config), Includes followed; `identity_files` (Fabric's -i) are
+    offered to hosts outside the inventory, before ssh_config's IdentityFile (an inventory host uses
+    its own key). Returns the names the file defines, for `load_inventory(..., ssh_aliases=...)`, so
+    those names are -H words. `passphrase` (Fabric's --prompt-for-passphrase) opens encrypted
+    identity files that have no identity_passphrase of their own. Raises ConfigError (usage, exit 2)
+    when the file is missing or unparsable. `paramiko_reads`: False when no host of the run uses
+    paramiko (the file is then read as text only, and paramiko is not imported)."""
     global _CONFIG, _SSH_CONFIG_PATH, _PLAIN_KEYS, _TYPED_PASSPHRASE
-    config, text = _ssh_config(path)
+    if paramiko_reads:
+        config, text = _ssh_config(path)
+    else:
+        text = sshconfig.config_text(path)[0]
     with _LOCK:
-        _SSH_CONFIG_PATH, _CONFIG = path, _SharedConfig(ssh_config=paramiko.SSHConfig())
-        _use_resolver(config, text)
+        _SSH_CONFIG_PATH = path
+        if paramiko_reads:
+            import paramiko
+
+            _CONFIG = _shared_config(ssh_config=paramiko.SSHConfig())
+            _use_resolver(config, text)
+        else:
+            _CONFIG = None
         _PLAIN_KEYS = tuple(os.path.expanduser(k) for k in identity_files)
         _TYPED_PASSPHRASE = passphrase or None
     # from the text: paramiko's public get_hostnames() fails on a config with a Match block
@@ -57,16 +80,22 @@ def use_ssh_config(path: str | None, identity_files: list[str] | tuple[str, ...]
 
 
 def _ssh_config(path: str | None) -> tuple[paramiko.SSHConfig, str]:
+    import paramiko
+
     text, files = sshconfig.config_text(path)
     try:
         return paramiko.SSHConfig.from_text(text), text
     except paramiko.ssh_exception.ConfigParseError as exc:
-        raise ConfigError(sshconfig.chosen_path(path) or ", ".join(files) or "ssh_config", None,
-                          f"cannot parse ssh_config: {exc}") from None
+        raise ConfigError(
+            sshconfig.chosen_path(path) or ", ".join(files) or "ssh_config",
+            None,
+            f"cannot parse ssh_config: {exc}",
+        ) from None
 
 
 def _use_resolver(config: paramiko.SSHConfig, text: str) -> None:
-    """Under _LOCK: `ssh` on PATH resolves from now on; without it, paramiko's reading, and the warning."""
+    """Under _LOCK: `ssh` on PATH resolves from now on; without it, paramiko's reading, and the
+    warning."""
     global _SSH_BINARY, _FALLBACK, _FALLBACK_WARNING
     _RESOLVED.clear()
     _SSH_BINARY = shutil.which("ssh")
@@ -74,21 +103,25 @@ def _use_resolver(config: paramiko.SSHConfig, text: str) -> None:
     if _SSH_BINARY is None:
         skipped = sshresolve.not_applied(text)
         if skipped:
-            _FALLBACK_WARNING = (f"no `ssh` on PATH: ssh_config read by paramiko, which does not apply "
-                                 f"{', '.join(skipped)}; install OpenSSH's client for ssh's own reading")
+            _FALLBACK_WARNING = (
+                f"no `ssh` on PATH: ssh_config read by paramiko, which does not apply "
+                f"{', '.join(skipped)}; install OpenSSH's client for ssh's own reading"
+            )
 
 
 def fallback_warning() -> str | None:
-    """The one line saying which ssh_config directives are not applied (only without an `ssh` binary)."""
+    """The one line saying which ssh_config directives are not applied (only without an `ssh`
+    binary)."""
     return _FALLBACK_WARNING
 
 
 def resolve(word: str, user: str | None = None, port: int | None = None) -> dict:
-    """`word`'s settings as `ssh` would connect with them (HostName, User, Port, IdentityFile, CertificateFile,
-    ProxyJump, ProxyCommand, IdentitiesOnly, UserKnownHostsFile), in paramiko's lookup shape with every
-    token expanded; `user` and `port` (the inventory's or the command line's) are passed as `-o`, and win as
-    they do on ssh's command line. Asked once per word and values per run. Raises TransportError ("refused")
-    naming the word and ssh's own complaint when ssh rejects the configuration."""
+    """`word`'s settings as `ssh` would connect with them (HostName, User, Port, IdentityFile,
+    CertificateFile, ProxyJump, ProxyCommand, IdentitiesOnly, UserKnownHostsFile), in paramiko's
+    lookup shape with every token expanded; `user` and `port` (the inventory's or the command
+    line's) are passed as `-o`, and win as they do on ssh's command line. Asked once per word and
+    values per run. Raises TransportError ("refused") naming the word and ssh's own complaint when
+    ssh rejects the configuration."""
     global _LOCAL
     options = tuple((k, str(v)) for k, v in (("User", user), ("Port", port)) if v)
     key = (word, options)
@@ -111,8 +144,8 @@ def resolve(word: str, user: str | None = None, port: int | None = None) -> dict
 
 
 def host_resolution(host: Host) -> dict:
-    """resolve() for a host: a -H word outside the inventory with the user and port it names (`ssh user@name
-    -p port`), an inventory host's address with its user and port."""
+    """resolve() for a host: a -H word outside the inventory with the user and port it names (`ssh
+    user@name -p port`), an inventory host's address with its user and port."""
     if host.plain:
         user, name, port = split_target(host.name)
         return resolve(name, user, port)
@@ -120,12 +153,14 @@ def host_resolution(host: Host) -> dict:
 
 
 def _home_config() -> str | None:
-    """None when ssh reads the same files fleetops names (~/.ssh/config, then /etc/ssh/ssh_config). ssh takes ~
-    from the password database, fleetops from $HOME; where they differ (a test's own HOME, `sudo -E`), a file
-    of this process's own that includes $HOME's file then the system's, in that order, so ssh reads those."""
+    """None when ssh reads the same files fleetops names (~/.ssh/config, then /etc/ssh/ssh_config).
+    ssh takes ~ from the password database, fleetops from $HOME; where they differ (a test's own
+    HOME, `sudo -E`), a file of this process's own that includes $HOME's file then the system's, in
+    that order, so ssh reads those."""
     global _HOME_CONFIG
     try:
         import pwd
+
         own = pwd.getpwuid(os.getuid()).pw_dir
     except (ImportError, KeyError):
         return None
@@ -136,32 +171,52 @@ def _home_config() -> str | None:
         if _HOME_CONFIG is None or _HOME_CONFIG[0] != user:
             folder = tempfile.mkdtemp(prefix="fleetops-ssh-")  # 0700, this user's
             path = os.path.join(folder, "config")
+            # ssh's own default known_hosts is also under the password database's home: $HOME's, as
+            # fleetops reads it, comes last (ssh_config's first value wins, so a UserKnownHostsFile
+            # of the files stands)
+            known = os.path.join(os.path.dirname(os.path.dirname(user)), ".ssh", "known_hosts")
             with open(path, "w", encoding="utf-8") as f:
-                f.write(f'Include "{user}"\nInclude "{sshconfig.SYSTEM_CONFIG}"\n')
+                f.write(
+                    f'Include "{user}"\nInclude "{sshconfig.SYSTEM_CONFIG}"\n'
+                    f'Host *\n  UserKnownHostsFile "{known}"\n'
+                )
             atexit.register(shutil.rmtree, folder, True)
             _HOME_CONFIG = (user, path)
         return _HOME_CONFIG[1]
 
 
-# `ssh -G`s running at once: each holds up to 6 of the client's file descriptors while it starts (its pipes and
-# the exec's error pipe), counted in connector.FDS_KEPT; it is CPU-bound, so more at once would not be faster.
+# `ssh -G`s running at once: each holds up to 6 of the client's file descriptors while it starts
+# (its pipes and the exec's error pipe), counted in connector.FDS_KEPT; it is CPU-bound, so more at
+# once would not be faster.
 SSH_G_AT_ONCE = 8
 _SSH_G_SLOTS = threading.BoundedSemaphore(SSH_G_AT_ONCE)
 
 
 def _ssh_g(binary: str, word: str, options: tuple[tuple[str, str], ...]) -> sshresolve.Resolved:
     named = sshconfig.chosen_path(_SSH_CONFIG_PATH)
-    argv = sshresolve.ssh_g_argv(binary, word, os.path.expanduser(named) if named else _home_config(), options)
+    argv = sshresolve.ssh_g_argv(
+        binary, word, os.path.expanduser(named) if named else _home_config(), options
+    )
     fix = "fix ssh_config, or name another file with -S"
     try:
         with _SSH_G_SLOTS:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=SSH_G_TIMEOUT,
-                                  check=False)
+            done = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=SSH_G_TIMEOUT,
+                check=False,
+            )
     except subprocess.TimeoutExpired:
-        raise TransportError("refused", f"{word}: `ssh -G` did not answer within {SSH_G_TIMEOUT:g}s (a `Match "
-                                        f"exec` command that hangs?); {fix}") from None
+        raise TransportError(
+            "refused",
+            f"{word}: `ssh -G` did not answer within {SSH_G_TIMEOUT:g}s (a `Match "
+            f"exec` command that hangs?); {fix}",
+        ) from None
     except OSError as exc:
-        raise TransportError("refused", f"{word}: cannot run {binary} -G: {exc.strerror or exc}") from None
+        raise TransportError(
+            "refused", f"{word}: cannot run {binary} -G: {exc.strerror or exc}"
+        ) from None
     said = done.stderr.decode("utf-8", "replace").strip().splitlines()
     if done.returncode != 0:
         # ssh names the file and line first, then "terminating": both, at most three lines of it
@@ -173,17 +228,44 @@ def _ssh_g(binary: str, word: str, options: tuple[tuple[str, str], ...]) -> sshr
         raise TransportError("refused", f"{word}: {exc}; {fix}") from None
 
 
-class _SharedConfig(compat.RefuseWrites, Config):
-    """The process's one Fabric Config, shared read-only by every connection. Cloning it per connection cost
-    ~0.4 ms of client CPU per host; sharing is safe only while nothing writes it, because a write
-    re-merges the whole config and a connection reading during that merge sees no keys at all ("No attribute
-    ... 'authentication'", seen once in 1920 runs when Fabric's `inline_ssh_env` still wrote it). So a write
-    is refused loudly instead of racing (compat.RefuseWrites)."""
+def config_file() -> str | None:
+    """The ssh_config file `ssh` is to read (its -F), or None for ssh's own defaults: the one named
+    for this run (fab -S, $FLEETOPS_SSH_CONFIG), else where $HOME is not the password database's
+    home, a file that includes $HOME's (_home_config)."""
+    named = sshconfig.chosen_path(_SSH_CONFIG_PATH)
+    return os.path.expanduser(named) if named else _home_config()
 
-    def clone(self, into: type[Config] | None = None) -> Config:
-        # Fabric clones it for each ProxyJump hop it builds from ssh_config; that copy is the hop's own and
-        # Fabric writes to it, so it is a plain Config.
-        return super().clone(into=into or Config)
+
+_SHARED_CLASS: Any = None
+
+
+def _shared_config(**kwargs: Any) -> Config:
+    """A _SharedConfig (its class made on first use: it subclasses Fabric's Config)."""
+    global _SHARED_CLASS
+    if _SHARED_CLASS is None:
+        _SHARED_CLASS = _shared_config_class()
+    return _SHARED_CLASS(**kwargs)
+
+
+def _shared_config_class() -> type:
+    from fabric import Config
+
+    from .. import compat
+
+    class _SharedConfig(compat.RefuseWrites, Config):
+        """The process's one Fabric Config, shared read-only by every connection. Cloning it per
+        connection cost ~0.4 ms of client CPU per host; sharing is safe only while nothing writes
+        it, because a write re-merges the whole config and a connection reading during that merge
+        sees no keys at all ("No attribute ... 'authentication'", seen once in 1920 runs when
+        Fabric's `inline_ssh_env` still wrote it). So a write is refused loudly instead of racing
+        (compat.RefuseWrites)."""
+
+        def clone(self, into: type[Config] | None = None) -> Config:
+            # Fabric clones it for each ProxyJump hop it builds from ssh_config; that copy is the
+            # hop's own and Fabric writes to it, so it is a plain Config.
+            return super().clone(into=into or Config)
+
+    return _SharedConfig
 
 
 def fabric_config() -> Config:
@@ -194,9 +276,14 @@ def fabric_config() -> Config:
             try:
                 config, text = _ssh_config(_SSH_CONFIG_PATH)
             except ConfigError as exc:
-                raise TransportError("refused", f"{exc}; fix or name another file with -S") from None
-            # Empty: every host's settings come from resolve(), never from a second reading by Fabric.
-            _CONFIG = _SharedConfig(ssh_config=paramiko.SSHConfig())
+                raise TransportError(
+                    "refused", f"{exc}; fix or name another file with -S"
+                ) from None
+            import paramiko
+
+            # Empty: every host's settings come from resolve(), never from a second reading by
+            # Fabric.
+            _CONFIG = _shared_config(ssh_config=paramiko.SSHConfig())
             _use_resolver(config, text)
         return _CONFIG
 
@@ -207,15 +294,16 @@ def plain_keys() -> tuple[str, ...]:
 
 
 def use_key_passphrases(typed: dict[str, str]) -> None:
-    """The passphrases typed at --prompt-for-passphrase, one per encrypted key file (keys_to_ask)."""
+    """The passphrases typed at --prompt-for-passphrase, one per encrypted key file
+    (keys_to_ask)."""
     with _LOCK:
         _KEY_PASSPHRASES.clear()
         _KEY_PASSPHRASES.update({_real(path): value for path, value in typed.items()})
 
 
 def typed_passphrase(path: str) -> str | None:
-    """The passphrase typed for this key file, if it is encrypted and one was: never one for a key that is not
-    encrypted (paramiko would refuse the key)."""
+    """The passphrase typed for this key file, if it is encrypted and one was: never one for a key
+    that is not encrypted (paramiko would refuse the key)."""
     real = _real(path)
     with _LOCK:
         if real in _KEY_PASSPHRASES:
@@ -225,10 +313,14 @@ def typed_passphrase(path: str) -> str | None:
 
 
 def encrypted(path: str) -> bool:
-    """Whether the private key file needs a passphrase to open: paramiko loads it without one and says so."""
+    """Whether the private key file needs a passphrase to open: paramiko loads it without one and
+    says so."""
+    import paramiko
+
     try:
         paramiko.PKey.from_path(_real(path))
-    except (paramiko.PasswordRequiredException, TypeError):  # TypeError: cryptography's "no password given"
+    # TypeError: cryptography's "no password given"
+    except (paramiko.PasswordRequiredException, TypeError):
         return True
     except (OSError, ValueError, paramiko.SSHException):  # missing or no key: said where it is used
         return False

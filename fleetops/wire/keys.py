@@ -1,7 +1,8 @@
-"""The key a host logs in with, chosen as OpenSSH chooses it for an IdentityFile: ssh-agent's key whose public
-half is the file's (the file is then never decrypted), else the file opened with the inventory's
-identity_passphrase or the one typed at --prompt-for-passphrase. Each way that fails is named for what it is:
-a missing file, an encrypted key with no passphrase, a wrong passphrase, a file that is no key."""
+"""The key a host logs in with, chosen as OpenSSH chooses it for an IdentityFile: ssh-agent's key
+whose public half is the file's (the file is then never decrypted), else the file opened with the
+inventory's identity_passphrase or the one typed at --prompt-for-passphrase. Each way that fails is
+named for what it is: a missing file, an encrypted key with no passphrase, a wrong passphrase, a
+file that is no key."""
 
 from __future__ import annotations
 
@@ -18,16 +19,18 @@ from .tuning import identity_key
 
 
 def missing_identity(who: str, path: str, where: str) -> TransportError | None:
-    """The error for an identity file that is not there (OpenSSH would go on without it; a key the operator
-    named and that cannot be used is a mistake to say, not to hide behind an authentication failure)."""
+    """The error for an identity file that is not there (OpenSSH would go on without it; a key the
+    operator named and that cannot be used is a mistake to say, not to hide behind an authentication
+    failure)."""
     if os.path.exists(os.path.expanduser(path)):
         return None
     return TransportError("auth", f"{who}: identity file {path} not found; check {where}")
 
 
 def _public_blob(path: str) -> bytes | None:
-    """The public key of `path` as the agent names it: from PATH.pub (OpenSSH's way: it reads the public half
-    without decrypting the private file), else from the private file itself when it is not encrypted."""
+    """The public key of `path` as the agent names it: from PATH.pub (OpenSSH's way: it reads the
+    public half without decrypting the private file), else from the private file itself when it is
+    not encrypted."""
     try:
         with open(f"{path}.pub", encoding="utf-8") as f:
             words = f.read().split()
@@ -36,12 +39,14 @@ def _public_blob(path: str) -> bytes | None:
         pass
     try:
         return paramiko.PKey.from_path(path).asbytes()
-    except (OSError, ValueError, TypeError, paramiko.SSHException):  # encrypted (TypeError: no password) or no key
+    # encrypted (TypeError: no password) or no key
+    except (OSError, ValueError, TypeError, paramiko.SSHException):
         return None
 
 
 def agent_key_for(path: str) -> paramiko.AgentKey | None:
-    """ssh-agent's key (SSH_AUTH_SOCK) whose public half is the identity file's, if the agent holds it."""
+    """ssh-agent's key (SSH_AUTH_SOCK) whose public half is the identity file's, if the agent holds
+    it."""
     if not os.environ.get("SSH_AUTH_SOCK"):
         return None
     blob = _public_blob(path)
@@ -50,17 +55,20 @@ def agent_key_for(path: str) -> paramiko.AgentKey | None:
     try:
         agent = paramiko.Agent()
         keys = agent.get_keys()
-    except (OSError, paramiko.SSHException):  # an agent that is gone or answers nonsense: as without one
+    # an agent that is gone or answers nonsense: as without one
+    except (OSError, paramiko.SSHException):
         return None
     for key in keys:
         if key.asbytes() == blob:
-            return key  # it keeps the agent's connection open: every signature is asked of the agent
+            # it keeps the agent's connection open: every signature is asked of the agent
+            return key
     agent.close()
     return None
 
 
 def login_key(who: str, path: str, passphrase: str | None) -> paramiko.PKey:
-    """The key to log in with for an identity file, or a TransportError("auth") naming why there is none."""
+    """The key to log in with for an identity file, or a TransportError("auth") naming why there is
+    none."""
     path = os.path.expanduser(path)
     missing = missing_identity(who, path, "identity_file in the inventory")
     if missing is not None:
@@ -72,9 +80,9 @@ def login_key(who: str, path: str, passphrase: str | None) -> paramiko.PKey:
 
 
 def unopenable(who: str, path: str, passphrase: str | None) -> TransportError | None:
-    """For a key paramiko will open itself (fab -i): the error when the passphrase given does not open it
-    (paramiko would say "Invalid key", read as a handshake fault). None when none was given (ssh-agent or
-    another key may still log in) or it opens."""
+    """For a key paramiko will open itself (fab -i): the error when the passphrase given does not
+    open it (paramiko would say "Invalid key", read as a handshake fault). None when none was given
+    (ssh-agent or another key may still log in) or it opens."""
     if not passphrase or identity_key(os.path.expanduser(path), passphrase) is not None:
         return None
     return _unreadable(who, os.path.expanduser(path), passphrase)
@@ -84,27 +92,41 @@ def _unreadable(who: str, path: str, passphrase: str | None) -> TransportError:
     """Why the identity file could not be opened with `passphrase` (only on the way to an error)."""
     try:
         paramiko.PKey.from_path(path, None)
-    except (paramiko.PasswordRequiredException, TypeError):  # TypeError: cryptography's "no password given"
+    # TypeError: cryptography's "no password given"
+    except (paramiko.PasswordRequiredException, TypeError):
         if passphrase:
-            return TransportError("auth", f"{who}: wrong passphrase for {path}; type it again "
-                                          "(--prompt-for-passphrase), fix identity_passphrase in the inventory, or "
-                                          f"load the key into ssh-agent (ssh-add {path})")
-        return TransportError("auth", f"{who}: the private key {path} is encrypted and no passphrase was given; "
-                                      f"load it into ssh-agent (ssh-add {path}), run with --prompt-for-passphrase, "
-                                      "or set identity_passphrase ({secret_from_env: VAR}) in the inventory")
+            return TransportError(
+                "auth",
+                f"{who}: wrong passphrase for {path}; type it again "
+                "(--prompt-for-passphrase), fix identity_passphrase in the inventory, or "
+                f"load the key into ssh-agent (ssh-add {path})",
+            )
+        return TransportError(
+            "auth",
+            f"{who}: the private key {path} is encrypted and no passphrase was given; "
+            f"load it into ssh-agent (ssh-add {path}), run with --prompt-for-passphrase, "
+            "or set identity_passphrase ({secret_from_env: VAR}) in the inventory",
+        )
     except (OSError, ValueError, paramiko.SSHException) as exc:
         reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-        return TransportError("auth", f"{who}: cannot read the private key {path} ({reason}); check that "
-                                      "identity_file in the inventory (or fab -i) names an OpenSSH private key")
-    # opens without a passphrase now: it changed since, or the passphrase given does not fit an unencrypted key
-    return TransportError("auth", f"{who}: cannot open the private key {path} with the passphrase given; check "
-                                  "identity_passphrase in the inventory, or the one typed")
+        return TransportError(
+            "auth",
+            f"{who}: cannot read the private key {path} ({reason}); check that "
+            "identity_file in the inventory (or fab -i) names an OpenSSH private key",
+        )
+    # opens without a passphrase now: it changed since, or the passphrase given does not fit an
+    # unencrypted key
+    return TransportError(
+        "auth",
+        f"{who}: cannot open the private key {path} with the passphrase given; check "
+        "identity_passphrase in the inventory, or the one typed",
+    )
 
 
 def keys_to_ask(hosts: list[Host]) -> dict[str, list[str]]:
-    """--prompt-for-passphrase: the key files these hosts log in with that need a passphrase typed (encrypted,
-    not held by ssh-agent, no identity_passphrase of their own), each with the hosts that use it. A key that is
-    not encrypted is never asked for, nor given one."""
+    """--prompt-for-passphrase: the key files these hosts log in with that need a passphrase typed
+    (encrypted, not held by ssh-agent, no identity_passphrase of their own), each with the hosts
+    that use it. A key that is not encrypted is never asked for, nor given one."""
     wanted: dict[str, list[str]] = {}
     for host in hosts:
         if host.plain:
@@ -127,3 +149,12 @@ def keys_to_ask(hosts: list[Host]) -> dict[str, list[str]]:
                 if host.name not in names:
                     names.append(host.name)
     return wanted
+
+
+def agent_key_lines() -> list[str]:
+    """ssh-agent's keys as `ssh-add -l` lists them (Fabric's --list-agent-keys): bits, fingerprint,
+    comment, type."""
+    return [
+        f"{key.get_bits()} {key.fingerprint} {key.comment} ({key.algorithm_name})"
+        for key in paramiko.Agent().get_keys()
+    ]

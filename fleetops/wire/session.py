@@ -1,14 +1,14 @@
-"""The agent session on one channel: requests (tickets) answered in order, one JSON line each, with memory
-bounded by wire.connector's caps; and the plain exec helpers (send without waiting, drain to a deadline)."""
+"""The agent session on one channel: requests (tickets) answered in order, one JSON line each, with
+memory bounded by wire.connector's caps; and the plain exec helpers (send without waiting, drain to
+a deadline). A channel is anything shaped like `Channel`: a paramiko channel, or an `ssh` process's
+pipes (sshproc.py)."""
 
 from __future__ import annotations
 
 import select
 import time
 from collections import deque
-from typing import Protocol
-
-import paramiko
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..plans.inventory import Host
 from ..results import Evidence
@@ -22,6 +22,31 @@ from .connector import (
     mib,
 )
 
+if TYPE_CHECKING:
+    import paramiko
+
+
+class Channel(Protocol):
+    """What a session reads and writes: paramiko.Channel's names for a command's stdin, stdout,
+    stderr and exit status. `fileno()` is readable when any of them may have news;
+    get_transport().is_active() says whether the link under it is still up."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def eof_received(self) -> bool | int: ...
+    def recv_ready(self) -> bool: ...
+    def recv(self, nbytes: int, /) -> bytes: ...
+    def recv_stderr_ready(self) -> bool: ...
+    def recv_stderr(self, nbytes: int, /) -> bytes: ...
+    def exit_status_ready(self) -> bool: ...
+    def recv_exit_status(self) -> int: ...
+    def sendall(self, data: bytes, /) -> None: ...
+    def shutdown_write(self) -> None: ...
+    def close(self) -> None: ...
+    def fileno(self) -> int: ...
+    def get_transport(self) -> Any: ...
+
 
 class _Owner(Protocol):
     """The connection a ticket belongs to (wire.ssh.NodeConnection)."""
@@ -32,12 +57,16 @@ class _Owner(Protocol):
 
 
 class Ticket:
-    """One request of the agent session (wire.connector.Pending): sent at once, or held to go out right behind
-    the next request sent; answered in request order, its answer (or error) kept here until asked for."""
+    """One request of the agent session (wire.connector.Pending): sent at once, or held to go out
+    right behind the next request sent; answered in request order, its answer (or error) kept here
+    until asked for."""
 
-    def __init__(self, conn: _Owner, op: str, request: dict, timeout: float, ahead: bool = False) -> None:
+    def __init__(
+        self, conn: _Owner, op: str, request: dict, timeout: float, ahead: bool = False
+    ) -> None:
         self.conn, self.op, self.request, self.timeout = conn, op, request, timeout
-        self.ahead = ahead  # handed over before the step it follows has its answer (Connector.submit)
+        # handed over before the step it follows has its answer (Connector.submit)
+        self.ahead = ahead
         self.id: int | None = None
         self.session: AgentSession | None = None
         self.sent = 0.0
@@ -60,12 +89,13 @@ class Overflow(Exception):
 
 
 class AgentSession:
-    """The agent's channel: answers are lines on stdout, in request order (`queue`: the requests sent and not
-    yet answered, oldest first); stderr is kept per answer (its last STDERR_KEPT_BYTES). Memory is bounded:
-    an answer line over MAX_ANSWER_BYTES or more than MAX_STDERR_BYTES of stderr for one request raise
-    Overflow, and each byte of stdout is searched for the newline once (`scanned`), however it arrives."""
+    """The agent's channel: answers are lines on stdout, in request order (`queue`: the requests
+    sent and not yet answered, oldest first); stderr is kept per answer (its last
+    STDERR_KEPT_BYTES). Memory is bounded: an answer line over MAX_ANSWER_BYTES or more than
+    MAX_STDERR_BYTES of stderr for one request raise Overflow, and each byte of stdout is searched
+    for the newline once (`scanned`), however it arrives."""
 
-    def __init__(self, chan: paramiko.Channel, shown: str) -> None:
+    def __init__(self, chan: Channel, shown: str) -> None:
         self.chan = chan
         self.shown = shown
         self.out = bytearray()
@@ -81,7 +111,9 @@ class AgentSession:
         return not self.chan.closed and not self.chan.exit_status_ready()
 
     def evidence(self, code: int | None, started: float) -> Evidence:
-        return ExecResult(self.shown, code, b"", bytes(self.err), time.monotonic() - started).evidence()
+        return ExecResult(
+            self.shown, code, b"", bytes(self.err), time.monotonic() - started
+        ).evidence()
 
     def answered_one(self) -> None:
         """What the agent wrote while serving a request is that request's evidence alone."""
@@ -97,16 +129,22 @@ class AgentSession:
             if len(self.err) > 2 * STDERR_KEPT_BYTES:
                 del self.err[:-STDERR_KEPT_BYTES]
             if self.err_bytes > MAX_STDERR_BYTES:
-                raise Overflow(f"the node agent wrote more than {mib(MAX_STDERR_BYTES)} to stderr while serving "
-                                "one request")
+                raise Overflow(
+                    "the node agent wrote more than "
+                    f"{mib(MAX_STDERR_BYTES)} to stderr while serving "
+                    "one request"
+                )
 
     def _line(self) -> bytes | None:
         newline = self.out.find(b"\n", self.scanned)
         if newline < 0:
             self.scanned = len(self.out)
             if self.scanned > MAX_ANSWER_BYTES:
-                raise Overflow(f"the node agent sent more than {mib(MAX_ANSWER_BYTES)} without ending its answer "
-                                "line")
+                raise Overflow(
+                    "the node agent sent more than "
+                    f"{mib(MAX_ANSWER_BYTES)} without ending its answer "
+                    "line"
+                )
             return None
         line = bytes(self.out[:newline])
         del self.out[: newline + 1]
@@ -114,8 +152,8 @@ class AgentSession:
         return line
 
     def read_line(self, deadline: float) -> bytes | None:
-        """The next answer line, or None when the agent ended first (self.code: its exit status or None).
-        Raises Overflow when the node sends more than the caps allow."""
+        """The next answer line, or None when the agent ended first (self.code: its exit status or
+        None). Raises Overflow when the node sends more than the caps allow."""
         chan = self.chan
         while True:
             self._read_stderr()
@@ -130,7 +168,8 @@ class AgentSession:
                 if chan.recv_ready() or chan.recv_stderr_ready():
                     continue
                 if chan.exit_status_ready() or not chan.closed:
-                    code = chan.recv_exit_status()  # after EOF the status follows at once (or -1 on close)
+                    # after EOF the status follows at once (or -1 on close)
+                    code = chan.recv_exit_status()
                     self.code = None if code == -1 else code
                 if self.out:  # a last line without its newline
                     line, self.out, self.scanned = bytes(self.out), bytearray(), 0
@@ -141,21 +180,27 @@ class AgentSession:
                 raise TimeoutError
             select.select([chan], [], [], min(remaining, 1.0))
             transport = chan.get_transport()
-            if (transport is None or not transport.is_active()) and not chan.recv_ready() \
-                    and not chan.recv_stderr_ready():
+            if (
+                (transport is None or not transport.is_active())
+                and not chan.recv_ready()
+                and not chan.recv_stderr_ready()
+            ):
                 raise EOFError("transport closed")
 
 
 def session_refused(host: Host, exc: paramiko.ChannelException, shown: str) -> TransportError:
-    # The login worked and sshd would not open a session (MaxSessions 0, a Match block, a restricted key):
-    # nothing ran on the node, and no retry can change it.
-    return TransportError("refused", f"{host.name}: its sshd accepted the login but refused a session channel "
-                                     f"({exc.text}, SSH code {exc.code}); nothing ran there. Check MaxSessions and "
-                                     "any Match or ForceCommand for this user in the node's sshd_config",
-                          Evidence(shown, None, [], 0.0))
+    # The login worked and sshd would not open a session (MaxSessions 0, a Match block, a restricted
+    # key): nothing ran on the node, and no retry can change it.
+    return TransportError(
+        "refused",
+        f"{host.name}: its sshd accepted the login but refused a session channel "
+        f"({exc.text}, SSH code {exc.code}); nothing ran there. Check MaxSessions and "
+        "any Match or ForceCommand for this user in the node's sshd_config",
+        Evidence(shown, None, [], 0.0),
+    )
 
 
-def drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int | None]:
+def drain(chan: Channel, deadline: float) -> tuple[bytes, bytes, int | None]:
     out, err = bytearray(), bytearray()
     while True:
         while chan.recv_ready():

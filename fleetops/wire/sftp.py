@@ -1,29 +1,37 @@
-"""SFTP transfers on an open connection: a file written atomically, a byte range copied resumably."""
+"""SFTP transfers on an open connection: a file written atomically, a byte range copied
+resumably."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import paramiko
-
-from .. import compat
 from ..plans.inventory import Host
-from .connector import TransportError
+from .connector import TransportError, link_errors
+
+if TYPE_CHECKING:
+    import paramiko
 
 
 def sftp_failed(host: Host, exc: BaseException) -> str:
-    """The SFTP subsystem would not start (sshd's Subsystem line names a program that is missing or fails, or
-    the login's shell prints on stdout): paramiko says only "EOF during negotiation"."""
+    """The SFTP subsystem would not start (sshd's Subsystem line names a program that is missing or
+    fails, or the login's shell prints on stdout): paramiko says only "EOF during negotiation"."""
     reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-    return (f"{host.name}: the node's sftp-server did not start: {reason}; check the `Subsystem sftp` line of the "
-            f"node's sshd_config (its program must exist and run for {host.user or 'the login user'}) and that "
-            "the login shell's start-up files print nothing, or set `become: sudo` for this host (the agent then "
-            "travels on stdin, without SFTP)")
+    return (
+        f"{host.name}: the node's sftp-server did not start: "
+        f"{reason}; check the `Subsystem sftp` line of the "
+        "node's sshd_config (its program must exist and run for "
+        f"{host.user or 'the login user'}) and that "
+        "the login shell's start-up files print nothing, or "
+        "set `become: sudo` for this host (the agent then "
+        "travels on stdin, without SFTP)"
+    )
 
 
-def write_atomically(sftp: paramiko.SFTPClient, path: str, data: bytes) -> None:
-    """path written whole or not at all (a temp name, then a rename), its missing folders made 0700."""
+def write_atomically(sftp: paramiko.SFTPClient | Any, path: str, data: bytes) -> None:
+    """path written whole or not at all (a temp name, then a rename), its missing folders made
+    0700."""
     parent = path.rsplit("/", 1)[0] if "/" in path else ""
     directory = ""
     for part in parent.split("/"):
@@ -40,22 +48,34 @@ def write_atomically(sftp: paramiko.SFTPClient, path: str, data: bytes) -> None:
     sftp.posix_rename(tmp, path)
 
 
-def copy_range(sftp: Callable[[], paramiko.SFTPClient], remote: str, local_path: str, offset: int, end: int,
-               progress: object, name: str, connected: Callable[[], bool], denied: str = "") -> int:
-    """Bytes [offset, end) of remote (over the SFTP session sftp() gives) into local_path at offset (truncated
-    there first, so a partial copy resumes); progress(n) is called with the bytes written so far. Returns them.
-    A copy that stops raises TransportError naming host `name` and the byte it stopped at ("lost" when the
-    connection is gone). A file the login user may not read is said as such, with `denied` (why, and what to
-    do), and no resume: running fetch again cannot change who reads it."""
+def copy_range(
+    sftp: Callable[[], paramiko.SFTPClient | Any],
+    remote: str,
+    local_path: str,
+    offset: int,
+    end: int,
+    progress: object,
+    name: str,
+    connected: Callable[[], bool],
+    denied: str = "",
+    read_ahead: bool = True,
+) -> int:
+    """Bytes [offset, end) of remote (over the SFTP session sftp() gives) into local_path at offset
+    (truncated there first, so a partial copy resumes); progress(n) is called with the bytes written
+    so far. Returns them. A copy that stops raises TransportError naming host `name` and the byte it
+    stopped at ("lost" when the connection is gone). A file the login user may not read is said as
+    such, with `denied` (why, and what to do), and no resume: running fetch again cannot change who
+    reads it. `read_ahead`: whether the file's prefetch() may be used (paramiko's needs
+    compat.quiet_prefetch_thread())."""
     written = 0
-    read_ahead = compat.quiet_prefetch_thread()
     try:
         mode = "r+b" if os.path.exists(local_path) else "wb"
         with open(local_path, mode) as out, sftp().open(remote, "rb") as f:
             out.truncate(offset)
             out.seek(offset)
             f.seek(offset)
-            if read_ahead:  # else paramiko reads each chunk when asked: no thread of its own to die loudly
+            # else paramiko reads each chunk when asked: no thread of its own to die loudly
+            if read_ahead:
                 f.prefetch(end, max_concurrent_requests=64)
             while offset + written < end:
                 chunk = f.read(min(1 << 20, end - offset - written))
@@ -66,11 +86,17 @@ def copy_range(sftp: Callable[[], paramiko.SFTPClient], remote: str, local_path:
                 if callable(progress):
                     progress(written)
     except PermissionError:
-        raise TransportError("remote", f"{name}: cannot read {remote}: SFTP reads as the login user, who may not "
-                             f"read it{denied or ''}; nothing of it was downloaded") from None
-    except (EOFError, paramiko.SSHException, OSError) as exc:
+        raise TransportError(
+            "remote",
+            f"{name}: cannot read {remote}: SFTP reads as the login user, who may not "
+            f"read it{denied or ''}; nothing of it was downloaded",
+        ) from None
+    except link_errors() as exc:
         reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
         lost = not connected()
-        raise TransportError("lost" if lost else "remote", f"{name}: download of {remote} stopped at "
-                             f"byte {offset + written} ({reason}); run fetch again to resume") from None
+        raise TransportError(
+            "lost" if lost else "remote",
+            f"{name}: download of {remote} stopped at "
+            f"byte {offset + written} ({reason}); run fetch again to resume",
+        ) from None
     return written

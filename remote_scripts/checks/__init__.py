@@ -1,1 +1,2 @@
-"""verify's checks: the fast ones, and the ones that import the node's packages (call sites, in a forked probe)."""
+"""verify's checks: the fast ones, and the ones that import the node's packages (call sites, in a
+forked probe)."""

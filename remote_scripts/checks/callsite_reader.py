@@ -1,6 +1,7 @@
-"""Reading a checked module's source for the callsites check (remote_scripts/checks/callsites.py): which names it
-imports from the named packages, where it calls them, and what it does with declared receivers, with the
-hasattr() facts of the branch each use sits in. Pure ast: nothing it reads is imported."""
+"""Reading a checked module's source for the callsites check (remote_scripts/checks/callsites.py):
+which names it imports from the named packages, where it calls them, and what it does with declared
+receivers, with the hasattr() facts of the branch each use sits in. Pure ast: nothing it reads is
+imported."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ import ast
 import dataclasses
 from typing import cast
 
-_GUARD_EXCEPTIONS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "AttributeError"}
+_GUARD_EXCEPTIONS = {
+    "ImportError",
+    "ModuleNotFoundError",
+    "Exception",
+    "BaseException",
+    "AttributeError",
+}
 
 
 def _in_packages(dotted: str, packages: list[str]) -> bool:
     return any(dotted == p or dotted.startswith(p + ".") for p in packages)
-
 
 
 # ---------------------------------------------------------------- reading a module's source
@@ -31,19 +37,24 @@ def _catches_import_errors(node: ast.Try) -> bool:
             return True
         types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
         for t in types:
-            name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else ""
+            name = (
+                t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else ""
+            )
             if name in _GUARD_EXCEPTIONS:
                 return True
     return False
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _bound_names(target: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {
+        n.id for n in ast.walk(target) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
 
 
 def _hasattr_fact(test: ast.expr) -> tuple[str, str, bool] | None:
@@ -51,9 +62,15 @@ def _hasattr_fact(test: ast.expr) -> tuple[str, str, bool] | None:
     positive = True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test, positive = test.operand, False
-    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr" and \
-            len(test.args) == 2 and not test.keywords and isinstance(test.args[1], ast.Constant) and \
-            isinstance(test.args[1].value, str):
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "hasattr"
+        and len(test.args) == 2
+        and not test.keywords
+        and isinstance(test.args[1], ast.Constant)
+        and isinstance(test.args[1].value, str)
+    ):
         try:
             return ast.unparse(test.args[0]), test.args[1].value, positive
         except Exception:
@@ -69,25 +86,41 @@ def _hasattr_facts(test: ast.expr) -> tuple[list, list]:
     if isinstance(test, ast.BoolOp):
         facts = [_hasattr_fact(v) for v in test.values]
         known = [f for f in facts if f is not None]
-        if isinstance(test.op, ast.And):  # all conjuncts hold in the body; nothing certain in the else
+        # all conjuncts hold in the body; nothing certain in the else
+        if isinstance(test.op, ast.And):
             return known, []
         return [], [(e, n, not p) for e, n, p in known]  # or: all disjuncts fail in the else
     return [], []
 
 
 class _ScopeCollector:
-    """One scope's statements for ModuleReader._collect_scope: imports of the named packages become aliases,
-    every other name the scope binds is shadowed; nested functions and classes are not entered."""
+    """One scope's statements for ModuleReader._collect_scope: imports of the named packages become
+    aliases, every other name the scope binds is shadowed; nested functions and classes are not
+    entered."""
 
     def __init__(self, reader: ModuleReader, scope: _Scope) -> None:
         self.reader, self.scope = reader, scope
-        self.pending_aliases: list[tuple[str, ast.expr]] = []  # module-level `g = f`, resolved afterwards
+        # module-level `g = f`, resolved afterwards
+        self.pending_aliases: list[tuple[str, ast.expr]] = []
 
     def visit(self, stmts: list[ast.stmt], guarded: bool) -> None:
         for stmt in stmts:
             self._statement(stmt, guarded)
-            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return, ast.If,
-                                 ast.While)) and self.scope.kind == "function":
+            if (
+                isinstance(
+                    stmt,
+                    (
+                        ast.Assign,
+                        ast.AnnAssign,
+                        ast.AugAssign,
+                        ast.Expr,
+                        ast.Return,
+                        ast.If,
+                        ast.While,
+                    ),
+                )
+                and self.scope.kind == "function"
+            ):
                 for node in ast.walk(stmt):
                     if isinstance(node, ast.NamedExpr):
                         self.scope.shadowed |= _bound_names(node.target)
@@ -131,8 +164,14 @@ class _ScopeCollector:
             if module and _in_packages(module, self.reader.packages):
                 dotted = f"{module}.{alias.name}"
                 self.scope.aliases[bound] = (dotted, len(module.split(".")), guarded)
-                self.reader.imports.append({"line": stmt.lineno, "dotted": dotted,
-                                            "module_len": len(module.split(".")), "guarded": guarded})
+                self.reader.imports.append(
+                    {
+                        "line": stmt.lineno,
+                        "dotted": dotted,
+                        "module_len": len(module.split(".")),
+                        "guarded": guarded,
+                    }
+                )
             else:
                 self.scope.shadowed.add(bound)
 
@@ -145,7 +184,9 @@ class _ScopeCollector:
         self.visit(stmt.orelse, guarded)
         self.visit(stmt.finalbody, guarded)
 
-    def _block(self, stmt: ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith, guarded: bool) -> None:
+    def _block(
+        self, stmt: ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith, guarded: bool
+    ) -> None:
         if isinstance(stmt, (ast.For, ast.AsyncFor)):
             self.scope.shadowed |= _bound_names(stmt.target)
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
@@ -156,8 +197,13 @@ class _ScopeCollector:
         self.visit(getattr(stmt, "orelse", []), guarded)
 
     def _assign(self, stmt: ast.Assign | ast.AnnAssign | ast.AugAssign) -> None:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and \
-                isinstance(stmt.value, (ast.Name, ast.Attribute)) and self.scope.kind == "module":
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, (ast.Name, ast.Attribute))
+            and self.scope.kind == "module"
+        ):
             self.pending_aliases.append((stmt.targets[0].id, stmt.value))
             return
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -166,7 +212,9 @@ class _ScopeCollector:
 
 
 class ModuleReader(ast.NodeVisitor):
-    def __init__(self, modname: str, is_package: bool, packages: list[str], receivers: list[dict]) -> None:
+    def __init__(
+        self, modname: str, is_package: bool, packages: list[str], receivers: list[dict]
+    ) -> None:
         self.modname = modname
         self.package = modname if is_package else modname.rpartition(".")[0]
         self.packages = packages
@@ -177,7 +225,8 @@ class ModuleReader(ast.NodeVisitor):
         self.receiver_events: list[dict] = []
         self.assigned: set[str] = set()  # attribute names stored on anything in this module
         self.hasattr_guards: set[tuple[str, str]] = set()
-        self.branch_facts: list[tuple[str, str, bool]] = []  # (expr, name, hasattr result) on this branch
+        # (expr, name, hasattr result) on this branch
+        self.branch_facts: list[tuple[str, str, bool]] = []
         self._handled: set[int] = set()
 
     # -------------------------------------------------- imports and aliases of one scope
@@ -190,9 +239,11 @@ class ModuleReader(ast.NodeVisitor):
         base = base[: len(base) - (node.level - 1)]
         return ".".join(base + ([node.module] if node.module else []))
 
-    def _collect_scope(self, scope: _Scope, body: list[ast.stmt], args: ast.arguments | None = None) -> None:
-        """Imports, aliases and (in functions) locally bound names of one scope, without descending into
-        nested functions or classes."""
+    def _collect_scope(
+        self, scope: _Scope, body: list[ast.stmt], args: ast.arguments | None = None
+    ) -> None:
+        """Imports, aliases and (in functions) locally bound names of one scope, without descending
+        into nested functions or classes."""
         if args is not None:
             for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
                 if a is not None:
@@ -200,7 +251,8 @@ class ModuleReader(ast.NodeVisitor):
         collector = _ScopeCollector(self, scope)
         collector.visit(body, False)
         pending_aliases = collector.pending_aliases
-        # module-level aliases (g = f, C = m.Cls), resolved against this scope's imports; twice for chains
+        # module-level aliases (g = f, C = m.Cls), resolved against this scope's imports; twice for
+        # chains
         for _ in range(2):
             for name, value in pending_aliases:
                 target = self._dotted_from(value, [scope])
@@ -253,7 +305,9 @@ class ModuleReader(ast.NodeVisitor):
             if r["expr"] != text:
                 continue
             parts = r["scope"]
-            if not parts or any(names[i:i + len(parts)] == parts for i in range(len(names) - len(parts) + 1)):
+            if not parts or any(
+                names[i : i + len(parts)] == parts for i in range(len(names) - len(parts) + 1)
+            ):
                 out.append(r)
         return out
 
@@ -299,31 +353,47 @@ class ModuleReader(ast.NodeVisitor):
             self.branch_facts.extend(facts)
             for child in branch if isinstance(branch, list) else [branch]:
                 self.visit(child)
-            del self.branch_facts[len(self.branch_facts) - len(facts):]
+            del self.branch_facts[len(self.branch_facts) - len(facts) :]
 
     visit_If = _visit_branches
     visit_IfExp = _visit_branches
 
     def visit_Call(self, node: ast.Call) -> None:
-        call = {"line": node.lineno,
-                "n_pos": sum(1 for a in node.args if not isinstance(a, ast.Starred)),
-                "star": any(isinstance(a, ast.Starred) for a in node.args),
-                "keywords": [k.arg for k in node.keywords if k.arg is not None],
-                "dstar": any(k.arg is None for k in node.keywords)}
+        call = {
+            "line": node.lineno,
+            "n_pos": sum(1 for a in node.args if not isinstance(a, ast.Starred)),
+            "star": any(isinstance(a, ast.Starred) for a in node.args),
+            "keywords": [k.arg for k in node.keywords if k.arg is not None],
+            "dstar": any(k.arg is None for k in node.keywords),
+        }
         func = node.func
-        if isinstance(func, ast.Name) and func.id == "hasattr" and len(node.args) == 2 and \
-                isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+        if (
+            isinstance(func, ast.Name)
+            and func.id == "hasattr"
+            and len(node.args) == 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
             try:
                 self.hasattr_guards.add((ast.unparse(node.args[0]), node.args[1].value))
             except Exception:
                 pass
         target = self._dotted_from(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
         if target is not None and _in_packages(target[0], self.packages):
-            self.calls.append({**call, "dotted": target[0], "module_len": target[1], "guarded": target[2]})
+            self.calls.append(
+                {**call, "dotted": target[0], "module_len": target[1], "guarded": target[2]}
+            )
         elif isinstance(func, ast.Attribute):
             for r in self._receivers_for(func.value):
-                self.receiver_events.append({**call, "receiver": r, "attr": func.attr, "kind": "call",
-                                             "facts": list(self.branch_facts)})
+                self.receiver_events.append(
+                    {
+                        **call,
+                        "receiver": r,
+                        "attr": func.attr,
+                        "kind": "call",
+                        "facts": list(self.branch_facts),
+                    }
+                )
                 self._handled.add(id(func))
         self.generic_visit(node)
 
@@ -332,6 +402,13 @@ class ModuleReader(ast.NodeVisitor):
             self.assigned.add(node.attr)
         elif id(node) not in self._handled:
             for r in self._receivers_for(node.value):
-                self.receiver_events.append({"line": node.lineno, "receiver": r, "attr": node.attr,
-                                             "kind": "load", "facts": list(self.branch_facts)})
+                self.receiver_events.append(
+                    {
+                        "line": node.lineno,
+                        "receiver": r,
+                        "attr": node.attr,
+                        "kind": "load",
+                        "facts": list(self.branch_facts),
+                    }
+                )
         self.generic_visit(node)

@@ -21,48 +21,77 @@ from ..core.statetrust import read_json, trusted_stat
 # What each kind of check can and cannot tell you; shown next to every result so nobody mistakes an
 # import test for proof that the generator works.
 SCOPE = {
-    "requires": ("the installed package versions satisfy the playbook's constraints",
-                 "anything about the files' contents"),
-    "grep": ("the file contains (or lacks) the given text",
-             "that the code around it is right, or that it runs"),
-    "compile": ("the file is valid Python syntax",
-                "that names it uses exist or that calls match vLLM's signatures"),
-    "import": ("the module loads and the attribute exists",
-               "that any call inside it matches the installed vLLM; functions run only when called"),
-    "callsites": ("every call into the named packages binds to the installed signatures, and the listed "
-                  "attributes exist",
-                  "runtime values, defaults that change behaviour silently, or code paths reached dynamically"),
-    "probe": ("the behaviour the probe drives, on the real installed libraries, matches what the playbook expects",
-              "anything outside the probe's scenario; no GPU kernels or model weights are exercised"),
+    "requires": (
+        "the installed package versions satisfy the playbook's constraints",
+        "anything about the files' contents",
+    ),
+    "grep": (
+        "the file contains (or lacks) the given text",
+        "that the code around it is right, or that it runs",
+    ),
+    "compile": (
+        "the file is valid Python syntax",
+        "that names it uses exist or that calls match vLLM's signatures",
+    ),
+    "import": (
+        "the module loads and the attribute exists",
+        "that any call inside it matches the installed vLLM; functions run only when called",
+    ),
+    "callsites": (
+        "every call into the named packages binds to the installed signatures, and the listed "
+        "attributes exist",
+        (
+            "runtime values, defaults that change behaviour "
+            "silently, or code paths reached dynamically"
+        ),
+    ),
+    "probe": (
+        "the behaviour the probe drives, on the real "
+        "installed libraries, matches what the playbook expects",
+        "anything outside the probe's scenario; no GPU kernels or model weights are exercised",
+    ),
 }
 
 
 def _result(check: dict, ok: bool, msg: str, evidence: list | None = None, **extra: object) -> dict:
     proves, cannot = SCOPE[check["kind"]]
-    return {"name": check.get("name") or check["kind"], "kind": check["kind"], "ok": ok, "msg": msg,
-            "evidence": evidence or [], "proves": proves, "cannot": cannot, **extra}
+    return {
+        "name": check.get("name") or check["kind"],
+        "kind": check["kind"],
+        "ok": ok,
+        "msg": msg,
+        "evidence": evidence or [],
+        "proves": proves,
+        "cannot": cannot,
+        **extra,
+    }
 
 
 def run_requires(check: dict) -> dict:
-    # The node reports what is installed; the client judges it against the pins (PEP 440) and sets ok and msg.
-    # Until then the item fails: an answer nobody judged never reads as a pass.
+    # The node reports what is installed; the client judges it against the pins (PEP 440) and sets
+    # ok and msg. Until then the item fails: an answer nobody judged never reads as a pass.
     found = report_versions(check["requires"])
     evidence = [f"{r['package']} {r['found'] or 'not installed'}" for r in found]
-    return _result(check, False, "installed versions reported; the client judges them", evidence,
-                   requirements=found)
+    return _result(
+        check,
+        False,
+        "installed versions reported; the client judges them",
+        evidence,
+        requirements=found,
+    )
 
 
 def code_lines(source: str) -> tuple[list[str], str]:
-    """The file's lines as code only (Python's tokenize): comments gone, every string literal (docstrings and
-    f-strings' literal parts included) reduced to "", line numbers kept. A file that does not tokenize is
-    searched as raw text, and the second value says why ("" when tokenized)."""
+    """The file's lines as code only (Python's tokenize): comments gone, every string literal
+    (docstrings and f-strings' literal parts included) reduced to "", line numbers kept. A file that
+    does not tokenize is searched as raw text, and the second value says why ("" when tokenized)."""
     lines, note = _code_lines(source)
     return list(lines), note
 
 
-# A playbook greps one file a dozen times, and tokenizing it is ~9 ms each: the lines are kept in memory per
-# text (the agent serves the whole run, so a file is tokenized once per run, and again only if it changed),
-# and in the state dir between runs (_stored_code_lines).
+# A playbook greps one file a dozen times, and tokenizing it is ~9 ms each: the lines are kept in
+# memory per text (the agent serves the whole run, so a file is tokenized once per run, and again
+# only if it changed), and in the state dir between runs (_stored_code_lines).
 _LINES: dict = {}
 _STORED: dict = {}
 _KEEP_IN_MEMORY = 8
@@ -77,7 +106,8 @@ def _remembered(memo: dict, key: object, make):  # make() -> the value
 
 
 def forget_code_lines() -> None:
-    """Forget the lines kept in memory (what a new agent starts with: only the state dir carries over)."""
+    """Forget the lines kept in memory (what a new agent starts with: only the state dir carries
+    over)."""
     _LINES.clear()
     _STORED.clear()
 
@@ -100,8 +130,14 @@ def _tokenized_lines(source: str) -> tuple[tuple[str, ...], str]:
             (srow, scol), (erow, ecol) = tok.start, tok.end
             if srow == last_row and scol > last_col and srow - 1 < len(out):
                 out[srow - 1].append(" ")  # the gap between tokens on one line
-            if srow - 1 < len(out) and tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
-                                                        tokenize.DEDENT, tokenize.ENDMARKER, tokenize.COMMENT):
+            if srow - 1 < len(out) and tok.type not in (
+                tokenize.NL,
+                tokenize.NEWLINE,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+                tokenize.ENDMARKER,
+                tokenize.COMMENT,
+            ):
                 if tok.type == tokenize.STRING:
                     out[srow - 1].append('""')
                 elif tok.type not in skip:
@@ -118,12 +154,14 @@ def _tokenized_lines(source: str) -> tuple[tuple[str, ...], str]:
 
 
 # A file's code lines, and that it compiles, kept in the state dir between runs: tokenizing and
-# compiling the two files a playbook checks was ~30 ms of the ~75 ms of CPU a steady-state `verify --kinds
-# grep,compile` cost a node. An entry is used only for the very bytes it was made from, by the very agent and
-# Python that made it (its key hashes all three); anything else, or an entry that does not parse, is made
-# again. It lives in the state dir, checked like everything fleetops keeps there (ours alone, no symlinks).
+# compiling the two files a playbook checks was ~30 ms of the ~75 ms of CPU a steady-state `verify
+# --kinds grep,compile` cost a node. An entry is used only for the very bytes it was made from, by
+# the very agent and Python that made it (its key hashes all three); anything else, or an entry that
+# does not parse, is made again. It lives in the state dir, checked like everything fleetops keeps
+# there (ours alone, no symlinks).
 CODE_CACHE = "cache"
-_STATE_DIR = {"path": ""}  # the state dir of the verify in progress ("" when the request names none)
+# the state dir of the verify in progress ("" when the request names none)
+_STATE_DIR = {"path": ""}
 _NAME_START = (ASCII_ALNUM - frozenset("0123456789")) | frozenset("_")
 _NAME_CHARS = ASCII_ALNUM | frozenset("_.")
 
@@ -139,14 +177,16 @@ def _cache_key(what: str, data: bytes) -> str:
 
 
 def _cache_path(what: str, module: str) -> str:
-    """Where `what` about `module` is kept; "" when nothing is (no state dir, or a name unfit for a file name)."""
+    """Where `what` about `module` is kept; "" when nothing is (no state dir, or a name unfit for a
+    file name)."""
     if not _STATE_DIR["path"] or not _fit_for_a_file_name(module):
         return ""
     return os.path.join(_STATE_DIR["path"], CODE_CACHE, f"{what}.{module}.json")
 
 
 def _cached(path: str, key: str) -> dict | None:
-    if not path or trusted_stat(path, want_dir=False) is None:  # refused like any other untrusted state file
+    # refused like any other untrusted state file
+    if not path or trusted_stat(path, want_dir=False) is None:
         return None
     entry = read_json(path, on_corrupt="quarantine")
     return entry if entry is not None and entry.get("key") == key else None
@@ -163,7 +203,9 @@ def _keep(path: str, entry: dict) -> None:
 
 
 def _stored_code_lines(source: str, module: str, state_dir: str) -> tuple[tuple[str, ...], str]:
-    return _remembered(_STORED, (source, module, state_dir), lambda: _kept_code_lines(source, module, state_dir))
+    return _remembered(
+        _STORED, (source, module, state_dir), lambda: _kept_code_lines(source, module, state_dir)
+    )
 
 
 def _kept_code_lines(source: str, module: str, state_dir: str) -> tuple[tuple[str, ...], str]:
@@ -171,8 +213,12 @@ def _kept_code_lines(source: str, module: str, state_dir: str) -> tuple[tuple[st
     key = _cache_key("code-lines", source.encode("utf-8", "surrogatepass"))
     entry = _cached(path, key) or {}
     lines, note = entry.get("lines"), entry.get("note")
-    if (isinstance(lines, list) and isinstance(note, str) and len(lines) == len(source.splitlines())
-            and all(isinstance(x, str) for x in lines)):
+    if (
+        isinstance(lines, list)
+        and isinstance(note, str)
+        and len(lines) == len(source.splitlines())
+        and all(isinstance(x, str) for x in lines)
+    ):
         return tuple(lines), note
     lines, note = _code_lines(source)
     _keep(path, {"key": key, "module": module, "lines": list(lines), "note": note})
@@ -180,9 +226,9 @@ def _kept_code_lines(source: str, module: str, state_dir: str) -> tuple[tuple[st
 
 
 def run_grep(check: dict) -> dict:
-    """A grep check matches code by default: comments and string literals are not searched (a comment naming a
-    forbidden symbol is not a call of it, and a comment cannot satisfy a `match`). `search: text` searches
-    the raw lines instead."""
+    """A grep check matches code by default: comments and string literals are not searched (a
+    comment naming a forbidden symbol is not a call of it, and a comment cannot satisfy a `match`).
+    `search: text` searches the raw lines instead."""
     path = module_file_in_site(check["module"])
     with open(path, encoding="utf-8", errors="replace") as f:
         source = f.read()
@@ -194,27 +240,44 @@ def run_grep(check: dict) -> dict:
         lines, note = _stored_code_lines(source, check["module"], _STATE_DIR["path"])
     else:
         lines = raw
-    where = "code" if mode == "code" and not note else "text"  # what was searched, in the result's `search`
+    # what was searched, in the result's `search`
+    where = "code" if mode == "code" and not note else "text"
     try:
         rx = re.compile(check["pattern"])
     except re.error as exc:  # lint compiled it with the client's Python; this node's may be older
-        return _result(check, False, f"/{check['pattern']}/ is not a regular expression this node's Python "
-                       f"{sys.version.split()[0]} reads ({exc}); write it for the oldest Python of the fleet "
-                       "(docs/playbooks.md, grep patterns)", file=path)
-    hits = [{"line": i + 1, "text": raw[i].strip()} for i, line in enumerate(lines) if rx.search(line)]
+        return _result(
+            check,
+            False,
+            f"/{check['pattern']}/ is not a regular expression this node's Python "
+            f"{sys.version.split()[0]} reads ({exc}); write it for the oldest Python of the fleet "
+            "(docs/playbooks.md, grep patterns)",
+            file=path,
+        )
+    hits = [
+        {"line": i + 1, "text": raw[i].strip()} for i, line in enumerate(lines) if rx.search(line)
+    ]
     shown = hits[:GREP_KEPT]
     if check["expect"] == "match":
         ok = bool(hits)
-        msg = f"/{check['pattern']}/ found at line {hits[0]['line']}" if ok else \
-            f"/{check['pattern']}/ not found in {path}"
+        msg = (
+            f"/{check['pattern']}/ found at line {hits[0]['line']}"
+            if ok
+            else f"/{check['pattern']}/ not found in {path}"
+        )
         if not ok and mode == "code" and not note:
             in_text = [i + 1 for i, line in enumerate(raw) if rx.search(line)]
             if in_text:
                 msg += f" (only in comments or strings, line {in_text[0]}: they do not count)"
     else:
         ok = not hits
-        msg = f"/{check['pattern']}/ absent from {os.path.basename(path)}" if ok else \
-            f"/{check['pattern']}/ must not match but does at line {hits[0]['line']}: {hits[0]['text']}"
+        msg = (
+            f"/{check['pattern']}/ absent from {os.path.basename(path)}"
+            if ok
+            else (
+                f"/{check['pattern']}/ must not match but does "
+                f"at line {hits[0]['line']}: {hits[0]['text']}"
+            )
+        )
     if note:
         msg += f"; {note}"
     return _result(check, ok, msg, shown, file=path, search=where, matches=len(hits))
@@ -227,13 +290,22 @@ def run_compile(check: dict) -> dict:
     path = module_file_in_site(check["module"])
     with open(path, "rb") as f:
         source = f.read()
-    kept, key = _cache_path("compiles", check["module"]), _cache_key("compiles", path.encode() + b"\0" + source)
-    if _cached(kept, key) is None:  # only a success is kept: these very bytes compiled, by this Python
+    kept, key = (
+        _cache_path("compiles", check["module"]),
+        _cache_key("compiles", path.encode() + b"\0" + source),
+    )
+    # only a success is kept: these very bytes compiled, by this Python
+    if _cached(kept, key) is None:
         try:
             compile(source, path, "exec", dont_inherit=True)
         except SyntaxError as exc:
-            return _result(check, False, f"SyntaxError: {exc.msg} at line {exc.lineno}",
-                           [{"line": exc.lineno, "text": (exc.text or "").strip()}], file=path)
+            return _result(
+                check,
+                False,
+                f"SyntaxError: {exc.msg} at line {exc.lineno}",
+                [{"line": exc.lineno, "text": (exc.text or "").strip()}],
+                file=path,
+            )
         _keep(kept, {"key": key, "module": check["module"], "compiles": True})
     return _result(check, True, f"{os.path.basename(path)} compiles", file=path)
 
@@ -280,15 +352,27 @@ def run_import(check: dict) -> dict:
     took = round(time.monotonic() - started, 2)
     target = f"{module}.{attribute}" if attribute else module
     if error is not None:
-        return _result(check, False, f"import {target} failed: {type(error).__name__}: {error}",
-                       ["".join(tb[-3:]).rstrip()], stderr_tail=cap.tail(), seconds=took)
-    return _result(check, True, f"import {target} ok ({took}s; proves only that the module loads)",
-                   stderr_tail=cap.tail(5), seconds=took)
+        return _result(
+            check,
+            False,
+            f"import {target} failed: {type(error).__name__}: {error}",
+            ["".join(tb[-3:]).rstrip()],
+            stderr_tail=cap.tail(),
+            seconds=took,
+        )
+    return _result(
+        check,
+        True,
+        f"import {target} ok ({took}s; proves only that the module loads)",
+        stderr_tail=cap.tail(5),
+        seconds=took,
+    )
 
 
 def run_probe(check: dict) -> dict:
-    """Run the playbook's probe script as its own process (it may hang or crash: bound it in time), forked from
-    this one when that shares the packages the import/callsites checks already imported (probe_fork.py)."""
+    """Run the playbook's probe script as its own process (it may hang or crash: bound it in time),
+    forked from this one when that shares the packages the import/callsites checks already imported
+    (probe_fork.py)."""
     import subprocess
     import tempfile
 
@@ -297,19 +381,25 @@ def run_probe(check: dict) -> dict:
     request = {"modules": {}, "args": check.get("args", {})}
     for name in check.get("modules", []):
         request["modules"][name] = (check.get("files") or {}).get(name) or module_file_in_site(name)
-    # The probe runs from the source in memory; this file (0600, a fresh name) is what its tracebacks name and
-    # show their lines from.
+    # The probe runs from the source in memory; this file (0600, a fresh name) is what its
+    # tracebacks name and show their lines from.
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(check["source"])
         script = f.name
     started = time.monotonic()
     try:
-        proc = run_script(script, json.dumps(request), check.get("timeout", 300), source=check["source"])
+        proc = run_script(
+            script, json.dumps(request), check.get("timeout", 300), source=check["source"]
+        )
     except subprocess.TimeoutExpired as exc:
-        tail = (exc.stderr or "")
+        tail = exc.stderr or ""
         tail = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail
-        return _result(check, False, f"probe timed out after {check.get('timeout', 300)}s",
-                       stderr_tail=tail.splitlines()[-15:])
+        return _result(
+            check,
+            False,
+            f"probe timed out after {check.get('timeout', 300)}s",
+            stderr_tail=tail.splitlines()[-15:],
+        )
     finally:
         os.unlink(script)
     took = round(time.monotonic() - started, 2)
@@ -317,11 +407,24 @@ def run_probe(check: dict) -> dict:
     try:
         answer = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return _result(check, False, f"probe exited {proc.returncode} without a JSON result",
-                       stderr_tail=stderr_tail, exit_code=proc.returncode, seconds=took)
-    return _result(check, bool(answer.get("ok")), str(answer.get("summary", "")), answer.get("evidence", []),
-                   details=answer.get("details"), stderr_tail=stderr_tail if not answer.get("ok") else [],
-                   exit_code=proc.returncode, seconds=took)
+        return _result(
+            check,
+            False,
+            f"probe exited {proc.returncode} without a JSON result",
+            stderr_tail=stderr_tail,
+            exit_code=proc.returncode,
+            seconds=took,
+        )
+    return _result(
+        check,
+        bool(answer.get("ok")),
+        str(answer.get("summary", "")),
+        answer.get("evidence", []),
+        details=answer.get("details"),
+        stderr_tail=stderr_tail if not answer.get("ok") else [],
+        exit_code=proc.returncode,
+        seconds=took,
+    )
 
 
 def run_callsites(check: dict) -> dict:
@@ -330,25 +433,43 @@ def run_callsites(check: dict) -> dict:
     with CapturedStderr() as cap:
         outcome = check_callsites(check)
     failures = outcome["failures"]
-    msg = (f"{outcome['calls_checked']} calls into {', '.join(check.get('packages', []))} bind, "
-           f"{outcome['attributes_checked']} attributes exist") if not failures else \
-        f"{len(failures)} call sites do not match the installed packages"
-    return _result(check, not failures, msg, failures, stderr_tail=cap.tail() if failures else [],
-                   calls_checked=outcome["calls_checked"], partial=outcome.get("partial", []),
-                   imports_checked=outcome.get("imports_checked"))
+    msg = (
+        (
+            f"{outcome['calls_checked']} calls into {', '.join(check.get('packages', []))} bind, "
+            f"{outcome['attributes_checked']} attributes exist"
+        )
+        if not failures
+        else f"{len(failures)} call sites do not match the installed packages"
+    )
+    return _result(
+        check,
+        not failures,
+        msg,
+        failures,
+        stderr_tail=cap.tail() if failures else [],
+        calls_checked=outcome["calls_checked"],
+        partial=outcome.get("partial", []),
+        imports_checked=outcome.get("imports_checked"),
+    )
 
 
-RUNNERS = {"requires": run_requires, "grep": run_grep, "compile": run_compile, "import": run_import,
-           "callsites": run_callsites, "probe": run_probe}
+RUNNERS = {
+    "requires": run_requires,
+    "grep": run_grep,
+    "compile": run_compile,
+    "import": run_import,
+    "callsites": run_callsites,
+    "probe": run_probe,
+}
 # Cheap checks first: an operator sees a grep failure before vLLM's import has even started.
 ORDER = {"requires": 0, "grep": 1, "compile": 2, "callsites": 3, "import": 4, "probe": 5}
 assert set(RUNNERS) == set(ORDER) == set(CHECK_KINDS), "checks.py and protocol.CHECK_KINDS disagree"
 
 
-# Checks that run the node's packages: where the playbook requires a package the node does not have at all (a
-# node without vLLM), they are not run, and say so, instead of failing on its absence in every way they can (a
-# callsites check: one failure per call into it). A package of another version is no reason: those checks
-# are what show the difference.
+# Checks that run the node's packages: where the playbook requires a package the node does not have
+# at all (a node without vLLM), they are not run, and say so, instead of failing on its absence in
+# every way they can (a callsites check: one failure per call into it). A package of another version
+# is no reason: those checks are what show the difference.
 RUNS_PACKAGES = ("import", "callsites", "probe")
 
 
@@ -359,9 +480,14 @@ def _absent(requires: list[dict]) -> list[dict]:
 def _not_run(check: dict, absent: list[dict]) -> dict:
     names = ", ".join(r["package"] for r in absent)
     wanted = ", ".join(r["requirement"] for r in absent)
-    return _result(check, False, f"not run: {names} {'is' if len(absent) == 1 else 'are'} not installed for "
-                   f"{sys.executable} (the playbook requires {wanted}); this check runs the installed packages",
-                   not_run=True)
+    return _result(
+        check,
+        False,
+        f"not run: {names} {'is' if len(absent) == 1 else 'are'} not installed for "
+        f"{sys.executable} (the playbook requires "
+        f"{wanted}); this check runs the installed packages",
+        not_run=True,
+    )
 
 
 def imported_modules(checks: list[dict]) -> list[str]:
@@ -376,27 +502,34 @@ def imported_modules(checks: list[dict]) -> list[str]:
 
 
 def _import_path_trusted(checks: list[dict]) -> list[str]:
-    """Before any check imports the venv's packages: refused (NodeError) when someone but root and the login
-    user may change what they would import (importtrust.py). Ops that import nothing never walk."""
+    """Before any check imports the venv's packages: refused (NodeError) when someone but root and
+    the login user may change what they would import (importtrust.py). Ops that import nothing never
+    walk."""
     names = imported_modules([c for c in checks if c["kind"] in RUNS_PACKAGES])
     if not names:
         return []
     from ..core.importtrust import check_before_import
 
-    return check_before_import(names, "import " + ", ".join(sorted({n.split(".")[0] for n in names})))
+    return check_before_import(
+        names, "import " + ", ".join(sorted({n.split(".")[0] for n in names}))
+    )
 
 
 IMPORTING_KINDS = ("import", "callsites")  # checks that import the node's packages in-process
 
 
 def imports_node_packages(req: dict) -> bool:
-    """The agent runs such a verify in a forked child: it never holds a module a later request may patch."""
-    return any(isinstance(c, dict) and c.get("kind") in IMPORTING_KINDS for c in req.get("checks") or ())
+    """The agent runs such a verify in a forked child: it never holds a module a later request may
+    patch."""
+    return any(
+        isinstance(c, dict) and c.get("kind") in IMPORTING_KINDS for c in req.get("checks") or ()
+    )
 
 
 @node_op("verify", writes=False, forks=imports_node_packages)
 def verify(req: dict) -> dict:
-    if req.get("sources"):  # rebase: the candidate's text of each module, checked in place of the installed file
+    # rebase: the candidate's text of each module, checked in place of the installed file
+    if req.get("sources"):
         import shutil
         import tempfile
 
@@ -409,8 +542,9 @@ def verify(req: dict) -> dict:
 
 
 def _candidate_files(sources: dict, where: str) -> dict:
-    """Each module's candidate text as a file named like the installed one (a package's __init__.py stays one),
-    in a private temp dir, for the checks that read a module's file (callsites) or load it (probe)."""
+    """Each module's candidate text as a file named like the installed one (a package's __init__.py
+    stays one), in a private temp dir, for the checks that read a module's file (callsites) or load
+    it (probe)."""
     files = {}
     for n, (module, text) in enumerate(sorted(sources.items())):
         folder = os.path.join(where, str(n))
@@ -424,25 +558,39 @@ def _candidate_files(sources: dict, where: str) -> dict:
 
 def _verify(req: dict, files: dict) -> dict:
     _STATE_DIR["path"] = str(req.get("state_dir") or "")
-    checks = [{**c, "files": files} if files and c["kind"] in ("callsites", "probe") else c for c in req["checks"]]
+    checks = [
+        {**c, "files": files} if files and c["kind"] in ("callsites", "probe") else c
+        for c in req["checks"]
+    ]
     if req.get("requires"):
         checks.insert(0, {"kind": "requires", "name": "requires", "requires": req["requires"]})
     indexed = sorted(enumerate(checks), key=lambda ic: (ORDER[ic[1]["kind"]], ic[0]))
     results: list[dict | None] = [None] * len(checks)
-    absent = _absent(req.get("requires") or []) if any(c["kind"] in RUNS_PACKAGES for c in checks) else []
+    absent = (
+        _absent(req.get("requires") or [])
+        if any(c["kind"] in RUNS_PACKAGES for c in checks)
+        else []
+    )
     warnings = _import_path_trusted(checks) if not absent else []
     for i, check in indexed:
         started = time.monotonic()
         try:
-            res = _not_run(check, absent) if absent and check["kind"] in RUNS_PACKAGES else \
-                RUNNERS[check["kind"]](check)
+            res = (
+                _not_run(check, absent)
+                if absent and check["kind"] in RUNS_PACKAGES
+                else RUNNERS[check["kind"]](check)
+            )
         except NodeError as exc:
             res = _result(check, False, str(exc))
         except Exception as exc:  # one broken check must not hide the others
             import traceback
 
-            res = _result(check, False, f"check crashed: {type(exc).__name__}: {exc}",
-                          [traceback.format_exc().splitlines()[-1]])
+            res = _result(
+                check,
+                False,
+                f"check crashed: {type(exc).__name__}: {exc}",
+                [traceback.format_exc().splitlines()[-1]],
+            )
         res.setdefault("seconds", round(time.monotonic() - started, 2))
         results[i] = res
     items = [r for r in results if r is not None]
@@ -463,8 +611,9 @@ DISAGREE = "text check disagrees with the behaviour checks"
 
 
 def disagreement(items: list[dict]) -> str:
-    """When every behaviour check (callsites, probe) ran and passed while a text check (grep) failed, say so on
-    the failing greps and in the answer: the behaviour checks are the stronger evidence."""
+    """When every behaviour check (callsites, probe) ran and passed while a text check (grep)
+    failed, say so on the failing greps and in the answer: the behaviour checks are the stronger
+    evidence."""
     deep = [r for r in items if r["kind"] in ("callsites", "probe")]
     greps = [r for r in items if r["kind"] == "grep" and not r["ok"]]
     if not deep or not greps or not all(r["ok"] for r in deep):
@@ -472,5 +621,7 @@ def disagreement(items: list[dict]) -> str:
     names = ", ".join(r["name"] for r in deep)
     for r in greps:
         r["msg"] += f" ({DISAGREE}: {names} passed; they run the code, this only reads it)"
-    return (f"{DISAGREE}: {', '.join(r['name'] for r in greps)} failed while {names} passed; the behaviour checks "
-            f"are the stronger evidence")
+    return (
+        f"{DISAGREE}: {', '.join(r['name'] for r in greps)} failed while {names} passed; the "
+        "behaviour checks are the stronger evidence"
+    )

@@ -1,7 +1,7 @@
-"""What the installed packages really offer, for the callsites check (remote_scripts/checks/callsites.py): dotted
-paths resolved by importing, signatures bound with a fake call, and the attributes a class assigns in its
-source (so an instance attribute is not reported missing). Stdlib only; the inspected packages are
-imported only when a check runs."""
+"""What the installed packages really offer, for the callsites check
+(remote_scripts/checks/callsites.py): dotted paths resolved by importing, signatures bound with a
+fake call, and the attributes a class assigns in its source (so an instance attribute is not
+reported missing). Stdlib only; the inspected packages are imported only when a check runs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ import inspect
 from collections.abc import Callable
 
 _MISSING = object()
-_REGISTER_CALLS = {"setattr", "register_buffer", "register_parameter", "add_module", "register_module"}
+_REGISTER_CALLS = {
+    "setattr",
+    "register_buffer",
+    "register_parameter",
+    "add_module",
+    "register_module",
+}
 
 
 class ResolveError(Exception):
@@ -100,7 +106,10 @@ def bind(sig: inspect.Signature, call: dict) -> tuple[str | None, str | None]:
             if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in kwargs:
                 return f"missing a required argument: {p.name!r}", None
     used = " and ".join(x for x, on in (("*args", star), ("**kwargs", dstar)) if on)
-    return None, f"partially checked: the call site uses {used}, so missing arguments are not checked"
+    return (
+        None,
+        f"partially checked: the call site uses {used}, so missing arguments are not checked",
+    )
 
 
 def method_signature(cls: type, name: str) -> tuple[inspect.Signature | None, str | None]:
@@ -122,13 +131,18 @@ def method_signature(cls: type, name: str) -> tuple[inspect.Signature | None, st
         return None, f"no signature: {exc}"
     descriptor = raw is _MISSING or (hasattr(type(raw), "__get__") and not inspect.isclass(raw))
     params = list(sig.parameters.values())
-    if descriptor and params and params[0].kind in (inspect.Parameter.POSITIONAL_ONLY,
-                                                    inspect.Parameter.POSITIONAL_OR_KEYWORD):
+    if (
+        descriptor
+        and params
+        and params[0].kind
+        in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ):
         sig = sig.replace(parameters=params[1:])
     return sig, None
 
 
-# ---------------------------------------------------------------- what a class assigns in its source
+# ---------------------------------------------------------------- what a class assigns in its
+# source
 _SOURCE_CACHE: dict[str, ast.Module | None] = {}
 
 
@@ -150,8 +164,13 @@ def _assigned_names(tree: ast.AST) -> set[str]:
             names.add(node.attr)
         elif isinstance(node, ast.Call) and node.args:
             func = node.func
-            fname = func.id if isinstance(func, ast.Name) else \
-                func.attr if isinstance(func, ast.Attribute) else ""
+            fname = (
+                func.id
+                if isinstance(func, ast.Name)
+                else func.attr
+                if isinstance(func, ast.Attribute)
+                else ""
+            )
             if fname in _REGISTER_CALLS:
                 idx = 1 if fname == "setattr" else 0
                 arg = node.args[idx] if len(node.args) > idx else None
@@ -233,7 +252,8 @@ def class_has(cls: type, name: str) -> bool:
 
 
 def _attr_state(cls: type, name: str, assigned_anywhere: set[str]) -> bool | None:
-    """True: the class has it; False: nothing anywhere gives instances this name; None: can't tell."""
+    """True: the class has it; False: nothing anywhere gives instances this name; None: can't
+    tell."""
     if class_has(cls, name):
         return True
     if name in instance_attributes(cls) or name in assigned_anywhere:
@@ -242,8 +262,9 @@ def _attr_state(cls: type, name: str, assigned_anywhere: set[str]) -> bool | Non
 
 
 def dead_branch(cls: type, expr: str, facts: list, assigned_anywhere: set[str]) -> str | None:
-    """Why the branch holding a receiver access is never taken for `cls`, from the hasattr() tests that
-    lead to it (version-compatibility code like `if hasattr(self, "new") ... else: self.old()`)."""
+    """Why the branch holding a receiver access is never taken for `cls`, from the hasattr() tests
+    that lead to it (version-compatibility code like `if hasattr(self, "new") ... else:
+    self.old()`)."""
     for fexpr, name, present in facts:
         if fexpr != expr:
             continue

@@ -1,2 +1,2 @@
-"""The agent's ground floor: the request loop, the wire protocol and JSON, node file I/O, /proc, the verifying
-bootstrap and how the agent relaunches itself. Imports nothing above it."""
+"""The agent's ground floor: the request loop, the wire protocol and JSON, node file I/O, /proc, the
+verifying bootstrap and how the agent relaunches itself. Imports nothing above it."""

@@ -1,17 +1,18 @@
 """Entry point on the node: one agent per host per invocation. The client starts it once, through
-the verifying bootstrap (fleetops/wire/bundle.py), and sends every task of its chain over the same channel:
-one JSON request per line on stdin -> one JSON answer per line on the answer pipe, in order. The agent ends
-when its client closes stdin (the run is over) or goes away (the watchdog below), so no agent outlives its
-client.
+the verifying bootstrap (fleetops/wire/bundle.py), and sends every task of its chain over the same
+channel: one JSON request per line on stdin -> one JSON answer per line on the answer pipe, in
+order. The agent ends when its client closes stdin (the run is over) or goes away (the watchdog
+below), so no agent outlives its client.
 
-A request that imports the node's third-party code (verify's import and callsites checks, capture) runs in a
-forked child: the agent itself never holds a module that a later request of the same session may have patched,
-and never grows by vLLM's hundreds of MB. (The agent's python starts with -S, but not to save time: `site`
-runs the .pth files of site-packages, so the bootstrap checks those directories first and runs `site.main()`
-itself afterwards; every agent has site-packages on its path, as before.)
+A request that imports the node's third-party code (verify's import and callsites checks, capture)
+runs in a forked child: the agent itself never holds a module that a later request of the same
+session may have patched, and never grows by vLLM's hundreds of MB. (The agent's python starts with
+-S, but not to save time: `site` runs the .pth files of site-packages, so the bootstrap checks those
+directories first and runs `site.main()` itself afterwards; every agent has site-packages on its
+path, as before.)
 
-Libraries imported by checks (vLLM logs to stdout) must not corrupt the answers, so the real stdout is set
-aside first and everything else that writes to fd 1 lands in stderr.
+Libraries imported by checks (vLLM logs to stdout) must not corrupt the answers, so the real stdout
+is set aside first and everything else that writes to fd 1 lands in stderr.
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ EXIT_REFUSED = 3  # the state dir is not trusted: the same answer shape as the b
 
 
 def _ping(req: dict) -> dict:
-    answer = {"ok": True, "python": sys.executable, "version": sys.version.split()[0], "pid": os.getpid()}
+    answer = {
+        "ok": True,
+        "python": sys.executable,
+        "version": sys.version.split()[0],
+        "pid": os.getpid(),
+    }
     if req.get("modules"):  # what verify would refuse to import, said without importing
         from .importtrust import ping_warnings
 
@@ -56,10 +62,11 @@ def _op(name: str, find: FindOp) -> Op | None:
 
 # ---------------------------------------------------------------- the client
 def _watch_client(answer_fd: int) -> None:
-    """When the client goes away (Ctrl-C closes its connection, or it was killed), sshd closes our pipes: the
-    write end of the answer pipe reports POLLERR. Then the main thread is interrupted, so the op in progress
-    unwinds like any exception (atomic writes leave the old file or the new one, the node lock is released,
-    child processes killed) and the agent exits; between requests it exits at once."""
+    """When the client goes away (Ctrl-C closes its connection, or it was killed), sshd closes our
+    pipes: the write end of the answer pipe reports POLLERR. Then the main thread is interrupted, so
+    the op in progress unwinds like any exception (atomic writes leave the old file or the new one,
+    the node lock is released, child processes killed) and the agent exits; between requests it
+    exits at once."""
     poller = select.poll()
     poller.register(answer_fd, select.POLLERR | select.POLLHUP)
     main = threading.get_ident()  # main() runs on the main thread
@@ -67,8 +74,8 @@ def _watch_client(answer_fd: int) -> None:
     def watch() -> None:
         while True:
             if poller.poll(200):
-                # To the main thread itself, so a blocking wait there (select, sleep, read) wakes with EINTR
-                # and Python raises KeyboardInterrupt at once.
+                # To the main thread itself, so a blocking wait there (select, sleep, read) wakes
+                # with EINTR and Python raises KeyboardInterrupt at once.
                 signal.pthread_kill(main, signal.SIGINT)
                 return
 
@@ -78,10 +85,11 @@ def _watch_client(answer_fd: int) -> None:
 
 
 def main(find_op: FindOp, find_role: FindRole) -> int:
-    """Serve the session, each op found by `find_op` (the manifest, remote_scripts/ops.py, which this layer
-    does not import); or run the role `python zip ROLE ARGS...` names."""
-    # The other processes of the same verified bytes, each started through the bootstrap (bootstrap.relaunch):
-    # the job keeper, the hidden-state extraction driver, the Slurm batch step, verify's probe.
+    """Serve the session, each op found by `find_op` (the manifest, remote_scripts/ops.py, which
+    this layer does not import); or run the role `python zip ROLE ARGS...` names."""
+    # The other processes of the same verified bytes, each started through the bootstrap
+    # (bootstrap.relaunch): the job keeper, the hidden-state extraction driver, the Slurm batch
+    # step, verify's probe.
     role = find_role(sys.argv[1]) if len(sys.argv) >= 3 else None
     if role is not None:
         return role(*sys.argv[2:])
@@ -104,11 +112,12 @@ def main(find_op: FindOp, find_role: FindRole) -> int:
 
 
 def serve_and_exit(find_op: FindOp, find_role: FindRole) -> None:
-    """The serving agent's end (the bootstrap calls it through the manifest). When main() returns, the client
-    has closed the session (or gone away): every answer is written (os.write, unbuffered), every op's files are
-    closed and its children waited for, and no thread of ours is left but the watchdog. Python's teardown would
-    only free memory: 3-5 ms of the node's CPU per host, measured, so it is skipped. The long-running roles
-    (`wrap`, `extract`, where vLLM registers exit handlers) start from the zip's __main__ and exit normally."""
+    """The serving agent's end (the bootstrap calls it through the manifest). When main() returns,
+    the client has closed the session (or gone away): every answer is written (os.write,
+    unbuffered), every op's files are closed and its children waited for, and no thread of ours is
+    left but the watchdog. Python's teardown would only free memory: 3-5 ms of the node's CPU per
+    host, measured, so it is skipped. The long-running roles (`wrap`, `extract`, where vLLM
+    registers exit handlers) start from the zip's __main__ and exit normally."""
     code = main(find_op, find_role)
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         if stream is not None:
@@ -117,8 +126,9 @@ def serve_and_exit(find_op: FindOp, find_role: FindRole) -> None:
 
 
 def serve(line: bytes, find_op: FindOp) -> dict:
-    """One request line -> its answer. Never raises but for KeyboardInterrupt (the client is gone): a bug or
-    an unexpected error in one request is that request's answer (agent_error), and the session goes on."""
+    """One request line -> its answer. Never raises but for KeyboardInterrupt (the client is gone):
+    a bug or an unexpected error in one request is that request's answer (agent_error), and the
+    session goes on."""
     started = time.monotonic()
     rid = None
     try:
@@ -138,8 +148,12 @@ def serve(line: bytes, find_op: FindOp) -> dict:
 
         traceback.print_exc()
         sys.stderr.flush()
-        result = {"ok": False, "agent_error": True, "error": f"{type(exc).__name__}: {exc}",
-                  "error_kind": "agent_exception"}
+        result = {
+            "ok": False,
+            "agent_error": True,
+            "error": f"{type(exc).__name__}: {exc}",
+            "error_kind": "agent_exception",
+        }
     result["_id"] = rid
     result.setdefault("seconds", round(time.monotonic() - started, 3))
     sys.stderr.flush()
@@ -151,19 +165,29 @@ def _run(op: Callable[[dict], dict], request: dict) -> dict:
     from .nodeio import NodeError, forget_resolved
     from .statetrust import QUARANTINED, check_state_dir, clean_stale_uploads
 
-    load_failpoints()  # only what the test harness's environment names; never a file in the state dir
+    # only what the test harness's environment names; never a file in the state dir
+    load_failpoints()
     reset_failpoint_hits()
     QUARANTINED.clear()
-    forget_resolved()  # modules and versions are found again by each request: an earlier one (run) may have installed
+    # modules and versions are found again by each request: an earlier one (run) may have installed
+    forget_resolved()
     cleaned: list[str] = []
     if request.get("state_dir"):  # StrictModes: every path fleetops uses there, before the op runs
         try:
             check_state_dir(request["state_dir"])
         except NodeError as exc:  # refused like the bootstrap refuses: no op ran, for any task
-            return {"ok": False, "bootstrap": True, "error": str(exc), "error_kind": exc.kind, **exc.details}
+            return {
+                "ok": False,
+                "bootstrap": True,
+                "error": str(exc),
+                "error_kind": exc.kind,
+                **exc.details,
+            }
         cleaned = clean_stale_uploads(request["state_dir"])
         if cleaned:
-            print(f"fleetops: removed dead uploads' temp files: {', '.join(cleaned)}", file=sys.stderr)
+            print(
+                f"fleetops: removed dead uploads' temp files: {', '.join(cleaned)}", file=sys.stderr
+            )
     try:
         result = op(request)
     except NodeError as exc:
@@ -171,22 +195,29 @@ def _run(op: Callable[[dict], dict], request: dict) -> dict:
     except OSError as exc:
         from .atomicio import os_error_message
 
-        result = {"ok": False, "error": os_error_message(exc, f"{request.get('op')} failed"), "error_kind": "os"}
+        result = {
+            "ok": False,
+            "error": os_error_message(exc, f"{request.get('op')} failed"),
+            "error_kind": "os",
+        }
     if cleaned:  # what the node tidied on the way, reported whatever the op's outcome
         result["removed_temp_files"] = cleaned
     if QUARANTINED:
         result["quarantined"] = list(QUARANTINED)
     # the bootstrap's loader, and the op's own (an import path let pass): --allow-insecure-venv
-    warnings = [*(getattr(__spec__.loader, "warnings", None) or ()), *(result.get("warnings") or ())]
+    warnings = [
+        *(getattr(__spec__.loader, "warnings", None) or ()),
+        *(result.get("warnings") or ()),
+    ]
     if warnings:
         result["warnings"] = warnings
     return result
 
 
 def _forked(op: Op, request: dict) -> dict:
-    """Run a request that imports the node's packages in a child; the agent stays as clean as it started. The
-    child's answer comes back over a pipe; if the client goes away meanwhile, the child is interrupted (SIGINT)
-    like the agent itself would be."""
+    """Run a request that imports the node's packages in a child; the agent stays as clean as it
+    started. The child's answer comes back over a pipe; if the client goes away meanwhile, the child
+    is interrupted (SIGINT) like the agent itself would be."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: no watchdog thread here; the parent relays the interruption
@@ -203,8 +234,12 @@ def _forked(op: Op, request: dict) -> dict:
                 import traceback
 
                 traceback.print_exc()
-                result = {"ok": False, "agent_error": True, "error": f"{type(exc).__name__}: {exc}",
-                          "error_kind": "agent_exception"}
+                result = {
+                    "ok": False,
+                    "agent_error": True,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "error_kind": "agent_exception",
+                }
             _answer(write_fd, result)
             sys.stderr.flush()
         finally:
@@ -222,7 +257,9 @@ def _forked(op: Op, request: dict) -> dict:
     try:
         return json.loads(bytes(data))
     except ValueError:
-        raise RuntimeError(f"the {request.get('op')} child process ended without an answer") from None
+        raise RuntimeError(
+            f"the {request.get('op')} child process ended without an answer"
+        ) from None
 
 
 def _stop_child(pid: int) -> None:
@@ -242,4 +279,4 @@ def _answer(answer_fd: int, result: dict) -> None:
     data = (json.dumps(result, default=str) + "\n").encode()
     view = memoryview(data)
     while view:
-        view = view[os.write(answer_fd, view):]
+        view = view[os.write(answer_fd, view) :]

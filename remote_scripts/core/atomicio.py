@@ -25,8 +25,8 @@ TMP_MARK = ".fleetops-tmp-"
 
 
 def clean_stale_temps(path: str, dir_fd: int | None = None) -> list[str]:
-    """Temp files a killed writer left beside `path` (its pid is gone): remove them (in `dir_fd`, when given:
-    the directory the writer opened)."""
+    """Temp files a killed writer left beside `path` (its pid is gone): remove them (in `dir_fd`,
+    when given: the directory the writer opened)."""
     directory, base = os.path.split(path)
     prefix = f".{base}{TMP_MARK}"
     removed: list[str] = []
@@ -35,7 +35,11 @@ def clean_stale_temps(path: str, dir_fd: int | None = None) -> list[str]:
     except OSError:
         return removed
     for name in names:
-        if name.startswith(prefix) and name[len(prefix):].isdigit() and not pid_alive(int(name[len(prefix):])):
+        if (
+            name.startswith(prefix)
+            and name[len(prefix) :].isdigit()
+            and not pid_alive(int(name[len(prefix) :]))
+        ):
             try:
                 if dir_fd is not None:
                     os.unlink(name, dir_fd=dir_fd)
@@ -47,19 +51,21 @@ def clean_stale_temps(path: str, dir_fd: int | None = None) -> list[str]:
     return removed
 
 
-# ---------------------------------------------------------------- who may change where fleetops writes
+# ---------------------------------------------------------------- who may change where fleetops
+# writes
 def login_uids() -> tuple[int, ...]:
-    """Who may own (and alone write) a directory fleetops writes into: root and the login user (the connecting
-    user; under become, the user sudo ran the agent for: sudo's own SUDO_UID)."""
+    """Who may own (and alone write) a directory fleetops writes into: root and the login user (the
+    connecting user; under become, the user sudo ran the agent for: sudo's own SUDO_UID)."""
     uid = os.geteuid()
     sudo_uid = os.environ.get("SUDO_UID", "") if uid == 0 else ""
     return (0, uid, int(sudo_uid)) if sudo_uid.isdigit() and int(sudo_uid) != uid else (0, uid)
 
 
 class UnsafeTarget(OSError):
-    """A write refused before anything was written: the target, or a directory on its path, could be changed by
-    another user than root and the login user. An OSError, so that every writer's caller reports it as it
-    reports a failed write (a patch set is put back whole). The message names the path, its mode and owner."""
+    """A write refused before anything was written: the target, or a directory on its path, could be
+    changed by another user than root and the login user. An OSError, so that every writer's caller
+    reports it as it reports a failed write (a patch set is put back whole). The message names the
+    path, its mode and owner."""
 
     kind = "untrusted_target"
 
@@ -68,23 +74,35 @@ class UnsafeTarget(OSError):
         self.details = details
 
 
-WRITE_FIX = ("another user who may write there could swap what fleetops writes as uid %d for a link to any file: "
-             "make it writable by its owner alone (chmod go-w {path}), or run again with --allow-insecure-venv to "
-             "go on with a warning")
+WRITE_FIX = (
+    "another user who may write there could swap what fleetops writes as uid %d for a link to "
+    "any file: make it writable by its owner alone (chmod go-w {path}), or run again with "
+    "--allow-insecure-venv to go on with a warning"
+)
 
 
 def _refusal(target: str, path: str, why: str, st: os.stat_result | None, fix: str) -> UnsafeTarget:
-    mode = f" [mode {stat.filemode(st.st_mode)} ({st.st_mode & 0o7777:04o}), owner uid {st.st_uid}]" if st else ""
-    return UnsafeTarget(f"refusing to write {target}: {path} {why}{mode}; {fix}", path=path,
-                        mode=f"{st.st_mode & 0o7777:04o}" if st else None, uid=st.st_uid if st else None)
+    mode = (
+        f" [mode {stat.filemode(st.st_mode)} ({st.st_mode & 0o7777:04o}), owner uid {st.st_uid}]"
+        if st
+        else ""
+    )
+    return UnsafeTarget(
+        f"refusing to write {target}: {path} {why}{mode}; {fix}",
+        path=path,
+        mode=f"{st.st_mode & 0o7777:04o}" if st else None,
+        uid=st.st_uid if st else None,
+    )
 
 
 def _paths() -> tuple:
     from . import launch
 
     if launch.PATHS is None:
-        raise RuntimeError("this process was not started through the verifying bootstrap: it has no walk to check "
-                           "where it writes, and writes nothing")
+        raise RuntimeError(
+            "this process was not started through the verifying bootstrap: it has no walk to check "
+            "where it writes, and writes nothing"
+        )
     return launch.PATHS
 
 
@@ -98,18 +116,24 @@ def _write_rules(target: str) -> object:
 
         def owner(self, path: str, st: os.stat_result, on_way: str) -> None:
             if st.st_uid not in uids:
-                self.refuse(path, f"{on_way}is owned by uid {st.st_uid}, not by root or the login user (uid "
-                            f"{uids[-1]})", st, f"check who changed it, then chown {uids[-1]} {path} (or remove "
-                            "it) and run again")
+                self.refuse(
+                    path,
+                    f"{on_way}is owned by uid {st.st_uid}, not by root or the login user (uid "
+                    f"{uids[-1]})",
+                    st,
+                    f"check who changed it, then chown {uids[-1]} {path} (or remove "
+                    "it) and run again",
+                )
 
     return WriteRules("the file", "untrusted_target", WRITE_FIX % os.geteuid(), "")
 
 
 def open_write_dir(directory: str, target: str) -> int:
-    """A descriptor (O_DIRECTORY|O_NOFOLLOW) of the directory `target` is written into, reached by the
-    bootstrap's walk from /: every directory on its path root's or the login user's and writable by no one else
-    (one on the way may be sticky), a symlink on the way followed only where no other user may change it.
-    UnsafeTarget otherwise (--allow-insecure-venv: written anyway, with a warning in the answer)."""
+    """A descriptor (O_DIRECTORY|O_NOFOLLOW) of the directory `target` is written into, reached by
+    the bootstrap's walk from /: every directory on its path root's or the login user's and writable
+    by no one else (one on the way may be sticky), a symlink on the way followed only where no other
+    user may change it. UnsafeTarget otherwise (--allow-insecure-venv: written anyway, with a
+    warning in the answer)."""
     try:
         fd = _paths()[0](os.path.abspath(directory), _write_rules(target), final_link=True)
     except UnsafeTarget as exc:
@@ -117,7 +141,10 @@ def open_write_dir(directory: str, target: str) -> int:
 
         if not insecure_allowed():
             raise
-        warn(f"--allow-insecure-venv: writing anyway, as asked: {str(exc).split(': ', 1)[1].split('; ')[0]}")
+        warn(
+            "--allow-insecure-venv: writing anyway, as asked: "
+            f"{str(exc).split(': ', 1)[1].split('; ')[0]}"
+        )
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     if fd is None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), directory)
@@ -125,8 +152,8 @@ def open_write_dir(directory: str, target: str) -> int:
 
 
 def _target_stat(dir_fd: int, name: str, path: str) -> os.stat_result | None:
-    """The file being replaced, never through a link: a symlink or anything not a regular file is refused
-    (--allow-insecure-venv or not: the link's own mode and owner mean nothing)."""
+    """The file being replaced, never through a link: a symlink or anything not a regular file is
+    refused (--allow-insecure-venv or not: the link's own mode and owner mean nothing)."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -136,16 +163,27 @@ def _target_stat(dir_fd: int, name: str, path: str) -> os.stat_result | None:
             to = os.readlink(name, dir_fd=dir_fd)
         except OSError:
             to = "?"
-        raise _refusal(path, path, f"is a symlink (to {to}); fleetops never writes through a link", st,
-                       "check who put it there; replace it by the file itself and run again")
+        raise _refusal(
+            path,
+            path,
+            f"is a symlink (to {to}); fleetops never writes through a link",
+            st,
+            "check who put it there; replace it by the file itself and run again",
+        )
     if not stat.S_ISREG(st.st_mode):
-        raise _refusal(path, path, "is not a regular file", st, f"move it aside (mv {path} {path}.moved) and run "
-                       "again")
+        raise _refusal(
+            path,
+            path,
+            "is not a regular file",
+            st,
+            f"move it aside (mv {path} {path}.moved) and run again",
+        )
     return st
 
 
 def check_target(path: str) -> None:
-    """What atomic_write would refuse for `path`, found without writing (check mode): UnsafeTarget."""
+    """What atomic_write would refuse for `path`, found without writing (check mode):
+    UnsafeTarget."""
     directory, name = os.path.split(os.path.abspath(path))
     dir_fd = open_write_dir(directory, path)
     try:
@@ -154,15 +192,23 @@ def check_target(path: str) -> None:
         os.close(dir_fd)
 
 
-def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | None = None,
-                 point: str = "write", durable: bool = True) -> None:
-    """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half. By
-    descriptor throughout: the directory is opened once (open_write_dir: refused when another user may change
-    it), the temp file created in it, its mode and owner set on the open file, and renamed within it; the file
-    replaced is looked at without following a link (a symlink there is refused). Nothing is written when refused.
+def atomic_write(
+    path: str,
+    data: bytes,
+    mode: int | None = None,
+    like: str | None = None,
+    point: str = "write",
+    durable: bool = True,
+) -> None:
+    """Write via a temp file in the same directory, fsync, rename: readers see old or new, never
+    half. By descriptor throughout: the directory is opened once (open_write_dir: refused when
+    another user may change it), the temp file created in it, its mode and owner set on the open
+    file, and renamed within it; the file replaced is looked at without following a link (a symlink
+    there is refused). Nothing is written when refused.
 
-    `like` copies mode and ownership from an existing file (the file being replaced). `durable=False` skips
-    the fsyncs (still old or new, never half, while the machine stays up): for notes a crash may lose."""
+    `like` copies mode and ownership from an existing file (the file being replaced).
+    `durable=False` skips the fsyncs (still old or new, never half, while the machine stays up): for
+    notes a crash may lose."""
     directory, name = os.path.split(os.path.abspath(path))
     dir_fd = open_write_dir(directory, path)
     try:
@@ -180,12 +226,25 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, like: str | No
         os.close(dir_fd)
 
 
-def _write_in(dir_fd: int, name: str, path: str, data: bytes, like: os.stat_result | None, mode: int | None,
-              point: str, durable: bool) -> None:
+def _write_in(
+    dir_fd: int,
+    name: str,
+    path: str,
+    data: bytes,
+    like: os.stat_result | None,
+    mode: int | None,
+    point: str,
+    durable: bool,
+) -> None:
     clean_stale_temps(path, dir_fd)
     tmp = f".{name}{TMP_MARK}{os.getpid()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=dir_fd,
+        )
     except OSError as exc:
         if exc.filename is None or exc.filename == tmp:
             exc.filename = path
@@ -197,7 +256,8 @@ def _write_in(dir_fd: int, name: str, path: str, data: bytes, like: os.stat_resu
                 written = os.write(fd, view)
                 view = view[written:]
             if like is not None:
-                if os.geteuid() == 0:  # owner first: a chown clears the set-id bits the chmod then sets
+                # owner first: a chown clears the set-id bits the chmod then sets
+                if os.geteuid() == 0:
                     os.fchown(fd, like.st_uid, like.st_gid)
                 os.fchmod(fd, like.st_mode & 0o7777)
             elif mode is not None:
@@ -215,8 +275,13 @@ def _write_in(dir_fd: int, name: str, path: str, data: bytes, like: os.stat_resu
             os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
-        if isinstance(exc, OSError) and not isinstance(exc, UnsafeTarget) and exc.filename in (None, tmp, name):
-            exc.filename = path  # write() and fsync() name no file; "no space left on device" alone names no disk
+        if (
+            isinstance(exc, OSError)
+            and not isinstance(exc, UnsafeTarget)
+            and exc.filename in (None, tmp, name)
+        ):
+            # write() and fsync() name no file; "no space left on device" alone names no disk
+            exc.filename = path
         raise
     failpoint(f"{point}.after_rename", path)
     if durable:
@@ -224,19 +289,28 @@ def _write_in(dir_fd: int, name: str, path: str, data: bytes, like: os.stat_resu
 
 
 def _still_ours(dir_fd: int, tmp: str, ours: os.stat_result, path: str) -> None:
-    """The temp name still holds the file written here: in a directory another user may write (the operator's
-    --allow-insecure-venv) it could have been swapped for a link, which the rename would put in the target's
-    place."""
+    """The temp name still holds the file written here: in a directory another user may write (the
+    operator's --allow-insecure-venv) it could have been swapped for a link, which the rename would
+    put in the target's place."""
     try:
         now: os.stat_result | None = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         now = None
-    # the type, owner and link count too: a file system hands a freed inode number straight to the next file
-    if now is None or not stat.S_ISREG(now.st_mode) or now.st_nlink != 1 or \
-            (now.st_dev, now.st_ino, now.st_uid) != (ours.st_dev, ours.st_ino, ours.st_uid):
-        raise _refusal(path, os.path.join(os.path.dirname(path), tmp), "(the file written for it) was replaced "
-                       "before it was put in place", now,
-                       "make its directory writable by root and the login user only, then run again")
+    # the type, owner and link count too: a file system hands a freed inode number straight to the
+    # next file
+    if (
+        now is None
+        or not stat.S_ISREG(now.st_mode)
+        or now.st_nlink != 1
+        or (now.st_dev, now.st_ino, now.st_uid) != (ours.st_dev, ours.st_ino, ours.st_uid)
+    ):
+        raise _refusal(
+            path,
+            os.path.join(os.path.dirname(path), tmp),
+            "(the file written for it) was replaced before it was put in place",
+            now,
+            "make its directory writable by root and the login user only, then run again",
+        )
 
 
 def ensure_dir(path: str) -> None:
@@ -251,16 +325,28 @@ def ensure_dir(path: str) -> None:
 
 
 def write_json_atomic(path: str, obj: object, point: str = "json", durable: bool = True) -> None:
-    atomic_write(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode=0o600, point=point,
-                 durable=durable)
+    atomic_write(
+        path,
+        (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(),
+        mode=0o600,
+        point=point,
+        durable=durable,
+    )
 
 
 def os_error_message(exc: OSError, what: str) -> str:
-    reason = {errno.ENOSPC: "no space left on device", errno.EROFS: "read-only file system",
-              errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
-              errno.EDQUOT: "disk quota exceeded"}.get(exc.errno or 0, exc.strerror or str(exc))
+    reason = {
+        errno.ENOSPC: "no space left on device",
+        errno.EROFS: "read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted",
+        errno.EDQUOT: "disk quota exceeded",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
     if exc.errno in (errno.ENOSPC, errno.EDQUOT) and exc.filename:
         where = os.path.dirname(str(exc.filename)) or "."
-        return f"{what}: {reason} writing {exc.filename}; free space on that filesystem (df -h {where})"
+        return (
+            f"{what}: {reason} writing {exc.filename}; "
+            f"free space on that filesystem (df -h {where})"
+        )
     target = f" ({exc.filename})" if exc.filename else ""
     return f"{what}: {reason}{target}"

@@ -1,7 +1,7 @@
-"""What every node operation shares: the operator-facing error, timestamps, hashes, and the reset of the
-per-request caches. The rest of the node's I/O sits beside it, one job a module: failpoints, statetrust (the
-state dir's StrictModes, reading state back), atomicio (atomic writes), nodelock, sitemodules, dists (installed
-versions). Stdlib only."""
+"""What every node operation shares: the operator-facing error, timestamps, hashes, and the reset of
+the per-request caches. The rest of the node's I/O sits beside it, one job a module: failpoints,
+statetrust (the state dir's StrictModes, reading state back), atomicio (atomic writes), nodelock,
+sitemodules, dists (installed versions). Stdlib only."""
 
 from __future__ import annotations
 
@@ -19,16 +19,17 @@ class NodeError(Exception):
 
 
 def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # not datetime: its import is ~3 ms per agent
+    # not datetime: its import is ~3 ms per agent
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def sha256_bytes(data: bytes) -> str:
     return sha256(data).hexdigest()
 
 
-# What a module found on this node, kept for one request only (agent._run calls forget_resolved): an earlier
-# request (run) may have installed. A module that keeps such a cache adds it here when it is imported, so a request
-# that never imported it clears nothing of it.
+# What a module found on this node, kept for one request only (agent._run calls forget_resolved): an
+# earlier request (run) may have installed. A module that keeps such a cache adds it here when it is
+# imported, so a request that never imported it clears nothing of it.
 REQUEST_CACHES: list[dict] = []
 
 

@@ -1,5 +1,5 @@
-"""The node lock: one operator at a time per node, and a note naming the holder for whoever is refused.
-Stdlib only."""
+"""The node lock: one operator at a time per node, and a note naming the holder for whoever is
+refused. Stdlib only."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from .statetrust import read_json, trusted_stat
 
 
 class NodeLock:
-    """One operator at a time per node. flock makes a dead holder's lock free by itself; the JSON beside
-    it names the holder so the refused operator knows whom to ask."""
+    """One operator at a time per node. flock makes a dead holder's lock free by itself; the JSON
+    beside it names the holder so the refused operator knows whom to ask."""
 
     def __init__(self, state_dir: str, operator: str, op: str) -> None:
         self.path = os.path.join(state_dir, "lock")
@@ -35,7 +35,11 @@ class NodeLock:
             raise
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
+            if (
+                not stat.S_ISREG(st.st_mode)
+                or st.st_uid not in (os.geteuid(), 0)
+                or st.st_mode & 0o022
+            ):
                 trusted_stat(self.path, want_dir=False)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -43,18 +47,27 @@ class NodeLock:
             holder = read_json(self.info_path, on_corrupt="quarantine") or {}
             raise NodeError(
                 f"node is locked by {holder.get('operator', '?')} ({holder.get('op', '?')}, pid "
-                f"{holder.get('pid', '?')}) since {holder.get('since', '?')}; try again when it finishes",
-                kind="locked", holder=holder) from None
+                f"{holder.get('pid', '?')}) since "
+                f"{holder.get('since', '?')}; try again when it finishes",
+                kind="locked",
+                holder=holder,
+            ) from None
         except BaseException:
             os.close(fd)
             raise
         self.fd = fd
         previous = read_json(self.info_path, on_corrupt="quarantine")
-        if previous:  # we hold the flock, so its holder is gone (its pid may name another process by now)
-            self.took_over = previous  # it died mid-operation: a holder removes lock.json before it lets go
+        # we hold the flock, so its holder is gone (its pid may name another process by now)
+        if previous:
+            # it died mid-operation: a holder removes lock.json before it lets go
+            self.took_over = previous
         try:  # not durable: it names the holder for a refused operator; the flock is the lock
-            write_json_atomic(self.info_path, {"operator": self.operator, "op": self.op, "pid": os.getpid(),
-                                               "since": now_iso()}, point="lock.info", durable=False)
+            write_json_atomic(
+                self.info_path,
+                {"operator": self.operator, "op": self.op, "pid": os.getpid(), "since": now_iso()},
+                point="lock.info",
+                durable=False,
+            )
             failpoint("lock.acquired")
         except BaseException:  # an interrupt here: `with` calls no __exit__ for a failed __enter__
             self.__exit__()

@@ -1,5 +1,6 @@
-"""/proc on the node, read one way (stdlib only). The lab's nvidia-smi stand-in (fleetops/lab/nvidia_smi.py)
-keeps its own copy: it runs as a lone script on the node, outside this package."""
+"""/proc on the node, read one way (stdlib only). The lab's nvidia-smi stand-in
+(fleetops/lab/nvidia_smi.py) keeps its own copy: it runs as a lone script on the node, outside this
+package."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ def pids() -> list[int]:
 
 
 def read(pid: int | str, name: str) -> bytes | None:
-    """/proc/PID/NAME as bytes (cmdline, environ, comm: NUL-separated or not text at all). None: gone or
-    unreadable."""
+    """/proc/PID/NAME as bytes (cmdline, environ, comm: NUL-separated or not text at all). None:
+    gone or unreadable."""
     try:
         with open(f"/proc/{pid}/{name}", "rb") as f:
             return f.read()
@@ -22,15 +23,16 @@ def read(pid: int | str, name: str) -> bytes | None:
 
 
 def uptime() -> float:
-    """Seconds since boot (/proc/uptime): the clock that /proc/PID/stat's start times count on. OSError when
-    /proc is not readable."""
+    """Seconds since boot (/proc/uptime): the clock that /proc/PID/stat's start times count on.
+    OSError when /proc is not readable."""
     with open("/proc/uptime", encoding="utf-8") as f:
         return float(f.read().split()[0])
 
 
 def stat_fields(pid: int | str) -> list[str] | None:
     """Fields of /proc/PID/stat after the command name (which may itself hold spaces and ')'):
-    [state, ppid, pgrp, session, ...], so field N of proc(5) is index N - 3. None: gone or unreadable."""
+    [state, ppid, pgrp, session, ...], so field N of proc(5) is index N - 3. None: gone or
+    unreadable."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
             return f.read().rsplit(")", 1)[1].split()
@@ -39,7 +41,8 @@ def stat_fields(pid: int | str) -> list[str] | None:
 
 
 def pid_alive(pid: int) -> bool:
-    """The pid exists (a zombie counts: it still holds its pid). Another user's process counts too."""
+    """The pid exists (a zombie counts: it still holds its pid). Another user's process counts
+    too."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -50,8 +53,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def start_ticks(pid: int | str) -> int | None:
-    """When the process started (clock ticks since boot, proc(5) field 22): with the pid, its identity; a pid
-    reused by a later process has another. None: gone or unreadable."""
+    """When the process started (clock ticks since boot, proc(5) field 22): with the pid, its
+    identity; a pid reused by a later process has another. None: gone or unreadable."""
     fields = stat_fields(pid)
     try:
         return int(fields[19]) if fields is not None else None

@@ -1,8 +1,10 @@
-"""The `diagnose` operation: everything the on-call engineer would look at on a node, read in one exec and
-sent back raw-ish (the client parses: fleetops/plans/kernellog.py, gpuhealth.py). Stdlib only; read-only.
+"""The `diagnose` operation: everything the on-call engineer would look at on a node, read in one
+exec and sent back raw-ish (the client parses: fleetops/plans/kernellog.py, gpuhealth.py). Stdlib
+only; read-only.
 
-Each part is read on its own: a part that cannot be read (no nvidia-smi, a kernel log this user may not
-read, no job yet) answers {"error": ..., "error_kind": ...} with the reason, and the others still come back.
+Each part is read on its own: a part that cannot be read (no nvidia-smi, a kernel log this user may
+not read, no job yet) answers {"error": ..., "error_kind": ...} with the reason, and the others
+still come back.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from ..core.registry import node_op
 XML_MAX_BYTES = 4 * 1024 * 1024
 LOG_TAIL_BYTES = 64 * 1024
 LOG_TAIL_LINES = 200
-EARLIER_JOBS = 20  # the jobs before the latest whose records come along: an OOM kill may be one of theirs
+# the jobs before the latest whose records come along: an OOM kill may be one of theirs
+EARLIER_JOBS = 20
 
 
 def _part(fn, *args):  # any reader: its answer, or the reason it has none
@@ -46,10 +49,14 @@ def smi_xml(smi: str | None) -> dict:
         return {"error": "nvidia-smi -q -x timed out after 60s", "error_kind": "nvidia_smi_failed"}
     if proc.returncode != 0:
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace").strip()
-        return {"error": f"nvidia-smi -q -x failed (exit {proc.returncode}): {text[:500]}",
-                "error_kind": "nvidia_smi_failed"}
-    return {"xml": proc.stdout[:XML_MAX_BYTES].decode("utf-8", "replace"),
-            "truncated": len(proc.stdout) > XML_MAX_BYTES}
+        return {
+            "error": f"nvidia-smi -q -x failed (exit {proc.returncode}): {text[:500]}",
+            "error_kind": "nvidia_smi_failed",
+        }
+    return {
+        "xml": proc.stdout[:XML_MAX_BYTES].decode("utf-8", "replace"),
+        "truncated": len(proc.stdout) > XML_MAX_BYTES,
+    }
 
 
 def _meminfo() -> dict:
@@ -81,8 +88,13 @@ def disk(paths: dict[str, str | None]) -> list[dict]:
         except OSError as exc:
             row["error"] = str(exc)
         else:
-            row.update(exists=os.path.exists(path), total_bytes=st.f_blocks * st.f_frsize,
-                       free_bytes=st.f_bavail * st.f_frsize, inodes_total=st.f_files, inodes_free=st.f_favail)
+            row.update(
+                exists=os.path.exists(path),
+                total_bytes=st.f_blocks * st.f_frsize,
+                free_bytes=st.f_bavail * st.f_frsize,
+                inodes_total=st.f_files,
+                inodes_free=st.f_favail,
+            )
         out.append(row)
     return out
 
@@ -97,14 +109,21 @@ def _proc_row(pid: int, ticks: int, page: int) -> dict | None:
     else:
         cmd = raw_cmd.replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200]
         comm = raw_comm.decode("utf-8", "replace").strip()
-    return {"pid": pid, "ppid": int(fields[1]), "pgid": int(fields[2]), "state": fields[0], "comm": comm,
-            "cmd": cmd, "cpu_s": round((int(fields[11]) + int(fields[12])) / ticks, 2),
-            "rss_kb": int(fields[21]) * page // 1024}
+    return {
+        "pid": pid,
+        "ppid": int(fields[1]),
+        "pgid": int(fields[2]),
+        "state": fields[0],
+        "comm": comm,
+        "cmd": cmd,
+        "cpu_s": round((int(fields[11]) + int(fields[12])) / ticks, 2),
+        "rss_kb": int(fields[21]) * page // 1024,
+    }
 
 
 def process_tree(pgid: int | None, gpu_mib: dict[int, int]) -> list[dict]:
-    """The job's processes: every process of its session (the wrapper leads it), with CPU use over a short
-    sample, RSS, and GPU memory from nvidia-smi."""
+    """The job's processes: every process of its session (the wrapper leads it), with CPU use over a
+    short sample, RSS, and GPU memory from nvidia-smi."""
     if not pgid:
         return []
     ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
@@ -151,9 +170,9 @@ def _log_tail(logs: list[str]) -> tuple[int, list[str]]:
 
 
 def latest_job(req: dict, state_dir: str) -> dict:
-    """The newest job of the node's store, SSH or Slurm (records.find_job), with its state and its log's end.
-    A Slurm job's state is the client's to read from squeue/sacct's lines and its exit files, as `status`
-    reads it."""
+    """The newest job of the node's store, SSH or Slurm (records.find_job), with its state and its
+    log's end. A Slurm job's state is the client's to read from squeue/sacct's lines and its exit
+    files, as `status` reads it."""
     from ..core.nodeio import NodeError
     from ..core.statetrust import read_json
     from ..jobs.records import find_job, is_slurm, log_paths, output_dir
@@ -175,15 +194,40 @@ def latest_job(req: dict, state_dir: str) -> dict:
         st["output"] = (read_json(os.path.join(job_dir, "request.json")) or {}).get("output")
     logs = log_paths(job) or [os.path.join(job_dir, "output.log")]
     size, tail = _log_tail(logs)
-    public = {k: job.get(k) for k in ("id", "name", "kind", "argv", "started", "started_ts", "pid", "pgid",
-                                      "wrapper_pid", "cwd", "slurm_job_id", "shards", "again")}
-    return {**public, "scheduler": job.get("scheduler") or "ssh", "log": logs[0], "logs": logs, "dir": job_dir,
-            **st, "log_bytes": size, "log_tail": tail}
+    public = {
+        k: job.get(k)
+        for k in (
+            "id",
+            "name",
+            "kind",
+            "argv",
+            "started",
+            "started_ts",
+            "pid",
+            "pgid",
+            "wrapper_pid",
+            "cwd",
+            "slurm_job_id",
+            "shards",
+            "again",
+        )
+    }
+    return {
+        **public,
+        "scheduler": job.get("scheduler") or "ssh",
+        "log": logs[0],
+        "logs": logs,
+        "dir": job_dir,
+        **st,
+        "log_bytes": size,
+        "log_tail": tail,
+    }
 
 
 def earlier_jobs(state_dir: str, latest: str | None) -> list[dict]:
-    """The records of the node's jobs before the latest one, newest first (pids, start, how each ended): the
-    client matches kernel OOM kills against them too, so a kill of an earlier job is known as this node's."""
+    """The records of the node's jobs before the latest one, newest first (pids, start, how each
+    ended): the client matches kernel OOM kills against them too, so a kill of an earlier job is
+    known as this node's."""
     from ..core.nodeio import NodeError
     from ..core.statetrust import read_json
     from ..jobs.records import jobs_dir, newest_ids
@@ -198,7 +242,12 @@ def earlier_jobs(state_dir: str, latest: str | None) -> list[dict]:
             ended = read_json(os.path.join(base, job_id, "exit.json"))
         except (NodeError, OSError):
             continue  # a record that cannot be read names no pid to match
-        out.append({**{k: job.get(k) for k in ("id", "name", "pid", "wrapper_pid", "started_ts")}, "exit": ended})
+        out.append(
+            {
+                **{k: job.get(k) for k in ("id", "name", "pid", "wrapper_pid", "started_ts")},
+                "exit": ended,
+            }
+        )
         if len(out) >= EARLIER_JOBS:
             break
     return out
@@ -214,9 +263,12 @@ def diagnose(req: dict) -> dict:
     if req.get("checks") or req.get("requires"):
         out["checks"] = _part(checks.verify, req)
     else:
-        out["checks"] = {"error": "the playbook has no fast checks (requires, grep, compile)",
-                         "error_kind": "no_checks"}
-    if req.get("patch"):  # the patch in check mode: per file already applied / would apply / drifted; no lock
+        out["checks"] = {
+            "error": "the playbook has no fast checks (requires, grep, compile)",
+            "error_kind": "no_checks",
+        }
+    # the patch in check mode: per file already applied / would apply / drifted; no lock
+    if req.get("patch"):
         from ..patch.patching import patch
 
         out["patch"] = _part(patch, {**req["patch"], "state_dir": state_dir, "check": True})
@@ -226,7 +278,9 @@ def diagnose(req: dict) -> dict:
     out["kernel"] = _part(kernel_log)
     job = _part(latest_job, req, state_dir)
     out["job"] = job
-    out["earlier_jobs"] = _part(earlier_jobs, state_dir, None if job.get("error") else job.get("id"))
+    out["earlier_jobs"] = _part(
+        earlier_jobs, state_dir, None if job.get("error") else job.get("id")
+    )
     gpu_mib = {}
     if out["gpu"].get("ok"):
         for g in out["gpu"]["gpus"]:
@@ -234,8 +288,14 @@ def diagnose(req: dict) -> dict:
                 gpu_mib[int(p["pid"])] = p.get("used_mib")
     out["processes"] = _part(process_tree, job.get("pgid"), gpu_mib) if not job.get("error") else []
     job_output = job.get("output") if not job.get("error") else None
-    out["disk"] = _part(disk, {"venv": sys.prefix, "state_dir": state_dir,
-                               "job_dir": job.get("dir") if not job.get("error") else None,
-                               "job_output": job_output})
+    out["disk"] = _part(
+        disk,
+        {
+            "venv": sys.prefix,
+            "state_dir": state_dir,
+            "job_dir": job.get("dir") if not job.get("error") else None,
+            "job_output": job_output,
+        },
+    )
     out["host"] = _part(host_load)
     return out

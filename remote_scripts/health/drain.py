@@ -1,7 +1,7 @@
-"""The `drain` and `undrain` ops: a node taken out of service and put back (stdlib only). The marker is
-core/drainmark.py's; on a host the inventory names as a Slurm node (`slurm_node`), Slurm is told too
-(`scontrol update nodename=X state=drain reason=...`, `state=resume`), so the scheduler places nothing there
-either."""
+"""The `drain` and `undrain` ops: a node taken out of service and put back (stdlib only). The marker
+is core/drainmark.py's; on a host the inventory names as a Slurm node (`slurm_node`), Slurm is told
+too (`scontrol update nodename=X state=drain reason=...`, `state=resume`), so the scheduler places
+nothing there either."""
 
 from __future__ import annotations
 
@@ -25,9 +25,13 @@ def _slurm(req: dict, drain: bool, reason: str) -> dict | None:
 def drain(req: dict) -> dict:
     reason = str(req.get("reason") or "").strip()
     if not reason or "\n" in reason:
-        raise NodeError("drain needs a reason on one line (--reason 'Xid 79 on GPU 3')", kind="bad_request")
+        raise NodeError(
+            "drain needs a reason on one line (--reason 'Xid 79 on GPU 3')", kind="bad_request"
+        )
     state_dir = os.path.abspath(req["state_dir"])
-    marker = drainmark.mark(state_dir, str(req.get("operator") or "?"), reason, str(req.get("host") or "?"))
+    marker = drainmark.mark(
+        state_dir, str(req.get("operator") or "?"), reason, str(req.get("host") or "?")
+    )
     running = running_job(state_dir)
     job = {k: running.get(k) for k in ("id", "name", "started")} if running else None
     return {"ok": True, "drain": marker, "running_job": job, "slurm": _slurm(req, True, reason)}

@@ -1,34 +1,44 @@
-"""The `gpu` and `facts` operations on the node: run nvidia-smi, join processes to GPUs by UUID, and say who
-holds them (user, age, command, and the fleetops job if it is one of ours). Stdlib only."""
+"""The `gpu` and `facts` operations on the node: run nvidia-smi, join processes to GPUs by UUID, and
+say who holds them (user, age, command, and the fleetops job if it is one of ours). Stdlib only."""
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import platform
-import pwd
-import shutil
-import subprocess
 import sys
 import time
 
-from ..core import drainmark
 from ..core.procfs import read, stat_fields, uptime
 from ..core.registry import node_op
-from . import nvsmi
+
+# typing.TYPE_CHECKING without importing typing. Every `patch` and `verify` run asks `facts` for the
+# installed versions first (packages_only): that answer needs none of nvidia-smi's readers, so
+# subprocess, shutil, platform, glob, pwd and nvsmi's ElementTree (~10 ms of node CPU per agent
+# start) are imported where used.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
 
 SMI_TIMEOUT = 30
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    import subprocess
+
     return subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT)
 
 
-# Where NVIDIA's installers and container runtimes put nvidia-smi, looked in after PATH: sudo's secure_path
-# (become) does not hold the driver's own directory
-DRIVER_DIRS = ("/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/opt/nvidia/bin", "/run/nvidia/driver/usr/bin")
-# become: the login user's PATH, which sudo replaced with secure_path (the client passes it as `-X` to python)
+# Where NVIDIA's installers and container runtimes put nvidia-smi, looked in after PATH: sudo's
+# secure_path (become) does not hold the driver's own directory
+DRIVER_DIRS = (
+    "/usr/bin",
+    "/usr/local/nvidia/bin",
+    "/usr/local/bin",
+    "/opt/nvidia/bin",
+    "/run/nvidia/driver/usr/bin",
+)
+# become: the login user's PATH, which sudo replaced with secure_path (the client passes it as `-X`
+# to python)
 LOGIN_PATH = "fleetops_login_path"
 
 
@@ -37,16 +47,20 @@ def find_smi() -> str | None:
 
 
 def locate_smi() -> tuple[str | None, str]:
-    """nvidia-smi's path and where it was found, or None and where it was looked for: PATH; under become the
-    login user's PATH (only a file that no one but root could have written: root runs it); the driver's
-    known directories."""
+    """nvidia-smi's path and where it was found, or None and where it was looked for: PATH; under
+    become the login user's PATH (only a file that no one but root could have written: root runs
+    it); the driver's known directories."""
+    import shutil
+
     found = shutil.which("nvidia-smi")
     if found:
         return found, "on PATH"
     login = sys._xoptions.get(LOGIN_PATH) if os.environ.get("SUDO_USER") else None
     skipped = []
-    for where, dirs in (("on the login user's PATH", str(login or "").split(os.pathsep)),
-                        ("in the driver's directory", DRIVER_DIRS)):
+    for where, dirs in (
+        ("on the login user's PATH", str(login or "").split(os.pathsep)),
+        ("in the driver's directory", DRIVER_DIRS),
+    ):
         for folder in filter(None, dirs):
             path = os.path.join(folder, "nvidia-smi")
             if not os.access(path, os.X_OK):
@@ -55,14 +69,18 @@ def locate_smi() -> tuple[str | None, str]:
             if why is None:
                 return path, where
             skipped.append(why)
-    looked = f"PATH={os.environ.get('PATH', '')}" + (f", the login user's PATH={login}" if login else "") + \
-        f", {', '.join(DRIVER_DIRS)}" + (f"; not run as root: {'; '.join(skipped)}" if skipped else "")
+    looked = (
+        f"PATH={os.environ.get('PATH', '')}"
+        + (f", the login user's PATH={login}" if login else "")
+        + f", {', '.join(DRIVER_DIRS)}"
+        + (f"; not run as root: {'; '.join(skipped)}" if skipped else "")
+    )
     return None, looked
 
 
 def _untrusted(path: str) -> str | None:
-    """Why root may not run this file of the login user's PATH (a path another user than root can change), or
-    None: the bootstrap's own walk, as for the state dir."""
+    """Why root may not run this file of the login user's PATH (a path another user than root can
+    change), or None: the bootstrap's own walk, as for the state dir."""
     from ..core.bootstrap import Refused, Rules, walk
 
     try:
@@ -85,11 +103,14 @@ def process_info(pid: int) -> dict:
     if fields is None:
         return info
     info["visible"] = True
+    import pwd
+
     try:
         info["user"] = pwd.getpwuid(st.st_uid).pw_name
     except KeyError:
         info["user"] = str(st.st_uid)
-    start_ticks = int(fields[19])  # field 22 of /proc/PID/stat, counted after the ")" of the comm field
+    # field 22 of /proc/PID/stat, counted after the ")" of the comm field
+    start_ticks = int(fields[19])
     info["age_s"] = round(since_boot - start_ticks / os.sysconf("SC_CLK_TCK"), 1)
     cmdline = read(pid, "cmdline")
     if cmdline is not None:
@@ -103,6 +124,8 @@ def process_info(pid: int) -> dict:
 
 def our_jobs(state_dir: str) -> dict[int, str]:
     """Process groups of jobs this tool launched on the node → job id."""
+    import glob
+
     out = {}
     for path in glob.glob(os.path.join(state_dir, "jobs", "*", "job.json")):
         if os.path.exists(os.path.join(os.path.dirname(path), "exit.json")):
@@ -117,9 +140,15 @@ def our_jobs(state_dir: str) -> dict[int, str]:
 
 
 def snapshot(state_dir: str) -> dict:
+    from . import nvsmi
+
     smi, where = locate_smi()
     if smi is None:
-        return {"ok": False, "error_kind": "no_nvidia_smi", "error": f"nvidia-smi not found on the node ({where})"}
+        return {
+            "ok": False,
+            "error_kind": "no_nvidia_smi",
+            "error": f"nvidia-smi not found on the node ({where})",
+        }
     fields = list(nvsmi.QUERY_FIELDS)
     q = _run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
     if q.returncode != 0 and "not a valid field" in (q.stdout + q.stderr).lower():
@@ -127,21 +156,45 @@ def snapshot(state_dir: str) -> dict:
         q = _run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
     if q.returncode != 0:
         text = (q.stdout + q.stderr).strip()
-        return {"ok": False, "error_kind": "nvidia_smi_failed", "exit_code": q.returncode,
-                "error": f"nvidia-smi failed (exit {q.returncode}): {text[:500]}", "smi": smi}
-    apps = _run([smi, f"--query-compute-apps={','.join(nvsmi.APPS_FIELDS)}", "--format=csv,noheader,nounits"])
+        return {
+            "ok": False,
+            "error_kind": "nvidia_smi_failed",
+            "exit_code": q.returncode,
+            "error": f"nvidia-smi failed (exit {q.returncode}): {text[:500]}",
+            "smi": smi,
+        }
+    apps = _run(
+        [
+            smi,
+            f"--query-compute-apps={','.join(nvsmi.APPS_FIELDS)}",
+            "--format=csv,noheader,nounits",
+        ]
+    )
     try:
         gpus = nvsmi.parse_query(q.stdout, fields)
-        orphans = nvsmi.join_processes(gpus, nvsmi.parse_apps(apps.stdout) if apps.returncode == 0 else [])
+        orphans = nvsmi.join_processes(
+            gpus, nvsmi.parse_apps(apps.stdout) if apps.returncode == 0 else []
+        )
     except nvsmi.ParseError as exc:
-        return {"ok": False, "error_kind": "nvidia_smi_failed", "error": f"unreadable nvidia-smi output: {exc}",
-                "raw": q.stdout[-2000:]}
+        return {
+            "ok": False,
+            "error_kind": "nvidia_smi_failed",
+            "error": f"unreadable nvidia-smi output: {exc}",
+            "raw": q.stdout[-2000:],
+        }
     jobs = our_jobs(state_dir)
     for proc in [p for g in gpus for p in g["processes"]] + orphans:
         proc.update(process_info(proc["pid"]))
         proc["job"] = jobs.get(proc["pgid"]) if proc.get("pgid") is not None else None
-    return {"ok": True, "gpus": gpus, "orphans": orphans, "smi": smi, "fields": fields,
-            "apps_error": apps.stderr.strip()[:300] if apps.returncode else None, "time": time.time()}
+    return {
+        "ok": True,
+        "gpus": gpus,
+        "orphans": orphans,
+        "smi": smi,
+        "fields": fields,
+        "apps_error": apps.stderr.strip()[:300] if apps.returncode else None,
+        "time": time.time(),
+    }
 
 
 @node_op("gpu", writes=False)
@@ -150,8 +203,9 @@ def gpu(req: dict) -> dict:
 
 
 def _dist_version(name: str, errors: dict) -> str | None:
-    """The installed version, or None when not installed; a package this user cannot read is an error (in
-    `errors`), not a missing package (importlib.metadata answers None for an unreadable METADATA)."""
+    """The installed version, or None when not installed; a package this user cannot read is an
+    error (in `errors`), not a missing package (importlib.metadata answers None for an unreadable
+    METADATA)."""
     import importlib.metadata as md
 
     try:
@@ -169,6 +223,8 @@ def _dist_version(name: str, errors: dict) -> str | None:
 
 
 def _user() -> str:
+    import pwd
+
     try:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
@@ -186,14 +242,21 @@ def _unreadable_dist(name: str) -> str | None:
         except OSError:
             return top
         for entry in entries:
-            if entry.endswith(".dist-info") and entry.split("-")[0].lower().replace("-", "_") == want:
+            if (
+                entry.endswith(".dist-info")
+                and entry.split("-")[0].lower().replace("-", "_") == want
+            ):
                 meta = os.path.join(top, entry, "METADATA")
-                if not os.access(os.path.join(top, entry), os.R_OK | os.X_OK) or not os.access(meta, os.R_OK):
+                if not os.access(os.path.join(top, entry), os.R_OK | os.X_OK) or not os.access(
+                    meta, os.R_OK
+                ):
                     return os.path.join(top, entry)
     return None
 
 
 def _free_gib(path: str) -> float | None:
+    import shutil
+
     try:
         return round(shutil.disk_usage(path).free / 2**30, 1)
     except OSError:
@@ -202,10 +265,17 @@ def _free_gib(path: str) -> float | None:
 
 @node_op("facts", writes=False)
 def facts(req: dict) -> dict:
-    if req.get("packages_only"):  # the installed versions of what the pins name (dist-info names), nothing else
+    # the installed versions of what the pins name (dist-info names), nothing else
+    if req.get("packages_only"):
         from ..core.dists import report_versions
 
         return {"ok": True, "requirements": report_versions(req.get("requires") or [])}
+    import platform
+    import subprocess
+
+    from ..core import drainmark
+    from . import nvsmi
+
     os_name = platform.platform()
     try:
         with open("/etc/os-release", encoding="utf-8") as f:
@@ -215,12 +285,20 @@ def facts(req: dict) -> dict:
     except OSError:
         pass
     errors: dict = {}  # reader -> what it could not read: the client fails the step with it
-    out: dict = {"ok": True, "os": os_name, "kernel": platform.release(), "python": sys.version.split()[0],
-                 "python_path": sys.executable, "venv": sys.prefix,
-                 "packages": {n: _dist_version(n, errors) for n in ("vllm", "speculators", "torch", "transformers")},
-                 "errors": errors,
-                 "disk_free_gib": {"venv": _free_gib(sys.prefix), "state_dir": _free_gib(req["state_dir"])},
-                 "drain": drainmark.read(req["state_dir"])}
+    out: dict = {
+        "ok": True,
+        "os": os_name,
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "python_path": sys.executable,
+        "venv": sys.prefix,
+        "packages": {
+            n: _dist_version(n, errors) for n in ("vllm", "speculators", "torch", "transformers")
+        },
+        "errors": errors,
+        "disk_free_gib": {"venv": _free_gib(sys.prefix), "state_dir": _free_gib(req["state_dir"])},
+        "drain": drainmark.read(req["state_dir"]),
+    }
     if req.get("dists"):  # what `pip check` reads; the client evaluates it
         from ..core.dists import installed_dists
 
@@ -228,8 +306,11 @@ def facts(req: dict) -> dict:
     smi, where = locate_smi()
     out["nvidia_smi"] = f"{smi} ({where})" if smi else None
     if smi is None:
-        out.update(driver=None, cuda=None, gpu_count=0, gpu_names=[], gpu_error="nvidia-smi not found")
-        if os.environ.get("SUDO_USER"):  # become: root's PATH is sudo's, not the node's: say it, never "ok"
+        out.update(
+            driver=None, cuda=None, gpu_count=0, gpu_names=[], gpu_error="nvidia-smi not found"
+        )
+        # become: root's PATH is sudo's, not the node's: say it, never "ok"
+        if os.environ.get("SUDO_USER"):
             errors["gpus"] = f"nvidia-smi not found as root under sudo ({where})"
         return out
     try:

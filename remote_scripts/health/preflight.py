@@ -1,5 +1,6 @@
-"""What `extract` checks before launching, in one exec: the playbook's fast checks, the GPUs, the running job,
-whether the node is drained, and whether the job's output already holds every sample."""
+"""What `extract` checks before launching, in one exec: the playbook's fast checks, the GPUs, the
+running job, whether the node is drained, and whether the job's output already holds every
+sample."""
 
 from __future__ import annotations
 
@@ -19,20 +20,34 @@ from . import gpu
 
 @node_op("preflight", writes=True)
 def preflight(req: dict) -> dict:
-    """What `extract` checks before launching, in the same exec: the playbook's fast checks and the GPUs."""
-    verify = checks.verify(req) if req.get("checks") or req.get("requires") else {"ok": True, "items": []}
+    """What `extract` checks before launching, in the same exec: the playbook's fast checks and the
+    GPUs."""
+    verify = (
+        checks.verify(req)
+        if req.get("checks") or req.get("requires")
+        else {"ok": True, "items": []}
+    )
     running = running_job(req["state_dir"])
     public = {k: v for k, v in running.items() if k != "env"} if running else None
-    answer: dict[str, Any] = {"ok": True, "verify": verify, "gpu": gpu.snapshot(req["state_dir"]),
-                              "running_job": public, "drain": drainmark.read(req["state_dir"]),
-                              "complete": _complete(req), "dataset": _dataset(req), "output_busy": _busy(req)}
-    if verify.get("warnings"):  # an import path let pass (--allow-insecure-venv): the answer's own, as every op's
+    answer: dict[str, Any] = {
+        "ok": True,
+        "verify": verify,
+        "gpu": gpu.snapshot(req["state_dir"]),
+        "running_job": public,
+        "drain": drainmark.read(req["state_dir"]),
+        "complete": _complete(req),
+        "dataset": _dataset(req),
+        "output_busy": _busy(req),
+    }
+    # an import path let pass (--allow-insecure-venv): the answer's own, as every op's
+    if verify.get("warnings"):
         answer["warnings"] = verify.pop("warnings")
     return answer
 
 
 def _busy(req: dict) -> dict | None:
-    """Who else writes the extract job's output now (outputlock.py), on this host or another that shares it."""
+    """Who else writes the extract job's output now (outputlock.py), on this host or another that
+    shares it."""
     filled = _filled(req)
     output = filled.get("output") if filled else None
     if not isinstance(output, str) or not output or "{job_dir}" in output:
@@ -45,13 +60,15 @@ def _filled(req: dict) -> dict | None:
     extract = req.get("extract")
     if not isinstance(extract, dict):
         return None
-    filled = expand(extract, {"state_dir": os.path.abspath(req["state_dir"]), "python": sys.executable})
+    filled = expand(
+        extract, {"state_dir": os.path.abspath(req["state_dir"]), "python": sys.executable}
+    )
     return filled if isinstance(filled, dict) else None
 
 
 def _dataset(req: dict) -> dict | None:
-    """Why the extract job's dataset cannot be read here ({path, error}), else None: the job would load its
-    model only to fail on its first read."""
+    """Why the extract job's dataset cannot be read here ({path, error}), else None: the job would
+    load its model only to fail on its first read."""
     filled = _filled(req)
     path = filled.get("dataset") if filled else None
     if not isinstance(path, str) or not path or "{job_dir}" in path:
@@ -69,10 +86,14 @@ def _dataset(req: dict) -> dict | None:
 
 
 def _complete(req: dict) -> dict | None:
-    """The extract job's output, when it already holds every sample of this very extraction (jobs/outputs.py).
-    An output under {job_dir} is new for every job: never complete beforehand."""
+    """The extract job's output, when it already holds every sample of this very extraction
+    (jobs/outputs.py). An output under {job_dir} is new for every job: never complete beforehand."""
     extract = req.get("extract")
-    if not isinstance(extract, dict) or extract.get("again") or "{job_dir}" in str(extract.get("output")):
+    if (
+        not isinstance(extract, dict)
+        or extract.get("again")
+        or "{job_dir}" in str(extract.get("output"))
+    ):
         return None
     filled = _filled(req)
     done = completion(filled) if filled is not None else None
@@ -84,8 +105,9 @@ def _complete(req: dict) -> dict | None:
 
 
 def _interrupted_again(state_dir: str, output: str) -> dict | None:
-    """The newest job of this node on `output`, when it was an `extract --again` that did not succeed (killed
-    before it began its new manifest): the output still looks complete, but it is not what was last asked for."""
+    """The newest job of this node on `output`, when it was an `extract --again` that did not
+    succeed (killed before it began its new manifest): the output still looks complete, but it is
+    not what was last asked for."""
     for job in all_jobs(state_dir):
         job_dir = os.path.join(jobs_dir(state_dir), job["id"])
         if (job.get("output") or output_dir(job_dir, job)) != output:
@@ -96,7 +118,18 @@ def _interrupted_again(state_dir: str, output: str) -> dict | None:
         if st["state"] in ("succeeded", "running", "starting"):
             return None
         ended = st.get("exit") or {}
-        how = (f"signal {ended['signal']}" if ended.get("signal") else f"exit status {ended.get('exit_code')}"
-               if ended else "no exit status")
-        return {"job": job["id"], "state": st["state"], "how": how, "again": True, "name": job.get("name")}
+        how = (
+            f"signal {ended['signal']}"
+            if ended.get("signal")
+            else f"exit status {ended.get('exit_code')}"
+            if ended
+            else "no exit status"
+        )
+        return {
+            "job": job["id"],
+            "state": st["state"],
+            "how": how,
+            "again": True,
+            "name": job.get("name"),
+        }
     return None

@@ -1,11 +1,12 @@
-"""The `run` op: the operator's own shell command on the node (fab -H lab01 -- uname -a, fab run "...").
+"""The `run` op: the operator's own shell command on the node (fab -H lab01 -- uname -a, fab run
+"...").
 
-The command is the operator's text, passed unchanged to /bin/sh -c; fleetops never builds it from data.
-It arrives inside the JSON request on stdin, so it never travels on an SSH command line.
+The command is the operator's text, passed unchanged to /bin/sh -c; fleetops never builds it from
+data. It arrives inside the JSON request on stdin, so it never travels on an SSH command line.
 
-The agent runs as whoever logs in (often root on a GPU node), beside the jobs it must not starve: it keeps
-only the first and the last KEEP_BYTES of each stream and counts the bytes in between, so `run "yes"` costs
-the same memory as `run true`."""
+The agent runs as whoever logs in (often root on a GPU node), beside the jobs it must not starve: it
+keeps only the first and the last KEEP_BYTES of each stream and counts the bytes in between, so `run
+"yes"` costs the same memory as `run true`."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from collections import deque
 
 from ..core.registry import node_op
 
-KEEP_BYTES = 1024 * 1024  # of each stream, both its head and its tail come back; what lies between is counted
+# of each stream, both its head and its tail come back; what lies between is counted
+KEEP_BYTES = 1024 * 1024
 READ_BYTES = 64 * 1024
 
 
 class _Kept:
-    """One stream's head (the first KEEP_BYTES), its tail (at least the last KEEP_BYTES, as read) and its size."""
+    """One stream's head (the first KEEP_BYTES), its tail (at least the last KEEP_BYTES, as read)
+    and its size."""
 
     def __init__(self) -> None:
         self.head = bytearray()
@@ -44,13 +47,13 @@ class _Kept:
                 self.tail_bytes -= len(self.tail.popleft())
 
     def texts(self) -> tuple[str, str, int]:
-        """(head, tail, bytes dropped between them); the tail is empty when nothing was dropped. The cut never
-        splits a UTF-8 character: its pieces count as dropped."""
+        """(head, tail, bytes dropped between them); the tail is empty when nothing was dropped. The
+        cut never splits a UTF-8 character: its pieces count as dropped."""
         tail = b"".join(self.tail)
         if self.total <= 2 * KEEP_BYTES:
             return _text(bytes(self.head) + tail), "", 0
         head = _whole_head(bytes(self.head))
-        tail = _whole_tail(tail[len(tail) - KEEP_BYTES:])
+        tail = _whole_tail(tail[len(tail) - KEEP_BYTES :])
         return _text(head), _text(tail), self.total - len(head) - len(tail)
 
 
@@ -79,7 +82,8 @@ def _text(data: bytes) -> str:
 
 
 def _collect(proc: subprocess.Popen, deadline: float) -> tuple[_Kept, _Kept, bool]:
-    """Read both pipes to their end (or the deadline), keeping head and tail of each; (stdout, stderr, timed out)."""
+    """Read both pipes to their end (or the deadline), keeping head and tail of each; (stdout,
+    stderr, timed out)."""
     assert proc.stdout is not None and proc.stderr is not None  # started with both pipes
     out, err = _Kept(), _Kept()
     kept = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
@@ -107,14 +111,20 @@ def run(req: dict) -> dict:
     timeout = float(req.get("timeout") or 300)
     started = time.monotonic()
     # Its own session: a timeout or an interrupted agent kills the whole tree the command started.
-    proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", command],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         out, err, timed_out = _collect(proc, started + timeout)
         if timed_out:
             os.killpg(proc.pid, signal.SIGKILL)
         else:
-            left = started + timeout - time.monotonic()  # both pipes closed: the shell is ending, or daemonised
+            # both pipes closed: the shell is ending, or daemonised
+            left = started + timeout - time.monotonic()
             try:
                 proc.wait(max(left, 0.0))
             except subprocess.TimeoutExpired:
@@ -122,7 +132,8 @@ def run(req: dict) -> dict:
                 os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)  # Ctrl-C on the client: nothing of the command outlives us
+        # Ctrl-C on the client: nothing of the command outlives us
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
     finally:
@@ -130,7 +141,16 @@ def run(req: dict) -> dict:
         proc.stderr.close()  # type: ignore[union-attr]
     stdout, stdout_tail, out_dropped = out.texts()
     stderr, stderr_tail, err_dropped = err.texts()
-    return {"ok": not timed_out and proc.returncode == 0, "exit_code": proc.returncode, "timed_out": timed_out,
-            "timeout": timeout, "stdout": stdout, "stdout_tail": stdout_tail, "stdout_dropped_bytes": out_dropped,
-            "stderr": stderr, "stderr_tail": stderr_tail, "stderr_dropped_bytes": err_dropped,
-            "run_seconds": round(time.monotonic() - started, 3)}
+    return {
+        "ok": not timed_out and proc.returncode == 0,
+        "exit_code": proc.returncode,
+        "timed_out": timed_out,
+        "timeout": timeout,
+        "stdout": stdout,
+        "stdout_tail": stdout_tail,
+        "stdout_dropped_bytes": out_dropped,
+        "stderr": stderr,
+        "stderr_tail": stderr_tail,
+        "stderr_dropped_bytes": err_dropped,
+        "run_seconds": round(time.monotonic() - started, 3),
+    }

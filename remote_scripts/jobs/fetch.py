@@ -1,10 +1,10 @@
-"""`fetch`'s node side: which files may leave the node, and their size and sha256, before the client copies
-them over SFTP. Stdlib only.
+"""`fetch`'s node side: which files may leave the node, and their size and sha256, before the client
+copies them over SFTP. Stdlib only.
 
-A file may be fetched when its real path (every symlink resolved) is under the state dir or under a job's
-output directory; anything else only with any_path. A path that looks inside but resolves outside (a symlink
-escape) is refused too. The hash covers the first `size` bytes as they were when hashed, so a log that is
-still growing is copied and verified up to that point."""
+A file may be fetched when its real path (every symlink resolved) is under the state dir or under a
+job's output directory; anything else only with any_path. A path that looks inside but resolves
+outside (a symlink escape) is refused too. The hash covers the first `size` bytes as they were when
+hashed, so a log that is still growing is copied and verified up to that point."""
 
 from __future__ import annotations
 
@@ -15,8 +15,16 @@ import stat
 
 from ..core.nodeio import NodeError
 from ..core.registry import node_op
-from .outputs import read_manifest
-from .records import every_job, find_job, jobs_dir, log_paths, output_dir, record_dir, slurm_records_dir
+from .outputs import manifest_of, run_jobs
+from .records import (
+    every_job,
+    find_job,
+    jobs_dir,
+    log_paths,
+    output_dir,
+    record_dir,
+    slurm_records_dir,
+)
 
 # typing.TYPE_CHECKING without importing typing: the agent's start-up imports only what it runs
 TYPE_CHECKING = False
@@ -24,7 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 HASH_CHUNK = 1 << 20
-# One answer line lists every file of a fetched directory (~300 bytes each, under the client's 32 MiB cap).
+# One answer line lists every file of a fetched directory (~300 bytes each, under the client's 32
+# MiB cap).
 MAX_DIR_FILES = 50_000
 
 
@@ -33,7 +42,8 @@ def _under(path: str, root: str) -> bool:
 
 
 def _hash_prefix(path: str) -> dict:
-    """size, sha256 (of those bytes), mode, mtime of a regular file, opened without following a final symlink."""
+    """size, sha256 (of those bytes), mode, mtime of a regular file, opened without following a
+    final symlink."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         return _hash_fd(fd, path)
@@ -53,13 +63,17 @@ def _hash_fd(fd: int, path: str) -> dict:
             break
         digest.update(chunk)
         left -= len(chunk)
-    return {"size": st.st_size - left, "sha256": digest.hexdigest(), "mode": stat.S_IMODE(st.st_mode),
-            "mtime": st.st_mtime}
+    return {
+        "size": st.st_size - left,
+        "sha256": digest.hexdigest(),
+        "mode": stat.S_IMODE(st.st_mode),
+        "mtime": st.st_mtime,
+    }
 
 
 def _roots(state_dir: str) -> list[tuple[str, str]]:
-    """(real path, local folder prefix) of every place fetch may read without any_path: each job's output
-    directory, then the state dir (jobs/<id>/ under it gets the job id as its folder)."""
+    """(real path, local folder prefix) of every place fetch may read without any_path: each job's
+    output directory, then the state dir (jobs/<id>/ under it gets the job id as its folder)."""
     roots = []
     for job in every_job(state_dir):  # SSH and Slurm jobs alike
         out = output_dir(record_dir(state_dir, job), job)
@@ -70,8 +84,9 @@ def _roots(state_dir: str) -> list[tuple[str, str]]:
 
 
 def _local_name(real: str, state_dir: str, roots: list[tuple[str, str]]) -> str:
-    """Where under fetched/<host>/ the file goes: <job-id>/<file> for a job's own files, <job-id>/output/...
-    for its output, state/... for the rest of the state dir, other/<absolute path> otherwise."""
+    """Where under fetched/<host>/ the file goes: <job-id>/<file> for a job's own files,
+    <job-id>/output/... for its output, state/... for the rest of the state dir, other/<absolute
+    path> otherwise."""
     for store in (jobs_dir(state_dir), slurm_records_dir(state_dir)):
         store_real = os.path.realpath(store)
         if _under(real, store_real) and real != store_real:
@@ -82,37 +97,47 @@ def _local_name(real: str, state_dir: str, roots: list[tuple[str, str]]) -> str:
     return "other/" + real.lstrip("/")
 
 
-def _check(requested: str, base: str, state_dir: str, roots: list[tuple[str, str]], any_path: bool) -> dict:
+def _check(
+    requested: str, base: str, state_dir: str, roots: list[tuple[str, str]], any_path: bool
+) -> dict:
     path = os.path.normpath(os.path.join(base, requested))
     real = os.path.realpath(path)
-    inside_as_named = any(_under(path, os.path.abspath(r)) for r, _ in roots) or _under(path, os.path.abspath(
-        state_dir))
+    inside_as_named = any(_under(path, os.path.abspath(r)) for r, _ in roots) or _under(
+        path, os.path.abspath(state_dir)
+    )
     inside_really = any(_under(real, r) for r, _ in roots)
     allowed = ", ".join(sorted({r for r, _ in roots}))
     if not inside_really and not any_path:
         if inside_as_named and real != path:
-            raise NodeError(f"{requested}: a symlink that leads outside the state and job directories (to "
-                            f"{real}); refused (fetch only reads under {allowed}; --any-path to fetch it anyway)",
-                            kind="refused")
-        raise NodeError(f"{requested}: outside the state and job directories ({allowed}); refused (--any-path "
-                        "fetches any file the login user can read)", kind="refused")
+            raise NodeError(
+                f"{requested}: a symlink that leads outside the state and job directories (to "
+                f"{real}); refused (fetch only reads under "
+                f"{allowed}; --any-path to fetch it anyway)",
+                kind="refused",
+            )
+        raise NodeError(
+            f"{requested}: outside the state and job directories ({allowed}); refused (--any-path "
+            "fetches any file the login user can read)",
+            kind="refused",
+        )
     if not os.path.exists(real):
         raise NodeError(f"{requested}: no such file on the node ({path})", kind="missing")
     if os.path.isdir(real):
         return {"requested": requested, "path": real, "directory": True}
     info = _hash_prefix(real)
-    return {"requested": requested, "path": real, "local": _local_name(real, state_dir, roots), **info}
+    return {
+        "requested": requested,
+        "path": real,
+        "local": _local_name(real, state_dir, roots),
+        **info,
+    }
 
 
 def _manifest_runs(output: str) -> list[str] | None:
-    """The job ids of the runs an output's manifest records (oldest first), or None when it cannot be read."""
-    try:
-        manifest = read_manifest(output)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(manifest, dict):
-        return None
-    return [str(r.get("job")) for r in manifest.get("runs") or [] if isinstance(r, dict) and r.get("job")]
+    """The job ids of the runs an output's manifest records (oldest first), or None when it cannot
+    be read."""
+    manifest = manifest_of(output)
+    return None if manifest is None else [job for job in run_jobs(manifest) if job]
 
 
 @node_op("fetch_plan", writes=True)
@@ -140,15 +165,23 @@ def fetch_plan(req: dict) -> dict:
             ran = _manifest_runs(out)
             if ran is None or job["id"] in ran:
                 wanted.append(("manifest", os.path.join(out, "manifest.json")))
-            else:  # the output's manifest is another run's: this job was killed before it wrote its own
-                notes.append(f"no manifest of job {job['id']}: the one in {out} is of "
-                             f"{', '.join(ran[-3:]) or 'no recorded job'} (job {job['id']} ended before it wrote "
-                             "one)")
+            # the output's manifest is another run's: this job was killed before it wrote its own
+            else:
+                notes.append(
+                    f"no manifest of job {job['id']}: the one in {out} is of "
+                    f"{', '.join(ran[-3:]) or 'no recorded job'} "
+                    f"(job {job['id']} ended before it wrote "
+                    "one)"
+                )
         elif out:
             notes.append(f"no manifest yet in {out} (the extraction has not written one)")
         else:
-            notes.append(f"no manifest: job {job['id']} is a {job.get('kind')} job (only extract jobs write one)")
-    base = state_dir  # a relative path is taken from the state dir: the same words work on every host
+            notes.append(
+                f"no manifest: job {job['id']} is a "
+                f"{job.get('kind')} job (only extract jobs write one)"
+            )
+    # a relative path is taken from the state dir: the same words work on every host
+    base = state_dir
     files = []
     for role, path in wanted:
         try:
@@ -160,23 +193,32 @@ def fetch_plan(req: dict) -> dict:
                 entry["local"] = f"{job['id']}/manifest.json"
             files.append(entry)
         except NodeError as exc:
-            files.append({"role": role, "requested": path, "error": str(exc), "error_kind": exc.kind})
+            files.append(
+                {"role": role, "requested": path, "error": str(exc), "error_kind": exc.kind}
+            )
         except OSError as exc:
-            files.append({"role": role, "requested": path, "error": f"{path}: {exc.strerror or exc}",
-                          "error_kind": "os"})
+            files.append(
+                {
+                    "role": role,
+                    "requested": path,
+                    "error": f"{path}: {exc.strerror or exc}",
+                    "error_kind": "os",
+                }
+            )
     return {"ok": True, "job_id": job["id"] if job else None, "files": files, "notes": notes}
 
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO would block an open without it
+# a FIFO would block an open without it
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _walk_dir(top_fd: int, top: str, each: Callable[[str, int, str], None]) -> None:
-    """each(relative name, directory descriptor, name in it) for everything under top that is not a directory,
-    sorted (a directory's own entries, then its subdirectories). Every directory is opened O_NOFOLLOW relative to
-    the descriptor of the one above: a subdirectory swapped for a symlink while the walk runs is never entered,
-    it is an entry like any symlink (symlinked directories are never walked into: a link can loop or lead
-    anywhere)."""
+    """each(relative name, directory descriptor, name in it) for everything under top that is not a
+    directory, sorted (a directory's own entries, then its subdirectories). Every directory is
+    opened O_NOFOLLOW relative to the descriptor of the one above: a subdirectory swapped for a
+    symlink while the walk runs is never entered, it is an entry like any symlink (symlinked
+    directories are never walked into: a link can loop or lead anywhere)."""
     count = 0
 
     def visit(fd: int, prefix: str) -> None:
@@ -192,14 +234,19 @@ def _walk_dir(top_fd: int, top: str, each: Callable[[str, int, str], None]) -> N
                 continue
             count += 1
             if count > MAX_DIR_FILES:
-                raise NodeError(f"{top} holds more than {MAX_DIR_FILES:,} files; fetch its subdirectories one by "
-                                "one", kind="refused")
+                raise NodeError(
+                    f"{top} holds more than {MAX_DIR_FILES:,} "
+                    "files; fetch its subdirectories one by "
+                    "one",
+                    kind="refused",
+                )
             each(prefix + name, fd, name)
         for name in subdirs:
             try:
                 sub = os.open(name, _DIR, dir_fd=fd)
             except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link (or a file) since listed
+                # swapped for a link (or a file) since listed
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     each(prefix + name, fd, name)
                 continue
             try:
@@ -211,8 +258,9 @@ def _walk_dir(top_fd: int, top: str, each: Callable[[str, int, str], None]) -> N
 
 
 def _open_beneath(top_fd: int, rel: str) -> int:
-    """`rel` (no symlink in it: a resolved path) opened from top's descriptor, one component at a time, never
-    through a link: what a symlink inside the directory names, read from inside it only."""
+    """`rel` (no symlink in it: a resolved path) opened from top's descriptor, one component at a
+    time, never through a link: what a symlink inside the directory names, read from inside it
+    only."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     fd = os.dup(top_fd)
     try:
@@ -225,26 +273,42 @@ def _open_beneath(top_fd: int, rel: str) -> int:
         os.close(fd)
 
 
-def directory_entries(entry: dict, state_dir: str, roots: list[tuple[str, str]], notes: list[str]) -> list[dict]:
-    """Every file under a requested directory, each as _check's entry plus `dir` (the directory: requested,
-    local) and `rel` (its name in it, '/'-separated). A symlink is followed only when it stays inside the
-    directory (and read from inside it); one leading out is refused, a symlinked directory and anything not a
-    regular file are skipped with a note. Read by descriptor all the way down (_walk_dir)."""
+def directory_entries(
+    entry: dict, state_dir: str, roots: list[tuple[str, str]], notes: list[str]
+) -> list[dict]:
+    """Every file under a requested directory, each as _check's entry plus `dir` (the directory:
+    requested, local) and `rel` (its name in it, '/'-separated). A symlink is followed only when it
+    stays inside the directory (and read from inside it); one leading out is refused, a symlinked
+    directory and anything not a regular file are skipped with a note. Read by descriptor all the
+    way down (_walk_dir)."""
     top, requested = entry["path"], entry["requested"]
-    local_top = next((prefix for root, prefix in roots if root == top), None) or _local_name(top, state_dir, roots)
+    local_top = next((prefix for root, prefix in roots if root == top), None) or _local_name(
+        top, state_dir, roots
+    )
     where = {"requested": requested, "local": local_top, "path": top}
     out: list[dict] = []
 
     def each(rel: str, dir_fd: int, name: str) -> None:
-        base = {"role": entry["role"], "requested": f"{requested.rstrip('/')}/{rel}", "dir": where, "rel": rel}
+        base = {
+            "role": entry["role"],
+            "requested": f"{requested.rstrip('/')}/{rel}",
+            "dir": where,
+            "rel": rel,
+        }
         path = os.path.join(top, rel)
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
                 real = os.path.realpath(path)
                 if not _under(real, top):
-                    out.append({**base, "error": f"{base['requested']}: a symlink that leads outside {requested} "
-                                f"(to {real}); refused", "error_kind": "refused"})
+                    out.append(
+                        {
+                            **base,
+                            "error": f"{base['requested']}: a symlink that leads outside "
+                            f"{requested} (to {real}); refused",
+                            "error_kind": "refused",
+                        }
+                    )
                     return
                 fd, path = _open_beneath(top_fd, os.path.relpath(real, top)), real
             elif stat.S_ISREG(st.st_mode):
@@ -254,7 +318,10 @@ def directory_entries(entry: dict, state_dir: str, roots: list[tuple[str, str]],
             try:
                 kind = os.fstat(fd).st_mode if fd >= 0 else st.st_mode
                 if stat.S_ISDIR(kind):
-                    notes.append(f"{base['requested']}: a symlink to a directory; skipped (fetch {path} by name)")
+                    notes.append(
+                        f"{base['requested']}: a symlink to a "
+                        f"directory; skipped (fetch {path} by name)"
+                    )
                     return
                 if not stat.S_ISREG(kind):  # a FIFO would block a read; a device is no file to copy
                     notes.append(f"{base['requested']}: not a regular file; skipped")
@@ -267,7 +334,9 @@ def directory_entries(entry: dict, state_dir: str, roots: list[tuple[str, str]],
             out.append({**base, "error": str(exc), "error_kind": exc.kind})
             return
         except OSError as exc:
-            out.append({**base, "error": f"{base['requested']}: {exc.strerror or exc}", "error_kind": "os"})
+            out.append(
+                {**base, "error": f"{base['requested']}: {exc.strerror or exc}", "error_kind": "os"}
+            )
             return
         out.append({**base, "path": path, "local": f"{local_top}/{rel}", **info})
 

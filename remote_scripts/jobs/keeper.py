@@ -1,6 +1,6 @@
-"""The two small processes behind a job (stdlib only): the keeper (`agent.pyz wrap <job_dir>`, session leader
-and child subreaper) and the wrapper it forks (the job's parent), and the job's exit record they write into
-space reserved at launch, so a full disk cannot lose it."""
+"""The two small processes behind a job (stdlib only): the keeper (`agent.pyz wrap <job_dir>`,
+session leader and child subreaper) and the wrapper it forks (the job's parent), and the job's exit
+record they write into space reserved at launch, so a full disk cannot lose it."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ RESERVE_BYTES = 8192
 
 
 def record_end(job_dir: str, result: dict) -> None:
-    """Write exit.json into the space reserved at launch (overwritten in place, then renamed: no new block is
-    needed, so a full disk cannot lose the record); without a reserve, an ordinary atomic write."""
+    """Write exit.json into the space reserved at launch (overwritten in place, then renamed: no new
+    block is needed, so a full disk cannot lose the record); without a reserve, an ordinary atomic
+    write."""
     data = (json.dumps(result) + "\n").encode()
     reserve = os.path.join(job_dir, RESERVE)
     final = os.path.join(job_dir, "exit.json")
@@ -50,19 +51,22 @@ def record_end(job_dir: str, result: dict) -> None:
     atomic_write(final, data, mode=0o600, point="job.exit")
 
 
-# A write that failed for space, as the job's log says it: Python's OSError (with the file when the call names
-# one), coreutils' `dd: error writing '/x': No space left on device`, or a bare Errno 28.
+# A write that failed for space, as the job's log says it: Python's OSError (with the file when the
+# call names one), coreutils' `dd: error writing '/x': No space left on device`, or a bare Errno 28.
 _ENOSPC = re.compile(r"No space left on device|\[Errno 28\]|ENOSPC", re.I)
-_ENOSPC_PATH = (re.compile(r"No space left on device: '(?P<path>/[^']*)'"),
-                re.compile(r"'(?P<path>/[^']*)': No space left on device"),
-                re.compile(r"(?P<path>/[^\s':]+): No space left on device"))
+_ENOSPC_PATH = (
+    re.compile(r"No space left on device: '(?P<path>/[^']*)'"),
+    re.compile(r"'(?P<path>/[^']*)': No space left on device"),
+    re.compile(r"(?P<path>/[^\s':]+): No space left on device"),
+)
 LOG_TAIL_BYTES = 8192
 
 
 def no_space(job_dir: str, job: dict) -> dict | None:
-    """The job ended on ENOSPC, as its log's last lines say: {"path": where it could not write, "line": the
-    log's line}. A line that names no file (a Python write() names none) gets the first full filesystem
-    among the job's own paths: its output, its cwd, the absolute paths in its command. None otherwise."""
+    """The job ended on ENOSPC, as its log's last lines say: {"path": where it could not write,
+    "line": the log's line}. A line that names no file (a Python write() names none) gets the first
+    full filesystem among the job's own paths: its output, its cwd, the absolute paths in its
+    command. None otherwise."""
     try:
         with open(os.path.join(job_dir, LOG), "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES))
@@ -77,8 +81,11 @@ def no_space(job_dir: str, job: dict) -> dict | None:
         m = pattern.search(line)
         if m:
             return {"path": m.group("path"), "line": line[-300:]}
-    candidates = [(job.get("extract") or {}).get("output"), job.get("cwd"),
-                  *[w for w in (job.get("argv") or [])[1:] if isinstance(w, str) and w.startswith("/")]]
+    candidates = [
+        (job.get("extract") or {}).get("output"),
+        job.get("cwd"),
+        *[w for w in (job.get("argv") or [])[1:] if isinstance(w, str) and w.startswith("/")],
+    ]
     for path in (p for p in candidates if isinstance(p, str) and p):
         full = disk_full(path if os.path.isdir(path) else os.path.dirname(path))
         if full:
@@ -87,9 +94,12 @@ def no_space(job_dir: str, job: dict) -> dict | None:
 
 
 def end_record(code: int | None, job_dir: str, **extra: object) -> dict:
-    result: dict = {"exit_code": code if code is not None and code >= 0 else None,
-                    "signal": -code if code is not None and code < 0 else None, "ended": now_iso(),
-                    "ended_ts": time.time()}
+    result: dict = {
+        "exit_code": code if code is not None and code >= 0 else None,
+        "signal": -code if code is not None and code < 0 else None,
+        "ended": now_iso(),
+        "ended_ts": time.time(),
+    }
     full = disk_full(job_dir)
     if full:
         result["disk_full"] = full
@@ -118,10 +128,14 @@ def _status_code(status: int) -> int:
 
 
 def _reserve(job_dir: str) -> bool:
-    """Take the space exit.json will be written into (RESERVE); False, with the reason recorded where it can be,
-    if it cannot be taken."""
+    """Take the space exit.json will be written into (RESERVE); False, with the reason recorded
+    where it can be, if it cannot be taken."""
     try:
-        fd = os.open(os.path.join(job_dir, RESERVE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(
+            os.path.join(job_dir, RESERVE),
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+            0o600,
+        )
         try:
             os.write(fd, b" " * RESERVE_BYTES)
             os.fsync(fd)
@@ -139,9 +153,10 @@ def _reserve(job_dir: str) -> bool:
 
 @node_role("wrap")
 def wrap_main(job_dir: str) -> int:
-    """The keeper: session leader and child subreaper. It reserves space for exit.json, forks the wrapper (the
-    job's parent) and reaps whatever is re-parented to it. If the wrapper dies before recording the job's
-    end, the job becomes the keeper's child and the keeper records its true exit status."""
+    """The keeper: session leader and child subreaper. It reserves space for exit.json, forks the
+    wrapper (the job's parent) and reaps whatever is re-parented to it. If the wrapper dies before
+    recording the job's end, the job becomes the keeper's child and the keeper records its true exit
+    status."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     load_failpoints()
@@ -169,8 +184,8 @@ def wrap_main(job_dir: str) -> int:
 
 
 def _reap(job_dir: str, wrapper: int) -> int:
-    """The keeper's wait: until the wrapper has recorded the job's end, or the job (re-parented to the keeper once
-    its wrapper died) ended and its status was recorded here."""
+    """The keeper's wait: until the wrapper has recorded the job's end, or the job (re-parented to
+    the keeper once its wrapper died) ended and its status was recorded here."""
     job_pid: int | None = None
     exit_path = os.path.join(job_dir, "exit.json")
     wrapper_status: int | None = None
@@ -192,17 +207,36 @@ def _reap(job_dir: str, wrapper: int) -> int:
             except NodeError:
                 job_pid = None
         if pid == job_pid and not os.path.exists(exit_path):
-            # The wrapper died first: the job was re-parented to us and its status is ours to record.
-            how = (f"signal {os.WTERMSIG(wrapper_status)}" if wrapper_status is not None and
-                   os.WIFSIGNALED(wrapper_status) else "an unknown cause" if wrapper_status is None else
-                   f"exit {os.WEXITSTATUS(wrapper_status)}")
-            record_end(job_dir, end_record(_status_code(status), job_dir, by="keeper",
-                                           wrapper_killed=f"its wrapper (pid {wrapper}) died first ({how}); the "
-                                           f"exit status was collected by its keeper (pid {os.getpid()})"))
+            # The wrapper died first: the job was re-parented to us and its status is ours to
+            # record.
+            how = (
+                f"signal {os.WTERMSIG(wrapper_status)}"
+                if wrapper_status is not None and os.WIFSIGNALED(wrapper_status)
+                else "an unknown cause"
+                if wrapper_status is None
+                else f"exit {os.WEXITSTATUS(wrapper_status)}"
+            )
+            record_end(
+                job_dir,
+                end_record(
+                    _status_code(status),
+                    job_dir,
+                    by="keeper",
+                    wrapper_killed=f"its wrapper (pid {wrapper}) died first ({how}); the "
+                    f"exit status was collected by its keeper (pid {os.getpid()})",
+                ),
+            )
             return 0
     if not os.path.exists(exit_path):
-        record_end(job_dir, end_record(None, job_dir, wrapper_error=f"its wrapper (pid {wrapper}) died before the "
-                                       "job's end could be collected; exit status unknown"))
+        record_end(
+            job_dir,
+            end_record(
+                None,
+                job_dir,
+                wrapper_error=f"its wrapper (pid {wrapper}) died before the "
+                "job's end could be collected; exit status unknown",
+            ),
+        )
     return 0
 
 
@@ -216,27 +250,53 @@ def _wrapper(job_dir: str) -> int:
             secret = read_json(secret_path) or {}
         except NodeError:
             secret = {}
-    env = {**os.environ, **job.get("env", {}), **secret, "FLEETOPS_JOB_ID": job.get("id", ""),
-           "FLEETOPS_JOB_DIR": os.path.abspath(job_dir), "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        **job.get("env", {}),
+        **secret,
+        "FLEETOPS_JOB_ID": job.get("id", ""),
+        "FLEETOPS_JOB_DIR": os.path.abspath(job_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
     try:  # held open for the job's life; never through a symlink (its mode is the job's umask's)
-        log = os.fdopen(os.open(os.path.join(job_dir, LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                                | os.O_CLOEXEC, 0o666), "ab", buffering=0)
+        log = os.fdopen(
+            os.open(
+                os.path.join(job_dir, LOG),
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o666,
+            ),
+            "ab",
+            buffering=0,
+        )
     except OSError as exc:
-        record_end(job_dir, end_record(127, job_dir, wrapper_error=f"cannot open the job's log: {exc}"))
+        record_end(
+            job_dir, end_record(127, job_dir, wrapper_error=f"cannot open the job's log: {exc}")
+        )
         return 127
     with log:
         try:
             if secret.keys() != set(job.get("secret_env_keys") or ()):
                 raise OSError(f"the secret environment values ({SECRET_ENV}) are missing")
-            # An extract runs the agent's own code: through the bootstrap, with the bytes this process was
-            # verified against (job.json shows the command; it is never run from there).
-            argv = relaunch("extract", os.path.join(job_dir, "request.json")) if job.get("kind") == "extract" \
+            # An extract runs the agent's own code: through the bootstrap, with the bytes this
+            # process was verified against (job.json shows the command; it is never run from there).
+            argv = (
+                relaunch("extract", os.path.join(job_dir, "request.json"))
+                if job.get("kind") == "extract"
                 else job["argv"]
+            )
             failpoint("job.wrapper.start")  # a test swaps what the job would run from here
-            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     env=env, cwd=job.get("cwd") or job_dir,
-                                     preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
-                                                         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)])
+            child = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=job.get("cwd") or job_dir,
+                preexec_fn=lambda: [
+                    signal.signal(s, signal.SIG_DFL)
+                    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+                ],
+            )
         except OSError as exc:
             drop_secrets(job_dir)
             reason = f"fleetops: cannot start {job.get('argv')}: {exc}"
@@ -246,22 +306,34 @@ def _wrapper(job_dir: str) -> int:
                 reason += f" (and the log could not be written: {write_exc.strerror or write_exc})"
             record_end(job_dir, end_record(127, job_dir, wrapper_error=reason))
             return 127
-        drop_secrets(job_dir)  # the job's process has them now: nothing secret stays on the node's disk
+        # the job's process has them now: nothing secret stays on the node's disk
+        drop_secrets(job_dir)
         del secret, env
         keeper = os.getppid()
-        job.update(pid=child.pid, pgid=os.getpgid(0), wrapper_pid=os.getpid(), keeper_pid=keeper,
-                   keeper_started=start_ticks(keeper), pid_started=start_ticks(child.pid))
+        job.update(
+            pid=child.pid,
+            pgid=os.getpgid(0),
+            wrapper_pid=os.getpid(),
+            keeper_pid=keeper,
+            keeper_started=start_ticks(keeper),
+            pid_started=start_ticks(child.pid),
+        )
         try:
             write_json_atomic(job_path, job)
-        except OSError as exc:  # e.g. ENOSPC: without its pid on record the job cannot be followed; end it
+        # e.g. ENOSPC: without its pid on record the job cannot be followed; end it
+        except OSError as exc:
             child.kill()
             child.wait()
-            record_end(job_dir, end_record(127, job_dir, wrapper_error=f"cannot record the job's pid in "
-                                           f"{job_path}: {exc.strerror or exc}; the job was stopped"))
+            record_end(
+                job_dir,
+                end_record(
+                    127,
+                    job_dir,
+                    wrapper_error=f"cannot record the job's pid in "
+                    f"{job_path}: {exc.strerror or exc}; the job was stopped",
+                ),
+            )
             return 127
         code = child.wait()
     record_end(job_dir, end_record(code, job_dir))
     return 0
-
-
-

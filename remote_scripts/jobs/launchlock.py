@@ -1,7 +1,8 @@
-"""jobs/launch.lock (stdlib only): the running check and the launch of one job are one step per node, so two
-`extract` at the same moment launch one job and refuse the other; patch and rollback hold it while they look
-for a running job and write (health/guard.py), so no job starts between that look and the write. Its own
-module so that patch's guard does not load the launcher (subprocess, ctypes) on every agent start."""
+"""jobs/launch.lock (stdlib only): the running check and the launch of one job are one step per
+node, so two `extract` at the same moment launch one job and refuse the other; patch and rollback
+hold it while they look for a running job and write (health/guard.py), so no job starts between that
+look and the write. Its own module so that patch's guard does not load the launcher (subprocess,
+ctypes) on every agent start."""
 
 from __future__ import annotations
 
@@ -34,8 +35,11 @@ class LaunchLock:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     os.close(self.fd)
-                    raise NodeError(f"another launch held {self.path} for {LAUNCH_LOCK_WAIT_S:.0f} s; run again",
-                                    kind="locked") from None
+                    raise NodeError(
+                        f"another launch held {self.path} for "
+                        f"{LAUNCH_LOCK_WAIT_S:.0f} s; run again",
+                        kind="locked",
+                    ) from None
                 time.sleep(0.05)
 
     def __exit__(self, *exc: object) -> None:

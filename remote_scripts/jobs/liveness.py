@@ -1,5 +1,6 @@
-"""A job's state (stdlib only): running while any process carrying its tag lives, else what its exit record
-says, with what went wrong around it (its wrapper gone, a full disk); the job running on this node."""
+"""A job's state (stdlib only): running while any process carrying its tag lives, else what its exit
+record says, with what went wrong around it (its wrapper gone, a full disk); the job running on this
+node."""
 
 from __future__ import annotations
 
@@ -12,12 +13,18 @@ from ..core.statetrust import read_json
 from .procscan import process_alive, tag_index, tagged_pids
 from .records import all_jobs, drop_secrets, jobs_dir, load_job
 
-DISK_FULL_BYTES = 64 * 1024  # less free than this on the job dir's filesystem at the end: reported as full
+# less free than this on the job dir's filesystem at the end: reported as full
+DISK_FULL_BYTES = 64 * 1024
 
 
 def _supervisors_alive(job_dir: str, job: dict) -> list[int]:
-    """The keeper and the wrapper, when alive and still ours (their command line names the job dir)."""
-    return [int(p) for p in (job.get("keeper_pid"), job.get("wrapper_pid")) if p and process_alive(p, job_dir)]
+    """The keeper and the wrapper, when alive and still ours (their command line names the job
+    dir)."""
+    return [
+        int(p)
+        for p in (job.get("keeper_pid"), job.get("wrapper_pid"))
+        if p and process_alive(p, job_dir)
+    ]
 
 
 def disk_full(path: str) -> dict | None:
@@ -30,40 +37,48 @@ def disk_full(path: str) -> dict | None:
     return {"path": path, "free_bytes": free} if free < DISK_FULL_BYTES else None
 
 
-
-
 def _end_cause(ended: dict) -> str:
     """What went wrong around an ended job, from its exit record ("" if nothing did)."""
     causes = []
-    if isinstance(ended.get("job_cause"), str):  # the job's own words, one line (extract_hidden_states.py)
+    # the job's own words, one line (extract_hidden_states.py)
+    if isinstance(ended.get("job_cause"), str):
         causes.append(ended["job_cause"])
     if ended.get("wrapper_error"):
         causes.append(ended["wrapper_error"])
     space = ended.get("no_space")
-    # The job's own ENOSPC, from its log's last lines (keeper.no_space), unless the job said it in its own words.
+    # The job's own ENOSPC, from its log's last lines (keeper.no_space), unless the job said it in
+    # its own words.
     if isinstance(space, dict) and not ended.get("job_cause"):
         where = f" writing {space['path']}" if space.get("path") else ""
-        causes.append(f"no space left on device{where} (the log says: {space.get('line', '')!r}); free "
-                      "space there and re-run")
+        causes.append(
+            f"no space left on device{where} (the log says: {space.get('line', '')!r}); free "
+            "space there and re-run"
+        )
     if ended.get("disk_full"):
         full = ended["disk_full"]
-        causes.append(f"the job's filesystem was full when it ended ({full['free_bytes']} bytes free on "
-                      f"{full['path']}): writes to its log or output failed with ENOSPC (No space left on "
-                      f"device); free space there and re-run")
+        causes.append(
+            f"the job's filesystem was full when it ended ({full['free_bytes']} bytes free on "
+            f"{full['path']}): writes to its log or output failed with ENOSPC (No space left on "
+            f"device); free space there and re-run"
+        )
     if ended.get("wrapper_killed"):
         causes.append(ended["wrapper_killed"])
     return "; ".join(causes)
 
 
 def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None) -> dict:
-    """The job's state from its exit record and its own processes (found by their tag; `index`: one scan of
-    /proc made for many jobs). `running` while any tagged process lives, whatever happened to the wrapper;
-    `left` names processes still alive after the job's main process ended; `cause` says what went wrong around
-    the job (its wrapper gone, a full disk)."""
+    """The job's state from its exit record and its own processes (found by their tag; `index`: one
+    scan of /proc made for many jobs). `running` while any tagged process lives, whatever happened
+    to the wrapper; `left` names processes still alive after the job's main process ended; `cause`
+    says what went wrong around the job (its wrapper gone, a full disk)."""
     ended = read_json(os.path.join(job_dir, "exit.json"))
     failpoint("job.state.read")  # a test ends the job and its wrapper here
     now = time.time()
-    tagged = sorted(index.get(os.path.abspath(job_dir), [])) if index is not None else tagged_pids(job_dir)
+    tagged = (
+        sorted(index.get(os.path.abspath(job_dir), []))
+        if index is not None
+        else tagged_pids(job_dir)
+    )
     out: dict = {"tagged": tagged}
     if not ended and not tagged and _supervisors_alive(job_dir, job):
         # The job is done and its wrapper is writing exit.json: give it a moment, then read again.
@@ -72,9 +87,9 @@ def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None
             time.sleep(0.05)
             ended = read_json(os.path.join(job_dir, "exit.json"))
     if not ended and not tagged:
-        # Read once more, now that the job and its supervisors were seen gone: the wrapper writes exit.json
-        # before it exits, so a record written after the first read (or the loop's last) is there by now.
-        # Without this read, a job that ended in that window was called "lost".
+        # Read once more, now that the job and its supervisors were seen gone: the wrapper writes
+        # exit.json before it exits, so a record written after the first read (or the loop's last)
+        # is there by now. Without this read, a job that ended in that window was called "lost".
         ended = read_json(os.path.join(job_dir, "exit.json"))
     if ended:
         if ended.get("signal"):
@@ -90,26 +105,40 @@ def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None
     elif tagged:
         state, runtime = "running", now - job.get("started_ts", now)
         if job.get("pid") and not _supervisors_alive(job_dir, job):
-            out["cause"] = (f"its wrapper (pid {job.get('wrapper_pid')}) and keeper (pid {job.get('keeper_pid')}) "
-                            f"are gone: the job's processes {tagged} run on, but nothing will record its exit "
-                            f"status")
-    elif _supervisors_alive(job_dir, job) or (job.get("wrapper_pid") is None
-                                              and now - job.get("started_ts", now) < 10):
-        state, runtime = "starting" if not job.get("pid") else "running", now - job.get("started_ts", now)
+            out["cause"] = (
+                f"its wrapper (pid {job.get('wrapper_pid')}) and keeper (pid "
+                f"{job.get('keeper_pid')}) are gone: the job's processes {tagged} run on, but "
+                "nothing will record its exit status"
+            )
+    elif _supervisors_alive(job_dir, job) or (
+        job.get("wrapper_pid") is None and now - job.get("started_ts", now) < 10
+    ):
+        state, runtime = (
+            "starting" if not job.get("pid") else "running",
+            now - job.get("started_ts", now),
+        )
     else:
         state, runtime = "lost", None
         full = disk_full(job_dir)
         if full:
-            out["cause"] = (f"the job's filesystem is full ({full['free_bytes']} bytes free on {job_dir}): "
-                            f"ENOSPC (No space left on device) kept its wrapper from recording the exit status; "
-                            f"free space there")
+            out["cause"] = (
+                f"the job's filesystem is full ({full['free_bytes']} bytes free on {job_dir}): "
+                "ENOSPC (No space left on device) kept its wrapper from recording the exit "
+                "status; free space there"
+            )
     if state not in ("running", "starting"):
         drop_secrets(job_dir)
-    return {"state": state, "exit": ended, "runtime_s": round(runtime, 1) if runtime is not None else None, **out}
+    return {
+        "state": state,
+        "exit": ended,
+        "runtime_s": round(runtime, 1) if runtime is not None else None,
+        **out,
+    }
 
 
 def running_job(state_dir: str) -> dict | None:
-    """The job running on this node: the current one, or any other whose tagged processes still live."""
+    """The job running on this node: the current one, or any other whose tagged processes still
+    live."""
     try:
         job_dir, job = load_job(state_dir, None)
     except NodeError:
@@ -129,10 +158,7 @@ def running_job(state_dir: str) -> dict | None:
 
 
 def live_job_ids(state_dir: str) -> list[str]:
-    """Ids of the jobs under state_dir that have a live tagged process (running, or ended with leftovers)."""
+    """Ids of the jobs under state_dir that have a live tagged process (running, or ended with
+    leftovers)."""
     base = jobs_dir(state_dir)
     return sorted({os.path.basename(d) for d in tag_index() if os.path.dirname(d) == base})
-
-
-
-

@@ -1,7 +1,7 @@
-"""What an extraction's output folder holds (stdlib only): the dataset it is made from, the identity its manifest
-must carry to be resumed, and whether every sample of that very extraction is already there. The extraction
-driver resumes by it; `extract`'s preflight reads it so that a finished output is not run again (a real model
-takes many minutes to load, only to find nothing to do)."""
+"""What an extraction's output folder holds (stdlib only): the dataset it is made from, the identity
+its manifest must carry to be resumed, and whether every sample of that very extraction is already
+there. The extraction driver resumes by it; `extract`'s preflight reads it so that a finished output
+is not run again (a real model takes many minutes to load, only to find nothing to do)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,16 @@ def load_dataset(path: str) -> tuple[list[dict], str]:
 
 
 def identity(req: dict, rows: list[dict], dataset_sha: str) -> dict:
-    """What a manifest must say to belong to this extraction (a resume of another one is refused)."""
-    return {"model": req["model"], "backend": req["backend"], "layer_ids": req["layer_ids"],
-            "dataset": req["dataset"], "dataset_sha256": dataset_sha, "total": len(rows)}
+    """What a manifest must say to belong to this extraction (a resume of another one is
+    refused)."""
+    return {
+        "model": req["model"],
+        "backend": req["backend"],
+        "layer_ids": req["layer_ids"],
+        "dataset": req["dataset"],
+        "dataset_sha256": dataset_sha,
+        "total": len(rows),
+    }
 
 
 def rows_of(req: dict) -> tuple[list[dict], str]:
@@ -54,16 +61,17 @@ def read_manifest(output: str) -> dict | None:
 
 
 def completion(req: dict) -> dict | None:
-    """{output, done, total, runs} when `output` holds every sample of this extraction (same model, backend,
-    layers and dataset bytes), else None: nothing there yet, a part done, another extraction, or a manifest or
-    dataset that cannot be read (the job then says why)."""
+    """{output, done, total, runs} when `output` holds every sample of this extraction (same model,
+    backend, layers and dataset bytes), else None: nothing there yet, a part done, another
+    extraction, or a manifest or dataset that cannot be read (the job then says why)."""
     output = req.get("output")
     if not isinstance(output, str) or not output:
         return None
     try:
         manifest = read_manifest(output)
         if manifest is None or len(manifest.get("samples") or {}) < int(manifest.get("total") or 0):
-            return None  # cheap answers first: the dataset is read only for an output that looks finished
+            # cheap answers first: the dataset is read only for an output that looks finished
+            return None
         rows, sha = rows_of(req)
     except (OSError, ValueError, TypeError, SystemExit):
         return None
@@ -73,30 +81,55 @@ def completion(req: dict) -> dict | None:
     done = manifest.get("samples") or {}
     if not all(str(i) in done for i in range(len(rows))):
         return None
-    return {"output": output, "done": len(rows), "total": len(rows), "runs": len(manifest.get("runs") or [])}
+    return {
+        "output": output,
+        "done": len(rows),
+        "total": len(rows),
+        "runs": len(manifest.get("runs") or []),
+    }
+
+
+def manifest_of(output: str) -> dict | None:
+    """An output's manifest, None when it cannot be read or is not a manifest."""
+    try:
+        manifest = read_manifest(output)
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def run_jobs(manifest: dict) -> list[str]:
+    """The job id of each run the manifest records, oldest first ("" for a run that names none): a
+    sample's `run` is an index into this list."""
+    return [
+        str(r.get("job") or "") if isinstance(r, dict) else "" for r in manifest.get("runs") or []
+    ]
 
 
 def written_by(output: str, job_id: str, manifest: dict | None = None) -> dict | None:
-    """What of `output` the job wrote, by its manifest: {samples, bytes} of the samples its run(s) wrote and the
-    manifest still names (a later --again replaces them), or None when no run of the manifest is the job's
-    (it never wrote one: killed before, or another extraction's output)."""
+    """What of `output` the job wrote, by its manifest: {samples, bytes} of the samples its run(s)
+    wrote and the manifest still names (a later --again replaces them), or None when no run of the
+    manifest is the job's (it never wrote one: killed before, or another extraction's output)."""
     if manifest is None:
-        try:
-            manifest = read_manifest(output)
-        except (OSError, ValueError):
-            return None
+        manifest = manifest_of(output)
     if not isinstance(manifest, dict):
         return None
-    runs = [i for i, r in enumerate(manifest.get("runs") or []) if isinstance(r, dict) and r.get("job") == job_id]
+    runs = [i for i, job in enumerate(run_jobs(manifest)) if job == job_id]
     if not runs:
         return None
-    samples = [s for s in (manifest.get("samples") or {}).values() if isinstance(s, dict) and s.get("run") in runs]
+    samples = [
+        s
+        for s in (manifest.get("samples") or {}).values()
+        if isinstance(s, dict) and s.get("run") in runs
+    ]
     total = 0
     for sample in samples:
         size = sample.get("bytes")
         if not isinstance(size, int):  # a manifest written before sizes were kept: the file's own
             try:
-                size = os.lstat(os.path.join(output, os.path.basename(str(sample.get("file"))))).st_size
+                size = os.lstat(
+                    os.path.join(output, os.path.basename(str(sample.get("file"))))
+                ).st_size
             except OSError:
                 size = 0
         total += size

@@ -1,5 +1,6 @@
-"""The /proc scans behind a job's liveness (stdlib only): which live processes of this user carry a job's tag
-(FLEETOPS_JOB_DIR in their environment), which belong to a process group, whether a recorded pid is still ours."""
+"""The /proc scans behind a job's liveness (stdlib only): which live processes of this user carry a
+job's tag (FLEETOPS_JOB_DIR in their environment), which belong to a process group, whether a
+recorded pid is still ours."""
 
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ def process_alive(pid: int | None, marker: str) -> bool:
 
 
 def tagged_pids(job_dir: str) -> list[int]:
-    """Live (not zombie) processes of this user whose environment carries the job's tag: the job's own
-    processes wherever they are (another process group, a new session), found without the wrapper."""
+    """Live (not zombie) processes of this user whose environment carries the job's tag: the job's
+    own processes wherever they are (another process group, a new session), found without the
+    wrapper."""
     me = os.getpid()
     return sorted(p for p in tag_index().get(os.path.abspath(job_dir), []) if p != me)
-
 
 
 def group_members(pgid: int) -> list[int]:
@@ -40,7 +41,6 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry))
     return members
-
 
 
 def tag_index() -> dict[str, list[int]]:
@@ -61,8 +61,8 @@ def tag_index() -> dict[str, list[int]]:
             if var.startswith(b"FLEETOPS_JOB_DIR="):
                 fields = stat_fields(entry)
                 if fields is not None and fields[0] not in ("Z", "X"):
-                    out.setdefault(var.split(b"=", 1)[1].decode("utf-8", "replace"), []).append(int(entry))
+                    out.setdefault(var.split(b"=", 1)[1].decode("utf-8", "replace"), []).append(
+                        int(entry)
+                    )
                 break
     return out
-
-

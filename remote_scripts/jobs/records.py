@@ -1,7 +1,7 @@
-"""The job record store (stdlib only), one for both kinds of job: a directory per job under <state_dir>/jobs
-(SSH jobs) or <state_dir>/slurm (Slurm jobs), each with its job.json, and current.json naming the latest. Records
-are written atomically (write_json_atomic), so a corrupt one is truly corrupt, never one being written: it is
-moved aside (reported), not fatal forever."""
+"""The job record store (stdlib only), one for both kinds of job: a directory per job under
+<state_dir>/jobs (SSH jobs) or <state_dir>/slurm (Slurm jobs), each with its job.json, and
+current.json naming the latest. Records are written atomically (write_json_atomic), so a corrupt one
+is truly corrupt, never one being written: it is moved aside (reported), not fatal forever."""
 
 from __future__ import annotations
 
@@ -9,17 +9,22 @@ import os
 import re
 import time
 from collections.abc import Callable
-from typing import Any, overload
 
 from ..core.atomicio import ensure_dir, write_json_atomic
 from ..core.nodeio import NodeError
 from ..core.statetrust import QUARANTINED, read_json
 from .procscan import tagged_pids
 
+# typing.TYPE_CHECKING without importing typing: the agent's start-up imports only what it runs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, overload
+
 LOG = "output.log"
 KNOWN_IDS_SHOWN = 10
-# Secret env values (the playbook's secret_env, the inventory's {secret: ...}) travel to the wrapper in this
-# 0600 file, never in job.json; the wrapper deletes it as soon as the job's process has them.
+# Secret env values (the playbook's secret_env, the inventory's {secret: ...}) travel to the wrapper
+# in this 0600 file, never in job.json; the wrapper deletes it as soon as the job's process has
+# them.
 SECRET_ENV = "secret-env.json"
 CAUSE = "cause.json"  # the job's own one-line cause of a failure (the extraction driver writes it)
 
@@ -29,7 +34,8 @@ def cause_name(task: str = "") -> str:
     return f"cause-{task}.json" if task else CAUSE
 
 
-STOP_ASKED = "stop.json"  # written by `stop` before its first signal: the end that follows is fleetops' own
+# written by `stop` before its first signal: the end that follows is fleetops' own
+STOP_ASKED = "stop.json"
 JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,120}")
 
 
@@ -38,7 +44,8 @@ def jobs_dir(state_dir: str) -> str:
 
 
 def slurm_records_dir(state_dir: str) -> str:
-    """Where the Slurm jobs' records are (the same as slurm.slurm_dir: the store has the one layout)."""
+    """Where the Slurm jobs' records are (the same as slurm.slurm_dir: the store has the one
+    layout)."""
     return os.path.join(os.path.abspath(state_dir), "slurm")
 
 
@@ -48,7 +55,9 @@ def is_slurm(job: dict) -> bool:
 
 def record_dir(state_dir: str, job: dict) -> str:
     """The job's own directory, in the part of the store its kind lives in."""
-    return os.path.join(slurm_records_dir(state_dir) if is_slurm(job) else jobs_dir(state_dir), job["id"])
+    return os.path.join(
+        slurm_records_dir(state_dir) if is_slurm(job) else jobs_dir(state_dir), job["id"]
+    )
 
 
 def log_paths(job: dict) -> list[str]:
@@ -59,16 +68,21 @@ def log_paths(job: dict) -> list[str]:
 
 
 # A job spec stays a dict, its text stays text: the overloads let callers index what they passed in.
-@overload
-def expand(value: str, mapping: dict[str, str]) -> str: ...
-@overload
-def expand(value: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]: ...
-@overload
-def expand(value: list[Any], mapping: dict[str, str]) -> list[Any]: ...
-@overload
-def expand(value: object, mapping: dict[str, str]) -> object: ...
+if TYPE_CHECKING:
+
+    @overload
+    def expand(value: str, mapping: dict[str, str]) -> str: ...
+    @overload
+    def expand(value: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]: ...
+    @overload
+    def expand(value: list[Any], mapping: dict[str, str]) -> list[Any]: ...
+    @overload
+    def expand(value: object, mapping: dict[str, str]) -> object: ...
+
+
 def expand(value: object, mapping: dict[str, str]) -> object:
-    """Fill {state_dir}, {job_dir} and {python} in job values (plain text substitution; nothing is evaluated)."""
+    """Fill {state_dir}, {job_dir} and {python} in job values (plain text substitution; nothing is
+    evaluated)."""
     if isinstance(value, str):
         for key, sub in mapping.items():
             value = value.replace("{" + key + "}", sub)
@@ -80,10 +94,9 @@ def expand(value: object, mapping: dict[str, str]) -> object:
     return value
 
 
-
-
 def new_job_dir(base: str, name: str) -> tuple[str, str]:
-    """A new job's id (its name, the UTC time, 4 random hex digits) and its directory under `base`, created."""
+    """A new job's id (its name, the UTC time, 4 random hex digits) and its directory under `base`,
+    created."""
     job_id = f"{name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.urandom(2).hex()}"
     job_dir = os.path.join(base, job_id)
     ensure_dir(job_dir)
@@ -94,17 +107,22 @@ def set_current(base: str, job_id: str) -> None:
     write_json_atomic(os.path.join(base, "current.json"), {"id": job_id})
 
 
-def find_record(base: str, job_id: str | None, newest: Callable[[], list[str]],
-                none_yet: str) -> tuple[str, str, dict | None, dict | None]:
-    """The record asked for, else the one current.json names, else the newest (`newest()`: ids, newest first;
-    `none_yet`: the refusal when there is none): (id, job dir, record or None, and where a corrupt record was
-    just moved, else None)."""
+def find_record(
+    base: str, job_id: str | None, newest: Callable[[], list[str]], none_yet: str
+) -> tuple[str, str, dict | None, dict | None]:
+    """The record asked for, else the one current.json names, else the newest (`newest()`: ids,
+    newest first; `none_yet`: the refusal when there is none): (id, job dir, record or None, and
+    where a corrupt record was just moved, else None)."""
     if not job_id:
         current = read_json(os.path.join(base, "current.json"), on_corrupt="quarantine")
         latest = (current or {}).get("id")
-        if not isinstance(latest, str) or not JOB_ID.fullmatch(latest) or \
-                not os.path.lexists(os.path.join(base, latest, "job.json")):
-            # no pointer (or a corrupt one, moved aside), or its job's record is gone: the newest readable job
+        if (
+            not isinstance(latest, str)
+            or not JOB_ID.fullmatch(latest)
+            or not os.path.lexists(os.path.join(base, latest, "job.json"))
+        ):
+            # no pointer (or a corrupt one, moved aside), or its job's record is gone: the newest
+            # readable job
             known = newest()
             if not known:
                 raise NodeError(none_yet, kind="no_job")
@@ -120,54 +138,85 @@ def find_record(base: str, job_id: str | None, newest: Callable[[], list[str]],
 
 
 def load_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
-    """The job asked for, else the latest one (find_record); a corrupt record is reported with what is left."""
-    job_id, job_dir, job, moved = find_record(jobs_dir(state_dir), job_id,
-                                              lambda: [j["id"] for j in all_jobs(state_dir)],
-                                              "no job has been started on this node")
+    """The job asked for, else the latest one (find_record); a corrupt record is reported with what
+    is left."""
+    job_id, job_dir, job, moved = find_record(
+        jobs_dir(state_dir),
+        job_id,
+        lambda: [j["id"] for j in all_jobs(state_dir)],
+        "no job has been started on this node",
+    )
     if moved is not None:
         raise _quarantined_job(job_id, job_dir, moved)
-    if job is None and os.path.lexists(os.path.join(slurm_records_dir(state_dir), job_id, "job.json")):
-        raise NodeError(f"job {job_id} is a Slurm job: the inventory does not mark this host `scheduler: slurm`, "
-                        "so this reads SSH jobs only; add it to the host and run again (`jobs`, `fetch` and "
-                        "`diagnose` read both kinds)", kind="no_job")
+    if job is None and os.path.lexists(
+        os.path.join(slurm_records_dir(state_dir), job_id, "job.json")
+    ):
+        raise NodeError(
+            f"job {job_id} is a Slurm job: the inventory "
+            "does not mark this host `scheduler: slurm`, "
+            "so this reads SSH jobs only; add it to the host and run again (`jobs`, `fetch` and "
+            "`diagnose` read both kinds)",
+            kind="no_job",
+        )
     if job is None:
         known = [j["id"] for j in all_jobs(state_dir)]
-        shown = ", ".join(known[:KNOWN_IDS_SHOWN]) + (f" (and {len(known) - KNOWN_IDS_SHOWN} older)"
-                                                       if len(known) > KNOWN_IDS_SHOWN else "")
-        raise NodeError(f"no job {job_id!r} on this node; its jobs, newest first: {shown}" if known else
-                        f"no job {job_id!r} on this node; it has no jobs", kind="no_job", known=known)
+        shown = ", ".join(known[:KNOWN_IDS_SHOWN]) + (
+            f" (and {len(known) - KNOWN_IDS_SHOWN} older)" if len(known) > KNOWN_IDS_SHOWN else ""
+        )
+        raise NodeError(
+            f"no job {job_id!r} on this node; its jobs, newest first: {shown}"
+            if known
+            else f"no job {job_id!r} on this node; it has no jobs",
+            kind="no_job",
+            known=known,
+        )
     return job_dir, job
 
 
 def _quarantined_job(job_id: str, job_dir: str, moved: dict) -> NodeError:
-    """The answer about a job whose record was corrupt (just moved aside): which job, where its record went,
-    and what of it is still there; the node's other jobs and new ones are unaffected."""
+    """The answer about a job whose record was corrupt (just moved aside): which job, where its
+    record went, and what of it is still there; the node's other jobs and new ones are
+    unaffected."""
     log = os.path.join(job_dir, LOG)
-    kept = f"its log {log} ({file_size(log)} bytes)" if os.path.exists(log) else f"no log ({log} is missing)"
+    kept = (
+        f"its log {log} ({file_size(log)} bytes)"
+        if os.path.exists(log)
+        else f"no log ({log} is missing)"
+    )
     pids = tagged_pids(job_dir)
     left = f"; its processes {pids} still run" if pids else ""
-    return NodeError(f"job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved to "
-                     f"{moved['moved_to']}; kept: {kept} and its directory {job_dir}{left}; the node's other "
-                     f"jobs are unaffected (fab jobs)", kind="corrupt_state", job_id=job_id, path=moved["path"],
-                     moved_to=moved["moved_to"], log=log, left=pids)
+    return NodeError(
+        f"job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved to "
+        f"{moved['moved_to']}; kept: {kept} and its directory {job_dir}{left}; the node's other "
+        f"jobs are unaffected (fab jobs)",
+        kind="corrupt_state",
+        job_id=job_id,
+        path=moved["path"],
+        moved_to=moved["moved_to"],
+        log=log,
+        left=pids,
+    )
 
 
 def all_jobs(state_dir: str) -> list[dict]:
-    """Every SSH job with a readable job.json, newest first (a corrupt one is moved aside and reported, not
-    fatal)."""
+    """Every SSH job with a readable job.json, newest first (a corrupt one is moved aside and
+    reported, not fatal)."""
     return _records(jobs_dir(state_dir))
 
 
 def every_job(state_dir: str) -> list[dict]:
-    """Every job of the store, SSH and Slurm alike, newest first: what `jobs`, `fetch` and `diagnose` read."""
-    found = _records(jobs_dir(state_dir)) + [j for j in _records(slurm_records_dir(state_dir)) if is_slurm(j)]
+    """Every job of the store, SSH and Slurm alike, newest first: what `jobs`, `fetch` and
+    `diagnose` read."""
+    found = _records(jobs_dir(state_dir)) + [
+        j for j in _records(slurm_records_dir(state_dir)) if is_slurm(j)
+    ]
     return sorted(found, key=lambda j: (j.get("started_ts") or 0, j["id"]), reverse=True)
 
 
 def find_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
-    """Any job of the store by its id (SSH or Slurm), else the newer of the two kinds' latest: (job dir,
-    record). A corrupt record is moved aside and reported (load_job's refusals); an unknown id is refused
-    with the ids of both kinds."""
+    """Any job of the store by its id (SSH or Slurm), else the newer of the two kinds' latest: (job
+    dir, record). A corrupt record is moved aside and reported (load_job's refusals); an unknown id
+    is refused with the ids of both kinds."""
     if job_id:
         if not JOB_ID.fullmatch(job_id):
             raise NodeError(f"bad job id {job_id!r}", kind="no_job")
@@ -176,10 +225,17 @@ def find_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
         if os.path.lexists(os.path.join(slurm_records_dir(state_dir), job_id, "job.json")):
             return _slurm_record(state_dir, job_id)
         known = [j["id"] for j in every_job(state_dir)]
-        more = f" (and {len(known) - KNOWN_IDS_SHOWN} older)" if len(known) > KNOWN_IDS_SHOWN else ""
-        raise NodeError(f"no job {job_id!r} on this node; its jobs, newest first: "
-                        f"{', '.join(known[:KNOWN_IDS_SHOWN])}{more}" if known else
-                        f"no job {job_id!r} on this node; it has no jobs", kind="no_job", known=known)
+        more = (
+            f" (and {len(known) - KNOWN_IDS_SHOWN} older)" if len(known) > KNOWN_IDS_SHOWN else ""
+        )
+        raise NodeError(
+            f"no job {job_id!r} on this node; its jobs, newest first: "
+            f"{', '.join(known[:KNOWN_IDS_SHOWN])}{more}"
+            if known
+            else f"no job {job_id!r} on this node; it has no jobs",
+            kind="no_job",
+            known=known,
+        )
     latest = []
     for load in (lambda: load_job(state_dir, None), lambda: _slurm_record(state_dir, None)):
         try:
@@ -193,23 +249,32 @@ def find_job(state_dir: str, job_id: str | None) -> tuple[str, dict]:
 
 
 def _slurm_record(state_dir: str, job_id: str | None) -> tuple[str, dict]:
-    job_id, job_dir, job = find_slurm_record(state_dir, job_id, "no job has been started on this node")
+    job_id, job_dir, job = find_slurm_record(
+        state_dir, job_id, "no job has been started on this node"
+    )
     if job is None or not is_slurm(job):
         raise NodeError(f"no job {job_id!r} on this node", kind="no_job", known=[])
     return job_dir, job
 
 
-def find_slurm_record(state_dir: str, job_id: str | None, none_yet: str,
-                      kept: str = "") -> tuple[str, str, dict | None]:
-    """A Slurm job's record, the one asked for else the latest (find_record; `none_yet`: the refusal when there
-    is none): (id, job dir, record or None when it has none). A corrupt record is moved aside and reported
-    (`kept`: what the caller adds about what is left of the job)."""
+def find_slurm_record(
+    state_dir: str, job_id: str | None, none_yet: str, kept: str = ""
+) -> tuple[str, str, dict | None]:
+    """A Slurm job's record, the one asked for else the latest (find_record; `none_yet`: the refusal
+    when there is none): (id, job dir, record or None when it has none). A corrupt record is moved
+    aside and reported (`kept`: what the caller adds about what is left of the job)."""
     base = slurm_records_dir(state_dir)
     job_id, job_dir, job, moved = find_record(base, job_id, lambda: newest_ids(base), none_yet)
     if moved is not None:
-        raise NodeError(f"Slurm job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved to "
-                        f"{moved['moved_to']}; its directory {job_dir} is kept{kept}; the other jobs are unaffected",
-                        kind="corrupt_state", job_id=job_id, path=moved["path"], moved_to=moved["moved_to"])
+        raise NodeError(
+            f"Slurm job {job_id}'s record was corrupt ({moved['why']}) and is quarantined: moved "
+            f"to {moved['moved_to']}; its directory {job_dir} "
+            f"is kept{kept}; the other jobs are unaffected",
+            kind="corrupt_state",
+            job_id=job_id,
+            path=moved["path"],
+            moved_to=moved["moved_to"],
+        )
     return job_id, job_dir, job
 
 
@@ -234,8 +299,8 @@ def _records(base: str) -> list[dict]:
 
 
 def drop_secrets(job_dir: str) -> bool:
-    """Remove the job's secret env file (the wrapper does it once the job's process has the values; this is
-    the fallback for a wrapper that died first). True if one was there."""
+    """Remove the job's secret env file (the wrapper does it once the job's process has the values;
+    this is the fallback for a wrapper that died first). True if one was there."""
     try:
         os.unlink(os.path.join(job_dir, SECRET_ENV))
         return True
@@ -243,11 +308,9 @@ def drop_secrets(job_dir: str) -> bool:
         return False
 
 
-
-
 def newest_ids(base: str) -> list[str]:
-    """The job ids under `base` with a job.json, newest first by the record's time (ids start with the job's
-    name, so they do not sort by time across names), without reading the records."""
+    """The job ids under `base` with a job.json, newest first by the record's time (ids start with
+    the job's name, so they do not sort by time across names), without reading the records."""
     found = []
     try:
         names = os.listdir(base)
@@ -274,15 +337,17 @@ def file_size(path: str) -> int:
         return 0
 
 
-
-
 def output_dir(job_dir: str, job: dict) -> str | None:
-    """Where an extract job writes its samples and manifest (its request's output), else None. A Slurm job's
-    shards each write under <output>/shards/: the output is the one they were cut from."""
+    """Where an extract job writes its samples and manifest (its request's output), else None. A
+    Slurm job's shards each write under <output>/shards/: the output is the one they were cut
+    from."""
     if job.get("kind") != "extract":
         return None
     try:
-        request = read_json(os.path.join(job_dir, "request-0.json" if is_slurm(job) else "request.json")) or {}
+        request = (
+            read_json(os.path.join(job_dir, "request-0.json" if is_slurm(job) else "request.json"))
+            or {}
+        )
     except NodeError:
         return None
     out = request.get("output")

@@ -1,11 +1,12 @@
 """One shard of an extraction on an SSH host (stdlib only), for `extract --shards` across hosts.
 
-prepare: the playbook's dataset (its {state_dir} filled in as job_start does), its sha256 and number of rows,
-and shard i of N written to <output>/shards/dataset-i-of-N.jsonl: the contiguous non-blank rows
-[i*n//N, (i+1)*n//N), the same split and files as a Slurm job array (remote_scripts/jobs/slurm.py), rewritten only
-when its bytes differ. The shard's output folder is <output>/shards/output-i-of-N/, so a re-run resumes it from
-its own manifest. report: what that folder holds: samples done of total, the sha256 of its manifest and of its
-samples (each sample file's sha256, in index order, hashed together: the same bytes give the same digest)."""
+prepare: the playbook's dataset (its {state_dir} filled in as job_start does), its sha256 and number
+of rows, and shard i of N written to <output>/shards/dataset-i-of-N.jsonl: the contiguous non-blank
+rows [i*n//N, (i+1)*n//N), the same split and files as a Slurm job array
+(remote_scripts/jobs/slurm.py), rewritten only when its bytes differ. The shard's output folder is
+<output>/shards/output-i-of-N/, so a re-run resumes it from its own manifest. report: what that
+folder holds: samples done of total, the sha256 of its manifest and of its samples (each sample
+file's sha256, in index order, hashed together: the same bytes give the same digest)."""
 
 from __future__ import annotations
 
@@ -23,15 +24,19 @@ def _paths(req: dict) -> tuple[str, str]:
     from .records import expand
 
     state_dir = os.path.abspath(req["state_dir"])
-    extract = expand(req["extract"], {"state_dir": state_dir, "job_dir": state_dir, "python": sys.executable})
+    extract = expand(
+        req["extract"], {"state_dir": state_dir, "job_dir": state_dir, "python": sys.executable}
+    )
     assert isinstance(extract, dict)
     return os.path.abspath(str(extract["dataset"])), os.path.abspath(str(extract["output"]))
 
 
 def _names(output: str, index: int, of: int) -> tuple[str, str]:
     shard_dir = os.path.join(output, "shards")
-    return (os.path.join(shard_dir, f"dataset-{index}-of-{of}.jsonl"),
-            os.path.join(shard_dir, f"output-{index}-of-{of}"))
+    return (
+        os.path.join(shard_dir, f"dataset-{index}-of-{of}.jsonl"),
+        os.path.join(shard_dir, f"output-{index}-of-{of}"),
+    )
 
 
 def prepare(req: dict) -> dict:
@@ -52,14 +57,23 @@ def prepare(req: dict) -> dict:
     path, out = _names(output, index, of)
     ensure_dir(os.path.dirname(path))
     written = write_rows(path, lines[start:end], "shards.dataset")
-    return {"ok": True, "dataset": dataset, "dataset_sha256": hashlib.sha256(raw).hexdigest(), "rows": len(lines),
-            "start": start, "end": end, "shard_dataset": path, "shard_output": out, "written": written,
-            **_report(out, end - start)}
+    return {
+        "ok": True,
+        "dataset": dataset,
+        "dataset_sha256": hashlib.sha256(raw).hexdigest(),
+        "rows": len(lines),
+        "start": start,
+        "end": end,
+        "shard_dataset": path,
+        "shard_output": out,
+        "written": written,
+        **_report(out, end - start),
+    }
 
 
 def write_rows(path: str, rows: list[str], point: str) -> bool:
-    """A shard's dataset, one row a line, at `path`: written only where the file there differs, so a shard run
-    again finds the same rows and resumes. True if it was written."""
+    """A shard's dataset, one row a line, at `path`: written only where the file there differs, so a
+    shard run again finds the same rows and resumes. True if it was written."""
     data = ("\n".join(rows) + "\n").encode()
     try:
         with open(path, "rb") as f:
@@ -91,9 +105,14 @@ def _report(out: str, samples: int) -> dict:
         except OSError:
             file_sha = "missing"
         digest.update(f"{int(key)} {name} {file_sha}\n".encode())
-    return {"done": len(done), "total": int(manifest.get("total") or samples), "manifest": manifest_path,
-            "manifest_sha256": hashlib.sha256(raw).hexdigest(), "samples_sha256": digest.hexdigest(),
-            "runs": len(manifest.get("runs") or [])}
+    return {
+        "done": len(done),
+        "total": int(manifest.get("total") or samples),
+        "manifest": manifest_path,
+        "manifest_sha256": hashlib.sha256(raw).hexdigest(),
+        "samples_sha256": digest.hexdigest(),
+        "runs": len(manifest.get("runs") or []),
+    }
 
 
 def report(req: dict) -> dict:

@@ -1,23 +1,25 @@
-"""Jobs through Slurm, run on the cluster's login node (stdlib only): submit with `sbatch` (a job array when the
-job is split into shards), read `squeue`/`sacct` (explicit formats, the job's name last; never `scontrol -o`,
-whose free-text fields can carry any key: fleetops/plans/slurm.py), the job's output files, and `scancel`.
+"""Jobs through Slurm, run on the cluster's login node (stdlib only): submit with `sbatch` (a job
+array when the job is split into shards), read `squeue`/`sacct` (explicit formats, the job's name
+last; never `scontrol -o`, whose free-text fields can carry any key: fleetops/plans/slurm.py), the
+job's output files, and `scancel`.
 
-A Slurm id is fleetops' job only while squeue's user, name and submit time are the ones job.json recorded at
-submission (`_ours`): a controller that forgot its jobs, or ids wrapping at MaxJobId, hands the same id to
-another job, maybe another user's. Such an id is never cancelled, never counted as "still in the queue"; the
-cancel itself goes out as `scancel --user=<login> --name=<name> <id>`, so Slurm refuses it for any other job.
+A Slurm id is fleetops' job only while squeue's user, name and submit time are the ones job.json
+recorded at submission (`_ours`): a controller that forgot its jobs, or ids wrapping at MaxJobId,
+hands the same id to another job, maybe another user's. Such an id is never cancelled, never counted
+as "still in the queue"; the cancel itself goes out as `scancel --user=<login> --name=<name> <id>`,
+so Slurm refuses it for any other job.
 
-Every command is a fixed argv list; values from the playbook or inventory travel as single argv words
-(`--partition=gpu`) or in the environment, never through a shell. The batch script is fixed text
-(slurmstep.batch_script: the verifying bootstrap, no user data in it), written to the job's directory; its
-arguments (agent path, job directory) are argv words after the script name. The node returns the commands'
-raw output; the client parses it (fleetops/plans/slurm.py).
+Every command is a fixed argv list; values from the playbook or inventory travel as single argv
+words (`--partition=gpu`) or in the environment, never through a shell. The batch script is fixed
+text (slurmstep.batch_script: the verifying bootstrap, no user data in it), written to the job's
+directory; its arguments (agent path, job directory) are argv words after the script name. The node
+returns the commands' raw output; the client parses it (fleetops/plans/slurm.py).
 
-Layout: <state_dir>/slurm/<id>/{job.json, request-<task>.json, batch.py, task-<task>.log, exit-<task>.json};
-slurm/current.json names the latest job. The job's environment (secrets included) goes to sbatch's own
-environment (Slurm exports it to the job, as `sbatch` always does); fleetops writes no secret to disk. Slurm
-itself keeps that environment on the controller while the job exists: StateSaveLocation/hash.N/job.ID/
-environment (mode 0600, owned by SlurmUser).
+Layout: <state_dir>/slurm/<id>/{job.json, request-<task>.json, batch.py, task-<task>.log,
+exit-<task>.json}; slurm/current.json names the latest job. The job's environment (secrets included)
+goes to sbatch's own environment (Slurm exports it to the job, as `sbatch` always does); fleetops
+writes no secret to disk. Slurm itself keeps that environment on the controller while the job
+exists: StateSaveLocation/hash.N/job.ID/ environment (mode 0600, owned by SlurmUser).
 """
 
 from __future__ import annotations
@@ -39,7 +41,15 @@ from ..core.registry import node_op
 from ..core.statetrust import open_state_file, read_json
 from .outputlock import describe, held
 from .outputs import completion
-from .records import expand, file_size, find_slurm_record, new_job_dir, newest_ids, public, set_current
+from .records import (
+    expand,
+    file_size,
+    find_slurm_record,
+    new_job_dir,
+    newest_ids,
+    public,
+    set_current,
+)
 from .shards import write_rows
 from .slurmquery import (
     COMMAND_TIMEOUT_S,
@@ -64,22 +74,29 @@ def slurm_dir(state_dir: str) -> str:
 
 
 def _load(state_dir: str, job_id: str | None) -> tuple[str, dict]:
-    """The job asked for, else the latest (records.find_slurm_record); a corrupt record is moved aside and
-    reported."""
+    """The job asked for, else the latest (records.find_slurm_record); a corrupt record is moved
+    aside and reported."""
     job_id, job_dir, job = find_slurm_record(
-        state_dir, job_id, "no Slurm job has been submitted from this login node by fleetops",
-        kept=" (the Slurm job itself is not touched: squeue/scancel by its id)")
+        state_dir,
+        job_id,
+        "no Slurm job has been submitted from this login node by fleetops",
+        kept=" (the Slurm job itself is not touched: squeue/scancel by its id)",
+    )
     if job is None:
         known = newest_ids(slurm_dir(state_dir))
-        raise NodeError(f"no Slurm job {job_id!r} here; fleetops' jobs on this login node: "
-                        f"{', '.join(known[:10]) or 'none'}", kind="no_job", known=known)
+        raise NodeError(
+            f"no Slurm job {job_id!r} here; fleetops' jobs on this login node: "
+            f"{', '.join(known[:10]) or 'none'}",
+            kind="no_job",
+            known=known,
+        )
     return job_dir, job
 
 
 def _shard_requests(extract: dict, shards: int, state_dir: str) -> list[dict]:
-    """Shard i of N: the contiguous rows [i*n//N, (i+1)*n//N) of the dataset (blank lines skipped, as the
-    extraction does), written once to <output>/shards/ (stable, so a resubmission resumes each shard); each
-    shard writes its own output folder."""
+    """Shard i of N: the contiguous rows [i*n//N, (i+1)*n//N) of the dataset (blank lines skipped,
+    as the extraction does), written once to <output>/shards/ (stable, so a resubmission resumes
+    each shard); each shard writes its own output folder."""
     with open(extract["dataset"], "rb") as f:
         lines = [ln for ln in f.read().decode("utf-8").splitlines() if ln.strip()]
     out = []
@@ -89,16 +106,28 @@ def _shard_requests(extract: dict, shards: int, state_dir: str) -> list[dict]:
         start, end = i * len(lines) // shards, (i + 1) * len(lines) // shards
         path = os.path.join(shard_dir, f"dataset-{i}-of-{shards}.jsonl")
         write_rows(path, lines[start:end], "slurm.shard")
-        out.append({**extract, "dataset": path, "output": os.path.join(shard_dir, f"output-{i}-of-{shards}"),
-                    "state_dir": state_dir, "shard": {"index": i, "of": shards, "start": start, "end": end,
-                                                      "dataset": extract["dataset"]}})
+        out.append(
+            {
+                **extract,
+                "dataset": path,
+                "output": os.path.join(shard_dir, f"output-{i}-of-{shards}"),
+                "state_dir": state_dir,
+                "shard": {
+                    "index": i,
+                    "of": shards,
+                    "start": start,
+                    "end": end,
+                    "dataset": extract["dataset"],
+                },
+            }
+        )
     return out
 
 
 def submit(req: dict) -> dict:
-    """Under this login node's submit lock: refuse while fleetops' latest job here is still in the queue (two
-    `extract` at once submit one job) or while the controller cannot be reached (then nobody can tell), else
-    sbatch the new one."""
+    """Under this login node's submit lock: refuse while fleetops' latest job here is still in the
+    queue (two `extract` at once submit one job) or while the controller cannot be reached (then
+    nobody can tell), else sbatch the new one."""
     state_dir = os.path.abspath(req["state_dir"])
     ensure_dir(slurm_dir(state_dir))
     fd = open_state_file(os.path.join(slurm_dir(state_dir), "submit.lock"), os.O_RDWR | os.O_CREAT)
@@ -108,9 +137,12 @@ def submit(req: dict) -> dict:
         env = scheduler_env(req)
         answer = ping(env)
         if controller_down(answer):
-            raise NodeError("Slurm's controller cannot be reached from this login node (scontrol ping: "
-                            f"{(answer['stdout'] + answer['stderr']).strip()[:300]}); nothing submitted",
-                            kind="slurm_controller", ping=answer)
+            raise NodeError(
+                "Slurm's controller cannot be reached from this login node (scontrol ping: "
+                f"{(answer['stdout'] + answer['stderr']).strip()[:300]}); nothing submitted",
+                kind="slurm_controller",
+                ping=answer,
+            )
         try:
             _, current = _load(state_dir, None)
         except NodeError:
@@ -118,10 +150,14 @@ def submit(req: dict) -> dict:
         if current and current.get("slurm_job_id"):
             listed = query(current, env, full=False)
             if active(current, listed):
-                raise NodeError(f"job {current['id']} (Slurm job {current['slurm_job_id']}) is still in the Slurm "
-                                "queue; stop it (fab stop) or wait for it", kind="job_running",
-                                job={k: current.get(k) for k in ("id", "slurm_job_id", "started")},
-                                squeue=listed["squeue"]["stdout"][-2000:])
+                raise NodeError(
+                    f"job {current['id']} (Slurm job "
+                    f"{current['slurm_job_id']}) is still in the Slurm "
+                    "queue; stop it (fab stop) or wait for it",
+                    kind="job_running",
+                    job={k: current.get(k) for k in ("id", "slurm_job_id", "started")},
+                    squeue=listed["squeue"]["stdout"][-2000:],
+                )
         return _submit(req, state_dir)
     finally:
         os.close(fd)
@@ -135,9 +171,10 @@ def _requests(spec: dict, shards: int, state_dir: str) -> list[dict]:
 
 
 def _finished(spec: dict, shards: int, state_dir: str) -> tuple[list[dict] | None, str | None]:
-    """(each task's finished output when every one already holds all its samples (outputs.completion), else
-    None; the shards folder when this call made it). A finished job is not submitted: it would load the model
-    only to write nothing. An output under {job_dir} is new for every job; `again` redoes every sample."""
+    """(each task's finished output when every one already holds all its samples
+    (outputs.completion), else None; the shards folder when this call made it). A finished job is
+    not submitted: it would load the model only to write nothing. An output under {job_dir} is new
+    for every job; `again` redoes every sample."""
     pre = expand(spec, {"state_dir": state_dir, "python": sys.executable})
     extract = pre.get("extract") or {}
     output = str(extract.get("output") or "")
@@ -152,7 +189,8 @@ def _finished(spec: dict, shards: int, state_dir: str) -> tuple[list[dict] | Non
 
 
 def _dataset_unread(spec: dict, state_dir: str) -> dict | None:
-    """Why the extract job's dataset cannot be read here (the login node shares it with the compute nodes)."""
+    """Why the extract job's dataset cannot be read here (the login node shares it with the compute
+    nodes)."""
     pre = expand(spec, {"state_dir": state_dir, "python": sys.executable})
     path = str((pre.get("extract") or {}).get("dataset") or "")
     if pre["kind"] != "extract" or not path or "{job_dir}" in path:
@@ -166,7 +204,8 @@ def _dataset_unread(spec: dict, state_dir: str) -> dict | None:
 
 
 def _output_busy(spec: dict, shards: int, state_dir: str) -> dict | None:
-    """The first of the job's outputs another run writes now (outputlock.py), on any host sharing it."""
+    """The first of the job's outputs another run writes now (outputlock.py), on any host sharing
+    it."""
     pre = expand(spec, {"state_dir": state_dir, "python": sys.executable})
     output = str((pre.get("extract") or {}).get("output") or "")
     if pre["kind"] != "extract" or not output or "{job_dir}" in output:
@@ -191,13 +230,22 @@ def _submit(req: dict, state_dir: str) -> dict:
         return {"ok": True, "complete": done, "shards": shards, "job": None}
     unread = _dataset_unread(spec, state_dir)
     if unread:
-        raise NodeError(f"its dataset {unread['path']} cannot be read on this login node: {unread['error']}; nothing "
-                        "submitted: put it there (or point the playbook's dataset: at it), then extract again",
-                        kind="no_dataset", dataset=unread)
+        raise NodeError(
+            f"its dataset {unread['path']} cannot be read "
+            f"on this login node: {unread['error']}; nothing "
+            "submitted: put it there (or point the playbook's dataset: at it), then extract again",
+            kind="no_dataset",
+            dataset=unread,
+        )
     busy = _output_busy(spec, shards, state_dir)
     if busy:
-        raise NodeError(f"its output is in use: {describe(busy)}; nothing submitted: extract again once that run "
-                        "has ended", kind="output_busy", holder=busy)
+        raise NodeError(
+            f"its output is in use: {describe(busy)}; "
+            "nothing submitted: extract again once that run "
+            "has ended",
+            kind="output_busy",
+            holder=busy,
+        )
     job_id, job_dir = new_job_dir(slurm_dir(state_dir), spec["name"])
     spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
     for i, request in enumerate(_requests(spec, shards, state_dir)):
@@ -205,9 +253,18 @@ def _submit(req: dict, state_dir: str) -> dict:
     script = os.path.join(job_dir, "batch.py")
     text, script_args = batch_script(job_dir)
     atomic_write(script, text, mode=0o700, point="slurm.script")
-    argv = ["sbatch", "--parsable", f"--job-name={spec['name']}", f"--chdir={job_dir}",
-            f"--output={os.path.join(job_dir, 'task-%a.log' if shards > 1 else 'task-0.log')}"]
-    for key, flag in (("partition", "--partition"), ("account", "--account"), ("time_limit", "--time")):
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={spec['name']}",
+        f"--chdir={job_dir}",
+        f"--output={os.path.join(job_dir, 'task-%a.log' if shards > 1 else 'task-0.log')}",
+    ]
+    for key, flag in (
+        ("partition", "--partition"),
+        ("account", "--account"),
+        ("time_limit", "--time"),
+    ):
         if opts.get(key):
             argv.append(f"{flag}={opts[key]}")
     if opts.get("gres"):
@@ -215,12 +272,25 @@ def _submit(req: dict, state_dir: str) -> dict:
     if shards > 1:
         argv.append(f"--array=0-{shards - 1}")
     argv += [script, *script_args]
-    job = {"id": job_id, "name": spec["name"], "kind": spec["kind"], "scheduler": "slurm",
-           "argv": spec.get("argv"), "cwd": spec.get("cwd") or job_dir, "shards": shards, "sbatch_argv": argv,
-           "shown_env": spec.get("shown_env", {}), "logs": [os.path.join(job_dir, f"task-{i}.log")
-                                                             for i in range(shards)],
-           "started": now_iso(), "started_ts": time.time(), "operator": req.get("operator"), "slurm_job_id": None,
-           "slurm_user": login(), "slurm_submit": None, "playbook": spec.get("playbook")}
+    job = {
+        "id": job_id,
+        "name": spec["name"],
+        "kind": spec["kind"],
+        "scheduler": "slurm",
+        "argv": spec.get("argv"),
+        "cwd": spec.get("cwd") or job_dir,
+        "shards": shards,
+        "sbatch_argv": argv,
+        "shown_env": spec.get("shown_env", {}),
+        "logs": [os.path.join(job_dir, f"task-{i}.log") for i in range(shards)],
+        "started": now_iso(),
+        "started_ts": time.time(),
+        "operator": req.get("operator"),
+        "slurm_job_id": None,
+        "slurm_user": login(),
+        "slurm_submit": None,
+        "playbook": spec.get("playbook"),
+    }
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     env = {**{k: str(v) for k, v in (spec.get("env") or {}).items()}, **scheduler_env(req)}
     result = run(argv, env, timeout=COMMAND_TIMEOUT_S)
@@ -231,10 +301,16 @@ def _submit(req: dict, state_dir: str) -> dict:
         if made_shard_dir:
             shutil.rmtree(made_shard_dir, ignore_errors=True)
         job["submit_failed"] = {k: result[k] for k in ("rc", "stderr")}
-        return {"ok": False, "error_kind": "sbatch", "job": public(job), "sbatch": result, "removed": job_dir,
-                "error": f"sbatch refused the job (exit {result['rc']}): "
-                         f"{(result['stderr'] or result['stdout']).strip()[-600:]}; nothing was left behind "
-                         f"({job_dir} removed)"}
+        return {
+            "ok": False,
+            "error_kind": "sbatch",
+            "job": public(job),
+            "sbatch": result,
+            "removed": job_dir,
+            "error": f"sbatch refused the job (exit {result['rc']}): "
+            f"{(result['stderr'] or result['stdout']).strip()[-600:]}; nothing was left behind "
+            f"({job_dir} removed)",
+        }
     job["slurm_job_id"] = match.group(1)
     job["slurm_submit"] = submit_time(job, scheduler_env(req))
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
@@ -254,24 +330,31 @@ def _exits(job_dir: str, shards: int) -> dict[str, dict]:
 def status(req: dict) -> dict:
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     shards = int(job.get("shards") or 1)
-    return {"ok": True, "job": public(job), "query": query(job, scheduler_env(req)),
-            "exits": _exits(job_dir, shards), "log_bytes": [file_size(p) for p in job["logs"]],
-            "last_progress": [last_match(p, req.get("progress_pattern")) for p in job["logs"]],
-            "now_ts": time.time()}
+    return {
+        "ok": True,
+        "job": public(job),
+        "query": query(job, scheduler_env(req)),
+        "exits": _exits(job_dir, shards),
+        "log_bytes": [file_size(p) for p in job["logs"]],
+        "last_progress": [last_match(p, req.get("progress_pattern")) for p in job["logs"]],
+        "now_ts": time.time(),
+    }
 
 
 def tail(req: dict) -> dict:
-    """From each task's log, the bytes after its offset (whole lines only while the job can still write),
-    waiting up to wait_s for something new; with the scheduler's view of the job in the same answer. Attaching
-    (no offsets yet): each task starts at its last N whole lines (last_lines, default 20) or at byte 0 with
-    from_start, the same rule as an SSH job's tail (tail.attach_offset); `skipped` says per task what was left
-    out."""
+    """From each task's log, the bytes after its offset (whole lines only while the job can still
+    write), waiting up to wait_s for something new; with the scheduler's view of the job in the same
+    answer. Attaching (no offsets yet): each task starts at its last N whole lines (last_lines,
+    default 20) or at byte 0 with from_start, the same rule as an SSH job's tail
+    (tail.attach_offset); `skipped` says per task what was left out."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     shards = int(job.get("shards") or 1)
     skipped: list[dict] = []
     if req.get("offsets") is None:
-        skipped = [attach_offset({"log": path}, req.get("last_lines"), bool(req.get("from_start")))
-                   for path in job["logs"][:shards]]
+        skipped = [
+            attach_offset({"log": path}, req.get("last_lines"), bool(req.get("from_start")))
+            for path in job["logs"][:shards]
+        ]
         offsets = [s["offset"] for s in skipped]
     else:
         offsets = [int(x) for x in req["offsets"]][:shards]
@@ -293,10 +376,17 @@ def tail(req: dict) -> dict:
                     chunk = chunk[: chunk.rfind(b"\n") + 1]
             data.append(chunk)
         if any(data) or time.monotonic() >= deadline:
-            return {"ok": True, "job": public(job), "offsets": offsets, "skipped": skipped,
-                    "data": [mask(d).decode("utf-8", "replace") for d in data],
-                    "next_offsets": [o + len(d) for o, d in zip(offsets, data)],
-                    "exits": exits, "query": query(job, env), "now_ts": time.time()}
+            return {
+                "ok": True,
+                "job": public(job),
+                "offsets": offsets,
+                "skipped": skipped,
+                "data": [mask(d).decode("utf-8", "replace") for d in data],
+                "next_offsets": [o + len(d) for o, d in zip(offsets, data)],
+                "exits": exits,
+                "query": query(job, env),
+                "now_ts": time.time(),
+            }
         time.sleep(0.2)
 
 
@@ -314,37 +404,67 @@ def logs(req: dict) -> dict:
         except OSError:
             out.append([])
             continue
-        if start > 0:  # the window starts inside a line: left out whole, so no secret in it is shown in part
+        # the window starts inside a line: left out whole, so no secret in it is shown in part
+        if start > 0:
             data = data.partition(b"\n")[2]
         out.append(mask(data).decode("utf-8", "replace").splitlines()[-n:])
-    return {"ok": True, "job": public(job), "lines": out, "exits": _exits(job_dir, int(job.get("shards") or 1)),
-            "query": query(job, scheduler_env(req))}
+    return {
+        "ok": True,
+        "job": public(job),
+        "lines": out,
+        "exits": _exits(job_dir, int(job.get("shards") or 1)),
+        "query": query(job, scheduler_env(req)),
+    }
 
 
 def cancel(req: dict) -> dict:
-    """`scancel --user=<login> --name=<name> ID` (every task of an array) when squeue lists fleetops' own job
-    still in the queue, then wait up to grace_s until squeue lists it in a final state (the cancel confirmed by
-    the job's own state; job.json records that fleetops cancelled it). An id that now names another job (it was
-    reused) is never cancelled: the answer says whose it is. A controller that cannot be reached: nothing is
-    cancelled and the answer says so (`controller`)."""
+    """`scancel --user=<login> --name=<name> ID` (every task of an array) when squeue lists
+    fleetops' own job still in the queue, then wait up to grace_s until squeue lists it in a final
+    state (the cancel confirmed by the job's own state; job.json records that fleetops cancelled
+    it). An id that now names another job (it was reused) is never cancelled: the answer says whose
+    it is. A controller that cannot be reached: nothing is cancelled and the answer says so
+    (`controller`)."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     env = scheduler_env(req)
     sid = job.get("slurm_job_id")
     shards = int(job.get("shards") or 1)
     if not sid:
-        return {"ok": True, "changed": False, "job": public(job), "query": {}, "exits": {},
-                "msg": f"job {job['id']} was never accepted by sbatch; nothing to cancel"}
+        return {
+            "ok": True,
+            "changed": False,
+            "job": public(job),
+            "query": {},
+            "exits": {},
+            "msg": f"job {job['id']} was never accepted by sbatch; nothing to cancel",
+        }
     before = query(job, env, full=False)
     if "controller" in before:
-        return {"ok": True, "changed": False, "job": public(job), "before": before, "scancel": None,
-                "query": before, "exits": _exits(job_dir, shards), "now_ts": time.time()}
+        return {
+            "ok": True,
+            "changed": False,
+            "job": public(job),
+            "before": before,
+            "scancel": None,
+            "query": before,
+            "exits": _exits(job_dir, shards),
+            "now_ts": time.time(),
+        }
     listed = bool(active(job, before))
-    others = ours(job, before["squeue"]["stdout"], (before.get("restarts") or {}).get("stdout", ""))[1] \
-        if before["squeue"]["rc"] == 0 else []
+    others = (
+        ours(job, before["squeue"]["stdout"], (before.get("restarts") or {}).get("stdout", ""))[1]
+        if before["squeue"]["rc"] == 0
+        else []
+    )
     result = None
     if listed:
-        argv = ["scancel", f"--user={job.get('slurm_user') or login()}", f"--name={job['name']}", sid]
-        # recorded before scancel: a tail polling meanwhile sees CANCELLED only with fleetops' record beside it
+        argv = [
+            "scancel",
+            f"--user={job.get('slurm_user') or login()}",
+            f"--name={job['name']}",
+            sid,
+        ]
+        # recorded before scancel: a tail polling meanwhile sees CANCELLED only with fleetops'
+        # record beside it
         job["cancelled_by"] = {"operator": req.get("operator"), "at": now_iso(), "ts": time.time()}
         write_json_atomic(os.path.join(job_dir, "job.json"), job)
         result = run(argv, env)
@@ -357,41 +477,82 @@ def cancel(req: dict) -> dict:
             if "controller" in seen or active(job, seen) is False:
                 break  # confirmed, or nothing can be: the controller went away (the answer says so)
             time.sleep(0.3)
-    return {"ok": True, "changed": listed, "job": public(job), "before": before, "scancel": result,
-            "reused_by": others, "query": query(job, env), "exits": _exits(job_dir, shards), "now_ts": time.time()}
+    return {
+        "ok": True,
+        "changed": listed,
+        "job": public(job),
+        "before": before,
+        "scancel": result,
+        "reused_by": others,
+        "query": query(job, env),
+        "exits": _exits(job_dir, shards),
+        "now_ts": time.time(),
+    }
 
 
 def allocation(req: dict) -> dict:
-    """Where the latest (or named) job runs: squeue's node list, for `gpu`/`diagnose` on a login node."""
+    """Where the latest (or named) job runs: squeue's node list, for `gpu`/`diagnose` on a login
+    node."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     return {"ok": True, "job": public(job), "query": query(job, scheduler_env(req))}
 
 
 def gpu(req: dict) -> dict:
-    """The GPUs of the allocation of fleetops' latest (or named) job, read on its node: the agent's own `gpu` op
-    run as an extra step inside the job (`srun --jobid=ID --overlap`), so it sees what the job was given."""
+    """The GPUs of the allocation of fleetops' latest (or named) job, read on its node: the agent's
+    own `gpu` op run as an extra step inside the job (`srun --jobid=ID --overlap`), so it sees what
+    the job was given."""
     job_dir, job = _load(req["state_dir"], req.get("job_id"))
     env = scheduler_env(req)
     seen = query(job, env, full=False)
     listed = seen.get("squeue") or {"rc": 1, "stdout": ""}
     restarts = (seen.get("restarts") or {}).get("stdout", "")
-    running = [r for r in ours(job, listed["stdout"], restarts)[0] if r["state"] == "RUNNING"] \
-        if listed["rc"] == 0 else []
+    running = (
+        [r for r in ours(job, listed["stdout"], restarts)[0] if r["state"] == "RUNNING"]
+        if listed["rc"] == 0
+        else []
+    )
     if not running:
-        return {"ok": True, "job": public(job), "query": seen if "controller" in seen else query(job, env),
-                "inside": None, "why": "Slurm's controller cannot be reached, so its allocation is not known"
-                if "controller" in seen else "no task of the job is running, so it has no allocation to look into"}
+        return {
+            "ok": True,
+            "job": public(job),
+            "query": seen if "controller" in seen else query(job, env),
+            "inside": None,
+            "why": "Slurm's controller cannot be reached, so its allocation is not known"
+            if "controller" in seen
+            else "no task of the job is running, so it has no allocation to look into",
+        }
     own_id, node = running[0]["job_id"], running[0]["nodes"]
     from ..core.launch import relaunch, shown
 
-    # the agent itself, through the bootstrap, on the job's node: it serves the one request on its stdin
-    argv = ["srun", f"--jobid={own_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", *relaunch()]
-    request = json.dumps({"protocol": req.get("protocol"), "op": "gpu", "state_dir": req["state_dir"]})
+    # the agent itself, through the bootstrap, on the job's node: it serves the one request on its
+    # stdin
+    argv = [
+        "srun",
+        f"--jobid={own_id}",
+        "--overlap",
+        "--nodes=1",
+        "--ntasks=1",
+        f"--nodelist={node}",
+        *relaunch(),
+    ]
+    request = json.dumps(
+        {"protocol": req.get("protocol"), "op": "gpu", "state_dir": req["state_dir"]}
+    )
     try:
-        proc = subprocess.run(argv, input=request, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
-                              env={**os.environ, **env})
-        result: dict[str, Any] = {"argv": shown(argv), "rc": proc.returncode, "stdout": proc.stdout,
-                                  "stderr": proc.stderr}
+        proc = subprocess.run(
+            argv,
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            env={**os.environ, **env},
+        )
+        result: dict[str, Any] = {
+            "argv": shown(argv),
+            "rc": proc.returncode,
+            "stdout": proc.stdout,
+            "stderr": proc.stderr,
+        }
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
         result = {"argv": shown(argv), "rc": 127, "stdout": "", "stderr": f"srun: {exc}"}
     inside = None
@@ -401,17 +562,31 @@ def gpu(req: dict) -> dict:
             inside = json.loads(lines[-1])
         except ValueError:
             inside = None
-    return {"ok": True, "job": public(job), "query": query(job, env), "srun": result, "inside": inside,
-            "node": node, "task_job_id": own_id}
+    return {
+        "ok": True,
+        "job": public(job),
+        "query": query(job, env),
+        "srun": result,
+        "inside": inside,
+        "node": node,
+        "task_job_id": own_id,
+    }
 
 
-ACTIONS = {"gpu": gpu, "submit": submit, "status": status, "tail": tail, "logs": logs, "cancel": cancel,
-           "allocation": allocation}
+ACTIONS = {
+    "gpu": gpu,
+    "submit": submit,
+    "status": status,
+    "tail": tail,
+    "logs": logs,
+    "cancel": cancel,
+    "allocation": allocation,
+}
 
 
 def node_state(node: str, drain: bool, reason: str, slurm_env: dict) -> dict:
-    """This host's own node in Slurm drained (with the reason) or resumed, by `scontrol update`; then what Slurm
-    says of the node (sinfo: state, reason)."""
+    """This host's own node in Slurm drained (with the reason) or resumed, by `scontrol update`;
+    then what Slurm says of the node (sinfo: state, reason)."""
     env = scheduler_env({"scheduler_env": slurm_env})
     argv = ["scontrol", "update", f"nodename={node}", "state=drain" if drain else "state=resume"]
     if drain:
@@ -426,14 +601,17 @@ def node_state(node: str, drain: bool, reason: str, slurm_env: dict) -> dict:
 def slurm(req: dict) -> dict:
     action = ACTIONS.get(str(req.get("action")))
     if action is None:
-        raise NodeError(f"unknown slurm action {req.get('action')!r} (known: {', '.join(ACTIONS)})", kind="bad_request")
+        raise NodeError(
+            f"unknown slurm action {req.get('action')!r} (known: {', '.join(ACTIONS)})",
+            kind="bad_request",
+        )
     return action(req)
 
 
 def record_view(req: dict, job_dir: str, job: dict, ask: bool = True) -> dict:
-    """One of fleetops' Slurm jobs as the job store's readers (jobs, diagnose) need it: the exit files its tasks
-    wrote and, while one is missing (and `ask`), squeue/sacct's lines for its id (the client reads them as
-    `status` does)."""
+    """One of fleetops' Slurm jobs as the job store's readers (jobs, diagnose) need it: the exit
+    files its tasks wrote and, while one is missing (and `ask`), squeue/sacct's lines for its id
+    (the client reads them as `status` does)."""
     exits = _exits(job_dir, int(job.get("shards") or 1))
     done = len(exits) >= int(job.get("shards") or 1)
     return {"exits": exits, "query": {} if done or not ask else query(job, scheduler_env(req))}

@@ -1,5 +1,5 @@
-"""The Slurm batch step (stdlib only): the batch script sbatch runs on the allocated node, and the step it starts
-there, which runs one task of the job and records its exit status."""
+"""The Slurm batch step (stdlib only): the batch script sbatch runs on the allocated node, and the
+step it starts there, which runs one task of the job and records its exit status."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from ..core.registry import node_role
 from ..core.statetrust import read_json
 from .records import cause_name
 
-# The batch script sbatch runs on the allocated node is the verifying bootstrap itself (bootstrap.py's text
-# under a `#!<python> -IS` line), with the words this agent was started with and `slurm-step <job_dir>`: the step
-# checks the interpreter and the state dir there, runs only the agent bytes whose sha256 this agent was verified
-# against, and step_main() (below, from those bytes) runs the job's task: its request by array index, its exit
-# status recorded in exit-<task>.json however it ends (a scancel's SIGTERM is forwarded to the job).
+# The batch script sbatch runs on the allocated node is the verifying bootstrap itself
+# (bootstrap.py's text under a `#!<python> -IS` line), with the words this agent was started with
+# and `slurm-step <job_dir>`: the step checks the interpreter and the state dir there, runs only the
+# agent bytes whose sha256 this agent was verified against, and step_main() (below, from those
+# bytes) runs the job's task: its request by array index, its exit status recorded in
+# exit-<task>.json however it ends (a scancel's SIGTERM is forwarded to the job).
 STEP = "slurm-step"
 
 
@@ -45,12 +46,22 @@ def step_main(job_dir: str) -> int:
         argv = relaunch("extract", os.path.join(job_dir, f"request-{task}.json"))
     else:
         argv = list(job["argv"])
-    env = dict(os.environ, FLEETOPS_JOB_ID=str(job.get("id")), FLEETOPS_SHARD=str(task), PYTHONUNBUFFERED="1")
-    slurm_id = (f"{os.environ['SLURM_ARRAY_JOB_ID']}_{task}" if os.environ.get("SLURM_ARRAY_JOB_ID")
-                else os.environ.get("SLURM_JOB_ID"))
-    print(f"fleetops: slurm job {slurm_id} task {task} on {os.environ.get('SLURMD_NODENAME')}: "
-          f"{shown(argv)[:4]}",
-          flush=True)
+    env = dict(
+        os.environ,
+        FLEETOPS_JOB_ID=str(job.get("id")),
+        FLEETOPS_SHARD=str(task),
+        PYTHONUNBUFFERED="1",
+    )
+    slurm_id = (
+        f"{os.environ['SLURM_ARRAY_JOB_ID']}_{task}"
+        if os.environ.get("SLURM_ARRAY_JOB_ID")
+        else os.environ.get("SLURM_JOB_ID")
+    )
+    print(
+        f"fleetops: slurm job {slurm_id} task {task} on {os.environ.get('SLURMD_NODENAME')}: "
+        f"{shown(argv)[:4]}",
+        flush=True,
+    )
     try:  # a requeued task's earlier run recorded its end: this run's end is not known yet
         os.unlink(os.path.join(job_dir, f"exit-{task}.json"))
     except FileNotFoundError:
@@ -58,6 +69,7 @@ def step_main(job_dir: str) -> int:
     failpoint("slurm.step.start")  # a test swaps what the step would run from here
     got: list[int] = []
     child = subprocess.Popen(argv, env=env, cwd=job.get("cwd") or job_dir, stdin=subprocess.DEVNULL)
+
     def forward(s: int, frame: object) -> None:
         got.append(s)
         child.send_signal(s)
@@ -70,8 +82,13 @@ def step_main(job_dir: str) -> int:
             break
         except InterruptedError:
             continue
-    ended = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else (got[0] if got else None),
-             "ended": now_iso(), "ended_ts": time.time(), "task": task}
+    ended = {
+        "exit_code": code if code >= 0 else None,
+        "signal": -code if code < 0 else (got[0] if got else None),
+        "ended": now_iso(),
+        "ended_ts": time.time(),
+        "task": task,
+    }
     if code:  # the job's own one-line cause, when it wrote one (extract_hidden_states.record_cause)
         try:
             said = (read_json(os.path.join(job_dir, cause_name(str(task)))) or {}).get("cause")
@@ -90,4 +107,4 @@ def batch_script(job_dir: str) -> tuple[bytes, list[str]]:
     argv = relaunch(STEP, job_dir)
     at = argv.index("-c")
     flags = "".join(f[1:] for f in argv[1:at])  # "-I", "-S" -> "-IS": a #! line passes one argument
-    return f"#!{argv[0]} -{flags}\n{argv[at + 1]}".encode(), argv[at + 2:]
+    return f"#!{argv[0]} -{flags}\n{argv[at + 1]}".encode(), argv[at + 2 :]

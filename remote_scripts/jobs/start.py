@@ -1,6 +1,6 @@
-"""Launching a job (stdlib only): under jobs/launch.lock the running check and the launch are one step per node;
-the job's record is written, then its keeper started in a new session, and the launch waits until the job's
-process is on record (or its keeper refused)."""
+"""Launching a job (stdlib only): under jobs/launch.lock the running check and the launch are one
+step per node; the job's record is written, then its keeper started in a new session, and the launch
+waits until the job's process is on record (or its keeper refused)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,22 @@ from .keeper import end_record, record_end
 from .launchlock import LaunchLock
 from .liveness import job_state, running_job
 from .procscan import tag_index
-from .records import LOG, SECRET_ENV, all_jobs, drop_secrets, expand, jobs_dir, new_job_dir, public, set_current
+from .records import (
+    LOG,
+    SECRET_ENV,
+    all_jobs,
+    drop_secrets,
+    expand,
+    jobs_dir,
+    new_job_dir,
+    public,
+    set_current,
+)
 
 
 def _leftovers(state_dir: str) -> tuple[str, list[int]] | None:
-    """An ended job whose processes still live (tagged): a new job beside them would share the GPUs."""
+    """An ended job whose processes still live (tagged): a new job beside them would share the
+    GPUs."""
     index = tag_index()
     for job in all_jobs(state_dir):
         job_dir = os.path.join(jobs_dir(state_dir), job["id"])
@@ -48,20 +59,30 @@ def _job_start(req: dict) -> dict:
     refuse_if_drained(state_dir, f"launching job {spec['name']!r}")
     running = running_job(state_dir)
     if running:
-        raise NodeError(f"job {running['id']} is still running on this node (pid {running.get('pid')}, since "
-                        f"{running.get('started')}); stop it or wait for it", kind="job_running", job=running)
+        raise NodeError(
+            f"job {running['id']} is still running on this node (pid {running.get('pid')}, since "
+            f"{running.get('started')}); stop it or wait for it",
+            kind="job_running",
+            job=running,
+        )
     left = _leftovers(state_dir)
     if left:
-        raise NodeError(f"job {left[0]} has ended but its processes {left[1]} still run; stop them first "
-                        f"(fab stop --job-id {left[0]})", kind="job_running")
-    failpoint("job.launch")  # inside the launch lock: a test widens the window between check and launch here
+        raise NodeError(
+            f"job {left[0]} has ended but its processes {left[1]} still run; stop them first "
+            f"(fab stop --job-id {left[0]})",
+            kind="job_running",
+        )
+    # inside the launch lock: a test widens the window between check and launch here
+    failpoint("job.launch")
     job_id, job_dir = new_job_dir(jobs_dir(state_dir), spec["name"])
     spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
-    keeper_argv = relaunch("wrap", job_dir)  # before anything is written: refused here if not bootstrapped
+    # before anything is written: refused here if not bootstrapped
+    keeper_argv = relaunch("wrap", job_dir)
     if spec["kind"] == "extract":
         request = {**spec["extract"], "state_dir": state_dir}
         write_json_atomic(os.path.join(job_dir, "request.json"), request)
-        # What the wrapper starts (shown; it builds the real command itself: relaunch, verified bytes only)
+        # What the wrapper starts (shown; it builds the real command itself: relaunch, verified
+        # bytes only)
         argv = shown_argv([*keeper_argv[:-2], "extract", os.path.join(job_dir, "request.json")])
     else:
         argv = list(spec["argv"])
@@ -71,24 +92,51 @@ def _job_start(req: dict) -> dict:
     named = set(spec.get("secret_env") or ())
     secret = {k: v for k, v in env.items() if k in named or shown.get(k) != v}
     if secret:
-        atomic_write(os.path.join(job_dir, SECRET_ENV), (json.dumps(secret) + "\n").encode(), mode=0o600,
-                     point="job.secret_env")
-    job = {"id": job_id, "name": spec["name"], "kind": spec["kind"], "argv": argv,
-           "env": {k: v for k, v in env.items() if k not in secret}, "secret_env_keys": sorted(secret),
-           "shown_env": shown, "cwd": spec.get("cwd") or job_dir,
-           "log": os.path.join(job_dir, LOG), "started": now_iso(), "started_ts": time.time(),
-           "operator": req.get("operator"), "prefix": sys.prefix, "pid": None, "pgid": None, "wrapper_pid": None,
-           "keeper_pid": None, "playbook": spec.get("playbook")}
+        atomic_write(
+            os.path.join(job_dir, SECRET_ENV),
+            (json.dumps(secret) + "\n").encode(),
+            mode=0o600,
+            point="job.secret_env",
+        )
+    job = {
+        "id": job_id,
+        "name": spec["name"],
+        "kind": spec["kind"],
+        "argv": argv,
+        "env": {k: v for k, v in env.items() if k not in secret},
+        "secret_env_keys": sorted(secret),
+        "shown_env": shown,
+        "cwd": spec.get("cwd") or job_dir,
+        "log": os.path.join(job_dir, LOG),
+        "started": now_iso(),
+        "started_ts": time.time(),
+        "operator": req.get("operator"),
+        "prefix": sys.prefix,
+        "pid": None,
+        "pgid": None,
+        "wrapper_pid": None,
+        "keeper_pid": None,
+        "playbook": spec.get("playbook"),
+    }
     if spec["kind"] == "extract":  # what `jobs`, `fetch` and a later extract read of the run it is
-        job.update(output=os.path.abspath(str(spec["extract"].get("output") or job_dir)),
-                   again=bool(spec["extract"].get("again")))
+        job.update(
+            output=os.path.abspath(str(spec["extract"].get("output") or job_dir)),
+            again=bool(spec["extract"].get("again")),
+        )
     write_json_atomic(os.path.join(job_dir, "job.json"), job)
     set_current(jobs_dir(state_dir), job_id)
     failpoint("job.keeper.launch")  # a test swaps what the keeper would run from here
-    # The keeper's stdout is ours until it has started the job: a refusal of its bootstrap (exit 3) is read
-    # there. Nothing else of the keeper or the job writes to it (the job writes to its log).
-    keeper = subprocess.Popen(keeper_argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, cwd=job_dir, close_fds=True)
+    # The keeper's stdout is ours until it has started the job: a refusal of its bootstrap (exit 3)
+    # is read there. Nothing else of the keeper or the job writes to it (the job writes to its log).
+    keeper = subprocess.Popen(
+        keeper_argv,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=job_dir,
+        close_fds=True,
+    )
     assert keeper.stdout is not None  # started with stdout=PIPE
     deadline = time.monotonic() + 10
     try:
@@ -103,15 +151,17 @@ def _job_start(req: dict) -> dict:
             time.sleep(0.02)
         else:
             drop_secrets(job_dir)
-            raise NodeError(f"job {job_id} did not start within 10 s (see {job_dir})", kind="start_failed")
+            raise NodeError(
+                f"job {job_id} did not start within 10 s (see {job_dir})", kind="start_failed"
+            )
     finally:
         keeper.stdout.close()
     return {"ok": True, "job": public(job), **job_state(job_dir, job)}
 
 
 def _refused_keeper(job_id: str, job_dir: str, keeper: subprocess.Popen) -> NodeError:
-    """The keeper's bootstrap refused to run (the interpreter, the state dir or the agent's bytes changed since
-    this agent started): its one-line answer, as the job's start failure."""
+    """The keeper's bootstrap refused to run (the interpreter, the state dir or the agent's bytes
+    changed since this agent started): its one-line answer, as the job's start failure."""
     assert keeper.stdout is not None  # started with stdout=PIPE
     try:
         answer = json.loads(keeper.stdout.read(65536) or b"{}")
@@ -120,12 +170,14 @@ def _refused_keeper(job_id: str, job_dir: str, keeper: subprocess.Popen) -> Node
     if not isinstance(answer, dict):
         answer = {}
     why = answer.get("error") or f"it exited {keeper.returncode} without saying why"
-    record_end(job_dir, end_record(keeper.returncode, job_dir, wrapper_error=f"the job's keeper did not start "
-                                   f"it: {why}"))
+    record_end(
+        job_dir,
+        end_record(
+            keeper.returncode, job_dir, wrapper_error=f"the job's keeper did not start it: {why}"
+        ),
+    )
     kind = answer.get("error_kind") if keeper.returncode == EXIT_REFUSED else None
-    return NodeError(f"job {job_id} was not started: its keeper refused to run: {why}", kind=str(kind or
-                                                                                                "start_failed"))
-
-
-
-
+    return NodeError(
+        f"job {job_id} was not started: its keeper refused to run: {why}",
+        kind=str(kind or "start_failed"),
+    )

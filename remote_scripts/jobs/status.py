@@ -1,4 +1,5 @@
-"""What the status ops answer about jobs (stdlib only): one job's state and progress, every job on the node."""
+"""What the status ops answer about jobs (stdlib only): one job's state and progress, every job on
+the node."""
 
 from __future__ import annotations
 
@@ -31,27 +32,38 @@ from .tail import last_match
 
 @node_op("job_status", writes=False)
 def job_status(req: dict) -> dict:
-    drain = drainmark.read(req["state_dir"])  # shown beside the job: a drained node runs nothing new
+    # shown beside the job: a drained node runs nothing new
+    drain = drainmark.read(req["state_dir"])
     try:
         job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     except NodeError as exc:
         raise NodeError(str(exc), kind=exc.kind, **{**exc.details, "drain": drain}) from None
     st = job_state(job_dir, job)
-    out = {"ok": True, "job": public(job), **st, "log_bytes": file_size(job["log"]),
-           "last_progress": last_match(job["log"], req.get("progress_pattern")), "drain": drain}
+    out = {
+        "ok": True,
+        "job": public(job),
+        **st,
+        "log_bytes": file_size(job["log"]),
+        "last_progress": last_match(job["log"], req.get("progress_pattern")),
+        "drain": drain,
+    }
     if st["state"] == "lost" or (st.get("exit") or {}).get("signal") == 9:
         try:  # SIGKILL or gone: the OOM killer's lines, if any (the client matches them to the job)
             out["kernel"] = kernel_log()
         except OSError as exc:
-            out["kernel"] = {"error": f"the kernel log could not be read: {exc}", "error_kind": "kernel_log_unreadable"}
+            out["kernel"] = {
+                "error": f"the kernel log could not be read: {exc}",
+                "error_kind": "kernel_log_unreadable",
+            }
     return out
 
 
-
-
-def _job_output(job_dir: str, job: dict, out: str | None, manifests: dict[str, dict | None]) -> dict:
-    """What of its output the job wrote (its samples the manifests still name, and their bytes): never the
-    directory's size, which every run on that output shares. A Slurm job's shards each have their own."""
+def _job_output(
+    job_dir: str, job: dict, out: str | None, manifests: dict[str, dict | None]
+) -> dict:
+    """What of its output the job wrote (its samples the manifests still name, and their bytes):
+    never the directory's size, which every run on that output shares. A Slurm job's shards each
+    have their own."""
     if not out:
         return {"output_bytes": None, "output_samples": None}
     outputs = [out]
@@ -78,28 +90,36 @@ def _job_output(job_dir: str, job: dict, out: str | None, manifests: dict[str, d
     return {"output_bytes": size, "output_samples": samples}
 
 
-
-
-SLURM_QUERIES = 20  # the newest Slurm jobs without every exit file that squeue/sacct are asked about
+# the newest Slurm jobs without every exit file that squeue/sacct are asked about
+SLURM_QUERIES = 20
 
 
 def _slurm_row(req: dict, job_dir: str, job: dict, asked: list[int]) -> dict:
-    """A Slurm job's row: its record (the client reads its state from squeue/sacct's lines and the exit files,
-    as `status` does); squeue/sacct are asked about the newest SLURM_QUERIES jobs still without an exit file."""
+    """A Slurm job's row: its record (the client reads its state from squeue/sacct's lines and the
+    exit files, as `status` does); squeue/sacct are asked about the newest SLURM_QUERIES jobs still
+    without an exit file."""
     from .slurm import record_view
 
     shards = int(job.get("shards") or 1)
     view = record_view(req, job_dir, job, ask=asked[0] < SLURM_QUERIES)
     asked[0] += 1 if view["query"] else 0
     logs = log_paths(job)
-    return {"record": public(job), "slurm_job_id": job.get("slurm_job_id"), "shards": shards, "logs": logs,
-            "log": logs[0] if logs else None, "log_bytes": sum(file_size(p) for p in logs), **view}
+    return {
+        "record": public(job),
+        "slurm_job_id": job.get("slurm_job_id"),
+        "shards": shards,
+        "logs": logs,
+        "log": logs[0] if logs else None,
+        "log_bytes": sum(file_size(p) for p in logs),
+        **view,
+    }
 
 
 @node_op("jobs_list", writes=False)
 def jobs_list(req: dict) -> dict:
-    """Every job of the node's store (SSH and Slurm), newest first: id, name, state, started, runtime, exit,
-    output sizes. A Slurm job's state is the client's to read (its row carries squeue/sacct's lines)."""
+    """Every job of the node's store (SSH and Slurm), newest first: id, name, state, started,
+    runtime, exit, output sizes. A Slurm job's state is the client's to read (its row carries
+    squeue/sacct's lines)."""
     state_dir = req["state_dir"]
     rows = []
     limit = int(req.get("limit") or 0)
@@ -109,13 +129,23 @@ def jobs_list(req: dict) -> dict:
     manifests: dict[str, dict | None] = {}
     for job in jobs[:limit] if limit else jobs:
         job_dir = record_dir(state_dir, job)
-        row = {"id": job["id"], "name": job.get("name"), "kind": job.get("kind"), "started": job.get("started"),
-               "started_ts": job.get("started_ts"), "operator": job.get("operator"),
-               "scheduler": job.get("scheduler") or "ssh"}
+        row = {
+            "id": job["id"],
+            "name": job.get("name"),
+            "kind": job.get("kind"),
+            "started": job.get("started"),
+            "started_ts": job.get("started_ts"),
+            "operator": job.get("operator"),
+            "scheduler": job.get("scheduler") or "ssh",
+        }
         if is_slurm(job):
             row.update(_slurm_row(req, job_dir, job, asked))
         else:
-            row.update(**job_state(job_dir, job, index), log=job.get("log"), log_bytes=file_size(job.get("log") or ""))
+            row.update(
+                **job_state(job_dir, job, index),
+                log=job.get("log"),
+                log_bytes=file_size(job.get("log") or ""),
+            )
         out = output_dir(job_dir, job)
         row.update(output=out, **_job_output(job_dir, job, out, manifests))
         rows.append(row)
@@ -125,5 +155,12 @@ def jobs_list(req: dict) -> dict:
             latest = find_job(state_dir, None)[1]["id"]
         except NodeError:
             latest = jobs[0]["id"]
-    return {"ok": True, "jobs": rows, "total": len(jobs), "latest": latest, "jobs_dir": jobs_dir(state_dir),
-            "slurm_dir": slurm_records_dir(state_dir), "now_ts": time.time()}
+    return {
+        "ok": True,
+        "jobs": rows,
+        "total": len(jobs),
+        "latest": latest,
+        "jobs_dir": jobs_dir(state_dir),
+        "slurm_dir": slurm_records_dir(state_dir),
+        "now_ts": time.time(),
+    }

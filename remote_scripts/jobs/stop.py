@@ -1,5 +1,6 @@
-"""Stopping a job (stdlib only): SIGTERM, then SIGKILL after the grace, to every process proven the job's at
-that moment (its tag, or its group while its keeper lives), through a pidfd where there is one."""
+"""Stopping a job (stdlib only): SIGTERM, then SIGKILL after the grace, to every process proven the
+job's at that moment (its tag, or its group while its keeper lives), through a pidfd where there is
+one."""
 
 from __future__ import annotations
 
@@ -20,29 +21,38 @@ from .records import STOP_ASKED, load_job
 
 
 def _keeper_alive(job_dir: str, job: dict) -> bool:
-    """The job's keeper still runs: its recorded pid with the start time recorded at launch (for a job recorded
-    without one: a command line that names the job dir), under the login uid. While it lives, the process group
-    it leads (the job's pgid) is the job's: a pgid is not given to another process while its group exists."""
+    """The job's keeper still runs: its recorded pid with the start time recorded at launch (for a
+    job recorded without one: a command line that names the job dir), under the login uid. While it
+    lives, the process group it leads (the job's pgid) is the job's: a pgid is not given to another
+    process while its group exists."""
     pid = job.get("keeper_pid")
     if not pid or uids(pid) != (os.getuid(), os.getuid()):
         return False
     if job.get("keeper_started") is not None:
         fields = stat_fields(pid)
-        return fields is not None and fields[0] not in ("Z", "X") and start_ticks(pid) == job["keeper_started"]
+        return (
+            fields is not None
+            and fields[0] not in ("Z", "X")
+            and start_ticks(pid) == job["keeper_started"]
+        )
     return process_alive(pid, job_dir)
 
 
 def _group(job_dir: str, job: dict) -> int | None:
-    """The job's process group, only while its keeper lives (after that, its number may be anyone's)."""
+    """The job's process group, only while its keeper lives (after that, its number may be
+    anyone's)."""
     pgid = int(job["pgid"]) if job.get("pgid") else None
     return pgid if pgid and pgid == job.get("keeper_pid") and _keeper_alive(job_dir, job) else None
 
 
 def _members(job_dir: str, job: dict) -> list[int]:
-    """The job's live processes: every process of the login uid carrying its tag, and while its keeper lives,
-    the members of its process group (a process that dropped its environment, env -i, but not its group)."""
+    """The job's live processes: every process of the login uid carrying its tag, and while its
+    keeper lives, the members of its process group (a process that dropped its environment, env -i,
+    but not its group)."""
     pgid = _group(job_dir, job)
-    group = [p for p in group_members(pgid) if uids(p) == (os.getuid(), os.getuid())] if pgid else []
+    group = (
+        [p for p in group_members(pgid) if uids(p) == (os.getuid(), os.getuid())] if pgid else []
+    )
     return sorted(set(group) | set(tagged_pids(job_dir)))
 
 
@@ -56,8 +66,8 @@ def _has_tag(pid: int, job_dir: str) -> bool:
 
 
 def _proven(pid: int, job_dir: str, job: dict) -> bool:
-    """`pid` is the job's, now: a live process of the login uid (real and effective) that carries the job's tag,
-    or a member of the job's process group while its keeper lives."""
+    """`pid` is the job's, now: a live process of the login uid (real and effective) that carries
+    the job's tag, or a member of the job's process group while its keeper lives."""
     if uids(pid) != (os.getuid(), os.getuid()):
         return False
     fields = stat_fields(pid)
@@ -70,8 +80,8 @@ def _proven(pid: int, job_dir: str, job: dict) -> bool:
 
 
 def _pidfd(pid: int) -> int | None:
-    """A descriptor that names this very process (Linux 5.3+, Python 3.9+): a signal sent through it reaches
-    it or nothing, never a later process given the same pid. None where there is none."""
+    """A descriptor that names this very process (Linux 5.3+, Python 3.9+): a signal sent through it
+    reaches it or nothing, never a later process given the same pid. None where there is none."""
     try:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -79,9 +89,9 @@ def _pidfd(pid: int) -> int | None:
 
 
 def _signal_all(job_dir: str, job: dict, pids: list[int], sig: int) -> list[int]:
-    """Signal each process proven the job's at that moment (checked after its pidfd is taken: the signal goes
-    to the process that was checked, or, if it has ended since, to none). The keeper last: while it lives its
-    group is provably the job's. Returns the pids signalled."""
+    """Signal each process proven the job's at that moment (checked after its pidfd is taken: the
+    signal goes to the process that was checked, or, if it has ended since, to none). The keeper
+    last: while it lives its group is provably the job's. Returns the pids signalled."""
     keeper = job.get("keeper_pid")
     sent = []
     for pid in sorted(pids, key=lambda p: p == keeper):
@@ -91,7 +101,9 @@ def _signal_all(job_dir: str, job: dict, pids: list[int], sig: int) -> list[int]
                 continue
             if fd is not None:
                 signal.pidfd_send_signal(fd, sig)
-            else:  # no pidfd: the check above was made just now; a pid reused in between is the residual risk
+            # no pidfd: the check above was made just now; a pid reused in between is the residual
+            # risk
+            else:
                 os.kill(pid, sig)
             sent.append(pid)
         except (ProcessLookupError, PermissionError):
@@ -103,22 +115,27 @@ def _signal_all(job_dir: str, job: dict, pids: list[int], sig: int) -> list[int]
 
 
 def _note_stop_asked(job_dir: str) -> None:
-    """Say on the node, before the first signal, that fleetops' `stop` ends this job: its wrapper (or keeper)
-    records the end that follows as `by: stop`, so `status` reports it stopped, not killed. A write that fails
-    (a full disk) leaves the record as the signal made it; the stop goes on."""
+    """Say on the node, before the first signal, that fleetops' `stop` ends this job: its wrapper
+    (or keeper) records the end that follows as `by: stop`, so `status` reports it stopped, not
+    killed. A write that fails (a full disk) leaves the record as the signal made it; the stop goes
+    on."""
     try:
-        atomic_write(os.path.join(job_dir, STOP_ASKED), (json.dumps({"at": now_iso(), "ts": time.time()}) + "\n")
-                     .encode(), mode=0o600, point="job.stop")
+        atomic_write(
+            os.path.join(job_dir, STOP_ASKED),
+            (json.dumps({"at": now_iso(), "ts": time.time()}) + "\n").encode(),
+            mode=0o600,
+            point="job.stop",
+        )
     except OSError:
         pass
 
 
 @node_op("job_stop", writes=True)
 def job_stop(req: dict) -> dict:
-    """Stop the job: SIGTERM to each of its processes (its tagged ones, one that left the group with setsid
-    included, and its group while the keeper lives), SIGKILL after the grace; then no process of the job may be
-    left. A process is signalled only when it is proven the job's at that moment (_proven): a recorded pgid or
-    pid that now names someone else's process is never touched."""
+    """Stop the job: SIGTERM to each of its processes (its tagged ones, one that left the group with
+    setsid included, and its group while the keeper lives), SIGKILL after the grace; then no process
+    of the job may be left. A process is signalled only when it is proven the job's at that moment
+    (_proven): a recorded pgid or pid that now names someone else's process is never touched."""
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     st = job_state(job_dir, job)
     pgid = int(job["pgid"]) if job.get("pgid") else None
@@ -133,12 +150,24 @@ def job_stop(req: dict) -> dict:
                 time.sleep(0.05)
             remaining = _members(job_dir, job)
             where = "in its group" if left and set(left) <= group_before else "(tagged with it)"
-            return {"ok": not remaining, "changed": bool(left), "job_id": job["id"], "pgid": pgid, **st,
-                    "left": remaining,
-                    "msg": f"job {job['id']} had ended ({st['state']}) but left {len(left)} processes {where}: "
-                           f"killed {left}" + (f"; still there: {remaining}" if remaining else "")}
-        return {"ok": True, "changed": False, "job_id": job["id"], **st,
-                "msg": f"job {job['id']} is not running ({st['state']}); nothing to stop"}
+            return {
+                "ok": not remaining,
+                "changed": bool(left),
+                "job_id": job["id"],
+                "pgid": pgid,
+                **st,
+                "left": remaining,
+                "msg": f"job {job['id']} had ended ({st['state']}) but left {len(left)} "
+                f"processes {where}: killed {left}"
+                + (f"; still there: {remaining}" if remaining else ""),
+            }
+        return {
+            "ok": True,
+            "changed": False,
+            "job_id": job["id"],
+            **st,
+            "msg": f"job {job['id']} is not running ({st['state']}); nothing to stop",
+        }
     grace = float(req.get("grace_s", 10))
     first = _members(job_dir, job)
     outside = sorted(set(first) - group_before)
@@ -154,22 +183,44 @@ def job_stop(req: dict) -> dict:
         while time.monotonic() < deadline and _members(job_dir, job):
             time.sleep(0.05)
     exit_path = os.path.join(job_dir, "exit.json")
-    for _ in range(50):  # the wrapper writes exit.json when it sees the job end (unless it was killed too)
+    # the wrapper writes exit.json when it sees the job end (unless it was killed too)
+    for _ in range(50):
         if read_json(exit_path):
             break
         time.sleep(0.02)
     if not read_json(exit_path):
-        record_end(job_dir, {"exit_code": None, "signal": int(signal.SIGKILL), "ended": now_iso(),
-                             "ended_ts": time.time(), "by": "stop"})
+        record_end(
+            job_dir,
+            {
+                "exit_code": None,
+                "signal": int(signal.SIGKILL),
+                "ended": now_iso(),
+                "ended_ts": time.time(),
+                "by": "stop",
+            },
+        )
     left = _members(job_dir, job)
     how = "SIGTERM, then SIGKILL after the grace period" if escalated else "SIGTERM"
-    also = (f"; also ended {len(outside)} processes outside its group, found by their FLEETOPS_JOB_DIR tag: "
-            f"{outside}" if outside else "")
-    return {"ok": not left, "changed": True, "job_id": job["id"], "pgid": pgid, "escalated": escalated, "left": left,
-            "outside_group": outside, **job_state(job_dir, job), "msg": f"stopped job {job['id']} with {how}"
-            + (f"; processes of the job still alive: {left}" if left else "; no process of its group is left")
-            + also}
-
-
-
-
+    also = (
+        f"; also ended {len(outside)} processes outside its group, found by their "
+        f"FLEETOPS_JOB_DIR tag: {outside}"
+        if outside
+        else ""
+    )
+    return {
+        "ok": not left,
+        "changed": True,
+        "job_id": job["id"],
+        "pgid": pgid,
+        "escalated": escalated,
+        "left": left,
+        "outside_group": outside,
+        **job_state(job_dir, job),
+        "msg": f"stopped job {job['id']} with {how}"
+        + (
+            f"; processes of the job still alive: {left}"
+            if left
+            else "; no process of its group is left"
+        )
+        + also,
+    }

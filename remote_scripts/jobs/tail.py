@@ -1,6 +1,6 @@
-"""A job's log as the client reads it (stdlib only): tail by byte offset (whole lines; a very long line shown
-cut, never holding back the ones after it), where an attaching tail starts, the last lines, the last progress
-line."""
+"""A job's log as the client reads it (stdlib only): tail by byte offset (whole lines; a very long
+line shown cut, never holding back the ones after it), where an attaching tail starts, the last
+lines, the last progress line."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from .liveness import job_state
 from .records import file_size, load_job
 
 TAIL_CHUNK = 256 * 1024
-LONG_LINE = 16 * 1024  # a log line longer than this is shown cut: its first and last LINE_KEEP bytes
+# a log line longer than this is shown cut: its first and last LINE_KEEP bytes
+LONG_LINE = 16 * 1024
 LINE_KEEP = 4096
 LINE_SCAN = 64 * 1024 * 1024  # how far one tail poll reads for the end of a long line
 DEFAULT_TAIL_LINES = 20
@@ -26,14 +27,19 @@ MASK_MIN = 4  # shorter values would mask ordinary text (the client's MIN_LENGTH
 
 
 class Masker:
-    """The job's secret values (the client sends them: the job's secret-env file is gone once the job started),
-    masked in what tail and logs send before a long line is cut: a value across the cut would otherwise show
-    the part on the kept side, which no masking on the client can recognise. `reach`: how many bytes past a
-    kept part a value that starts in it can run, so each kept part is read that much wider, masked, then cut."""
+    """The job's secret values (the client sends them: the job's secret-env file is gone once the
+    job started), masked in what tail and logs send before a long line is cut: a value across the
+    cut would otherwise show the part on the kept side, which no masking on the client can
+    recognise. `reach`: how many bytes past a kept part a value that starts in it can run, so each
+    kept part is read that much wider, masked, then cut."""
 
     def __init__(self, values: object) -> None:
-        found = {v.encode("utf-8", "surrogatepass") for v in (values if isinstance(values, list) else [])[:MASK_VALUES]
-                 if isinstance(v, str) and MASK_MIN <= len(v.encode("utf-8", "surrogatepass")) <= MASK_VALUE_MAX}
+        found = {
+            v.encode("utf-8", "surrogatepass")
+            for v in (values if isinstance(values, list) else [])[:MASK_VALUES]
+            if isinstance(v, str)
+            and MASK_MIN <= len(v.encode("utf-8", "surrogatepass")) <= MASK_VALUE_MAX
+        }
         self.values = sorted(found, key=len, reverse=True)
         self.reach = max((len(v) for v in self.values), default=1) - 1
 
@@ -44,8 +50,9 @@ class Masker:
         return data
 
     def held(self, data: bytes) -> int:
-        """How many bytes at the end of `data` may be the start of a secret (the longest end of it that begins
-        a value): a line cut where the job has written so far shows them only once the rest is there."""
+        """How many bytes at the end of `data` may be the start of a secret (the longest end of it
+        that begins a value): a line cut where the job has written so far shows them only once the
+        rest is there."""
         for size in range(min(self.reach, len(data)), 0, -1):
             piece = data[-size:]
             if any(value.startswith(piece) for value in self.values):
@@ -54,11 +61,11 @@ class Masker:
 
     def head(self, data: bytes) -> bytes:
         """The first LINE_KEEP bytes of `data` (read LINE_KEEP + reach long), masked first."""
-        return self(data[:LINE_KEEP + self.reach])[:LINE_KEEP]
+        return self(data[: LINE_KEEP + self.reach])[:LINE_KEEP]
 
     def end(self, data: bytes) -> bytes:
         """The last LINE_KEEP bytes of `data` (read LINE_KEEP + reach long), masked first."""
-        return self(data[-(LINE_KEEP + self.reach):])[-LINE_KEEP:]
+        return self(data[-(LINE_KEEP + self.reach) :])[-LINE_KEEP:]
 
 
 NO_MASK = Masker(None)
@@ -77,12 +84,11 @@ def last_match(path: str, pattern: str | None) -> str | None:
     return next((ln for ln in reversed(lines) if rx.search(ln)), None)
 
 
-
 @node_op("job_tail", writes=False)
 def job_tail(req: dict) -> dict:
-    """Bytes of the log from `offset`, whole lines only (until the job has ended), waiting up to wait_s
-    for something new: one exec per poll, no line split across two answers; a line over LONG_LINE comes cut
-    (_tail_read), so no line, however long, holds back the ones after it."""
+    """Bytes of the log from `offset`, whole lines only (until the job has ended), waiting up to
+    wait_s for something new: one exec per poll, no line split across two answers; a line over
+    LONG_LINE comes cut (_tail_read), so no line, however long, holds back the ones after it."""
     job_dir, job = load_job(req["state_dir"], req.get("job_id"))
     mask = Masker(req.get("mask"))
     start: dict = {"playbook": job.get("playbook"), "job_name": job.get("name")}
@@ -100,22 +106,44 @@ def job_tail(req: dict) -> dict:
             with open(job["log"], "rb") as f:
                 data, next_offset = _tail_read(f, offset, size, ended, mask)
             if data:
-                return {"ok": True, "job_id": job["id"], "data": data.decode("utf-8", "replace"),
-                        "offset": offset, "next_offset": next_offset, **start, **st}
+                return {
+                    "ok": True,
+                    "job_id": job["id"],
+                    "data": data.decode("utf-8", "replace"),
+                    "offset": offset,
+                    "next_offset": next_offset,
+                    **start,
+                    **st,
+                }
         if ended and file_size(job["log"]) <= offset:
-            return {"ok": True, "job_id": job["id"], "data": "", "offset": offset, "next_offset": offset, **start,
-                    **st}
+            return {
+                "ok": True,
+                "job_id": job["id"],
+                "data": "",
+                "offset": offset,
+                "next_offset": offset,
+                **start,
+                **st,
+            }
         if time.monotonic() >= deadline:
-            return {"ok": True, "job_id": job["id"], "data": "", "offset": offset, "next_offset": offset, **start,
-                    **st}
+            return {
+                "ok": True,
+                "job_id": job["id"],
+                "data": "",
+                "offset": offset,
+                "next_offset": offset,
+                **start,
+                **st,
+            }
         time.sleep(0.1)
 
 
-def _tail_read(f: io.BufferedReader, offset: int, size: int, ended: bool, mask: Masker = NO_MASK) -> \
-        tuple[bytes, int]:
-    """What tail sends from `offset`: whole lines (the last one too once the job has ended), each line over
-    LONG_LINE cut to its first and last LINE_KEEP bytes around a marker; and the offset after them. Empty
-    while the only line there is still being written."""
+def _tail_read(
+    f: io.BufferedReader, offset: int, size: int, ended: bool, mask: Masker = NO_MASK
+) -> tuple[bytes, int]:
+    """What tail sends from `offset`: whole lines (the last one too once the job has ended), each
+    line over LONG_LINE cut to its first and last LINE_KEEP bytes around a marker; and the offset
+    after them. Empty while the only line there is still being written."""
     if offset > 0:
         f.seek(offset - 1)
         if f.read(1) != b"\n":  # the rest of a line cut by the answer before
@@ -130,15 +158,22 @@ def _tail_read(f: io.BufferedReader, offset: int, size: int, ended: bool, mask: 
         if len(data) < TAIL_CHUNK:
             return b"", offset  # a line still being written
         return _long_line(f, offset, size, ended, mask)  # one line longer than a whole chunk
-    return b"".join(_cut_line(line, mask) for line in data.splitlines(keepends=True)), offset + len(data)
+    return b"".join(_cut_line(line, mask) for line in data.splitlines(keepends=True)), offset + len(
+        data
+    )
 
 
-def _cut_line(line: bytes, mask: Masker = NO_MASK, length: int | None = None, end: bytes | None = None,
-              goes_on: bool = False) -> bytes:
-    """line as tail shows it, the job's secrets masked: whole up to LONG_LINE bytes, else its head and end
-    around what was left out, each masked before it is cut. `length`/`end`: the line's length and last bytes
-    (LINE_KEEP + mask.reach of each), when `line` holds only its start; `goes_on`: it has no end yet (the rest
-    comes with a later answer)."""
+def _cut_line(
+    line: bytes,
+    mask: Masker = NO_MASK,
+    length: int | None = None,
+    end: bytes | None = None,
+    goes_on: bool = False,
+) -> bytes:
+    """line as tail shows it, the job's secrets masked: whole up to LONG_LINE bytes, else its head
+    and end around what was left out, each masked before it is cut. `length`/`end`: the line's
+    length and last bytes (LINE_KEEP + mask.reach of each), when `line` holds only its start;
+    `goes_on`: it has no end yet (the rest comes with a later answer)."""
     body = line[:-1] if line.endswith(b"\n") else line
     length = len(body) if length is None else length
     if length <= LONG_LINE:
@@ -146,16 +181,25 @@ def _cut_line(line: bytes, mask: Masker = NO_MASK, length: int | None = None, en
     tail = mask.end(body if end is None else end)
     head = mask.head(body)
     left = length - len(head) - len(tail)
-    marker = (f" … [{left:,} bytes not shown; this line goes on] … " if goes_on else
-              f" … [{left:,} bytes of this {length:,}-byte line not shown] … ")
+    marker = (
+        f" … [{left:,} bytes not shown; this line goes on] … "
+        if goes_on
+        else f" … [{left:,} bytes of this {length:,}-byte line not shown] … "
+    )
     return head + marker.encode() + tail + b"\n"
 
 
-def _long_line(f: io.BufferedReader, offset: int, size: int, ended: bool, mask: Masker = NO_MASK,
-               continued: bool = False) -> tuple[bytes, int]:
-    """A line too long for one chunk, from `offset` to its newline (looked for up to LINE_SCAN bytes on): its
-    head and end, cut. A line still being written, or longer than LINE_SCAN, is cut where the reading stops
-    and goes on at the next poll (`continued`: only its end is shown then)."""
+def _long_line(
+    f: io.BufferedReader,
+    offset: int,
+    size: int,
+    ended: bool,
+    mask: Masker = NO_MASK,
+    continued: bool = False,
+) -> tuple[bytes, int]:
+    """A line too long for one chunk, from `offset` to its newline (looked for up to LINE_SCAN bytes
+    on): its head and end, cut. A line still being written, or longer than LINE_SCAN, is cut where
+    the reading stops and goes on at the next poll (`continued`: only its end is shown then)."""
     pos, stop, newline = offset, min(size, offset + LINE_SCAN), -1
     while pos < stop:
         f.seek(pos)
@@ -176,12 +220,16 @@ def _long_line(f: io.BufferedReader, offset: int, size: int, ended: bool, mask: 
     tail = f.read(end - max(offset, end - wide))
     if goes_on:  # cut where the reading stops: the start of a secret there waits for the rest of it
         held = mask.held(tail)
-        end, tail = end - held, tail[:len(tail) - held]
+        end, tail = end - held, tail[: len(tail) - held]
     next_offset = newline + 1 if newline >= 0 else end
     if continued:
         kept = mask.end(tail)
         left = end - offset - min(len(tail), LINE_KEEP)
-        gap = f"{left:,} more bytes of the line cut above not shown] … " if left else "the line cut above goes on] "
+        gap = (
+            f"{left:,} more bytes of the line cut above not shown] … "
+            if left
+            else "the line cut above goes on] "
+        )
         return f"… [{gap}".encode() + kept + b"\n", next_offset
     f.seek(offset)
     head = f.read(wide)
@@ -189,11 +237,13 @@ def _long_line(f: io.BufferedReader, offset: int, size: int, ended: bool, mask: 
 
 
 def attach_offset(job: dict, last_lines: int | str | None, from_start: bool) -> dict:
-    """Where a tail attaching to the job starts: the last N whole lines (default 20), or byte 0 with from_start
-    (an explicit --from-start, or the client's own `extract tail` that launched the job and has shown nothing of
-    it yet). Says what it skipped."""
+    """Where a tail attaching to the job starts: the last N whole lines (default 20), or byte 0 with
+    from_start (an explicit --from-start, or the client's own `extract tail` that launched the job
+    and has shown nothing of it yet). Says what it skipped."""
     size = file_size(job["log"])
-    want = None if from_start else (int(last_lines) if last_lines is not None else DEFAULT_TAIL_LINES)
+    want = (
+        None if from_start else (int(last_lines) if last_lines is not None else DEFAULT_TAIL_LINES)
+    )
     if want is None or size == 0:
         return {"offset": 0, "skipped_bytes": 0, "skipped_lines": 0}
     with open(job["log"], "rb") as f:
@@ -201,7 +251,8 @@ def attach_offset(job: dict, last_lines: int | str | None, from_start: bool) -> 
         f.seek(size - back)
         chunk = f.read(back)
     at_file_start = back == size
-    end = chunk.rfind(b"\n") + 1  # whole lines only: a line still being written comes with the next poll
+    # whole lines only: a line still being written comes with the next poll
+    end = chunk.rfind(b"\n") + 1
     idx = end - 1
     for _ in range(want):
         if idx < 0:
@@ -248,14 +299,20 @@ def job_logs(req: dict) -> dict:
         if data[:1] == b"\n":
             data = data[1:]
         else:  # the window starts inside a (long) line: its end, marked as such
-            first = "… [this line starts earlier in the log] … ".encode() + mask.end(piece) + newline
+            first = (
+                "… [this line starts earlier in the log] … ".encode() + mask.end(piece) + newline
+            )
             data = rest
-    text = (first + b"".join(_cut_line(line, mask) for line in data.splitlines(keepends=True))).decode("utf-8",
-                                                                                                        "replace")
+    text = (
+        first + b"".join(_cut_line(line, mask) for line in data.splitlines(keepends=True))
+    ).decode("utf-8", "replace")
     lines = text.splitlines()[-n:]
-    return {"ok": True, "job_id": job["id"], "lines": lines, "log": job["log"], "playbook": job.get("playbook"),
-            "job_name": job.get("name"), **job_state(job_dir, job)}
-
-
-
-
+    return {
+        "ok": True,
+        "job_id": job["id"],
+        "lines": lines,
+        "log": job["log"],
+        "playbook": job.get("playbook"),
+        "job_name": job.get("name"),
+        **job_state(job_dir, job),
+    }

@@ -1,2 +1,2 @@
-"""Writing the node's installed files: patch and roll back (hunks, backups, the site lock, pip's RECORD), and
-capture of what is installed."""
+"""Writing the node's installed files: patch and roll back (hunks, backups, the site lock, pip's
+RECORD), and capture of what is installed."""

@@ -1,5 +1,6 @@
-"""What check mode promises: the login user may write everything a real run writes (each file's directory, the
-patch lock beside the venv's files, the state dir with its lock and backups). Stdlib only."""
+"""What check mode promises: the login user may write everything a real run writes (each file's
+directory, the patch lock beside the venv's files, the state dir with its lock and backups). Stdlib
+only."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def unwritable(paths: list[str]) -> str | None:
 
 
 def check_access(req: dict, op: str, files: list) -> None:
-    """Refuse (check mode) every file whose run would fail for want of write access, naming what and who."""
+    """Refuse (check mode) every file whose run would fail for want of write access, naming what and
+    who."""
     state_dir = req.get("state_dir") or ""
     for f in files:
         if f.new is None or f.refusal or not f.path:
@@ -60,9 +62,13 @@ def check_access(req: dict, op: str, files: list) -> None:
                 paths.append(os.path.join(state_dir, "backups"))
         denied = unwritable(paths)
         if denied is not None:
-            f.refuse(FAILED, f"cannot write {denied} as {user_name()}; set `become: sudo` for this host in the "
-                             "inventory (the agent then runs as root through sudo) or give that user write access "
-                             "(check mode: nothing written)")
+            f.refuse(
+                FAILED,
+                f"cannot write {denied} as {user_name()}; set `become: sudo` for this host in the "
+                "inventory (the agent then runs as root "
+                "through sudo) or give that user write access "
+                "(check mode: nothing written)",
+            )
             continue
         try:
             check_target(f.path)

@@ -1,5 +1,5 @@
-"""The witness a patch leaves in the node's state dir: the original bytes and a record of what was written,
-and whether a saved original may still be trusted. Stdlib only."""
+"""The witness a patch leaves in the node's state dir: the original bytes and a record of what was
+written, and whether a saved original may still be trusted. Stdlib only."""
 
 from __future__ import annotations
 
@@ -17,22 +17,32 @@ def backup_paths(state_dir: str, path: str) -> tuple[str, str]:
     return os.path.join(base, key + ".json"), os.path.join(base, key + ".orig")
 
 
-def save_backup(state_dir: str, path: str, module: str, original: bytes, patched: bytes, playbook: str) -> dict:
+def save_backup(
+    state_dir: str, path: str, module: str, original: bytes, patched: bytes, playbook: str
+) -> dict:
     record_path, orig_path = backup_paths(state_dir, path)
     ensure_dir(os.path.dirname(record_path))
     original_sha = sha256_bytes(original)
     record = read_json(record_path, on_corrupt="quarantine")
     if not (record and record.get("original_sha256") == original_sha and os.path.exists(orig_path)):
         atomic_write(orig_path, original, mode=0o600, point="patch.backup")
-        record = {"path": path, "module": module, "original_sha256": original_sha, "created": now_iso()}
-    record.update({"patched_sha256": sha256_bytes(patched), "playbook": playbook, "patched_at": now_iso()})
+        record = {
+            "path": path,
+            "module": module,
+            "original_sha256": original_sha,
+            "created": now_iso(),
+        }
+    record.update(
+        {"patched_sha256": sha256_bytes(patched), "playbook": playbook, "patched_at": now_iso()}
+    )
     write_json_atomic(record_path, record, point="patch.record")
     failpoint("patch.after_backup")
     return record
 
 
 def read_record(state_dir: str | None, path: str) -> dict | None:
-    """This node's backup record of `path`; a corrupt one is moved aside (reported) and counts as none."""
+    """This node's backup record of `path`; a corrupt one is moved aside (reported) and counts as
+    none."""
     if not state_dir:
         return None
     try:
@@ -53,17 +63,26 @@ def read_backup(orig_path: str, record: dict | None) -> tuple[bytes, str, dict] 
     return data, sha256_bytes(data), record
 
 
-def bad_backup(backup: tuple[bytes, str, dict] | None, orig_path: str, proof: str | None,
-                wheel_record: str | None) -> str:
-    """Why the saved backup must not be trusted (its own record, or the proven original, disagrees)."""
+def bad_backup(
+    backup: tuple[bytes, str, dict] | None,
+    orig_path: str,
+    proof: str | None,
+    wheel_record: str | None,
+) -> str:
+    """Why the saved backup must not be trusted (its own record, or the proven original,
+    disagrees)."""
     if backup is None:
         return ""
     data, sha, record = backup
     if sha != record.get("original_sha256"):
-        return (f"backup {orig_path} does not match its recorded sha256 (record "
-                f"{str(record.get('original_sha256'))[:12]}, file {sha[:12]})")
+        return (
+            f"backup {orig_path} does not match its recorded sha256 (record "
+            f"{str(record.get('original_sha256'))[:12]}, file {sha[:12]})"
+        )
     if proof and sha != proof:
         source = f"the wheel's RECORD ({wheel_record})" if wheel_record else "the hunks reversed"
-        return (f"backup {orig_path} (sha256 {sha[:12]}) is not the original: {source} says {proof[:12]}; "
-                f"tampered or stale")
+        return (
+            f"backup {orig_path} (sha256 {sha[:12]}) is not the original: {source} says "
+            f"{proof[:12]}; tampered or stale"
+        )
     return ""

@@ -1,35 +1,44 @@
-"""Where a patch's hunks sit in a file, and the file with them applied or reversed. Pure: no I/O, stdlib only.
+"""Where a patch's hunks sit in a file, and the file with them applied or reversed. Pure: no I/O,
+stdlib only.
 
-A hunk (a dict from fleetops.unidiff.Hunk.to_request) has an old block and a new block, each made of the
-changed lines between `context[0]` lines of leading and `context[1]` lines of trailing context.
+A hunk (a dict from fleetops.unidiff.Hunk.to_request) has an old block and a new block, each made of
+the changed lines between `context[0]` lines of leading and `context[1]` lines of trailing context.
 
-Placement is GNU patch(1)'s (locate_hunk in patch 2.7's src/patch.c) at fuzz 0, so that fleetops never
-applies a hunk anywhere patch(1) -F0 would not:
-- a hunk is first looked for at its header's line plus the offset the hunks before it were found at, then
-  one line after, one line before, two after, ... and never before the last line an earlier hunk changed;
-- a hunk with less leading than trailing context (it starts at line 1) may only match at the top of the file,
-  one with less trailing than leading context (it ends at the last line) only at the end. This is also what
-  tells "the first line deleted" from "not deleted yet": [a, b, c] and [b, c] differ only by where they sit.
-We never fuzz (drop context lines to make a hunk fit): code that changed around a hunk is drift to report.
+Placement is GNU patch(1)'s (locate_hunk in patch 2.7's src/patch.c) at fuzz 0, so that fleetops
+never applies a hunk anywhere patch(1) -F0 would not:
+- a hunk is first looked for at its header's line plus the offset the hunks before it were found at,
+  then one line after, one line before, two after, ... and never before the last line an earlier
+  hunk changed;
+- a hunk with less leading than trailing context (it starts at line 1) may only match at the top of
+  the file, one with less trailing than leading context (it ends at the last line) only at the end.
+  This is also what tells "the first line deleted" from "not deleted yet": [a, b, c] and [b, c]
+  differ only by where they sit.
+We never fuzz (drop context lines to make a hunk fit): code that changed around a hunk is drift to
+report.
 
-The file is *pristine* when every old block can be placed that way, *patched* when every new block can (the
-placement patch -R would use). When both can (code repeated elsewhere in the file), the reading whose hunks
-sit nearer their expected places wins; see classify for a tie. When neither can, each hunk is judged on its
-own at its expected place (old block there: pristine, new block there: patched, the nearer one otherwise),
-which is what reports a partially patched file as such.
+The file is *pristine* when every old block can be placed that way, *patched* when every new block
+can (the placement patch -R would use). When both can (code repeated elsewhere in the file), the
+reading whose hunks sit nearer their expected places wins; see classify for a tie. When neither can,
+each hunk is judged on its own at its expected place (old block there: pristine, new block there:
+patched, the nearer one otherwise), which is what reports a partially patched file as such.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any
 
-Shape = tuple[int, int, int, int]  # (old index, new index, leading context, trailing context), 0-based
+# typing.TYPE_CHECKING without importing typing: the agent's start-up imports only what it runs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# (old index, new index, leading context, trailing context), 0-based
+Shape = tuple[int, int, int, int]
 
 
 def split_lines(text: str) -> list[str]:
-    """Lines with their endings. Only "\\n" ends a line, as for diff(1) and patch(1): str.splitlines would
-    also split at form feeds and other separators that real source files contain."""
+    """Lines with their endings. Only "\\n" ends a line, as for diff(1) and patch(1): str.splitlines
+    would also split at form feeds and other separators that real source files contain."""
     if not text:
         return []
     parts = text.split("\n")
@@ -40,7 +49,8 @@ def split_lines(text: str) -> list[str]:
 
 
 def bare(line: str) -> str:
-    """A line without its line ending (LF or CRLF): hunks compare lines whatever the file's endings."""
+    """A line without its line ending (LF or CRLF): hunks compare lines whatever the file's
+    endings."""
     if line.endswith("\n"):
         line = line[:-1]
     return line[:-1] if line.endswith("\r") else line
@@ -50,7 +60,8 @@ def _context(h: dict) -> tuple[int, int]:
     if "context" in h:
         pre, suf = h["context"]
         return int(pre), int(suf)
-    # Hunks made by hand (no tags): the longest common head and tail, as a diff tool would have written them.
+    # Hunks made by hand (no tags): the longest common head and tail, as a diff tool would have
+    # written them.
     old, new = h["old"], h["new"]
     limit = min(len(old), len(new))
     pre = 0
@@ -66,7 +77,8 @@ def _shapes(hunks: list[dict]) -> list[Shape]:
     out = []
     delta = 0  # lines added minus lines removed by the hunks before, for requests without new_start
     for h in hunks:
-        # An empty block's header line is the line *after which* it goes (patch(1): "append, not insert").
+        # An empty block's header line is the line *after which* it goes (patch(1): "append, not
+        # insert").
         old_at = h["old_start"] - (1 if h["old"] else 0)
         if h.get("new_start") is not None:
             new_at = h["new_start"] - (1 if h["new"] else 0)
@@ -78,7 +90,8 @@ def _shapes(hunks: list[dict]) -> list[Shape]:
 
 
 class _Text:
-    """The file's lines without endings, and where each distinct line occurs (to try only real candidates)."""
+    """The file's lines without endings, and where each distinct line occurs (to try only real
+    candidates)."""
 
     def __init__(self, lines: list[str]) -> None:
         self.lines = [x[:-1] if x[-1:] == "\n" else x for x in lines]
@@ -89,16 +102,22 @@ class _Text:
             self.where.setdefault(line, []).append(i)
 
     def matches(self, block: list[str], at: int) -> bool:
-        return at >= 0 and at + len(block) <= len(self.lines) and all(
-            self.lines[at + k] == block[k] for k in range(len(block)))
+        return (
+            at >= 0
+            and at + len(block) <= len(self.lines)
+            and all(self.lines[at + k] == block[k] for k in range(len(block)))
+        )
 
-    def locate(self, block: list[str], header_at: int, guess: int, pre: int, suf: int, frozen: int) -> int | None:
-        """patch(1)'s locate_hunk at fuzz 0, 0-based: where `block` goes, or None. `header_at`: the line its
-        header names; `guess`: that plus the offset earlier hunks were found at; `frozen`: lines before it
-        were already consumed by earlier hunks."""
+    def locate(
+        self, block: list[str], header_at: int, guess: int, pre: int, suf: int, frozen: int
+    ) -> int | None:
+        """patch(1)'s locate_hunk at fuzz 0, 0-based: where `block` goes, or None. `header_at`: the
+        line its header names; `guess`: that plus the offset earlier hunks were found at; `frozen`:
+        lines before it were already consumed by earlier hunks."""
         n, m = len(self.lines), len(block)
         if m == 0:
-            return guess  # an empty block (insertion into an empty range) fits anywhere: patch(1) alike
+            # an empty block (insertion into an empty range) fits anywhere: patch(1) alike
+            return guess
         ctx = max(pre, suf)
         lo = max(frozen - ctx, 0)  # patch(1)'s min_where: never before what earlier hunks changed
         if pre < ctx and header_at <= 0:
@@ -114,8 +133,9 @@ class _Text:
         return at
 
     def _nearest(self, block: list[str], guess: int, lo: int, hi: int) -> int | None:
-        # patch(1)'s order: offset 0, +1, -1, +2, -2, ...; forward offsets up to the last place the block fits,
-        # backward ones down to `lo`. Only lines equal to the block's first line can start it: walk those.
+        # patch(1)'s order: offset 0, +1, -1, +2, -2, ...; forward offsets up to the last place the
+        # block fits, backward ones down to `lo`. Only lines equal to the block's first line can
+        # start it: walk those.
         starts = self.where.get(block[0], [])
         right = bisect_left(starts, guess)
         left = bisect_left(starts, min(guess, hi + 1)) - 1
@@ -134,8 +154,11 @@ class _Text:
                 left -= 1
 
 
-def _place(text: _Text, hunks: list[dict], shapes: list[Shape], side: str) -> tuple[list[int | None], int]:
-    """Every hunk's `side` block ("old": patch(1), "new": patch -R) placed in order; and the lines moved."""
+def _place(
+    text: _Text, hunks: list[dict], shapes: list[Shape], side: str
+) -> tuple[list[int | None], int]:
+    """Every hunk's `side` block ("old": patch(1), "new": patch -R) placed in order; and the lines
+    moved."""
     positions: list[int | None] = []
     delta = frozen = moved = 0
     for h, (old_at, new_at, pre, suf) in zip(hunks, shapes):
@@ -147,7 +170,8 @@ def _place(text: _Text, hunks: list[dict], shapes: list[Shape], side: str) -> tu
         at = text.locate(block, header_at, guess, pre, suf, frozen)
         positions.append(at)
         if at is None:
-            continue  # like patch(1): the next hunk is still looked for, with the offset found so far
+            # like patch(1): the next hunk is still looked for, with the offset found so far
+            continue
         moved += abs(at - guess)
         delta = at - header_at
         frozen = at + len(block) - suf
@@ -155,16 +179,22 @@ def _place(text: _Text, hunks: list[dict], shapes: list[Shape], side: str) -> tu
 
 
 def _each_hunk(text: _Text, hunks: list[dict], shapes: list[Shape]) -> list[dict]:
-    """Neither form fits as a whole: judge each hunk at its expected place, the nearer block winning."""
+    """Neither form fits as a whole: judge each hunk at its expected place, the nearer block
+    winning."""
     out = []
     delta = frozen = 0
     for h, (old_at, new_at, pre, suf) in zip(hunks, shapes):
-        at_old = text.locate(h["old"], old_at, old_at + delta, pre, suf, frozen) if h["old"] else None
-        at_new = text.locate(h["new"], new_at, new_at + delta, pre, suf, frozen) if h["new"] else None
+        at_old = (
+            text.locate(h["old"], old_at, old_at + delta, pre, suf, frozen) if h["old"] else None
+        )
+        at_new = (
+            text.locate(h["new"], new_at, new_at + delta, pre, suf, frozen) if h["new"] else None
+        )
         d_old = abs(at_old - old_at - delta) if at_old is not None else None
         d_new = abs(at_new - new_at - delta) if at_new is not None else None
-        if d_old is not None and (d_new is None or d_old < d_new
-                                  or (d_old == d_new and len(h["old"]) >= len(h["new"]))):
+        if d_old is not None and (
+            d_new is None or d_old < d_new or (d_old == d_new and len(h["old"]) >= len(h["new"]))
+        ):
             state, at, block, header_at = "pristine", at_old, h["old"], old_at
         elif d_new is not None:
             state, at, block, header_at = "patched", at_new, h["new"], new_at
@@ -173,8 +203,13 @@ def _each_hunk(text: _Text, hunks: list[dict], shapes: list[Shape]) -> list[dict
         if at is not None:
             delta = at - header_at
             frozen = at + len(block) - suf
-        out.append({"state": state, "at_old": at if state == "pristine" else None,
-                    "at_new": at if state == "patched" else None})
+        out.append(
+            {
+                "state": state,
+                "at_old": at if state == "pristine" else None,
+                "at_new": at if state == "patched" else None,
+            }
+        )
     return out
 
 
@@ -188,11 +223,12 @@ def classify(lines: list[str], hunks: list[dict]) -> dict:
     rev_ok = all(p is not None for p in rev)
     overall = None
     if fwd_ok and rev_ok:
-        # Both readings fit (repeated code elsewhere in the file): the one whose hunks sit nearer their expected
-        # places wins. On a tie both forms sit at the very same place (a line added to or deleted from a run of
-        # equal lines, beyond what the context shows), and patch(1) would apply: so does the verdict, and the
-        # node's record of the file it wrote is what tells a second run it is done. Empty old blocks (a file
-        # created from nothing) fit anywhere and prove nothing.
+        # Both readings fit (repeated code elsewhere in the file): the one whose hunks sit nearer
+        # their expected places wins. On a tie both forms sit at the very same place (a line added
+        # to or deleted from a run of equal lines, beyond what the context shows), and patch(1)
+        # would apply: so does the verdict, and the node's record of the file it wrote is what tells
+        # a second run it is done. Empty old blocks (a file created from nothing) fit anywhere and
+        # prove nothing.
         if fwd_moved != rev_moved:
             overall = "pristine" if fwd_moved < rev_moved else "patched"
         else:
@@ -203,8 +239,14 @@ def classify(lines: list[str], hunks: list[dict]) -> dict:
         overall = "patched"
     per: list[dict[str, Any]]
     if overall is not None:
-        per = [{"state": overall, "at_old": a if overall == "pristine" else None,
-                "at_new": b if overall == "patched" else None} for a, b in zip(fwd, rev)]
+        per = [
+            {
+                "state": overall,
+                "at_old": a if overall == "pristine" else None,
+                "at_new": b if overall == "patched" else None,
+            }
+            for a, b in zip(fwd, rev)
+        ]
     else:
         per = _each_hunk(text, hunks, shapes)
     states = []
@@ -220,9 +262,14 @@ def classify(lines: list[str], hunks: list[dict]) -> dict:
     if overall is None:
         overall = kinds.pop() if len(kinds) == 1 and kinds <= {"pristine", "patched"} else "drifted"
     # `both`: the other reading fitted too; the node's record of what it wrote can settle that.
-    # `reverse_at`: where patch -R would place each new block when every one fits (to reverse a file the
-    # record says is patched although the pristine reading won the tie).
-    return {"overall": overall, "hunks": states, "both": fwd_ok and rev_ok, "reverse_at": rev if rev_ok else None}
+    # `reverse_at`: where patch -R would place each new block when every one fits (to reverse a file
+    # the record says is patched although the pristine reading won the tie).
+    return {
+        "overall": overall,
+        "hunks": states,
+        "both": fwd_ok and rev_ok,
+        "reverse_at": rev if rev_ok else None,
+    }
 
 
 def closest_window(lines: list[str], block: list[str], expected: int) -> int:
@@ -243,9 +290,9 @@ def _closest(lines: list[str], block: list[str], expected: int) -> tuple[int, in
 
 
 def drift_report(lines: list[str], hunks: list[dict], cls: dict) -> list[dict]:
-    """Per hunk that is neither in its old nor its new form: where, and its first line that differs, against
-    the form the file is nearer to (a hand edit inside a patched hunk is told against the patched lines, so the
-    report names the edited line, whichever way the file is being moved)."""
+    """Per hunk that is neither in its old nor its new form: where, and its first line that differs,
+    against the form the file is nearer to (a hand edit inside a patched hunk is told against the
+    patched lines, so the report names the edited line, whichever way the file is being moved)."""
     out: list[dict] = []
     applied = [s["index"] + 1 for s in cls["hunks"] if s["state"] == "patched"]
     pending = [s["index"] + 1 for s in cls["hunks"] if s["state"] == "pristine"]
@@ -258,36 +305,58 @@ def drift_report(lines: list[str], hunks: list[dict], cls: dict) -> list[dict]:
             q, other = _closest(lines, h["new"], s["expected"])
             if other > score:
                 p, block = q, h["new"]
-        found = [bare(x) for x in lines[p: p + len(block)]]
-        mismatch = next((k for k in range(len(block)) if k >= len(found) or found[k] != block[k]), None)
-        item = {"hunk": s["index"] + 1, "header": h["header"], "state": s["state"], "near_line": p + 1,
-                "expected": block, "found": found}
+        found = [bare(x) for x in lines[p : p + len(block)]]
+        mismatch = next(
+            (k for k in range(len(block)) if k >= len(found) or found[k] != block[k]), None
+        )
+        item = {
+            "hunk": s["index"] + 1,
+            "header": h["header"],
+            "state": s["state"],
+            "near_line": p + 1,
+            "expected": block,
+            "found": found,
+        }
         if mismatch is not None:
-            item["first_difference"] = {"line": p + mismatch + 1, "expected": block[mismatch],
-                                        "found": found[mismatch] if mismatch < len(found) else "<end of file>"}
+            item["first_difference"] = {
+                "line": p + mismatch + 1,
+                "expected": block[mismatch],
+                "found": found[mismatch] if mismatch < len(found) else "<end of file>",
+            }
         else:
             item["message"] = _why_not_there(h, s, p)
         out.append(item)
     if not out and applied and pending:
-        out.append({"hunk": None, "state": "partial",
-                    "message": f"partially patched: hunks {applied} applied, hunks {pending} not"})
+        out.append(
+            {
+                "hunk": None,
+                "state": "partial",
+                "message": f"partially patched: hunks {applied} applied, hunks {pending} not",
+            }
+        )
     return out
 
 
 def _why_not_there(h: dict, s: dict, p: int) -> str:
-    """The old block is in the file, yet the hunk was not placed: say which of patch(1)'s rules said no."""
+    """The old block is in the file, yet the hunk was not placed: say which of patch(1)'s rules said
+    no."""
     pre, suf = _context(h)
     where = f"hunk {s['index'] + 1}'s old block is at line {p + 1}"
     if pre != suf and (suf < pre or h["old_start"] <= 1):
         edge = "top" if pre < suf else "end"
-        return (f"{where}, but with {pre} leading and {suf} trailing context lines patch(1) only applies it at "
-                f"the {edge} of the file; give it {max(pre, suf)} context lines on both sides")
-    return f"{where}, but before (or inside) what an earlier hunk changes; the hunks are out of order"
+        return (
+            f"{where}, but with {pre} leading and {suf} trailing context lines patch(1) only "
+            f"applies it at the {edge} of the file; give "
+            f"it {max(pre, suf)} context lines on both sides"
+        )
+    return (
+        f"{where}, but before (or inside) what an earlier hunk changes; the hunks are out of order"
+    )
 
 
 def apply_hunks(lines: list[str], hunks: list[dict], cls: dict, reverse: bool = False) -> str:
-    """The file with every hunk applied (or reversed) where `classify` placed it. Context lines are kept as
-    the file has them; changed lines get the file's line ending."""
+    """The file with every hunk applied (or reversed) where `classify` placed it. Context lines are
+    kept as the file has them; changed lines get the file's line ending."""
     key = "at_new" if reverse else "at_old"
     newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     out: list[str] = []
@@ -296,18 +365,22 @@ def apply_hunks(lines: list[str], hunks: list[dict], cls: dict, reverse: bool = 
         src, dst = (h["new"], h["old"]) if reverse else (h["old"], h["new"])
         at = s.get(key)
         if at is None:
-            raise ValueError(f"hunk {h['index'] + 1} is not placed for {'rollback' if reverse else 'patching'} "
-                             f"(state {s['state']})")
+            raise ValueError(
+                f"hunk {h['index'] + 1} is not placed for {'rollback' if reverse else 'patching'} "
+                f"(state {s['state']})"
+            )
         start, end = at + pre, at + len(src) - suf
         if start < cursor:
             raise ValueError(f"hunk {h['index'] + 1} overlaps the hunk before it")
         out.extend(lines[cursor:start])
-        added = [x + newline for x in dst[pre:len(dst) - suf]]
+        added = [x + newline for x in dst[pre : len(dst) - suf]]
         removed = lines[start:end]
         if added and removed and not removed[-1].endswith("\n"):
-            added[-1] = added[-1][:-len(newline)]  # the file's last line had no newline: neither has its successor
+            # the file's last line had no newline: neither has its successor
+            added[-1] = added[-1][: -len(newline)]
         elif added and out and not out[-1].endswith("\n"):
-            out[-1] += newline  # appending after a last line without newline: patch(1) ends that line first
+            # appending after a last line without newline: patch(1) ends that line first
+            out[-1] += newline
         out.extend(added)
         cursor = end
     out.extend(lines[cursor:])

@@ -1,6 +1,6 @@
 """The plan of a set, before anything is written: each file read and classified (patch's plan here,
-rollback's in rollbackplan.py, a script's in scriptpatch.py), then the set checked whole (drift, writability,
-free space) so that one refusal stops every file. Check mode ends here. Stdlib only.
+rollback's in rollbackplan.py, a script's in scriptpatch.py), then the set checked whole (drift,
+writability, free space) so that one refusal stops every file. Check mode ends here. Stdlib only.
 """
 
 from __future__ import annotations
@@ -9,7 +9,14 @@ import os
 
 from ..core.atomicio import os_error_message
 from ..core.nodeio import sha256_bytes
-from ..core.protocol import ALREADY_APPLIED, DRIFTED, FAILED, NOT_WRITTEN, WOULD_APPLY, WOULD_RESTORE
+from ..core.protocol import (
+    ALREADY_APPLIED,
+    DRIFTED,
+    FAILED,
+    NOT_WRITTEN,
+    WOULD_APPLY,
+    WOULD_RESTORE,
+)
 from .access import check_access
 from .backups import read_record
 from .hunks import apply_hunks, classify, drift_report
@@ -27,19 +34,33 @@ def _plan_patch(req: dict, f: SetFile, site: SiteLock | None) -> None:
     ours = bool(record and record.get("patched_sha256") == sha)
     n_hunks = f"{len(hunks)} hunk{'s' * (len(hunks) != 1)}"
     if cls["overall"] == "patched":
-        f.noop(ALREADY_APPLIED, f"already applied{written_by(site, f.path, sha, 'patched')}: all {n_hunks} "
-                                f"present; nothing to do")
+        f.noop(
+            ALREADY_APPLIED,
+            f"already applied{written_by(site, f.path, sha, 'patched')}: all {n_hunks} "
+            f"present; nothing to do",
+        )
         return
-    if cls["overall"] == "pristine" and cls["both"] and (ours or written_by(site, f.path, sha, "patched")):
-        # The patched form fits too (e.g. a line deleted from a run of equal lines, where the diff's context
-        # cannot tell the two apart): the record that this is the very file fleetops wrote settles it.
-        f.noop(ALREADY_APPLIED, f"already applied{written_by(site, f.path, sha, 'patched')}: this is the file "
-                                f"fleetops wrote (sha256 matches its record); the {n_hunks} alone cannot "
-                                f"tell it from the original")
+    if (
+        cls["overall"] == "pristine"
+        and cls["both"]
+        and (ours or written_by(site, f.path, sha, "patched"))
+    ):
+        # The patched form fits too (e.g. a line deleted from a run of equal lines, where the diff's
+        # context cannot tell the two apart): the record that this is the very file fleetops wrote
+        # settles it.
+        f.noop(
+            ALREADY_APPLIED,
+            f"already applied{written_by(site, f.path, sha, 'patched')}: this is the file "
+            f"fleetops wrote (sha256 matches its record); the {n_hunks} alone cannot "
+            f"tell it from the original",
+        )
         return
     if cls["overall"] == "drifted":
-        f.refuse(DRIFTED, f"drifted: {f.path} matches neither the pristine nor the patched form; nothing written",
-                 drift=drift_report(f.lines, hunks, cls))
+        f.refuse(
+            DRIFTED,
+            f"drifted: {f.path} matches neither the pristine nor the patched form; nothing written",
+            drift=drift_report(f.lines, hunks, cls),
+        )
         return
     new_text = apply_hunks(f.lines, hunks, cls)
     f.new = new_text.encode("utf-8")
@@ -73,14 +94,26 @@ def plan_set(req: dict, op: str, site: SiteLock | None, forms: bool = False) -> 
         if f.new is None or f.refusal:
             continue
         if blockers:
-            names = ", ".join(f"{b.p['module']} ({b.item['status'].replace('_', ' ')})" for b in blockers)
+            names = ", ".join(
+                f"{b.p['module']} ({b.item['status'].replace('_', ' ')})" for b in blockers
+            )
             f.new = None
             verb = "would not be written (check mode)" if check_only else "not written"
-            f.item.update({"status": NOT_WRITTEN, "ok": False, "msg": f"{verb}: the set is all-or-nothing and "
-                                                                       f"{names} stops it"})
+            f.item.update(
+                {
+                    "status": NOT_WRITTEN,
+                    "ok": False,
+                    "msg": f"{verb}: the set is all-or-nothing and {names} stops it",
+                }
+            )
         elif check_only:
-            f.item.update({"status": WOULD_APPLY if op == "patch" else WOULD_RESTORE, "ok": True,
-                           "msg": f"{f.would_msg} (check mode: nothing written)"})
+            f.item.update(
+                {
+                    "status": WOULD_APPLY if op == "patch" else WOULD_RESTORE,
+                    "ok": True,
+                    "msg": f"{f.would_msg} (check mode: nothing written)",
+                }
+            )
     return files
 
 
@@ -110,7 +143,9 @@ def _check_room(req: dict, op: str, files: list[SetFile]) -> None:
                 st = os.stat(probe)
                 vfs = os.statvfs(probe)
             except OSError as exc:
-                f.refuse(FAILED, os_error_message(exc, f"cannot check {probe}") + "; nothing written")
+                f.refuse(
+                    FAILED, os_error_message(exc, f"cannot check {probe}") + "; nothing written"
+                )
                 continue
             if vfs.f_flag & os.ST_RDONLY:
                 f.refuse(FAILED, f"{probe} is on a read-only file system; nothing written")
@@ -121,5 +156,9 @@ def _check_room(req: dict, op: str, files: list[SetFile]) -> None:
             need[st.st_dev] = need.get(st.st_dev, 0) + size
             free = vfs.f_bavail * vfs.f_frsize
             if need[st.st_dev] + SPACE_MARGIN > free:
-                f.refuse(FAILED, f"not enough free space on the file system of {probe}: the set needs "
-                                 f"{need[st.st_dev]} bytes (+{SPACE_MARGIN} spare), {free} free; nothing written")
+                f.refuse(
+                    FAILED,
+                    f"not enough free space on the file system of {probe}: the set needs "
+                    f"{need[st.st_dev]} bytes (+{SPACE_MARGIN} "
+                    f"spare), {free} free; nothing written",
+                )

@@ -1,17 +1,20 @@
-"""Script patches (a playbook's `script:` entry): `transform(text: str) -> str` run on the module's file, with
-every guarantee a diff has; patching.py runs the set (requirements first, locks, all-or-nothing, atomic
-write, backup, --check/--diff) and planset.py hands each script entry to plan_script here. Stdlib only.
+"""Script patches (a playbook's `script:` entry): `transform(text: str) -> str` run on the module's
+file, with every guarantee a diff has; patching.py runs the set (requirements first, locks,
+all-or-nothing, atomic write, backup, --check/--diff) and planset.py hands each script entry to
+plan_script here. Stdlib only.
 
-The script runs in a child process of the node's Python (`-I`: isolated, no user site, no environment
-hooks), bounded in time, on the current text and again on its own result:
+The script runs in a child process of the node's Python (`-I`: isolated, no user site, no
+environment hooks), bounded in time, on the current text and again on its own result:
 - transform(current) == current: already applied, nothing to do;
-- it raises (or returns something else than str), or its result does not compile: refused, nothing written;
-- transform(transform(x)) != transform(x): refused as not idempotent (a second `patch` would change the file
-  again, and "already applied" could never be told);
+- it raises (or returns something else than str), or its result does not compile: refused, nothing
+  written;
+- transform(transform(x)) != transform(x): refused as not idempotent (a second `patch` would change
+  the file again, and "already applied" could never be told);
 - otherwise the result is what the set writes; the backup record also gets the script's sha256.
-A transform cannot be reversed, so rollback restores the saved original, and only when it is proven: its
-bytes are the wheel's (RECORD) or, for a file no RECORD lists, those the record saved; and only when the file
-is still exactly what the script wrote (else drifted, refused unless --force, as for diffs).
+A transform cannot be reversed, so rollback restores the saved original, and only when it is proven:
+its bytes are the wheel's (RECORD) or, for a file no RECORD lists, those the record saved; and only
+when the file is still exactly what the script wrote (else drifted, refused unless --force, as for
+diffs).
 """
 
 from __future__ import annotations
@@ -50,34 +53,51 @@ try:
     answer = {"ok": True, "once": outs[0], "twice": outs[1]}
 except BaseException as exc:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == name]
-    answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "line": frames[-1].lineno if frames else None}
+    answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+              "line": frames[-1].lineno if frames else None}
 sys.stdout.write(json.dumps(answer))
 """
 
 
 def run_transform(p: dict, text: str) -> dict:
-    """{"ok", "once", "twice"} or {"ok": False, "error", "line"}: the script on `text`, then on its result."""
-    request = json.dumps({"name": p.get("script_name") or "script.py", "source": p["script"], "text": text})
+    """{"ok", "once", "twice"} or {"ok": False, "error", "line"}: the script on `text`, then on its
+    result."""
+    request = json.dumps(
+        {"name": p.get("script_name") or "script.py", "source": p["script"], "text": text}
+    )
     try:
-        proc = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=request, capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
+        proc = subprocess.run(
+            [sys.executable, "-I", "-c", RUNNER],
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"transform did not finish in {TIMEOUT_S}s", "line": None}
     try:
         return json.loads(proc.stdout)
     except ValueError:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-        return {"ok": False, "error": f"the script's process exited {proc.returncode} without an answer: {tail}",
-                "line": None}
+        return {
+            "ok": False,
+            "error": f"the script's process exited {proc.returncode} without an answer: {tail}",
+            "line": None,
+        }
 
 
 def _first_difference(a: str, b: str) -> str:
     la, lb = a.split("\n"), b.split("\n")
-    k = next((i for i in range(max(len(la), len(lb))) if i >= len(la) or i >= len(lb) or la[i] != lb[i]), None)
+    k = next(
+        (i for i in range(max(len(la), len(lb))) if i >= len(la) or i >= len(lb) or la[i] != lb[i]),
+        None,
+    )
     if k is None:
         return ""
-    return (f"first difference at line {k + 1}: {la[k] if k < len(la) else '<end of file>'!r} then "
-            f"{lb[k] if k < len(lb) else '<end of file>'!r}")
+    return (
+        f"first difference at line {k + 1}: {la[k] if k < len(la) else '<end of file>'!r} then "
+        f"{lb[k] if k < len(lb) else '<end of file>'!r}"
+    )
 
 
 def _label(p: dict) -> str:
@@ -85,8 +105,15 @@ def _label(p: dict) -> str:
 
 
 def _unified(old: str, new: str, path: str) -> str:
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        f"a{path}", f"b{path}", n=3))
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            f"a{path}",
+            f"b{path}",
+            n=3,
+        )
+    )
 
 
 def plan_script(req: dict, op: str, f) -> None:  # planset.SetFile (imported by it, not from it)
@@ -108,19 +135,28 @@ def _plan_patch(f) -> None:
         return
     once, twice = got["once"], got["twice"]
     if once == text:
-        f.noop(ALREADY_APPLIED, f"already applied: {label} changes nothing in the file (transform(current) == "
-                                f"current); nothing to do")
+        f.noop(
+            ALREADY_APPLIED,
+            f"already applied: {label} changes nothing in the file (transform(current) == "
+            f"current); nothing to do",
+        )
         return
     if twice != once:
-        f.refuse(FAILED, f"{label} is not idempotent: transform(transform(x)) != transform(x) "
-                         f"({_first_difference(once, twice)}); a second patch would change the file again, so it "
-                         f"is refused; nothing written")
+        f.refuse(
+            FAILED,
+            f"{label} is not idempotent: transform(transform(x)) != transform(x) "
+            f"({_first_difference(once, twice)}); a second patch would change the file again, so "
+            "it is refused; nothing written",
+        )
         return
     try:
         compile(once, f.path, "exec", dont_inherit=True)
     except SyntaxError as exc:
-        f.refuse(FAILED, f"{label} produces a file that does not compile: {exc.msg} at line {exc.lineno} "
-                         f"({(exc.text or '').strip()!r}); nothing written")
+        f.refuse(
+            FAILED,
+            f"{label} produces a file that does not compile: {exc.msg} at line {exc.lineno} "
+            f"({(exc.text or '').strip()!r}); nothing written",
+        )
         return
     f.new = once.encode("utf-8")
     f.item["diff_text"] = _unified(text, once, f.path)
@@ -148,8 +184,11 @@ def _plan_rollback(req: dict, f) -> None:
         f.noop(ALREADY_ORIGINAL, f"already original (sha256 {sha[:12]} is {proof}); nothing to do")
         return
     if not record:
-        f.refuse(DRIFTED, f"{f.path} is not the wheel's file and this node saved no original for it (a transform "
-                          f"cannot be reversed); nothing written. Reinstall the package to get its files back")
+        f.refuse(
+            DRIFTED,
+            f"{f.path} is not the wheel's file and this node saved no original for it (a transform "
+            f"cannot be reversed); nothing written. Reinstall the package to get its files back",
+        )
         return
     expected = wheel_sha or record.get("original_sha256")
     backup = read_backup(orig_path, record)
@@ -159,19 +198,34 @@ def _plan_rollback(req: dict, f) -> None:
         return
     ours = record.get("patched_sha256") == sha
     if not ours and not req.get("force"):
-        f.refuse(DRIFTED, f"drifted: {f.path} is not the file {label} wrote (sha256 {sha[:12]}, written "
-                          f"{str(record.get('patched_sha256'))[:12]}): edited since; nothing written. `rollback "
-                          f"--force` restores the original (proven against the wheel's RECORD), discarding every "
-                          f"change in the file")
+        f.refuse(
+            DRIFTED,
+            f"drifted: {f.path} is not the file {label} wrote (sha256 {sha[:12]}, written "
+            f"{str(record.get('patched_sha256'))[:12]}): edited since; nothing written. `rollback "
+            f"--force` restores the original (proven against the wheel's RECORD), discarding every "
+            f"change in the file",
+        )
         return
     if not ours and not wheel_sha:
-        f.refuse(DRIFTED, f"drifted, and --force cannot prove an original: no RECORD lists {f.path}; nothing written")
+        f.refuse(
+            DRIFTED,
+            (
+                "drifted, and --force cannot prove an original: "
+                f"no RECORD lists {f.path}; nothing written"
+            ),
+        )
         return
     f.new = backup[0]
     f.item["diff_text"] = _unified(f.data.decode("utf-8"), f.new.decode("utf-8", "replace"), f.path)
-    how = "verified against the wheel's RECORD" if wheel_sha else "the saved record's; no RECORD lists the file"
-    what = f"the saved original (sha256 {backup[1][:12]}, {how}): {label} cannot be reversed, so its input is put back"
+    how = (
+        "verified against the wheel's RECORD"
+        if wheel_sha
+        else "the saved record's; no RECORD lists the file"
+    )
+    what = (
+        f"the saved original (sha256 {backup[1][:12]}, {how}): {label} cannot be reversed, so "
+        "its input is put back"
+    )
     if not ours:
         what += " (--force over a drifted file: every change since the patch is gone)"
     f.would_msg, f.done_msg = f"would restore {what}", f"restored {what}"
-

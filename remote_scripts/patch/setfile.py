@@ -1,6 +1,6 @@
-"""One file of a patch or rollback set, as the planners and the writer share it: what is there, what to
-write, and its item for the answer; with the two helpers every planner uses (who last wrote a form, and the
-unified diff of a change). Stdlib only.
+"""One file of a patch or rollback set, as the planners and the writer share it: what is there, what
+to write, and its item for the answer; with the two helpers every planner uses (who last wrote a
+form, and the unified diff of a change). Stdlib only.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ from .sitelock import SiteLock
 def unified(old: str, new: str, path: str) -> str:
     import difflib  # only a change (or a refusal) shows a diff: not imported by a steady-state run
 
-    return "".join(difflib.unified_diff(split_lines(old), split_lines(new), f"a{path}", f"b{path}", n=3))
+    return "".join(
+        difflib.unified_diff(split_lines(old), split_lines(new), f"a{path}", f"b{path}", n=3)
+    )
 
 
 class SetFile:
-    """One file of the set: what is there, what to write (if anything), and the item for the answer."""
+    """One file of the set: what is there, what to write (if anything), and the item for the
+    answer."""
 
     def __init__(self, p: dict) -> None:
         self.p = p
@@ -59,7 +62,9 @@ class SetFile:
         self.item.update({"status": status, "ok": False, "msg": msg, **extra})
 
     def noop(self, status: str, msg: str, **extra: object) -> None:
-        self.item.update({"status": status, "ok": True, "msg": msg, "sha256": sha256_bytes(self.data), **extra})
+        self.item.update(
+            {"status": status, "ok": True, "msg": msg, "sha256": sha256_bytes(self.data), **extra}
+        )
 
     def note(self, text: str) -> None:
         self.item.setdefault("notes", []).append(text)

@@ -1,5 +1,5 @@
-"""The sha256 pip recorded for an installed file (`*.dist-info/RECORD`): what proves a restored file is the
-wheel's own bytes, independently of anything in fleetops' state dir. Stdlib only."""
+"""The sha256 pip recorded for an installed file (`*.dist-info/RECORD`): what proves a restored file
+is the wheel's own bytes, independently of anything in fleetops' state dir. Stdlib only."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from ..core.dists import normalize_dist_name
 
 
 def record_sha256(site_root: str, path: str) -> tuple[str | None, str | None]:
-    """(sha256 hex, RECORD path) for `path` inside `site_root`, or (None, None) when no RECORD lists it.
+    """(sha256 hex, RECORD path) for `path` inside `site_root`, or (None, None) when no RECORD lists
+    it.
 
-    The distribution named like the file's top-level package is read first (one small RECORD); every other
-    one only when that finds nothing."""
+    The distribution named like the file's top-level package is read first (one small RECORD); every
+    other one only when that finds nothing."""
     rel = os.path.relpath(path, site_root)
     if rel.startswith(".."):
         return None, None
@@ -30,7 +31,7 @@ def record_sha256(site_root: str, path: str) -> tuple[str | None, str | None]:
             with open(record, encoding="utf-8") as f:
                 for line in f:
                     if line.startswith(want):
-                        digest = line[len(want):].rsplit(",", 1)[0]
+                        digest = line[len(want) :].rsplit(",", 1)[0]
                         algo, _, b64 = digest.partition("=")
                         if algo != "sha256" or not b64:
                             return None, record

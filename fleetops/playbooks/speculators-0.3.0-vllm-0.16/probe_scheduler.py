@@ -1,24 +1,26 @@
 """Behavioural probe: does speculators 0.3.0's hidden-state generator, as patched, still run every
 prompt token through the model on the installed vLLM? Every verdict names that vLLM's version.
 
-It drives vLLM's real SchedulerConfig/CacheConfig/VllmConfig, its real Scheduler and KV cache manager on
-the CPU, built by the generator file's own `__init__` and `_create_vllm_config` (read from the file given
-on stdin, not copied here), and runs the file's own `generate()` twice over prompts that share a prefix
-and together exceed `max_num_batched_tokens`. Only the GPU side is replaced: a stand-in for
-`MultiprocExecutor` that answers the way the installed vLLM's executor and worker do (where the executor has
-`sample_tokens`, as from 0.16 on: `execute_model` returns None and keeps the step's state until it runs;
-`collective_rpc(..., unique_reply_rank=r)` returns
-the reply itself) and records which prompt positions each step sends through the model. No GPU, no
-weights, no downloads: the model is a tiny Llama config written to a temp dir.
+It drives vLLM's real SchedulerConfig/CacheConfig/VllmConfig, its real Scheduler and KV cache
+manager on the CPU, built by the generator file's own `__init__` and `_create_vllm_config` (read
+from the file given on stdin, not copied here), and runs the file's own `generate()` twice over
+prompts that share a prefix and together exceed `max_num_batched_tokens`. Only the GPU side is
+replaced: a stand-in for `MultiprocExecutor` that answers the way the installed vLLM's executor and
+worker do (where the executor has `sample_tokens`, as from 0.16 on: `execute_model` returns None and
+keeps the step's state until it runs; `collective_rpc(..., unique_reply_rank=r)` returns the reply
+itself) and records which prompt positions each step sends through the model. No GPU, no weights, no
+downloads: the model is a tiny Llama config written to a temp dir.
 
-Where the file hits a hard API break on the installed vLLM, the probe bridges it the way the naive fix does
-(adds `is_encoder_decoder`, drops `kv_cache_specs`, passes `block_size`, attaches a block hasher, runs
-`sample_tokens`), records the break, and keeps going so that it can still say how many tokens are lost.
+Where the file hits a hard API break on the installed vLLM, the probe bridges it the way the naive
+fix does (adds `is_encoder_decoder`, drops `kv_cache_specs`, passes `block_size`, attaches a block
+hasher, runs `sample_tokens`), records the break, and keeps going so that it can still say how many
+tokens are lost.
 
 stdin:  {"modules": {dotted: path, ...}, "args": {...}}
-stdout: last line is {"ok": bool, "summary": str, "evidence": [str], "details": {...}}; logs go to stderr.
-args (all optional): max_model_len (2048), calls (2), shared_prefix (256 tokens), overshoot (1.3: prompts
-total this times max_num_batched_tokens), free_memory_gib (1, what torch.cuda.mem_get_info reports).
+stdout: last line is {"ok": bool, "summary": str, "evidence": [str], "details": {...}}; logs go to
+stderr. args (all optional): max_model_len (2048), calls (2), shared_prefix (256 tokens), overshoot
+(1.3: prompts total this times max_num_batched_tokens), free_memory_gib (1, what
+torch.cuda.mem_get_info reports).
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from typing import Any
 GEN = "speculators.data_generation.vllm_hidden_states_generator"
 WORKER = "speculators.data_generation.custom_worker"
 MAX_STEPS = 2000
-# The installed vLLM, as the verdict names it, and whether its executor splits a step in two (execute_model,
-# then sample_tokens): read from the node's vLLM when the probe runs, never assumed.
+# The installed vLLM, as the verdict names it, and whether its executor splits a step in two
+# (execute_model, then sample_tokens): read from the node's vLLM when the probe runs, never assumed.
 VLLM = ["?"]
 TWO_PHASE = [True]
 STATE_ERROR = "State error: sample_tokens() must be called after execute_model() returns None."
@@ -67,14 +69,15 @@ def emit(verdict: dict) -> None:
     os.write(_VERDICT_FD, (json.dumps(verdict, default=str) + "\n").encode())
 
 
-# ------------------------------------------------------------------ setup
-# A module of the node's vLLM or speculators: what it has is what the probe finds out, so the type checker
-# (which never sees the node's venv) takes it as it comes.
+# ------------------------------------------------------------------ setup A module of the node's
+# vLLM or speculators: what it has is what the probe finds out, so the type checker (which never
+# sees the node's venv) takes it as it comes.
 NodeModule = Any
 
 
 def load_module(dotted: str, path: str | None) -> NodeModule:
-    """Load `dotted` from exactly `path` (its parent package imported normally, for relative imports)."""
+    """Load `dotted` from exactly `path` (its parent package imported normally, for relative
+    imports)."""
     if not path:
         return importlib.import_module(dotted)
     parent = dotted.rpartition(".")[0]
@@ -101,13 +104,25 @@ def installed_version(dist: str) -> str:
 
 
 def make_tiny_model(root: str) -> dict:
-    """A Llama-shaped config.json plus a word-level tokenizer, built locally (nothing is downloaded)."""
+    """A Llama-shaped config.json plus a word-level tokenizer, built locally (nothing is
+    downloaded)."""
     cfg: dict[str, Any] = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
-        "intermediate_size": 512, "num_hidden_layers": 8, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1024, "max_position_embeddings": 8192,
-        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "torch_dtype": "bfloat16", "bos_token_id": 1,
-        "eos_token_id": 2, "tie_word_embeddings": False,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "vocab_size": 1024,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
     }
     with open(os.path.join(root, "config.json"), "w") as f:
         json.dump(cfg, f)
@@ -118,15 +133,18 @@ def make_tiny_model(root: str) -> dict:
     vocab.update({f"t{i}": i for i in range(3, cfg["vocab_size"])})
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                            eos_token="</s>").save_pretrained(root)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    ).save_pretrained(root)
     return cfg
 
 
-# ------------------------------------------------------------------ the GPU side, as the installed vLLM answers
+# ------------------------------------------------------------------ the GPU side, as the installed
+# vLLM answers
 class Recorder:
     def __init__(self) -> None:
-        self.hard_breaks: list[str] = []  # API breaks the file hits on this vLLM (bridged to keep measuring)
+        # API breaks the file hits on this vLLM (bridged to keep measuring)
+        self.hard_breaks: list[str] = []
         self.break_names: list[str] = []
         self.steps: list[list[tuple]] = []  # per execute_model: (req_id, start, n, request info)
         self.requests: dict[str, dict] = {}  # req_id -> latest request info added under that id
@@ -145,7 +163,8 @@ REC = Recorder()
 
 
 class StandInExecutor:
-    """Replaces MultiprocExecutor. Answers like the installed vLLM's executor + GPU worker, without a model."""
+    """Replaces MultiprocExecutor. Answers like the installed vLLM's executor + GPU worker, without
+    a model."""
 
     def __init__(self, vllm_config=None, *args, **kwargs) -> None:
         self.vllm_config = vllm_config
@@ -153,13 +172,22 @@ class StandInExecutor:
         self.world_size = pc.tensor_parallel_size * pc.pipeline_parallel_size
         self.capture_layers: list[int] | None = None
         self.captured: list[list] | None = None
-        self.pending = None  # the step execute_model left for sample_tokens (vLLM's ExecuteModelState)
+        # the step execute_model left for sample_tokens (vLLM's ExecuteModelState)
+        self.pending = None
         self.sample_calls = 0
         REC.executors.append(self)
 
     # -- MultiprocExecutor API
-    def collective_rpc(self, method, timeout=None, args=(), kwargs=None, non_block=False,
-                       unique_reply_rank=None, kv_output_aggregator=None):
+    def collective_rpc(
+        self,
+        method,
+        timeout=None,
+        args=(),
+        kwargs=None,
+        non_block=False,
+        unique_reply_rank=None,
+        kv_output_aggregator=None,
+    ):
         if not isinstance(method, str):
             raise NotImplementedError("stand-in executor only answers named RPCs")
         REC.rpc_calls.append(method)
@@ -167,7 +195,8 @@ class StandInExecutor:
         if fn is None:
             raise AttributeError(f"worker has no method {method!r}")
         reply = fn(*args, **(kwargs or {}))
-        # With unique_reply_rank the reply itself comes back (vLLM 0.16 on), otherwise one reply per worker.
+        # With unique_reply_rank the reply itself comes back (vLLM 0.16 on), otherwise one reply per
+        # worker.
         return reply if unique_reply_rank is not None else [reply] * self.world_size
 
     def initialize_from_config(self, kv_cache_configs) -> None:
@@ -176,13 +205,18 @@ class StandInExecutor:
 
     def execute_model(self, scheduler_output, non_block: bool = False):
         if self.pending is not None:
-            # Such a vLLM's GPUModelRunner.execute_model raises this; bridge as if sample_tokens had run.
-            REC.hard_break("no sample_tokens()",
-                           f"execute_model() called again without sample_tokens(): vLLM {VLLM[0]}'s worker raises "
-                           f"'{STATE_ERROR}'")
+            # Such a vLLM's GPUModelRunner.execute_model raises this; bridge as if sample_tokens had
+            # run.
+            REC.hard_break(
+                "no sample_tokens()",
+                f"execute_model() called again without sample_tokens(): vLLM {VLLM[0]}'s worker "
+                f"raises '{STATE_ERROR}'",
+            )
             self.pending = None
         if len(REC.steps) >= MAX_STEPS:
-            raise RuntimeError(f"probe: more than {MAX_STEPS} model steps; generate() does not terminate")
+            raise RuntimeError(
+                f"probe: more than {MAX_STEPS} model steps; generate() does not terminate"
+            )
         if scheduler_output.total_num_scheduled_tokens == 0:
             return types.SimpleNamespace(empty=True)  # EMPTY_MODEL_RUNNER_OUTPUT, no state kept
         self._forward(scheduler_output)
@@ -206,20 +240,26 @@ class StandInExecutor:
         from vllm.v1.kv_cache_interface import FullAttentionSpec
 
         mc, cc = self.vllm_config.model_config, self.vllm_config.cache_config
-        spec = FullAttentionSpec(block_size=cc.block_size,
-                                 num_kv_heads=mc.get_num_kv_heads(self.vllm_config.parallel_config),
-                                 head_size=mc.get_head_size(), dtype=mc.dtype)
+        spec = FullAttentionSpec(
+            block_size=cc.block_size,
+            num_kv_heads=mc.get_num_kv_heads(self.vllm_config.parallel_config),
+            head_size=mc.get_head_size(),
+            dtype=mc.dtype,
+        )
         n = mc.get_num_layers(self.vllm_config.parallel_config)
         return {f"model.layers.{i}.self_attn.attn": spec for i in range(n)}
 
     def rpc_initialize_from_config(self, kv_cache_configs) -> None:
-        assert isinstance(kv_cache_configs, list) and kv_cache_configs, "expects one KVCacheConfig per worker"
+        assert isinstance(kv_cache_configs, list) and kv_cache_configs, (
+            "expects one KVCacheConfig per worker"
+        )
 
     def rpc_compile_or_warm_up_model(self) -> None:
         pass
 
     def rpc__setup_hidden_states_capture(self, layer_ids) -> None:
-        self.capture_layers = sorted(set(layer_ids))  # the worker keeps a frozenset, captures in layer order
+        # the worker keeps a frozenset, captures in layer order
+        self.capture_layers = sorted(set(layer_ids))
         self.captured = None
 
     def rpc__reset_capture(self) -> None:
@@ -237,18 +277,26 @@ class StandInExecutor:
         return out
 
     def _forward(self, so) -> None:
-        """Record what one forward pass computes; 'capture' rows [layer, prompt#, position, token]."""
+        """Record what one forward pass computes; 'capture' rows [layer, prompt#, position,
+        token]."""
         import torch
 
         computed = {nr.req_id: nr.num_computed_tokens for nr in so.scheduled_new_reqs}
         cached = so.scheduled_cached_reqs
-        for rid, nct in zip(getattr(cached, "req_ids", []) or [], getattr(cached, "num_computed_tokens", []) or []):
+        for rid, nct in zip(
+            getattr(cached, "req_ids", []) or [], getattr(cached, "num_computed_tokens", []) or []
+        ):
             computed.setdefault(rid, nct)
         step, rows = [], []
         for rid, n in so.num_scheduled_tokens.items():
             start = computed.get(rid, 0)
-            info = REC.requests.get(rid) or {"rid": rid, "prompt": (), "index": -1, "first_computed": None,
-                                             "hasher": False}
+            info = REC.requests.get(rid) or {
+                "rid": rid,
+                "prompt": (),
+                "index": -1,
+                "first_computed": None,
+                "hasher": False,
+            }
             if info.get("first_computed") is None:
                 info["first_computed"] = start
             step.append((rid, start, n, info))
@@ -259,8 +307,10 @@ class StandInExecutor:
         if self.capture_layers is None:
             return
         base = torch.tensor(rows, dtype=torch.float32).reshape(-1, 3)
-        layer_tensors = [torch.cat([torch.full((len(rows), 1), float(layer)), base], dim=1)
-                         for layer in self.capture_layers]
+        layer_tensors = [
+            torch.cat([torch.full((len(rows), 1), float(layer)), base], dim=1)
+            for layer in self.capture_layers
+        ]
         if self.captured is None:
             self.captured = [[t] for t in layer_tensors]
         else:
@@ -288,7 +338,8 @@ def install_bridges(gen_mod: NodeModule) -> None:
 
     def device_config(*a, **k):
         if not a and "device" not in k:
-            k["device"] = "cpu"  # scheduling is device-independent; never touch a GPU from the probe
+            # scheduling is device-independent; never touch a GPU from the probe
+            k["device"] = "cpu"
         return real_device(*a, **k)
 
     gen_mod.DeviceConfig = device_config
@@ -302,16 +353,20 @@ def install_bridges(gen_mod: NodeModule) -> None:
             missing = [name for name in ("is_encoder_decoder", "max_model_len") if name not in k]
             if not missing:
                 raise
-            REC.hard_break("SchedulerConfig(is_encoder_decoder)",
-                           f"SchedulerConfig(...) lacks {', '.join(missing)} (required on vLLM {VLLM[0]}): "
-                           f"{type(exc).__name__}")
+            REC.hard_break(
+                "SchedulerConfig(is_encoder_decoder)",
+                f"SchedulerConfig(...) lacks {', '.join(missing)} (required on vLLM {VLLM[0]}): "
+                f"{type(exc).__name__}",
+            )
             k.setdefault("is_encoder_decoder", False)
             k.setdefault("max_model_len", 8192)
             return real_sc(*a, **k)
 
     gen_mod.SchedulerConfig = scheduler_config
 
-    real_kvc = getattr(gen_mod, "get_kv_cache_config_from_groups", kvu.get_kv_cache_config_from_groups)
+    real_kvc = getattr(
+        gen_mod, "get_kv_cache_config_from_groups", kvu.get_kv_cache_config_from_groups
+    )
 
     def kv_cache_config(*a, **k):
         try:
@@ -319,8 +374,10 @@ def install_bridges(gen_mod: NodeModule) -> None:
         except TypeError as exc:
             if "kv_cache_specs" not in k:
                 raise
-            REC.hard_break("kv_cache_specs=",
-                           f"get_kv_cache_config_from_groups(kv_cache_specs=...): {short(exc, 120)}")
+            REC.hard_break(
+                "kv_cache_specs=",
+                f"get_kv_cache_config_from_groups(kv_cache_specs=...): {short(exc, 120)}",
+            )
             k.pop("kv_cache_specs")
             return real_kvc(*a, **k)
 
@@ -334,7 +391,9 @@ def install_bridges(gen_mod: NodeModule) -> None:
         except TypeError as exc:
             if "block_size" in k or "block_size" not in str(exc):
                 raise
-            REC.hard_break("Scheduler(block_size)", f"Scheduler(...) without block_size: {short(exc, 120)}")
+            REC.hard_break(
+                "Scheduler(block_size)", f"Scheduler(...) without block_size: {short(exc, 120)}"
+            )
             k["block_size"] = k["vllm_config"].cache_config.block_size
             return real_sched(*a, **k)
 
@@ -342,8 +401,9 @@ def install_bridges(gen_mod: NodeModule) -> None:
 
 
 def watch_scheduler(sched, vllm_config) -> None:
-    """Record each request; if prefix caching is on and requests carry no block hasher, the block pool
-    asserts on the first schedule() (`len(request.block_hashes) >= num_full_blocks`): bridge with one."""
+    """Record each request; if prefix caching is on and requests carry no block hasher, the block
+    pool asserts on the first schedule() (`len(request.block_hashes) >= num_full_blocks`): bridge
+    with one."""
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
@@ -352,14 +412,25 @@ def watch_scheduler(sched, vllm_config) -> None:
 
     def add_request(request, *a, **k):
         prompt = tuple(request.prompt_token_ids or ())
-        info = {"rid": request.request_id, "prompt": prompt, "index": PROMPT_INDEX.get(prompt, -1),
-                "first_computed": None, "hasher": getattr(request, "_block_hasher", None) is not None}
+        info = {
+            "rid": request.request_id,
+            "prompt": prompt,
+            "index": PROMPT_INDEX.get(prompt, -1),
+            "first_computed": None,
+            "hasher": getattr(request, "_block_hasher", None) is not None,
+        }
         REC.requests[request.request_id] = info
         REC.added.append(info)
-        if sched.kv_cache_manager.enable_caching and getattr(request, "_block_hasher", None) is None:
-            REC.hard_break("block pool assert (prefix caching on, no hasher)",
-                           f"prefix caching is on but requests carry no block hasher: vLLM {VLLM[0]}'s block pool "
-                           "asserts on the first schedule()")
+        if (
+            sched.kv_cache_manager.enable_caching
+            and getattr(request, "_block_hasher", None) is None
+        ):
+            REC.hard_break(
+                "block pool assert (prefix caching on, no hasher)",
+                "prefix caching is on but requests carry no "
+                f"block hasher: vLLM {VLLM[0]}'s block pool "
+                "asserts on the first schedule()",
+            )
             if not hasher:
                 fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
                 init_none_hash(fn)
@@ -373,14 +444,17 @@ def watch_scheduler(sched, vllm_config) -> None:
 
 # ------------------------------------------------------------------ the worker side
 def check_worker(worker_mod: NodeModule) -> tuple[bool, list[str]]:
-    """Run the worker's _patched_forward on stand-ins exposing exactly the embedding API of the installed
-    vLLM's LlamaModel / DeepseekV2Model (no weights: embeddings and layers are trivial tensors ops)."""
+    """Run the worker's _patched_forward on stand-ins exposing exactly the embedding API of the
+    installed vLLM's LlamaModel / DeepseekV2Model (no weights: embeddings and layers are trivial
+    tensors ops)."""
     import torch
 
     notes, ok = [], True
     classes = []
-    for dotted in ("vllm.model_executor.models.llama.LlamaModel",
-                   "vllm.model_executor.models.deepseek_v2.DeepseekV2Model"):
+    for dotted in (
+        "vllm.model_executor.models.llama.LlamaModel",
+        "vllm.model_executor.models.deepseek_v2.DeepseekV2Model",
+    ):
         mod_name, _, cls_name = dotted.rpartition(".")
         try:
             classes.append((cls_name, getattr(importlib.import_module(mod_name), cls_name)))
@@ -406,8 +480,9 @@ def check_worker(worker_mod: NodeModule) -> tuple[bool, list[str]]:
         fake.start_layer, fake.end_layer = 0, 4
         fake.norm = lambda h, r: (h + r, None)
         store: list[Any] = []
-        fake._extension = types.SimpleNamespace(_layer_ids=frozenset({1, 2}),
-                                                _store_captured_states=store.append)
+        fake._extension = types.SimpleNamespace(
+            _layer_ids=frozenset({1, 2}), _store_captured_states=store.append
+        )
         api = "/".join(sorted(attrs)) or "no embedding method"
         try:
             worker_mod._patched_forward(fake, torch.arange(5), torch.arange(5))
@@ -425,8 +500,9 @@ ARGS: dict = {}
 PROMPT_INDEX: dict[tuple, int] = {}
 
 
-def make_prompts(n_tokens_budget: int, max_model_len: int, shared: int, overshoot: float,
-                 vocab: int) -> list[list[int]]:
+def make_prompts(
+    n_tokens_budget: int, max_model_len: int, shared: int, overshoot: float, vocab: int
+) -> list[list[int]]:
     rng = random.Random(20240616)
     longest = max_model_len - 1  # the generator truncates to max_model_len - 1
     base = max(shared + 8, int(longest * 0.85))
@@ -438,7 +514,8 @@ def make_prompts(n_tokens_budget: int, max_model_len: int, shared: int, overshoo
         p = prefix + [rng.randrange(3, vocab) for _ in range(length - shared)]
         prompts.append(p)
         total += len(p)
-    # Make sure some prompt straddles the first step's budget (else chunked prefill would split nothing).
+    # Make sure some prompt straddles the first step's budget (else chunked prefill would split
+    # nothing).
     cum = 0
     for i, p in enumerate(prompts):
         cum += len(p)
@@ -463,42 +540,77 @@ def account(call_infos: list[dict], prompts: list[list[int]], steps: list) -> di
             done_by_prompt[info["index"]] |= positions
         hits += first
         split += int(is_split)
-        per.append({"req": info["rid"], "prompt": info["index"], "len": length, "through_model": len(positions),
-                    "cache_hit": first, "steps": len(chunks), "split": is_split, "hasher": info["hasher"]})
+        per.append(
+            {
+                "req": info["rid"],
+                "prompt": info["index"],
+                "len": length,
+                "through_model": len(positions),
+                "cache_hit": first,
+                "steps": len(chunks),
+                "split": is_split,
+                "hasher": info["hasher"],
+            }
+        )
     lost = sum(len(p) - len(done_by_prompt[i]) for i, p in enumerate(prompts))
-    return {"lost": lost, "cache_hits": hits, "split": split, "requests": per,
-            "prompt_tokens": sum(len(p) for p in prompts)}
+    return {
+        "lost": lost,
+        "cache_hits": hits,
+        "split": split,
+        "requests": per,
+        "prompt_tokens": sum(len(p) for p in prompts),
+    }
 
 
 def check_results(results, prompts: list[list[int]], layers: list[int]) -> str | None:
-    """The generator's output must hold, per prompt, one [len, hidden] tensor per layer with the rows that
-    prompt's tokens produced, in order."""
+    """The generator's output must hold, per prompt, one [len, hidden] tensor per layer with the
+    rows that prompt's tokens produced, in order."""
     import torch
 
     if not isinstance(results, list) or len(results) != len(prompts):
         size = len(results) if hasattr(results, "__len__") else "?"
-        return f"generate() returned {type(results).__name__} of {size} items for {len(prompts)} prompts"
+        return (
+            f"generate() returned {type(results).__name__} "
+            f"of {size} items for {len(prompts)} prompts"
+        )
     for i, (res, prompt) in enumerate(zip(results, prompts)):
         hs = res.get("hidden_states") if isinstance(res, dict) else None
         if not isinstance(hs, list) or len(hs) != len(layers):
             if not isinstance(hs, list):
-                return f"prompt {i}: hidden_states is {type(hs).__name__}, want a list of {len(layers)} tensors"
+                return (
+                    f"prompt {i}: hidden_states is {type(hs).__name__}, want a list of "
+                    f"{len(layers)} tensors"
+                )
             shape = tuple(hs[0].shape) if hs and hasattr(hs[0], "shape") else "?"
-            return (f"prompt {i}: {len(hs)} hidden-state tensors of shape {shape}, want {len(layers)} "
-                    f"(one per layer) of shape ({len(prompt)}, hidden)")
+            return (
+                f"prompt {i}: {len(hs)} hidden-state tensors of shape {shape}, want {len(layers)} "
+                f"(one per layer) of shape ({len(prompt)}, hidden)"
+            )
         want = torch.tensor([[i, pos, tok] for pos, tok in enumerate(prompt)], dtype=torch.float32)
         for layer, t in zip(layers, hs):
             if tuple(t.shape) != (len(prompt), 4):
-                return (f"prompt {i} layer {layer}: hidden states shaped {tuple(t.shape)}, want "
-                        f"({len(prompt)}, hidden): tokens or hidden dimension sliced wrongly")
-            if not torch.equal(t[:, 0], torch.full((len(prompt),), float(layer))) or not torch.equal(t[:, 1:], want):
-                bad = int((t[:, 1:] != want).any(dim=1).nonzero()[0]) if not torch.equal(t[:, 1:], want) else 0
-                return f"prompt {i} layer {layer}: row {bad} is not that prompt's token (states misaligned)"
+                return (
+                    f"prompt {i} layer {layer}: hidden states shaped {tuple(t.shape)}, want "
+                    f"({len(prompt)}, hidden): tokens or hidden dimension sliced wrongly"
+                )
+            if not torch.equal(
+                t[:, 0], torch.full((len(prompt),), float(layer))
+            ) or not torch.equal(t[:, 1:], want):
+                bad = (
+                    int((t[:, 1:] != want).any(dim=1).nonzero()[0])
+                    if not torch.equal(t[:, 1:], want)
+                    else 0
+                )
+                return (
+                    f"prompt {i} layer {layer}: row {bad} is "
+                    "not that prompt's token (states misaligned)"
+                )
     return None
 
 
 def run_calls(gen, prompts: list, layers: list, calls: int) -> list:
-    """`calls` generate() calls of the same prompts, each accounted from what the scheduler recorded."""
+    """`calls` generate() calls of the same prompts, each accounted from what the scheduler
+    recorded."""
     per_call = []
     for c in range(calls):
         added0 = len(REC.added)
@@ -515,9 +627,11 @@ def run_calls(gen, prompts: list, layers: list, calls: int) -> list:
         acc["error"] = error
         acc["misaligned"] = check_results(results, prompts, layers) if error is None else None
         per_call.append(acc)
-        log(f"call {c + 1}: {acc['steps']} steps, {acc['lost']} of {acc['prompt_tokens']} prompt tokens "
-            f"never through the model, {acc['cache_hits']} cache hits, {acc['split']} split, error={error}, "
-            f"misaligned={acc['misaligned']}")
+        log(
+            f"call {c + 1}: {acc['steps']} steps, {acc['lost']} of {acc['prompt_tokens']} prompt "
+            f"tokens never through the model, {acc['cache_hits']} cache hits, {acc['split']} "
+            f"split, error={error}, misaligned={acc['misaligned']}"
+        )
     return per_call
 
 
@@ -534,18 +648,24 @@ def lost_tokens(per_call: list) -> str:
         why.append(f"{hits} prefix-cache hits")
     if splits:
         why.append(f"{splits} prompt(s) split by chunked prefill, tail aborted")
-    text = (f"{lost} of {all_tokens} prompt tokens never go through the model"
-            + (f" ({', '.join(why)})" if why else ""))
+    text = f"{lost} of {all_tokens} prompt tokens never go through the model" + (
+        f" ({', '.join(why)})" if why else ""
+    )
     if REC.hard_breaks:
-        text += (f" (measured with its {len(REC.hard_breaks)} vLLM {VLLM[0]} API break(s) bridged the naive "
-                     "way)")
+        text += (
+            f" (measured with its {len(REC.hard_breaks)} "
+            f"vLLM {VLLM[0]} API break(s) bridged the naive "
+            "way)"
+        )
     return text
 
 
 def find_problems(per_call: list, config: dict, worker_ok: bool, worker_notes: list) -> list:
     """Every reason the generator fails the probe, in the order the verdict names them."""
     errors = [f"call {i + 1}: {a['error']}" for i, a in enumerate(per_call) if a["error"]]
-    misaligned = [f"call {i + 1}: {a['misaligned']}" for i, a in enumerate(per_call) if a["misaligned"]]
+    misaligned = [
+        f"call {i + 1}: {a['misaligned']}" for i, a in enumerate(per_call) if a["misaligned"]
+    ]
     problems = []
     lost = lost_tokens(per_call)
     if lost:
@@ -583,8 +703,11 @@ def run(req: dict) -> dict:
     t0 = time.monotonic()
     VLLM[0] = installed_version("vllm")
     evidence: list[str] = []
-    details: dict = {"vllm": VLLM[0], "two_phase_steps": None,
-                     "args": {"max_model_len": max_model_len, "calls": calls, "shared_prefix": shared}}
+    details: dict = {
+        "vllm": VLLM[0],
+        "two_phase_steps": None,
+        "args": {"max_model_len": max_model_len, "calls": calls, "shared_prefix": shared},
+    }
 
     tmp = tempfile.mkdtemp(prefix="fleetops-probe-")
     try:
@@ -605,10 +728,14 @@ def run(req: dict) -> dict:
             gen = gen_mod.VllmHiddenStatesGenerator(model_path=tmp, max_model_len=max_model_len)
         except Exception as exc:
             log(traceback.format_exc())
-            return {"ok": False,
-                    "summary": f"FAIL: VllmHiddenStatesGenerator() cannot be built on vLLM {VLLM[0]} even with the "
-                               f"naive fixes bridged, so no prompt token goes through the model: {short(exc, 150)}",
-                    "evidence": REC.hard_breaks + [short(exc)], "details": details}
+            return {
+                "ok": False,
+                "summary": f"FAIL: VllmHiddenStatesGenerator() cannot be built on vLLM {VLLM[0]} "
+                "even with the naive fixes bridged, so no prompt token goes through "
+                f"the model: {short(exc, 150)}",
+                "evidence": REC.hard_breaks + [short(exc)],
+                "details": details,
+            }
         vc = gen.vllm_config
         sc, cc = vc.scheduler_config, vc.cache_config
         sched = gen.scheduler
@@ -632,9 +759,13 @@ def run(req: dict) -> dict:
         prompts = make_prompts(budget, max_model_len, shared, overshoot, cfg["vocab_size"])
         PROMPT_INDEX.update({tuple(p): i for i, p in enumerate(prompts)})
         total = sum(len(p) for p in prompts)
-        details["scenario"] = {"prompts": len(prompts), "prompt_tokens_per_call": total,
-                               "lengths": [len(p) for p in prompts], "shared_prefix": shared,
-                               "max_num_batched_tokens": budget}
+        details["scenario"] = {
+            "prompts": len(prompts),
+            "prompt_tokens_per_call": total,
+            "lengths": [len(p) for p in prompts],
+            "shared_prefix": shared,
+            "max_num_batched_tokens": budget,
+        }
         layers = sorted(set(gen.layer_ids))
 
         per_call = run_calls(gen, prompts, layers, calls)
@@ -647,25 +778,34 @@ def run(req: dict) -> dict:
         all_tokens = sum(a["prompt_tokens"] for a in per_call)
         problems = find_problems(per_call, config, worker_ok, worker_notes)
 
-        evidence.append(f"config from the file: chunked_prefill={config['enable_chunked_prefill']}, "
-                        f"prefix_caching={config['enable_prefix_caching']}, "
-                        f"async_scheduling={config['async_scheduling']}, "
-                        f"max_num_batched_tokens={budget}, scheduler={type(sched).__name__}")
+        evidence.append(
+            f"config from the file: chunked_prefill={config['enable_chunked_prefill']}, "
+            f"prefix_caching={config['enable_prefix_caching']}, "
+            f"async_scheduling={config['async_scheduling']}, "
+            f"max_num_batched_tokens={budget}, scheduler={type(sched).__name__}"
+        )
         for i, a in enumerate(per_call):
-            evidence.append(f"call {i + 1}: {a['steps']} step(s), {a['prompt_tokens'] - a['lost']}/"
-                            f"{a['prompt_tokens']} prompt tokens through the model, {a['cache_hits']} cache hits, "
-                            f"{a['split']} split" + (f", raised {a['error']}" if a["error"] else "")
-                            + (f", {a['misaligned']}" if a["misaligned"] else ""))
+            evidence.append(
+                f"call {i + 1}: {a['steps']} step(s), {a['prompt_tokens'] - a['lost']}/"
+                f"{a['prompt_tokens']} prompt tokens through the model, {a['cache_hits']} cache "
+                f"hits, {a['split']} split"
+                + (f", raised {a['error']}" if a["error"] else "")
+                + (f", {a['misaligned']}" if a["misaligned"] else "")
+            )
         evidence += [f"hard break: {b}" for b in REC.hard_breaks]
         evidence += worker_notes
-        scenario = (f"vLLM {VLLM[0]}: {calls} generate() calls x {len(prompts)} prompts, shared {shared}-token "
-                    f"prefix, {total} tokens/call > max_num_batched_tokens {budget}")
+        scenario = (
+            f"vLLM {VLLM[0]}: {calls} generate() calls x {len(prompts)} prompts, shared "
+            f"{shared}-token prefix, {total} tokens/call > max_num_batched_tokens {budget}"
+        )
         if problems:
             summary = "FAIL: " + "; ".join(problems) + f" [{scenario}]"
             return {"ok": False, "summary": summary, "evidence": evidence, "details": details}
-        summary = (f"PASS: all {all_tokens} prompt tokens went through the model, whole and uncached "
-                   f"[{scenario}; chunked prefill, prefix caching and async scheduling off; sample_tokens "
-                   f"after each step; hidden states aligned per prompt]")
+        summary = (
+            f"PASS: all {all_tokens} prompt tokens went through the model, whole and uncached "
+            f"[{scenario}; chunked prefill, prefix caching and async scheduling off; sample_tokens "
+            f"after each step; hidden states aligned per prompt]"
+        )
         return {"ok": True, "summary": summary, "evidence": evidence, "details": details}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -675,15 +815,25 @@ def main() -> int:
     try:
         req = json.loads(sys.stdin.read() or "{}")
     except ValueError as exc:
-        emit({"ok": False, "summary": f"probe got no JSON request on stdin: {exc}", "evidence": [], "details": {}})
+        emit(
+            {
+                "ok": False,
+                "summary": f"probe got no JSON request on stdin: {exc}",
+                "evidence": [],
+                "details": {},
+            }
+        )
         return 0
     try:
         verdict = run(req)
     except Exception as exc:  # a verdict, whatever happened
         log(traceback.format_exc())
-        verdict = {"ok": False, "summary": f"probe could not drive the generator: {short(exc, 200)}",
-                   "evidence": REC.hard_breaks + [traceback.format_exc().splitlines()[-1]],
-                   "details": {"traceback": traceback.format_exc().splitlines()[-8:]}}
+        verdict = {
+            "ok": False,
+            "summary": f"probe could not drive the generator: {short(exc, 200)}",
+            "evidence": REC.hard_breaks + [traceback.format_exc().splitlines()[-1]],
+            "details": {"traceback": traceback.format_exc().splitlines()[-8:]},
+        }
     emit(verdict)
     sys.stderr.flush()
     # vLLM/torch may leave non-daemon threads or atexit work behind; the verdict is out, leave now.

@@ -1,10 +1,11 @@
-"""`extract --shards` across hosts: one shard of the playbook job's dataset per selected host whose backend
-shards by host (shard i of N to the i-th host in name order, fleetops/plans/shards.py), each launched by its
-backend's ordinary launch (given the shard's dataset and output folder) and resumed by it; the fleet manifest
-<project>/.fleetops/shards/<job>.json records which host has which rows, its jobs, its sample count and, once
-known, the sha256 of its manifest and samples. `status` and `tail` on a sharded job add one aggregated line
-(samples done/total, summed tok/s, ETA of the slowest shard) to the per-host lines. A backend that shards
-inside one host (a Slurm job array) is handed --shards N as it is."""
+"""`extract --shards` across hosts: one shard of the playbook job's dataset per selected host whose
+backend shards by host (shard i of N to the i-th host in name order, fleetops/plans/shards.py), each
+launched by its backend's ordinary launch (given the shard's dataset and output folder) and resumed
+by it; the fleet manifest <project>/.fleetops/shards/<job>.json records which host has which rows,
+its jobs, its sample count and, once known, the sha256 of its manifest and samples. `status` and
+`tail` on a sharded job add one aggregated line (samples done/total, summed tok/s, ETA of the
+slowest shard) to the per-host lines. A backend that shards inside one host (a Slurm job array) is
+handed --shards N as it is."""
 
 from __future__ import annotations
 
@@ -42,10 +43,12 @@ class Fleet:
         self.mode = ""
         self.error: str | None = None
         self.reported: set[str] = set()
-        # The hosts whose job in this step is their shard's: a later job on a host (a plain extract after the
-        # sharded one) is that host's own, and its status or tail says nothing of the shard plan.
+        # The hosts whose job in this step is their shard's: a later job on a host (a plain extract
+        # after the sharded one) is that host's own, and its status or tail says nothing of the
+        # shard plan.
         self.ours: set[str] = set()
-        self.summarized: set[str] = set()  # the steps whose fleet line is out: once per step, by one host
+        # the steps whose fleet line is out: once per step, by one host
+        self.summarized: set[str] = set()
         self.live: dict[str, dict] = {}
         self.last_line = 0.0
         self.attached = False
@@ -55,8 +58,8 @@ class Fleet:
         return next((s for s in (self.doc or {}).get("shards", []) if s["host"] == host), None)
 
     def save(self) -> None:
-        """Written atomically; a laptop-side write error is kept (and shown in the fleet line), not raised: the
-        nodes' own state is the truth and the next status writes the plan again."""
+        """Written atomically; a laptop-side write error is kept (and shown in the fleet line), not
+        raised: the nodes' own state is the truth and the next status writes the plan again."""
         assert self.doc is not None
         self.doc["updated"] = _now()
         self.doc["complete"] = not shardplan.unfinished(self.doc)
@@ -70,9 +73,16 @@ class Fleet:
         out = []
         for s in (self.doc or {}).get("shards", []):
             live = self.live.get(s["host"], {})
-            out.append({"host": s["host"], "done": live.get("done", s.get("done") or 0),
-                        "total": live.get("total", s.get("samples") or 0), "tok_s": live.get("tok_s"),
-                        "eta": live.get("eta"), "state": live.get("state", s.get("state") or "unknown")})
+            out.append(
+                {
+                    "host": s["host"],
+                    "done": live.get("done", s.get("done") or 0),
+                    "total": live.get("total", s.get("samples") or 0),
+                    "tok_s": live.get("tok_s"),
+                    "eta": live.get("eta"),
+                    "state": live.get("state", s.get("state") or "unknown"),
+                }
+            )
         return out
 
 
@@ -90,19 +100,25 @@ def _sharded_hosts(run: RunState) -> list[str]:
 
 
 def _decide(run: RunState, plan: Plan, fleet: Fleet) -> None:
-    """Once per run, before any host launches: how many shards, and the plan (new, resumed or refused)."""
+    """Once per run, before any host launches: how many shards, and the plan (new, resumed or
+    refused)."""
     with fleet.lock:
         if fleet.doc is not None or fleet.error is not None:
             return
         hosts = _sharded_hosts(run)
         try:
             shardplan.count(plan.options.get("shards"), len(hosts))
-            doc, mode = shardplan.decide(shardplan.load(fleet.path), fleet.job, hosts, _now(), fleet.path)
+            doc, mode = shardplan.decide(
+                shardplan.load(fleet.path), fleet.job, hosts, _now(), fleet.path
+            )
             fleet.doc, fleet.mode = doc, mode
             fleet.save()
             if fleet.save_error:
-                fleet.doc, fleet.error = None, f"{fleet.save_error}: the shard plan must be on disk before any " \
-                    "shard starts; nothing launched"
+                fleet.doc, fleet.error = (
+                    None,
+                    f"{fleet.save_error}: the shard plan must be on disk before any "
+                    "shard starts; nothing launched",
+                )
         except shardplan.ShardError as exc:
             fleet.error = str(exc)
 
@@ -112,52 +128,116 @@ def run_extract(run: RunState, plan: Plan, node: Connector, backend: JobBackend)
     fleet = _fleet(run, plan)
     _decide(run, plan, fleet)
     if fleet.error is not None:
-        return Result(host, "extract", Status.FAILED, fleet.error, code=EXIT_USAGE, data={"error_kind": "shards"})
+        return Result(
+            host,
+            "extract",
+            Status.FAILED,
+            fleet.error,
+            code=EXIT_USAGE,
+            data={"error_kind": "shards"},
+        )
     spec = job_spec(plan, node)
     assert spec is not None
     if spec.kind != "extract" or spec.extract is None:
-        return Result(host, "extract", Status.FAILED, f"--shards: job {spec.name!r} is a {spec.kind} job; only an "
-                      "extract job's dataset can be split", code=EXIT_USAGE)
+        return Result(
+            host,
+            "extract",
+            Status.FAILED,
+            f"--shards: job {spec.name!r} is a {spec.kind} job; only an "
+            "extract job's dataset can be split",
+            code=EXIT_USAGE,
+        )
     shard = fleet.shard(host)
     assert shard is not None and fleet.doc is not None
     i, of = shard["index"], shard["of"]
-    prep, _ = node.call("shards", {"action": "prepare", "extract": spec.extract, "index": i, "of": of}, timeout=300)
+    prep, _ = node.call(
+        "shards", {"action": "prepare", "extract": spec.extract, "index": i, "of": of}, timeout=300
+    )
     if prep.get("error"):
         return agent_error(host, "extract", prep, with_kind=True)
     with fleet.lock:
         known = fleet.doc.get("dataset")
         if known and (known["sha256"] != prep["dataset_sha256"] or known["rows"] != prep["rows"]):
-            return Result(host, "extract", Status.FAILED,
-                          f"refused: the dataset on {host} ({prep['dataset']}, {prep['rows']} rows, sha256 "
-                          f"{prep['dataset_sha256'][:16]}...) is not the one the shard plan splits ({known['rows']} "
-                          f"rows, sha256 {known['sha256'][:16]}... first seen on {known['host']}); give every host "
-                          f"the same file, or move {fleet.path} aside to start over", code=EXIT_FAILED,
-                          data={"error_kind": "shards"})
+            return Result(
+                host,
+                "extract",
+                Status.FAILED,
+                f"refused: the dataset on {host} ({prep['dataset']}, {prep['rows']} rows, sha256 "
+                f"{prep['dataset_sha256'][:16]}...) is not the one the shard plan splits "
+                f"({known['rows']} rows, sha256 {known['sha256'][:16]}... first seen on "
+                f"{known['host']}); give every host the same "
+                f"file, or move {fleet.path} aside to start over",
+                code=EXIT_FAILED,
+                data={"error_kind": "shards"},
+            )
         if not known:
-            fleet.doc["dataset"] = {"path": prep["dataset"], "sha256": prep["dataset_sha256"], "rows": prep["rows"],
-                                    "host": host}
-        shard.update(start=prep["start"], end=prep["end"], samples=prep["end"] - prep["start"],
-                     dataset=prep["shard_dataset"], output=prep["shard_output"], done=prep["done"])
-        complete = prep["done"] >= shard["samples"] and prep.get("manifest_sha256") is not None \
+            fleet.doc["dataset"] = {
+                "path": prep["dataset"],
+                "sha256": prep["dataset_sha256"],
+                "rows": prep["rows"],
+                "host": host,
+            }
+        shard.update(
+            start=prep["start"],
+            end=prep["end"],
+            samples=prep["end"] - prep["start"],
+            dataset=prep["shard_dataset"],
+            output=prep["shard_output"],
+            done=prep["done"],
+        )
+        complete = (
+            prep["done"] >= shard["samples"]
+            and prep.get("manifest_sha256") is not None
             and not plan.options.get("again")
+        )
         if complete:
-            shard.update(complete=True, state="succeeded", manifest_sha256=prep.get("manifest_sha256"),
-                         samples_sha256=prep.get("samples_sha256"))
+            shard.update(
+                complete=True,
+                state="succeeded",
+                manifest_sha256=prep.get("manifest_sha256"),
+                samples_sha256=prep.get("samples_sha256"),
+            )
         fleet.save()
-    where = (f"shard {i} of {of} (rows {shard['start']}-{shard['end'] - 1} of {prep['rows']}, {shard['samples']} "
-             "samples)")
+    where = (
+        f"shard {i} of {of} (rows {shard['start']}-{shard['end'] - 1} "
+        f"of {prep['rows']}, {shard['samples']} "
+        "samples)"
+    )
     data: dict[str, Any] = {"shard": dict(shard), "plan": str(fleet.path), "plan_mode": fleet.mode}
     if complete:
-        return Result(host, "extract", Status.OK, f"{where} already complete ({prep['done']}/{shard['samples']} in "
-                      f"{prep['shard_output']}); nothing to do", data=data)
+        return Result(
+            host,
+            "extract",
+            Status.OK,
+            f"{where} already complete ({prep['done']}/{shard['samples']} in "
+            f"{prep['shard_output']}); nothing to do",
+            data=data,
+        )
     current = backend.running_job(node)
     if current is not None and current["id"] in shard["jobs"]:
-        return Result(host, "extract", Status.OK, f"{where}: still running as job {current['id']} "
-                      f"({prep['done']}/{shard['samples']} done); left alone", data={**data, "job": current})
-    extract = {"dataset": prep["shard_dataset"], "output": prep["shard_output"],
-               "shard": {"index": i, "of": of, "start": shard["start"], "end": shard["end"],
-                         "dataset": prep["dataset"], "hosts": fleet.doc["hosts"]}}
-    result = backend.launch(run, replace(plan, options={**plan.options, "shard_extract": extract}), node)
+        return Result(
+            host,
+            "extract",
+            Status.OK,
+            f"{where}: still running as job {current['id']} "
+            f"({prep['done']}/{shard['samples']} done); left alone",
+            data={**data, "job": current},
+        )
+    extract = {
+        "dataset": prep["shard_dataset"],
+        "output": prep["shard_output"],
+        "shard": {
+            "index": i,
+            "of": of,
+            "start": shard["start"],
+            "end": shard["end"],
+            "dataset": prep["dataset"],
+            "hosts": fleet.doc["hosts"],
+        },
+    }
+    result = backend.launch(
+        run, replace(plan, options={**plan.options, "shard_extract": extract}), node
+    )
     job = result.data.get("job") or {}
     if result.status is Status.CHANGED and job.get("id"):
         with fleet.lock:
@@ -176,16 +256,33 @@ def _progress(spec: JobSpec | None, text: str | None) -> dict:
     return parse_progress(text, spec.progress) or {}
 
 
-def _record(run: RunState, node: Connector, plan: Plan, fleet: Fleet, state: str, job_id: str | None,
-            progress: dict) -> dict | None:
-    """The host's shard as its node sees it now (the shard output's manifest), into the fleet manifest."""
+def _record(
+    run: RunState,
+    node: Connector,
+    plan: Plan,
+    fleet: Fleet,
+    state: str,
+    job_id: str | None,
+    progress: dict,
+) -> dict | None:
+    """The host's shard as its node sees it now (the shard output's manifest), into the fleet
+    manifest."""
     host = node.host.name
     shard = fleet.shard(host)
     spec = job_spec(plan, node)
     if shard is None or spec is None or spec.extract is None:
         return None
-    rep, _ = node.call("shards", {"action": "report", "extract": spec.extract, "index": shard["index"],
-                                  "of": shard["of"], "samples": shard.get("samples") or 0}, timeout=300)
+    rep, _ = node.call(
+        "shards",
+        {
+            "action": "report",
+            "extract": spec.extract,
+            "index": shard["index"],
+            "of": shard["of"],
+            "samples": shard.get("samples") or 0,
+        },
+        timeout=300,
+    )
     if rep.get("error"):
         return None
     ours = job_id in shard["jobs"]
@@ -195,7 +292,11 @@ def _record(run: RunState, node: Connector, plan: Plan, fleet: Fleet, state: str
             shard["state"] = state
         samples = shard.get("samples") or rep["total"]
         if rep["done"] >= samples and rep.get("manifest_sha256"):
-            shard.update(complete=True, manifest_sha256=rep["manifest_sha256"], samples_sha256=rep["samples_sha256"])
+            shard.update(
+                complete=True,
+                manifest_sha256=rep["manifest_sha256"],
+                samples_sha256=rep["samples_sha256"],
+            )
         live = {"done": rep["done"], "total": samples, "state": state if ours else "not running"}
         if ours and state in ("running", "starting"):
             live.update({k: progress[k] for k in ("tok_s", "eta") if k in progress})
@@ -211,9 +312,9 @@ def _all_in(run: RunState, fleet: Fleet) -> bool:
 
 
 def _claim_summary(run: RunState, fleet: Fleet, step: str) -> bool:
-    """True for the one host that prints this step's fleet line (call under fleet.lock). Every host is marked
-    reported when its answer is recorded, before its step ends, so several hosts could find all in at once:
-    found by CI, `status` gave two hosts the fleet aggregate."""
+    """True for the one host that prints this step's fleet line (call under fleet.lock). Every host
+    is marked reported when its answer is recorded, before its step ends, so several hosts could
+    find all in at once: found by CI, `status` gave two hosts the fleet aggregate."""
     if step in fleet.summarized or not _all_in(run, fleet) or not fleet.ours:
         return False
     fleet.summarized.add(step)
@@ -225,14 +326,18 @@ def _summary(run: RunState, fleet: Fleet, result: Result | None) -> None:
     complete = sum(1 for s in (fleet.doc or {}).get("shards", []) if s.get("complete"))
     agg["complete_shards"] = complete
     saved = f" ({fleet.save_error})" if fleet.save_error else ""
-    run.reporter.note(f"fleet | {shardplan.line(agg)}; {complete}/{agg['shards']} shards complete; "
-                      f"plan {fleet.path}{saved}")
-    if result is not None:  # None: this host's own step raised; its failed result is made by the registry
+    run.reporter.note(
+        f"fleet | {shardplan.line(agg)}; {complete}/{agg['shards']} shards complete; "
+        f"plan {fleet.path}{saved}"
+    )
+    # None: this host's own step raised; its failed result is made by the registry
+    if result is not None:
         result.data["fleet"] = {**agg, "plan": str(fleet.path)}
 
 
 def _load_view(run: RunState, plan: Plan, node: Connector, backend: JobBackend) -> Fleet | None:
-    """The shard plan when this host is part of one (and no --job-id picks another job), else None."""
+    """The shard plan when this host is part of one (and no --job-id picks another job), else
+    None."""
     if plan.options.get("job_id") or not backend.shards_by_host:
         return None
     fleet = _fleet(run, plan)
@@ -268,8 +373,9 @@ def run_status(run: RunState, plan: Plan, node: Connector, backend: JobBackend) 
 
 
 def _is_ours(fleet: Fleet, host: str, job: str | None) -> bool:
-    """This host's job is one its shard ran (then the step is part of the shard plan's view). A job the plan as
-    loaded does not name is looked up in the plan on disk: this run's own sharded extract may have added it."""
+    """This host's job is one its shard ran (then the step is part of the shard plan's view). A job
+    the plan as loaded does not name is looked up in the plan on disk: this run's own sharded
+    extract may have added it."""
     if not job:
         return False
     with fleet.lock:
@@ -283,27 +389,40 @@ def _is_ours(fleet: Fleet, host: str, job: str | None) -> bool:
                 disk = {}
             for saved in disk.get("shards", []):
                 if saved.get("host") == host and saved.get("index") == shard["index"]:
-                    shard["jobs"] = list(dict.fromkeys([*shard["jobs"], *(saved.get("jobs") or [])]))
+                    shard["jobs"] = list(
+                        dict.fromkeys([*shard["jobs"], *(saved.get("jobs") or [])])
+                    )
         if job in shard["jobs"]:
             fleet.ours.add(host)
             return True
         return False
 
 
-def _shard_status(run: RunState, node: Connector, plan: Plan, fleet: Fleet, result: Result, job: str) -> None:
+def _shard_status(
+    run: RunState, node: Connector, plan: Plan, fleet: Fleet, result: Result, job: str
+) -> None:
     state = result.data.get("state") or "unknown"
-    rep = _record(run, node, plan, fleet, state, job, _progress(job_spec(plan, node), result.data.get(
-        "last_progress")))
+    rep = _record(
+        run,
+        node,
+        plan,
+        fleet,
+        state,
+        job,
+        _progress(job_spec(plan, node), result.data.get("last_progress")),
+    )
     shard = fleet.shard(node.host.name) or {}
     if rep is not None:
-        result.msg = (f"shard {shard['index']} of {shard['of']} ({rep['done']}/{shard.get('samples')} samples"
-                      f"{', complete' if shard.get('complete') else ''}): {result.msg}")
+        result.msg = (
+            f"shard {shard['index']} of {shard['of']} ({rep['done']}/{shard.get('samples')} samples"
+            f"{', complete' if shard.get('complete') else ''}): {result.msg}"
+        )
         result.data["shard"] = dict(shard)
 
 
 class _FleetFollower:
-    """Follows one host's tail for the fleet's aggregated line (TailFollower): which job it attached to, and
-    the progress of each of its lines."""
+    """Follows one host's tail for the fleet's aggregated line (TailFollower): which job it attached
+    to, and the progress of each of its lines."""
 
     def __init__(self, run: RunState, fleet: Fleet, host: str) -> None:
         self._reporter, self._fleet, self._host = run.reporter, fleet, host
@@ -320,8 +439,13 @@ class _FleetFollower:
             return
         fleet = self._fleet
         with fleet.lock:
-            fleet.live[self._host] = {"done": progress.get("done", 0), "total": progress["total"],
-                                      "tok_s": progress.get("tok_s"), "eta": progress.get("eta"), "state": "running"}
+            fleet.live[self._host] = {
+                "done": progress.get("done", 0),
+                "total": progress["total"],
+                "tok_s": progress.get("tok_s"),
+                "eta": progress.get("eta"),
+                "state": "running",
+            }
             now = time.monotonic()
             if now - fleet.last_line < AGGREGATE_EVERY_S:
                 return
@@ -342,9 +466,17 @@ def run_tail(run: RunState, plan: Plan, node: Connector, backend: JobBackend) ->
     result: Result | None = None
     try:
         result = backend.tail(run, plan, node, _FleetFollower(run, fleet, host))
-        if result.code != 130 and host in fleet.ours:  # its shard's job, not detached by Ctrl-C: it ended
-            rep = _record(run, node, plan, fleet, result.data.get("state") or "unknown", result.data.get("job_id"),
-                          {})
+        # its shard's job, not detached by Ctrl-C: it ended
+        if result.code != 130 and host in fleet.ours:
+            rep = _record(
+                run,
+                node,
+                plan,
+                fleet,
+                result.data.get("state") or "unknown",
+                result.data.get("job_id"),
+                {},
+            )
             if rep is not None:
                 result.data["shard"] = dict(fleet.shard(host) or {})
     finally:
@@ -354,7 +486,13 @@ def run_tail(run: RunState, plan: Plan, node: Connector, backend: JobBackend) ->
         if last:
             if fleet.attached:
                 done = all(s.get("complete") for s in (fleet.doc or {}).get("shards", []))
-                word = "succeeded" if done else "detached" if run.interrupted.is_set() else "unfinished"
+                word = (
+                    "succeeded"
+                    if done
+                    else "detached"
+                    if run.interrupted.is_set()
+                    else "unfinished"
+                )
                 run.reporter.job_ended("fleet", word)
             _summary(run, fleet, result)
     assert result is not None  # the backend returned (else its exception is on its way up)
@@ -362,13 +500,19 @@ def run_tail(run: RunState, plan: Plan, node: Connector, backend: JobBackend) ->
 
 
 def launch(run: RunState, plan: Plan, node: Connector, backend: JobBackend) -> Result:
-    """`extract`, sharded across hosts when asked (--shards on a backend that shards by host); a backend that
-    shards inside the host is handed --shards N, which must then be a number."""
+    """`extract`, sharded across hosts when asked (--shards on a backend that shards by host); a
+    backend that shards inside the host is handed --shards N, which must then be a number."""
     raw = plan.options.get("shards")
     if not backend.shards_by_host and (raw is True or str(raw).lower() == "all"):
         given = "--shards" if raw is True else f"--shards {raw}"
-        return Result(node.host.name, "extract", Status.FAILED, f"{given} on {backend.host_words} needs the number "
-                      "of shards (the job array's size), e.g. --shards 4", code=EXIT_USAGE)
+        return Result(
+            node.host.name,
+            "extract",
+            Status.FAILED,
+            f"{given} on {backend.host_words} needs the number "
+            "of shards (the job array's size), e.g. --shards 4",
+            code=EXIT_USAGE,
+        )
     if raw in (None, False, "") or not backend.shards_by_host:
         return backend.launch(run, plan, node)
     return run_extract(run, plan, node, backend)

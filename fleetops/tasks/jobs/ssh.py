@@ -1,40 +1,61 @@
-"""Jobs run by the node itself over SSH: extract (gate, then launch detached), tail (follow by byte offset,
-survive dropped links), status, logs, stop. Each poll or action is one agent exec on the host's one
-connection."""
+"""Jobs run by the node itself over SSH: extract (gate, then launch detached), tail (follow by byte
+offset, survive dropped links), status, logs, stop. Each poll or action is one agent exec on the
+host's one connection."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
 from shlex import quote
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...plans.gpugate import Verdict, evaluate, next_action
 from ...plans.jobspec import (
     JobSpec,
     LogWatch,
     describe_end,
-    is_failure,
 )
-from ...plans.jobsummary import job_summary
 from ...plans.jobverdict import of as verdict_of
-from ...plans.tables import bar
-from ...plans.versions import judged_checks
 from ...results import EXIT_FAILED, Evidence, Item, Next, Result, Status
+from ...results.jobs import (
+    AlreadyComplete,
+    JobStatus,
+    Launched,
+    LaunchRefused,
+    SshTailDetached,
+    Stopped,
+    TailEnded,
+    already_running,
+    detached,
+    launched,
+    logs_result,
+    tail_end,
+)
 from ...wire.connector import Connector
-from ..plan import (
+from ..plan import drain_text, own_playbook_secrets
+from .common import (
+    TAIL_WAIT_S,
+    JobBackend,
+    Reconnect,
+    TailFollower,
     agent_error,
-    drain_text,
+    bar,
     drained,
     job_secrets,
     job_spec,
-    own_playbook_secrets,
+    job_summary,
+    judged_checks,
+    launch_spec,
+    logs_request,
+    own_secrets,
     preflight_request,
+    print_lines,
+    register,
     skipped_note,
+    start_request,
+    tail_request,
     tail_start,
 )
-from ..reconnect import TAIL_WAIT_S, Reconnect, tail_request
-from .backend import JobBackend, TailFollower, register
 from .listing import exit_text
 
 if TYPE_CHECKING:
@@ -44,18 +65,15 @@ if TYPE_CHECKING:
 
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = job_spec(plan, node)
-    assert spec is not None and plan.playbook is not None
-    if spec.extract is not None and plan.options.get("shard_extract"):  # extract --shards: this host's rows
+    spec = launch_spec(plan, node)
+    assert plan.playbook is not None
+    # extract --shards: this host's rows
+    if spec.extract is not None and plan.options.get("shard_extract"):
         spec.extract.update(plan.options["shard_extract"])
-    if spec.extract is not None and plan.options.get("again"):
-        spec.extract["again"] = True  # the driver starts a new manifest: every sample done again
-    spec.env.update(dict(node.host.env))  # the inventory's values (tokens...) win over the playbook's
-    spec.secret_env |= set(node.host.secret_env)
     request = preflight_request(plan.playbook, spec)
     if spec.extract is not None:
-        # The node says whether its dataset can be read, and (without --again) whether its output already
-        # holds every sample.
+        # The node says whether its dataset can be read, and (without --again) whether its output
+        # already holds every sample.
         request["extract"] = spec.extract
     answer, evidence = node.call("preflight", request, timeout=600)
     if answer.get("error"):  # refused before any check ran (an import path another user may change)
@@ -63,16 +81,28 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     settled = _nothing_to_launch(run, host, plan, spec, answer)
     if settled is not None:
         return settled
-    if answer.get("dataset"):  # --force does not override: the job could only fail on its first read
+    # --force does not override: the job could only fail on its first read
+    if answer.get("dataset"):
         return _no_dataset(host, plan, spec, answer["dataset"])
-    if answer.get("output_busy"):  # nor this: two runs into one output leave a manifest of one of them
+    # nor this: two runs into one output leave a manifest of one of them
+    if answer.get("output_busy"):
         busy = answer["output_busy"]
-        return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: its output is in use: "
-                      f"{busy.get('text')}; nothing launched", code=EXIT_FAILED,
-                      data={"output_busy": busy, "next": Next(
-                          "wait until that run has ended (a lock its run left is cleared by the host that took it, "
-                          "on its next extract there), then launch again",
-                          [_extract_cmd(host, plan.options)]).to_data()})
+        return Result(
+            host,
+            "extract",
+            Status.FAILED,
+            f"refused to launch {spec.name}: its output is in use: "
+            f"{busy.get('text')}; nothing launched",
+            code=EXIT_FAILED,
+            payload=LaunchRefused(
+                output_busy=busy,
+                next=Next(
+                    "wait until that run has ended (a lock its run left is cleared by the host "
+                    "that took it, on its next extract there), then launch again",
+                    [_extract_cmd(host, plan.options)],
+                ),
+            ),
+        )
     problems, failing, gate = _problems(node, spec, answer, plan.playbook.allow_prereleases)
     running = answer.get("running_job")
     notes = list(spec.notes)
@@ -82,55 +112,91 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
             why = [f"{len(failing)} of the job's checks fail"] if failing else []
             why += [f"job {running['id']} is still running"] if running else []
             why += [f"the GPU gate says {gate.word}: {gate.msg}"] if gate is not None else []
-            return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: {'; '.join(why)}",
-                          problems, evidence=evidence, code=EXIT_FAILED,
-                          data={"next": _refused_next(host, plan, failing, running, gate).to_data()})
+            return Result(
+                host,
+                "extract",
+                Status.FAILED,
+                f"refused to launch {spec.name}: {'; '.join(why)}",
+                problems,
+                evidence=evidence,
+                code=EXIT_FAILED,
+                payload=LaunchRefused(next=_refused_next(host, plan, failing, running, gate)),
+            )
         notes.append(f"--force: launched despite: {reasons}")
-    request = spec.start_request()
-    request["job"]["playbook"] = str(plan.playbook.path)  # tail, logs and status mask its secrets, whatever -p
-    started, evidence = node.call("job_start", request, timeout=60)
+    started, evidence = node.call("job_start", start_request(spec, plan.playbook), timeout=60)
     if not started.get("ok"):
         return _not_started(run, host, spec, started, evidence)
     job = started["job"]
     run.job_launched(host, job["id"], f"log {job['log']}")
     items = [Item("note", Status.CHANGED, n) for n in notes]
-    return Result(host, "extract", Status.CHANGED,
-                  f"launched job {job['id']} (pid {job['pid']}, process group {job['pgid']}); log {job['log']}",
-                  items, data={"job": job, "forced": bool(problems)})
+    return launched(
+        host,
+        f"launched job {job['id']} (pid {job['pid']}, process group {job['pgid']}); log "
+        f"{job['log']}",
+        items,
+        Launched(job, forced=bool(problems)),
+    )
 
 
-def _nothing_to_launch(run: RunState, host: str, plan: Plan, spec: JobSpec, answer: dict) -> Result | None:
-    """extract's answer when it must not launch, whatever --force says: the node is drained, the same job is
-    already running (then this run's `tail` attaches to it), or its output already holds every sample."""
+def _nothing_to_launch(
+    run: RunState, host: str, plan: Plan, spec: JobSpec, answer: dict
+) -> Result | None:
+    """extract's answer when it must not launch, whatever --force says: the node is drained, the
+    same job is already running (then this run's `tail` attaches to it), or its output already holds
+    every sample."""
     if answer.get("drain"):
         return drained(host, "extract", answer["drain"], f"launch {spec.name}")
     job = answer.get("running_job")
     if job and job.get("name") == spec.name:
         with run.lock:
             run.attach[host] = job["id"]
-        return Result(host, "extract", Status.OK, f"job {job['id']} ({spec.name}) is already running here (since "
-                      f"{job.get('started')}); nothing launched: `tail` attaches to it, `stop` ends it",
-                      data={"job": job, "already_running": True})
+        return already_running(
+            host,
+            job,
+            f"job {job['id']} ({spec.name}) is already running here (since "
+            f"{job.get('started')}); nothing launched: `tail` attaches to it, `stop` ends it",
+        )
     done = answer.get("complete")
     if done and done.get("interrupted"):
         late = done["interrupted"]
-        return Result(host, "extract", Status.FAILED, f"{spec.name}: its output {done['output']} holds every sample, "
-                      f"but the latest run on it, job {late['job']} (extract --again), ended {late['state']} "
-                      f"({late['how']}) before it redid any: nothing launched; extract --again redoes it",
-                      code=EXIT_FAILED, data={"complete": done, "job": None, "next": Next(
-                          "redo what that run was asked to redo",
-                          [_extract_cmd(host, plan.options, again=True)]).to_data()})
+        return Result(
+            host,
+            "extract",
+            Status.FAILED,
+            f"{spec.name}: its output {done['output']} holds every sample, "
+            f"but the latest run on it, job {late['job']} (extract --again), ended {late['state']} "
+            f"({late['how']}) before it redid any: nothing launched; extract --again redoes it",
+            code=EXIT_FAILED,
+            payload=AlreadyComplete(
+                done,
+                next=Next(
+                    "redo what that run was asked to redo",
+                    [_extract_cmd(host, plan.options, again=True)],
+                ),
+            ),
+        )
     if done:
-        return Result(host, "extract", Status.OK, f"{spec.name}: its output {done['output']} is already complete "
-                      f"({done['done']}/{done['total']} samples, {done.get('runs', '?')} runs); nothing launched "
-                      "(--again redoes it)", data={"complete": done, "job": None})
+        return Result(
+            host,
+            "extract",
+            Status.OK,
+            f"{spec.name}: its output {done['output']} is already complete "
+            f"({done['done']}/{done['total']} samples, "
+            f"{done.get('runs', '?')} runs); nothing launched "
+            "(--again redoes it)",
+            payload=AlreadyComplete(done),
+        )
     return None
 
 
 def _extract_cmd(host: str, options: dict, again: bool | None = None) -> str:
     """The same extract again (`options`: the command's), its --job, --playbook and --again kept."""
     again = bool(options.get("again")) if again is None else again
-    job = f" --job {quote(str(options['job']))}" if options.get("job") not in (None, "extract") else ""
+    job = (
+        f" --job {quote(str(options['job']))}"
+        if options.get("job") not in (None, "extract")
+        else ""
+    )
     book = f" --playbook {quote(str(options['playbook']))}" if options.get("playbook") else ""
     return f"fab -H {quote(host)} extract{job}{book}" + (" --again" if again else "")
 
@@ -138,65 +204,118 @@ def _extract_cmd(host: str, options: dict, again: bool | None = None) -> str:
 def _no_dataset(host: str, plan: Plan, spec: JobSpec, dataset: dict) -> Result:
     fab = f"fab -H {quote(host)}"
     path = str(dataset.get("path"))
-    return Result(host, "extract", Status.FAILED, f"refused to launch {spec.name}: its dataset {path} cannot be read "
-                  f"on {host}: {dataset.get('error')}; nothing launched", code=EXIT_FAILED,
-                  data={"dataset": dataset, "next": Next(
-                      f"put the dataset at {path} on {host} (or point the playbook's dataset: at it), then launch "
-                      "again", [f"{fab} run {quote('ls -l ' + quote(path))}", _extract_cmd(host, plan.options)])
-                  .to_data()})
+    return Result(
+        host,
+        "extract",
+        Status.FAILED,
+        f"refused to launch {spec.name}: its dataset {path} cannot be read "
+        f"on {host}: {dataset.get('error')}; nothing launched",
+        code=EXIT_FAILED,
+        payload=LaunchRefused(
+            dataset=dataset,
+            next=Next(
+                f"put the dataset at {path} on {host} (or point "
+                "the playbook's dataset: at it), then launch "
+                "again",
+                [f"{fab} run {quote('ls -l ' + quote(path))}", _extract_cmd(host, plan.options)],
+            ),
+        ),
+    )
 
 
-def _not_started(run: RunState, host: str, spec: JobSpec, started: dict, evidence: Evidence) -> Result:
-    """The node's launch lock decided otherwise after the preflight looked: drained meanwhile, or the same job
-    launched by another extract a moment ago (left alone, as when the preflight finds it)."""
+def _not_started(
+    run: RunState, host: str, spec: JobSpec, started: dict, evidence: Evidence
+) -> Result:
+    """The node's launch lock decided otherwise after the preflight looked: drained meanwhile, or
+    the same job launched by another extract a moment ago (left alone, as when the preflight finds
+    it)."""
     details = started.get("details") or {}
     if started.get("error_kind") == "drained":
         return drained(host, "extract", details.get("drain") or {}, f"launch {spec.name}")
     job = details.get("job") or {}
-    if started.get("error_kind") == "job_running" and job.get("name") == spec.name and job.get("id"):
+    if (
+        started.get("error_kind") == "job_running"
+        and job.get("name") == spec.name
+        and job.get("id")
+    ):
         with run.lock:
             run.attach[host] = job["id"]
-        return Result(host, "extract", Status.OK, f"job {job['id']} ({spec.name}) is already running on this node "
-                      "(launched by another extract a moment ago); nothing launched: `tail` attaches to it",
-                      data={"job": {k: v for k, v in job.items() if k != "env"}, "already_running": True})
-    return Result(host, "extract", Status.FAILED, started.get("error", "job did not start"), evidence=evidence,
-                  code=EXIT_FAILED)
+        return already_running(
+            host,
+            {k: v for k, v in job.items() if k != "env"},
+            f"job {job['id']} ({spec.name}) is already running on this node (launched by another "
+            "extract a moment ago); nothing launched: `tail` attaches to it",
+        )
+    return Result(
+        host,
+        "extract",
+        Status.FAILED,
+        started.get("error", "job did not start"),
+        evidence=evidence,
+        code=EXIT_FAILED,
+    )
 
 
-def _problems(node: Connector, spec: JobSpec, answer: dict, allow_prereleases: bool) \
-        -> tuple[list[Item], list[dict], Verdict | None]:
-    """What stands in the way of launching: a failed fast check, another job running, the GPU gate; with the
-    failing checks and the gate's verdict when it says no (what the next: line is made of)."""
+def _problems(
+    node: Connector, spec: JobSpec, answer: dict, allow_prereleases: bool
+) -> tuple[list[Item], list[dict], Verdict | None]:
+    """What stands in the way of launching: a failed fast check, another job running, the GPU gate;
+    with the failing checks and the gate's verdict when it says no (what the next: line is made
+    of)."""
     problems: list[Item] = []
-    failing = [c for c in judged_checks(answer["verify"], allow_prereleases)["items"] if not c["ok"]]
+    failing = [
+        c for c in judged_checks(answer["verify"], allow_prereleases)["items"] if not c["ok"]
+    ]
     for check in failing:
-        problems.append(Item(f"check {check['name']} [{check['kind']}]", Status.FAILED, check["msg"]))
+        problems.append(
+            Item(f"check {check['name']} [{check['kind']}]", Status.FAILED, check["msg"])
+        )
     if answer.get("running_job"):
         job = answer["running_job"]
-        problems.append(Item("node", Status.FAILED, f"job {job['id']} is still running (since {job['started']})"))
+        problems.append(
+            Item(
+                "node", Status.FAILED, f"job {job['id']} is still running (since {job['started']})"
+            )
+        )
     gate: Verdict | None = None
     if spec.gate is not None:
         verdict = evaluate(answer["gpu"], replace(spec.gate, expected=node.host.gpus))
         if verdict.code:
-            problems.append(Item("GPU gate", Status.FAILED, verdict.msg + ("; " + "; ".join(verdict.holders)
-                                                                          if verdict.holders else "")))
+            problems.append(
+                Item(
+                    "GPU gate",
+                    Status.FAILED,
+                    verdict.msg + ("; " + "; ".join(verdict.holders) if verdict.holders else ""),
+                )
+            )
             gate = verdict
     return problems, failing, gate
 
 
-def _refused_next(host: str, plan: Plan, failing: list[dict], running: dict | None, gate: Verdict | None) -> Next:
-    """What to do about each reason `extract` refused, in turn, then the same extract again. Never --force: a
-    job on an unpatched node writes wrong hidden states, and one on busy GPUs fails after its model load."""
+def _refused_next(
+    host: str, plan: Plan, failing: list[dict], running: dict | None, gate: Verdict | None
+) -> Next:
+    """What to do about each reason `extract` refused, in turn, then the same extract again. Never
+    --force: a job on an unpatched node writes wrong hidden states, and one on busy GPUs fails after
+    its model load."""
     fab = f"fab -H {quote(host)}"
-    book = f" --playbook {quote(str(plan.options['playbook']))}" if plan.options.get("playbook") else ""
+    book = (
+        f" --playbook {quote(str(plan.options['playbook']))}"
+        if plan.options.get("playbook")
+        else ""
+    )
     again = _extract_cmd(host, plan.options)
     if running:
-        return Next("a job runs there: follow it until it ends (or stop it), then launch again",
-                    [f"{fab} tail --job-id {quote(str(running['id']))}", again])
+        return Next(
+            "a job runs there: follow it until it ends (or stop it), then launch again",
+            [f"{fab} tail --job-id {quote(str(running['id']))}", again],
+        )
     why: list[str] = []
     commands: list[str] = []
     if any(c["kind"] == "requires" for c in failing):
-        why.append("the installed versions are not the ones the playbook pins (runbook new-version-landed)")
+        why.append(
+            "the installed versions are not the ones the playbook pins (runbook new-version-landed)"
+        )
         commands.append(f"{fab} facts")
     elif failing:
         why.append("patch the node and prove it")
@@ -209,11 +328,14 @@ def _refused_next(host: str, plan: Plan, failing: list[dict], running: dict | No
     return Next("; ".join(why) + ", then launch again", [*commands, again])
 
 
-def run_tail(run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None) -> Result:
+def run_tail(
+    run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None
+) -> Result:
     host = node.host.name
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
-    offset: int | None = None  # attaching: the node starts at the last N lines, or at byte 0 with from_start
+    # attaching: the node starts at the last N lines, or at byte 0 with from_start
+    offset: int | None = None
     start = tail_start(run, plan, host)
     if isinstance(start, Result):
         return start
@@ -226,20 +348,31 @@ def run_tail(run: RunState, plan: Plan, node: Connector, follow: TailFollower | 
         if run.interrupted.is_set():
             again = f"fab -H {quote(host)} tail" + (f" --job-id {quote(job_id)}" if job_id else "")
             reporter.note(f"{host} | detached: job {job_id or '(the latest)'} is still running")
-            return Result(host, "tail", Status.OK, f"detached; job {job_id or '(the latest)'} still running",
-                          code=130, data={"job_id": job_id, "offset": offset or 0, "detached": True,
-                                          "next": Next("follow it again", [again]).to_data()})
+            return detached(
+                host,
+                f"detached; job {job_id or '(the latest)'} still running",
+                SshTailDetached(job_id, offset or 0, True, Next("follow it again", [again])),
+            )
         position = {"job_id": job_id, "offset": offset}
         request = {**tail_request(position, (last_lines, from_start)), "mask": secrets}
-        answer = link.poll(partial(_tail_answer, node, request), node, reporter.note, position,
-                           f", resuming at byte {offset}")
+        answer = link.poll(
+            partial(_tail_answer, node, request),
+            node,
+            reporter.note,
+            position,
+            f", resuming at byte {offset}",
+        )
         if not isinstance(answer, dict):  # None: asked again after a wait; a Result: the tail's end
             if answer is None:
                 continue
             return answer
-        more = [] if offset is not None else [v for v in own_playbook_secrets(run, node, answer)
-                                              if v not in secrets]
-        if more:  # the job's own playbook has secrets this run's does not: asked again, masked by the node
+        more = (
+            []
+            if offset is not None
+            else [v for v in own_playbook_secrets(run, node, answer) if v not in secrets]
+        )
+        # the job's own playbook has secrets this run's does not: asked again, masked by the node
+        if more:
             secrets += more
             job_id = answer["job_id"]
             continue
@@ -263,13 +396,23 @@ def run_tail(run: RunState, plan: Plan, node: Connector, follow: TailFollower | 
             end = end_text(answer)
             reporter.job_ended(host, verdict.word)
             reporter.note(f"{host} | job {job_id} {end}")
-            status = Status.OK if code == 0 else Status.FAILED
-            summary = job_summary([last_progress])  # the closing line says what the job did, not only how it ended
-            return Result(host, "tail", status, f"job {job_id} {end}" + (f"; {summary}" if summary else ""), code=code,
-                          data={"job_id": job_id, "exit": answer.get("exit"), "state": verdict.word,
-                                "bytes": offset, "failures": watch.failures[:20], "reconnects": link.count,
-                                "cause": answer.get("cause"),
-                                "last_progress": last_progress and bar(last_progress)})
+            # the closing line says what the job did, not only how it ended
+            summary = job_summary([last_progress])
+            return tail_end(
+                host,
+                code,
+                f"job {job_id} {end}" + (f"; {summary}" if summary else ""),
+                TailEnded(
+                    job_id,
+                    answer.get("exit"),
+                    verdict.word,
+                    offset,
+                    watch.failures[:20],
+                    link.count,
+                    answer.get("cause"),
+                    last_progress and bar(last_progress),
+                ),
+            )
 
 
 def _tail_answer(node: Connector, request: dict) -> dict:
@@ -277,8 +420,8 @@ def _tail_answer(node: Connector, request: dict) -> dict:
 
 
 def end_text(answer: dict) -> str:
-    """How the job ended, with what went wrong around it (a full disk, its wrapper killed) when the node
-    knows: the cause in place of the generic guess of a `lost` job."""
+    """How the job ended, with what went wrong around it (a full disk, its wrapper killed) when the
+    node knows: the cause in place of the generic guess of a `lost` job."""
     cause = answer.get("cause")
     if answer.get("state") == "lost" and cause:
         return f"lost: {cause}"
@@ -289,25 +432,38 @@ def end_text(answer: dict) -> str:
 def _status_row(answer: dict) -> list[str]:
     job = answer["job"]
     runtime = answer.get("runtime_s")
-    return [job["id"], answer["state"], exit_text(answer), f"{runtime:.0f}s" if runtime is not None else "?",
-            answer.get("last_progress") or "-", job["log"]]
+    return [
+        job["id"],
+        answer["state"],
+        exit_text(answer),
+        f"{runtime:.0f}s" if runtime is not None else "?",
+        answer.get("last_progress") or "-",
+        job["log"],
+    ]
 
 
 def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     spec = job_spec(plan, node)
     pattern = LogWatch.of(spec).progress.pattern
-    answer, evidence = node.call("job_status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern})
+    answer, evidence = node.call(
+        "job_status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern}
+    )
     if answer.get("error"):
         result = agent_error(host, "status", answer, with_kind=True)
-        drain = (answer.get("details") or {}).get("drain") if isinstance(answer.get("details"), dict) else None
+        drain = (
+            (answer.get("details") or {}).get("drain")
+            if isinstance(answer.get("details"), dict)
+            else None
+        )
         if drain:
             result.msg += f"; {drain_text(drain)}"
             result.data["drain"] = drain
         return result
     job = answer["job"] if isinstance(answer.get("job"), dict) else {}
-    # loading the job's own playbook registers its secrets: the status line's last progress shows them masked
-    own_playbook_secrets(run, node, {"playbook": job.get("playbook"), "job_name": job.get("name")})
+    # loading the job's own playbook registers its secrets: the status line's last progress shows
+    # them masked
+    own_secrets(run, node, job)
     verdict = verdict_of(answer)
     answer = {**answer, "state": verdict.word} if verdict.word == "stopped" else answer
     row = _status_row(answer)
@@ -324,31 +480,59 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     job_id = quote(str(row[0]))
     nxt = None
     if oom is not None:
-        from ...plans.kernellog import OOM_ADVICE  # diagnose's parsers: loaded only for a job the kernel killed
+        # diagnose's parsers: loaded only for a job the kernel killed
+        from ...plans.kernellog import OOM_ADVICE
 
         nxt = Next(OOM_ADVICE, [f"fab -H {quote(host)} logs --job-id {job_id}"])
     elif status is Status.FAILED:
-        nxt = Next("read why it ended", [f"fab -H {quote(host)} logs --job-id {job_id} --lines 200"])
-    if nxt is not None and answer["job"].get("again"):  # it was an extract --again: so is the run that redoes it
-        nxt.why += "; then the same extract --again (a plain extract resumes only what that run's manifest holds)"
-        nxt.commands.append(_extract_cmd(host, {**plan.options, "job": answer["job"].get("name")}, again=True))
+        nxt = Next(
+            "read why it ended", [f"fab -H {quote(host)} logs --job-id {job_id} --lines 200"]
+        )
+    # it was an extract --again: so is the run that redoes it
+    if nxt is not None and answer["job"].get("again"):
+        nxt.why += (
+            "; then the same extract --again (a plain extract "
+            "resumes only what that run's manifest holds)"
+        )
+        nxt.commands.append(
+            _extract_cmd(host, {**plan.options, "job": answer["job"].get("name")}, again=True)
+        )
     if answer.get("left"):
         nxt = nxt or Next("", [])
         nxt.why = "; ".join(x for x in (nxt.why, "stop what it left running") if x)
         nxt.commands.append(f"fab -H {quote(host)} stop --job-id {job_id}")
-    return Result(host, "status", status, msg, items, code=code,
-                  data={"job": answer["job"], "state": answer["state"], "exit": answer.get("exit"),
-                        "drain": answer.get("drain"),
-                        "runtime_s": answer.get("runtime_s"), "last_progress": answer.get("last_progress"),
-                        "cause": answer.get("cause"), "tagged": answer.get("tagged"), "left": answer.get("left"),
-                        "oom": oom, "next": nxt.to_data() if nxt else None,
-                        "table": {"title": f"{host}: job", "columns": ["job", "state", "exit", "runtime",
-                                                                        "last progress", "log"], "rows": [row]}})
+    return Result(
+        host,
+        "status",
+        status,
+        msg,
+        items,
+        code=code,
+        payload=JobStatus(
+            answer["job"],
+            answer["state"],
+            answer.get("exit"),
+            answer.get("drain"),
+            answer.get("runtime_s"),
+            answer.get("last_progress"),
+            answer.get("cause"),
+            answer.get("tagged"),
+            answer.get("left"),
+            oom,
+            nxt,
+            {
+                "title": f"{host}: job",
+                "columns": ["job", "state", "exit", "runtime", "last progress", "log"],
+                "rows": [row],
+            },
+        ),
+    )
 
 
 def _how_it_ended(answer: dict) -> tuple[str, list[Item], dict | None]:
-    """The job's state in words; for a SIGKILL or a lost job, whether the kernel's OOM killer did it, with the
-    kernel's own lines as the evidence (the node reads its kernel log for such a job: plans/kernellog.py)."""
+    """The job's state in words; for a SIGKILL or a lost job, whether the kernel's OOM killer did
+    it, with the kernel's own lines as the evidence (the node reads its kernel log for such a job:
+    plans/kernellog.py)."""
     from ...plans.kernellog import evidence_lines, oom_of_job, oom_text, sigkill_note
 
     state, ended, kernel = answer["state"], answer.get("exit") or {}, answer.get("kernel")
@@ -356,13 +540,24 @@ def _how_it_ended(answer: dict) -> tuple[str, list[Item], dict | None]:
         return describe_end(answer), [], None
     if state not in ("killed", "lost"):
         return state, [], None
-    kill = oom_of_job(kernel, {**answer["job"], "state": state, "exit": ended}) if isinstance(kernel, dict) else None
+    kill = (
+        oom_of_job(kernel, {**answer["job"], "state": state, "exit": ended})
+        if isinstance(kernel, dict)
+        else None
+    )
     if kill is not None:
         lines = evidence_lines(kill)
-        return ("killed by the kernel's OOM killer", [Item("OOM killer", Status.FAILED, oom_text(kill),
-                                                           {"evidence": lines})],
-                {"pid": kill.pid, "process": kill.process, "at": kill.epoch, "cgroup": kill.cgroup_oom,
-                 "lines": lines})
+        return (
+            "killed by the kernel's OOM killer",
+            [Item("OOM killer", Status.FAILED, oom_text(kill), {"evidence": lines})],
+            {
+                "pid": kill.pid,
+                "process": kill.process,
+                "at": kill.epoch,
+                "cgroup": kill.cgroup_oom,
+                "lines": lines,
+            },
+        )
     if state == "lost":
         return state, [], None
     words = f"killed by signal {ended.get('signal')}"
@@ -373,49 +568,80 @@ def _how_it_ended(answer: dict) -> tuple[str, list[Item], dict | None]:
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = job_spec(plan, node)
-    watch = LogWatch.of(spec)
-    request: dict[str, Any] = {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50),
-               "mask": job_secrets(spec, node.host)}
+    request, watch = logs_request(plan, node)
     answer, _ = node.call("job_logs", request)
     more = [v for v in own_playbook_secrets(run, node, answer) if v not in request["mask"]]
-    if more:  # the job's own playbook has secrets this run's does not: asked again, masked by the node
-        answer, _ = node.call("job_logs", {**request, "job_id": answer["job_id"], "mask": request["mask"] + more})
+    # the job's own playbook has secrets this run's does not: asked again, masked by the node
+    if more:
+        answer, _ = node.call(
+            "job_logs", {**request, "job_id": answer["job_id"], "mask": request["mask"] + more}
+        )
     if answer.get("error"):
         return agent_error(host, "logs", answer)
-    for line in answer["lines"]:
-        run.reporter.job_line(host, line, is_failure(line, watch.failure), None)
-    return Result(host, "logs", Status.OK, f"job {answer['job_id']} ({answer['state']}): last {len(answer['lines'])} "
-                  f"lines of {answer['log']}", data={"lines": answer["lines"], "state": answer["state"]})
+    print_lines(run, host, answer["lines"], watch)
+    return logs_result(
+        host,
+        answer["job_id"],
+        answer["state"],
+        len(answer["lines"]),
+        answer["log"],
+        answer["lines"],
+    )
 
 
 def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    answer, evidence = node.call("job_stop", {"job_id": plan.options.get("job_id"),
-                                              "grace_s": float(plan.options.get("grace") or 10)}, timeout=120)
+    answer, evidence = node.call(
+        "job_stop",
+        {"job_id": plan.options.get("job_id"), "grace_s": float(plan.options.get("grace") or 10)},
+        timeout=120,
+    )
     if answer.get("error"):
         return agent_error(host, "stop", answer)
     items = []
     if answer.get("changed"):
         snap, _ = node.call("gpu", {})
         if snap.get("ok"):
-            # By process group as well as by job label: once exit.json exists the node no longer labels the
-            # group's processes with the job, and a survivor must still count as the job's.
+            # By process group as well as by job label: once exit.json exists the node no longer
+            # labels the group's processes with the job, and a survivor must still count as the
+            # job's.
             pgid = answer.get("pgid")
-            held = [(g["index"], p) for g in snap["gpus"] for p in g["processes"]
-                    if p.get("job") == answer["job_id"] or (pgid is not None and p.get("pgid") == pgid)]
+            held = [
+                (g["index"], p)
+                for g in snap["gpus"]
+                for p in g["processes"]
+                if p.get("job") == answer["job_id"] or (pgid is not None and p.get("pgid") == pgid)
+            ]
             ok = not held
-            items.append(Item("GPU memory", Status.OK if ok else Status.FAILED,
-                              "released: no GPU process belongs to the job" if ok else
-                              "still held: " + "; ".join(f"GPU {i}: pid {p['pid']} {p['used_mib']} MiB"
-                                                         for i, p in held)))
+            items.append(
+                Item(
+                    "GPU memory",
+                    Status.OK if ok else Status.FAILED,
+                    "released: no GPU process belongs to the job"
+                    if ok
+                    else "still held: "
+                    + "; ".join(f"GPU {i}: pid {p['pid']} {p['used_mib']} MiB" for i, p in held),
+                )
+            )
         else:
             items.append(Item("GPU memory", Status.OK, f"not checked: {snap.get('error')}"))
-    status = Status.FAILED if not answer["ok"] or any(i.status is Status.FAILED for i in items) else \
-        Status.CHANGED if answer.get("changed") else Status.OK
-    return Result(host, "stop", status, answer["msg"], items, evidence=evidence if status is Status.FAILED else None,
-                  code=EXIT_FAILED if status is Status.FAILED else 0, data={"job_id": answer["job_id"],
-                                                                           "left": answer.get("left")})
+    status = (
+        Status.FAILED
+        if not answer["ok"] or any(i.status is Status.FAILED for i in items)
+        else Status.CHANGED
+        if answer.get("changed")
+        else Status.OK
+    )
+    return Result(
+        host,
+        "stop",
+        status,
+        answer["msg"],
+        items,
+        evidence=evidence if status is Status.FAILED else None,
+        code=EXIT_FAILED if status is Status.FAILED else 0,
+        payload=Stopped(answer["job_id"], answer.get("left")),
+    )
 
 
 class SshJobs(JobBackend):
@@ -427,7 +653,9 @@ class SshJobs(JobBackend):
     def status(self, run: RunState, plan: Plan, node: Connector) -> Result:
         return run_status(run, plan, node)
 
-    def tail(self, run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None) -> Result:
+    def tail(
+        self, run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None
+    ) -> Result:
         return run_tail(run, plan, node, follow)
 
     def logs(self, run: RunState, plan: Plan, node: Connector) -> Result:

@@ -1,7 +1,8 @@
-"""The custom_worker fix of playbooks/speculators-0.3.0-vllm-0.16 (custom_worker.diff) as a patch script: the
-warm-up's embedding lookup, renamed in vLLM 0.16 (get_input_embeddings -> embed_input_ids). A transform finds
-the expression wherever it is, so it survives upstream moving the function; it refuses (raises) when the code
-is neither the old form nor the fixed one. Stdlib only; run by the node agent as transform(text)."""
+"""The custom_worker fix of playbooks/speculators-0.3.0-vllm-0.16 (custom_worker.diff) as a patch
+script: the warm-up's embedding lookup, renamed in vLLM 0.16 (get_input_embeddings ->
+embed_input_ids). A transform finds the expression wherever it is, so it survives upstream moving
+the function; it refuses (raises) when the code is neither the old form nor the fixed one. Stdlib
+only; run by the node agent as transform(text)."""
 
 OLD = """\
         hidden_states = (
@@ -27,5 +28,7 @@ def transform(text: str) -> str:
     if NEW in text:
         return text  # already fixed: unchanged, so the agent says "already applied"
     if text.count(OLD) != 1:
-        raise ValueError(f"expected the old embedding lookup exactly once, found it {text.count(OLD)} times")
+        raise ValueError(
+            f"expected the old embedding lookup exactly once, found it {text.count(OLD)} times"
+        )
     return text.replace(OLD, NEW)

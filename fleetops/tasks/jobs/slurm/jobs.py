@@ -1,9 +1,9 @@
-"""The Slurm backend: jobs on a Slurm login node (inventory `scheduler: slurm`). extract submits with sbatch
-(a job array of one task per shard with `--shards N`), status reads squeue/sacct, tail/logs read each task's
-output file, stop is scancel. Only fleetops' own job counts: a Slurm id that now names another job (reused) is
-said so, never read as ours (plans/slurm.py Identity). The same results and progress view as SSH jobs; the
-node agent's `slurm` op runs the commands (remote_scripts/jobs/slurm.py) and the answers are parsed here with
-fleetops/plans/slurm.py."""
+"""The Slurm backend: jobs on a Slurm login node (inventory `scheduler: slurm`). extract submits
+with sbatch (a job array of one task per shard with `--shards N`), status reads squeue/sacct,
+tail/logs read each task's output file, stop is scancel. Only fleetops' own job counts: a Slurm id
+that now names another job (reused) is said so, never read as ours (plans/slurm.py Identity). The
+same results and progress view as SSH jobs; the node agent's `slurm` op runs the commands
+(remote_scripts/jobs/slurm.py) and the answers are parsed here with fleetops/plans/slurm.py."""
 
 from __future__ import annotations
 
@@ -11,27 +11,48 @@ import threading
 import time
 from functools import partial
 from shlex import quote
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ....plans import slurm as sp
-from ....plans.jobspec import LogWatch, is_failure, parse_progress
-from ....plans.jobsummary import job_summary
-from ....plans.tables import bar
-from ....plans.versions import judged_checks
+from ....plans.jobspec import LogWatch, parse_progress
 from ....results import EXIT_FAILED, Item, Next, Result, Status
+from ....results.gpu import AllocationGpus
+from ....results.jobs import (
+    AlreadyComplete,
+    Launched,
+    SlurmJobStatus,
+    SlurmStopped,
+    SlurmTailDetached,
+    SlurmTailEnded,
+    detached,
+    launched,
+    logs_result,
+    tail_end,
+)
 from ....wire.connector import Connector
-from ...plan import (
+from ..common import (
+    TAIL_WAIT_S,
+    JobBackend,
+    Reconnect,
+    TailFollower,
     agent_error,
+    bar,
     drained,
     job_secrets,
     job_spec,
-    own_playbook_secrets,
+    job_summary,
+    judged_checks,
+    launch_spec,
+    logs_request,
+    own_secrets,
     preflight_request,
+    print_lines,
+    register,
     skipped_note,
+    start_request,
+    tail_request,
     tail_start,
 )
-from ...reconnect import TAIL_WAIT_S, Reconnect, tail_request
-from ..backend import JobBackend, TailFollower, register
 from . import view as sv
 from .record import read_state
 from .view import tasks_view
@@ -44,27 +65,41 @@ SIGNALS = {15: "SIGTERM", 9: "SIGKILL", 2: "SIGINT"}
 
 
 def _scheduler_env(node: Connector) -> dict[str, str]:
-    """SLURM_* values of the host's inventory env (SLURM_CONF for a cluster outside /etc/slurm): they reach the
-    query commands; the job's whole environment reaches only sbatch."""
+    """SLURM_* values of the host's inventory env (SLURM_CONF for a cluster outside /etc/slurm):
+    they reach the query commands; the job's whole environment reaches only sbatch."""
     return {k: v for k, v in node.host.env_values if k.startswith("SLURM_")}
 
 
-# What each call waits for, said when it is quiet for QUIET_S: the node's Slurm commands give up on their own
-# (remote_scripts/jobs/slurmquery.py: scontrol ping 10 s, each squeue/sacct/scancel 20 s).
-WAITS = {"status": "Slurm's answer about the job (scontrol ping, squeue, sacct; each gives up within 20 s)",
-         "cancel": "scancel and Slurm's confirmation that the job left the queue (scontrol ping, squeue, scancel; "
-                   "each gives up within 20 s)",
-         "submit": "sbatch (scontrol ping, squeue, then sbatch; sbatch gives up within 60 s)",
-         "tail": "the job's new lines and Slurm's answer about it (scontrol ping, squeue, sacct; each gives up "
-                 "within 20 s)",
-         "logs": "Slurm's answer about the job (scontrol ping, squeue, sacct; each gives up within 20 s)"}
+# What each call waits for, said when it is quiet for QUIET_S: the node's Slurm commands give up on
+# their own (remote_scripts/jobs/slurmquery.py: scontrol ping 10 s, each squeue/sacct/scancel 20 s).
+WAITS = {
+    "status": (
+        "Slurm's answer about the job (scontrol ping, squeue, sacct; each gives up within 20 s)"
+    ),
+    "cancel": "scancel and Slurm's confirmation that the job left the queue (scontrol ping, "
+    "squeue, scancel; each gives up within 20 s)",
+    "submit": "sbatch (scontrol ping, squeue, then sbatch; sbatch gives up within 60 s)",
+    "tail": "the job's new lines and Slurm's answer about it (scontrol ping, squeue, sacct; each "
+    "gives up within 20 s)",
+    "logs": (
+        "Slurm's answer about the job (scontrol ping, squeue, sacct; each gives up within 20 s)"
+    ),
+}
 QUIET_S = 3.0
 
 
-def _call(node: Connector, action: str, request: dict, timeout: float = 120, run: RunState | None = None,
-          task: str = "", quiet_s: float = QUIET_S) -> dict:
-    """The node's `slurm` op; with `run`, a call quiet for `quiet_s` says what it waits for (once, then every
-    15 s), so an operator is never left in silence while the scheduler does not answer."""
+def _call(
+    node: Connector,
+    action: str,
+    request: dict,
+    timeout: float = 120,
+    run: RunState | None = None,
+    task: str = "",
+    quiet_s: float = QUIET_S,
+) -> dict:
+    """The node's `slurm` op; with `run`, a call quiet for `quiet_s` says what it waits for (once,
+    then every 15 s), so an operator is never left in silence while the scheduler does not
+    answer."""
     payload = {"action": action, "scheduler_env": _scheduler_env(node), **request}
     if run is None:
         return node.call("slurm", payload, timeout=timeout)[0]
@@ -79,7 +114,9 @@ def _call(node: Connector, action: str, request: dict, timeout: float = 120, run
         while True:
             elapsed = time.monotonic() - started
             note = what if elapsed < 15 else f"{what}; {int(elapsed) // 15 * 15} s so far"
-            run.reporter.waiting(host, task or action, f"{note} on {host}", max(0.0, timeout - elapsed))
+            run.reporter.waiting(
+                host, task or action, f"{note} on {host}", max(0.0, timeout - elapsed)
+            )
             if done.wait(1.0):
                 return
 
@@ -103,76 +140,126 @@ def _shards(plan: Plan) -> int:
 
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host
-    spec = job_spec(plan, node)
-    assert spec is not None and plan.playbook is not None  # extract's plan found the job in the playbook
     shards = _shards(plan)
     if shards < 1:
-        return Result(host.name, "extract", Status.FAILED, f"--shards {plan.options.get('shards')!r}: give a number "
-                      "of shards from 1 to 1000", code=EXIT_FAILED)
-    if spec.extract is not None and plan.options.get("again"):
-        spec.extract["again"] = True  # the driver starts a new manifest: every sample done again
-    spec.env.update(dict(host.env))  # the inventory's values (tokens, SLURM_CONF) win over the playbook's
-    spec.secret_env |= set(host.secret_env)
+        return Result(
+            host.name,
+            "extract",
+            Status.FAILED,
+            f"--shards {plan.options.get('shards')!r}: give a number of shards from 1 to 1000",
+            code=EXIT_FAILED,
+        )
+    spec = launch_spec(plan, node)
+    assert plan.playbook is not None
     notes = list(spec.notes)
     if plan.playbook is not None and spec.preflight:
-        # The playbook's fast checks on the login node's venv (a cluster shares it with the compute nodes). No
-        # GPU gate: the login node has no GPUs of the job's, and Slurm hands the job free ones (--gres).
+        # The playbook's fast checks on the login node's venv (a cluster shares it with the compute
+        # nodes). No GPU gate: the login node has no GPUs of the job's, and Slurm hands the job free
+        # ones (--gres).
         checked, _ = node.call("preflight", preflight_request(plan.playbook, spec), timeout=600)
         verify = judged_checks(checked.get("verify", {}), plan.playbook.allow_prereleases)
         bad = [c for c in verify.get("items", []) if not c["ok"]]
         if bad:
             reasons = "; ".join(f"check {c['name']} [{c['kind']}]: {c['msg']}" for c in bad)
             if not plan.options.get("force"):
-                return Result(host.name, "extract", Status.FAILED, f"refused to submit {spec.name}: {reasons} "
-                              "(--force overrides)", [Item(f"check {c['name']} [{c['kind']}]", Status.FAILED,
-                                                           c["msg"]) for c in bad], code=EXIT_FAILED)
+                return Result(
+                    host.name,
+                    "extract",
+                    Status.FAILED,
+                    f"refused to submit {spec.name}: {reasons} (--force overrides)",
+                    [
+                        Item(f"check {c['name']} [{c['kind']}]", Status.FAILED, c["msg"])
+                        for c in bad
+                    ],
+                    code=EXIT_FAILED,
+                )
             notes.append(f"--force: submitted despite: {reasons}")
-    opts = {"partition": host.partition, "account": host.account, "gres": host.gres, "time_limit": host.time_limit,
-            "shards": shards}
-    request = spec.start_request()
-    request["job"]["playbook"] = str(plan.playbook.path)  # tail, logs and status mask its secrets, whatever -p
-    answer = _call(node, "submit", {**request, "slurm": opts}, timeout=300, run=run, task="extract")
+    opts = {
+        "partition": host.partition,
+        "account": host.account,
+        "gres": host.gres,
+        "time_limit": host.time_limit,
+        "shards": shards,
+    }
+    answer = _call(
+        node,
+        "submit",
+        {**start_request(spec, plan.playbook), "slurm": opts},
+        timeout=300,
+        run=run,
+        task="extract",
+    )
     if answer.get("error_kind") == "drained":
-        return drained(host.name, "extract", (answer.get("details") or {}).get("drain") or {}, f"submit {spec.name}")
+        return drained(
+            host.name,
+            "extract",
+            (answer.get("details") or {}).get("drain") or {},
+            f"submit {spec.name}",
+        )
     if not answer.get("ok"):
         return agent_error(host.name, "extract", answer, with_kind=True)
     if answer.get("complete"):
         return _nothing_to_do(host.name, spec.name, answer)
     job = answer["job"]
-    run.job_launched(host.name, job["id"], "submitted to Slurm")  # this run's `tail` shows it from its first line
+    # this run's `tail` shows it from its first line
+    run.job_launched(host.name, job["id"], "submitted to Slurm")
     try:
         sid = sp.parse_sbatch(answer["sbatch"]["stdout"])
     except sp.SlurmParseError as exc:
-        return Result(host.name, "extract", Status.FAILED, f"{exc}; job {job['id']} may have been submitted: check "
-                      f"squeue on {host.name}", code=EXIT_FAILED)
+        return Result(
+            host.name,
+            "extract",
+            Status.FAILED,
+            f"{exc}; job {job['id']} may have been submitted: check squeue on {host.name}",
+            code=EXIT_FAILED,
+        )
     what = f"a job array of {shards} tasks" if shards > 1 else "a batch job"
     items = [Item("note", Status.CHANGED, n) for n in notes]
-    sbatch = job["sbatch_argv"]  # sbatch's options: the words before the batch script and its arguments
+    # sbatch's options: the words before the batch script and its arguments
+    sbatch = job["sbatch_argv"]
     script = next((i for i, a in enumerate(sbatch) if a.endswith("/batch.py")), len(sbatch))
     items.append(Item("sbatch", Status.CHANGED, " ".join(sbatch[1:script])))
-    return Result(host.name, "extract", Status.CHANGED,
-                  f"submitted job {job['id']} to Slurm as {what} (Slurm job {sid}"
-                  f"{', partition ' + host.partition if host.partition else ''}"
-                  f"{', gres ' + host.gres if host.gres else ''}); logs {', '.join(job['logs'])}",
-                  items, data={"job": job, "slurm_job_id": sid, "shards": shards})
+    return launched(
+        host.name,
+        f"submitted job {job['id']} to Slurm as {what} (Slurm job {sid}"
+        f"{', partition ' + host.partition if host.partition else ''}"
+        f"{', gres ' + host.gres if host.gres else ''}); logs {', '.join(job['logs'])}",
+        items,
+        Launched(job, slurm_job_id=sid, shards=shards),
+    )
 
 
 def _nothing_to_do(host: str, name: str, answer: dict) -> Result:
-    """Every task's output already holds all its samples: no job is submitted (it would load the model only to
-    write nothing)."""
+    """Every task's output already holds all its samples: no job is submitted (it would load the
+    model only to write nothing)."""
     done, shards = answer["complete"], int(answer.get("shards") or 1)
     what = f"all {shards} shards complete" if shards > 1 else "its output is complete"
     outputs = ", ".join(f"{d['output']} ({d['done']}/{d['total']})" for d in done)
-    return Result(host, "extract", Status.OK, f"{name}: nothing to do: {what} ({outputs}); nothing submitted to "
-                  "Slurm (--again redoes it)", data={"complete": done, "job": None, "shards": shards})
+    return Result(
+        host,
+        "extract",
+        Status.OK,
+        f"{name}: nothing to do: {what} ({outputs}); nothing submitted to "
+        "Slurm (--again redoes it)",
+        payload=AlreadyComplete(done, shards=shards),
+    )
 
 
 def _row(job: dict, r: dict, progress: str | None) -> list[str]:
     label = job["id"] + (f"[{r['task']}]" if int(job.get("shards") or 1) > 1 else "")
     reason = r.get("reason")  # squeue says `None` when it has no reason to give
-    state = r["state"] + (f" ({reason})" if r["state"] == "pending" and reason not in (None, "", "None") else "")
-    return [label, f"{r.get('slurm_id') or '-'}", state, sv.exit_text(r), r.get("node") or "-",
-            r.get("elapsed") or "-", progress or "-"]
+    state = r["state"] + (
+        f" ({reason})" if r["state"] == "pending" and reason not in (None, "", "None") else ""
+    )
+    return [
+        label,
+        f"{r.get('slurm_id') or '-'}",
+        state,
+        sv.exit_text(r),
+        r.get("node") or "-",
+        r.get("elapsed") or "-",
+        progress or "-",
+    ]
 
 
 def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
@@ -180,12 +267,18 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
     pattern = watch.progress.pattern
-    answer = _call(node, "status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern}, run=run,
-                   task="status")
+    answer = _call(
+        node,
+        "status",
+        {"job_id": plan.options.get("job_id"), "progress_pattern": pattern},
+        run=run,
+        task="status",
+    )
     if answer.get("error"):
         return agent_error(host, "status", answer, with_kind=True)
     job = answer["job"]
-    _own_secrets(run, node, job)  # loading the job's own playbook registers its secrets: its progress is masked
+    # loading the job's own playbook registers its secrets: its progress is masked
+    own_secrets(run, node, job)
     rows = tasks_view(answer)
     word = sp.overall([r["state"] for r in rows])
     code = sv.code(rows, job)
@@ -193,29 +286,52 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     parsed = [parse_progress(line, watch.progress) if line else None for line in last]
     table = [_row(job, r, bar(p) if p else None) for r, p in zip(rows, parsed + [None] * len(rows))]
     nodes = sorted({r["node"] for r in rows if r.get("node")})
-    msg = (f"job {job['id']} (Slurm job {job.get('slurm_job_id')}): {sv.describe(rows, job)}"
-           + (f"; on node {', '.join(nodes)}" if nodes else "")
-           + (f"; {sv.counts(rows)}" if len(rows) > 1 else "")
-           + (f". {rows[0]['reused']}" if rows and rows[0].get("reused") else ""))
+    msg = (
+        f"job {job['id']} (Slurm job {job.get('slurm_job_id')}): {sv.describe(rows, job)}"
+        + (f"; on node {', '.join(nodes)}" if nodes else "")
+        + (f"; {sv.counts(rows)}" if len(rows) > 1 else "")
+        + (f". {rows[0]['reused']}" if rows and rows[0].get("reused") else "")
+    )
     status = Status.FAILED if code else Status.OK
     nxt = _status_next(host, job, rows, word)
-    return Result(host, "status", status, msg, code=code,
-                  data={"job": job, "state": word, "controller": rows[0]["controller"] if rows else "",
-                        "next": nxt.to_data() if nxt else None, "cancelled_by": job.get("cancelled_by"),
-                        "scheduler": "slurm", "tasks": rows, "nodes": nodes,
-                        "last_progress": last, "reused": bool(rows and rows[0].get("reused")),
-                        "table": {"title": f"{host}: Slurm job", "columns": ["job", "slurm id", "state", "exit",
-                                                                             "node", "elapsed", "last progress"],
-                                  "rows": table}})
+    return Result(
+        host,
+        "status",
+        status,
+        msg,
+        code=code,
+        payload=SlurmJobStatus(
+            job,
+            word,
+            rows[0]["controller"] if rows else "",
+            nxt,
+            job.get("cancelled_by"),
+            "slurm",
+            rows,
+            nodes,
+            last,
+            bool(rows and rows[0].get("reused")),
+            {
+                "title": f"{host}: Slurm job",
+                "columns": ["job", "slurm id", "state", "exit", "node", "elapsed", "last progress"],
+                "rows": table,
+            },
+        ),
+    )
 
 
 def _status_next(host: str, job: dict, rows: list[dict], word: str) -> Next | None:
     if rows and rows[0].get("controller") and word in ("unknown", "running", "pending"):
-        return Next("Slurm's controller does not answer: nothing about the job can be told (it may still run); "
-                    "ask the cluster's admins, then look again", [f"fab -H {quote(host)} status --job-id "
-                                                                  f"{quote(job['id'])}"])
+        return Next(
+            "Slurm's controller does not answer: nothing about the job can be told (it may still "
+            "run); ask the cluster's admins, then look again",
+            [f"fab -H {quote(host)} status --job-id {quote(job['id'])}"],
+        )
     if not sv.verdict(rows, job).ok:
-        return Next("read why it ended", [f"fab -H {quote(host)} logs --job-id {quote(job['id'])} --lines 200"])
+        return Next(
+            "read why it ended",
+            [f"fab -H {quote(host)} logs --job-id {quote(job['id'])} --lines 200"],
+        )
     return None
 
 
@@ -223,11 +339,14 @@ def _label(host: str, task: int, shards: int) -> str:
     return f"{host}[{task}]" if shards > 1 else host
 
 
-def run_tail(run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None) -> Result:
+def run_tail(
+    run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None
+) -> Result:
     host = node.host.name
     spec = job_spec(plan, node)
     watch = LogWatch.of(spec)
-    offsets: list[int] | None = None  # attaching: the node starts each task at its last N lines, or at byte 0
+    # attaching: the node starts each task at its last N lines, or at byte 0
+    offsets: list[int] | None = None
     start = tail_start(run, plan, host)
     if isinstance(start, Result):
         return start
@@ -240,22 +359,43 @@ def run_tail(run: RunState, plan: Plan, node: Connector, follow: TailFollower | 
     reporter = run.reporter
     while True:
         if run.interrupted.is_set():
-            reporter.note(f"{host} | detached: Slurm job {job_id} keeps running (fab -H {host} tail to re-attach)")
-            return Result(host, "tail", Status.OK, f"detached; job {job_id} still in Slurm", code=130,
-                          data={"job_id": job_id, "offsets": offsets, "detached": True})
+            reporter.note(
+                f"{host} | detached: Slurm job {job_id} keeps "
+                f"running (fab -H {host} tail to re-attach)"
+            )
+            return detached(
+                host, f"detached; job {job_id} still in Slurm", SlurmTailDetached(job_id, offsets)
+            )
         position = {"job_id": job_id, "offsets": offsets}
         request = {**tail_request(position, (last_lines, from_start)), "mask": secrets}
-        answer = link.poll(partial(_call, node, "tail", request,
-                                   timeout=TAIL_WAIT_S + 90, run=run, task="tail", quiet_s=TAIL_WAIT_S + QUIET_S),
-                           node, reporter.note, position)
+        answer = link.poll(
+            partial(
+                _call,
+                node,
+                "tail",
+                request,
+                timeout=TAIL_WAIT_S + 90,
+                run=run,
+                task="tail",
+                quiet_s=TAIL_WAIT_S + QUIET_S,
+            ),
+            node,
+            reporter.note,
+            position,
+        )
         if not isinstance(answer, dict):  # None: asked again after a wait; a Result: the tail's end
             if answer is None:
                 continue
             return answer
         job = answer["job"]
         job_id = job["id"]
-        more = [] if offsets is not None else [v for v in _own_secrets(run, node, job) if v not in secrets]
-        if more:  # the job's own playbook has secrets this run's does not: asked again, masked by the node
+        more = (
+            []
+            if offsets is not None
+            else [v for v in own_secrets(run, node, job) if v not in secrets]
+        )
+        # the job's own playbook has secrets this run's does not: asked again, masked by the node
+        if more:
             secrets += more
             continue
         shards = int(job.get("shards") or 1)
@@ -266,39 +406,55 @@ def run_tail(run: RunState, plan: Plan, node: Connector, follow: TailFollower | 
             _note_state(run, host, job, rows, word)
         if follow is not None:
             follow.attached(job_id)
-        _show_output(run, watch, host, job_id, shards, answer, attached=offsets is None, last_progress=last_progress,
-                     follow=follow)
+        _show_output(
+            run,
+            watch,
+            host,
+            job_id,
+            shards,
+            answer,
+            attached=offsets is None,
+            last_progress=last_progress,
+            follow=follow,
+        )
         offsets = answer["next_offsets"]
         blind = _controller_gone(run, host, rows, answer, blind)
         if blind:
-            continue  # the job may still be writing: its log is followed until Slurm can say how it ended
+            # the job may still be writing: its log is followed until Slurm can say how it ended
+            continue
         if word not in ("running", "pending") and not any(answer["data"]):
             code = sv.code(rows, job)
             end = sv.describe(rows, job)
             reporter.note(f"{host} | job {job_id} {end}")
             summary = job_summary(last_progress.values())
-            return Result(host, "tail", Status.OK if code == 0 else Status.FAILED,
-                          f"job {job_id} {end}" + (f"; {summary}" if summary else ""), code=code,
-                          data={"job_id": job_id, "state": word, "tasks": rows, "states_seen": seen_states,
-                                "bytes": offsets, "failures": watch.failures[:20],
-                                "last_progress": {t: bar(p) for t, p in last_progress.items()}})
-
-
-def _own_secrets(run: RunState, node: Connector, job: dict) -> list[str]:
-    """The secrets of the playbook the job was submitted from (its record names it), as an SSH job's."""
-    return own_playbook_secrets(run, node, {"playbook": job.get("playbook"), "job_name": job.get("name")})
+            return tail_end(
+                host,
+                code,
+                f"job {job_id} {end}" + (f"; {summary}" if summary else ""),
+                SlurmTailEnded(
+                    job_id,
+                    word,
+                    rows,
+                    seen_states,
+                    offsets,
+                    watch.failures[:20],
+                    {t: bar(p) for t, p in last_progress.items()},
+                ),
+            )
 
 
 def _controller_gone(run: RunState, host: str, rows: list[dict], answer: dict, was: bool) -> bool:
-    """Whether to go on following while Slurm's controller cannot be asked: yes until every task has written
-    its exit record (then the job is over, and the tail ends as `status` would say). Said once when it goes
-    away, once when it answers again."""
+    """Whether to go on following while Slurm's controller cannot be asked: yes until every task has
+    written its exit record (then the job is over, and the tail ends as `status` would say). Said
+    once when it goes away, once when it answers again."""
     problem = rows[0].get("controller") if rows else ""
     ended = len(answer.get("exits") or {}) >= len(rows)
     if problem and not ended:
         if not was:
-            run.reporter.note(f"{host} | {problem}; the job may still be running: following its log until Slurm "
-                              "answers again (Ctrl-C detaches)")
+            run.reporter.note(
+                f"{host} | {problem}; the job may still be running: following its log until Slurm "
+                "answers again (Ctrl-C detaches)"
+            )
         return True
     if was and not problem:
         run.reporter.note(f"{host} | Slurm's controller answers again")
@@ -309,13 +465,26 @@ def _note_state(run: RunState, host: str, job: dict, rows: list[dict], word: str
     """A job that became pending or running says so once, with the nodes it runs on."""
     if word in ("pending", "running"):
         where = sorted({r["node"] for r in rows if r.get("node")})
-        run.reporter.note(f"{host} | Slurm job {job.get('slurm_job_id')}: {sv.describe(rows, job)}"
-                          + (f" on {', '.join(where)}" if where and word == "running" else ""))
+        run.reporter.note(
+            f"{host} | Slurm job {job.get('slurm_job_id')}: {sv.describe(rows, job)}"
+            + (f" on {', '.join(where)}" if where and word == "running" else "")
+        )
 
 
-def _show_output(run: RunState, watch: LogWatch, host: str, job_id: str, shards: int, answer: dict, *, attached: bool,
-                 last_progress: dict[int, dict], follow: TailFollower | None = None) -> None:
-    """One tail answer's lines, per task; on attaching, the bytes each task skipped are said first."""
+def _show_output(
+    run: RunState,
+    watch: LogWatch,
+    host: str,
+    job_id: str,
+    shards: int,
+    answer: dict,
+    *,
+    attached: bool,
+    last_progress: dict[int, dict],
+    follow: TailFollower | None = None,
+) -> None:
+    """One tail answer's lines, per task; on attaching, the bytes each task skipped are said
+    first."""
     if attached:
         for task, skip in enumerate(answer.get("skipped") or []):
             if skip.get("skipped_bytes"):
@@ -332,37 +501,43 @@ def _show_output(run: RunState, watch: LogWatch, host: str, job_id: str, shards:
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = job_spec(plan, node)
-    watch = LogWatch.of(spec)
-    request: dict[str, Any] = {"job_id": plan.options.get("job_id"), "lines": int(plan.options.get("lines") or 50),
-               "mask": job_secrets(spec, node.host)}
+    request, watch = logs_request(plan, node)
     answer = _call(node, "logs", request, run=run, task="logs")
     if answer.get("error"):
         return agent_error(host, "logs", answer)
-    more = [v for v in _own_secrets(run, node, answer["job"]) if v not in request["mask"]]
-    if more:  # the job's own playbook has secrets this run's does not: asked again, masked by the node
-        answer = _call(node, "logs", {**request, "job_id": answer["job"]["id"], "mask": request["mask"] + more},
-                       run=run, task="logs")
+    more = [v for v in own_secrets(run, node, answer["job"]) if v not in request["mask"]]
+    # the job's own playbook has secrets this run's does not: asked again, masked by the node
+    if more:
+        answer = _call(
+            node,
+            "logs",
+            {**request, "job_id": answer["job"]["id"], "mask": request["mask"] + more},
+            run=run,
+            task="logs",
+        )
         if answer.get("error"):
             return agent_error(host, "logs", answer)
     job = answer["job"]
     shards = int(job.get("shards") or 1)
     for task, lines in enumerate(answer["lines"]):
-        for line in lines:
-            run.reporter.job_line(_label(host, task, shards), line, is_failure(line, watch.failure), None)
+        print_lines(run, _label(host, task, shards), lines, watch)
     word = sp.overall([r["state"] for r in tasks_view(answer)])
     count = sum(len(x) for x in answer["lines"])
-    return Result(host, "logs", Status.OK, f"job {job['id']} ({word}): last {count} lines of "
-                  f"{', '.join(job['logs'])}", data={"lines": answer["lines"], "state": word})
+    return logs_result(host, job["id"], word, count, ", ".join(job["logs"]), answer["lines"])
 
 
 def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
-    """scancel fleetops' own job, confirmed by the job's state in squeue afterwards. A controller that cannot be
-    reached fails loudly: the job was not cancelled and may still run."""
+    """scancel fleetops' own job, confirmed by the job's state in squeue afterwards. A controller
+    that cannot be reached fails loudly: the job was not cancelled and may still run."""
     host = node.host.name
-    answer = _call(node, "cancel", {"job_id": plan.options.get("job_id"),
-                                    "grace_s": float(plan.options.get("grace") or 10)}, timeout=300, run=run,
-                   task="stop")
+    answer = _call(
+        node,
+        "cancel",
+        {"job_id": plan.options.get("job_id"), "grace_s": float(plan.options.get("grace") or 10)},
+        timeout=300,
+        run=run,
+        task="stop",
+    )
     if answer.get("error"):
         return agent_error(host, "stop", answer)
     job = answer["job"]
@@ -370,38 +545,77 @@ def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
     word = sp.overall([r["state"] for r in rows])
     what = f"job {job['id']} (Slurm job {job.get('slurm_job_id')})"
     problem = sv.controller_problem(answer.get("before") or {})
-    data = {"job_id": job["id"], "tasks": rows, "state": word}
     if problem:
-        return Result(host, "stop", Status.FAILED, f"{what} was NOT cancelled: {problem}; it may still be running",
-                      code=EXIT_FAILED, data={**data, "controller": problem, "next": Next(
-                          "Slurm's controller does not answer: bring it back (the cluster's admins), then stop again",
-                          [f"fab -H {quote(host)} stop --job-id {quote(job['id'])}"]).to_data()})
+        return Result(
+            host,
+            "stop",
+            Status.FAILED,
+            f"{what} was NOT cancelled: {problem}; it may still be running",
+            code=EXIT_FAILED,
+            payload=SlurmStopped(
+                job["id"],
+                rows,
+                word,
+                controller=problem,
+                next=Next(
+                    "Slurm's controller does not answer: bring it back (the cluster's "
+                    "admins), then stop again",
+                    [f"fab -H {quote(host)} stop --job-id {quote(job['id'])}"],
+                ),
+            ),
+        )
     if not answer.get("changed"):
         reused = f"; {rows[0]['reused']}" if rows and rows[0].get("reused") else ""
-        return Result(host, "stop", Status.OK, f"{what} is not in the queue ({sv.describe(rows, job)}); nothing to "
-                      f"cancel{reused}", data={**data, "reused": bool(reused)})
+        return Result(
+            host,
+            "stop",
+            Status.OK,
+            f"{what} is not in the queue ({sv.describe(rows, job)}); nothing to cancel{reused}",
+            payload=SlurmStopped(job["id"], rows, word, reused=bool(reused)),
+        )
     scancel = answer.get("scancel") or {}
     left = [r for r in rows if r["state"] not in ("cancelled", "succeeded", "failed", "killed")]
     ok = scancel.get("rc") == 0 and not left
-    items = [Item("scancel", Status.CHANGED if scancel.get("rc") == 0 else Status.FAILED,
-                  f"{' '.join(scancel.get('argv') or ['scancel'])} exit {scancel.get('rc')}"
-                  + (f": {scancel.get('stderr', '').strip()}" if scancel.get("stderr") else ""))]
-    items += [Item(f"task {r['task']}", Status.FAILED if r in left else Status.OK,
-                   f"{r['slurm_state'] or r['state']}" + (f" on {r['node']}" if r.get("node") else "")) for r in rows]
+    items = [
+        Item(
+            "scancel",
+            Status.CHANGED if scancel.get("rc") == 0 else Status.FAILED,
+            f"{' '.join(scancel.get('argv') or ['scancel'])} exit {scancel.get('rc')}"
+            + (f": {scancel.get('stderr', '').strip()}" if scancel.get("stderr") else ""),
+        )
+    ]
+    items += [
+        Item(
+            f"task {r['task']}",
+            Status.FAILED if r in left else Status.OK,
+            f"{r['slurm_state'] or r['state']}" + (f" on {r['node']}" if r.get("node") else ""),
+        )
+        for r in rows
+    ]
     if ok:
         said = ", ".join(sorted({r["slurm_state"] or r["state"] for r in rows}))
         msg = f"cancelled {what} with scancel: Slurm says {said}"
     else:
-        msg = (f"scancel {job.get('slurm_job_id')} (exit {scancel.get('rc')}) is not confirmed: "
-               + ", ".join(f"task {r['task']} {r['state']}" for r in left)
-               + (f"; {rows[0]['controller']}" if rows and rows[0].get("controller") else "")
-               + f"; check squeue on {host}")
-    return Result(host, "stop", Status.CHANGED if ok else Status.FAILED, msg, items,
-                  code=0 if ok else EXIT_FAILED, data=data)
+        msg = (
+            f"scancel {job.get('slurm_job_id')} (exit {scancel.get('rc')}) is not confirmed: "
+            + ", ".join(f"task {r['task']} {r['state']}" for r in left)
+            + (f"; {rows[0]['controller']}" if rows and rows[0].get("controller") else "")
+            + f"; check squeue on {host}"
+        )
+    return Result(
+        host,
+        "stop",
+        Status.CHANGED if ok else Status.FAILED,
+        msg,
+        items,
+        code=0 if ok else EXIT_FAILED,
+        payload=SlurmStopped(job["id"], rows, word),
+    )
 
 
 def allocation_note(node: Connector) -> Item | None:
-    """For gpu/diagnose on a login node: where fleetops' latest job runs (its allocation's node), or None."""
+    """For gpu/diagnose on a login node: where fleetops' latest job runs (its allocation's node), or
+    None."""
     answer = _call(node, "allocation", {})
     if answer.get("error"):
         return None
@@ -410,15 +624,22 @@ def allocation_note(node: Connector) -> Item | None:
     job = answer["job"]
     word = sp.overall([r["state"] for r in rows])
     problem = rows[0]["controller"] if rows else ""
-    return Item("Slurm allocation", Status.FAILED if problem else Status.OK,
-                f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) {sv.describe(rows, job) if problem else word}"
-                + (f" on node {', '.join(nodes)}" if nodes else ""),
-                details={"nodes": nodes, "tasks": rows, "controller": problem})
+    return Item(
+        "Slurm allocation",
+        Status.FAILED if problem else Status.OK,
+        (
+            f"job {job['id']} (Slurm job {job.get('slurm_job_id')}) "
+            f"{sv.describe(rows, job) if problem else word}"
+        )
+        + (f" on node {', '.join(nodes)}" if nodes else ""),
+        details={"nodes": nodes, "tasks": rows, "controller": problem},
+    )
 
 
 def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
-    """`gpu` on a Slurm login node: the GPUs of fleetops' running job's allocation, read on its node by the agent
-    run inside the job (srun --overlap), judged by the same gate as `gpu` on an SSH node."""
+    """`gpu` on a Slurm login node: the GPUs of fleetops' running job's allocation, read on its node
+    by the agent run inside the job (srun --overlap), judged by the same gate as `gpu` on an SSH
+    node."""
     from dataclasses import replace
 
     from ....plans.gpugate import evaluate
@@ -435,30 +656,64 @@ def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
         srun = answer.get("srun")
         if srun is None:
             said = sv.describe(rows, job)
-            return Result(host, "gpu", Status.FAILED if rows and rows[0].get("controller") else Status.OK,
-                          f"login node of a Slurm cluster: {where} is {said}; {answer['why']} (GPUs are Slurm's to "
-                          "allocate)", data={"tasks": rows},
-                          code=EXIT_FAILED if rows and rows[0].get("controller") else 0)
-        return Result(host, "gpu", Status.FAILED, f"could not look into {where}'s allocation on "
-                      f"{answer.get('node')}: srun exit {srun['rc']}: {srun['stderr'].strip()[-300:]}",
-                      code=EXIT_FAILED, data={"tasks": rows})
+            return Result(
+                host,
+                "gpu",
+                Status.FAILED if rows and rows[0].get("controller") else Status.OK,
+                f"login node of a Slurm cluster: {where} is "
+                f"{said}; {answer['why']} (GPUs are Slurm's to "
+                "allocate)",
+                payload=AllocationGpus(rows),
+                code=EXIT_FAILED if rows and rows[0].get("controller") else 0,
+            )
+        return Result(
+            host,
+            "gpu",
+            Status.FAILED,
+            f"could not look into {where}'s allocation on "
+            f"{answer.get('node')}: srun exit {srun['rc']}: {srun['stderr'].strip()[-300:]}",
+            code=EXIT_FAILED,
+            payload=AllocationGpus(rows),
+        )
     inside = answer["inside"]
     if not inside.get("ok"):
-        return Result(host, "gpu", Status.FAILED, f"{where} on node {answer['node']}: {inside.get('error')}",
-                      code=EXIT_FAILED, data={"tasks": rows, "error_kind": inside.get("error_kind")})
+        return Result(
+            host,
+            "gpu",
+            Status.FAILED,
+            f"{where} on node {answer['node']}: {inside.get('error')}",
+            code=EXIT_FAILED,
+            payload=AllocationGpus(rows, inside.get("error_kind")),
+        )
     verdict = evaluate(inside, replace(plan.options["gate"], expected=None))
-    return Result(host, "gpu", Status.OK if verdict.code == 0 else Status.FAILED,
-                  f"{verdict.word}: allocation of {where} on node {answer['node']} (read inside the job with srun "
-                  f"--overlap): {verdict.msg}", verdict.items, code=verdict.code,
-                  data={"node": answer["node"], "task_job_id": answer["task_job_id"], "tasks": rows,
-                        "srun_argv": answer["srun"]["argv"], "gpus": inside.get("gpus", []), "verdict": verdict.word,
-                        "table": {"title": f"{host}: GPUs of Slurm job {answer['task_job_id']} on {answer['node']}",
-                                  "columns": GPU_COLUMNS, "rows": gpu_rows(verdict)}})
+    return Result(
+        host,
+        "gpu",
+        Status.OK if verdict.code == 0 else Status.FAILED,
+        f"{verdict.word}: allocation of {where} on node {answer['node']} (read inside the job "
+        f"with srun --overlap): {verdict.msg}",
+        verdict.items,
+        code=verdict.code,
+        payload=AllocationGpus(
+            rows,
+            node=answer["node"],
+            task_job_id=answer["task_job_id"],
+            srun_argv=answer["srun"]["argv"],
+            gpus=inside.get("gpus", []),
+            verdict=verdict.word,
+            table={
+                "title": f"{host}: GPUs of Slurm job {answer['task_job_id']} on {answer['node']}",
+                "columns": GPU_COLUMNS,
+                "rows": gpu_rows(verdict),
+            },
+        ),
+    )
 
 
 class SlurmJobs(JobBackend):
-    """A Slurm login node (inventory `scheduler: slurm`): sbatch, squeue/sacct, the tasks' output files,
-    scancel; --shards N is a job array on the one host, and the job's GPUs are its allocation's."""
+    """A Slurm login node (inventory `scheduler: slurm`): sbatch, squeue/sacct, the tasks' output
+    files, scancel; --shards N is a job array on the one host, and the job's GPUs are its
+    allocation's."""
 
     scheduler = "slurm"
     shards_by_host = False
@@ -471,7 +726,9 @@ class SlurmJobs(JobBackend):
     def status(self, run: RunState, plan: Plan, node: Connector) -> Result:
         return run_status(run, plan, node)
 
-    def tail(self, run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None) -> Result:
+    def tail(
+        self, run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None
+    ) -> Result:
         return run_tail(run, plan, node, follow)
 
     def logs(self, run: RunState, plan: Plan, node: Connector) -> Result:

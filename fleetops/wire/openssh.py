@@ -1,0 +1,594 @@
+"""The OpenSSH transport (wire.connector.Connector through the system `ssh`): one master connection
+per host (ControlMaster, ControlPersist) in the control directory, the agent as one `ssh -T` through
+it with the JSON protocol on its stdin and stdout (agentclient.AgentClient: the same bootstrap,
+sha256 check, tickets and become handshake as the paramiko transport), files over `ssh -s sftp` on
+the same master (sftpproto.py). A master is written in its record (controldir.py) when first used
+and touched on each later use; before this process starts a new one and MAX_MASTERS are alive, the
+least recently used is closed (`ssh -O exit`).
+
+Nothing here imports paramiko, cryptography or Fabric."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from typing import IO
+
+from ..plans.host import UnknownHost, plain_host
+from ..plans.inventory import Host, Inventory
+from ..plans.jumphost import jump_of
+from ..plans.pathtrust import Entry, judge_read
+from ..results import Evidence
+from . import controldir, masters
+from .agentclient import AgentClient
+from .bundle import agent_bundle, launch_words
+from .connector import COUNTERS, ExecResult, TransportError
+from .pythonpath import check_interpreter
+from .session import Overflow, drain
+from .sftp import copy_range, sftp_failed, write_atomically
+from .sftpproto import SFTPClient, over_pipes
+from .sshcmd import (
+    OFF_PERSIST,
+    base_options,
+    identity_digest,
+    offered_certificates,
+    persist_of,
+    proxyjump_loop,
+    resolved,
+    with_options,
+)
+from .ssherrors import HOP_FAILED, SSH_FAILED, ssh_error
+from .sshproc import ProcessChannel, start
+
+MAX_MASTERS_ENV = "FLEETOPS_MAX_MASTERS"
+DEFAULT_MAX_MASTERS = 128  # ~3 MiB of RSS and a handful of descriptors each (docs/perf.md)
+# this process's starts and closes of masters, one at a time per decision
+_MASTERS_LOCK = threading.Lock()
+
+
+def max_masters(host: Host) -> int:
+    """How many masters may persist: FLEETOPS_MAX_MASTERS, else the inventory's `defaults:
+    max_masters:`."""
+    raw = os.environ.get(MAX_MASTERS_ENV, "")
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    return host.max_masters or DEFAULT_MAX_MASTERS
+
+
+def close_master(directory: str, socket: str) -> None:
+    """Close the master behind this socket as `fleet disconnect` does (masters.close: `ssh -O exit`
+    without the user's ssh_config, then waiting for it to exit; a stale socket removed), its record
+    and identity forgotten."""
+    masters.close(directory, socket)
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(directory, socket + IDENTITY_SUFFIX))
+
+
+IDENTITY_SUFFIX = ".id"
+
+
+def write_identity(directory: str, socket: str, digest: str) -> None:
+    """Beside a master this process started: the identity_digest of the command line that made
+    it."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        tmp = f".{socket}.{os.getpid()}.{time.monotonic_ns()}.id"
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd
+        )
+        try:
+            os.write(fd, digest.encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, socket + IDENTITY_SUFFIX, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_identity(directory: str, socket: str) -> str | None:
+    try:
+        fd = os.open(os.path.join(directory, socket + IDENTITY_SUFFIX), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 128).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+def make_room(directory: str, keep: str, cap: int) -> None:
+    """Before a new master: while the cap is reached, close the least recently used (never
+    `keep`)."""
+    live = [r for r in controldir.records(directory) if r.socket != keep]
+    for record in live[: max(0, len(live) - cap + 1)]:
+        close_master(directory, record.socket)
+
+
+class OpenSSHConnection(AgentClient):
+    """One node through the system `ssh`: a master connection, the agent's session and an SFTP
+    session on it."""
+
+    LINK_LOST_STATUS = SSH_FAILED
+
+    def __init__(self, host: Host, inventory: Inventory | None = None) -> None:
+        super().__init__(host, inventory)
+        self.persist = persist_of(host)
+        self._argv: list[str] | None = None
+        self._settings: dict[str, str] = {}
+        self._directory: str | None = None
+        self._socket: str | None = None  # the master's socket name in the control directory
+        self._opened = False
+        self._starting: subprocess.Popen | None = None  # a master being started (close() stops it)
+        self._aborted = False
+        self._sftp_client: SFTPClient | None = None
+        self._sftp_proc: subprocess.Popen | None = None
+        self._python_checked = False
+        self._login_uid: int | None = None
+        self._lstats: dict[str, Entry] = {}
+
+    @staticmethod
+    def prepare() -> None:
+        agent_bundle()
+        launch_words()
+
+    # -- the master
+    def _command(self) -> list[str]:
+        """The host's ssh command line, on the shared master's path (%C) until open() finds that
+        master is another identity's."""
+        if self._argv is None:
+            if self.host.example:
+                raise TransportError(
+                    "refused",
+                    f"{self.host.name} comes from an example inventory "
+                    f"({self.host.source}); copy it to your own hosts/*.yaml to use it",
+                )
+            try:
+                directory = controldir.control_dir()
+            except controldir.ControlDirError as exc:
+                raise TransportError("refused", f"{self.host.name}: {exc}") from None
+            argv = base_options(self.host, self.inventory, controldir.control_path(directory))
+            self._settings = resolved(argv)
+            if not self.host.jump or self.host.plain:
+                loop = proxyjump_loop(self.host, argv, self._settings)
+                if loop is not None:
+                    raise loop
+            path = self._settings.get("controlpath", "")
+            if os.path.dirname(path) == directory:
+                self._directory, self._socket = directory, os.path.basename(path)
+            self._argv = argv
+        return self._argv
+
+    def _where(self) -> str:
+        hostname = self._settings.get("hostname", self.host.address)
+        return f"{hostname}:{self._settings.get('port', self.host.port)}"
+
+    def _known_hosts(self) -> str:
+        named = (
+            self.host.known_hosts
+            or (self._settings.get("userknownhostsfile", "").split() or [""])[0]
+        )
+        return os.path.expanduser(named or "~/.ssh/known_hosts")
+
+    def _alive(self, argv: list[str]) -> bool:
+        """Whether this command line's master is up: its socket is there (a master removes it when
+        it ends; one killed outright leaves it, and ssh then logs in directly, without the
+        master)."""
+        if self._directory is None or self._socket is None:
+            return False
+        return stat.S_ISSOCK(_mode(os.path.join(self._directory, self._socket)))
+
+    def open(self) -> None:
+        """The host's master: the live one of this identity (its record touched), or a new one (`ssh
+        -M -N -f`: ssh returns once the login is done and the master runs on in the background). A
+        refusal is read from ssh's stderr. %C keys a master on host, port, user and jump, not on the
+        key or the known_hosts file: a live master another identity made there (another key, another
+        known_hosts) is never used; this identity then gets a master of its own, on a path keyed on
+        all of it."""
+        if self._opened:
+            return
+        argv = self._command()
+        digest = identity_digest(argv)
+        if self._alive(argv):
+            if (
+                self._directory is not None
+                and self._socket is not None
+                and read_identity(self._directory, self._socket) == digest
+            ):
+                self._opened = True
+                self._record(fresh=False)
+                return
+            assert self._directory is not None
+            self._socket = "i" + digest[:39]  # as long as %C: the directory's length check holds
+            argv = self._argv = base_options(
+                self.host, self.inventory, os.path.join(self._directory, self._socket)
+            )
+            if self._alive(argv):
+                self._opened = True
+                self._record(fresh=False)
+                return
+        persist = self.persist or OFF_PERSIST
+        with _MASTERS_LOCK:
+            if self._directory is not None:
+                make_room(self._directory, self._socket or "", max_masters(self.host))
+        self._aborted = False
+        start = with_options(
+            argv, "-M", "-N", "-f", "-o", "ControlMaster=yes", "-o", f"ControlPersist={persist}"
+        )
+        started = time.monotonic()
+        with tempfile.TemporaryFile() as err:
+            try:
+                self._starting = subprocess.Popen(
+                    start,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,
+                )
+                code = self._starting.wait()
+            finally:
+                self._starting = None
+            err.seek(0)
+            text = err.read(64 * 1024).decode("utf-8", "replace")
+        if self._aborted:
+            raise TransportError(
+                "interrupted",
+                f"{self.host.name}: connecting was stopped (the run was "
+                "interrupted) before the SSH login finished; nothing ran there",
+            )
+        if code != 0:
+            jump = self.host.jump or (
+                self._settings.get("proxyjump", "")
+                if self._settings.get("proxyjump") != "none"
+                else ""
+            )
+            error = ssh_error(
+                self.host,
+                text,
+                argv,
+                self._where(),
+                self._known_hosts(),
+                "ssh (login)",
+                jump,
+                lambda: offered_certificates(argv),
+            )
+            if jump and HOP_FAILED in text:
+                error = self._jump_error(jump, error)
+            if error.evidence is not None:
+                error.evidence.seconds = round(time.monotonic() - started, 3)
+            raise error
+        self._opened = True
+        COUNTERS.bump(self.host.name, "connections")
+        if self._directory is not None and self._socket is not None:
+            write_identity(self._directory, self._socket, digest)
+        self._record(fresh=True)
+
+    def _jump_error(self, jump: str, error: TransportError) -> TransportError:
+        """The jump host failed (ssh says only that its proxy closed): log in to the jump host
+        alone, as the hop does, and name what it says (an unknown key, a refused login, nothing
+        listening)."""
+        if self.host.jump and not self.host.plain:
+            try:
+                hop_host = jump_of(self.host, self.inventory)
+            except UnknownHost:
+                return error
+            argv = base_options(hop_host, self.inventory, None)
+        else:
+            hop_host = plain_host(jump.split(",")[0])
+            argv = base_options(hop_host, None, None)
+        settings = resolved(argv)
+        where = (
+            f"{settings.get('hostname', hop_host.address)}:{settings.get('port', hop_host.port)}"
+        )
+        named = hop_host.known_hosts or (settings.get("userknownhostsfile", "").split() or [""])[0]
+        try:
+            done = subprocess.run(
+                [*argv, "true"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=hop_host.connect_timeout + 5,
+                check=False,
+                start_new_session=True,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return error
+        if done.returncode != SSH_FAILED:
+            return error
+        hop = ssh_error(
+            hop_host,
+            done.stderr.decode("utf-8", "replace"),
+            argv,
+            where,
+            os.path.expanduser(named or "~/.ssh/known_hosts"),
+            "ssh (jump host)",
+            certificates=lambda: offered_certificates(argv),
+        )
+        return TransportError(hop.kind, f"{self.host.name}: its jump host {hop}", hop.evidence)
+
+    def _record(self, fresh: bool) -> None:
+        if self._directory is None or self._socket is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if not fresh and controldir.read_record(self._directory, self._socket) is not None:
+                controldir.touch(self._directory, self._socket)
+                return
+            now = time.time()
+            port = self._settings.get("port", str(self.host.port))
+            controldir.write_record(
+                self._directory,
+                controldir.MasterRecord(
+                    socket=self._socket,
+                    host=self.host.name,
+                    hostname=self._settings.get("hostname", self.host.address),
+                    user=self._settings.get("user", self.host.user or ""),
+                    port=int(port) if port.isdigit() else 22,
+                    jump=self._settings.get("proxyjump", "")
+                    if self._settings.get("proxyjump") != "none"
+                    else (self.host.jump or ""),
+                    opened=now,
+                    used=now,
+                ),
+            )
+
+    def close(self) -> None:
+        """End the agent (its stdin closes), the SFTP session, and a master start in progress; with
+        `persist: 0` the master too. Safe from another thread (Ctrl-C)."""
+        starting = self._starting
+        if starting is not None:
+            self._aborted = True
+            with contextlib.suppress(OSError):
+                starting.kill()
+        session, self.session = self.session, None
+        self.held = []
+        if session is not None:
+            with contextlib.suppress(*self.LINK_ERRORS):
+                session.chan.shutdown_write()
+            self._end_session(session)
+        self._close_sftp()
+        if self._opened:
+            self._opened = False
+            COUNTERS.event(self.host.name, "closed")
+            if self.persist == 0 and self._directory is not None and self._socket is not None:
+                close_master(self._directory, self._socket)
+
+    # -- commands
+    def _remote(self, argv: list[str]) -> ProcessChannel:
+        self.open()
+        assert self._argv is not None
+        return ProcessChannel([*with_options(self._argv, "-o", "LogLevel=ERROR"), shlex.join(argv)])
+
+    def _open_channel(self, argv: list[str], shown: str) -> ProcessChannel:
+        if self.host.become:
+            self._check_python_before_sudo(shown)
+        COUNTERS.bump(self.host.name, "execs")
+        try:
+            return self._remote(argv)
+        except OSError as exc:
+            raise TransportError(
+                "lost",
+                f"connection to {self.host.name} lost while starting the agent "
+                f"({exc.strerror or exc})",
+                Evidence(shown, None, [], 0.0),
+            ) from None
+
+    def exec(
+        self, argv: list[str], stdin: bytes = b"", timeout: float = 300, shown: str | None = None
+    ) -> ExecResult:
+        """Run argv on the node (quoted word by word), collect stdout, stderr and the exit
+        status."""
+        command = shlex.join(argv)
+        started = time.monotonic()
+        COUNTERS.bump(self.host.name, "execs")
+        chan = self._remote(argv)
+        command = shown or command
+        try:
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err, code = drain(chan, started + timeout)
+        except Overflow as exc:
+            chan.close()
+            raise TransportError(
+                "remote",
+                f"{self.host.name}: {exc}; stopped reading it, the node's outcome is unknown",
+                Evidence(command, None, [], round(time.monotonic() - started, 3)),
+            ) from None
+        except TimeoutError:
+            chan.close()
+            raise TransportError(
+                "timeout",
+                f"{self.host.name}: no answer within {timeout:.0f}s",
+                Evidence(command, None, [], round(time.monotonic() - started, 3)),
+            ) from None
+        except (OSError, EOFError) as exc:
+            chan.close()
+            raise TransportError(
+                "lost",
+                f"connection to {self.host.name} lost during the step ({exc or 'EOF'}); "
+                "the node's outcome is unknown",
+                Evidence(command, None, [], round(time.monotonic() - started, 3)),
+            ) from None
+        result = ExecResult(command, code, out, err, time.monotonic() - started)
+        if code is None or (code == SSH_FAILED and not self._alive(self._command())):
+            self.close()
+            raise TransportError(
+                "lost",
+                f"connection to {self.host.name} lost during the step; the node's "
+                "outcome is unknown",
+                result.evidence(),
+            )
+        return result
+
+    # -- files
+    def _sftp(self) -> SFTPClient:
+        """The SFTP session on the host's master (`ssh -s ... sftp`), started on first use."""
+        if (
+            self._sftp_client is not None
+            and self._sftp_proc is not None
+            and self._sftp_proc.poll() is None
+        ):
+            return self._sftp_client
+        self._close_sftp()
+        self.open()
+        assert self._argv is not None
+        argv = with_options(self._argv, "-o", "LogLevel=ERROR", "-s")
+        try:
+            proc = start(
+                [*argv, "sftp"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            raise TransportError("remote", sftp_failed(self.host, exc)) from None
+        assert proc.stdin is not None and proc.stdout is not None
+        self._sftp_proc = proc
+        try:
+            self._sftp_client = over_pipes(proc.stdin, proc.stdout)
+        except (OSError, EOFError) as exc:
+            self._close_sftp()
+            raise TransportError("remote", sftp_failed(self.host, exc)) from None
+        return self._sftp_client
+
+    def _close_sftp(self) -> None:
+        proc, self._sftp_proc, self._sftp_client = self._sftp_proc, None, None
+        if proc is None:
+            return
+        for stream in (proc.stdin, proc.stdout):
+            _close_stream(stream)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def upload(self, path: str, data: bytes) -> None:
+        """Write path atomically over SFTP (temp name, then rename), making its missing
+        folders 0700."""
+        try:
+            write_atomically(self._sftp(), path, data)
+        except (OSError, EOFError) as exc:
+            reason = (
+                getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+            )
+            raise TransportError(
+                "remote",
+                f"{self.host.name}: cannot write {path} on the node over SFTP ({reason}); "
+                f"check that the login user may write {self.host.state_dir} and the "
+                "node's free disk space",
+            ) from None
+
+    def download(self, path: str) -> bytes:
+        try:
+            with self._sftp().open(path, "rb") as f:
+                return f.read()
+        except EOFError as exc:
+            raise TransportError(
+                "lost", f"{self.host.name}: download of {path} stopped ({exc})"
+            ) from None
+
+    def download_to(
+        self, remote: str, local_path: str, offset: int, end: int, progress: object = None
+    ) -> int:
+        """Bytes [offset, end) of remote, over SFTP, into local_path at offset (a partial copy
+        resumes)."""
+        user = self.host.user or "the login user"
+        denied = (
+            " (under become: sudo the job's files are root's, and fleetops never reads files as "
+            f"root over SFTP; make them readable by {user}, "
+            "e.g. chmod a+r on the node, then fetch again)"
+            if self.host.become
+            else ""
+        )
+        if self.host.become:
+            self._check_read_path(remote)
+        return copy_range(
+            self._sftp,
+            remote,
+            local_path,
+            offset,
+            end,
+            progress,
+            self.host.name,
+            lambda: self._sftp_proc is not None and self._sftp_proc.poll() is None,
+            denied,
+        )
+
+    def _check_read_path(self, remote: str) -> None:
+        """become: the login user reads by path only through directories no one but root and it can
+        change."""
+        sftp = self._sftp()
+        user = self.host.user or "the login user"
+        try:
+            if self._login_uid is None:
+                home = sftp.lstat(sftp.normalize("."))
+                if home.st_uid is None:
+                    raise OSError("the SFTP start directory says no owner")
+                self._login_uid = int(home.st_uid)
+            problem = judge_read(
+                remote,
+                lambda path: self._lstat(sftp, path),
+                lambda path: sftp.readlink(path) or "",
+                frozenset({0, self._login_uid}),
+            )
+        except PermissionError:
+            return
+        except (OSError, EOFError) as exc:
+            reason = (
+                getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+            )
+            raise TransportError(
+                "remote",
+                f"{self.host.name}: cannot check the path of {remote} as {user} before "
+                f"reading it ({reason}); nothing read",
+            ) from None
+        if problem is not None:
+            raise TransportError(
+                "remote",
+                f"{self.host.name}: refusing to read {remote} as {user}: "
+                f"{problem.describe()}; nothing read",
+            )
+
+    def _lstat(self, sftp: SFTPClient, path: str) -> Entry | None:
+        known = self._lstats.get(path)
+        if known is not None:
+            return known
+        try:
+            attrs = sftp.lstat(path)
+        except FileNotFoundError:
+            return None
+        entry = Entry(
+            int(attrs.st_mode or 0),
+            int(attrs.st_uid if attrs.st_uid is not None else -1),
+            int(attrs.st_gid if attrs.st_gid is not None else -1),
+        )
+        if stat.S_ISDIR(entry.mode):
+            self._lstats[path] = entry
+        return entry
+
+    def _check_python_before_sudo(self, shown: str) -> None:
+        """become: `python:` checked as the login user over SFTP before sudo runs it
+        (wire/pythonpath.py)."""
+        if self._python_checked:
+            return
+        check_interpreter(self._sftp, self.host, shown)
+        self._python_checked = True
+
+
+def _mode(path: str) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _close_stream(stream: IO[bytes] | None) -> None:
+    if stream is not None:
+        with contextlib.suppress(OSError):
+            stream.close()
