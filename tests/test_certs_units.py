@@ -19,7 +19,10 @@ pytestmark = pytest.mark.skipif(
 
 
 def keygen(path: Path, kind: str = "ed25519") -> Path:
-    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(path)], check=True)
+    # RSA at 2048 bits rather than ssh-keygen's 3072: the certificate reads back the same, and the
+    # key is made in a tenth of the time.
+    size = ["-b", "2048"] if kind == "rsa" else []
+    subprocess.run(["ssh-keygen", "-q", "-t", kind, *size, "-N", "", "-f", str(path)], check=True)
     return path
 
 

@@ -32,8 +32,9 @@ def paths_into_tests(source: str, filename: str) -> list[str]:
     """String constants in code (docstrings excepted: they may say where a copy came from) naming
     tests/."""
     tree = ast.parse(source, filename)
+    nodes = list(ast.walk(tree))  # one walk (the three passes below read it): ~240 files a run
     docstrings = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if (
             isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
             and node.body
@@ -45,16 +46,14 @@ def paths_into_tests(source: str, filename: str) -> list[str]:
     # "tests")`); as a key or an attribute's name (JUnit's `tests` count) it names no folder.
     in_path = {
         id(operand)
-        for node in ast.walk(tree)
+        for node in nodes
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
         for operand in (node.left, node.right)
     }
-    in_path |= {
-        id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call) for arg in node.args
-    }
+    in_path |= {id(arg) for node in nodes if isinstance(node, ast.Call) for arg in node.args}
     return [
         f"{filename}:{node.lineno}: {node.value!r}"
-        for node in ast.walk(tree)
+        for node in nodes
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and id(node) not in docstrings
