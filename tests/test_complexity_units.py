@@ -70,8 +70,6 @@ ALLOWED: dict[str, int] = {
     "fleetops/tasks/jobs/ssh.py::run_status": 19,
     "fleetops/tasks/jobs/ssh.py::run_stop": 19,
     "fleetops/tasks/jobs/ssh.py::run_tail": 24,
-    "fleetops/tasks/oncall.py::_fetch_one": 28,
-    "fleetops/tasks/oncall.py::run_fetch": 18,
     "fleetops/wire/agentclient.py::AgentClient._read_next": 23,
     "fleetops/wire/become.py::handshake": 20,
     "fleetops/wire/become.py::refused": 18,
