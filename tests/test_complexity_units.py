@@ -29,7 +29,6 @@ ALLOWED: dict[str, int] = {
     "fleetops/fab/executor.py::FleetExecutor._steps": 21,
     "fleetops/fab/flags.py::_unheard": 22,
     "fleetops/fab/flags.py::refusal": 17,
-    "fleetops/lab/nvidia_smi.py::main": 28,
     "fleetops/plans/gpuhealth.py::parse_health_xml": 18,
     "fleetops/plans/host.py::CommandLine.apply": 16,
     "fleetops/plans/jobspec.py::_validate": 17,
