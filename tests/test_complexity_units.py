@@ -29,8 +29,6 @@ ALLOWED: dict[str, int] = {
     "fleetops/plans/host.py::CommandLine.apply": 16,
     "fleetops/plans/jobspec.py::_validate": 17,
     "fleetops/plans/jobspec.py::_validate_extract": 18,
-    "fleetops/plans/kernellog.py::parse_ooms": 20,
-    "fleetops/plans/lint.py::lint_report": 19,
     "fleetops/plans/pathtrust.py::resolve": 18,
     "fleetops/plans/sshconfig.py::_expand": 16,
     "fleetops/plans/unidiff.py::_parse_hunk": 16,
