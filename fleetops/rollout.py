@@ -53,20 +53,15 @@ def run_fleet(
     """`running`, when given, holds host -> the step it runs right now (for the second Ctrl-C's
     audit lines)."""
     running = {} if running is None else running
-    batches = (
-        [hosts[i : i + serial] for i in range(0, len(hosts), serial)] if serial > 0 else [hosts]
-    )
+    batches = _batches(hosts, serial)
     stopped_by: int | None = None
     for number, batch in enumerate(batches, 1):
-        if stopped_by is not None or run.interrupted.is_set():
-            why = (
-                NOT_STARTED
-                if run.interrupted.is_set()
-                else f"skipped: roll-out stopped after batch {stopped_by} had failures"
-            )
-            for h in batch:
-                for step in steps:
-                    run.record(Result(h.name, step.name, Status.SKIPPED, why, data=dict(NOT_RUN)))
+        if run.interrupted.is_set():
+            _skip(run, batch, steps, NOT_STARTED)
+            continue
+        if stopped_by is not None:
+            why = f"skipped: roll-out stopped after batch {stopped_by} had failures"
+            _skip(run, batch, steps, why)
             continue
         if len(batches) > 1:
             run.reporter.note(f"batch {number}/{len(batches)}: {', '.join(h.name for h in batch)}")
@@ -74,6 +69,20 @@ def run_fleet(
         names = {h.name for h in batch}
         if len(batches) > 1 and any(r.failed for r in run.results if r.host in names):
             stopped_by = number
+
+
+def _batches(hosts: list[Host], serial: int) -> list[list[Host]]:
+    """--serial N: the hosts N at a time, in order; 0: all at once."""
+    if serial <= 0:
+        return [hosts]
+    return [hosts[i : i + serial] for i in range(0, len(hosts), serial)]
+
+
+def _skip(run: RunState, batch: list[Host], steps: list[Step], why: str) -> None:
+    """Every step of a batch that does not start, recorded as skipped with why."""
+    for h in batch:
+        for step in steps:
+            run.record(Result(h.name, step.name, Status.SKIPPED, why, data=dict(NOT_RUN)))
 
 
 def _run_batch(

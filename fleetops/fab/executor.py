@@ -127,6 +127,12 @@ class FleetExecutor(Executor):
         remainder = self.core.remainder if self.core is not None else ""
         if remainder:
             steps.append(("run", {"command": remainder}))
+        self._core_to_steps(steps)
+        return run_opts, steps
+
+    def _core_to_steps(self, steps: list[tuple[str, dict[str, Any]]]) -> None:
+        """`fleet`'s core --json to every step, -p to those that take a playbook and were given
+        none, -T to the ad-hoc command when it has no timeout of its own."""
         core = {name: self._option(name, "") for name in ("json", "playbook", "command-timeout")}
         for name, kwargs in steps:
             if core["json"]:
@@ -135,12 +141,11 @@ class FleetExecutor(Executor):
                 kwargs["playbook"] = core["playbook"]
             if core["command-timeout"] and name == "run" and kwargs.get("timeout") is None:
                 kwargs["timeout"] = core["command-timeout"]
-        return run_opts, steps
 
     def _run(self, root: Path, settings: dict, run_opts: dict[str, Any], steps: list) -> int:
         names = ", ".join(name for name, _ in steps)
         from ..plans.host import UnknownHost
-        from ..plans.hostrange import RangeError, split_words
+        from ..plans.hostrange import RangeError
         from ..plans.yamlsrc import ConfigError
         from ..report.console import Reporter
         from ..run import UsageError, assemble, execute
@@ -155,14 +160,7 @@ class FleetExecutor(Executor):
         state = RunState(root, settings)
         state.reporter.json_mode = state.reporter.json_mode or json_mode
         state.reporter.verbose = bool(run_opts.get("verbose") or self._option("verbose", ""))
-        host_str = self.core[0].args.hosts.value if self.core else None
-        if not host_str or not split_words(host_str):  # none given, or `-H ,`
-            named = f"-H {host_str!r} names no host" if host_str else f"{names} needs hosts"
-            state.reporter.error(
-                f"{named}: use -H lab01 (inventory names, @group, globs, or user@host:port for a "
-                "host outside the inventory whose key is in known_hosts), comma-separated"
-            )
-            raise Exit(code=EXIT_USAGE)
+        host_str = self._hosts_given(state, names)
         try:
             _job_ids(steps)
             forks, serial = self._numbers(settings, run_opts)
@@ -187,9 +185,6 @@ class FleetExecutor(Executor):
         # has them
         no_fold = bool(run_opts.get("no_fold") or self._option("no-fold", ""))
         odd = bool(run_opts.get("odd") or self._option("odd", ""))
-        reports = {
-            kind: run_opts.get(kind) or self._option(kind, "") for kind in ("metrics", "junit")
-        }
         return execute(
             run,
             forks,
@@ -197,8 +192,30 @@ class FleetExecutor(Executor):
             fold=False if no_fold else None,
             odd=odd,
             command=list(sys.argv),
-            reports={kind: str(path) for kind, path in reports.items() if path},
+            reports=self._reports(run_opts),
         )
+
+    def _hosts_given(self, state: Any, names: str) -> str:
+        """-H's value; a usage error (EXIT_USAGE) when it names no host."""
+        from ..plans.hostrange import split_words
+
+        host_str = self.core[0].args.hosts.value if self.core else None
+        if host_str and split_words(host_str):
+            return str(host_str)
+        # none given, or `-H ,`
+        named = f"-H {host_str!r} names no host" if host_str else f"{names} needs hosts"
+        state.reporter.error(
+            f"{named}: use -H lab01 (inventory names, @group, globs, or user@host:port for a "
+            "host outside the inventory whose key is in known_hosts), comma-separated"
+        )
+        raise Exit(code=EXIT_USAGE)
+
+    def _reports(self, run_opts: dict[str, Any]) -> dict[str, str]:
+        """--metrics and --junit: a task's option, or the core flag."""
+        reports = {
+            kind: run_opts.get(kind) or self._option(kind, "") for kind in ("metrics", "junit")
+        }
+        return {kind: str(path) for kind, path in reports.items() if path}
 
     def _numbers(self, settings: dict, run_opts: dict[str, Any]) -> tuple[int, int]:
         """(forks, serial): the command line, else the environment (FLEETOPS_FORKS,

@@ -10,6 +10,7 @@ ones that work, with fleetops' meaning (cli.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..plans.options import CORE_NUMBERS, BadValue, user, whole
@@ -107,32 +108,46 @@ def refusal(program: Any) -> tuple[str, str | None] | None:
     """(message, the task whose help to point at) for what the command line cannot mean, or None."""
     if not runs_fleetops(program):
         return None
-    args = program.args
+    for check in (_after_the_task, _without_list, _unused, _unheard):
+        said = check(program)
+        if said:
+            return said, None
+    try:
+        _check_values(program)
+    except BadValue as exc:
+        return str(exc), getattr(exc, "task", None)
+    return None
+
+
+def _after_the_task(program: Any) -> str | None:
+    """A flag that prints and ends the program, given after a task."""
     after = getattr(getattr(program, "core_via_tasks", None), "args", {})
     for name, flag in PRINT_AND_END.items():
         if name in after and after[name].value:
             return (
                 f"{flag} prints and ends the program before any task runs; after a task it would "
                 f"be dropped: give it alone (`{_binary(program)} {flag.split('/')[-1]}`)"
-            ), None
-    for name, flag in LIST_SHAPE.items():
-        given = name in args and args[name].value not in (None, args[name].default)
-        if given and not ("list" in args and args["list"].value):
-            return (
-                f"{flag} shapes --list and does nothing without it: add --list, or leave it out",
-                None,
             )
+    return None
+
+
+def _without_list(program: Any) -> str | None:
+    """A flag that shapes --list, without --list."""
+    args = program.args
+    listing = "list" in args and args["list"].value
+    for name, flag in LIST_SHAPE.items():
+        if name in args and args[name].value not in (None, args[name].default) and not listing:
+            return f"{flag} shapes --list and does nothing without it: add --list, or leave it out"
+    return None
+
+
+def _unused(program: Any) -> str | None:
+    """A flag Fabric has that fleetops does not use."""
+    args = program.args
     for name, why in UNUSED.items():
         if name in args and args[name].value:
             pty_in_fab = name == "pty" and "playbook" not in args
-            return why + (PTY_IN_FAB if pty_in_fab else ""), None
-    unheard = _unheard(program)
-    if unheard:
-        return unheard, None
-    try:
-        _check_values(program)
-    except BadValue as exc:
-        return str(exc), getattr(exc, "task", None)
+            return why + (PTY_IN_FAB if pty_in_fab else "")
     return None
 
 
@@ -144,36 +159,83 @@ def _binary(program: Any) -> str:
 def _unheard(program: Any) -> str | None:
     """A core flag that no task of the command would act on (`fleet --serial 2 history`, `-p` with
     ping, -T with patch, --dry with lab.down), said instead of ignored."""
-    args, tasks = program.args, program.tasks
-    hosts = [
-        ctx.name
-        for ctx in tasks
-        if getattr(program.collection[ctx.name].body, "fleetops_task", None)
-    ]
-    names = [ctx.name for ctx in tasks] + (["run"] if program.core.remainder else [])
-    doing = ", ".join(names) or "this command"
-    given = {
-        name
-        for name in (*HOST_FLAGS, "json", "playbook", "command-timeout", "dry")
-        if name in args and args[name].value not in (None, False, "", [])
-    }
-    for name in sorted(given & {"json", "playbook"}):
-        if not program.core.remainder and not any(name in ctx.args for ctx in tasks):
-            return f"{_flag(args[name])}: {doing} takes no {name} option"
-    if "command-timeout" in given and "run" not in names:
-        return (
-            "-T/--command-timeout is the ad-hoc command's "
-            f"timeout (`run`, or `fleet -H HOST -- CMD`); {doing} "
-            "has its own limits (see each task's --help)"
-        )
-    if given & set(HOST_FLAGS) and not hosts and not program.core.remainder:
-        return (
-            f"{_flag(args[min(given & set(HOST_FLAGS))])} is for tasks on hosts; {doing} runs none"
-        )
-    writes = [ctx.name for ctx in tasks if ctx.name in ("init", *LAB_WRITES)]
-    if "dry" in given and writes:
-        return f"-R/--dry: {', '.join(writes)} has no check mode (it is not a task on hosts)"
+    command = _Command.of(program)
+    for check in (_no_such_option, _timeout_without_run, _hosts_without_tasks, _dry_without_check):
+        said = check(command)
+        if said:
+            return said
     return None
+
+
+@dataclass(frozen=True)
+class _Command:
+    """What a command line asks for, as the checks of unheard flags need it."""
+
+    args: Any
+    tasks: list[Any]
+    # the names of its tasks, `run` for `-- CMD`
+    names: list[str]
+    # its tasks that run on hosts
+    on_hosts: list[str]
+    remainder: str
+    # the core flags it gives a value
+    given: frozenset[str]
+
+    @property
+    def doing(self) -> str:
+        return ", ".join(self.names) or "this command"
+
+    @classmethod
+    def of(cls, program: Any) -> _Command:
+        args, tasks, remainder = program.args, program.tasks, program.core.remainder
+        on_hosts = [
+            ctx.name
+            for ctx in tasks
+            if getattr(program.collection[ctx.name].body, "fleetops_task", None)
+        ]
+        names = [ctx.name for ctx in tasks] + (["run"] if remainder else [])
+        given = frozenset(
+            name
+            for name in (*HOST_FLAGS, "json", "playbook", "command-timeout", "dry")
+            if name in args and args[name].value not in (None, False, "", [])
+        )
+        return cls(args, list(tasks), names, on_hosts, remainder, given)
+
+
+def _no_such_option(command: _Command) -> str | None:
+    """--json or --playbook for tasks that take none."""
+    if command.remainder:
+        return None
+    for name in sorted(command.given & {"json", "playbook"}):
+        if not any(name in ctx.args for ctx in command.tasks):
+            return f"{_flag(command.args[name])}: {command.doing} takes no {name} option"
+    return None
+
+
+def _timeout_without_run(command: _Command) -> str | None:
+    if "command-timeout" not in command.given or "run" in command.names:
+        return None
+    return (
+        "-T/--command-timeout is the ad-hoc command's "
+        f"timeout (`run`, or `fleet -H HOST -- CMD`); {command.doing} "
+        "has its own limits (see each task's --help)"
+    )
+
+
+def _hosts_without_tasks(command: _Command) -> str | None:
+    host_flags = command.given & set(HOST_FLAGS)
+    if not host_flags or command.on_hosts or command.remainder:
+        return None
+    return (
+        f"{_flag(command.args[min(host_flags)])} is for tasks on hosts; {command.doing} runs none"
+    )
+
+
+def _dry_without_check(command: _Command) -> str | None:
+    writes = [ctx.name for ctx in command.tasks if ctx.name in ("init", *LAB_WRITES)]
+    if "dry" not in command.given or not writes:
+        return None
+    return f"-R/--dry: {', '.join(writes)} has no check mode (it is not a task on hosts)"
 
 
 def _check_values(program: Any) -> None:

@@ -101,40 +101,13 @@ def main(argv: list[str]) -> int:
         )
         return 18
     present = (0,) if state == "missing" else (0, 1)
-    holders: dict[int, int] = {}
-    if state == "busy":
-        for gpu, pid in enumerate(config.get("holder_pids", [])[:2]):
-            if lab_holder(int(pid)):
-                holders[gpu] = int(pid)
-    else:
-        pid = job_holder(config.get("state_dir"))
-        if pid:
-            holders[0] = pid  # a job takes GPU 0 only; GPU 1 stays free
-    holders = {g: p for g, p in holders.items() if g in present}
+    holders = {g: p for g, p in _holders(config).items() if g in present}
     args = " ".join(argv)
     nounits, noheader = "nounits" in args, "noheader" in args
-    out: list[str] = []
     if "--query-gpu" in args:
-        suffix = "_nounits" if nounits else ""
-        busy, idle = (
-            _recorded(fixtures, f"busy_query{suffix}.csv"),
-            _recorded(fixtures, f"idle_query{suffix}.csv"),
-        )
-        if idle[0].startswith("index") and not noheader:
-            out.append(idle[0])
-        # each GPU answers from the busy recording only while a live process holds it
-        for gpu in present:
-            source = busy if gpu in holders else idle
-            out += [ln for ln in source if ln.startswith(f"{gpu},")]
+        out = _gpu_rows(fixtures, present, holders, nounits, noheader)
     elif "--query-compute-apps" in args:
-        if not noheader:
-            out.append(_recorded(fixtures, "busy_apps.csv")[0])
-        rows = _recorded(fixtures, f"busy_apps{'_nounits' if nounits else ''}.csv")
-        for gpu, pid in sorted(holders.items()):
-            row = next(
-                ln for ln in rows if GPU_UUIDS[gpu] in ln and ln.startswith(RECORDED_PIDS[gpu])
-            )
-            out.append(f"{pid}," + row.split(",", 1)[1])
+        out = _app_rows(fixtures, holders, nounits, noheader)
     # -q, or the plain table (the busy recording whenever any GPU is held; only its header is
     # parsed)
     else:
@@ -142,6 +115,49 @@ def main(argv: list[str]) -> int:
         out = [ln for ln in (fixtures / name).read_text().splitlines() if not ln.startswith("rc=")]
     sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+def _holders(config: dict) -> dict[int, int]:
+    """GPU index → the pid that holds it: the lab's holder processes while the state is busy, else
+    a running job's."""
+    holders: dict[int, int] = {}
+    if config["state"] == "busy":
+        for gpu, pid in enumerate(config.get("holder_pids", [])[:2]):
+            if lab_holder(int(pid)):
+                holders[gpu] = int(pid)
+        return holders
+    pid = job_holder(config.get("state_dir"))
+    if pid:
+        holders[0] = pid  # a job takes GPU 0 only; GPU 1 stays free
+    return holders
+
+
+def _gpu_rows(
+    fixtures: Path, present: tuple[int, ...], holders: dict[int, int], nounits: bool, noheader: bool
+) -> list[str]:
+    """--query-gpu: each GPU answers from the busy recording only while a live process holds it."""
+    suffix = "_nounits" if nounits else ""
+    busy = _recorded(fixtures, f"busy_query{suffix}.csv")
+    idle = _recorded(fixtures, f"idle_query{suffix}.csv")
+    out: list[str] = []
+    if idle[0].startswith("index") and not noheader:
+        out.append(idle[0])
+    for gpu in present:
+        source = busy if gpu in holders else idle
+        out += [ln for ln in source if ln.startswith(f"{gpu},")]
+    return out
+
+
+def _app_rows(fixtures: Path, holders: dict[int, int], nounits: bool, noheader: bool) -> list[str]:
+    """--query-compute-apps: the recorded row of each held GPU, with its live holder's pid."""
+    out: list[str] = []
+    if not noheader:
+        out.append(_recorded(fixtures, "busy_apps.csv")[0])
+    rows = _recorded(fixtures, f"busy_apps{'_nounits' if nounits else ''}.csv")
+    for gpu, pid in sorted(holders.items()):
+        row = next(ln for ln in rows if GPU_UUIDS[gpu] in ln and ln.startswith(RECORDED_PIDS[gpu]))
+        out.append(f"{pid}," + row.split(",", 1)[1])
+    return out
 
 
 if __name__ == "__main__":

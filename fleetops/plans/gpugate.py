@@ -123,81 +123,121 @@ def describe_process(p: dict[str, Any]) -> str:
 
 def evaluate(snap: dict[str, Any], gate: Gate) -> Verdict:
     if not snap.get("ok"):
-        code = (
-            EXIT_NO_NVIDIA_SMI
-            if snap.get("error_kind") == "no_nvidia_smi"
-            else EXIT_NVIDIA_SMI_FAILED
-        )
-        return Verdict(code, snap.get("error", "nvidia-smi failed"), [], [], [])
+        return _unanswered(snap)
     gpus = sorted(snap["gpus"], key=lambda g: g.get("index") or 0)
+    missing = _missing(gpus, gate)
+    selected = [g for g in gpus if gate.select is None or g["index"] in gate.select]
+    items, states, holders = [], [], []
+    for g in selected:
+        judged = _judge(g, gate.threshold_mib)
+        items.append(judged.item(g))
+        states.append((g, judged.state))
+        holders += judged.holders
+    items += [
+        Item(
+            f"GPU {index}",
+            Status.FAILED,
+            "missing: not reported by nvidia-smi",
+            {"state": "missing"},
+        )
+        for index in sorted(missing)
+    ]
+    counts = {state: sum(1 for _, s in states if s == state) for state in ("busy", "unhealthy")}
+    msg = _summary(snap, gate, len(gpus), missing, counts, len(selected))
+    if missing or counts["unhealthy"]:
+        code = EXIT_GPU_UNHEALTHY
+    elif counts["busy"]:
+        code = EXIT_GPU_BUSY
+    else:
+        code = EXIT_OK
+    return Verdict(code, msg, items, states, holders, sorted(missing))
+
+
+def _unanswered(snap: dict[str, Any]) -> Verdict:
+    """No snapshot: nvidia-smi is not there, or it failed."""
+    if snap.get("error_kind") == "no_nvidia_smi":
+        code = EXIT_NO_NVIDIA_SMI
+    else:
+        code = EXIT_NVIDIA_SMI_FAILED
+    return Verdict(code, snap.get("error", "nvidia-smi failed"), [], [], [])
+
+
+def _missing(gpus: list[dict[str, Any]], gate: Gate) -> set[int]:
+    """GPUs the inventory expects or the selection names that nvidia-smi did not report."""
     seen = {g["index"] for g in gpus}
     missing: set[int] = set()
     if gate.expected is not None and len(gpus) < gate.expected:
         missing |= set(range(gate.expected)) - seen
     if gate.select is not None:
         missing |= set(gate.select) - seen
-    selected = [g for g in gpus if gate.select is None or g["index"] in gate.select]
-    items, states, holders = [], [], []
-    busy = unhealthy = 0
-    for g in selected:
-        problems = list(g.get("problems") or [])
-        if (g.get("ecc_uncorrected") or 0) > 0:
-            problems.append(f"{g['ecc_uncorrected']} uncorrected ECC errors")
-        procs = g.get("processes") or []
-        used = g.get("memory_used_mib") or 0
-        if problems:
-            state, status = "unhealthy", Status.FAILED
-            unhealthy += 1
-            why = "; ".join(problems)
-        elif used > gate.threshold_mib or procs:
-            state, status = "busy", Status.FAILED
-            busy += 1
-            why = f"{used} MiB used (threshold {gate.threshold_mib})" + (
-                f", {len(procs)} processes" if procs else ""
-            )
-            holders += [f"GPU {g['index']}: {describe_process(p)}" for p in procs] or [
-                f"GPU {g['index']}: {used} MiB held by no listed process"
-            ]
-        else:
-            state, status, why = "free", Status.OK, f"{used} MiB used"
-        items.append(
-            Item(
-                f"GPU {g['index']} {g.get('name')}",
-                status,
-                f"{state}: {why}",
-                {
-                    "uuid": g.get("uuid"),
-                    "state": state,
-                    "processes": procs,
-                    "memory_used_mib": used,
-                    "memory_total_mib": g.get("memory_total_mib"),
-                    "memory_free_mib": g.get("memory_free_mib"),
-                },
-            )
+    return missing
+
+
+@dataclass
+class _Judged:
+    """One GPU's state (free / busy / unhealthy), why, and who holds it."""
+
+    state: str
+    status: Status
+    why: str
+    holders: list[str] = field(default_factory=list)
+
+    def item(self, g: dict[str, Any]) -> Item:
+        return Item(
+            f"GPU {g['index']} {g.get('name')}",
+            self.status,
+            f"{self.state}: {self.why}",
+            {
+                "uuid": g.get("uuid"),
+                "state": self.state,
+                "processes": g.get("processes") or [],
+                "memory_used_mib": g.get("memory_used_mib") or 0,
+                "memory_total_mib": g.get("memory_total_mib"),
+                "memory_free_mib": g.get("memory_free_mib"),
+            },
         )
-        states.append((g, state))
-    for index in sorted(missing):
-        items.append(
-            Item(
-                f"GPU {index}",
-                Status.FAILED,
-                "missing: not reported by nvidia-smi",
-                {"state": "missing"},
-            )
-        )
+
+
+def _judge(g: dict[str, Any], threshold_mib: int) -> _Judged:
+    problems = list(g.get("problems") or [])
+    if (g.get("ecc_uncorrected") or 0) > 0:
+        problems.append(f"{g['ecc_uncorrected']} uncorrected ECC errors")
+    if problems:
+        return _Judged("unhealthy", Status.FAILED, "; ".join(problems))
+    procs = g.get("processes") or []
+    used = g.get("memory_used_mib") or 0
+    if not (used > threshold_mib or procs):
+        return _Judged("free", Status.OK, f"{used} MiB used")
+    why = f"{used} MiB used (threshold {threshold_mib})"
+    if procs:
+        why += f", {len(procs)} processes"
+    holders = [f"GPU {g['index']}: {describe_process(p)}" for p in procs] or [
+        f"GPU {g['index']}: {used} MiB held by no listed process"
+    ]
+    return _Judged("busy", Status.FAILED, why, holders)
+
+
+def _summary(
+    snap: dict[str, Any],
+    gate: Gate,
+    reported: int,
+    missing: set[int],
+    counts: dict[str, int],
+    selected: int,
+) -> str:
+    """`free/selected selected GPUs free`, then what is missing, unhealthy, busy or unlisted."""
     parts = []
     if missing:
+        expected = gate.expected if gate.expected is not None else reported
         parts.append(
-            f"expected {gate.expected if gate.expected is not None else len(gpus)} GPUs, saw "
-            f"{len(gpus)}: missing {', '.join(f'GPU {i}' for i in sorted(missing))}"
+            f"expected {expected} GPUs, saw {reported}: "
+            f"missing {', '.join(f'GPU {i}' for i in sorted(missing))}"
         )
-    if unhealthy:
-        parts.append(f"{unhealthy} unhealthy")
-    if busy:
-        parts.append(f"{busy} busy")
-    free = len(selected) - busy - unhealthy
+    parts += [f"{counts[state]} {state}" for state in ("unhealthy", "busy") if counts[state]]
     if snap.get("apps_error"):
         parts.append(f"nvidia-smi could not list GPU processes: {snap['apps_error']}")
-    msg = f"{free}/{len(selected)} selected GPUs free" + (f"; {'; '.join(parts)}" if parts else "")
-    code = EXIT_GPU_UNHEALTHY if (missing or unhealthy) else EXIT_GPU_BUSY if busy else EXIT_OK
-    return Verdict(code, msg, items, states, holders, sorted(missing))
+    free = selected - counts["busy"] - counts["unhealthy"]
+    msg = f"{free}/{selected} selected GPUs free"
+    if parts:
+        msg += f"; {'; '.join(parts)}"
+    return msg

@@ -104,61 +104,75 @@ def parse_health_xml(text: str) -> list[GpuHealth]:
         raise HealthParseError(f"nvidia-smi -q -x output is not XML: {exc}") from None
     if root.tag != "nvidia_smi_log":
         raise HealthParseError(f"expected <nvidia_smi_log>, got <{root.tag}>")
-    out = []
-    for g in root.findall("gpu"):
-        ecc = {
-            kind: _ecc_counts(g.find(f"ecc_errors/{kind}")) for kind in ("volatile", "aggregate")
-        }
-        rp = g.find("retired_pages")
-        retired = {}
-        pending = None
-        if rp is not None:
-            retired = {
-                "single_bit": _int(rp.findtext("multiple_single_bit_retirement/retired_count")),
-                "double_bit": _int(rp.findtext("double_bit_retirement/retired_count")),
+    return [_gpu_health(g) for g in root.findall("gpu")]
+
+
+def _gpu_health(g: ET.Element) -> GpuHealth:
+    """One <gpu> of the report."""
+    ecc = {kind: _ecc_counts(g.find(f"ecc_errors/{kind}")) for kind in ("volatile", "aggregate")}
+    retired, pending = _retired_pages(g.find("retired_pages"))
+    rr = g.find("remapped_rows")
+    fb = g.find("fb_memory_usage")
+    return GpuHealth(
+        index=_int(g.findtext("minor_number")),
+        bus_id=g.get("id"),
+        uuid=g.findtext("uuid"),
+        name=g.findtext("product_name"),
+        ecc_mode=g.findtext("ecc_mode/current_ecc"),
+        ecc={k: v for k, v in ecc.items() if v},
+        retired=retired,
+        retirement_pending=pending,
+        remapped=_remapped_rows(rr),
+        remap_pending=_yes(rr.findtext("remapped_row_pending")) if rr is not None else None,
+        remap_failure=_yes(rr.findtext("remapped_row_failure")) if rr is not None else None,
+        throttle=_throttle_reasons(g),
+        memory_used_mib=_int(fb.findtext("used")) if fb is not None else None,
+        memory_total_mib=_int(fb.findtext("total")) if fb is not None else None,
+        processes=[
+            {
+                "pid": _int(p.findtext("pid")),
+                "name": p.findtext("process_name"),
+                "used_mib": _int(p.findtext("used_memory")),
             }
-            pending = _yes(rp.findtext("pending_retirement"))
-        rr = g.find("remapped_rows")
-        throttle_node = g.find("clocks_event_reasons")
-        if throttle_node is None:
-            throttle_node = g.find("clocks_throttle_reasons")
-        throttle = []
-        for child in throttle_node if throttle_node is not None else []:
-            if _yes(child.text):
-                throttle.append(re.sub(r"^clocks_(?:event|throttle)_reason_", "", child.tag))
-        fb = g.find("fb_memory_usage")
-        out.append(
-            GpuHealth(
-                index=_int(g.findtext("minor_number")),
-                bus_id=g.get("id"),
-                uuid=g.findtext("uuid"),
-                name=g.findtext("product_name"),
-                ecc_mode=g.findtext("ecc_mode/current_ecc"),
-                ecc={k: v for k, v in ecc.items() if v},
-                retired=retired,
-                retirement_pending=pending,
-                remapped={
-                    "correctable": _int(rr.findtext("remapped_row_corr")),
-                    "uncorrectable": _int(rr.findtext("remapped_row_unc")),
-                }
-                if rr is not None
-                else {},
-                remap_pending=_yes(rr.findtext("remapped_row_pending")) if rr is not None else None,
-                remap_failure=_yes(rr.findtext("remapped_row_failure")) if rr is not None else None,
-                throttle=throttle,
-                memory_used_mib=_int(fb.findtext("used")) if fb is not None else None,
-                memory_total_mib=_int(fb.findtext("total")) if fb is not None else None,
-                processes=[
-                    {
-                        "pid": _int(p.findtext("pid")),
-                        "name": p.findtext("process_name"),
-                        "used_mib": _int(p.findtext("used_memory")),
-                    }
-                    for p in g.findall("processes/process_info")
-                ],
-            )
-        )
-    return out
+            for p in g.findall("processes/process_info")
+        ],
+    )
+
+
+def _retired_pages(rp: ET.Element | None) -> tuple[dict[str, int | None], bool | None]:
+    """Pages retired for single- and double-bit errors, and whether a retirement is pending (older
+    GPUs; remapped rows replaced it)."""
+    if rp is None:
+        return {}, None
+    retired = {
+        "single_bit": _int(rp.findtext("multiple_single_bit_retirement/retired_count")),
+        "double_bit": _int(rp.findtext("double_bit_retirement/retired_count")),
+    }
+    return retired, _yes(rp.findtext("pending_retirement"))
+
+
+def _remapped_rows(rr: ET.Element | None) -> dict[str, int | None]:
+    if rr is None:
+        return {}
+    return {
+        "correctable": _int(rr.findtext("remapped_row_corr")),
+        "uncorrectable": _int(rr.findtext("remapped_row_unc")),
+    }
+
+
+def _throttle_reasons(g: ET.Element) -> list[str]:
+    """The clock event reasons that are active, by their short name (older drivers call them
+    throttle reasons)."""
+    reasons = g.find("clocks_event_reasons")
+    if reasons is None:
+        reasons = g.find("clocks_throttle_reasons")
+    if reasons is None:
+        return []
+    return [
+        re.sub(r"^clocks_(?:event|throttle)_reason_", "", child.tag)
+        for child in reasons
+        if _yes(child.text)
+    ]
 
 
 @dataclass

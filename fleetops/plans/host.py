@@ -139,23 +139,23 @@ class CommandLine:
             port=word_port or self.port or host.port,
             connect_timeout=timeout,
         )
-        if self.identity_files:
-            if len(self.identity_files) > 1:
-                raise UnknownHost(
-                    f"-i names {len(self.identity_files)} keys; {host.name} is an inventory host, "
-                    "which logs in with one key: give one -i "
-                    "(a host outside the inventory tries each)"
-                )
-            # The inventory's passphrase was for its own key, not this one.
-            changed = replace(
-                changed,
-                identity_file=os.path.expanduser(self.identity_files[0]),
-                passphrase=None,
-                missing_secrets=tuple(
-                    m for m in host.missing_secrets if m[0] != "identity_passphrase"
-                ),
+        return self._with_key(changed) if self.identity_files else changed
+
+    def _with_key(self, host: Host) -> Host:
+        """An inventory host with the one key -i names instead of its own."""
+        if len(self.identity_files) > 1:
+            raise UnknownHost(
+                f"-i names {len(self.identity_files)} keys; {host.name} is an inventory host, "
+                "which logs in with one key: give one -i "
+                "(a host outside the inventory tries each)"
             )
-        return changed
+        # The inventory's passphrase was for its own key, not this one.
+        return replace(
+            host,
+            identity_file=os.path.expanduser(self.identity_files[0]),
+            passphrase=None,
+            missing_secrets=tuple(m for m in host.missing_secrets if m[0] != "identity_passphrase"),
+        )
 
 
 def join_target(user: str | None, name: str, port: int | None) -> str:

@@ -124,53 +124,58 @@ def _numbers(word: str, body: str) -> list[str]:
     """One bracket's numbers as written (`08-10/2` → 08 10), in the order written."""
     out: list[str] = []
     for element in body.split(","):
-        element = element.strip()
-        if not element:
-            raise RangeError(
-                f"host range {word!r}: an empty number between brackets or commas; {NOTATION}"
-            )
-        base, slash, step_text = element.partition("/")
-        if base.strip().startswith("-") or base.count("-") > 1:
-            raise RangeError(
-                f"host range {word!r}: {element!r} is a negative number, which names no host; "
-                f"{NOTATION}"
-            )
-        low, dash, high = (part.strip() for part in base.partition("-"))
-        high = high if dash else low
-        step_text = step_text.strip()
-        if not all(
-            part.isascii() and part.isdigit()
-            for part in (low, high, *([step_text] if slash else []))
-        ):
-            raise RangeError(
-                f"host range {word!r}: {element!r} is not "
-                f"a number or a range of numbers; {NOTATION}"
-            )
-        step = int(step_text) if slash else 1
-        if step != 1 and not dash:
-            raise RangeError(
-                f"host range {word!r}: {element!r} has a step but no range; write [1-16/2]"
-            )
-        if step < 1:
-            raise RangeError(f"host range {word!r}: {element!r} has a step below 1")
-        # NodeSet's rule: a high bound of zeros only (`[0-00]`) is not padded; a low one (`[00-10]`)
-        # is.
-        padded = (len(low) > 1 and low.startswith("0")) or (int(high) != 0 and high.startswith("0"))
-        if padded and len(low) != len(high):
-            raise RangeError(
-                f"host range {word!r}: {element!r} pads one bound and not the other (padding "
-                f"length mismatch): write both with the same width, [{low.zfill(len(high))}-"
-                f"{high.zfill(len(low))}]"
-            )
-        if int(high) < int(low):
-            raise RangeError(
-                f"host range {word!r}: {element!r} goes downwards; write [{high}-{low}]"
-            )
+        low, high, step = _bounds(word, element.strip())
         if len(out) + (int(high) - int(low)) // step + 1 > MAX_EXPANSION:
             raise RangeError(f"host range {word!r} names more than {MAX_EXPANSION} hosts")
         width = len(low) if len(low) > 1 and low.startswith("0") else 0
         out.extend(f"{n:0{width}d}" for n in range(int(low), int(high) + 1, step))
     return out
+
+
+def _bounds(word: str, element: str) -> tuple[str, str, int]:
+    """One element of a bracket (`08-10/2`, `7`), checked: its low and high bounds as written and
+    its step."""
+    if not element:
+        raise RangeError(
+            f"host range {word!r}: an empty number between brackets or commas; {NOTATION}"
+        )
+    base, slash, step_text = element.partition("/")
+    if base.strip().startswith("-") or base.count("-") > 1:
+        raise RangeError(
+            f"host range {word!r}: {element!r} is a negative number, which names no host; "
+            f"{NOTATION}"
+        )
+    low, dash, high = (part.strip() for part in base.partition("-"))
+    high = high if dash else low
+    step_text = step_text.strip()
+    numbers = (low, high, step_text) if slash else (low, high)
+    if not all(part.isascii() and part.isdigit() for part in numbers):
+        raise RangeError(
+            f"host range {word!r}: {element!r} is not a number or a range of numbers; {NOTATION}"
+        )
+    step = int(step_text) if slash else 1
+    if step != 1 and not dash:
+        raise RangeError(
+            f"host range {word!r}: {element!r} has a step but no range; write [1-16/2]"
+        )
+    if step < 1:
+        raise RangeError(f"host range {word!r}: {element!r} has a step below 1")
+    _check_widths_and_order(word, element, low, high)
+    return low, high, step
+
+
+def _check_widths_and_order(word: str, element: str, low: str, high: str) -> None:
+    """Both bounds padded alike, and the low one first."""
+    # NodeSet's rule: a high bound of zeros only (`[0-00]`) is not padded; a low one (`[00-10]`) is.
+    padded = (len(low) > 1 and low.startswith("0")) or (int(high) != 0 and high.startswith("0"))
+    if padded and len(low) != len(high):
+        raise RangeError(
+            f"host range {word!r}: {element!r} pads one bound and not the other (padding "
+            f"length mismatch): write both with the same width, [{low.zfill(len(high))}-"
+            f"{high.zfill(len(low))}]"
+        )
+    if int(high) < int(low):
+        raise RangeError(f"host range {word!r}: {element!r} goes downwards; write [{high}-{low}]")
 
 
 def _contiguous(numbers: list[str]) -> list[str]:
@@ -228,8 +233,23 @@ def fold(names: Iterable[str]) -> str:
             plain.append(name)
             continue
         found.setdefault((match["prefix"], match["suffix"]), []).append(match["num"])
-    # lab08 and lab10 belong together: a number without a leading zero fits any padding up to its
-    # length.
+    parts: list[tuple[tuple[int | str, ...], str]] = []
+    for (prefix, suffix, width), numbers in _by_width(found).items():
+        numbers = sorted(set(numbers))
+        first = f"{prefix}{numbers[0]:0{width}d}{suffix}"
+        if len(numbers) == 1:
+            parts.append((natural_key(first), first))
+        else:
+            parts.append(
+                (natural_key(first), f"{prefix}[{','.join(_runs(numbers, width))}]{suffix}")
+            )
+    parts.extend((natural_key(p), p) for p in plain)
+    return ",".join(text for _, text in sorted(parts))
+
+
+def _by_width(found: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str, int], list[int]]:
+    """The numbers of each prefix and suffix, grouped by the width they are padded to. lab08 and
+    lab10 belong together: a number without a leading zero fits any padding up to its length."""
     groups: dict[tuple[str, str, int], list[int]] = {}
     for (prefix, suffix), nums in found.items():
         widths = sorted({len(n) for n in nums if n.startswith("0") and len(n) > 1})
@@ -237,28 +257,23 @@ def fold(names: Iterable[str]) -> str:
             padded = n.startswith("0") and len(n) > 1
             width = len(n) if padded else max([w for w in widths if w <= len(n)], default=0)
             groups.setdefault((prefix, suffix, width), []).append(int(n))
-    parts: list[tuple[tuple[int | str, ...], str]] = []
-    for (prefix, suffix, width), numbers in groups.items():
-        numbers = sorted(set(numbers))
-        if len(numbers) == 1:
-            text = f"{prefix}{numbers[0]:0{width}d}{suffix}"
-            parts.append((natural_key(text), text))
+    return groups
+
+
+def _runs(numbers: list[int], width: int) -> list[str]:
+    """Sorted numbers as runs of consecutive ones: 1 2 3 7 → `01-03`, `07` (width 2)."""
+    runs: list[str] = []
+    start = prev = numbers[0]
+    for number in [*numbers[1:], None]:
+        if number is not None and number == prev + 1:
+            prev = number
             continue
-        runs: list[str] = []
-        start = prev = numbers[0]
-        for number in [*numbers[1:], None]:
-            if number is not None and number == prev + 1:
-                prev = number
-                continue
-            runs.append(
-                f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}"
-            )
-            if number is not None:
-                start = prev = number
-        text = f"{prefix}[{','.join(runs)}]{suffix}"
-        parts.append((natural_key(f"{prefix}{numbers[0]:0{width}d}{suffix}"), text))
-    parts.extend((natural_key(p), p) for p in plain)
-    return ",".join(text for _, text in sorted(parts))
+        runs.append(
+            f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}"
+        )
+        if number is not None:
+            start = prev = number
+    return runs
 
 
 def header(names: Iterable[str]) -> str:

@@ -169,40 +169,16 @@ class Inventory:
         term is a name, a glob (`lab0*`), `@group`, or any of those after `!` to exclude. With only
         exclusions, every host is a candidate. Raises UnknownHost for a term that names no inventory
         host or group (with a "did you mean"), and when nothing is left."""
-        include: list[str] = []
-        exclude: list[str] = []
-        for term in split_words(expr):
-            bare = term.lstrip("!").strip()
-            for name in hostrange.expand(bare) if hostrange.is_range(bare) else [bare]:
-                (exclude if term.startswith("!") else include).append(name)
+        include, exclude = _limit_terms(expr)
         if not include and not exclude:
             return list(hosts)
-
-        def selects(term: str, host: Host) -> bool:
-            if term.startswith("@"):
-                self._group(term)  # unknown group: an error, never a silent no-match
-                return any(fnmatch.fnmatchcase(g, term[1:]) for g in host.groups)
-            return fnmatch.fnmatchcase(host.name, term) or fnmatch.fnmatchcase(host.address, term)
-
         for term in include + exclude:
-            plain = not term.startswith("@") and not any(c in term for c in "*?[")
-            if (
-                plain
-                and term not in self.hosts
-                and not any(term in (h.name, h.address) for h in hosts)
-            ):
-                hint = did_you_mean(
-                    term, [*self.listed(), *(f"@{g}" for g in self.listed_groups())]
-                )
-                raise UnknownHost(
-                    f"--limit names unknown host {term!r}{hint} (known hosts: "
-                    f"{', '.join(self.listed()) or '(none)'})"
-                )
+            self._check_limit_term(term, hosts)
         chosen = [
             h
             for h in hosts
-            if (not include or any(selects(t, h) for t in include))
-            and not any(selects(t, h) for t in exclude)
+            if (not include or any(self._selects(t, h) for t in include))
+            and not any(self._selects(t, h) for t in exclude)
         ]
         if not chosen:
             raise UnknownHost(
@@ -210,6 +186,36 @@ class Inventory:
                 f"({', '.join(h.name for h in hosts) or 'none'})"
             )
         return chosen
+
+    def _selects(self, term: str, host: Host) -> bool:
+        """Whether one --limit term (a name, a glob, `@group`) selects `host`."""
+        if term.startswith("@"):
+            self._group(term)  # unknown group: an error, never a silent no-match
+            return any(fnmatch.fnmatchcase(g, term[1:]) for g in host.groups)
+        return fnmatch.fnmatchcase(host.name, term) or fnmatch.fnmatchcase(host.address, term)
+
+    def _check_limit_term(self, term: str, hosts: list[Host]) -> None:
+        """A plain name that names no host: UnknownHost, with a "did you mean"."""
+        if term.startswith("@") or any(c in term for c in "*?["):
+            return
+        if term in self.hosts or any(term in (h.name, h.address) for h in hosts):
+            return
+        hint = did_you_mean(term, [*self.listed(), *(f"@{g}" for g in self.listed_groups())])
+        raise UnknownHost(
+            f"--limit names unknown host {term!r}{hint} (known hosts: "
+            f"{', '.join(self.listed()) or '(none)'})"
+        )
+
+
+def _limit_terms(expr: str) -> tuple[list[str], list[str]]:
+    """--limit's terms, ranges expanded: those to include, those after `!` to exclude."""
+    include: list[str] = []
+    exclude: list[str] = []
+    for term in split_words(expr):
+        bare = term.lstrip("!").strip()
+        for name in hostrange.expand(bare) if hostrange.is_range(bare) else [bare]:
+            (exclude if term.startswith("!") else include).append(name)
+    return include, exclude
 
 
 def ssh_config_aliases(path: str | None = None) -> set[str]:

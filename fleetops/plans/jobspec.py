@@ -101,15 +101,7 @@ def _validate(name: str, spec: dict[str, Any], where: Mapping) -> None:
     if kind not in ("extract", "command"):
         raise _err(where, "kind", f"job {name!r}: kind must be 'extract' or 'command'")
     if kind == "command":
-        argv = spec.get("command")
-        if not (
-            isinstance(argv, list)
-            and argv
-            and all(isinstance(a, str) and "\0" not in a for a in argv)
-        ):
-            raise _err(
-                where, "command", f"job {name!r}: 'command' must be a list of argv words (no shell)"
-            )
+        _validate_command(name, spec, where)
     else:
         _validate_extract(name, spec, where)
     cwd = spec.get("cwd")
@@ -125,6 +117,22 @@ def _validate(name: str, spec: dict[str, Any], where: Mapping) -> None:
     _validate_env(name, spec, where)
     _validate_patterns(name, spec, where)
     _validate_gate(name, spec, where)
+    _validate_preflight(name, spec, where)
+
+
+def _validate_command(name: str, spec: dict[str, Any], where: Mapping) -> None:
+    """A command job's argv: words, no shell."""
+    argv = spec.get("command")
+    if not (
+        isinstance(argv, list) and argv and all(isinstance(a, str) and "\0" not in a for a in argv)
+    ):
+        raise _err(
+            where, "command", f"job {name!r}: 'command' must be a list of argv words (no shell)"
+        )
+
+
+def _validate_preflight(name: str, spec: dict[str, Any], where: Mapping) -> None:
+    """The check kinds run before the launch, each one that exists."""
     preflight = spec.get("preflight", DEFAULT_PREFLIGHT)
     if not isinstance(preflight, list) or not all(isinstance(k, str) for k in preflight):
         raise _err(
@@ -205,18 +213,20 @@ def _validate_extract(name: str, spec: dict[str, Any], where: Mapping) -> None:
             raise _err(
                 where, key, f"job {name!r}: {key!r} must be a path (no spaces, quotes or '..')"
             )
-    ids = spec["layer_ids"]
-    if not (
-        isinstance(ids, list)
-        and ids
-        and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
-    ):
+    if not _whole_numbers(spec["layer_ids"], least=0):
         raise _err(where, "layer_ids", f"job {name!r}: layer_ids must be a list of layer numbers")
     for key in ("tensor_parallel_size", "max_model_len", "batch_size", "limit"):
-        if key in spec and (
-            not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 1
-        ):
+        if key in spec and not _whole_numbers([spec[key]], least=1):
             raise _err(where, key, f"job {name!r}: {key!r} must be a positive integer")
+
+
+def _whole_numbers(values: object, least: int) -> bool:
+    """A non-empty list of whole numbers (not booleans), each `least` or more."""
+    return (
+        isinstance(values, list)
+        and bool(values)
+        and all(isinstance(i, int) and not isinstance(i, bool) and i >= least for i in values)
+    )
 
 
 def _validate_env(name: str, spec: dict[str, Any], where: Mapping) -> None:

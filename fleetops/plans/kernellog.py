@@ -352,53 +352,66 @@ def parse_ooms(lines: list[str], boot_time: float | None = None) -> OomReport:
     invoked oom-killer`, the memory report, `oom-kill:...,pid=N,...`, then `Out of memory: Killed
     process N`). Older kernels print `Kill process N (x) score S or sacrifice child` then `Killed
     process N (x) ...`."""
-    kills: dict[int, OomKill] = {}
-    order: list[int] = []
-    other: list[KernelLine] = []
-    pending_context: dict[int, tuple[dict[str, str], KernelLine]] = {}
-    invoker: tuple[str, KernelLine] | None = None
+    reader = _OomReader()
     for text in lines:
-        line = parse_line(text, boot_time)
-        msg = line.message
-        m = _INVOKED.search(msg)
-        if m:
-            invoker = (m.group(1).strip(), line)
-            continue
-        m = _CONTEXT.search(msg)
-        if m:
-            ctx = dict(part.split("=", 1) for part in m.group(1).split(",") if "=" in part)
-            if ctx.get("pid", "").isdigit():
-                kill = kills.get(int(ctx["pid"]))
-                if kill is None:  # the usual order: the context line comes before the kill line
-                    pending_context[int(ctx["pid"])] = (ctx, line)
-                else:
-                    _apply_context(kill, ctx, line)
-            continue
-        m = _KILLED.search(msg)
-        if m:
-            pid = int(m.group(2))
-            kill = kills.get(pid)
-            if kill is None:
-                kill = kills[pid] = OomKill(pid, m.group(3), cgroup_oom=False)
-                order.append(pid)
-            if m.group(1) and m.group(1).startswith("Memory cgroup"):
-                kill.cgroup_oom = True
-            for key, value in _KB.findall(m.group(4)):
-                kill.rss_kb[key] = int(value)
-            um = re.search(r"UID:(\d+)", m.group(4))
-            if um:
-                kill.uid = int(um.group(1))
-            if invoker is not None and kill.invoked_by is None:
-                kill.invoked_by = invoker[0]
-                kill.lines.insert(0, invoker[1])
-            pending = pending_context.pop(pid, None)
-            if pending is not None:
-                _apply_context(kill, *pending)
-            kill.lines.append(line)
-            continue
-        if _SLURM.search(msg) or "oom" in msg.lower():
-            other.append(line)
-    return OomReport([kills[p] for p in order], other)
+        reader.read(parse_line(text, boot_time))
+    return OomReport([reader.kills[p] for p in reader.order], reader.other)
+
+
+class _OomReader:
+    """One pass over the log: the kills in the order of their kill lines, context lines that wait
+    for their kill line, the last `invoked oom-killer` line, and the other OOM lines."""
+
+    def __init__(self) -> None:
+        self.kills: dict[int, OomKill] = {}
+        self.order: list[int] = []
+        self.other: list[KernelLine] = []
+        self.pending_context: dict[int, tuple[dict[str, str], KernelLine]] = {}
+        self.invoker: tuple[str, KernelLine] | None = None
+
+    def read(self, line: KernelLine) -> None:
+        handlers = ((_INVOKED, self._invoked), (_CONTEXT, self._context), (_KILLED, self._killed))
+        for pattern, handle in handlers:
+            m = pattern.search(line.message)
+            if m:
+                handle(m, line)
+                return
+        if _SLURM.search(line.message) or "oom" in line.message.lower():
+            self.other.append(line)
+
+    def _invoked(self, m: re.Match[str], line: KernelLine) -> None:
+        self.invoker = (m.group(1).strip(), line)
+
+    def _context(self, m: re.Match[str], line: KernelLine) -> None:
+        ctx = dict(part.split("=", 1) for part in m.group(1).split(",") if "=" in part)
+        if not ctx.get("pid", "").isdigit():
+            return
+        kill = self.kills.get(int(ctx["pid"]))
+        if kill is None:  # the usual order: the context line comes before the kill line
+            self.pending_context[int(ctx["pid"])] = (ctx, line)
+        else:
+            _apply_context(kill, ctx, line)
+
+    def _killed(self, m: re.Match[str], line: KernelLine) -> None:
+        pid = int(m.group(2))
+        kill = self.kills.get(pid)
+        if kill is None:
+            kill = self.kills[pid] = OomKill(pid, m.group(3), cgroup_oom=False)
+            self.order.append(pid)
+        if m.group(1) and m.group(1).startswith("Memory cgroup"):
+            kill.cgroup_oom = True
+        for key, value in _KB.findall(m.group(4)):
+            kill.rss_kb[key] = int(value)
+        um = re.search(r"UID:(\d+)", m.group(4))
+        if um:
+            kill.uid = int(um.group(1))
+        if self.invoker is not None and kill.invoked_by is None:
+            kill.invoked_by = self.invoker[0]
+            kill.lines.insert(0, self.invoker[1])
+        pending = self.pending_context.pop(pid, None)
+        if pending is not None:
+            _apply_context(kill, *pending)
+        kill.lines.append(line)
 
 
 def _apply_context(kill: OomKill, ctx: dict[str, str], line: KernelLine) -> None:

@@ -300,24 +300,37 @@ def lint_report(
     """The text `fab playbook.lint` prints, and its exit status (0 clean, 1 problems, 2 no such
     file)."""
     import json
+
+    rel, path = _playbook_path(root, playbook, default)
+    books = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
+    if not path.exists() or not books or not all(b.is_file() for b in books):
+        return f"{rel}: no such playbook (looked at {path}); name one with --playbook", 2
+    # a folder is a playbook set: each of its playbooks
+    problems = [p for book in books for p in lint(book)]
+    status = 1 if problems else 0
+    if as_json:
+        document = {
+            "playbook": str(path),
+            "ok": not problems,
+            "problems": [vars(x) for x in problems],
+        }
+        return json.dumps(document, indent=2), status
+    if not problems:
+        return "\n".join(
+            f"{book}: ok (schema, files, regexes, diffs, scripts)" for book in books
+        ), status
+    return "\n".join(
+        [str(x) for x in problems] + [f"{len(problems)} problems in {path.name}"]
+    ), status
+
+
+def _playbook_path(root: str | Path | None, playbook: str | None, default: str) -> tuple[str, Path]:
+    """The playbook (or set) as named, and where it is: --playbook, else $FLEETOPS_PLAYBOOK, else
+    the default; a relative name from the current directory, else from the project root."""
     import os
 
     rel = playbook or os.environ.get("FLEETOPS_PLAYBOOK") or default
     path = Path(rel) if Path(rel).is_absolute() else Path.cwd() / rel
     if not path.exists() and root is not None:
         path = Path(root) / rel
-    books = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
-    if not path.exists() or not books or not all(b.is_file() for b in books):
-        return f"{rel}: no such playbook (looked at {path}); name one with --playbook", 2
-    # a folder is a playbook set: each of its playbooks
-    problems = [p for book in books for p in lint(book)]
-    if as_json:
-        return json.dumps(
-            {"playbook": str(path), "ok": not problems, "problems": [vars(x) for x in problems]},
-            indent=2,
-        ), 1 if problems else 0
-    if not problems:
-        return "\n".join(
-            f"{book}: ok (schema, files, regexes, diffs, scripts)" for book in books
-        ), 0
-    return "\n".join([str(x) for x in problems] + [f"{len(problems)} problems in {path.name}"]), 1
+    return rel, path

@@ -97,14 +97,12 @@ def resolve(
             "which fleetops cannot check: give this host's "
             "`python:` as an absolute path",
         )
-    todo = [n for n in path.split("/")[::-1] if n not in ("", ".")]
+    # the names still to walk, the next one last
+    todo = _names_reversed(path)
     here = "/"
-    root = lstat("/")
-    if root is None:
-        return path, Untrusted("/", "cannot be read", "check the node's SFTP server")
-    problem = writers_problem("/", root, trusted, on_way=bool(todo), sticky_ok=bool(todo))
-    if problem:
-        return path, Untrusted("/", problem, _fix("/", root), root)
+    refused = _root_problem(lstat, trusted, on_way=bool(todo))
+    if refused is not None:
+        return path, refused
     links = 0
     while todo:
         name = todo.pop()
@@ -125,19 +123,43 @@ def resolve(
                 return full, refusal
             if target.startswith("/"):
                 here = "/"
-            todo.extend(n for n in target.split("/")[::-1] if n not in ("", "."))
+            todo.extend(_names_reversed(target))
             continue
         if last:
             return full, _final(full, entry, trusted)
-        if not stat.S_ISDIR(entry.mode):
-            return full, Untrusted(full, "is not a directory", "check this host's `python:`", entry)
-        problem = writers_problem(full, entry, trusted, on_way=True, sticky_ok=True)
-        if problem:
-            return full, Untrusted(full, problem, _fix(full, entry), entry)
+        refused = _on_the_way(full, entry, trusted)
+        if refused is not None:
+            return full, refused
         here = full
     return here, Untrusted(
         path, "names a directory, not an interpreter", "check this host's `python:`"
     )
+
+
+def _names_reversed(path: str) -> list[str]:
+    """A path's names, last first (`.` and empty ones left out)."""
+    return [n for n in path.split("/")[::-1] if n not in ("", ".")]
+
+
+def _root_problem(lstat: Lstat, trusted: frozenset[int], on_way: bool) -> Untrusted | None:
+    """/ itself, judged as the directories on the way are."""
+    root = lstat("/")
+    if root is None:
+        return Untrusted("/", "cannot be read", "check the node's SFTP server")
+    problem = writers_problem("/", root, trusted, on_way=on_way, sticky_ok=on_way)
+    if problem:
+        return Untrusted("/", problem, _fix("/", root), root)
+    return None
+
+
+def _on_the_way(path: str, entry: Entry, trusted: frozenset[int]) -> Untrusted | None:
+    """A component before the last: a directory only trusted users may write."""
+    if not stat.S_ISDIR(entry.mode):
+        return Untrusted(path, "is not a directory", "check this host's `python:`", entry)
+    problem = writers_problem(path, entry, trusted, on_way=True, sticky_ok=True)
+    if problem:
+        return Untrusted(path, problem, _fix(path, entry), entry)
+    return None
 
 
 def _link(

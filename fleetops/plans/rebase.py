@@ -108,49 +108,30 @@ def rebase_file(new_pristine: str, hunks: list[Hunk], max_fuzz: int = 2) -> File
     # (start, end) in the new file's lines → replacement
     edits: list[tuple[int, int, list[str]]] = []
     offset = 0
+    # lines before this one are taken by earlier hunks
     frozen = 0
     for i, h in enumerate(hunks):
-        old, new = h.old, h.new
         pre, suf = _context(h)
-        header_at = h.old_start - (1 if old else 0)
-        placed = None
-        for fuzz in range(0, max_fuzz + 1):
-            top, bottom = min(fuzz, pre), min(fuzz, suf)
-            if fuzz and top == 0 and bottom == 0:
-                break  # no context left to drop
-            block = old[top : len(old) - bottom]
-            at = _find(lines, block, header_at + offset + top, frozen)
-            if at is not None:
-                placed = (at - top, fuzz, top, bottom)
-                break
+        header_at = h.old_start - (1 if h.old else 0)
+        placed = _place(lines, h, header_at + offset, frozen, max_fuzz)
         if placed is None:
-            at_new = (
-                _find(lines, new, h.new_start - (1 if new else 0) + offset, frozen) if new else None
-            )
-            if at_new is not None:
-                offset = at_new - (h.new_start - (1 if new else 0))
-                frozen = at_new + len(new) - suf
-                outcomes.append(
-                    HunkOutcome(i, h.header, UPSTREAM, line=at_new + pre + 1, offset=offset)
-                )
+            at_new = _upstream_at(lines, h, offset, frozen)
+            if at_new is None:
+                shown = _conflict_view(lines, h, header_at + offset)
+                outcomes.append(HunkOutcome(i, h.header, CONFLICT, shown=shown))
                 continue
+            offset = at_new - (h.new_start - 1)
+            frozen = at_new + len(h.new) - suf
             outcomes.append(
-                HunkOutcome(
-                    i, h.header, CONFLICT, shown=_conflict_view(lines, h, header_at + offset)
-                )
+                HunkOutcome(i, h.header, UPSTREAM, line=at_new + pre + 1, offset=offset)
             )
             continue
         start, fuzz, top, bottom = placed
         offset = start - header_at
-        shown: list[str] = []
-        if fuzz:
-            for k in list(range(top)) + list(range(len(old) - bottom, len(old))):
-                found = lines[start + k] if 0 <= start + k < len(lines) else "<end of file>"
-                if found != old[k]:
-                    shown.append(f"line {start + k + 1}: diff's context {old[k]!r}")
-                    shown.append(f"{' ' * len(str(start + k + 1))}       new upstream   {found!r}")
-        change_from, change_to = start + pre, start + len(old) - suf
-        edits.append((change_from, change_to, [x + newline for x in new[pre : len(new) - suf]]))
+        shown = _fuzzed_context(lines, h.old, start, top, bottom)
+        change_from, change_to = start + pre, start + len(h.old) - suf
+        replacement = [x + newline for x in h.new[pre : len(h.new) - suf]]
+        edits.append((change_from, change_to, replacement))
         frozen = change_to
         state = FUZZ if fuzz else (OFFSET if offset else CLEAN)
         outcomes.append(
@@ -160,6 +141,49 @@ def rebase_file(new_pristine: str, hunks: list[Hunk], max_fuzz: int = 2) -> File
         )
     if any(not o.applied for o in outcomes):
         return FileRebase(outcomes, None)
+    return FileRebase(outcomes, _splice(raw, edits, newline))
+
+
+def _place(
+    lines: list[str], h: Hunk, expected: int, frozen: int, max_fuzz: int
+) -> tuple[int, int, int, int] | None:
+    """Where the hunk's old lines stand, dropping up to `max_fuzz` context lines at each end:
+    (start, fuzz, context lines dropped at the top, at the bottom)."""
+    pre, suf = _context(h)
+    for fuzz in range(0, max_fuzz + 1):
+        top, bottom = min(fuzz, pre), min(fuzz, suf)
+        if fuzz and top == 0 and bottom == 0:
+            return None  # no context left to drop
+        block = h.old[top : len(h.old) - bottom]
+        at = _find(lines, block, expected + top, frozen)
+        if at is not None:
+            return at - top, fuzz, top, bottom
+    return None
+
+
+def _upstream_at(lines: list[str], h: Hunk, offset: int, frozen: int) -> int | None:
+    """Where the hunk's new lines already stand: upstream made the change itself."""
+    if not h.new:
+        return None
+    return _find(lines, h.new, h.new_start - 1 + offset, frozen)
+
+
+def _fuzzed_context(
+    lines: list[str], old: list[str], start: int, top: int, bottom: int
+) -> list[str]:
+    """The context lines fuzz dropped that differ in the new file, each beside what it found."""
+    shown: list[str] = []
+    for k in list(range(top)) + list(range(len(old) - bottom, len(old))):
+        found = lines[start + k] if 0 <= start + k < len(lines) else "<end of file>"
+        if found != old[k]:
+            shown.append(f"line {start + k + 1}: diff's context {old[k]!r}")
+            shown.append(f"{' ' * len(str(start + k + 1))}       new upstream   {found!r}")
+    return shown
+
+
+def _splice(raw: list[str], edits: list[tuple[int, int, list[str]]], newline: str) -> str:
+    """The new file with each edit's lines replaced; a replaced last line without a newline keeps
+    going without one."""
     out: list[str] = []
     cursor = 0
     for start, end, replacement in edits:
@@ -170,18 +194,26 @@ def rebase_file(new_pristine: str, hunks: list[Hunk], max_fuzz: int = 2) -> File
         out.extend(replacement)
         cursor = end
     out.extend(raw[cursor:])
-    return FileRebase(outcomes, "".join(out))
+    return "".join(out)
 
 
-def _conflict_view(lines: list[str], h: Hunk, expected: int) -> list[str]:
-    """The hunk's old lines, and the new upstream lines where the file looks most like them."""
-    block = h.old
+def _likeliest(lines: list[str], block: list[str], expected: int) -> tuple[int, int]:
+    """The line where the file holds most of `block` (the nearest to `expected` of equals), and how
+    many of its lines are equal there."""
     n = len(block)
     best, score = max(0, min(expected, max(len(lines) - 1, 0))), -1
     for p in range(max(1, len(lines) - n + 1)):
         s = sum(1 for k in range(min(n, len(lines) - p)) if lines[p + k] == block[k])
         if s > score or (s == score and abs(p - expected) < abs(best - expected)):
             best, score = p, s
+    return best, score
+
+
+def _conflict_view(lines: list[str], h: Hunk, expected: int) -> list[str]:
+    """The hunk's old lines, and the new upstream lines where the file looks most like them."""
+    block = h.old
+    n = len(block)
+    best, score = _likeliest(lines, block, expected)
     shown = ["the diff expects (old lines):"]
     shown += [f"  - {x}" if tag == "-" else f"    {x}" for tag, x in h.lines if tag in " -"]
     lo, hi = max(best - 1, 0), min(best + n + 1, len(lines))

@@ -81,16 +81,24 @@ def _expand(path: Path, *, user: bool, depth: int, files: list[str]) -> str:
             patterns = shlex.split(match.group(2))
         except ValueError as exc:
             raise ConfigError(path, number, f"bad Include line: {exc}") from None
-        base = Path(os.path.expanduser("~/.ssh")) if user else SYSTEM_CONFIG.parent
-        for pattern in patterns:
-            full = os.path.expanduser(pattern)
-            full = full if os.path.isabs(full) else str(base / full)
-            # a pattern matching nothing is fine, as in ssh
-            for included in sorted(glob.glob(full)):
-                out.append(_expand(Path(included), user=user, depth=depth + 1, files=files))
+        for included in _included(patterns, user):
+            out.append(_expand(included, user=user, depth=depth + 1, files=files))
         if block:
             out.append(block)
     return "\n".join(out)
+
+
+def _included(patterns: list[str], user: bool) -> list[Path]:
+    """The files an Include line's patterns match, in order; a relative pattern is taken from
+    ~/.ssh in the user's configuration, from /etc/ssh in the system's. A pattern matching nothing
+    is fine, as in ssh."""
+    base = Path(os.path.expanduser("~/.ssh")) if user else SYSTEM_CONFIG.parent
+    files: list[Path] = []
+    for pattern in patterns:
+        full = os.path.expanduser(pattern)
+        full = full if os.path.isabs(full) else str(base / full)
+        files += [Path(included) for included in sorted(glob.glob(full))]
+    return files
 
 
 def host_aliases(text: str) -> set[str]:

@@ -60,7 +60,7 @@ def parse(text: str, path: str) -> list[FileDiff]:
     # Only "\n" ends a line (as for diff(1), patch(1) and the node's view of the file):
     # str.splitlines would also split at the form feeds and other separators real sources contain. A
     # CRLF diff's "\r" goes too.
-    lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
     if lines and lines[-1] == "":
         lines.pop()
     i = 0
@@ -79,12 +79,38 @@ def parse(text: str, path: str) -> list[FileDiff]:
             files[-1].hunks.append(hunk)
             continue
         i += 1  # git's "diff --git", "index ..." and free text between files are allowed
-    if not files or not any(f.hunks for f in files):
+    _check_every_file_has_hunks(files, path)
+    return files
+
+
+def _check_every_file_has_hunks(files: list[FileDiff], path: str) -> None:
+    if not any(f.hunks for f in files):
         raise ConfigError(path, None, "no hunks found: not a unified diff")
     for f in files:
         if not f.hunks:
             raise ConfigError(path, None, f"file {f.new_path!r} has no hunks")
-    return files
+
+
+def _hunk_body(
+    lines: list[str], i: int, old_count: int, new_count: int, path: str
+) -> tuple[list[tuple[str, str]], int]:
+    """A hunk's (tag, text) lines from line i on, until its header's counts of old and new lines
+    are reached; and the index after them."""
+    body: list[tuple[str, str]] = []
+    seen_old = seen_new = 0
+    while i < len(lines) and (seen_old < old_count or seen_new < new_count):
+        line = lines[i]
+        if line.startswith("\\"):  # "\ No newline at end of file"
+            i += 1
+            continue
+        tag = line[:1] if line else " "
+        if tag not in " -+":
+            raise ConfigError(path, i + 1, f"unexpected line in hunk: {line!r}")
+        body.append((tag, line[1:]))
+        seen_old += tag in " -"
+        seen_new += tag in " +"
+        i += 1
+    return body, i
 
 
 def _strip_path(raw: str) -> str:
@@ -98,23 +124,11 @@ def _parse_hunk(lines: list[str], i: int, path: str) -> tuple[Hunk, int]:
     old_start, old_count = int(m.group(1)), int(m.group(2) or 1)
     new_start, new_count = int(m.group(3)), int(m.group(4) or 1)
     header_line = i + 1
-    body: list[tuple[str, str]] = []
-    seen_old = seen_new = 0
-    i += 1
-    while i < len(lines) and (seen_old < old_count or seen_new < new_count):
-        line = lines[i]
-        if line.startswith("\\"):  # "\ No newline at end of file"
-            i += 1
-            continue
-        tag = line[:1] if line else " "
-        if tag not in " -+":
-            raise ConfigError(path, i + 1, f"unexpected line in hunk: {line!r}")
-        body.append((tag, line[1:]))
-        seen_old += tag in " -"
-        seen_new += tag in " +"
-        i += 1
+    body, i = _hunk_body(lines, i + 1, old_count, new_count, path)
     while i < len(lines) and lines[i].startswith("\\"):
         i += 1
+    seen_old = sum(1 for tag, _ in body if tag in " -")
+    seen_new = sum(1 for tag, _ in body if tag in " +")
     if seen_old != old_count or seen_new != new_count:
         raise ConfigError(
             path,

@@ -78,6 +78,14 @@ def verdict(pin: Pin, found: str | None, allow_prereleases: bool) -> tuple[bool,
     if version is None:
         ok = not len(ranged)  # only `===` clauses can hold for a string PEP 440 cannot read
         return ok, "" if ok else f"{found} is not a PEP 440 version"
+    return _in_range(ranged, version, found, allowed)
+
+
+def _in_range(
+    ranged: SpecifierSet, version: Version, found: str, allowed: bool
+) -> tuple[bool, str]:
+    """The version against the pin's range clauses; a pre-release the range would hold when
+    pre-releases are allowed says so."""
     if ranged.contains(version, prereleases=allowed):
         return True, ""
     if version.is_prerelease and ranged.contains(version, prereleases=True):

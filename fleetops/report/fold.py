@@ -248,36 +248,47 @@ def draw_all(
     draw: Callable[[Result], tuple[list[Line], dict | None]],
     who: dict[str, Identity],
 ) -> list[Drawn]:
-    out = []
-    for r in results:
-        lines, table = draw(r)
-        ident = who.get(r.host) or Identity(r.host)
-        folded = substitute(lines, ident)
-        table_key: tuple = ()
-        if table:
-            table_key = tuple(tuple(ident.replace(str(v)) for v in row) for row in table["rows"])
-        durations = [
-            float(m[1])
-            for line in folded
+    return [_drawn(r, draw, who.get(r.host) or Identity(r.host)) for r in results]
+
+
+def _drawn(
+    r: Result, draw: Callable[[Result], tuple[list[Line], dict | None]], ident: Identity
+) -> Drawn:
+    """One result drawn, with what it is grouped by: its lines with its own names as
+    placeholders and durations as {t}, its table likewise, its task, status and exit status."""
+    lines, table = draw(r)
+    folded = substitute(lines, ident)
+    table_key: tuple = ()
+    if table:
+        table_key = tuple(tuple(ident.replace(str(v)) for v in row) for row in table["rows"])
+    # `run`: same exit, one group
+    code = r.payload.exit_code if isinstance(r.payload, CommandOutput) else None
+    key = (r.task, r.status.value, code, _comparable(folded), table_key)
+    return Drawn(r, lines, table, folded, key, table_key, _durations(folded))
+
+
+def _durations(folded: list[Line]) -> list[float]:
+    """The durations said outside commands, in order: a group shows their span."""
+    return [
+        float(m[1])
+        for line in folded
+        for seg, style in line
+        if seg != LABEL and style != COMMAND
+        for m in DURATION.finditer(seg)
+    ]
+
+
+def _comparable(folded: list[Line]) -> tuple[str, ...]:
+    """The lines as compared between hosts. A command is compared as written: `sleep 5s` and
+    `sleep 6s` are two commands, not one duration."""
+    return tuple(
+        "".join(
+            seg if style == COMMAND else DURATION.sub("{t}s", seg)
             for seg, style in line
-            if seg != LABEL and style != COMMAND
-            for m in DURATION.finditer(seg)
-        ]
-        # A command is compared as written: `sleep 5s` and `sleep 6s` are two commands, not one
-        # duration.
-        text = tuple(
-            "".join(
-                seg if style == COMMAND else DURATION.sub("{t}s", seg)
-                for seg, style in line
-                if seg != LABEL
-            )
-            for line in folded
+            if seg != LABEL
         )
-        # `run`: same exit, one group
-        code = r.payload.exit_code if isinstance(r.payload, CommandOutput) else None
-        key = (r.task, r.status.value, code, text, table_key)
-        out.append(Drawn(r, lines, table, folded, key, table_key, durations))
-    return out
+        for line in folded
+    )
 
 
 def group(drawn: list[Drawn]) -> list[Group]:

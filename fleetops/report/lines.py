@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..redaction import shown
-from ..results import Next, Result, Severity, Status, shape_of
+from ..results import Item, Next, Result, Severity, Status, shape_of
 from ..results.adhoc import CommandOutput
 from ..results.checks import Verification
 from .fold import COMMAND, LABEL, Line, Segment
@@ -61,21 +61,52 @@ def _draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
         [host, *SEP, (r.task, ""), *SEP, (r.status.value, STYLE[r.status]), *SEP, (r.msg, "")]
     ]
     verify = shape_of(r) is Verification
-    # an ad-hoc command's output, each line prefixed with its host
-    if isinstance(r.payload, CommandOutput):
-        for text, mark in ((r.payload.stdout, ("|", "dim")), (r.payload.stderr, ("!", "red"))):
-            lines.extend([host, (" ", ""), mark, (" ", ""), (x, "")] for x in text.splitlines())
+    lines.extend(_command_output_lines(r, host))
     if verify and r.failed and not verbose and r.items:
         return _short_verify(lines, r), None
     table = r.table
+    # the table shows the ok items
+    items = [item for item in r.items if not (table and item.status is Status.OK)]
+    shown_items = [item for item in items if item.status is not Status.OK or verbose]
+    lines.extend(_item_lines(shown_items, verbose))
+    hidden = len(items) - len(shown_items)
+    if hidden and r.status is not Status.OK:  # an ok result's own line says it all
+        done = "passed" if verify else "ok"
+        lines.append([("    ", ""), (f"{hidden} {done}, not shown: -v shows them", "dim")])
+    lines.extend(_evidence_lines(r, verbose))
+    lines.extend(_node_notes(r))
+    lines.extend(_closing_lines(r))
+    return lines, table
+
+
+def _closing_lines(r: Result) -> list[Line]:
+    """The playbook a set chose, then what to do next: once per result, so once per folded
+    group; always last."""
+    lines: list[Line] = []
+    # from a playbook set, by the host's versions (tasks/registry.py)
+    if r.data.get("chosen_playbook"):
+        lines.append([("    ", ""), ("playbook:", "dim"), (f" {r.data['chosen_playbook']}", "")])
+    if r.next is not None:
+        lines.extend(next_lines(r.next, "    "))
+    return lines
+
+
+def _command_output_lines(r: Result, host: Segment) -> list[Line]:
+    """An ad-hoc command's output, each line prefixed with its host."""
+    if not isinstance(r.payload, CommandOutput):
+        return []
+    lines: list[Line] = []
+    for text, mark in ((r.payload.stdout, ("|", "dim")), (r.payload.stderr, ("!", "red"))):
+        lines.extend([host, (" ", ""), mark, (" ", ""), (x, "")] for x in text.splitlines())
+    return lines
+
+
+def _item_lines(items: list[Item], verbose: bool) -> list[Line]:
+    """Each item's line, its details and its next commands; what a kind of check proves is said
+    once, at its first item."""
+    lines: list[Line] = []
     scopes_shown: set[str] = set()
-    hidden = 0
-    for item in r.items:
-        if table and item.status is Status.OK:
-            continue  # the table shows it
-        if item.status is Status.OK and not verbose:
-            hidden += 1
-            continue
+    for item in items:
         verdict = item.details.get("verdict")  # a diagnose finding says its verdict word
         word = f"{verdict:<8}" if verdict else f"{item.status.value:<7}"
         lines.append(
@@ -86,26 +117,15 @@ def _draw(r: Result, verbose: bool) -> tuple[list[Line], dict | None]:
             ]
         )
         details = item.details
-        if details.get("proves") in scopes_shown:  # say once per kind what such a check proves
+        if details.get("proves") in scopes_shown:
             details = {k: v for k, v in details.items() if k not in ("proves", "cannot")}
         scopes_shown.add(item.details.get("proves", ""))
         lines.extend(
             [("            ", ""), (x, "dim")] for x in _item_detail_lines(details, verbose)
         )
-        if item.next is not None and (item.status is not Status.OK or verbose):
+        if item.next is not None:
             lines.extend(next_lines(item.next, "            "))
-    if hidden and r.status is not Status.OK:  # an ok result's own line says it all
-        done = "passed" if verify else "ok"
-        lines.append([("    ", ""), (f"{hidden} {done}, not shown: -v shows them", "dim")])
-    lines.extend(_evidence_lines(r, verbose))
-    lines.extend(_node_notes(r))
-    # from a playbook set, by the host's versions (tasks/registry.py)
-    if r.data.get("chosen_playbook"):
-        lines.append([("    ", ""), ("playbook:", "dim"), (f" {r.data['chosen_playbook']}", "")])
-    # what to do next: once per result, so once per folded group; always last
-    if r.next is not None:
-        lines.extend(next_lines(r.next, "    "))
-    return lines, table
+    return lines
 
 
 def _evidence_lines(r: Result, verbose: bool) -> list[Line]:
@@ -216,8 +236,23 @@ def _node_notes(r: Result) -> list[Line]:
 
 
 def _item_detail_lines(details: dict[str, Any], verbose: bool) -> list[str]:
+    out = _drift_lines(details.get("drift", []))
+    if details.get("diff_text") and details.get("show_diff"):
+        out.extend(details["diff_text"].rstrip("\n").splitlines())
+    out.extend(_item_evidence_lines(details))
+    if details.get("stderr_tail"):
+        out.append("stderr (last lines):")
+        out.extend("  " + x for x in details["stderr_tail"][-10:])
+    if details.get("proves"):
+        out.append(f"proves: {details['proves']}; cannot prove: {details['cannot']}")
+    out.extend(details.get("notes", []))
+    return out
+
+
+def _drift_lines(drifts: list[dict[str, Any]]) -> list[str]:
+    """Each drifted hunk, where it is and its first line that differs."""
     out: list[str] = []
-    for drift in details.get("drift", []):
+    for drift in drifts:
         if drift.get("hunk") is None:
             out.append(drift.get("message", ""))
             continue
@@ -229,31 +264,29 @@ def _item_detail_lines(details: dict[str, Any], verbose: bool) -> list[str]:
         if diff:
             out.append(f"  line {diff['line']}: expected {diff['expected']!r}")
             out.append(f"  {' ' * len(str(diff['line']))}       found    {diff['found']!r}")
-    if details.get("diff_text") and details.get("show_diff"):
-        out.extend(details["diff_text"].rstrip("\n").splitlines())
+    return out
+
+
+def _item_evidence_lines(details: dict[str, Any]) -> list[str]:
+    """The first EVIDENCE_SHOWN pieces of evidence, and how many more there are."""
     evidence = details.get("evidence", [])
+    out: list[str] = []
     for ev in evidence[:EVIDENCE_SHOWN]:
-        if isinstance(ev, dict):
-            if {"file", "line", "callee", "error"} <= set(ev):
-                out.append(
-                    f"{ev['file'].rsplit('/', 1)[-1]}:{ev['line']}: {ev['callee']}: {ev['error']}"
-                )
-            elif "line" in ev and "text" in ev:
-                out.append(f"line {ev['line']}: {ev['text']}")
-            else:
-                out.append(", ".join(f"{k}={v}" for k, v in ev.items()))
-        else:
-            out.extend(str(ev).splitlines()[-3:])
+        out.extend(_one_evidence(ev))
     # a grep counts lines past those it answers with
     total = max(len(evidence), details.get("matches") or 0)
     if total > EVIDENCE_SHOWN:
         kept = "all" if total == len(evidence) else f"the first {len(evidence)}"
         out.append(f"and {total - EVIDENCE_SHOWN} more (--json for {kept})")
-    if details.get("stderr_tail"):
-        out.append("stderr (last lines):")
-        out.extend("  " + x for x in details["stderr_tail"][-10:])
-    if details.get("proves"):
-        out.append(f"proves: {details['proves']}; cannot prove: {details['cannot']}")
-    for note in details.get("notes", []):
-        out.append(note)
     return out
+
+
+def _one_evidence(ev: object) -> list[str]:
+    """A call site's error, a line of a file, fields, or the last lines of a text."""
+    if not isinstance(ev, dict):
+        return str(ev).splitlines()[-3:]
+    if {"file", "line", "callee", "error"} <= set(ev):
+        return [f"{ev['file'].rsplit('/', 1)[-1]}:{ev['line']}: {ev['callee']}: {ev['error']}"]
+    if "line" in ev and "text" in ev:
+        return [f"line {ev['line']}: {ev['text']}"]
+    return [", ".join(f"{k}={v}" for k, v in ev.items())]

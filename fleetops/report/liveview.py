@@ -123,6 +123,17 @@ def state_counts(rows_by_host: dict[str, dict], started: float | None) -> Render
         if counts.get(state)
     ]
     lines = [text(f"[bold]fleet:[/] {len(rows)} hosts  " + "  ".join(parts) + since)]
+    slowest = _slowest(rows, now)
+    if slowest:
+        lines.append(text(f"[dim]slowest:[/] {slowest}"))
+    bad = [host for host, row in rows if row["state"] in ("failed", "unreachable")]
+    if bad:
+        lines.append(text(f"[bold red]failed so far:[/] {escape(fold_names(bad))}"))
+    return rich().Group(*lines)
+
+
+def _slowest(rows: list[tuple[str, dict]], now: float) -> str:
+    """The SLOWEST hosts still running a task, the longest first, with the task and its age."""
     running = sorted(
         (
             (now - row["task_since"], host, row["task"])
@@ -131,16 +142,4 @@ def state_counts(rows_by_host: dict[str, dict], started: float | None) -> Render
         ),
         reverse=True,
     )[:SLOWEST]
-    if running:
-        lines.append(
-            text(
-                "[dim]slowest:[/] "
-                + ", ".join(
-                    f"{escape(host)} {escape(task)} {age:.1f}s" for age, host, task in running
-                )
-            )
-        )
-    bad = [host for host, row in rows if row["state"] in ("failed", "unreachable")]
-    if bad:
-        lines.append(text(f"[bold red]failed so far:[/] {escape(fold_names(bad))}"))
-    return rich().Group(*lines)
+    return ", ".join(f"{escape(host)} {escape(task)} {age:.1f}s" for age, host, task in running)

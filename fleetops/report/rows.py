@@ -21,112 +21,115 @@ def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
     folded or cut, so a secret that holds its host's own name is masked whole before the name
     becomes {host}. Each table takes the results of its payload type (a host that never answered:
     the type its task declares)."""
-    sections: list[dict[str, Any]] = []
+    sections = [
+        _gpu_section(results, fold),
+        _facts_section(results, fold),
+        _diagnose_section(results, fold),
+    ]
+    return [section for section in sections if section is not None]
+
+
+def _gpu_row(r: Result) -> list[str]:
+    """host, verdict, GPUs by state."""
+    states: dict[str, int] = {}
+    for item in r.items:
+        state = item.details.get("state", "?")
+        states[state] = states.get(state, 0) + 1
+    # The verdict word (OK / WARN / CRITICAL / UNKNOWN); a host the gate never judged says its
+    # status.
+    verdict = r.payload.verdict if isinstance(r.payload, (GpuGate, AllocationGpus)) else None
+    word = verdict or r.status.value
+    counted = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+    return [r.host, shown(word), shown(counted or r.msg.removeprefix(f"{word}: "))]
+
+
+def _gpu_section(results: list[Result], fold: bool) -> dict[str, Any] | None:
     gpu = [r for r in results if shape_of(r) in (GpuGate, AllocationGpus)]
-    if len(gpu) > 1:
-        rows = []
-        for r in gpu:
-            states: dict[str, int] = {}
-            for item in r.items:
-                states[item.details.get("state", "?")] = (
-                    states.get(item.details.get("state", "?"), 0) + 1
-                )
-            # The verdict word (OK / WARN / CRITICAL / UNKNOWN); a host the gate never judged says
-            # its status.
-            verdict = (
-                r.payload.verdict if isinstance(r.payload, (GpuGate, AllocationGpus)) else None
-            )
-            word = verdict or r.status.value
-            rows.append(
-                [
-                    r.host,
-                    shown(word),
-                    shown(
-                        ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-                        or r.msg.removeprefix(f"{word}: ")
-                    ),
-                ]
-            )
-        if fold:
-            rows = [
-                [header(hosts), *row]
-                for row, hosts in _same(rows, lambda row: tuple(row[1:])).items()
-            ]
-        # Worst first, as diagnose's summary: a host not judged (unreachable, an error) is as
-        # unknown as UNKNOWN.
-        rows.sort(
-            key=lambda row: (
-                -(Severity.named(row[1]) or Severity.UNKNOWN).level,
-                natural_key(row[0]),
-            )
-        )
-        sections.append(
-            {
-                "title": "GPU fleet summary",
-                "columns": ["hosts" if fold else "host", "verdict", "GPUs"],
-                "rows": rows,
-            }
-        )
-    facts = [(r.host, r.payload) for r in results if isinstance(r.payload, Facts)]
-    if facts:
-        # One row per fact, one column per host (per group of hosts with the same facts, when
-        # folding).
-        columns = [
-            (host, [shown(str(v)) for v in payload.fact_row])
-            for host, payload in sorted(facts, key=lambda hp: natural_key(hp[0]))
-        ]
-        if fold:
-            columns = [
-                (header(hosts), list(row))
-                for row, hosts in _same(columns, lambda col: tuple(col[1])).items()
-            ]
-        rows, differ = [], []
-        for i, name in enumerate(FACT_COLUMNS):
-            values = [col[i] for _, col in columns]
-            rows.append([name, *values])
-            if len(set(values)) > 1:
-                differ.append(len(rows) - 1)
-        sections.append(
-            {
-                "title": "facts (rows that differ between hosts are highlighted)",
-                "columns": ["fact", *[name for name, _ in columns]],
-                "rows": rows,
-                "highlight_rows": differ,
-                "whole": True,
-            }
-        )
-    diag = [(r.host, r.payload.summary_row) for r in results if isinstance(r.payload, Diagnosis)]
-    if len(diag) > 1:
-        # One row per host (per group of hosts with the same worst finding, when folding), worst
-        # first.
+    if len(gpu) <= 1:
+        return None
+    rows = [_gpu_row(r) for r in gpu]
+    if fold:
         rows = [
-            [host, *(shown(str(c)) for c in (row.verdict, row.area, row.msg))] for host, row in diag
+            [header(hosts), *row] for row, hosts in _same(rows, lambda row: tuple(row[1:])).items()
         ]
-        if fold:  # the same finding on many hosts (their own name as {host} to compare) is one row
-            groups = _same(
-                rows, lambda row: tuple(str(c).replace(row[0], "{host}") for c in row[1:])
-            )
-            first = {row[0]: row for row in rows}
-            rows = [
-                [header(hosts), *first[hosts[0]][1:]]
-                if len(hosts) == 1
-                else [
-                    header(hosts),
-                    *(str(c).replace(hosts[0], "{host}") for c in first[hosts[0]][1:]),
-                ]
-                for hosts in groups.values()
-            ]
-        rows.sort(key=lambda row: (_worst_first(row[1]), natural_key(row[0])))
-        # No command here: a table cell would wrap it; each host's block ends with its next
-        # commands, whole.
-        sections.append(
-            {
-                "title": "diagnose: fleet summary (worst first)",
-                "columns": ["hosts" if fold else "host", "verdict", "what", "worst finding"],
-                "rows": rows,
-            }
+    # Worst first, as diagnose's summary: a host not judged (unreachable, an error) is as unknown
+    # as UNKNOWN.
+    rows.sort(
+        key=lambda row: (
+            -(Severity.named(row[1]) or Severity.UNKNOWN).level,
+            natural_key(row[0]),
         )
-    return sections
+    )
+    return {
+        "title": "GPU fleet summary",
+        "columns": ["hosts" if fold else "host", "verdict", "GPUs"],
+        "rows": rows,
+    }
+
+
+def _facts_section(results: list[Result], fold: bool) -> dict[str, Any] | None:
+    """One row per fact, one column per host (per group of hosts with the same facts, when
+    folding)."""
+    facts = [(r.host, r.payload) for r in results if isinstance(r.payload, Facts)]
+    if not facts:
+        return None
+    columns = [
+        (host, [shown(str(v)) for v in payload.fact_row])
+        for host, payload in sorted(facts, key=lambda hp: natural_key(hp[0]))
+    ]
+    if fold:
+        columns = [
+            (header(hosts), list(row))
+            for row, hosts in _same(columns, lambda col: tuple(col[1])).items()
+        ]
+    rows, differ = [], []
+    for i, name in enumerate(FACT_COLUMNS):
+        values = [col[i] for _, col in columns]
+        rows.append([name, *values])
+        if len(set(values)) > 1:
+            differ.append(len(rows) - 1)
+    return {
+        "title": "facts (rows that differ between hosts are highlighted)",
+        "columns": ["fact", *[name for name, _ in columns]],
+        "rows": rows,
+        "highlight_rows": differ,
+        "whole": True,
+    }
+
+
+def _fold_findings(rows: list[list[str]]) -> list[list[str]]:
+    """The same finding on many hosts is one row: each host's own name is {host} to compare them,
+    and in the row of a group."""
+    groups = _same(rows, lambda row: tuple(str(c).replace(row[0], "{host}") for c in row[1:]))
+    first = {row[0]: row for row in rows}
+    folded = []
+    for hosts in groups.values():
+        cells = first[hosts[0]][1:]
+        if len(hosts) > 1:
+            cells = [str(c).replace(hosts[0], "{host}") for c in cells]
+        folded.append([header(hosts), *cells])
+    return folded
+
+
+def _diagnose_section(results: list[Result], fold: bool) -> dict[str, Any] | None:
+    """One row per host (per group of hosts with the same worst finding, when folding), worst
+    first."""
+    diag = [(r.host, r.payload.summary_row) for r in results if isinstance(r.payload, Diagnosis)]
+    if len(diag) <= 1:
+        return None
+    rows = [
+        [host, *(shown(str(c)) for c in (row.verdict, row.area, row.msg))] for host, row in diag
+    ]
+    if fold:
+        rows = _fold_findings(rows)
+    rows.sort(key=lambda row: (_worst_first(row[1]), natural_key(row[0])))
+    # No command here: a table cell would wrap it; each host's block ends with its next commands,
+    # whole.
+    return {
+        "title": "diagnose: fleet summary (worst first)",
+        "columns": ["hosts" if fold else "host", "verdict", "what", "worst finding"],
+        "rows": rows,
+    }
 
 
 def _worst_first(word: object) -> int:

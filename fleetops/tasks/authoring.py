@@ -18,13 +18,13 @@ import shlex
 import shutil
 import tempfile
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ..plans.localpath import UnsafeName, safe_join, safe_join_relative
-from ..plans.playbook import MODULE, load_playbook
+from ..plans.playbook import MODULE, Patch, Playbook, load_playbook
 from ..plans.yamlsrc import ConfigError, Mapping, load_file
 from ..results import EXIT_FAILED, Evidence, Item, Result, Status
 from ..results.authoring import Captured, Rebased
@@ -61,30 +61,44 @@ def _checked_answer(answer: dict, asked: list[str]) -> tuple[list[dict], dict[st
                 f"not asked for (asked: {', '.join(asked)})"
             )
         seen.add(module)
-        if not isinstance(it.get("ok"), bool):
-            raise BadAnswer(f"module {module}: 'ok' is {it.get('ok')!r}")
-        if not it["ok"]:
-            if not isinstance(it.get("msg"), str):
-                raise BadAnswer(f"module {module}: refused without a reason")
-            continue
-        for key, kind in (("pristine", str), ("current", str), ("rel", str), ("changed", bool)):
-            if not isinstance(it.get(key), kind):
-                raise BadAnswer(
-                    f"module {module}: {key!r} is {type(it.get(key)).__name__}, not {kind.__name__}"
-                )
-        try:
-            safe_join_relative(PurePosixPath(), it["rel"], what="file")
-        except UnsafeName as exc:
-            raise BadAnswer(f"module {module}: {exc}") from None
-        if "dist" in it and not (isinstance(it["dist"], str) and PACKAGE.fullmatch(it["dist"])):
-            raise BadAnswer(f"module {module}: distribution {it['dist']!r} is not a package name")
-    versions = answer.get("versions", {})
+        _check_item(module, it)
+    return items, _checked_versions(answer.get("versions", {}))
+
+
+# The fields of a module the node captured, and their types.
+_CAPTURED_FIELDS = (("pristine", str), ("current", str), ("rel", str), ("changed", bool))
+
+
+def _check_item(module: str, it: dict) -> None:
+    """One module's answer: a refusal with its reason, or the captured texts, a safe relative
+    path and a package name."""
+    if not isinstance(it.get("ok"), bool):
+        raise BadAnswer(f"module {module}: 'ok' is {it.get('ok')!r}")
+    if not it["ok"]:
+        if not isinstance(it.get("msg"), str):
+            raise BadAnswer(f"module {module}: refused without a reason")
+        return
+    for key, kind in _CAPTURED_FIELDS:
+        if not isinstance(it.get(key), kind):
+            raise BadAnswer(
+                f"module {module}: {key!r} is {type(it.get(key)).__name__}, not {kind.__name__}"
+            )
+    try:
+        safe_join_relative(PurePosixPath(), it["rel"], what="file")
+    except UnsafeName as exc:
+        raise BadAnswer(f"module {module}: {exc}") from None
+    if "dist" in it and not (isinstance(it["dist"], str) and PACKAGE.fullmatch(it["dist"])):
+        raise BadAnswer(f"module {module}: distribution {it['dist']!r} is not a package name")
+
+
+def _checked_versions(versions: object) -> dict[str, str]:
+    """The answer's versions, each a version number (or None: not installed, left out)."""
     if not isinstance(versions, dict):
         raise BadAnswer(f"its versions are {type(versions).__name__}, not a mapping")
     for name, version in versions.items():
         if version is not None and not (isinstance(version, str) and VERSION.fullmatch(version)):
             raise BadAnswer(f"{name} version {version!r} is not a version number")
-    return items, {str(k): v for k, v in versions.items() if v}
+    return {str(k): v for k, v in versions.items() if v}
 
 
 def _bad_answer(host: str, task: str, exc: BadAnswer) -> Result:
@@ -285,8 +299,9 @@ def _write_capture(
     if path.exists():
         doc = load_file(path)
         existing_requires = [str(r) for r in doc.get("requires", []) or []]
-        for spec in doc.get("patches", []) or []:
-            entries.append({str(k): str(v) for k, v in spec.items()})
+        entries = [
+            {str(k): str(v) for k, v in spec.items()} for spec in doc.get("patches", []) or []
+        ]
     pin_names = list(
         dict.fromkeys(
             dists
@@ -295,6 +310,27 @@ def _write_capture(
         )
     )
     requires = authoring.pin_requires(existing_requires, versions, pin_names)
+    _write_diffs(path, diffs, names, entries)
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+        text = authoring.replace_top_block(
+            text, "requires", authoring.render_requires(requires), after="description"
+        )
+        text = authoring.replace_top_block(
+            text, "patches", authoring.render_patches(entries), after="requires"
+        )
+    else:
+        text = _new_capture_text(path, host, list(diffs), requires, entries)
+    _atomic(path, text)
+    load_playbook(path)  # what we wrote loads (a ConfigError here is a bug worth its file:line)
+    return requires
+
+
+def _write_diffs(
+    path: Path, diffs: dict[str, str], names: dict[str, str], entries: list[dict[str, str]]
+) -> None:
+    """Each module's diff beside the playbook (path.stem/), its patch entry made or pointed at it
+    (a script patch of that module becomes this diff)."""
     # all, before any write
     targets = {m: safe_join(path.parent, path.stem, names[m], what="diff name") for m in diffs}
     (path.parent / path.stem).mkdir(parents=True, exist_ok=True)
@@ -307,34 +343,31 @@ def _write_capture(
         else:
             entry.pop("script", None)
             entry["diff"] = rel
+
+
+def _new_capture_text(
+    path: Path, host: str, modules: list[str], requires: list[str], entries: list[dict[str, str]]
+) -> str:
+    """A new playbook for the captured diffs, saying where they come from and what to add."""
+    from ..plans import rebase as authoring
+
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-        text = authoring.replace_top_block(
-            text, "requires", authoring.render_requires(requires), after="description"
-        )
-        text = authoring.replace_top_block(
-            text, "patches", authoring.render_patches(entries), after="requires"
-        )
-    else:
-        header = [
-            f"Captured by `fab -H {host} capture` on {stamp}: each diff is the wheel's pristine "
-            f"file (sha256 checked against RECORD) against {host}'s edited file.",
-            "Add checks that prove the fix (grep, callsites, "
-            "probe), then: fab -H <lab node> patch verify -p "
-            f"{path.name}",
-        ]
-        text = authoring.new_playbook_text(
-            path.stem if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", path.stem) else "captured",
-            f"Captured from {host}: {', '.join(diffs)}",
-            header,
-            requires,
-            entries,
-            [e["module"] for e in entries],
-        )
-    _atomic(path, text)
-    load_playbook(path)  # what we wrote loads (a ConfigError here is a bug worth its file:line)
-    return requires
+    header = [
+        f"Captured by `fab -H {host} capture` on {stamp}: each diff is the wheel's pristine "
+        f"file (sha256 checked against RECORD) against {host}'s edited file.",
+        "Add checks that prove the fix (grep, callsites, "
+        "probe), then: fab -H <lab node> patch verify -p "
+        f"{path.name}",
+    ]
+    name = path.stem if re.fullmatch(r"[A-Za-z0-9._-]{1,100}", path.stem) else "captured"
+    return authoring.new_playbook_text(
+        name,
+        f"Captured from {host}: {', '.join(modules)}",
+        header,
+        requires,
+        entries,
+        [e["module"] for e in entries],
+    )
 
 
 def _atomic(path: Path, text: str) -> None:
@@ -360,8 +393,6 @@ def _rebase_plan(run: RunState, kwargs: dict) -> Plan:
 
 
 def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
-    from ..plans import rebase as authoring
-
     host = node.host.name
     book = plan.playbook
     assert book is not None
@@ -376,65 +407,11 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
             raise BadAnswer(f"no item for {', '.join(missing)}")
     except BadAnswer as exc:
         return _bad_answer(host, "rebase", exc)
-    items: list[Item] = []
-    # module → (diff name, rel, outcome)
-    files: dict[str, tuple[str, str, authoring.FileRebase]] = {}
-    counts: dict[str, int] = {}
-    scripts: list[tuple[str, Path]] = []
-    for patch in book.patches:
-        it = by_module[patch.module]
-        # a transform is not tied to line numbers: it goes to the candidate as it is
-        if patch.script:
-            scripts.append((patch.module, patch.diff_path))
-            items.append(
-                Item(
-                    patch.diff_path.name,
-                    Status.OK,
-                    "script patch: nothing to rebase; `patch --check` on "
-                    "this node shows what its transform does here",
-                )
-            )
-            continue
-        if not it["ok"]:
-            items.append(
-                Item(f"{patch.diff_path.name}", Status.FAILED, it["msg"], {"file": it.get("file")})
-            )
-            counts["refused"] = counts.get("refused", 0) + 1
-            continue
-        outcome = authoring.rebase_file(it["pristine"], patch.hunks, max_fuzz=plan.options["fuzz"])
-        files[patch.module] = (patch.diff_path.name, it["rel"], outcome)
-        for h in outcome.hunks:
-            counts[h.state] = counts.get(h.state, 0) + 1
-            status = {authoring.CLEAN: Status.OK, authoring.CONFLICT: Status.FAILED}.get(
-                h.state, Status.CHANGED
-            )
-            items.append(
-                Item(
-                    f"{patch.diff_path.name} hunk {h.index + 1} {h.header.split(' @@')[0]} @@",
-                    status,
-                    h.describe(),
-                    {"notes": h.shown} if h.shown else {},
-                )
-            )
+    rebased = _rebase_patches(book, by_module, plan.options["fuzz"])
+    items = rebased.items
     onto = ", ".join(f"{k} {v}" for k, v in versions.items())
-    summary = ", ".join(f"{n} {state}" for state, n in counts.items())
-    data = Rebased(
-        versions,
-        counts,
-        [
-            {
-                "diff": f,
-                "hunk": h.index + 1,
-                "state": h.state,
-                "line": h.line,
-                "offset": h.offset,
-                "fuzz": h.fuzz,
-                "shown": h.shown,
-            }
-            for f, _, o in files.values()
-            for h in o.hunks
-        ],
-    )
+    summary = ", ".join(f"{n} {state}" for state, n in rebased.counts.items())
+    data = Rebased(versions, rebased.counts, rebased.records())
     if any(i.status is Status.FAILED for i in items):
         result = Result(
             host,
@@ -448,21 +425,24 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
         )
         result.evidence = evidence
         return result
-    verdict = _candidate_checks(book, files, node)
+    verdict = _candidate_checks(book, rebased.files, node)
     items += verdict.items
     data = replace(data, checks=verdict.data)
     try:
         with plan.options["lock"]:
             out, review = _write_candidate(
-                book, plan.options["out"], files, by_module, host, versions, scripts
+                book, plan.options["out"], rebased.files, by_module, host, versions, rebased.scripts
             )
     except UnsafeName as exc:
+        why = (
+            f"the node's answer names a file outside {book.path.parent}/ ({exc}); pass --out FILE "
+            "to name it yourself"
+        )
         return Result(
             host,
             "rebase",
             Status.FAILED,
-            f"{book.name}: no candidate written: the node's answer names a "
-            f"file outside {book.path.parent}/ ({exc}); pass --out FILE to name it yourself",
+            f"{book.name}: no candidate written: {why}",
             items,
             code=EXIT_FAILED,
             payload=data,
@@ -479,16 +459,105 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
         )
     data = replace(data, candidate=str(out), review=review)
     items += _pin_offers(load_playbook(out).requires, out.name)
-    if review:
-        items.append(
+    items += _review_items(book.requires, out, review, onto)
+    return _candidate_result(host, f"{book.name} onto {onto}: {summary}", verdict, out, items, data)
+
+
+@dataclass
+class _Rebasing:
+    """What rebasing each patch of a playbook gave: its items, each diff's outcome by module (diff
+    name, rel, outcome), how many hunks ended in each state, and the script patches (they go to
+    the candidate as they are)."""
+
+    items: list[Item] = field(default_factory=list)
+    files: dict[str, tuple[str, str, authoring.FileRebase]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    scripts: list[tuple[str, Path]] = field(default_factory=list)
+
+    def count(self, state: str) -> None:
+        self.counts[state] = self.counts.get(state, 0) + 1
+
+    def records(self) -> list[dict]:
+        """Each hunk's outcome, as --json shows it."""
+        return [
+            {
+                "diff": f,
+                "hunk": h.index + 1,
+                "state": h.state,
+                "line": h.line,
+                "offset": h.offset,
+                "fuzz": h.fuzz,
+                "shown": h.shown,
+            }
+            for f, _, o in self.files.values()
+            for h in o.hunks
+        ]
+
+
+def _rebase_patches(book: Playbook, by_module: dict[str, dict], fuzz: int) -> _Rebasing:
+    """Each diff of the playbook against the node's new pristine file."""
+    rebased = _Rebasing()
+    for patch in book.patches:
+        it = by_module[patch.module]
+        name = patch.diff_path.name
+        # a transform is not tied to line numbers: it goes to the candidate as it is
+        if patch.script:
+            rebased.scripts.append((patch.module, patch.diff_path))
+            rebased.items.append(
+                Item(
+                    name,
+                    Status.OK,
+                    "script patch: nothing to rebase; `patch --check` on "
+                    "this node shows what its transform does here",
+                )
+            )
+        elif not it["ok"]:
+            rebased.items.append(Item(name, Status.FAILED, it["msg"], {"file": it.get("file")}))
+            rebased.count("refused")
+        else:
+            _rebase_diff(rebased, patch, it, fuzz)
+    return rebased
+
+
+def _rebase_diff(rebased: _Rebasing, patch: Patch, it: dict, fuzz: int) -> None:
+    """One diff's hunks against its module's new pristine text: an item per hunk."""
+    from ..plans import rebase as authoring
+
+    name = patch.diff_path.name
+    outcome = authoring.rebase_file(it["pristine"], patch.hunks, max_fuzz=fuzz)
+    rebased.files[patch.module] = (name, it["rel"], outcome)
+    status_of = {authoring.CLEAN: Status.OK, authoring.CONFLICT: Status.FAILED}
+    for h in outcome.hunks:
+        rebased.count(h.state)
+        rebased.items.append(
             Item(
-                "text to review",
-                Status.CHANGED,
-                f"{len(review)} places in {out.name} still describe "
-                f"{', '.join(book.requires)}: rewrite them for {onto}",
-                {"evidence": review},
+                f"{name} hunk {h.index + 1} {h.header.split(' @@')[0]} @@",
+                status_of.get(h.state, Status.CHANGED),
+                h.describe(),
+                {"notes": h.shown} if h.shown else {},
             )
         )
+
+
+def _review_items(requires: list[str], out: Path, review: list, onto: str) -> list[Item]:
+    """The places in the candidate's text that still name the old versions."""
+    if not review:
+        return []
+    return [
+        Item(
+            "text to review",
+            Status.CHANGED,
+            f"{len(review)} places in {out.name} still describe "
+            f"{', '.join(requires)}: rewrite them for {onto}",
+            {"evidence": review},
+        )
+    ]
+
+
+def _candidate_result(
+    host: str, said: str, verdict: _Verdict, out: Path, items: list[Item], data: Rebased
+) -> Result:
+    """The candidate written: clean, or not clean with the round to make it so."""
     rel = shlex.quote(os.path.relpath(out))
     prove = f"fab -H {shlex.quote(host)} patch verify -p {rel}"
     if verdict.clean:
@@ -496,8 +565,8 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
             host,
             "rebase",
             Status.CHANGED,
-            f"{book.name} onto {onto}: {summary}, {verdict.summary}; clean;"
-            f" candidate {out.name} written: prove it with {prove}",
+            f"{said}, {verdict.summary}; clean; candidate {out.name} written: prove it with "
+            f"{prove}",
             items,
             payload=data,
         )
@@ -505,7 +574,7 @@ def _run_rebase(run: RunState, plan: Plan, node: Connector) -> Result:
         host,
         "rebase",
         Status.FAILED,
-        f"{book.name} onto {onto}: {summary}; hunks clean, {verdict.summary}; candidate "
+        f"{said}; hunks clean, {verdict.summary}; candidate "
         f"{out.name} written, not clean: on a lab node with these versions patch with it (fab -H "
         f"{shlex.quote(host)} patch -p {rel}), fix those calls in the node's files, capture them "
         f"(fab -H {shlex.quote(host)} capture --module M -p {rel}), then {prove}",
@@ -565,27 +634,30 @@ def _candidate_checks(book, files: dict, node: Connector) -> _Verdict:
         verdict.evidence = evidence
         return verdict
     for raw in answer.get("items") or []:
-        verdict.data.append({k: raw.get(k) for k in ("name", "kind", "ok", "msg", "evidence")})
-        # import noise
-        shown = ("evidence",) if raw["kind"] == "callsites" else ("evidence", "stderr_tail")
-        details = {k: raw[k] for k in shown if raw.get(k) and not raw.get("ok")}
-        verdict.items.append(
-            Item(
-                f"candidate {raw['name']} [{raw['kind']}]",
-                Status.OK if raw.get("ok") else Status.FAILED,
-                raw.get("msg", ""),
-                details,
-            )
-        )
-        if raw.get("ok"):
-            continue
-        if raw["kind"] == "callsites":
-            verdict.calls += [_call(e) for e in raw.get("evidence") or []]
-        else:
-            verdict.problems.append(
-                f"the {raw['kind']} {raw['name']} fails (its line below says how)"
-            )
+        _add_candidate_check(verdict, raw)
     return verdict
+
+
+def _add_candidate_check(verdict: _Verdict, raw: dict) -> None:
+    """One check's answer on the candidate: its item, and the calls or problem it found."""
+    verdict.data.append({k: raw.get(k) for k in ("name", "kind", "ok", "msg", "evidence")})
+    # import noise
+    shown = ("evidence",) if raw["kind"] == "callsites" else ("evidence", "stderr_tail")
+    details = {k: raw[k] for k in shown if raw.get(k) and not raw.get("ok")}
+    verdict.items.append(
+        Item(
+            f"candidate {raw['name']} [{raw['kind']}]",
+            Status.OK if raw.get("ok") else Status.FAILED,
+            raw.get("msg", ""),
+            details,
+        )
+    )
+    if raw.get("ok"):
+        return
+    if raw["kind"] == "callsites":
+        verdict.calls += [_call(e) for e in raw.get("evidence") or []]
+    else:
+        verdict.problems.append(f"the {raw['kind']} {raw['name']} fails (its line below says how)")
 
 
 def _call(entry: object) -> str:

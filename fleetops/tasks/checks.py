@@ -40,21 +40,7 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
     if answer.get("error"):
         return agent_error(host, "verify", answer, with_kind=True)
     answer = judged_checks(answer, bool(plan.playbook and plan.playbook.allow_prereleases))
-    items = []
-    for raw in answer["items"]:
-        keys: tuple[str, ...] = (
-            "evidence",
-            "matches",
-            "proves",
-            "cannot",
-            "file",
-            "details",
-            "seconds",
-        )
-        keys += () if raw["ok"] else ("stderr_tail",)
-        details = {k: raw[k] for k in keys if raw.get(k)}
-        label = f"{raw['name']} [{raw['kind']}]"
-        items.append(Item(label, Status.OK if raw["ok"] else Status.FAILED, raw["msg"], details))
+    items = [_check_item(raw) for raw in answer["items"]]
     passed = sum(1 for i in items if i.status is Status.OK)
     status = Status.OK if passed == len(items) else Status.FAILED
     msg = f"{passed}/{len(items)} checks passed"
@@ -62,11 +48,9 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
     if answer.get("disagreement"):
         msg += f"; {answer['disagreement']}"
     warnings = unmet_warnings(answer.get("dists"))
-    nxt = (
-        _verify_next(host, plan, [raw for raw in answer["items"] if not raw["ok"]])
-        if status is Status.FAILED
-        else None
-    )
+    nxt = None
+    if status is Status.FAILED:
+        nxt = _verify_next(host, plan, [raw for raw in answer["items"] if not raw["ok"]])
     return Result(
         host,
         "verify",
@@ -76,6 +60,17 @@ def _interpret_verify(host: str, plan: Plan, answer: dict) -> Result:
         data={"node_warnings": warnings} if warnings else {},
         payload=Verification(plan.playbook.name if plan.playbook else None, nxt),
     )
+
+
+# What a check's item carries of the node's answer; a failing one also its stderr's last lines.
+_CHECK_DETAILS = ("evidence", "matches", "proves", "cannot", "file", "details", "seconds")
+
+
+def _check_item(raw: dict) -> Item:
+    keys = _CHECK_DETAILS if raw["ok"] else (*_CHECK_DETAILS, "stderr_tail")
+    details = {k: raw[k] for k in keys if raw.get(k)}
+    label = f"{raw['name']} [{raw['kind']}]"
+    return Item(label, Status.OK if raw["ok"] else Status.FAILED, raw["msg"], details)
 
 
 def _verify_next(host: str, plan: Plan, failing: list[dict]) -> Next:

@@ -149,7 +149,6 @@ def _local_for(entry: dict, folder: Path) -> Path:
 
 
 def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_size: int) -> Item:
-    host = node.host.name
     label = entry.get("requested") or entry.get("path") or "?"
     if entry.get("error"):
         error = str(entry["error"])
@@ -164,7 +163,27 @@ def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_si
         final = _local_for(entry, folder)
     except (UnsafeName, AttributeError) as exc:
         return Item(label, Status.FAILED, f"the node proposed an unsafe {exc}; refused")
+    refused = _size_refusal(label, entry, max_size)
+    if refused is not None:
+        return refused
+    size, want = entry["size"], entry["sha256"]
+    details = {"remote": entry["path"], "local": str(final), "bytes": size, "sha256": want}
+    there = _already_there(label, folder, final, details)
+    if there is not None:
+        return there
+    final.parent.mkdir(parents=True, exist_ok=True)
     part = final.with_name(final.name + PART)
+    if final.is_symlink():
+        return Item(label, Status.FAILED, f"{final} is a symlink; refusing to write through it")
+    if part.is_symlink() or (part.exists() and not part.is_file()):
+        return Item(
+            label, Status.FAILED, f"{part} is not a plain file; remove it and run fetch again"
+        )
+    return _download(run, node, label, part, final, details)
+
+
+def _size_refusal(label: str, entry: dict, max_size: int) -> Item | None:
+    """A size and a hash the node gave that are not that, or a file over --max-size: refused."""
     size, want = entry.get("size"), entry.get("sha256")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(want, str):
         return Item(
@@ -181,14 +200,19 @@ def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_si
             f"without asking; nothing downloaded (raise it: --max-size {-(-size // 1024**3)}G)",
             {"remote": entry.get("path"), "bytes": size, "max_size": max_size},
         )
-    details = {"remote": entry["path"], "local": str(final), "bytes": size, "sha256": want}
+    return None
+
+
+def _already_there(label: str, folder: Path, final: Path, details: dict) -> Item | None:
+    """A symlink on the way to the file (refused), or the file already fetched, whole."""
     link = _symlink_between(folder, final)
     if link is not None:
         return Item(label, Status.FAILED, f"{link} is a symlink; refusing to write through it")
+    want = details["sha256"]
     if (
         final.is_file()
         and not final.is_symlink()
-        and final.stat().st_size == size
+        and final.stat().st_size == details["bytes"]
         and sha256_file(final) == want
     ):
         return Item(
@@ -197,13 +221,15 @@ def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_si
             f"already fetched: {final} has the same sha256 ({want[:16]}...); nothing to do",
             {**details, "fetched_bytes": 0},
         )
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if final.is_symlink():
-        return Item(label, Status.FAILED, f"{final} is a symlink; refusing to write through it")
-    if part.is_symlink() or (part.exists() and not part.is_file()):
-        return Item(
-            label, Status.FAILED, f"{part} is not a plain file; remove it and run fetch again"
-        )
+    return None
+
+
+def _download(
+    run: RunState, node: Connector, label: str, part: Path, final: Path, details: dict
+) -> Item:
+    """The file into `part`, resumed from what is there, checked against the node's sha256, then
+    renamed to `final`."""
+    size, want = details["bytes"], details["sha256"]
     if not part.exists():  # what comes off a node (logs, data) is the operator's alone to read
         os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     offset = part.stat().st_size
@@ -211,14 +237,14 @@ def _fetch_one(run: RunState, node: Connector, entry: dict, folder: Path, max_si
         offset = 0  # the node's file is shorter than our partial copy: it is another file now
     resumed_from = offset
     for attempt in (1, 2):
-        fetched = _copy(run, node, entry["path"], label, part, offset, size)
+        fetched = _copy(run, node, details["remote"], label, part, offset, size)
         got = sha256_file(part)
         if got == want:
             break
         if attempt == 1 and offset > 0:  # the partial copy was of other bytes: start over once
             run.reporter.note(
-                f"{host} | {label}: the partial copy did not match the node's file; downloading it "
-                "again from byte 0"
+                f"{node.host.name} | {label}: the partial copy did not match the node's file; "
+                "downloading it again from byte 0"
             )
             offset = resumed_from = 0
             continue
@@ -278,21 +304,9 @@ def run_fetch(run: RunState, plan: Plan, node: Connector) -> Result:
         return agent_error(host, "fetch", answer)
     folder = Path(plan.options["dest"]) / _host_folder(host)
     max_size = plan.options["max_size"]
-    items: list[Item] = []
     files: list[dict] = []
-    # a fetched directory (its local name) -> its files, in the node's order
-    groups: dict[str, list[dict]] = {}
     try:
-        for entry in answer["files"]:
-            where = entry.get("dir")
-            if isinstance(where, dict):
-                groups.setdefault(str(where.get("local")), []).append(entry)
-                continue
-            item = _fetch_one(run, node, entry, folder, max_size)
-            items.append(item)
-            files.append(_record(item))
-        for group in groups.values():
-            items += fetch_dir(run, node, group, folder, max_size, files)
+        items = _fetch_entries(run, node, answer["files"], folder, max_size, files)
     except Stopped as stop:
         return _stopped(host, plan, stop, files, len(answer["files"]), folder)
     items += [Item("note", Status.OK, n) for n in answer.get("notes", [])]
@@ -315,13 +329,37 @@ def run_fetch(run: RunState, plan: Plan, node: Connector) -> Result:
             code=EXIT_FAILED,
             payload=fetched,
         )
-    status = Status.CHANGED if changed else Status.OK
-    msg = (
-        f"fetched {len(changed)} of {len(files)} files{job} into {folder}"
-        if changed
-        else f"all {len(files)} files{job} already in {folder} with matching sha256; nothing to do"
-    )
-    return Result(host, "fetch", status, msg, items, payload=fetched)
+    if not changed:
+        msg = f"all {len(files)} files{job} already in {folder} with matching sha256; nothing to do"
+        return Result(host, "fetch", Status.OK, msg, items, payload=fetched)
+    msg = f"fetched {len(changed)} of {len(files)} files{job} into {folder}"
+    return Result(host, "fetch", Status.CHANGED, msg, items, payload=fetched)
+
+
+def _fetch_entries(
+    run: RunState,
+    node: Connector,
+    entries: list[dict],
+    folder: Path,
+    max_size: int,
+    files: list[dict],
+) -> list[Item]:
+    """Each file the node planned, then each directory's files; `files` gets each one's record as
+    it is done, so a Ctrl-C (Stopped) leaves the list of those fetched so far."""
+    items: list[Item] = []
+    # a fetched directory (its local name) -> its files, in the node's order
+    groups: dict[str, list[dict]] = {}
+    for entry in entries:
+        where = entry.get("dir")
+        if isinstance(where, dict):
+            groups.setdefault(str(where.get("local")), []).append(entry)
+            continue
+        item = _fetch_one(run, node, entry, folder, max_size)
+        items.append(item)
+        files.append(_record(item))
+    for group in groups.values():
+        items += fetch_dir(run, node, group, folder, max_size, files)
+    return items
 
 
 def fetch_dir(

@@ -37,6 +37,7 @@ from .declare import HELP_PLAYBOOK, JSON, HostTask, Option
 from .plan import Plan, agent_error, drained
 
 if TYPE_CHECKING:
+    from ..plans.host import Host
     from ..state import RunState
 
 
@@ -174,6 +175,34 @@ def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: Transp
         "payload": Interrupted(),
         "evidence": lost.evidence,
     }
+    try:
+        answer = _ask_settled(run, plan, host, token)
+    except Exception as exc:  # whatever it is, the outcome stays unknown and is said so
+        return Result(
+            host.name,
+            plan.op,
+            Status.FAILED,
+            "interrupted (Ctrl-C) while the node was working on the set, and asking it "
+            f"afterwards what each file is failed ({exc}); what {host.name} ended with is "
+            f"unknown: see it with fab -H {host.name} {plan.op} --check",
+            **interrupted,
+        )
+    if answer.get("error") or "settled" not in answer:
+        return Result(
+            host.name,
+            plan.op,
+            Status.FAILED,
+            f"interrupted (Ctrl-C) while the node was working on the set; what {host.name} ended "
+            f"with is unknown ({answer.get('error') or 'the node did not say'}): see it with fab "
+            f"-H {host.name} {plan.op} --check",
+            **interrupted,
+        )
+    return _settled(host.name, plan, answer, lost)
+
+
+def _ask_settled(run: RunState, plan: Plan, host: Host, token: str) -> dict[str, Any]:
+    """The node's answer to "what is each file now, and how did the set with `token` end", within
+    SETTLE_S."""
     pool = run.connections()
     asker = pool.factory(host, pool.inventory)
     # closing it ends a connect or a read in progress
@@ -192,29 +221,15 @@ def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: Transp
             },
             timeout=SETTLE_S,
         )
-    except Exception as exc:  # whatever it is, the outcome stays unknown and is said so
-        return Result(
-            host.name,
-            plan.op,
-            Status.FAILED,
-            "interrupted (Ctrl-C) while the node was working on the set, and asking it "
-            f"afterwards what each file is failed ({exc}); what {host.name} ended with is "
-            f"unknown: see it with fab -H {host.name} {plan.op} --check",
-            **interrupted,
-        )
     finally:
         timer.cancel()
         asker.close()
-    if answer.get("error") or "settled" not in answer:
-        return Result(
-            host.name,
-            plan.op,
-            Status.FAILED,
-            f"interrupted (Ctrl-C) while the node was working on the set; what {host.name} ended "
-            f"with is unknown ({answer.get('error') or 'the node did not say'}): see it with fab "
-            f"-H {host.name} {plan.op} --check",
-            **interrupted,
-        )
+    return answer
+
+
+def _settled(name: str, plan: Plan, answer: dict[str, Any], lost: TransportError) -> Result:
+    """The interrupted set as the node settled it: written whole, put back or never written, or
+    half-written."""
     forms = [
         (raw.get("module") or "?", raw.get("form") or "unknown")
         for raw in answer.get("items") or ()
@@ -229,7 +244,7 @@ def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: Transp
     )
     if outcome == "written":  # the set was whole and written before the interrupt reached the agent
         return Result(
-            host.name,
+            name,
             plan.op,
             Status.CHANGED,
             f"interrupted (Ctrl-C) after the node had written the whole set: {now}",
@@ -245,19 +260,21 @@ def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: Transp
             else "the node had written nothing"
         )
         return Result(
-            host.name,
+            name,
             plan.op,
             Status.FAILED,
             f"interrupted (Ctrl-C): {what}; every file is as it was before this {plan.op}: {now}",
             items,
-            **{**interrupted, "payload": how},
+            code=EXIT_INTERRUPTED,
+            payload=how,
+            evidence=lost.evidence,
         )
     return Result(
-        host.name,
+        name,
         plan.op,
         Status.FAILED,
         "interrupted (Ctrl-C), and the set is half-written (the agent could not finish or put "
-        f"it back): {now}; run fab -H {host.name} {plan.op} (or rollback) to make it whole",
+        f"it back): {now}; run fab -H {name} {plan.op} (or rollback) to make it whole",
         items,
         code=EXIT_INTERRUPTED,
         payload=how,
@@ -311,66 +328,72 @@ def _interpret_patch(host: str, plan: Plan, answer: dict) -> Result:
     answer = judged_patch(
         answer, bool(book and book.allow_prereleases), book.requires_hint if book else ""
     )
-    items = []
-    for raw in answer["items"]:
-        word = raw["status"]
-        if word in CHANGED_WORDS or word in WOULD_WORDS:
-            status = Status.CHANGED
-        elif word in NOOP_WORDS:
-            status = Status.OK
-        elif word == NOT_WRITTEN:
-            status = Status.SKIPPED
-        else:
-            status = Status.FAILED
-        details = {
-            k: raw[k]
-            for k in (
-                "file",
-                "sha256",
-                "original_sha256",
-                "drift",
-                "diff_text",
-                "notes",
-                "requirements",
-                "bytecode_removed",
-            )
-            if k in raw
-        }
-        # the node's word for the file (applied, already_applied, drifted...): --metrics
-        details["state"] = word
-        # a forced restore over a drifted file says the diff shows what it discarded: it is shown,
-        # --diff or not
-        forced = (
-            plan.op == "rollback"
-            and plan.request.get("force")
-            and "drift" in raw
-            and status is Status.CHANGED
-        )
-        details["show_diff"] = plan.check or plan.options.get("diff", False) or bool(forced)
-        items.append(Item(raw.get("module") or "requirements", status, raw["msg"], details))
+    items = [_patch_item(plan, raw) for raw in answer["items"]]
     status = rollup(items)
-    counts: dict[str, int] = {}
-    for raw in answer["items"]:
-        counts[raw["status"]] = counts.get(raw["status"], 0) + 1
-    msg = ", ".join(f"{n} {word.replace('_', ' ')}" for word, n in counts.items())
-    if status is Status.FAILED and not any(i.get("changed") for i in answer["items"]):
-        msg += " (nothing written: a set is all-or-nothing)"
-    if plan.check:
-        msg += " (check mode: nothing written)"
-    nxt = (
-        _failed_next(host, plan, {raw["status"] for raw in answer["items"]})
-        if status is Status.FAILED
-        else None
-    )
+    nxt = None
+    if status is Status.FAILED:
+        nxt = _failed_next(host, plan, {raw["status"] for raw in answer["items"]})
     return Result(
         host,
         plan.op,
         status,
-        msg,
+        _patch_msg(plan, answer["items"], status),
         items,
         code=EXIT_FAILED if status is Status.FAILED else 0,
         payload=PatchSet(plan.check, plan.playbook.name if plan.playbook else None, nxt),
     )
+
+
+# What the node said of a file (its status word) → the item's status; any other word failed.
+_ITEM_STATUS = {
+    **dict.fromkeys(CHANGED_WORDS, Status.CHANGED),
+    **dict.fromkeys(WOULD_WORDS, Status.CHANGED),
+    **dict.fromkeys(NOOP_WORDS, Status.OK),
+    NOT_WRITTEN: Status.SKIPPED,
+}
+# The fields of a node's file entry a patch item carries.
+_ITEM_DETAILS = (
+    "file",
+    "sha256",
+    "original_sha256",
+    "drift",
+    "diff_text",
+    "notes",
+    "requirements",
+    "bytecode_removed",
+)
+
+
+def _patch_item(plan: Plan, raw: dict) -> Item:
+    """One file of the set, as the node answered for it."""
+    word = raw["status"]
+    status = _ITEM_STATUS.get(word, Status.FAILED)
+    details = {k: raw[k] for k in _ITEM_DETAILS if k in raw}
+    # the node's word for the file (applied, already_applied, drifted...): --metrics
+    details["state"] = word
+    # a forced restore over a drifted file says the diff shows what it discarded: it is shown,
+    # --diff or not
+    forced = (
+        plan.op == "rollback"
+        and plan.request.get("force")
+        and "drift" in raw
+        and status is Status.CHANGED
+    )
+    details["show_diff"] = plan.check or plan.options.get("diff", False) or bool(forced)
+    return Item(raw.get("module") or "requirements", status, raw["msg"], details)
+
+
+def _patch_msg(plan: Plan, raw_items: list[dict], status: Status) -> str:
+    """How many files in each of the node's states; whether anything was written."""
+    counts: dict[str, int] = {}
+    for raw in raw_items:
+        counts[raw["status"]] = counts.get(raw["status"], 0) + 1
+    msg = ", ".join(f"{n} {word.replace('_', ' ')}" for word, n in counts.items())
+    if status is Status.FAILED and not any(i.get("changed") for i in raw_items):
+        msg += " (nothing written: a set is all-or-nothing)"
+    if plan.check:
+        msg += " (check mode: nothing written)"
+    return msg
 
 
 def _failed_next(host: str, plan: Plan, words: set[str]) -> Next:
