@@ -72,12 +72,12 @@ def _watch_client(answer_fd: int) -> None:
     main = threading.get_ident()  # main() runs on the main thread
 
     def watch() -> None:
-        while True:
-            if poller.poll(200):
-                # To the main thread itself, so a blocking wait there (select, sleep, read) wakes
-                # with EINTR and Python raises KeyboardInterrupt at once.
-                signal.pthread_kill(main, signal.SIGINT)
-                return
+        # no timeout: the thread sleeps until the pipe breaks, never waking the agent meanwhile
+        while not poller.poll():
+            pass
+        # To the main thread itself, so a blocking wait there (select, sleep, read) wakes with EINTR
+        # and Python raises KeyboardInterrupt at once.
+        signal.pthread_kill(main, signal.SIGINT)
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # A daemon: it never holds up the agent's exit
