@@ -17,6 +17,7 @@ is set aside first and everything else that writes to fd 1 lands in stderr.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -87,6 +88,11 @@ def _watch_client(answer_fd: int) -> None:
 def main(find_op: FindOp, find_role: FindRole) -> int:
     """Serve the session, each op found by `find_op` (the manifest, remote_scripts/ops.py, which
     this layer does not import); or run the role `python zip ROLE ARGS...` names."""
+    # The bootstrap loaded the agent's modules with cyclic collection off: what they made is kept
+    # out of every later collection (frozen: it lives as long as the process), and the requests'
+    # garbage is collected as usual from here on.
+    gc.freeze()
+    gc.enable()
     # The other processes of the same verified bytes, each started through the bootstrap
     # (bootstrap.relaunch): the job keeper, the hidden-state extraction driver, the Slurm batch
     # step, verify's probe.

@@ -590,8 +590,8 @@ def install(state_dir, pyz, want, data):
 
 def main(argv):
     # No cyclic garbage collection while the agent starts: its imports allocate ~50,000 objects and
-    # free few, so the collections they set off (~1 ms of each start) find nothing. On again before
-    # any request or role runs.
+    # free few, so the collections they set off (~1 ms of each start) find nothing. agent.main turns
+    # it on again before any request or role runs.
     gc.disable()
     becoming = argv[:1] == [READY]
     if becoming:  # through sudo: the interpreter runs, sudo asks for nothing more
@@ -674,7 +674,6 @@ def main(argv):
     sys.argv[:] = [pyz, *rest]
     from remote_scripts import ops
 
-    gc.enable()
     if rest:  # a long-running role (wrap, extract, ...): vLLM's exit handlers run, so a normal exit
         sys.exit(ops.main())
     ops.serve_and_exit()
