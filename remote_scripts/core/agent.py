@@ -282,7 +282,8 @@ def _stop_child(pid: int) -> None:
 
 
 def _answer(answer_fd: int, result: dict) -> None:
-    data = (json.dumps(result, default=str) + "\n").encode()
+    # compact: the same JSON, ~5% fewer bytes through sshd for every answer
+    data = (json.dumps(result, default=str, separators=(",", ":")) + "\n").encode()
     view = memoryview(data)
     while view:
         view = view[os.write(answer_fd, view) :]
