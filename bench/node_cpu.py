@@ -212,6 +212,7 @@ def main() -> int:
         "--rev", action="append", default=[], help="LABEL=GITREV: a commit of this repository"
     )
     args = ap.parse_args()
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="node-cpu-") as tmp:
         top = Path(tmp)
         trees = [
@@ -230,7 +231,9 @@ def main() -> int:
         f"`fleet {' '.join(COMMAND)}`, steady state, RTT 0, "
         f"{args.runs} runs per version and size; node CPU per "
         "host by cgroup (ms: median, mean of the lowest "
-        "quartile), bytes per host (sshd's Transferred)"
+        "quartile), bytes per host (sshd's Transferred); load average (1, 5, 15 min) "
+        f"{' '.join(f'{x:.1f}' for x in load_before)} before, "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} after"
     )
     for size, by_label in results.items():
         for label, (cpu, moved) in by_label.items():

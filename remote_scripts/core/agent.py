@@ -17,6 +17,7 @@ is set aside first and everything else that writes to fd 1 lands in stderr.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -72,12 +73,12 @@ def _watch_client(answer_fd: int) -> None:
     main = threading.get_ident()  # main() runs on the main thread
 
     def watch() -> None:
-        while True:
-            if poller.poll(200):
-                # To the main thread itself, so a blocking wait there (select, sleep, read) wakes
-                # with EINTR and Python raises KeyboardInterrupt at once.
-                signal.pthread_kill(main, signal.SIGINT)
-                return
+        # no timeout: the thread sleeps until the pipe breaks, never waking the agent meanwhile
+        while not poller.poll():
+            pass
+        # To the main thread itself, so a blocking wait there (select, sleep, read) wakes with EINTR
+        # and Python raises KeyboardInterrupt at once.
+        signal.pthread_kill(main, signal.SIGINT)
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # A daemon: it never holds up the agent's exit
@@ -87,6 +88,11 @@ def _watch_client(answer_fd: int) -> None:
 def main(find_op: FindOp, find_role: FindRole) -> int:
     """Serve the session, each op found by `find_op` (the manifest, remote_scripts/ops.py, which
     this layer does not import); or run the role `python zip ROLE ARGS...` names."""
+    # The bootstrap loaded the agent's modules with cyclic collection off: what they made is kept
+    # out of every later collection (frozen: it lives as long as the process), and the requests'
+    # garbage is collected as usual from here on.
+    gc.freeze()
+    gc.enable()
     # The other processes of the same verified bytes, each started through the bootstrap
     # (bootstrap.relaunch): the job keeper, the hidden-state extraction driver, the Slurm batch
     # step, verify's probe.
@@ -276,7 +282,8 @@ def _stop_child(pid: int) -> None:
 
 
 def _answer(answer_fd: int, result: dict) -> None:
-    data = (json.dumps(result, default=str) + "\n").encode()
+    # compact: the same JSON, ~5% fewer bytes through sshd for every answer
+    data = (json.dumps(result, default=str, separators=(",", ":")) + "\n").encode()
     view = memoryview(data)
     while view:
         view = view[os.write(answer_fd, view) :]

@@ -16,7 +16,13 @@ itself started with (launch.relaunch), so no process of fleetops ever runs a zip
    themselves are never symlinks.
 2. The zip's bytes are read ONCE from the descriptor that walk opened, their sha256 checked against
    the client's, and the agent is imported from those very bytes (no verify-then-reopen window, no
-   unpacked copy).
+   unpacked copy). The sha256 is remembered beside the zip (<zip>.verdict, ours, 0600) with the
+   file's identity (device, inode, size, mtime, ctime, mode, owner) as it was read: a later start
+   whose read of the zip ends with that very identity takes the sha256 from it instead of hashing
+   562 KB with OpenSSL (~2.5 ms of each start with its import). Any write to the zip sets its ctime,
+   which no user can set back, and a verdict is kept only for a zip unchanged for 2 s (a change in
+   the same clock tick would keep its ctime), so what the verdict names is what the zip holds;
+   only its owner (or root) can write the verdict, as they can the zip.
 3. The interpreter (launch.Interpreter, from those bytes): its executable, prefixes, every directory
    on sys.path and the site-packages directories with their .pth files, checked the same way. `-S`
    keeps `site` from running at start-up, because a .pth file runs code when `site` reads its
@@ -44,12 +50,12 @@ start (the client's launcher, fleetops/wire/bundle.py, hands the others its comp
 wait for the verified, precompiled bytes lives in launch.py.
 """
 
+import gc
 import marshal
 import os
 import stat
 import sys
 import zlib
-from hashlib import sha256
 
 EXIT_REFUSED = 3
 # the agent's code needs it (built-in generics, str.removesuffix); README: node Pythons
@@ -308,13 +314,25 @@ def read_agent(state_dir, pyz, want, seen=None):
         bin_fd = _open_in(fd, "bin", os.path.join(state_dir, "bin"), True)
     finally:
         os.close(fd)
+    name, keep = os.path.basename(pyz), None
     try:
-        file_fd = _open_in(bin_fd, os.path.basename(pyz), pyz, False)
+        file_fd = _open_in(bin_fd, name, pyz, False)
+        with os.fdopen(file_fd, "rb") as f:
+            data = f.read()
+            # after the read: any write to the zip before it ended shows in its ctime
+            read = os.fstat(f.fileno())
+        # mode, inode, device, links, owner, group, size (os.stat_result's first fields), times
+        line = "fleetops-verdict-1 %%s %r %d %d\n" % (read[:7], read.st_mtime_ns, read.st_ctime_ns)
+        got = _verdict(bin_fd, name, line)
+        if got != want:  # (a verdict names the whole sha256: never a prefix the client sent)
+            from hashlib import sha256  # OpenSSL's, ~2 ms to load: only when there is no verdict
+
+            got = sha256(data).hexdigest()
+            keep = (bin_fd, name + VERDICT, line % got)
     finally:
-        os.close(bin_fd)
-    with os.fdopen(file_fd, "rb") as f:
-        data = f.read()
-    got = sha256(data).hexdigest()
+        if keep is None:
+            os.close(bin_fd)
+    # refused: the process exits, bin/'s descriptor (kept for the verdict) with it
     if not want or (got != want and not (len(want) < 64 and got.startswith(want))):
         raise Refused(
             "agent_mismatch",
@@ -325,7 +343,27 @@ def read_agent(state_dir, pyz, want, seen=None):
             sha256=got,
             expected=want,
         )
-    return data, got
+    return data, got, keep
+
+
+VERDICT = ".verdict"  # <zip>.verdict: "fleetops-verdict-1 SHA256 IDENTITY\n", ours, 0600
+
+
+def _verdict(bin_fd, name, line):
+    """The sha256 the zip's verdict (launch.keep_verdict) names, if it is a regular file of ours
+    writable by no one else and names the zip's identity as read (`line`, the sha256 left as %s)."""
+    try:
+        fd = os.open(name + VERDICT, _FILE, dir_fd=bin_fd)
+        try:
+            vst = os.fstat(fd)
+            text = os.read(fd, 512).decode("latin-1")
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    if stat.S_ISREG(vst.st_mode) and vst.st_uid == os.geteuid() and not vst.st_mode & 0o022:
+        if text == line % text[19:83]:
+            return text[19:83]
 
 
 def _open_in(dir_fd, name, path, is_dir):
@@ -370,27 +408,32 @@ def members(data):
     # The zip's members, read from its central directory: the bytes are already verified, and
     # agent_bundle writes only stored or deflated members, no zip64. (zipfile's import alone cost
     # ~10 ms per start; its little-endian fields are read with int.from_bytes, without struct's
-    # import.)
-    def field(at, size):
-        return int.from_bytes(data[at : at + size], "little")
-
+    # import.) Each entry's header is sliced once, and its bytes are a view of the zip, not a copy.
+    num = int.from_bytes
+    view = memoryview(data)
     end = data.rfind(b"PK\x05\x06")
-    count, pos = field(end + 10, 2), field(end + 16, 4)
+    count, pos = num(data[end + 10 : end + 12], "little"), num(data[end + 16 : end + 20], "little")
     for _ in range(count):
-        method, size = field(pos + 10, 2), field(pos + 20, 4)
-        nlen, xlen, clen = field(pos + 28, 2), field(pos + 30, 2), field(pos + 32, 2)
-        local = field(pos + 42, 4)
+        head = data[pos : pos + 46]
+        method, size = num(head[10:12], "little"), num(head[20:24], "little")
+        nlen, xlen, clen = (
+            num(head[28:30], "little"),
+            num(head[30:32], "little"),
+            num(head[32:34], "little"),
+        )
+        local = num(head[42:46], "little")
         name = data[pos + 46 : pos + 46 + nlen].decode("utf-8")
         pos += 46 + nlen + xlen + clen
-        start = local + 30 + field(local + 26, 2) + field(local + 28, 2)
-        yield name, (method, data[start : start + size])
+        lens = data[local + 26 : local + 30]
+        start = local + 30 + num(lens[0:2], "little") + num(lens[2:4], "little")
+        yield name, (method, view[start : start + size])
 
 
 def inflate(member):
     # Only the members an op imports are inflated (a verify imports a third of them): the bytes were
     # verified as a whole already.
     method, raw = member
-    return zlib.decompress(raw, -15) if method == 8 else raw
+    return zlib.decompress(raw, -15) if method == 8 else bytes(raw)
 
 
 def code_prefix(names):
@@ -506,6 +549,8 @@ def install(state_dir, pyz, want, data):
     """The zip's bytes into STATE_DIR/bin (both made 0700 if missing), written under a temp name and
     renamed, only if they have the sha256 `want`; the state dir's path is walked as for a run
     first."""
+    from hashlib import sha256
+
     got = sha256(data).hexdigest()
     if got != want or os.path.dirname(pyz) != os.path.join(state_dir.rstrip("/") or "/", "bin"):
         raise Refused(
@@ -544,6 +589,10 @@ def install(state_dir, pyz, want, data):
 
 
 def main(argv):
+    # No cyclic garbage collection while the agent starts: its imports make ~10,000 objects the
+    # collector tracks and free few, so the collections they set off (~0.5-1 ms of each start) find
+    # nothing. agent.main turns it on again before any request or role runs.
+    gc.disable()
     becoming = argv[:1] == [READY]
     if becoming:  # through sudo: the interpreter runs, sudo asks for nothing more
         argv = argv[1:]
@@ -576,13 +625,13 @@ def main(argv):
     dirs = {}  # the directories the walks below passed, checked once
     try:
         try:
-            data, got = read_agent(state_dir, pyz, want, dirs)
+            data, got, keep = read_agent(state_dir, pyz, want, dirs)
         except Refused as exc:
             if exc.kind != "agent_missing" or not becoming:
                 raise
             forget(dirs)
             receive(state_dir, pyz, want, str(exc))
-            data, got = read_agent(state_dir, pyz, want, dirs)
+            data, got, keep = read_agent(state_dir, pyz, want, dirs)
     except Refused as exc:
         refuse(exc.kind, str(exc), **exc.extra)
     except OSError as exc:
@@ -600,6 +649,8 @@ def main(argv):
 
     # the node's writer walks where it writes as this walked the state dir
     launch.PATHS = (walk, Rules)
+    if keep:
+        launch.keep_verdict(*keep)  # the agent's bytes: remembered for the next start
     interpreter = Interpreter(bool(flags), dirs, walk, Rules, Refused)
     try:
         interpreter.before_site()
@@ -621,13 +672,11 @@ def main(argv):
         sys.stderr.write("fleetops: warning: %s\n" % line)
     agent.warnings = interpreter.warnings
     sys.argv[:] = [pyz, *rest]
+    from remote_scripts import ops
+
     if rest:  # a long-running role (wrap, extract, ...): vLLM's exit handlers run, so a normal exit
-        from remote_scripts.ops import main as agent_main
-
-        sys.exit(agent_main())
-    from remote_scripts.ops import serve_and_exit
-
-    serve_and_exit()
+        sys.exit(ops.main())
+    ops.serve_and_exit()
 
 
 if __name__ == "__main__":

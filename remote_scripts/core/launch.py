@@ -120,6 +120,44 @@ class Interpreter:
             self.check(entry, "a directory on the interpreter's path")
 
 
+# A verdict is kept only for a zip whose ctime is this much older than now: a write in the very
+# clock tick the zip was read in may leave its ctime as it was (the kernel's file times are coarse).
+RACY_NS = 2 * 10**9
+
+
+def keep_verdict(bin_fd: int, name: str, line: str) -> None:
+    """Remember the sha256 the bootstrap computed for the agent's zip (bootstrap._verdict reads
+    it): `line` names it and the zip's identity as read, its last word the zip's ctime. Written in
+    bin/ by its descriptor under a temp name, 0600 whatever the umask, never through a symlink, then
+    renamed over the old one; one that cannot be written only costs the next start its hashing.
+    Closes bin_fd."""
+    from time import time_ns
+
+    tmp = f"{name}.{os.getpid()}.tmp"
+    try:
+        if time_ns() - int(line.split()[-1]) < RACY_NS:
+            return
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=bin_fd,
+        )
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, line.encode("ascii"))
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=bin_fd, dst_dir_fd=bin_fd)
+    except OSError:
+        try:
+            os.unlink(tmp, dir_fd=bin_fd)
+        except OSError:
+            pass
+    finally:
+        os.close(bin_fd)
+
+
 def relaunch(*role: str) -> list[str]:
     """The argv that starts another process of this very agent (a role: `wrap JOB_DIR`, `extract
     REQUEST`, ...; none: a serving agent) through the bootstrap, with the sha256 this process was

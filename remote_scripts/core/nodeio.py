@@ -6,7 +6,6 @@ sitemodules, dists (installed versions). Stdlib only."""
 from __future__ import annotations
 
 import time
-from hashlib import sha256
 
 
 class NodeError(Exception):
@@ -24,6 +23,10 @@ def now_iso() -> str:
 
 
 def sha256_bytes(data: bytes) -> str:
+    # hashlib (OpenSSL, ~2 ms to load) when a request first hashes: a start that only pings, or
+    # asks for versions, never loads it (the bootstrap takes the zip's sha256 from its verdict)
+    from hashlib import sha256
+
     return sha256(data).hexdigest()
 
 
