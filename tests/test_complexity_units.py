@@ -63,7 +63,7 @@ ALLOWED: dict[str, int] = {
     "remote_scripts/checks/checks.py::run_grep": 17,
     "remote_scripts/checks/pyintrospect.py::instance_attributes": 18,
     "remote_scripts/core/bootstrap.py::_walk": 20,
-    "remote_scripts/core/bootstrap.py::main": 18,
+    "remote_scripts/core/bootstrap.py::main": 19,
     "remote_scripts/health/schedule.py::install": 35,
     "remote_scripts/health/schedule.py::remove": 26,
     "remote_scripts/health/schedule.py::scheduled": 24,
