@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ..agent.core import procfs
 from . import controldir
 from .controldir import MasterRecord
 
@@ -284,18 +285,11 @@ def _exited(pid: int, within: float) -> bool:
 
 def _alive(pid: int) -> bool:
     """Running (a zombie has exited: its parent has yet to reap it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not procfs.pid_alive(pid):
         return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no /proc (macOS): kill(0) said it exists
-    return state not in (b"Z", b"X")
+    fields = procfs.stat_fields(pid)
+    # no /proc (macOS): kill(0) said it exists
+    return fields is None or fields[0] not in ("Z", "X")
 
 
 def listening_pids(directory: str) -> dict[int, str]:
@@ -406,13 +400,12 @@ def proc_kib(pid: int, field: str, source: str = "status") -> int | None:
     process alone accounts for), in KiB; None where /proc has none (gone, not Linux, an older
     kernel without smaps_rollup)."""
     prefix = field.encode() + b":"
-    try:
-        with open(f"/proc/{pid}/{source}", "rb") as f:
-            for line in f:
-                if line.startswith(prefix):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
+    for line in (procfs.read(pid, source) or b"").splitlines():
+        if line.startswith(prefix):
+            try:
+                return int(line.split()[1])
+            except (ValueError, IndexError):
+                return None
     return None
 
 
