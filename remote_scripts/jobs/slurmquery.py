@@ -13,7 +13,11 @@ import os
 import pwd
 import subprocess
 
-SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"  # the same as fleetops/plans/slurm.py's
+# The squeue format asked for; the field names below follow it, in order. The name is last: it is
+# the only field a user chooses freely, so it may hold `|` (each line is split into at most
+# len(FIELDS) parts). The client reads the same lines with these same names (fleetops/plans/slurm.py
+# imports them from here).
+SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"
 SQUEUE_FIELDS = (
     "id",
     "job_id",
@@ -30,28 +34,16 @@ SQUEUE_FIELDS = (
     "submit",
     "name",
 )
+# JobName last, as above
 SACCT_FORMAT = "JobID,State,ExitCode,NodeList,Elapsed,Start,End,User,Submit,JobName"
-# Only fields without free text, so the fixed-width columns split on blanks
-# (fleetops/plans/slurm.py).
+# Only fields without free text, so the fixed-width columns split on blanks (restart_counts).
 RESTARTS_FORMAT = "JobArrayID:64,RestartCnt:12"
-# Slurm states of a job still in the queue (fleetops/plans/slurm.py's RUNNING | PENDING).
-ACTIVE = frozenset(
-    {
-        "RUNNING",
-        "CONFIGURING",
-        "COMPLETING",
-        "STAGE_OUT",
-        "SIGNALING",
-        "RESIZING",
-        "PENDING",
-        "REQUEUED",
-        "REQUEUE_HOLD",
-        "REQUEUE_FED",
-        "SUSPENDED",
-        "STOPPED",
-        "RESV_DEL_HOLD",
-    }
+# Slurm's states of a job still in the queue: running (or about to), and waiting to.
+RUNNING = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"})
+PENDING = frozenset(
+    {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"}
 )
+ACTIVE = RUNNING | PENDING
 WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 COMMAND_TIMEOUT_S = 60  # sbatch, srun: they may wait on a busy controller's admission
 QUERY_TIMEOUT_S = 20  # squeue, sacct, scancel, scontrol: an operator waits on these
@@ -100,14 +92,17 @@ def login() -> str:
         return str(os.geteuid())
 
 
+def split_fields(line: str, names: tuple[str, ...] | list[str]) -> dict[str, str] | None:
+    """One `|`-separated line of squeue's (SQUEUE_FIELDS) or sacct's (SACCT_FORMAT) as its fields
+    by name: split at most len(names) - 1 times, so a `|` in the free-text name, the last field,
+    stays in it. None when the line has fewer fields."""
+    parts = line.split("|", len(names) - 1)
+    return dict(zip(names, parts)) if len(parts) == len(names) else None
+
+
 def rows(stdout: str) -> list[dict]:
-    """squeue's lines (SQUEUE_FORMAT, the name last: split at most len(SQUEUE_FIELDS) - 1 times)."""
-    out = []
-    for line in stdout.splitlines():
-        parts = line.split("|", len(SQUEUE_FIELDS) - 1)
-        if len(parts) == len(SQUEUE_FIELDS):
-            out.append(dict(zip(SQUEUE_FIELDS, parts)))
-    return out
+    """squeue's lines (SQUEUE_FORMAT), those that have every field."""
+    return [r for r in (split_fields(line, SQUEUE_FIELDS) for line in stdout.splitlines()) if r]
 
 
 def restart_counts(stdout: str) -> dict[str, int]:
