@@ -22,6 +22,7 @@ tested on output recorded from a real Slurm (tests/fixtures/slurm/).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,19 +155,28 @@ def parse_sbatch(stdout: str) -> str:
     return m.group(1)
 
 
+def _lines(
+    command: str, stdout: str, names: tuple[str, ...] | list[str]
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """Each line's number and its fields by name (blank lines passed over); a line short of fields
+    is SlurmParseError, quoted."""
+    for n, line in enumerate(stdout.splitlines(), 1):
+        if not line.strip():
+            continue
+        row = split_fields(line, names)
+        if row is None:
+            raise SlurmParseError(
+                f"{command} line {n} has {len(line.split('|'))} fields, expected {len(names)}: "
+                f"{line[:200]!r}"
+            )
+        yield n, row
+
+
 def parse_squeue(stdout: str) -> list[TaskState]:
     """Lines of `squeue --noheader --states=all --array --format=SQUEUE_FORMAT`; each array task on
     its own line; jobs that ended within MinJobAge are listed with their final state."""
     out = []
-    for n, line in enumerate(stdout.splitlines(), 1):
-        if not line.strip():
-            continue
-        row = split_fields(line, SQUEUE_FIELDS)
-        if row is None:
-            raise SlurmParseError(
-                f"squeue line {n} has {len(line.split('|'))} fields, expected "
-                f"{len(SQUEUE_FIELDS)}: {line[:200]!r}"
-            )
+    for _, row in _lines("squeue", stdout, SQUEUE_FIELDS):
         task = int(row["array_task"]) if row["array_task"].isdigit() else 0
         out.append(
             TaskState(
@@ -231,16 +241,7 @@ def parse_sacct(stdout: str) -> list[TaskState]:
     `CANCELLED by 1000`. With --duplicates every job that ever had the id is listed: Identity picks
     fleetops' own."""
     out = []
-    names = SACCT_FORMAT.split(",")
-    for n, line in enumerate(stdout.splitlines(), 1):
-        if not line.strip():
-            continue
-        row = split_fields(line, names)
-        if row is None:
-            raise SlurmParseError(
-                f"sacct line {n} has {len(line.split('|'))} fields, expected {len(names)}: "
-                f"{line[:200]!r}"
-            )
+    for n, row in _lines("sacct", stdout, SACCT_FORMAT.split(",")):
         if "." in row["JobID"]:
             continue
         m = re.fullmatch(r"([0-9]+)(?:_([0-9]+|\[[0-9,%-]+\]))?", row["JobID"])
