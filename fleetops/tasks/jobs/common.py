@@ -1,7 +1,9 @@
 """What the SSH and Slurm backends do alike before and after the node's own work: the job's spec as
 a launch takes it, the start request, the secrets of the playbook a job came from, the logs request
-and the printing of its lines; and, named once here, the helpers of tasks/plan.py, reconnect.py and
-backend.py both import. The results they give alike are results/jobs.py's."""
+and the printing of its lines, where a tail attaches and how it ends, and a backend's five tasks as
+its module's functions; and, named once here, the helpers of tasks/plan.py, reconnect.py and
+backend.py both use (each backend reaches them as `common.X`). The results they give alike are
+results/jobs.py's."""
 
 from __future__ import annotations
 
