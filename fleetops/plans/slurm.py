@@ -29,13 +29,13 @@ from typing import Any
 # The formats the node agent asks squeue and sacct for, Slurm's queue states, and the line split
 # both sides read the answers with are the agent's own: one definition, since the agent cannot
 # import fleetops but the client can import the agent's sources.
-from ..agent.jobs.slurmquery import PENDING as PENDING
-from ..agent.jobs.slurmquery import RESTARTS_FORMAT as RESTARTS_FORMAT
-from ..agent.jobs.slurmquery import RUNNING as RUNNING
-from ..agent.jobs.slurmquery import SACCT_FORMAT as SACCT_FORMAT
-from ..agent.jobs.slurmquery import SQUEUE_FIELDS as SQUEUE_FIELDS
-from ..agent.jobs.slurmquery import SQUEUE_FORMAT as SQUEUE_FORMAT
-from ..agent.jobs.slurmquery import restart_counts, split_fields
+from ..agent.jobs.slurmformat import PENDING as PENDING
+from ..agent.jobs.slurmformat import RESTARTS_FORMAT as RESTARTS_FORMAT
+from ..agent.jobs.slurmformat import RUNNING as RUNNING
+from ..agent.jobs.slurmformat import SACCT_FORMAT as SACCT_FORMAT
+from ..agent.jobs.slurmformat import SQUEUE_FIELDS as SQUEUE_FIELDS
+from ..agent.jobs.slurmformat import SQUEUE_FORMAT as SQUEUE_FORMAT
+from ..agent.jobs.slurmformat import restart_counts, split_fields
 
 PARTITION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ACCOUNT = PARTITION
