@@ -14,7 +14,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,21 +22,8 @@ from fleetops.lab import Lab
 from fleetops.wire import masters
 
 
-def kib(pid: int, field: str, source: str) -> int:
-    """A `Field:  N kB` line of /proc/PID/status or smaps_rollup, in KiB (0 when the kernel has
-    none)."""
-    try:
-        with open(f"/proc/{pid}/{source}") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+def kib(pid: int, field: str = "VmRSS", source: str = "status") -> int:
+    return masters.proc_kib(pid, field, source) or 0  # a process gone since: nothing it costs
 
 
 def children(pid: int) -> list[int]:
@@ -59,35 +45,14 @@ def start(lab: Lab, directory: Path, count: int) -> dict[int, str]:
     nodes = lab.nodes()
     for i in range(count):
         node = nodes[i % len(nodes)]
-        subprocess.run(
-            [
-                "ssh",
-                "-F",
-                "/dev/null",
-                "-M",
-                "-S",
-                str(directory / f"m{i:03d}"),
-                "-o",
-                "ControlPersist=600",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "IdentitiesOnly=yes",
-                "-i",
-                str(lab.client_key),
-                "-o",
-                f"UserKnownHostsFile={lab.known_hosts}",
-                "-o",
-                "StrictHostKeyChecking=yes",
-                "-p",
-                str(node.port),
-                "-fN",
-                f"{lab.user}@127.0.0.1",
-            ],
-            check=True,
-            capture_output=True,
+        masters.open_master(
+            str(directory / f"m{i:03d}"),
+            f"{lab.user}@127.0.0.1",
+            node.port,
+            str(lab.client_key),
+            str(lab.known_hosts),
+            persist_s=600,
             timeout=60,
-            stdin=subprocess.DEVNULL,
         )
     found = {m.pid: m.socket for m in masters.masters(str(directory)) if m.pid}
     if len(found) != count:
@@ -101,11 +66,11 @@ def measure(lab: Lab, count: int) -> dict[str, float]:
     before = {pid: set(children(pid)) for pid in listeners if pid}
     try:
         pids = start(lab, directory, count)
-        rss = [kib(p, "VmRSS", "status") for p in pids]
+        rss = [kib(p) for p in pids]
         pss = [kib(p, "Pss", "smaps_rollup") for p in pids]
-        open_fds = [fds(p) for p in pids]
+        open_fds = [masters.fd_count(p) or 0 for p in pids]
         served = [c for pid, old in before.items() for c in children(pid) if c not in old]
-        node_rss = sum(kib(c, "VmRSS", "status") for c in served)
+        node_rss = sum(kib(c) for c in served)
         node_pss = sum(kib(c, "Pss", "smaps_rollup") for c in served)
     finally:
         closed = masters.close_all(str(directory), masters.masters(str(directory)))

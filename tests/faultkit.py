@@ -15,12 +15,11 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 from conftest import REPO, fab_json, record_sha256
+from polling import wait_for as wait_for  # the fault tests poll with the suite's one wait
 
 from fleetops.lab import Lab, Node, site_packages
 
@@ -41,22 +40,6 @@ while time.time() < end:
     os.rename(sub, real); os.rename(link, sub)
     os.rename(sub, link); os.rename(real, sub)
 """
-
-
-# ---------------------------------------------------------------- polling
-def wait_for(
-    check: Callable[[], object], what: str, timeout: float = 60.0, every: float = 0.05
-) -> object:
-    """Poll until `check()` is truthy; fail naming `what` after `timeout` s (generous: 2 shared
-    cores)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
 
 
 # ---------------------------------------------------------------- expected forms, independently

@@ -4,7 +4,7 @@ scrapes it every second and evaluates the shipped alert rules every second. Both
 when the block ends.
 
     with Monitoring(tmp_path, rules) as mon:
-        mon.wait_for('fleetops_check_ok{host="lab01"}')
+        mon.wait_until("the check's series", lambda: mon.query('fleetops_check_ok{host="lab01"}'))
         mon.alerts()  # Prometheus' /api/v1/alerts, as Alertmanager would get them"""
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from polling import wait_for
 
 LOOPBACK = "127.0.0.1"
 
@@ -114,19 +115,19 @@ class Monitoring:
         self._wait_http(f"http://{LOOPBACK}:{self.prometheus_port}/-/ready", "prometheus.log")
 
     def _wait_http(self, url: str, log: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if any(p.poll() is not None for p in self.procs):
                 raise RuntimeError(f"{log} ended early:\n{(self.dir / log).read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as answer:
-                    if answer.status == 200:
-                        return
+                    return answer.status == 200
             except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(
-            f"{url} not ready after {timeout}s:\n{(self.dir / log).read_text()[-2000:]}"
-        )
+                return False
+
+        try:
+            wait_for(ready, f"{url} to answer", timeout, every=0.2)
+        except AssertionError as exc:
+            raise RuntimeError(f"{exc}:\n{(self.dir / log).read_text()[-2000:]}") from None
 
     def api(self, path: str, **params: str) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
@@ -144,15 +145,8 @@ class Monitoring:
 
     def wait_until(self, what: str, check: Any, timeout: float = 60) -> Any:
         """Polls `check()` until it returns something truthy (then returns it), at most `timeout`
-        seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            got = check()
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not seen within {timeout}s")
-            time.sleep(0.5)
+        seconds: Prometheus scrapes and evaluates once a second, no need to ask more often."""
+        return wait_for(check, what, timeout, every=0.5)
 
     def put(self, name: str, source: Path) -> None:
         """A metrics file into the collector's folder, as a timer would leave it (renamed into

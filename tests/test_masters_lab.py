@@ -48,35 +48,13 @@ def start_master(
     """A real master to `node` (`ssh -M -fN`, ControlPersist 60 s, socket named %C as the transport
     names it), its record written as the transport writes one; returns the socket's name."""
     before = set(masters.socket_names(str(directory)))
-    subprocess.run(
-        [
-            "ssh",
-            "-F",
-            "/dev/null",
-            "-M",
-            "-S",
-            str(directory / name),
-            "-o",
-            "ControlPersist=60",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-            "-i",
-            str(lab.client_key),
-            "-o",
-            f"UserKnownHostsFile={lab.known_hosts}",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-p",
-            str(node.port),
-            "-fN",
-            f"{lab.user}@127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
+    masters.open_master(
+        str(directory / name),
+        f"{lab.user}@127.0.0.1",
+        node.port,
+        str(lab.client_key),
+        str(lab.known_hosts),
+        persist_s=60,
     )
     (name,) = set(masters.socket_names(str(directory))) - before
     if record:

@@ -155,3 +155,29 @@ def test_no_ssh_binary_is_said_not_raised_as_a_traceback(cm, monkeypatch):
     closed = masters.close(str(cm), "gone")
     assert closed.outcome == "failed" and "no `ssh` on PATH" in closed.detail
     assert (cm / "gone").is_socket()  # nothing removed on doubt
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="reads Linux's /proc")
+def test_a_process_cost_is_read_from_proc_and_a_gone_one_reads_none():
+    """What `connections` shows and bench/master_cost.py measures: VmRSS and Pss in KiB as the
+    kernel writes them, the descriptors a process holds, None for a process that is gone."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout.readline() == b"up\n"  # started: its memory no longer grows
+        status = Path(f"/proc/{child.pid}/status").read_text()
+        vm_size = int(next(ln for ln in status.splitlines() if ln.startswith("VmSize:")).split()[1])
+        rss = masters.rss_kib(child.pid)
+        pss = masters.proc_kib(child.pid, "Pss", "smaps_rollup")
+        assert rss is not None and pss is not None and 0 < pss <= rss <= vm_size
+        assert masters.proc_kib(child.pid, "NoSuchField") is None
+        held = len(os.listdir(f"/proc/{child.pid}/fd"))
+        assert masters.fd_count(child.pid) == held >= 3
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+        child.stdout.close()
+    assert masters.rss_kib(child.pid) is None and masters.fd_count(child.pid) is None

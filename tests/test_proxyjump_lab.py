@@ -6,22 +6,12 @@ traceback."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 from conftest import run_fab
+from sshhome import home_with, logged_since
 
 pytestmark = pytest.mark.lab
-
-
-def home_with(tmp_path: Path, lab, config: str) -> Path:
-    """A HOME of the test's own: the operator's ~/.ssh is never read or written."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True, exist_ok=True)
-    (home / ".ssh" / "config").write_text(config)
-    shutil.copy(lab.known_hosts, home / ".ssh" / "known_hosts")
-    return home
 
 
 def test_a_jump_host_on_the_targets_hostname_is_gone_through_and_a_loop_is_refused(lab, tmp_path):
@@ -39,9 +29,7 @@ def test_a_jump_host_on_the_targets_hostname_is_gone_through_and_a_loop_is_refus
     before = log.stat().st_size
     proc = run_fab(lab.root, "-H", "labvia", "ping", "--json", env={"HOME": str(home)}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    with log.open("rb") as f:
-        f.seek(before)
-        logged = f.read().decode(errors="replace")
+    logged = logged_since(log, before)
     # the hop's own sshd
     assert f"Accepted publickey for {lab.user} from 127.0.0.1" in logged, logged
     proc = run_fab(lab.root, "-H", "loopa", "ping", "--json", env={"HOME": str(home)}, timeout=300)

@@ -65,6 +65,25 @@ def test_squeue_bad_line_is_an_error_not_a_guess():
         sp.parse_squeue("2_0|RUNNING\n")
 
 
+def test_the_node_and_the_client_read_squeues_lines_alike():
+    """One line split on both sides: the same fields of every line, a `|` in a job's name kept in
+    the name; a line short of fields is left out by the node and an error on the client."""
+    from remote_scripts.jobs import slurmquery as node_query
+
+    for name in ("squeue_failed_injected.txt", "squeue_running.txt", "squeue_reused.txt"):
+        text = (FIX / name).read_text()
+        parsed = sp.parse_squeue(text)
+        assert [(r["id"], r["state"], r["name"]) for r in node_query.rows(text)] == [
+            (st.job_id, st.state, st.name) for st in parsed
+        ]
+    (injected,) = sp.parse_squeue((FIX / "squeue_failed_injected.txt").read_text())
+    assert (injected.state, injected.name) == ("FAILED", "evil|0|COMPLETED|x")
+    assert node_query.rows("2_0|RUNNING\n") == []
+    assert sp.parse_restarts((FIX / "squeue_restarts.txt").read_text()) == {"3_1": 1, "3_0": 0}
+    assert node_query.restart_counts("3_[0-7%2] 4\n") == {"3_[0-7%2]": 4}
+    assert sp.parse_restarts("3_[0-7%2] 4\n") == {}  # not one job's id: no count for the client
+
+
 def test_squeue_cancelled_and_failed_jobs_keep_their_final_state():
     cancelled = {r.task: r for r in sp.parse_squeue(text("squeue_cancelled.txt"))}
     assert cancelled[0].word == cancelled[1].word == "cancelled"
@@ -216,13 +235,12 @@ def test_batch_script_is_the_bootstraps_fixed_text_that_compiles():
     # name the state dir, the agent, its sha256 and the step's role): no user data in its text
     compile(BOOTSTRAP, "batch.py", "exec")
     assert slurmstep.STEP == "slurm-step"
-    assert (
-        node_query.SQUEUE_FORMAT == sp.SQUEUE_FORMAT and node_query.SACCT_FORMAT == sp.SACCT_FORMAT
-    )
-    assert (
-        node_query.SQUEUE_FIELDS == sp.SQUEUE_FIELDS
-        and node_query.ACTIVE == sp.RUNNING | sp.PENDING
-    )
+    # a field named for each one asked for, the free-text name last (the line split keeps a `|` in
+    # it); a job waits in the queue in a state the queue counts
+    assert sp.SQUEUE_FORMAT.count("|") + 1 == len(sp.SQUEUE_FIELDS) == len(set(sp.SQUEUE_FIELDS))
+    assert sp.SQUEUE_FORMAT.endswith("|%j") and sp.SQUEUE_FIELDS[-1] == "name"
+    assert sp.SACCT_FORMAT.split(",")[-1] == "JobName"
+    assert node_query.WAITING <= sp.PENDING and not sp.RUNNING & sp.PENDING
 
 
 def _slurm_job(state_dir: Path, lines: list[int], ended: bool = True) -> str:

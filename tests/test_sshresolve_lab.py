@@ -6,27 +6,12 @@ Each test has a HOME of its own: the operator's ~/.ssh is never read or written.
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 from conftest import run_fab
+from sshhome import home_with, logged_since
 
 pytestmark = pytest.mark.lab
-
-
-def home_with(tmp_path: Path, lab, config: str) -> Path:
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True, exist_ok=True)
-    (home / ".ssh" / "config").write_text(config)
-    shutil.copy(lab.known_hosts, home / ".ssh" / "known_hosts")
-    return home
-
-
-def logged_since(log: Path, before: int) -> str:
-    with log.open("rb") as f:
-        f.seek(before)
-        return f.read().decode(errors="replace")
 
 
 def test_a_host_behind_a_proxycommand_is_reached_through_it(lab, tmp_path):

@@ -22,46 +22,30 @@ tested on output recorded from a real Slurm (tests/fixtures/slurm/).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-# The squeue format the agent asks for; the field names below follow it, in order. The name is last:
-# it is the only field a user chooses freely, so it may hold `|` (each line is split into at most
-# len(FIELDS) parts).
-SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"
-SQUEUE_FIELDS = (
-    "id",
-    "job_id",
-    "array_job_id",
-    "array_task",
-    "state",
-    "reason",
-    "nodes",
-    "elapsed",
-    "time_limit",
-    "gres",
-    "partition",
-    "user",
-    "submit",
-    "name",
-)
-# JobName last, as above
-SACCT_FORMAT = "JobID,State,ExitCode,NodeList,Elapsed,Start,End,User,Submit,JobName"
+# The formats the node agent asks squeue and sacct for, Slurm's queue states, and the line split
+# both sides read the answers with are the agent's own: one definition, since the agent cannot
+# import fleetops but the client can import the agent's sources.
+from ..agent.jobs.slurmformat import PENDING as PENDING
+from ..agent.jobs.slurmformat import RESTARTS_FORMAT as RESTARTS_FORMAT
+from ..agent.jobs.slurmformat import RUNNING as RUNNING
+from ..agent.jobs.slurmformat import SACCT_FORMAT as SACCT_FORMAT
+from ..agent.jobs.slurmformat import SQUEUE_FIELDS as SQUEUE_FIELDS
+from ..agent.jobs.slurmformat import SQUEUE_FORMAT as SQUEUE_FORMAT
+from ..agent.jobs.slurmformat import restart_counts, split_fields
 
 PARTITION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ACCOUNT = PARTITION
 # gpu:1, gpu:h200:8, gpu
 GRES = re.compile(r"[A-Za-z0-9_]+(?::[A-Za-z0-9_.-]+)*:[0-9]{1,4}|[A-Za-z0-9_]+")
-RESTARTS_FORMAT = "JobArrayID:64,RestartCnt:12"  # parse_restarts
 # Slurm's --time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS; or UNLIMITED.
 TIME_LIMIT = re.compile(
     r"[0-9]{1,6}(?::[0-9]{1,2}){0,2}|[0-9]{1,4}-[0-9]{1,2}(?::[0-9]{1,2}){0,2}|UNLIMITED"
 )
 
-RUNNING = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"})
-PENDING = frozenset(
-    {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"}
-)
 FAILED = frozenset(
     {
         "FAILED",
@@ -171,20 +155,28 @@ def parse_sbatch(stdout: str) -> str:
     return m.group(1)
 
 
+def _lines(
+    command: str, stdout: str, names: tuple[str, ...] | list[str]
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """Each line's number and its fields by name (blank lines passed over); a line short of fields
+    is SlurmParseError, quoted."""
+    for n, line in enumerate(stdout.splitlines(), 1):
+        if not line.strip():
+            continue
+        row = split_fields(line, names)
+        if row is None:
+            raise SlurmParseError(
+                f"{command} line {n} has {len(line.split('|'))} fields, expected {len(names)}: "
+                f"{line[:200]!r}"
+            )
+        yield n, row
+
+
 def parse_squeue(stdout: str) -> list[TaskState]:
     """Lines of `squeue --noheader --states=all --array --format=SQUEUE_FORMAT`; each array task on
     its own line; jobs that ended within MinJobAge are listed with their final state."""
     out = []
-    for n, line in enumerate(stdout.splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split("|", len(SQUEUE_FIELDS) - 1)
-        if len(parts) != len(SQUEUE_FIELDS):
-            raise SlurmParseError(
-                f"squeue line {n} has {len(parts)} fields, expected {len(SQUEUE_FIELDS)}: "
-                f"{line[:200]!r}"
-            )
-        row = dict(zip(SQUEUE_FIELDS, parts))
+    for _, row in _lines("squeue", stdout, SQUEUE_FIELDS):
         task = int(row["array_task"]) if row["array_task"].isdigit() else 0
         out.append(
             TaskState(
@@ -210,12 +202,11 @@ def parse_restarts(stdout: str) -> dict[str, int]:
     """`squeue --noheader --array --Format=JobArrayID:64,RestartCnt:12`: each job's (or array
     task's) id and how many times Slurm requeued it. Both columns are free of blanks, so a line
     splits on them."""
-    out: dict[str, int] = {}
-    for line in stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and re.fullmatch(r"[0-9]+(?:_[0-9]+)?", parts[0]):
-            out[parts[0]] = int(parts[1])
-    return out
+    return {
+        job: count
+        for job, count in restart_counts(stdout).items()
+        if re.fullmatch(r"[0-9]+(?:_[0-9]+)?", job)
+    }
 
 
 def _exit(text: str) -> tuple[int | None, int | None]:
@@ -250,16 +241,7 @@ def parse_sacct(stdout: str) -> list[TaskState]:
     `CANCELLED by 1000`. With --duplicates every job that ever had the id is listed: Identity picks
     fleetops' own."""
     out = []
-    names = SACCT_FORMAT.split(",")
-    for n, line in enumerate(stdout.splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split("|", len(names) - 1)
-        if len(parts) != len(names):
-            raise SlurmParseError(
-                f"sacct line {n} has {len(parts)} fields, expected {len(names)}: {line[:200]!r}"
-            )
-        row = dict(zip(names, parts))
+    for n, row in _lines("sacct", stdout, SACCT_FORMAT.split(",")):
         if "." in row["JobID"]:
             continue
         m = re.fullmatch(r"([0-9]+)(?:_([0-9]+|\[[0-9,%-]+\]))?", row["JobID"])

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..agent.core.protocol import ALREADY_APPLIED, DRIFTED, REFUSED, WOULD_APPLY
 from ..plans.jobspec import DEFAULT_FAILURES, DEFAULT_PROGRESS, resolve
@@ -58,6 +59,94 @@ SKEW_WARN_S = 5.0
 UNREACHABLE_KINDS = ("unreachable", "hostkey", "auth", "refused")
 
 
+@dataclass(frozen=True)
+class Kind:
+    """One kind of finding: its verdict, its area, its rank within the verdict (lower first: the
+    likelier cause of trouble) and what its next commands are for. Called with what was found and
+    those commands, it is that finding."""
+
+    verdict: Severity
+    area: str
+    rank: int
+    why: str = ""
+
+    def __call__(
+        self,
+        msg: str,
+        *commands: str,
+        area: str = "",
+        details: dict[str, Any] | None = None,
+        why: str = "",
+    ) -> Finding:
+        return Finding(
+            self.verdict,
+            area or self.area,
+            msg,
+            list(commands),
+            rank=self.rank,
+            details=details or {},
+            why=why or self.why,
+        )
+
+
+# ---------------------------------------------------------------- every kind, likeliest cause first
+NOT_REACHED = Kind(CRITICAL, "reach", 0, "try the connection alone")
+REACHED = Kind(OK, "reach", 0, "the connection alone")
+AGENT_FAILED = Kind(UNKNOWN, "agent", 1, "the agent alone")
+DRAINED = Kind(WARN, "drain", 3)
+XID_CRITICAL = Kind(CRITICAL, "gpu", 5)
+GPUS_MISSING = Kind(CRITICAL, "gpu", 6, "which GPUs the driver and the PCI bus see")
+GPU_PROBLEMS = Kind(CRITICAL, "gpu", 7, "the GPU's full record")
+NVIDIA_SMI_FAILS = Kind(CRITICAL, "gpu", 8, "nvidia-smi's own words")
+GPU_HEALTH_CRITICAL = Kind(
+    CRITICAL, "gpu", 9, "the GPU's ECC, retirement, remapping and throttle record"
+)
+DISK_FULL = Kind(CRITICAL, "disk", 12, "space and inodes where it is short")
+WRONG_PACKAGES = Kind(
+    CRITICAL,
+    "patch",
+    20,
+    "see what is installed: a playbook is for the versions it pins (runbook new-version-landed)",
+)
+OOM_EARLIER_JOB = Kind(WARN, "oom", 21)
+OOM_NO_JOB = Kind(WARN, "oom", 21, "the kernel's account of the kill")
+SLURM_OOM = Kind(WARN, "oom", 22, "the kernel log's end")
+PATCH_DRIFTED = Kind(CRITICAL, "patch", 25, "see the edited lines (runbook node-drifted)")
+PATCHED_CHECKS_FAIL = Kind(CRITICAL, "patch", 25, "see which checks fail, with their evidence")
+PATCHED_IN_PART = Kind(CRITICAL, "patch", 25, "see which hunks are in and which not")
+NOT_PATCHED = Kind(WARN, "patch", 30, "patch the node, then prove it")
+CHECKS_FAIL = Kind(WARN, "patch", 30, "see which checks fail, with their evidence")
+NO_NVIDIA_SMI = Kind(UNKNOWN, "gpu", 35, "look for the driver and nvidia-smi")
+KERNEL_LOG_UNREAD = Kind(
+    UNKNOWN,
+    "kernel",
+    36,
+    "read it as root (or add the login user to the adm / systemd-journal group)",
+)
+XID_WARN = Kind(WARN, "gpu", 40)
+XID_OTHER = Kind(OK, "gpu", 40)
+CLOCK_SKEWED = Kind(WARN, "clock", 41, "the node's clock and its sync")
+DISK_LOW = Kind(WARN, "disk", 42, "space and inodes where it is short")
+MEMORY_LOW = Kind(WARN, "memory", 43, "memory and its largest users")
+LOAD_HIGH = Kind(WARN, "load", 44, "what keeps the CPUs busy")
+GPU_HEALTH_WARN = Kind(WARN, "gpu", 45, "the GPU's ECC, retirement, remapping and throttle record")
+FOREIGN_GPU_PROCESSES = Kind(WARN, "gpu", 50, "who holds them (pid, user, age): ask their owners")
+SLURM_UNANSWERED = Kind(UNKNOWN, "slurm", 50, "ask again once slurmctld answers")
+SLURM_ALLOCATION = Kind(OK, "slurm", 50, "the allocation's GPUs")
+SLURM_NO_JOB = Kind(OK, "slurm", 50, "start one")
+GPU_HEALTH_UNREAD = Kind(UNKNOWN, "gpu", 55, "nvidia-smi's own words")
+PATCH_UNCLEAR = Kind(UNKNOWN, "patch", 60, "see what the patch would do")
+CHECKS_UNREAD = Kind(UNKNOWN, "patch", 60, "run the checks on their own")
+PATCHED = Kind(OK, "patch", 90, "the deep checks too (callsites, the probe)")
+NO_PATCHES = Kind(OK, "patch", 90, "the deep checks too")
+GPUS_FINE = Kind(OK, "gpu", 90, "the GPUs and their processes")
+NO_XID = Kind(OK, "kernel", 94, "the kernel log's end")
+CLOCK_IN_STEP = Kind(OK, "clock", 96, "the node's clock and its sync")
+DISKS_FINE = Kind(OK, "disk", 97, "every filesystem")
+MEMORY_FINE = Kind(OK, "memory", 98, "memory and its largest users")
+LOAD_FINE = Kind(OK, "load", 99, "what keeps the CPUs busy")
+
+
 # ---------------------------------------------------------------- the pieces, each pure
 def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
     """One line: patched / not patched / drifted (the patch's own check mode, per file), and whether
@@ -82,61 +171,30 @@ def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
         why = (
             next((f["msg"] for f in files if f.get("status") == REFUSED), None) or failed[0]["msg"]
         )
-        return Finding(
-            CRITICAL,
-            "patch",
-            f"wrong packages: {why}",
-            [_fab(host, "facts")],
-            rank=20,
-            details=details,
-            why=(
-                "see what is installed: a playbook is for the "
-                "versions it pins (runbook new-version-landed)"
-            ),
-        )
+        return WRONG_PACKAGES(f"wrong packages: {why}", _fab(host, "facts"), details=details)
     if DRIFTED in words:
         which = ", ".join(
             str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == DRIFTED
         )
-        return Finding(
-            CRITICAL,
-            "patch",
+        return PATCH_DRIFTED(
             f"drifted: {which} matches neither the original nor the patched form "
             f"({counts}{first_bad})",
-            [_fab(host, "patch", "--check")],
-            rank=25,
+            _fab(host, "patch", "--check"),
             details=details,
-            why="see the edited lines (runbook node-drifted)",
         )
     if files and all(w == ALREADY_APPLIED for w in words):
         if failed:
-            return Finding(
-                CRITICAL,
-                "patch",
-                f"patched, but {counts}{first_bad}",
-                [_fab(host, "verify")],
-                rank=25,
-                details=details,
-                why="see which checks fail, with their evidence",
+            return PATCHED_CHECKS_FAIL(
+                f"patched, but {counts}{first_bad}", _fab(host, "verify"), details=details
             )
-        return Finding(
-            OK,
-            "patch",
-            f"patched ({len(files)} files; {counts})",
-            [_fab(host, "verify")],
-            rank=90,
-            details=details,
-            why="the deep checks too (callsites, the probe)",
+        return PATCHED(
+            f"patched ({len(files)} files; {counts})", _fab(host, "verify"), details=details
         )
     if files and all(w == WOULD_APPLY for w in words):
-        return Finding(
-            WARN,
-            "patch",
+        return NOT_PATCHED(
             f"not patched: {len(files)} files as installed ({counts})",
-            [_fab(host, "patch", "verify")],
-            rank=30,
+            _fab(host, "patch", "verify"),
             details=details,
-            why="patch the node, then prove it",
         )
     if files and set(words) <= {WOULD_APPLY, ALREADY_APPLIED}:
         done = ", ".join(
@@ -144,64 +202,30 @@ def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
             for f in files
             if f.get("status") == ALREADY_APPLIED
         )
-        return Finding(
-            CRITICAL,
-            "patch",
+        return PATCHED_IN_PART(
             f"drifted: only partly patched ({done} patched, the rest not; {counts})",
-            [_fab(host, "patch", "--check")],
-            rank=25,
+            _fab(host, "patch", "--check"),
             details=details,
-            why="see which hunks are in and which not",
         )
     if files:
-        return Finding(
-            UNKNOWN,
-            "patch",
+        return PATCH_UNCLEAR(
             f"the patch's check mode answered {sorted(set(map(str, words)))}: "
             f"{files[0].get('msg')}",
-            [_fab(host, "patch", "--check")],
-            rank=60,
+            _fab(host, "patch", "--check"),
             details=details,
-            why="see what the patch would do",
         )
     if patch and patch.get("error"):
-        return Finding(
-            UNKNOWN,
-            "patch",
-            f"not checked: {patch['error']}",
-            [_fab(host, "patch", "--check")],
-            rank=60,
-            details=details,
-            why="see what the patch would do",
+        return PATCH_UNCLEAR(
+            f"not checked: {patch['error']}", _fab(host, "patch", "--check"), details=details
         )
     if checks.get("error"):
-        return Finding(
-            UNKNOWN,
-            "patch",
-            f"not checked: {checks['error']}",
-            [_fab(host, "verify")],
-            rank=60,
-            details=details,
-            why="run the checks on their own",
+        return CHECKS_UNREAD(
+            f"not checked: {checks['error']}", _fab(host, "verify"), details=details
         )
     if failed:
-        return Finding(
-            WARN,
-            "patch",
-            f"{counts}{first_bad}",
-            [_fab(host, "verify")],
-            rank=30,
-            details=details,
-            why="see which checks fail, with their evidence",
-        )
-    return Finding(
-        OK,
-        "patch",
-        f"the playbook has no patches; {counts}",
-        [_fab(host, "verify")],
-        rank=90,
-        details=details,
-        why="the deep checks too",
+        return CHECKS_FAIL(f"{counts}{first_bad}", _fab(host, "verify"), details=details)
+    return NO_PATCHES(
+        f"the playbook has no patches; {counts}", _fab(host, "verify"), details=details
     )
 
 
@@ -221,7 +245,7 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
     for (code, bus), evs in groups.items():
         last = evs[-1]
         info = last.info
-        verdict = {"CRITICAL": CRITICAL, "WARN": WARN}.get(info.severity, OK)
+        kind = {"CRITICAL": XID_CRITICAL, "WARN": XID_WARN}.get(info.severity, XID_OTHER)
         label = _gpu_label(bus, index_by_bus)
         where = f"GPU {label[3:]} " if label != "gpu" else "GPU "
         when = kernel_when(last.line.epoch) or last.line.stamp or "since boot"
@@ -254,14 +278,11 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
                     f"nvidia-smi -q -i {_q(bus or last.pci)} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER",
                 )
             ]
-        rank = 5 if verdict == CRITICAL else 40
         out.append(
-            Finding(
-                verdict,
-                label,
+            kind(
                 msg,
-                nxt,
-                rank=rank,
+                *nxt,
+                area=label,
                 details={
                     "xid": code,
                     "meaning": info.name,
@@ -287,26 +308,15 @@ def gpu_findings(
     index_by_bus: dict[str, int] = {}
     if snap.get("error_kind") == "no_nvidia_smi":
         out.append(
-            Finding(
-                UNKNOWN,
-                "gpu",
+            NO_NVIDIA_SMI(
                 f"GPUs not checked: {snap['error']}",
-                [_run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia")],
-                rank=35,
-                why="look for the driver and nvidia-smi",
+                _run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia"),
             )
         )
         return out, index_by_bus
     if not snap.get("ok"):
         out.append(
-            Finding(
-                CRITICAL,
-                "gpu",
-                f"nvidia-smi fails: {snap.get('error')}",
-                [_run_cmd(host, "nvidia-smi")],
-                rank=8,
-                why="nvidia-smi's own words",
-            )
+            NVIDIA_SMI_FAILS(f"nvidia-smi fails: {snap.get('error')}", _run_cmd(host, "nvidia-smi"))
         )
         return out, index_by_bus
     # xml.etree and the Xid table,
@@ -320,25 +330,18 @@ def gpu_findings(
             index_by_bus[key] = int(g["index"])
     if expected is not None and len(gpus) < expected:
         out.append(
-            Finding(
-                CRITICAL,
-                "gpu",
+            GPUS_MISSING(
                 f"{len(gpus)} of {expected} GPUs visible (inventory says {expected})",
-                [_run_cmd(host, "nvidia-smi -L; lspci | grep -i nvidia")],
-                rank=6,
-                why="which GPUs the driver and the PCI bus see",
+                _run_cmd(host, "nvidia-smi -L; lspci | grep -i nvidia"),
             )
         )
     for g in gpus:
         if g.get("problems"):
             out.append(
-                Finding(
-                    CRITICAL,
-                    f"gpu{g.get('index')}",
+                GPU_PROBLEMS(
                     f"GPU {g.get('index')} ({g.get('bus_id')}) reads {'; '.join(g['problems'])}",
-                    [_run_cmd(host, f"nvidia-smi -q -i {_q(g.get('index'))}")],
-                    rank=7,
-                    why="the GPU's full record",
+                    _run_cmd(host, f"nvidia-smi -q -i {_q(g.get('index'))}"),
+                    area=f"gpu{g.get('index')}",
                 )
             )
     foreign = [
@@ -354,25 +357,17 @@ def gpu_findings(
     )
     if foreign:
         out.append(
-            Finding(
-                WARN,
-                "gpu",
+            FOREIGN_GPU_PROCESSES(
                 f"GPUs held by processes that are not a fleetops job: {held}",
-                [_fab(host, "gpu")],
-                rank=50,
+                _fab(host, "gpu"),
                 details={"foreign": [p for _, p in foreign]},
-                why="who holds them (pid, user, age): ask their owners",
             )
         )
     if xml.get("error"):
         out.append(
-            Finding(
-                UNKNOWN,
-                "gpu",
+            GPU_HEALTH_UNREAD(
                 f"ECC / retired pages / row remapping not read: {xml['error']}",
-                [_run_cmd(host, "nvidia-smi -q -x | head")],
-                rank=55,
-                why="nvidia-smi's own words",
+                _run_cmd(host, "nvidia-smi -q -x | head"),
             )
         )
     elif xml.get("xml"):
@@ -380,47 +375,33 @@ def gpu_findings(
             health = parse_health_xml(xml["xml"])
         except HealthParseError as exc:
             out.append(
-                Finding(
-                    UNKNOWN,
-                    "gpu",
-                    f"nvidia-smi -q -x unreadable: {exc}",
-                    [_run_cmd(host, "nvidia-smi -q -x | head")],
-                    rank=55,
-                    why="nvidia-smi's own words",
+                GPU_HEALTH_UNREAD(
+                    f"nvidia-smi -q -x unreadable: {exc}", _run_cmd(host, "nvidia-smi -q -x | head")
                 )
             )
             health = []
         for h in assess(health):
             label = f"gpu{h.gpu.index}" if h.gpu.index is not None else "gpu"
+            kind = GPU_HEALTH_CRITICAL if h.severity is CRITICAL else GPU_HEALTH_WARN
             out.append(
-                Finding(
-                    h.severity,
-                    label,
+                kind(
                     f"GPU {h.gpu.index} ({h.gpu.bus_id}): {h.what}: {h.action}",
-                    [
-                        _run_cmd(
-                            host,
-                            f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,"
-                            "ROW_REMAPPER,PERFORMANCE",
-                        )
-                    ],
-                    rank=9 if h.severity is CRITICAL else 45,
-                    why="the GPU's ECC, retirement, remapping and throttle record",
+                    _run_cmd(
+                        host,
+                        f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,"
+                        "ROW_REMAPPER,PERFORMANCE",
+                    ),
+                    area=label,
                 )
             )
         if health and not any(f.area.startswith("gpu") and f.verdict != OK for f in out):
             vol = sum(h.ecc.get("volatile", {}).get("uncorrectable", 0) for h in health)
             out.append(
-                Finding(
-                    OK,
-                    "gpu",
+                GPUS_FINE(
                     f"{len(gpus)} GPUs ({', '.join(sorted({str(g.get('name')) for g in gpus}))})"
-                    f", {vol} uncorrectable ECC errors, no "
-                    "pending remap or retirement, no hardware "
-                    "throttling",
-                    [_fab(host, "gpu")],
-                    rank=90,
-                    why="the GPUs and their processes",
+                    f", {vol} uncorrectable ECC errors, no pending remap or retirement, no "
+                    "hardware throttling",
+                    _fab(host, "gpu"),
                 )
             )
     return out, index_by_bus
@@ -431,13 +412,10 @@ def drain_finding(host: str, marker: dict | None) -> Finding | None:
     undrained."""
     if not marker:
         return None
-    return Finding(
-        WARN,
-        "drain",
+    return DRAINED(
         f"drained by {marker.get('by', '?')} at {marker.get('at', '?')}: "
         f"{marker.get('reason') or '?'}; extract and patch refuse here",
-        [_fab(host, "undrain")],
-        rank=3,
+        _fab(host, "undrain"),
         details={"drain": marker},
     )
 
@@ -454,33 +432,18 @@ def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
             f"{d['label']} {d['path']}: {d['free_bytes'] / 2**30:.1f} GiB free ({free_pct:.0f}%), "
             f"inodes {inode_pct:.0f}% free"
         )
-        nxt = [_run_cmd(host, f"df -h {_q(d['path'])}; df -i {_q(d['path'])}")]
+        nxt = _run_cmd(host, f"df -h {_q(d['path'])}; df -i {_q(d['path'])}")
         if free_pct < 1 or inode_pct < 1:
-            out.append(
-                Finding(
-                    CRITICAL, "disk", text, nxt, rank=12, why="space and inodes where it is short"
-                )
-            )
+            out.append(DISK_FULL(text, nxt))
         elif free_pct < 5 or inode_pct < 5 or d["free_bytes"] < 2 * 2**30:
-            out.append(
-                Finding(WARN, "disk", text, nxt, rank=42, why="space and inodes where it is short")
-            )
+            out.append(DISK_LOW(text, nxt))
         else:
             fine.append(
                 f"{d['label']} {d['free_bytes'] / 2**30:.1f} "
                 f"GiB ({free_pct:.0f}%, inodes {inode_pct:.0f}%)"
             )
     if fine:  # the healthy ones on one line
-        out.append(
-            Finding(
-                OK,
-                "disk",
-                "free: " + ", ".join(fine),
-                [_run_cmd(host, "df -h; df -i")],
-                rank=97,
-                why="every filesystem",
-            )
-        )
+        out.append(DISKS_FINE("free: " + ", ".join(fine), _run_cmd(host, "df -h; df -i")))
     mem = (load.get("memory_kb") or {}) if isinstance(load, dict) else {}
     if mem.get("MemTotal"):
         pct = 100 * mem.get("MemAvailable", 0) / mem["MemTotal"]
@@ -488,31 +451,13 @@ def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
             f"memory: {mem.get('MemAvailable', 0) / 2**20:.1f} "
             f"of {mem['MemTotal'] / 2**20:.1f} GiB available"
         )
-        nxt = [_run_cmd(host, "free -m; ps aux --sort=-rss | head")]
-        out.append(
-            Finding(
-                WARN if pct < 5 else OK,
-                "memory",
-                text,
-                nxt,
-                rank=43 if pct < 5 else 98,
-                why="memory and its largest users",
-            )
-        )
+        kind = MEMORY_LOW if pct < 5 else MEMORY_FINE
+        out.append(kind(text, _run_cmd(host, "free -m; ps aux --sort=-rss | head")))
     if isinstance(load, dict) and load.get("load") and load.get("cpus"):
         l1 = load["load"][0]
         text = f"load {' '.join(str(x) for x in load['load'])} on {load['cpus']} CPUs"
-        busy = l1 > 2 * load["cpus"]
-        out.append(
-            Finding(
-                WARN if busy else OK,
-                "load",
-                text,
-                [_run_cmd(host, "top -bn1 | head -20")],
-                rank=44 if busy else 99,
-                why="what keeps the CPUs busy",
-            )
-        )
+        kind = LOAD_HIGH if l1 > 2 * load["cpus"] else LOAD_FINE
+        out.append(kind(text, _run_cmd(host, "top -bn1 | head -20")))
     return out
 
 
@@ -523,24 +468,16 @@ def clock_finding(
     if node_epoch is None:
         return None
     if sent <= node_epoch <= received:
-        return Finding(
-            OK,
-            "clock",
+        return CLOCK_IN_STEP(
             f"in step with this machine (within the call's {received - sent:.1f}s)",
-            [_run_cmd(host, "timedatectl")],
-            rank=96,
-            why="the node's clock and its sync",
+            _run_cmd(host, "timedatectl"),
         )
     skew = node_epoch - sent if node_epoch < sent else node_epoch - received
-    verdict = WARN if abs(skew) > SKEW_WARN_S else OK
+    kind = CLOCK_SKEWED if abs(skew) > SKEW_WARN_S else CLOCK_IN_STEP
     side = "behind" if skew < 0 else "ahead of"
-    return Finding(
-        verdict,
-        "clock",
+    return kind(
         f"node clock {abs(skew):.1f}s {side} this machine",
-        [_run_cmd(host, "timedatectl; chronyc tracking")],
-        rank=41 if verdict == WARN else 96,
-        why="the node's clock and its sync",
+        _run_cmd(host, "timedatectl; chronyc tracking"),
     )
 
 
@@ -549,13 +486,9 @@ def kernel_findings(
 ) -> tuple[list[Finding], list[OomKill]]:
     if kernel.get("error"):
         return [
-            Finding(
-                UNKNOWN,
-                "kernel",
+            KERNEL_LOG_UNREAD(
                 f"Xid and OOM events not checked: {kernel['error']}",
-                [_run_cmd(host, "sudo dmesg | grep -E 'NVRM: Xid|Killed process' | tail -20")],
-                rank=36,
-                why="read it as root (or add the login user to the adm / systemd-journal group)",
+                _run_cmd(host, "sudo dmesg | grep -E 'NVRM: Xid|Killed process' | tail -20"),
             )
         ], []
     from ..plans.kernellog import parse_ooms, parse_xids, slurm_oom_events
@@ -566,25 +499,16 @@ def kernel_findings(
     report = parse_ooms(lines, boot)
     if not out:
         out.append(
-            Finding(
-                OK,
-                "kernel",
+            NO_XID(
                 f"no NVIDIA Xid in the kernel log ({kernel.get('source')}, "
                 f"{kernel.get('total_lines')} lines)",
-                [_run_cmd(host, "dmesg | tail -50")],
-                rank=94,
-                why="the kernel log's end",
+                _run_cmd(host, "dmesg | tail -50"),
             )
         )
     for count, step in slurm_oom_events(report.other):
         out.append(
-            Finding(
-                WARN,
-                "oom",
-                f"Slurm saw {count} OOM kill(s) in {step}",
-                [_run_cmd(host, "dmesg | tail -50")],
-                rank=22,
-                why="the kernel log's end",
+            SLURM_OOM(
+                f"Slurm saw {count} OOM kill(s) in {step}", _run_cmd(host, "dmesg | tail -50")
             )
         )
     return out, report.kills
@@ -607,27 +531,20 @@ def oom_elsewhere(host: str, job: dict, kills: list[OomKill], earlier: object) -
                 f"; the latest job is {job.get('id')} ({job.get('state')})" if job.get("id") else ""
             )
             out.append(
-                Finding(
-                    WARN,
-                    "oom",
+                OOM_EARLIER_JOB(
                     f"the kernel OOM killer killed an earlier job of this node, "
                     f"{owner.get('id')}: {oom_text(k)}{latest}",
-                    [_fab(host, "logs", "--job-id", str(owner.get("id")))],
-                    rank=21,
+                    _fab(host, "logs", "--job-id", str(owner.get("id"))),
                     details={**evidence, "job_id": owner.get("id")},
                     why=OOM_ADVICE,
                 )
             )
         else:
             out.append(
-                Finding(
-                    WARN,
-                    "oom",
+                OOM_NO_JOB(
                     f"the OOM killer killed {oom_text(k)} (no fleetops job of this node)",
-                    [_run_cmd(host, "dmesg | grep -B5 -A20 'invoked oom-killer' | tail -60")],
-                    rank=21,
+                    _run_cmd(host, "dmesg | grep -B5 -A20 'invoked oom-killer' | tail -60"),
                     details=evidence,
-                    why="the kernel's account of the kill",
                 )
             )
     return out
@@ -769,13 +686,8 @@ def run_diagnose(run: RunState, plan: Plan, node: Connector) -> Result:
         )
         received = time.time()
     except TransportError as exc:
-        f = Finding(
-            CRITICAL,
-            "reach",
-            f"not reached after {time.monotonic() - started:.1f}s: {exc}",
-            [_fab(host.name, "ping")],
-            rank=0,
-            why="try the connection alone",
+        f = NOT_REACHED(
+            f"not reached after {time.monotonic() - started:.1f}s: {exc}", _fab(host.name, "ping")
         )
         result = _result(
             host.name,
@@ -788,13 +700,8 @@ def run_diagnose(run: RunState, plan: Plan, node: Connector) -> Result:
         return result
     total = time.monotonic() - started
     if answer.get("error"):
-        f = Finding(
-            UNKNOWN,
-            "agent",
-            f"the node agent could not diagnose: {answer['error']}",
-            [_fab(host.name, "ping")],
-            rank=1,
-            why="the agent alone",
+        f = AGENT_FAILED(
+            f"the node agent could not diagnose: {answer['error']}", _fab(host.name, "ping")
         )
         result = _result(host.name, [f], answer.get("error_kind"), refused=True)
         result.evidence = evidence
@@ -805,35 +712,20 @@ def run_diagnose(run: RunState, plan: Plan, node: Connector) -> Result:
         note = backend.allocation_note(node)
         # A controller that cannot be reached leaves the job's state unknown: never an OK line.
         blind = bool(note and note.details.get("controller"))
-        findings.append(
-            Finding(
-                UNKNOWN if blind else OK,
-                "slurm",
-                note.msg if note else "no job of fleetops queued or running here",
-                [
-                    _fab(host.name, "status")
-                    if blind
-                    else _fab(host.name, "gpu")
-                    if note
-                    else _fab(host.name, "extract")
-                ],
-                rank=50,
-                details=dict(note.details) if note else {},
-                why="ask again once slurmctld answers"
-                if blind
-                else "the allocation's GPUs"
-                if note
-                else "start one",
+        if note is None:
+            findings.append(
+                SLURM_NO_JOB(
+                    "no job of fleetops queued or running here", _fab(host.name, "extract")
+                )
             )
-        )
+        else:
+            kind, task = (SLURM_UNANSWERED, "status") if blind else (SLURM_ALLOCATION, "gpu")
+            findings.append(kind(note.msg, _fab(host.name, task), details=dict(note.details)))
     on_node = answer.get("seconds")
     reach = f"reached in {connect_s:.2f}s, answered in {total:.1f}s" + (
         f" ({on_node}s on the node)" if on_node else ""
     )
-    findings.insert(
-        0,
-        Finding(OK, "reach", reach, [_fab(host.name, "ping")], rank=0, why="the connection alone"),
-    )
+    findings.insert(0, REACHED(reach, _fab(host.name, "ping")))
     findings.sort(key=lambda x: x.order)
     result = _result(
         host.name,

@@ -6,10 +6,13 @@ how many masters persist.
 
     masters(directory)              every socket there: live (with its pid) or stale, least recently
                                     used first
+    open_master(path, ...)          a master to a lab node, with only the options named
     check(path)                     the pid of the master on one socket, None when stale
     close(directory, socket)        `ssh -O exit`, or the stale socket removed; its record forgotten
     close_all(directory, masters)   close each of them (at once), each one's outcome
     listening_pids(directory)       every process that listens on a socket there, from /proc (Linux)
+    rss_kib(pid), proc_kib(pid, field, source), fd_count(pid)
+                                    what a master costs, from /proc (None where it does not say)
     survey(words) / disconnect(words)   `connections` and `disconnect` as data (the report draws
                                         them)
 
@@ -33,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ..agent.core import procfs
 from . import controldir
 from .controldir import MasterRecord
 
@@ -111,6 +115,52 @@ def _control(path: str, command: str, timeout: float) -> subprocess.CompletedPro
         ) from None
     except OSError as exc:
         raise MasterError(f"{path}: cannot run ssh: {exc.strerror or exc}") from None
+
+
+def open_master(
+    path: str,
+    destination: str,
+    port: int,
+    identity: str,
+    known_hosts: str,
+    persist_s: int,
+    timeout: float = 30.0,
+) -> None:
+    """A master on the socket at `path` (`ssh -M -fN`, ControlPersist `persist_s`) to `destination`
+    (user@address) with only the key and known_hosts named: -F /dev/null and BatchMode, so nothing
+    of the caller's ssh_config applies and nothing is asked. For measuring and testing masters
+    against the lab's nodes (the transport opens its own, with the host's whole ssh_config).
+    subprocess.CalledProcessError or TimeoutExpired when ssh fails."""
+    subprocess.run(
+        [
+            ssh_binary(),
+            "-F",
+            "/dev/null",
+            "-M",
+            "-S",
+            path,
+            "-o",
+            f"ControlPersist={persist_s}",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-i",
+            identity,
+            "-o",
+            f"UserKnownHostsFile={known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-p",
+            str(port),
+            "-fN",
+            destination,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def check(path: str, timeout: float | None = None) -> int | None:
@@ -235,18 +285,11 @@ def _exited(pid: int, within: float) -> bool:
 
 def _alive(pid: int) -> bool:
     """Running (a zombie has exited: its parent has yet to reap it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not procfs.pid_alive(pid):
         return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no /proc (macOS): kill(0) said it exists
-    return state not in (b"Z", b"X")
+    fields = procfs.stat_fields(pid)
+    # no /proc (macOS): kill(0) said it exists
+    return fields is None or fields[0] not in ("Z", "X")
 
 
 def listening_pids(directory: str) -> dict[int, str]:
@@ -349,14 +392,29 @@ def row(m: Master, now: float | None = None) -> dict[str, Any]:
 def rss_kib(pid: int) -> int | None:
     """A process's resident memory in KiB (VmRSS), None where /proc has none: what a master costs,
     shown."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmRSS:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
+    return proc_kib(pid, "VmRSS")
+
+
+def proc_kib(pid: int, field: str, source: str = "status") -> int | None:
+    """A `Field:  N kB` line of /proc/PID/status (or of smaps_rollup: `Pss`, the share of memory a
+    process alone accounts for), in KiB; None where /proc has none (gone, not Linux, an older
+    kernel without smaps_rollup)."""
+    prefix = field.encode() + b":"
+    for line in (procfs.read(pid, source) or b"").splitlines():
+        if line.startswith(prefix):
+            try:
+                return int(line.split()[1])
+            except (ValueError, IndexError):
+                return None
     return None
+
+
+def fd_count(pid: int) -> int | None:
+    """How many file descriptors a process holds open; None where /proc does not say."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
 
 
 def _directory() -> str | None:

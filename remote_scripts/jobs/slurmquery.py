@@ -13,45 +13,16 @@ import os
 import pwd
 import subprocess
 
-SQUEUE_FORMAT = "%i|%A|%F|%K|%T|%r|%N|%M|%l|%b|%P|%u|%V|%j"  # the same as fleetops/plans/slurm.py's
-SQUEUE_FIELDS = (
-    "id",
-    "job_id",
-    "array_job_id",
-    "array_task",
-    "state",
-    "reason",
-    "nodes",
-    "elapsed",
-    "time_limit",
-    "gres",
-    "partition",
-    "user",
-    "submit",
-    "name",
+from .slurmformat import (
+    ACTIVE,
+    RESTARTS_FORMAT,
+    SACCT_FORMAT,
+    SQUEUE_FIELDS,
+    SQUEUE_FORMAT,
+    restart_counts,
+    split_fields,
 )
-SACCT_FORMAT = "JobID,State,ExitCode,NodeList,Elapsed,Start,End,User,Submit,JobName"
-# Only fields without free text, so the fixed-width columns split on blanks
-# (fleetops/plans/slurm.py).
-RESTARTS_FORMAT = "JobArrayID:64,RestartCnt:12"
-# Slurm states of a job still in the queue (fleetops/plans/slurm.py's RUNNING | PENDING).
-ACTIVE = frozenset(
-    {
-        "RUNNING",
-        "CONFIGURING",
-        "COMPLETING",
-        "STAGE_OUT",
-        "SIGNALING",
-        "RESIZING",
-        "PENDING",
-        "REQUEUED",
-        "REQUEUE_HOLD",
-        "REQUEUE_FED",
-        "SUSPENDED",
-        "STOPPED",
-        "RESV_DEL_HOLD",
-    }
-)
+
 WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 COMMAND_TIMEOUT_S = 60  # sbatch, srun: they may wait on a busy controller's admission
 QUERY_TIMEOUT_S = 20  # squeue, sacct, scancel, scontrol: an operator waits on these
@@ -101,24 +72,8 @@ def login() -> str:
 
 
 def rows(stdout: str) -> list[dict]:
-    """squeue's lines (SQUEUE_FORMAT, the name last: split at most len(SQUEUE_FIELDS) - 1 times)."""
-    out = []
-    for line in stdout.splitlines():
-        parts = line.split("|", len(SQUEUE_FIELDS) - 1)
-        if len(parts) == len(SQUEUE_FIELDS):
-            out.append(dict(zip(SQUEUE_FIELDS, parts)))
-    return out
-
-
-def restart_counts(stdout: str) -> dict[str, int]:
-    """RESTARTS_FORMAT's lines: each job's (or array task's) id and how many times Slurm requeued
-    it."""
-    out = {}
-    for line in stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
+    """squeue's lines (SQUEUE_FORMAT), those that have every field."""
+    return [r for r in (split_fields(line, SQUEUE_FIELDS) for line in stdout.splitlines()) if r]
 
 
 def ours(job: dict, stdout: str, restarts: str = "") -> tuple[list[dict], list[dict]]:

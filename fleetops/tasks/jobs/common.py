@@ -1,16 +1,21 @@
 """What the SSH and Slurm backends do alike before and after the node's own work: the job's spec as
 a launch takes it, the start request, the secrets of the playbook a job came from, the logs request
-and the printing of its lines; and, named once here, the helpers of tasks/plan.py, reconnect.py and
-backend.py both import. The results they give alike are results/jobs.py's."""
+and the printing of its lines, where a tail attaches and how it ends, and a backend's five tasks as
+its module's functions; and, named once here, the helpers of tasks/plan.py, reconnect.py and
+backend.py both use (each backend reaches them as `common.X`). The results they give alike are
+results/jobs.py's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ...plans.jobspec import JobSpec, LogWatch, is_failure
 from ...plans.jobsummary import job_summary
 from ...plans.tables import bar
 from ...plans.versions import judged_checks
+from ...results import Result
+from ...results.jobs import SlurmTailEnded, TailEnded, tail_end
 from ...wire.connector import Connector
 from ..plan import (
     agent_error,
@@ -27,7 +32,10 @@ from .backend import JobBackend, TailFollower, register
 
 __all__ = [
     "TAIL_WAIT_S",
+    "Attach",
+    "BackendTasks",
     "JobBackend",
+    "TaskBackend",
     "LogWatch",
     "Reconnect",
     "TailFollower",
@@ -46,6 +54,8 @@ __all__ = [
     "register",
     "skipped_note",
     "start_request",
+    "tail_attach",
+    "tail_ended",
     "tail_request",
     "tail_start",
 ]
@@ -100,3 +110,79 @@ def logs_request(plan: Plan, node: Connector) -> tuple[dict[str, Any], LogWatch]
 def print_lines(run: RunState, label: str, lines: list[str], watch: LogWatch) -> None:
     for line in lines:
         run.reporter.job_line(label, line, is_failure(line, watch.failure), None)
+
+
+class Attach(NamedTuple):
+    """Where a tail attaches: the job's watch for progress and failure lines, which job (None: the
+    latest), how many of its last lines (None: the node's default), whether from its first byte,
+    and the secrets masked in what it printed."""
+
+    watch: LogWatch
+    job_id: str | None
+    last_lines: int | None
+    from_start: bool
+    secrets: list[str]
+
+
+def tail_attach(run: RunState, plan: Plan, node: Connector) -> Attach | Result:
+    """Attach, for either backend; a Result is tail's usage error (a --lines that is no number)."""
+    spec = job_spec(plan, node)
+    watch = LogWatch.of(spec)
+    start = tail_start(run, plan, node.host.name)
+    if isinstance(start, Result):
+        return start
+    job_id, last_lines, from_start = start
+    return Attach(watch, job_id, last_lines, from_start, job_secrets(spec, node.host))
+
+
+def tail_ended(
+    run: RunState,
+    host: str,
+    job_id: str | None,
+    end: str,
+    code: int,
+    progress: Iterable[dict[str, Any] | None],
+    payload: TailEnded | SlurmTailEnded,
+) -> Result:
+    """A tail's end, either backend: how the job ended, said on the console, and the result's line
+    with what the job did too (its last progress, every task's summed), not only how it ended."""
+    run.reporter.note(f"{host} | job {job_id} {end}")
+    summary = job_summary(progress)
+    msg = f"job {job_id} {end}" + (f"; {summary}" if summary else "")
+    return tail_end(host, code, msg, payload)
+
+
+Task = Callable[["RunState", "Plan", Connector], Result]
+
+
+class BackendTasks(NamedTuple):
+    """A backend's five tasks, its module's functions."""
+
+    launch: Task
+    status: Task
+    tail: Callable[[RunState, Plan, Connector, TailFollower | None], Result]
+    logs: Task
+    stop: Task
+
+
+class TaskBackend(JobBackend):
+    """A backend whose five tasks are functions of its module (`tasks`), named once."""
+
+    tasks: ClassVar[BackendTasks]
+
+    def launch(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return self.tasks.launch(run, plan, node)
+
+    def status(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return self.tasks.status(run, plan, node)
+
+    def tail(
+        self, run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None
+    ) -> Result:
+        return self.tasks.tail(run, plan, node, follow)
+
+    def logs(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return self.tasks.logs(run, plan, node)
+
+    def stop(self, run: RunState, plan: Plan, node: Connector) -> Result:
+        return self.tasks.stop(run, plan, node)

@@ -29,33 +29,10 @@ from ...results.jobs import (
     detached,
     launched,
     logs_result,
-    tail_end,
 )
 from ...wire.connector import Connector
 from ..plan import drain_text, own_playbook_secrets
-from .common import (
-    TAIL_WAIT_S,
-    JobBackend,
-    Reconnect,
-    TailFollower,
-    agent_error,
-    bar,
-    drained,
-    job_secrets,
-    job_spec,
-    job_summary,
-    judged_checks,
-    launch_spec,
-    logs_request,
-    own_secrets,
-    preflight_request,
-    print_lines,
-    register,
-    skipped_note,
-    start_request,
-    tail_request,
-    tail_start,
-)
+from . import common
 from .listing import exit_text
 
 if TYPE_CHECKING:
@@ -65,19 +42,19 @@ if TYPE_CHECKING:
 
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = launch_spec(plan, node)
+    spec = common.launch_spec(plan, node)
     assert plan.playbook is not None
     # extract --shards: this host's rows
     if spec.extract is not None and plan.options.get("shard_extract"):
         spec.extract.update(plan.options["shard_extract"])
-    request = preflight_request(plan.playbook, spec)
+    request = common.preflight_request(plan.playbook, spec)
     if spec.extract is not None:
         # The node says whether its dataset can be read, and (without --again) whether its output
         # already holds every sample.
         request["extract"] = spec.extract
     answer, evidence = node.call("preflight", request, timeout=600)
     if answer.get("error"):  # refused before any check ran (an import path another user may change)
-        return agent_error(host, "extract", answer, with_kind=True)
+        return common.agent_error(host, "extract", answer, with_kind=True)
     settled = _nothing_to_launch(run, host, plan, spec, answer)
     if settled is not None:
         return settled
@@ -123,7 +100,9 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
                 payload=LaunchRefused(next=_refused_next(host, plan, failing, running, gate)),
             )
         notes.append(f"--force: launched despite: {reasons}")
-    started, evidence = node.call("job_start", start_request(spec, plan.playbook), timeout=60)
+    started, evidence = node.call(
+        "job_start", common.start_request(spec, plan.playbook), timeout=60
+    )
     if not started.get("ok"):
         return _not_started(run, host, spec, started, evidence)
     job = started["job"]
@@ -145,7 +124,7 @@ def _nothing_to_launch(
     same job is already running (then this run's `tail` attaches to it), or its output already holds
     every sample."""
     if answer.get("drain"):
-        return drained(host, "extract", answer["drain"], f"launch {spec.name}")
+        return common.drained(host, "extract", answer["drain"], f"launch {spec.name}")
     job = answer.get("running_job")
     if job and job.get("name") == spec.name:
         with run.lock:
@@ -231,7 +210,7 @@ def _not_started(
     it)."""
     details = started.get("details") or {}
     if started.get("error_kind") == "drained":
-        return drained(host, "extract", details.get("drain") or {}, f"launch {spec.name}")
+        return common.drained(host, "extract", details.get("drain") or {}, f"launch {spec.name}")
     job = details.get("job") or {}
     if (
         started.get("error_kind") == "job_running"
@@ -264,7 +243,7 @@ def _problems(
     of)."""
     problems: list[Item] = []
     failing = [
-        c for c in judged_checks(answer["verify"], allow_prereleases)["items"] if not c["ok"]
+        c for c in common.judged_checks(answer["verify"], allow_prereleases)["items"] if not c["ok"]
     ]
     for check in failing:
         problems.append(
@@ -329,19 +308,16 @@ def _refused_next(
 
 
 def run_tail(
-    run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None
+    run: RunState, plan: Plan, node: Connector, follow: common.TailFollower | None = None
 ) -> Result:
     host = node.host.name
-    spec = job_spec(plan, node)
-    watch = LogWatch.of(spec)
     # attaching: the node starts at the last N lines, or at byte 0 with from_start
     offset: int | None = None
-    start = tail_start(run, plan, host)
-    if isinstance(start, Result):
-        return start
-    job_id, last_lines, from_start = start
-    secrets = job_secrets(spec, node.host)
-    link = Reconnect(run.interrupted)
+    attach = common.tail_attach(run, plan, node)
+    if isinstance(attach, Result):
+        return attach
+    watch, job_id, last_lines, from_start, secrets = attach
+    link = common.Reconnect(run.interrupted)
     last_progress: dict | None = None
     reporter = run.reporter
     while True:
@@ -354,7 +330,7 @@ def run_tail(
                 SshTailDetached(job_id, offset or 0, True, Next("follow it again", [again])),
             )
         position = {"job_id": job_id, "offset": offset}
-        request = {**tail_request(position, (last_lines, from_start)), "mask": secrets}
+        request = {**common.tail_request(position, (last_lines, from_start)), "mask": secrets}
         answer = link.poll(
             partial(_tail_answer, node, request),
             node,
@@ -378,7 +354,7 @@ def run_tail(
             continue
         job_id = answer["job_id"]
         if offset is None and answer.get("skipped_bytes"):
-            reporter.note(skipped_note(host, job_id, answer))
+            reporter.note(common.skipped_note(host, job_id, answer))
         reporter.job_attached(host, job_id, answer["state"])
         if follow is not None:
             follow.attached(job_id)
@@ -395,13 +371,13 @@ def run_tail(
             code = verdict.code
             end = end_text(answer)
             reporter.job_ended(host, verdict.word)
-            reporter.note(f"{host} | job {job_id} {end}")
-            # the closing line says what the job did, not only how it ended
-            summary = job_summary([last_progress])
-            return tail_end(
+            return common.tail_ended(
+                run,
                 host,
+                job_id,
+                end,
                 code,
-                f"job {job_id} {end}" + (f"; {summary}" if summary else ""),
+                [last_progress],
                 TailEnded(
                     job_id,
                     answer.get("exit"),
@@ -410,13 +386,13 @@ def run_tail(
                     watch.failures[:20],
                     link.count,
                     answer.get("cause"),
-                    last_progress and bar(last_progress),
+                    last_progress and common.bar(last_progress),
                 ),
             )
 
 
 def _tail_answer(node: Connector, request: dict) -> dict:
-    return node.call("job_tail", request, timeout=TAIL_WAIT_S + 30)[0]
+    return node.call("job_tail", request, timeout=common.TAIL_WAIT_S + 30)[0]
 
 
 def end_text(answer: dict) -> str:
@@ -444,13 +420,13 @@ def _status_row(answer: dict) -> list[str]:
 
 def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = job_spec(plan, node)
+    spec = common.job_spec(plan, node)
     pattern = LogWatch.of(spec).progress.pattern
     answer, evidence = node.call(
         "job_status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern}
     )
     if answer.get("error"):
-        result = agent_error(host, "status", answer, with_kind=True)
+        result = common.agent_error(host, "status", answer, with_kind=True)
         drain = (
             (answer.get("details") or {}).get("drain")
             if isinstance(answer.get("details"), dict)
@@ -463,7 +439,7 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     job = answer["job"] if isinstance(answer.get("job"), dict) else {}
     # loading the job's own playbook registers its secrets: the status line's last progress shows
     # them masked
-    own_secrets(run, node, job)
+    common.own_secrets(run, node, job)
     verdict = verdict_of(answer)
     answer = {**answer, "state": verdict.word} if verdict.word == "stopped" else answer
     row = _status_row(answer)
@@ -568,7 +544,7 @@ def _how_it_ended(answer: dict) -> tuple[str, list[Item], dict | None]:
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    request, watch = logs_request(plan, node)
+    request, watch = common.logs_request(plan, node)
     answer, _ = node.call("job_logs", request)
     more = [v for v in own_playbook_secrets(run, node, answer) if v not in request["mask"]]
     # the job's own playbook has secrets this run's does not: asked again, masked by the node
@@ -577,8 +553,8 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
             "job_logs", {**request, "job_id": answer["job_id"], "mask": request["mask"] + more}
         )
     if answer.get("error"):
-        return agent_error(host, "logs", answer)
-    print_lines(run, host, answer["lines"], watch)
+        return common.agent_error(host, "logs", answer)
+    common.print_lines(run, host, answer["lines"], watch)
     return logs_result(
         host,
         answer["job_id"],
@@ -597,7 +573,7 @@ def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
         timeout=120,
     )
     if answer.get("error"):
-        return agent_error(host, "stop", answer)
+        return common.agent_error(host, "stop", answer)
     items = []
     if answer.get("changed"):
         snap, _ = node.call("gpu", {})
@@ -644,25 +620,10 @@ def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
     )
 
 
-class SshJobs(JobBackend):
+class SshJobs(common.TaskBackend):
     """A host with no scheduler: the node's agent launches, watches and stops the job itself."""
 
-    def launch(self, run: RunState, plan: Plan, node: Connector) -> Result:
-        return run_extract(run, plan, node)
-
-    def status(self, run: RunState, plan: Plan, node: Connector) -> Result:
-        return run_status(run, plan, node)
-
-    def tail(
-        self, run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None
-    ) -> Result:
-        return run_tail(run, plan, node, follow)
-
-    def logs(self, run: RunState, plan: Plan, node: Connector) -> Result:
-        return run_logs(run, plan, node)
-
-    def stop(self, run: RunState, plan: Plan, node: Connector) -> Result:
-        return run_stop(run, plan, node)
+    tasks = common.BackendTasks(run_extract, run_status, run_tail, run_logs, run_stop)
 
     def running_job(self, node: Connector) -> dict | None:
         current, _ = node.call("job_status", {"job_id": None})
@@ -671,4 +632,4 @@ class SshJobs(JobBackend):
         return current["job"]
 
 
-SSH = register(SshJobs())
+SSH = common.register(SshJobs())

@@ -27,32 +27,9 @@ from ....results.jobs import (
     detached,
     launched,
     logs_result,
-    tail_end,
 )
 from ....wire.connector import Connector
-from ..common import (
-    TAIL_WAIT_S,
-    JobBackend,
-    Reconnect,
-    TailFollower,
-    agent_error,
-    bar,
-    drained,
-    job_secrets,
-    job_spec,
-    job_summary,
-    judged_checks,
-    launch_spec,
-    logs_request,
-    own_secrets,
-    preflight_request,
-    print_lines,
-    register,
-    skipped_note,
-    start_request,
-    tail_request,
-    tail_start,
-)
+from .. import common
 from . import view as sv
 from .record import read_state
 from .view import tasks_view
@@ -149,15 +126,17 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
             f"--shards {plan.options.get('shards')!r}: give a number of shards from 1 to 1000",
             code=EXIT_FAILED,
         )
-    spec = launch_spec(plan, node)
+    spec = common.launch_spec(plan, node)
     assert plan.playbook is not None
     notes = list(spec.notes)
     if plan.playbook is not None and spec.preflight:
         # The playbook's fast checks on the login node's venv (a cluster shares it with the compute
         # nodes). No GPU gate: the login node has no GPUs of the job's, and Slurm hands the job free
         # ones (--gres).
-        checked, _ = node.call("preflight", preflight_request(plan.playbook, spec), timeout=600)
-        verify = judged_checks(checked.get("verify", {}), plan.playbook.allow_prereleases)
+        checked, _ = node.call(
+            "preflight", common.preflight_request(plan.playbook, spec), timeout=600
+        )
+        verify = common.judged_checks(checked.get("verify", {}), plan.playbook.allow_prereleases)
         bad = [c for c in verify.get("items", []) if not c["ok"]]
         if bad:
             reasons = "; ".join(f"check {c['name']} [{c['kind']}]: {c['msg']}" for c in bad)
@@ -184,20 +163,20 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     answer = _call(
         node,
         "submit",
-        {**start_request(spec, plan.playbook), "slurm": opts},
+        {**common.start_request(spec, plan.playbook), "slurm": opts},
         timeout=300,
         run=run,
         task="extract",
     )
     if answer.get("error_kind") == "drained":
-        return drained(
+        return common.drained(
             host.name,
             "extract",
             (answer.get("details") or {}).get("drain") or {},
             f"submit {spec.name}",
         )
     if not answer.get("ok"):
-        return agent_error(host.name, "extract", answer, with_kind=True)
+        return common.agent_error(host.name, "extract", answer, with_kind=True)
     if answer.get("complete"):
         return _nothing_to_do(host.name, spec.name, answer)
     job = answer["job"]
@@ -264,7 +243,7 @@ def _row(job: dict, r: dict, progress: str | None) -> list[str]:
 
 def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    spec = job_spec(plan, node)
+    spec = common.job_spec(plan, node)
     watch = LogWatch.of(spec)
     pattern = watch.progress.pattern
     answer = _call(
@@ -275,16 +254,19 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
         task="status",
     )
     if answer.get("error"):
-        return agent_error(host, "status", answer, with_kind=True)
+        return common.agent_error(host, "status", answer, with_kind=True)
     job = answer["job"]
     # loading the job's own playbook registers its secrets: its progress is masked
-    own_secrets(run, node, job)
+    common.own_secrets(run, node, job)
     rows = tasks_view(answer)
     word = sp.overall([r["state"] for r in rows])
     code = sv.code(rows, job)
     last = answer.get("last_progress") or []
     parsed = [parse_progress(line, watch.progress) if line else None for line in last]
-    table = [_row(job, r, bar(p) if p else None) for r, p in zip(rows, parsed + [None] * len(rows))]
+    table = [
+        _row(job, r, common.bar(p) if p else None)
+        for r, p in zip(rows, parsed + [None] * len(rows))
+    ]
     nodes = sorted({r["node"] for r in rows if r.get("node")})
     msg = (
         f"job {job['id']} (Slurm job {job.get('slurm_job_id')}): {sv.describe(rows, job)}"
@@ -340,19 +322,17 @@ def _label(host: str, task: int, shards: int) -> str:
 
 
 def run_tail(
-    run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None
+    run: RunState, plan: Plan, node: Connector, follow: common.TailFollower | None = None
 ) -> Result:
     host = node.host.name
-    spec = job_spec(plan, node)
-    watch = LogWatch.of(spec)
     # attaching: the node starts each task at its last N lines, or at byte 0
     offsets: list[int] | None = None
-    start = tail_start(run, plan, host)
-    if isinstance(start, Result):
-        return start
-    job_id, last_lines, from_start = start
-    secrets = job_secrets(spec, node.host)
-    link = Reconnect(run.interrupted)  # Ctrl-C closes the link on purpose: not a lost connection
+    attach = common.tail_attach(run, plan, node)
+    if isinstance(attach, Result):
+        return attach
+    watch, job_id, last_lines, from_start, secrets = attach
+    # Ctrl-C closes the link on purpose: not a lost connection
+    link = common.Reconnect(run.interrupted)
     last_progress: dict[int, dict] = {}
     seen_states: list[str] = []
     blind = False  # Slurm's controller could not be asked at the last poll
@@ -367,17 +347,17 @@ def run_tail(
                 host, f"detached; job {job_id} still in Slurm", SlurmTailDetached(job_id, offsets)
             )
         position = {"job_id": job_id, "offsets": offsets}
-        request = {**tail_request(position, (last_lines, from_start)), "mask": secrets}
+        request = {**common.tail_request(position, (last_lines, from_start)), "mask": secrets}
         answer = link.poll(
             partial(
                 _call,
                 node,
                 "tail",
                 request,
-                timeout=TAIL_WAIT_S + 90,
+                timeout=common.TAIL_WAIT_S + 90,
                 run=run,
                 task="tail",
-                quiet_s=TAIL_WAIT_S + QUIET_S,
+                quiet_s=common.TAIL_WAIT_S + QUIET_S,
             ),
             node,
             reporter.note,
@@ -392,7 +372,7 @@ def run_tail(
         more = (
             []
             if offsets is not None
-            else [v for v in own_secrets(run, node, job) if v not in secrets]
+            else [v for v in common.own_secrets(run, node, job) if v not in secrets]
         )
         # the job's own playbook has secrets this run's does not: asked again, masked by the node
         if more:
@@ -425,12 +405,13 @@ def run_tail(
         if word not in ("running", "pending") and not any(answer["data"]):
             code = sv.code(rows, job)
             end = sv.describe(rows, job)
-            reporter.note(f"{host} | job {job_id} {end}")
-            summary = job_summary(last_progress.values())
-            return tail_end(
+            return common.tail_ended(
+                run,
                 host,
+                job_id,
+                end,
                 code,
-                f"job {job_id} {end}" + (f"; {summary}" if summary else ""),
+                last_progress.values(),
                 SlurmTailEnded(
                     job_id,
                     word,
@@ -438,7 +419,7 @@ def run_tail(
                     seen_states,
                     offsets,
                     watch.failures[:20],
-                    {t: bar(p) for t, p in last_progress.items()},
+                    {t: common.bar(p) for t, p in last_progress.items()},
                 ),
             )
 
@@ -481,14 +462,14 @@ def _show_output(
     *,
     attached: bool,
     last_progress: dict[int, dict],
-    follow: TailFollower | None = None,
+    follow: common.TailFollower | None = None,
 ) -> None:
     """One tail answer's lines, per task; on attaching, the bytes each task skipped are said
     first."""
     if attached:
         for task, skip in enumerate(answer.get("skipped") or []):
             if skip.get("skipped_bytes"):
-                run.reporter.note(skipped_note(_label(host, task, shards), job_id, skip))
+                run.reporter.note(common.skipped_note(_label(host, task, shards), job_id, skip))
     for task, data in enumerate(answer["data"]):
         for line in data.splitlines():
             failed, progress = watch.read(line)
@@ -501,11 +482,11 @@ def _show_output(
 
 def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
-    request, watch = logs_request(plan, node)
+    request, watch = common.logs_request(plan, node)
     answer = _call(node, "logs", request, run=run, task="logs")
     if answer.get("error"):
-        return agent_error(host, "logs", answer)
-    more = [v for v in own_secrets(run, node, answer["job"]) if v not in request["mask"]]
+        return common.agent_error(host, "logs", answer)
+    more = [v for v in common.own_secrets(run, node, answer["job"]) if v not in request["mask"]]
     # the job's own playbook has secrets this run's does not: asked again, masked by the node
     if more:
         answer = _call(
@@ -516,11 +497,11 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
             task="logs",
         )
         if answer.get("error"):
-            return agent_error(host, "logs", answer)
+            return common.agent_error(host, "logs", answer)
     job = answer["job"]
     shards = int(job.get("shards") or 1)
     for task, lines in enumerate(answer["lines"]):
-        print_lines(run, _label(host, task, shards), lines, watch)
+        common.print_lines(run, _label(host, task, shards), lines, watch)
     word = sp.overall([r["state"] for r in tasks_view(answer)])
     count = sum(len(x) for x in answer["lines"])
     return logs_result(host, job["id"], word, count, ", ".join(job["logs"]), answer["lines"])
@@ -539,7 +520,7 @@ def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
         task="stop",
     )
     if answer.get("error"):
-        return agent_error(host, "stop", answer)
+        return common.agent_error(host, "stop", answer)
     job = answer["job"]
     rows = tasks_view(answer)
     word = sp.overall([r["state"] for r in rows])
@@ -648,7 +629,7 @@ def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host.name
     answer = _call(node, "gpu", {})
     if answer.get("error"):
-        return agent_error(host, "gpu", answer, with_kind=True)
+        return common.agent_error(host, "gpu", answer, with_kind=True)
     job = answer["job"]
     rows = tasks_view(answer)
     where = f"job {job['id']} (Slurm job {job.get('slurm_job_id')})"
@@ -710,7 +691,7 @@ def run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
     )
 
 
-class SlurmJobs(JobBackend):
+class SlurmJobs(common.TaskBackend):
     """A Slurm login node (inventory `scheduler: slurm`): sbatch, squeue/sacct, the tasks' output
     files, scancel; --shards N is a job array on the one host, and the job's GPUs are its
     allocation's."""
@@ -719,23 +700,7 @@ class SlurmJobs(JobBackend):
     shards_by_host = False
     allocates = True
     host_words = "a Slurm login node"
-
-    def launch(self, run: RunState, plan: Plan, node: Connector) -> Result:
-        return run_extract(run, plan, node)
-
-    def status(self, run: RunState, plan: Plan, node: Connector) -> Result:
-        return run_status(run, plan, node)
-
-    def tail(
-        self, run: RunState, plan: Plan, node: Connector, follow: TailFollower | None = None
-    ) -> Result:
-        return run_tail(run, plan, node, follow)
-
-    def logs(self, run: RunState, plan: Plan, node: Connector) -> Result:
-        return run_logs(run, plan, node)
-
-    def stop(self, run: RunState, plan: Plan, node: Connector) -> Result:
-        return run_stop(run, plan, node)
+    tasks = common.BackendTasks(run_extract, run_status, run_tail, run_logs, run_stop)
 
     def read_record(self, job: dict, now_ts: object) -> dict:
         if not isinstance(job.get("record"), dict):
@@ -752,4 +717,4 @@ class SlurmJobs(JobBackend):
         return allocation_note(node)
 
 
-SLURM = register(SlurmJobs())
+SLURM = common.register(SlurmJobs())
