@@ -74,6 +74,43 @@ else:
 """
 
 
+# The same start with the session's first request lines in the exec itself: sshd opens a session
+# channel with no window and grants one only once the command runs, so a request written on stdin
+# waits a round trip after the exec; one carried as an argv word (HEAD: zlib and base64, after
+# SOURCE) does not. The lines are read first, then stdin, as one stream (sys.stdin.buffer): the
+# bootstrap and the agent read them as if they had come on stdin. An argv word is in the node's
+# process list, so only requests fit to be seen there travel so (agentclient.INLINE_OPS).
+HEAD_LAUNCHER = (
+    """import sys, io, zlib, binascii
+fleetops_head = zlib.decompress(binascii.a2b_base64(sys.argv.pop(4)))
+fleetops_raw = getattr(getattr(sys, "stdin", None), "buffer", None)
+if fleetops_raw is not None:
+    fleetops_raw = fleetops_raw.raw
+    class FleetopsHead(io.RawIOBase):
+        def readable(self):
+            return True
+        def fileno(self):
+            return fleetops_raw.fileno()
+        def readinto(self, b):
+            global fleetops_head
+            if fleetops_head:
+                n = min(len(b), len(fleetops_head))
+                b[:n] = fleetops_head[:n]
+                fleetops_head = fleetops_head[n:]
+                return n
+            return fleetops_raw.readinto(b)
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(FleetopsHead()))
+"""
+    + LAUNCHER
+)
+
+
+def launch_words_with(head: bytes) -> tuple[str, ...]:
+    """launch_words() whose command also carries `head` (request lines), read before stdin."""
+    dash_c, _, tag, code, source = launch_words()
+    return (dash_c, HEAD_LAUNCHER, tag, code, source, _pack(head))
+
+
 @lru_cache(maxsize=1)
 def launch_words() -> tuple[str, ...]:
     """`-c LAUNCHER TAG CODE SOURCE`: what starts the bootstrap (made once per run, while
