@@ -18,7 +18,8 @@ listener): T counts request/answer turns, each time the server speaks after the 
 since the server last did, so requests sent ahead of an answer (pipelined) make one turn; the
 difference of two such lines around a command is its round trips on the wire (a new connection's
 TCP handshake counted in N, not T). --log FILE writes one line per chunk read: the monotonic clock
-(time.monotonic() in any process here), connection number, `>` (client to server) or `<`, bytes: a run's turns in order.
+(time.monotonic() in any process here), connection number, `>` (client to server) or `<`,
+bytes: a run's turns in order.
 
 Only 127.0.0.0/8 is ever listened on or connected to: anything else is refused at start.
 """
