@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clientprobe import fleet_imports, ssh_code
 from conftest import REPO, fab_json_output, ssh_masters
 from faultkit import agents_of, arm, disarm, hit_file, sshd_log, sshd_log_size, wait_for
 
@@ -184,6 +185,47 @@ def test_a_run_on_openssh_hosts_never_imports_paramiko_cryptography_or_fabric(la
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_warm_fleet_ping_imports_no_paramiko_cryptography_or_fabric(lab, cm):
+    """`fleet -H lab01 ping` with its master up (the run before started it): the program, its
+    ssh_config reading, the agent over the master and the report, without the paramiko transport's
+    code; the same run on paramiko loads it (what the harness would see)."""
+    rc, _, both = fab_json_output(lab.root, "-H", "lab01", "ping", env=_env(cm))
+    assert rc == 0, both
+    proc, names = fleet_imports(["fleet", "-H", "lab01", "ping"], lab.root, _env(cm))
+    assert proc.returncode == 0 and "lab01 | ping | ok" in proc.stdout, proc.stdout + proc.stderr
+    assert masters.masters(cm), "no master: the run was not a warm one"
+    assert ssh_code(names) == [], ssh_code(names)
+    proc, names = fleet_imports(
+        ["fleet", "-H", "lab01", "ping"], lab.root, _env(cm, FLEETOPS_TRANSPORT="paramiko")
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "paramiko" in ssh_code(names)
+
+
+def test_the_first_requests_ride_in_the_agents_command_and_stdins_follow(lab, cm):
+    """The agent started with its first request in the exec (bundle.HEAD_LAUNCHER) answers it, then
+    the requests written on stdin after it, in order, on one session."""
+    inventory = load_inventory(lab.root / "hosts")
+    node = OpenSSHConnection(inventory.resolve("lab01"), inventory)
+    COUNTERS.events.clear()
+    COUNTERS.per_host.pop("lab01", None)
+    try:
+        first = node.submit("ping", {})
+        second = node.submit("ping", {})
+        assert first.result()[0]["ok"] and second.result()[0]["ok"]
+        assert node.session is not None
+        command = node.session.chan.argv[-1]  # the remote command ssh was given
+        assert "sys.argv.pop(4)" in command  # HEAD_LAUNCHER, its head word after SOURCE
+        answer, _ = node.call("facts", {"packages_only": True, "requires": []})
+        assert answer["ok"], answer
+        assert node.requests == 3
+    finally:
+        node.close()
+    seen = [e[2] for e in COUNTERS.events if e[1] == "lab01" and e[2] != "closed"]
+    assert seen == ["sent", "sent_ahead", "answered", "answered", "sent", "answered"], seen
+    assert COUNTERS.per_host["lab01"]["execs"] == 1
 
 
 def _fresh_host(lab, name: str, **keys: str) -> Path:

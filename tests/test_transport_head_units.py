@@ -1,8 +1,10 @@
 """An agent start that carries its first requests in the command (bundle.HEAD_LAUNCHER, a round
 trip less: sshd grants a session channel no window until its command runs, so stdin waits for the
 exec's answer, an argv word does not): the real bootstrap and agent, started as the client starts
-them, read the carried lines first and stdin after, as one stream, on the client's own Python and on
-another that compiles the bootstrap's text; the head word is gone from the argv the bootstrap reads.
+them, read the carried lines first, skip their copy on stdin (written there too, for a `python:`
+that is not the launcher) and read stdin on, as one stream, on the client's own Python and on
+another that compiles the bootstrap's text; a copy that differs ends the session; the head word is
+gone from the argv the bootstrap reads.
 Which requests may ride there (seen in the node's process list): those of INLINE_OPS, in order up to
 the first that may not, within MAX_INLINE_BYTES, never under become."""
 
@@ -60,13 +62,23 @@ def _start(python: Path, state: Path, words: tuple[str, ...], stdin: str):
 @pytest.mark.parametrize("same_python", [True, False], ids=["compiled", "from-text"])
 def test_the_carried_lines_are_answered_first_then_stdins_in_order(python, tmp_path, same_python):
     state = tmp_path / "state"
-    words = launch_words_with((_line(state, 1) + _line(state, 2)).encode())
+    head = _line(state, 1) + _line(state, 2)
+    words = launch_words_with(head.encode())
     if not same_python:  # a node of another Python: the bootstrap's text, compiled there
         words = (*words[:2], "cpython-0-0", *words[3:])
-    proc = _start(python, state, words, _line(state, 3))
+    proc = _start(python, state, words, head + _line(state, 3))
     answers = [json.loads(line) for line in proc.stdout.splitlines()]
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [a["_id"] for a in answers] == [1, 2, 3] and all(a["ok"] for a in answers), answers
+
+
+def test_a_copy_on_stdin_that_differs_ends_the_session_after_the_carried_answers(python, tmp_path):
+    state = tmp_path / "state"
+    words = launch_words_with(_line(state, 1).encode())
+    proc = _start(python, state, words, _line(state, 7) + _line(state, 2))
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [a["_id"] for a in answers] == [1], answers
 
 
 def test_a_refusal_comes_before_any_carried_request_is_served(python, tmp_path):

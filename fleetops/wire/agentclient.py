@@ -193,17 +193,17 @@ class AgentClient:
             ticket.dropped = True
 
     def _send(self, tickets: list[Ticket]) -> None:
-        """Write the request lines on the live agent session (started if there is none: one exec,
-        whose command carries the leading requests fit for it: _inline), in order."""
+        """Write the request lines on the live agent session, in order; a new session (one exec)
+        also carries the leading ones fit for it in its command (_inline), read there without
+        waiting for the channel's window."""
         session = self.session
+        lines: dict[int, bytes] = {}
         if session is None or not session.alive():
             inline = self._inline(tickets)
             session = self._agent_session(b"".join(line for _, line in inline))
-            for ticket, line in inline:
-                self._write(session, ticket, line=line)
-            tickets = tickets[len(inline) :]
+            lines = {id(ticket): line for ticket, line in inline}
         for ticket in tickets:
-            self._write(session, ticket)
+            self._write(session, ticket, line=lines.get(id(ticket)))
 
     def _inline(self, tickets: list[Ticket]) -> list[tuple[Ticket, bytes]]:
         """The leading tickets whose lines a new agent's command carries (INLINE_OPS, at most
@@ -245,8 +245,7 @@ class AgentClient:
     def _write(
         self, session: AgentSession, ticket: Ticket, again: bool = False, line: bytes | None = None
     ) -> None:
-        """Queue the ticket on the session and write its line, unless `line` is given: then the
-        session's command carried it."""
+        """Queue the ticket on the session and write its line (`line`: already made)."""
         payload = self._line(ticket) if line is None else line
         # a request of the step itself, after ones sent ahead: theirs may predate it
         if not ticket.ahead:
@@ -255,12 +254,11 @@ class AgentClient:
         ahead = ticket.ahead and bool(session.queue)
         ticket.session, ticket.sent = session, time.monotonic()
         session.queue.append(ticket)
-        if line is None:
-            try:
-                session.chan.sendall(payload)
-            except self.LINK_ERRORS:
-                # the read that follows finds out why (a refusal line, the agent's end, a lost link)
-                pass
+        try:
+            session.chan.sendall(payload)
+        except self.LINK_ERRORS:
+            # the read that follows finds out why (a refusal line, the agent's end, a lost link)
+            pass
         if not again:
             COUNTERS.event(self.host.name, "sent_ahead" if ahead else "sent", ticket.op)
 
