@@ -2,9 +2,9 @@
 resolved by OpenSSH itself (`ssh -G`, once per word and options per run), and the process's one
 Fabric Config, shared read-only by every connection. Without an `ssh` binary, paramiko's reading of
 the same files stands in, and one warning names every directive it does not apply. paramiko and
-Fabric are imported only when a paramiko connection needs them: a run whose hosts all use the system
-`ssh` (wire/openssh.py) reads the files as text alone (their names for -H words; ssh itself reads
-the rest)."""
+Fabric are imported only when a paramiko connection needs them (or, without `ssh`, to read the
+files): a run reads them as text (their names for -H words; `ssh -G` reads the rest), so one whose
+hosts all use the system `ssh` (wire/openssh.py), or that stops before connecting, loads neither."""
 
 from __future__ import annotations
 
