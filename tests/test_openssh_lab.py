@@ -204,30 +204,6 @@ def test_a_warm_fleet_ping_imports_no_paramiko_cryptography_or_fabric(lab, cm):
     assert "paramiko" in ssh_code(names)
 
 
-def test_the_first_requests_ride_in_the_agents_command_and_stdins_follow(lab, cm):
-    """The agent started with its first request in the exec (bundle.HEAD_LAUNCHER) answers it, then
-    the requests written on stdin after it, in order, on one session."""
-    inventory = load_inventory(lab.root / "hosts")
-    node = OpenSSHConnection(inventory.resolve("lab01"), inventory)
-    COUNTERS.events.clear()
-    COUNTERS.per_host.pop("lab01", None)
-    try:
-        first = node.submit("ping", {})
-        second = node.submit("ping", {})
-        assert first.result()[0]["ok"] and second.result()[0]["ok"]
-        assert node.session is not None
-        command = node.session.chan.argv[-1]  # the remote command ssh was given
-        assert "sys.argv.pop(4)" in command  # HEAD_LAUNCHER, its head word after SOURCE
-        answer, _ = node.call("facts", {"packages_only": True, "requires": []})
-        assert answer["ok"], answer
-        assert node.requests == 3
-    finally:
-        node.close()
-    seen = [e[2] for e in COUNTERS.events if e[1] == "lab01" and e[2] != "closed"]
-    assert seen == ["sent", "sent_ahead", "answered", "answered", "sent", "answered"], seen
-    assert COUNTERS.per_host["lab01"]["execs"] == 1
-
-
 def _fresh_host(lab, name: str, **keys: str) -> Path:
     n1 = lab.node("lab01")
     values = {

@@ -22,7 +22,6 @@ from .bundle import (
     PYTHON_FLAGS,
     agent_bundle,
     launch_words,
-    launch_words_with,
 )
 from .connector import COUNTERS, TransportError
 from .session import AgentSession, Channel, Overflow, Ticket
@@ -33,18 +32,6 @@ from .session import AgentSession, Channel, Overflow, Ticket
 # each stream unless both are little but commas (commas in strings count: the bound is a count of
 # bytes, made before any parsing).
 MAX_ANSWER_VALUES = 4_000_000
-
-# The ops whose requests may ride in the agent's command (bundle.HEAD_LAUNCHER: a round trip less
-# at each agent start): an argv word can be read in the node's process list by its other users for
-# as long as the agent runs, so only requests made of the playbook's and the inventory's public
-# facts go there; `run` (an operator's command line), jobs (their settings) and everything else go
-# on stdin as before. Under become, sudo's prompt comes first on stdin: the requests go after it.
-INLINE_OPS = frozenset(
-    {"ping", "facts", "gpu", "verify", "patch", "rollback", "preflight", "diagnose", "fetch_plan"}
-)
-# bytes of request lines at most in the command (the login shell parses it; one argv word may hold
-# 128 KiB on Linux): a larger first request goes on stdin
-MAX_INLINE_BYTES = 48 * 1024
 
 
 class AgentClient:
@@ -81,11 +68,10 @@ class AgentClient:
         """The agent's command started on the node (argv shlex-quoted word by word), its channel."""
         raise NotImplementedError
 
-    def _agent_argv(self, head: bytes = b"") -> tuple[list[str], str, become.Sudo | None]:
+    def _agent_argv(self) -> tuple[list[str], str, become.Sudo | None]:
         """The agent's command, how evidence shows it, and (become) how it goes through sudo: the
         constant bootstrap (bundle.BOOTSTRAP) checks the state dir like StrictModes and runs the zip
-        only if its bytes have the sha256 this client expects. `head`: request lines the command
-        carries, read before stdin."""
+        only if its bytes have the sha256 this client expects."""
         bundle = agent_bundle()
         path = f"{self.host.state_dir}/bin/{bundle.filename}"
         allow = (
@@ -94,13 +80,10 @@ class AgentClient:
             else []
         )
         words = [self.host.state_dir, path, bundle.sha256, *allow]
-        return self._bootstrap_argv(become.agent_words(words) if self.host.become else words, head)
+        return self._bootstrap_argv(become.agent_words(words) if self.host.become else words)
 
-    def _bootstrap_argv(
-        self, words: list[str], head: bytes = b""
-    ) -> tuple[list[str], str, become.Sudo | None]:
-        launch = launch_words_with(head) if head else launch_words()
-        command = [self.host.python, *PYTHON_FLAGS, *launch, *words]
+    def _bootstrap_argv(self, words: list[str]) -> tuple[list[str], str, become.Sudo | None]:
+        command = [self.host.python, *PYTHON_FLAGS, *launch_words(), *words]
         shown = shlex.join([self.host.python, *PYTHON_FLAGS, "-c", "<fleetops bootstrap>", *words])
         if not self.host.become:
             return command, shown, None
@@ -193,42 +176,22 @@ class AgentClient:
             ticket.dropped = True
 
     def _send(self, tickets: list[Ticket]) -> None:
-        """Write the request lines on the live agent session, in order; a new session (one exec)
-        also carries the leading ones fit for it in its command (_inline), read there without
-        waiting for the channel's window."""
-        session = self.session
-        lines: dict[int, bytes] = {}
-        if session is None or not session.alive():
-            inline = self._inline(tickets)
-            session = self._agent_session(b"".join(line for _, line in inline))
-            lines = {id(ticket): line for ticket, line in inline}
+        """Write the request lines on the live agent session (started if there is none: one exec),
+        in order."""
+        session = self._agent_session()
         for ticket in tickets:
-            self._write(session, ticket, line=lines.get(id(ticket)))
+            self._write(session, ticket)
 
-    def _inline(self, tickets: list[Ticket]) -> list[tuple[Ticket, bytes]]:
-        """The leading tickets whose lines a new agent's command carries (INLINE_OPS, at most
-        MAX_INLINE_BYTES together), each with its line; none under become (sudo reads stdin
-        first)."""
-        if self.host.become:
-            return []
-        out: list[tuple[Ticket, bytes]] = []
-        size = 0
-        for ticket in tickets:
-            if ticket.op not in INLINE_OPS:
-                break
-            line = self._line(ticket)
-            size += len(line)
-            if size > MAX_INLINE_BYTES:
-                break
-            out.append((ticket, line))
-        return out
-
-    def _line(self, ticket: Ticket) -> bytes:
-        """The ticket's request line (its id given on first use)."""
+    def _write(self, session: AgentSession, ticket: Ticket, again: bool = False) -> None:
         if ticket.id is None:
             self.requests += 1
             ticket.id = self.requests
-        return (
+        # a request of the step itself, after ones sent ahead: theirs may predate it
+        if not ticket.ahead:
+            for earlier in session.queue:
+                earlier.stale = earlier.stale or earlier.ahead
+        ahead = ticket.ahead and bool(session.queue)
+        payload = (
             json.dumps(
                 {
                     "protocol": PROTOCOL,
@@ -241,17 +204,6 @@ class AgentClient:
             )
             + "\n"
         ).encode()
-
-    def _write(
-        self, session: AgentSession, ticket: Ticket, again: bool = False, line: bytes | None = None
-    ) -> None:
-        """Queue the ticket on the session and write its line (`line`: already made)."""
-        payload = self._line(ticket) if line is None else line
-        # a request of the step itself, after ones sent ahead: theirs may predate it
-        if not ticket.ahead:
-            for earlier in session.queue:
-                earlier.stale = earlier.stale or earlier.ahead
-        ahead = ticket.ahead and bool(session.queue)
         ticket.session, ticket.sent = session, time.monotonic()
         session.queue.append(ticket)
         try:
@@ -455,16 +407,15 @@ class AgentClient:
             ticket.done, ticket.error = True, error
         session.queue.clear()
 
-    def _agent_session(self, head: bytes = b"") -> AgentSession:
-        """The live agent of this connection, started if there is none (or the last one ended);
-        a new one's command carries `head` (request lines, read before stdin)."""
+    def _agent_session(self) -> AgentSession:
+        """The live agent of this connection, started if there is none (or the last one ended)."""
         session = self.session
         if session is not None and session.alive():
             return session
         if session is not None:
             self._end_session(session)
         self.open()
-        argv, shown, sudo = self._agent_argv(head)
+        argv, shown, sudo = self._agent_argv()
         chan = self._open_channel(argv, shown)
         ahead = b""
         if sudo is not None:

@@ -74,58 +74,6 @@ else:
 """
 
 
-# The same start with the session's first request lines in the exec itself: sshd opens a session
-# channel with no window and grants one only once the command runs, so a request written on stdin
-# reaches the node a round trip after the exec; one carried as an argv word (HEAD: zlib and base64,
-# after SOURCE) is there with it. The client also writes the same lines on stdin, as it always has
-# (a `python:` that is not this launcher reads them there): the launcher serves the carried lines
-# first, then skips their copy on stdin (ending the session if it is not the same bytes) and reads
-# on, as one stream (sys.stdin.buffer) that the bootstrap and the agent read as before. An argv
-# word is in the node's process list, so only requests fit to be seen there travel so
-# (agentclient.INLINE_OPS).
-HEAD_LAUNCHER = (
-    """import sys, io, zlib, binascii
-fleetops_head = zlib.decompress(binascii.a2b_base64(sys.argv.pop(4)))
-fleetops_raw = getattr(getattr(sys, "stdin", None), "buffer", None)
-if fleetops_raw is not None:
-    fleetops_raw = fleetops_raw.raw
-    class FleetopsHead(io.RawIOBase):
-        copy = fleetops_head
-        def readable(self):
-            return True
-        def fileno(self):
-            return fleetops_raw.fileno()
-        def readinto(self, b):
-            global fleetops_head
-            if fleetops_head:
-                n = min(len(b), len(fleetops_head))
-                b[:n] = fleetops_head[:n]
-                fleetops_head = fleetops_head[n:]
-                return n
-            if self.copy:
-                seen = b""
-                while len(seen) < len(self.copy):
-                    got = fleetops_raw.read(len(self.copy) - len(seen))
-                    if not got:
-                        break
-                    seen += got
-                if seen != self.copy:
-                    return 0
-                self.copy = b""
-            return fleetops_raw.readinto(b)
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(FleetopsHead()))
-"""
-    + LAUNCHER
-)
-
-
-def launch_words_with(head: bytes) -> tuple[str, ...]:
-    """launch_words() whose command also carries `head` (request lines, also written first on
-    stdin: HEAD_LAUNCHER)."""
-    dash_c, _, tag, code, source = launch_words()
-    return (dash_c, HEAD_LAUNCHER, tag, code, source, _pack(head))
-
-
 @lru_cache(maxsize=1)
 def launch_words() -> tuple[str, ...]:
     """`-c LAUNCHER TAG CODE SOURCE`: what starts the bootstrap (made once per run, while
