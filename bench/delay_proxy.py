@@ -13,6 +13,14 @@ handshake): the proxy accepts at once, waits one RTT, then connects upstream; wh
 meanwhile counts as sent when the handshake would have finished, and then takes its RTT/2 like any
 chunk.
 
+On SIGUSR1 it prints one JSON line {"connections": N, "turns": T} (totals since start, every
+listener): T counts request/answer turns, each time the server speaks after the client has spoken
+since the server last did, so requests sent ahead of an answer (pipelined) make one turn; the
+difference of two such lines around a command is its round trips on the wire (a new connection's
+TCP handshake counted in N, not T). --log FILE writes one line per chunk read: the monotonic clock
+(time.monotonic() in any process here), connection number, `>` (client to server) or `<`,
+bytes: a run's turns in order.
+
 Only 127.0.0.0/8 is ever listened on or connected to: anything else is refused at start.
 """
 
@@ -25,6 +33,7 @@ import json
 import os
 import signal
 import sys
+from typing import IO
 
 CHUNK = 65536
 
@@ -36,11 +45,15 @@ def loopback(address: str) -> str:
 
 
 class Proxy:
-    def __init__(self, rtt: float, upstream_host: str, upstream_port: int) -> None:
+    def __init__(
+        self, rtt: float, upstream_host: str, upstream_port: int, log: IO[str] | None = None
+    ) -> None:
+        self.log = log
         self.half = rtt / 2.0
         self.rtt = rtt
         self.upstream = (loopback(upstream_host), upstream_port)
         self.connections = 0
+        self.turns = 0
         # Every task of every connection, held until it is done: asyncio keeps only weak references
         # to tasks, and the stream protocol drops its reference to a connection's task when the
         # client resets it (Python 3.11), so a task still waiting out its delay was collected ("Task
@@ -57,12 +70,20 @@ class Proxy:
         loop = asyncio.get_running_loop()
         self._hold(asyncio.current_task())  # type: ignore[arg-type]
         self.connections += 1
+        number = self.connections
         established = loop.time() + self.rtt  # when the client's handshake would have completed
         to_server: asyncio.Queue = asyncio.Queue()
         to_client: asyncio.Queue = asyncio.Queue()
         # Read from the client right away (the bytes sit "on the wire"), stamped no earlier than the
         # handshake.
-        tasks = [self._hold(asyncio.ensure_future(self._read(client_r, to_server, established)))]
+        spoke = [False]  # the client has sent since the server last did
+        tasks = [
+            self._hold(
+                asyncio.ensure_future(
+                    self._read(client_r, to_server, established, spoke, number, True)
+                )
+            )
+        ]
         server_w = None
         try:
             if self.rtt:
@@ -71,7 +92,7 @@ class Proxy:
             tasks += [
                 self._hold(asyncio.ensure_future(work))
                 for work in (
-                    self._read(server_r, to_client, 0.0),
+                    self._read(server_r, to_client, 0.0, spoke, number, False),
                     self._write(to_server, server_w),
                     self._write(to_client, client_w),
                 )
@@ -88,12 +109,29 @@ class Proxy:
                     w.close()
 
     async def _read(
-        self, reader: asyncio.StreamReader, queue: asyncio.Queue, not_before: float
+        self,
+        reader: asyncio.StreamReader,
+        queue: asyncio.Queue,
+        not_before: float,
+        spoke: list[bool],
+        number: int,
+        client: bool,
     ) -> None:
         loop = asyncio.get_running_loop()
         try:
             while True:
                 data = await reader.read(CHUNK)
+                if self.log is not None:
+                    print(
+                        f"{loop.time():.4f} {number} {'>' if client else '<'} {len(data)}",
+                        file=self.log,
+                        flush=True,
+                    )
+                if data and client:
+                    spoke[0] = True
+                elif data and spoke[0]:
+                    spoke[0] = False
+                    self.turns += 1
                 due = max(loop.time(), not_before) + self.half
                 await queue.put((due, data))
                 if not data:
@@ -138,19 +176,32 @@ def raise_open_files(needed: int) -> None:
         )
 
 
-async def serve(rtt: float, ports: list[str], host: str) -> None:
+async def serve(rtt: float, ports: list[str], host: str, log: IO[str] | None = None) -> None:
     loop = asyncio.get_running_loop()
     stop = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
-    servers, mapping = [], {}
+    servers, mapping, proxies = [], {}, []
     raise_open_files(len(ports) + 4096)
     for spec in ports:
         address, port = upstream(spec, host)
-        proxy = Proxy(rtt, address, port)
+        proxy = Proxy(rtt, address, port, log)
+        proxies.append(proxy)
         server = await asyncio.start_server(proxy.handle, host, 0, backlog=1024)
         servers.append(server)
         mapping[spec] = server.sockets[0].getsockname()[1]
+    loop.add_signal_handler(
+        signal.SIGUSR1,
+        lambda: print(
+            json.dumps(
+                {
+                    "connections": sum(p.connections for p in proxies),
+                    "turns": sum(p.turns for p in proxies),
+                }
+            ),
+            flush=True,
+        ),
+    )
     print(json.dumps({"listen": mapping, "pid": os.getpid()}), flush=True)
     await stop
     for server in servers:
@@ -165,11 +216,13 @@ def main() -> None:
     )
     ap.add_argument("--rtt-ms", type=float, required=True)
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--log", help="one line per chunk read, appended to this file")
     ap.add_argument("ports", nargs="+", help="upstream ports on --host, or ADDRESS:PORT (loopback)")
     args = ap.parse_args()
     loopback(args.host)
     try:
-        asyncio.run(serve(args.rtt_ms / 1000.0, args.ports, args.host))
+        log = open(args.log, "a", encoding="utf-8") if args.log else None  # noqa: SIM115
+        asyncio.run(serve(args.rtt_ms / 1000.0, args.ports, args.host, log))
     except KeyboardInterrupt:
         pass
     sys.exit(0)

@@ -6,39 +6,11 @@ every module the process imported."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-
-SSH_MODULES = ("paramiko", "cryptography", "fabric.connection", "fabric")
-
-
-def _imports(argv: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, set[str]]:
-    """Run the installed program's entry point with argv (argv[0] is the program's name), and the
-    modules it imported."""
-    probe = f"import sys\nsys.argv = {argv!r}\nfrom fleetops.entry import main\nmain()\n"
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", probe],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    names = {
-        line.rsplit("|", 1)[1].strip()
-        for line in proc.stderr.splitlines()
-        if line.startswith("import time:") and line.count("|") == 2
-    }
-    assert "fleetops.entry" in names, proc.stderr[-2000:]
-    return proc, names
-
-
-def _ssh_code(names: set[str]) -> list[str]:
-    return sorted(n for n in names if any(n == m or n.startswith(m + ".") for m in SSH_MODULES))
+from clientprobe import fleet_imports, run_python, ssh_code
 
 
 def _project(tmp_path: Path) -> Path:
@@ -60,39 +32,60 @@ def _project(tmp_path: Path) -> Path:
     "words", [["--version"], ["-V"], ["--help"], ["--list"], ["--help", "patch"]], ids=" ".join
 )
 def test_the_version_help_and_task_list_load_no_ssh_code(words, tmp_path):
-    proc, names = _imports(["fleet", *words], _project(tmp_path))
+    proc, names = fleet_imports(["fleet", *words], _project(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip()
-    assert _ssh_code(names) == []
+    assert ssh_code(names) == []
 
 
 def test_a_host_tasks_run_up_to_its_hosts_loads_no_ssh_code(tmp_path):
     """The run is planned (the run, its state and report modules loaded) and ends at `-H ,`, which
     names no host: all of it without SSH code."""
-    proc, names = _imports(["fleet", "-H", ",", "ping"], _project(tmp_path))
+    proc, names = fleet_imports(["fleet", "-H", ",", "ping"], _project(tmp_path))
     assert proc.returncode == 2 and "-H ',' names no host" in proc.stderr, proc.stderr[-2000:]
     assert {"fleetops.run", "fleetops.state", "fleetops.report.console"} <= names
-    assert _ssh_code(names) == []
+    assert ssh_code(names) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the run reads ssh_config through the wire (state.use_ssh_config), which "
-    "imports paramiko before the hosts are resolved; the client side imports none",
-)
 def test_a_host_task_that_stops_before_connecting_loads_no_ssh_code(tmp_path):
-    proc, names = _imports(["fleet", "-H", "nosuchhost", "ping"], _project(tmp_path))
+    """The host word is looked up in the inventory and ssh_config's Host names, read as text:
+    paramiko's reading of the file is for a resolver without `ssh`, its Fabric Config for a
+    paramiko connection, neither made for a run that connects nowhere."""
+    proc, names = fleet_imports(["fleet", "-H", "nosuchhost", "ping"], _project(tmp_path))
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "nosuchhost" in proc.stderr
-    assert _ssh_code(names) == []
+    assert "unknown host 'nosuchhost'" in proc.stderr, proc.stderr[-2000:]
+    assert "fleetops.wire.fabconfig" in names  # ssh_config was read
+    assert ssh_code(names) == []
+
+
+@pytest.mark.parametrize(("transport", "loads_ssh_code"), [("openssh", False), ("paramiko", True)])
+def test_a_host_task_connecting_over_openssh_loads_no_ssh_code(transport, loads_ssh_code, tmp_path):
+    """The whole run, connection attempt and its error included (nothing listens on
+    127.0.0.1:9): through the system `ssh` without paramiko, cryptography or Fabric; the same run
+    over paramiko loads them (what the harness would see if the openssh run did)."""
+    control = tempfile.mkdtemp(prefix="fo-i-", dir="/tmp")  # 0700, short enough for a socket
+    try:
+        proc, names = fleet_imports(
+            ["fleet", "-H", "n1", "ping"],
+            _project(tmp_path),
+            {"FLEETOPS_TRANSPORT": transport, "FLEETOPS_CONTROL_DIR": control},
+        )
+    finally:
+        for name in os.listdir(control):
+            os.unlink(os.path.join(control, name))
+        os.rmdir(control)
+    assert proc.returncode == 4, proc.stdout + proc.stderr[-2000:]
+    assert "n1 | ping | unreachable" in proc.stdout and "127.0.0.1:9" in proc.stdout, proc.stdout
+    assert ("fleetops.wire.openssh" in names) is (transport == "openssh")
+    assert bool(ssh_code(names)) is loads_ssh_code, ssh_code(names)
 
 
 def test_a_usage_error_loads_no_ssh_code(tmp_path):
-    proc, names = _imports(["fleet", "-H", "n1", "patch", "--chek"], _project(tmp_path))
+    proc, names = fleet_imports(["fleet", "-H", "n1", "patch", "--chek"], _project(tmp_path))
     assert proc.returncode == 2 and "'--chek' is not an option of patch" in proc.stderr, (
         proc.stderr[-2000:]
     )
-    assert _ssh_code(names) == []
+    assert ssh_code(names) == []
 
 
 def test_the_version_names_fabric_paramiko_and_invoke_as_installed(tmp_path):
@@ -100,7 +93,7 @@ def test_the_version_names_fabric_paramiko_and_invoke_as_installed(tmp_path):
     imported)."""
     from importlib.metadata import version
 
-    proc, _ = _imports(["fleet", "--version"], tmp_path)
+    proc, _ = fleet_imports(["fleet", "--version"], tmp_path)
     lines = proc.stdout.splitlines()
     assert lines[1:] == [
         f"Fabric {version('fabric')}",
@@ -113,17 +106,9 @@ def test_the_version_names_fabric_paramiko_and_invoke_as_installed(tmp_path):
 def test_the_answer_before_invoke_is_the_programs_own(tmp_path):
     """`fleet --version` alone is answered before Invoke is imported; the program (`python -m
     fleetops.cli`, or --version with other words) prints the same lines."""
-    quick, names = _imports(["fleet", "--version"], tmp_path)
+    quick, names = fleet_imports(["fleet", "--version"], tmp_path)
     assert "invoke" not in names
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    program = subprocess.run(
-        [sys.executable, "-m", "fleetops.cli", "--version"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    program = run_python("-m", "fleetops.cli", "--version", cwd=tmp_path)
     assert program.returncode == quick.returncode == 0, program.stderr
     assert quick.stdout == program.stdout
 
@@ -135,14 +120,7 @@ def test_compat_imports_paramiko_only_for_a_paramiko_fast_path():
         "compat.enabled('indexed_host_keys')\nprint(before, parser, after_parser, keys, "
         "'paramiko' in sys.modules, compat.IndexedHostKeys.__name__)"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    proc = run_python("-c", probe)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "True", "False", "True", "True", "IndexedHostKeys"]
 
@@ -185,19 +163,12 @@ def test_fleet_declares_fabrics_core_flags_as_fabric_does():
 def test_a_missing_ssh_config_file_is_a_usage_error_naming_it(tmp_path):
     """Fabric's program read -S FILE at start-up and let a FileNotFoundError's traceback out; the
     run says it."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys\nsys.argv = ['fleet', '-S', sys.argv[1], '-H', 'n1', "
-            "'ping']\nfrom fleetops.entry import main\nmain()\n",
-            str(tmp_path / "nosuchfile"),
-        ],
+    proc = run_python(
+        "-c",
+        "import sys\nsys.argv = ['fleet', '-S', sys.argv[1], '-H', 'n1', "
+        "'ping']\nfrom fleetops.entry import main\nmain()\n",
+        str(tmp_path / "nosuchfile"),
         cwd=_project(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
+from subprocess import CompletedProcess
 
 import pytest
+from clientprobe import run_python
 from conftest import REPO
 
 from fleetops.fab.loading import wants_lab
@@ -53,14 +54,7 @@ def _modules_after(argv: list[str], body: str) -> dict:
         " 'rich': 'rich' in sys.modules, 'history': 'fleetops.report.history' in sys.modules,"
         " 'tasks': sorted(ns.task_names) if 'ns' in globals() else []}))"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    proc = run_python("-c", probe)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -83,14 +77,7 @@ def test_a_run_loads_no_progress_bars_and_no_uuid():
         "family loaded\nprint(sorted(m for m in ('rich.progress', 'rich.live', 'uuid', "
         "'platform') if m in sys.modules))"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    proc = run_python("-c", probe)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -105,14 +92,7 @@ def test_a_run_loads_the_kernel_log_and_gpu_health_parsers_only_for_diagnose():
         "diagnose\nprint(diagnose.kernel_findings('h', {'lines': [], 'source': 'dmesg', "
         "'total_lines': 0}, {})[0][0].msg)"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    proc = run_python("-c", probe)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["[]", "no NVIDIA Xid in the kernel log (dmesg, 0 lines)"]
 
@@ -125,14 +105,7 @@ def test_listing_the_tasks_shows_the_lab_and_loads_no_run():
 
 
 def test_fab_list_lists_the_lab_tasks(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "fabric", "--list"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    proc = run_python("-m", "fabric", "--list")
     assert proc.returncode == 0, proc.stderr
     assert "lab.up" in proc.stdout and "patch" in proc.stdout and "history" in proc.stdout
 
@@ -163,24 +136,11 @@ def test_the_version_is_read_when_asked_for_not_at_start_up(tmp_path):
     import fleetops.cli
 
     assert fleetops.cli.program.version == "unknown"  # nothing read on import
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    probe = subprocess.run(
-        [sys.executable, "-c", "import fleetops.startup; print(fleetops.startup.versions()[0])"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
+    probe = run_python(
+        "-c", "import fleetops.startup; print(fleetops.startup.versions()[0])", cwd=tmp_path
     )
     expected = probe.stdout.strip().removeprefix("fleetops ")  # the metadata that environment finds
-    proc = subprocess.run(
-        [sys.executable, "-m", "fleetops.cli", "--version"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    proc = run_python("-m", "fleetops.cli", "--version", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == f"fleetops {expected}" and "Fabric" in proc.stdout
 
@@ -197,15 +157,8 @@ def test_the_program_ends_without_pythons_teardown_keeping_its_output_and_exit_s
         "main()\n"
     )
 
-    def fab(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-c", probe, *args],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
+    def fab(*args: str) -> CompletedProcess:
+        return run_python("-c", probe, *args)
 
     listed = fab("--list")
     assert listed.returncode == 0, listed.stderr
@@ -305,14 +258,7 @@ def test_parsing_only_the_named_tasks_parses_the_command_line_alike(argv, monkey
 
 
 def _probe_json(code: str) -> object:
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    proc = run_python("-c", code)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -1,11 +1,15 @@
 """The OpenSSH transport (wire/openssh.py) against real lab sshd: the agent through the system `ssh`
 and a persistent master per host, files over sftp on it, errors read from ssh's own words, the
-control directory, and a run on openssh hosts that never loads paramiko."""
+control directory, a run on openssh hosts that never loads paramiko, and (both transports) an
+agent command that carries no request data."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -14,10 +18,12 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clientprobe import fleet_imports, ssh_code
 from conftest import REPO, fab_json_output, ssh_masters
 from faultkit import agents_of, arm, disarm, hit_file, sshd_log, sshd_log_size, wait_for
 
@@ -25,6 +31,7 @@ from fleetops.plans.inventory import load_inventory
 from fleetops.wire import controldir, masters
 from fleetops.wire.connector import COUNTERS, TransportError
 from fleetops.wire.openssh import OpenSSHConnection
+from fleetops.wire.ssh import NodeConnection
 
 pytestmark = pytest.mark.lab
 
@@ -184,6 +191,80 @@ def test_a_run_on_openssh_hosts_never_imports_paramiko_cryptography_or_fabric(la
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_warm_fleet_ping_imports_no_paramiko_cryptography_or_fabric(lab, cm):
+    """`fleet -H lab01 ping` with its master up (the run before started it): the program, its
+    ssh_config reading, the agent over the master and the report, without the paramiko transport's
+    code; the same run on paramiko loads it (what the harness would see)."""
+    rc, _, both = fab_json_output(lab.root, "-H", "lab01", "ping", env=_env(cm))
+    assert rc == 0, both
+    proc, names = fleet_imports(["fleet", "-H", "lab01", "ping"], lab.root, _env(cm))
+    assert proc.returncode == 0 and "lab01 | ping | ok" in proc.stdout, proc.stdout + proc.stderr
+    assert masters.masters(cm), "no master: the run was not a warm one"
+    assert ssh_code(names) == [], ssh_code(names)
+    proc, names = fleet_imports(
+        ["fleet", "-H", "lab01", "ping"], lab.root, _env(cm, FLEETOPS_TRANSPORT="paramiko")
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "paramiko" in ssh_code(names)
+
+
+@pytest.mark.parametrize("transport", ["openssh", "paramiko"])
+def test_the_agents_command_carries_no_request_data(lab, cm, transport):
+    """A request goes on the agent's stdin, never in its command: every process's argv (the
+    client's ssh, the node's shell and agent) is in the process list of the machine it runs on,
+    for its other users to read. Looked for while the session is up: the first request's path, as
+    text, base64, or zlib inside base64 (the forms a packed argv word takes)."""
+    inventory = load_inventory(lab.root / "hosts")
+    host = inventory.resolve("lab01")
+    kind = OpenSSHConnection if transport == "openssh" else NodeConnection
+    node = kind(host, inventory)
+    try:  # the agent uploaded first: the session below starts with the request in hand
+        node.call("ping", {})
+    finally:
+        node.close()
+    node = kind(host, inventory)
+    uploads = COUNTERS.per_host["lab01"].get("uploads", 0)
+    token = f"/tmp/fo-not-in-argv-{os.getpid()}-{transport}/secret.log"
+    try:
+        answer, _ = node.call("fetch_plan", {"paths": [token]})
+        assert answer, answer
+        assert node.requests == 1 and COUNTERS.per_host["lab01"].get("uploads", 0) == uploads
+        assert node.session is not None and node.session.alive()
+        pids = agents_of(lab.node("lab01"))
+        assert pids, "no agent running: nothing to look at"
+        seen = _argv_forms_holding(token.encode())
+    finally:
+        node.close()
+    assert seen == [], seen
+
+
+def _argv_forms_holding(token: bytes) -> list[str]:
+    """Which processes' argv words hold `token`, plainly or packed."""
+    packed = base64.b64encode(token)
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        words = list(argv)
+        for arg in argv:  # a remote command: one shell string of words
+            try:
+                words += [w.encode() for w in shlex.split(arg.decode(errors="replace"))]
+            except ValueError:
+                pass
+        for word in words:
+            forms = [word]
+            try:
+                forms.append(base64.b64decode(word, validate=True))
+                forms.append(zlib.decompress(forms[-1]))
+            except (binascii.Error, zlib.error, ValueError):
+                pass
+            if any(token in form or packed in form for form in forms):
+                found.add(f"pid {entry.name}: {word[:80]!r}")
+    return sorted(found)
 
 
 def _fresh_host(lab, name: str, **keys: str) -> Path:

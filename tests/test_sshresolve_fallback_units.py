@@ -26,8 +26,8 @@ def config(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "ssh_config"
     path.write_text(CONFIG)
     yield path
+    # the previous path put back: its files are read again on the next use
     fabconfig._CONFIG, fabconfig._SSH_CONFIG_PATH, fabconfig._PLAIN_KEYS = saved
-    fabconfig._use_resolver(*fabconfig._ssh_config(fabconfig._SSH_CONFIG_PATH))
 
 
 def test_without_ssh_paramiko_reads_it_and_one_warning_names_what_it_leaves_out(

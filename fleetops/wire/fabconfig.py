@@ -2,9 +2,9 @@
 resolved by OpenSSH itself (`ssh -G`, once per word and options per run), and the process's one
 Fabric Config, shared read-only by every connection. Without an `ssh` binary, paramiko's reading of
 the same files stands in, and one warning names every directive it does not apply. paramiko and
-Fabric are imported only when a paramiko connection needs them: a run whose hosts all use the system
-`ssh` (wire/openssh.py) reads the files as text alone (their names for -H words; ssh itself reads
-the rest)."""
+Fabric are imported only when a paramiko connection needs them (or, without `ssh`, to read the
+files): a run reads them as text (their names for -H words; `ssh -G` reads the rest), so one whose
+hosts all use the system `ssh` (wire/openssh.py), or that stops before connecting, loads neither."""
 
 from __future__ import annotations
 
@@ -57,49 +57,51 @@ def use_ssh_config(
     its own key). Returns the names the file defines, for `load_inventory(..., ssh_aliases=...)`, so
     those names are -H words. `passphrase` (Fabric's --prompt-for-passphrase) opens encrypted
     identity files that have no identity_passphrase of their own. Raises ConfigError (usage, exit 2)
-    when the file is missing or unparsable. `paramiko_reads`: False when no host of the run uses
-    paramiko (the file is then read as text only, and paramiko is not imported)."""
+    when the file is missing, or unparsable where paramiko is to read it. `paramiko_reads`: False
+    when no host of the run uses paramiko. paramiko parses the file only where it resolves hosts
+    (no `ssh` binary); otherwise the text alone is read here and paramiko is not imported: `ssh -G`
+    reads the rest, and a paramiko connection makes Fabric's Config when it first needs it."""
     global _CONFIG, _SSH_CONFIG_PATH, _PLAIN_KEYS, _TYPED_PASSPHRASE
-    if paramiko_reads:
-        config, text = _ssh_config(path)
-    else:
-        text = sshconfig.config_text(path)[0]
+    text = sshconfig.config_text(path)[0]
+    binary = shutil.which("ssh")
+    fallback = _parse(path, text) if paramiko_reads and binary is None else None
     with _LOCK:
         _SSH_CONFIG_PATH = path
-        if paramiko_reads:
-            import paramiko
-
-            _CONFIG = _shared_config(ssh_config=paramiko.SSHConfig())
-            _use_resolver(config, text)
-        else:
-            _CONFIG = None
+        _CONFIG = None
+        _use_resolver(binary, fallback, text)
         _PLAIN_KEYS = tuple(os.path.expanduser(k) for k in identity_files)
         _TYPED_PASSPHRASE = passphrase or None
     # from the text: paramiko's public get_hostnames() fails on a config with a Match block
     return frozenset(sshconfig.host_aliases(text))
 
 
-def _ssh_config(path: str | None) -> tuple[paramiko.SSHConfig, str]:
+def _parse(path: str | None, text: str) -> paramiko.SSHConfig:
+    """paramiko's reading of the text (the resolver without an `ssh` binary)."""
     import paramiko
 
-    text, files = sshconfig.config_text(path)
     try:
-        return paramiko.SSHConfig.from_text(text), text
+        return paramiko.SSHConfig.from_text(text)
     except paramiko.ssh_exception.ConfigParseError as exc:
         raise ConfigError(
-            sshconfig.chosen_path(path) or ", ".join(files) or "ssh_config",
+            sshconfig.chosen_path(path) or "ssh_config",
             None,
             f"cannot parse ssh_config: {exc}",
         ) from None
 
 
-def _use_resolver(config: paramiko.SSHConfig, text: str) -> None:
-    """Under _LOCK: `ssh` on PATH resolves from now on; without it, paramiko's reading, and the
-    warning."""
-    global _SSH_BINARY, _FALLBACK, _FALLBACK_WARNING
+# the -S path the resolver's files were read for (_UNREAD: none yet); a caller that names another
+# path (use_ssh_config, or a test putting its previous choice back) has them read again
+_UNREAD = object()
+_READ_FOR: object = _UNREAD
+
+
+def _use_resolver(binary: str | None, fallback: paramiko.SSHConfig | None, text: str) -> None:
+    """Under _LOCK: `ssh` (binary) resolves from now on; without it, paramiko's reading
+    (fallback), and the warning."""
+    global _SSH_BINARY, _FALLBACK, _FALLBACK_WARNING, _READ_FOR
     _RESOLVED.clear()
-    _SSH_BINARY = shutil.which("ssh")
-    _FALLBACK, _FALLBACK_WARNING = config, None
+    _SSH_BINARY = binary
+    _FALLBACK, _FALLBACK_WARNING, _READ_FOR = fallback, None, _SSH_CONFIG_PATH
     if _SSH_BINARY is None:
         skipped = sshresolve.not_applied(text)
         if skipped:
@@ -107,6 +109,20 @@ def _use_resolver(config: paramiko.SSHConfig, text: str) -> None:
                 f"no `ssh` on PATH: ssh_config read by paramiko, which does not apply "
                 f"{', '.join(skipped)}; install OpenSSH's client for ssh's own reading"
             )
+
+
+def _read_files() -> None:
+    """The files read once for the resolver, if use_ssh_config() has not (a library caller): a
+    missing or unparsable file refuses the host."""
+    with _LOCK:
+        if _READ_FOR == _SSH_CONFIG_PATH:
+            return
+        try:
+            text = sshconfig.config_text(_SSH_CONFIG_PATH)[0]
+            binary = shutil.which("ssh")
+            _use_resolver(binary, _parse(_SSH_CONFIG_PATH, text) if binary is None else None, text)
+        except ConfigError as exc:
+            raise TransportError("refused", f"{exc}; fix or name another file with -S") from None
 
 
 def fallback_warning() -> str | None:
@@ -125,7 +141,7 @@ def resolve(word: str, user: str | None = None, port: int | None = None) -> dict
     global _LOCAL
     options = tuple((k, str(v)) for k, v in (("User", user), ("Port", port)) if v)
     key = (word, options)
-    fabric_config()  # reads the files once, if use_ssh_config() has not
+    _read_files()
     with _LOCK:
         found = _RESOLVED.get(key)
         binary, fallback = _SSH_BINARY, _FALLBACK
@@ -269,22 +285,15 @@ def _shared_config_class() -> type:
 
 
 def fabric_config() -> Config:
-    """The process's one Fabric Config (building one reads the ssh_config files again)."""
+    """The process's one Fabric Config, made when a paramiko connection first needs it. Empty:
+    every host's settings come from resolve(), never from a second reading by Fabric."""
     global _CONFIG
+    _read_files()
     with _LOCK:
         if _CONFIG is None:
-            try:
-                config, text = _ssh_config(_SSH_CONFIG_PATH)
-            except ConfigError as exc:
-                raise TransportError(
-                    "refused", f"{exc}; fix or name another file with -S"
-                ) from None
             import paramiko
 
-            # Empty: every host's settings come from resolve(), never from a second reading by
-            # Fabric.
             _CONFIG = _shared_config(ssh_config=paramiko.SSHConfig())
-            _use_resolver(config, text)
         return _CONFIG
 
 

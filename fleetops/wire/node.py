@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import shlex
 import socket
-import stat
 import time
 
 import paramiko
@@ -14,7 +13,6 @@ from fabric import Connection
 
 from .. import compat
 from ..plans.inventory import Host, Inventory
-from ..plans.pathtrust import Entry, judge_read
 from ..results import Evidence
 from .agentclient import AgentClient
 from .bundle import agent_bundle, launch_words
@@ -23,7 +21,14 @@ from .errors import connect_error
 from .hops import close_quietly, fabric_connection, slow_idle_checks
 from .pythonpath import check_interpreter
 from .session import Overflow, drain, session_refused
-from .sftp import copy_range, sftp_failed, write_atomically
+from .sftp import (
+    ReadPathSeen,
+    check_read_path,
+    copy_range,
+    denied_hint,
+    sftp_failed,
+    write_atomically,
+)
 
 
 class NodeConnection(AgentClient):
@@ -41,10 +46,8 @@ class NodeConnection(AgentClient):
         self._aborted = False
         # become: the connection `python:` was checked on
         self._python_checked: Connection | None = None
-        # become: the login user's uid, from its SFTP start directory
-        self._login_uid: int | None = None
-        # become: the directories of fetched paths, as lstat found them
-        self._lstats: dict[str, Entry] = {}
+        # become: the login user's uid and the directories of fetched paths (sftp.check_read_path)
+        self._read_paths = ReadPathSeen()
 
     # -- connecting
     def open(self) -> None:
@@ -231,16 +234,8 @@ class NodeConnection(AgentClient):
         Returns them."""
         self.open()
         assert self.cxn is not None
-        user = self.host.user or "the login user"
-        denied = (
-            " (under become: sudo the job's files are root's, and fleetops never reads files as "
-            f"root over SFTP; make them readable by {user}, "
-            "e.g. chmod a+r on the node, then fetch again)"
-            if self.host.become
-            else ""
-        )
         if self.host.become:
-            self._check_read_path(remote)
+            check_read_path(self._sftp(), self.host, remote, self._read_paths)
         return copy_range(
             self._sftp,
             remote,
@@ -250,64 +245,9 @@ class NodeConnection(AgentClient):
             progress,
             self.host.name,
             lambda: self.cxn is not None and self.cxn.is_connected,
-            denied,
+            denied_hint(self.host),
             read_ahead=compat.quiet_prefetch_thread(),
         )
-
-    def _check_read_path(self, remote: str) -> None:
-        """become: the agent (root) listed the file by descriptor; the login user's SFTP read goes
-        by path, so it reads only through directories no one but root and the login user can change
-        (pathtrust.judge_read), else it is refused plainly, nothing read."""
-        sftp = self._sftp()
-        user = self.host.user or "the login user"
-        try:
-            if self._login_uid is None:
-                home = sftp.lstat(sftp.normalize("."))
-                if home.st_uid is None:
-                    raise OSError("the SFTP start directory says no owner")
-                self._login_uid = int(home.st_uid)
-            problem = judge_read(
-                remote,
-                lambda path: self._lstat(sftp, path),
-                lambda path: sftp.readlink(path) or "",
-                frozenset({0, self._login_uid}),
-            )
-        except PermissionError:
-            # what the login user may not lstat it may not open either: the read says so plainly
-            return
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            reason = (
-                getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-            )
-            raise TransportError(
-                "remote",
-                f"{self.host.name}: cannot check the path of {remote} as {user} before "
-                f"reading it ({reason}); nothing read",
-            ) from None
-        if problem is not None:
-            raise TransportError(
-                "remote",
-                f"{self.host.name}: refusing to read {remote} as {user}: "
-                f"{problem.describe()}; nothing read",
-            )
-
-    def _lstat(self, sftp: paramiko.SFTPClient, path: str) -> Entry | None:
-        """SFTP lstat, directories kept for the run (a directory of many files is asked once)."""
-        known = self._lstats.get(path)
-        if known is not None:
-            return known
-        try:
-            attrs = sftp.lstat(path)
-        except FileNotFoundError:
-            return None
-        entry = Entry(
-            int(attrs.st_mode or 0),
-            int(attrs.st_uid if attrs.st_uid is not None else -1),
-            int(attrs.st_gid if attrs.st_gid is not None else -1),
-        )
-        if stat.S_ISDIR(entry.mode):
-            self._lstats[path] = entry
-        return entry
 
     def _open_channel(self, argv: list[str], shown: str) -> paramiko.Channel:
         self.open()

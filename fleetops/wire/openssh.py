@@ -23,7 +23,6 @@ from typing import IO
 from ..plans.host import UnknownHost, plain_host
 from ..plans.inventory import Host, Inventory
 from ..plans.jumphost import jump_of
-from ..plans.pathtrust import Entry, judge_read
 from ..results import Evidence
 from . import controldir, masters
 from .agentclient import AgentClient
@@ -31,7 +30,14 @@ from .bundle import agent_bundle, launch_words
 from .connector import COUNTERS, ExecResult, TransportError
 from .pythonpath import check_interpreter
 from .session import Overflow, drain
-from .sftp import copy_range, sftp_failed, write_atomically
+from .sftp import (
+    ReadPathSeen,
+    check_read_path,
+    copy_range,
+    denied_hint,
+    sftp_failed,
+    write_atomically,
+)
 from .sftpproto import SFTPClient, over_pipes
 from .sshcmd import (
     OFF_PERSIST,
@@ -129,8 +135,7 @@ class OpenSSHConnection(AgentClient):
         self._sftp_client: SFTPClient | None = None
         self._sftp_proc: subprocess.Popen | None = None
         self._python_checked = False
-        self._login_uid: int | None = None
-        self._lstats: dict[str, Entry] = {}
+        self._read_paths = ReadPathSeen()
 
     @staticmethod
     def prepare() -> None:
@@ -498,16 +503,8 @@ class OpenSSHConnection(AgentClient):
     ) -> int:
         """Bytes [offset, end) of remote, over SFTP, into local_path at offset (a partial copy
         resumes)."""
-        user = self.host.user or "the login user"
-        denied = (
-            " (under become: sudo the job's files are root's, and fleetops never reads files as "
-            f"root over SFTP; make them readable by {user}, "
-            "e.g. chmod a+r on the node, then fetch again)"
-            if self.host.become
-            else ""
-        )
         if self.host.become:
-            self._check_read_path(remote)
+            check_read_path(self._sftp(), self.host, remote, self._read_paths)
         return copy_range(
             self._sftp,
             remote,
@@ -517,60 +514,8 @@ class OpenSSHConnection(AgentClient):
             progress,
             self.host.name,
             lambda: self._sftp_proc is not None and self._sftp_proc.poll() is None,
-            denied,
+            denied_hint(self.host),
         )
-
-    def _check_read_path(self, remote: str) -> None:
-        """become: the login user reads by path only through directories no one but root and it can
-        change."""
-        sftp = self._sftp()
-        user = self.host.user or "the login user"
-        try:
-            if self._login_uid is None:
-                home = sftp.lstat(sftp.normalize("."))
-                if home.st_uid is None:
-                    raise OSError("the SFTP start directory says no owner")
-                self._login_uid = int(home.st_uid)
-            problem = judge_read(
-                remote,
-                lambda path: self._lstat(sftp, path),
-                lambda path: sftp.readlink(path) or "",
-                frozenset({0, self._login_uid}),
-            )
-        except PermissionError:
-            return
-        except (OSError, EOFError) as exc:
-            reason = (
-                getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-            )
-            raise TransportError(
-                "remote",
-                f"{self.host.name}: cannot check the path of {remote} as {user} before "
-                f"reading it ({reason}); nothing read",
-            ) from None
-        if problem is not None:
-            raise TransportError(
-                "remote",
-                f"{self.host.name}: refusing to read {remote} as {user}: "
-                f"{problem.describe()}; nothing read",
-            )
-
-    def _lstat(self, sftp: SFTPClient, path: str) -> Entry | None:
-        known = self._lstats.get(path)
-        if known is not None:
-            return known
-        try:
-            attrs = sftp.lstat(path)
-        except FileNotFoundError:
-            return None
-        entry = Entry(
-            int(attrs.st_mode or 0),
-            int(attrs.st_uid if attrs.st_uid is not None else -1),
-            int(attrs.st_gid if attrs.st_gid is not None else -1),
-        )
-        if stat.S_ISDIR(entry.mode):
-            self._lstats[path] = entry
-        return entry
 
     def _check_python_before_sudo(self, shown: str) -> None:
         """become: `python:` checked as the login user over SFTP before sudo runs it

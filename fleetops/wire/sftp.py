@@ -4,10 +4,13 @@ resumably."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..plans.inventory import Host
+from ..plans.pathtrust import Entry, judge_read
 from .connector import TransportError, link_errors
 
 if TYPE_CHECKING:
@@ -100,3 +103,78 @@ def copy_range(
             f"byte {offset + written} ({reason}); run fetch again to resume",
         ) from None
     return written
+
+
+def denied_hint(host: Host) -> str:
+    """What copy_range adds to "may not read it" on a `become` host (why, and what to do): the
+    files a root agent made are root's, and SFTP reads as the login user."""
+    if not host.become:
+        return ""
+    return (
+        " (under become: sudo the job's files are root's, and fleetops never reads files as "
+        f"root over SFTP; make them readable by {host.user or 'the login user'}, "
+        "e.g. chmod a+r on the node, then fetch again)"
+    )
+
+
+@dataclass
+class ReadPathSeen:
+    """One connection's answers for check_read_path: the login user's uid, and the directories
+    lstat'ed (a directory of many files is asked once)."""
+
+    login_uid: int | None = None
+    directories: dict[str, Entry] = field(default_factory=dict)
+
+
+def check_read_path(
+    sftp: paramiko.SFTPClient | Any, host: Host, remote: str, seen: ReadPathSeen
+) -> None:
+    """become: the agent (root) listed the file by descriptor; the login user's SFTP read goes by
+    path, so it reads only through directories no one but root and the login user can change
+    (pathtrust.judge_read), else it is refused plainly (TransportError), nothing read."""
+    user = host.user or "the login user"
+    try:
+        if seen.login_uid is None:
+            home = sftp.lstat(sftp.normalize("."))
+            if home.st_uid is None:
+                raise OSError("the SFTP start directory says no owner")
+            seen.login_uid = int(home.st_uid)
+        problem = judge_read(
+            remote,
+            lambda path: _lstat(sftp, path, seen),
+            lambda path: sftp.readlink(path) or "",
+            frozenset({0, seen.login_uid}),
+        )
+    except PermissionError:
+        # what the login user may not lstat it may not open either: the read says so plainly
+        return
+    except link_errors() as exc:
+        reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+        raise TransportError(
+            "remote",
+            f"{host.name}: cannot check the path of {remote} as {user} before "
+            f"reading it ({reason}); nothing read",
+        ) from None
+    if problem is not None:
+        raise TransportError(
+            "remote",
+            f"{host.name}: refusing to read {remote} as {user}: {problem.describe()}; nothing read",
+        )
+
+
+def _lstat(sftp: paramiko.SFTPClient | Any, path: str, seen: ReadPathSeen) -> Entry | None:
+    known = seen.directories.get(path)
+    if known is not None:
+        return known
+    try:
+        attrs = sftp.lstat(path)
+    except FileNotFoundError:
+        return None
+    entry = Entry(
+        int(attrs.st_mode or 0),
+        int(attrs.st_uid if attrs.st_uid is not None else -1),
+        int(attrs.st_gid if attrs.st_gid is not None else -1),
+    )
+    if stat.S_ISDIR(entry.mode):
+        seen.directories[path] = entry
+    return entry
