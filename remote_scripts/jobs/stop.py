@@ -143,11 +143,12 @@ def job_stop(req: dict) -> dict:
     group_before = set(group_members(group)) if group else set()
     if st["state"] not in ("running", "starting"):
         return _stop_ended(job_dir, job, st, pgid, group_before)
+    grace = float(req.get("grace_s", 10))
     first = _members(job_dir, job)
     outside = sorted(set(first) - group_before)
     _note_stop_asked(job_dir)
     _signal_all(job_dir, job, first, signal.SIGTERM)
-    _wait_gone(job_dir, job, float(req.get("grace_s", 10)), 0.1)
+    _wait_gone(job_dir, job, grace, 0.1)
     escalated = bool(_members(job_dir, job))
     if escalated:
         _signal_all(job_dir, job, _members(job_dir, job), signal.SIGKILL)
