@@ -197,23 +197,7 @@ def _run(req: dict, started: float, rows: list[dict], dataset_sha: str, output: 
     manifest = _start_manifest(req, output, identity(req, rows, dataset_sha))
     token_ids = tokenize(rows, req["model"], int(req["max_model_len"]) - 1)
     done: dict[str, dict] = manifest["samples"]
-    adopted = (
-        []
-        if req.get("again")
-        else [
-            i
-            for i in range(len(rows))
-            if str(i) not in done
-            and complete_sample(output, i, len(token_ids[i]), req["layer_ids"])
-        ]
-    )
-    for i in adopted:
-        done[str(i)] = {
-            "file": os.path.basename(sample_path(output, i)),
-            "tokens": len(token_ids[i]),
-            "run": len(manifest["runs"]) - 1,
-            "adopted": True,
-        }
+    adopted = [] if req.get("again") else _adopt(req, output, token_ids, manifest)
     manifest["runs"].append(
         {"started": now_iso(), "already_done": len(done), "job": os.environ.get("FLEETOPS_JOB_ID")}
     )
@@ -229,9 +213,7 @@ def _run(req: dict, started: float, rows: list[dict], dataset_sha: str, output: 
             f"resuming: {len(done)}/{len(rows)} samples already done ({len(adopted)} adopted "
             f"from disk), {len(todo)} to go"
         )
-    atomic_write(
-        manifest_path, json.dumps(manifest, indent=1).encode(), mode=0o644, point="extract.manifest"
-    )
+    _write_manifest(manifest_path, manifest)
     backend = BACKENDS[req["backend"]](req)
     loaded = time.monotonic()
     say(f"model loaded in {loaded - started:.1f}s")
@@ -249,20 +231,8 @@ def _run(req: dict, started: float, rows: list[dict], dataset_sha: str, output: 
                 "bytes": size,
             }
             tokens += len(token_ids[i])
-        atomic_write(
-            manifest_path,
-            json.dumps(manifest, indent=1).encode(),
-            mode=0o644,
-            point="extract.manifest",
-        )
-        elapsed = time.monotonic() - loaded
-        rate = tokens / elapsed if elapsed > 0 else 0.0
-        left = len(rows) - len(done)
-        eta = left / (sum(len(b) for b in batches[:n]) / elapsed) if elapsed > 0 else 0.0
-        say(
-            f"progress samples={len(done)}/{len(rows)} batch={n}/{len(batches)} tokens={tokens} "
-            f"tok/s={rate:.1f} elapsed={elapsed:.1f}s eta={eta:.1f}s"
-        )
+        _write_manifest(manifest_path, manifest)
+        say(_progress(n, batches, len(done), len(rows), tokens, time.monotonic() - loaded))
         failpoint("extract.after_batch")
     total_tokens = sum(d["tokens"] for d in done.values())
     say(
@@ -270,6 +240,43 @@ def _run(req: dict, started: float, rows: list[dict], dataset_sha: str, output: 
         f"{tokens / max(time.monotonic() - loaded, 1e-9):.1f} tok/s, output {output}"
     )
     return 0
+
+
+def _adopt(req: dict, output: str, token_ids: list[list[int]], manifest: dict) -> list[int]:
+    """Samples complete on disk that the manifest does not list (a run killed between writing a
+    sample and its manifest): listed now, as adopted, not computed again."""
+    done: dict[str, dict] = manifest["samples"]
+    adopted = [
+        i
+        for i in range(len(token_ids))
+        if str(i) not in done and complete_sample(output, i, len(token_ids[i]), req["layer_ids"])
+    ]
+    for i in adopted:
+        done[str(i)] = {
+            "file": os.path.basename(sample_path(output, i)),
+            "tokens": len(token_ids[i]),
+            "run": len(manifest["runs"]) - 1,
+            "adopted": True,
+        }
+    return adopted
+
+
+def _write_manifest(path: str, manifest: dict) -> None:
+    atomic_write(
+        path, json.dumps(manifest, indent=1).encode(), mode=0o644, point="extract.manifest"
+    )
+
+
+def _progress(
+    n: int, batches: list[list[int]], done: int, total: int, tokens: int, elapsed: float
+) -> str:
+    """The progress line after batch `n` (`status` reads it from the log: keep its shape)."""
+    rate = tokens / elapsed if elapsed > 0 else 0.0
+    eta = (total - done) / (sum(len(b) for b in batches[:n]) / elapsed) if elapsed > 0 else 0.0
+    return (
+        f"progress samples={done}/{total} batch={n}/{len(batches)} tokens={tokens} "
+        f"tok/s={rate:.1f} elapsed={elapsed:.1f}s eta={eta:.1f}s"
+    )
 
 
 REQUEST = ""  # the request this run was started with (main)

@@ -145,7 +145,6 @@ def fetch_plan(req: dict) -> dict:
     """The files to fetch (each: requested, path, local, size, sha256) or, per file, why not."""
     state_dir = os.path.abspath(req["state_dir"])
     paths = [str(p) for p in req.get("paths") or []]
-    any_path = bool(req.get("any_path"))
     job_dir, job = None, None
     notes: list[str] = []
     try:
@@ -154,44 +153,17 @@ def fetch_plan(req: dict) -> dict:
         if not paths or req.get("job_id"):
             raise
     roots = _roots(state_dir)
-    wanted: list[tuple[str, str]] = []  # (role, path)
+    wanted: list[tuple[str, str]]  # (role, path)
     if paths:
         wanted = [("file", p) for p in paths]
     else:
         assert job is not None and job_dir is not None
-        wanted += [("log", log) for log in log_paths(job) or [os.path.join(job_dir, "output.log")]]
-        out = output_dir(job_dir, job)
-        if out and os.path.exists(os.path.join(out, "manifest.json")):
-            ran = _manifest_runs(out)
-            if ran is None or job["id"] in ran:
-                wanted.append(("manifest", os.path.join(out, "manifest.json")))
-            # the output's manifest is another run's: this job was killed before it wrote its own
-            else:
-                notes.append(
-                    f"no manifest of job {job['id']}: the one in {out} is of "
-                    f"{', '.join(ran[-3:]) or 'no recorded job'} "
-                    f"(job {job['id']} ended before it wrote "
-                    "one)"
-                )
-        elif out:
-            notes.append(f"no manifest yet in {out} (the extraction has not written one)")
-        else:
-            notes.append(
-                f"no manifest: job {job['id']} is a "
-                f"{job.get('kind')} job (only extract jobs write one)"
-            )
-    # a relative path is taken from the state dir: the same words work on every host
-    base = state_dir
+        wanted = _job_files(job_dir, job, notes)
+    any_path = bool(req.get("any_path"))
     files = []
     for role, path in wanted:
         try:
-            entry = {"role": role, **_check(path, base, state_dir, roots, any_path)}
-            if entry.get("directory"):
-                files.extend(directory_entries(entry, state_dir, roots, notes))
-                continue
-            if role == "manifest" and job is not None:
-                entry["local"] = f"{job['id']}/manifest.json"
-            files.append(entry)
+            files.extend(_plan_entry(role, path, job, state_dir, roots, any_path, notes))
         except NodeError as exc:
             files.append(
                 {"role": role, "requested": path, "error": str(exc), "error_kind": exc.kind}
@@ -206,6 +178,52 @@ def fetch_plan(req: dict) -> dict:
                 }
             )
     return {"ok": True, "job_id": job["id"] if job else None, "files": files, "notes": notes}
+
+
+def _job_files(job_dir: str, job: dict, notes: list[str]) -> list[tuple[str, str]]:
+    """A job's own files, (role, path): its logs, and its output's manifest when the manifest is
+    this job's (`notes` says why there is none)."""
+    wanted = [("log", log) for log in log_paths(job) or [os.path.join(job_dir, "output.log")]]
+    out = output_dir(job_dir, job)
+    if not out:
+        notes.append(
+            f"no manifest: job {job['id']} is a {job.get('kind')} job (only extract jobs write one)"
+        )
+        return wanted
+    manifest = os.path.join(out, "manifest.json")
+    if not os.path.exists(manifest):
+        notes.append(f"no manifest yet in {out} (the extraction has not written one)")
+        return wanted
+    ran = _manifest_runs(out)
+    if ran is None or job["id"] in ran:
+        wanted.append(("manifest", manifest))
+    else:
+        # the output's manifest is another run's: this job was killed before it wrote its own
+        notes.append(
+            f"no manifest of job {job['id']}: the one in {out} is of "
+            f"{', '.join(ran[-3:]) or 'no recorded job'} "
+            f"(job {job['id']} ended before it wrote one)"
+        )
+    return wanted
+
+
+def _plan_entry(
+    role: str,
+    path: str,
+    job: dict | None,
+    state_dir: str,
+    roots: list[tuple[str, str]],
+    any_path: bool,
+    notes: list[str],
+) -> list[dict]:
+    """The entries one requested path gives: itself, or every file under a directory."""
+    # a relative path is taken from the state dir: the same words work on every host
+    entry = {"role": role, **_check(path, state_dir, state_dir, roots, any_path)}
+    if entry.get("directory"):
+        return directory_entries(entry, state_dir, roots, notes)
+    if role == "manifest" and job is not None:
+        entry["local"] = f"{job['id']}/manifest.json"
+    return [entry]
 
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -21,7 +21,12 @@ from ..core.procfs import start_ticks
 from ..core.registry import node_role
 from ..core.statetrust import read_json, trusted_stat
 from .liveness import disk_full
-from .records import LOG, SECRET_ENV, STOP_ASKED, cause_name, drop_secrets
+from .records import LOG, SECRET_ENV, STOP_ASKED, drop_secrets, job_cause
+
+# typing.TYPE_CHECKING without importing typing: the agent's start-up imports only what it runs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 RESERVE = "exit.reserve"  # space for exit.json taken at launch, overwritten in place at the end
 RESERVE_BYTES = 8192
@@ -67,30 +72,43 @@ def no_space(job_dir: str, job: dict) -> dict | None:
     "line": the log's line}. A line that names no file (a Python write() names none) gets the first
     full filesystem among the job's own paths: its output, its cwd, the absolute paths in its
     command. None otherwise."""
-    try:
-        with open(os.path.join(job_dir, LOG), "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES))
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
+    lines = _log_tail(job_dir)
     hits = [line.strip() for line in lines[-20:] if _ENOSPC.search(line)]
     if not hits:
         return None
     line = hits[-1]
+    return {"path": _enospc_path(line) or _full_job_path(job), "line": line[-300:]}
+
+
+def _log_tail(job_dir: str) -> list[str]:
+    """The lines of the last LOG_TAIL_BYTES of the job's log (none when it cannot be read)."""
+    try:
+        with open(os.path.join(job_dir, LOG), "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES))
+            return f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+
+
+def _enospc_path(line: str) -> str | None:
+    """The file an ENOSPC line names, if it names one."""
     for pattern in _ENOSPC_PATH:
         m = pattern.search(line)
         if m:
-            return {"path": m.group("path"), "line": line[-300:]}
-    candidates = [
-        (job.get("extract") or {}).get("output"),
-        job.get("cwd"),
-        *[w for w in (job.get("argv") or [])[1:] if isinstance(w, str) and w.startswith("/")],
-    ]
-    for path in (p for p in candidates if isinstance(p, str) and p):
-        full = disk_full(path if os.path.isdir(path) else os.path.dirname(path))
-        if full:
-            return {"path": path, "line": line[-300:]}
-    return {"path": None, "line": line[-300:]}
+            return m.group("path")
+    return None
+
+
+def _full_job_path(job: dict) -> str | None:
+    """The first of the job's own paths (its output, its cwd, the absolute paths in its command)
+    on a full filesystem."""
+    absolute = [w for w in (job.get("argv") or [])[1:] if isinstance(w, str) and w.startswith("/")]
+    for path in ((job.get("extract") or {}).get("output"), job.get("cwd"), *absolute):
+        if not isinstance(path, str) or not path:
+            continue
+        if disk_full(path if os.path.isdir(path) else os.path.dirname(path)):
+            return path
+    return None
 
 
 def end_record(code: int | None, job_dir: str, **extra: object) -> dict:
@@ -104,22 +122,26 @@ def end_record(code: int | None, job_dir: str, **extra: object) -> dict:
     if full:
         result["disk_full"] = full
     if code:  # a job that failed: did it run out of space, and where?
-        try:
-            space = no_space(job_dir, read_json(os.path.join(job_dir, "job.json")) or {})
-        except (NodeError, OSError):
-            space = None
-        if space:
-            result["no_space"] = space
-        try:
-            said = (read_json(os.path.join(job_dir, cause_name())) or {}).get("cause")
-        except (NodeError, OSError, AttributeError):
-            said = None
-        if isinstance(said, str) and said:
-            result["job_cause"] = said[:500]
+        result.update(_failure_evidence(job_dir))
     result.update({k: v for k, v in extra.items() if v})
     if code != 0 and os.path.exists(os.path.join(job_dir, STOP_ASKED)):
         result["by"] = "stop"  # it ended because fleetops' `stop` asked it to, not on its own
     return result
+
+
+def _failure_evidence(job_dir: str) -> dict:
+    """What a failed job leaves to explain itself: an ENOSPC in its log, its own one-line cause."""
+    out: dict = {}
+    try:
+        space = no_space(job_dir, read_json(os.path.join(job_dir, "job.json")) or {})
+    except (NodeError, OSError):
+        space = None
+    if space:
+        out["no_space"] = space
+    said = job_cause(job_dir)
+    if said:
+        out["job_cause"] = said[:500]
+    return out
 
 
 def _status_code(status: int) -> int:
@@ -243,13 +265,7 @@ def _reap(job_dir: str, wrapper: int) -> int:
 def _wrapper(job_dir: str) -> int:
     job_path = os.path.join(job_dir, "job.json")
     job = read_json(job_path) or {}
-    secret_path = os.path.join(job_dir, SECRET_ENV)
-    secret: dict = {}
-    if job.get("secret_env_keys"):
-        try:
-            secret = read_json(secret_path) or {}
-        except NodeError:
-            secret = {}
+    secret = _read_secret(job_dir, job)
     env = {
         **os.environ,
         **job.get("env", {}),
@@ -274,66 +290,96 @@ def _wrapper(job_dir: str) -> int:
         )
         return 127
     with log:
-        try:
-            if secret.keys() != set(job.get("secret_env_keys") or ()):
-                raise OSError(f"the secret environment values ({SECRET_ENV}) are missing")
-            # An extract runs the agent's own code: through the bootstrap, with the bytes this
-            # process was verified against (job.json shows the command; it is never run from there).
-            argv = (
-                relaunch("extract", os.path.join(job_dir, "request.json"))
-                if job.get("kind") == "extract"
-                else job["argv"]
-            )
-            failpoint("job.wrapper.start")  # a test swaps what the job would run from here
-            child = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=job.get("cwd") or job_dir,
-                preexec_fn=lambda: [
-                    signal.signal(s, signal.SIG_DFL)
-                    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-                ],
-            )
-        except OSError as exc:
-            drop_secrets(job_dir)
-            reason = f"fleetops: cannot start {job.get('argv')}: {exc}"
-            try:
-                log.write((reason + "\n").encode())
-            except OSError as write_exc:
-                reason += f" (and the log could not be written: {write_exc.strerror or write_exc})"
-            record_end(job_dir, end_record(127, job_dir, wrapper_error=reason))
+        child = _start_job(job_dir, job, env, secret, log)
+        if child is None:
             return 127
         # the job's process has them now: nothing secret stays on the node's disk
         drop_secrets(job_dir)
         del secret, env
-        keeper = os.getppid()
-        job.update(
-            pid=child.pid,
-            pgid=os.getpgid(0),
-            wrapper_pid=os.getpid(),
-            keeper_pid=keeper,
-            keeper_started=start_ticks(keeper),
-            pid_started=start_ticks(child.pid),
-        )
-        try:
-            write_json_atomic(job_path, job)
-        # e.g. ENOSPC: without its pid on record the job cannot be followed; end it
-        except OSError as exc:
-            child.kill()
-            child.wait()
-            record_end(
-                job_dir,
-                end_record(
-                    127,
-                    job_dir,
-                    wrapper_error=f"cannot record the job's pid in "
-                    f"{job_path}: {exc.strerror or exc}; the job was stopped",
-                ),
-            )
+        if not _record_pid(job_path, job, child):
             return 127
         code = child.wait()
     record_end(job_dir, end_record(code, job_dir))
     return 0
+
+
+def _read_secret(job_dir: str, job: dict) -> dict:
+    """The job's secret environment values (SECRET_ENV), when it has any; {} if they are gone."""
+    if not job.get("secret_env_keys"):
+        return {}
+    try:
+        return read_json(os.path.join(job_dir, SECRET_ENV)) or {}
+    except NodeError:
+        return {}
+
+
+def _start_job(
+    job_dir: str, job: dict, env: dict, secret: dict, log: BinaryIO
+) -> subprocess.Popen | None:
+    """The job's process, its output to the log; None, its end recorded, when it cannot start."""
+    try:
+        if secret.keys() != set(job.get("secret_env_keys") or ()):
+            raise OSError(f"the secret environment values ({SECRET_ENV}) are missing")
+        # An extract runs the agent's own code: through the bootstrap, with the bytes this
+        # process was verified against (job.json shows the command; it is never run from there).
+        if job.get("kind") == "extract":
+            argv = relaunch("extract", os.path.join(job_dir, "request.json"))
+        else:
+            argv = job["argv"]
+        failpoint("job.wrapper.start")  # a test swaps what the job would run from here
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=job.get("cwd") or job_dir,
+            preexec_fn=_default_signals,
+        )
+    except OSError as exc:
+        drop_secrets(job_dir)
+        reason = f"fleetops: cannot start {job.get('argv')}: {exc}"
+        try:
+            log.write((reason + "\n").encode())
+        except OSError as write_exc:
+            reason += f" (and the log could not be written: {write_exc.strerror or write_exc})"
+        record_end(job_dir, end_record(127, job_dir, wrapper_error=reason))
+        return None
+
+
+def _default_signals() -> None:
+    """In the job's process before exec: the signals its keeper ignores are the job's to take."""
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
+def _record_pid(job_path: str, job: dict, child: subprocess.Popen) -> bool:
+    """The job's processes on record in job.json (what `status` and `stop` follow). False, the job
+    stopped and its end recorded, when the record cannot be written (e.g. ENOSPC): a job that cannot
+    be followed is not left running."""
+    keeper = os.getppid()
+    job.update(
+        pid=child.pid,
+        pgid=os.getpgid(0),
+        wrapper_pid=os.getpid(),
+        keeper_pid=keeper,
+        keeper_started=start_ticks(keeper),
+        pid_started=start_ticks(child.pid),
+    )
+    try:
+        write_json_atomic(job_path, job)
+    except OSError as exc:
+        child.kill()
+        child.wait()
+        job_dir = os.path.dirname(job_path)
+        record_end(
+            job_dir,
+            end_record(
+                127,
+                job_dir,
+                wrapper_error=f"cannot record the job's pid in "
+                f"{job_path}: {exc.strerror or exc}; the job was stopped",
+            ),
+        )
+        return False
+    return True

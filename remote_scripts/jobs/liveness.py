@@ -74,66 +74,92 @@ def job_state(job_dir: str, job: dict, index: dict[str, list[int]] | None = None
     ended = read_json(os.path.join(job_dir, "exit.json"))
     failpoint("job.state.read")  # a test ends the job and its wrapper here
     now = time.time()
-    tagged = (
-        sorted(index.get(os.path.abspath(job_dir), []))
-        if index is not None
-        else tagged_pids(job_dir)
-    )
-    out: dict = {"tagged": tagged}
-    if not ended and not tagged and _supervisors_alive(job_dir, job):
-        # The job is done and its wrapper is writing exit.json: give it a moment, then read again.
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and not ended and _supervisors_alive(job_dir, job):
-            time.sleep(0.05)
-            ended = read_json(os.path.join(job_dir, "exit.json"))
-    if not ended and not tagged:
-        # Read once more, now that the job and its supervisors were seen gone: the wrapper writes
-        # exit.json before it exits, so a record written after the first read (or the loop's last)
-        # is there by now. Without this read, a job that ended in that window was called "lost".
-        ended = read_json(os.path.join(job_dir, "exit.json"))
-    if ended:
-        if ended.get("signal"):
-            state = "killed"
-        else:
-            state = "succeeded" if ended.get("exit_code") == 0 else "failed"
-        runtime = ended.get("ended_ts", now) - job.get("started_ts", now)
-        if tagged:
-            out["left"] = tagged
-        cause = _end_cause(ended)
-        if cause:
-            out["cause"] = cause
-    elif tagged:
-        state, runtime = "running", now - job.get("started_ts", now)
-        if job.get("pid") and not _supervisors_alive(job_dir, job):
-            out["cause"] = (
-                f"its wrapper (pid {job.get('wrapper_pid')}) and keeper (pid "
-                f"{job.get('keeper_pid')}) are gone: the job's processes {tagged} run on, but "
-                "nothing will record its exit status"
-            )
-    elif _supervisors_alive(job_dir, job) or (
-        job.get("wrapper_pid") is None and now - job.get("started_ts", now) < 10
-    ):
-        state, runtime = (
-            "starting" if not job.get("pid") else "running",
-            now - job.get("started_ts", now),
-        )
+    if index is not None:
+        tagged = sorted(index.get(os.path.abspath(job_dir), []))
     else:
-        state, runtime = "lost", None
-        full = disk_full(job_dir)
-        if full:
-            out["cause"] = (
-                f"the job's filesystem is full ({full['free_bytes']} bytes free on {job_dir}): "
-                "ENOSPC (No space left on device) kept its wrapper from recording the exit "
-                "status; free space there"
-            )
+        tagged = tagged_pids(job_dir)
+    if not ended and not tagged:
+        ended = _await_exit_record(job_dir, job)
+    runtime: float | None
+    if ended:
+        state, runtime, extra = _ended(ended, job, tagged, now)
+    elif tagged:
+        state, runtime, extra = _running(job_dir, job, tagged, now)
+    else:
+        state, runtime, extra = _untagged(job_dir, job, now)
     if state not in ("running", "starting"):
         drop_secrets(job_dir)
     return {
         "state": state,
         "exit": ended,
         "runtime_s": round(runtime, 1) if runtime is not None else None,
-        **out,
+        "tagged": tagged,
+        **extra,
     }
+
+
+def _await_exit_record(job_dir: str, job: dict) -> dict | None:
+    """No exit record and no tagged process: the exit record, once a supervisor still alive has
+    written it."""
+    path = os.path.join(job_dir, "exit.json")
+    if _supervisors_alive(job_dir, job):
+        # The job is done and its wrapper is writing exit.json: give it a moment, then read again.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and _supervisors_alive(job_dir, job):
+            time.sleep(0.05)
+            ended = read_json(path)
+            if ended:
+                return ended
+    # Read once more, now that the job and its supervisors were seen gone: the wrapper writes
+    # exit.json before it exits, so a record written after the first read (or the loop's last)
+    # is there by now. Without this read, a job that ended in that window was called "lost".
+    return read_json(path)
+
+
+def _ended(ended: dict, job: dict, tagged: list[int], now: float) -> tuple[str, float, dict]:
+    """An exit record: killed, succeeded or failed; processes left behind; what went wrong."""
+    if ended.get("signal"):
+        state = "killed"
+    else:
+        state = "succeeded" if ended.get("exit_code") == 0 else "failed"
+    extra: dict = {}
+    if tagged:
+        extra["left"] = tagged
+    cause = _end_cause(ended)
+    if cause:
+        extra["cause"] = cause
+    return state, ended.get("ended_ts", now) - job.get("started_ts", now), extra
+
+
+def _running(job_dir: str, job: dict, tagged: list[int], now: float) -> tuple[str, float, dict]:
+    """No exit record, tagged processes alive: running, though maybe with nothing left to record
+    its exit."""
+    extra: dict = {}
+    if job.get("pid") and not _supervisors_alive(job_dir, job):
+        extra["cause"] = (
+            f"its wrapper (pid {job.get('wrapper_pid')}) and keeper (pid "
+            f"{job.get('keeper_pid')}) are gone: the job's processes {tagged} run on, but "
+            "nothing will record its exit status"
+        )
+    return "running", now - job.get("started_ts", now), extra
+
+
+def _untagged(job_dir: str, job: dict, now: float) -> tuple[str, float | None, dict]:
+    """No exit record, no tagged process: starting (or just started) while its supervisors live
+    or its wrapper is not yet launched; lost otherwise."""
+    since = now - job.get("started_ts", now)
+    launching = job.get("wrapper_pid") is None and since < 10
+    if launching or _supervisors_alive(job_dir, job):
+        return ("running" if job.get("pid") else "starting"), since, {}
+    full = disk_full(job_dir)
+    if not full:
+        return "lost", None, {}
+    cause = (
+        f"the job's filesystem is full ({full['free_bytes']} bytes free on {job_dir}): "
+        "ENOSPC (No space left on device) kept its wrapper from recording the exit "
+        "status; free space there"
+    )
+    return "lost", None, {"cause": cause}
 
 
 def running_job(state_dir: str) -> dict | None:

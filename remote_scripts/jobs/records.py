@@ -34,6 +34,15 @@ def cause_name(task: str = "") -> str:
     return f"cause-{task}.json" if task else CAUSE
 
 
+def job_cause(job_dir: str, task: str = "") -> str | None:
+    """The one line a failed job wrote about why (cause_name's file), if it wrote one."""
+    try:
+        said = (read_json(os.path.join(job_dir, cause_name(task))) or {}).get("cause")
+    except (NodeError, OSError, AttributeError):
+        return None
+    return said if isinstance(said, str) and said else None
+
+
 # written by `stop` before its first signal: the end that follows is fleetops' own
 STOP_ASKED = "stop.json"
 JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,120}")

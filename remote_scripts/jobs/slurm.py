@@ -220,14 +220,46 @@ def _output_busy(spec: dict, shards: int, state_dir: str) -> dict | None:
 def _submit(req: dict, state_dir: str) -> dict:
     spec = req["job"]
     opts = req.get("slurm") or {}
+    shards = _shard_count(spec, opts)
+    done, made_shard_dir = _finished(spec, shards, state_dir)
+    if done is not None:
+        return {"ok": True, "complete": done, "shards": shards, "job": None}
+    _refuse_unready(spec, shards, state_dir)
+    job_id, job_dir = new_job_dir(slurm_dir(state_dir), spec["name"])
+    spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
+    for i, request in enumerate(_requests(spec, shards, state_dir)):
+        write_json_atomic(os.path.join(job_dir, f"request-{i}.json"), request)
+    script = os.path.join(job_dir, "batch.py")
+    text, script_args = batch_script(job_dir)
+    atomic_write(script, text, mode=0o700, point="slurm.script")
+    argv = [*_sbatch_argv(spec["name"], job_dir, shards, opts), script, *script_args]
+    job = _job_record(req, spec, job_id, job_dir, shards, argv)
+    write_json_atomic(os.path.join(job_dir, "job.json"), job)
+    env = {**{k: str(v) for k, v in (spec.get("env") or {}).items()}, **scheduler_env(req)}
+    result = run(argv, env, timeout=COMMAND_TIMEOUT_S)
+    match = re.match(r"\s*([0-9]+)(?:;\S+)?\s*$", result["stdout"])
+    if result["rc"] != 0 or not match:
+        return _refused_by_sbatch(job, job_dir, made_shard_dir, result)
+    job["slurm_job_id"] = match.group(1)
+    job["slurm_submit"] = submit_time(job, scheduler_env(req))
+    write_json_atomic(os.path.join(job_dir, "job.json"), job)
+    set_current(slurm_dir(state_dir), job_id)
+    return {"ok": True, "job": job, "sbatch": result}
+
+
+def _shard_count(spec: dict, opts: dict) -> int:
+    """The number of array tasks asked for: 1 to 1000, more than one only for an extract job."""
     shards = int(opts.get("shards") or 1)
     if shards < 1 or shards > 1000:
         raise NodeError(f"shards must be 1 to 1000, got {shards}", kind="bad_request")
     if shards > 1 and spec["kind"] != "extract":
         raise NodeError("only an extract job can be split into shards", kind="bad_request")
-    done, made_shard_dir = _finished(spec, shards, state_dir)
-    if done is not None:
-        return {"ok": True, "complete": done, "shards": shards, "job": None}
+    return shards
+
+
+def _refuse_unready(spec: dict, shards: int, state_dir: str) -> None:
+    """Nothing is submitted that would fail on the allocated node at once: a dataset this login
+    node cannot read, an output another run writes now."""
     unread = _dataset_unread(spec, state_dir)
     if unread:
         raise NodeError(
@@ -246,33 +278,38 @@ def _submit(req: dict, state_dir: str) -> dict:
             kind="output_busy",
             holder=busy,
         )
-    job_id, job_dir = new_job_dir(slurm_dir(state_dir), spec["name"])
-    spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
-    for i, request in enumerate(_requests(spec, shards, state_dir)):
-        write_json_atomic(os.path.join(job_dir, f"request-{i}.json"), request)
-    script = os.path.join(job_dir, "batch.py")
-    text, script_args = batch_script(job_dir)
-    atomic_write(script, text, mode=0o700, point="slurm.script")
+
+
+# The playbook's slurm: options passed on to sbatch as they are, and the flag each one becomes.
+_SBATCH_FLAGS = (
+    ("partition", "--partition"),
+    ("account", "--account"),
+    ("time_limit", "--time"),
+    ("gres", "--gres"),
+)
+
+
+def _sbatch_argv(name: str, job_dir: str, shards: int, opts: dict) -> list[str]:
+    """sbatch's command line up to the batch script: one log per array task."""
+    log = "task-%a.log" if shards > 1 else "task-0.log"
     argv = [
         "sbatch",
         "--parsable",
-        f"--job-name={spec['name']}",
+        f"--job-name={name}",
         f"--chdir={job_dir}",
-        f"--output={os.path.join(job_dir, 'task-%a.log' if shards > 1 else 'task-0.log')}",
+        f"--output={os.path.join(job_dir, log)}",
     ]
-    for key, flag in (
-        ("partition", "--partition"),
-        ("account", "--account"),
-        ("time_limit", "--time"),
-    ):
-        if opts.get(key):
-            argv.append(f"{flag}={opts[key]}")
-    if opts.get("gres"):
-        argv.append(f"--gres={opts['gres']}")
+    argv += [f"{flag}={opts[key]}" for key, flag in _SBATCH_FLAGS if opts.get(key)]
     if shards > 1:
         argv.append(f"--array=0-{shards - 1}")
-    argv += [script, *script_args]
-    job = {
+    return argv
+
+
+def _job_record(
+    req: dict, spec: dict, job_id: str, job_dir: str, shards: int, argv: list[str]
+) -> dict:
+    """job.json as written before sbatch runs: Slurm's id and submit time come once it accepts."""
+    return {
         "id": job_id,
         "name": spec["name"],
         "kind": spec["kind"],
@@ -291,31 +328,25 @@ def _submit(req: dict, state_dir: str) -> dict:
         "slurm_submit": None,
         "playbook": spec.get("playbook"),
     }
-    write_json_atomic(os.path.join(job_dir, "job.json"), job)
-    env = {**{k: str(v) for k, v in (spec.get("env") or {}).items()}, **scheduler_env(req)}
-    result = run(argv, env, timeout=COMMAND_TIMEOUT_S)
-    match = re.match(r"\s*([0-9]+)(?:;\S+)?\s*$", result["stdout"])
-    if result["rc"] != 0 or not match:
-        # Nothing of a job Slurm never accepted stays behind: no record to list, no batch script.
-        shutil.rmtree(job_dir, ignore_errors=True)
-        if made_shard_dir:
-            shutil.rmtree(made_shard_dir, ignore_errors=True)
-        job["submit_failed"] = {k: result[k] for k in ("rc", "stderr")}
-        return {
-            "ok": False,
-            "error_kind": "sbatch",
-            "job": public(job),
-            "sbatch": result,
-            "removed": job_dir,
-            "error": f"sbatch refused the job (exit {result['rc']}): "
-            f"{(result['stderr'] or result['stdout']).strip()[-600:]}; nothing was left behind "
-            f"({job_dir} removed)",
-        }
-    job["slurm_job_id"] = match.group(1)
-    job["slurm_submit"] = submit_time(job, scheduler_env(req))
-    write_json_atomic(os.path.join(job_dir, "job.json"), job)
-    set_current(slurm_dir(state_dir), job_id)
-    return {"ok": True, "job": job, "sbatch": result}
+
+
+def _refused_by_sbatch(job: dict, job_dir: str, made_shard_dir: str | None, result: dict) -> dict:
+    """sbatch refused the job: nothing of a job Slurm never accepted stays behind (no record to
+    list, no batch script)."""
+    shutil.rmtree(job_dir, ignore_errors=True)
+    if made_shard_dir:
+        shutil.rmtree(made_shard_dir, ignore_errors=True)
+    job["submit_failed"] = {k: result[k] for k in ("rc", "stderr")}
+    said = (result["stderr"] or result["stdout"]).strip()[-600:]
+    return {
+        "ok": False,
+        "error_kind": "sbatch",
+        "job": public(job),
+        "sbatch": result,
+        "removed": job_dir,
+        "error": f"sbatch refused the job (exit {result['rc']}): {said}; nothing was left behind "
+        f"({job_dir} removed)",
+    }
 
 
 def _exits(job_dir: str, shards: int) -> dict[str, dict]:

@@ -57,6 +57,24 @@ def _job_start(req: dict) -> dict:
     state_dir = os.path.abspath(req["state_dir"])
     spec = req["job"]
     refuse_if_drained(state_dir, f"launching job {spec['name']!r}")
+    _refuse_if_busy(state_dir)
+    # inside the launch lock: a test widens the window between check and launch here
+    failpoint("job.launch")
+    job_id, job_dir = new_job_dir(jobs_dir(state_dir), spec["name"])
+    spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
+    # before anything is written: refused here if not bootstrapped
+    keeper_argv = relaunch("wrap", job_dir)
+    argv = _command(spec, state_dir, job_dir, keeper_argv)
+    job = _job_record(req, spec, job_id, job_dir, argv)
+    write_json_atomic(os.path.join(job_dir, "job.json"), job)
+    set_current(jobs_dir(state_dir), job_id)
+    failpoint("job.keeper.launch")  # a test swaps what the keeper would run from here
+    job = _await_start(job_id, job_dir, job, keeper_argv)
+    return {"ok": True, "job": public(job), **job_state(job_dir, job)}
+
+
+def _refuse_if_busy(state_dir: str) -> None:
+    """One job at a time: refused while another runs, or an ended one left processes behind."""
     running = running_job(state_dir)
     if running:
         raise NodeError(
@@ -72,23 +90,24 @@ def _job_start(req: dict) -> dict:
             f"(fab stop --job-id {left[0]})",
             kind="job_running",
         )
-    # inside the launch lock: a test widens the window between check and launch here
-    failpoint("job.launch")
-    job_id, job_dir = new_job_dir(jobs_dir(state_dir), spec["name"])
-    spec = expand(spec, {"state_dir": state_dir, "job_dir": job_dir, "python": sys.executable})
-    # before anything is written: refused here if not bootstrapped
-    keeper_argv = relaunch("wrap", job_dir)
-    if spec["kind"] == "extract":
-        request = {**spec["extract"], "state_dir": state_dir}
-        write_json_atomic(os.path.join(job_dir, "request.json"), request)
-        # What the wrapper starts (shown; it builds the real command itself: relaunch, verified
-        # bytes only)
-        argv = shown_argv([*keeper_argv[:-2], "extract", os.path.join(job_dir, "request.json")])
-    else:
-        argv = list(spec["argv"])
-    env = dict(spec.get("env", {}))
-    shown = dict(spec.get("shown_env", env))
-    # Secret keys: those the client names (secret_env), and any it masked in shown_env.
+
+
+def _command(spec: dict, state_dir: str, job_dir: str, keeper_argv: list[str]) -> list[str]:
+    """The job's command line as recorded; an extract job's request is written beside it."""
+    if spec["kind"] != "extract":
+        return list(spec["argv"])
+    request = {**spec["extract"], "state_dir": state_dir}
+    write_json_atomic(os.path.join(job_dir, "request.json"), request)
+    # What the wrapper starts (shown; it builds the real command itself: relaunch, verified
+    # bytes only)
+    return shown_argv([*keeper_argv[:-2], "extract", os.path.join(job_dir, "request.json")])
+
+
+def _secret_env(spec: dict, job_dir: str) -> dict[str, str]:
+    """The job's secret variables, written to their own file (mode 0600), never to job.json: those
+    the client names (secret_env), and any it masked in shown_env."""
+    env = spec.get("env", {})
+    shown = spec.get("shown_env", env)
     named = set(spec.get("secret_env") or ())
     secret = {k: v for k, v in env.items() if k in named or shown.get(k) != v}
     if secret:
@@ -98,6 +117,13 @@ def _job_start(req: dict) -> dict:
             mode=0o600,
             point="job.secret_env",
         )
+    return secret
+
+
+def _job_record(req: dict, spec: dict, job_id: str, job_dir: str, argv: list[str]) -> dict:
+    """job.json as the launch writes it: the processes' pids are the keeper's to fill in."""
+    env = dict(spec.get("env", {}))
+    secret = _secret_env(spec, job_dir)
     job = {
         "id": job_id,
         "name": spec["name"],
@@ -105,7 +131,7 @@ def _job_start(req: dict) -> dict:
         "argv": argv,
         "env": {k: v for k, v in env.items() if k not in secret},
         "secret_env_keys": sorted(secret),
-        "shown_env": shown,
+        "shown_env": dict(spec.get("shown_env", env)),
         "cwd": spec.get("cwd") or job_dir,
         "log": os.path.join(job_dir, LOG),
         "started": now_iso(),
@@ -123,9 +149,12 @@ def _job_start(req: dict) -> dict:
             output=os.path.abspath(str(spec["extract"].get("output") or job_dir)),
             again=bool(spec["extract"].get("again")),
         )
-    write_json_atomic(os.path.join(job_dir, "job.json"), job)
-    set_current(jobs_dir(state_dir), job_id)
-    failpoint("job.keeper.launch")  # a test swaps what the keeper would run from here
+    return job
+
+
+def _await_start(job_id: str, job_dir: str, job: dict, keeper_argv: list[str]) -> dict:
+    """Start the keeper and wait (10 s at most) until the job's process is on record, or its exit
+    is; the job's record as it stands then. Raises when the keeper ends without starting it."""
     # The keeper's stdout is ours until it has started the job: a refusal of its bootstrap (exit 3)
     # is read there. Nothing else of the keeper or the job writes to it (the job writes to its log).
     keeper = subprocess.Popen(
@@ -138,25 +167,22 @@ def _job_start(req: dict) -> dict:
         close_fds=True,
     )
     assert keeper.stdout is not None  # started with stdout=PIPE
+    exit_path = os.path.join(job_dir, "exit.json")
     deadline = time.monotonic() + 10
     try:
         while time.monotonic() < deadline:
             job = read_json(os.path.join(job_dir, "job.json")) or job
-            if job.get("pid") or read_json(os.path.join(job_dir, "exit.json")):
-                break
-            if keeper.poll() is not None and not read_json(os.path.join(job_dir, "exit.json")):
+            if job.get("pid") or read_json(exit_path):
+                return job
+            if keeper.poll() is not None and not read_json(exit_path):
                 # gone without a record of the job (its own refusal, or a crash): it started nothing
                 drop_secrets(job_dir)
                 raise _refused_keeper(job_id, job_dir, keeper)
             time.sleep(0.02)
-        else:
-            drop_secrets(job_dir)
-            raise NodeError(
-                f"job {job_id} did not start within 10 s (see {job_dir})", kind="start_failed"
-            )
     finally:
         keeper.stdout.close()
-    return {"ok": True, "job": public(job), **job_state(job_dir, job)}
+    drop_secrets(job_dir)
+    raise NodeError(f"job {job_id} did not start within 10 s (see {job_dir})", kind="start_failed")
 
 
 def _refused_keeper(job_id: str, job_dir: str, keeper: subprocess.Popen) -> NodeError:

@@ -142,71 +142,19 @@ def job_stop(req: dict) -> dict:
     group = _group(job_dir, job)  # the recorded pgid, while the keeper that leads it lives
     group_before = set(group_members(group)) if group else set()
     if st["state"] not in ("running", "starting"):
-        left = _members(job_dir, job)
-        if left:  # the job ended but left processes behind (e.g. its main process was SIGKILLed)
-            left = _signal_all(job_dir, job, left, signal.SIGKILL)
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and _members(job_dir, job):
-                time.sleep(0.05)
-            remaining = _members(job_dir, job)
-            where = "in its group" if left and set(left) <= group_before else "(tagged with it)"
-            return {
-                "ok": not remaining,
-                "changed": bool(left),
-                "job_id": job["id"],
-                "pgid": pgid,
-                **st,
-                "left": remaining,
-                "msg": f"job {job['id']} had ended ({st['state']}) but left {len(left)} "
-                f"processes {where}: killed {left}"
-                + (f"; still there: {remaining}" if remaining else ""),
-            }
-        return {
-            "ok": True,
-            "changed": False,
-            "job_id": job["id"],
-            **st,
-            "msg": f"job {job['id']} is not running ({st['state']}); nothing to stop",
-        }
+        return _stop_ended(job_dir, job, st, pgid, group_before)
     grace = float(req.get("grace_s", 10))
     first = _members(job_dir, job)
     outside = sorted(set(first) - group_before)
     _note_stop_asked(job_dir)
     _signal_all(job_dir, job, first, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _members(job_dir, job):
-        time.sleep(0.1)
+    _wait_gone(job_dir, job, grace, 0.1)
     escalated = bool(_members(job_dir, job))
     if escalated:
         _signal_all(job_dir, job, _members(job_dir, job), signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _members(job_dir, job):
-            time.sleep(0.05)
-    exit_path = os.path.join(job_dir, "exit.json")
-    # the wrapper writes exit.json when it sees the job end (unless it was killed too)
-    for _ in range(50):
-        if read_json(exit_path):
-            break
-        time.sleep(0.02)
-    if not read_json(exit_path):
-        record_end(
-            job_dir,
-            {
-                "exit_code": None,
-                "signal": int(signal.SIGKILL),
-                "ended": now_iso(),
-                "ended_ts": time.time(),
-                "by": "stop",
-            },
-        )
+        _wait_gone(job_dir, job, 5, 0.05)
+    _ensure_exit_record(job_dir)
     left = _members(job_dir, job)
-    how = "SIGTERM, then SIGKILL after the grace period" if escalated else "SIGTERM"
-    also = (
-        f"; also ended {len(outside)} processes outside its group, found by their "
-        f"FLEETOPS_JOB_DIR tag: {outside}"
-        if outside
-        else ""
-    )
     return {
         "ok": not left,
         "changed": True,
@@ -216,11 +164,84 @@ def job_stop(req: dict) -> dict:
         "left": left,
         "outside_group": outside,
         **job_state(job_dir, job),
-        "msg": f"stopped job {job['id']} with {how}"
-        + (
-            f"; processes of the job still alive: {left}"
-            if left
-            else "; no process of its group is left"
-        )
-        + also,
+        "msg": _stopped_msg(job["id"], escalated, left, outside),
     }
+
+
+def _wait_gone(job_dir: str, job: dict, seconds: float, step: float) -> None:
+    """Wait up to `seconds` for every process of the job to be gone."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and _members(job_dir, job):
+        time.sleep(step)
+
+
+def _stop_ended(
+    job_dir: str, job: dict, st: dict, pgid: int | None, group_before: set[int]
+) -> dict:
+    """The job has ended: nothing to stop, but processes it left behind (e.g. its main process was
+    SIGKILLed) are killed."""
+    left = _members(job_dir, job)
+    if not left:
+        return {
+            "ok": True,
+            "changed": False,
+            "job_id": job["id"],
+            **st,
+            "msg": f"job {job['id']} is not running ({st['state']}); nothing to stop",
+        }
+    killed = _signal_all(job_dir, job, left, signal.SIGKILL)
+    _wait_gone(job_dir, job, 5, 0.05)
+    remaining = _members(job_dir, job)
+    where = "in its group" if killed and set(killed) <= group_before else "(tagged with it)"
+    msg = (
+        f"job {job['id']} had ended ({st['state']}) but left {len(killed)} processes {where}: "
+        f"killed {killed}"
+    )
+    if remaining:
+        msg += f"; still there: {remaining}"
+    return {
+        "ok": not remaining,
+        "changed": bool(killed),
+        "job_id": job["id"],
+        "pgid": pgid,
+        **st,
+        "left": remaining,
+        "msg": msg,
+    }
+
+
+def _ensure_exit_record(job_dir: str) -> None:
+    """The wrapper writes exit.json when it sees the job end (unless it was killed too): wait a
+    moment for it, else record the stop's own end."""
+    exit_path = os.path.join(job_dir, "exit.json")
+    for _ in range(50):
+        if read_json(exit_path):
+            return
+        time.sleep(0.02)
+    if read_json(exit_path):
+        return
+    record_end(
+        job_dir,
+        {
+            "exit_code": None,
+            "signal": int(signal.SIGKILL),
+            "ended": now_iso(),
+            "ended_ts": time.time(),
+            "by": "stop",
+        },
+    )
+
+
+def _stopped_msg(job_id: str, escalated: bool, left: list[int], outside: list[int]) -> str:
+    how = "SIGTERM, then SIGKILL after the grace period" if escalated else "SIGTERM"
+    msg = f"stopped job {job_id} with {how}"
+    if left:
+        msg += f"; processes of the job still alive: {left}"
+    else:
+        msg += "; no process of its group is left"
+    if outside:
+        msg += (
+            f"; also ended {len(outside)} processes outside its group, found by their "
+            f"FLEETOPS_JOB_DIR tag: {outside}"
+        )
+    return msg

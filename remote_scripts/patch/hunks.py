@@ -221,46 +221,15 @@ def classify(lines: list[str], hunks: list[dict]) -> dict:
     rev, rev_moved = _place(text, hunks, shapes, "new")
     fwd_ok = all(p is not None for p in fwd)
     rev_ok = all(p is not None for p in rev)
-    overall = None
-    if fwd_ok and rev_ok:
-        # Both readings fit (repeated code elsewhere in the file): the one whose hunks sit nearer
-        # their expected places wins. On a tie both forms sit at the very same place (a line added
-        # to or deleted from a run of equal lines, beyond what the context shows), and patch(1)
-        # would apply: so does the verdict, and the node's record of the file it wrote is what tells
-        # a second run it is done. Empty old blocks (a file created from nothing) fit anywhere and
-        # prove nothing.
-        if fwd_moved != rev_moved:
-            overall = "pristine" if fwd_moved < rev_moved else "patched"
-        else:
-            overall = "patched" if not any(h["old"] for h in hunks) else "pristine"
-    elif fwd_ok:
-        overall = "pristine"
-    elif rev_ok:
-        overall = "patched"
+    overall = _whole_reading(hunks, fwd_ok, rev_ok, fwd_moved, rev_moved)
     per: list[dict[str, Any]]
     if overall is not None:
-        per = [
-            {
-                "state": overall,
-                "at_old": a if overall == "pristine" else None,
-                "at_new": b if overall == "patched" else None,
-            }
-            for a, b in zip(fwd, rev)
-        ]
+        per = _uniform(overall, fwd, rev)
     else:
         per = _each_hunk(text, hunks, shapes)
-    states = []
-    offset = 0
-    for h, shape, s in zip(hunks, shapes, per):
-        expected = shape[0] + offset
-        states.append({"index": h["index"], "header": h["header"], "expected": expected, **s})
-        if s["at_old"] is not None:
-            offset = s["at_old"] - shape[0]
-        elif s["at_new"] is not None:
-            offset = s["at_new"] - shape[1]
-    kinds = {s["state"] for s in states}
+    states = _with_expected(hunks, shapes, per)
     if overall is None:
-        overall = kinds.pop() if len(kinds) == 1 and kinds <= {"pristine", "patched"} else "drifted"
+        overall = _verdict_of(states)
     # `both`: the other reading fitted too; the node's record of what it wrote can settle that.
     # `reverse_at`: where patch -R would place each new block when every one fits (to reverse a file
     # the record says is patched although the pristine reading won the tie).
@@ -270,6 +239,56 @@ def classify(lines: list[str], hunks: list[dict]) -> dict:
         "both": fwd_ok and rev_ok,
         "reverse_at": rev if rev_ok else None,
     }
+
+
+def _whole_reading(
+    hunks: list[dict], fwd_ok: bool, rev_ok: bool, fwd_moved: int, rev_moved: int
+) -> str | None:
+    """The reading that places every hunk ("pristine" or "patched"); None when neither does."""
+    if not rev_ok:
+        return "pristine" if fwd_ok else None
+    if not fwd_ok:
+        return "patched"
+    # Both readings fit (repeated code elsewhere in the file): the one whose hunks sit nearer their
+    # expected places wins. On a tie both forms sit at the very same place (a line added to or
+    # deleted from a run of equal lines, beyond what the context shows), and patch(1) would apply:
+    # so does the verdict, and the node's record of the file it wrote is what tells a second run it
+    # is done. Empty old blocks (a file created from nothing) fit anywhere and prove nothing.
+    if fwd_moved != rev_moved:
+        return "pristine" if fwd_moved < rev_moved else "patched"
+    return "pristine" if any(h["old"] for h in hunks) else "patched"
+
+
+def _uniform(overall: str, fwd: list[int | None], rev: list[int | None]) -> list[dict[str, Any]]:
+    """Every hunk in the one state the whole reading found, at the place that reading gave it."""
+    pristine = overall == "pristine"
+    return [
+        {"state": overall, "at_old": a if pristine else None, "at_new": None if pristine else b}
+        for a, b in zip(fwd, rev)
+    ]
+
+
+def _with_expected(hunks: list[dict], shapes: list[Shape], per: list[dict]) -> list[dict]:
+    """Each hunk's state with its index, header and expected line (its header's line plus the
+    offset the hunk before it was found at)."""
+    states = []
+    offset = 0
+    for h, shape, s in zip(hunks, shapes, per):
+        expected = shape[0] + offset
+        states.append({"index": h["index"], "header": h["header"], "expected": expected, **s})
+        if s["at_old"] is not None:
+            offset = s["at_old"] - shape[0]
+        elif s["at_new"] is not None:
+            offset = s["at_new"] - shape[1]
+    return states
+
+
+def _verdict_of(states: list[dict]) -> str:
+    """The whole file, from hunks judged one by one: one shared state, else drifted."""
+    kinds = {s["state"] for s in states}
+    if len(kinds) == 1 and kinds <= {"pristine", "patched"}:
+        return kinds.pop()
+    return "drifted"
 
 
 def closest_window(lines: list[str], block: list[str], expected: int) -> int:
@@ -293,39 +312,13 @@ def drift_report(lines: list[str], hunks: list[dict], cls: dict) -> list[dict]:
     """Per hunk that is neither in its old nor its new form: where, and its first line that differs,
     against the form the file is nearer to (a hand edit inside a patched hunk is told against the
     patched lines, so the report names the edited line, whichever way the file is being moved)."""
-    out: list[dict] = []
+    out = [
+        _drift_item(lines, h, s)
+        for h, s in zip(hunks, cls["hunks"])
+        if s["state"] not in ("pristine", "patched")
+    ]
     applied = [s["index"] + 1 for s in cls["hunks"] if s["state"] == "patched"]
     pending = [s["index"] + 1 for s in cls["hunks"] if s["state"] == "pristine"]
-    for h, s in zip(hunks, cls["hunks"]):
-        if s["state"] in ("pristine", "patched"):
-            continue
-        p, score = _closest(lines, h["old"], s["expected"])
-        block = h["old"]
-        if h["new"]:
-            q, other = _closest(lines, h["new"], s["expected"])
-            if other > score:
-                p, block = q, h["new"]
-        found = [bare(x) for x in lines[p : p + len(block)]]
-        mismatch = next(
-            (k for k in range(len(block)) if k >= len(found) or found[k] != block[k]), None
-        )
-        item = {
-            "hunk": s["index"] + 1,
-            "header": h["header"],
-            "state": s["state"],
-            "near_line": p + 1,
-            "expected": block,
-            "found": found,
-        }
-        if mismatch is not None:
-            item["first_difference"] = {
-                "line": p + mismatch + 1,
-                "expected": block[mismatch],
-                "found": found[mismatch] if mismatch < len(found) else "<end of file>",
-            }
-        else:
-            item["message"] = _why_not_there(h, s, p)
-        out.append(item)
     if not out and applied and pending:
         out.append(
             {
@@ -335,6 +328,51 @@ def drift_report(lines: list[str], hunks: list[dict], cls: dict) -> list[dict]:
             }
         )
     return out
+
+
+def _drift_item(lines: list[str], h: dict, s: dict) -> dict:
+    """One drifted hunk: the block it is nearer to, what the file has there, and the first line
+    that differs (or, when none does, why the block there was not placed)."""
+    p, block = _nearer_form(lines, h, s["expected"])
+    found = [bare(x) for x in lines[p : p + len(block)]]
+    item = {
+        "hunk": s["index"] + 1,
+        "header": h["header"],
+        "state": s["state"],
+        "near_line": p + 1,
+        "expected": block,
+        "found": found,
+    }
+    mismatch = first_difference(block, found)
+    if mismatch is None:
+        item["message"] = _why_not_there(h, s, p)
+        return item
+    item["first_difference"] = {
+        "line": p + mismatch + 1,
+        "expected": block[mismatch],
+        "found": found[mismatch] if mismatch < len(found) else "<end of file>",
+    }
+    return item
+
+
+def _nearer_form(lines: list[str], h: dict, expected: int) -> tuple[int, list[str]]:
+    """Where the file looks most like the hunk's old or new block, and that block (the old one on
+    a tie)."""
+    p, score = _closest(lines, h["old"], expected)
+    if h["new"]:
+        q, other = _closest(lines, h["new"], expected)
+        if other > score:
+            return q, h["new"]
+    return p, h["old"]
+
+
+def first_difference(block: list[str], found: list[str]) -> int | None:
+    """The index of the first line of `block` that `found` lacks or has otherwise; None: all
+    there."""
+    for k, line in enumerate(block):
+        if k >= len(found) or found[k] != line:
+            return k
+    return None
 
 
 def _why_not_there(h: dict, s: dict, p: int) -> str:
@@ -374,14 +412,20 @@ def apply_hunks(lines: list[str], hunks: list[dict], cls: dict, reverse: bool = 
             raise ValueError(f"hunk {h['index'] + 1} overlaps the hunk before it")
         out.extend(lines[cursor:start])
         added = [x + newline for x in dst[pre : len(dst) - suf]]
-        removed = lines[start:end]
-        if added and removed and not removed[-1].endswith("\n"):
-            # the file's last line had no newline: neither has its successor
-            added[-1] = added[-1][: -len(newline)]
-        elif added and out and not out[-1].endswith("\n"):
-            # appending after a last line without newline: patch(1) ends that line first
-            out[-1] += newline
+        _end_lines(out, added, lines[start:end], newline)
         out.extend(added)
         cursor = end
     out.extend(lines[cursor:])
     return "".join(out)
+
+
+def _end_lines(out: list[str], added: list[str], removed: list[str], newline: str) -> None:
+    """patch(1)'s handling of a file whose last line has no newline, for the lines a hunk adds."""
+    if not added:
+        return
+    if removed and not removed[-1].endswith("\n"):
+        # the file's last line had no newline: neither has its successor
+        added[-1] = added[-1][: -len(newline)]
+    elif out and not out[-1].endswith("\n"):
+        # appending after a last line without newline: patch(1) ends that line first
+        out[-1] += newline

@@ -75,46 +75,53 @@ def _run_set(req: dict, op: str) -> dict:
     if req.get("check"):
         if req.get("settle"):
             return settle(req, op)
-        files = plan_set(req, op, None)
-        return _answer(files)
+        return _answer(plan_set(req, op, None))
     with NodeLock(req["state_dir"], req.get("operator", "?"), op) as lock:
         roots = _roots(req)
         site = (
             SiteLock(roots, req.get("host") or "?", req.get("operator", "?"), op) if roots else None
         )
-        if site is None:
-            files = plan_set(req, op, None)
-            answer = _answer(files)
-        else:
-            with site:
-                files = plan_set(req, op, site)
-                interrupted = site.interrupted([f.path for f in files if f.path])
-                if interrupted:
-                    report_interrupted(files, interrupted)
-                write_set(req, op, files, site)
-                answer = _answer(files)
-    if lock.took_over:
-        pid = lock.took_over.get("pid")
-        fate = (
-            "now belongs to another process"
-            if str(pid).isdigit() and pid_alive(int(str(pid)))
-            else "is gone"
-        )
-        note = (
-            f"took over a stale lock from {lock.took_over.get('operator')} (pid {pid} {fate}; "
-            "its lock was free, so it no longer held it)"
-        )
+        answer = _answer(_plan_and_write(req, op, site))
+    notes_first = [_took_over_note(lock.took_over)] if lock.took_over else []
+    notes_last = [_waited_note(site.waited_for)] if site is not None and site.waited_for else []
+    if notes_first or notes_last:
         for item in answer["items"]:
-            item.setdefault("notes", []).insert(0, note)
-    if site is not None and site.waited_for:
-        holder = site.waited_for
-        for item in answer["items"]:
-            item.setdefault("notes", []).append(
-                f"waited for {holder.get('host', '?')} ({holder.get('op', '?')}, pid "
-                f"{holder.get('pid', '?')}), which was changing "
-                "the same files (a venv shared with it)"
-            )
+            notes = item.setdefault("notes", [])
+            notes[:0] = notes_first
+            notes.extend(notes_last)
     return answer
+
+
+def _plan_and_write(req: dict, op: str, site: SiteLock | None) -> list[SetFile]:
+    """The set planned, and written under the lock beside its files (no files found: nothing to
+    lock, nothing written)."""
+    if site is None:
+        return plan_set(req, op, None)
+    with site:
+        files = plan_set(req, op, site)
+        interrupted = site.interrupted([f.path for f in files if f.path])
+        if interrupted:
+            report_interrupted(files, interrupted)
+        write_set(req, op, files, site)
+    return files
+
+
+def _took_over_note(took_over: dict) -> str:
+    pid = took_over.get("pid")
+    alive = str(pid).isdigit() and pid_alive(int(str(pid)))
+    fate = "now belongs to another process" if alive else "is gone"
+    return (
+        f"took over a stale lock from {took_over.get('operator')} (pid {pid} {fate}; "
+        "its lock was free, so it no longer held it)"
+    )
+
+
+def _waited_note(holder: dict) -> str:
+    return (
+        f"waited for {holder.get('host', '?')} ({holder.get('op', '?')}, pid "
+        f"{holder.get('pid', '?')}), which was changing "
+        "the same files (a venv shared with it)"
+    )
 
 
 def _roots(req: dict) -> list[str]:

@@ -72,49 +72,75 @@ def plan_set(req: dict, op: str, site: SiteLock | None, forms: bool = False) -> 
     files = [SetFile(p) for p in req["patches"]]
     for f in files:
         if f.load():
-            if f.p.get("script"):  # a script patch: scriptpatch.py plans it
-                from .scriptpatch import plan_script
-
-                plan_script(req, op, f)
-            elif op == "patch":
-                _plan_patch(req, f, site)
-            else:  # only a rollback loads rollback's planner
-                from .rollbackplan import plan_rollback
-
-                plan_rollback(req, f, site)
+            _plan_file(req, op, f, site)
         if forms:  # each file's form now, before the all-or-nothing rule below rewrites the items
             f.item["form"] = _form(op, f)
     check_only = bool(req.get("check"))
-    if not any(f.refusal for f in files) and not check_only:
-        _check_room(req, op, files)
-    elif check_only and not req.get("settle"):
-        check_access(req, op, files)
-    blockers = [f for f in files if f.refusal]
-    for f in files:
-        if f.new is None or f.refusal:
-            continue
-        if blockers:
-            names = ", ".join(
-                f"{b.p['module']} ({b.item['status'].replace('_', ' ')})" for b in blockers
-            )
-            f.new = None
-            verb = "would not be written (check mode)" if check_only else "not written"
-            f.item.update(
-                {
-                    "status": NOT_WRITTEN,
-                    "ok": False,
-                    "msg": f"{verb}: the set is all-or-nothing and {names} stops it",
-                }
-            )
-        elif check_only:
-            f.item.update(
-                {
-                    "status": WOULD_APPLY if op == "patch" else WOULD_RESTORE,
-                    "ok": True,
-                    "msg": f"{f.would_msg} (check mode: nothing written)",
-                }
-            )
+    _check_set(req, op, files, check_only)
+    _all_or_nothing(op, files, check_only)
     return files
+
+
+def _check_set(req: dict, op: str, files: list[SetFile], check_only: bool) -> None:
+    """Before a write, room and access for the whole set; in check mode, access only (a settle
+    checks nothing: it reads what an earlier run left)."""
+    if check_only:
+        if not req.get("settle"):
+            check_access(req, op, files)
+    elif not any(f.refusal for f in files):
+        _check_room(req, op, files)
+
+
+def _all_or_nothing(op: str, files: list[SetFile], check_only: bool) -> None:
+    """A refused file stops the others; in check mode the rest say what a run would write."""
+    blockers = [f for f in files if f.refusal]
+    writable = [f for f in files if f.new is not None and not f.refusal]
+    if blockers:
+        _hold_back(writable, blockers, check_only)
+    elif check_only:
+        _would_write(writable, op)
+
+
+def _plan_file(req: dict, op: str, f: SetFile, site: SiteLock | None) -> None:
+    """One loaded file's plan, by the planner its kind of change needs (each loaded only when
+    used)."""
+    if f.p.get("script"):  # a script patch: scriptpatch.py plans it
+        from .scriptpatch import plan_script
+
+        plan_script(req, op, f)
+    elif op == "patch":
+        _plan_patch(req, f, site)
+    else:  # only a rollback loads rollback's planner
+        from .rollbackplan import plan_rollback
+
+        plan_rollback(req, f, site)
+
+
+def _hold_back(writable: list[SetFile], blockers: list[SetFile], check_only: bool) -> None:
+    """The set is all-or-nothing: a refused file stops every other one."""
+    names = ", ".join(f"{b.p['module']} ({b.item['status'].replace('_', ' ')})" for b in blockers)
+    verb = "would not be written (check mode)" if check_only else "not written"
+    for f in writable:
+        f.new = None
+        f.item.update(
+            {
+                "status": NOT_WRITTEN,
+                "ok": False,
+                "msg": f"{verb}: the set is all-or-nothing and {names} stops it",
+            }
+        )
+
+
+def _would_write(writable: list[SetFile], op: str) -> None:
+    """Check mode: each file that a run would write says so."""
+    for f in writable:
+        f.item.update(
+            {
+                "status": WOULD_APPLY if op == "patch" else WOULD_RESTORE,
+                "ok": True,
+                "msg": f"{f.would_msg} (check mode: nothing written)",
+            }
+        )
 
 
 def _form(op: str, f: SetFile) -> str:

@@ -173,12 +173,9 @@ def note_script(state_dir: str, path: str, p: dict) -> None:
 
 
 def _plan_rollback(req: dict, f) -> None:
-    p = f.p
-    label = _label(p)
     sha = sha256_bytes(f.data)
     wheel_sha, wheel_record = record_sha256(site_root_of(f.path), f.path)
     record = read_record(req.get("state_dir"), f.path)
-    orig_path = backup_paths(req["state_dir"], f.path)[1] if req.get("state_dir") else ""
     if sha == wheel_sha or (record and sha == record.get("original_sha256")):
         proof = f"the wheel's, per {wheel_record}" if sha == wheel_sha else "the saved original's"
         f.noop(ALREADY_ORIGINAL, f"already original (sha256 {sha[:12]} is {proof}); nothing to do")
@@ -190,41 +187,50 @@ def _plan_rollback(req: dict, f) -> None:
             f"cannot be reversed); nothing written. Reinstall the package to get its files back",
         )
         return
-    expected = wheel_sha or record.get("original_sha256")
+    orig_path = backup_paths(req["state_dir"], f.path)[1] if req.get("state_dir") else ""
     backup = read_backup(orig_path, record)
-    bad = bad_backup(backup, orig_path, expected, wheel_record)
+    bad = bad_backup(backup, orig_path, wheel_sha or record.get("original_sha256"), wheel_record)
     if bad or backup is None:
         f.refuse(FAILED, (bad or f"no saved original at {orig_path}") + f"; {f.path} is unchanged")
         return
     ours = record.get("patched_sha256") == sha
-    if not ours and not req.get("force"):
-        f.refuse(
-            DRIFTED,
-            f"drifted: {f.path} is not the file {label} wrote (sha256 {sha[:12]}, written "
+    drifted = None if ours else _drifted_refusal(req, f, sha, record, wheel_sha)
+    if drifted:
+        f.refuse(DRIFTED, drifted)
+        return
+    _restore_saved(f, backup, ours, bool(wheel_sha))
+
+
+def _drifted_refusal(req: dict, f, sha: str, record: dict, wheel_sha: str | None) -> str | None:
+    """Why a file edited since the transform wrote it is not restored; None: `--force`, and the
+    wheel's RECORD proves the original."""
+    if not req.get("force"):
+        return (
+            f"drifted: {f.path} is not the file {_label(f.p)} wrote (sha256 {sha[:12]}, written "
             f"{str(record.get('patched_sha256'))[:12]}): edited since; nothing written. `rollback "
             f"--force` restores the original (proven against the wheel's RECORD), discarding every "
-            f"change in the file",
+            f"change in the file"
         )
-        return
-    if not ours and not wheel_sha:
-        f.refuse(
-            DRIFTED,
-            (
-                "drifted, and --force cannot prove an original: "
-                f"no RECORD lists {f.path}; nothing written"
-            ),
+    if not wheel_sha:
+        return (
+            f"drifted, and --force cannot prove an original: no RECORD lists {f.path}; "
+            "nothing written"
         )
-        return
+    return None
+
+
+def _restore_saved(f, backup: tuple[bytes, str, dict], ours: bool, in_record: bool) -> None:
+    """The saved original is the rollback: a transform cannot be reversed."""
     f.new = backup[0]
     f.item["diff_text"] = _unified(f.data.decode("utf-8"), f.new.decode("utf-8", "replace"), f.path)
     how = (
         "verified against the wheel's RECORD"
-        if wheel_sha
+        if in_record
         else "the saved record's; no RECORD lists the file"
     )
     what = (
-        f"the saved original (sha256 {backup[1][:12]}, {how}): {label} cannot be reversed, so "
-        "its input is put back"
+        f"the saved original (sha256 {backup[1][:12]}, {how}): {_label(f.p)} cannot be reversed, "
+        "so its input is put back"
     )
     if not ours:
         what += " (--force over a drifted file: every change since the patch is gone)"

@@ -35,84 +35,89 @@ def report_interrupted(files: list[SetFile], pending: dict) -> None:
 def write_set(req: dict, op: str, files: list[SetFile], site: SiteLock) -> None:
     todo = [f for f in files if f.new is not None and not f.refusal]
     paths = [f.path for f in files if f.path]
-    token = req.get("token")
     if not todo:
         if site.interrupted(paths) and not any(f.refusal for f in files):
             # whole again (nothing left to write): a dead writer's mark goes
             site.finish({}, covered=paths)
         return
     try:
-        site.begin(
-            op,
-            [
-                {
-                    "path": f.path,
-                    "before": sha256_bytes(f.data),
-                    "after": sha256_bytes(f.new or b""),
-                }
-                for f in todo
-            ],
-            token,
-        )
-        written: list[SetFile] = []
-        for i, f in enumerate(todo):
-            assert f.new is not None
-            try:
-                if op == "patch":
-                    record = save_backup(
-                        req["state_dir"],
-                        f.path,
-                        f.p["module"],
-                        f.data,
-                        f.new,
-                        req.get("playbook", "?"),
-                    )
-                    f.extra = {"original_sha256": record["original_sha256"]}
-                    what = f.p.get("what") or f"{len(f.hunks)} hunk{'s' * (len(f.hunks) != 1)}"
-                    f.done_msg = (
-                        f"applied {what} (original saved, sha256 {record['original_sha256'][:12]})"
-                    )
-                    # the script's sha256 joins the backup record (scriptpatch.py)
-                    if f.p.get("script"):
-                        from .scriptpatch import note_script
-
-                        note_script(req["state_dir"], f.path, f.p)
-                atomic_write(f.path, f.new, like=f.path, point=f"{op}.target")
-            except OSError as exc:
-                why = os_error_message(
-                    exc, f"cannot {'patch' if op == 'patch' else 'restore'} {f.path}"
-                )
-                if _undo(written, f, why, todo[i + 1 :]):
-                    site.finish({}, token=token, outcome="put back")
-                return
-            written.append(f)
-        done = {}
-        for f in written:
-            assert f.new is not None
-            f.item.update(
-                {
-                    "status": APPLIED if op == "patch" else RESTORED,
-                    "ok": True,
-                    "changed": True,
-                    "sha256": sha256_bytes(f.new),
-                    "bytecode_removed": remove_stale_bytecode(f.path),
-                    "msg": f.done_msg,
-                    **f.extra,
-                }
-            )
-            done[f.path] = {
-                "form": "patched" if op == "patch" else "pristine",
-                "sha256": sha256_bytes(f.new),
-            }
-        site.finish(done, covered=paths, token=token)
+        _write_all(req, op, todo, paths, site)
     # the client went away (Ctrl-C) mid-set; this agent is alive: the set ends whole
     except KeyboardInterrupt:
         held = _hold_interrupts()
         try:
-            _end_interrupted(op, todo, paths, site, token)
+            _end_interrupted(op, todo, paths, site, req.get("token"))
         finally:
             _release_interrupts(held)
         raise
+
+
+def _write_all(req: dict, op: str, todo: list[SetFile], paths: list[str], site: SiteLock) -> None:
+    """Mark the set begun, write each file, and mark it ended: written, or put back after a failed
+    write."""
+    token = req.get("token")
+    intents = [
+        {"path": f.path, "before": sha256_bytes(f.data), "after": sha256_bytes(f.new or b"")}
+        for f in todo
+    ]
+    site.begin(op, intents, token)
+    written: list[SetFile] = []
+    for i, f in enumerate(todo):
+        try:
+            _write_one(req, op, f)
+        except OSError as exc:
+            verb = "patch" if op == "patch" else "restore"
+            why = os_error_message(exc, f"cannot {verb} {f.path}")
+            if _undo(written, f, why, todo[i + 1 :]):
+                site.finish({}, token=token, outcome="put back")
+            return
+        written.append(f)
+    site.finish(_mark_written(op, written), covered=paths, token=token)
+
+
+def _write_one(req: dict, op: str, f: SetFile) -> None:
+    """One file of the set written atomically; a patch saves the original first."""
+    assert f.new is not None
+    if op == "patch":
+        _save_original(req, f)
+    atomic_write(f.path, f.new, like=f.path, point=f"{op}.target")
+
+
+def _save_original(req: dict, f: SetFile) -> None:
+    """The backup a patch keeps (and the script's sha256 with it), and the message that cites it."""
+    assert f.new is not None
+    record = save_backup(
+        req["state_dir"], f.path, f.p["module"], f.data, f.new, req.get("playbook", "?")
+    )
+    f.extra = {"original_sha256": record["original_sha256"]}
+    what = f.p.get("what") or f"{len(f.hunks)} hunk{'s' * (len(f.hunks) != 1)}"
+    f.done_msg = f"applied {what} (original saved, sha256 {record['original_sha256'][:12]})"
+    # the script's sha256 joins the backup record (scriptpatch.py)
+    if f.p.get("script"):
+        from .scriptpatch import note_script
+
+        note_script(req["state_dir"], f.path, f.p)
+
+
+def _mark_written(op: str, written: list[SetFile]) -> dict[str, dict]:
+    """Each written file's answer item, and the forms the site's log records for them."""
+    status, form = (APPLIED, "patched") if op == "patch" else (RESTORED, "pristine")
+    done = {}
+    for f in written:
+        assert f.new is not None
+        f.item.update(
+            {
+                "status": status,
+                "ok": True,
+                "changed": True,
+                "sha256": sha256_bytes(f.new),
+                "bytecode_removed": remove_stale_bytecode(f.path),
+                "msg": f.done_msg,
+                **f.extra,
+            }
+        )
+        done[f.path] = {"form": form, "sha256": sha256_bytes(f.new)}
+    return done
 
 
 def _end_interrupted(

@@ -565,8 +565,6 @@ def account(call_infos: list[dict], prompts: list[list[int]], steps: list) -> di
 def check_results(results, prompts: list[list[int]], layers: list[int]) -> str | None:
     """The generator's output must hold, per prompt, one [len, hidden] tensor per layer with the
     rows that prompt's tokens produced, in order."""
-    import torch
-
     if not isinstance(results, list) or len(results) != len(prompts):
         size = len(results) if hasattr(results, "__len__") else "?"
         return (
@@ -575,37 +573,52 @@ def check_results(results, prompts: list[list[int]], layers: list[int]) -> str |
         )
     for i, (res, prompt) in enumerate(zip(results, prompts)):
         hs = res.get("hidden_states") if isinstance(res, dict) else None
-        if not isinstance(hs, list) or len(hs) != len(layers):
-            if not isinstance(hs, list):
-                return (
-                    f"prompt {i}: hidden_states is {type(hs).__name__}, want a list of "
-                    f"{len(layers)} tensors"
-                )
-            shape = tuple(hs[0].shape) if hs and hasattr(hs[0], "shape") else "?"
-            return (
-                f"prompt {i}: {len(hs)} hidden-state tensors of shape {shape}, want {len(layers)} "
-                f"(one per layer) of shape ({len(prompt)}, hidden)"
-            )
-        want = torch.tensor([[i, pos, tok] for pos, tok in enumerate(prompt)], dtype=torch.float32)
-        for layer, t in zip(layers, hs):
-            if tuple(t.shape) != (len(prompt), 4):
-                return (
-                    f"prompt {i} layer {layer}: hidden states shaped {tuple(t.shape)}, want "
-                    f"({len(prompt)}, hidden): tokens or hidden dimension sliced wrongly"
-                )
-            if not torch.equal(
-                t[:, 0], torch.full((len(prompt),), float(layer))
-            ) or not torch.equal(t[:, 1:], want):
-                bad = (
-                    int((t[:, 1:] != want).any(dim=1).nonzero()[0])
-                    if not torch.equal(t[:, 1:], want)
-                    else 0
-                )
-                return (
-                    f"prompt {i} layer {layer}: row {bad} is "
-                    "not that prompt's token (states misaligned)"
-                )
+        problem = _prompt_states_problem(i, hs, prompt, layers)
+        if problem:
+            return problem
     return None
+
+
+def _prompt_states_problem(i: int, hs: object, prompt: list[int], layers: list[int]) -> str | None:
+    """What is wrong with one prompt's hidden states: one tensor per layer, each that prompt's."""
+    import torch
+
+    if not isinstance(hs, list):
+        return (
+            f"prompt {i}: hidden_states is {type(hs).__name__}, want a list of "
+            f"{len(layers)} tensors"
+        )
+    if len(hs) != len(layers):
+        shape = tuple(hs[0].shape) if hs and hasattr(hs[0], "shape") else "?"
+        return (
+            f"prompt {i}: {len(hs)} hidden-state tensors of shape {shape}, want {len(layers)} "
+            f"(one per layer) of shape ({len(prompt)}, hidden)"
+        )
+    want = torch.tensor([[i, pos, tok] for pos, tok in enumerate(prompt)], dtype=torch.float32)
+    for layer, t in zip(layers, hs):
+        problem = _layer_states_problem(i, layer, t, len(prompt), want)
+        if problem:
+            return problem
+    return None
+
+
+def _layer_states_problem(i: int, layer: int, t: Any, n: int, want: Any) -> str | None:
+    """One layer's tensor for prompt `i` (`n` tokens): rows (layer, prompt, position, token), as the
+    tiny model's layers write them (`want` holds the last three columns)."""
+    import torch
+
+    if tuple(t.shape) != (n, 4):
+        return (
+            f"prompt {i} layer {layer}: hidden states shaped {tuple(t.shape)}, want "
+            f"({n}, hidden): tokens or hidden dimension sliced wrongly"
+        )
+    if not torch.equal(t[:, 1:], want):
+        bad = int((t[:, 1:] != want).any(dim=1).nonzero()[0])
+    elif not torch.equal(t[:, 0], torch.full((n,), float(layer))):
+        bad = 0
+    else:
+        return None
+    return f"prompt {i} layer {layer}: row {bad} is not that prompt's token (states misaligned)"
 
 
 def run_calls(gen, prompts: list, layers: list, calls: int) -> list:
@@ -660,32 +673,41 @@ def lost_tokens(per_call: list) -> str:
     return text
 
 
+# Scheduler settings that lose prompt tokens, by themselves, and how the verdict names each.
+_SCHEDULER_PROBLEMS = (
+    ("enable_chunked_prefill", "chunked prefill on"),
+    ("async_scheduling", "async scheduling resolves to on"),
+)
+
+
 def find_problems(per_call: list, config: dict, worker_ok: bool, worker_notes: list) -> list:
     """Every reason the generator fails the probe, in the order the verdict names them."""
-    errors = [f"call {i + 1}: {a['error']}" for i, a in enumerate(per_call) if a["error"]]
-    misaligned = [
-        f"call {i + 1}: {a['misaligned']}" for i, a in enumerate(per_call) if a["misaligned"]
-    ]
-    problems = []
-    lost = lost_tokens(per_call)
-    if lost:
-        problems.append(lost)
-    if config["enable_prefix_caching"] or config["kv_manager_caching"]:
-        hashed = any(r["hasher"] for a in per_call for r in a["requests"])
-        problems.append("prefix caching on" + (" (hidden by a block hasher)" if hashed else ""))
-    if config["enable_chunked_prefill"]:
-        problems.append("chunked prefill on")
-    if config["async_scheduling"]:
-        problems.append("async scheduling resolves to on")
+    problems = [lost_tokens(per_call), *_config_problems(per_call, config)]
     if REC.hard_breaks:
         problems.append(f"breaks on vLLM {VLLM[0]}: {', '.join(REC.break_names)}")
-    if errors:
-        problems.append("generate() raised: " + errors[0])
-    if misaligned:
-        problems.append("hidden states returned wrong: " + misaligned[0])
+    problems.append(_first_call_with(per_call, "error", "generate() raised: "))
+    problems.append(_first_call_with(per_call, "misaligned", "hidden states returned wrong: "))
     if not worker_ok:
         problems.append(next(n for n in worker_notes if "fails" in n))
-    return problems
+    return [p for p in problems if p]
+
+
+def _config_problems(per_call: list, config: dict) -> list[str]:
+    """The engine settings, as resolved, that break the generator."""
+    out = []
+    if config["enable_prefix_caching"] or config["kv_manager_caching"]:
+        hashed = any(r["hasher"] for a in per_call for r in a["requests"])
+        out.append("prefix caching on" + (" (hidden by a block hasher)" if hashed else ""))
+    out += [name for key, name in _SCHEDULER_PROBLEMS if config[key]]
+    return out
+
+
+def _first_call_with(per_call: list, key: str, prefix: str) -> str:
+    """The first call whose `key` is set, named with its number ("" when none)."""
+    for i, a in enumerate(per_call):
+        if a[key]:
+            return f"{prefix}call {i + 1}: {a[key]}"
+    return ""
 
 
 def run(req: dict) -> dict:
