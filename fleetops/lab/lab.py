@@ -321,7 +321,11 @@ class Lab:
 
     # -- stop
     def stop_node(self, node: Node, sig: int = signal.SIGTERM) -> bool:
-        return sshd.stop(node, sig)
+        """The node gone, as a powered-off one is: its sshd stopped and its ssh master closed (a
+        master outlives the listener, and a later run would still reach the node through it)."""
+        stopped = sshd.stop(node, sig)
+        self.close_masters(node)
+        return stopped
 
     def start_node(self, node: Node) -> None:
         if not node.running():
@@ -343,18 +347,18 @@ class Lab:
         refusal)."""
         self._write_known_hosts(self.nodes())
 
-    def close_masters(self) -> list[str]:
-        """Close the ssh master connections to the lab's nodes (those whose record names 127.0.0.1
-        or localhost and a node's port): a master outlives its node's sshd, whose stop ends only the
-        listener. Returns one line per master closed (or stale socket removed, or master that would
-        not close)."""
+    def close_masters(self, node: Node | None = None) -> list[str]:
+        """Close the ssh master connections to the lab's nodes, or to `node` alone (those whose
+        record names 127.0.0.1 or localhost and a node's port): a master outlives its node's sshd,
+        whose stop ends only the listener. Returns one line per master closed (or stale socket
+        removed, or master that would not close)."""
         from ..wire import controldir, masters
 
         try:
             directory = controldir.control_dir(create=False)
         except controldir.ControlDirError:
             return []  # none made (no master ever ran) or unsafe: the lab started none there
-        ports = {n.port for n in self.nodes()}
+        ports = {node.port} if node is not None else {n.port for n in self.nodes()}
         ours = [
             m
             for m in masters.masters(directory)
