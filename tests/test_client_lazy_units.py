@@ -19,6 +19,7 @@ NOT_IMPORTED = (
     "fleetops.results.diagnose",
     "fleetops.tasks.jobs",
     "fleetops.tasks.diagnose",
+    "fleetops.plans.jobspec",  # a playbook's jobs: a run that reads no playbook reads none
     "rich.progress",
     "rich.live",
     "rich.table",
