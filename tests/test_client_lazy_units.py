@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from clientprobe import fleet_imports, loopback_project, ssh_code
+from clientprobe import fleet_imports, loopback_project, run_python, ssh_code
 
 # what a run of ping or patch does not need
 NOT_IMPORTED = (
@@ -59,3 +59,19 @@ def test_an_openssh_run_loads_no_other_familys_results_and_no_ssh_code(words, tm
 def test_a_run_of_diagnose_loads_its_family(tmp_path):
     _, names = _openssh_run(["diagnose"], tmp_path)
     assert {"fleetops.results.diagnose", "fleetops.tasks.diagnose"} <= set(_loaded(names))
+
+
+def test_planning_a_deferred_task_registers_its_payload_kind():
+    """A host that never answered still has its task's payload kind (shape_of): planning the task
+    imports the result class its declaration names, in a process that had not."""
+    probe = (
+        "import sys\nfrom fleetops.results import Result, Status, shape_of\n"
+        "from fleetops.tasks.registry import plan_for\n"
+        "r = Result('n1', 'jobs', Status.UNREACHABLE, 'no route')\n"
+        "print('fleetops.results.jobs' in sys.modules, shape_of(r))\n"
+        "plan_for(None, 'jobs', {'last': '0'})\n"
+        "print(shape_of(r).__name__)\n"
+    )
+    proc = run_python("-c", probe)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "None", "JobList"], proc.stdout
