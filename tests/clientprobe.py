@@ -48,3 +48,19 @@ def fleet_imports(
 def ssh_code(names: set[str]) -> list[str]:
     """The SSH_MODULES (and their submodules) among these module names."""
     return sorted(n for n in names if any(n == m or n.startswith(m + ".") for m in SSH_MODULES))
+
+
+def loopback_project(root: Path) -> Path:
+    """A project whose one inventory host, n1, is on loopback where nothing listens (a run reaches
+    its connection attempt and reports it unreachable)."""
+    (root / "fabfile.py").write_text("from fleetops.fab.tasks import ns  # noqa: F401\n")
+    (root / "fabric.yaml").write_text(
+        "tasks:\n  executor_class: fleetops.fab.executor.FleetExecutor\n"
+        "fleetops:\n  inventory: hosts\n"
+    )
+    (root / "hosts").mkdir()
+    (root / "hosts" / "lab.yaml").write_text(
+        "hosts:\n  n1:\n    address: 127.0.0.1\n    port: 9\n    user: nobody\n"
+        f"    known_hosts: {os.devnull}\n"
+    )
+    return root

@@ -73,7 +73,6 @@ def print_closing(
     """Everything after the per-host lines, in order; `rerun` (made by run.py) when something
     failed."""
     counts = recap(results)
-    table = recap_table(counts, folded)
     groups = print_folded(console, results, draw, who) if folded else None
     if odd:
         print_odd_ones_out(console, groups or fold.group(fold.draw_all(results, draw, who)))
@@ -82,7 +81,8 @@ def print_closing(
         console.print(render_table(section))
     if len(counts) > 1:  # one host: its own lines already say what a recap row would
         console.print()
-        console.print(table)
+        # built only here: a one-host run draws no table and so never imports rich.table
+        console.print(recap_table(counts, folded))
     failed = sorted({r.host for r in results if r.failed}, key=natural_key)
     if failed:
         names = fold_names(failed) if folded else ", ".join(failed)

@@ -18,6 +18,20 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
+
+class _Rich(SimpleNamespace):
+    """rich's parts; Table (rich.table, ~5 ms) imported when a table is first drawn: a run whose
+    results are lines, piped, draws none."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "Table":
+            raise AttributeError(name)
+        from rich.table import Table
+
+        self.Table = Table
+        return Table
+
+
 _RICH: SimpleNamespace | None = None
 RICH_LOCK = threading.RLock()  # the Reporter's console property holds it while rich() loads
 
@@ -33,7 +47,6 @@ def rich() -> SimpleNamespace:
             if _RICH is None:
                 from rich.console import Console, Group
                 from rich.markup import escape
-                from rich.table import Table
                 from rich.text import Text
 
                 class PipedConsole(Console):
@@ -43,9 +56,7 @@ def rich() -> SimpleNamespace:
                         self.quiet = True
                         raise SystemExit(reader_gone(self.file))
 
-                _RICH = SimpleNamespace(
-                    Console=PipedConsole, Group=Group, escape=escape, Table=Table, Text=Text
-                )
+                _RICH = _Rich(Console=PipedConsole, Group=Group, escape=escape, Text=Text)
     return _RICH
 
 

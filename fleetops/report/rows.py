@@ -3,15 +3,18 @@ them. (Rows of one host's answer are plans/tables.py's: tasks build them.)"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..plans.hostrange import header, natural_key
 from ..plans.tables import FACT_COLUMNS
 from ..redaction import shown
 from ..results import Result, Severity, shape_of
-from ..results.diagnose import Diagnosis
 from ..results.gpu import AllocationGpus, Facts, GpuGate
+
+if TYPE_CHECKING:
+    from ..results.diagnose import Diagnosis
 
 
 def fleet_sections(results: list[Result], fold: bool = False) -> list[dict]:
@@ -114,7 +117,15 @@ def _fold_findings(rows: list[list[str]]) -> list[list[str]]:
 def _diagnose_section(results: list[Result], fold: bool) -> dict[str, Any] | None:
     """One row per host (per group of hosts with the same worst finding, when folding), worst
     first."""
-    diag = [(r.host, r.payload.summary_row) for r in results if isinstance(r.payload, Diagnosis)]
+    # a Diagnosis exists only once its module is loaded (by a run of diagnose): a run that has none
+    # does not load it to find that out
+    loaded = sys.modules.get("fleetops.results.diagnose")
+    kind: type[Diagnosis] | None = loaded.Diagnosis if loaded else None
+    diag = [
+        (r.host, r.payload.summary_row)
+        for r in results
+        if kind is not None and isinstance(r.payload, kind)
+    ]
     if len(diag) <= 1:
         return None
     rows = [

@@ -7,7 +7,7 @@ all read from it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from ..plans.options import Range
 from ..results import Result
@@ -37,6 +37,35 @@ class Option:
 JSON = Option("json", HELP_JSON, False)
 
 
+class ResultClass:
+    """A task's result type, given as the class or as "module:Name": a family loaded on first use
+    (deferred.py) names its result classes, imported when read, so a run that names none of its
+    tasks does not build their dataclasses at start-up."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = "_" + name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> type: ...
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> type: ...
+    def __get__(self, obj: object | None, objtype: type | None = None) -> type:
+        if obj is None:  # the dataclass's default
+            return Result
+        value = obj.__dict__[self._slot]
+        if isinstance(value, str):
+            module, _, name = value.partition(":")
+            # the import statement's way in, not importlib.import_module's: `python -X importtime`
+            # (the start-up tests' harness) times and names only imports made that way
+            value = getattr(__import__(module, fromlist=[name]), name)
+            obj.__dict__[self._slot] = value
+        assert isinstance(value, type)
+        return value
+
+    def __set__(self, obj: object, value: type | str) -> None:
+        obj.__dict__[self._slot] = value
+
+
 @dataclass
 class HostTask(TaskSpec):
     """A task run on every selected host. `writes`: it changes the node; with a `check` option that
@@ -48,7 +77,7 @@ class HostTask(TaskSpec):
     options: tuple[Option, ...] = (JSON,)
     writes: bool = False
     op: str = ""  # the agent op its plan calls; "" for none (trust talks to SSH itself)
-    result: type = Result
+    result: ResultClass = ResultClass()
     # -p may name a set (a folder): each host runs the playbook its versions fit
     playbook_set: bool = False
     dry: str | None = field(init=False, default="read-only")

@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING
 
 from ..plans.yamlsrc import ConfigError
 from ..results import Result
-from ..results.diagnose import Diagnosis
-from ..results.jobs import JobList, JobLogs, JobStatus, Launched, Stopped, TailEnded
 from ..wire.connector import Connector
 from .declare import HELP_JOB_ID, HELP_PLAYBOOK, JSON, HostTask, Option
 from .plan import Plan, UsageError
@@ -117,7 +115,7 @@ JOB_TASKS = [
         run=_extract,
         writes=True,
         op="job_start",
-        result=Launched,
+        result="fleetops.results.jobs:Launched",
         help="Run the fast checks and the GPU gate, then launch the playbook's job detached on "
         "the node. Nothing is\nlaunched on a drained node, while the same job runs (`tail` "
         "attaches to it), or when its output is complete.",
@@ -146,7 +144,7 @@ JOB_TASKS = [
         job_plan("tail", False),
         run=_tail,
         op="job_tail",
-        result=TailEnded,
+        result="fleetops.results.jobs:TailEnded",
         help=(
             "Follow the job's log (progress bar, failures "
             "highlighted) until it ends; exit with its status."
@@ -170,7 +168,7 @@ JOB_TASKS = [
         job_plan("status", False),
         run=_status,
         op="job_status",
-        result=JobStatus,
+        result="fleetops.results.jobs:JobStatus",
         help="The job's state (running / succeeded / failed / "
         "killed), exit status, runtime, last progress, log.",
         options=(JOB_ID, JOB, PLAYBOOK, JSON),
@@ -180,7 +178,7 @@ JOB_TASKS = [
         job_plan("logs", False),
         run=_logs,
         op="job_logs",
-        result=JobLogs,
+        result="fleetops.results.jobs:JobLogs",
         help="The last lines of the job's log (no follow).",
         options=(
             Option("lines", "how many lines (default 50)", 50, numbers=(1, None)),
@@ -196,7 +194,7 @@ JOB_TASKS = [
         run=_stop,
         writes=True,
         op="job_stop",
-        result=Stopped,
+        result="fleetops.results.jobs:Stopped",
         help="SIGTERM the job's whole process group, SIGKILL "
         "after the grace period, confirm GPU memory is free.",
         options=(
@@ -213,7 +211,7 @@ JOB_TASKS = [
         interpret_jobs,
         run=_jobs,
         op="jobs_list",
-        result=JobList,
+        result="fleetops.results.jobs:JobList",
         help=(
             "The node's jobs, newest first: id, job name, "
             "state, started, runtime, exit, log and output size."
@@ -231,7 +229,7 @@ DIAGNOSE_TASKS = [
         _diagnose_plan,
         run=_diagnose,
         op="diagnose",
-        result=Diagnosis,
+        result="fleetops.results.diagnose:Diagnosis",
         help="What is wrong with this node? One exec: reach, clock, patch state, GPUs (ECC, "
         "remapping, Xid from the\nkernel log), the latest job (OOM kills), its processes, "
         "disk, memory, load. Verdict OK / WARN / UNKNOWN /\nCRITICAL per host; exit 0 / 20 "

@@ -10,7 +10,6 @@ from shlex import quote
 from typing import TYPE_CHECKING
 
 from ..plans.host import Host
-from ..plans.jobspec import JobSpec, resolve
 from ..plans.playbook import Playbook
 from ..plans.playbookset import PlaybookSet
 from ..results import EXIT_FAILED, Next, Result, Status
@@ -18,6 +17,7 @@ from ..results.refusal import AgentRefusal, DrainedRefusal, KindedRefusal
 from ..wire.connector import Connector
 
 if TYPE_CHECKING:
+    from ..plans.jobspec import JobSpec
     from ..state import RunState
 
 
@@ -118,6 +118,9 @@ def job_spec(plan: Plan, node: Connector) -> JobSpec | None:
     """The playbook job the options name (`extract` when none), resolved for the node's groups; None
     when the playbook has no such job (status, logs and tail then read with the default
     patterns)."""
+    # a job's module is imported by the tasks that run one (a playbook's jobs: parsed with it)
+    from ..plans.jobspec import resolve
+
     book = plan.playbook
     name = plan.options.get("job") or "extract"
     jobs = book.jobs if book is not None else None
@@ -154,6 +157,8 @@ def own_playbook_secrets(run: RunState, node: Connector, answer: dict) -> list[s
     jobs = book.jobs or {}
     if name not in jobs:
         return []
+    from ..plans.jobspec import resolve
+
     return job_secrets(resolve(name, jobs[name], node.host.groups), node.host)
 
 

@@ -75,6 +75,10 @@ def plan_for(run: RunState, name: str, kwargs: dict[str, Any], *, dry: bool = Fa
     """Raises ConfigError for a bad playbook or option, UsageError for --dry on a task without a
     check mode: before anything connects."""
     spec = TASKS[name]
+    # a deferred family's result type is named, not imported (declare.ResultClass): read here, it
+    # is imported and its payload kind registered (results.declare) for shape_of before any
+    # result of the task exists
+    getattr(spec, "result", None)
     if dry:
         if spec.dry is None:
             raise UsageError(
