@@ -55,15 +55,8 @@ ALLOWED: dict[str, int] = {
     "fleetops/wire/session.py::AgentSession.read_line": 19,
     "fleetops/wire/session.py::drain": 18,
     "fleetops/wire/ssherrors.py::ssh_error": 27,
-    "remote_scripts/checks/callsite_reader.py::ModuleReader.visit_Call": 18,
-    "remote_scripts/checks/checks.py::_verify": 21,
-    "remote_scripts/checks/checks.py::run_grep": 17,
-    "remote_scripts/checks/pyintrospect.py::instance_attributes": 18,
     "remote_scripts/core/bootstrap.py::_walk": 20,
     "remote_scripts/core/bootstrap.py::main": 19,
-    "remote_scripts/health/schedule.py::install": 35,
-    "remote_scripts/health/schedule.py::remove": 26,
-    "remote_scripts/health/schedule.py::scheduled": 24,
 }
 
 

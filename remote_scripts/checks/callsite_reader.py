@@ -359,25 +359,11 @@ class ModuleReader(ast.NodeVisitor):
     visit_IfExp = _visit_branches
 
     def visit_Call(self, node: ast.Call) -> None:
-        call = {
-            "line": node.lineno,
-            "n_pos": sum(1 for a in node.args if not isinstance(a, ast.Starred)),
-            "star": any(isinstance(a, ast.Starred) for a in node.args),
-            "keywords": [k.arg for k in node.keywords if k.arg is not None],
-            "dstar": any(k.arg is None for k in node.keywords),
-        }
+        call = _call_shape(node)
         func = node.func
-        if (
-            isinstance(func, ast.Name)
-            and func.id == "hasattr"
-            and len(node.args) == 2
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
-        ):
-            try:
-                self.hasattr_guards.add((ast.unparse(node.args[0]), node.args[1].value))
-            except Exception:
-                pass
+        guard = _hasattr_guard(node)
+        if guard is not None:
+            self.hasattr_guards.add(guard)
         target = self._dotted_from(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
         if target is not None and _in_packages(target[0], self.packages):
             self.calls.append(
@@ -412,3 +398,28 @@ class ModuleReader(ast.NodeVisitor):
                     }
                 )
         self.generic_visit(node)
+
+
+def _call_shape(node: ast.Call) -> dict:
+    """How a call passes its arguments: positional count, keywords, and whether it unpacks."""
+    return {
+        "line": node.lineno,
+        "n_pos": sum(1 for a in node.args if not isinstance(a, ast.Starred)),
+        "star": any(isinstance(a, ast.Starred) for a in node.args),
+        "keywords": [k.arg for k in node.keywords if k.arg is not None],
+        "dstar": any(k.arg is None for k in node.keywords),
+    }
+
+
+def _hasattr_guard(node: ast.Call) -> tuple[str, str] | None:
+    """(object's source, name) of a `hasattr(obj, "name")` call; None for any other call."""
+    func = node.func
+    if not (isinstance(func, ast.Name) and func.id == "hasattr" and len(node.args) == 2):
+        return None
+    name = node.args[1]
+    if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+        return None
+    try:
+        return ast.unparse(node.args[0]), name.value
+    except Exception:
+        return None

@@ -259,28 +259,33 @@ def run_grep(check: dict) -> dict:
     shown = hits[:GREP_KEPT]
     if check["expect"] == "match":
         ok = bool(hits)
-        msg = (
-            f"/{check['pattern']}/ found at line {hits[0]['line']}"
-            if ok
-            else f"/{check['pattern']}/ not found in {path}"
-        )
-        if not ok and mode == "code" and not note:
-            in_text = [i + 1 for i, line in enumerate(raw) if rx.search(line)]
-            if in_text:
-                msg += f" (only in comments or strings, line {in_text[0]}: they do not count)"
+        msg = _match_message(check["pattern"], hits, raw if where == "code" else None, rx, path)
     else:
         ok = not hits
-        msg = (
-            f"/{check['pattern']}/ absent from {os.path.basename(path)}"
-            if ok
-            else (
-                f"/{check['pattern']}/ must not match but does "
-                f"at line {hits[0]['line']}: {hits[0]['text']}"
-            )
-        )
+        msg = _no_match_message(check["pattern"], hits, path)
     if note:
         msg += f"; {note}"
     return _result(check, ok, msg, shown, file=path, search=where, matches=len(hits))
+
+
+def _match_message(
+    pattern: str, hits: list[dict], raw: list[str] | None, rx: re.Pattern, path: str
+) -> str:
+    """An `expect: match` grep's message; `raw` (the file's lines, given where code was
+    searched) tells a pattern found only in comments or strings."""
+    if hits:
+        return f"/{pattern}/ found at line {hits[0]['line']}"
+    msg = f"/{pattern}/ not found in {path}"
+    in_text = [i + 1 for i, line in enumerate(raw or []) if rx.search(line)]
+    if in_text:
+        msg += f" (only in comments or strings, line {in_text[0]}: they do not count)"
+    return msg
+
+
+def _no_match_message(pattern: str, hits: list[dict], path: str) -> str:
+    if not hits:
+        return f"/{pattern}/ absent from {os.path.basename(path)}"
+    return f"/{pattern}/ must not match but does at line {hits[0]['line']}: {hits[0]['text']}"
 
 
 GREP_KEPT = 50  # matching lines a grep answers with (the human view shows 5 and counts the rest)
@@ -558,41 +563,15 @@ def _candidate_files(sources: dict, where: str) -> dict:
 
 def _verify(req: dict, files: dict) -> dict:
     _STATE_DIR["path"] = str(req.get("state_dir") or "")
-    checks = [
-        {**c, "files": files} if files and c["kind"] in ("callsites", "probe") else c
-        for c in req["checks"]
-    ]
-    if req.get("requires"):
-        checks.insert(0, {"kind": "requires", "name": "requires", "requires": req["requires"]})
+    checks = _checks_of(req, files)
     indexed = sorted(enumerate(checks), key=lambda ic: (ORDER[ic[1]["kind"]], ic[0]))
     results: list[dict | None] = [None] * len(checks)
-    absent = (
-        _absent(req.get("requires") or [])
-        if any(c["kind"] in RUNS_PACKAGES for c in checks)
-        else []
-    )
-    warnings = _import_path_trusted(checks) if not absent else []
+    absent = []
+    if any(c["kind"] in RUNS_PACKAGES for c in checks):
+        absent = _absent(req.get("requires") or [])
+    warnings = [] if absent else _import_path_trusted(checks)
     for i, check in indexed:
-        started = time.monotonic()
-        try:
-            res = (
-                _not_run(check, absent)
-                if absent and check["kind"] in RUNS_PACKAGES
-                else RUNNERS[check["kind"]](check)
-            )
-        except NodeError as exc:
-            res = _result(check, False, str(exc))
-        except Exception as exc:  # one broken check must not hide the others
-            import traceback
-
-            res = _result(
-                check,
-                False,
-                f"check crashed: {type(exc).__name__}: {exc}",
-                [traceback.format_exc().splitlines()[-1]],
-            )
-        res.setdefault("seconds", round(time.monotonic() - started, 2))
-        results[i] = res
+        results[i] = _run_check(check, absent)
     items = [r for r in results if r is not None]
     answer: dict = {"ok": all(r["ok"] for r in items), "items": items}
     if warnings:
@@ -605,6 +584,41 @@ def _verify(req: dict, files: dict) -> dict:
     if note:
         answer["disagreement"] = note
     return answer
+
+
+def _checks_of(req: dict, files: dict) -> list[dict]:
+    """The request's checks, those that read a module's file given the candidate files, and the
+    requires check first where the request has one."""
+    checks = [
+        {**c, "files": files} if files and c["kind"] in ("callsites", "probe") else c
+        for c in req["checks"]
+    ]
+    if req.get("requires"):
+        checks.insert(0, {"kind": "requires", "name": "requires", "requires": req["requires"]})
+    return checks
+
+
+def _run_check(check: dict, absent: list) -> dict:
+    """One check's result with its seconds; a check that raises fails alone."""
+    started = time.monotonic()
+    try:
+        if absent and check["kind"] in RUNS_PACKAGES:
+            res = _not_run(check, absent)
+        else:
+            res = RUNNERS[check["kind"]](check)
+    except NodeError as exc:
+        res = _result(check, False, str(exc))
+    except Exception as exc:  # one broken check must not hide the others
+        import traceback
+
+        res = _result(
+            check,
+            False,
+            f"check crashed: {type(exc).__name__}: {exc}",
+            [traceback.format_exc().splitlines()[-1]],
+        )
+    res.setdefault("seconds", round(time.monotonic() - started, 2))
+    return res
 
 
 DISAGREE = "text check disagrees with the behaviour checks"

@@ -216,18 +216,33 @@ def instance_attributes(cls: type) -> set[str]:
         annotations = getattr(klass, "__dict__", {}).get("__annotations__")
         if isinstance(annotations, dict):
             names.update(annotations)
-        try:
-            path = inspect.getsourcefile(klass)
-        except Exception:  # builtins and C classes have none
-            path = None
-        tree = _parse_file(path) if path else None
-        if tree is None:
-            continue
-        for node in _class_nodes(tree, klass):
-            names.update(_assigned_names(node))
-            for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    names.add(stmt.target.id)
+        names.update(_source_attributes(klass))
+    names.update(_field_names(cls))
+    _INSTANCE_ATTRS[cls] = names
+    return names
+
+
+def _source_attributes(klass: type) -> set[str]:
+    """The names the class's own source assigns on instances or annotates in its body."""
+    try:
+        path = inspect.getsourcefile(klass)
+    except Exception:  # builtins and C classes have none
+        path = None
+    tree = _parse_file(path) if path else None
+    if tree is None:
+        return set()
+    names: set[str] = set()
+    for node in _class_nodes(tree, klass):
+        names.update(_assigned_names(node))
+        for stmt in node.body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                names.add(stmt.target.id)
+    return names
+
+
+def _field_names(cls: type) -> set[str]:
+    """A dataclass's fields, and a pydantic model's."""
+    names: set[str] = set()
     if dataclasses.is_dataclass(cls):
         names.update(f.name for f in dataclasses.fields(cls))
     for attr in ("__pydantic_fields__", "model_fields"):
@@ -237,7 +252,6 @@ def instance_attributes(cls: type) -> set[str]:
                 names.update(fields)
         except Exception:  # best effort
             continue
-    _INSTANCE_ATTRS[cls] = names
     return names
 
 

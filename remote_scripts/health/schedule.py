@@ -41,6 +41,13 @@ from ..core.protocol import PROTOCOL
 from ..core.registry import node_op, node_role
 from ..core.statetrust import read_json
 
+# typing.TYPE_CHECKING without importing typing: the agent's start-up imports only what it runs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..core.exposition import Exposition
+
 SUBDIR = "schedule"
 ROLE = "scheduled"
 NAMES = ("verify",)  # what may be scheduled
@@ -293,16 +300,39 @@ def schedule(req: dict) -> dict:
 
 
 def install(req: dict, name: str) -> dict:
-    from ..core.launch import relaunch
+    wanted = _Wanted(req, name)
+    old = _read_record(wanted.where["record"])
+    same_files = wanted.same_files()
+    table, ours, same_entry = wanted.present()
+    record = wanted.record(str(req.get("operator") or "?"), old)
+    answer = wanted.answer()
+    if same_files and same_entry and old is not None:
+        return {
+            **answer,
+            "changed": False,
+            "since": old.get("since"),
+            "by": old.get("by"),
+            "why": f"already installed: the same command every {wanted.every_s // 60} min since "
+            f"{old.get('since')} (by {old.get('by')})",
+        }
+    # `ours` is empty where the backend is systemd
+    answer.update(changed=True, replaced=old is not None or bool(ours))
+    if req.get("check"):
+        return answer
+    wanted.put(table, record)
+    return {**answer, "since": record["since"], "by": record["by"]}
 
-    state_dir, check = req["state_dir"], bool(req.get("check"))
-    where = paths(state_dir, name)
-    textfile = os.path.join(
+
+def _textfile_path(req: dict, name: str) -> str:
+    return os.path.join(
         os.path.abspath(req.get("textfile_dir") or DEFAULT_TEXTFILE_DIR),
         textfile_name(name, str(req.get("host") or "")),
     )
-    every_s = int(req["every_s"])
-    interval_words(every_s)
+
+
+def _stored_requests(req: dict, state_dir: str) -> list[dict]:
+    """The request's inner requests as the scheduled run serves them; anything but a read-only
+    check is refused."""
     requests = []
     for inner in req.get("requests") or []:
         if inner.get("op") not in ALLOWED or not ALLOWED[inner["op"]](inner):
@@ -312,119 +342,150 @@ def install(req: dict, name: str) -> dict:
         requests.append(
             {**inner, "protocol": PROTOCOL, "state_dir": state_dir, "host": req.get("host") or ""}
         )
-    document = {
-        "host": req.get("host") or "",
-        "playbook": req.get("playbook") or "",
-        "name": name,
-        "textfile": textfile,
-        "requests": requests,
-    }
-    request_bytes = (json.dumps(document, sort_keys=True) + "\n").encode()
-    request_sha = sha256(request_bytes).hexdigest()
-    agent_argv = relaunch()
-    bootstrap_text = agent_argv[agent_argv.index("-c") + 1].encode()
-    bootstrap_path = os.path.join(
-        where["dir"], f"bootstrap-{sha256(bootstrap_text).hexdigest()[:16]}.py"
-    )
-    words = command_words(
-        agent_argv,
-        os.path.basename(bootstrap_path),
-        os.path.basename(where["request"]),
-        request_sha,
-    )
-    line = shell_line(
-        os.path.abspath(where["dir"]), words, os.path.basename(where["log"]), textfile
-    )
-    backend = "systemd" if has_systemd() else "cron"
-    user = os.geteuid() != 0
-    key = key_of(state_dir, name)
-    wanted_units = (
-        units(name, state_dir, every_s, words, textfile, user) if backend == "systemd" else {}
-    )
-    wanted_cron = cron_line(every_s, line, key)
-    if backend == "cron" and len(line) + len(MARK) + len(key) + 1 > MAX_CRON_COMMAND:
-        raise NodeError(
-            f"the scheduled command would be {len(line)} characters, and cron takes at most "
-            f"{MAX_CRON_COMMAND}: give this host a shorter "
-            "state_dir, python or --textfile-dir path",
-            "bad_request",
-        )
-    old = _read_record(where["record"])
-    same_files = (
-        _read(where["request"]) == request_bytes and _read(bootstrap_path) == bootstrap_text
-    )
-    ours: list[str] = []
-    table: list[str] = []
-    if backend == "cron":
-        table = read_crontab()
-        ours = [x for x in table if x.endswith(f"{MARK}{key}")]
-        same_entry = ours == [wanted_cron]
-    else:
-        folder = _unit_dir(user)
-        same_entry = all(
-            _read(os.path.join(folder, n)) == text.encode() for n, text in wanted_units.items()
-        )
-    record = {
-        "name": name,
-        "host": document["host"],
-        "playbook": document["playbook"],
-        "every_s": every_s,
-        "backend": backend,
-        "scope": "user" if user else "system",
-        "textfile": textfile,
-        "log": where["log"],
-        "by": str(req.get("operator") or "?"),
-        "since": (old or {}).get("since") or now_iso(),
-        "updated": now_iso(),
-        "request_sha256": request_sha,
-        "key": key,
-        "units": sorted(wanted_units),
-        "command": line,
-        "bootstrap": os.path.basename(bootstrap_path),
-    }
-    answer = {
-        "ok": True,
-        "backend": backend,
-        "scope": record["scope"],
-        "textfile": textfile,
-        "command": line,
-        "every_s": every_s,
-        "units": wanted_units,
-        "cron_line": wanted_cron if backend == "cron" else None,
-    }
-    if same_files and same_entry and old is not None:
-        return {
-            **answer,
-            "changed": False,
-            "since": old.get("since"),
-            "by": old.get("by"),
-            "why": f"already installed: the same command every {every_s // 60} min since "
-            f"{old.get('since')} (by {old.get('by')})",
+    return requests
+
+
+class _Wanted:
+    """What one install puts on the node: the stored request and bootstrap, and the crontab line
+    or the systemd units that run them. Building it refuses what cannot be scheduled."""
+
+    def __init__(self, req: dict, name: str) -> None:
+        self.name = name
+        self.state_dir = req["state_dir"]
+        self.where = paths(self.state_dir, name)
+        self.textfile = _textfile_path(req, name)
+        self.every_s = int(req["every_s"])
+        interval_words(self.every_s)
+        requests = _stored_requests(req, self.state_dir)
+        self.document = {
+            "host": req.get("host") or "",
+            "playbook": req.get("playbook") or "",
+            "name": name,
+            "textfile": self.textfile,
+            "requests": requests,
         }
-    answer.update(changed=True, replaced=old is not None or (backend == "cron" and bool(ours)))
-    if check:
-        return answer
-    ensure_dir(where["dir"])
-    atomic_write(bootstrap_path, bootstrap_text, mode=0o600, point="schedule")
-    atomic_write(where["request"], request_bytes, mode=0o600, point="schedule")
-    if backend == "cron":
-        write_crontab([x for x in table if not x.endswith(f"{MARK}{key}")] + [wanted_cron])
-    else:
-        folder = _unit_dir(user)
-        if user:
+        self.request_bytes = (json.dumps(self.document, sort_keys=True) + "\n").encode()
+        self.request_sha = sha256(self.request_bytes).hexdigest()
+        self._command()
+        self.backend = "systemd" if has_systemd() else "cron"
+        self.user = os.geteuid() != 0
+        self.key = key_of(self.state_dir, name)
+        self.units: dict[str, str] = {}
+        if self.backend == "systemd":
+            self.units = units(
+                name, self.state_dir, self.every_s, self.words, self.textfile, self.user
+            )
+        self.cron = cron_line(self.every_s, self.line, self.key)
+        if self.backend == "cron":
+            self._refuse_long_cron()
+
+    def _command(self) -> None:
+        """The stored bootstrap (the running agent's) and the command line that runs it."""
+        from ..core.launch import relaunch
+
+        agent_argv = relaunch()
+        self.bootstrap_text = agent_argv[agent_argv.index("-c") + 1].encode()
+        self.bootstrap_path = os.path.join(
+            self.where["dir"], f"bootstrap-{sha256(self.bootstrap_text).hexdigest()[:16]}.py"
+        )
+        self.words = command_words(
+            agent_argv,
+            os.path.basename(self.bootstrap_path),
+            os.path.basename(self.where["request"]),
+            self.request_sha,
+        )
+        self.line = shell_line(
+            os.path.abspath(self.where["dir"]),
+            self.words,
+            os.path.basename(self.where["log"]),
+            self.textfile,
+        )
+
+    def _refuse_long_cron(self) -> None:
+        if len(self.line) + len(MARK) + len(self.key) + 1 > MAX_CRON_COMMAND:
+            raise NodeError(
+                f"the scheduled command would be {len(self.line)} characters, and cron takes at "
+                f"most {MAX_CRON_COMMAND}: give this host a shorter "
+                "state_dir, python or --textfile-dir path",
+                "bad_request",
+            )
+
+    def same_files(self) -> bool:
+        if _read(self.where["request"]) != self.request_bytes:
+            return False
+        return _read(self.bootstrap_path) == self.bootstrap_text
+
+    def present(self) -> tuple[list[str], list[str], bool]:
+        """The crontab as it is (cron only), the lines of it that are this schedule's, and whether
+        the crontab line or the units are already the ones wanted."""
+        if self.backend == "cron":
+            table = read_crontab()
+            ours = [x for x in table if x.endswith(f"{MARK}{self.key}")]
+            return table, ours, ours == [self.cron]
+        folder = _unit_dir(self.user)
+        same = all(
+            _read(os.path.join(folder, n)) == text.encode() for n, text in self.units.items()
+        )
+        return [], [], same
+
+    def record(self, by: str, old: dict | None) -> dict:
+        """What the schedule's record says (fleet schedule --list, and remove, read it)."""
+        return {
+            "name": self.name,
+            "host": self.document["host"],
+            "playbook": self.document["playbook"],
+            "every_s": self.every_s,
+            "backend": self.backend,
+            "scope": "user" if self.user else "system",
+            "textfile": self.textfile,
+            "log": self.where["log"],
+            "by": by,
+            "since": (old or {}).get("since") or now_iso(),
+            "updated": now_iso(),
+            "request_sha256": self.request_sha,
+            "key": self.key,
+            "units": sorted(self.units),
+            "command": self.line,
+            "bootstrap": os.path.basename(self.bootstrap_path),
+        }
+
+    def answer(self) -> dict:
+        return {
+            "ok": True,
+            "backend": self.backend,
+            "scope": "user" if self.user else "system",
+            "textfile": self.textfile,
+            "command": self.line,
+            "every_s": self.every_s,
+            "units": self.units,
+            "cron_line": self.cron if self.backend == "cron" else None,
+        }
+
+    def put(self, table: list[str], record: dict) -> None:
+        """Write the files, then the crontab line or the units, then the record."""
+        ensure_dir(self.where["dir"])
+        atomic_write(self.bootstrap_path, self.bootstrap_text, mode=0o600, point="schedule")
+        atomic_write(self.where["request"], self.request_bytes, mode=0o600, point="schedule")
+        if self.backend == "cron":
+            write_crontab([x for x in table if not x.endswith(f"{MARK}{self.key}")] + [self.cron])
+        else:
+            self._put_units()
+        atomic_write(
+            self.where["record"],
+            (json.dumps(record, indent=1, sort_keys=True) + "\n").encode(),
+            mode=0o600,
+            point="schedule",
+        )
+        _forget_other_bootstraps(self.where["dir"])
+
+    def _put_units(self) -> None:
+        folder = _unit_dir(self.user)
+        if self.user:
             os.makedirs(folder, 0o700, exist_ok=True)
-        for unit, text in wanted_units.items():
+        for unit, text in self.units.items():
             atomic_write(os.path.join(folder, unit), text.encode(), mode=0o644, point="schedule")
-        _systemctl(user, "daemon-reload")
-        _systemctl(user, "enable", "--now", f"{unit_name(state_dir, name)}.timer")
-    atomic_write(
-        where["record"],
-        (json.dumps(record, indent=1, sort_keys=True) + "\n").encode(),
-        mode=0o600,
-        point="schedule",
-    )
-    _forget_other_bootstraps(where["dir"])
-    return {**answer, "since": record["since"], "by": record["by"]}
+        _systemctl(self.user, "daemon-reload")
+        _systemctl(self.user, "enable", "--now", f"{unit_name(self.state_dir, self.name)}.timer")
 
 
 def _read_record(path: str) -> dict | None:
@@ -453,21 +514,11 @@ def remove(state_dir: str, name: str, check: bool) -> dict:
     where = paths(state_dir, name)
     key = key_of(state_dir, name)
     record = _read_record(where["record"])
-    found: list[str] = []
-    table: list[str] | None = None
-    if record is None or record.get("backend") != "systemd":
-        try:
-            table = read_crontab()
-        except NodeError:
-            table = None
-        if table is not None and any(x.endswith(f"{MARK}{key}") for x in table):
-            found.append("crontab entry")
     user = os.geteuid() != 0
     unit = unit_name(state_dir, name)
     unit_files = [os.path.join(_unit_dir(user), f"{unit}.{kind}") for kind in ("timer", "service")]
-    if any(os.path.lexists(p) for p in unit_files):
-        found.append(f"systemd {unit}.timer")
-    textfile = (record or {}).get("textfile")
+    table = _crontab_of(record)
+    found = _found(table, key, unit_files, unit)
     if not found and record is None:
         return {
             "ok": True,
@@ -479,13 +530,9 @@ def remove(state_dir: str, name: str, check: bool) -> dict:
         return {"ok": True, "changed": True, "removed": found, "record": record}
     if "crontab entry" in found and table is not None:
         write_crontab([x for x in table if not x.endswith(f"{MARK}{key}")])
-    if any(os.path.lexists(p) for p in unit_files):
-        _systemctl(user, "disable", "--now", f"{unit}.timer")
-        for path in unit_files:
-            if os.path.lexists(path):
-                os.unlink(path)
-        _systemctl(user, "daemon-reload")
+    _remove_units(user, unit, unit_files)
     # its last metrics would otherwise stand, as if still verified
+    textfile = (record or {}).get("textfile")
     if isinstance(textfile, str) and textfile:
         _unlink_in(textfile)
         found.append(textfile)
@@ -493,6 +540,36 @@ def remove(state_dir: str, name: str, check: bool) -> dict:
         if os.path.lexists(path):
             os.unlink(path)
     return {"ok": True, "changed": True, "removed": found, "record": record}
+
+
+def _crontab_of(record: dict | None) -> list[str] | None:
+    """The crontab, unless the record says the schedule is systemd's or it cannot be read."""
+    if record is not None and record.get("backend") == "systemd":
+        return None
+    try:
+        return read_crontab()
+    except NodeError:
+        return None
+
+
+def _found(table: list[str] | None, key: str, unit_files: list[str], unit: str) -> list[str]:
+    """What of one schedule is there: its crontab entry, its systemd timer."""
+    found = []
+    if table is not None and any(x.endswith(f"{MARK}{key}") for x in table):
+        found.append("crontab entry")
+    if any(os.path.lexists(p) for p in unit_files):
+        found.append(f"systemd {unit}.timer")
+    return found
+
+
+def _remove_units(user: bool, unit: str, unit_files: list[str]) -> None:
+    if not any(os.path.lexists(p) for p in unit_files):
+        return
+    _systemctl(user, "disable", "--now", f"{unit}.timer")
+    for path in unit_files:
+        if os.path.lexists(path):
+            os.unlink(path)
+    _systemctl(user, "daemon-reload")
 
 
 def _unlink_in(path: str) -> None:
@@ -562,7 +639,7 @@ def scheduled(request_path: str, want: str, *rest: str) -> int:
         return 3
     doc = json.loads(data)
     from ..core.agent import serve
-    from ..core.exposition import PATCH_STATE_OF, Exposition, add_patch_states
+    from ..core.exposition import Exposition
     from ..core.registry import OPS
 
     host = str(doc.get("host") or "")
@@ -580,38 +657,48 @@ def scheduled(request_path: str, want: str, *rest: str) -> int:
         if answer.get("error"):
             _log(f"{host}: {op} refused: {answer['error']}")
             return 1
-        if op == "patch":
-            add_patch_states(
-                out,
-                host,
-                [
-                    {"label": i.get("module"), "state": i.get("status")}
-                    for i in answer.get("items") or []
-                ],
-            )
-            states = [
-                PATCH_STATE_OF.get(str(i.get("status")), "unknown")
-                for i in answer.get("items") or []
-                if i.get("module")
-            ]
-            said.append("files " + ", ".join(f"{states.count(s)} {s}" for s in sorted(set(states))))
-        else:
-            items = [i for i in answer.get("items") or [] if i.get("kind") != "requires"]
-            for item in items:
-                out.add(
-                    "fleetops_check_ok",
-                    1 if item.get("ok") else 0,
-                    host=host,
-                    playbook=doc.get("playbook", ""),
-                    check=item.get("name", ""),
-                    kind=item.get("kind", ""),
-                )
-            out.add("fleetops_verify_seconds", float(answer.get("seconds") or 0), host=host)
-            said.append(f"{sum(1 for i in items if i.get('ok'))}/{len(items)} checks passed")
+        said.append(_METRICS[op](out, host, doc, answer))
         out.add("fleetops_last_run_timestamp_seconds", round(time.time(), 3), task=op)
     atomic_write(doc["textfile"], out.text().encode(), mode=0o644, point="metrics")
     _log(f"{host}: {'; '.join(said)}; wrote {doc['textfile']} in {time.time() - started:.2f}s")
     return 0
+
+
+def _patch_metrics(out: Exposition, host: str, doc: dict, answer: dict) -> str:
+    """One file-state series per patched module; the line says how many files are in each
+    state."""
+    from ..core.exposition import PATCH_STATE_OF, add_patch_states
+
+    items = answer.get("items") or []
+    add_patch_states(
+        out, host, [{"label": i.get("module"), "state": i.get("status")} for i in items]
+    )
+    states = [PATCH_STATE_OF.get(str(i.get("status")), "unknown") for i in items if i.get("module")]
+    return "files " + ", ".join(f"{states.count(s)} {s}" for s in sorted(set(states)))
+
+
+def _verify_metrics(out: Exposition, host: str, doc: dict, answer: dict) -> str:
+    """One series per check (its `requires` left out) and the run's seconds; the line says how
+    many passed."""
+    items = [i for i in answer.get("items") or [] if i.get("kind") != "requires"]
+    for item in items:
+        out.add(
+            "fleetops_check_ok",
+            1 if item.get("ok") else 0,
+            host=host,
+            playbook=doc.get("playbook", ""),
+            check=item.get("name", ""),
+            kind=item.get("kind", ""),
+        )
+    out.add("fleetops_verify_seconds", float(answer.get("seconds") or 0), host=host)
+    return f"{sum(1 for i in items if i.get('ok'))}/{len(items)} checks passed"
+
+
+# how each op's answer becomes series in the textfile, and the log line's words about it
+_METRICS: dict[str, Callable[[Exposition, str, dict, dict], str]] = {
+    "patch": _patch_metrics,
+    "verify": _verify_metrics,
+}
 
 
 def _load(op: str) -> None:
