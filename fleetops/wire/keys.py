@@ -15,16 +15,8 @@ import paramiko
 from ..plans.host import Host, MissingSecret
 from .connector import TransportError
 from .fabconfig import encrypted, host_resolution, plain_keys
+from .keyfile import missing_identity, no_passphrase, unreadable_key, wrong_passphrase
 from .tuning import identity_key
-
-
-def missing_identity(who: str, path: str, where: str) -> TransportError | None:
-    """The error for an identity file that is not there (OpenSSH would go on without it; a key the
-    operator named and that cannot be used is a mistake to say, not to hide behind an authentication
-    failure)."""
-    if os.path.exists(os.path.expanduser(path)):
-        return None
-    return TransportError("auth", f"{who}: identity file {path} not found; check {where}")
 
 
 def _public_blob(path: str) -> bytes | None:
@@ -94,26 +86,10 @@ def _unreadable(who: str, path: str, passphrase: str | None) -> TransportError:
         paramiko.PKey.from_path(path, None)
     # TypeError: cryptography's "no password given"
     except (paramiko.PasswordRequiredException, TypeError):
-        if passphrase:
-            return TransportError(
-                "auth",
-                f"{who}: wrong passphrase for {path}; type it again "
-                "(--prompt-for-passphrase), fix identity_passphrase in the inventory, or "
-                f"load the key into ssh-agent (ssh-add {path})",
-            )
-        return TransportError(
-            "auth",
-            f"{who}: the private key {path} is encrypted and no passphrase was given; "
-            f"load it into ssh-agent (ssh-add {path}), run with --prompt-for-passphrase, "
-            "or set identity_passphrase ({secret_from_env: VAR}) in the inventory",
-        )
+        return wrong_passphrase(who, path) if passphrase else no_passphrase(who, path)
     except (OSError, ValueError, paramiko.SSHException) as exc:
         reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-        return TransportError(
-            "auth",
-            f"{who}: cannot read the private key {path} ({reason}); check that "
-            "identity_file in the inventory (or fab -i) names an OpenSSH private key",
-        )
+        return unreadable_key(who, path, reason)
     # opens without a passphrase now: it changed since, or the passphrase given does not fit an
     # unencrypted key
     return TransportError(
