@@ -121,7 +121,9 @@ def login(host: Host) -> Login:
 def asking(who: str, path: str, passphrase: str) -> Login:
     """A login that hands `passphrase` to ssh through askpass, once `ssh-keygen -y` opened the key
     with it the same way (raises the wrong-passphrase TransportError before any connection)."""
-    _check_version(who, path)
+    refused = version_refusal(who, path, ssh_version())
+    if refused is not None:
+        raise refused
     try:
         script = controldir.askpass_script(controldir.control_dir(), SECRET_ENV)
     except (controldir.ControlDirError, OSError) as exc:
@@ -203,14 +205,15 @@ def ssh_version() -> tuple[int, int] | None:
     return (int(found[1]), int(found[2])) if found else None
 
 
-def _check_version(who: str, path: str) -> None:
-    version = ssh_version()
-    if version is None or version < MIN_ASKPASS_VERSION:
-        shown = "an unknown version" if version is None else "%d.%d" % version
-        raise TransportError(
-            "refused",
-            f"{who}: the passphrase of {path} can be handed to `ssh` only by OpenSSH "
-            f"{'.'.join(map(str, MIN_ASKPASS_VERSION))} or later (SSH_ASKPASS_REQUIRE), and "
-            f"this is {shown}; load the key into ssh-agent (ssh-add {path}), or use "
-            "`transport: paramiko`",
-        )
+def version_refusal(who: str, path: str, version: tuple[int, int] | None) -> TransportError | None:
+    """The refusal to hand a passphrase to an `ssh` of this version (None: it can be)."""
+    if version is not None and version >= MIN_ASKPASS_VERSION:
+        return None
+    shown = "an unknown version" if version is None else "%d.%d" % version
+    return TransportError(
+        "refused",
+        f"{who}: the passphrase of {path} can be handed to `ssh` only by OpenSSH "
+        f"{'.'.join(map(str, MIN_ASKPASS_VERSION))} or later (SSH_ASKPASS_REQUIRE), and "
+        f"this is {shown}; load the key into ssh-agent (ssh-add {path}), or use "
+        "`transport: paramiko`",
+    )
