@@ -185,3 +185,26 @@ def test_the_agent_is_asked_with_ssh_add(tmp_path, monkeypatch):
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_only_an_encrypted_key_outside_the_agent_without_a_passphrase_is_asked_for(tmp_path):
+    """--prompt-for-passphrase's keys, ssh-agent asked through ssh-add (no paramiko): a key given
+    its identity_passphrase, a key that is not encrypted, a key that is missing and one the agent
+    holds are not asked for; an encrypted one shared by two hosts is asked for once, for both."""
+    from fleetops.plans.host import Host
+
+    locked = _keygen(tmp_path / "locked", "ed25519", PASSPHRASE)
+    held = _keygen(tmp_path / "held", "ed25519", PASSPHRASE)
+    plain = _keygen(tmp_path / "plain", "ed25519", "")
+    hosts = [
+        Host("a", "10.0.0.1", identity_file=str(locked)),
+        Host("b", "10.0.0.2", identity_file=str(locked)),
+        Host("c", "10.0.0.3", identity_file=str(locked), passphrase=PASSPHRASE),
+        Host("d", "10.0.0.4", identity_file=str(plain)),
+        Host("e", "10.0.0.5", identity_file=str(tmp_path / "gone")),
+        Host("f", "10.0.0.6", identity_file=str(held)),
+        Host("g", "10.0.0.7"),
+    ]
+    asked = opensshkeys.keys_to_ask(hosts, holds=lambda path: path == str(held))
+    assert asked == {os.path.realpath(locked): ["a", "b"]}
+    assert str(held) in opensshkeys.keys_to_ask(hosts, holds=lambda path: False)

@@ -12,10 +12,10 @@ import os
 
 import paramiko
 
-from ..plans.host import Host, MissingSecret
+from ..plans.host import Host
 from .connector import TransportError
-from .fabconfig import encrypted, host_resolution, plain_keys
 from .keyfile import missing_identity, no_passphrase, unreadable_key, wrong_passphrase
+from .opensshkeys import keys_to_ask as _keys_to_ask
 from .tuning import identity_key
 
 
@@ -100,31 +100,8 @@ def _unreadable(who: str, path: str, passphrase: str | None) -> TransportError:
 
 
 def keys_to_ask(hosts: list[Host]) -> dict[str, list[str]]:
-    """--prompt-for-passphrase: the key files these hosts log in with that need a passphrase typed
-    (encrypted, not held by ssh-agent, no identity_passphrase of their own), each with the hosts
-    that use it. A key that is not encrypted is never asked for, nor given one."""
-    wanted: dict[str, list[str]] = {}
-    for host in hosts:
-        if host.plain:
-            try:
-                found = host_resolution(host).get("identityfile") or []
-            except TransportError:  # ssh rejects its ssh_config: that host's own error says so
-                found = []
-            paths = [*plain_keys(), *found]
-        else:
-            try:
-                if host.identity_passphrase or not host.identity_file:
-                    continue
-            except MissingSecret:  # its own passphrase, unset: that host's error says so
-                continue
-            paths = [host.identity_file]
-        for path in paths:
-            real = os.path.realpath(os.path.expanduser(path))
-            if os.path.isfile(real) and encrypted(real) and agent_key_for(real) is None:
-                names = wanted.setdefault(real, [])
-                if host.name not in names:
-                    names.append(host.name)
-    return wanted
+    """opensshkeys.keys_to_ask with paramiko's reading of ssh-agent (no `ssh-add` needed)."""
+    return _keys_to_ask(hosts, lambda path: agent_key_for(path) is not None)
 
 
 def agent_key_lines() -> list[str]:

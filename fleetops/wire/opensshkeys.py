@@ -18,9 +18,10 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..plans.host import Host
+from ..plans.host import Host, MissingSecret
 from . import controldir
 from .connector import TransportError
 from .fabconfig import any_typed, host_resolution, plain_keys, typed_passphrase
@@ -157,6 +158,38 @@ def asking(who: str, path: str, passphrase: str) -> Login:
             raise wrong_passphrase(who, path)
         raise unreadable_key(who, path, said or f"ssh-keygen exit status {done.returncode}")
     return Login(env)
+
+
+def keys_to_ask(
+    hosts: list[Host], holds: Callable[[str], bool] | None = None
+) -> dict[str, list[str]]:
+    """--prompt-for-passphrase: the key files these hosts log in with that need a passphrase typed
+    (encrypted, not held by ssh-agent, no identity_passphrase of their own), each with the hosts
+    that use it. A key that is not encrypted is never asked for, nor given one. `holds`: whether
+    ssh-agent holds a key file's key (default: `ssh-add -L`, without paramiko)."""
+    holds = holds or agent_holds
+    wanted: dict[str, list[str]] = {}
+    for host in hosts:
+        if host.plain:
+            try:
+                found = host_resolution(host).get("identityfile") or []
+            except TransportError:  # ssh rejects its ssh_config: that host's own error says so
+                found = []
+            paths = [*plain_keys(), *found]
+        else:
+            try:
+                if host.identity_passphrase or not host.identity_file:
+                    continue
+            except MissingSecret:  # its own passphrase, unset: that host's error says so
+                continue
+            paths = [host.identity_file]
+        for path in paths:
+            real = os.path.realpath(os.path.expanduser(path))
+            if os.path.isfile(real) and encrypted(real) is True and not holds(real):
+                names = wanted.setdefault(real, [])
+                if host.name not in names:
+                    names.append(host.name)
+    return wanted
 
 
 def agent_holds(path: str) -> bool:
