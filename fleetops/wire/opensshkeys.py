@@ -94,19 +94,25 @@ def login(host: Host) -> Login:
     as ssh offers them, one passphrase typed at --prompt-for-passphrase going to the first
     encrypted one it fits."""
     named = named_keys(host)
-    if not host.plain:
-        if not named:
-            return BATCH
-        path = os.path.expanduser(named[0][0])
-        if encrypted(path) is not True or agent_holds(path):
-            return BATCH
-        passphrase = host.identity_passphrase or typed_passphrase(path)
-        if not passphrase:
-            raise no_passphrase(host.name, named[0][0])
-        return asking(host.name, path, passphrase)
+    if host.plain:
+        return _plain_login(host, [os.path.expanduser(k) for k, _ in named])
+    if not named:
+        return BATCH
+    path = os.path.expanduser(named[0][0])
+    if encrypted(path) is not True or agent_holds(path):
+        return BATCH
+    passphrase = host.identity_passphrase or typed_passphrase(path)
+    if not passphrase:
+        raise no_passphrase(host.name, named[0][0])
+    return asking(host.name, path, passphrase)
+
+
+def _plain_login(host: Host, paths: list[str]) -> Login:
+    """A host outside the inventory: the first of its -i keys and ssh_config IdentityFiles that is
+    encrypted, not in ssh-agent and was given a passphrase at --prompt-for-passphrase gets it (ssh
+    offers the rest as it would)."""
     if not any_typed():
         return BATCH
-    paths = [os.path.expanduser(k) for k, _ in named]
     try:
         found = host_resolution(host).get("identityfile") or []
     except TransportError:  # ssh rejects its ssh_config: said when the master starts
