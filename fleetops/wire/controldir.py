@@ -242,3 +242,65 @@ def _record_name(socket: str) -> str:
     if not socket or "/" in socket or socket.startswith("."):
         raise ValueError(f"not a socket name: {socket!r}")
     return socket + RECORD_SUFFIX
+
+
+ASKPASS_NAME = "askpass"
+
+
+def askpass_text(variable: str) -> bytes:
+    """The askpass program ssh and ssh-keygen run for a key's passphrase: it prints `variable` from
+    its own environment (only that ssh's carries it), so the passphrase is in no argv and no
+    file."""
+    return f"#!/bin/sh\nprintf '%s\\n' \"${variable}\"\n".encode()
+
+
+def askpass_script(directory: str, variable: str) -> str:
+    """The askpass program in the control directory, made 0700 when missing: written under a
+    temporary name and linked into place (a reader never sees it half written), then checked to be
+    a plain file of this user's, 0700, with exactly that text. Raises ControlDirError when what is
+    there is anything else (refused, never run)."""
+    text = askpass_text(variable)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        tmp = f".{ASKPASS_NAME}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700, dir_fd=dir_fd
+        )
+        try:
+            os.write(fd, text)
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, ASKPASS_NAME, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            pass  # made before: checked below as any other
+        finally:
+            os.unlink(tmp, dir_fd=dir_fd)
+        _check_askpass(directory, dir_fd, text)
+    finally:
+        os.close(dir_fd)
+    return os.path.join(directory, ASKPASS_NAME)
+
+
+def _check_askpass(directory: str, dir_fd: int, text: bytes) -> None:
+    path = os.path.join(directory, ASKPASS_NAME)
+    try:
+        fd = os.open(ASKPASS_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError as exc:
+        raise ControlDirError(f"{path}: {exc.strerror or exc} (remove it)") from None
+    try:
+        st = os.fstat(fd)
+        body = os.read(fd, len(text) + 1) if stat.S_ISREG(st.st_mode) else b""
+    finally:
+        os.close(fd)
+    if (
+        not stat.S_ISREG(st.st_mode)
+        or st.st_uid != os.geteuid()
+        or stat.S_IMODE(st.st_mode) != 0o700
+        or body != text
+    ):
+        raise ControlDirError(
+            f"{path} is not fleetops' askpass program (another owner, mode, kind or text); "
+            "remove it, fleetops makes it itself"
+        )

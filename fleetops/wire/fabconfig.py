@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..plans import sshconfig, sshresolve
 from ..plans.host import Host, split_target
 from ..plans.yamlsrc import ConfigError
+from . import keyfile
 from .connector import TransportError
 
 if TYPE_CHECKING:
@@ -322,18 +323,16 @@ def typed_passphrase(path: str) -> str | None:
 
 
 def encrypted(path: str) -> bool:
-    """Whether the private key file needs a passphrase to open: paramiko loads it without one and
-    says so."""
-    import paramiko
+    """Whether the private key file needs a passphrase to open, read from the file itself
+    (keyfile.py: no decryption, no paramiko); False when it is missing or no key (said where it is
+    used)."""
+    return keyfile.encrypted(_real(path)) is True
 
-    try:
-        paramiko.PKey.from_path(_real(path))
-    # TypeError: cryptography's "no password given"
-    except (paramiko.PasswordRequiredException, TypeError):
-        return True
-    except (OSError, ValueError, paramiko.SSHException):  # missing or no key: said where it is used
-        return False
-    return False
+
+def any_typed() -> bool:
+    """Whether a passphrase was typed for this run (--prompt-for-passphrase)."""
+    with _LOCK:
+        return bool(_KEY_PASSPHRASES or _TYPED_PASSPHRASE)
 
 
 def _real(path: str) -> str:

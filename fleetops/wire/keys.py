@@ -12,19 +12,11 @@ import os
 
 import paramiko
 
-from ..plans.host import Host, MissingSecret
+from ..plans.host import Host
 from .connector import TransportError
-from .fabconfig import encrypted, host_resolution, plain_keys
+from .keyfile import missing_identity, no_passphrase, unreadable_key, wrong_passphrase
+from .opensshkeys import keys_to_ask as _keys_to_ask
 from .tuning import identity_key
-
-
-def missing_identity(who: str, path: str, where: str) -> TransportError | None:
-    """The error for an identity file that is not there (OpenSSH would go on without it; a key the
-    operator named and that cannot be used is a mistake to say, not to hide behind an authentication
-    failure)."""
-    if os.path.exists(os.path.expanduser(path)):
-        return None
-    return TransportError("auth", f"{who}: identity file {path} not found; check {where}")
 
 
 def _public_blob(path: str) -> bytes | None:
@@ -94,26 +86,10 @@ def _unreadable(who: str, path: str, passphrase: str | None) -> TransportError:
         paramiko.PKey.from_path(path, None)
     # TypeError: cryptography's "no password given"
     except (paramiko.PasswordRequiredException, TypeError):
-        if passphrase:
-            return TransportError(
-                "auth",
-                f"{who}: wrong passphrase for {path}; type it again "
-                "(--prompt-for-passphrase), fix identity_passphrase in the inventory, or "
-                f"load the key into ssh-agent (ssh-add {path})",
-            )
-        return TransportError(
-            "auth",
-            f"{who}: the private key {path} is encrypted and no passphrase was given; "
-            f"load it into ssh-agent (ssh-add {path}), run with --prompt-for-passphrase, "
-            "or set identity_passphrase ({secret_from_env: VAR}) in the inventory",
-        )
+        return wrong_passphrase(who, path) if passphrase else no_passphrase(who, path)
     except (OSError, ValueError, paramiko.SSHException) as exc:
         reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-        return TransportError(
-            "auth",
-            f"{who}: cannot read the private key {path} ({reason}); check that "
-            "identity_file in the inventory (or fab -i) names an OpenSSH private key",
-        )
+        return unreadable_key(who, path, reason)
     # opens without a passphrase now: it changed since, or the passphrase given does not fit an
     # unencrypted key
     return TransportError(
@@ -124,31 +100,8 @@ def _unreadable(who: str, path: str, passphrase: str | None) -> TransportError:
 
 
 def keys_to_ask(hosts: list[Host]) -> dict[str, list[str]]:
-    """--prompt-for-passphrase: the key files these hosts log in with that need a passphrase typed
-    (encrypted, not held by ssh-agent, no identity_passphrase of their own), each with the hosts
-    that use it. A key that is not encrypted is never asked for, nor given one."""
-    wanted: dict[str, list[str]] = {}
-    for host in hosts:
-        if host.plain:
-            try:
-                found = host_resolution(host).get("identityfile") or []
-            except TransportError:  # ssh rejects its ssh_config: that host's own error says so
-                found = []
-            paths = [*plain_keys(), *found]
-        else:
-            try:
-                if host.identity_passphrase or not host.identity_file:
-                    continue
-            except MissingSecret:  # its own passphrase, unset: that host's error says so
-                continue
-            paths = [host.identity_file]
-        for path in paths:
-            real = os.path.realpath(os.path.expanduser(path))
-            if os.path.isfile(real) and encrypted(real) and agent_key_for(real) is None:
-                names = wanted.setdefault(real, [])
-                if host.name not in names:
-                    names.append(host.name)
-    return wanted
+    """opensshkeys.keys_to_ask with paramiko's reading of ssh-agent (no `ssh-add` needed)."""
+    return _keys_to_ask(hosts, lambda path: agent_key_for(path) is not None)
 
 
 def agent_key_lines() -> list[str]:

@@ -24,7 +24,7 @@ from ..plans.host import UnknownHost, plain_host
 from ..plans.inventory import Host, Inventory
 from ..plans.jumphost import jump_of
 from ..results import Evidence
-from . import controldir, masters
+from . import controldir, masters, opensshkeys
 from .agentclient import AgentClient
 from .bundle import agent_bundle, launch_words
 from .connector import COUNTERS, ExecResult, TransportError
@@ -153,6 +153,7 @@ class OpenSSHConnection(AgentClient):
                     f"{self.host.name} comes from an example inventory "
                     f"({self.host.source}); copy it to your own hosts/*.yaml to use it",
                 )
+            opensshkeys.named_keys(self.host)  # a missing key or unset passphrase, as on paramiko
             try:
                 directory = controldir.control_dir()
             except controldir.ControlDirError as exc:
@@ -217,13 +218,16 @@ class OpenSSHConnection(AgentClient):
                 self._opened = True
                 self._record(fresh=False)
                 return
+        login = opensshkeys.login(self.host)
         persist = self.persist or OFF_PERSIST
         with _MASTERS_LOCK:
             if self._directory is not None:
                 make_room(self._directory, self._socket or "", max_masters(self.host))
         self._aborted = False
-        start = with_options(
-            argv, "-M", "-N", "-f", "-o", "ControlMaster=yes", "-o", f"ControlPersist={persist}"
+        start = login.argv(
+            with_options(
+                argv, "-M", "-N", "-f", "-o", "ControlMaster=yes", "-o", f"ControlPersist={persist}"
+            )
         )
         started = time.monotonic()
         with tempfile.TemporaryFile() as err:
@@ -234,6 +238,7 @@ class OpenSSHConnection(AgentClient):
                     stdout=subprocess.DEVNULL,
                     stderr=err,
                     start_new_session=True,
+                    env=login.env,
                 )
                 code = self._starting.wait()
             finally:
