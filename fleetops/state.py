@@ -98,7 +98,13 @@ class RunState:
         """--prompt-for-passphrase: ask(path, host names) once for each key file of these hosts that
         needs a passphrase (wire/keys.py keys_to_ask), in path order; the others are never asked for
         nor given one."""
-        from .wire.ssh import keys_to_ask, use_key_passphrases
+        from .wire.fabconfig import use_key_passphrases
+        from .wire.transports import any_paramiko
+
+        if any_paramiko(hosts, self.transport):
+            from .wire.ssh import keys_to_ask
+        else:  # ssh-agent read through `ssh-add -L`: an openssh run loads no paramiko
+            from .wire.opensshkeys import keys_to_ask
 
         use_key_passphrases(
             {path: ask(path, names) for path, names in sorted(keys_to_ask(hosts).items())}
