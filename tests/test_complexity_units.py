@@ -28,8 +28,6 @@ ALLOWED: dict[str, int] = {
     "fleetops/playbooks/speculators-0.3.0-vllm-0.16/probe_scheduler.py::check_results": 17,
     "fleetops/playbooks/speculators-0.3.0-vllm-0.16/probe_scheduler.py::find_problems": 19,
     "fleetops/report/masters.py::show_connections": 20,
-    "fleetops/tasks/jobs/findings.py::job_findings": 21,
-    "fleetops/tasks/jobs/findings.py::process_findings": 18,
     "fleetops/tasks/jobs/shards.py::run_extract": 21,
     "fleetops/tasks/jobs/slurm/record.py::read_state": 22,
     "fleetops/tasks/jobs/slurm/view.py::describe": 17,
