@@ -27,7 +27,6 @@ ROOTS = ("fleetops", "remote_scripts")
 ALLOWED: dict[str, int] = {
     "fleetops/playbooks/speculators-0.3.0-vllm-0.16/probe_scheduler.py::check_results": 17,
     "fleetops/playbooks/speculators-0.3.0-vllm-0.16/probe_scheduler.py::find_problems": 19,
-    "fleetops/wire/agentclient.py::AgentClient._read_next": 23,
     "fleetops/wire/become.py::handshake": 20,
     "fleetops/wire/become.py::refused": 18,
     "fleetops/wire/bundle.py::lean_source": 17,
