@@ -27,8 +27,6 @@ ROOTS = ("fleetops", "remote_scripts")
 ALLOWED: dict[str, int] = {
     "fleetops/playbooks/speculators-0.3.0-vllm-0.16/probe_scheduler.py::check_results": 17,
     "fleetops/playbooks/speculators-0.3.0-vllm-0.16/probe_scheduler.py::find_problems": 19,
-    "fleetops/wire/become.py::handshake": 20,
-    "fleetops/wire/become.py::refused": 18,
     "fleetops/wire/bundle.py::lean_source": 17,
     "fleetops/wire/hops.py::fabric_connection": 19,
     "fleetops/wire/openssh.py::OpenSSHConnection.open": 20,
