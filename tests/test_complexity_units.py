@@ -27,7 +27,6 @@ ROOTS = ("fleetops", "remote_scripts")
 ALLOWED: dict[str, int] = {
     "fleetops/playbooks/speculators-0.3.0-vllm-0.16/probe_scheduler.py::check_results": 17,
     "fleetops/playbooks/speculators-0.3.0-vllm-0.16/probe_scheduler.py::find_problems": 19,
-    "fleetops/wire/bundle.py::lean_source": 17,
     "remote_scripts/checks/callsite_reader.py::ModuleReader.visit_Call": 18,
     "remote_scripts/checks/checks.py::_verify": 21,
     "remote_scripts/checks/checks.py::run_grep": 17,
