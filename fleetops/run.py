@@ -128,13 +128,7 @@ def execute(
     reporter = state.reporter
     startup.release()  # planned: the program's start-up is over (startup.py)
     if view:
-        env = os.environ.get("FLEETOPS_FOLD", "").strip().lower()
-        if fold is None and env in ("0", "1", "no", "yes", "off", "on", "false", "true"):
-            fold = env in ("1", "yes", "on", "true")
-        reporter.fold = len(run.hosts) >= FOLD_MIN_HOSTS if fold is None else fold
-        reporter.odd = odd
-        reporter.who = identities((h.name, h.address, h.port) for h in run.hosts)
-        reporter.live_start([h.name for h in run.hosts])
+        _start_view(run, fold, odd)
     running: dict[str, str] = {}  # host -> the step it runs now (rollout.py)
     try:
         # The program's own Ctrl-C handling; a library caller's process keeps its handler (Python's
@@ -146,58 +140,98 @@ def execute(
         if state.interrupted.is_set():
             reporter.interrupted()
         reporter.live_stop()
-        code = exit_status(state.results)
-        if state.audit_errors and not audit.optional():
-            code = EXIT_AUDIT
-        if state.interrupted.is_set():
-            code = EXIT_INTERRUPTED
-            if view:
-                _say_what_was_done(state)
-        if reports and not _write_reports(state, reports) and code == 0:
-            # a timer's run whose file was not written must not look like a good one
-            code = EXIT_FAILED
+        code = _exit_code(state, view, reports)
         if view:
-            tracing = bool(os.environ.get("FLEETOPS_TRACE"))
-            extra: dict[str, Any] | None = (
-                {"counters": COUNTERS.per_host} if tracing or reporter.json_mode else None
-            )
-            if state.audit_errors:
-                extra = {**(extra or {}), "audit_errors": state.audit_errors}
-            again, not_run = rerun_hosts(state.results)
-            if not_run:
-                extra = {**(extra or {}), "not_run_hosts": not_run}
-            rerun = rerun_command(command, again) if command and again else None
-            if command is not None:
-                _write_last_failed(state.root, again, rerun, code, [h.name for h in run.hosts])
-            reporter.finish(
-                state.results,
-                code,
-                extra,
-                fleet_sections(state.results, fold=reporter.fold),
-                rerun=rerun,
-                rerun_label="re-run the failed and not-run hosts" if not_run else None,
-            )
-            if tracing and not reporter.json_mode:
-                for name, row in COUNTERS.per_host.items():
-                    reporter.note(
-                        f"trace {name}: {row['connections']} connections, {row['execs']} execs, "
-                        f"{row['uploads']} uploads"
-                    )
-            if state.audit_errors:
-                n, total = len(state.audit_errors), len(state.results)
-                then = (
-                    f"the run keeps exit status {code} ({audit.OPTIONAL_ENV}=1)"
-                    if audit.optional()
-                    else f"exit status {code}; {audit.OPTIONAL_ENV}=1 runs on without the log"
-                )
-                reporter.error(
-                    f"{n} of {total} results not recorded in the audit log "
-                    f"{audit.log_path(state.root)}: {then}"
-                )
+            _finish_view(run, code, command)
     finally:
         reporter.live_stop()
         state.close()
     return code
+
+
+_FOLD_WORDS = {"1": True, "yes": True, "on": True, "true": True}
+_FOLD_WORDS.update({"0": False, "no": False, "off": False, "false": False})
+
+
+def _start_view(run: Run, fold: bool | None, odd: bool) -> None:
+    """The live view's settings, then the view itself. A `fold` not given comes from
+    FLEETOPS_FOLD, else from the number of hosts."""
+    reporter = run.state.reporter
+    if fold is None:
+        fold = _FOLD_WORDS.get(os.environ.get("FLEETOPS_FOLD", "").strip().lower())
+    if fold is None:
+        fold = len(run.hosts) >= FOLD_MIN_HOSTS
+    reporter.fold = fold
+    reporter.odd = odd
+    reporter.who = identities((h.name, h.address, h.port) for h in run.hosts)
+    reporter.live_start([h.name for h in run.hosts])
+
+
+def _exit_code(state: RunState, view: bool, reports: dict[str, str] | None) -> int:
+    """The run's exit status: the results', then a missing audit line, a Ctrl-C, a report file not
+    written, each overriding what it must."""
+    code = exit_status(state.results)
+    if state.audit_errors and not audit.optional():
+        code = EXIT_AUDIT
+    if state.interrupted.is_set():
+        code = EXIT_INTERRUPTED
+        if view:
+            _say_what_was_done(state)
+    if reports and not _write_reports(state, reports) and code == 0:
+        # a timer's run whose file was not written must not look like a good one
+        code = EXIT_FAILED
+    return code
+
+
+def _finish_view(run: Run, code: int, command: list[str] | None) -> None:
+    """The recap (or the JSON document), the re-run command, the trace and audit notes."""
+    state = run.state
+    reporter = state.reporter
+    tracing = bool(os.environ.get("FLEETOPS_TRACE"))
+    extra: dict[str, Any] = {}
+    if tracing or reporter.json_mode:
+        extra["counters"] = COUNTERS.per_host
+    if state.audit_errors:
+        extra["audit_errors"] = state.audit_errors
+    again, not_run = rerun_hosts(state.results)
+    if not_run:
+        extra["not_run_hosts"] = not_run
+    rerun = rerun_command(command, again) if command and again else None
+    if command is not None:
+        _write_last_failed(state.root, again, rerun, code, [h.name for h in run.hosts])
+    reporter.finish(
+        state.results,
+        code,
+        extra or None,
+        fleet_sections(state.results, fold=reporter.fold),
+        rerun=rerun,
+        rerun_label="re-run the failed and not-run hosts" if not_run else None,
+    )
+    if tracing and not reporter.json_mode:
+        _trace_notes(state)
+    if state.audit_errors:
+        _audit_errors_line(state, code)
+
+
+def _trace_notes(state: RunState) -> None:
+    """FLEETOPS_TRACE: what each host cost in connections, execs and uploads."""
+    for name, row in COUNTERS.per_host.items():
+        state.reporter.note(
+            f"trace {name}: {row['connections']} connections, {row['execs']} execs, "
+            f"{row['uploads']} uploads"
+        )
+
+
+def _audit_errors_line(state: RunState, code: int) -> None:
+    """Results the audit log did not take, and what that does to the exit status."""
+    n, total = len(state.audit_errors), len(state.results)
+    if audit.optional():
+        then = f"the run keeps exit status {code} ({audit.OPTIONAL_ENV}=1)"
+    else:
+        then = f"exit status {code}; {audit.OPTIONAL_ENV}=1 runs on without the log"
+    state.reporter.error(
+        f"{n} of {total} results not recorded in the audit log {audit.log_path(state.root)}: {then}"
+    )
 
 
 def _write_reports(state: RunState, reports: dict[str, str]) -> bool:

@@ -32,6 +32,48 @@ def megabytes(kib: int | None) -> str:
     return NONE if not kib else f"{kib / 1024:.1f}M"
 
 
+_LEFT = ("host", "user", "jump")
+
+
+def _live_table(directory: str, live: list[dict[str, Any]]) -> None:
+    """The live masters, one row each, and their memory in all when there are several."""
+    table = rich().Table(
+        title=escape(f"ssh master connections ({directory})"), title_justify="left"
+    )
+    for header in ("host", "user", "port", "jump", "age", "idle", "pid", "rss"):
+        table.add_column(header, no_wrap=True, justify="left" if header in _LEFT else "right")
+    for r in live:
+        table.add_row(
+            escape(r["host"]),
+            escape(r["user"] or NONE),
+            str(r["port"] or NONE),
+            escape(r["jump"] or NONE),
+            duration(r["age_s"]),
+            duration(r["idle_s"]),
+            str(r["pid"]),
+            megabytes(r.get("rss_kib")),
+        )
+    rich().Console(emoji=False, highlight=False).print(table)
+    known = [r["rss_kib"] for r in live if r.get("rss_kib")]
+    if len(live) > 1 and known:
+        print(
+            f"{len(live)} masters, {megabytes(sum(known))} "
+            "resident in all (shared pages counted in each)"
+        )
+
+
+def _not_live(r: dict[str, Any]) -> str | None:
+    """The line for a socket whose master is gone or could not be asked; None for a live one."""
+    if r["state"] == "stale":
+        return (
+            f"{shown(r['host'])}: stale socket {r['socket']} (its master is gone; `fleet "
+            "disconnect` removes it)"
+        )
+    if r["state"] == "unknown":
+        return f"{shown(r['host'])}: {r['error']}"
+    return None
+
+
 def show_connections(survey: dict[str, Any], as_json: bool = False) -> int:
     if survey["error"]:
         print(f"connections: {survey['error']}", file=sys.stderr)
@@ -44,46 +86,15 @@ def show_connections(survey: dict[str, Any], as_json: bool = False) -> int:
         return EXIT_OK
     live = [r for r in rows if r["state"] == "live"]
     if live:
-        table = rich().Table(
-            title=escape(f"ssh master connections ({survey['directory']})"), title_justify="left"
-        )
-        for header in ("host", "user", "port", "jump", "age", "idle", "pid", "rss"):
-            table.add_column(
-                header,
-                no_wrap=True,
-                justify="left" if header in ("host", "user", "jump") else "right",
-            )
-        for r in live:
-            table.add_row(
-                escape(r["host"]),
-                escape(r["user"] or NONE),
-                str(r["port"] or NONE),
-                escape(r["jump"] or NONE),
-                duration(r["age_s"]),
-                duration(r["idle_s"]),
-                str(r["pid"]),
-                megabytes(r.get("rss_kib")),
-            )
-        rich().Console(emoji=False, highlight=False).print(table)
-        known = [r["rss_kib"] for r in live if r.get("rss_kib")]
-        if len(live) > 1 and known:
-            print(
-                f"{len(live)} masters, {megabytes(sum(known))} "
-                "resident in all (shared pages counted in each)"
-            )
+        _live_table(survey["directory"], live)
+    elif survey["directory"]:
+        print(f"no ssh master connections ({survey['directory']})")
     else:
-        print(
-            "no ssh master connections"
-            + (f" ({survey['directory']})" if survey["directory"] else "")
-        )
+        print("no ssh master connections")
     for r in rows:
-        if r["state"] == "stale":
-            print(
-                f"{shown(r['host'])}: stale socket {r['socket']} (its master is gone; `fleet "
-                "disconnect` removes it)"
-            )
-        elif r["state"] == "unknown":
-            print(f"{shown(r['host'])}: {r['error']}")
+        line = _not_live(r)
+        if line is not None:
+            print(line)
     return EXIT_OK
 
 

@@ -148,72 +148,92 @@ LOAD_FINE = Kind(OK, "load", 99, "what keeps the CPUs busy")
 
 
 # ---------------------------------------------------------------- the pieces, each pure
-def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
-    """One line: patched / not patched / drifted (the patch's own check mode, per file), and whether
-    the playbook's fast checks (requires, grep, compile) agree."""
-    items = checks.get("items", []) if not checks.get("error") else []
-    failed = [i for i in items if not i["ok"]]
-    counts = (
-        f"{len(items) - len(failed)}/{len(items)} fast checks pass" if items else "no fast checks"
+@dataclass(frozen=True)
+class _FastChecks:
+    """The playbook's fast checks (requires, grep, compile) as patch_state words them."""
+
+    items: list[dict]
+    failed: list[dict]
+
+    @property
+    def counts(self) -> str:
+        if not self.items:
+            return "no fast checks"
+        return f"{len(self.items) - len(self.failed)}/{len(self.items)} fast checks pass"
+
+    @property
+    def first_bad(self) -> str:
+        if not self.failed:
+            return ""
+        return f"; first failing: {self.failed[0]['name']}: {self.failed[0]['msg']}"
+
+    @property
+    def tail(self) -> str:
+        return f"{self.counts}{self.first_bad}"
+
+
+def _fast_checks(checks: dict) -> _FastChecks:
+    items = [] if checks.get("error") else checks.get("items", [])
+    return _FastChecks(items, [i for i in items if not i["ok"]])
+
+
+def _short_modules(files: list[dict], status: str) -> str:
+    """The last dotted part of each file's module whose check mode answered `status`."""
+    return ", ".join(
+        str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == status
     )
-    details: dict = {
-        "checks": [
-            {"name": i["name"], "kind": i["kind"], "ok": i["ok"], "msg": i["msg"]} for i in items
-        ]
-    }
-    first_bad = f"; first failing: {failed[0]['name']}: {failed[0]['msg']}" if failed else ""
-    files = (patch or {}).get("items") or []
-    words = [f.get("status") for f in files]
-    details["files"] = [
-        {"module": f.get("module"), "status": f.get("status"), "msg": f.get("msg")} for f in files
-    ]
-    if REFUSED in words or any(i["kind"] == "requires" for i in failed):
-        why = (
-            next((f["msg"] for f in files if f.get("status") == REFUSED), None) or failed[0]["msg"]
+
+
+def _refusal(files: list[dict], fast: _FastChecks) -> str | None:
+    """Why the installed packages are the wrong ones, or None when nothing says so."""
+    refused = [f for f in files if f.get("status") == REFUSED]
+    if not refused and not any(i["kind"] == "requires" for i in fast.failed):
+        return None
+    if refused and refused[0]["msg"]:
+        return str(refused[0]["msg"])
+    return str(fast.failed[0]["msg"])
+
+
+def _patched_finding(host: str, files: list[dict], fast: _FastChecks, details: dict) -> Finding:
+    """Every file already carries the patch: do the fast checks agree?"""
+    if fast.failed:
+        return PATCHED_CHECKS_FAIL(
+            f"patched, but {fast.tail}", _fab(host, "verify"), details=details
         )
-        return WRONG_PACKAGES(f"wrong packages: {why}", _fab(host, "facts"), details=details)
-    if DRIFTED in words:
-        which = ", ".join(
-            str(f.get("module")).rsplit(".", 1)[-1] for f in files if f.get("status") == DRIFTED
-        )
-        return PATCH_DRIFTED(
-            f"drifted: {which} matches neither the original nor the patched form "
-            f"({counts}{first_bad})",
-            _fab(host, "patch", "--check"),
-            details=details,
-        )
-    if files and all(w == ALREADY_APPLIED for w in words):
-        if failed:
-            return PATCHED_CHECKS_FAIL(
-                f"patched, but {counts}{first_bad}", _fab(host, "verify"), details=details
-            )
-        return PATCHED(
-            f"patched ({len(files)} files; {counts})", _fab(host, "verify"), details=details
-        )
-    if files and all(w == WOULD_APPLY for w in words):
+    return PATCHED(
+        f"patched ({len(files)} files; {fast.counts})", _fab(host, "verify"), details=details
+    )
+
+
+def _files_finding(host: str, files: list[dict], fast: _FastChecks, details: dict) -> Finding:
+    """The verdict when the patch's check mode answered for each file."""
+    words = {f.get("status") for f in files}
+    if words == {ALREADY_APPLIED}:
+        return _patched_finding(host, files, fast, details)
+    if words == {WOULD_APPLY}:
         return NOT_PATCHED(
-            f"not patched: {len(files)} files as installed ({counts})",
+            f"not patched: {len(files)} files as installed ({fast.counts})",
             _fab(host, "patch", "verify"),
             details=details,
         )
-    if files and set(words) <= {WOULD_APPLY, ALREADY_APPLIED}:
-        done = ", ".join(
-            str(f.get("module")).rsplit(".", 1)[-1]
-            for f in files
-            if f.get("status") == ALREADY_APPLIED
-        )
+    if words == {WOULD_APPLY, ALREADY_APPLIED}:
         return PATCHED_IN_PART(
-            f"drifted: only partly patched ({done} patched, the rest not; {counts})",
+            f"drifted: only partly patched ({_short_modules(files, ALREADY_APPLIED)} patched, "
+            f"the rest not; {fast.counts})",
             _fab(host, "patch", "--check"),
             details=details,
         )
-    if files:
-        return PATCH_UNCLEAR(
-            f"the patch's check mode answered {sorted(set(map(str, words)))}: "
-            f"{files[0].get('msg')}",
-            _fab(host, "patch", "--check"),
-            details=details,
-        )
+    return PATCH_UNCLEAR(
+        f"the patch's check mode answered {sorted(set(map(str, words)))}: {files[0].get('msg')}",
+        _fab(host, "patch", "--check"),
+        details=details,
+    )
+
+
+def _unchecked_finding(
+    host: str, checks: dict, patch: dict | None, fast: _FastChecks, details: dict
+) -> Finding:
+    """The verdict when no file was checked: the playbook has no patches, or a check failed."""
     if patch and patch.get("error"):
         return PATCH_UNCLEAR(
             f"not checked: {patch['error']}", _fab(host, "patch", "--check"), details=details
@@ -222,11 +242,41 @@ def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
         return CHECKS_UNREAD(
             f"not checked: {checks['error']}", _fab(host, "verify"), details=details
         )
-    if failed:
-        return CHECKS_FAIL(f"{counts}{first_bad}", _fab(host, "verify"), details=details)
+    if fast.failed:
+        return CHECKS_FAIL(fast.tail, _fab(host, "verify"), details=details)
     return NO_PATCHES(
-        f"the playbook has no patches; {counts}", _fab(host, "verify"), details=details
+        f"the playbook has no patches; {fast.counts}", _fab(host, "verify"), details=details
     )
+
+
+def patch_state(host: str, checks: dict, patch: dict | None = None) -> Finding:
+    """One line: patched / not patched / drifted (the patch's own check mode, per file), and whether
+    the playbook's fast checks (requires, grep, compile) agree."""
+    fast = _fast_checks(checks)
+    files = (patch or {}).get("items") or []
+    details: dict = {
+        "checks": [
+            {"name": i["name"], "kind": i["kind"], "ok": i["ok"], "msg": i["msg"]}
+            for i in fast.items
+        ],
+        "files": [
+            {"module": f.get("module"), "status": f.get("status"), "msg": f.get("msg")}
+            for f in files
+        ],
+    }
+    why = _refusal(files, fast)
+    if why is not None:
+        return WRONG_PACKAGES(f"wrong packages: {why}", _fab(host, "facts"), details=details)
+    if any(f.get("status") == DRIFTED for f in files):
+        return PATCH_DRIFTED(
+            f"drifted: {_short_modules(files, DRIFTED)} matches neither the original nor the "
+            f"patched form ({fast.tail})",
+            _fab(host, "patch", "--check"),
+            details=details,
+        )
+    if files:
+        return _files_finding(host, files, fast, details)
+    return _unchecked_finding(host, checks, patch, fast, details)
 
 
 def _gpu_label(bus: str | None, index_by_bus: dict[str, int]) -> str:
@@ -298,36 +348,35 @@ def xid_findings(host: str, events: list[XidEvent], index_by_bus: dict[str, int]
     return out
 
 
-def gpu_findings(
-    host: str, expected: int | None, snap: dict, xml: dict, job_pids: frozenset[int] = frozenset()
-) -> tuple[list[Finding], dict[str, int]]:
-    """GPU count against the inventory, values nvidia-smi could not read, foreign holders (the job's
-    own processes, even those an ended job left behind, are the processes finding's),
-    ECC/remap/throttle."""
-    out: list[Finding] = []
-    index_by_bus: dict[str, int] = {}
+def _smi_unusable(host: str, snap: dict) -> Finding | None:
+    """The finding when nvidia-smi is missing or fails, None when it answered."""
     if snap.get("error_kind") == "no_nvidia_smi":
-        out.append(
-            NO_NVIDIA_SMI(
-                f"GPUs not checked: {snap['error']}",
-                _run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia"),
-            )
+        return NO_NVIDIA_SMI(
+            f"GPUs not checked: {snap['error']}",
+            _run_cmd(host, "ls -l /usr/bin/nvidia-smi /dev/nvidia*; lsmod | grep nvidia"),
         )
-        return out, index_by_bus
     if not snap.get("ok"):
-        out.append(
-            NVIDIA_SMI_FAILS(f"nvidia-smi fails: {snap.get('error')}", _run_cmd(host, "nvidia-smi"))
+        return NVIDIA_SMI_FAILS(
+            f"nvidia-smi fails: {snap.get('error')}", _run_cmd(host, "nvidia-smi")
         )
-        return out, index_by_bus
-    # xml.etree and the Xid table,
-    from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml
+    return None
+
+
+def _index_by_bus(gpus: list[dict]) -> dict[str, int]:
+    """Each GPU's index by its PCI bus, in the kernel log's spelling of the bus."""
     from ..plans.kernellog import bus_key  # ~15 ms: only when a node's GPUs are there to be checked
 
-    gpus = snap.get("gpus", [])
+    index_by_bus: dict[str, int] = {}
     for g in gpus:
         key = bus_key(g.get("bus_id"))
         if key and g.get("index") is not None:
             index_by_bus[key] = int(g["index"])
+    return index_by_bus
+
+
+def _gpu_count_findings(host: str, expected: int | None, gpus: list[dict]) -> list[Finding]:
+    """GPUs missing against the inventory, and values nvidia-smi could not read, per GPU."""
+    out: list[Finding] = []
     if expected is not None and len(gpus) < expected:
         out.append(
             GPUS_MISSING(
@@ -344,67 +393,97 @@ def gpu_findings(
                     area=f"gpu{g.get('index')}",
                 )
             )
+    return out
+
+
+def _foreign_finding(host: str, gpus: list[dict], job_pids: frozenset[int]) -> Finding | None:
+    """GPUs held by processes no fleetops job started (nor left behind)."""
     foreign = [
         (g, p)
         for g in gpus
         for p in g.get("processes", [])
         if not p.get("job") and p["pid"] not in job_pids
     ]
+    if not foreign:
+        return None
     held = ", ".join(
         f"GPU {g['index']}: pid {p['pid']} {p.get('name')} {p.get('used_mib')} MiB, user "
         f"{p.get('user') or '?'}"
         for g, p in foreign
     )
-    if foreign:
-        out.append(
-            FOREIGN_GPU_PROCESSES(
-                f"GPUs held by processes that are not a fleetops job: {held}",
-                _fab(host, "gpu"),
-                details={"foreign": [p for _, p in foreign]},
-            )
-        )
+    return FOREIGN_GPU_PROCESSES(
+        f"GPUs held by processes that are not a fleetops job: {held}",
+        _fab(host, "gpu"),
+        details={"foreign": [p for _, p in foreign]},
+    )
+
+
+def _health_finding(host: str, h: Any) -> Finding:
+    """One GPU's ECC / retired pages / row remapping / throttling problem."""
+    label = f"gpu{h.gpu.index}" if h.gpu.index is not None else "gpu"
+    kind = GPU_HEALTH_CRITICAL if h.severity is CRITICAL else GPU_HEALTH_WARN
+    return kind(
+        f"GPU {h.gpu.index} ({h.gpu.bus_id}): {h.what}: {h.action}",
+        _run_cmd(
+            host,
+            f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE",
+        ),
+        area=label,
+    )
+
+
+def _health_findings(host: str, xml: dict) -> tuple[list[Finding], list[Any]]:
+    """The findings of `nvidia-smi -q -x` and the per-GPU health they were drawn from."""
+    from ..plans.gpuhealth import HealthParseError, assess, parse_health_xml  # xml.etree
+
     if xml.get("error"):
+        unread = f"ECC / retired pages / row remapping not read: {xml['error']}"
+        return [GPU_HEALTH_UNREAD(unread, _run_cmd(host, "nvidia-smi -q -x | head"))], []
+    if not xml.get("xml"):
+        return [], []
+    out: list[Finding] = []
+    try:
+        health = parse_health_xml(xml["xml"])
+    except HealthParseError as exc:
         out.append(
             GPU_HEALTH_UNREAD(
-                f"ECC / retired pages / row remapping not read: {xml['error']}",
-                _run_cmd(host, "nvidia-smi -q -x | head"),
+                f"nvidia-smi -q -x unreadable: {exc}", _run_cmd(host, "nvidia-smi -q -x | head")
             )
         )
-    elif xml.get("xml"):
-        try:
-            health = parse_health_xml(xml["xml"])
-        except HealthParseError as exc:
-            out.append(
-                GPU_HEALTH_UNREAD(
-                    f"nvidia-smi -q -x unreadable: {exc}", _run_cmd(host, "nvidia-smi -q -x | head")
-                )
-            )
-            health = []
-        for h in assess(health):
-            label = f"gpu{h.gpu.index}" if h.gpu.index is not None else "gpu"
-            kind = GPU_HEALTH_CRITICAL if h.severity is CRITICAL else GPU_HEALTH_WARN
-            out.append(
-                kind(
-                    f"GPU {h.gpu.index} ({h.gpu.bus_id}): {h.what}: {h.action}",
-                    _run_cmd(
-                        host,
-                        f"nvidia-smi -q -i {_q(h.gpu.index)} -d ECC,PAGE_RETIREMENT,"
-                        "ROW_REMAPPER,PERFORMANCE",
-                    ),
-                    area=label,
-                )
-            )
-        if health and not any(f.area.startswith("gpu") and f.verdict != OK for f in out):
-            vol = sum(h.ecc.get("volatile", {}).get("uncorrectable", 0) for h in health)
-            out.append(
-                GPUS_FINE(
-                    f"{len(gpus)} GPUs ({', '.join(sorted({str(g.get('name')) for g in gpus}))})"
-                    f", {vol} uncorrectable ECC errors, no pending remap or retirement, no "
-                    "hardware throttling",
-                    _fab(host, "gpu"),
-                )
-            )
-    return out, index_by_bus
+        health = []
+    out.extend(_health_finding(host, h) for h in assess(health))
+    return out, health
+
+
+def _gpus_fine(host: str, gpus: list[dict], health: list[Any]) -> Finding:
+    vol = sum(h.ecc.get("volatile", {}).get("uncorrectable", 0) for h in health)
+    names = ", ".join(sorted({str(g.get("name")) for g in gpus}))
+    return GPUS_FINE(
+        f"{len(gpus)} GPUs ({names}), {vol} uncorrectable ECC errors, no pending remap or "
+        "retirement, no hardware throttling",
+        _fab(host, "gpu"),
+    )
+
+
+def gpu_findings(
+    host: str, expected: int | None, snap: dict, xml: dict, job_pids: frozenset[int] = frozenset()
+) -> tuple[list[Finding], dict[str, int]]:
+    """GPU count against the inventory, values nvidia-smi could not read, foreign holders (the job's
+    own processes, even those an ended job left behind, are the processes finding's),
+    ECC/remap/throttle."""
+    unusable = _smi_unusable(host, snap)
+    if unusable is not None:
+        return [unusable], {}
+    gpus = snap.get("gpus", [])
+    out = _gpu_count_findings(host, expected, gpus)
+    foreign = _foreign_finding(host, gpus, job_pids)
+    if foreign is not None:
+        out.append(foreign)
+    health_out, health = _health_findings(host, xml)
+    out.extend(health_out)
+    if health and not any(f.area.startswith("gpu") and f.verdict != OK for f in out):
+        out.append(_gpus_fine(host, gpus, health))
+    return out, _index_by_bus(gpus)
 
 
 def drain_finding(host: str, marker: dict | None) -> Finding | None:
@@ -420,44 +499,70 @@ def drain_finding(host: str, marker: dict | None) -> Finding | None:
     )
 
 
-def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
-    out = []
+def _disk_finding(host: str, d: dict) -> tuple[Finding | None, str]:
+    """A full or low filesystem's finding, else None and its words on the healthy line."""
+    free_pct = 100 * d["free_bytes"] / d["total_bytes"]
+    inode_pct = 100.0
+    if d.get("inodes_total"):
+        inode_pct = 100 * d["inodes_free"] / d["inodes_total"]
+    free_gib = f"{d['free_bytes'] / 2**30:.1f}"
+    text = (
+        f"{d['label']} {d['path']}: {free_gib} GiB free ({free_pct:.0f}%), "
+        f"inodes {inode_pct:.0f}% free"
+    )
+    nxt = _run_cmd(host, f"df -h {_q(d['path'])}; df -i {_q(d['path'])}")
+    if free_pct < 1 or inode_pct < 1:
+        return DISK_FULL(text, nxt), ""
+    if free_pct < 5 or inode_pct < 5 or d["free_bytes"] < 2 * 2**30:
+        return DISK_LOW(text, nxt), ""
+    return None, f"{d['label']} {free_gib} GiB ({free_pct:.0f}%, inodes {inode_pct:.0f}%)"
+
+
+def _disk_findings(host: str, disks: list) -> list[Finding]:
+    """One finding per full or low filesystem, and the healthy ones on one line."""
+    out: list[Finding] = []
     fine: list[str] = []
     for d in disks if isinstance(disks, list) else []:
         if d.get("error") or not d.get("total_bytes"):
             continue
-        free_pct = 100 * d["free_bytes"] / d["total_bytes"]
-        inode_pct = 100 * d["inodes_free"] / d["inodes_total"] if d.get("inodes_total") else 100.0
-        text = (
-            f"{d['label']} {d['path']}: {d['free_bytes'] / 2**30:.1f} GiB free ({free_pct:.0f}%), "
-            f"inodes {inode_pct:.0f}% free"
-        )
-        nxt = _run_cmd(host, f"df -h {_q(d['path'])}; df -i {_q(d['path'])}")
-        if free_pct < 1 or inode_pct < 1:
-            out.append(DISK_FULL(text, nxt))
-        elif free_pct < 5 or inode_pct < 5 or d["free_bytes"] < 2 * 2**30:
-            out.append(DISK_LOW(text, nxt))
+        finding, words = _disk_finding(host, d)
+        if finding is not None:
+            out.append(finding)
         else:
-            fine.append(
-                f"{d['label']} {d['free_bytes'] / 2**30:.1f} "
-                f"GiB ({free_pct:.0f}%, inodes {inode_pct:.0f}%)"
-            )
-    if fine:  # the healthy ones on one line
+            fine.append(words)
+    if fine:
         out.append(DISKS_FINE("free: " + ", ".join(fine), _run_cmd(host, "df -h; df -i")))
-    mem = (load.get("memory_kb") or {}) if isinstance(load, dict) else {}
-    if mem.get("MemTotal"):
-        pct = 100 * mem.get("MemAvailable", 0) / mem["MemTotal"]
-        text = (
-            f"memory: {mem.get('MemAvailable', 0) / 2**20:.1f} "
-            f"of {mem['MemTotal'] / 2**20:.1f} GiB available"
-        )
-        kind = MEMORY_LOW if pct < 5 else MEMORY_FINE
-        out.append(kind(text, _run_cmd(host, "free -m; ps aux --sort=-rss | head")))
-    if isinstance(load, dict) and load.get("load") and load.get("cpus"):
-        l1 = load["load"][0]
-        text = f"load {' '.join(str(x) for x in load['load'])} on {load['cpus']} CPUs"
-        kind = LOAD_HIGH if l1 > 2 * load["cpus"] else LOAD_FINE
-        out.append(kind(text, _run_cmd(host, "top -bn1 | head -20")))
+    return out
+
+
+def _memory_finding(host: str, load: dict) -> Finding | None:
+    mem = load.get("memory_kb") or {}
+    if not mem.get("MemTotal"):
+        return None
+    pct = 100 * mem.get("MemAvailable", 0) / mem["MemTotal"]
+    text = (
+        f"memory: {mem.get('MemAvailable', 0) / 2**20:.1f} "
+        f"of {mem['MemTotal'] / 2**20:.1f} GiB available"
+    )
+    kind = MEMORY_LOW if pct < 5 else MEMORY_FINE
+    return kind(text, _run_cmd(host, "free -m; ps aux --sort=-rss | head"))
+
+
+def _load_finding(host: str, load: dict) -> Finding | None:
+    if not (load.get("load") and load.get("cpus")):
+        return None
+    text = f"load {' '.join(str(x) for x in load['load'])} on {load['cpus']} CPUs"
+    kind = LOAD_HIGH if load["load"][0] > 2 * load["cpus"] else LOAD_FINE
+    return kind(text, _run_cmd(host, "top -bn1 | head -20"))
+
+
+def resource_findings(host: str, disks: list, load: dict) -> list[Finding]:
+    out = _disk_findings(host, disks)
+    if not isinstance(load, dict):
+        return out
+    for finding in (_memory_finding(host, load), _load_finding(host, load)):
+        if finding is not None:
+            out.append(finding)
     return out
 
 
@@ -550,6 +655,27 @@ def oom_elsewhere(host: str, job: dict, kills: list[OomKill], earlier: object) -
     return out
 
 
+def _patch_finding(name: str, answer: dict, book: Playbook | None) -> Finding:
+    """The patch's state, judged against what the playbook allows (prereleases, its requires)."""
+    allow = bool(book and book.allow_prereleases)
+    patch = answer.get("patch")
+    if isinstance(patch, dict):
+        patch = judged_patch(patch, allow, book.requires_hint if book else "")
+    return patch_state(name, judged_checks(answer.get("checks") or {}, allow), patch)
+
+
+def _job_patterns(host: Host, job: dict, book: Playbook | None) -> tuple[Any, list[Any]]:
+    """The progress and failure patterns of the job's spec in the playbook, else the defaults."""
+    jobs = (book.jobs if book is not None else None) or {}
+    if job.get("name") in jobs:
+        try:
+            spec = resolve(job["name"], jobs[job["name"]], host.groups)
+            return spec.progress, spec.failures
+        except ConfigError:
+            pass
+    return re.compile(DEFAULT_PROGRESS), [re.compile(p) for p in DEFAULT_FAILURES]
+
+
 def assess_answer(
     host: Host, answer: dict, sent: float, received: float, book: Playbook | None
 ) -> list[Finding]:
@@ -559,11 +685,7 @@ def assess_answer(
     f = clock_finding(name, clock.get("epoch"), sent, received)
     if f:
         findings.append(f)
-    allow = bool(book and book.allow_prereleases)
-    patch = answer.get("patch")
-    if isinstance(patch, dict):
-        patch = judged_patch(patch, allow, book.requires_hint if book else "")
-    findings.append(patch_state(name, judged_checks(answer.get("checks") or {}, allow), patch))
+    findings.append(_patch_finding(name, answer, book))
     drained = drain_finding(name, answer.get("drain"))
     if drained:
         findings.append(drained)
@@ -577,18 +699,8 @@ def assess_answer(
     kernel = {**(answer.get("kernel") or {}), "boot_time": clock.get("boot_time")}
     kern_f, kills = kernel_findings(name, kernel, index_by_bus)
     findings += kern_f
-    job = with_state(answer.get("job") or {}, (answer.get("clock") or {}).get("epoch"))
-    progress_rx, failure_rxs = (
-        re.compile(DEFAULT_PROGRESS),
-        [re.compile(p) for p in DEFAULT_FAILURES],
-    )
-    jobs = (book.jobs if book is not None else None) or {}
-    if job.get("name") in jobs:
-        try:
-            spec = resolve(job["name"], jobs[job["name"]], host.groups)
-            progress_rx, failure_rxs = spec.progress, spec.failures
-        except ConfigError:
-            pass
+    job = with_state(answer.get("job") or {}, clock.get("epoch"))
+    progress_rx, failure_rxs = _job_patterns(host, job, book)
     findings += job_findings(name, job, kills, not kernel.get("error"), progress_rx, failure_rxs)
     findings += oom_elsewhere(name, job, kills, answer.get("earlier_jobs"))
     findings += process_findings(name, job, answer.get("processes") or [])
@@ -598,6 +710,23 @@ def assess_answer(
 
 def verdict_of(findings: list[Finding]) -> Severity:
     return max((f.verdict for f in findings), default=OK)
+
+
+def _headline(findings: list[Finding], verdict: Severity, top: Finding | None) -> str:
+    """The worst finding's words, and how many more are not OK."""
+    if top is None or verdict == OK:
+        return f"{verdict}: nothing wrong found"
+    others = sum(1 for f in findings if f.verdict != OK) - 1
+    more = f" (+{others} more)" if others > 0 else ""
+    return f"{verdict}: {top.msg}{more}"
+
+
+def _summary_row(host: str, verdict: Severity, top: Finding | None) -> SummaryRow:
+    """One row of a fleet summary (host, verdict, what, the worst finding, its first command), for
+    report/."""
+    if top is None:
+        return SummaryRow(host, verdict, "-", "-", "-")
+    return SummaryRow(host, verdict, top.area, top.msg, top.next[0] if top.next else "-")
 
 
 def _result(
@@ -612,10 +741,6 @@ def _result(
     ones that are not OK, and -v all of them."""
     verdict = verdict_of(findings)
     top = next((f for f in findings if f.verdict == verdict), None)
-    others = sum(1 for f in findings if f.verdict != OK) - (1 if top and top.verdict != OK else 0)
-    msg = f"{verdict}: {top.msg if top and verdict != OK else 'nothing wrong found'}"
-    if others > 0:
-        msg += f" (+{others} more)"
     items = [
         Item(
             f.area,
@@ -628,15 +753,7 @@ def _result(
     # Counted as its exit status says (20-22 is a failed host in the recap too), as `gpu` counts its
     # WARN.
     status = Status.OK if verdict == OK else Status.FAILED
-    # One row of a fleet summary (host, verdict, what, the worst finding, its first command), for
-    # report/.
-    summary_row = SummaryRow(
-        host,
-        verdict,
-        top.area if top else "-",
-        top.msg if top else "-",
-        top.next[0] if top and top.next else "-",
-    )
+    summary_row = _summary_row(host, verdict, top)
     payload: Diagnosis
     if node is not None:
         payload = NodeDiagnosis(verdict, list(findings), summary_row, reach=reach, **node)
@@ -646,6 +763,7 @@ def _result(
         payload = Diagnosis(
             verdict, list(findings), summary_row, error_kind=error_kind, reach=reach
         )
+    msg = _headline(findings, verdict, top)
     return Result(host, "diagnose", status, msg, items, code=EXIT_FOR[verdict], payload=payload)
 
 

@@ -238,74 +238,14 @@ class AgentClient:
         instead, every request in flight gets the error (the one waited for raises it; the others
         were sent ahead)."""
         head = session.queue[0]
+        ends: tuple[type[BaseException], ...] = (Overflow, TimeoutError, *self.LINK_ERRORS)
         try:
             line = session.read_line(deadline)
-        except Overflow as exc:
-            evidence = session.evidence(None, head.sent)
-            self._end_session(session)  # its channel closes: the node's agent goes with it
-            self._fail(
-                session,
-                TransportError(
-                    "remote",
-                    f"{self.host.name}: {exc}; its session is dropped and the "
-                    "node's outcome is unknown (a fleetops agent never sends "
-                    f"that much: check what {self.host.python} runs on the "
-                    "node)",
-                    evidence,
-                ),
-            )
-            return
-        except TimeoutError:
-            # the agent's watchdog sees its client go and stops where it is
-            self._end_session(session)
-            self._fail(
-                session,
-                TransportError(
-                    "timeout",
-                    f"{self.host.name}: no answer within {waiting.timeout:.0f}s",
-                    session.evidence(None, head.sent),
-                ),
-            )
-            return
-        except self.LINK_ERRORS as exc:
-            evidence = session.evidence(None, head.sent)
-            self.close()
-            self._fail(
-                session,
-                TransportError(
-                    "lost",
-                    f"connection to {self.host.name} lost during the step "
-                    f"({exc or 'EOF'}); the node's outcome is unknown",
-                    evidence,
-                ),
-            )
+        except ends as exc:
+            self._fail(session, self._read_failed(session, waiting, head, exc))
             return
         if line is None:  # the agent ended instead of answering (refused, no interpreter, crashed)
-            self._end_session(session)
-            code = session.code
-            evidence = session.evidence(code, head.sent)
-            if code is None or code == self.LINK_LOST_STATUS:
-                self.close()
-                error = TransportError(
-                    "lost",
-                    f"connection to {self.host.name} lost during the step; the node's "
-                    "outcome is unknown",
-                    evidence,
-                )
-            elif code == 127:
-                error = TransportError(
-                    "remote",
-                    f"{self.host.name}: the target python {self.host.python} was not "
-                    "found on the node",
-                    evidence,
-                )
-            else:
-                error = TransportError(
-                    "remote",
-                    f"{self.host.name}: the node agent failed (exit {code}) before it answered",
-                    evidence,
-                )
-            self._fail(session, error)
+            self._fail(session, self._ended_early(session, head))
             return
         fresh = session.answered == 0
         session.answered += 1
@@ -323,36 +263,96 @@ class AgentClient:
             )
             return
         if answer.get("bootstrap") is True:  # nothing of ours ran; a next call starts afresh
-            evidence = session.evidence(EXIT_BOOTSTRAP_REFUSED, head.sent)
-            if (
-                fresh
-                and answer.get("error_kind") == "agent_missing"
-                and answer.get("send_agent") is True
-                and self.host.become
-                and not session.retried
-            ):
-                self._send_agent(session)
-                return
-            self._end_session(session)
-            if (
-                fresh
-                and answer.get("error_kind") == "agent_missing"
-                and not session.retried
-                and not self.host.become
-            ):
-                # first visit of this agent version; then every request in flight again
-                self.upload_agent()
-                again = self._agent_session()
-                again.retried = True
-                for ticket in list(session.queue):
-                    self._write(again, ticket, again=True)
-                session.queue.clear()
-                return
-            self._fail(
-                session,
-                TransportError("untrusted", f"{self.host.name}: {answer.get('error')}", evidence),
-            )
+            self._bootstrap_refused(session, head, answer, fresh)
             return
+        self._deliver(session, head, answer)
+
+    def _read_failed(
+        self, session: AgentSession, waiting: Ticket, head: Ticket, exc: BaseException
+    ) -> TransportError:
+        """The session's end when its read fails: too much sent, no answer in time, a lost link.
+        Each ends the session; its evidence is read where the order of the two matters."""
+        if isinstance(exc, Overflow):
+            evidence = session.evidence(None, head.sent)
+            self._end_session(session)  # its channel closes: the node's agent goes with it
+            return TransportError(
+                "remote",
+                f"{self.host.name}: {exc}; its session is dropped and the "
+                "node's outcome is unknown (a fleetops agent never sends "
+                f"that much: check what {self.host.python} runs on the "
+                "node)",
+                evidence,
+            )
+        if isinstance(exc, TimeoutError):
+            # the agent's watchdog sees its client go and stops where it is
+            self._end_session(session)
+            return TransportError(
+                "timeout",
+                f"{self.host.name}: no answer within {waiting.timeout:.0f}s",
+                session.evidence(None, head.sent),
+            )
+        evidence = session.evidence(None, head.sent)
+        self.close()
+        return TransportError(
+            "lost",
+            f"connection to {self.host.name} lost during the step "
+            f"({exc or 'EOF'}); the node's outcome is unknown",
+            evidence,
+        )
+
+    def _ended_early(self, session: AgentSession, head: Ticket) -> TransportError:
+        """The agent ended instead of answering: a lost link, no interpreter, or its own failure."""
+        self._end_session(session)
+        code = session.code
+        evidence = session.evidence(code, head.sent)
+        if code is None or code == self.LINK_LOST_STATUS:
+            self.close()
+            return TransportError(
+                "lost",
+                f"connection to {self.host.name} lost during the step; the node's "
+                "outcome is unknown",
+                evidence,
+            )
+        if code == 127:
+            return TransportError(
+                "remote",
+                f"{self.host.name}: the target python {self.host.python} was not found on the node",
+                evidence,
+            )
+        return TransportError(
+            "remote",
+            f"{self.host.name}: the node agent failed (exit {code}) before it answered",
+            evidence,
+        )
+
+    def _bootstrap_refused(
+        self, session: AgentSession, head: Ticket, answer: dict, fresh: bool
+    ) -> None:
+        """The bootstrap refused before anything of ours ran: the agent is sent (through become)
+        or uploaded (then every request in flight again) on a session's first answer, once;
+        otherwise every request in flight fails as untrusted."""
+        evidence = session.evidence(EXIT_BOOTSTRAP_REFUSED, head.sent)
+        missing = fresh and answer.get("error_kind") == "agent_missing" and not session.retried
+        if missing and answer.get("send_agent") is True and self.host.become:
+            self._send_agent(session)
+            return
+        self._end_session(session)
+        if missing and not self.host.become:
+            # first visit of this agent version; then every request in flight again
+            self.upload_agent()
+            again = self._agent_session()
+            again.retried = True
+            for ticket in list(session.queue):
+                self._write(again, ticket, again=True)
+            session.queue.clear()
+            return
+        self._fail(
+            session,
+            TransportError("untrusted", f"{self.host.name}: {answer.get('error')}", evidence),
+        )
+
+    def _deliver(self, session: AgentSession, head: Ticket, answer: dict) -> None:
+        """The answer onto the oldest ticket, or the session reset when it answers another."""
         evidence = session.evidence(0, head.sent)
         session.answered_one()
         if answer.get("_id") != head.id:

@@ -110,38 +110,18 @@ def handshake(chan: Channel, host: Host, sudo: Sudo, shown: str, timeout: float)
     sent = False
     sudo.start(chan)
     while True:
-        while chan.recv_ready():
-            out += chan.recv(65536)
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(65536)
+        _receive(chan, out, err)
         said = _said(err, sudo)
-        if said.asked_after:
+        trouble = _prompt_trouble(host, said)
+        if trouble is not None:
             chan.close()
-            raise TransportError(
-                "auth",
-                f"{host.name}: the password prompt came again after sudo had accepted the "
-                "password: something other than sudo asked for it; it was not sent "
-                f"again, and nothing more runs on {host.name} (check what {host.python} "
-                "is)",
-                _evidence(shown, None, err, started, sudo),
-            )
-        if said.prompts > 1:
-            chan.close()
-            raise TransportError(
-                "auth",
-                f"{host.name}: sudo did not accept the become password for "
-                f"{host.user or 'the login user'}; check it and run again (it was sent "
-                "once; nothing ran as root)",
-                _evidence(shown, None, err, started, sudo),
-            )
+            raise TransportError("auth", trouble, _evidence(shown, None, err, started, sudo))
         if said.prompts == 1 and not sent and sudo.password is not None and not said.validated:
             chan.sendall((sudo.password + "\n").encode())
             sent = True
         newline = out.find(b"\n")
         if newline >= 0:
-            if bytes(out[:newline]).strip() == READY_LINE and (
-                sudo.password is None or said.validated
-            ):
+            if _is_ready(bytes(out[:newline]), sudo, said):
                 return bytes(out[newline + 1 :])
             chan.close()
             raise TransportError(
@@ -154,25 +134,63 @@ def handshake(chan: Channel, host: Host, sudo: Sudo, shown: str, timeout: float)
             code = chan.recv_exit_status()
             chan.close()
             raise refused(host, code, err, shown, started, sudo)
-        if len(out) + len(err) > MAX_HANDSHAKE_BYTES:
-            chan.close()
-            raise TransportError(
-                "remote",
-                f"{host.name}: sudo and the agent sent more than "
-                f"{MAX_HANDSHAKE_BYTES} bytes before the agent was ready; nothing was "
-                "sent to it",
-                _evidence(shown, None, err, started, sudo),
-            )
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        stuck = _stuck(host, len(out) + len(err), remaining, timeout)
+        if stuck is not None:
             chan.close()
-            raise TransportError(
-                "timeout",
-                f"{host.name}: the agent did not start through sudo within "
-                f"{timeout:.0f}s (sudo waiting for something?); nothing ran",
-                _evidence(shown, None, err, started, sudo),
-            )
+            kind, msg = stuck
+            raise TransportError(kind, msg, _evidence(shown, None, err, started, sudo))
         select.select([chan], [], [], min(remaining, 0.5))
+
+
+def _receive(chan: Channel, out: bytearray, err: bytearray) -> None:
+    """What the channel holds now, on stdout and on stderr."""
+    while chan.recv_ready():
+        out += chan.recv(65536)
+    while chan.recv_stderr_ready():
+        err += chan.recv_stderr(65536)
+
+
+def _prompt_trouble(host: Host, said: _Said) -> str | None:
+    """Why the handshake stops at a password prompt: one after sudo accepted the password, or a
+    second one (the password was wrong). None when the prompts are as they should be."""
+    if said.asked_after:
+        return (
+            f"{host.name}: the password prompt came again after sudo had accepted the "
+            "password: something other than sudo asked for it; it was not sent "
+            f"again, and nothing more runs on {host.name} (check what {host.python} "
+            "is)"
+        )
+    if said.prompts > 1:
+        return (
+            f"{host.name}: sudo did not accept the become password for "
+            f"{host.user or 'the login user'}; check it and run again (it was sent "
+            "once; nothing ran as root)"
+        )
+    return None
+
+
+def _is_ready(first_line: bytes, sudo: Sudo, said: _Said) -> bool:
+    """The agent's ready line, after sudo validated the password when there was one."""
+    return first_line.strip() == READY_LINE and (sudo.password is None or said.validated)
+
+
+def _stuck(host: Host, received: int, remaining: float, timeout: float) -> tuple[str, str] | None:
+    """The handshake given up on: too much said before the ready line, or no ready line in time."""
+    if received > MAX_HANDSHAKE_BYTES:
+        return (
+            "remote",
+            f"{host.name}: sudo and the agent sent more than "
+            f"{MAX_HANDSHAKE_BYTES} bytes before the agent was ready; nothing was "
+            "sent to it",
+        )
+    if remaining <= 0:
+        return (
+            "timeout",
+            f"{host.name}: the agent did not start through sudo within "
+            f"{timeout:.0f}s (sudo waiting for something?); nothing ran",
+        )
+    return None
 
 
 class _Said:
@@ -190,6 +208,53 @@ def _said(err: bytes | bytearray, sudo: Sudo) -> _Said:
     return _Said(before.count(sudo.nonce), bool(marker), sudo.nonce in after)
 
 
+def _said_by_sudo(text: str, code: int) -> str:
+    """sudo's own line, else the last thing said, else the exit status."""
+    lines = [
+        line.strip() for line in text.splitlines() if line.strip() and line.strip() != VALIDATED
+    ]
+    fallback = lines[-1] if lines else f"exit {code}"
+    return next((line for line in lines if line.startswith("sudo")), fallback)
+
+
+def _password_step(host: Host, text: str, sudo: Sudo | None, user: str) -> str:
+    """sudo wanted a password to run the agent: why fleetops did not (or could not) give it."""
+    if sudo is not None and sudo.spent:
+        return (
+            "sudo asked for the password again, to start the agent a second time in this run; "
+            f"fleetops sends it once per host and run, never again: run again, or give {user} a "
+            f"sudoers entry with NOPASSWD for {host.python}"
+        )
+    if VALIDATED in text:
+        # sudo -v took the password, then sudo asked for it again for the command: fleetops sends it
+        # once
+        return (
+            f"sudo accepted the password but asked for it again to run {host.python} (its "
+            f"credential cache is off for {user}: timestamp_timeout=0?); the password is sent "
+            f"once, never again: give {user} a sudoers entry with NOPASSWD for {host.python}"
+        )
+    return (
+        f"give {user} a sudoers entry with NOPASSWD for {host.python}, or run again with "
+        "--ask-become-pass to type sudo's password"
+    )
+
+
+def _next_step(host: Host, code: int, text: str, sudo: Sudo | None, user: str) -> str:
+    if code == 127:
+        return "install sudo on the node, or leave out become: for this host"
+    if host.python in text and ("command not found" in text or "No such file" in text):
+        return (
+            f"the target python {host.python} was not "
+            "found on the node: check this host's `python:`"
+        )
+    if "password is required" in text:
+        return _password_step(host, text, sudo, user)
+    return (
+        f"give {user} a sudoers entry that lets it run "
+        f"{host.python} as root (sudo -l -U {user} shows it)"
+    )
+
+
 def refused(
     host: Host,
     code: int,
@@ -200,49 +265,12 @@ def refused(
 ) -> TransportError:
     """sudo (or the node's shell) ended before the agent ran: its reason and the next step."""
     text = _text(err, sudo)
-    lines = [
-        line.strip() for line in text.splitlines() if line.strip() and line.strip() != VALIDATED
-    ]
-    said = next(
-        (line for line in lines if line.startswith("sudo")), lines[-1] if lines else f"exit {code}"
-    )
     user = host.user or "the login user"
-    validated = VALIDATED in text
-    if code == 127:
-        step = "install sudo on the node, or leave out become: for this host"
-    elif host.python in text and ("command not found" in text or "No such file" in text):
-        step = (
-            f"the target python {host.python} was not "
-            "found on the node: check this host's `python:`"
-        )
-    elif "password is required" in text and sudo is not None and sudo.spent:
-        step = (
-            "sudo asked for the password again, to start the agent a second time in this run; "
-            f"fleetops sends it once per host and run, never again: run again, or give {user} a "
-            f"sudoers entry with NOPASSWD for {host.python}"
-        )
-    elif "password is required" in text and validated:
-        # sudo -v took the password, then sudo asked for it again for the command: fleetops sends it
-        # once
-        step = (
-            f"sudo accepted the password but asked for it again to run {host.python} (its "
-            f"credential cache is off for {user}: timestamp_timeout=0?); the password is sent "
-            f"once, never again: give {user} a sudoers entry with NOPASSWD for {host.python}"
-        )
-    elif "password is required" in text:
-        step = (
-            f"give {user} a sudoers entry with NOPASSWD for {host.python}, or run again with "
-            "--ask-become-pass to type sudo's password"
-        )
-    else:
-        step = (
-            f"give {user} a sudoers entry that lets it run "
-            f"{host.python} as root (sudo -l -U {user} shows it)"
-        )
+    step = _next_step(host, code, text, sudo, user)
     return TransportError(
         "auth",
-        f"{host.name}: sudo would not run the agent as root for {user} ({said}); {step}; "
-        "nothing ran as root",
+        f"{host.name}: sudo would not run the agent as root for {user} "
+        f"({_said_by_sudo(text, code)}); {step}; nothing ran as root",
         _evidence(shown, code, err, started, sudo),
     )
 

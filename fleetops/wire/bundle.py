@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING
 
 from ..agent.core.bootstrap import ALLOW_INSECURE_VENV, EXIT_REFUSED, PYTHON_FLAGS
 
-if TYPE_CHECKING:  # importlib.resources.abc is Python 3.11's; the client runs on 3.10 too
+if TYPE_CHECKING:
+    import ast  # imported where it is used: only building the bundle parses the bootstrap
+
+    # importlib.resources.abc is Python 3.11's; the client runs on 3.10 too
     from importlib.resources.abc import Traversable
 
 __all__ = [
@@ -151,6 +154,29 @@ def _launch_code() -> str:
     )
 
 
+def _docstring(node: ast.AST) -> ast.Expr | None:
+    """The docstring statement of a module, class or function; None for other nodes or none."""
+    import ast
+
+    if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    doc = node.body[0] if node.body else None
+    if not isinstance(doc, ast.Expr) or not isinstance(doc.value, ast.Constant):
+        return None
+    return doc if isinstance(doc.value.value, str) else None
+
+
+def _blank_docstring(lines: list[str], doc: ast.Expr, alone: bool) -> None:
+    """The docstring's lines blanked (`pass` in its place when it is the body's only statement),
+    unless it shares a line with code."""
+    first, last = doc.lineno - 1, (doc.end_lineno or doc.lineno) - 1
+    if lines[first][: doc.col_offset].strip() or lines[last][doc.end_col_offset or 0 :].strip():
+        return
+    lines[first] = lines[first][: doc.col_offset] + "pass\n" if alone else "\n"
+    for i in range(first + 1, last + 1):
+        lines[i] = "\n"
+
+
 def lean_source(text: str) -> str:
     """The bootstrap's text as a node of another Python compiles it: comments and docstrings blanked
     where they stand, so it travels ~4 KB smaller and every line of code keeps its line number (a
@@ -165,21 +191,9 @@ def lean_source(text: str) -> str:
             row, col = tok.start
             lines[row - 1] = lines[row - 1][:col].rstrip() + "\n"
     for node in ast.walk(ast.parse(text)):
-        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        doc = node.body[0] if node.body else None
-        if not (
-            isinstance(doc, ast.Expr)
-            and isinstance(doc.value, ast.Constant)
-            and isinstance(doc.value.value, str)
-        ):
-            continue
-        first, last = doc.lineno - 1, (doc.end_lineno or doc.lineno) - 1
-        if lines[first][: doc.col_offset].strip() or lines[last][doc.end_col_offset or 0 :].strip():
-            continue
-        lines[first] = lines[first][: doc.col_offset] + "pass\n" if len(node.body) == 1 else "\n"
-        for i in range(first + 1, last + 1):
-            lines[i] = "\n"
+        doc = _docstring(node)
+        if doc is not None:
+            _blank_docstring(lines, doc, alone=len(getattr(node, "body", [])) == 1)
     return "".join(line if line.strip() else "\n" for line in lines)
 
 

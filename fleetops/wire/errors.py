@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import paramiko
 from fabric import Connection
@@ -144,7 +146,7 @@ def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportE
     """Any failure to open an SSH connection → one TransportError whose message names the host, the
     cause and the next step. Nothing here re-raises: no traceback reaches the operator for a network
     fault."""
-    who, seconds = host_label(host, cxn), host.connect_timeout
+    who = host_label(host, cxn)
     transport = cxn.client.get_transport() if cxn.client is not None else None
     hop = _refused_hop(cxn) if isinstance(exc, paramiko.SSHException) else None
     if hop is not None:  # a jump host's key was refused: name that host, and trust that one
@@ -157,94 +159,125 @@ def connect_error(exc: BaseException, host: Host, cxn: Connection) -> TransportE
     refusal = _key_or_login_refused(exc, host, cxn, transport, who, text)
     if refusal is not None:
         return refusal
-    if isinstance(exc, socket.gaierror):
-        return TransportError(
-            "unreachable",
-            (
-                f"{who}: cannot resolve {cxn.host!r} "
-                f"({exc.strerror or text}); check the name (the inventory's "
-                "address, or HostName in ssh_config) and your DNS"
-            ),
-        )
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         # paramiko tried every address of the name; report the cause of the first unless all were
         # refused.
         causes = list(exc.errors.values())
         if causes and not all(getattr(c, "errno", None) == errno.ECONNREFUSED for c in causes):
             return connect_error(causes[0], host, cxn)
-    if isinstance(exc, (paramiko.ssh_exception.NoValidConnectionsError, ConnectionRefusedError)):
-        # The address that refused: a jump host's, when the hop is the one that is down.
-        addr, port = next(iter(getattr(exc, "errors", {}) or {}), (cxn.host, cxn.port))[:2]
-        hop = (
-            " (the jump host)"
-            if host.jump and (str(addr), int(port)) != (cxn.host, int(cxn.port))
-            else ""
-        )
-        return TransportError(
-            "unreachable",
-            (
-                f"{who}: connection refused by {addr}:{port}{hop}: no sshd listens there; check "
-                "that sshd runs on the "
-                "node and that the port is right"
-            ),
-        )
-    reset = isinstance(exc, (ConnectionResetError, EOFError, BrokenPipeError)) or any(
-        w in text.lower()
-        for w in ("reset by peer", "broken pipe", "eof", "connection closed", "socket is closed")
-    )
-    if reset:
-        return TransportError(
-            "unreachable",
-            (
-                f"{who}: the connection was closed during the SSH handshake ({text}); the port "
-                "is not a healthy sshd "
-                "(sshd refusing clients, MaxStartups, a firewall or proxy in between); check the "
-                "port and the node's "
-                "sshd log, then retry"
-            ),
-        )
-    if isinstance(exc, (TimeoutError, socket.timeout)) or (
-        transport is not None and not transport.remote_version
-    ):
-        # A port that accepts TCP and never speaks SSH: paramiko's start_client gives up silently at
-        # the timeout and auth then says "No existing session"; a silent address times out in
-        # connect().
-        if transport is not None and not transport.remote_version:
-            return TransportError(
-                "unreachable",
-                (
-                    f"{who}: connection timed out after {seconds}s: the port accepted TCP but "
-                    "sent no SSH banner (not "
-                    "an SSH server, or its sshd is overloaded); check the address and port"
-                ),
-            )
-        return TransportError(
-            "unreachable",
-            (
-                f"{who}: connection timed out after {seconds}s (node down, a firewall, or a "
-                "wrong address); check "
-                "that the node is up and reachable, or raise connect_timeout"
-            ),
-        )
-    if isinstance(exc, OSError):
-        return TransportError(
-            "unreachable",
-            (
-                f"{who}: cannot connect: {exc.strerror or text}; check the address, the port "
-                "and the network path"
-            ),
-        )
-    if isinstance(exc, paramiko.SSHException):
-        return TransportError(
-            "unreachable",
-            (
-                f"{who}: SSH handshake failed ({text}); check that the port runs OpenSSH's sshd "
-                "and that it accepts "
-                "this client's algorithms"
-            ),
-        )
+    failed = _Failed(exc, host, cxn, transport, who, text)
+    for explain in _EXPLAINERS:
+        error = explain(failed)
+        if error is not None:
+            return error
     return TransportError(
         "unreachable",
         f"{who}: connection failed ({type(exc).__name__}: {text}); this is "
         "unexpected: check the node's sshd log and report it with this line",
     )
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A connection that failed, as the explainers below read it."""
+
+    exc: BaseException
+    host: Host
+    cxn: Connection
+    transport: paramiko.Transport | None
+    who: str
+    text: str
+
+
+def _unresolved(f: _Failed) -> TransportError | None:
+    if not isinstance(f.exc, socket.gaierror):
+        return None
+    return TransportError(
+        "unreachable",
+        f"{f.who}: cannot resolve {f.cxn.host!r} ({f.exc.strerror or f.text}); check the name "
+        "(the inventory's address, or HostName in ssh_config) and your DNS",
+    )
+
+
+def _refused(f: _Failed) -> TransportError | None:
+    refusals = (paramiko.ssh_exception.NoValidConnectionsError, ConnectionRefusedError)
+    if not isinstance(f.exc, refusals):
+        return None
+    # The address that refused: a jump host's, when the hop is the one that is down.
+    addr, port = next(iter(getattr(f.exc, "errors", {}) or {}), (f.cxn.host, f.cxn.port))[:2]
+    hop = ""
+    if f.host.jump and (str(addr), int(port)) != (f.cxn.host, int(f.cxn.port)):
+        hop = " (the jump host)"
+    return TransportError(
+        "unreachable",
+        f"{f.who}: connection refused by {addr}:{port}{hop}: no sshd listens there; check that "
+        "sshd runs on the node and that the port is right",
+    )
+
+
+_RESET_WORDS = ("reset by peer", "broken pipe", "eof", "connection closed", "socket is closed")
+
+
+def _reset(f: _Failed) -> TransportError | None:
+    resets = (ConnectionResetError, EOFError, BrokenPipeError)
+    lower = f.text.lower()
+    if not isinstance(f.exc, resets) and not any(w in lower for w in _RESET_WORDS):
+        return None
+    return TransportError(
+        "unreachable",
+        f"{f.who}: the connection was closed during the SSH handshake ({f.text}); the port is "
+        "not a healthy sshd (sshd refusing clients, MaxStartups, a firewall or proxy in "
+        "between); check the port and the node's sshd log, then retry",
+    )
+
+
+def _timed_out(f: _Failed) -> TransportError | None:
+    seconds = f.host.connect_timeout
+    # A port that accepts TCP and never speaks SSH: paramiko's start_client gives up silently at
+    # the timeout and auth then says "No existing session"; a silent address times out in
+    # connect().
+    if f.transport is not None and not f.transport.remote_version:
+        return TransportError(
+            "unreachable",
+            f"{f.who}: connection timed out after {seconds}s: the port accepted TCP but sent no "
+            "SSH banner (not an SSH server, or its sshd is overloaded); check the address and "
+            "port",
+        )
+    if not isinstance(f.exc, (TimeoutError, socket.timeout)):
+        return None
+    return TransportError(
+        "unreachable",
+        f"{f.who}: connection timed out after {seconds}s (node down, a firewall, or a wrong "
+        "address); check that the node is up and reachable, or raise connect_timeout",
+    )
+
+
+def _os_error(f: _Failed) -> TransportError | None:
+    if not isinstance(f.exc, OSError):
+        return None
+    return TransportError(
+        "unreachable",
+        f"{f.who}: cannot connect: {f.exc.strerror or f.text}; check the address, the port and "
+        "the network path",
+    )
+
+
+def _handshake(f: _Failed) -> TransportError | None:
+    if not isinstance(f.exc, paramiko.SSHException):
+        return None
+    return TransportError(
+        "unreachable",
+        f"{f.who}: SSH handshake failed ({f.text}); check that the port runs OpenSSH's sshd and "
+        "that it accepts this client's algorithms",
+    )
+
+
+# In the order they are tried: the first that recognises the failure words it.
+_EXPLAINERS: tuple[Callable[[_Failed], TransportError | None], ...] = (
+    _unresolved,
+    _refused,
+    _reset,
+    _timed_out,
+    _os_error,
+    _handshake,
+)

@@ -44,36 +44,12 @@ def fabric_connection(
             "your own hosts/*.yaml to use it",
         )
     config = fabric_config()
-    if gateway is _OWN and host.jump and not host.plain:
-        if depth > 3:
-            raise TransportError("unreachable", f"jump chain too long at {host.name}")
-        try:
-            # Through the inventory: names, user@name:port, ssh_config aliases; a typo is refused
-            # with a "did you mean" instead of becoming a DNS lookup.
-            jump = jump_of(host, inventory)
-        except UnknownHost as exc:
-            raise TransportError("refused", f"{host.name}: its jump host: {exc}") from None
-        gateway = fabric_connection(jump, inventory, depth + 1)
-    elif gateway is _OWN:
-        gateway = _ssh_config_jump(host, inventory, depth, trail)
-    connect_kwargs: dict = {
-        "banner_timeout": host.connect_timeout,
-        "auth_timeout": host.connect_timeout,
-        "transport_factory": JumpTransport if depth else FleetTransport,
-    }
-    passphrase = host.identity_passphrase or (
-        typed_passphrase(host.identity_file) if host.identity_file else None
-    )
-    if host.identity_file:
-        # The inventory's key only (IdentitiesOnly): ssh-agent's copy of it if the agent holds it,
-        # else the file.
-        connect_kwargs.update(
-            pkey=login_key(host.name, host.identity_file, passphrase),
-            look_for_keys=False,
-            allow_agent=False,
-        )
-    if passphrase:
-        connect_kwargs["passphrase"] = passphrase
+    if gateway is _OWN:
+        gateway = _own_gateway(host, inventory, depth, trail)
+    passphrase = host.identity_passphrase or None
+    if not passphrase and host.identity_file:
+        passphrase = typed_passphrase(host.identity_file)
+    connect_kwargs = _connect_kwargs(host, depth, passphrase)
     settings = _resolution(host)
     if gateway is None and not host.jump:
         gateway = _proxy_command(settings)
@@ -106,6 +82,43 @@ def fabric_connection(
     cxn.fleetops_host = host
     _strict_gateways(cxn)
     return cxn
+
+
+def _own_gateway(
+    host: Host, inventory: Inventory | None, depth: int, trail: tuple[tuple[str, int, str], ...]
+) -> Any:
+    """The hop in front of `host`: its inventory jump host's connection, else ssh_config's."""
+    if not host.jump or host.plain:
+        return _ssh_config_jump(host, inventory, depth, trail)
+    if depth > 3:
+        raise TransportError("unreachable", f"jump chain too long at {host.name}")
+    try:
+        # Through the inventory: names, user@name:port, ssh_config aliases; a typo is refused
+        # with a "did you mean" instead of becoming a DNS lookup.
+        jump = jump_of(host, inventory)
+    except UnknownHost as exc:
+        raise TransportError("refused", f"{host.name}: its jump host: {exc}") from None
+    return fabric_connection(jump, inventory, depth + 1)
+
+
+def _connect_kwargs(host: Host, depth: int, passphrase: str | None) -> dict:
+    """paramiko's connect() arguments: the timeouts, the transport, the inventory's key."""
+    connect_kwargs: dict = {
+        "banner_timeout": host.connect_timeout,
+        "auth_timeout": host.connect_timeout,
+        "transport_factory": JumpTransport if depth else FleetTransport,
+    }
+    if host.identity_file:
+        # The inventory's key only (IdentitiesOnly): ssh-agent's copy of it if the agent holds it,
+        # else the file.
+        connect_kwargs.update(
+            pkey=login_key(host.name, host.identity_file, passphrase),
+            look_for_keys=False,
+            allow_agent=False,
+        )
+    if passphrase:
+        connect_kwargs["passphrase"] = passphrase
+    return connect_kwargs
 
 
 def _key_kwargs(host: Host, settings: dict, connect_kwargs: dict, passphrase: str | None) -> None:

@@ -200,36 +200,63 @@ class OpenSSHConnection(AgentClient):
             return
         argv = self._command()
         digest = identity_digest(argv)
-        if self._alive(argv):
-            if (
-                self._directory is not None
-                and self._socket is not None
-                and read_identity(self._directory, self._socket) == digest
-            ):
-                self._opened = True
-                self._record(fresh=False)
-                return
-            assert self._directory is not None
-            self._socket = "i" + digest[:39]  # as long as %C: the directory's length check holds
-            argv = self._argv = base_options(
-                self.host, self.inventory, os.path.join(self._directory, self._socket)
-            )
-            if self._alive(argv):
-                self._opened = True
-                self._record(fresh=False)
-                return
+        argv = self._reuse_live(argv, digest)
+        if self._opened:
+            return
         login = opensshkeys.login(self.host)
-        persist = self.persist or OFF_PERSIST
         with _MASTERS_LOCK:
             if self._directory is not None:
                 make_room(self._directory, self._socket or "", max_masters(self.host))
         self._aborted = False
+        started = time.monotonic()
+        code, text = self._start_master(argv, login)
+        if self._aborted:
+            raise TransportError(
+                "interrupted",
+                f"{self.host.name}: connecting was stopped (the run was "
+                "interrupted) before the SSH login finished; nothing ran there",
+            )
+        if code != 0:
+            raise self._login_error(argv, text, started)
+        self._opened = True
+        COUNTERS.bump(self.host.name, "connections")
+        if self._directory is not None and self._socket is not None:
+            write_identity(self._directory, self._socket, digest)
+        self._record(fresh=True)
+
+    def _reuse_live(self, argv: list[str], digest: str) -> list[str]:
+        """A live master of this identity, used (then `_opened`); otherwise the command that starts
+        this identity's own, on a socket keyed on all of it when another identity's master holds
+        the shared one."""
+        if not self._alive(argv):
+            return argv
+        if (
+            self._directory is not None
+            and self._socket is not None
+            and read_identity(self._directory, self._socket) == digest
+        ):
+            self._opened = True
+            self._record(fresh=False)
+            return argv
+        assert self._directory is not None
+        self._socket = "i" + digest[:39]  # as long as %C: the directory's length check holds
+        argv = self._argv = base_options(
+            self.host, self.inventory, os.path.join(self._directory, self._socket)
+        )
+        if self._alive(argv):
+            self._opened = True
+            self._record(fresh=False)
+        return argv
+
+    def _start_master(self, argv: list[str], login: opensshkeys.Login) -> tuple[int, str]:
+        """`ssh -M -N -f` (with what `login` adds for an encrypted key): its exit status once the
+        login is done, and what it said on stderr."""
+        persist = self.persist or OFF_PERSIST
         start = login.argv(
             with_options(
                 argv, "-M", "-N", "-f", "-o", "ControlMaster=yes", "-o", f"ControlPersist={persist}"
             )
         )
-        started = time.monotonic()
         with tempfile.TemporaryFile() as err:
             try:
                 self._starting = subprocess.Popen(
@@ -244,39 +271,28 @@ class OpenSSHConnection(AgentClient):
             finally:
                 self._starting = None
             err.seek(0)
-            text = err.read(64 * 1024).decode("utf-8", "replace")
-        if self._aborted:
-            raise TransportError(
-                "interrupted",
-                f"{self.host.name}: connecting was stopped (the run was "
-                "interrupted) before the SSH login finished; nothing ran there",
-            )
-        if code != 0:
-            jump = self.host.jump or (
-                self._settings.get("proxyjump", "")
-                if self._settings.get("proxyjump") != "none"
-                else ""
-            )
-            error = ssh_error(
-                self.host,
-                text,
-                argv,
-                self._where(),
-                self._known_hosts(),
-                "ssh (login)",
-                jump,
-                lambda: offered_certificates(argv),
-            )
-            if jump and HOP_FAILED in text:
-                error = self._jump_error(jump, error)
-            if error.evidence is not None:
-                error.evidence.seconds = round(time.monotonic() - started, 3)
-            raise error
-        self._opened = True
-        COUNTERS.bump(self.host.name, "connections")
-        if self._directory is not None and self._socket is not None:
-            write_identity(self._directory, self._socket, digest)
-        self._record(fresh=True)
+            return code, err.read(64 * 1024).decode("utf-8", "replace")
+
+    def _login_error(self, argv: list[str], text: str, started: float) -> TransportError:
+        """ssh's refusal of the login, the jump host named when it is the one at fault."""
+        jump = self.host.jump or ""
+        if not jump and self._settings.get("proxyjump") != "none":
+            jump = self._settings.get("proxyjump", "")
+        error = ssh_error(
+            self.host,
+            text,
+            argv,
+            self._where(),
+            self._known_hosts(),
+            "ssh (login)",
+            jump,
+            lambda: offered_certificates(argv),
+        )
+        if jump and HOP_FAILED in text:
+            error = self._jump_error(jump, error)
+        if error.evidence is not None:
+            error.evidence.seconds = round(time.monotonic() - started, 3)
+        return error
 
     def _jump_error(self, jump: str, error: TransportError) -> TransportError:
         """The jump host failed (ssh says only that its proxy closed): log in to the jump host

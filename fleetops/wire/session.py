@@ -165,27 +165,40 @@ class AgentSession:
                 self.out += chan.recv(65536)
                 continue
             if chan.exit_status_ready() or chan.closed or chan.eof_received:
-                if chan.recv_ready() or chan.recv_stderr_ready():
+                if not _quiet(chan):
                     continue
-                if chan.exit_status_ready() or not chan.closed:
-                    # after EOF the status follows at once (or -1 on close)
-                    code = chan.recv_exit_status()
-                    self.code = None if code == -1 else code
-                if self.out:  # a last line without its newline
-                    line, self.out, self.scanned = bytes(self.out), bytearray(), 0
-                    return line if self.code is not None else None
-                return None
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            select.select([chan], [], [], min(remaining, 1.0))
-            transport = chan.get_transport()
-            if (
-                (transport is None or not transport.is_active())
-                and not chan.recv_ready()
-                and not chan.recv_stderr_ready()
-            ):
-                raise EOFError("transport closed")
+                return self._last_line()
+            _wait_for(chan, deadline)
+
+    def _last_line(self) -> bytes | None:
+        """The agent ended: its exit status kept, and a last line without its newline returned
+        when it exited with a status."""
+        chan = self.chan
+        if chan.exit_status_ready() or not chan.closed:
+            # after EOF the status follows at once (or -1 on close)
+            code = chan.recv_exit_status()
+            self.code = None if code == -1 else code
+        if not self.out:
+            return None
+        line, self.out, self.scanned = bytes(self.out), bytearray(), 0
+        return line if self.code is not None else None
+
+
+def _quiet(chan: Channel) -> bool:
+    """Nothing left to read on the channel, on stdout or on stderr."""
+    return not chan.recv_ready() and not chan.recv_stderr_ready()
+
+
+def _wait_for(chan: Channel, deadline: float) -> None:
+    """Until the channel has something to read (at most a second); TimeoutError past the deadline,
+    EOFError when the link under it has gone and nothing is left to read."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    select.select([chan], [], [], min(remaining, 1.0))
+    transport = chan.get_transport()
+    if (transport is None or not transport.is_active()) and _quiet(chan):
+        raise EOFError("transport closed")
 
 
 def session_refused(host: Host, exc: paramiko.ChannelException, shown: str) -> TransportError:
@@ -210,18 +223,13 @@ def drain(chan: Channel, deadline: float) -> tuple[bytes, bytes, int | None]:
         if len(out) + len(err) > MAX_EXEC_BYTES:
             chan.close()
             raise Overflow(f"the command sent more than {mib(MAX_EXEC_BYTES)} of output")
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+        if (chan.exit_status_ready() or chan.closed) and _quiet(chan):
             break
-        if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
-            break
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        try:
+            _wait_for(chan, deadline)
+        except TimeoutError:
             chan.close()
-            raise TimeoutError
-        select.select([chan], [], [], min(remaining, 1.0))
-        if chan.get_transport() is None or not chan.get_transport().is_active():
-            if not chan.recv_ready() and not chan.recv_stderr_ready():
-                raise EOFError("transport closed")
+            raise
     code = chan.recv_exit_status() if chan.exit_status_ready() else None
     if code == -1:
         code = None  # paramiko's way of saying the channel closed without an exit status

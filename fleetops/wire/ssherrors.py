@@ -9,6 +9,7 @@ import hashlib
 import re
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..plans.host import Host
 from ..plans.trustadvice import verify_then_trust
@@ -142,150 +143,190 @@ def ssh_error(
     it is the one at fault. `certificates`: asked only when the login was refused, so that a refused
     certificate is named with its own fault (expired, another login name, a CA the node does not
     trust) as the paramiko transport does."""
-    who = label(host, where)
-    unknown_for = _UNKNOWN_FOR.search(text)
-    if jump and unknown_for and unknown_for.group(1) != _endpoint(where):
-        # the jump host's own key is the unknown one: trust that host, not the one behind it
-        return TransportError(
-            "hostkey",
-            (
-                f"{who}: its jump host {jump} ({unknown_for.group(1)}): unknown host key; "
-                f"refusing to connect. Check it out of band, then run: fab -H {jump} trust "
-                "--fingerprint <SHA256:...>"
-            ),
-            Evidence(shown, SSH_FAILED, _lines(text), 0.0),
-        )
-    seconds = host.connect_timeout
-    evidence = Evidence(shown, SSH_FAILED, _lines(text), 0.0)
-    flat = " ".join(text.split())
-    changed = _CHANGED.search(text)
-    if changed or "REMOTE HOST IDENTIFICATION HAS CHANGED" in text:
-        offending = _OFFENDING.search(text)
-        expected = (
-            fingerprint_of_line(offending.group(1), int(offending.group(2))) if offending else None
-        )
-        got = changed.group(2) if changed else "(not shown)"
-        kind = _KEY_TYPES.get(changed.group(1).upper(), "ssh-ed25519") if changed else "ssh-ed25519"
-        return TransportError(
-            "hostkey",
-            (
-                f"{who}: host key does not match known_hosts: expected "
-                f"{expected or '(see ' + known_hosts + ')'}, got {got}; refusing to connect. If "
-                "the node was reinstalled, "
-                + verify_then_trust(host.name, got, kind, replace=True, known_hosts=known_hosts)
-            ),
-            evidence,
-        )
-    if "host key is known for" in text or "Host key verification failed" in text:
-        offered = offered_key(argv, seconds + 5)
-        if offered is None:
-            return TransportError(
-                "hostkey",
-                f"{who}: unknown host key; refusing to connect. Check it out of band, "
-                f"then run: fab -H {host.name} trust --fingerprint <SHA256:...>",
-                evidence,
-            )
-        kind, fingerprint = offered
-        return TransportError(
-            "hostkey",
-            (
-                f"{who}: unknown host key {fingerprint} ({kind}); refusing to connect. "
-                + verify_then_trust(host.name, fingerprint, kind, known_hosts=known_hosts)
-            ),
-            evidence,
-        )
-    if "Permission denied" in text:
-        return _auth_refused(host, who, text, evidence, certificates)
-    resolved = _RESOLVE.search(text)
-    if resolved:
-        return TransportError(
-            "unreachable",
-            (
-                f"{who}: cannot resolve {resolved.group(1).rstrip(':')!r} "
-                f"({resolved.group(2).strip()}); check the name "
-                "(the inventory's address, or HostName in ssh_config) and your DNS"
-            ),
-            evidence,
-        )
-    connect = _CONNECT.search(text)
-    if connect:
-        addr, port, why = connect.group(1), connect.group(2), connect.group(3).strip()
-        hop = (
-            " (the jump host)"
-            if host.jump and (addr, port) != (host.address, str(host.port))
-            else ""
-        )
-        if "refused" in why.lower():
-            return TransportError(
-                "unreachable",
-                (
-                    f"{who}: connection refused by {addr}:{port}{hop}: no sshd listens there; "
-                    "check that sshd runs on "
-                    "the node and that the port is right"
-                ),
-                evidence,
-            )
-        if "timed out" in why.lower():
-            return TransportError(
-                "unreachable",
-                (
-                    f"{who}: connection timed out after {seconds}s{hop} (node down, a firewall, "
-                    "or a wrong address); "
-                    "check that the node is up and reachable, or raise connect_timeout"
-                ),
-                evidence,
-            )
-        if "reset" not in why.lower():
-            return TransportError(
-                "unreachable",
-                f"{who}: cannot connect{hop}: {why}; check the address, the port "
-                "and the network path",
-                evidence,
-            )
-    if "banner exchange" in text and "timed out" in text:
-        return TransportError(
-            "unreachable",
-            (
-                f"{who}: connection timed out after {seconds}s: the port accepted TCP but sent "
-                "no SSH banner (not an "
-                "SSH server, or its sshd is overloaded); check the address and port"
-            ),
-            evidence,
-        )
-    if any(
-        w in flat.lower()
-        for w in (
-            "connection closed",
-            "connection reset",
-            "reset by peer",
-            "broken pipe",
-            "kex_exchange_identification",
-        )
-    ):
-        return TransportError(
-            "unreachable",
-            (
-                f"{who}: the connection was closed during the SSH handshake ({flat[:300]}); the "
-                "port is not a healthy "
-                "sshd (sshd refusing clients, MaxStartups, a firewall or proxy in between); "
-                "check the port and the "
-                "node's sshd log, then retry"
-            ),
-            evidence,
-        )
-    if "timed out" in flat.lower():
-        return TransportError(
-            "unreachable",
-            (
-                f"{who}: connection timed out after {seconds}s (node down, a firewall, or a "
-                "wrong address); check that "
-                "the node is up and reachable, or raise connect_timeout"
-            ),
-            evidence,
-        )
+    said = _Said(
+        host=host,
+        text=text,
+        flat=" ".join(text.split()),
+        argv=argv,
+        where=where,
+        who=label(host, where),
+        known_hosts=known_hosts,
+        jump=jump,
+        certificates=certificates,
+        evidence=Evidence(shown, SSH_FAILED, _lines(text), 0.0),
+    )
+    for explain in _EXPLAINERS:
+        error = explain(said)
+        if error is not None:
+            return error
     return TransportError(
         "unreachable",
-        f"{who}: ssh could not connect ({flat[:300] or 'exit 255, nothing said'}); "
+        f"{said.who}: ssh could not connect ({said.flat[:300] or 'exit 255, nothing said'}); "
         "check the node's sshd log and `ssh -v` to it",
-        evidence,
+        said.evidence,
     )
+
+
+@dataclass(frozen=True)
+class _Said:
+    """What ssh said when it exited 255, with what the explainers below need to word it."""
+
+    host: Host
+    text: str
+    flat: str  # the text on one line
+    argv: list[str]
+    where: str
+    who: str
+    known_hosts: str
+    jump: str
+    certificates: Certificates | None
+    evidence: Evidence
+
+    def unreachable(self, msg: str) -> TransportError:
+        return TransportError("unreachable", msg, self.evidence)
+
+    def hostkey(self, msg: str) -> TransportError:
+        return TransportError("hostkey", msg, self.evidence)
+
+
+def _jump_key_unknown(s: _Said) -> TransportError | None:
+    """The jump host's own key is the unknown one: trust that host, not the one behind it."""
+    unknown_for = _UNKNOWN_FOR.search(s.text)
+    if not (s.jump and unknown_for and unknown_for.group(1) != _endpoint(s.where)):
+        return None
+    return s.hostkey(
+        f"{s.who}: its jump host {s.jump} ({unknown_for.group(1)}): unknown host key; refusing "
+        f"to connect. Check it out of band, then run: fab -H {s.jump} trust "
+        "--fingerprint <SHA256:...>"
+    )
+
+
+def _key_changed(s: _Said) -> TransportError | None:
+    changed = _CHANGED.search(s.text)
+    if not changed and "REMOTE HOST IDENTIFICATION HAS CHANGED" not in s.text:
+        return None
+    offending = _OFFENDING.search(s.text)
+    expected = f"(see {s.known_hosts})"
+    if offending:
+        expected = fingerprint_of_line(offending.group(1), int(offending.group(2))) or expected
+    got, kind = "(not shown)", "ssh-ed25519"
+    if changed:
+        got, kind = changed.group(2), _KEY_TYPES.get(changed.group(1).upper(), kind)
+    trust = verify_then_trust(s.host.name, got, kind, replace=True, known_hosts=s.known_hosts)
+    return s.hostkey(
+        f"{s.who}: host key does not match known_hosts: expected {expected}, got {got}; "
+        f"refusing to connect. If the node was reinstalled, {trust}"
+    )
+
+
+def _key_unknown(s: _Said) -> TransportError | None:
+    if "host key is known for" not in s.text and "Host key verification failed" not in s.text:
+        return None
+    offered = offered_key(s.argv, s.host.connect_timeout + 5)
+    if offered is None:
+        return s.hostkey(
+            f"{s.who}: unknown host key; refusing to connect. Check it out of band, "
+            f"then run: fab -H {s.host.name} trust --fingerprint <SHA256:...>"
+        )
+    kind, fingerprint = offered
+    trust = verify_then_trust(s.host.name, fingerprint, kind, known_hosts=s.known_hosts)
+    return s.hostkey(
+        f"{s.who}: unknown host key {fingerprint} ({kind}); refusing to connect. {trust}"
+    )
+
+
+def _login_refused(s: _Said) -> TransportError | None:
+    if "Permission denied" not in s.text:
+        return None
+    return _auth_refused(s.host, s.who, s.text, s.evidence, s.certificates)
+
+
+def _unresolved(s: _Said) -> TransportError | None:
+    resolved = _RESOLVE.search(s.text)
+    if not resolved:
+        return None
+    return s.unreachable(
+        f"{s.who}: cannot resolve {resolved.group(1).rstrip(':')!r} "
+        f"({resolved.group(2).strip()}); check the name "
+        "(the inventory's address, or HostName in ssh_config) and your DNS"
+    )
+
+
+def _connect_failed(s: _Said) -> TransportError | None:
+    """`connect to host A port P: why`; a reset is left to the handshake's words below."""
+    connect = _CONNECT.search(s.text)
+    if not connect:
+        return None
+    addr, port, why = connect.group(1), connect.group(2), connect.group(3).strip()
+    hop = ""
+    if s.host.jump and (addr, port) != (s.host.address, str(s.host.port)):
+        hop = " (the jump host)"
+    if "refused" in why.lower():
+        return s.unreachable(
+            f"{s.who}: connection refused by {addr}:{port}{hop}: no sshd listens there; check "
+            "that sshd runs on the node and that the port is right"
+        )
+    if "timed out" in why.lower():
+        return s.unreachable(
+            f"{s.who}: connection timed out after {s.host.connect_timeout}s{hop} (node down, a "
+            "firewall, or a wrong address); check that the node is up and reachable, or raise "
+            "connect_timeout"
+        )
+    if "reset" in why.lower():
+        return None
+    return s.unreachable(
+        f"{s.who}: cannot connect{hop}: {why}; check the address, the port and the network path"
+    )
+
+
+def _no_banner(s: _Said) -> TransportError | None:
+    if "banner exchange" not in s.text or "timed out" not in s.text:
+        return None
+    return s.unreachable(
+        f"{s.who}: connection timed out after {s.host.connect_timeout}s: the port accepted TCP "
+        "but sent no SSH banner (not an SSH server, or its sshd is overloaded); check the "
+        "address and port"
+    )
+
+
+_CLOSED_WORDS = (
+    "connection closed",
+    "connection reset",
+    "reset by peer",
+    "broken pipe",
+    "kex_exchange_identification",
+)
+
+
+def _closed(s: _Said) -> TransportError | None:
+    lower = s.flat.lower()
+    if not any(w in lower for w in _CLOSED_WORDS):
+        return None
+    return s.unreachable(
+        f"{s.who}: the connection was closed during the SSH handshake ({s.flat[:300]}); the port "
+        "is not a healthy sshd (sshd refusing clients, MaxStartups, a firewall or proxy in "
+        "between); check the port and the node's sshd log, then retry"
+    )
+
+
+def _timed_out(s: _Said) -> TransportError | None:
+    if "timed out" not in s.flat.lower():
+        return None
+    return s.unreachable(
+        f"{s.who}: connection timed out after {s.host.connect_timeout}s (node down, a firewall, "
+        "or a wrong address); check that the node is up and reachable, or raise connect_timeout"
+    )
+
+
+# In the order they are tried: the first that recognises ssh's words answers.
+_EXPLAINERS: tuple[Callable[[_Said], TransportError | None], ...] = (
+    _jump_key_unknown,
+    _key_changed,
+    _key_unknown,
+    _login_refused,
+    _unresolved,
+    _connect_failed,
+    _no_banner,
+    _closed,
+    _timed_out,
+)

@@ -26,6 +26,53 @@ GPU_OOM_ADVICE = (
 )
 
 
+def _unread_job(host: str, job: dict) -> Finding | None:
+    """No job on the node, or one whose record could not be read; None when there is one."""
+    if job.get("error_kind") == "no_job":
+        return Finding(
+            OK,
+            "job",
+            "no job has been started on this node",
+            [fab_cmd(host, "extract")],
+            rank=95,
+            why="start one",
+        )
+    if job.get("error"):
+        return Finding(
+            UNKNOWN,
+            "job",
+            f"the latest job could not be read: {job['error']}",
+            [fab_cmd(host, "status")],
+            rank=45,
+            why="the job's own account",
+        )
+    return None
+
+
+def _oom_finding(host: str, job: dict, ours: list[OomKill], details: dict) -> Finding:
+    """The kernel's OOM killer killed the job's main process, or one it started."""
+    from ...plans.kernellog import OOM_ADVICE, oom_text
+
+    main = next((k for k in ours if k.pid == job.get("pid")), ours[0])
+    if main.pid == job.get("pid"):
+        how = "main process"
+    else:
+        how = "process (one that died during its run)"
+    return Finding(
+        CRITICAL,
+        "oom",
+        f"the kernel OOM killer killed job {job.get('id')}'s {how}: "
+        f"{oom_text(main)}; the job ended: {describe_end(job)}",
+        [fab_cmd(host, "logs", "--job-id", str(job.get("id"))), *rerun(host, job)],
+        rank=3,
+        details={
+            **details,
+            "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours],
+        },
+        why=OOM_ADVICE,
+    )
+
+
 def job_findings(
     host: str,
     job: dict,
@@ -36,38 +83,19 @@ def job_findings(
 ) -> list[Finding]:
     """The latest job (SSH or Slurm): killed by the kernel's OOM killer, running, or ended; an ended
     job's log is read with the playbook's failures: patterns, whatever its exit status said."""
-    if job.get("error_kind") == "no_job":
-        return [
-            Finding(
-                OK,
-                "job",
-                "no job has been started on this node",
-                [fab_cmd(host, "extract")],
-                rank=95,
-                why="start one",
-            )
-        ]
-    if job.get("error"):
-        return [
-            Finding(
-                UNKNOWN,
-                "job",
-                f"the latest job could not be read: {job['error']}",
-                [fab_cmd(host, "status")],
-                rank=45,
-                why="the job's own account",
-            )
-        ]
-    state = verdict_of(job).word  # the word `status` and `jobs` give it
+    unread = _unread_job(host, job)
+    if unread is not None:
+        return [unread]
+    verdict = verdict_of(job)
+    state = verdict.word  # the word `status` and `jobs` give it
     tail = job.get("log_tail") or []
     progress = next((ln for ln in reversed(tail) if progress_rx.search(ln)), None)
     failures = [ln for ln in tail if any(rx.search(ln) for rx in failure_rxs)][-5:]
     runtime = job.get("runtime_s")
     backend = backend_of_record(job)
-    who = backend.who(job)
-    facts = f"job {job.get('id')} ({who}) {state}" + (
-        f" after {runtime:.0f}s" if isinstance(runtime, (int, float)) else ""
-    )
+    facts = f"job {job.get('id')} ({backend.who(job)}) {state}"
+    if isinstance(runtime, (int, float)):
+        facts += f" after {runtime:.0f}s"
     details = {
         "job_id": job.get("id"),
         "state": state,
@@ -78,34 +106,14 @@ def job_findings(
         "log": job.get("log"),
         "scheduler": job.get("scheduler") or "ssh",
     }
-    from ...plans.kernellog import OOM_ADVICE, match_oom, oom_text
+    from ...plans.kernellog import match_oom
 
     # A login node's kernel log says nothing of the compute node its scheduler allocated: no OOM
     # kill is matched to such a job.
-    ours = match_oom(kills, job)[0] if not backend.allocates else []
+    ours = [] if backend.allocates else match_oom(kills, job)[0]
     if ours:
-        main = next((k for k in ours if k.pid == job.get("pid")), ours[0])
-        how = (
-            "main process"
-            if main.pid == job.get("pid")
-            else "process (one that died during its run)"
-        )
-        return [
-            Finding(
-                CRITICAL,
-                "oom",
-                f"the kernel OOM killer killed job {job.get('id')}'s {how}: "
-                f"{oom_text(main)}; the job ended: {describe_end(job)}",
-                [fab_cmd(host, "logs", "--job-id", str(job.get("id"))), *rerun(host, job)],
-                rank=3,
-                details={
-                    **details,
-                    "oom": [asdict(k) | {"lines": [ln.text for ln in k.lines]} for k in ours],
-                },
-                why=OOM_ADVICE,
-            )
-        ]
-    if not verdict_of(job).ended and verdict_of(job).health == OK:
+        return [_oom_finding(host, job, ours, details)]
+    if not verdict.ended and verdict.health == OK:
         msg = f"{facts}; last progress: {progress or '(none yet)'}"
         return [
             Finding(
@@ -193,40 +201,49 @@ def _ended_finding(
     )
 
 
+def _process_row(p: dict) -> str:
+    row = f"{p['pid']} {p['state']} {p.get('cpu_pct')}% CPU {p['rss_kb'] // 1024} MiB RSS"
+    if p.get("gpu_mib"):
+        row += f" {p['gpu_mib']} MiB GPU"
+    return row + f" {p['comm']}"
+
+
+def _left_behind(host: str, job: dict, procs: list, rows: list[str]) -> Finding | None:
+    """The processes an ended job left running (its wrapper aside); None when it left none."""
+    left = [p for p in procs if p["pid"] != job.get("wrapper_pid")]
+    if not left:
+        return None
+    plural = "es" if len(left) != 1 else ""
+    return Finding(
+        WARN,
+        "processes",
+        f"job {job.get('id')} ended ({job.get('state')}) but left "
+        f"{len(left)} process{plural}: " + "; ".join(rows),
+        [fab_cmd(host, "stop")],
+        rank=15,
+        details={"processes": procs},
+        why="stop what the ended job left behind",
+    )
+
+
 def process_findings(host: str, job: dict, procs: list) -> list[Finding]:
-    if isinstance(procs, list) and job.get("state") not in ("running", "starting"):
+    if not isinstance(procs, list):
+        return []
+    ended = job.get("state") not in ("running", "starting")
+    if ended:
         # A zombie of an ended job has exited and holds nothing (its parent has not reaped it yet):
         # not a process the job left behind, and `stop` could do nothing about it.
         procs = [p for p in procs if p.get("state") != "Z"]
-    if not isinstance(procs, list) or not procs:
+    if not procs:
         return []
-    rows = [
-        f"{p['pid']} {p['state']} {p.get('cpu_pct')}% CPU {p['rss_kb'] // 1024} MiB RSS"
-        + (f" {p['gpu_mib']} MiB GPU" if p.get("gpu_mib") else "")
-        + f" {p['comm']}"
-        for p in procs
-    ]
-    ended = job.get("state") not in ("running", "starting")
-    left = [p for p in procs if p["pid"] != job.get("wrapper_pid")]
-    stuck = [p for p in procs if p["state"] in ("D", "Z")]
-    if ended and left:
-        plural = "es" if len(left) != 1 else ""
-        return [
-            Finding(
-                WARN,
-                "processes",
-                f"job {job.get('id')} ended ({job.get('state')}) but left "
-                f"{len(left)} process{plural}: " + "; ".join(rows),
-                [fab_cmd(host, "stop")],
-                rank=15,
-                details={"processes": procs},
-                why="stop what the ended job left behind",
-            )
-        ]
-    verdict = WARN if stuck else OK
+    rows = [_process_row(p) for p in procs]
+    left = _left_behind(host, job, procs, rows) if ended else None
+    if left is not None:
+        return [left]
+    stuck = any(p["state"] in ("D", "Z") for p in procs)
     return [
         Finding(
-            verdict,
+            WARN if stuck else OK,
             "processes",
             f"job {job.get('id')}'s processes: " + "; ".join(rows),
             [run_cmd(host, f"ps -o pid,stat,etime,rss,cmd -g {quoted(job.get('pgid'))}")],

@@ -156,47 +156,10 @@ def run_extract(run: RunState, plan: Plan, node: Connector, backend: JobBackend)
     if prep.get("error"):
         return agent_error(host, "extract", prep, with_kind=True)
     with fleet.lock:
-        known = fleet.doc.get("dataset")
-        if known and (known["sha256"] != prep["dataset_sha256"] or known["rows"] != prep["rows"]):
-            return Result(
-                host,
-                "extract",
-                Status.FAILED,
-                f"refused: the dataset on {host} ({prep['dataset']}, {prep['rows']} rows, sha256 "
-                f"{prep['dataset_sha256'][:16]}...) is not the one the shard plan splits "
-                f"({known['rows']} rows, sha256 {known['sha256'][:16]}... first seen on "
-                f"{known['host']}); give every host the same "
-                f"file, or move {fleet.path} aside to start over",
-                code=EXIT_FAILED,
-                data={"error_kind": "shards"},
-            )
-        if not known:
-            fleet.doc["dataset"] = {
-                "path": prep["dataset"],
-                "sha256": prep["dataset_sha256"],
-                "rows": prep["rows"],
-                "host": host,
-            }
-        shard.update(
-            start=prep["start"],
-            end=prep["end"],
-            samples=prep["end"] - prep["start"],
-            dataset=prep["shard_dataset"],
-            output=prep["shard_output"],
-            done=prep["done"],
-        )
-        complete = (
-            prep["done"] >= shard["samples"]
-            and prep.get("manifest_sha256") is not None
-            and not plan.options.get("again")
-        )
-        if complete:
-            shard.update(
-                complete=True,
-                state="succeeded",
-                manifest_sha256=prep.get("manifest_sha256"),
-                samples_sha256=prep.get("samples_sha256"),
-            )
+        other = _other_dataset(host, fleet, prep)
+        if other is not None:
+            return other
+        complete = _record_prepared(shard, prep, again=bool(plan.options.get("again")))
         fleet.save()
     where = (
         f"shard {i} of {of} (rows {shard['start']}-{shard['end'] - 1} "
@@ -238,16 +201,75 @@ def run_extract(run: RunState, plan: Plan, node: Connector, backend: JobBackend)
     result = backend.launch(
         run, replace(plan, options={**plan.options, "shard_extract": extract}), node
     )
-    job = result.data.get("job") or {}
-    if result.status is Status.CHANGED and job.get("id"):
-        with fleet.lock:
-            shard["jobs"].append(job["id"])
-            shard["state"] = "running"
-            fleet.save()
-        resumed = f", resuming at {prep['done']}/{shard['samples']}" if prep["done"] else ""
-        result.msg = f"{where}{resumed}: {result.msg}"
+    _note_launched(fleet, shard, prep, where, result)
     result.data.update(data, shard=dict(shard))
     return result
+
+
+def _other_dataset(host: str, fleet: Fleet, prep: dict) -> Result | None:
+    """A refusal when this host's dataset is not the one the shard plan splits; the first host's
+    dataset becomes the plan's. Called with the plan's lock held."""
+    assert fleet.doc is not None
+    known = fleet.doc.get("dataset")
+    if not known:
+        fleet.doc["dataset"] = {
+            "path": prep["dataset"],
+            "sha256": prep["dataset_sha256"],
+            "rows": prep["rows"],
+            "host": host,
+        }
+        return None
+    if known["sha256"] == prep["dataset_sha256"] and known["rows"] == prep["rows"]:
+        return None
+    return Result(
+        host,
+        "extract",
+        Status.FAILED,
+        f"refused: the dataset on {host} ({prep['dataset']}, {prep['rows']} rows, sha256 "
+        f"{prep['dataset_sha256'][:16]}...) is not the one the shard plan splits "
+        f"({known['rows']} rows, sha256 {known['sha256'][:16]}... first seen on "
+        f"{known['host']}); give every host the same "
+        f"file, or move {fleet.path} aside to start over",
+        code=EXIT_FAILED,
+        data={"error_kind": "shards"},
+    )
+
+
+def _record_prepared(shard: dict, prep: dict, *, again: bool) -> bool:
+    """The node's preparation written into the shard; whether its output already holds every
+    sample (never with --again)."""
+    shard.update(
+        start=prep["start"],
+        end=prep["end"],
+        samples=prep["end"] - prep["start"],
+        dataset=prep["shard_dataset"],
+        output=prep["shard_output"],
+        done=prep["done"],
+    )
+    complete = (
+        prep["done"] >= shard["samples"] and prep.get("manifest_sha256") is not None and not again
+    )
+    if complete:
+        shard.update(
+            complete=True,
+            state="succeeded",
+            manifest_sha256=prep.get("manifest_sha256"),
+            samples_sha256=prep.get("samples_sha256"),
+        )
+    return complete
+
+
+def _note_launched(fleet: Fleet, shard: dict, prep: dict, where: str, result: Result) -> None:
+    """A launched job recorded in its shard, and the shard named in the result's line."""
+    job = result.data.get("job") or {}
+    if result.status is not Status.CHANGED or not job.get("id"):
+        return
+    with fleet.lock:
+        shard["jobs"].append(job["id"])
+        shard["state"] = "running"
+        fleet.save()
+    resumed = f", resuming at {prep['done']}/{shard['samples']}" if prep["done"] else ""
+    result.msg = f"{where}{resumed}: {result.msg}"
 
 
 def _progress(spec: JobSpec | None, text: str | None) -> dict:

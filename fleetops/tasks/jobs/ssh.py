@@ -4,7 +4,7 @@ host's one connection."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from shlex import quote
 from typing import TYPE_CHECKING
@@ -84,21 +84,10 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     running = answer.get("running_job")
     notes = list(spec.notes)
     if problems:
-        reasons = "; ".join(f"{p.label}: {p.msg}" for p in problems)
         if not plan.options.get("force") or running:
-            why = [f"{len(failing)} of the job's checks fail"] if failing else []
-            why += [f"job {running['id']} is still running"] if running else []
-            why += [f"the GPU gate says {gate.word}: {gate.msg}"] if gate is not None else []
-            return Result(
-                host,
-                "extract",
-                Status.FAILED,
-                f"refused to launch {spec.name}: {'; '.join(why)}",
-                problems,
-                evidence=evidence,
-                code=EXIT_FAILED,
-                payload=LaunchRefused(next=_refused_next(host, plan, failing, running, gate)),
-            )
+            refusal = _Refusal(problems, failing, running, gate)
+            return _refused(host, plan, spec, refusal, evidence)
+        reasons = "; ".join(f"{p.label}: {p.msg}" for p in problems)
         notes.append(f"--force: launched despite: {reasons}")
     started, evidence = node.call(
         "job_start", common.start_request(spec, plan.playbook), timeout=60
@@ -114,6 +103,41 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
         f"{job['log']}",
         items,
         Launched(job, forced=bool(problems)),
+    )
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """Why extract will not launch: the failing checks, a job still running, the GPU gate."""
+
+    problems: list[Item]
+    failing: list[dict]
+    running: dict | None
+    gate: Verdict | None
+
+    def why(self) -> str:
+        why = []
+        if self.failing:
+            why.append(f"{len(self.failing)} of the job's checks fail")
+        if self.running:
+            why.append(f"job {self.running['id']} is still running")
+        if self.gate is not None:
+            why.append(f"the GPU gate says {self.gate.word}: {self.gate.msg}")
+        return "; ".join(why)
+
+
+def _refused(host: str, plan: Plan, spec: JobSpec, refusal: _Refusal, evidence: Evidence) -> Result:
+    return Result(
+        host,
+        "extract",
+        Status.FAILED,
+        f"refused to launch {spec.name}: {refusal.why()}",
+        refusal.problems,
+        evidence=evidence,
+        code=EXIT_FAILED,
+        payload=LaunchRefused(
+            next=_refused_next(host, plan, refusal.failing, refusal.running, refusal.gate)
+        ),
     )
 
 
@@ -322,13 +346,7 @@ def run_tail(
     reporter = run.reporter
     while True:
         if run.interrupted.is_set():
-            again = f"fab -H {quote(host)} tail" + (f" --job-id {quote(job_id)}" if job_id else "")
-            reporter.note(f"{host} | detached: job {job_id or '(the latest)'} is still running")
-            return detached(
-                host,
-                f"detached; job {job_id or '(the latest)'} still running",
-                SshTailDetached(job_id, offset or 0, True, Next("follow it again", [again])),
-            )
+            return _detached(run, host, job_id, offset)
         position = {"job_id": job_id, "offset": offset}
         request = {**common.tail_request(position, (last_lines, from_start)), "mask": secrets}
         answer = link.poll(
@@ -342,29 +360,18 @@ def run_tail(
             if answer is None:
                 continue
             return answer
-        more = (
-            []
-            if offset is not None
-            else [v for v in own_playbook_secrets(run, node, answer) if v not in secrets]
-        )
+        job_id = answer["job_id"]
+        more = _more_secrets(run, node, answer, secrets) if offset is None else []
         # the job's own playbook has secrets this run's does not: asked again, masked by the node
         if more:
             secrets += more
-            job_id = answer["job_id"]
             continue
-        job_id = answer["job_id"]
         if offset is None and answer.get("skipped_bytes"):
             reporter.note(common.skipped_note(host, job_id, answer))
         reporter.job_attached(host, job_id, answer["state"])
         if follow is not None:
             follow.attached(job_id)
-        for line in answer["data"].splitlines():
-            failed, progress = watch.read(line)
-            if progress:
-                last_progress = progress
-            reporter.job_line(host, line, failed, progress)
-            if follow is not None:
-                follow.line(progress)
+        last_progress = _show_lines(run, watch, host, answer["data"], follow) or last_progress
         offset = answer["next_offset"]
         verdict = verdict_of(answer)
         if verdict.ended and not answer["data"]:
@@ -389,6 +396,40 @@ def run_tail(
                     last_progress and common.bar(last_progress),
                 ),
             )
+
+
+def _detached(run: RunState, host: str, job_id: str | None, offset: int | None) -> Result:
+    """Ctrl-C while following: the job runs on, and the command that follows it again."""
+    job = job_id or "(the latest)"
+    again = f"fab -H {quote(host)} tail"
+    if job_id:
+        again += f" --job-id {quote(job_id)}"
+    run.reporter.note(f"{host} | detached: job {job} is still running")
+    return detached(
+        host,
+        f"detached; job {job} still running",
+        SshTailDetached(job_id, offset or 0, True, Next("follow it again", [again])),
+    )
+
+
+def _more_secrets(run: RunState, node: Connector, answer: dict, secrets: list[str]) -> list[str]:
+    """The secrets of the job's own playbook that this run's does not mask yet."""
+    return [v for v in own_playbook_secrets(run, node, answer) if v not in secrets]
+
+
+def _show_lines(
+    run: RunState, watch: LogWatch, host: str, data: str, follow: common.TailFollower | None
+) -> dict | None:
+    """One answer's lines, each read for failures and progress; the last progress among them."""
+    last_progress = None
+    for line in data.splitlines():
+        failed, progress = watch.read(line)
+        if progress:
+            last_progress = progress
+        run.reporter.job_line(host, line, failed, progress)
+        if follow is not None:
+            follow.line(progress)
+    return last_progress
 
 
 def _tail_answer(node: Connector, request: dict) -> dict:
@@ -426,16 +467,7 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
         "job_status", {"job_id": plan.options.get("job_id"), "progress_pattern": pattern}
     )
     if answer.get("error"):
-        result = common.agent_error(host, "status", answer, with_kind=True)
-        drain = (
-            (answer.get("details") or {}).get("drain")
-            if isinstance(answer.get("details"), dict)
-            else None
-        )
-        if drain:
-            result.msg += f"; {drain_text(drain)}"
-            result.data["drain"] = drain
-        return result
+        return _status_error(host, answer)
     job = answer["job"] if isinstance(answer.get("job"), dict) else {}
     # loading the job's own playbook registers its secrets: the status line's last progress shows
     # them masked
@@ -446,24 +478,9 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
     code = verdict.code
     status = Status.OK if code == 0 else Status.FAILED
     state, items, oom = _how_it_ended(answer)
-    msg = f"job {row[0]}: {state}, exit {row[2]}, runtime {row[3]}, last progress: {row[4]}"
-    if answer.get("cause"):
-        msg += f"; {answer['cause']}"
-    if answer.get("left"):
-        msg += f"; its processes {answer['left']} still run"
-    if answer.get("drain"):
-        msg += f"; {drain_text(answer['drain'])}"
+    msg = _status_msg(answer, row, state)
     job_id = quote(str(row[0]))
-    nxt = None
-    if oom is not None:
-        # diagnose's parsers: loaded only for a job the kernel killed
-        from ...plans.kernellog import OOM_ADVICE
-
-        nxt = Next(OOM_ADVICE, [f"fab -H {quote(host)} logs --job-id {job_id}"])
-    elif status is Status.FAILED:
-        nxt = Next(
-            "read why it ended", [f"fab -H {quote(host)} logs --job-id {job_id} --lines 200"]
-        )
+    nxt = _status_next(host, job_id, oom, status)
     # it was an extract --again: so is the run that redoes it
     if nxt is not None and answer["job"].get("again"):
         nxt.why += (
@@ -503,6 +520,43 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
             },
         ),
     )
+
+
+def _status_error(host: str, answer: dict) -> Result:
+    """The agent's error, with the node's drain marker when it has one."""
+    result = common.agent_error(host, "status", answer, with_kind=True)
+    details = answer.get("details")
+    drain = details.get("drain") if isinstance(details, dict) else None
+    if drain:
+        result.msg += f"; {drain_text(drain)}"
+        result.data["drain"] = drain
+    return result
+
+
+def _status_msg(answer: dict, row: list, state: str) -> str:
+    """The job's state, exit, runtime and last progress; why it ended, what it left, a drain."""
+    msg = f"job {row[0]}: {state}, exit {row[2]}, runtime {row[3]}, last progress: {row[4]}"
+    if answer.get("cause"):
+        msg += f"; {answer['cause']}"
+    if answer.get("left"):
+        msg += f"; its processes {answer['left']} still run"
+    if answer.get("drain"):
+        msg += f"; {drain_text(answer['drain'])}"
+    return msg
+
+
+def _status_next(host: str, job_id: str, oom: dict | None, status: Status) -> Next | None:
+    """What to read next: the OOM advice for a job the kernel killed, the log of a failed one."""
+    if oom is not None:
+        # diagnose's parsers: loaded only for a job the kernel killed
+        from ...plans.kernellog import OOM_ADVICE
+
+        return Next(OOM_ADVICE, [f"fab -H {quote(host)} logs --job-id {job_id}"])
+    if status is Status.FAILED:
+        return Next(
+            "read why it ended", [f"fab -H {quote(host)} logs --job-id {job_id} --lines 200"]
+        )
+    return None
 
 
 def _how_it_ended(answer: dict) -> tuple[str, list[Item], dict | None]:
@@ -574,40 +628,8 @@ def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
     )
     if answer.get("error"):
         return common.agent_error(host, "stop", answer)
-    items = []
-    if answer.get("changed"):
-        snap, _ = node.call("gpu", {})
-        if snap.get("ok"):
-            # By process group as well as by job label: once exit.json exists the node no longer
-            # labels the group's processes with the job, and a survivor must still count as the
-            # job's.
-            pgid = answer.get("pgid")
-            held = [
-                (g["index"], p)
-                for g in snap["gpus"]
-                for p in g["processes"]
-                if p.get("job") == answer["job_id"] or (pgid is not None and p.get("pgid") == pgid)
-            ]
-            ok = not held
-            items.append(
-                Item(
-                    "GPU memory",
-                    Status.OK if ok else Status.FAILED,
-                    "released: no GPU process belongs to the job"
-                    if ok
-                    else "still held: "
-                    + "; ".join(f"GPU {i}: pid {p['pid']} {p['used_mib']} MiB" for i, p in held),
-                )
-            )
-        else:
-            items.append(Item("GPU memory", Status.OK, f"not checked: {snap.get('error')}"))
-    status = (
-        Status.FAILED
-        if not answer["ok"] or any(i.status is Status.FAILED for i in items)
-        else Status.CHANGED
-        if answer.get("changed")
-        else Status.OK
-    )
+    items = [_gpu_memory_item(node, answer)] if answer.get("changed") else []
+    status = _stop_status(answer, items)
     return Result(
         host,
         "stop",
@@ -618,6 +640,31 @@ def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
         code=EXIT_FAILED if status is Status.FAILED else 0,
         payload=Stopped(answer["job_id"], answer.get("left")),
     )
+
+
+def _gpu_memory_item(node: Connector, answer: dict) -> Item:
+    """Whether the stopped job's GPU memory was released."""
+    snap, _ = node.call("gpu", {})
+    if not snap.get("ok"):
+        return Item("GPU memory", Status.OK, f"not checked: {snap.get('error')}")
+    # By process group as well as by job label: once exit.json exists the node no longer labels
+    # the group's processes with the job, and a survivor must still count as the job's.
+    pgid = answer.get("pgid")
+
+    def the_jobs(p: dict) -> bool:
+        return p.get("job") == answer["job_id"] or (pgid is not None and p.get("pgid") == pgid)
+
+    held = [(g["index"], p) for g in snap["gpus"] for p in g["processes"] if the_jobs(p)]
+    if not held:
+        return Item("GPU memory", Status.OK, "released: no GPU process belongs to the job")
+    pids = "; ".join(f"GPU {i}: pid {p['pid']} {p['used_mib']} MiB" for i, p in held)
+    return Item("GPU memory", Status.FAILED, f"still held: {pids}")
+
+
+def _stop_status(answer: dict, items: list[Item]) -> Status:
+    if not answer["ok"] or any(i.status is Status.FAILED for i in items):
+        return Status.FAILED
+    return Status.CHANGED if answer.get("changed") else Status.OK
 
 
 class SshJobs(common.TaskBackend):

@@ -35,6 +35,8 @@ from .record import read_state
 from .view import tasks_view
 
 if TYPE_CHECKING:
+    from ....plans.host import Host
+    from ....plans.jobspec import JobSpec
     from ....state import RunState
     from ...plan import Plan
 
@@ -115,6 +117,64 @@ def _shards(plan: Plan) -> int:
     return n
 
 
+def _preflight(node: Connector, plan: Plan, spec: JobSpec, notes: list[str]) -> Result | None:
+    """The playbook's fast checks on the login node's venv (a cluster shares it with the compute
+    nodes): a refusal when one fails, unless --force (then a note). No GPU gate: the login node has
+    no GPUs of the job's, and Slurm hands the job free ones (--gres)."""
+    assert plan.playbook is not None
+    checked, _ = node.call("preflight", common.preflight_request(plan.playbook, spec), timeout=600)
+    verify = common.judged_checks(checked.get("verify", {}), plan.playbook.allow_prereleases)
+    bad = [c for c in verify.get("items", []) if not c["ok"]]
+    if not bad:
+        return None
+    reasons = "; ".join(f"check {c['name']} [{c['kind']}]: {c['msg']}" for c in bad)
+    if plan.options.get("force"):
+        notes.append(f"--force: submitted despite: {reasons}")
+        return None
+    return Result(
+        node.host.name,
+        "extract",
+        Status.FAILED,
+        f"refused to submit {spec.name}: {reasons} (--force overrides)",
+        [Item(f"check {c['name']} [{c['kind']}]", Status.FAILED, c["msg"]) for c in bad],
+        code=EXIT_FAILED,
+    )
+
+
+def _not_submitted(host: str, name: str, answer: dict) -> Result | None:
+    """The submit's answer when it launched nothing: a drained node, an error, nothing to do."""
+    if answer.get("error_kind") == "drained":
+        drain = (answer.get("details") or {}).get("drain") or {}
+        return common.drained(host, "extract", drain, f"submit {name}")
+    if not answer.get("ok"):
+        return common.agent_error(host, "extract", answer, with_kind=True)
+    if answer.get("complete"):
+        return _nothing_to_do(host, name, answer)
+    return None
+
+
+def _submitted(host: Host, job: dict, sid: str, shards: int, notes: list[str]) -> Result:
+    """The job in Slurm's queue: its ids, where it runs, its logs, and sbatch's options."""
+    what = f"a job array of {shards} tasks" if shards > 1 else "a batch job"
+    items = [Item("note", Status.CHANGED, n) for n in notes]
+    # sbatch's options: the words before the batch script and its arguments
+    sbatch = job["sbatch_argv"]
+    script = next((i for i, a in enumerate(sbatch) if a.endswith("/batch.py")), len(sbatch))
+    items.append(Item("sbatch", Status.CHANGED, " ".join(sbatch[1:script])))
+    where = ""
+    if host.partition:
+        where += f", partition {host.partition}"
+    if host.gres:
+        where += f", gres {host.gres}"
+    return launched(
+        host.name,
+        f"submitted job {job['id']} to Slurm as {what} (Slurm job {sid}{where}); "
+        f"logs {', '.join(job['logs'])}",
+        items,
+        Launched(job, slurm_job_id=sid, shards=shards),
+    )
+
+
 def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     host = node.host
     shards = _shards(plan)
@@ -129,30 +189,10 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
     spec = common.launch_spec(plan, node)
     assert plan.playbook is not None
     notes = list(spec.notes)
-    if plan.playbook is not None and spec.preflight:
-        # The playbook's fast checks on the login node's venv (a cluster shares it with the compute
-        # nodes). No GPU gate: the login node has no GPUs of the job's, and Slurm hands the job free
-        # ones (--gres).
-        checked, _ = node.call(
-            "preflight", common.preflight_request(plan.playbook, spec), timeout=600
-        )
-        verify = common.judged_checks(checked.get("verify", {}), plan.playbook.allow_prereleases)
-        bad = [c for c in verify.get("items", []) if not c["ok"]]
-        if bad:
-            reasons = "; ".join(f"check {c['name']} [{c['kind']}]: {c['msg']}" for c in bad)
-            if not plan.options.get("force"):
-                return Result(
-                    host.name,
-                    "extract",
-                    Status.FAILED,
-                    f"refused to submit {spec.name}: {reasons} (--force overrides)",
-                    [
-                        Item(f"check {c['name']} [{c['kind']}]", Status.FAILED, c["msg"])
-                        for c in bad
-                    ],
-                    code=EXIT_FAILED,
-                )
-            notes.append(f"--force: submitted despite: {reasons}")
+    if spec.preflight:
+        refused = _preflight(node, plan, spec, notes)
+        if refused is not None:
+            return refused
     opts = {
         "partition": host.partition,
         "account": host.account,
@@ -168,17 +208,9 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
         run=run,
         task="extract",
     )
-    if answer.get("error_kind") == "drained":
-        return common.drained(
-            host.name,
-            "extract",
-            (answer.get("details") or {}).get("drain") or {},
-            f"submit {spec.name}",
-        )
-    if not answer.get("ok"):
-        return common.agent_error(host.name, "extract", answer, with_kind=True)
-    if answer.get("complete"):
-        return _nothing_to_do(host.name, spec.name, answer)
+    not_submitted = _not_submitted(host.name, spec.name, answer)
+    if not_submitted is not None:
+        return not_submitted
     job = answer["job"]
     # this run's `tail` shows it from its first line
     run.job_launched(host.name, job["id"], "submitted to Slurm")
@@ -192,20 +224,7 @@ def run_extract(run: RunState, plan: Plan, node: Connector) -> Result:
             f"{exc}; job {job['id']} may have been submitted: check squeue on {host.name}",
             code=EXIT_FAILED,
         )
-    what = f"a job array of {shards} tasks" if shards > 1 else "a batch job"
-    items = [Item("note", Status.CHANGED, n) for n in notes]
-    # sbatch's options: the words before the batch script and its arguments
-    sbatch = job["sbatch_argv"]
-    script = next((i for i, a in enumerate(sbatch) if a.endswith("/batch.py")), len(sbatch))
-    items.append(Item("sbatch", Status.CHANGED, " ".join(sbatch[1:script])))
-    return launched(
-        host.name,
-        f"submitted job {job['id']} to Slurm as {what} (Slurm job {sid}"
-        f"{', partition ' + host.partition if host.partition else ''}"
-        f"{', gres ' + host.gres if host.gres else ''}); logs {', '.join(job['logs'])}",
-        items,
-        Launched(job, slurm_job_id=sid, shards=shards),
-    )
+    return _submitted(host, job, sid, shards, notes)
 
 
 def _nothing_to_do(host: str, name: str, answer: dict) -> Result:
@@ -268,12 +287,7 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
         for r, p in zip(rows, parsed + [None] * len(rows))
     ]
     nodes = sorted({r["node"] for r in rows if r.get("node")})
-    msg = (
-        f"job {job['id']} (Slurm job {job.get('slurm_job_id')}): {sv.describe(rows, job)}"
-        + (f"; on node {', '.join(nodes)}" if nodes else "")
-        + (f"; {sv.counts(rows)}" if len(rows) > 1 else "")
-        + (f". {rows[0]['reused']}" if rows and rows[0].get("reused") else "")
-    )
+    msg = _status_msg(job, rows, nodes)
     status = Status.FAILED if code else Status.OK
     nxt = _status_next(host, job, rows, word)
     return Result(
@@ -300,6 +314,18 @@ def run_status(run: RunState, plan: Plan, node: Connector) -> Result:
             },
         ),
     )
+
+
+def _status_msg(job: dict, rows: list[dict], nodes: list[str]) -> str:
+    """The job's state in Slurm's words, where it runs, its tasks' counts, a reused id."""
+    msg = f"job {job['id']} (Slurm job {job.get('slurm_job_id')}): {sv.describe(rows, job)}"
+    if nodes:
+        msg += f"; on node {', '.join(nodes)}"
+    if len(rows) > 1:
+        msg += f"; {sv.counts(rows)}"
+    if rows and rows[0].get("reused"):
+        msg += f". {rows[0]['reused']}"
+    return msg
 
 
 def _status_next(host: str, job: dict, rows: list[dict], word: str) -> Next | None:
@@ -339,13 +365,7 @@ def run_tail(
     reporter = run.reporter
     while True:
         if run.interrupted.is_set():
-            reporter.note(
-                f"{host} | detached: Slurm job {job_id} keeps "
-                f"running (fab -H {host} tail to re-attach)"
-            )
-            return detached(
-                host, f"detached; job {job_id} still in Slurm", SlurmTailDetached(job_id, offsets)
-            )
+            return _detached(run, host, job_id, offsets)
         position = {"job_id": job_id, "offsets": offsets}
         request = {**common.tail_request(position, (last_lines, from_start)), "mask": secrets}
         answer = link.poll(
@@ -369,11 +389,7 @@ def run_tail(
             return answer
         job = answer["job"]
         job_id = job["id"]
-        more = (
-            []
-            if offsets is not None
-            else [v for v in common.own_secrets(run, node, job) if v not in secrets]
-        )
+        more = _more_secrets(run, node, job, secrets) if offsets is None else []
         # the job's own playbook has secrets this run's does not: asked again, masked by the node
         if more:
             secrets += more
@@ -381,9 +397,7 @@ def run_tail(
         shards = int(job.get("shards") or 1)
         rows = tasks_view(answer)
         word = sp.overall([r["state"] for r in rows])
-        if not seen_states or seen_states[-1] != word:
-            seen_states.append(word)
-            _note_state(run, host, job, rows, word)
+        _track_state(run, host, job, rows, word, seen_states)
         if follow is not None:
             follow.attached(job_id)
         _show_output(
@@ -422,6 +436,31 @@ def run_tail(
                     {t: common.bar(p) for t, p in last_progress.items()},
                 ),
             )
+
+
+def _detached(run: RunState, host: str, job_id: str | None, offsets: list[int] | None) -> Result:
+    """Ctrl-C while following: the job keeps running in Slurm."""
+    run.reporter.note(
+        f"{host} | detached: Slurm job {job_id} keeps running (fab -H {host} tail to re-attach)"
+    )
+    return detached(
+        host, f"detached; job {job_id} still in Slurm", SlurmTailDetached(job_id, offsets)
+    )
+
+
+def _more_secrets(run: RunState, node: Connector, job: dict, secrets: list[str]) -> list[str]:
+    """The secrets of the job's own playbook that this run's does not mask yet."""
+    return [v for v in common.own_secrets(run, node, job) if v not in secrets]
+
+
+def _track_state(
+    run: RunState, host: str, job: dict, rows: list[dict], word: str, seen_states: list[str]
+) -> None:
+    """Each state the job passes through, recorded and said once."""
+    if seen_states and seen_states[-1] == word:
+        return
+    seen_states.append(word)
+    _note_state(run, host, job, rows, word)
 
 
 def _controller_gone(run: RunState, host: str, rows: list[dict], answer: dict, was: bool) -> bool:
@@ -507,6 +546,92 @@ def run_logs(run: RunState, plan: Plan, node: Connector) -> Result:
     return logs_result(host, job["id"], word, count, ", ".join(job["logs"]), answer["lines"])
 
 
+def _not_cancelled(host: str, what: str, job: dict, rows: list, word: str, problem: str) -> Result:
+    """The controller did not answer: the job was not cancelled and may still run."""
+    return Result(
+        host,
+        "stop",
+        Status.FAILED,
+        f"{what} was NOT cancelled: {problem}; it may still be running",
+        code=EXIT_FAILED,
+        payload=SlurmStopped(
+            job["id"],
+            rows,
+            word,
+            controller=problem,
+            next=Next(
+                "Slurm's controller does not answer: bring it back (the cluster's "
+                "admins), then stop again",
+                [f"fab -H {quote(host)} stop --job-id {quote(job['id'])}"],
+            ),
+        ),
+    )
+
+
+def _not_queued(host: str, what: str, job: dict, rows: list, word: str) -> Result:
+    """Nothing in the queue to cancel (the job ended, or its Slurm job id was reused)."""
+    reused = ""
+    if rows and rows[0].get("reused"):
+        reused = f"; {rows[0]['reused']}"
+    return Result(
+        host,
+        "stop",
+        Status.OK,
+        f"{what} is not in the queue ({sv.describe(rows, job)}); nothing to cancel{reused}",
+        payload=SlurmStopped(job["id"], rows, word, reused=bool(reused)),
+    )
+
+
+_ENDED = ("cancelled", "succeeded", "failed", "killed")
+
+
+def _scancel_item(scancel: dict) -> Item:
+    said = f"{' '.join(scancel.get('argv') or ['scancel'])} exit {scancel.get('rc')}"
+    if scancel.get("stderr"):
+        said += f": {scancel.get('stderr', '').strip()}"
+    status = Status.CHANGED if scancel.get("rc") == 0 else Status.FAILED
+    return Item("scancel", status, said)
+
+
+def _task_item(r: dict, left: list) -> Item:
+    said = f"{r['slurm_state'] or r['state']}"
+    if r.get("node"):
+        said += f" on {r['node']}"
+    return Item(f"task {r['task']}", Status.FAILED if r in left else Status.OK, said)
+
+
+def _unconfirmed(host: str, job: dict, rows: list, left: list, scancel: dict) -> str:
+    """Why the cancel is not confirmed: the tasks still running, the controller's words."""
+    msg = f"scancel {job.get('slurm_job_id')} (exit {scancel.get('rc')}) is not confirmed: "
+    msg += ", ".join(f"task {r['task']} {r['state']}" for r in left)
+    if rows and rows[0].get("controller"):
+        msg += f"; {rows[0]['controller']}"
+    return msg + f"; check squeue on {host}"
+
+
+def _cancelled(host: str, what: str, answer: dict, rows: list, word: str) -> Result:
+    """scancel ran: confirmed when it exited 0 and no task is left running."""
+    job = answer["job"]
+    scancel = answer.get("scancel") or {}
+    left = [r for r in rows if r["state"] not in _ENDED]
+    ok = scancel.get("rc") == 0 and not left
+    items = [_scancel_item(scancel)] + [_task_item(r, left) for r in rows]
+    if ok:
+        said = ", ".join(sorted({r["slurm_state"] or r["state"] for r in rows}))
+        msg = f"cancelled {what} with scancel: Slurm says {said}"
+    else:
+        msg = _unconfirmed(host, job, rows, left, scancel)
+    return Result(
+        host,
+        "stop",
+        Status.CHANGED if ok else Status.FAILED,
+        msg,
+        items,
+        code=0 if ok else EXIT_FAILED,
+        payload=SlurmStopped(job["id"], rows, word),
+    )
+
+
 def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
     """scancel fleetops' own job, confirmed by the job's state in squeue afterwards. A controller
     that cannot be reached fails loudly: the job was not cancelled and may still run."""
@@ -527,71 +652,10 @@ def run_stop(run: RunState, plan: Plan, node: Connector) -> Result:
     what = f"job {job['id']} (Slurm job {job.get('slurm_job_id')})"
     problem = sv.controller_problem(answer.get("before") or {})
     if problem:
-        return Result(
-            host,
-            "stop",
-            Status.FAILED,
-            f"{what} was NOT cancelled: {problem}; it may still be running",
-            code=EXIT_FAILED,
-            payload=SlurmStopped(
-                job["id"],
-                rows,
-                word,
-                controller=problem,
-                next=Next(
-                    "Slurm's controller does not answer: bring it back (the cluster's "
-                    "admins), then stop again",
-                    [f"fab -H {quote(host)} stop --job-id {quote(job['id'])}"],
-                ),
-            ),
-        )
+        return _not_cancelled(host, what, job, rows, word, problem)
     if not answer.get("changed"):
-        reused = f"; {rows[0]['reused']}" if rows and rows[0].get("reused") else ""
-        return Result(
-            host,
-            "stop",
-            Status.OK,
-            f"{what} is not in the queue ({sv.describe(rows, job)}); nothing to cancel{reused}",
-            payload=SlurmStopped(job["id"], rows, word, reused=bool(reused)),
-        )
-    scancel = answer.get("scancel") or {}
-    left = [r for r in rows if r["state"] not in ("cancelled", "succeeded", "failed", "killed")]
-    ok = scancel.get("rc") == 0 and not left
-    items = [
-        Item(
-            "scancel",
-            Status.CHANGED if scancel.get("rc") == 0 else Status.FAILED,
-            f"{' '.join(scancel.get('argv') or ['scancel'])} exit {scancel.get('rc')}"
-            + (f": {scancel.get('stderr', '').strip()}" if scancel.get("stderr") else ""),
-        )
-    ]
-    items += [
-        Item(
-            f"task {r['task']}",
-            Status.FAILED if r in left else Status.OK,
-            f"{r['slurm_state'] or r['state']}" + (f" on {r['node']}" if r.get("node") else ""),
-        )
-        for r in rows
-    ]
-    if ok:
-        said = ", ".join(sorted({r["slurm_state"] or r["state"] for r in rows}))
-        msg = f"cancelled {what} with scancel: Slurm says {said}"
-    else:
-        msg = (
-            f"scancel {job.get('slurm_job_id')} (exit {scancel.get('rc')}) is not confirmed: "
-            + ", ".join(f"task {r['task']} {r['state']}" for r in left)
-            + (f"; {rows[0]['controller']}" if rows and rows[0].get("controller") else "")
-            + f"; check squeue on {host}"
-        )
-    return Result(
-        host,
-        "stop",
-        Status.CHANGED if ok else Status.FAILED,
-        msg,
-        items,
-        code=0 if ok else EXIT_FAILED,
-        payload=SlurmStopped(job["id"], rows, word),
-    )
+        return _not_queued(host, what, job, rows, word)
+    return _cancelled(host, what, answer, rows, word)
 
 
 def allocation_note(node: Connector) -> Item | None:

@@ -12,6 +12,7 @@ unknown); the job's own exit status is in the words and in --json."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from ....plans import slurm as sp
 from ....plans.jobverdict import JobVerdict, job_verdict
@@ -248,32 +249,30 @@ def counts(rows: list[dict]) -> str:
 
 
 def describe(rows: list[dict], job: dict | None = None) -> str:
-    job = job or {}
     word = sp.overall([r["state"] for r in rows])
     if word == "succeeded":
         return "succeeded (exit status 0)"
     if word == "cancelled":
-        return _cancelled(rows, job)
-    if word == "killed":
-        sig = next((r.get("signal") for r in rows if r.get("signal")), None)
-        return f"killed by signal {sig} (its exit file says so; Slurm no longer lists it)"
-    if word == "failed":
-        bad = [r for r in rows if r["state"] == "failed"]
-        return (
-            "failed ("
-            + "; ".join(
-                f"task {r['task']}: {r['slurm_state'] or 'exit'} exit status "
-                f"{'unknown' if r['exit_code'] is None else r['exit_code']}"
-                + (f": {r['cause']}" if r.get("cause") else "")
-                for r in bad
-            )
-            + ")"
-        )
-    if word == "pending":
-        return _pending(rows)
-    if word == "unknown":
-        return _unknown(rows)
-    return "running"
+        return _cancelled(rows, job or {})
+    told = _TOLD.get(word)
+    return told(rows) if told is not None else "running"
+
+
+def _killed(rows: list[dict]) -> str:
+    sig = next((r.get("signal") for r in rows if r.get("signal")), None)
+    return f"killed by signal {sig} (its exit file says so; Slurm no longer lists it)"
+
+
+def _failed_task(r: dict) -> str:
+    code = "unknown" if r["exit_code"] is None else r["exit_code"]
+    said = f"task {r['task']}: {r['slurm_state'] or 'exit'} exit status {code}"
+    if r.get("cause"):
+        said += f": {r['cause']}"
+    return said
+
+
+def _failed(rows: list[dict]) -> str:
+    return "failed (" + "; ".join(_failed_task(r) for r in rows if r["state"] == "failed") + ")"
 
 
 def _cancelled(rows: list[dict], job: dict) -> str:
@@ -322,3 +321,13 @@ def _unknown(rows: list[dict]) -> str:
         + (" (no accounting on this cluster)" if no_acct else "")
         + " and it left no exit file; see its log with fab logs"
     )
+
+
+# How `describe` words a job by Slurm's overall state (the words that need the job's record, and
+# the plain ones, are its own branches).
+_TOLD: dict[str, Callable[[list[dict]], str]] = {
+    "killed": _killed,
+    "failed": _failed,
+    "pending": _pending,
+    "unknown": _unknown,
+}
