@@ -13,7 +13,8 @@ except ImportError:  # Python 3.10: the dev lock's tomli
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON_PLACES = ("fleetops", "remote_scripts", "tests", "bench", "scripts", "fabfile.py")
-SKIP = {".venv", "__pycache__", ".lab", "node_modules"}
+# git-ignored places a run leaves behind (a venv, the bench's peers and lab): not the project's code
+SKIP = {".venv", "__pycache__", ".lab", "node_modules", ".work"}
 AGENT_LINK = REPO / "fleetops" / "agent"
 
 
