@@ -16,6 +16,7 @@ from .plans.playbookset import PlaybookSet, load_set
 from .plans.yamlsrc import ConfigError
 from .report.console import Reporter
 from .results import Result
+from .results.events import Event, Said
 from .wire.connector import Connector, Pool
 
 DEFAULT_PLAYBOOK = "playbooks/speculators-0.3.0-vllm-0.16.yaml"
@@ -57,6 +58,14 @@ class RunState:
         with self.lock:
             self.launched[host] = job_id
         self.reporter.job_started(host, "extract", job_id, where)
+
+    def emit(self, event: Event) -> None:
+        """A task's progress, as a value: report/ says it (the tasks never touch the reporter)."""
+        self.reporter.emit(event)
+
+    def say(self, text: str) -> None:
+        """A sentence made outside the job tasks (a lost connection's retry, tasks/reconnect.py)."""
+        self.emit(Said(text))
 
     def transfer(self, label: str, total: int, already: int) -> Any:
         """A file copy's progress, drawn by report/ (one board per console: parallel hosts share

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 from ..plans.tables import bar
 from ..redaction import shown
 from ..results import Result
+from ..results.events import Event, JobAttached, JobEnded, JobLine, Waiting
 from . import closing, liveview
+from .events import event_text
 from .fittable import render_table
 from .fold import Identity, Line
 from .lines import EVIDENCE_SHOWN, SEP, STYLE, VERDICT_STYLE, next_lines
@@ -167,6 +169,23 @@ class Reporter:
         if not self.json_mode:
             with self.lock:
                 print_line(self.console, [(message, "")], "")
+
+    def emit(self, event: Event) -> None:
+        """A task's progress (results/events.py): a note-kind event prints its line (event_text);
+        the others draw a job's row, bar or log line, or a wait."""
+        match event:
+            case JobLine(label, line, failure, progress):
+                self.job_line(label, line, failure, progress)
+            case JobAttached(label, job_id, state):
+                self.job_attached(label, job_id, state)
+            case JobEnded(label, state):
+                self.job_ended(label, state)
+            case Waiting(host, task, what, left_s):
+                self.waiting(host, task, what, left_s)
+            case _:
+                text = event_text(event)
+                if text is not None:
+                    self.note(text)
 
     def job_started(self, host: str, task: str, job_id: str, where: str) -> None:
         """A job was launched: folded output holds every result back until the end, so its id (what

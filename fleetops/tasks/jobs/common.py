@@ -15,6 +15,7 @@ from ...plans.jobsummary import job_summary
 from ...plans.tables import bar
 from ...plans.versions import judged_checks
 from ...results import Result
+from ...results.events import JobLine, LinesSkipped, TailEnd
 from ...results.jobs import SlurmTailEnded, TailEnded, tail_end
 from ...wire.connector import Connector
 from ..plan import (
@@ -24,7 +25,6 @@ from ..plan import (
     job_spec,
     own_playbook_secrets,
     preflight_request,
-    skipped_note,
     tail_start,
 )
 from ..reconnect import TAIL_WAIT_S, Reconnect, tail_request
@@ -52,7 +52,7 @@ __all__ = [
     "preflight_request",
     "print_lines",
     "register",
-    "skipped_note",
+    "skipped",
     "start_request",
     "tail_attach",
     "tail_ended",
@@ -107,9 +107,14 @@ def logs_request(plan: Plan, node: Connector) -> tuple[dict[str, Any], LogWatch]
     return request, LogWatch.of(spec)
 
 
+def skipped(label: str, job_id: str, skip: dict) -> LinesSkipped:
+    """What an attaching tail leaves out (the node starts at the last N lines)."""
+    return LinesSkipped(label, job_id, skip.get("skipped_lines"), skip["skipped_bytes"])
+
+
 def print_lines(run: RunState, label: str, lines: list[str], watch: LogWatch) -> None:
     for line in lines:
-        run.reporter.job_line(label, line, is_failure(line, watch.failure), None)
+        run.emit(JobLine(label, line, is_failure(line, watch.failure)))
 
 
 class Attach(NamedTuple):
@@ -146,7 +151,7 @@ def tail_ended(
 ) -> Result:
     """A tail's end, either backend: how the job ended, said on the console, and the result's line
     with what the job did too (its last progress, every task's summed), not only how it ended."""
-    run.reporter.note(f"{host} | job {job_id} {end}")
+    run.emit(TailEnd(host, job_id, end))
     summary = job_summary(progress)
     msg = f"job {job_id} {end}" + (f"; {summary}" if summary else "")
     return tail_end(host, code, msg, payload)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ...plans import shards as shardplan
 from ...plans.jobspec import JobSpec, parse_progress
 from ...results import EXIT_FAILED, Result, Status
+from ...results.events import FleetSummary, JobAttached, JobEnded, JobLine
 from ...wire.connector import Connector
 from ..plan import Plan, agent_error, job_spec
 from .backend import JobBackend, backend_for
@@ -347,10 +348,10 @@ def _summary(run: RunState, fleet: Fleet, result: Result | None) -> None:
     agg = shardplan.aggregate(fleet.rows())
     complete = sum(1 for s in (fleet.doc or {}).get("shards", []) if s.get("complete"))
     agg["complete_shards"] = complete
-    saved = f" ({fleet.save_error})" if fleet.save_error else ""
-    run.reporter.note(
-        f"fleet | {shardplan.line(agg)}; {complete}/{agg['shards']} shards complete; "
-        f"plan {fleet.path}{saved}"
+    run.emit(
+        FleetSummary(
+            shardplan.line(agg), complete, agg["shards"], str(fleet.path), fleet.save_error or None
+        )
     )
     # None: this host's own step raised; its failed result is made by the registry
     if result is not None:
@@ -447,7 +448,7 @@ class _FleetFollower:
     to, and the progress of each of its lines."""
 
     def __init__(self, run: RunState, fleet: Fleet, host: str) -> None:
-        self._reporter, self._fleet, self._host = run.reporter, fleet, host
+        self._run, self._fleet, self._host = run, fleet, host
         self.ours = False  # the job tail follows is the host's shard's (known once tail attaches)
         self._job: str | None = None
 
@@ -476,8 +477,8 @@ class _FleetFollower:
             attach = not fleet.attached
             fleet.attached = True
         if attach:
-            self._reporter.job_attached("fleet", f"{agg['shards']} shards", "running")
-        self._reporter.job_line("fleet", shardplan.line(agg), False, agg)
+            self._run.emit(JobAttached("fleet", f"{agg['shards']} shards", "running"))
+        self._run.emit(JobLine("fleet", shardplan.line(agg), False, agg))
 
 
 def run_tail(run: RunState, plan: Plan, node: Connector, backend: JobBackend) -> Result:
@@ -515,7 +516,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector, backend: JobBackend) ->
                     if run.interrupted.is_set()
                     else "unfinished"
                 )
-                run.reporter.job_ended("fleet", word)
+                run.emit(JobEnded("fleet", word))
             _summary(run, fleet, result)
     assert result is not None  # the backend returned (else its exception is on its way up)
     return result

@@ -17,6 +17,7 @@ from ...plans.jobspec import (
 )
 from ...plans.jobverdict import of as verdict_of
 from ...results import EXIT_FAILED, Evidence, Item, Next, Result, Status
+from ...results.events import Detached, JobAttached, JobEnded, JobLine
 from ...results.jobs import (
     AlreadyComplete,
     JobStatus,
@@ -343,7 +344,6 @@ def run_tail(
     watch, job_id, last_lines, from_start, secrets = attach
     link = common.Reconnect(run.interrupted)
     last_progress: dict | None = None
-    reporter = run.reporter
     while True:
         if run.interrupted.is_set():
             return _detached(run, host, job_id, offset)
@@ -352,7 +352,7 @@ def run_tail(
         answer = link.poll(
             partial(_tail_answer, node, request),
             node,
-            reporter.note,
+            run.say,
             position,
             f", resuming at byte {offset}",
         )
@@ -367,8 +367,8 @@ def run_tail(
             secrets += more
             continue
         if offset is None and answer.get("skipped_bytes"):
-            reporter.note(common.skipped_note(host, job_id, answer))
-        reporter.job_attached(host, job_id, answer["state"])
+            run.emit(common.skipped(host, job_id, answer))
+        run.emit(JobAttached(host, job_id, answer["state"]))
         if follow is not None:
             follow.attached(job_id)
         last_progress = _show_lines(run, watch, host, answer["data"], follow) or last_progress
@@ -377,7 +377,7 @@ def run_tail(
         if verdict.ended and not answer["data"]:
             code = verdict.code
             end = end_text(answer)
-            reporter.job_ended(host, verdict.word)
+            run.emit(JobEnded(host, verdict.word))
             return common.tail_ended(
                 run,
                 host,
@@ -404,7 +404,7 @@ def _detached(run: RunState, host: str, job_id: str | None, offset: int | None) 
     again = f"fab -H {quote(host)} tail"
     if job_id:
         again += f" --job-id {quote(job_id)}"
-    run.reporter.note(f"{host} | detached: job {job} is still running")
+    run.emit(Detached(host, job_id))
     return detached(
         host,
         f"detached; job {job} still running",
@@ -426,7 +426,7 @@ def _show_lines(
         failed, progress = watch.read(line)
         if progress:
             last_progress = progress
-        run.reporter.job_line(host, line, failed, progress)
+        run.emit(JobLine(host, line, failed, progress))
         if follow is not None:
             follow.line(progress)
     return last_progress

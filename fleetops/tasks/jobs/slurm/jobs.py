@@ -16,6 +16,14 @@ from typing import TYPE_CHECKING
 from ....plans import slurm as sp
 from ....plans.jobspec import LogWatch, parse_progress
 from ....results import EXIT_FAILED, Item, Next, Result, Status
+from ....results.events import (
+    ControllerBack,
+    ControllerGone,
+    JobLine,
+    SlurmDetached,
+    SlurmState,
+    Waiting,
+)
 from ....results.gpu import AllocationGpus
 from ....results.jobs import (
     AlreadyComplete,
@@ -93,9 +101,8 @@ def _call(
         while True:
             elapsed = time.monotonic() - started
             note = what if elapsed < 15 else f"{what}; {int(elapsed) // 15 * 15} s so far"
-            run.reporter.waiting(
-                host, task or action, f"{note} on {host}", max(0.0, timeout - elapsed)
-            )
+            left = max(0.0, timeout - elapsed)
+            run.emit(Waiting(host, task or action, f"{note} on {host}", left))
             if done.wait(1.0):
                 return
 
@@ -362,7 +369,6 @@ def run_tail(
     last_progress: dict[int, dict] = {}
     seen_states: list[str] = []
     blind = False  # Slurm's controller could not be asked at the last poll
-    reporter = run.reporter
     while True:
         if run.interrupted.is_set():
             return _detached(run, host, job_id, offsets)
@@ -380,7 +386,7 @@ def run_tail(
                 quiet_s=common.TAIL_WAIT_S + QUIET_S,
             ),
             node,
-            reporter.note,
+            run.say,
             position,
         )
         if not isinstance(answer, dict):  # None: asked again after a wait; a Result: the tail's end
@@ -440,9 +446,7 @@ def run_tail(
 
 def _detached(run: RunState, host: str, job_id: str | None, offsets: list[int] | None) -> Result:
     """Ctrl-C while following: the job keeps running in Slurm."""
-    run.reporter.note(
-        f"{host} | detached: Slurm job {job_id} keeps running (fab -H {host} tail to re-attach)"
-    )
+    run.emit(SlurmDetached(host, job_id))
     return detached(
         host, f"detached; job {job_id} still in Slurm", SlurmTailDetached(job_id, offsets)
     )
@@ -471,13 +475,10 @@ def _controller_gone(run: RunState, host: str, rows: list[dict], answer: dict, w
     ended = len(answer.get("exits") or {}) >= len(rows)
     if problem and not ended:
         if not was:
-            run.reporter.note(
-                f"{host} | {problem}; the job may still be running: following its log until Slurm "
-                "answers again (Ctrl-C detaches)"
-            )
+            run.emit(ControllerGone(host, problem))
         return True
     if was and not problem:
-        run.reporter.note(f"{host} | Slurm's controller answers again")
+        run.emit(ControllerBack(host))
     return False
 
 
@@ -485,10 +486,8 @@ def _note_state(run: RunState, host: str, job: dict, rows: list[dict], word: str
     """A job that became pending or running says so once, with the nodes it runs on."""
     if word in ("pending", "running"):
         where = sorted({r["node"] for r in rows if r.get("node")})
-        run.reporter.note(
-            f"{host} | Slurm job {job.get('slurm_job_id')}: {sv.describe(rows, job)}"
-            + (f" on {', '.join(where)}" if where and word == "running" else "")
-        )
+        nodes = tuple(where) if word == "running" else ()
+        run.emit(SlurmState(host, job.get("slurm_job_id"), sv.describe(rows, job), nodes))
 
 
 def _show_output(
@@ -508,13 +507,13 @@ def _show_output(
     if attached:
         for task, skip in enumerate(answer.get("skipped") or []):
             if skip.get("skipped_bytes"):
-                run.reporter.note(common.skipped_note(_label(host, task, shards), job_id, skip))
+                run.emit(common.skipped(_label(host, task, shards), job_id, skip))
     for task, data in enumerate(answer["data"]):
         for line in data.splitlines():
             failed, progress = watch.read(line)
             if progress:
                 last_progress[task] = progress
-            run.reporter.job_line(_label(host, task, shards), line, failed, progress)
+            run.emit(JobLine(_label(host, task, shards), line, failed, progress))
             if follow is not None:
                 follow.line(progress)
 
