@@ -63,6 +63,12 @@ class RunState:
         """A task's progress, as a value: report/ says it (the tasks never touch the reporter)."""
         self.reporter.emit(event)
 
+    def audit_error(self, text: str) -> None:
+        """An audit line that could not be written: kept for the run's exit status and said now."""
+        with self.lock:
+            self.audit_errors.append(text)
+        self.reporter.error(text)
+
     def say(self, text: str) -> None:
         """A sentence made outside the job tasks (a lost connection's retry, tasks/reconnect.py)."""
         self.emit(Said(text))

@@ -119,6 +119,15 @@ class FleetSummary:
 
 
 @dataclass(frozen=True)
+class CopyRestarted:
+    """A resumed download's partial copy was of other bytes than the node's file: it starts over
+    from byte 0."""
+
+    host: str
+    label: str
+
+
+@dataclass(frozen=True)
 class Said:
     """A sentence made outside the job tasks (a lost connection's retry, tasks/reconnect.py)."""
 
@@ -138,5 +147,6 @@ Event = (
     | ControllerBack
     | SlurmState
     | FleetSummary
+    | CopyRestarted
     | Said
 )

@@ -18,6 +18,7 @@ from ..plans.gpugate import (
 from ..plans.tables import FACT_COLUMNS, GPU_COLUMNS, fact_row, gpu_rows
 from ..plans.yamlsrc import ConfigError
 from ..results import EXIT_GPU_BUSY, Next, Result, Status
+from ..results.events import Waiting
 from ..results.gpu import Facts, GpuGate
 from ..wire.connector import Connector
 from .declare import JSON, HostTask, Option
@@ -95,7 +96,7 @@ def _run_gpu(run: RunState, plan: Plan, node: Connector) -> Result:
         remaining = deadline - time.monotonic()
         if result.code != EXIT_GPU_BUSY or remaining <= 0:
             break
-        run.reporter.waiting(node.host.name, "gpu", verdict.msg, remaining)
+        run.emit(Waiting(node.host.name, "gpu", verdict.msg, remaining))
         time.sleep(min(1.0, max(remaining, 0.01)))
         if time.monotonic() >= deadline:
             break  # the deadline came during the pause: decide on a snapshot at most 1 s old, now

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..plans.localpath import UnsafeName, safe_join_relative
 from ..results import EXIT_FAILED, EXIT_INTERRUPTED, Item, Result, Status
+from ..results.events import CopyRestarted
 from ..results.oncall import Fetched, FetchInterrupted
 from ..wire.connector import Connector, TransportError
 from .declare import HELP_JOB_ID, JSON, HostTask, Option
@@ -242,10 +243,7 @@ def _download(
         if got == want:
             break
         if attempt == 1 and offset > 0:  # the partial copy was of other bytes: start over once
-            run.reporter.note(
-                f"{node.host.name} | {label}: the partial copy did not match the node's file; "
-                "downloading it again from byte 0"
-            )
+            run.emit(CopyRestarted(node.host.name, label))
             offset = resumed_from = 0
             continue
         part.unlink(missing_ok=True)

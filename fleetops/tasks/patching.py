@@ -160,9 +160,7 @@ def _intent(run: RunState, plan: Plan, node: Connector) -> None:
             f"audit log {audit.log_path(run.root)}: "
             f"{node.host.name} {plan.op} intent not recorded: {exc}"
         )
-        with run.lock:
-            run.audit_errors.append(text)
-        run.reporter.error(text)
+        run.audit_error(text)
 
 
 def _settle(run: RunState, plan: Plan, node: Connector, token: str, lost: TransportError) -> Result:
