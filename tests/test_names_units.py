@@ -16,8 +16,12 @@ CODE = ("fleetops", "remote_scripts", "tests", "bench", "scripts")
 
 
 def python_files(root: Path, parts: tuple[str, ...] = CODE) -> list[Path]:
+    # bench/.work: what a bench run made (git-ignored: its snapshot of the tree, the peers' venv)
     return sorted(
-        p for part in parts for p in (root / part).rglob("*.py") if "__pycache__" not in p.parts
+        p
+        for part in parts
+        for p in (root / part).rglob("*.py")
+        if "__pycache__" not in p.parts and ".work" not in p.parts
     )
 
 
