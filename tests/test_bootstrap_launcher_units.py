@@ -223,8 +223,9 @@ def test_the_compiled_bootstrap_keeps_its_line_numbers_and_leaves_out_column_pos
     from fleetops.wire.bundle import BOOTSTRAP
 
     words = launch_words()
-    # 31,715 with the whole text and every column position
-    assert sum(len(w) for w in words) < 23_000
+    # 31,715 with the whole text and every column position; ~22,960 on the client's Python 3.11 and
+    # ~23,290 on 3.13 (its bytecode is larger) with the zip verdict's reader
+    assert sum(len(w) for w in words) < 24_000
     code = marshal.loads(zlib.decompress(binascii.a2b_base64(words[3])))
     ours = compile(BOOTSTRAP, "<fleetops bootstrap>", "exec", dont_inherit=True, optimize=2)
     for sent, made in zip(_codes(code), _codes(ours)):
