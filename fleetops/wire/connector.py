@@ -108,6 +108,56 @@ class TransportError(Exception):
         self.evidence = evidence
 
 
+def _unanswered(command: str, started: float) -> Evidence:
+    return Evidence(command, None, [], round(time.monotonic() - started, 3))
+
+
+def step_overflow(host: str, exc: Exception, command: str, started: float) -> TransportError:
+    """An exec's output went over its bound: both transports stop reading it."""
+    return TransportError(
+        "remote",
+        f"{host}: {exc}; stopped reading it, the node's outcome is unknown",
+        _unanswered(command, started),
+    )
+
+
+def step_timeout(host: str, timeout: float, command: str, started: float) -> TransportError:
+    """An exec that did not end within its time."""
+    return TransportError(
+        "timeout", f"{host}: no answer within {timeout:.0f}s", _unanswered(command, started)
+    )
+
+
+def step_lost(host: str, exc: BaseException, command: str, started: float) -> TransportError:
+    """The link broke while an exec ran (`exc`: what the transport raised)."""
+    return TransportError(
+        "lost",
+        f"connection to {host} lost during the step ({exc or 'EOF'}); "
+        "the node's outcome is unknown",
+        _unanswered(command, started),
+    )
+
+
+def step_ended_unsaid(host: str, result: ExecResult) -> TransportError:
+    """An exec whose channel closed without an exit status: the link went with it."""
+    return TransportError(
+        "lost",
+        f"connection to {host} lost during the step; the node's outcome is unknown",
+        result.evidence(),
+    )
+
+
+def upload_refused(host: Host, path: str, exc: BaseException) -> TransportError:
+    """An SFTP write of the agent that failed, the same words over either transport."""
+    reason = getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
+    return TransportError(
+        "remote",
+        f"{host.name}: cannot write {path} on the node over SFTP ({reason}); "
+        f"check that the login user may write {host.state_dir} and the "
+        "node's free disk space",
+    )
+
+
 @dataclass
 class ExecResult:
     command: str

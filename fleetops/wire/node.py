@@ -16,7 +16,16 @@ from ..plans.inventory import Host, Inventory
 from ..results import Evidence
 from .agentclient import AgentClient
 from .bundle import agent_bundle, launch_words
-from .connector import COUNTERS, ExecResult, TransportError
+from .connector import (
+    COUNTERS,
+    ExecResult,
+    TransportError,
+    step_ended_unsaid,
+    step_lost,
+    step_overflow,
+    step_timeout,
+    upload_refused,
+)
 from .errors import connect_error
 from .hops import close_quietly, fabric_connection, slow_idle_checks
 from .pythonpath import check_interpreter
@@ -163,34 +172,16 @@ class NodeConnection(AgentClient):
             self.close()
             raise session_refused(self.host, exc, shown or command) from None
         except Overflow as exc:
-            raise TransportError(
-                "remote",
-                f"{self.host.name}: {exc}; stopped reading it, the node's outcome is unknown",
-                Evidence(command, None, [], round(time.monotonic() - started, 3)),
-            ) from None
+            raise step_overflow(self.host.name, exc, command, started) from None
         except TimeoutError:
-            raise TransportError(
-                "timeout",
-                f"{self.host.name}: no answer within {timeout:.0f}s",
-                Evidence(command, None, [], round(time.monotonic() - started, 3)),
-            ) from None
+            raise step_timeout(self.host.name, timeout, command, started) from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.close()
-            raise TransportError(
-                "lost",
-                f"connection to {self.host.name} lost during the step ({exc or 'EOF'}); "
-                "the node's outcome is unknown",
-                Evidence(command, None, [], round(time.monotonic() - started, 3)),
-            ) from None
+            raise step_lost(self.host.name, exc, command, started) from None
         result = ExecResult(command, code, out, err, time.monotonic() - started)
         if code is None:
             self.close()
-            raise TransportError(
-                "lost",
-                f"connection to {self.host.name} lost during the step; the node's "
-                "outcome is unknown",
-                result.evidence(),
-            )
+            raise step_ended_unsaid(self.host.name, result)
         return result
 
     # -- the agent
@@ -202,15 +193,7 @@ class NodeConnection(AgentClient):
             assert self.cxn is not None
             write_atomically(self._sftp(), path, data)
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            reason = (
-                getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-            )
-            raise TransportError(
-                "remote",
-                f"{self.host.name}: cannot write {path} on the node over SFTP ({reason}); "
-                f"check that the login user may write {self.host.state_dir} and the "
-                "node's free disk space",
-            ) from None
+            raise upload_refused(self.host, path, exc) from None
 
     def _sftp(self) -> paramiko.SFTPClient:
         """The connection's SFTP session; a subsystem that does not start is named as such."""

@@ -27,7 +27,16 @@ from ..results import Evidence
 from . import controldir, masters, opensshkeys
 from .agentclient import AgentClient
 from .bundle import agent_bundle, launch_words
-from .connector import COUNTERS, ExecResult, TransportError
+from .connector import (
+    COUNTERS,
+    ExecResult,
+    TransportError,
+    step_ended_unsaid,
+    step_lost,
+    step_overflow,
+    step_timeout,
+    upload_refused,
+)
 from .pythonpath import check_interpreter
 from .session import Overflow, drain
 from .sftp import (
@@ -420,35 +429,17 @@ class OpenSSHConnection(AgentClient):
             out, err, code = drain(chan, started + timeout)
         except Overflow as exc:
             chan.close()
-            raise TransportError(
-                "remote",
-                f"{self.host.name}: {exc}; stopped reading it, the node's outcome is unknown",
-                Evidence(command, None, [], round(time.monotonic() - started, 3)),
-            ) from None
+            raise step_overflow(self.host.name, exc, command, started) from None
         except TimeoutError:
             chan.close()
-            raise TransportError(
-                "timeout",
-                f"{self.host.name}: no answer within {timeout:.0f}s",
-                Evidence(command, None, [], round(time.monotonic() - started, 3)),
-            ) from None
+            raise step_timeout(self.host.name, timeout, command, started) from None
         except (OSError, EOFError) as exc:
             chan.close()
-            raise TransportError(
-                "lost",
-                f"connection to {self.host.name} lost during the step ({exc or 'EOF'}); "
-                "the node's outcome is unknown",
-                Evidence(command, None, [], round(time.monotonic() - started, 3)),
-            ) from None
+            raise step_lost(self.host.name, exc, command, started) from None
         result = ExecResult(command, code, out, err, time.monotonic() - started)
         if code is None or (code == SSH_FAILED and not self._alive(self._command())):
             self.close()
-            raise TransportError(
-                "lost",
-                f"connection to {self.host.name} lost during the step; the node's "
-                "outcome is unknown",
-                result.evidence(),
-            )
+            raise step_ended_unsaid(self.host.name, result)
         return result
 
     # -- files
@@ -500,15 +491,7 @@ class OpenSSHConnection(AgentClient):
         try:
             write_atomically(self._sftp(), path, data)
         except (OSError, EOFError) as exc:
-            reason = (
-                getattr(exc, "strerror", None) or " ".join(str(exc).split()) or type(exc).__name__
-            )
-            raise TransportError(
-                "remote",
-                f"{self.host.name}: cannot write {path} on the node over SFTP ({reason}); "
-                f"check that the login user may write {self.host.state_dir} and the "
-                "node's free disk space",
-            ) from None
+            raise upload_refused(self.host, path, exc) from None
 
     def download(self, path: str) -> bytes:
         try:
