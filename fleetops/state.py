@@ -51,6 +51,9 @@ class RunState:
         # last lines)
         self.attach: dict[str, str] = {}
         self.audit_errors: list[str] = []  # one per result whose audit line could not be written
+        # What every host's steps of this run share, by key: one shard plan per job, whichever task
+        # (extract, status, tail) reads or saves it
+        self.shared: dict[tuple[str, str], Any] = {}
 
     def job_launched(self, host: str, job_id: str, where: str) -> None:
         """extract launched `job_id` on `host`: this run's `tail` shows it from its first line, and

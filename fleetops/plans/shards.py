@@ -12,8 +12,10 @@ array, hosts taken in sorted name order."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +97,18 @@ def load(path: Path) -> dict[str, Any] | None:
 
 
 def save(path: Path, doc: dict[str, Any]) -> None:
-    """Written atomically (a temp file renamed in), so a reader never sees half a plan."""
+    """Written atomically (a temp file renamed in), so a reader never sees half a plan. The temp
+    file's name is unique to this save: the hosts' threads of one run save at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def unfinished(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -34,20 +34,23 @@ def _now() -> str:
 
 
 class Fleet:
-    """What the hosts of one run share about the shard plan: decided once, saved under one lock."""
+    """What the hosts of one run share about a job's shard plan, across the run's tasks: decided or
+    read once, saved under one lock. One per run and job: a copy per task would write back what it
+    read before another task's host recorded its shard."""
 
-    def __init__(self, run: RunState, plan: Plan) -> None:
+    def __init__(self, run: RunState, job: str) -> None:
         self.lock = threading.Lock()
-        self.job = plan.options.get("job") or "extract"
+        self.job = job
         self.path = shardplan.manifest_path(run.root, self.job)
         self.doc: dict | None = None
         self.mode = ""
         self.error: str | None = None
-        self.reported: set[str] = set()
-        # The hosts whose job in this step is their shard's: a later job on a host (a plain extract
-        # after the sharded one) is that host's own, and its status or tail says nothing of the
-        # shard plan.
-        self.ours: set[str] = set()
+        # step -> the hosts whose answer this step has (the last one prints the fleet line)
+        self.reported: dict[str, set[str]] = {}
+        # step -> the hosts whose job in this step is their shard's: a later job on a host (a plain
+        # extract after the sharded one) is that host's own, and its status or tail says nothing of
+        # the shard plan.
+        self.ours: dict[str, set[str]] = {}
         # the steps whose fleet line is out: once per step, by one host
         self.summarized: set[str] = set()
         self.live: dict[str, dict] = {}
@@ -88,10 +91,11 @@ class Fleet:
 
 
 def _fleet(run: RunState, plan: Plan) -> Fleet:
+    job = plan.options.get("job") or "extract"
     with run.lock:
-        fleet = plan.options.get("_shard_fleet")
+        fleet = run.shared.get(("shards", job))
         if fleet is None:
-            fleet = plan.options["_shard_fleet"] = Fleet(run, plan)
+            fleet = run.shared["shards", job] = Fleet(run, job)
         return fleet
 
 
@@ -324,21 +328,20 @@ def _record(
         if ours and state in ("running", "starting"):
             live.update({k: progress[k] for k in ("tok_s", "eta") if k in progress})
         fleet.live[host] = live
-        fleet.reported.add(host)
         fleet.save()
     return {**rep, "ours": ours}
 
 
-def _all_in(run: RunState, fleet: Fleet) -> bool:
+def _all_in(run: RunState, fleet: Fleet, step: str) -> bool:
     assert fleet.doc is not None
-    return set(run.selected) & set(fleet.doc["hosts"]) <= fleet.reported
+    return set(run.selected) & set(fleet.doc["hosts"]) <= fleet.reported.get(step, set())
 
 
 def _claim_summary(run: RunState, fleet: Fleet, step: str) -> bool:
-    """True for the one host that prints this step's fleet line (call under fleet.lock). Every host
-    is marked reported when its answer is recorded, before its step ends, so several hosts could
-    find all in at once: found by CI, `status` gave two hosts the fleet aggregate."""
-    if step in fleet.summarized or not _all_in(run, fleet) or not fleet.ours:
+    """True for the one host that prints this step's fleet line (call under fleet.lock, with the
+    host just marked reported). Several hosts could find all in at once: found by CI, `status` gave
+    two hosts the fleet aggregate."""
+    if step in fleet.summarized or not _all_in(run, fleet, step) or not fleet.ours.get(step):
         return False
     fleet.summarized.add(step)
     return True
@@ -383,11 +386,11 @@ def run_status(run: RunState, plan: Plan, node: Connector, backend: JobBackend) 
     try:
         result = backend.status(run, plan, node)
         job = (result.data.get("job") or {}).get("id")
-        if job is not None and _is_ours(fleet, node.host.name, job):
+        if job is not None and _is_ours(fleet, node.host.name, job, "status"):
             _shard_status(run, node, plan, fleet, result, job)
     finally:
         with fleet.lock:
-            fleet.reported.add(node.host.name)
+            fleet.reported.setdefault("status", set()).add(node.host.name)
             last = _claim_summary(run, fleet, "status")
         if last:
             _summary(run, fleet, result)
@@ -395,7 +398,7 @@ def run_status(run: RunState, plan: Plan, node: Connector, backend: JobBackend) 
     return result
 
 
-def _is_ours(fleet: Fleet, host: str, job: str | None) -> bool:
+def _is_ours(fleet: Fleet, host: str, job: str | None, step: str) -> bool:
     """This host's job is one its shard ran (then the step is part of the shard plan's view). A job
     the plan as loaded does not name is looked up in the plan on disk: this run's own sharded
     extract may have added it."""
@@ -416,7 +419,7 @@ def _is_ours(fleet: Fleet, host: str, job: str | None) -> bool:
                         dict.fromkeys([*shard["jobs"], *(saved.get("jobs") or [])])
                     )
         if job in shard["jobs"]:
-            fleet.ours.add(host)
+            fleet.ours.setdefault(step, set()).add(host)
             return True
         return False
 
@@ -455,7 +458,7 @@ class _FleetFollower:
     def attached(self, job_id: str) -> None:
         if job_id != self._job:  # once per job: every poll of the tail says it again
             self._job = job_id
-            self.ours = _is_ours(self._fleet, self._host, job_id)
+            self.ours = _is_ours(self._fleet, self._host, job_id, "tail")
 
     def line(self, progress: dict | None) -> None:
         if not self.ours or not progress or "total" not in progress:
@@ -490,7 +493,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector, backend: JobBackend) ->
     try:
         result = backend.tail(run, plan, node, _FleetFollower(run, fleet, host))
         # its shard's job, not detached by Ctrl-C: it ended
-        if result.code != 130 and host in fleet.ours:
+        if result.code != 130 and host in fleet.ours.get("tail", set()):
             rep = _record(
                 run,
                 node,
@@ -504,7 +507,7 @@ def run_tail(run: RunState, plan: Plan, node: Connector, backend: JobBackend) ->
                 result.data["shard"] = dict(fleet.shard(host) or {})
     finally:
         with fleet.lock:
-            fleet.reported.add(host)
+            fleet.reported.setdefault("tail", set()).add(host)
             last = _claim_summary(run, fleet, "tail")
         if last:
             if fleet.attached:
