@@ -212,7 +212,9 @@ def inject(lab, node, op: str, point: str, n: int, kind: str) -> Fault:
             wait_for(lambda: not running(agent), f"killed agent {agent} to be gone")
         else:
             if kind == "stop-sshd":
-                assert lab.stop_node(node), "the node's sshd was not running"
+                # its sessions are cut below, then its masters closed: a master closed first
+                # would end them cleanly
+                assert lab.stop_node(node, masters=False), "the node's sshd was not running"
                 wait_for(lambda: not running(listener), f"sshd listener {listener} to stop")
                 assert not port_open(node.port), "the stopped node still accepts connections"
             for s, pids in live.items():
@@ -221,6 +223,8 @@ def inject(lab, node, op: str, point: str, n: int, kind: str) -> Fault:
                         os.kill(pid, signal.SIGKILL)
                     killed += pids
             wait_for(lambda: not any(running(p) for p in killed), f"sessions {killed} to be gone")
+            if kind == "stop-sshd":
+                lab.close_masters(node)  # the node is gone: no later run reaches it through one
             # Still paused at the point: the agent's watchdog sees its client gone and stops it
             # there, by itself.
             wait_for(

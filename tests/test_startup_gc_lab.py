@@ -5,10 +5,11 @@ planned (fleetops/startup.py).
 
 The lab test runs the installed entry point (fleetops.entry:main, what .venv/bin/fleet calls)
 against a real lab sshd and watches the collector from inside the process: gc.callbacks count
-collections, and the audit hook marks the run's first socket.connect (the SSH connection to the
-node). The same run imports no task family it does not name (client start-up). Invoke's own import
-of unittest.mock (and the asyncio and ssl it pulls in) is Invoke's: fleetops stands in for no module
-(docs/perf.md has what it costs)."""
+collections, and the audit hook marks the run's first reach for the node (paramiko's
+socket.connect, or the first `ssh` the openssh transport starts). The same run imports no task
+family it does not name (client start-up). Invoke's own import of unittest.mock (and the asyncio
+and ssl it pulls in) is Invoke's: fleetops stands in for no module (docs/perf.md has what it
+costs)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ start-up's
             seen["running" if gc.get_freeze_count() else "starting"] += 1
             save()
     def on_audit(event, args):
-        if event == "socket.connect" and seen["connected"] is None:
+        # the run's first reach for the node: paramiko's socket, or the openssh transport's
+        # first `ssh` (its `ssh -G`)
+        if event in ("socket.connect", "subprocess.Popen") and seen["connected"] is None:
             seen["connected"] = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
             save()
     import os

@@ -320,11 +320,14 @@ class Lab:
         self._stop_holders(node)
 
     # -- stop
-    def stop_node(self, node: Node, sig: int = signal.SIGTERM) -> bool:
+    def stop_node(self, node: Node, sig: int = signal.SIGTERM, *, masters: bool = True) -> bool:
         """The node gone, as a powered-off one is: its sshd stopped and its ssh master closed (a
-        master outlives the listener, and a later run would still reach the node through it)."""
+        master outlives the listener, and a later run would still reach the node through it).
+        masters=False leaves the masters up, for a caller that cuts the node's sessions first (a
+        master closed before would end them cleanly: no cut)."""
         stopped = sshd.stop(node, sig)
-        self.close_masters(node)
+        if masters:
+            self.close_masters(node)
         return stopped
 
     def start_node(self, node: Node) -> None:
