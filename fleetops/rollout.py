@@ -18,6 +18,7 @@ from .plans.host import Host
 from .results import Result, Status
 from .state import RunState
 from .wire.connector import Pending, discard_quietly, fork_bound
+from .wire.transports import fds_per_host
 
 DEFAULT_FORKS = 32
 NOT_STARTED = "skipped: not started (interrupted by Ctrl-C)"
@@ -89,7 +90,7 @@ def _run_batch(
     run: RunState, batch: list[Host], steps: list[Step], forks: int, running: dict[str, str]
 ) -> None:
     wanted = max(1, min(forks, len(batch)))
-    workers, why = fork_bound(wanted)
+    workers, why = fork_bound(wanted, fds_per_host(batch, run.transport))
     if why:
         run.reporter.note(why)
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -134,6 +134,30 @@ def test_the_soft_limit_is_raised_towards_the_hard_one_first():
     )
 
 
+def test_hosts_through_the_system_ssh_are_budgeted_their_pipes():
+    """An openssh host at work holds its ssh child's pipes (and more while one starts): budgeted
+    as paramiko's one socket, 256 hosts under `ulimit -n 256` ran out of descriptors ("Too many
+    open files") with the fan-out lowered to 52."""
+    from fleetops.plans.inventory import Host
+    from fleetops.wire.connector import FDS_PER_HOST, FDS_PER_HOST_OPENSSH
+    from fleetops.wire.transports import fds_per_host
+
+    plain, ssh = Host(name="a", address="a"), Host(name="b", address="b", transport="openssh")
+    assert fds_per_host([plain]) == FDS_PER_HOST < FDS_PER_HOST_OPENSSH
+    assert fds_per_host([plain, ssh]) == FDS_PER_HOST_OPENSSH
+    assert fds_per_host([plain], "openssh") == FDS_PER_HOST_OPENSSH
+    code = (
+        "from fleetops.wire.connector import FDS_KEPT, FDS_PER_HOST_OPENSSH as P, fork_bound,"
+        " open_fds\nn, why = fork_bound(256, P)\n"
+        "print(json.dumps({'n': n, 'why': why, 'fit': open_fds() + FDS_KEPT + n * P}))"
+    )
+    got = limited(code, 256, 256)
+    assert (
+        got["fit"] <= 256
+        and f"each host at work holds up to {FDS_PER_HOST_OPENSSH}" in (got["why"])
+    )
+
+
 def test_each_sshd_listens_on_at_most_openssh_s_limit_and_addresses_are_distinct_loopback():
     addresses = [address(i) for i in range(1000)]
     assert len(set(addresses)) == 1000 and all(a.startswith("127.") for a in addresses)

@@ -39,6 +39,11 @@ MAX_EXEC_BYTES = 64 * 1024 * 1024  # stdout + stderr of one raw exec
 # while they are read, and the `ssh -G`s resolving hosts (fabconfig.SSH_G_AT_ONCE at a time, 6 each
 # while they start).
 FDS_PER_HOST = 3
+# Through the system `ssh` (the openssh transport): the agent session's ssh child, whose stdin,
+# stdout and stderr pipes the client keeps with a poll set (4), and while a child starts its three
+# other pipe ends and the exec's error pipe (5 more); an SFTP session's child beside it (2 pipes),
+# or a master's start (its stderr file, /dev/null, the error pipe).
+FDS_PER_HOST_OPENSSH = 12
 FDS_KEPT = 48 + 8 * 6
 # macOS refuses a soft limit above OPEN_MAX even when the hard limit is "unlimited"
 MAC_OPEN_MAX = 10240
@@ -54,11 +59,11 @@ def open_fds() -> int:
     return 0
 
 
-def fork_bound(wanted: int) -> tuple[int, str | None]:
-    """How many hosts may be at work at once within this process's open-file limit: `wanted`, or
-    fewer with the line that says so. The soft limit is first raised towards the hard one (as
-    OpenSSH's client and most servers do): a Mac's default soft limit, 256, sits under a far higher
-    hard limit."""
+def fork_bound(wanted: int, per_host: int = FDS_PER_HOST) -> tuple[int, str | None]:
+    """How many hosts may be at work at once within this process's open-file limit, each holding up
+    to `per_host` descriptors: `wanted`, or fewer with the line that says so. The soft limit is
+    first raised towards the hard one (as OpenSSH's client and most servers do): a Mac's default
+    soft limit, 256, sits under a far higher hard limit."""
     try:
         import resource
     except ImportError:  # no POSIX limits here: nothing to respect
@@ -66,7 +71,7 @@ def fork_bound(wanted: int) -> tuple[int, str | None]:
     infinity = resource.RLIM_INFINITY
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     in_use = open_fds()
-    need = in_use + FDS_KEPT + wanted * FDS_PER_HOST
+    need = in_use + FDS_KEPT + wanted * per_host
     if soft != infinity and soft < need:
         for target in dict.fromkeys(
             (need if hard == infinity else min(need, hard), min(need, MAC_OPEN_MAX))
@@ -79,10 +84,10 @@ def fork_bound(wanted: int) -> tuple[int, str | None]:
                 continue
     if soft == infinity or soft >= need:
         return wanted, None
-    room = max(1, (soft - in_use - FDS_KEPT) // FDS_PER_HOST)
+    room = max(1, (soft - in_use - FDS_KEPT) // per_host)
     return room, (
         f"forks lowered from {wanted} to {room}: this process may open {soft} files (ulimit -n) "
-        f"and each host at work holds up to {FDS_PER_HOST}; `ulimit -n {need}` before the "
+        f"and each host at work holds up to {per_host}; `ulimit -n {need}` before the "
         f"command works on {wanted} hosts at once"
     )
 

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Callable, Iterable
 
 from ..plans.inventory import Host, Inventory
-from .connector import Connector, TransportError
+from .connector import FDS_PER_HOST, FDS_PER_HOST_OPENSSH, Connector, TransportError
 
 TRANSPORT_ENV = "FLEETOPS_TRANSPORT"
 TRANSPORTS = ("openssh", "paramiko")
@@ -45,6 +45,16 @@ def any_paramiko(hosts: Iterable[Host], run_choice: str | None = None) -> bool:
         return any(chosen(h, run_choice) == "paramiko" for h in (*hosts, Host(name="", address="")))
     except TransportError:
         return True
+
+
+def fds_per_host(hosts: Iterable[Host], run_choice: str | None = None) -> int:
+    """The most client file descriptors one of these hosts holds while at work, by its transport
+    (connector.fork_bound's `per_host`)."""
+    try:
+        openssh = any(chosen(h, run_choice) == "openssh" for h in hosts)
+    except TransportError:  # named per host when it connects; count it at the larger
+        openssh = True
+    return FDS_PER_HOST_OPENSSH if openssh else FDS_PER_HOST
 
 
 def openssh_version(binary: str | None = None) -> int | None:
