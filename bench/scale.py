@@ -4,6 +4,12 @@ script beside it at 256, every host behind the delay proxy.
 
     .venv/bin/python bench/scale.py [--sizes 256,1000] [--rtt-ms 50] [--peers-at 256] [--ulimit 256]
     .venv/bin/python bench/run.py --scale ...          # the same, from the bench's entry point
+    .venv/bin/python bench/scale.py --transport openssh --sizes 1000 --peers-at 0 --tools fleetops
+
+With --transport openssh, fleetops reaches every host through the system `ssh` and one master per
+host (FLEETOPS_MAX_MASTERS = the largest size, a private control directory): a first `ping` starts
+the masters (the cold row), the commands then run warm, and after them the masters' RSS and PSS
+(smaps_rollup) and descriptors are summed from /proc; `fleet disconnect` closes them all.
 
 The hosts are the large lab's (fleetops/lab/scale.py: one venv and state dir per host on its own
 loopback address, sshd processes shared), patched once directly (steady state), then reached only
@@ -29,6 +35,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -176,6 +183,18 @@ def start_proxy(rtt_ms: float, specs: list[str]) -> tuple[subprocess.Popen, dict
     return proc, json.loads(line)["listen"]
 
 
+def master_cost(control: str) -> dict:
+    """The live masters in the control directory: how many, and their RSS, PSS and descriptors
+    summed (fleetops.wire.masters reads /proc)."""
+    from fleetops.wire import masters
+
+    pids = list(masters.listening_pids(control))
+    rss = sum(masters.proc_kib(p, "Rss", "smaps_rollup") or 0 for p in pids)
+    pss = sum(masters.proc_kib(p, "Pss", "smaps_rollup") or 0 for p in pids)
+    fds = sum(masters.fd_count(p) or 0 for p in pids)
+    return {"count": len(pids), "rss_mb": rss / 1024, "pss_mb": pss / 1024, "fds": fds}
+
+
 def render(rows: list[Row], rtt_ms: float, setup: dict) -> str:
     out = [
         f"### Scale: {', '.join(str(n) for n in sorted({r.n for r in rows}))} hosts from one "
@@ -196,6 +215,13 @@ def render(rows: list[Row], rtt_ms: float, setup: dict) -> str:
             f"{r.cpu:.2f} | {r.ms_per_host:.1f} | {r.rss_mb:.0f} | {r.fds} | {r.threads} | "
             f"{r.screen_rows if r.tool == 'fleetops' else '-'} |"
         )
+    for n, cost in sorted(setup.get("masters", {}).items()):
+        out += [
+            "",
+            f"Masters after the N = {n} runs: {cost['count']} live, RSS {cost['rss_mb']:.0f} MB "
+            f"(PSS {cost['pss_mb']:.0f} MB), {cost['fds']} descriptors, all theirs (the fleetops "
+            "process's own peak RSS is in the table).",
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -245,6 +271,7 @@ def run_scale(
     timeout: float,
     out: Path,
     tools: tuple[str, ...] = ("fleetops", "pyinfra", "fabric", "floor"),
+    transport: str = "paramiko",
 ) -> str:
     from labhosts import Env, ensure_peers, make_project, write_inventories, write_spec
 
@@ -258,6 +285,14 @@ def run_scale(
     setup = {"up_s": time.monotonic() - t0, "hosts": len(lab_hosts), "sshds": len(lab.pids())}
     proxy = None
     env = {**os.environ, "PYTHONPATH": str(SNAPSHOT), "COLUMNS": "80", "FLEETOPS_NO_LIVE": "1"}
+    control = None
+    if transport == "openssh":  # short: a socket's path has ~100 bytes
+        control = tempfile.mkdtemp(prefix="fo-scale-", dir="/tmp")
+        env.update(
+            FLEETOPS_TRANSPORT="openssh",
+            FLEETOPS_CONTROL_DIR=control,
+            FLEETOPS_MAX_MASTERS=str(max(sizes)),
+        )
     logs = WORK / "scale-logs"
     logs.mkdir(parents=True, exist_ok=True)
     try:
@@ -313,7 +348,10 @@ def run_scale(
         rows: list[Row] = []
         for n in sorted(sizes) if "fleetops" in tools else []:
             names = f"{lab.name}[0001-{n:04d}]"
-            for what, words in COMMANDS:
+            commands = COMMANDS
+            if control is not None:
+                commands = [("ping (cold: masters start)", ["ping"]), *COMMANDS]
+            for what, words in commands:
                 say(f"bench: fleetops {what} at N = {n}")
                 rows.append(
                     measure(
@@ -328,12 +366,23 @@ def run_scale(
                         timeout,
                     )
                 )
+            if control is not None:
+                setup.setdefault("masters", {})[n] = master_cost(control)
         if peers_at in sizes:  # last: their inventories name only the first peers_at hosts
             rows += peers(peers_at, hosts, bench, work, env, logs, timeout, tools, ensure_peers)
         text = render(rows, rtt_ms, setup)
         out.write_text(text)
         return text
     finally:
+        if control is not None:
+            subprocess.run(
+                [FAB, "disconnect"],
+                cwd=project,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                check=False,
+            )
+            shutil.rmtree(control, ignore_errors=True)
         if proxy is not None:
             proxy.terminate()
             proxy.wait(10)
@@ -433,6 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tools", default="fleetops,pyinfra,fabric,floor")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", default=str(WORK / "scale.md"))
+    ap.add_argument("--transport", choices=("paramiko", "openssh"), default="paramiko")
     args = ap.parse_args(argv)
     text = run_scale(
         [int(x) for x in args.sizes.split(",")],
@@ -442,6 +492,7 @@ def main(argv: list[str] | None = None) -> None:
         args.timeout,
         Path(args.out),
         tuple(args.tools.split(",")),
+        args.transport,
     )
     print(text)
 
