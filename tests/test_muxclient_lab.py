@@ -21,7 +21,7 @@ from conftest import ssh_masters
 from faultkit import agents_of, wait_for
 
 from fleetops.plans.inventory import load_inventory
-from fleetops.wire import masters
+from fleetops.wire import masters, muxclient
 from fleetops.wire.muxclient import MuxChannel
 from fleetops.wire.openssh import OpenSSHConnection
 from fleetops.wire.sshproc import ProcessChannel
@@ -171,5 +171,24 @@ def test_a_stale_socket_falls_back_to_ssh(lab, cm):
         node.upload(remote, b"through ssh")
         assert node.download(remote) == b"through ssh"
         assert node._sftp_chan is None and node._sftp_proc is not None
+    finally:
+        node.close()
+
+
+def test_a_close_from_another_thread_ends_a_wait_for_the_exit_status(lab, cm):
+    node = _connector(lab)
+    try:
+        node.open()
+        assert node._directory is not None and node._socket is not None
+        chan = muxclient.open_session(node._directory, node._socket, "sleep 5")
+        got: list[int] = []
+        waiter = threading.Thread(target=lambda: got.append(chan.recv_exit_status()))
+        waiter.start()
+        time.sleep(0.3)
+        assert not got and not chan.exit_status_ready()
+        started = time.monotonic()
+        chan.close()
+        waiter.join(timeout=5)
+        assert got == [-1] and time.monotonic() - started < 2, got  # -1: paramiko's "none"
     finally:
         node.close()

@@ -44,6 +44,7 @@ NO_STATUS = 255  # the status `ssh` exits with when the master closes without an
 # seconds for HELLO and the session's opening: past the master's own ServerAlive limit (15 s x 4),
 # after which it would have given up on the node and closed the socket itself
 OPEN_TIMEOUT = 75.0
+CLOSE_CHECK = 0.5  # seconds between looks at `closed` while waiting for the exit status
 
 
 class MuxUnavailable(Exception):
@@ -307,7 +308,7 @@ class MuxChannel(PipeChannel):
         """The exit status (waiting for the session to end); SSH_FAILED's 255 when the master closed
         without one, as `ssh` exits then; -1 once closed here before the end (paramiko's "none")."""
         while not self.ended and not self.closed:
-            self._read_control(None)
+            self._read_control(CLOSE_CHECK)  # close() from another thread ends the wait
         if not self.ended:
             return -1
         return NO_STATUS if self._status is None else self._status
@@ -343,15 +344,17 @@ class MuxChannel(PipeChannel):
         control = self._control
         if control is None:
             return
-        readable, _, _ = select.select([control], [], [], timeout)
-        if not readable:
-            return
         try:
-            chunk = control.recv(65536)
+            readable, _, _ = select.select([control], [], [], timeout)
+            chunk = control.recv(65536) if readable else None
         except BlockingIOError:
             return
-        except OSError:
+        except (OSError, ValueError):
+            if self.closed:
+                return  # closed under us by close() in another thread: no status, not an end
             chunk = b""
+        if chunk is None:
+            return
         if not chunk:
             self.ended = True
             self._drop_control()

@@ -1,9 +1,10 @@
 """An `ssh` process as a session channel (session.Channel): its stdin, stdout, stderr and exit
-status under the names a paramiko channel gives them, so the agent session, become's handshake and
-drain() read an OpenSSH transport's command exactly as they read paramiko's. Reads never block (each
-pipe is read only when select says so); `fileno()` is one descriptor that is readable when either
-output pipe is (an epoll set where there is one), so a reader waiting on it wakes for stderr as well
-as stdout.
+status under the names a paramiko channel gives them (the pipes in PipeChannel, which a session
+opened on a master's control socket shares: muxclient.py), so the agent session, become's
+handshake and drain() read an OpenSSH transport's command exactly as they read paramiko's. Reads
+never block (each pipe is read only when select says so); `fileno()` is one descriptor that is
+readable when either output pipe is (an epoll set where there is one), so a reader waiting on it
+wakes for stderr as well as stdout.
 
 The process runs in its own session (start_new_session): a Ctrl-C at the terminal reaches fleetops,
 which closes its connectors, and never half of the ssh children on its own. close() ends the process
