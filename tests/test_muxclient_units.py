@@ -8,6 +8,7 @@ import os
 import socket
 import struct
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import pytest
 
 from fleetops.wire import muxclient
 from fleetops.wire.muxclient import MuxUnavailable, Packets, Reader
+from fleetops.wire.session import drain
+from fleetops.wire.sshproc import ProcessChannel
 
 
 def _fields(body: bytes) -> tuple[int, ...]:
@@ -178,3 +181,15 @@ def test_a_plain_file_a_missing_socket_and_a_stale_one_are_each_unavailable(fold
     _listening(folder / "stale").close()  # the file stays, nothing listens: a killed master's
     with pytest.raises(MuxUnavailable, match="does not answer"):
         muxclient.connect(str(folder), "stale")
+
+
+def test_a_process_channel_is_drained_as_soon_as_its_process_ends_after_its_pipes_closed():
+    """The pipes both channels share: a command that closes stdout and stderr, then exits a moment
+    later. A reader waiting on fileno() wakes when the process ends (the same wake-up the mux
+    channel gets from its control socket), not after its one-second poll."""
+    chan = ProcessChannel(["sh", "-c", "exec >&- 2>&-; sleep 0.3; exit 4"])
+    started = time.monotonic()
+    out, err, code = drain(chan, started + 10)
+    took = time.monotonic() - started
+    assert (out, err, code) == (b"", b"", 4)
+    assert took < 0.8, f"drained {took:.2f} s after the start of a 0.3 s command"

@@ -219,9 +219,26 @@ class ProcessChannel(PipeChannel):
         super().__init__(
             self.proc.stdin.fileno(), self.proc.stdout.fileno(), self.proc.stderr.fileno()
         )
+        # The process's end wakes a reader too: it may close its pipes a while before it exits,
+        # and a reader waiting on the then empty set would sleep out its whole poll
+        self._pidfd: int | None = None
+        if self._poll is not None and hasattr(os, "pidfd_open"):
+            with contextlib.suppress(OSError):
+                self._pidfd = os.pidfd_open(self.proc.pid)
+                self._watch(self._pidfd)
 
     def exit_status_ready(self) -> bool:
-        return self.proc.poll() is not None
+        if self.proc.poll() is None:
+            return False
+        self._forget_pidfd()  # readable for ever once the process has ended
+        return True
+
+    def _forget_pidfd(self) -> None:
+        fd, self._pidfd = self._pidfd, None
+        if fd is not None:
+            self._unwatch(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def recv_exit_status(self) -> int:
         """The process's exit status (waiting for it); -1 when it was ended by a signal (paramiko's
@@ -254,6 +271,7 @@ class ProcessChannel(PipeChannel):
                 self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=END_GRACE)
+        self._forget_pidfd()
         if self._poll is not None:
             self._poll.close()
         for stream in (self.proc.stdout, self.proc.stderr):
