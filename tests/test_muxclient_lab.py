@@ -192,3 +192,20 @@ def test_a_close_from_another_thread_ends_a_wait_for_the_exit_status(lab, cm):
         assert got == [-1] and time.monotonic() - started < 2, got  # -1: paramiko's "none"
     finally:
         node.close()
+
+
+def test_a_master_killed_during_a_session_leaves_no_exit_status_as_ssh_says_255(lab, cm):
+    node = _connector(lab)
+    try:
+        node.open()
+        assert node._directory is not None and node._socket is not None
+        chan = muxclient.open_session(node._directory, node._socket, "echo started; sleep 5")
+        assert chan.recv(100) == b"started\n"
+        ((pid, _),) = ssh_masters(cm).items()
+        os.kill(pid, signal.SIGKILL)
+        started = time.monotonic()
+        assert chan.recv_exit_status() == 255 and time.monotonic() - started < 3
+        assert chan.exit_status_ready() and chan.recv(100) == b"" and chan.eof_received
+        chan.close()
+    finally:
+        node.close()
