@@ -262,15 +262,12 @@ def open_session(
         for fd in theirs:
             socket.send_fds(sock, [b"\0"], [fd])
         opened = session_id(read_body(sock), 1)
-    except OSError as exc:
+    except BaseException as exc:
         sock.close()
         for fd in ours:
             os.close(fd)
-        raise MuxUnavailable(f"the control socket failed ({exc.strerror or exc})") from None
-    except BaseException:
-        sock.close()
-        for fd in ours:
-            os.close(fd)
+        if isinstance(exc, OSError):  # a pipe or the socket: no session opened, ssh may try
+            raise MuxUnavailable(f"the control socket failed ({exc.strerror or exc})") from None
         raise
     finally:
         for fd in theirs:
