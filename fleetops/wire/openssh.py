@@ -1,16 +1,20 @@
 """The OpenSSH transport (wire.connector.Connector through the system `ssh`): one master connection
-per host (ControlMaster, ControlPersist) in the control directory, the agent as one `ssh -T` through
+per host (ControlMaster, ControlPersist) in the control directory, the agent as one session through
 it with the JSON protocol on its stdin and stdout (agentclient.AgentClient: the same bootstrap,
-sha256 check, tickets and become handshake as the paramiko transport), files over `ssh -s sftp` on
-the same master (sftpproto.py). A master is written in its record (controldir.py) when first used
-and touched on each later use; before this process starts a new one and MAX_MASTERS are alive, the
-least recently used is closed (`ssh -O exit`).
+sha256 check, tickets and become handshake as the paramiko transport), files over the sftp subsystem
+on the same master (sftpproto.py). Sessions on a live master of the control directory are opened by
+this process on the master's control socket (muxclient.py: no `ssh` process each); where that
+cannot be (a stale socket, a master that answers otherwise, a ControlPath outside the directory)
+`ssh -T` and `ssh -s sftp` are started as ever. A master is written in its record (controldir.py)
+when first used and touched on each later use; before this process starts a new one and MAX_MASTERS
+are alive, the least recently used is closed (`ssh -O exit`).
 
 Nothing here imports paramiko, cryptography or Fabric."""
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import shlex
 import stat
@@ -18,13 +22,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import IO
+from typing import IO, BinaryIO
 
 from ..plans.host import UnknownHost, plain_host
 from ..plans.inventory import Host, Inventory
 from ..plans.jumphost import jump_of
 from ..results import Evidence
-from . import controldir, masters, opensshkeys
+from . import controldir, masters, muxclient, opensshkeys
 from .agentclient import AgentClient
 from .bundle import agent_bundle, launch_words
 from .connector import (
@@ -56,10 +60,11 @@ from .sshcmd import (
     persist_of,
     proxyjump_loop,
     resolved,
+    resolved_all,
     with_options,
 )
 from .ssherrors import HOP_FAILED, SSH_FAILED, ssh_error
-from .sshproc import ProcessChannel, start
+from .sshproc import PipeChannel, ProcessChannel, start
 
 MAX_MASTERS_ENV = "FLEETOPS_MAX_MASTERS"
 DEFAULT_MAX_MASTERS = 128  # ~3 MiB of RSS and a handful of descriptors each (docs/perf.md)
@@ -143,6 +148,11 @@ class OpenSSHConnection(AgentClient):
         self._aborted = False
         self._sftp_client: SFTPClient | None = None
         self._sftp_proc: subprocess.Popen | None = None
+        self._sftp_chan: muxclient.MuxChannel | None = (
+            None  # the SFTP session on the control socket
+        )
+        self._sftp_files: tuple[BinaryIO, ...] = ()
+        self._sendenv: list[str] = []  # SendEnv's patterns, for sessions opened on the socket
         self._python_checked = False
         self._read_paths = ReadPathSeen()
 
@@ -168,7 +178,9 @@ class OpenSSHConnection(AgentClient):
             except controldir.ControlDirError as exc:
                 raise TransportError("refused", f"{self.host.name}: {exc}") from None
             argv = base_options(self.host, self.inventory, controldir.control_path(directory))
-            self._settings = resolved(argv)
+            every = resolved_all(argv)
+            self._settings = {key: values[0] for key, values in every.items()}
+            self._sendenv = every.get("sendenv", [])
             if not self.host.jump or self.host.plain:
                 loop = proxyjump_loop(self.host, argv, self._settings)
                 if loop is not None:
@@ -393,12 +405,35 @@ class OpenSSHConnection(AgentClient):
                 close_master(self._directory, self._socket)
 
     # -- commands
-    def _remote(self, argv: list[str]) -> ProcessChannel:
+    def _remote(self, argv: list[str]) -> PipeChannel:
         self.open()
         assert self._argv is not None
-        return ProcessChannel([*with_options(self._argv, "-o", "LogLevel=ERROR"), shlex.join(argv)])
+        command = shlex.join(argv)
+        chan = self._on_socket(command)
+        if chan is not None:
+            return chan
+        return ProcessChannel([*with_options(self._argv, "-o", "LogLevel=ERROR"), command])
 
-    def _open_channel(self, argv: list[str], shown: str) -> ProcessChannel:
+    def _on_socket(
+        self, command: str, subsystem: bool = False, stderr: bool = True
+    ) -> muxclient.MuxChannel | None:
+        """A session opened on this identity's master's control socket, as `ssh` would open it
+        there (SendEnv's variables passed); None when it cannot be: `ssh` is started instead."""
+        if self._directory is None or self._socket is None:
+            return None
+        env = tuple(
+            f"{name}={value}"
+            for name, value in os.environ.items()
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in self._sendenv)
+        )
+        try:
+            return muxclient.open_session(
+                self._directory, self._socket, command, subsystem, env, stderr
+            )
+        except muxclient.MuxUnavailable:
+            return None
+
+    def _open_channel(self, argv: list[str], shown: str) -> PipeChannel:
         if self.host.become:
             self._check_python_before_sudo(shown)
         COUNTERS.bump(self.host.name, "execs")
@@ -443,17 +478,29 @@ class OpenSSHConnection(AgentClient):
         return result
 
     # -- files
+    def _sftp_alive(self) -> bool:
+        if self._sftp_chan is not None:
+            return not self._sftp_chan.exit_status_ready()
+        return self._sftp_proc is not None and self._sftp_proc.poll() is None
+
     def _sftp(self) -> SFTPClient:
-        """The SFTP session on the host's master (`ssh -s ... sftp`), started on first use."""
-        if (
-            self._sftp_client is not None
-            and self._sftp_proc is not None
-            and self._sftp_proc.poll() is None
-        ):
+        """The SFTP session on the host's master (on its control socket, else `ssh -s ...
+        sftp`), started on first use."""
+        if self._sftp_client is not None and self._sftp_alive():
             return self._sftp_client
         self._close_sftp()
         self.open()
         assert self._argv is not None
+        chan = self._on_socket("sftp", subsystem=True, stderr=False)
+        if chan is not None:
+            self._sftp_chan = chan
+            self._sftp_files = chan.files()
+            try:
+                self._sftp_client = over_pipes(*self._sftp_files)
+            except (OSError, EOFError) as exc:
+                self._close_sftp()
+                raise TransportError("remote", sftp_failed(self.host, exc)) from None
+            return self._sftp_client
         argv = with_options(self._argv, "-o", "LogLevel=ERROR", "-s")
         try:
             proc = start(
@@ -474,6 +521,12 @@ class OpenSSHConnection(AgentClient):
         return self._sftp_client
 
     def _close_sftp(self) -> None:
+        chan, self._sftp_chan = self._sftp_chan, None
+        files, self._sftp_files = self._sftp_files, ()
+        for file in files:
+            _close_stream(file)  # before the descriptors under them are closed
+        if chan is not None:
+            chan.close()
         proc, self._sftp_proc, self._sftp_client = self._sftp_proc, None, None
         if proc is None:
             return
@@ -517,7 +570,7 @@ class OpenSSHConnection(AgentClient):
             end,
             progress,
             self.host.name,
-            lambda: self._sftp_proc is not None and self._sftp_proc.poll() is None,
+            self._sftp_alive,
             denied_hint(self.host),
         )
 
