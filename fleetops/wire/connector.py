@@ -39,11 +39,11 @@ MAX_EXEC_BYTES = 64 * 1024 * 1024  # stdout + stderr of one raw exec
 # while they are read, and the `ssh -G`s resolving hosts (fabconfig.SSH_G_AT_ONCE at a time, 6 each
 # while they start).
 FDS_PER_HOST = 3
-# Through the system `ssh` (the openssh transport): the agent session's ssh child, whose stdin,
-# stdout and stderr pipes the client keeps with a poll set (4), and while a child starts its three
-# other pipe ends and the exec's error pipe (5 more); an SFTP session's child beside it (2 pipes),
-# or a master's start (its stderr file, /dev/null, the error pipe).
-FDS_PER_HOST_OPENSSH = 12
+# Through the system `ssh` (the openssh transport): the agent session's stdin, stdout and stderr
+# pipes, its poll set and its master's control socket or ssh child's pidfd (5), and while it opens
+# the three pipe ends handed over (and an ssh child's error pipe); an SFTP session beside it, or a
+# master's start (its stderr file, /dev/null, the error pipe).
+FDS_PER_HOST_OPENSSH = 14
 FDS_KEPT = 48 + 8 * 6
 # macOS refuses a soft limit above OPEN_MAX even when the hard limit is "unlimited"
 MAC_OPEN_MAX = 10240
