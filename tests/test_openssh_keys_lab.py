@@ -6,20 +6,18 @@ before sshd sees a connection."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import ssh_masters
 from faultkit import sshd_log, sshd_log_size
+from prockit import ArgvWatch, control_dir
 from test_ssh_keys_lab import PASSPHRASE, inventory_host
 
 from fleetops.plans.inventory import load_inventory
-from fleetops.wire import masters, opensshkeys
+from fleetops.wire import opensshkeys
 from fleetops.wire.connector import TransportError
 from fleetops.wire.openssh import OpenSSHConnection
 
@@ -31,17 +29,7 @@ FROM_ENV = f"    identity_passphrase: {{secret_from_env: {VARIABLE}}}\n"
 
 @pytest.fixture
 def cm(monkeypatch) -> Iterator[str]:
-    """A control directory of this test's own (short: a socket path must fit), its masters closed
-    after."""
-    folder = tempfile.mkdtemp(prefix="fo-k-", dir="/tmp")
-    monkeypatch.setenv("FLEETOPS_CONTROL_DIR", folder)
-    try:
-        yield folder
-    finally:
-        masters.close_all(folder, masters.masters(folder))
-        left = ssh_masters(folder)
-        shutil.rmtree(folder, ignore_errors=True)
-        assert not left, f"ssh masters left running: {left}"
+    yield from control_dir(monkeypatch, "fo-k-")
 
 
 @pytest.fixture
@@ -52,35 +40,6 @@ def encrypted_key(lab, tmp_path) -> Path:
         check=True,
     )
     return key
-
-
-class ArgvWatch(threading.Thread):
-    """Reads every process's argv from /proc over and over until stopped: the argvs holding
-    `secret`, and whether a master login with `key` was among those seen."""
-
-    def __init__(self, secret: bytes, key: bytes) -> None:
-        super().__init__(daemon=True)
-        self.secret, self.key = secret, key
-        self.stop = threading.Event()
-        self.holding: list[list[bytes]] = []
-        self.master_seen = False
-        self.rounds = 0
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for entry in os.listdir("/proc"):
-                if not entry.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry}/cmdline", "rb") as f:
-                        argv = f.read().split(b"\0")
-                except OSError:
-                    continue
-                if any(self.secret in word for word in argv):
-                    self.holding.append(argv)
-                if b"ControlMaster=yes" in argv and self.key in argv:
-                    self.master_seen = True
-            self.rounds += 1
 
 
 def test_the_passphrase_reaches_ssh_through_its_environment_and_never_an_argv(

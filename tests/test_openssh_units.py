@@ -169,3 +169,38 @@ def test_a_bad_cap_on_masters_is_refused_at_its_line(tmp_path: Path, text: str, 
     with pytest.raises(ConfigError) as err:
         load_inventory(path)
     assert f"{path}:{at}" in str(err.value) and said in str(err.value), str(err.value)
+
+
+def test_a_jump_hosts_hop_asks_for_its_own_passphrase_from_the_environment(inv):
+    """A jump host whose key needs a passphrase: its hop (the ProxyCommand's ssh) leaves batch mode
+    and gets the passphrase as SECRET_ENV, which the askpass program prints, from JUMP_SECRET_ENV
+    in its shell's environment; the target's own login is left as it was."""
+    import subprocess
+
+    from fleetops.wire.opensshkeys import HOP_SCRIPT, JUMP_SECRET_ENV, SECRET_ENV, asking_hop
+
+    argv = base_options(inv.hosts["gpu02"], inv, "/cm/%C")
+    asked = asking_hop(argv)
+    proxy = next(w for w in asked if w.startswith("ProxyCommand="))[len("ProxyCommand=") :]
+    words = shlex.split(proxy)
+    assert words[:4] == ["sh", "-c", HOP_SCRIPT, "sh"], words
+    hop = words[4:]
+    assert hop[-2:] == ["--", "bastion.example"] and "-W %h:%p" in " ".join(hop), hop
+    assert "BatchMode=no" in hop and "BatchMode=yes" not in hop
+    assert "NumberOfPasswordPrompts=1" in hop and "PasswordAuthentication=no" in hop
+    # the target's words are untouched
+    assert [w for w in asked if not w.startswith("ProxyCommand=")] == [
+        w for w in argv if not w.startswith("ProxyCommand=")
+    ]
+    # what the hop's shell hands its command: the jump's passphrase under the askpass variable
+    done = subprocess.run(
+        ["sh", "-c", HOP_SCRIPT, "sh", "printenv", SECRET_ENV],
+        env={"PATH": "/usr/bin:/bin", SECRET_ENV: "the target's", JUMP_SECRET_ENV: "the jump's"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout == "the jump's\n"
+    assert asking_hop(base_options(inv.hosts["gpu01"], inv, "/cm/%C")) == base_options(
+        inv.hosts["gpu01"], inv, "/cm/%C"
+    )  # no jump: nothing to change

@@ -224,7 +224,7 @@ class OpenSSHConnection(AgentClient):
         argv = self._reuse_live(argv, digest)
         if self._opened:
             return
-        login = opensshkeys.login(self.host)
+        login = opensshkeys.login(self.host, self.inventory)
         with _MASTERS_LOCK:
             if self._directory is not None:
                 make_room(self._directory, self._socket or "", max_masters(self.host))

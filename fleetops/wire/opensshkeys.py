@@ -16,12 +16,15 @@ import binascii
 import functools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..plans.host import Host, MissingSecret
+from ..plans.host import Host, MissingSecret, UnknownHost
+from ..plans.inventory import Inventory
+from ..plans.jumphost import jump_of
 from . import controldir
 from .connector import TransportError
 from .fabconfig import any_typed, host_resolution, plain_keys, typed_passphrase
@@ -50,22 +53,75 @@ ASKING_OPTIONS = (
 @dataclass(frozen=True)
 class Login:
     """How the master's `ssh` logs in: in batch mode (env None: the process's own environment), or
-    with askpass handing it one key's passphrase (env: its whole environment)."""
+    with askpass handing it one key's passphrase (env: its whole environment). `target`: the
+    master's own login asks (else only its jump host's hop does); `hop`: the inventory jump host's
+    hop asks for its own key's passphrase, carried in JUMP_SECRET_ENV."""
 
     env: dict[str, str] | None = None
+    target: bool = True
+    hop: bool = False
 
     def argv(self, argv: list[str]) -> list[str]:
         """The master's command line (sshcmd.base_options' shape) for this login: batch mode off
         and the asking options, when a passphrase is handed over."""
-        if self.env is None:
+        if self.hop:
+            argv = asking_hop(argv)
+        if self.env is None or not self.target:
             return argv
-        # ssh keeps the first value of an option: BatchMode=yes is replaced, not followed
-        argv = ["BatchMode=no" if word == "BatchMode=yes" else word for word in argv]
-        extra = [w for option in ASKING_OPTIONS for w in ("-o", option)]
-        return [*argv[:-2], *extra, *argv[-2:]]
+        return _asking(argv)
 
 
 BATCH = Login()
+# the jump host's passphrase, in the master's environment: its hop's shell hands it to the hop's
+# `ssh` as SECRET_ENV, which the askpass program prints
+JUMP_SECRET_ENV = "FLEETOPS_JUMP_KEY_PASSPHRASE"
+HOP_SCRIPT = f'{SECRET_ENV}="${JUMP_SECRET_ENV}" exec "$@"'
+
+
+def _asking(argv: list[str]) -> list[str]:
+    """An ssh command line (base_options' shape: its target words last) that may ask askpass."""
+    # ssh keeps the first value of an option: BatchMode=yes is replaced, not followed
+    argv = ["BatchMode=no" if word == "BatchMode=yes" else word for word in argv]
+    extra = [w for option in ASKING_OPTIONS for w in ("-o", option)]
+    return [*argv[:-2], *extra, *argv[-2:]]
+
+
+def asking_hop(argv: list[str]) -> list[str]:
+    """argv with its ProxyCommand (the inventory jump host's hop, `ssh ... -W %h:%p -- JUMP`) made
+    to ask askpass for the jump's key: through `sh -c`, which sets SECRET_ENV from JUMP_SECRET_ENV
+    for that ssh alone. Both stay in the environment: no passphrase is in any argv."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        if i and out[i - 1] == "-o" and word.startswith("ProxyCommand="):
+            hop = _asking(shlex.split(word.removeprefix("ProxyCommand=")))
+            out[i] = "ProxyCommand=" + shlex.join(["sh", "-c", HOP_SCRIPT, "sh", *hop])
+            break
+    return out
+
+
+def with_jump(login: Login, host: Host, inventory: Inventory | None) -> Login:
+    """`login` with the inventory jump host's own: its key checked as the target's are (a missing
+    file, an unset or wrong passphrase named, the jump host with it), and its passphrase handed to
+    the hop's ssh when it needs one."""
+    if not host.jump or host.plain:
+        return login
+    try:
+        jump = jump_of(host, inventory)
+    except UnknownHost:
+        return login  # named when the command line is made
+    try:
+        hop = _login_of(jump)
+    except TransportError as exc:
+        raise TransportError(exc.kind, f"{host.name}: its jump host {exc}") from None
+    if hop.env is None:
+        return login
+    env = dict(login.env if login.env is not None else os.environ)
+    env.update(
+        SSH_ASKPASS=hop.env["SSH_ASKPASS"],
+        SSH_ASKPASS_REQUIRE="force",
+        **{JUMP_SECRET_ENV: hop.env[SECRET_ENV]},
+    )
+    return Login(env, target=login.env is not None, hop=True)
 
 
 def named_keys(host: Host) -> list[tuple[str, str]]:
@@ -87,7 +143,13 @@ def named_keys(host: Host) -> list[tuple[str, str]]:
     return named
 
 
-def login(host: Host) -> Login:
+def login(host: Host, inventory: Inventory | None = None) -> Login:
+    """How this host's master logs in (_login_of), its inventory jump host's own key included
+    (with_jump)."""
+    return with_jump(_login_of(host), host, inventory)
+
+
+def _login_of(host: Host) -> Login:
     """How this host's master logs in, each key named checked first (raises TransportError "auth"
     as the paramiko transport does, or MissingSecret). An inventory key that is encrypted, not in
     ssh-agent and has no passphrase is refused; -i keys and ssh_config's IdentityFile are offered
