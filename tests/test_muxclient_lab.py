@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import signal
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import ssh_masters
 from faultkit import agents_of, wait_for
+from prockit import control_dir, ssh_processes
 
 from fleetops.plans.inventory import load_inventory
 from fleetops.wire import masters, muxclient
@@ -31,35 +30,7 @@ pytestmark = pytest.mark.lab
 
 @pytest.fixture
 def cm(monkeypatch) -> Iterator[str]:
-    """A control directory of this test's own (short: a socket path must fit), its masters closed
-    after."""
-    folder = tempfile.mkdtemp(prefix="fo-m-", dir="/tmp")
-    monkeypatch.setenv("FLEETOPS_CONTROL_DIR", folder)
-    monkeypatch.setenv("FLEETOPS_TRANSPORT", "openssh")
-    try:
-        yield folder
-    finally:
-        masters.close_all(folder, masters.masters(folder))
-        left = ssh_masters(folder)
-        shutil.rmtree(folder, ignore_errors=True)
-        assert not left, f"ssh masters left running: {left}"
-
-
-def ssh_processes(folder: str) -> list[int]:
-    """Every ssh process whose command line names this control directory: the master, and any
-    `ssh` started for a session on it."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                words = f.read().split(b"\0")
-        except OSError:
-            continue
-        if os.path.basename(words[0]) == b"ssh" and any(folder.encode() in w for w in words):
-            pids.append(int(entry))
-    return pids
+    yield from control_dir(monkeypatch, "fo-m-", FLEETOPS_TRANSPORT="openssh")
 
 
 def _connector(lab) -> OpenSSHConnection:

@@ -26,6 +26,7 @@ import pytest
 from clientprobe import fleet_imports, ssh_code
 from conftest import REPO, fab_json_output, ssh_masters
 from faultkit import agents_of, arm, disarm, hit_file, sshd_log, sshd_log_size, wait_for
+from prockit import cmdlines, control_dir, ssh_processes
 
 from fleetops.plans.inventory import load_inventory
 from fleetops.wire import controldir, masters
@@ -40,38 +41,7 @@ OPENSSH = {"FLEETOPS_TRANSPORT": "openssh"}
 
 @pytest.fixture
 def cm(monkeypatch) -> Iterator[str]:
-    """A control directory of this test's own (short: a socket path must fit), its masters closed
-    after."""
-    folder = tempfile.mkdtemp(prefix="fo-t-", dir="/tmp")
-    monkeypatch.setenv("FLEETOPS_CONTROL_DIR", folder)
-    try:
-        yield folder
-    finally:
-        masters.close_all(folder, masters.masters(folder))
-        left = ssh_masters(folder)
-        shutil.rmtree(folder, ignore_errors=True)
-        assert not left, f"ssh masters left running: {left}"
-
-
-def ssh_processes(folder: str) -> list[int]:
-    """Every ssh process whose command line names this control directory: masters, sessions on them,
-    and a login not yet done (ssh_masters sees only masters that listen)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                words = f.read().split(b"\0")
-        except OSError:
-            continue
-        if (
-            words
-            and os.path.basename(words[0]) == b"ssh"
-            and any(folder.encode() in w for w in words)
-        ):
-            pids.append(int(entry))
-    return pids
+    yield from control_dir(monkeypatch, "fo-t-")
 
 
 def _env(folder: str, **more: str) -> dict[str, str]:
@@ -244,11 +214,7 @@ def _argv_forms_holding(token: bytes) -> list[str]:
     """Which processes' argv words hold `token`, plainly or packed."""
     packed = base64.b64encode(token)
     found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
-        except OSError:
-            continue
+    for pid, argv in cmdlines():
         words = list(argv)
         for arg in argv:  # a remote command: one shell string of words
             try:
@@ -263,7 +229,7 @@ def _argv_forms_holding(token: bytes) -> list[str]:
             except (binascii.Error, zlib.error, ValueError):
                 pass
             if any(token in form or packed in form for form in forms):
-                found.add(f"pid {entry.name}: {word[:80]!r}")
+                found.add(f"pid {pid}: {word[:80]!r}")
     return sorted(found)
 
 

@@ -11,7 +11,6 @@ host, the cause and the next step, and end the run with exit status 4 (unreachab
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import struct
 import subprocess
@@ -25,6 +24,7 @@ import paramiko
 import pytest
 from conftest import REPO, fab_json_output, run_fab
 from logintap import login_order
+from sshhome import home_with
 
 from fleetops.plans.inventory import load_inventory
 
@@ -52,16 +52,6 @@ def assert_unreachable(rc: int, doc: dict, *parts: str) -> str:
     for part in parts:
         assert part in msg, (part, msg)
     return msg
-
-
-def home_with(tmp_path: Path, lab, config: str = "", known_hosts: bool = True) -> Path:
-    """A HOME of the test's own: the operator's ~/.ssh is never read or written."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True, exist_ok=True)
-    (home / ".ssh" / "config").write_text(config)
-    if known_hosts:
-        shutil.copy(lab.known_hosts, home / ".ssh" / "known_hosts")
-    return home
 
 
 # ---------------------------------------------------------------- local fault servers (loopback
