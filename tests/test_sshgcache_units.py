@@ -28,6 +28,7 @@ def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.delenv(sshgcache.CACHE_ENV, raising=False)
     monkeypatch.setattr(sshgcache, "RACY_NS", TEST_RACY_NS)
     sshgcache._checked.clear()
+    sshgcache._counted.clear()
     yield Path(top) / "cm" / sshgcache.SUBDIR
     shutil.rmtree(top, ignore_errors=True)
 
@@ -240,6 +241,14 @@ def test_the_cap_holds(store, config, monkeypatch):
         lookup(argv_of(config, f"Port={port}"))
         assert len(os.listdir(store)) <= 8
     assert lookup(argv_of(config, "Port=12"))[1] == 0  # the newest stays
+    # entries another process wrote count too, once this one lists the directory
+    sshgcache._counted.clear()
+    for n in range(20):
+        (store / f"{n:064x}").write_bytes(b"{}")
+        os.utime(store / f"{n:064x}", (time.time() - 60, time.time() - 60))
+    lookup(argv_of(config, "Port=13"))
+    assert len(os.listdir(store)) <= 8
+    assert lookup(argv_of(config, "Port=13"))[1] == 0
 
 
 def test_off_when_asked(store, config, monkeypatch):

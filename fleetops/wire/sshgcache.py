@@ -369,14 +369,24 @@ def write_entry(directory: str, key: str, proof: Proof, out: bytes) -> None:
     _bound(directory)
 
 
+# entries in the store as this process last counted them, plus those it wrote since (an
+# overestimate: a rewrite replaces an entry), so a run of misses lists the directory only when the
+# cap may have been reached
+_counted: dict[str, int] = {}
+
+
 def _bound(directory: str) -> None:
-    """At most MAX_ENTRIES entries: past it, the oldest go down to three quarters (one listing
-    serves many stores)."""
+    """At most MAX_ENTRIES entries: past it, the oldest go down to three quarters."""
+    if directory in _counted:
+        _counted[directory] += 1
+        if _counted[directory] <= MAX_ENTRIES:
+            return
     try:
         with os.scandir(directory) as it:
             names = [e.name for e in it]
     except OSError:
         return
+    _counted[directory] = len(names)
     if len(names) <= MAX_ENTRIES:
         return
     aged = []
@@ -387,6 +397,7 @@ def _bound(directory: str) -> None:
     for _, name in aged[: len(aged) - MAX_ENTRIES * 3 // 4]:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(directory, name))
+    _counted[directory] = MAX_ENTRIES * 3 // 4
 
 
 # -- the lookup
