@@ -151,6 +151,7 @@ def test_an_option_home_or_binary_changed_is_a_miss(store, config, tmp_path, mon
         "Match exec true",
         'Match host web1 exec "test -e /"',
         "Match localnetwork 10.0.0.0/8",
+        'Match !EXEC "false"',
         "Host web1\n  IdentityFile ${HOME}/.ssh/k",
         "CanonicalizeHostname yes",
         "KnownHostsCommand /bin/true %H",
@@ -167,6 +168,32 @@ def test_answers_that_can_change_with_no_file_changing_are_never_stored(store, t
     assert not store.exists() or os.listdir(store) == []
     with pytest.raises(sshgcache.Uncacheable):
         sshgcache.proof_of(sshgcache.read_argv(argv))
+
+
+def test_a_quoted_include_keyword_is_followed(store, tmp_path):
+    write(tmp_path / "inc", "Host *\n  Port 2400\n")
+    config = write(tmp_path / "config", f'"Include" {tmp_path}/inc\nHost *\n  User bob\n')
+    settle()
+    argv = argv_of(config)
+    lookup(argv)
+    assert lookup(argv)[1] == 0
+    (tmp_path / "inc").write_text("Host *\n  Port 2401\n")
+    out, runs = lookup(argv)
+    assert runs == 1 and out is not None and b"port 2401" in out
+
+
+def test_nothing_is_stored_when_ssh_reads_a_file_this_reading_missed(store, config):
+    """ssh's own list of the files it read (`ssh -G -v`) must be within the proof."""
+    argv = argv_of(config)
+    proof = sshgcache.proof_of(sshgcache.read_argv(argv))
+    assert sshgcache._agrees(argv, proof)
+    missing = sshgcache.Proof({str(config): proof.files[str(config)]}, proof.dirs)
+    sshgcache._checked.clear()
+    assert not sshgcache._agrees(argv, missing)
+    # a disagreement on these files stops storing for the process
+    sshgcache._checked[tuple(sorted(proof.files))] = False
+    assert lookup(argv)[1] == 1 and lookup(argv)[1] == 1
+    assert not store.exists() or os.listdir(store) == []
 
 
 def test_canonicalization_on_the_command_line_is_never_stored(store, config):

@@ -63,7 +63,6 @@ SYSTEM_CONFIG = "/etc/ssh/ssh_config"
 SSH_G_TIMEOUT = 10.0
 # ssh's options that take a value (ssh(1)'s getopt string)
 VALUE_OPTIONS = frozenset("bceilmopBDEFIJLOQRSwW")
-_MATCH_REFUSED = re.compile(r"(^|[\s!\"])(exec|localnetwork)(\s|$|\")", re.IGNORECASE)
 _READING = re.compile(r"^debug1: Reading configuration data (.+?)\r?$", re.MULTILINE)
 
 StatTuple = list[int] | None
@@ -172,7 +171,8 @@ def _check_line(line: str) -> list[str] | None:
     if "${" in text:
         raise Uncacheable("a ${} expansion")
     keyword, rest = _split_keyword(text)
-    if keyword == "match" and _MATCH_REFUSED.search(rest):
+    # any Match naming them, even inside a pattern: a word too many only costs a `ssh -G`
+    if keyword == "match" and ("exec" in rest.lower() or "localnetwork" in rest.lower()):
         raise Uncacheable("Match exec or localnetwork")
     if keyword == "knownhostscommand":
         raise Uncacheable("KnownHostsCommand")
@@ -187,10 +187,11 @@ def _check_line(line: str) -> list[str] | None:
 
 
 def _split_keyword(text: str) -> tuple[str, str]:
-    match = re.match(r"([^\s=]+)\s*(?:=\s*)?(.*)$", text)
+    """A line's keyword (lowercase, ssh takes it quoted too) and the rest."""
+    match = re.match(r'(?:"([^"]*)"|([^\s="]+))\s*(?:=\s*)?(.*)$', text)
     if match is None:
         return "", ""
-    return match.group(1).lower(), match.group(2)
+    return (match.group(1) or match.group(2) or "").lower(), match.group(3)
 
 
 def _pattern_path(pattern: str, system: bool) -> str:
