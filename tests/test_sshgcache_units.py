@@ -29,7 +29,7 @@ def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setattr(sshgcache, "RACY_NS", TEST_RACY_NS)
     sshgcache._checked.clear()
     sshgcache._counted.clear()
-    yield Path(top) / "cm" / sshgcache.SUBDIR
+    yield Path(top) / "cm"
     shutil.rmtree(top, ignore_errors=True)
 
 
@@ -271,8 +271,9 @@ def test_the_cap_holds(store, config, monkeypatch):
     # entries another process wrote count too, once this one lists the directory
     sshgcache._counted.clear()
     for n in range(20):
-        (store / f"{n:064x}").write_bytes(b"{}")
-        os.utime(store / f"{n:064x}", (time.time() - 60, time.time() - 60))
+        other = store / f"{sshgcache.PREFIX}{n:064x}"
+        other.write_bytes(b"{}")
+        os.utime(other, (time.time() - 60, time.time() - 60))
     lookup(argv_of(config, "Port=13"))
     assert len(os.listdir(store)) <= 8
     assert lookup(argv_of(config, "Port=13"))[1] == 0

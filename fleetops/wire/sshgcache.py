@@ -27,7 +27,7 @@ Never stored (`ssh -G` runs every time), as the answer can change with no file c
   not yet provable (a later run stores it).
 - `ssh -G` failing (its complaint is read when it connects).
 
-The store is one file per key in a 0700 subdirectory of the control directory (controldir.py),
+The store is one file per key (named PREFIX + key) in the control directory (controldir.py),
 written through the directory's descriptor (O_EXCL temporary, O_NOFOLLOW, 0600, renamed into place)
 and read only when it is a regular file of ours, mode 0600; at most MAX_ENTRIES (the oldest go). A
 damaged entry is a miss. FLEETOPS_SSH_G_CACHE=0 turns the store off."""
@@ -53,7 +53,9 @@ from dataclasses import dataclass, field
 from . import controldir
 
 CACHE_ENV = "FLEETOPS_SSH_G_CACHE"
-SUBDIR = "ssh-g"
+# an entry's name: the prefix and its key (the control directory's other files are sockets and
+# their .json records)
+PREFIX = "sshg-"
 MAX_ENTRIES = 4096
 MAX_ENTRY_BYTES = 256 * 1024
 RACY_NS = 1_000_000_000
@@ -281,18 +283,12 @@ def _answer_refused(out: bytes) -> bool:
 
 
 def store_dir(create: bool = True) -> str | None:
-    """The store's directory (0700, ours, checked as the control directory is); None when there is
-    no safe one."""
+    """The store's directory: the control directory (0700, ours, checked by controldir); None when
+    there is no safe one."""
     try:
-        parent = controldir.control_dir(create)
-        path = os.path.join(parent, SUBDIR)
-        if create:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(path, 0o700)
-        controldir.check(path)
+        return controldir.control_dir(create)
     except (controldir.ControlDirError, OSError):
         return None
-    return path
 
 
 def read_entry(directory: str, key: str) -> dict | None:
@@ -303,7 +299,7 @@ def read_entry(directory: str, key: str) -> dict | None:
     except OSError:
         return None
     try:
-        fd = os.open(key, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        fd = os.open(PREFIX + key, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return None
     finally:
@@ -356,7 +352,7 @@ def write_entry(directory: str, key: str, proof: Proof, out: bytes) -> None:
         return
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        tmp = f".{key}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+        tmp = f".{PREFIX}{key}.{os.getpid()}.{time.monotonic_ns()}.tmp"
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd
         )
@@ -364,7 +360,7 @@ def write_entry(directory: str, key: str, proof: Proof, out: bytes) -> None:
             os.write(fd, data)
         finally:
             os.close(fd)
-        os.replace(tmp, key, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.replace(tmp, PREFIX + key, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
         os.close(dir_fd)
     _bound(directory)
@@ -384,7 +380,7 @@ def _bound(directory: str) -> None:
             return
     try:
         with os.scandir(directory) as it:
-            names = [e.name for e in it]
+            names = [e.name for e in it if e.name.lstrip(".").startswith(PREFIX)]
     except OSError:
         return
     _counted[directory] = len(names)
