@@ -7,7 +7,9 @@ IdentityFile, ProxyJump and ProxyCommand in either order, `ProxyJump none`, `use
 in the -H word seen by `Match user` and `%r`. For each host word, the Connection fleetops builds
 (nothing opened) must have the HostName, User, Port, IdentityFile list, ProxyJump hops and
 ProxyCommand that `ssh -G` gives for the same word typed on ssh's own command line (`ssh -G -F FILE
--p PORT user@host`). `ssh -G` reads files only: no generated file is ever used to connect.
+-p PORT user@host`). `ssh -G` reads files only: no generated file is ever used to connect. The same
+files go through the `ssh -G` store (wire/sshgcache.py): its answer, a miss, a hit, and again
+after a file changed (a digit, so the size stays), must be what a fresh `ssh -G` prints.
 
 FLEETOPS_SSHCONF_CONFIGS sets how many files; by default the hypothesis profile decides, as for the
 other generated tests: 300 under CI (every construct appears in many combinations), 60 for a
@@ -21,6 +23,8 @@ import random
 import shutil
 import socket
 import subprocess
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +32,7 @@ import pytest
 from hypothesis import settings
 
 from fleetops.plans.inventory import plain_host
-from fleetops.wire import fabconfig, ssh
+from fleetops.wire import fabconfig, ssh, sshcmd, sshgcache
 from fleetops.wire.connector import TransportError
 
 SEED = 20261207
@@ -282,3 +286,67 @@ def test_every_generated_config_resolves_as_ssh_does(tmp_path, saved_config):
     assert not differ, f"{len(differ)} of {pairs} pairs differ from ssh -G; first: " + "\n".join(
         differ[:5]
     )
+
+
+def _mutate(rng: random.Random, files: list[Path]) -> None:
+    """One change to one of the config's files: a digit swapped for another (the size stays), or,
+    in a file with none, a block appended."""
+    path = rng.choice(files)
+    text = path.read_text()
+    digits = [i for i, c in enumerate(text) if c.isdigit()]
+    if digits:
+        i = rng.choice(digits)
+        text = text[:i] + str((int(text[i]) + rng.randint(1, 9)) % 10) + text[i + 1 :]
+    else:
+        text += "Host web1 db1\n  Port 2345\n"
+    path.write_text(text)
+
+
+def test_the_ssh_g_store_agrees_with_ssh_g_on_every_generated_config(tmp_path, monkeypatch):
+    """Each answer through the store (a miss, then a hit, then again after one of the config's
+    files changed) is what a fresh `ssh -G` prints."""
+    top = tempfile.mkdtemp(prefix="gc", dir="/tmp")
+    monkeypatch.setenv("FLEETOPS_CONTROL_DIR", os.path.join(top, "cm"))
+    monkeypatch.delenv(sshgcache.CACHE_ENV, raising=False)
+    monkeypatch.setattr(sshgcache, "RACY_NS", 50_000_000)  # the test waits past it
+    rng = random.Random(SEED + 1)
+    pairs, hits, differ = 0, 0, []
+
+    def through(argv: list[str]) -> None:
+        nonlocal pairs, hits
+        runs: list[int] = []
+
+        def run(a: list[str]) -> bytes | None:
+            runs.append(1)
+            return sshcmd._ssh_g(a)
+
+        cached = sshgcache.lookup(argv, run)
+        fresh = sshcmd._ssh_g(argv)
+        pairs += 1
+        hits += not runs
+        if cached != fresh:
+            differ.append(f"{argv}: {'hit' if not runs else 'miss'}")
+
+    try:
+        for n in range(max(CONFIGS // 3, 10)):
+            config = _config(rng, tmp_path / f"c{n}")
+            words = list(dict.fromkeys(_word(rng) for _ in range(4)))
+            argvs = []
+            for word in words:
+                target, _, port = word.partition(":")
+                argvs.append(
+                    [str(SSH), "-F", str(config), *(["-p", port] if port else []), "-G"]
+                    + ["--", target]
+                )
+            for _ in range(2):
+                time.sleep(0.07)
+                for argv in argvs:
+                    through(argv)
+                    through(argv)
+                _mutate(rng, sorted(config.parent.iterdir()))
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    assert not differ, f"{len(differ)} of {pairs} answers differ from ssh -G; first: " + "\n".join(
+        differ[:5]
+    )
+    assert hits >= pairs // 5, f"only {hits} hits of {pairs} lookups"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..plans.host import MAX_PERSIST, Host, UnknownHost, split_target
 from ..plans.inventory import Inventory
 from ..plans.jumphost import jump_of
+from . import sshgcache
 from .connector import TransportError
 from .fabconfig import config_file, plain_keys
 
@@ -157,25 +158,31 @@ def with_options(argv: list[str], *extra: str) -> list[str]:
 
 
 def resolved_all(argv: list[str]) -> dict[str, list[str]]:
-    """What ssh makes of this command line (`ssh -G`): every value of each key, in ssh's order (a
-    key such as certificatefile may be given several times). {} when ssh cannot say."""
+    """What ssh makes of this command line (`ssh -G`, from the store when provably the same, see
+    sshgcache.py): every value of each key, in ssh's order (a key such as certificatefile may be
+    given several times). {} when ssh cannot say."""
+    out = sshgcache.lookup(with_options(argv, "-G"), _ssh_g)
+    if out is None:
+        return {}
+    found: dict[str, list[str]] = {}
+    for line in out.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition(" ")
+        found.setdefault(key, []).append(value)
+    return found
+
+
+def _ssh_g(argv: list[str]) -> bytes | None:
     try:
         done = subprocess.run(
-            with_options(argv, "-G"),
+            argv,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=SSH_G_TIMEOUT,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return {}
-    if done.returncode != 0:
-        return {}
-    found: dict[str, list[str]] = {}
-    for line in done.stdout.decode("utf-8", "replace").splitlines():
-        key, _, value = line.partition(" ")
-        found.setdefault(key, []).append(value)
-    return found
+        return None
+    return done.stdout if done.returncode == 0 else None
 
 
 def proxyjump_loop(host: Host, argv: list[str], settings: dict[str, str]) -> TransportError | None:
