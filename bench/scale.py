@@ -285,10 +285,13 @@ def run_scale(
     setup = {"up_s": time.monotonic() - t0, "hosts": len(lab_hosts), "sshds": len(lab.pids())}
     proxy = None
     env = {**os.environ, "PYTHONPATH": str(SNAPSHOT), "COLUMNS": "80", "FLEETOPS_NO_LIVE": "1"}
+    # the measured runs' own environment: the set-up (the first patch, the floor) runs on the
+    # default transport, so no master of it is in the measured runs' control directory or cap
+    measured = dict(env)
     control = None
     if transport == "openssh":  # short: a socket's path has ~100 bytes
         control = tempfile.mkdtemp(prefix="fo-scale-", dir="/tmp")
-        env.update(
+        measured.update(
             FLEETOPS_TRANSPORT="openssh",
             FLEETOPS_CONTROL_DIR=control,
             FLEETOPS_MAX_MASTERS=str(max(sizes)),
@@ -360,7 +363,7 @@ def run_scale(
                         n,
                         [FAB, "-H", names, *words],
                         project,
-                        env,
+                        measured,
                         logs / f"fleetops-{what.split()[0]}-{n}.log",
                         nofile,
                         timeout,
@@ -378,7 +381,7 @@ def run_scale(
             subprocess.run(
                 [FAB, "disconnect"],
                 cwd=project,
-                env=env,
+                env=measured,
                 stdout=subprocess.DEVNULL,
                 check=False,
             )
