@@ -99,3 +99,46 @@ def test_records_list_live_masters_least_recently_used_first(short_path):
 )
 def test_a_bad_record_is_ignored(raw):
     assert controldir.parse_record(raw) is None
+
+
+def test_one_process_at_a_time_starts_a_sockets_master(short_path):
+    """start_lock across processes: a second holder waits until the first lets go, and gives up
+    when asked or when its time is out, never holding the lock then."""
+    import subprocess
+    import sys
+    import time
+
+    directory = str(short_path)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom fleetops.wire import controldir\n"
+            f"with controldir.start_lock({directory!r}, 'abc', lambda: False, 5) as held:\n"
+            "    print(held, flush=True)\n    time.sleep(1.0)\n"
+            "    letting_go = time.time()\nprint(letting_go, flush=True)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
+    with controldir.start_lock(directory, "abc", lambda: False, 0.2) as held:
+        assert held is False  # the other process holds it: out of time
+    with controldir.start_lock(directory, "abc", lambda: True, 30) as held:
+        assert held is False  # asked to give up
+    with controldir.start_lock(directory, "abc", lambda: False, 30) as held:
+        taken = time.time()
+        assert held is True
+    assert float(holder.stdout.readline()) <= taken  # only once the other was letting go
+    holder.wait()
+    assert oct(os.stat(os.path.join(directory, ".abc.lock")).st_mode & 0o777) == "0o600"
+
+
+def test_a_link_in_place_of_the_lock_is_refused(short_path, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    os.symlink(target, short_path / ".abc.lock")
+    lock = controldir.start_lock(str(short_path), "abc", lambda: False, 1)
+    with pytest.raises(ControlDirError, match=r"\.abc\.lock: .*\(remove it\)"), lock:
+        pass
+    assert target.read_text() == ""

@@ -12,13 +12,15 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_fab, ssh_masters
+from conftest import REPO, run_fab, ssh_masters
+from prockit import ssh_processes
 
 from fleetops.lab import Lab
 from fleetops.lab.node import Node
@@ -39,6 +41,8 @@ def cm_dir() -> Iterator[Path]:
         )
         if masters._alive(pid):
             os.kill(pid, signal.SIGTERM)
+    for pid in ssh_processes(str(path)):  # an ssh of the directory that is no master: none stays
+        os.kill(pid, signal.SIGTERM)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -161,3 +165,29 @@ def test_lab_down_closes_the_labs_masters_and_leaves_others(lab, cm_dir):
     finally:
         for node in lab.nodes():
             lab.start_node(node)
+
+
+def test_runs_at_once_to_a_cold_host_share_one_master_and_leave_no_ssh_behind(lab, cm_dir):
+    """Four `fleet ping`s started together at one host with no master: one master, which all four
+    use, and after `fleet disconnect` no ssh process of the directory left. Each run used to start
+    its own `ssh -M`; the ones that lost the race for the socket's name went on as plain `ssh -N`
+    connections (OpenSSH: "ControlSocket ... already exists, disabling multiplexing") that nothing
+    listed or closed, holding a login on the node for good."""
+    env = {**os.environ, "FLEETOPS_CONTROL_DIR": str(cm_dir), "FLEETOPS_TRANSPORT": "openssh"}
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "fleetops.cli", "-H", "lab01", "ping"],
+            cwd=lab.root,
+            env={**env, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [run.communicate(timeout=120)[0] for run in runs]
+    assert all(run.returncode == 0 for run in runs), outputs
+    assert len(ssh_processes(str(cm_dir))) == 1, ssh_processes(str(cm_dir))
+    assert len(ssh_masters(cm_dir)) == 1
+    fleet(lab, cm_dir, "disconnect")
+    assert ssh_processes(str(cm_dir)) == []

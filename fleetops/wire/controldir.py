@@ -7,10 +7,12 @@ ssh is run here."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import stat
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 CONTROL_DIR_ENV = "FLEETOPS_CONTROL_DIR"
@@ -223,6 +225,47 @@ def records(directory: str) -> list[MasterRecord]:
                 if record is not None and record.socket == socket:
                     out.append(record)
     return sorted(out, key=lambda r: r.used)
+
+
+LOCK_POLL_S = 0.05
+
+
+@contextlib.contextmanager
+def start_lock(
+    directory: str, socket: str, give_up: Callable[[], bool], timeout: float
+) -> Iterator[bool]:
+    """Held while this process starts the master of `socket`: one start per socket at a time, across
+    processes. Two `ssh -M` racing for one socket's name leave the loser running on as a plain
+    connection ("disabling multiplexing") that nothing lists or closes. The lock is a 0600 file
+    `.SOCKET.lock` beside it, opened through the directory's descriptor, never through a link
+    (ControlDirError when it cannot be). Yields False when `give_up()` turned true or `timeout`
+    seconds passed first (the caller then starts none)."""
+    if not socket or "/" in socket or socket.startswith("."):
+        raise ValueError(f"not a socket name: {socket!r}")
+    name = f".{socket}.lock"
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        path = os.path.join(directory, name)
+        raise ControlDirError(f"{path}: {exc.strerror or exc} (remove it)") from None
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if give_up() or time.monotonic() > deadline:
+                    yield False
+                    return
+                time.sleep(LOCK_POLL_S)
+        yield True
+    finally:
+        os.close(fd)  # the lock goes with the descriptor
 
 
 def forget(directory: str, socket: str) -> None:

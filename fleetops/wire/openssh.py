@@ -70,6 +70,9 @@ MAX_MASTERS_ENV = "FLEETOPS_MAX_MASTERS"
 DEFAULT_MAX_MASTERS = 128  # ~3 MiB of RSS and a handful of descriptors each (docs/perf.md)
 # this process's starts and closes of masters, one at a time per decision
 _MASTERS_LOCK = threading.Lock()
+# beyond the host's ConnectTimeout, how long a run waits for another run's login to its host (the
+# key exchange, the authentication, a jump host's)
+START_WAIT_S = 60.0
 
 
 def max_masters(host: Host) -> int:
@@ -216,7 +219,8 @@ class OpenSSHConnection(AgentClient):
         refusal is read from ssh's stderr. %C keys a master on host, port, user and jump, not on the
         key or the known_hosts file: a live master another identity made there (another key, another
         known_hosts) is never used; this identity then gets a master of its own, on a path keyed on
-        all of it."""
+        all of it. One process at a time starts a socket's master (controldir.start_lock); a run
+        that waited for another's start uses the master it made."""
         if self._opened:
             return
         argv = self._command()
@@ -224,11 +228,42 @@ class OpenSSHConnection(AgentClient):
         argv = self._reuse_live(argv, digest)
         if self._opened:
             return
+        self._aborted = False
+        if self._directory is None or self._socket is None:
+            self._start(argv, digest)
+            return
+        wait = self.host.connect_timeout + START_WAIT_S
+        try:
+            lock = controldir.start_lock(self._directory, self._socket, lambda: self._aborted, wait)
+            with lock as held:
+                if not held:
+                    raise self._not_started(wait)
+                argv = self._reuse_live(argv, digest)  # another run's start, finished meanwhile
+                if not self._opened:
+                    self._start(argv, digest)
+        except controldir.ControlDirError as exc:
+            raise TransportError("refused", f"{self.host.name}: {exc}") from None
+
+    def _not_started(self, waited: float) -> TransportError:
+        if self._aborted:
+            return TransportError(
+                "interrupted",
+                f"{self.host.name}: connecting was stopped (the run was interrupted) while "
+                "another run was logging in to it; nothing ran there",
+            )
+        return TransportError(
+            "timeout",
+            f"{self.host.name}: another fleetops run has been starting its connection for "
+            f"{waited:g}s; try again, or `fleet disconnect -H {self.host.name}`",
+        )
+
+    def _start(self, argv: list[str], digest: str) -> None:
+        """A new master for this identity, the least recently used closed first when the cap is
+        reached."""
         login = opensshkeys.login(self.host, self.inventory)
         with _MASTERS_LOCK:
             if self._directory is not None:
                 make_room(self._directory, self._socket or "", max_masters(self.host))
-        self._aborted = False
         started = time.monotonic()
         code, text = self._start_master(argv, login)
         if self._aborted:
