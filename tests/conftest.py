@@ -17,12 +17,14 @@ line (what ran, what was skipped and why), just above pytest's own closing line.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -543,9 +545,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # each one waited for until it has exited
         masters.close_all(folder, masters.masters(folder))
         left = ssh_masters(folder)
+        from prockit import ssh_processes  # it imports this module: not at the top
+
+        # an ssh naming the directory that is no master (a start that lost a race ran on as one)
+        strays = [pid for pid in ssh_processes(folder) if pid not in left]
+        for pid in strays:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
         shutil.rmtree(folder, ignore_errors=True)
-        if left:
-            print(f"\nssh master processes left running after the suite: {left}", file=sys.stderr)
+        if left or strays:
+            print(
+                f"\nssh processes left running after the suite: masters {left}, others {strays}",
+                file=sys.stderr,
+            )
             session.exitstatus = 1
 
 
