@@ -189,6 +189,31 @@ def record_sha256(site: Path, module: str) -> str:
     raise AssertionError(f"{rel} not in RECORD")
 
 
+def cmdlines() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process this user may read now (/proc); one gone meanwhile is
+    skipped."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")
+        except OSError:
+            continue
+        yield int(entry), words
+
+
+def ssh_processes(folder: str) -> list[int]:
+    """Every ssh process whose command line names this control directory: masters, sessions on them
+    (an `ssh` started for one), a login not yet done, and a start that lost the race for its socket
+    and ran on as a plain connection (ssh_masters sees only masters that listen)."""
+    return [
+        pid
+        for pid, words in cmdlines()
+        if os.path.basename(words[0]) == b"ssh" and any(folder.encode() in w for w in words)
+    ]
+
+
 def ssh_masters(directory: str | Path | None = None) -> dict[int, str]:
     """pid → socket of every ssh master in the control directory (FLEETOPS_CONTROL_DIR, else the one
     fleetops would use), by two independent readings: `ssh -O check` on each socket, and every
@@ -545,8 +570,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # each one waited for until it has exited
         masters.close_all(folder, masters.masters(folder))
         left = ssh_masters(folder)
-        from prockit import ssh_processes  # it imports this module: not at the top
-
         # an ssh naming the directory that is no master (a start that lost a race ran on as one)
         strays = [pid for pid in ssh_processes(folder) if pid not in left]
         for pid in strays:

@@ -1,43 +1,19 @@
-"""What the lab tests read of this machine's processes (/proc, Linux): each process's argv, the ssh
-processes of a control directory, and a control directory of a test's own whose masters are closed
-and checked gone after it."""
+"""What the lab tests read of this machine's processes (/proc, Linux): each process's argv and the
+ssh processes of a control directory (defined in conftest, whose end of the suite checks them
+too), a watch for a secret in any argv, and a control directory of a test's own whose masters are
+closed and checked gone after it."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
 
 import pytest
-from conftest import ssh_masters
+from conftest import cmdlines, ssh_masters
 
 from fleetops.wire import masters
-
-
-def cmdlines() -> Iterator[tuple[int, list[bytes]]]:
-    """(pid, argv) of every process this user may read now; one gone meanwhile is skipped."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                words = f.read().split(b"\0")
-        except OSError:
-            continue
-        yield int(entry), words
-
-
-def ssh_processes(folder: str) -> list[int]:
-    """Every ssh process whose command line names this control directory: masters, sessions on them
-    (an `ssh` started for one), and a login not yet done (ssh_masters sees only masters that
-    listen)."""
-    return [
-        pid
-        for pid, words in cmdlines()
-        if os.path.basename(words[0]) == b"ssh" and any(folder.encode() in w for w in words)
-    ]
 
 
 def control_dir(monkeypatch: pytest.MonkeyPatch, prefix: str, **env: str) -> Iterator[str]:

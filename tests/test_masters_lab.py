@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_fab, ssh_masters
-from prockit import ssh_processes
+from conftest import REPO, run_fab, ssh_masters, ssh_processes
 
 from fleetops.lab import Lab
 from fleetops.lab.node import Node

@@ -15,9 +15,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import ssh_masters
+from conftest import ssh_masters, ssh_processes
 from faultkit import agents_of, wait_for
-from prockit import control_dir, ssh_processes
+from prockit import control_dir
 
 from fleetops.plans.inventory import load_inventory
 from fleetops.wire import masters, muxclient

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 from clientprobe import fleet_imports, ssh_code
-from conftest import REPO, fab_json_output, ssh_masters
+from conftest import REPO, cmdlines, fab_json_output, ssh_masters, ssh_processes
 from faultkit import agents_of, arm, disarm, hit_file, sshd_log, sshd_log_size, wait_for
-from prockit import cmdlines, control_dir, ssh_processes
+from prockit import control_dir
 
 from fleetops.plans.inventory import load_inventory
 from fleetops.wire import controldir, masters
