@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, REPO, disconnect_all, fab_json, on_openssh, run_fab, sha256
-from faultkit import agents_of, arm, disarm, fresh_nodes, hit_file, temp_files, wait_for
+from faultkit import agents_of, fresh_nodes, hit_file, temp_files, wait_for
+from pausekit import NO_LIVE, fab_paused_at
 from sshd_evidence import logs_for, traced_run
 
 from fleetops import api
@@ -136,32 +137,18 @@ def test_importing_request_runs_in_a_child_and_the_agent_stays_lean(lab):
 
 def test_agent_exits_when_the_client_is_killed_mid_chain(lab):
     nodes = lab.nodes()
-    for node in nodes:
-        hit_file(node, "lock.acquired").unlink(missing_ok=True)
-        arm(node, {"lock.acquired": {"action": "pause", "seconds": 120}})
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fabric", "-H", "lab01,lab02", "ping", "patch", "verify"],
-        cwd=lab.root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(
-            lambda: (
-                all(hit_file(n, "lock.acquired").exists() for n in nodes) or proc.poll() is not None
-            ),
-            "every node's agent to pause in patch, with the lock held",
-        )
-        assert proc.poll() is None, proc.communicate()
+    with fab_paused_at(
+        lab.root,
+        nodes,
+        "lock.acquired",
+        ["-H", "lab01,lab02", "ping", "patch", "verify"],
+        seconds=120,
+        env=NO_LIVE,
+        what="every node's agent to pause in patch, with the lock held",
+    ) as proc:
         assert all(agents_of(n) for n in nodes)
         proc.send_signal(signal.SIGKILL)  # no Ctrl-C handling, no close: the client just vanishes
         proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     for node in nodes:
         wait_for(
             lambda node=node: not agents_of(node),
@@ -169,7 +156,6 @@ def test_agent_exits_when_the_client_is_killed_mid_chain(lab):
         )
         wait_for(lambda node=node: lock_free(node), f"{node.name}'s lock to be released")
         assert not temp_files(node), temp_files(node)
-        disarm(node)
     # and the next run simply finishes the job
     rc, doc = fab_json(lab.root, "-H", "lab01,lab02", "patch")
     assert rc == 0, doc
@@ -320,24 +306,16 @@ def test_agent_error_in_a_request_sent_ahead_answers_only_that_request(lab):
 
 def test_a_finished_host_closes_its_agent_while_a_slow_host_still_runs(lab):
     slow, fast = lab.node("lab02"), lab.node("lab01")
-    hit = hit_file(slow, "lock.acquired")
-    hit.unlink(missing_ok=True)
-    arm(slow, {"lock.acquired": {"action": "pause", "seconds": 300}})
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fabric", "-H", "lab01,lab02", "patch", "verify", "--kinds", "grep"],
-        cwd=lab.root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(
-            lambda: hit.exists() or proc.poll() is not None,
-            "lab02's agent to pause in patch",
-            timeout=180,
-        )
+    with fab_paused_at(
+        lab.root,
+        [slow],
+        "lock.acquired",
+        ["-H", "lab01,lab02", "patch", "verify", "--kinds", "grep"],
+        seconds=300,
+        env=NO_LIVE,
+        timeout=180,
+        what="lab02's agent to pause in patch",
+    ) as proc:
         wait_for(
             lambda: not agents_of(fast) or proc.poll() is not None,
             "lab01's agent to exit once its chain is over",
@@ -345,14 +323,9 @@ def test_a_finished_host_closes_its_agent_while_a_slow_host_still_runs(lab):
         )
         assert proc.poll() is None, proc.communicate()
         assert agents_of(slow), "the slow host's agent is still at work"
-        hit.unlink()  # the slow host goes on
+        hit_file(slow, "lock.acquired").unlink()  # the slow host goes on
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, out + err
-    finally:
-        disarm(slow)
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     wait_for(lambda: not agents_of(slow), "lab02's agent to exit after the run")
 
 

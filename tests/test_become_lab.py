@@ -16,11 +16,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+import becomekit
 import pytest
-from conftest import GENERATOR, REPO, copy_playbooks, disconnect_all, fab_json_output, on_openssh
+from conftest import GENERATOR, REPO, disconnect_all, fab_json_output, on_openssh
 
 from fleetops.lab import site_packages
 from fleetops.plans.tables import FACT_COLUMNS
@@ -39,54 +39,24 @@ def _sha(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def world(lab_factory, root_user):
-    if shutil.which("sudo") is None:
-        pytest.fail(
-            "sudo is not installed on this machine (apt-get "
-            "install sudo): the become tests need a real one",
-            pytrace=False,
-        )
+    becomekit.require_tools("sudo")
     with lab_factory.own("become", 1, reachable=True) as lab:
         node = lab.node("lab01")
-        top = Path(tempfile.mkdtemp(prefix="fleetops-become-", dir="/tmp"))
-        top.chmod(0o755)
+        top = becomekit.world_dir("fleetops-become-")
         home = top / "home"
         try:
-            subprocess.run(["userdel", USER], capture_output=True)  # left by a run that was killed
-            subprocess.run(
-                ["useradd", "--home-dir", str(home), "--create-home", "--shell", "/bin/sh", USER],
-                check=True,
-            )
-            subprocess.run(["chpasswd"], input=f"{USER}:{PASSWORD}\n", text=True, check=True)
-            # The node's venv: root's, readable by all, writable by root only (the system Python:
-            # the lab's interpreters live under /root, which no other user may enter).
-            venv = top / "venv"
-            subprocess.run(
-                ["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True
-            )
-            src = site_packages(node.venv)
-            for entry in [src / "speculators", *src.glob("speculators-*.dist-info")]:
-                shutil.copytree(
-                    entry,
-                    site_packages(venv) / entry.name,
-                    ignore=shutil.ignore_patterns("__pycache__"),
-                )
-            subprocess.run(["chmod", "-R", "a+rX,go-w", str(venv)], check=True)
+            becomekit.remove_users([USER])  # left by a run that was killed
+            becomekit.add_login_user(USER, home, PASSWORD)
+            # The node's venv: root's, readable by all, writable by root only.
+            venv = becomekit.speculators_venv(top / "venv", site_packages(node.venv))
             python = venv / "bin" / "python"
             hostile = _hostile_python(top)
-            SUDOERS.write_text(
+            becomekit.install_sudoers(
+                SUDOERS,
                 f"{USER} ALL=(root) NOPASSWD: {python}, {hostile}\n"
-                f"{USER} ALL=(root) PASSWD: /usr/bin/python3\n"
+                f"{USER} ALL=(root) PASSWD: /usr/bin/python3\n",
             )
-            SUDOERS.chmod(0o440)
-            subprocess.run(["visudo", "-c", "-f", str(SUDOERS)], check=True, capture_output=True)
             lab.configure_sshd(node, users=(USER,))
-            base = [
-                "    address: 127.0.0.1",
-                f"    port: {node.port}",
-                f"    user: {USER}",
-                f"    identity_file: {lab.client_key}",
-                f"    known_hosts: {lab.known_hosts}",
-            ]
             hosts = {
                 "asuser": [f"    python: {python}", f"    state_dir: {home}/.fleetops"],
                 "asroot": [
@@ -105,25 +75,14 @@ def world(lab_factory, root_user):
                     f"    state_dir: {top}/rootstate",
                 ],
             }
-            (lab.root / "hosts" / "become.yaml").write_text(
-                "hosts:\n"
-                + "".join(
-                    f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()
-                )
-            )
-            # a real copy: the playbook below is this module's, not the checkout's
-            copy_playbooks(lab.root)
-            (lab.root / BOOK).write_text(
-                "name: become-test\npatches:\n  - module: "
-                + GENERATOR
-                + "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n"
-            )
+            becomekit.write_login_hosts(lab, node, USER, "become.yaml", hosts)
+            becomekit.write_generator_playbook(lab, BOOK, "become-test")
             target = site_packages(venv).joinpath(*GENERATOR.split(".")).with_suffix(".py")
             yield lab, node, top, target
         finally:
             SUDOERS.unlink(missing_ok=True)
             lab.configure_sshd(node)
-            subprocess.run(["userdel", USER], capture_output=True)
+            becomekit.remove_users([USER])
             shutil.rmtree(top, ignore_errors=True)
 
 

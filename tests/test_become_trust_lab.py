@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
+import becomekit
 import pytest
-from conftest import GENERATOR, copy_playbooks, fab_json_output
+from conftest import fab_json_output
 from faultkit import SUBDIR_SWAPPER
 
 from fleetops.lab import site_packages
@@ -87,97 +87,64 @@ def as_eve(*argv: str) -> None:
     )
 
 
-def make_venv(path: Path, src: Path) -> None:
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(path)], check=True)
-    for entry in [src / "speculators", *src.glob("speculators-*.dist-info")]:
-        shutil.copytree(
-            entry, site_packages(path) / entry.name, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    subprocess.run(["chmod", "-R", "a+rX,go-w", str(path)], check=True)
-
-
 @pytest.fixture(scope="module")
 def world(lab_factory, root_user):
-    if shutil.which("sudo") is None or shutil.which("setpriv") is None:
-        pytest.fail(
-            "sudo and setpriv must be installed on this machine: these tests need real ones",
-            pytrace=False,
-        )
+    becomekit.require_tools("sudo", "setpriv")
     with lab_factory.own("becometrust", 1, reachable=True) as lab:
         node = lab.node("lab01")
-        top = Path(tempfile.mkdtemp(prefix="fleetops-become-trust-", dir="/tmp"))
-        top.chmod(0o755)
+        top = becomekit.world_dir("fleetops-become-trust-")
         try:
-            for user in (USER, EVE):
-                # left by a run that was killed
-                subprocess.run(["userdel", user], capture_output=True)
+            becomekit.remove_users([USER, EVE], TEAM)  # left by a run that was killed
             subprocess.run(["groupadd", "-f", TEAM], check=True)
-            subprocess.run(
-                [
-                    "useradd",
-                    "--home-dir",
-                    str(top / "home"),
-                    "--create-home",
-                    "--shell",
-                    "/bin/sh",
-                    USER,
-                ],
-                check=True,
-            )
-            # a password sshd sees as set (a locked account may not log in), never used: keys only
-            subprocess.run(
-                ["chpasswd"], input=f"{USER}:{os.urandom(12).hex()}\n", text=True, check=True
-            )
-            subprocess.run(
-                ["useradd", "--no-create-home", "--shell", "/bin/sh", "-G", TEAM, EVE], check=True
-            )
+            becomekit.add_login_user(USER, top / "home")  # its password is never used: keys only
+            becomekit.add_team_member(EVE, TEAM)
             src = site_packages(node.venv)
-            make_venv(top / "venv", src)  # its speculators/ is the team's to change, per test
-            make_venv(top / "venv2", src)  # its bin/ is the team's
+            becomekit.speculators_venv(top / "venv", src)  # its speculators/: the team's, per test
+            becomekit.speculators_venv(top / "venv2", src)  # its bin/ is the team's
             subprocess.run(["chgrp", TEAM, str(top / "venv2" / "bin")], check=True)
             (top / "venv2" / "bin").chmod(0o775)
             pythons = [top / "venv" / "bin" / "python", top / "venv2" / "bin" / "python"]
-            SUDOERS.write_text(f"{USER} ALL=(root) NOPASSWD: {', '.join(map(str, pythons))}\n")
-            SUDOERS.chmod(0o440)
-            subprocess.run(["visudo", "-c", "-f", str(SUDOERS)], check=True, capture_output=True)
-            lab.configure_sshd(node, users=(USER,))
-            base = [
-                "    address: 127.0.0.1",
-                f"    port: {node.port}",
-                f"    user: {USER}",
-                f"    identity_file: {lab.client_key}",
-                f"    known_hosts: {lab.known_hosts}",
-                "    become: sudo",
-            ]
-            hosts = {
-                "asroot": [f"    python: {pythons[0]}", f"    state_dir: {top}/rootstate"],
-                "asroot2": [f"    python: {pythons[1]}", f"    state_dir: {top}/rootstate2"],
-            }
-            (lab.root / "hosts" / "become.yaml").write_text(
-                "hosts:\n"
-                + "".join(
-                    f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()
-                )
+            becomekit.install_sudoers(
+                SUDOERS, f"{USER} ALL=(root) NOPASSWD: {', '.join(map(str, pythons))}\n"
             )
-            copy_playbooks(lab.root)
-            (lab.root / BOOK).write_text(
-                "name: become-trust\npatches:\n  - module: "
-                + GENERATOR
-                + "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n"
-                "verify:\n  - name: spec-imports\n    kind: import\n    module: speculators\n"
+            lab.configure_sshd(node, users=(USER,))
+            hosts = {
+                "asroot": [
+                    f"    python: {pythons[0]}",
+                    f"    state_dir: {top}/rootstate",
+                    "    become: sudo",
+                ],
+                "asroot2": [
+                    f"    python: {pythons[1]}",
+                    f"    state_dir: {top}/rootstate2",
+                    "    become: sudo",
+                ],
+            }
+            becomekit.write_login_hosts(lab, node, USER, "become.yaml", hosts)
+            becomekit.write_generator_playbook(
+                lab,
+                BOOK,
+                "become-trust",
+                "verify:\n  - name: spec-imports\n    kind: import\n    module: speculators\n",
             )
             yield lab, top
         finally:
             SUDOERS.unlink(missing_ok=True)
             lab.configure_sshd(node)
-            for user in (USER, EVE):
-                subprocess.run(["userdel", user], capture_output=True)
-            subprocess.run(["groupdel", TEAM], capture_output=True)
+            becomekit.remove_users([USER, EVE], TEAM)
             shutil.rmtree(top, ignore_errors=True)
 
 
 def fab(lab, *args: str) -> tuple[int, dict, str]:
     return fab_json_output(lab.root, *args, timeout=300)
+
+
+def plant_in_a_team_writable_package(spec: Path, out: Path) -> None:
+    """The package directory made the team's to write (group-writable, as a shared venv's often
+    is), and Eve's lines put in front of its __init__.py: importing it appends a line to `out`."""
+    subprocess.run(["chgrp", "-R", TEAM, str(spec)], check=True)
+    subprocess.run(["chmod", "-R", "g+w", str(spec)], check=True)
+    as_eve("/usr/bin/python3", "-c", PLANT_SOURCE, str(spec / "__init__.py"), str(out))
 
 
 @pytest.fixture
@@ -207,9 +174,7 @@ def test_a_clean_root_venv_is_verified_as_root_without_a_refusal(world, spec):
 def test_a_package_dir_another_group_may_write_is_never_imported_as_root(world, spec):
     lab, top = world
     out = top / "PWNED-import"
-    subprocess.run(["chgrp", "-R", TEAM, str(spec)], check=True)
-    subprocess.run(["chmod", "-R", "g+w", str(spec)], check=True)
-    as_eve("/usr/bin/python3", "-c", PLANT_SOURCE, str(spec / "__init__.py"), str(out))
+    plant_in_a_team_writable_package(spec, out)
     rc, doc, both = fab(lab, "-H", "asroot", "verify", "-p", BOOK)
     assert not out.exists(), out.read_text()  # the attacker's lines never ran, as root or anyone
     result = doc["results"][0]
@@ -234,9 +199,7 @@ def test_a_package_dir_another_group_may_write_is_never_imported_as_root(world, 
 def test_ping_warns_of_a_package_dir_verify_would_refuse_and_imports_nothing(world, spec):
     lab, top = world
     out = top / "PWNED-ping"
-    subprocess.run(["chgrp", "-R", TEAM, str(spec)], check=True)
-    subprocess.run(["chmod", "-R", "g+w", str(spec)], check=True)
-    as_eve("/usr/bin/python3", "-c", PLANT_SOURCE, str(spec / "__init__.py"), str(out))
+    plant_in_a_team_writable_package(spec, out)
     rc, doc, both = fab_json_output(
         lab.root, "-H", "asroot", "ping", timeout=300, env={"FLEETOPS_PLAYBOOK": BOOK}
     )

@@ -22,15 +22,13 @@ import pytest
 from conftest import REPO, fab_json, run_fab
 from faultkit import (
     agents_of,
-    arm,
-    disarm,
     file_sha,
     fresh_nodes,
-    hit_file,
     independent_forms,
     temp_files,
     wait_for,
 )
+from pausekit import NO_LIVE, fab_paused_at, running_fab
 
 NODES = ("lab01", "lab02", "lab03")
 
@@ -240,30 +238,12 @@ MOMENTS = [
 def test_ctrl_c_during_patch_on_three_nodes(lab, point, skip):
     nodes = lab.nodes()
     forms = independent_forms(nodes[0])
-    for node in nodes:
-        hit_file(node, point).unlink(missing_ok=True)
-        arm(node, {point: {"action": "pause", "seconds": 120, "skip": skip}})
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fabric", "-H", "@lab", "patch"],
-        cwd=lab.root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(
-            lambda: all(hit_file(n, point).exists() for n in nodes) or proc.poll() is not None,
-            f"every node's agent to pause at {point}",
-        )
-        assert proc.poll() is None, proc.communicate()
+    with fab_paused_at(
+        lab.root, nodes, point, ["-H", "@lab", "patch"], seconds=120, skip=skip, env=NO_LIVE
+    ) as proc:
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130, out + err
     assert time.monotonic() - started < 30
     assert "interrupted" in out + err and "Traceback" not in err
@@ -275,7 +255,6 @@ def test_ctrl_c_during_patch_on_three_nodes(lab, point, skip):
                 node.name,
                 module,
             )
-        disarm(node)
     rc, doc = fab_json(lab.root, "-H", "@lab", "patch")  # and the next run simply finishes the job
     assert rc == 0, doc
     assert not any("took over" in json.dumps(r) for r in doc["results"])
@@ -283,15 +262,6 @@ def test_ctrl_c_during_patch_on_three_nodes(lab, point, skip):
 
 def test_ctrl_c_interrupts_a_running_command_and_kills_it_on_the_node(lab, tmp_path):
     token = "97.5312"  # a sleep nobody else runs: found in /proc by its exact argument
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fabric", "-H", "@lab", "run", f"sleep {token}"],
-        cwd=lab.root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
     def sleepers() -> list[int]:
         found = []
@@ -306,15 +276,12 @@ def test_ctrl_c_interrupts_a_running_command_and_kills_it_on_the_node(lab, tmp_p
                 pass
         return found
 
-    try:
+    with running_fab(lab.root, "-H", "@lab", "run", f"sleep {token}", env=NO_LIVE) as proc:
         wait_for(
             lambda: len(sleepers()) == 3 or proc.poll() is not None, "the command to run on 3 nodes"
         )
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130, out + err
     wait_for(lambda: not sleepers(), "the interrupted command to be killed on the nodes")
 
@@ -323,31 +290,15 @@ def test_a_second_ctrl_c_exits_at_once(lab):
     """The first SIGINT waits FLEETOPS_INTERRUPT_GRACE_S (here 300 s) for polling tasks before it
     closes the links; the second must not wait for that: it exits 130 at once."""
     nodes = lab.nodes()
-    for node in nodes:
-        hit_file(node, "lock.acquired").unlink(missing_ok=True)
-        arm(node, {"lock.acquired": {"action": "pause", "seconds": 120}})
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "FLEETOPS_NO_LIVE": "1",
-        "FLEETOPS_INTERRUPT_GRACE_S": "300",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fabric", "-H", "@lab", "patch"],
-        cwd=lab.root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(
-            lambda: (
-                all(hit_file(n, "lock.acquired").exists() for n in nodes) or proc.poll() is not None
-            ),
-            "every node's agent to pause with the lock held",
-        )
-        assert proc.poll() is None, proc.communicate()
+    with fab_paused_at(
+        lab.root,
+        nodes,
+        "lock.acquired",
+        ["-H", "@lab", "patch"],
+        seconds=120,
+        env={**NO_LIVE, "FLEETOPS_INTERRUPT_GRACE_S": "300"},
+        what="every node's agent to pause with the lock held",
+    ) as proc:
         proc.send_signal(signal.SIGINT)
         first = ""
         while "starting nothing new" not in first:  # the first one is handled: now the second
@@ -357,9 +308,6 @@ def test_a_second_ctrl_c_exits_at_once(lab):
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130 and "second Ctrl-C" in err, out + err
     assert time.monotonic() - started < 30
     for node in nodes:  # the client vanished: each agent still unwinds and frees its lock
@@ -373,16 +321,7 @@ def test_ctrl_c_during_verify_then_ping_exits_130_and_starts_nothing_new(lab):
     # An agent still unwinding from an earlier test would pass for verify's and the SIGINT would
     # come too soon.
     wait_for(lambda: not agents_of(node), "earlier tests' agents on lab01 to stop", timeout=150)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_NO_LIVE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fabric", "-H", "lab01", "verify", "ping", "--json"],
-        cwd=lab.root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with running_fab(lab.root, "-H", "lab01", "verify", "ping", "--json", env=NO_LIVE) as proc:
         wait_for(
             lambda: agents_of(node) or proc.poll() is not None, "verify's agent to run on lab01"
         )
@@ -390,9 +329,6 @@ def test_ctrl_c_during_verify_then_ping_exits_130_and_starts_nothing_new(lab):
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130, out + err
     assert time.monotonic() - started < 30  # not the whole verify: the running call was interrupted
     doc = json.loads(out)

@@ -60,6 +60,48 @@ def gpu_holders(lab) -> tuple[int, list[dict]]:
     return rc, [p for i in doc["results"][0]["items"] for p in i["details"].get("processes", [])]
 
 
+def assert_the_job_alone_holds_the_gpu(lab, job: dict) -> None:
+    """`fab gpu` says exactly one process holds a GPU: the job's own, labelled with its id."""
+    rc, procs = gpu_holders(lab)
+    assert rc == 10 and [(p["pid"], p["job"]) for p in procs] == [(job["pid"], job["id"])], procs
+
+
+def assert_no_gpu_holder(lab) -> None:
+    """`fab gpu`, asked separately from whatever ended the job: no process holds a GPU."""
+    rc, procs = gpu_holders(lab)
+    assert rc == 0 and procs == [], procs
+
+
+def assert_group_gone(job: dict, child: int) -> None:
+    """The node's own evidence (/proc): no live process in the job's group or session, and none of
+    its pids (the job, its child, the wrapper) left but as a zombie."""
+    assert live_members(job["pgid"]) == []
+    for pid in (job["pid"], child, job["wrapper_pid"]):
+        assert proc_state(pid) in GONE, f"pid {pid} of the job outlived it ({proc_state(pid)})"
+
+
+def child_of(job: dict) -> int:
+    """The pid of the child the spawner jobs start, once their log names it."""
+    return int(wait_log(job, r"^spawned (\d+)", "the job's child")[1])
+
+
+def wait_exit_record(job: dict, what: str, timeout: float = 60) -> None:
+    """Until the job's wrapper has written exit.json beside the log: the job is over, by its own
+    record."""
+    wait_for(lambda: (Path(job["log"]).parent / "exit.json").exists(), what, timeout)
+
+
+def extract_and_tail(lab, name: str, **kw) -> subprocess.CompletedProcess:
+    """`fab -H lab01 extract --job NAME ... tail --job NAME ...`: the playbook's job NAME launched
+    and followed to its end, as one command."""
+    return run_fab(
+        lab.root,
+        *("-H", "lab01", "extract", "--job", name, "--playbook", JOBS),
+        *("tail", "--job", name, "--playbook", JOBS),
+        **kw,
+    )
+
+
 def test_extract_tail_to_completion_and_outputs_match_a_direct_run(jobs):
     node = jobs.node("lab01")
     rc, doc = fab_json(jobs.root, "-H", "lab01", "patch", "extract", "tail")
@@ -130,21 +172,7 @@ print(json.dumps({{"checked": checked, "worst": worst, "worst3": worst3, "worst_
 
 
 def test_failing_job_tail_exits_nonzero_with_traceback_and_status_says_failed(jobs):
-    proc = run_fab(
-        jobs.root,
-        "-H",
-        "lab01",
-        "extract",
-        "--job",
-        "badmodel",
-        "--playbook",
-        JOBS,
-        "tail",
-        "--job",
-        "badmodel",
-        "--playbook",
-        JOBS,
-    )
+    proc = extract_and_tail(jobs, "badmodel")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback (most recent call last)" in proc.stdout
     assert "failed (exit status 1)" in proc.stdout
@@ -222,10 +250,9 @@ def test_killed_job_reports_signal_9_and_extraction_resumes_from_the_manifest(jo
 
 def test_stop_kills_the_whole_group_and_confirms_gpu_memory_released(jobs):
     job = start_job(jobs, "spawner")
-    child = int(wait_log(job, r"^spawned (\d+)", "the job's child")[1])
+    child = child_of(job)
     # While it runs, the (simulated) GPU shows the job's process, labelled with its job id.
-    rc, procs = gpu_holders(jobs)
-    assert rc == 10 and [(p["pid"], p["job"]) for p in procs] == [(job["pid"], job["id"])], procs
+    assert_the_job_alone_holds_the_gpu(jobs, job)
     # A second job while this one runs is refused.
     rc, doc = fab_json(jobs.root, "-H", "lab01", "extract", "--job", "numbers", "--playbook", JOBS)
     assert rc == 1 and f"job {job['id']} is still running" in doc["results"][0]["msg"]
@@ -241,12 +268,8 @@ def test_stop_kills_the_whole_group_and_confirms_gpu_memory_released(jobs):
     assert r["items"][0]["label"] == "GPU memory" and r["items"][0]["msg"].startswith("released"), (
         r["items"]
     )
-    # The node's own evidence: no live process in the job's group or session, none of its pids left.
-    assert live_members(job["pgid"]) == []
-    for pid in (job["pid"], child, job["wrapper_pid"]):
-        assert proc_state(pid) in GONE, f"pid {pid} survived stop ({proc_state(pid)})"
-    rc, procs = gpu_holders(jobs)  # asked again, separately from stop
-    assert rc == 0 and procs == [], procs
+    assert_group_gone(job, child)
+    assert_no_gpu_holder(jobs)
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
     assert rc == 0 and doc["results"][0]["data"]["state"] == "stopped", doc["results"][0]
     assert "stopped by fleetops' `stop` (signal 15)" in doc["results"][0]["msg"], doc["results"][0][
@@ -263,9 +286,8 @@ def test_stop_kills_the_whole_group_and_confirms_gpu_memory_released(jobs):
 def test_stop_escalates_to_sigkill_when_the_job_ignores_sigterm(jobs):
     node = jobs.node("lab01")
     job = start_job(jobs, "stubborn")
-    child = int(wait_log(job, r"^spawned (\d+)", "the job's child")[1])
-    rc, procs = gpu_holders(jobs)
-    assert rc == 10 and [(p["pid"], p["job"]) for p in procs] == [(job["pid"], job["id"])], procs
+    child = child_of(job)
+    assert_the_job_alone_holds_the_gpu(jobs, job)
     grace = 10
     with Follower(
         jobs.root, ["-H", "lab01", "stop", "--grace", str(grace), "--json"], ENV
@@ -323,12 +345,9 @@ def test_stop_escalates_to_sigkill_when_the_job_ignores_sigterm(jobs):
         float(t) for t in re.findall(r"^alive at ([0-9.]+)$", Path(job["log"]).read_text(), re.M)
     ]
     assert beats and beats[-1] - termed >= grace * 0.7, (termed, beats[-3:])
-    # /proc: every pid of the group is gone (the child ignored SIGTERM too: only SIGKILL ended it).
-    assert live_members(job["pgid"]) == []
-    for pid in (job["pid"], child, job["wrapper_pid"]):
-        assert proc_state(pid) in GONE, f"pid {pid} survived stop ({proc_state(pid)})"
-    rc, procs = gpu_holders(jobs)
-    assert rc == 0 and procs == [], procs
+    # every pid of the group is gone, the child's too (it ignored SIGTERM: only SIGKILL ended it)
+    assert_group_gone(job, child)
+    assert_no_gpu_holder(jobs)
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
     data = doc["results"][0]["data"]
     # Ended by fleetops' own stop: status is 0 (an expected end), the signal and who sent it in the
@@ -343,12 +362,12 @@ def test_stop_escalates_to_sigkill_when_the_job_ignores_sigterm(jobs):
 
 def test_a_job_whose_wrapper_and_group_are_sigkilled_reads_as_lost(jobs):
     job = start_job(jobs, "spawner")
-    child = int(wait_log(job, r"^spawned (\d+)", "the job's child")[1])
+    child = child_of(job)
     # The wrapper (session and group leader), the job and its child all at once: nobody is left to
     # write exit.json, as after a node crash or an OOM kill of the whole group.
     os.killpg(job["pgid"], signal.SIGKILL)
     wait_for(lambda: not live_members(job["pgid"]), "the job's group to be gone")
-    assert all(proc_state(pid) in GONE for pid in (job["pid"], child, job["wrapper_pid"]))
+    assert_group_gone(job, child)
     assert not (Path(job["log"]).parent / "exit.json").exists()
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
     r = doc["results"][0]
@@ -366,8 +385,7 @@ def test_a_job_whose_wrapper_and_group_are_sigkilled_reads_as_lost(jobs):
         == f"job {job['id']} lost: its wrapper is gone and left no exit status (node "
         "rebooted, or the group was SIGKILLed)"
     ), r["msg"]
-    rc, procs = gpu_holders(jobs)  # nothing of it is alive, so nothing holds the GPU
-    assert rc == 0 and procs == [], procs
+    assert_no_gpu_holder(jobs)  # nothing of it is alive, so nothing holds the GPU
     rc, doc = fab_json(jobs.root, "-H", "lab01", "stop")
     assert (
         rc == 0
@@ -378,22 +396,7 @@ def test_a_job_whose_wrapper_and_group_are_sigkilled_reads_as_lost(jobs):
 
 
 def test_tail_shows_progress_and_follows_the_job_named_by_job_id(jobs):
-    proc = run_fab(
-        jobs.root,
-        "-H",
-        "lab01",
-        "extract",
-        "--job",
-        "steps",
-        "--playbook",
-        JOBS,
-        "tail",
-        "--job",
-        "steps",
-        "--playbook",
-        JOBS,
-        env={"COLUMNS": "300"},
-    )
+    proc = extract_and_tail(jobs, "steps", env={"COLUMNS": "300"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     steps_id = re.search(r"launched job (steps-\S+) ", proc.stdout)[1]
     bars = re.findall(
@@ -441,42 +444,14 @@ def test_tail_shows_progress_and_follows_the_job_named_by_job_id(jobs):
 def test_environment_values_are_passed_verbatim_never_through_a_shell(jobs):
     canary = Path("/tmp/fleetops-pwned")
     canary.unlink(missing_ok=True)
-    proc = run_fab(
-        jobs.root,
-        "-H",
-        "lab01",
-        "extract",
-        "--job",
-        "envecho",
-        "--playbook",
-        JOBS,
-        "tail",
-        "--job",
-        "envecho",
-        "--playbook",
-        JOBS,
-    )
+    proc = extract_and_tail(jobs, "envecho")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "X=$(touch /tmp/fleetops-pwned) `id` ; echo hi" in proc.stdout
     assert not canary.exists()
 
 
 def test_logs_shows_the_last_lines(jobs):
-    run_fab(
-        jobs.root,
-        "-H",
-        "lab01",
-        "extract",
-        "--job",
-        "envecho",
-        "--playbook",
-        JOBS,
-        "tail",
-        "--job",
-        "envecho",
-        "--playbook",
-        JOBS,
-    )
+    extract_and_tail(jobs, "envecho")
     rc, doc = fab_json(jobs.root, "-H", "lab01", "logs", "--lines", "5")
     assert rc == 0
     assert doc["results"][0]["data"]["lines"][-1].startswith("X=$(touch")
@@ -529,9 +504,7 @@ def test_sigkill_from_outside_and_an_sshd_restart_mid_job(jobs):
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
     assert rc == 0 and doc["results"][0]["data"]["state"] == "running"
     os.kill(job["pid"], signal.SIGKILL)  # someone kills the job itself
-    wait_for(
-        lambda: (Path(job["log"]).parent / "exit.json").exists(), "the wrapper to record the kill"
-    )
+    wait_exit_record(job, "the wrapper to record the kill")
     rc, doc = fab_json(jobs.root, "-H", "lab01", "status")
     assert rc == 1 and doc["results"][0]["data"]["state"] == "killed"
     assert "killed by signal 9" in doc["results"][0]["msg"]
@@ -541,11 +514,9 @@ def test_sigkill_from_outside_and_an_sshd_restart_mid_job(jobs):
 
 def test_stop_cleans_up_children_a_killed_job_left_behind(jobs):
     job = start_job(jobs, "spawner")
-    child = int(wait_log(job, r"^spawned (\d+)", "the job's child")[1])
+    child = child_of(job)
     os.kill(job["pid"], signal.SIGKILL)
-    wait_for(
-        lambda: (Path(job["log"]).parent / "exit.json").exists(), "the wrapper to record the kill"
-    )
+    wait_exit_record(job, "the wrapper to record the kill")
     # The child left in the job's group keeps GPU 0's memory, as a worker of a killed job would on a
     # real GPU.
     rc, procs = gpu_holders(jobs)
@@ -558,8 +529,7 @@ def test_stop_cleans_up_children_a_killed_job_left_behind(jobs):
     assert f"left 1 processes (tagged with it): killed [{child}]" in r["msg"], r["msg"]
     assert r["items"][0]["msg"].startswith("released"), r["items"]
     assert proc_state(child) in GONE and live_members(job["pgid"]) == []
-    rc, procs = gpu_holders(jobs)
-    assert rc == 0 and procs == [], procs
+    assert_no_gpu_holder(jobs)
 
 
 # ---------------------------------------------------------------- a job that cannot read or write
@@ -607,7 +577,7 @@ def test_a_job_that_loses_its_dataset_ends_with_one_line_that_status_shows(jobs)
         hit.unlink()
     finally:
         points.unlink()
-    wait_for(lambda: (Path(job["log"]).parent / "exit.json").exists(), "the job's exit record", 120)
+    wait_exit_record(job, "the job's exit record", 120)
     log = Path(job["log"]).read_text()
     assert "Traceback" not in log and "FileNotFoundError" not in log, log
     said = (
@@ -640,9 +610,7 @@ def test_a_job_on_a_full_disk_ends_with_one_line_that_status_shows(jobs):
             (out / "probe").write_bytes(b"x" * 4096)
         assert full.value.errno == errno.ENOSPC
         job = start_job(jobs, "fulldisk")
-        wait_for(
-            lambda: (Path(job["log"]).parent / "exit.json").exists(), "the job's exit record", 300
-        )
+        wait_exit_record(job, "the job's exit record", 300)
         log = Path(job["log"]).read_text()
         assert "Traceback" not in log and "OSError" not in log, log
         line = next(

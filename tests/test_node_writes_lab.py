@@ -19,12 +19,12 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+import becomekit
 import pytest
-from conftest import GENERATOR, copy_playbooks, fab_json, fab_json_output
+from conftest import GENERATOR, fab_json, fab_json_output
 from faultkit import SUBDIR_SWAPPER
 
 from fleetops.lab import site_packages
@@ -75,78 +75,30 @@ def as_attacker(*argv: str) -> list[str]:
     return ["setpriv", "--reuid", ATTACKER, "--regid", ATTACKER, "--init-groups", *argv]
 
 
-def _venv(top: Path, name: str, src: Path) -> Path:
-    venv = top / name
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
-    for entry in [src / "speculators", *src.glob("speculators-*.dist-info")]:
-        shutil.copytree(
-            entry, site_packages(venv) / entry.name, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    subprocess.run(["chmod", "-R", "a+rX,go-w", str(venv)], check=True)
-    return venv
-
-
-def _users_gone() -> None:
-    for user in (LOGIN, ATTACKER):
-        subprocess.run(["userdel", user], capture_output=True)
-    subprocess.run(["groupdel", TEAM], capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def world(lab_factory, root_user):
-    for tool in ("sudo", "setpriv"):
-        if shutil.which(tool) is None:
-            pytest.fail(
-                f"{tool} is not installed on this machine: these tests need a real one",
-                pytrace=False,
-            )
+    becomekit.require_tools("sudo", "setpriv")
     with lab_factory.own("writes", 1, reachable=True) as lab:
         node = lab.node("lab01")
-        top = Path(tempfile.mkdtemp(prefix="fleetops-writes-", dir="/tmp"))
-        top.chmod(0o755)
+        top = becomekit.world_dir("fleetops-writes-")
         try:
-            _users_gone()  # left by a run that was killed
+            becomekit.remove_users([LOGIN, ATTACKER], TEAM)  # left by a run that was killed
             subprocess.run(["groupadd", TEAM], check=True)
-            subprocess.run(
-                [
-                    "useradd",
-                    "--home-dir",
-                    str(top / "home"),
-                    "--create-home",
-                    "--shell",
-                    "/bin/sh",
-                    LOGIN,
-                ],
-                check=True,
-            )
-            # sshd without PAM lets no one in whose password is locked (useradd's default): give it
-            # one
-            subprocess.run(
-                ["chpasswd"], input=f"{LOGIN}:{os.urandom(12).hex()}\n", text=True, check=True
-            )
-            subprocess.run(
-                ["useradd", "--no-create-home", "--shell", "/bin/sh", "-G", TEAM, ATTACKER],
-                check=True,
-            )
+            becomekit.add_login_user(LOGIN, top / "home")
+            becomekit.add_team_member(ATTACKER, TEAM)
             src = site_packages(node.venv)
-            root_venv, own_venv = _venv(top, "venv", src), _venv(top, "venv3", src)
+            root_venv = becomekit.speculators_venv(top / "venv", src)
+            own_venv = becomekit.speculators_venv(top / "venv3", src)
             subprocess.run(["chown", "-R", f"{LOGIN}:{LOGIN}", str(own_venv)], check=True)
             # "the team may update it": one package, group-writable
             for venv in (root_venv, own_venv):
                 spec = site_packages(venv) / "speculators"
                 subprocess.run(["chgrp", "-R", TEAM, str(spec)], check=True)
                 subprocess.run(["chmod", "-R", "g+w", str(spec)], check=True)
-            SUDOERS.write_text(f"{LOGIN} ALL=(root) NOPASSWD: {root_venv}/bin/python\n")
-            SUDOERS.chmod(0o440)
-            subprocess.run(["visudo", "-c", "-f", str(SUDOERS)], check=True, capture_output=True)
+            becomekit.install_sudoers(
+                SUDOERS, f"{LOGIN} ALL=(root) NOPASSWD: {root_venv}/bin/python\n"
+            )
             lab.configure_sshd(node, users=(LOGIN,))
-            base = [
-                "    address: 127.0.0.1",
-                f"    port: {node.port}",
-                f"    user: {LOGIN}",
-                f"    identity_file: {lab.client_key}",
-                f"    known_hosts: {lab.known_hosts}",
-            ]
             hosts = {
                 "asroot": [
                     f"    python: {root_venv}/bin/python",
@@ -158,18 +110,8 @@ def world(lab_factory, root_user):
                     f"    state_dir: {top}/home/.fleetops",
                 ],
             }
-            (lab.root / "hosts" / "writes.yaml").write_text(
-                "hosts:\n"
-                + "".join(
-                    f"  {name}:\n" + "\n".join(base + extra) + "\n" for name, extra in hosts.items()
-                )
-            )
-            copy_playbooks(lab.root)
-            (lab.root / BOOK).write_text(
-                "name: writes-test\npatches:\n  - module: "
-                + GENERATOR
-                + "\n    diff: speculators-0.3.0-vllm-0.16/vllm_hidden_states_generator.diff\n"
-            )
+            becomekit.write_login_hosts(lab, node, LOGIN, "writes.yaml", hosts)
+            becomekit.write_generator_playbook(lab, BOOK, "writes-test")
             rel = Path(*GENERATOR.split(".")).with_suffix(".py")
             pristine = top / "pristine.py"
             shutil.copy(site_packages(root_venv) / rel, pristine)
@@ -184,7 +126,7 @@ def world(lab_factory, root_user):
         finally:
             SUDOERS.unlink(missing_ok=True)
             lab.configure_sshd(node)
-            _users_gone()
+            becomekit.remove_users([LOGIN, ATTACKER], TEAM)
             shutil.rmtree(top, ignore_errors=True)
 
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import (
     GENERATOR,
-    REPO,
     disconnect_all,
     fab_json,
     on_openssh,
@@ -20,6 +17,8 @@ from conftest import (
     run_fab,
     sha256,
 )
+from faultkit import hit_file
+from pausekit import patch_holding_the_lock
 from sshd_evidence import agent_zips, clear_agent_cache, logs_for
 
 from fleetops.lab import site_packages
@@ -192,36 +191,19 @@ def test_two_patch_runs_at_once_one_is_refused_by_the_lock(lab):
     # Hold the first run inside its locked section until the second has been refused: the node's
     # failpoint pauses the agent until this test deletes its .hit file (which names the holding
     # agent's pid), so there is no timing window however slow a fab start-up is on a loaded machine.
-    hit = node.faults_dir / "failpoint-lock.acquired.hit"
-    hit.unlink(missing_ok=True)
-    (node.faults_dir / "failpoints.json").write_text(
-        json.dumps({"lock.acquired": {"action": "pause", "seconds": 300}})
-    )
-    first = subprocess.Popen(
-        [sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"],
-        cwd=lab.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    deadline = time.monotonic() + 60
-    while not hit.exists():
-        assert time.monotonic() < deadline, "first run never took the lock"
-        time.sleep(0.05)
-    (node.faults_dir / "failpoints.json").unlink()
-    holder = int(hit.read_text())
-    try:
-        rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
-        assert Path(f"/proc/{holder}").exists(), (
-            "the first run's agent left the lock before the second arrived"
-        )
-    finally:
-        hit.unlink(missing_ok=True)  # release the first run
-    assert rc == 1
-    msg = doc["results"][0]["msg"]
-    assert "locked by" in msg and "since" in msg and f"(patch, pid {holder})" in msg
-    out, err = first.communicate(timeout=60)
+    hit = hit_file(node, "lock.acquired")
+    with patch_holding_the_lock(lab.root, node) as (first, holder):
+        try:
+            rc, doc = fab_json(lab.root, "-H", "lab01", "patch")
+            assert Path(f"/proc/{holder}").exists(), (
+                "the first run's agent left the lock before the second arrived"
+            )
+        finally:
+            hit.unlink(missing_ok=True)  # release the first run
+        assert rc == 1
+        msg = doc["results"][0]["msg"]
+        assert "locked by" in msg and "since" in msg and f"(patch, pid {holder})" in msg
+        out, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
     assert json.loads(out)["results"][0]["status"] == "changed"
     assert "kv_cache_specs=kv_cache_spec" not in target.read_text()

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
-import sys
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from conftest import REPO, fab_json, run_fab
-from faultkit import arm, disarm, hit_file
+from faultkit import hit_file
 from hiddenstates import compare_to_reference
+from pausekit import fab_paused_at
 from polling import wait_for
+from slurmkit import alive, hold_every_gpu, sh, squeue, wait_pending_for_gpus
 from slurmlogin import login_node_cluster
 
 from fleetops.lab.slurm import SlurmLab
@@ -36,18 +36,6 @@ DEADLINE = 300
 @pytest.fixture(scope="module")
 def cluster(lab_factory, slurm_tools, root_user, tmp_path_factory):
     yield from login_node_cluster(lab_factory, tmp_path_factory, "slurm")
-
-
-def sh(slurm: SlurmLab, *argv: str) -> subprocess.CompletedProcess:
-    """A Slurm command as the test's own independent view (not through fleetops)."""
-    return subprocess.run(
-        list(argv), capture_output=True, text=True, timeout=60, env={**os.environ, **slurm.env}
-    )
-
-
-def squeue(slurm: SlurmLab, sid: str) -> list[tuple[str, str, str]]:
-    out = sh(slurm, "squeue", "--noheader", "--array", "--format=%i|%T|%r", f"--jobs={sid}").stdout
-    return [tuple(line.split("|")) for line in out.splitlines() if line.strip()]
 
 
 def squeue_all(slurm: SlurmLab) -> list[str]:
@@ -74,19 +62,7 @@ def test_extract_through_slurm_pending_then_running_then_tail_to_the_end(cluster
     assert not list((node.state_dir / "slurm").glob("extract-*")) and squeue_all(slurm) == []
     assert fab_json(project, "-H", "login01", "patch")[0] == 0
     # Another user's job holds both GPUs: ours must wait in the queue.
-    blocker = sh(
-        slurm,
-        "sbatch",
-        "--parsable",
-        "--gres=gpu:2",
-        "--partition=gpu",
-        "--job-name=blocker",
-        f"--output={slurm.root / 'blocker.log'}",
-        "--wrap",
-        "sleep 600",
-    )
-    assert blocker.returncode == 0, blocker.stderr
-    blocker_id = blocker.stdout.strip()
+    blocker_id = hold_every_gpu(slurm, "blocker.log")
     wait_for(
         lambda: "RUNNING" in {s for _, s, _ in squeue(slurm, blocker_id)},
         "the blocker running",
@@ -112,11 +88,7 @@ def test_extract_through_slurm_pending_then_running_then_tail_to_the_end(cluster
     argv = res["data"]["job"]["sbatch_argv"]
     assert "--gres=gpu:1" in argv and "--partition=gpu" in argv and "--time=00:30:00" in argv
     # Slurm's own view: our job is queued for resources.
-    wait_for(
-        lambda: squeue(slurm, sid) == [(sid, "PENDING", "Resources")],
-        "Slurm to hold our job PENDING",
-        60,
-    )
+    wait_pending_for_gpus(slurm, sid, "Slurm to hold our job PENDING")
     st = status(project)
     assert st["rc"] == 0 and st["data"]["state"] == "pending", st
     assert "pending (waiting for the scheduler: Resources)" in st["msg"]
@@ -178,14 +150,7 @@ def test_stop_is_scancel_and_leaves_no_process(cluster):
     assert rc == 0 and res["status"] == "changed", res
     assert f"cancelled job {job['id']} (Slurm job {sid}) with scancel" in res["msg"]
     assert squeue(slurm, sid) == []  # Slurm no longer lists it
-    wait_for(
-        lambda: (
-            not Path(f"/proc/{child}").exists()
-            or Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-        ),
-        "the job's child process gone",
-        60,
-    )
+    wait_for(lambda: not alive(child), "the job's child process gone", 60)
     st = status(project)
     assert st["data"]["state"] == "cancelled" and "cancelled by fab stop at" in st["msg"], st
     assert st["rc"] == 0  # ended as fleetops' own stop asked
@@ -280,32 +245,15 @@ def test_stop_a_job_that_ignores_sigterm_and_a_pending_one(cluster):
     assert rc == 0 and doc["results"][0]["status"] == "changed", doc
     # scancel's SIGTERM arrived and was ignored; SIGKILL followed
     assert "got SIGTERM" in log.read_text()
-    wait_for(
-        lambda: (
-            not Path(f"/proc/{child}").exists()
-            or Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-        ),
-        "the child gone",
-        60,
-    )
+    wait_for(lambda: not alive(child), "the child gone", 60)
     assert status(project)["data"]["state"] == "cancelled"
     # A job still waiting for GPUs is cancelled before it ever runs: no log, state cancelled.
-    blocker = sh(
-        slurm,
-        "sbatch",
-        "--parsable",
-        "--gres=gpu:2",
-        "--partition=gpu",
-        "--job-name=blocker",
-        f"--output={slurm.root / 'blocker2.log'}",
-        "--wrap",
-        "sleep 600",
-    ).stdout.strip()
+    blocker = hold_every_gpu(slurm, "blocker2.log")
     rc, doc = fab_json(project, "-H", "login01", "extract", "--job", "numbers", "--playbook", JOBS)
     assert rc == 0, doc
     sid = doc["results"][0]["data"]["slurm_job_id"]
     never_ran = Path(doc["results"][0]["data"]["job"]["logs"][0])
-    wait_for(lambda: squeue(slurm, sid) == [(sid, "PENDING", "Resources")], "our job PENDING", 60)
+    wait_pending_for_gpus(slurm, sid, "our job PENDING")
     rc, doc = fab_json(project, "-H", "login01", "stop")
     assert rc == 0 and "with scancel" in doc["results"][0]["msg"], doc
     st = status(project)
@@ -495,53 +443,34 @@ def test_the_batch_step_runs_only_the_agent_bytes_the_client_sent(cluster, tmp_p
         ):
             zf.writestr(name, code)
     point = "slurm.script.after_rename"
-    arm(node, {point: {"action": "pause", "seconds": 120}})
     hit = hit_file(node, point)
-    hit.unlink(missing_ok=True)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fabric",
-            "-H",
-            "login01",
-            "extract",
-            "--job",
-            "badmodel",
-            "--playbook",
-            JOBS,
-            "--json",
-        ],
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
     try:
-        wait_for(lambda: hit.exists() or proc.poll() is not None, f"failpoint {point}", DEADLINE)
-        assert hit.exists(), proc.communicate()
-        swap = target.with_name(target.name + ".swap")
-        swap.write_bytes(planted.getvalue())
-        swap.chmod(0o600)
-        swap.replace(target)
-        hit.unlink()
-        out, err = proc.communicate(timeout=DEADLINE)
-        assert proc.returncode == 0, out + err
-        res = json.loads(out)["results"][0]
-        sid, log = res["data"]["slurm_job_id"], Path(res["data"]["job"]["logs"][0])
-        wait_for(
-            lambda: squeue(slurm, sid) == [] and log.exists(),
-            "the step to run and leave the queue",
-            DEADLINE,
-        )
-        assert not marker.exists(), marker.read_text() + log.read_text()
-        assert f"{target} is not the agent fleetops sent" in log.read_text(), log.read_text()
+        with fab_paused_at(
+            project,
+            [node],
+            point,
+            ["-H", "login01", "extract", "--job", "badmodel", "--playbook", JOBS, "--json"],
+            seconds=120,
+            timeout=DEADLINE,
+            what=f"failpoint {point}",
+        ) as proc:
+            swap = target.with_name(target.name + ".swap")
+            swap.write_bytes(planted.getvalue())
+            swap.chmod(0o600)
+            swap.replace(target)
+            hit.unlink()
+            out, err = proc.communicate(timeout=DEADLINE)
+            assert proc.returncode == 0, out + err
+            res = json.loads(out)["results"][0]
+            sid, log = res["data"]["slurm_job_id"], Path(res["data"]["job"]["logs"][0])
+            wait_for(
+                lambda: squeue(slurm, sid) == [] and log.exists(),
+                "the step to run and leave the queue",
+                DEADLINE,
+            )
+            assert not marker.exists(), marker.read_text() + log.read_text()
+            assert f"{target} is not the agent fleetops sent" in log.read_text(), log.read_text()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        disarm(node)
         swap = target.with_name(target.name + ".swap")
         swap.write_bytes(real)
         swap.replace(target)

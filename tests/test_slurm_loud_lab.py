@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, fab_json, run_fab
 from polling import wait_for
+from slurmkit import alive, hold_every_gpu, sh, squeue, wait_pending_for_gpus
 
 from fleetops.lab.slurm import SlurmLab, login_inventory
 
@@ -71,28 +72,10 @@ def cluster(lab_factory, slurm_tools, root_user):
             assert left == [], "a process of the test's Slurm outlived lab.down"
 
 
-def sh(slurm: SlurmLab, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        list(argv), capture_output=True, text=True, timeout=60, env={**os.environ, **slurm.env}
-    )
-
-
-def squeue(slurm: SlurmLab, sid: str) -> list[tuple[str, ...]]:
-    out = sh(slurm, "squeue", "--noheader", "--array", "--format=%i|%T|%r", f"--jobs={sid}").stdout
-    return [tuple(line.split("|")) for line in out.splitlines() if line.strip()]
-
-
 def fab(project: Path, *args: str) -> tuple[int, dict, float]:
     started = time.monotonic()
     rc, doc = fab_json(project, "-H", "login01", *args)
     return rc, doc["results"][0], time.monotonic() - started
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def spawn(project: Path, job: str = "spawner") -> tuple[dict, str, int | None]:
@@ -246,22 +229,10 @@ def test_tail_with_the_controller_down_ends_as_the_jobs_exit_record_says(cluster
 
 def test_a_job_cancelled_while_pending_says_cancelled_and_never_ran(cluster):
     project, slurm = cluster["project"], cluster["slurm"]
-    blocker = sh(
-        slurm,
-        "sbatch",
-        "--parsable",
-        "--gres=gpu:2",
-        "--partition=gpu",
-        "--job-name=blocker",
-        f"--output={slurm.root / 'blocker.log'}",
-        "--wrap",
-        "sleep 600",
-    ).stdout.strip()
+    blocker = hold_every_gpu(slurm, "blocker.log")
     try:
         job, sid, _ = spawn(project, "numbers")
-        wait_for(
-            lambda: squeue(slurm, sid) == [(sid, "PENDING", "Resources")], "our job PENDING", 60
-        )
+        wait_pending_for_gpus(slurm, sid, "our job PENDING")
         rc, stop, _ = fab(project, "stop")
         assert rc == 0 and stop["status"] == "changed" and "Slurm says CANCELLED" in stop["msg"], (
             stop
@@ -275,11 +246,7 @@ def test_a_job_cancelled_while_pending_says_cancelled_and_never_ran(cluster):
         assert "signal" not in st["msg"] and not Path(job["logs"][0]).exists()
         # Cancelled by someone else (scancel outside fleetops): said so, and status fails.
         job, sid, _ = spawn(project, "numbers")
-        wait_for(
-            lambda: squeue(slurm, sid) == [(sid, "PENDING", "Resources")],
-            "the next job PENDING",
-            60,
-        )
+        wait_pending_for_gpus(slurm, sid, "the next job PENDING")
         assert sh(slurm, "scancel", sid).returncode == 0
         rc, st, _ = fab(project, "status")
         assert (

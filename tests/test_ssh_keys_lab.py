@@ -146,22 +146,7 @@ def test_a_key_in_ssh_agent_is_used_for_the_inventory_identity_file_without_its_
     lab, encrypted_key, tmp_path
 ):
     with ssh_agent(tmp_path) as sock, inventory_host(lab, str(encrypted_key)):
-        # ssh-add reads the passphrase from SSH_ASKPASS: a script of the test's own
-        askpass = tmp_path / "askpass"
-        askpass.write_text(f"#!/bin/sh\necho '{PASSPHRASE}'\n")
-        askpass.chmod(0o700)
-        subprocess.run(
-            ["ssh-add", str(encrypted_key)],
-            check=True,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=_env(
-                SSH_AUTH_SOCK=sock,
-                SSH_ASKPASS=str(askpass),
-                SSH_ASKPASS_REQUIRE="force",
-                DISPLAY=":0",
-            ),
-        )
+        _add_encrypted_to_agent(sock, encrypted_key, tmp_path)
         rc, doc, both = fab(lab.root, "-H", "enc01", "ping", env=_env(SSH_AUTH_SOCK=sock))
     assert rc == 0 and only_result(doc)["status"] == "ok", both
 
@@ -227,6 +212,13 @@ def test_a_missing_dash_i_key_for_a_host_outside_the_inventory_is_named(lab, tmp
     assert f"identity file {missing} not found" in msg, msg
 
 
+def ping_through_ssh_config(lab, config: Path, env: dict | None = None) -> tuple[int, dict, str]:
+    """`fab -S CONFIG -H user@127.0.0.1:PORT ping`: lab01 named outside the inventory, so its key
+    and options come from the ssh_config file alone."""
+    port = lab.node("lab01").port
+    return fab(lab.root, "-S", str(config), "-H", f"{lab.user}@127.0.0.1:{port}", "ping", env=env)
+
+
 def _add_to_agent(sock: str, key: Path) -> None:
     subprocess.run(
         ["ssh-add", str(key)],
@@ -237,12 +229,28 @@ def _add_to_agent(sock: str, key: Path) -> None:
     )
 
 
+def _add_encrypted_to_agent(sock: str, key: Path, tmp_path: Path) -> None:
+    """The passphrase-protected `key` added to the agent on `sock`, opened with PASSPHRASE."""
+    # ssh-add reads the passphrase from SSH_ASKPASS (no terminal here): a script of the test's own
+    askpass = tmp_path / "askpass"
+    askpass.write_text(f"#!/bin/sh\necho '{PASSPHRASE}'\n")
+    askpass.chmod(0o700)
+    subprocess.run(
+        ["ssh-add", str(key)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=_env(
+            SSH_AUTH_SOCK=sock, SSH_ASKPASS=str(askpass), SSH_ASKPASS_REQUIRE="force", DISPLAY=":0"
+        ),
+    )
+
+
 def test_identities_only_in_ssh_config_offers_no_other_agent_key(lab, tmp_path):
     """IdentitiesOnly yes: only IdentityFile's key (or the agent's copy of it) is offered; the
     agent's other keys, here the one sshd would accept, are not."""
     stranger = tmp_path / "stranger"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
-    node = lab.node("lab01")
     config = tmp_path / "ssh_config"
     config.write_text(
         f"Host 127.0.0.1\n  UserKnownHostsFile {lab.known_hosts}\n  IdentitiesOnly yes\n"
@@ -250,15 +258,7 @@ def test_identities_only_in_ssh_config_offers_no_other_agent_key(lab, tmp_path):
     )
     with ssh_agent(tmp_path) as sock:
         _add_to_agent(sock, lab.client_key)
-        rc, doc, both = fab(
-            lab.root,
-            "-S",
-            str(config),
-            "-H",
-            f"{lab.user}@127.0.0.1:{node.port}",
-            "ping",
-            env=_env(SSH_AUTH_SOCK=sock),
-        )
+        rc, doc, both = ping_through_ssh_config(lab, config, env=_env(SSH_AUTH_SOCK=sock))
     msg = only_result(doc)["msg"]
     assert rc == EXIT_UNREACHABLE and "authentication failed" in msg, both
 
@@ -266,7 +266,6 @@ def test_identities_only_in_ssh_config_offers_no_other_agent_key(lab, tmp_path):
 def test_identities_only_uses_the_agent_copy_of_the_named_encrypted_key(
     lab, encrypted_key, tmp_path
 ):
-    node = lab.node("lab01")
     config = tmp_path / "ssh_config"
     config.write_text(
         f"Host 127.0.0.1\n  UserKnownHostsFile {lab.known_hosts}\n  IdentitiesOnly yes\n"
@@ -276,43 +275,18 @@ def test_identities_only_uses_the_agent_copy_of_the_named_encrypted_key(
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     with ssh_agent(tmp_path) as sock, inventory_host(lab, str(encrypted_key)):
         _add_to_agent(sock, other)
-        askpass = tmp_path / "askpass"
-        askpass.write_text(f"#!/bin/sh\necho '{PASSPHRASE}'\n")
-        askpass.chmod(0o700)
-        subprocess.run(
-            ["ssh-add", str(encrypted_key)],
-            check=True,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=_env(
-                SSH_AUTH_SOCK=sock,
-                SSH_ASKPASS=str(askpass),
-                SSH_ASKPASS_REQUIRE="force",
-                DISPLAY=":0",
-            ),
-        )
-        rc, doc, both = fab(
-            lab.root,
-            "-S",
-            str(config),
-            "-H",
-            f"{lab.user}@127.0.0.1:{node.port}",
-            "ping",
-            env=_env(SSH_AUTH_SOCK=sock),
-        )
+        _add_encrypted_to_agent(sock, encrypted_key, tmp_path)
+        rc, doc, both = ping_through_ssh_config(lab, config, env=_env(SSH_AUTH_SOCK=sock))
     assert rc == 0 and only_result(doc)["status"] == "ok", both
 
 
 def test_a_missing_identity_file_in_ssh_config_is_passed_over_as_openssh_does(lab, tmp_path):
-    node = lab.node("lab01")
     config = tmp_path / "ssh_config"
     config.write_text(
         f"Host 127.0.0.1\n  UserKnownHostsFile {lab.known_hosts}\n  IdentityFile "
         f"{tmp_path / 'gone'}\n  IdentityFile {lab.client_key}\n"
     )
-    rc, doc, both = fab(
-        lab.root, "-S", str(config), "-H", f"{lab.user}@127.0.0.1:{node.port}", "ping"
-    )
+    rc, doc, both = ping_through_ssh_config(lab, config)
     assert rc == 0 and only_result(doc)["status"] == "ok", both
 
 

@@ -9,14 +9,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from conftest import GENERATOR, REPO, disconnect_all, fab_json, on_openssh, run_fab, sha256
-from faultkit import sshd_log, sshd_log_size
+from faultkit import hit_file, sshd_log, sshd_log_size
+from pausekit import patch_holding_the_lock
 
 from fleetops.lab import sshd
 
@@ -104,37 +104,20 @@ def test_connection_dropped_mid_step_is_reported_and_file_is_whole(lab):
     # The agent parks inside the lock, with the file not yet written, until the test deletes the
     # failpoint's .hit file (which names the agent's pid); the test cuts the link while it is
     # parked: no timing guess.
-    hit = node.faults_dir / "failpoint-lock.acquired.hit"
-    hit.unlink(missing_ok=True)
-    (node.faults_dir / "failpoints.json").write_text(
-        json.dumps({"lock.acquired": {"action": "pause", "seconds": 300}})
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fabric", "-H", "lab01", "patch", "--json"],
-        cwd=lab.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    deadline = time.monotonic() + 60
-    while not hit.exists():
-        assert time.monotonic() < deadline, "the agent never reached the lock"
-        time.sleep(0.05)
-    agent = int(hit.read_text())
-    (node.faults_dir / "failpoints.json").unlink()
-    sessions = _session_sshd_pids(node.pid())
-    assert sessions, "no session sshd to cut"
-    try:
-        for pid in sessions:
-            os.kill(pid, signal.SIGKILL)  # the link dies while the node is mid-patch
-        assert Path(f"/proc/{agent}").exists(), (
-            "the agent had finished before the cut: the fault injected nothing"
-        )
-        out, err = proc.communicate(timeout=120)
-    finally:
-        # let the orphaned agent go on (it finishes the patch or dies writing)
-        hit.unlink(missing_ok=True)
+    hit = hit_file(node, "lock.acquired")
+    with patch_holding_the_lock(lab.root, node) as (proc, agent):
+        sessions = _session_sshd_pids(node.pid())
+        assert sessions, "no session sshd to cut"
+        try:
+            for pid in sessions:
+                os.kill(pid, signal.SIGKILL)  # the link dies while the node is mid-patch
+            assert Path(f"/proc/{agent}").exists(), (
+                "the agent had finished before the cut: the fault injected nothing"
+            )
+            out, err = proc.communicate(timeout=120)
+        finally:
+            # let the orphaned agent go on (it finishes the patch or dies writing)
+            hit.unlink(missing_ok=True)
     assert proc.returncode == 1, err
     result = json.loads(out)["results"][0]
     assert result["status"] == "failed"
