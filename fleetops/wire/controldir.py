@@ -140,11 +140,18 @@ def control_path(directory: str) -> str:
 
 
 def write_record(directory: str, record: MasterRecord) -> None:
-    """Write (or refresh) a master's record: a temporary file opened beside it through the
-    directory's descriptor, renamed over the old one, so a reader sees the old record or the whole
-    new one."""
-    name = _record_name(record.socket)
-    data = json.dumps(asdict(record), sort_keys=True).encode()
+    """Write (or refresh) a master's record (write_private)."""
+    write_private(
+        directory,
+        _record_name(record.socket),
+        json.dumps(asdict(record), sort_keys=True).encode(),
+    )
+
+
+def write_private(directory: str, name: str, data: bytes) -> None:
+    """`name` in the control directory, 0600, holding `data`: a temporary file opened beside it
+    through the directory's descriptor (never through a link), renamed over the old one, so a reader
+    sees the old file or the whole new one."""
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"

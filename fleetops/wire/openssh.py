@@ -99,19 +99,7 @@ IDENTITY_SUFFIX = ".id"
 def write_identity(directory: str, socket: str, digest: str) -> None:
     """Beside a master this process started: the identity_digest of the command line that made
     it."""
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        tmp = f".{socket}.{os.getpid()}.{time.monotonic_ns()}.id"
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd
-        )
-        try:
-            os.write(fd, digest.encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, socket + IDENTITY_SUFFIX, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    finally:
-        os.close(dir_fd)
+    controldir.write_private(directory, socket + IDENTITY_SUFFIX, digest.encode())
 
 
 def read_identity(directory: str, socket: str) -> str | None:

@@ -350,19 +350,7 @@ def write_entry(directory: str, key: str, proof: Proof, out: bytes) -> None:
     ).encode("utf-8", "surrogateescape")
     if len(data) > MAX_ENTRY_BYTES:
         return
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        tmp = f".{PREFIX}{key}.{os.getpid()}.{time.monotonic_ns()}.tmp"
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd
-        )
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, PREFIX + key, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    finally:
-        os.close(dir_fd)
+    controldir.write_private(directory, PREFIX + key, data)
     _bound(directory)
 
 
