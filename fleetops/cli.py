@@ -43,22 +43,11 @@ from .fab.executor import FleetExecutor
 from .fab.flags import UNUSED
 from .fab.usage import bad_number, checked_parse, project_file_exit, usage_exit
 from .plans.options import RUN_NUMBERS
+from .plans.projectfile import find_project
 from .results import EXIT_USAGE, reader_gone
 
 # What `fleet` runs without a project: making one, and the listings.
 NEEDS_NO_PROJECT = ("init",)
-
-
-def find_project(start: Path) -> Path | None:
-    """The nearest folder at or above `start` that holds fabfile.py (a project), as Fabric looks for
-    it."""
-    here = start.resolve()
-    for candidate in (here, *here.parents):
-        if (candidate / "fabfile.py").is_file() or (
-            candidate / "fabfile" / "__init__.py"
-        ).is_file():
-            return candidate
-    return None
 
 
 class FleetConfig(Config):

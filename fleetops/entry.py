@@ -26,4 +26,8 @@ def main() -> None:
     if startup.asks_only_version(sys.argv[1:]):
         os._exit(startup.print_versions())
     startup.hold()
+    # a warm OpenSSH run's agents, started while the program starts (wire/warmstart.py says when)
+    from .wire import warmstart
+
+    warmstart.begin(sys.argv[1:])
     import_program().main()

@@ -214,12 +214,15 @@ def _finish_view(run: Run, code: int, command: list[str] | None) -> None:
 
 
 def _trace_notes(state: RunState) -> None:
-    """FLEETOPS_TRACE: what each host cost in connections, execs and uploads."""
+    """FLEETOPS_TRACE: what each host cost in connections, execs and uploads, and whose agent was
+    started before the program's start-up (wire/warmstart.py)."""
     for name, row in COUNTERS.per_host.items():
         state.reporter.note(
             f"trace {name}: {row['connections']} connections, {row['execs']} execs, "
             f"{row['uploads']} uploads"
         )
+    for name in sorted(COUNTERS.early):
+        state.reporter.note(f"trace {name}: its agent was started while the program started")
 
 
 def _audit_errors_line(state: RunState, code: int) -> None:

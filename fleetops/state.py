@@ -17,6 +17,7 @@ from .plans.yamlsrc import ConfigError
 from .report.console import Reporter
 from .results import Result
 from .results.events import Event, Said
+from .wire import parked
 from .wire.connector import Connector, Pool
 
 DEFAULT_PLAYBOOK = "playbooks/speculators-0.3.0-vllm-0.16.yaml"
@@ -232,3 +233,4 @@ class RunState:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close_all()
+        parked.discard_all()  # agents started early for hosts this run did not connect to

@@ -38,6 +38,18 @@ _TYPE_WORDS = {
 }
 
 
+def find_project(start: Path) -> Path | None:
+    """The nearest folder at or above `start` that holds fabfile.py (a project), as Fabric looks for
+    it."""
+    here = start.resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "fabfile.py").is_file() or (
+            candidate / "fabfile" / "__init__.py"
+        ).is_file():
+            return candidate
+    return None
+
+
 def project_file(folder: str | Path) -> Path | None:
     """The config file Invoke would load from the project `folder`, if any."""
     for name in PROJECT_FILES:

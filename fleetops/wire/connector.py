@@ -199,6 +199,8 @@ class Counters:
         self.per_host: dict[str, dict[str, int]] = {}
         self.ahead: dict[str, int] = {}
         self.events: deque[tuple[float, str, str, str]] = deque(maxlen=20000)
+        # hosts whose agent, started before the program's start-up (warmstart.py), the run took over
+        self.early: set[str] = set()
 
     def bump(self, host: str, what: str, n: int = 1) -> None:
         with self.lock:

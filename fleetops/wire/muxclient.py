@@ -243,9 +243,13 @@ def open_session(
     subsystem: bool = False,
     env: tuple[str, ...] = (),
     stderr: bool = True,
+    wait: bool = True,
 ) -> MuxChannel:
     """A session of the master at directory/name running `command` (or the subsystem so named),
-    its stdin, stdout and (unless stderr is False: then /dev/null) stderr our pipes."""
+    its stdin, stdout and (unless stderr is False: then /dev/null) stderr our pipes. `wait=False`:
+    returned once the master has the request, without waiting the round trip to the node for
+    MUX_S_SESSION_OPENED; the channel reads that answer with the master's later messages (a refusal
+    then ends the session without an exit status, as a lost link does)."""
     sock = connect(directory, name)
     ours: list[int] = []
     theirs: list[int] = []
@@ -261,7 +265,7 @@ def open_session(
         sock.sendall(new_session(1, command, subsystem, env))
         for fd in theirs:
             socket.send_fds(sock, [b"\0"], [fd])
-        opened = session_id(read_body(sock), 1)
+        opened = session_id(read_body(sock), 1) if wait else None
     except BaseException as exc:
         sock.close()
         for fd in ours:
@@ -283,13 +287,13 @@ class MuxChannel(PipeChannel):
     def __init__(
         self,
         control: socket.socket,
-        session: int,
+        session: int | None,
         stdin_fd: int,
         stdout_fd: int,
         stderr_fd: int | None,
     ) -> None:
         super().__init__(stdin_fd, stdout_fd, stderr_fd)
-        self.session = session
+        self.session = session  # None: MUX_S_SESSION_OPENED not read yet (open_session's wait)
         self._control: socket.socket | None = control
         self._packets = Packets()
         self._status: int | None = None
@@ -356,8 +360,20 @@ class MuxChannel(PipeChannel):
             self.ended = True
             self._drop_control()
             return
-        with contextlib.suppress(MuxUnavailable):
-            for body in self._packets.feed(chunk):
+        try:
+            bodies = self._packets.feed(chunk)
+        except MuxUnavailable:
+            return
+        for body in bodies:
+            if self.session is None:
+                try:
+                    self.session = session_id(body, 1)
+                except MuxUnavailable:  # refused: no session, so no status to wait for
+                    self.ended = True
+                    self._drop_control()
+                    return
+                continue
+            with contextlib.suppress(MuxUnavailable):
                 message = session_message(body)
                 if message.session == self.session and message.status is not None:
                     self._status = message.status

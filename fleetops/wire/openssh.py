@@ -146,6 +146,8 @@ class OpenSSHConnection(AgentClient):
         self._sendenv: list[str] = []  # SendEnv's patterns, for sessions opened on the socket
         self._python_checked = False
         self._read_paths = ReadPathSeen()
+        self._early_key: tuple | None = None  # what start_on_live_master started the agent for
+        self._early = False  # start_on_live_master at work: a session's opening is not waited for
 
     @staticmethod
     def prepare() -> None:
@@ -231,6 +233,35 @@ class OpenSSHConnection(AgentClient):
                     self._start(argv, digest)
         except controldir.ControlDirError as exc:
             raise TransportError("refused", f"{self.host.name}: {exc}") from None
+
+    def start_on_live_master(self) -> bool:
+        """The agent started now, with no request, on this identity's live master (warmstart.py:
+        before the program's own start-up); False, having started nothing, when no such master is
+        up. Never logs in: a host without a live master is connected to by the run itself."""
+        if self.host.become:  # its password handshake is the run's
+            return False
+        argv = self._command()
+        key = self._key(argv)
+        self._reuse_live(argv, identity_digest(argv))
+        if not self._opened:
+            return False
+        with self.lock:
+            # the session's opening is confirmed while the program starts, read with its output
+            self._early = True
+            try:
+                self._agent_session()
+            finally:
+                self._early = False
+        self._early_key = key
+        return True
+
+    def same_connection(self, other: OpenSSHConnection) -> bool:
+        """Whether `other`, made by the run, would reach the node as this one, started early, did:
+        the same ssh command line, the same settings from `ssh -G`, the same agent command."""
+        return self._early_key is not None and self._early_key == other._key(other._command())
+
+    def _key(self, argv: list[str]) -> tuple:
+        return (tuple(argv), tuple(sorted(self._settings.items())), tuple(self._agent_argv()[0]))
 
     def _not_started(self, waited: float) -> TransportError:
         if self._aborted:
@@ -451,7 +482,7 @@ class OpenSSHConnection(AgentClient):
         )
         try:
             return muxclient.open_session(
-                self._directory, self._socket, command, subsystem, env, stderr
+                self._directory, self._socket, command, subsystem, env, stderr, wait=not self._early
             )
         except muxclient.MuxUnavailable:
             return None

@@ -12,7 +12,14 @@ import subprocess
 from collections.abc import Callable, Iterable
 
 from ..plans.inventory import Host, Inventory
-from .connector import FDS_PER_HOST, FDS_PER_HOST_OPENSSH, Connector, TransportError
+from . import parked
+from .connector import (
+    COUNTERS,
+    FDS_PER_HOST,
+    FDS_PER_HOST_OPENSSH,
+    Connector,
+    TransportError,
+)
 
 TRANSPORT_ENV = "FLEETOPS_TRANSPORT"
 TRANSPORTS = ("openssh", "paramiko")
@@ -82,7 +89,12 @@ class Factory:
         self._made: dict[str, Callable[[Host, Inventory | None], Connector]] = {}
 
     def __call__(self, host: Host, inventory: Inventory | None) -> Connector:
-        return self._kind(chosen(host, self.run_choice))(host, inventory)
+        kind = chosen(host, self.run_choice)
+        made = self._kind(kind)(host, inventory)
+        early = parked.take(host)
+        if early is None:
+            return made
+        return _early_or(early, made, inventory) if kind == "openssh" else _discarded(early, made)
 
     def _kind(self, name: str) -> Callable[[Host, Inventory | None], Connector]:
         made = self._made.get(name)
@@ -105,3 +117,27 @@ class Factory:
 
         agent_bundle()
         launch_words()
+
+
+def _early_or(early: Connector, made: Connector, inventory: Inventory | None) -> Connector:
+    """The connection started early (wire/warmstart.py) when it is the one the run made, else the
+    run's own. A failure to tell (ssh -G refused, a key missing) is the run's to report, on its own
+    connection."""
+    from .openssh import OpenSSHConnection
+
+    if isinstance(early, OpenSSHConnection) and isinstance(made, OpenSSHConnection):
+        try:
+            same = early.same_connection(made)
+        except Exception:
+            same = False
+        if same:
+            early.inventory = inventory  # equal in all the connection reads (same_connection)
+            with COUNTERS.lock:
+                COUNTERS.early.add(early.host.name)
+            return early
+    return _discarded(early, made)
+
+
+def _discarded(early: Connector, made: Connector) -> Connector:
+    parked.discard(early)
+    return made

@@ -1,0 +1,138 @@
+"""A warm OpenSSH run's agents started before the program's start-up (wire/warmstart.py), against
+the lab's real sshd: the run takes each one over as its own (one session per host on the node, no
+new connection), or, when the run would connect otherwise, closes it and connects as it would have.
+A host without a live master, or a command line naming another login, gets nothing early. Every
+connection is to 127.0.0.1."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from faultkit import agents_of, sshd_log, sshd_log_size, wait_for
+from prockit import control_dir
+
+from fleetops.plans.inventory import load_inventory
+from fleetops.wire import masters, parked, warmstart
+from fleetops.wire.connector import COUNTERS, Pool
+from fleetops.wire.openssh import OpenSSHConnection
+from fleetops.wire.transports import Factory
+
+pytestmark = pytest.mark.lab
+
+FLEET = Path(sys.executable).parent / "fleet"
+EARLY = "its agent was started while the program started"
+
+
+@pytest.fixture
+def cm(monkeypatch) -> Iterator[str]:
+    yield from control_dir(monkeypatch, "fo-w-")
+
+
+def _fleet(root: Path, folder: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    full = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "200",
+        "FLEETOPS_NO_LIVE": "1",
+        "FLEETOPS_TRANSPORT": "openssh",
+        "FLEETOPS_CONTROL_DIR": folder,
+        "FLEETOPS_TRACE": "1",
+        **env,
+    }
+    proc = subprocess.run(
+        [str(FLEET), *args], cwd=root, env=full, text=True, capture_output=True, timeout=300
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return proc
+
+
+def _sessions(text: str) -> int:
+    return len(re.findall(r"^Starting session: command for ", text, re.M))
+
+
+def _accepted(text: str) -> int:
+    return len(re.findall(r"^Accepted publickey", text, re.M))
+
+
+def test_a_warm_run_takes_over_the_agent_started_before_its_start_up(lab, cm):
+    node = lab.node("lab01")
+    first = _fleet(lab.root, cm, "-H", "lab01", "ping")  # cold: the run starts the master
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert EARLY not in first.stderr + first.stdout  # no master yet: nothing started early
+    since = sshd_log_size(node)
+    proc = _fleet(lab.root, cm, "-H", "lab01", "patch", "verify", "--kinds", "grep,compile")
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 0, both
+    assert f"trace lab01: {EARLY}" in both
+    assert "trace lab01: 0 connections, 1 execs, 0 uploads" in both
+    log = sshd_log(node, since)
+    assert _sessions(log) == 1 and _accepted(log) == 0, log  # one agent, on the master
+
+
+def test_a_command_line_naming_the_login_gets_no_early_start(lab, cm):
+    """-u is the run's to apply: an agent started early would be the inventory's login."""
+    node = lab.node("lab01")
+    assert _fleet(lab.root, cm, "-H", "lab01", "ping").returncode == 0
+    since = sshd_log_size(node)
+    proc = _fleet(lab.root, cm, "-u", lab.user, "-H", "lab01", "ping")
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 0, both
+    assert EARLY not in both
+    assert _sessions(sshd_log(node, since)) == 1
+
+
+def test_a_host_without_a_live_master_is_connected_to_by_the_run(lab, cm):
+    node = lab.node("lab01")
+    assert _fleet(lab.root, cm, "-H", "lab01", "ping").returncode == 0
+    masters.close_all(cm, masters.masters(cm))
+    since = sshd_log_size(node)
+    proc = _fleet(lab.root, cm, "-H", "lab01,lab02", "ping")
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 0, both
+    assert EARLY not in both
+    log = sshd_log(node, since)
+    assert _accepted(log) == 1 and _sessions(log) == 1, log
+
+
+def test_an_agent_started_early_is_the_runs_only_when_it_is_the_runs_connection(
+    lab, cm, monkeypatch
+):
+    """In-process, as entry.py and the run's Pool do it: the parked connection is the one the run's
+    Factory hands out (its agent answers; one exec), and one made for a Host that differs from the
+    run's is closed (its agent ends on the node) while the run's own connects."""
+    monkeypatch.setenv("FLEETOPS_TRANSPORT", "openssh")
+    monkeypatch.chdir(lab.root)
+    node = lab.node("lab01")
+    inventory = load_inventory(lab.root / "hosts")
+    host = inventory.hosts["lab01"]
+    warm = OpenSSHConnection(host, inventory)
+    warm.call("ping", {})  # a master for the runs below
+    warm.close()
+    try:
+        execs = COUNTERS.per_host.get("lab01", {}).get("execs", 0)
+        assert warmstart.begin(["-H", "lab01", "ping"]) == ["lab01"]
+        early = parked.names()
+        pool = Pool(inventory, Factory())
+        taken = pool.get(host)
+        assert early == ["lab01"] and parked.names() == []
+        answer, _ = taken.call("ping", {})
+        assert answer.get("ok") is not False, answer
+        assert COUNTERS.per_host["lab01"]["execs"] == execs + 1  # the early agent is the run's
+        pool.close_all()
+
+        assert warmstart.begin(["-H", "lab01", "ping"]) == ["lab01"]
+        wait_for(lambda: len(agents_of(node)) == 1, what="the agent started early")
+        other = dataclasses.replace(host, state_dir=host.state_dir + "-elsewhere")
+        made = Pool(inventory, Factory()).get(other)
+        assert isinstance(made, OpenSSHConnection) and made.session is None  # not the early one
+        wait_for(lambda: agents_of(node) == [], what="the early agent's end")
+    finally:
+        parked.discard_all()
