@@ -19,9 +19,7 @@ if sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "fleet":
         guard_interrupts()
     # inside the very imports that set the guard: the same one line and exit status
     except KeyboardInterrupt:
-        sys.stderr.write(
-            "interrupted (Ctrl-C) while starting: no host was contacted, nothing ran\n"
-        )
+        sys.stderr.write("interrupted (Ctrl-C) while starting: no task ran on any host\n")
         raise SystemExit(130) from None
 
 from typing import TYPE_CHECKING, Any

@@ -13,8 +13,9 @@ objects again.
 Only what `hold()` turned off is turned back on: a library caller (api.py) or a host program that
 runs with the collector off keeps it off.
 
-Ctrl-C while the program starts (guard_interrupts) is one line and exit 130: nothing has been
-contacted before the run is planned, so there is nothing to wait for or put back. Python's own
+Ctrl-C while the program starts (guard_interrupts) is one line and exit 130: no task has sent a
+request before the run is planned (an agent started early on a live master, wire/warmstart.py, has
+none and ends with this process), so there is nothing to wait for or put back. Python's own
 handling would print a KeyboardInterrupt traceback from whichever import it lands in, or let Invoke
 turn it into exit 1. From release() on, the run installs its own handler (run.py), and a local task
 has Python's."""
@@ -30,7 +31,7 @@ _held = False
 EXIT_INTERRUPTED = 130  # results.py's; this module sits below it and imports nothing of fleetops
 EXIT_READER_GONE = 141  # results.py's
 VERSION_WORDS = (["--version"], ["-V"])  # the whole command line of a version question
-_STARTING = b"\ninterrupted (Ctrl-C) while starting: no host was contacted, nothing ran\n"
+_STARTING = b"\ninterrupted (Ctrl-C) while starting: no task ran on any host\n"
 
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:

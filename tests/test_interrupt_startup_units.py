@@ -43,6 +43,6 @@ def _one_moment(argv: list[str], cwd, delay: float) -> int:
     assert moment.code == 130, moment.describe()
     assert (
         moment.stderr.strip().splitlines()[-1]
-        == "interrupted (Ctrl-C) while starting: no host was contacted, nothing ran"
+        == "interrupted (Ctrl-C) while starting: no task ran on any host"
     ), moment.describe()
     return 1

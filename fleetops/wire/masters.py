@@ -32,7 +32,6 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,6 +212,8 @@ def masters(directory: str) -> list[Master]:
     """Every master socket in the directory, each asked at once: live ones least recently used first
     (those without a record first of all: nothing says when they were used), then stale and
     unanswering ones."""
+    from concurrent.futures import ThreadPoolExecutor  # a run's warm start asks no master list
+
     names = socket_names(directory)
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         found = list(pool.map(lambda name: _ask(directory, name), names))
@@ -263,6 +264,8 @@ def close(directory: str, name: str) -> Closed:
 
 def close_all(directory: str, chosen: Iterable[Master]) -> list[Closed]:
     """close() each of these masters, at once; the outcomes in their order."""
+    from concurrent.futures import ThreadPoolExecutor
+
     names = [m.socket for m in chosen]
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         return list(pool.map(lambda name: close(directory, name), names))

@@ -19,7 +19,6 @@ import os
 import shlex
 import stat
 import subprocess
-import tempfile
 import threading
 import time
 from typing import IO, BinaryIO
@@ -332,6 +331,8 @@ class OpenSSHConnection(AgentClient):
                 argv, "-M", "-N", "-f", "-o", "ControlMaster=yes", "-o", f"ControlPersist={persist}"
             )
         )
+        import tempfile  # only a master's start reads ssh's stderr from a file
+
         with tempfile.TemporaryFile() as err:
             try:
                 self._starting = subprocess.Popen(
