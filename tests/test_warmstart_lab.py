@@ -136,3 +136,14 @@ def test_an_agent_started_early_is_the_runs_only_when_it_is_the_runs_connection(
         wait_for(lambda: agents_of(node) == [], what="the early agent's end")
     finally:
         parked.discard_all()
+
+
+def test_a_host_whose_ssh_g_answer_is_not_stored_is_left_to_the_run(lab, cm):
+    """Resolving a host here would take an `ssh -G` process, one host after another, before the
+    program starts: the run resolves its hosts in parallel instead."""
+    assert _fleet(lab.root, cm, "-H", "lab01", "ping").returncode == 0
+    proc = _fleet(lab.root, cm, "-H", "lab01", "ping", FLEETOPS_SSH_G_CACHE="0")
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 0, both
+    assert EARLY not in both
+    assert "trace lab01: 0 connections, 1 execs, 0 uploads" in both

@@ -148,3 +148,16 @@ def test_a_parked_connection_is_taken_only_for_the_very_host_it_was_made_for():
     parked.park(host, left)  # type: ignore[arg-type]
     parked.discard_all()
     assert left.closed and parked.names() == []
+
+
+def test_within_stored_answers_only_no_ssh_g_process_runs(monkeypatch):
+    from fleetops.wire import sshcmd
+
+    ran: list[list[str]] = []
+    monkeypatch.setenv("FLEETOPS_SSH_G_CACHE", "0")  # no store: every answer would be a process
+    monkeypatch.setattr(sshcmd, "_ssh_g", lambda argv: ran.append(argv) or b"hostname x\n")
+    argv = ["ssh", "-o", "BatchMode=yes", "--", "lab01"]
+    with sshcmd.stored_answers_only():
+        assert sshcmd.resolved_all(argv) == {}
+    assert ran == []
+    assert sshcmd.resolved_all(argv) == {"hostname": ["x"]} and len(ran) == 1

@@ -8,11 +8,14 @@ ssh_config itself, so a host outside the inventory is what `ssh` makes of it."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..plans.host import MAX_PERSIST, Host, UnknownHost, split_target
@@ -28,6 +31,8 @@ DEFAULT_PERSIST = 600
 OFF_PERSIST = 5
 MAX_JUMPS = 8
 SSH_G_TIMEOUT = 10.0
+# True while only stored `ssh -G` answers may be used (stored_answers_only)
+_STORED_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("stored_only", default=False)
 
 
 def ssh_binary() -> str:
@@ -161,7 +166,7 @@ def resolved_all(argv: list[str]) -> dict[str, list[str]]:
     """What ssh makes of this command line (`ssh -G`, from the store when provably the same, see
     sshgcache.py): every value of each key, in ssh's order (a key such as certificatefile may be
     given several times). {} when ssh cannot say."""
-    out = sshgcache.lookup(with_options(argv, "-G"), _ssh_g)
+    out = sshgcache.lookup(with_options(argv, "-G"), _no_ssh if _STORED_ONLY.get() else _ssh_g)
     if out is None:
         return {}
     found: dict[str, list[str]] = {}
@@ -169,6 +174,21 @@ def resolved_all(argv: list[str]) -> dict[str, list[str]]:
         key, _, value = line.partition(" ")
         found.setdefault(key, []).append(value)
     return found
+
+
+@contextlib.contextmanager
+def stored_answers_only() -> Iterator[None]:
+    """Within it, resolved_all() answers from the store only ({} where it would start `ssh -G`): for
+    work that is worth doing only when it costs no process (wire/warmstart.py)."""
+    token = _STORED_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _STORED_ONLY.reset(token)
+
+
+def _no_ssh(argv: list[str]) -> bytes | None:
+    return None
 
 
 def _ssh_g(argv: list[str]) -> bytes | None:

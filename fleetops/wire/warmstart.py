@@ -143,13 +143,17 @@ def _start(word: str) -> list[str]:
     if not wanted:
         return []
     from .openssh import OpenSSHConnection
+    from .sshcmd import stored_answers_only
 
     started = []
-    for host in wanted:
-        connection = OpenSSHConnection(host, inventory)
-        if connection.start_on_live_master():
-            parked.park(host, connection)
-            started.append(host.name)
+    # a host whose `ssh -G` is not in the store is left to the run, which resolves its hosts in
+    # parallel: one `ssh -G` process after another here would hold up a cold run's start
+    with stored_answers_only():
+        for host in wanted:
+            connection = OpenSSHConnection(host, inventory)
+            if connection.start_on_live_master():
+                parked.park(host, connection)
+                started.append(host.name)
     return started
 
 
