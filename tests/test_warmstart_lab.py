@@ -147,3 +147,21 @@ def test_a_host_whose_ssh_g_answer_is_not_stored_is_left_to_the_run(lab, cm):
     assert proc.returncode == 0, both
     assert EARLY not in both
     assert "trace lab01: 0 connections, 1 execs, 0 uploads" in both
+
+
+def test_an_early_agent_that_finds_its_zip_gone_is_sent_it_by_the_run(lab, cm):
+    """The node's copy of the agent went away between two runs: the agent started early says so and
+    ends; the run that took it over uploads the zip and starts it again, as a run that started it
+    itself does."""
+    node = lab.node("lab01")
+    assert _fleet(lab.root, cm, "-H", "lab01", "ping").returncode == 0
+    zips = list((Path(node.state_dir) / "bin").glob("fleetops-agent-*.pyz"))
+    assert zips
+    for path in zips:
+        path.unlink()
+    proc = _fleet(lab.root, cm, "-H", "lab01", "ping")
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 0, both
+    assert f"trace lab01: {EARLY}" in both
+    assert "trace lab01: 0 connections, 2 execs, 1 uploads" in both
+    assert list((Path(node.state_dir) / "bin").glob("fleetops-agent-*.pyz"))
