@@ -193,3 +193,47 @@ def test_a_process_channel_is_drained_as_soon_as_its_process_ends_after_its_pipe
     took = time.monotonic() - started
     assert (out, err, code) == (b"", b"", 4)
     assert took < 0.8, f"drained {took:.2f} s after the start of a 0.3 s command"
+
+
+def _deferred_channel() -> tuple[muxclient.MuxChannel, socket.socket, list[int]]:
+    """A channel opened without waiting for MUX_S_SESSION_OPENED (open_session's wait=False), on a
+    socket pair standing for the master's control socket and pipes for its stdio."""
+    ours, master = socket.socketpair()
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    chan = muxclient.MuxChannel(ours, None, stdin_w, stdout_r, None)
+    return chan, master, [stdin_r, stdout_w]
+
+
+def _packet(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def test_a_session_not_waited_for_reads_its_opening_then_its_exit_status():
+    chan, master, theirs = _deferred_channel()
+    try:
+        master.sendall(_packet(_body(muxclient.MUX_S_SESSION_OPENED, 1, 42)))
+        master.sendall(_packet(_body(muxclient.MUX_S_EXIT_MESSAGE, 41, 9)))  # another session's
+        master.sendall(_packet(_body(muxclient.MUX_S_EXIT_MESSAGE, 42, 7)))
+        master.close()
+        assert chan.recv_exit_status() == 7 and chan.session == 42
+    finally:
+        chan.close()
+        for fd in theirs:
+            os.close(fd)
+
+
+def test_a_session_not_waited_for_that_the_master_refuses_ends_without_a_status():
+    chan, master, theirs = _deferred_channel()
+    try:
+        master.sendall(_packet(_body(muxclient.MUX_S_FAILURE, 1, b"Session open refused by peer")))
+        deadline = time.monotonic() + 5
+        while not chan.exit_status_ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert chan.ended and chan.session is None
+        assert chan.recv_exit_status() == muxclient.NO_STATUS
+    finally:
+        master.close()
+        chan.close()
+        for fd in theirs:
+            os.close(fd)
