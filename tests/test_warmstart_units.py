@@ -161,3 +161,16 @@ def test_within_stored_answers_only_no_ssh_g_process_runs(monkeypatch):
         assert sshcmd.resolved_all(argv) == {}
     assert ran == []
     assert sshcmd.resolved_all(argv) == {"hostname": ["x"]} and len(ran) == 1
+
+
+@pytest.mark.parametrize("field", [{"become": "sudo"}, {"persist": 0}])
+def test_become_and_persist_0_hosts_are_never_started_early(field, monkeypatch):
+    """Before anything is resolved or opened: under become the password handshake is the run's, and
+    a persist-0 host's live master is another run's (this run's end would close it)."""
+    from fleetops.wire.openssh import OpenSSHConnection
+
+    monkeypatch.setattr(
+        OpenSSHConnection, "_command", lambda self: pytest.fail("resolved a host it must skip")
+    )
+    host = Host(name="lab01", address="127.0.0.1", port=2201, user="root", **field)
+    assert OpenSSHConnection(host).start_on_live_master() is False

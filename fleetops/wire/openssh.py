@@ -237,7 +237,9 @@ class OpenSSHConnection(AgentClient):
         """The agent started now, with no request, on this identity's live master (warmstart.py:
         before the program's own start-up); False, having started nothing, when no such master is
         up. Never logs in: a host without a live master is connected to by the run itself."""
-        if self.host.become:  # its password handshake is the run's
+        # become: its password handshake is the run's; persist 0: a master up now is another run's,
+        # which this run's end would close (close() ends a persist-0 host's master)
+        if self.host.become or self.persist == 0:
             return False
         argv = self._command()
         key = self._key(argv)
