@@ -374,6 +374,17 @@ def close_quietly(cxn: Connection) -> None:
                 sftp.close()
             except (OSError, EOFError, paramiko.SSHException):
                 pass  # the connection is gone already: nothing left to say goodbye on
+    # A hop reached through a jump host rides a channel of that host's connection: closed first,
+    # nearest first, while the connection under it still carries its goodbye. Left to its own
+    # thread after the jump host's socket is gone, its last close wrote on that dead connection and
+    # the thread's exception reached the terminal as a traceback (found by CI).
+    for hop in hops:
+        transport = transport_of(hop)
+        if transport is not None and not isinstance(transport.sock, socket.socket):
+            try:
+                transport.close()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass  # the jump host's connection is gone already
     for hop in hops:
         sock = getattr(transport_of(hop), "sock", None)
         if isinstance(sock, socket.socket):
