@@ -50,12 +50,18 @@ class Moment:
         # be imported), or the console script pip wrote (`import re` before it imports the program)
         # ; or one CPython swallowed in its own import machinery ("Exception ignored in" a module
         # lock's callback)
+        # ; or one in CPython's own look at argv[0] before the program (it says "Failed checking
+        # if argv[0] is an import path entry" and goes on: the program then runs uninterrupted); or
+        # a bare "KeyboardInterrupt" and exit 1, CPython's word for one that came before the first
+        # line of the program (the program's own answer is the one line and 130)
         interrupted = "KeyboardInterrupt" in self.stderr and (
             _SITE.search(self.stderr)
             or _SCRIPT.search(self.stderr)
             or "init_import_site" in self.stderr
             or "Exception ignored in: <function _get_module_lock" in self.stderr
             or _CORE_INIT.search(self.stderr)
+            or "Failed checking if argv[0] is an import path entry" in self.stderr
+            or (self.code == 1 and self.stderr.strip() == "KeyboardInterrupt")
         )
         return bool(interrupted) and not _PROGRAM_FRAME.search(self.stderr)
 

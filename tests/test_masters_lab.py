@@ -185,7 +185,8 @@ def test_runs_at_once_to_a_cold_host_share_one_master_and_leave_no_ssh_behind(la
         for _ in range(4)
     ]
     outputs = [run.communicate(timeout=120)[0] for run in runs]
-    assert all(run.returncode == 0 for run in runs), outputs
+    said = [f"--- exit {run.returncode}\n{text}" for run, text in zip(runs, outputs)]
+    assert all(run.returncode == 0 for run in runs), "\n".join(said)
     assert len(ssh_processes(str(cm_dir))) == 1, ssh_processes(str(cm_dir))
     assert len(ssh_masters(cm_dir)) == 1
     fleet(lab, cm_dir, "disconnect")
