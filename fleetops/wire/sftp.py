@@ -44,11 +44,25 @@ def write_atomically(sftp: paramiko.SFTPClient | Any, path: str, data: bytes) ->
         try:
             sftp.stat(directory)
         except OSError:
-            sftp.mkdir(directory, 0o700)
+            try:
+                sftp.mkdir(directory, 0o700)
+            except OSError:
+                # another run made it between the look and the mkdir (runs at once at a new node),
+                # which SFTP refuses with a bare failure: the folder there now is as good, as with
+                # `mkdir -p`; anything else is the mkdir's error
+                if not _is_directory(sftp, directory):
+                    raise
     tmp = f"{path}.{os.urandom(4).hex()}.tmp"
     with sftp.open(tmp, "wb") as f:
         f.write(data)
     sftp.posix_rename(tmp, path)
+
+
+def _is_directory(sftp: paramiko.SFTPClient | Any, path: str) -> bool:
+    try:
+        return stat.S_ISDIR(sftp.stat(path).st_mode or 0)
+    except OSError:
+        return False
 
 
 def copy_range(
