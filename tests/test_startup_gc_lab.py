@@ -65,7 +65,9 @@ def _watched(project: Path, out: Path, *args: str) -> tuple[subprocess.Completed
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        # the run's own connections: on a live master (openssh) an agent started early connects
+        # while the program starts, by design (wire/warmstart.py), before there is a run to plan
+        env={**os.environ, "PYTHONPATH": str(REPO), "FLEETOPS_EARLY_AGENTS": "0"},
     )
     return proc, json.loads(out.read_text())
 
