@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from test_jump_keys_lab import write_host
 
 from fleetops.plans.inventory import load_inventory
 from fleetops.wire.ssh import NodeConnection
@@ -18,15 +19,9 @@ pytestmark = pytest.mark.lab
 ROUNDS = 12
 
 
-def test_a_jumped_connection_closes_with_no_exception_in_any_thread(lab):
-    target, jump = lab.node("lab01"), lab.node("lab02")
-    path = lab.root / "hosts" / "behind.yaml"
-    path.write_text(
-        f"defaults:\n  identity_file: {lab.client_key}\n  known_hosts: {lab.known_hosts}\n"
-        f"hosts:\n  behind:\n    address: 127.0.0.1\n    port: {target.port}\n"
-        f"    user: {lab.user}\n    python: {target.python}\n    state_dir: {target.state_dir}\n"
-        f"    jump: {lab.user}@127.0.0.1:{jump.port}\n"
-    )
+def test_a_jumped_connection_closes_with_no_exception_in_any_thread(lab, tmp_path):
+    jump = lab.node("lab02")
+    path = write_host(lab, tmp_path, "behind", lab.known_hosts, f"{lab.user}@127.0.0.1:{jump.port}")
     raised: list[str] = []
     before = threading.excepthook
     threading.excepthook = lambda args: raised.append(f"{args.thread}: {args.exc_value!r}")
