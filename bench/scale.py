@@ -20,9 +20,11 @@ at once), stated in the table.
 
 Per run: wall, client CPU (the tool's process and everything it reaped: os.wait4), peak RSS
 (ru_maxrss), and the peak open files and threads of the tool's process tree (sampled from /proc
-every 20 ms), hosts that answered (fleetops' closing summary line; a peer's exit status), and for
-fleetops the rows its printed report takes on an 80-column screen. One run per row: the machine is
-shared, the figures are noisy (said so).
+every 20 ms), the machine's CPU in the same window (every process: the lab's sshd sessions and
+agents and the delay proxy share the client's cores, so a run whose machine CPU is near wall x cores
+was bound by CPU, not round trips), hosts that answered (fleetops' closing summary line; a peer's
+exit status), and for fleetops the rows its printed report takes on an 80-column screen. One run
+per row: the machine is shared, the figures are noisy (said so).
 """
 
 from __future__ import annotations
@@ -71,10 +73,20 @@ class Row:
     answered: int
     screen_rows: int = 0
     limit: str = ""
+    machine_cpu: float = 0.0  # every process's CPU on the machine during the run (/proc/stat)
 
     @property
     def ms_per_host(self) -> float:
         return self.cpu * 1000 / self.n
+
+
+def machine_busy() -> float:
+    """Seconds of CPU every process on this machine has used since boot (/proc/stat's first line,
+    idle and iowait left out): the lab's nodes and the delay proxy share the client's cores, so a
+    run's wall is read beside what all of them spent."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:8]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def tree(pid: int) -> list[int]:
@@ -120,6 +132,7 @@ def measure(
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
     peak = [0, 0]
+    busy0 = machine_busy()
     t0 = time.perf_counter()
     with open(log, "w") as out:
         proc = subprocess.Popen(
@@ -146,6 +159,7 @@ def measure(
         done.set()
         watcher.join()
     wall = time.perf_counter() - t0
+    busy = machine_busy() - busy0
     text = log.read_text(errors="replace")
     m = next((SUMMARY.match(x) for x in text.splitlines() if SUMMARY.match(x)), None)
     rc = os.waitstatus_to_exitcode(status)
@@ -164,6 +178,7 @@ def measure(
         answered,
         rows,
         str(nofile) if nofile else "machine's",
+        busy,
     )
 
 
@@ -208,13 +223,15 @@ def render(rows: list[Row], rtt_ms: float, setup: dict) -> str:
         "",
         *floor_lines(setup.get("floor")),
         "| tool | command | N | open-file limit | hosts answered | wall s | client CPU s | CPU "
-        "ms/host | peak RSS MB | peak open files | peak threads | report rows at 80 col |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "ms/host | machine CPU s | peak RSS MB | peak open files | peak threads | report rows "
+        "at 80 col |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         out.append(
             f"| {r.tool} | `{r.what}` | {r.n} | {r.limit} | {r.answered}/{r.n} | {r.wall:.1f} | "
-            f"{r.cpu:.2f} | {r.ms_per_host:.1f} | {r.rss_mb:.0f} | {r.fds} | {r.threads} | "
+            f"{r.cpu:.2f} | {r.ms_per_host:.1f} | {r.machine_cpu:.2f} | {r.rss_mb:.0f} | {r.fds} | "
+            f"{r.threads} | "
             f"{r.screen_rows if r.tool == 'fleetops' else '-'} |"
         )
     for n, cost in sorted(setup.get("masters", {}).items()):
