@@ -15,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from .plans.host import Host
+from .plans.options import DEFAULT_FORKS
 from .results import Result, Status
 from .state import RunState
 from .wire.connector import Pending, discard_quietly, fork_bound
 from .wire.transports import fds_per_host
 
-DEFAULT_FORKS = 32
 NOT_STARTED = "skipped: not started (interrupted by Ctrl-C)"
 # A skipped step whose host has work left to do (its batch never started, or Ctrl-C came first): the
 # re-run line and @failed name such hosts with the failed ones, or following them would leave these

@@ -237,3 +237,63 @@ def test_a_session_not_waited_for_that_the_master_refuses_ends_without_a_status(
         chan.close()
         for fd in theirs:
             os.close(fd)
+
+
+def test_a_master_that_takes_the_socket_but_never_says_hello_is_given_up_on():
+    """A stuck master (stopped, frozen) accepts the connection and answers nothing: the session is
+    given up after `local_timeout` (the master answers its hello itself, with no round trip to the
+    node), not after the node's connect timeout."""
+    import threading
+
+    path = Path(tempfile.mkdtemp(prefix="mx", dir="/tmp"))
+    path.chmod(0o700)
+    server = _listening(path / "m")  # listens, never accepts nor answers
+    outcome: list[BaseException | None] = []
+
+    def open_one() -> None:
+        try:
+            muxclient.open_session(str(path), "m", "true", wait=False, local_timeout=0.2)
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    try:
+        opener = threading.Thread(target=open_one, daemon=True)
+        opener.start()
+        opener.join(30)  # the default wait would be muxclient.OPEN_TIMEOUT, 75 s
+        assert not opener.is_alive(), "still waiting for the master's hello"
+        assert len(outcome) == 1 and isinstance(outcome[0], MuxUnavailable), outcome
+    finally:
+        server.close()
+        (path / "m").unlink()
+        path.rmdir()
+
+
+def test_an_end_behind_a_message_not_read_yet_is_seen_at_the_first_look():
+    """The master said the session opened, then closed the socket (it ended, or its master did): one
+    look says so, whatever was still unread before the end."""
+    chan, master, theirs = _deferred_channel()
+    try:
+        master.sendall(_packet(_body(muxclient.MUX_S_SESSION_OPENED, 1, 42)))
+        master.close()
+        assert chan.exit_status_ready() is True
+        assert chan.ended_by_node() is False  # no exit status: its master or link ended it
+    finally:
+        chan.close()
+        for fd in theirs:
+            os.close(fd)
+
+
+def test_a_session_whose_command_exited_ended_by_the_node():
+    chan, master, theirs = _deferred_channel()
+    try:
+        assert chan.ended_by_node() is False  # running
+        master.sendall(_packet(_body(muxclient.MUX_S_SESSION_OPENED, 1, 42)))
+        master.sendall(_packet(_body(muxclient.MUX_S_EXIT_MESSAGE, 42, 3)))
+        master.close()
+        assert chan.ended_by_node() is True
+    finally:
+        chan.close()
+        for fd in theirs:
+            os.close(fd)

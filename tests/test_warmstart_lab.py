@@ -165,3 +165,75 @@ def test_an_early_agent_that_finds_its_zip_gone_is_sent_it_by_the_run(lab, cm):
     assert f"trace lab01: {EARLY}" in both
     assert "trace lab01: 0 connections, 2 execs, 1 uploads" in both
     assert list((Path(node.state_dir) / "bin").glob("fleetops-agent-*.pyz"))
+
+
+def test_an_early_agent_whose_master_ended_meanwhile_is_not_taken_over(lab, cm, monkeypatch):
+    """The master ended while the host waited its turn (another run made room, `fleet disconnect`, a
+    dropped link), taking the early agent's session with it: the run connects as it would have,
+    starting a master of its own, instead of reaching the node without one."""
+    monkeypatch.setenv("FLEETOPS_TRANSPORT", "openssh")
+    monkeypatch.chdir(lab.root)
+    node = lab.node("lab01")
+    inventory = load_inventory(lab.root / "hosts")
+    host = inventory.hosts["lab01"]
+    warm = OpenSSHConnection(host, inventory)
+    warm.call("ping", {})  # a master for the run below
+    warm.close()
+    pool = None
+    try:
+        assert warmstart.begin(["-H", "lab01", "ping"]) == ["lab01"]
+        masters.close_all(cm, masters.masters(cm))
+        wait_for(lambda: agents_of(node) == [], what="the early agent's end with its master")
+        since = sshd_log_size(node)
+        COUNTERS.early.discard("lab01")  # another test's, in this process
+        pool = Pool(inventory, Factory())
+        taken = pool.get(host)
+        assert "lab01" not in COUNTERS.early
+        for _ in range(2):
+            answer, _ = taken.call("ping", {})
+            assert answer.get("ok") is not False, answer
+        assert len(masters.masters(cm)) == 1  # the run's own master, started again
+        assert _accepted(sshd_log(node, since)) == 1  # its one login
+    finally:
+        if pool is not None:
+            pool.close_all()
+        parked.discard_all()
+
+
+def test_a_stale_control_socket_gets_no_early_start_and_no_login(lab, cm, monkeypatch):
+    """A master killed outright (an OOM kill, a reboot) leaves its socket: `ssh` there would log in
+    on its own. Before the program has read its command line nothing logs in: the early start
+    opens sessions on live masters only."""
+    import signal
+
+    monkeypatch.setenv("FLEETOPS_TRANSPORT", "openssh")
+    monkeypatch.chdir(lab.root)
+    node = lab.node("lab01")
+    inventory = load_inventory(lab.root / "hosts")
+    warm = OpenSSHConnection(inventory.hosts["lab01"], inventory)
+    warm.call("ping", {})
+    warm.close()
+    live = masters.masters(cm)
+    assert len(live) == 1
+    os.kill(live[0].pid, signal.SIGKILL)
+    wait_for(lambda: not _pid_alive(live[0].pid), what="the master's end")
+    since = sshd_log_size(node)
+    try:
+        assert warmstart.begin(["-H", "lab01", "ping"]) == []
+        assert parked.names() == []
+        assert _accepted(sshd_log(node, since)) == 0 and _sessions(sshd_log(node, since)) == 0
+    finally:
+        parked.discard_all()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (the master was the child of this process) has ended too
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

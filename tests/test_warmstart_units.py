@@ -56,6 +56,15 @@ def test_a_plain_command_line_names_its_hosts(argv, hosts):
         ["-H", "lab01", "gpu", "--wait", "600"],  # an option it does not know
         ["-H", "lab01", "ping", "nosuchtask"],
         ["-H"],
+        # a task's own option after a task that does not take it, or before any task: the program
+        # refuses the command line (exit 2), so no agent is started for it
+        ["-H", "lab01", "ping", "--check"],
+        ["-H", "lab01", "ping", "-c"],
+        ["-H", "lab01", "ping", "--kinds", "grep"],
+        ["--diff", "-H", "lab01", "patch"],
+        ["-H", "lab01", "--kinds", "grep", "verify"],
+        ["-H", "lab01", "verify", "--check"],
+        ["-H", "lab01", "patch", "--check", "ping", "--diff"],
     ],
 )
 def test_any_other_command_line_starts_nothing_early(argv):
@@ -68,35 +77,56 @@ def test_the_tasks_it_starts_agents_for_are_host_tasks_of_the_program():
         assert getattr(ns.tasks[name].body, "fleetops_task", None) == name, name
 
 
-def test_each_harmless_option_is_an_option_of_those_tasks_taking_a_value_as_read():
+def _options_of(task: str) -> dict[str, bool]:
+    """The program's options of this task, as typed (`--no-fold`, `-j`), and whether each takes a
+    value."""
     options: dict[str, bool] = {}
-    for name in warmstart.TASKS:
-        for arg in ns.tasks[name].get_arguments():
-            for flag in arg.names:
-                options["-" + flag if len(flag) == 1 else "--" + flag.replace("_", "-")] = (
-                    arg.takes_value
-                )
-    for flag, takes_value in warmstart.HARMLESS.items():
-        assert flag in options, flag
-        assert options[flag] == takes_value, flag
+    for arg in ns.tasks[task].get_arguments():
+        for flag in arg.names:
+            options["-" + flag if len(flag) == 1 else "--" + flag.replace("_", "-")] = (
+                arg.takes_value
+            )
+    return options
+
+
+def test_every_option_read_anywhere_is_taken_by_every_task_it_starts_agents_for():
+    for task in warmstart.TASKS:
+        options = _options_of(task)
+        for flag, takes_value in warmstart.ANYWHERE.items():
+            assert flag in options, (task, flag)
+            assert options[flag] == takes_value, (task, flag)
+
+
+def test_each_task_option_is_one_of_the_tasks_it_is_read_after_taking_a_value_as_read():
+    for flag, (takes_value, tasks) in warmstart.TASK_OPTIONS.items():
+        assert tasks and tasks <= warmstart.TASKS, flag
+        for task in tasks:
+            options = _options_of(task)
+            assert flag in options, (task, flag)
+            assert options[flag] == takes_value, (task, flag)
 
 
 @pytest.mark.parametrize(
     "env",
     [
         {warmstart.OFF_ENV: "0"},
+        {warmstart.OFF_ENV: "off"},
+        {warmstart.OFF_ENV: "False"},
+        {warmstart.OFF_ENV: "no"},
         {"FLEETOPS_LIMIT": "lab02"},
+        {"FLEETOPS_SERIAL": "1"},  # a staged roll-out: its later batches may never run
         {"FABRIC_USER": "bob"},
         {"INVOKE_RUN_ECHO": "1"},
     ],
 )
 def test_the_environment_can_say_more_than_it_reads(env, monkeypatch):
     read: list[str] = []
-    monkeypatch.setattr(warmstart, "_start", lambda word: read.append(word) or [word])
+    monkeypatch.setattr(warmstart, "_start", lambda word, *_: read.append(word) or [word])
     assert warmstart.begin(["-H", "lab01", "ping"], environ={**os.environ, **env}) == []
     assert read == []  # not even the project was read
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("FABRIC_", "INVOKE_"))}
     clean.pop("FLEETOPS_LIMIT", None)
+    clean.pop("FLEETOPS_SERIAL", None)
     clean.pop(warmstart.OFF_ENV, None)
     assert warmstart.begin(["-H", "lab01", "ping"], environ=clean) == ["lab01"]
 
@@ -174,3 +204,108 @@ def test_become_and_persist_0_hosts_are_never_started_early(field, monkeypatch):
     )
     host = Host(name="lab01", address="127.0.0.1", port=2201, user="root", **field)
     assert OpenSSHConnection(host).start_on_live_master() is False
+
+
+@pytest.mark.parametrize(
+    "forks_env, settings, expected",
+    [
+        (None, {}, 32),
+        ("4", {}, 4),
+        (None, {"forks": 8}, 8),
+        ("2", {"forks": 8}, 2),  # the environment wins, as the run has it
+        ("0", {}, None),  # refused by the run: nothing started for it
+        ("many", {}, None),
+        (None, {"forks": "x"}, None),
+    ],
+)
+def test_the_runs_forks_are_read_as_the_run_reads_them(forks_env, settings, expected):
+    assert warmstart._forks(forks_env, settings) == expected
+
+
+def test_the_default_forks_are_the_runs():
+    from fleetops import rollout
+
+    assert warmstart._forks(None, {}) == rollout.DEFAULT_FORKS
+
+
+def _project(tmp_path, hosts: int, settings: str = "") -> None:
+    (tmp_path / "fabfile.py").write_text("from fleetops.fab.tasks import ns  # noqa: F401\n")
+    if settings:
+        (tmp_path / "fabric.yaml").write_text(settings)
+    (tmp_path / "hosts").mkdir()
+    (tmp_path / "hosts" / "lab.yaml").write_text(
+        "defaults:\n  user: root\n  transport: openssh\nhosts:\n"
+        + "".join(
+            f"  lab{i:02d}:\n    address: 127.0.0.1\n    port: {2200 + i}\n"
+            for i in range(1, hosts + 1)
+        )
+    )
+
+
+def test_one_hosts_trouble_leaves_the_others_agents_started(tmp_path, monkeypatch):
+    """A host whose connection cannot be made here (a key missing, a secret unset) is the run's to
+    report; the other hosts' agents stay started, and its connection is closed."""
+    from fleetops.wire.openssh import OpenSSHConnection
+
+    _project(tmp_path, 3)
+    monkeypatch.chdir(tmp_path)
+    closed: list[str] = []
+
+    def start(self) -> bool:
+        if self.host.name == "lab02":
+            raise OSError("no such key")
+        return True
+
+    monkeypatch.setattr(OpenSSHConnection, "start_on_live_master", start)
+    monkeypatch.setattr(OpenSSHConnection, "close", lambda self: closed.append(self.host.name))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FABRIC_", "INVOKE_"))}
+    env = {k: v for k, v in env.items() if k not in ("FLEETOPS_LIMIT", "FLEETOPS_SERIAL")}
+    env.pop(warmstart.OFF_ENV, None)
+    try:
+        assert warmstart.begin(["-H", "lab[01-03]", "ping"], environ=env) == ["lab01", "lab03"]
+        assert closed == ["lab02"]
+    finally:
+        parked.discard_all()
+
+
+@pytest.mark.parametrize("forks_env, settings", [("2", ""), (None, "fleetops:\n  forks: 2\n")])
+def test_more_hosts_than_the_runs_forks_start_nothing(forks_env, settings, tmp_path, monkeypatch):
+    """Hosts beyond the forks would wait their turn with an idle agent (and a master that ends
+    meanwhile leaves it without one): the run starts them itself."""
+    from fleetops.wire.openssh import OpenSSHConnection
+
+    _project(tmp_path, 3, settings)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(
+        OpenSSHConnection, "start_on_live_master", lambda self: pytest.fail("started one")
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FABRIC_", "INVOKE_"))}
+    env = {k: v for k, v in env.items() if k not in ("FLEETOPS_LIMIT", "FLEETOPS_SERIAL")}
+    env.pop(warmstart.OFF_ENV, None)
+    if forks_env:
+        env["FLEETOPS_FORKS"] = forks_env
+    assert warmstart.begin(["-H", "lab[01-03]", "ping"], environ=env) == []
+
+
+def test_past_its_time_budget_it_leaves_the_remaining_hosts_to_the_run(tmp_path, monkeypatch):
+    """Masters slow to answer (each one's wait is bounded by EARLY_LOCAL_TIMEOUT) must not add up
+    to a slow start: once the budget is spent, no further host is tried."""
+    from fleetops.wire.openssh import OpenSSHConnection
+
+    _project(tmp_path, 3)
+    monkeypatch.chdir(tmp_path)
+    tried: list[str] = []
+    clock = [0.0]
+
+    def start(self) -> bool:
+        tried.append(self.host.name)
+        clock[0] += warmstart.BUDGET_S  # this one took the whole budget
+        return False
+
+    monkeypatch.setattr(OpenSSHConnection, "start_on_live_master", start)
+    monkeypatch.setattr(warmstart.time, "monotonic", lambda: clock[0])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FABRIC_", "INVOKE_"))}
+    env = {k: v for k, v in env.items() if k not in ("FLEETOPS_LIMIT", "FLEETOPS_SERIAL")}
+    env.pop(warmstart.OFF_ENV, None)
+    assert warmstart.begin(["-H", "lab[01-03]", "ping"], environ=env) == []
+    assert tried == ["lab01", "lab02"]

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 # task's; the others belong to the tasks that declare them (fab/tasks.py, `numbers=`).
 Range = tuple[int, int | None]
 RUN_NUMBERS: dict[str, Range] = {"serial": (0, None), "forks": (1, None), "port": (1, 65535)}
+DEFAULT_FORKS = 32  # hosts worked on at once when neither --forks nor fabric.yaml says
 # Fabric's core flags that fleetops reads, and fleet's own core flags
 CORE_NUMBERS: dict[str, Range] = {
     **RUN_NUMBERS,

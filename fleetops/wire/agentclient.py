@@ -410,7 +410,7 @@ class AgentClient:
     def _agent_session(self) -> AgentSession:
         """The live agent of this connection, started if there is none (or the last one ended)."""
         session = self.session
-        if session is not None and session.alive():
+        if session is not None and (session.alive() or self._refused_before_asked(session)):
             return session
         if session is not None:
             self._end_session(session)
@@ -434,6 +434,13 @@ class AgentClient:
         self.session = AgentSession(chan, shown)
         self.session.out += ahead
         return self.session
+
+    def _refused_before_asked(self, session: AgentSession) -> bool:
+        """Whether this ended session's output is its agent's word to the first request: an agent
+        started before any request (only the OpenSSH transport starts one: wire/warmstart.py) that
+        refused to run, e.g. its zip gone from the node. Its refusal is read as a fresh session's
+        (the zip uploaded, the agent started again), not thrown away unread."""
+        return False
 
     def _end_session(self, session: AgentSession) -> None:
         if self.session is session:

@@ -244,18 +244,22 @@ def open_session(
     env: tuple[str, ...] = (),
     stderr: bool = True,
     wait: bool = True,
+    local_timeout: float = OPEN_TIMEOUT,
 ) -> MuxChannel:
     """A session of the master at directory/name running `command` (or the subsystem so named),
     its stdin, stdout and (unless stderr is False: then /dev/null) stderr our pipes. `wait=False`:
     returned once the master has the request, without waiting the round trip to the node for
     MUX_S_SESSION_OPENED; the channel reads that answer with the master's later messages (a refusal
-    then ends the session without an exit status, as a lost link does)."""
-    sock = connect(directory, name)
+    then ends the session without an exit status, as a lost link does). `local_timeout`: how long
+    the master itself may take to accept the socket and answer its hello (no round trip to the node:
+    a master that takes longer is stuck)."""
+    sock = connect(directory, name, local_timeout)
     ours: list[int] = []
     theirs: list[int] = []
     try:
         sock.sendall(hello())
         check_hello(read_body(sock))
+        sock.settimeout(OPEN_TIMEOUT)
         for reading_end_is_theirs in (True, False, False) if stderr else (True, False):
             read, write = os.pipe()
             theirs.append(read if reading_end_is_theirs else write)
@@ -302,8 +306,15 @@ class MuxChannel(PipeChannel):
         self._watch(control.fileno())
 
     def exit_status_ready(self) -> bool:
-        self._read_control(0)
+        # all the master has said so far: its end may wait behind a message not read yet
+        while self._read_control(0):
+            pass
         return self.ended
+
+    def ended_by_node(self) -> bool:
+        """Whether the session is over with the node's exit status passed on (its command ended on
+        its own); False while it runs, and for one whose master or link ended under it."""
+        return self.exit_status_ready() and self._status is not None
 
     def recv_exit_status(self) -> int:
         """The exit status (waiting for the session to end); SSH_FAILED's 255 when the master closed
@@ -339,31 +350,32 @@ class MuxChannel(PipeChannel):
             self._unwatch(control.fileno())
             control.close()
 
-    def _read_control(self, timeout: float | None) -> None:
+    def _read_control(self, timeout: float | None) -> bool:
         """What the master said since (waiting up to `timeout` for something): the exit status
-        kept, the end of the socket noted."""
+        kept, the end of the socket noted. True when it read a message's bytes, which more may
+        follow."""
         control = self._control
         if control is None:
-            return
+            return False
         try:
             readable, _, _ = select.select([control], [], [], timeout)
             chunk = control.recv(65536) if readable else None
         except BlockingIOError:
-            return
+            return False
         except (OSError, ValueError):
             if self.closed:
-                return  # closed under us by close() in another thread: no status, not an end
+                return False  # closed under us by close() in another thread: no status, not an end
             chunk = b""
         if chunk is None:
-            return
+            return False
         if not chunk:
             self.ended = True
             self._drop_control()
-            return
+            return False
         try:
             bodies = self._packets.feed(chunk)
         except MuxUnavailable:
-            return
+            return False
         for body in bodies:
             if self.session is None:
                 try:
@@ -371,9 +383,10 @@ class MuxChannel(PipeChannel):
                 except MuxUnavailable:  # refused: no session, so no status to wait for
                     self.ended = True
                     self._drop_control()
-                    return
+                    return False
                 continue
             with contextlib.suppress(MuxUnavailable):
                 message = session_message(body)
                 if message.session == self.session and message.status is not None:
                     self._status = message.status
+        return True

@@ -41,7 +41,7 @@ from .connector import (
     upload_refused,
 )
 from .pythonpath import check_interpreter
-from .session import Overflow, drain
+from .session import AgentSession, Overflow, drain
 from .sftp import (
     ReadPathSeen,
     check_read_path,
@@ -72,6 +72,13 @@ _MASTERS_LOCK = threading.Lock()
 # beyond the host's ConnectTimeout, how long a run waits for another run's login to its host (the
 # key exchange, the authentication, a jump host's)
 START_WAIT_S = 60.0
+# how long a session started before the program's start-up may wait for the master to accept its
+# socket and answer its hello: the master answers that itself, with no round trip to the node
+EARLY_LOCAL_TIMEOUT = 1.0
+
+
+class _NotOnMaster(Exception):
+    """The early start found no master to open its session on: it starts nothing."""
 
 
 def max_masters(host: Host) -> int:
@@ -250,11 +257,37 @@ class OpenSSHConnection(AgentClient):
             # the session's opening is confirmed while the program starts, read with its output
             self._early = True
             try:
-                self._agent_session()
+                self._agent_session().started_early = True
+            except _NotOnMaster:
+                self._early = False
+                self.close()
+                return False
             finally:
                 self._early = False
         self._early_key = key
         return True
+
+    def still_on_master(self) -> bool:
+        """Whether the agent started early still runs in its session on the master, or ended on its
+        own with its word to the run (a refusal) waiting to be read: a master that ended while the
+        run was starting (another run's room made, `fleet disconnect`, a dropped link) took the
+        session with it, and this connection would then reach the node without one."""
+        session = self.session
+        return (
+            session is not None
+            and isinstance(session.chan, muxclient.MuxChannel)
+            and (session.alive() or self._refused_before_asked(session))
+            and self._alive(self._argv or [])
+        )
+
+    def _refused_before_asked(self, session: AgentSession) -> bool:
+        return (
+            session.started_early
+            and session.answered == 0
+            and not session.queue
+            and isinstance(session.chan, muxclient.MuxChannel)
+            and session.chan.ended_by_node()
+        )
 
     def same_connection(self, other: OpenSSHConnection) -> bool:
         """Whether `other`, made by the run, would reach the node as this one, started early, did:
@@ -469,6 +502,8 @@ class OpenSSHConnection(AgentClient):
         chan = self._on_socket(command)
         if chan is not None:
             return chan
+        if self._early:  # `ssh` would log in on its own: the early start is for live masters only
+            raise _NotOnMaster
         return ProcessChannel([*with_options(self._argv, "-o", "LogLevel=ERROR"), command])
 
     def _on_socket(
@@ -485,7 +520,14 @@ class OpenSSHConnection(AgentClient):
         )
         try:
             return muxclient.open_session(
-                self._directory, self._socket, command, subsystem, env, stderr, wait=not self._early
+                self._directory,
+                self._socket,
+                command,
+                subsystem,
+                env,
+                stderr,
+                wait=not self._early,
+                local_timeout=EARLY_LOCAL_TIMEOUT if self._early else muxclient.OPEN_TIMEOUT,
             )
         except muxclient.MuxUnavailable:
             return None

@@ -106,6 +106,8 @@ class AgentSession:
         self.code: int | None = None  # the agent's exit status once it ended
         self.queue: deque[Ticket] = deque()
         self.retried = False  # started again after uploading the agent
+        # started with no request, before the program's start-up (wire/warmstart.py)
+        self.started_early = False
 
     def alive(self) -> bool:
         return not self.chan.closed and not self.chan.exit_status_ready()

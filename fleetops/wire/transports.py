@@ -120,14 +120,15 @@ class Factory:
 
 
 def _early_or(early: Connector, made: Connector, inventory: Inventory | None) -> Connector:
-    """The connection started early (wire/warmstart.py) when it is the one the run made, else the
-    run's own. A failure to tell (ssh -G refused, a key missing) is the run's to report, on its own
-    connection."""
+    """The connection started early (wire/warmstart.py) when it is the one the run made and its
+    agent's session is still on the master, else the run's own. A failure to tell (ssh -G refused,
+    a key missing) is the run's to report, on its own connection."""
     from .openssh import OpenSSHConnection
 
     if isinstance(early, OpenSSHConnection) and isinstance(made, OpenSSHConnection):
         try:
-            same = early.same_connection(made)
+            # and its session still on the master: a master gone since leaves it without one
+            same = early.same_connection(made) and early.still_on_master()
         except Exception:
             same = False
         if same:
