@@ -30,7 +30,7 @@ Flags (one scheme for every task; fleetops/fab/decorators.py SHORT_FLAGS):
     a task that changes things and has no check mode (run, extract, stop, trust) is refused with
     exit 2.
     Fabric's -w, -e, --hide, --pty and password prompts do nothing here: refused, with the reason.
-Exit statuses: 0 ok, 1 failed, 2 usage error (nothing contacted), 4 unreachable, 10-13 GPU gate,
+Exit statuses: 0 ok, 1 failed, 2 usage error (no request sent), 4 unreachable, 10-13 GPU gate,
 20-22 diagnose, 130 Ctrl-C, 141 stdout closed by its reader.
 """
 

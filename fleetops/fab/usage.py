@@ -1,5 +1,5 @@
-"""Usage errors exit 2 (the documented status: nothing was contacted), with the task's help hint;
-what fleetops needs of the program while it parses and before it runs.
+"""Usage errors exit 2 (the documented status: no request was sent to any node), with the task's
+help hint; what fleetops needs of the program while it parses and before it runs.
 
 Only public hooks. `fleet` (cli.py) is a subclass of Fabric's program: its parse_tasks runs Invoke's
 parse through checked_parse (a ParseError becomes Exit(2) with a hint, a value its option does not

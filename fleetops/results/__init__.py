@@ -80,7 +80,7 @@ _SEVERITY_LEVEL = {member: level for level, member in enumerate(Severity)}
 # (exit_status).
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_USAGE = 2  # bad inventory/playbook/arguments: nothing was contacted
+EXIT_USAGE = 2  # bad inventory/playbook/arguments: no request was sent to any node
 EXIT_UNREACHABLE = 4
 # A task ran but its audit line could not be written (audit.py): wins over every other status but
 # 130, since the run's record is then incomplete whatever its results were.

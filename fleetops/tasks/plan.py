@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 class UsageError(Exception):
     """The command line asks for something that cannot be done (a missing argument, --dry on a task
-    with no check mode, --limit matching nothing). Exit 2; nothing was contacted."""
+    with no check mode, --limit matching nothing). Exit 2; no request was sent to any node."""
 
 
 @dataclass
