@@ -137,6 +137,9 @@ def test_the_environment_can_say_more_than_it_reads(env, monkeypatch):
         "user: bob\nfleetops:\n  inventory: hosts\n",  # Fabric's own login settings
         "connect_kwargs:\n  key_filename: /keys/other\n",
         "fleetops: [1, 2]\n",
+        # another executor may choose other hosts than the -H word names
+        "tasks:\n  executor_class: mypkg.Executor\nfleetops: {}\n",
+        "tasks:\n  collection_name: other\n",
     ],
 )
 def test_a_fabric_yaml_that_sets_more_than_fleetops_settings_starts_nothing(text, tmp_path):
@@ -309,3 +312,10 @@ def test_past_its_time_budget_it_leaves_the_remaining_hosts_to_the_run(tmp_path,
     env.pop(warmstart.OFF_ENV, None)
     assert warmstart.begin(["-H", "lab[01-03]", "ping"], environ=env) == []
     assert tried == ["lab01", "lab02"]
+
+
+def test_the_fabric_yaml_fleet_init_writes_is_read(tmp_path):
+    from fleetops.init import make_project
+
+    make_project(tmp_path / "p")
+    assert warmstart._settings(tmp_path / "p") is not None

@@ -66,6 +66,8 @@ OTHER_CONFIGS = tuple(
 )
 # fabric.yaml's top-level keys that say nothing about hosts or logins
 PROJECT_KEYS = frozenset({"fleetops", "tasks"})
+# its `tasks:` as `fleet init` writes it: fleetops' own executor runs the tasks
+OWN_TASKS = {"executor_class": "fleetops.fab.executor.FleetExecutor"}
 
 
 def hosts_word(argv: Sequence[str]) -> str | None:
@@ -230,6 +232,8 @@ def _settings(root: Path) -> dict[str, Any] | None:
     if data is None:
         return {}
     if not isinstance(data, dict) or not set(data) <= PROJECT_KEYS:
+        return None
+    if data.get("tasks") not in (None, {}, OWN_TASKS):  # another executor may pick other hosts
         return None
     section = data.get("fleetops") or {}
     return dict(section) if isinstance(section, dict) else None
