@@ -183,7 +183,7 @@ def test_a_plain_file_a_missing_socket_and_a_stale_one_are_each_unavailable(fold
         muxclient.connect(str(folder), "stale")
 
 
-def test_a_process_channel_is_drained_as_soon_as_its_process_ends_after_its_pipes_closed():
+def test_a_process_channel_is_drained_as_soon_as_its_process_ends_after_its_pipes_closed(deferred):
     """The pipes both channels share: a command that closes stdout and stderr, then exits a moment
     later. A reader waiting on fileno() wakes when the process ends (the same wake-up the mux
     channel gets from its control socket), not after its one-second poll."""
@@ -195,48 +195,45 @@ def test_a_process_channel_is_drained_as_soon_as_its_process_ends_after_its_pipe
     assert took < 0.8, f"drained {took:.2f} s after the start of a 0.3 s command"
 
 
-def _deferred_channel() -> tuple[muxclient.MuxChannel, socket.socket, list[int]]:
+@pytest.fixture
+def deferred() -> Iterator[tuple[muxclient.MuxChannel, socket.socket]]:
     """A channel opened without waiting for MUX_S_SESSION_OPENED (open_session's wait=False), on a
-    socket pair standing for the master's control socket and pipes for its stdio."""
+    socket pair standing for the master's control socket and pipes for its stdio; all closed after
+    the test."""
     ours, master = socket.socketpair()
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     chan = muxclient.MuxChannel(ours, None, stdin_w, stdout_r, None)
-    return chan, master, [stdin_r, stdout_w]
+    try:
+        yield chan, master
+    finally:
+        master.close()
+        chan.close()
+        for fd in (stdin_r, stdout_w):
+            os.close(fd)
 
 
 def _packet(body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
-def test_a_session_not_waited_for_reads_its_opening_then_its_exit_status():
-    chan, master, theirs = _deferred_channel()
-    try:
-        master.sendall(_packet(_body(muxclient.MUX_S_SESSION_OPENED, 1, 42)))
-        master.sendall(_packet(_body(muxclient.MUX_S_EXIT_MESSAGE, 41, 9)))  # another session's
-        master.sendall(_packet(_body(muxclient.MUX_S_EXIT_MESSAGE, 42, 7)))
-        master.close()
-        assert chan.recv_exit_status() == 7 and chan.session == 42
-    finally:
-        chan.close()
-        for fd in theirs:
-            os.close(fd)
+def test_a_session_not_waited_for_reads_its_opening_then_its_exit_status(deferred):
+    chan, master = deferred
+    master.sendall(_packet(_body(muxclient.MUX_S_SESSION_OPENED, 1, 42)))
+    master.sendall(_packet(_body(muxclient.MUX_S_EXIT_MESSAGE, 41, 9)))  # another session's
+    master.sendall(_packet(_body(muxclient.MUX_S_EXIT_MESSAGE, 42, 7)))
+    master.close()
+    assert chan.recv_exit_status() == 7 and chan.session == 42
 
 
-def test_a_session_not_waited_for_that_the_master_refuses_ends_without_a_status():
-    chan, master, theirs = _deferred_channel()
-    try:
-        master.sendall(_packet(_body(muxclient.MUX_S_FAILURE, 1, b"Session open refused by peer")))
-        deadline = time.monotonic() + 5
-        while not chan.exit_status_ready() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert chan.ended and chan.session is None
-        assert chan.recv_exit_status() == muxclient.NO_STATUS
-    finally:
-        master.close()
-        chan.close()
-        for fd in theirs:
-            os.close(fd)
+def test_a_session_not_waited_for_that_the_master_refuses_ends_without_a_status(deferred):
+    chan, master = deferred
+    master.sendall(_packet(_body(muxclient.MUX_S_FAILURE, 1, b"Session open refused by peer")))
+    deadline = time.monotonic() + 5
+    while not chan.exit_status_ready() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert chan.ended and chan.session is None
+    assert chan.recv_exit_status() == muxclient.NO_STATUS
 
 
 def test_a_master_that_takes_the_socket_but_never_says_hello_is_given_up_on():
@@ -270,30 +267,20 @@ def test_a_master_that_takes_the_socket_but_never_says_hello_is_given_up_on():
         path.rmdir()
 
 
-def test_an_end_behind_a_message_not_read_yet_is_seen_at_the_first_look():
+def test_an_end_behind_a_message_not_read_yet_is_seen_at_the_first_look(deferred):
     """The master said the session opened, then closed the socket (it ended, or its master did): one
     look says so, whatever was still unread before the end."""
-    chan, master, theirs = _deferred_channel()
-    try:
-        master.sendall(_packet(_body(muxclient.MUX_S_SESSION_OPENED, 1, 42)))
-        master.close()
-        assert chan.exit_status_ready() is True
-        assert chan.ended_by_node() is False  # no exit status: its master or link ended it
-    finally:
-        chan.close()
-        for fd in theirs:
-            os.close(fd)
+    chan, master = deferred
+    master.sendall(_packet(_body(muxclient.MUX_S_SESSION_OPENED, 1, 42)))
+    master.close()
+    assert chan.exit_status_ready() is True
+    assert chan.ended_by_node() is False  # no exit status: its master or link ended it
 
 
-def test_a_session_whose_command_exited_ended_by_the_node():
-    chan, master, theirs = _deferred_channel()
-    try:
-        assert chan.ended_by_node() is False  # running
-        master.sendall(_packet(_body(muxclient.MUX_S_SESSION_OPENED, 1, 42)))
-        master.sendall(_packet(_body(muxclient.MUX_S_EXIT_MESSAGE, 42, 3)))
-        master.close()
-        assert chan.ended_by_node() is True
-    finally:
-        chan.close()
-        for fd in theirs:
-            os.close(fd)
+def test_a_session_whose_command_exited_ended_by_the_node(deferred):
+    chan, master = deferred
+    assert chan.ended_by_node() is False  # running
+    master.sendall(_packet(_body(muxclient.MUX_S_SESSION_OPENED, 1, 42)))
+    master.sendall(_packet(_body(muxclient.MUX_S_EXIT_MESSAGE, 42, 3)))
+    master.close()
+    assert chan.ended_by_node() is True

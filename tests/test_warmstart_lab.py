@@ -62,6 +62,19 @@ def _accepted(text: str) -> int:
     return len(re.findall(r"^Accepted publickey", text, re.M))
 
 
+def _with_a_master(lab, monkeypatch) -> tuple:
+    """lab01's node, the lab's inventory and lab01's Host, with a live master of lab01 (a run's,
+    ended), in this process on the OpenSSH transport from the lab's project folder."""
+    monkeypatch.setenv("FLEETOPS_TRANSPORT", "openssh")
+    monkeypatch.chdir(lab.root)
+    inventory = load_inventory(lab.root / "hosts")
+    host = inventory.hosts["lab01"]
+    warm = OpenSSHConnection(host, inventory)
+    warm.call("ping", {})
+    warm.close()
+    return lab.node("lab01"), inventory, host
+
+
 def test_a_warm_run_takes_over_the_agent_started_before_its_start_up(lab, cm):
     node = lab.node("lab01")
     first = _fleet(lab.root, cm, "-H", "lab01", "ping")  # cold: the run starts the master
@@ -108,14 +121,7 @@ def test_an_agent_started_early_is_the_runs_only_when_it_is_the_runs_connection(
     """In-process, as entry.py and the run's Pool do it: the parked connection is the one the run's
     Factory hands out (its agent answers; one exec), and one made for a Host that differs from the
     run's is closed (its agent ends on the node) while the run's own connects."""
-    monkeypatch.setenv("FLEETOPS_TRANSPORT", "openssh")
-    monkeypatch.chdir(lab.root)
-    node = lab.node("lab01")
-    inventory = load_inventory(lab.root / "hosts")
-    host = inventory.hosts["lab01"]
-    warm = OpenSSHConnection(host, inventory)
-    warm.call("ping", {})  # a master for the runs below
-    warm.close()
+    node, inventory, host = _with_a_master(lab, monkeypatch)
     try:
         execs = COUNTERS.per_host.get("lab01", {}).get("execs", 0)
         assert warmstart.begin(["-H", "lab01", "ping"]) == ["lab01"]
@@ -171,14 +177,7 @@ def test_an_early_agent_whose_master_ended_meanwhile_is_not_taken_over(lab, cm, 
     """The master ended while the host waited its turn (another run made room, `fleet disconnect`, a
     dropped link), taking the early agent's session with it: the run connects as it would have,
     starting a master of its own, instead of reaching the node without one."""
-    monkeypatch.setenv("FLEETOPS_TRANSPORT", "openssh")
-    monkeypatch.chdir(lab.root)
-    node = lab.node("lab01")
-    inventory = load_inventory(lab.root / "hosts")
-    host = inventory.hosts["lab01"]
-    warm = OpenSSHConnection(host, inventory)
-    warm.call("ping", {})  # a master for the run below
-    warm.close()
+    node, inventory, host = _with_a_master(lab, monkeypatch)
     pool = None
     try:
         assert warmstart.begin(["-H", "lab01", "ping"]) == ["lab01"]
@@ -206,13 +205,7 @@ def test_a_stale_control_socket_gets_no_early_start_and_no_login(lab, cm, monkey
     opens sessions on live masters only."""
     import signal
 
-    monkeypatch.setenv("FLEETOPS_TRANSPORT", "openssh")
-    monkeypatch.chdir(lab.root)
-    node = lab.node("lab01")
-    inventory = load_inventory(lab.root / "hosts")
-    warm = OpenSSHConnection(inventory.hosts["lab01"], inventory)
-    warm.call("ping", {})
-    warm.close()
+    node, inventory, host = _with_a_master(lab, monkeypatch)
     live = masters.masters(cm)
     assert len(live) == 1
     os.kill(live[0].pid, signal.SIGKILL)
