@@ -29,6 +29,7 @@ from .plans.host import Host, UnknownHost
 from .plans.hostrange import expand as expand_range
 from .plans.hostrange import fold as fold_names
 from .plans.hostrange import is_range, natural_key, split_words
+from .plans.options import OFF_WORDS, ON_WORDS
 from .report.fold import FOLD_MIN_HOSTS, identities
 from .report.rows import fleet_sections
 from .results import EXIT_AUDIT, EXIT_FAILED, EXIT_INTERRUPTED, Result, Status, exit_status
@@ -149,8 +150,7 @@ def execute(
     return code
 
 
-_FOLD_WORDS = {"1": True, "yes": True, "on": True, "true": True}
-_FOLD_WORDS.update({"0": False, "no": False, "off": False, "false": False})
+_FOLD_WORDS = {**dict.fromkeys(ON_WORDS, True), **dict.fromkeys(OFF_WORDS, False)}
 
 
 def _start_view(run: Run, fold: bool | None, odd: bool) -> None:

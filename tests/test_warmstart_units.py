@@ -222,13 +222,14 @@ def test_become_and_persist_0_hosts_are_never_started_early(field, monkeypatch):
     ],
 )
 def test_the_runs_forks_are_read_as_the_run_reads_them(forks_env, settings, expected):
-    assert warmstart._forks(forks_env, settings) == expected
+    env = {"FLEETOPS_FORKS": forks_env} if forks_env else {}
+    assert warmstart._forks(env, settings) == expected
 
 
 def test_the_default_forks_are_the_runs():
     from fleetops import rollout
 
-    assert warmstart._forks(None, {}) == rollout.DEFAULT_FORKS
+    assert warmstart._forks({}, {}) == rollout.DEFAULT_FORKS
 
 
 def _project(tmp_path, hosts: int, settings: str = "") -> None:

@@ -221,15 +221,16 @@ class FleetExecutor(Executor):
         """(forks, serial): the command line, else the environment (FLEETOPS_FORKS,
         FLEETOPS_SERIAL), else fabric.yaml's fleetops.forks; each checked (BadValue names where a
         bad one came from)."""
-        from ..plans.options import RUN_NUMBERS, from_environment, whole
-        from ..rollout import DEFAULT_FORKS
+        from ..plans.options import configured_forks, from_environment
 
         env = from_environment(os.environ)
-        forks = self._option("forks", "") or run_opts.get("forks") or env.get("forks")
-        if forks is None and settings.get("forks") is not None:
-            forks = whole("fleetops.forks (fabric.yaml)", settings["forks"], *RUN_NUMBERS["forks"])
+        forks = (
+            self._option("forks", "")
+            or run_opts.get("forks")
+            or configured_forks(os.environ, settings)
+        )
         serial = self._option("serial", "") or run_opts.get("serial") or env.get("serial") or 0
-        return int(forks or DEFAULT_FORKS), int(serial)
+        return int(forks), int(serial)
 
     def _connect_settings(self, state: Any, run_opts: dict[str, Any]) -> None:
         """ssh_config (-S), and what the command line says for every host of the run: -u/--user,

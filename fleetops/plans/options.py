@@ -12,6 +12,9 @@ from collections.abc import Mapping
 Range = tuple[int, int | None]
 RUN_NUMBERS: dict[str, Range] = {"serial": (0, None), "forks": (1, None), "port": (1, 65535)}
 DEFAULT_FORKS = 32  # hosts worked on at once when neither --forks nor fabric.yaml says
+# how a yes-or-no environment variable (FLEETOPS_FOLD, FLEETOPS_EARLY_AGENTS) is read, lower-cased
+ON_WORDS = frozenset({"1", "yes", "on", "true"})
+OFF_WORDS = frozenset({"0", "no", "off", "false"})
 # Fabric's core flags that fleetops reads, and fleet's own core flags
 CORE_NUMBERS: dict[str, Range] = {
     **RUN_NUMBERS,
@@ -45,6 +48,18 @@ def whole(option: str, value: object, least: int = 0, most: int | None = None) -
         span = f"from {least} to {most}" if most is not None else f"{least} or more"
         raise BadValue(f"{option} {number} is out of range: it takes {span}")
     return number
+
+
+def configured_forks(environ: Mapping[str, str], settings: Mapping[str, object]) -> int:
+    """How many hosts a run works on at once when its command line does not say: FLEETOPS_FORKS,
+    else fabric.yaml's fleetops.forks (`settings`), else DEFAULT_FORKS; BadValue for a bad one (the
+    environment's run options are all checked: a bad FLEETOPS_SERIAL too)."""
+    forks = from_environment(environ).get("forks")
+    if forks is not None:
+        return forks
+    if settings.get("forks") is not None:
+        return whole("fleetops.forks (fabric.yaml)", settings["forks"], *RUN_NUMBERS["forks"])
+    return DEFAULT_FORKS
 
 
 def job_id(option: str, value: object) -> str:

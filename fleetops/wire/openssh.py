@@ -259,7 +259,6 @@ class OpenSSHConnection(AgentClient):
             try:
                 self._agent_session().started_early = True
             except _NotOnMaster:
-                self._early = False
                 self.close()
                 return False
             finally:

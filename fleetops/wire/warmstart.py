@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..plans.options import OFF_WORDS
 from . import parked
 
 if TYPE_CHECKING:
@@ -53,7 +54,6 @@ TASK_OPTIONS: dict[str, tuple[bool, frozenset[str]]] = {
 TASKS = frozenset({"ping", "facts", "patch", "verify", "rollback", "gpu", "status", "diagnose"})
 MAX_HOSTS = 64
 OFF_ENV = "FLEETOPS_EARLY_AGENTS"
-OFF_WORDS = frozenset({"0", "no", "off", "false"})
 # Starting a host's agent early takes well under a millisecond of this budget: one past it means
 # masters that are slow to answer, and the hosts not reached by then are left to the run.
 BUDGET_S = 1.0
@@ -129,7 +129,7 @@ def begin(argv: Sequence[str], environ: dict[str, str] | None = None) -> list[st
     if word is None:
         return []
     try:
-        return _start(word, env.get("FLEETOPS_FORKS"))
+        return _start(word, env)
     except Exception:  # the run meets the same and reports it; nothing started here is kept
         parked.discard_all()
         return []
@@ -143,28 +143,26 @@ def _environment_says_more(env: dict[str, str] | os._Environ[str]) -> bool:
     )
 
 
-def _forks(from_env: str | None, settings: dict[str, Any]) -> int | None:
-    """How many hosts the run works on at once (FLEETOPS_FORKS, else fabric.yaml's fleetops.forks,
-    else the default), None for a value the run will refuse."""
-    from ..plans.options import DEFAULT_FORKS
+def _forks(env: dict[str, str] | os._Environ[str], settings: dict[str, Any]) -> int | None:
+    """How many hosts the run works on at once, read as the run reads it (plans/options.py); None
+    for a value the run will refuse."""
+    from ..plans.options import BadValue, configured_forks
 
-    raw = from_env or settings.get("forks")
-    if raw is None:
-        return DEFAULT_FORKS
     try:
-        forks = int(str(raw).strip())
-    except ValueError:
+        return configured_forks(env, settings)
+    except BadValue:
         return None
-    return forks if forks >= 1 else None
 
 
-def _start(word: str, forks_env: str | None = None) -> list[str]:
-    chosen = _hosts(word, forks_env)
+def _start(word: str, env: dict[str, str] | os._Environ[str]) -> list[str]:
+    chosen = _hosts(word, env)
     # none on OpenSSH: its modules are not even imported (a paramiko run never loads them)
     return _start_each(*chosen) if chosen is not None and chosen[0] else []
 
 
-def _hosts(word: str, forks_env: str | None) -> tuple[list[Host], Inventory] | None:
+def _hosts(
+    word: str, env: dict[str, str] | os._Environ[str]
+) -> tuple[list[Host], Inventory] | None:
     """The run's hosts that reach their node through OpenSSH without become, and the inventory, as
     the run will read them; None when the run may read them otherwise or work on them in turns."""
     from ..plans.hostrange import split_words
@@ -183,7 +181,7 @@ def _hosts(word: str, forks_env: str | None) -> tuple[list[Host], Inventory] | N
     inventory = load_inventory(find_inventory(root, None, str(settings.get("inventory", "hosts"))))
     inventory.ssh_aliases = use_ssh_config(None, [], None, paramiko_reads=False)
     hosts = inventory.targets(inventory.expand(words))
-    forks = _forks(forks_env, settings)
+    forks = _forks(env, settings)
     # hosts beyond the run's forks would wait their turn with an idle agent
     if forks is None or len(hosts) > min(MAX_HOSTS, forks):
         return None
